@@ -1,0 +1,32 @@
+# Front door. `make build` builds, `make test` installs what is missing, builds and runs every test.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: setup build test unit-test e2e-test bench demo fuzz clean format
+
+setup:
+	@scripts/setup
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: setup build
+	.venv/bin/python tools/make_test_models.py
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: setup build
+	.venv/bin/python tools/make_test_models.py --only resnet50
+	$(BUILD_DIR)/bin/osprey bench $(HOME)/.cache/osprey/models/resnet50.onnx --iters 20
+
+fuzz:
+	scripts/fuzz
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')
+
+clean:
+	rm -rf $(BUILD_DIR)

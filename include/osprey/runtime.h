@@ -1,0 +1,151 @@
+#pragma once
+/// Compiling and running graphs: Plan, PlanCache, WeightStore, Model.
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "osprey/graph.h"
+#include "osprey/tensor.h"
+
+namespace osprey {
+
+/// Options that change what a Plan computes or how fast; part of the PlanCache key.
+struct CompileOptions {
+  /// Threads for one run (intra-op). 0 = all cores.
+  int num_threads = 0;
+  /// Use fast (oneDNN) kernels where available; false runs reference kernels only (the oracle).
+  bool fast_kernels = true;
+  /// Graph rewrites: BN folding into Conv, Conv/Gemm + activation (+ residual add) fusion.
+  bool fuse = true;
+  std::string Key() const;
+};
+
+/// Concrete type of one input at compile time.
+struct TensorSpec {
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+
+/// Per-op timing of one profiled run.
+struct OpProfile {
+  std::string node_name;
+  std::string op_type;
+  std::string kernel;
+  double ms = 0;
+};
+
+/// A graph compiled for concrete input shapes: constants folded, passes applied, kernels prepared, and a memory plan
+/// (arena offsets by liveness). Immutable after Compile and safe to Run from several threads at once.
+class Plan {
+ public:
+  ~Plan();
+  /// Runs with inputs in graph-input order. Shapes/dtypes must equal the compiled ones (Model::Run checks this and
+  /// gives user-facing errors). Returns outputs in graph-output order; they own their memory.
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile = nullptr) const;
+  size_t num_steps() const;
+  /// Bytes of one execution arena (intermediate values).
+  size_t arena_bytes() const;
+  /// Number of steps run by fast kernels.
+  size_t num_fast_steps() const;
+  const std::vector<TensorSpec>& output_specs() const;
+
+  struct Impl;
+  explicit Plan(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Compiles `graph` for the given input specs (one per graph input, same order).
+std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<TensorSpec>& inputs,
+                                    const CompileOptions& options = {});
+
+/// Bounded LRU cache of plans keyed by (graph fingerprint, input specs, options). Thread-safe; concurrent misses on
+/// one key compile once.
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity = 16);
+  std::shared_ptr<const Plan> GetOrCompile(const Graph& graph, const std::string& fingerprint,
+                                           const std::vector<TensorSpec>& inputs, const CompileOptions& options);
+  struct Stats {
+    uint64_t hits = 0, misses = 0, evictions = 0;
+    size_t size = 0, capacity = 0;
+  };
+  Stats stats() const;
+  void set_capacity(size_t capacity);
+  void Clear();
+
+ private:
+  mutable std::mutex mu_;
+  size_t capacity_;
+  std::list<std::pair<std::string, std::shared_ptr<const Plan>>> lru_;  // front = most recent
+  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
+  Stats stats_;
+};
+
+/// Content-addressed store of constant tensors (hash of dtype, shape and bytes). Entries are held weakly: a weight
+/// lives while some model uses it. Two models holding an identical tensor share one copy. Thread-safe.
+class WeightStore {
+ public:
+  WeightStore();
+  /// Returns the stored tensor equal to `t` (sharing its buffer), storing a copy first if none is live.
+  Tensor Intern(const Tensor& t);
+  /// Bytes of live unique weights held through this store.
+  int64_t BytesLive() const { return account_->BytesLive(); }
+  size_t NumLive() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<MemoryAccount> account_;
+  struct Entry {
+    std::weak_ptr<Buffer> buffer;
+    DType dtype;
+    Shape shape;
+  };
+  std::unordered_multimap<uint64_t, Entry> entries_;
+};
+
+struct ModelOptions {
+  CompileOptions compile;
+  size_t plan_cache_capacity = 8;
+  /// Shared store for weights; null gives the model a private store.
+  std::shared_ptr<WeightStore> weight_store;
+};
+
+/// A graph plus its interned weights and a plan cache. Thread-safe Run. Dropping the last handle frees its memory.
+class Model {
+ public:
+  explicit Model(Graph graph, ModelOptions options = {});
+  const Graph& graph() const { return graph_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  /// Runs with named inputs. Checks names, dtypes, ranks and fixed dims, binds symbolic dims, and says what is wrong
+  /// (kInvalidArgument) when they don't fit. Returns named outputs in graph order.
+  std::vector<std::pair<std::string, Tensor>> Run(const std::map<std::string, Tensor>& inputs,
+                                                  std::vector<OpProfile>* profile = nullptr);
+  /// The plan for these inputs (compiling on a cache miss), after the same checks as Run.
+  std::shared_ptr<const Plan> PlanFor(const std::map<std::string, Tensor>& inputs);
+  PlanCache& plan_cache() { return plan_cache_; }
+  /// Bytes of this model's weights (each interned weight counted once, whether or not another model shares it).
+  int64_t WeightBytes() const;
+  /// Of WeightBytes(), the bytes of weights also held by another live model.
+  int64_t SharedWeightBytes() const;
+  const std::shared_ptr<WeightStore>& weight_store() const { return weight_store_; }
+
+ private:
+  std::vector<Tensor> OrderedInputs(const std::map<std::string, Tensor>& inputs, std::vector<TensorSpec>* specs) const;
+  Graph graph_;
+  ModelOptions options_;
+  std::string fingerprint_;
+  std::shared_ptr<WeightStore> weight_store_;
+  PlanCache plan_cache_;
+};
+
+/// Sets the default intra-op thread count used when CompileOptions::num_threads is 0.
+int DefaultNumThreads();
+
+}  // namespace osprey

@@ -1,0 +1,186 @@
+#pragma once
+/// Tensors, dtypes, shapes, buffers and the accounting allocator.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "osprey/error.h"
+
+namespace osprey {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kU8, kI32, kI64, kBool };
+constexpr int kNumDTypes = 8;
+
+/// Bytes per element.
+size_t DTypeSize(DType dtype);
+/// numpy-style name: "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool".
+const char* DTypeName(DType dtype);
+
+/// 16-bit float storage types. Arithmetic goes through float.
+struct Float16 {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+float HalfToFloat(uint16_t bits);
+uint16_t FloatToHalf(float value);
+inline float BFloat16ToFloat(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t FloatToBFloat16(float value);  // round to nearest even
+
+template <class T>
+constexpr DType DTypeOf();
+template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
+template <> constexpr DType DTypeOf<Float16>() { return DType::kF16; }
+template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBF16; }
+template <> constexpr DType DTypeOf<int8_t>() { return DType::kI8; }
+template <> constexpr DType DTypeOf<uint8_t>() { return DType::kU8; }
+template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
+template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
+
+/// Dimensions, outermost first. Concrete tensors have every dim >= 0.
+using Shape = std::vector<int64_t>;
+/// Product of dims; throws kInvalidArgument on negative dims or overflow past 2^62.
+int64_t NumElements(const Shape& shape);
+/// "[1, 3, 224, 224]".
+std::string ShapeToString(const Shape& shape);
+
+enum class Device : uint8_t { kHost = 0 };
+constexpr int kNumDevices = 1;
+
+/// Live-byte counter for one owner (a model, a plan, a weight store). Thread-safe.
+class MemoryAccount {
+ public:
+  explicit MemoryAccount(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  int64_t BytesLive() const { return live_.load(std::memory_order_relaxed); }
+  int64_t BytesPeak() const { return peak_.load(std::memory_order_relaxed); }
+  void Add(int64_t bytes);
+
+ private:
+  std::string name_;
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+/// A block of device memory. Freed (and un-accounted) when the last shared_ptr drops.
+class Buffer {
+ public:
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  Device device() const { return device_; }
+  /// True when the block came from mmap (freeing it returns pages to the OS at once).
+  bool mmapped() const { return mmapped_; }
+
+ private:
+  friend class Allocator;
+  Buffer() = default;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  Device device_ = Device::kHost;
+  bool mmapped_ = false;
+  std::shared_ptr<MemoryAccount> account_;
+};
+
+/// Allocates accounted buffers. Host blocks of at least kMmapThreshold bytes are mmap-backed so that freeing them
+/// returns memory to the OS; smaller ones come from aligned malloc. All blocks are 64-byte aligned. Thread-safe.
+class Allocator {
+ public:
+  static constexpr size_t kMmapThreshold = 256 * 1024;
+  static constexpr size_t kAlignment = 64;
+  /// The host allocator. It holds only counters; ownership stays with the buffers.
+  static Allocator& Host();
+  /// Uninitialised block. `account` (may be null) is charged until the buffer is freed.
+  std::shared_ptr<Buffer> Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account = nullptr);
+  /// Bytes live on `device` across every owner.
+  int64_t BytesLive(Device device = Device::kHost) const { return live_[static_cast<int>(device)].load(); }
+
+ private:
+  friend class Buffer;
+  void Release(Buffer* buffer);
+  std::atomic<int64_t> live_[kNumDevices] = {};
+};
+
+/// A dense, row-major (C order) tensor: dtype + shape + a view into a refcounted Buffer.
+/// Copying a Tensor copies the handle, not the data. Not synchronised: share read-only or copy.
+class Tensor {
+ public:
+  Tensor() = default;
+  /// New uninitialised tensor on the host.
+  Tensor(DType dtype, Shape shape, std::shared_ptr<MemoryAccount> account = nullptr);
+  /// New zero-filled tensor.
+  static Tensor Zeros(DType dtype, Shape shape, std::shared_ptr<MemoryAccount> account = nullptr);
+  /// A view of `buffer` at byte `offset` (which must have room for the tensor).
+  static Tensor View(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t offset);
+  template <class T>
+  static Tensor FromVector(Shape shape, const std::vector<T>& values) {
+    Tensor t(DTypeOf<T>(), std::move(shape));
+    if (static_cast<size_t>(t.numel()) != values.size())
+      throw Error(ErrorCode::kInvalidArgument, "Tensor::FromVector: " + std::to_string(values.size()) +
+                                                   " values for shape " + ShapeToString(t.shape()));
+    if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * sizeof(T));
+    return t;
+  }
+  /// Scalar (rank-0) tensor.
+  template <class T>
+  static Tensor Scalar(T value) {
+    return FromVector<T>({}, {value});
+  }
+
+  bool defined() const { return buffer_ != nullptr || numel_ == 0; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
+  void* raw() { return buffer_ ? static_cast<char*>(buffer_->data()) + offset_ : nullptr; }
+  const void* raw() const { return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr; }
+  template <class T>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+  size_t offset() const { return offset_; }
+
+  /// Same data, new shape with the same element count (no copy).
+  Tensor Reshaped(Shape shape) const;
+  /// Deep copy into a new buffer.
+  Tensor Clone(std::shared_ptr<MemoryAccount> account = nullptr) const;
+  /// Element i converted to double / int64 (any dtype); for shape arithmetic and tests.
+  double GetAsDouble(int64_t i) const;
+  int64_t GetAsInt(int64_t i) const;
+  /// All elements as int64 (integer or bool dtypes, or float truncated).
+  std::vector<int64_t> ToInt64Vector() const;
+  /// All elements as float.
+  std::vector<float> ToFloatVector() const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<Buffer> buffer_;
+  size_t offset_ = 0;
+};
+
+/// Converts `src` to `dtype` elementwise (float<->int truncation toward zero as C casts; bool is x != 0).
+Tensor CastTensor(const Tensor& src, DType dtype);
+
+}  // namespace osprey

@@ -1,0 +1,3 @@
+namespace osprey {
+const char* kOspreyVersion = "0.1.0";
+}  // namespace osprey

@@ -1,0 +1,58 @@
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
+
+#include "osprey/tensor.h"
+
+namespace osprey {
+
+void MemoryAccount::Add(int64_t bytes) {
+  int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+Allocator& Allocator::Host() {
+  static Allocator host;
+  return host;
+}
+
+std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account) {
+  std::shared_ptr<Buffer> buffer(new Buffer());
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* p = nullptr;
+  if (rounded >= kMmapThreshold) {
+    p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) p = nullptr;
+    buffer->mmapped_ = true;
+  } else {
+    p = std::aligned_alloc(kAlignment, rounded);
+  }
+  if (p == nullptr)
+    throw Error(ErrorCode::kResourceExhausted, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  buffer->data_ = p;
+  buffer->size_ = rounded;
+  buffer->account_ = std::move(account);
+  live_[0].fetch_add(static_cast<int64_t>(rounded));
+  if (buffer->account_) buffer->account_->Add(static_cast<int64_t>(rounded));
+  return buffer;
+}
+
+void Allocator::Release(Buffer* buffer) {
+  if (buffer->data_ == nullptr) return;
+  if (buffer->mmapped_) {
+    munmap(buffer->data_, buffer->size_);
+  } else {
+    std::free(buffer->data_);
+  }
+  live_[static_cast<int>(buffer->device_)].fetch_sub(static_cast<int64_t>(buffer->size_));
+  if (buffer->account_) buffer->account_->Add(-static_cast<int64_t>(buffer->size_));
+  buffer->data_ = nullptr;
+}
+
+Buffer::~Buffer() { Allocator::Host().Release(this); }
+
+}  // namespace osprey

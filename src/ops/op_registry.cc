@@ -1,0 +1,111 @@
+#include "ops/op_registry.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace osprey {
+
+const Tensor& InferContext::Value(int i) const {
+  if (i >= num_inputs() || !present[i]) Fail("input " + std::to_string(i) + " is required");
+  if (input_values[i] == nullptr)
+    throw Error(ErrorCode::kUnsupported, node.Describe() + ": input " + std::to_string(i) +
+                                             " must be known when the model is compiled (a constant, or computed "
+                                             "from shapes); data-dependent shapes are not supported");
+  return *input_values[i];
+}
+
+void InferContext::SetOutput(int i, DType dtype, Shape shape) {
+  if (static_cast<int>(output_dtypes.size()) <= i) {
+    output_dtypes.resize(i + 1);
+    output_shapes.resize(i + 1);
+  }
+  output_dtypes[i] = dtype;
+  output_shapes[i] = std::move(shape);
+}
+
+void InferContext::Fail(const std::string& message) const {
+  throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + message);
+}
+
+const OpRegistry& OpRegistry::Get() {
+  static const OpRegistry registry = [] {
+    OpRegistry r;
+    RegisterElementwiseOps(r);
+    RegisterNnOps(r);
+    RegisterReductionOps(r);
+    RegisterShapeOps(r);
+    std::sort(r.schemas_.begin(), r.schemas_.end(),
+              [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
+    return r;
+  }();
+  return registry;
+}
+
+const OpSchema* OpRegistry::Find(const std::string& op_type) const {
+  auto it = std::lower_bound(schemas_.begin(), schemas_.end(), op_type,
+                             [](const OpSchema& s, const std::string& name) { return s.op_type < name; });
+  if (it == schemas_.end() || it->op_type != op_type) return nullptr;
+  return &*it;
+}
+
+std::vector<std::string> OpRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const OpSchema& s : schemas_) names.push_back(s.op_type);
+  return names;
+}
+
+void OpRegistry::Add(OpSchema schema) { schemas_.push_back(std::move(schema)); }
+
+int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": axis " + std::to_string(axis) +
+                                                 " is out of range for rank " + std::to_string(rank));
+  return a;
+}
+
+Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else
+      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": shapes " + ShapeToString(a) + " and " +
+                                                   ShapeToString(b) + " cannot be broadcast together");
+  }
+  return out;
+}
+
+void ValidateOps(const Graph& graph) {
+  std::ostringstream unknown;
+  int num_unknown = 0;
+  const OpRegistry& registry = OpRegistry::Get();
+  for (const Node& n : graph.nodes) {
+    const OpSchema* schema = n.domain.empty() || n.domain == "ai.onnx" ? registry.Find(n.op_type) : nullptr;
+    if (!schema) {
+      unknown << (num_unknown++ ? ", " : "") << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << " (node '"
+              << n.name << "')";
+      continue;
+    }
+    int ni = n.NumInputs();
+    if (ni < schema->min_inputs || ni > schema->max_inputs)
+      throw Error(ErrorCode::kInvalidArgument, n.Describe() + ": expected " + std::to_string(schema->min_inputs) +
+                                                   ".." + std::to_string(schema->max_inputs) + " inputs, got " +
+                                                   std::to_string(ni));
+    int no = static_cast<int>(n.outputs.size());
+    if (no < schema->min_outputs || no > schema->max_outputs)
+      throw Error(ErrorCode::kInvalidArgument, n.Describe() + ": expected " + std::to_string(schema->min_outputs) +
+                                                   ".." + std::to_string(schema->max_outputs) + " outputs, got " +
+                                                   std::to_string(no));
+  }
+  if (num_unknown)
+    throw Error(ErrorCode::kUnsupported, "model uses " + std::to_string(num_unknown) +
+                                             " unsupported op(s): " + unknown.str());
+}
+
+}  // namespace osprey

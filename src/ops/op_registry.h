@@ -1,0 +1,73 @@
+#pragma once
+// Op schemas: arity, attribute checks and the shape/dtype function of each op. Kernels live in src/kernels/.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "osprey/graph.h"
+
+namespace osprey {
+
+/// What shape inference sees of one node when input shapes are concrete. Input values are known when the input is
+/// a constant (or was folded to one), which lets shape arithmetic (Shape -> Gather -> Div -> Concat -> Reshape) resolve.
+struct InferContext {
+  const Node& node;
+  int opset = 17;
+  std::vector<bool> present;            // input i given (not omitted)
+  std::vector<DType> input_dtypes;      // valid where present
+  std::vector<Shape> input_shapes;      // valid where present
+  std::vector<const Tensor*> input_values;  // non-null where the value is known at compile time
+  // Filled by the infer function, one per node output:
+  std::vector<DType> output_dtypes;
+  std::vector<Shape> output_shapes;
+
+  int num_inputs() const { return static_cast<int>(present.size()); }
+  bool Has(int i) const { return i < num_inputs() && present[i]; }
+  /// Known value of input i; throws kUnsupported naming the node when it is only known at run time.
+  const Tensor& Value(int i) const;
+  /// Sets output i.
+  void SetOutput(int i, DType dtype, Shape shape);
+  /// Throws kInvalidArgument "<node>: <message>".
+  [[noreturn]] void Fail(const std::string& message) const;
+};
+
+using InferFn = std::function<void(InferContext&)>;
+
+struct OpSchema {
+  std::string op_type;
+  int min_inputs = 1;
+  int max_inputs = 1;
+  int min_outputs = 1;
+  int max_outputs = 1;
+  InferFn infer;
+};
+
+/// Immutable table of every op osprey knows. Built once on first use from the per-family Register* functions.
+class OpRegistry {
+ public:
+  static const OpRegistry& Get();
+  const OpSchema* Find(const std::string& op_type) const;
+  std::vector<std::string> Names() const;
+  void Add(OpSchema schema);
+
+ private:
+  std::vector<OpSchema> schemas_;
+};
+
+// Per-family registration, one per src/ops/<family>.cc. Called by OpRegistry::Get().
+void RegisterElementwiseOps(OpRegistry& r);   // unary, binary, variadic, Where, Clip, Cast, comparisons
+void RegisterNnOps(OpRegistry& r);            // Conv, ConvTranspose, pools, norms, MatMul, Gemm, softmaxes
+void RegisterReductionOps(OpRegistry& r);     // Reduce*, ArgMax/ArgMin, TopK
+void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Constant*, Range, Identity, Dropout
+
+/// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message
+/// listing every unsupported op with its node name, or kInvalidArgument for a bad arity.
+void ValidateOps(const Graph& graph);
+
+// ---- helpers shared by op schemas and kernels ----
+/// Normalises a possibly-negative axis against `rank`; throws kInvalidArgument naming `node` when out of range.
+int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node);
+/// Numpy-style multidirectional broadcast; throws kInvalidArgument naming `node` on mismatch.
+Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node);
+
+}  // namespace osprey
