@@ -103,14 +103,14 @@ struct ValueRef {
 
 /// Builds a Graph in code:
 ///   GraphBuilder b("prep");
-///   auto x = b.Input("image", DType::kU8, {{-1,"H"}, {-1,"W"}, {3,""}});
+///   auto x = b.InputDims("image", DType::kU8, {{-1, "H"}, {-1, "W"}, {3, ""}});
 ///   auto y = b.Op("Cast", {x}, {{"to", Attribute::Int(1)}});
 ///   b.Output(y, "y");
 ///   Graph g = b.Finish();
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::string name = "graph", int opset = 17);
-  ValueRef Input(const std::string& name, DType dtype, std::vector<Dim> dims);
+  ValueRef InputDims(const std::string& name, DType dtype, std::vector<Dim> dims);
   /// Convenience: fixed dims; -1 means a free dim.
   ValueRef Input(const std::string& name, DType dtype, const std::vector<int64_t>& dims);
   ValueRef Constant(const Tensor& value, const std::string& name = "");

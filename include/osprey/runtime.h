@@ -1,6 +1,9 @@
 #pragma once
 /// Compiling and running graphs: Plan, PlanCache, WeightStore, Model.
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <list>
 #include <map>
 #include <memory>
@@ -61,17 +64,24 @@ class Plan {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Compiles `graph` for the given input specs (one per graph input, same order).
+class WeightStore;
+
+/// Compiles `graph` for the given input specs (one per graph input, same order). Constants created by compilation
+/// (folded values, BN-folded weights) are interned in `weights` when given, so identical models share them too;
+/// execution arenas are charged to `account` when given.
 std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<TensorSpec>& inputs,
-                                    const CompileOptions& options = {});
+                                    const CompileOptions& options = {}, WeightStore* weights = nullptr,
+                                    std::shared_ptr<MemoryAccount> account = nullptr);
 
 /// Bounded LRU cache of plans keyed by (graph fingerprint, input specs, options). Thread-safe; concurrent misses on
 /// one key compile once.
 class PlanCache {
  public:
   explicit PlanCache(size_t capacity = 16);
-  std::shared_ptr<const Plan> GetOrCompile(const Graph& graph, const std::string& fingerprint,
-                                           const std::vector<TensorSpec>& inputs, const CompileOptions& options);
+  /// The cached plan for (fingerprint, inputs, options), or the result of `compile()` stored under that key.
+  std::shared_ptr<const Plan> GetOrCompile(const std::string& fingerprint, const std::vector<TensorSpec>& inputs,
+                                           const CompileOptions& options,
+                                           const std::function<std::shared_ptr<const Plan>()>& compile);
   struct Stats {
     uint64_t hits = 0, misses = 0, evictions = 0;
     size_t size = 0, capacity = 0;
@@ -81,7 +91,10 @@ class PlanCache {
   void Clear();
 
  private:
+  void EvictLocked();
   mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::string> in_flight_;
   size_t capacity_;
   std::list<std::pair<std::string, std::shared_ptr<const Plan>>> lru_;  // front = most recent
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
@@ -95,6 +108,11 @@ class WeightStore {
   WeightStore();
   /// Returns the stored tensor equal to `t` (sharing its buffer), storing a copy first if none is live.
   Tensor Intern(const Tensor& t);
+  /// Holder counting, for "shared" statistics: a model calls Hold once per distinct weight buffer it keeps and Unhold
+  /// when it drops it. Holders(t) is the number of current holders of t's buffer.
+  void Hold(const Tensor& t);
+  void Unhold(const Tensor& t);
+  int Holders(const Tensor& t) const;
   /// Bytes of live unique weights held through this store.
   int64_t BytesLive() const { return account_->BytesLive(); }
   size_t NumLive() const;
@@ -108,6 +126,8 @@ class WeightStore {
     Shape shape;
   };
   std::unordered_multimap<uint64_t, Entry> entries_;
+  std::unordered_map<const Buffer*, int> holders_;
+  size_t interns_since_sweep_ = 0;
 };
 
 struct ModelOptions {
@@ -121,6 +141,9 @@ struct ModelOptions {
 class Model {
  public:
   explicit Model(Graph graph, ModelOptions options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
   const Graph& graph() const { return graph_; }
   const std::string& fingerprint() const { return fingerprint_; }
   /// Runs with named inputs. Checks names, dtypes, ranks and fixed dims, binds symbolic dims, and says what is wrong
@@ -135,6 +158,8 @@ class Model {
   /// Of WeightBytes(), the bytes of weights also held by another live model.
   int64_t SharedWeightBytes() const;
   const std::shared_ptr<WeightStore>& weight_store() const { return weight_store_; }
+  /// Bytes charged to this model besides weights: execution arenas and plan-private constants.
+  int64_t RuntimeBytes() const { return account_->BytesLive(); }
 
  private:
   std::vector<Tensor> OrderedInputs(const std::map<std::string, Tensor>& inputs, std::vector<TensorSpec>* specs) const;
@@ -142,6 +167,8 @@ class Model {
   ModelOptions options_;
   std::string fingerprint_;
   std::shared_ptr<WeightStore> weight_store_;
+  std::shared_ptr<MemoryAccount> account_;
+  std::vector<Tensor> held_weights_;  // one per distinct interned buffer
   PlanCache plan_cache_;
 };
 

@@ -170,7 +170,7 @@ GraphBuilder::GraphBuilder(std::string name, int opset) {
 
 std::string GraphBuilder::Fresh(const std::string& base) { return base + "_" + std::to_string(counter_++); }
 
-ValueRef GraphBuilder::Input(const std::string& name, DType dtype, std::vector<Dim> dims) {
+ValueRef GraphBuilder::InputDims(const std::string& name, DType dtype, std::vector<Dim> dims) {
   int id = graph_.AddValue(name);
   graph_.inputs.push_back(id);
   ValueInfo vi;
@@ -185,7 +185,7 @@ ValueRef GraphBuilder::Input(const std::string& name, DType dtype, std::vector<D
 ValueRef GraphBuilder::Input(const std::string& name, DType dtype, const std::vector<int64_t>& dims) {
   std::vector<Dim> ds;
   for (int64_t d : dims) ds.push_back(Dim{d, d < 0 ? "?" : ""});
-  return Input(name, dtype, std::move(ds));
+  return InputDims(name, dtype, std::move(ds));
 }
 
 ValueRef GraphBuilder::Constant(const Tensor& value, const std::string& name) {

@@ -1,7 +1,269 @@
+// Schemas of the elementwise family: unary math and activations, numpy-broadcasting binary ops, the variadic
+// Min/Max/Sum/Mean, comparisons and logic, Where, Clip, Cast and CastLike.
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "ops/op_registry.h"
 
 namespace osprey {
+namespace {
 
-void RegisterElementwiseOps(OpRegistry& r) {}
+constexpr uint32_t Bit(DType d) { return 1u << static_cast<int>(d); }
+constexpr uint32_t kFloat = Bit(DType::kF32);
+constexpr uint32_t kInts = Bit(DType::kI32) | Bit(DType::kI64) | Bit(DType::kI8) | Bit(DType::kU8);
+constexpr uint32_t kSignedInts = Bit(DType::kI32) | Bit(DType::kI64) | Bit(DType::kI8);
+constexpr uint32_t kNumeric = kFloat | kInts;
+constexpr uint32_t kBool = Bit(DType::kBool);
+constexpr uint32_t kAny = (1u << kNumDTypes) - 1;
+constexpr int kUnboundedInputs = std::numeric_limits<int>::max();
+
+std::string AllowedNames(uint32_t allowed) {
+  std::string s;
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (allowed & (1u << d)) s += (s.empty() ? "" : ", ") + std::string(DTypeName(static_cast<DType>(d)));
+  return s;
+}
+
+void RequireInput(const InferContext& ctx, int i) {
+  if (!ctx.Has(i)) ctx.Fail("input " + std::to_string(i) + " is required");
+}
+
+// float16/bfloat16 are valid ONNX but not computed by these kernels (kUnsupported); any other dtype outside `allowed`
+// is outside the op's ONNX type constraints (kInvalidArgument).
+void CheckDType(const InferContext& ctx, int i, uint32_t allowed) {
+  RequireInput(ctx, i);
+  DType d = ctx.input_dtypes[i];
+  if (allowed & Bit(d)) return;
+  std::string msg =
+      "input " + std::to_string(i) + " has dtype " + DTypeName(d) + "; this op supports " + AllowedNames(allowed);
+  if (d == DType::kF16 || d == DType::kBF16)
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": " + msg + " (cast to float32 first)");
+  ctx.Fail(msg);
+}
+
+void CheckSameDType(const InferContext& ctx, int i, int j) {
+  if (ctx.input_dtypes[i] != ctx.input_dtypes[j])
+    ctx.Fail("inputs " + std::to_string(i) + " and " + std::to_string(j) + " must have the same dtype, got " +
+             DTypeName(ctx.input_dtypes[i]) + " and " + DTypeName(ctx.input_dtypes[j]));
+}
+
+void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_inputs, InferFn infer, int num_outputs = 1) {
+  OpSchema s;
+  s.op_type = op_type;
+  s.min_inputs = min_inputs;
+  s.max_inputs = max_inputs;
+  s.min_outputs = num_outputs;
+  s.max_outputs = num_outputs;
+  s.infer = std::move(infer);
+  r.Add(std::move(s));
+}
+
+// Output has the input's dtype and shape. `check_attrs` reads attributes so a wrong kind fails at compile time.
+InferFn UnaryInfer(uint32_t allowed, std::function<void(const InferContext&)> check_attrs = nullptr) {
+  return [allowed, check_attrs](InferContext& ctx) {
+    CheckDType(ctx, 0, allowed);
+    if (check_attrs) check_attrs(ctx);
+    ctx.SetOutput(0, ctx.input_dtypes[0], ctx.input_shapes[0]);
+  };
+}
+
+InferFn PredicateInfer(uint32_t allowed) {
+  return [allowed](InferContext& ctx) {
+    CheckDType(ctx, 0, allowed);
+    ctx.node.GetInt("detect_positive", 1);
+    ctx.node.GetInt("detect_negative", 1);
+    ctx.SetOutput(0, DType::kBool, ctx.input_shapes[0]);
+  };
+}
+
+// Two same-dtype inputs broadcast together; output dtype is the input's, or bool for comparisons and logic.
+InferFn BinaryInfer(uint32_t allowed, bool bool_output,
+                    std::function<void(const InferContext&)> check_attrs = nullptr) {
+  return [allowed, bool_output, check_attrs](InferContext& ctx) {
+    CheckDType(ctx, 0, allowed);
+    CheckDType(ctx, 1, allowed);
+    CheckSameDType(ctx, 0, 1);
+    if (check_attrs) check_attrs(ctx);
+    ctx.SetOutput(0, bool_output ? DType::kBool : ctx.input_dtypes[0],
+                  BroadcastShapes(ctx.input_shapes[0], ctx.input_shapes[1], ctx.node));
+  };
+}
+
+InferFn VariadicInfer(uint32_t allowed) {
+  return [allowed](InferContext& ctx) {
+    if (ctx.num_inputs() < 1) ctx.Fail("expected at least one input");
+    Shape shape = {};
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      CheckDType(ctx, i, allowed);
+      CheckSameDType(ctx, 0, i);
+      shape = i == 0 ? ctx.input_shapes[0] : BroadcastShapes(shape, ctx.input_shapes[i], ctx.node);
+    }
+    ctx.SetOutput(0, ctx.input_dtypes[0], shape);
+  };
+}
+
+void InferPow(InferContext& ctx) {
+  CheckDType(ctx, 0, kNumeric);
+  CheckDType(ctx, 1, kNumeric);  // the exponent may have another numeric dtype (opset 12+)
+  ctx.SetOutput(0, ctx.input_dtypes[0], BroadcastShapes(ctx.input_shapes[0], ctx.input_shapes[1], ctx.node));
+}
+
+void InferPRelu(InferContext& ctx) {
+  CheckDType(ctx, 0, kFloat | kSignedInts);
+  CheckDType(ctx, 1, kFloat | kSignedInts);
+  CheckSameDType(ctx, 0, 1);
+  // The slope broadcasts to X (unidirectionally): the output keeps X's shape.
+  Shape out = BroadcastShapes(ctx.input_shapes[0], ctx.input_shapes[1], ctx.node);
+  if (out != ctx.input_shapes[0])
+    ctx.Fail("slope of shape " + ShapeToString(ctx.input_shapes[1]) + " does not broadcast to X of shape " +
+             ShapeToString(ctx.input_shapes[0]));
+  ctx.SetOutput(0, ctx.input_dtypes[0], out);
+}
+
+void CheckModAttrs(const InferContext& ctx) {
+  int64_t fmod = ctx.node.GetInt("fmod", 0);
+  if (fmod != 0 && fmod != 1) ctx.Fail("attribute 'fmod' must be 0 or 1, got " + std::to_string(fmod));
+  if (fmod == 0 && ctx.input_dtypes[0] == DType::kF32)
+    ctx.Fail("attribute 'fmod' must be 1 for floating-point inputs, got 0");
+}
+
+void CheckBitShiftAttrs(const InferContext& ctx) {
+  std::string direction = ctx.node.GetString("direction", "");
+  if (direction != "LEFT" && direction != "RIGHT")
+    ctx.Fail("attribute 'direction' must be \"LEFT\" or \"RIGHT\", got \"" + direction + "\"");
+}
+
+void InferWhere(InferContext& ctx) {
+  CheckDType(ctx, 0, kBool);
+  CheckDType(ctx, 1, kAny);
+  CheckDType(ctx, 2, kAny);
+  CheckSameDType(ctx, 1, 2);
+  Shape shape = BroadcastShapes(ctx.input_shapes[0], ctx.input_shapes[1], ctx.node);
+  ctx.SetOutput(0, ctx.input_dtypes[1], BroadcastShapes(shape, ctx.input_shapes[2], ctx.node));
+}
+
+void InferClip(InferContext& ctx) {
+  if (ctx.opset < 11) {
+    CheckDType(ctx, 0, kFloat);
+    if (ctx.Has(1) || ctx.Has(2)) ctx.Fail("min and max are attributes before opset 11, not inputs");
+    ctx.node.GetFloat("min", 0.f);
+    ctx.node.GetFloat("max", 0.f);
+  } else {
+    CheckDType(ctx, 0, kNumeric);
+    if (ctx.node.Has("min") || ctx.node.Has("max"))
+      ctx.Fail("min and max are inputs 1 and 2 from opset 11 on, not attributes");
+    for (int i = 1; i <= 2; ++i) {
+      if (!ctx.Has(i)) continue;
+      CheckSameDType(ctx, 0, i);
+      if (NumElements(ctx.input_shapes[i]) != 1)
+        ctx.Fail(std::string(i == 1 ? "min" : "max") + " must be a scalar, got shape " +
+                 ShapeToString(ctx.input_shapes[i]));
+    }
+  }
+  ctx.SetOutput(0, ctx.input_dtypes[0], ctx.input_shapes[0]);
+}
+
+// ONNX TensorProto.DataType code -> osprey dtype. Codes osprey does not compute are kUnsupported, named.
+DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code) {
+  switch (code) {
+    case 1:
+      return DType::kF32;
+    case 2:
+      return DType::kU8;
+    case 3:
+      return DType::kI8;
+    case 6:
+      return DType::kI32;
+    case 7:
+      return DType::kI64;
+    case 9:
+      return DType::kBool;
+    case 10:
+      return DType::kF16;
+    case 16:
+      return DType::kBF16;
+    default:
+      break;
+  }
+  static const char* const kNames[] = {"undefined",      "float",    "uint8",        "int8",           "uint16",
+                                       "int16",          "int32",    "int64",        "string",         "bool",
+                                       "float16",        "double",   "uint32",       "uint64",         "complex64",
+                                       "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                                       "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1"};
+  constexpr int64_t kNumNames = sizeof(kNames) / sizeof(kNames[0]);
+  if (code <= 0 || code >= kNumNames) ctx.Fail("attribute 'to' = " + std::to_string(code) + " is not an ONNX dtype");
+  throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": cast to " + kNames[code] + " (dtype code " +
+                                           std::to_string(code) +
+                                           ") is not supported; osprey supports float, "
+                                           "float16, bfloat16, int8, uint8, int32, int64 and bool");
+}
+
+void InferCast(InferContext& ctx) {
+  RequireInput(ctx, 0);
+  if (!ctx.node.Has("to")) ctx.Fail("attribute 'to' is required");
+  ctx.SetOutput(0, DTypeFromOnnxCode(ctx, ctx.node.GetInt("to", 0)), ctx.input_shapes[0]);
+}
+
+void InferCastLike(InferContext& ctx) {
+  RequireInput(ctx, 0);
+  RequireInput(ctx, 1);
+  ctx.SetOutput(0, ctx.input_dtypes[1], ctx.input_shapes[0]);
+}
+
+void CheckAlphaNonZero(const InferContext& ctx) {
+  if (ctx.node.GetFloat("alpha", 1.f) == 0.f) ctx.Fail("attribute 'alpha' must not be 0");
+}
+
+void CheckGelu(const InferContext& ctx) {
+  std::string approximate = ctx.node.GetString("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    ctx.Fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+}
+
+void ReadAlphaBeta(const InferContext& ctx) {
+  ctx.node.GetFloat("alpha", 0.f);
+  ctx.node.GetFloat("beta", 0.f);
+  ctx.node.GetFloat("gamma", 0.f);
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(OpRegistry& r) {
+  // Float-only unary math.
+  for (const char* op :
+       {"Sqrt", "Exp", "Log",  "Erf",  "Tanh", "Sigmoid", "Reciprocal", "Floor",    "Ceil",     "Round",     "Sin",
+        "Cos",  "Tan", "Asin", "Acos", "Atan", "Sinh",    "Cosh",       "Softplus", "Softsign", "HardSwish", "Mish"})
+    AddSchema(r, op, 1, 1, UnaryInfer(kFloat));
+  for (const char* op : {"LeakyRelu", "Elu", "Selu", "ThresholdedRelu", "HardSigmoid"})
+    AddSchema(r, op, 1, 1, UnaryInfer(kFloat, ReadAlphaBeta));
+  AddSchema(r, "Celu", 1, 1, UnaryInfer(kFloat, CheckAlphaNonZero));
+  AddSchema(r, "Gelu", 1, 1, UnaryInfer(kFloat, CheckGelu));
+  // Unary ops that are also defined on signed integers.
+  for (const char* op : {"Neg", "Abs", "Sign", "Relu"}) AddSchema(r, op, 1, 1, UnaryInfer(kFloat | kSignedInts));
+  AddSchema(r, "Not", 1, 1, UnaryInfer(kBool));
+  AddSchema(r, "IsNaN", 1, 1, PredicateInfer(kFloat));
+  AddSchema(r, "IsInf", 1, 1, PredicateInfer(kFloat));
+
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, false));
+  AddSchema(r, "Mod", 2, 2, BinaryInfer(kNumeric, false, CheckModAttrs));
+  AddSchema(r, "Pow", 2, 2, InferPow);
+  AddSchema(r, "PRelu", 2, 2, InferPRelu);
+  AddSchema(r, "BitShift", 2, 2, BinaryInfer(Bit(DType::kU8), false, CheckBitShiftAttrs));
+  AddSchema(r, "Equal", 2, 2, BinaryInfer(kNumeric | kBool, true));
+  for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+    AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, true));
+  for (const char* op : {"And", "Or", "Xor"}) AddSchema(r, op, 2, 2, BinaryInfer(kBool, true));
+
+  AddSchema(r, "Min", 1, kUnboundedInputs, VariadicInfer(kNumeric));
+  AddSchema(r, "Max", 1, kUnboundedInputs, VariadicInfer(kNumeric));
+  AddSchema(r, "Sum", 1, kUnboundedInputs, VariadicInfer(kFloat | Bit(DType::kI32) | Bit(DType::kI64)));
+  AddSchema(r, "Mean", 1, kUnboundedInputs, VariadicInfer(kFloat));
+
+  AddSchema(r, "Where", 3, 3, InferWhere);
+  AddSchema(r, "Clip", 1, 3, InferClip);
+  AddSchema(r, "Cast", 1, 1, InferCast);
+  AddSchema(r, "CastLike", 2, 2, InferCastLike);
+}
 
 }  // namespace osprey

@@ -1,7 +1,454 @@
+// Schemas (arity, attribute checks, shape/dtype inference) for the neural-network op family: convolutions, pools,
+// normalisations, MatMul/Gemm and the softmax family. ONNX semantics for opsets 7..21, float32 only.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "ops/op_registry.h"
 
 namespace osprey {
+namespace {
 
-void RegisterNnOps(OpRegistry& r) {}
+// Window attributes are bounded so that (k - 1) * d + 1, in + pads and (out - 1) * s + dk cannot overflow int64.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 31;
+constexpr int kMaxSpatialRank = 3;
+
+std::string IntsToString(const std::vector<int64_t>& v) { return ShapeToString(v); }
+
+void RequireInput(const InferContext& c, int i, const char* what) {
+  if (!c.Has(i)) c.Fail(std::string("input ") + std::to_string(i) + " (" + what + ") is required");
+}
+
+void RequireF32(const InferContext& c, int i, const char* what) {
+  RequireInput(c, i, what);
+  if (c.input_dtypes[i] != DType::kF32)
+    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": input " + std::to_string(i) + " (" + what +
+                                             ") has dtype " + DTypeName(c.input_dtypes[i]) +
+                                             "; only float32 is supported");
+}
+
+// Sets every declared output so that omitted (-1) trailing outputs still get a (placeholder) type.
+void SetOmittedOutputs(InferContext& c, int from) {
+  for (int i = from; i < static_cast<int>(c.node.outputs.size()); ++i) c.SetOutput(i, DType::kF32, {0});
+}
+
+bool HasOutput(const InferContext& c, int i) {
+  return i < static_cast<int>(c.node.outputs.size()) && c.node.outputs[i] >= 0;
+}
+
+void CheckFusedActivation(const InferContext& c) {
+  static const std::set<std::string> kActivations = {"Relu", "LeakyRelu", "Clip",     "Sigmoid", "Tanh",
+                                                     "HardSigmoid", "HardSwish", "Silu", "Gelu"};
+  std::string act = c.node.GetString("_activation", "");
+  if (!act.empty() && !kActivations.count(act)) c.Fail("unknown fused activation '" + act + "'");
+  c.node.GetFloat("_alpha", 0.f);
+  c.node.GetFloat("_beta", 0.f);
+}
+
+// Spatial rank of an [N, C, D1..Dn] input, checked against what the reference kernels implement.
+int SpatialRank(const InferContext& c, const Shape& x) {
+  if (x.size() < 3)
+    c.Fail("input X must have rank >= 3 ([N, C, D1, ...]), got shape " + ShapeToString(x));
+  int n = static_cast<int>(x.size()) - 2;
+  if (n > kMaxSpatialRank)
+    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": " + std::to_string(n) +
+                                             "-D windows are not supported (1-D, 2-D and 3-D are), input shape " +
+                                             ShapeToString(x));
+  return n;
+}
+
+// A per-spatial-dim ints attribute of length n; `fallback` fills it when absent. Values must lie in [lo, kMax].
+std::vector<int64_t> SpatialInts(const InferContext& c, const std::string& name, size_t n, int64_t fallback,
+                                 int64_t lo) {
+  std::vector<int64_t> v = c.node.GetInts(name, std::vector<int64_t>(n, fallback));
+  if (v.size() != n)
+    c.Fail("attribute '" + name + "' should have " + std::to_string(n) + " values, got " + IntsToString(v));
+  for (int64_t e : v)
+    if (e < lo || e > kMaxWindowAttr)
+      c.Fail("attribute '" + name + "' values should be in [" + std::to_string(lo) + ", 2^31], got " +
+             IntsToString(v));
+  return v;
+}
+
+std::string AutoPad(const InferContext& c) {
+  std::string auto_pad = c.node.GetString("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    c.Fail("attribute 'auto_pad' should be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" + auto_pad + "'");
+  return auto_pad;
+}
+
+// Output spatial dims of a sliding window (Conv and the pools), ONNX rules incl. auto_pad and ceil_mode.
+std::vector<int64_t> WindowOutputDims(const InferContext& c, const Shape& x, const std::vector<int64_t>& kernel,
+                                      bool ceil_mode) {
+  size_t n = kernel.size();
+  std::vector<int64_t> strides = SpatialInts(c, "strides", n, 1, 1);
+  std::vector<int64_t> dilations = SpatialInts(c, "dilations", n, 1, 1);
+  std::string auto_pad = AutoPad(c);
+  std::vector<int64_t> pads(2 * n, 0);
+  if (auto_pad == "NOTSET") pads = SpatialInts(c, "pads", 2 * n, 0, 0);
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t in = x[2 + i];
+    int64_t dk = (kernel[i] - 1) * dilations[i] + 1;
+    int64_t s = strides[i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out[i] = (in + s - 1) / s;
+    } else if (auto_pad == "VALID") {
+      out[i] = in >= dk ? (in - dk) / s + 1 : 0;
+    } else {
+      int64_t span = in + pads[i] + pads[n + i] - dk;
+      if (span < 0) {
+        out[i] = 0;
+      } else {
+        out[i] = span / s + 1;
+        if (ceil_mode && span % s != 0) {
+          ++out[i];
+          // A window that would start inside the end padding is dropped (PyTorch and ONNX Runtime agree).
+          if ((out[i] - 1) * s >= in + pads[i]) --out[i];
+        }
+      }
+    }
+    if (out[i] < 1)
+      c.Fail("window of size " + std::to_string(dk) + " (kernel " + IntsToString(kernel) + ", dilations " +
+             IntsToString(dilations) + ") does not fit input " + ShapeToString(x) + " with pads " +
+             IntsToString(pads));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- Conv / ConvTranspose
+
+void InferConv(InferContext& c) {
+  RequireF32(c, 0, "X");
+  RequireF32(c, 1, "W");
+  const Shape& x = c.input_shapes[0];
+  const Shape& w = c.input_shapes[1];
+  SpatialRank(c, x);
+  if (w.size() != x.size())
+    c.Fail("W should have rank " + std::to_string(x.size()) + " like X " + ShapeToString(x) + ", got shape " +
+           ShapeToString(w));
+  int64_t group = c.node.GetInt("group", 1);
+  if (group < 1) c.Fail("attribute 'group' should be >= 1, got " + std::to_string(group));
+  int64_t channels = x[1], out_channels = w[0];
+  if (channels % group != 0)
+    c.Fail("group " + std::to_string(group) + " does not divide the " + std::to_string(channels) +
+           " input channels of X " + ShapeToString(x));
+  if (w[1] * group != channels)
+    c.Fail("W " + ShapeToString(w) + " expects " + std::to_string(w[1] * group) + " input channels (W[1] * group " +
+           std::to_string(group) + "), X " + ShapeToString(x) + " has " + std::to_string(channels));
+  if (out_channels % group != 0)
+    c.Fail("group " + std::to_string(group) + " does not divide the " + std::to_string(out_channels) +
+           " output channels of W " + ShapeToString(w));
+  std::vector<int64_t> kernel(w.begin() + 2, w.end());
+  for (int64_t k : kernel)
+    if (k < 1 || k > kMaxWindowAttr) c.Fail("W " + ShapeToString(w) + " has an empty or oversized kernel");
+  if (c.node.Has("kernel_shape")) {
+    std::vector<int64_t> ks = c.node.GetInts("kernel_shape");
+    if (ks != kernel)
+      c.Fail("attribute kernel_shape " + IntsToString(ks) + " does not match W's spatial dims " + ShapeToString(w));
+  }
+  if (c.Has(2)) {
+    RequireF32(c, 2, "B");
+    if (c.input_shapes[2] != Shape{out_channels})
+      c.Fail("bias B should have shape [" + std::to_string(out_channels) + "], got " +
+             ShapeToString(c.input_shapes[2]));
+  }
+  std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, /*ceil_mode=*/false);
+  Shape y = {x[0], out_channels};
+  y.insert(y.end(), spatial.begin(), spatial.end());
+  bool residual = c.node.GetInt("_residual", 0) != 0;
+  if (residual) {
+    if (!c.Has(3)) c.Fail("_residual is set but input 3 (the residual) is missing");
+    RequireF32(c, 3, "residual");
+    if (c.input_shapes[3] != y)
+      c.Fail("residual input 3 should have the output's shape " + ShapeToString(y) + ", got " +
+             ShapeToString(c.input_shapes[3]));
+  } else if (c.Has(3)) {
+    c.Fail("input 3 is only allowed on a fused node with _residual = 1");
+  }
+  CheckFusedActivation(c);
+  c.SetOutput(0, DType::kF32, y);
+}
+
+void InferConvTranspose(InferContext& c) {
+  RequireF32(c, 0, "X");
+  RequireF32(c, 1, "W");
+  const Shape& x = c.input_shapes[0];
+  const Shape& w = c.input_shapes[1];
+  int n = SpatialRank(c, x);
+  if (w.size() != x.size())
+    c.Fail("W should have rank " + std::to_string(x.size()) + " like X " + ShapeToString(x) + ", got shape " +
+           ShapeToString(w));
+  int64_t group = c.node.GetInt("group", 1);
+  if (group < 1) c.Fail("attribute 'group' should be >= 1, got " + std::to_string(group));
+  int64_t channels = x[1];
+  if (channels % group != 0)
+    c.Fail("group " + std::to_string(group) + " does not divide the " + std::to_string(channels) +
+           " input channels of X " + ShapeToString(x));
+  if (w[0] != channels)
+    c.Fail("W " + ShapeToString(w) + " expects " + std::to_string(w[0]) + " input channels (W[0]), X " +
+           ShapeToString(x) + " has " + std::to_string(channels));
+  int64_t out_channels = w[1] * group;
+  std::vector<int64_t> kernel(w.begin() + 2, w.end());
+  for (int64_t k : kernel)
+    if (k < 1 || k > kMaxWindowAttr) c.Fail("W " + ShapeToString(w) + " has an empty or oversized kernel");
+  if (c.node.Has("kernel_shape")) {
+    std::vector<int64_t> ks = c.node.GetInts("kernel_shape");
+    if (ks != kernel)
+      c.Fail("attribute kernel_shape " + IntsToString(ks) + " does not match W's spatial dims " + ShapeToString(w));
+  }
+  if (c.Has(2)) {
+    RequireF32(c, 2, "B");
+    if (c.input_shapes[2] != Shape{out_channels})
+      c.Fail("bias B should have shape [" + std::to_string(out_channels) + "], got " +
+             ShapeToString(c.input_shapes[2]));
+  }
+  std::vector<int64_t> strides = SpatialInts(c, "strides", n, 1, 1);
+  std::vector<int64_t> dilations = SpatialInts(c, "dilations", n, 1, 1);
+  std::vector<int64_t> output_padding = SpatialInts(c, "output_padding", n, 0, 0);
+  std::string auto_pad = AutoPad(c);
+  std::vector<int64_t> pads(2 * n, 0);
+  if (auto_pad == "NOTSET") pads = SpatialInts(c, "pads", 2 * n, 0, 0);
+  std::vector<int64_t> spatial(n);
+  if (c.node.Has("output_shape")) {
+    std::vector<int64_t> os = c.node.GetInts("output_shape");
+    if (os.size() == static_cast<size_t>(n) + 2) os.erase(os.begin(), os.begin() + 2);
+    if (os.size() != static_cast<size_t>(n))
+      c.Fail("attribute 'output_shape' should have " + std::to_string(n) + " values, got " + IntsToString(os));
+    for (int64_t v : os)
+      if (v < 1 || v > kMaxWindowAttr) c.Fail("attribute 'output_shape' has a bad value: " + IntsToString(os));
+    spatial = os;
+  } else {
+    for (int i = 0; i < n; ++i) {
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+        spatial[i] = x[2 + i] * strides[i];
+      else
+        spatial[i] = strides[i] * (x[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 -
+                     pads[i] - pads[n + i];
+      if (spatial[i] < 1)
+        c.Fail("output spatial dim " + std::to_string(i) + " would be " + std::to_string(spatial[i]) +
+               " for input " + ShapeToString(x) + ", pads " + IntsToString(pads));
+    }
+  }
+  Shape y = {x[0], out_channels};
+  y.insert(y.end(), spatial.begin(), spatial.end());
+  c.SetOutput(0, DType::kF32, y);
+}
+
+// ---------------------------------------------------------------- pools
+
+void InferPool(InferContext& c, bool has_ceil_mode) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  int n = SpatialRank(c, x);
+  if (!c.node.Has("kernel_shape")) c.Fail("attribute 'kernel_shape' is required");
+  std::vector<int64_t> kernel = SpatialInts(c, "kernel_shape", n, 1, 1);
+  int64_t ceil_mode = has_ceil_mode ? c.node.GetInt("ceil_mode", 0) : 0;
+  if (ceil_mode != 0 && ceil_mode != 1) c.Fail("attribute 'ceil_mode' should be 0 or 1, got " + std::to_string(ceil_mode));
+  std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, ceil_mode != 0);
+  Shape y = {x[0], x[1]};
+  y.insert(y.end(), spatial.begin(), spatial.end());
+  c.SetOutput(0, DType::kF32, y);
+}
+
+void InferMaxPool(InferContext& c) {
+  InferPool(c, true);
+  int64_t storage_order = c.node.GetInt("storage_order", 0);
+  if (storage_order != 0 && storage_order != 1)
+    c.Fail("attribute 'storage_order' should be 0 or 1, got " + std::to_string(storage_order));
+  if (c.node.outputs.size() > 1) c.SetOutput(1, DType::kI64, c.output_shapes[0]);
+}
+
+void InferAveragePool(InferContext& c) {
+  InferPool(c, true);
+  int64_t cip = c.node.GetInt("count_include_pad", 0);
+  if (cip != 0 && cip != 1) c.Fail("attribute 'count_include_pad' should be 0 or 1, got " + std::to_string(cip));
+}
+
+void InferLpPool(InferContext& c) {
+  InferPool(c, true);
+  int64_t p = c.node.GetInt("p", 2);
+  if (p < 1 || p > 64) c.Fail("attribute 'p' should be in [1, 64], got " + std::to_string(p));
+}
+
+void InferGlobalPool(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  SpatialRank(c, x);
+  Shape y = x;
+  std::fill(y.begin() + 2, y.end(), 1);
+  c.SetOutput(0, DType::kF32, y);
+}
+
+// ---------------------------------------------------------------- normalisations
+
+void RequireChannelVector(const InferContext& c, int i, const char* what, int64_t channels) {
+  RequireF32(c, i, what);
+  if (c.input_shapes[i] != Shape{channels})
+    c.Fail(std::string("input ") + std::to_string(i) + " (" + what + ") should have shape [" +
+           std::to_string(channels) + "], got " + ShapeToString(c.input_shapes[i]));
+}
+
+void InferBatchNormalization(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  if (x.size() < 2) c.Fail("input X should have rank >= 2 ([N, C, ...]), got shape " + ShapeToString(x));
+  if (c.opset >= 14 && c.node.GetInt("training_mode", 0) != 0)
+    throw Error(ErrorCode::kUnsupported,
+                c.node.Describe() + ": training_mode = 1 is not supported (inference only)");
+  if (c.opset < 9 && c.node.GetInt("spatial", 1) == 0)
+    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": spatial = 0 (per-activation statistics) is not supported");
+  for (int i = 1; i < static_cast<int>(c.node.outputs.size()); ++i)
+    if (HasOutput(c, i))
+      throw Error(ErrorCode::kUnsupported, c.node.Describe() +
+                                               ": outputs beyond Y (running/saved mean and variance) are not "
+                                               "supported; only inference mode is");
+  const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
+  for (int i = 1; i < 5; ++i) RequireChannelVector(c, i, names[i], x[1]);
+  c.SetOutput(0, DType::kF32, x);
+  SetOmittedOutputs(c, 1);
+}
+
+void InferInstanceNormalization(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  if (x.size() < 3) c.Fail("input X should have rank >= 3 ([N, C, D1, ...]), got shape " + ShapeToString(x));
+  RequireChannelVector(c, 1, "scale", x[1]);
+  RequireChannelVector(c, 2, "B", x[1]);
+  c.SetOutput(0, DType::kF32, x);
+}
+
+// Unidirectional broadcast of `param` to `target` (numpy rules, param may not grow).
+void RequireBroadcastableTo(const InferContext& c, const Shape& param, const Shape& target, const char* what) {
+  bool ok = param.size() <= target.size();
+  for (size_t i = 0; ok && i < param.size(); ++i) {
+    int64_t p = param[param.size() - 1 - i], t = target[target.size() - 1 - i];
+    ok = p == t || p == 1;
+  }
+  if (!ok)
+    c.Fail(std::string(what) + " of shape " + ShapeToString(param) + " cannot be broadcast to " +
+           ShapeToString(target));
+}
+
+void InferLayerNormalization(InferContext& c) {
+  RequireF32(c, 0, "X");
+  RequireF32(c, 1, "Scale");
+  const Shape& x = c.input_shapes[0];
+  if (x.empty()) c.Fail("input X should have rank >= 1, got a scalar");
+  int64_t axis = NormalizeAxis(c.node.GetInt("axis", -1), static_cast<int64_t>(x.size()), c.node);
+  Shape normalized(x.begin() + axis, x.end());
+  RequireBroadcastableTo(c, c.input_shapes[1], normalized, "Scale");
+  if (c.Has(2)) {
+    RequireF32(c, 2, "B");
+    RequireBroadcastableTo(c, c.input_shapes[2], normalized, "B");
+  }
+  c.node.GetFloat("epsilon", 1e-5f);
+  // stash_type only asks for at least that precision in the statistics; the kernel always accumulates in double.
+  c.node.GetInt("stash_type", 1);
+  c.SetOutput(0, DType::kF32, x);
+  Shape stats = x;
+  std::fill(stats.begin() + axis, stats.end(), 1);
+  for (int i = 1; i < static_cast<int>(c.node.outputs.size()); ++i) c.SetOutput(i, DType::kF32, stats);
+}
+
+void InferLRN(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  if (x.size() < 2) c.Fail("input X should have rank >= 2 ([N, C, ...]), got shape " + ShapeToString(x));
+  if (!c.node.Has("size")) c.Fail("attribute 'size' is required");
+  int64_t size = c.node.GetInt("size", 1);
+  if (size < 1) c.Fail("attribute 'size' should be >= 1, got " + std::to_string(size));
+  c.SetOutput(0, DType::kF32, x);
+}
+
+// ---------------------------------------------------------------- MatMul / Gemm
+
+void InferMatMul(InferContext& c) {
+  RequireF32(c, 0, "A");
+  RequireF32(c, 1, "B");
+  Shape a = c.input_shapes[0], b = c.input_shapes[1];
+  if (a.empty() || b.empty())
+    c.Fail("inputs should have rank >= 1, got " + ShapeToString(a) + " and " + ShapeToString(b));
+  bool a_vector = a.size() == 1, b_vector = b.size() == 1;
+  if (a_vector) a.insert(a.begin(), 1);
+  if (b_vector) b.push_back(1);
+  if (a.back() != b[b.size() - 2])
+    c.Fail("inner dimensions do not match: A " + ShapeToString(c.input_shapes[0]) + " x B " +
+           ShapeToString(c.input_shapes[1]));
+  Shape batch = BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), c.node);
+  Shape y = batch;
+  if (!a_vector) y.push_back(a[a.size() - 2]);
+  if (!b_vector) y.push_back(b.back());
+  CheckFusedActivation(c);
+  c.SetOutput(0, DType::kF32, y);
+}
+
+void InferGemm(InferContext& c) {
+  RequireF32(c, 0, "A");
+  RequireF32(c, 1, "B");
+  const Shape& a = c.input_shapes[0];
+  const Shape& b = c.input_shapes[1];
+  if (a.size() != 2 || b.size() != 2)
+    c.Fail("A and B should be 2-D, got " + ShapeToString(a) + " and " + ShapeToString(b));
+  bool trans_a = c.node.GetInt("transA", 0) != 0, trans_b = c.node.GetInt("transB", 0) != 0;
+  int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
+  int64_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
+  if (k != kb)
+    c.Fail("inner dimensions do not match: A " + ShapeToString(a) + (trans_a ? " (transposed)" : "") + " x B " +
+           ShapeToString(b) + (trans_b ? " (transposed)" : ""));
+  c.node.GetFloat("alpha", 1.f);
+  c.node.GetFloat("beta", 1.f);
+  if (c.Has(2)) {
+    RequireF32(c, 2, "C");
+    if (c.input_shapes[2].size() > 2) c.Fail("C should have rank <= 2, got " + ShapeToString(c.input_shapes[2]));
+    RequireBroadcastableTo(c, c.input_shapes[2], Shape{m, n}, "C");
+  }
+  CheckFusedActivation(c);
+  c.SetOutput(0, DType::kF32, Shape{m, n});
+}
+
+// ---------------------------------------------------------------- softmax family
+
+void InferSoftmaxLike(InferContext& c) {
+  RequireF32(c, 0, "input");
+  const Shape& x = c.input_shapes[0];
+  if (x.empty()) c.Fail("input should have rank >= 1, got a scalar");
+  int64_t axis = c.node.GetInt("axis", c.opset >= 13 ? -1 : 1);
+  NormalizeAxis(axis, static_cast<int64_t>(x.size()), c.node);
+  c.SetOutput(0, DType::kF32, x);
+}
+
+OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn infer) {
+  OpSchema s;
+  s.op_type = op_type;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.min_outputs = min_out;
+  s.max_outputs = max_out;
+  s.infer = std::move(infer);
+  return s;
+}
+
+}  // namespace
+
+void RegisterNnOps(OpRegistry& r) {
+  r.Add(Schema("Conv", 2, 4, 1, 1, InferConv));  // input 3: fused residual (internal)
+  r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
+  r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
+  r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));
+  r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));
+  r.Add(Schema("MatMul", 2, 2, 1, 1, InferMatMul));
+  r.Add(Schema("Gemm", 2, 3, 1, 1, InferGemm));
+  r.Add(Schema("MaxPool", 1, 1, 1, 2, InferMaxPool));
+  r.Add(Schema("AveragePool", 1, 1, 1, 1, InferAveragePool));
+  r.Add(Schema("LpPool", 1, 1, 1, 1, InferLpPool));
+  r.Add(Schema("GlobalAveragePool", 1, 1, 1, 1, InferGlobalPool));
+  r.Add(Schema("GlobalMaxPool", 1, 1, 1, 1, InferGlobalPool));
+  r.Add(Schema("Softmax", 1, 1, 1, 1, InferSoftmaxLike));
+  r.Add(Schema("LogSoftmax", 1, 1, 1, 1, InferSoftmaxLike));
+  r.Add(Schema("Hardmax", 1, 1, 1, 1, InferSoftmaxLike));
+  r.Add(Schema("LRN", 1, 1, 1, 1, InferLRN));
+}
 
 }  // namespace osprey

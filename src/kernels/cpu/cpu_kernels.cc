@@ -1,7 +1,24 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include "kernels/cpu/dnnl_common.h"
+
 namespace osprey {
 
-std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) { return nullptr; }
+std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
+  const std::string& op = ctx.node.op_type;
+  if (!ctx.node.domain.empty()) return nullptr;
+  try {
+    if (op == "Conv") return cpu::CreateDnnlConv(ctx);
+    if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
+    if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
+      return cpu::CreateDnnlPool(ctx);
+    if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);
+  } catch (const dnnl::error&) {
+    // oneDNN could not build a primitive for this case (unsupported combination): the reference kernel runs it.
+    return nullptr;
+  }
+  return nullptr;
+}
 
 }  // namespace osprey

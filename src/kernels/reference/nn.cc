@@ -1,7 +1,673 @@
+// Reference kernels for the neural-network op family (float32). Conv and MatMul run as im2col + a blocked GEMM so
+// that constant folding and oracle runs on real-size layers stay well under a second. Shapes and attributes were
+// validated by the op schemas (src/ops/nn.cc); the kernels trust them.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "kernels/reference/reference.h"
+#include "ops/op_registry.h"
 
 namespace osprey {
+namespace {
 
-void AddNnReferenceKernels(ReferenceKernelTable& t) {}
+// Below this many multiply-adds a region runs on one thread: thread start-up would cost more than it saves.
+constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
+int64_t Product(const Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+bool HasOut(const KernelContext& ctx, int i, int64_t numel) {
+  return i < static_cast<int>(ctx.outputs.size()) && ctx.outputs[i] != nullptr && ctx.outputs[i]->numel() == numel;
+}
+
+// Numpy unidirectional broadcast of `param` to `target`, materialised (used for small per-row parameters).
+std::vector<float> ExpandTo(const Tensor& param, const Shape& target) {
+  int64_t n = NumElements(target);
+  std::vector<float> out(n);
+  const float* p = param.data<float>();
+  int64_t rank = static_cast<int64_t>(target.size()), prank = param.rank();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, src = 0, stride = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      int64_t coord = rem % target[d];
+      rem /= target[d];
+      int64_t pd = d - (rank - prank);
+      if (pd >= 0) {
+        int64_t pdim = param.dim(pd);
+        if (pdim != 1) src += coord * stride;
+        stride *= pdim;
+      }
+    }
+    out[i] = p[src];
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- GEMM
+
+constexpr int64_t kTileRows = 32;
+constexpr int64_t kTileCols = 256;
+constexpr int64_t kTileDepth = 256;
+
+// C[i0:i1, j0:j1] = A[i0:i1, 0:K] * B[0:K, j0:j1]; row-major with leading dims. Four C rows share each B load;
+// a 256-deep slab of B (256 KiB at most) stays in L2 while all rows of the tile use it.
+void GemmTile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t depth,
+              int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const int64_t nj = j1 - j0;
+  for (int64_t i = i0; i < i1; ++i) std::fill(c + i * ldc + j0, c + i * ldc + j1, 0.f);
+  for (int64_t k0 = 0; k0 < depth; k0 += kTileDepth) {
+    const int64_t k1 = std::min(depth, k0 + kTileDepth);
+    int64_t i = i0;
+    for (; i + 4 <= i1; i += 4) {
+      float* c0 = c + i * ldc + j0;
+      float* c1 = c0 + ldc;
+      float* c2 = c1 + ldc;
+      float* c3 = c2 + ldc;
+      const float* a0 = a + i * lda;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v0 = a0[k], v1 = a0[lda + k], v2 = a0[2 * lda + k], v3 = a0[3 * lda + k];
+        const float* bk = b + k * ldb + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < nj; ++j) {
+          const float bj = bk[j];
+          c0[j] += v0 * bj;
+          c1[j] += v1 * bj;
+          c2[j] += v2 * bj;
+          c3[j] += v3 * bj;
+        }
+      }
+    }
+    for (; i < i1; ++i) {
+      float* ci = c + i * ldc + j0;
+      const float* ai = a + i * lda;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = ai[k];
+        const float* bk = b + k * ldb + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < nj; ++j) ci[j] += v * bk[j];
+      }
+    }
+  }
+}
+
+struct GemmOperands {
+  const float* a;
+  const float* b;
+  float* c;
+};
+
+// For every entry: c[M, N] = a[M, K] * b[K, N] (leading dims lda/ldb/ldc). One parallel loop over all tiles of all
+// entries, so a batch of small products (attention heads, depthwise groups) is as parallel as one large product.
+void RunGemms(const std::vector<GemmOperands>& ops, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+              int64_t ldc) {
+  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
+  const int64_t tiles_per_op = row_tiles * col_tiles;
+  const int64_t total = static_cast<int64_t>(ops.size()) * tiles_per_op;
+  const bool parallel = total > 1 && static_cast<int64_t>(ops.size()) * m * n * std::max<int64_t>(k, 1) >= kMinParallelWork;
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int64_t t = 0; t < total; ++t) {
+    const GemmOperands& op = ops[t / tiles_per_op];
+    const int64_t tile = t % tiles_per_op;
+    const int64_t i0 = (tile / col_tiles) * kTileRows, j0 = (tile % col_tiles) * kTileCols;
+    GemmTile(op.a, lda, op.b, ldb, op.c, ldc, k, i0, std::min(m, i0 + kTileRows), j0, std::min(n, j0 + kTileCols));
+  }
+}
+
+// ---------------------------------------------------------------- window geometry
+
+// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
+// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
+struct Window3 {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
+  int64_t pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  int64_t InVol() const { return in[0] * in[1] * in[2]; }
+  int64_t OutVol() const { return out[0] * out[1] * out[2]; }
+  int64_t KVol() const { return k[0] * k[1] * k[2]; }
+};
+
+// Geometry for Conv and the pools: same pad rules as the schema (explicit pads, VALID, or SAME split of the
+// total padding with the odd unit at the end for SAME_UPPER and at the start for SAME_LOWER).
+Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
+  const int n = static_cast<int>(x.size()) - 2;
+  const int off = 3 - n;
+  std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
+  std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  Window3 g;
+  for (int i = 0; i < n; ++i) {
+    const int j = off + i;
+    g.in[j] = x[2 + i];
+    g.out[j] = y[2 + i];
+    g.k[j] = kernel[i];
+    g.s[j] = strides[i];
+    g.d[j] = dilations[i];
+    if (auto_pad == "NOTSET") {
+      g.pb[j] = pads[i];
+      g.pe[j] = pads[n + i];
+    } else if (auto_pad != "VALID") {
+      int64_t total = std::max<int64_t>(0, (g.out[j] - 1) * g.s[j] + (g.k[j] - 1) * g.d[j] + 1 - g.in[j]);
+      g.pb[j] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      g.pe[j] = total - g.pb[j];
+    }
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------- Conv
+
+// col[(c, kz, ky, kx), (oz, oy, ox)] = x[c, iz, iy, ix] or 0 in the padding.
+void Im2Col(const float* x, int64_t channels, const Window3& g, float* col) {
+  const int64_t kvol = g.KVol(), out_vol = g.OutVol(), in_vol = g.InVol();
+  const int64_t rows = channels * kvol;
+#pragma omp parallel for if (rows * out_vol >= kMinParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t ch = row / kvol, kidx = row % kvol;
+    const int64_t kz = kidx / (g.k[1] * g.k[2]), ky = (kidx / g.k[2]) % g.k[1], kx = kidx % g.k[2];
+    const float* xc = x + ch * in_vol;
+    float* dst = col + row * out_vol;
+    for (int64_t oz = 0; oz < g.out[0]; ++oz) {
+      const int64_t iz = oz * g.s[0] - g.pb[0] + kz * g.d[0];
+      if (iz < 0 || iz >= g.in[0]) {
+        std::fill(dst, dst + g.out[1] * g.out[2], 0.f);
+        dst += g.out[1] * g.out[2];
+        continue;
+      }
+      for (int64_t oy = 0; oy < g.out[1]; ++oy, dst += g.out[2]) {
+        const int64_t iy = oy * g.s[1] - g.pb[1] + ky * g.d[1];
+        if (iy < 0 || iy >= g.in[1]) {
+          std::fill(dst, dst + g.out[2], 0.f);
+          continue;
+        }
+        const float* src = xc + (iz * g.in[1] + iy) * g.in[2];
+        for (int64_t ox = 0; ox < g.out[2]; ++ox) {
+          const int64_t ix = ox * g.s[2] - g.pb[2] + kx * g.d[2];
+          dst[ox] = (ix >= 0 && ix < g.in[2]) ? src[ix] : 0.f;
+        }
+      }
+    }
+  }
+}
+
+void ConvRef(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.In(0);
+  const Tensor& w = ctx.In(1);
+  Tensor& y = ctx.Out(0);
+  const int64_t batch = x.dim(0), channels = x.dim(1), out_channels = w.dim(0);
+  const int64_t group = node.GetInt("group", 1);
+  const int64_t group_out = out_channels / group;
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  const Window3 g = MakeWindow(node, x.shape(), y.shape(), kernel);
+  const int64_t kvol = g.KVol(), depth = (channels / group) * kvol, out_vol = g.OutVol(), in_vol = g.InVol();
+  // A 1x1 kernel with unit strides and no padding reads the input as it lies: skip im2col.
+  bool pointwise = kvol == 1 && out_vol == in_vol;
+  for (int i = 0; i < 3; ++i) pointwise = pointwise && g.s[i] == 1 && g.pb[i] == 0 && g.pe[i] == 0;
+  std::vector<float> col(pointwise ? 0 : static_cast<size_t>(channels * kvol * out_vol));
+  const float* xd = x.data<float>();
+  const float* wd = w.data<float>();
+  float* yd = y.data<float>();
+  std::vector<GemmOperands> ops(group);
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* xn = xd + n * channels * in_vol;
+    const float* cols = xn;
+    if (!pointwise) {
+      Im2Col(xn, channels, g, col.data());
+      cols = col.data();
+    }
+    for (int64_t gi = 0; gi < group; ++gi)
+      ops[gi] = {wd + gi * group_out * depth, cols + gi * depth * out_vol, yd + (n * out_channels + gi * group_out) * out_vol};
+    RunGemms(ops, group_out, out_vol, depth, depth, out_vol, out_vol);
+  }
+  const float* bias = ctx.HasIn(2) ? ctx.In(2).data<float>() : nullptr;
+  const bool residual = node.GetInt("_residual", 0) != 0 && ctx.HasIn(3);
+  const float* res = residual ? ctx.In(3).data<float>() : nullptr;
+  if (bias || res) {
+    const int64_t planes = batch * out_channels;
+#pragma omp parallel for if (planes * out_vol >= kMinParallelWork)
+    for (int64_t p = 0; p < planes; ++p) {
+      float* yp = yd + p * out_vol;
+      const float b = bias ? bias[p % out_channels] : 0.f;
+      if (res) {
+        const float* rp = res + p * out_vol;
+        for (int64_t i = 0; i < out_vol; ++i) yp[i] += b + rp[i];
+      } else {
+        for (int64_t i = 0; i < out_vol; ++i) yp[i] += b;
+      }
+    }
+  }
+  ApplyFusedActivation(node, yd, y.numel());
+}
+
+// ---------------------------------------------------------------- ConvTranspose
+
+// ConvTranspose pads follow the ONNX reference: explicit pads (default 0) unless auto_pad is SAME_*, in which case
+// the total padding implied by the output shape is split with floor division (SAME_UPPER: the smaller half first).
+Window3 MakeTransposeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
+  const int n = static_cast<int>(x.size()) - 2;
+  const int off = 3 - n;
+  std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(n, 0));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
+  std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  Window3 g;
+  for (int i = 0; i < n; ++i) {
+    const int j = off + i;
+    g.in[j] = x[2 + i];
+    g.out[j] = y[2 + i];
+    g.k[j] = kernel[i];
+    g.s[j] = strides[i];
+    g.d[j] = dilations[i];
+    if (auto_pad == "NOTSET") {
+      g.pb[j] = pads[i];
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t total = g.s[j] * (g.in[j] - 1) + output_padding[i] + (g.k[j] - 1) * g.d[j] + 1 - g.out[j];
+      g.pb[j] = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
+    }
+  }
+  return g;
+}
+
+void ConvTransposeRef(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.In(0);
+  const Tensor& w = ctx.In(1);
+  Tensor& y = ctx.Out(0);
+  const int64_t batch = x.dim(0), channels = x.dim(1), group = node.GetInt("group", 1);
+  const int64_t group_in = channels / group, group_out = w.dim(1), out_channels = group_out * group;
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  const Window3 g = MakeTransposeWindow(node, x.shape(), y.shape(), kernel);
+  const int64_t kvol = g.KVol(), rows = group_out * kvol, in_vol = g.InVol(), out_vol = g.OutVol();
+  // W is [C, M/group, k...]; per group the GEMM needs its transpose [M/group * k, C/group].
+  const float* wd = w.data<float>();
+  std::vector<float> wt(static_cast<size_t>(w.numel()));
+  for (int64_t gi = 0; gi < group; ++gi)
+    for (int64_t c = 0; c < group_in; ++c)
+      for (int64_t r = 0; r < rows; ++r) wt[(gi * rows + r) * group_in + c] = wd[(gi * group_in + c) * rows + r];
+  std::vector<float> col(static_cast<size_t>(group * rows * in_vol));
+  const float* xd = x.data<float>();
+  const float* bias = ctx.HasIn(2) ? ctx.In(2).data<float>() : nullptr;
+  float* yd = y.data<float>();
+  std::vector<GemmOperands> ops(group);
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t gi = 0; gi < group; ++gi)
+      ops[gi] = {wt.data() + gi * rows * group_in, xd + (n * channels + gi * group_in) * in_vol,
+                 col.data() + gi * rows * in_vol};
+    RunGemms(ops, rows, in_vol, group_in, group_in, in_vol, in_vol);
+    // col2im: scatter-add each column back to the output positions it contributes to; one thread per channel.
+#pragma omp parallel for if (out_channels * kvol * in_vol >= kMinParallelWork)
+    for (int64_t oc = 0; oc < out_channels; ++oc) {
+      const int64_t gi = oc / group_out, m = oc % group_out;
+      float* yp = yd + (n * out_channels + oc) * out_vol;
+      std::fill(yp, yp + out_vol, bias ? bias[oc] : 0.f);
+      for (int64_t kidx = 0; kidx < kvol; ++kidx) {
+        const int64_t kz = kidx / (g.k[1] * g.k[2]), ky = (kidx / g.k[2]) % g.k[1], kx = kidx % g.k[2];
+        const float* cr = col.data() + (gi * rows + m * kvol + kidx) * in_vol;
+        for (int64_t iz = 0; iz < g.in[0]; ++iz) {
+          const int64_t oz = iz * g.s[0] - g.pb[0] + kz * g.d[0];
+          if (oz < 0 || oz >= g.out[0]) continue;
+          for (int64_t iy = 0; iy < g.in[1]; ++iy) {
+            const int64_t oy = iy * g.s[1] - g.pb[1] + ky * g.d[1];
+            if (oy < 0 || oy >= g.out[1]) continue;
+            const float* src = cr + (iz * g.in[1] + iy) * g.in[2];
+            float* dst = yp + (oz * g.out[1] + oy) * g.out[2];
+            for (int64_t ix = 0; ix < g.in[2]; ++ix) {
+              const int64_t ox = ix * g.s[2] - g.pb[2] + kx * g.d[2];
+              if (ox >= 0 && ox < g.out[2]) dst[ox] += src[ix];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- pools
+
+enum class PoolKind { kMax, kAverage, kLp };
+
+void PoolRef(KernelContext& ctx, PoolKind kind) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.In(0);
+  Tensor& y = ctx.Out(0);
+  const Window3 g = MakeWindow(node, x.shape(), y.shape(), node.GetInts("kernel_shape"));
+  const int64_t planes = x.dim(0) * x.dim(1), in_vol = g.InVol(), out_vol = g.OutVol();
+  const bool count_include_pad = node.GetInt("count_include_pad", 0) != 0;
+  const bool column_major = node.GetInt("storage_order", 0) != 0;
+  const int64_t p = node.GetInt("p", 2);
+  int64_t* indices = kind == PoolKind::kMax && HasOut(ctx, 1, y.numel()) ? ctx.Out(1).data<int64_t>() : nullptr;
+  const float* xd = x.data<float>();
+  float* yd = y.data<float>();
+#pragma omp parallel for if (planes * out_vol * g.KVol() >= kMinParallelWork)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const float* xp = xd + plane * in_vol;
+    float* yp = yd + plane * out_vol;
+    int64_t out_index = 0;
+    for (int64_t oz = 0; oz < g.out[0]; ++oz)
+      for (int64_t oy = 0; oy < g.out[1]; ++oy)
+        for (int64_t ox = 0; ox < g.out[2]; ++ox, ++out_index) {
+          const int64_t z0 = oz * g.s[0] - g.pb[0], y0 = oy * g.s[1] - g.pb[1], x0 = ox * g.s[2] - g.pb[2];
+          double acc = 0;
+          float best = std::numeric_limits<float>::lowest();
+          int64_t best_index = -1, valid = 0;
+          for (int64_t kz = 0; kz < g.k[0]; ++kz) {
+            const int64_t iz = z0 + kz * g.d[0];
+            if (iz < 0 || iz >= g.in[0]) continue;
+            for (int64_t ky = 0; ky < g.k[1]; ++ky) {
+              const int64_t iy = y0 + ky * g.d[1];
+              if (iy < 0 || iy >= g.in[1]) continue;
+              for (int64_t kx = 0; kx < g.k[2]; ++kx) {
+                const int64_t ix = x0 + kx * g.d[2];
+                if (ix < 0 || ix >= g.in[2]) continue;
+                ++valid;
+                const float v = xp[(iz * g.in[1] + iy) * g.in[2] + ix];
+                if (kind == PoolKind::kMax) {
+                  if (v > best || best_index < 0) {
+                    best = v;
+                    best_index = column_major ? iz + g.in[0] * (iy + g.in[1] * ix) : (iz * g.in[1] + iy) * g.in[2] + ix;
+                  }
+                } else if (kind == PoolKind::kAverage) {
+                  acc += v;
+                } else {
+                  acc += p == 2 ? static_cast<double>(v) * v : std::pow(std::fabs(static_cast<double>(v)), p);
+                }
+              }
+            }
+          }
+          if (kind == PoolKind::kMax) {
+            yp[out_index] = best;
+            if (indices) indices[plane * out_vol + out_index] = best_index < 0 ? -1 : plane * in_vol + best_index;
+          } else if (kind == PoolKind::kAverage) {
+            // count_include_pad counts every tap, ceil_mode overhang included (ONNX reference and ONNX Runtime).
+            const int64_t divisor = count_include_pad ? g.KVol() : valid;
+            yp[out_index] = divisor > 0 ? static_cast<float>(acc / divisor) : 0.f;
+          } else {
+            yp[out_index] = static_cast<float>(p == 2 ? std::sqrt(acc) : std::pow(acc, 1.0 / p));
+          }
+        }
+  }
+}
+
+void MaxPoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kMax); }
+void AveragePoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kAverage); }
+void LpPoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kLp); }
+
+void GlobalPoolRef(KernelContext& ctx, bool is_max) {
+  const Tensor& x = ctx.In(0);
+  const int64_t planes = x.dim(0) * x.dim(1), size = Product(x.shape(), 2, x.shape().size());
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (planes * size >= kMinParallelWork)
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* xp = xd + p * size;
+    if (is_max) {
+      float best = size > 0 ? xp[0] : 0.f;
+      for (int64_t i = 1; i < size; ++i) best = std::max(best, xp[i]);
+      yd[p] = best;
+    } else {
+      double sum = 0;
+      for (int64_t i = 0; i < size; ++i) sum += xp[i];
+      yd[p] = size > 0 ? static_cast<float>(sum / size) : 0.f;
+    }
+  }
+}
+
+void GlobalAveragePoolRef(KernelContext& ctx) { GlobalPoolRef(ctx, false); }
+void GlobalMaxPoolRef(KernelContext& ctx) { GlobalPoolRef(ctx, true); }
+
+// ---------------------------------------------------------------- normalisations
+
+void BatchNormalizationRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  const int64_t batch = x.dim(0), channels = x.dim(1), size = Product(x.shape(), 2, x.shape().size());
+  const float* scale = ctx.In(1).data<float>();
+  const float* shift = ctx.In(2).data<float>();
+  const float* mean = ctx.In(3).data<float>();
+  const float* var = ctx.In(4).data<float>();
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (x.numel() >= kMinParallelWork)
+  for (int64_t p = 0; p < batch * channels; ++p) {
+    const int64_t c = p % channels;
+    const float a = scale[c] / std::sqrt(var[c] + epsilon);
+    const float b = shift[c] - mean[c] * a;
+    const float* xp = xd + p * size;
+    float* yp = yd + p * size;
+    for (int64_t i = 0; i < size; ++i) yp[i] = xp[i] * a + b;
+  }
+}
+
+void InstanceNormalizationRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  const int64_t batch = x.dim(0), channels = x.dim(1), size = Product(x.shape(), 2, x.shape().size());
+  const float* scale = ctx.In(1).data<float>();
+  const float* shift = ctx.In(2).data<float>();
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (x.numel() >= kMinParallelWork)
+  for (int64_t p = 0; p < batch * channels; ++p) {
+    const int64_t c = p % channels;
+    const float* xp = xd + p * size;
+    float* yp = yd + p * size;
+    double sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < size; ++i) sum += xp[i];
+    const double mean = size > 0 ? sum / size : 0;
+    for (int64_t i = 0; i < size; ++i) sum_sq += (xp[i] - mean) * (xp[i] - mean);
+    const double inv_std = 1.0 / std::sqrt((size > 0 ? sum_sq / size : 0) + epsilon);
+    for (int64_t i = 0; i < size; ++i) yp[i] = static_cast<float>((xp[i] - mean) * inv_std * scale[c] + shift[c]);
+  }
+}
+
+void LayerNormalizationRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const int64_t rank = x.rank();
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", -1), rank, ctx.node);
+  const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  const Shape normalized(x.shape().begin() + axis, x.shape().end());
+  const int64_t rows = Product(x.shape(), 0, axis), size = NumElements(normalized);
+  const std::vector<float> scale = ExpandTo(ctx.In(1), normalized);
+  const std::vector<float> shift = ctx.HasIn(2) ? ExpandTo(ctx.In(2), normalized) : std::vector<float>(size, 0.f);
+  float* mean_out = HasOut(ctx, 1, rows) ? ctx.Out(1).data<float>() : nullptr;
+  float* inv_std_out = HasOut(ctx, 2, rows) ? ctx.Out(2).data<float>() : nullptr;
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (x.numel() >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xd + r * size;
+    float* yr = yd + r * size;
+    double sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < size; ++i) sum += xr[i];
+    const double mean = size > 0 ? sum / size : 0;
+    for (int64_t i = 0; i < size; ++i) sum_sq += (xr[i] - mean) * (xr[i] - mean);
+    const double inv_std = 1.0 / std::sqrt((size > 0 ? sum_sq / size : 0) + epsilon);
+    for (int64_t i = 0; i < size; ++i) yr[i] = static_cast<float>((xr[i] - mean) * inv_std * scale[i] + shift[i]);
+    if (mean_out) mean_out[r] = static_cast<float>(mean);
+    if (inv_std_out) inv_std_out[r] = static_cast<float>(inv_std);
+  }
+}
+
+void LRNRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const float alpha = ctx.node.GetFloat("alpha", 1e-4f), beta = ctx.node.GetFloat("beta", 0.75f);
+  const float bias = ctx.node.GetFloat("bias", 1.f);
+  const int64_t size = ctx.node.GetInt("size", 1);
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;  // floor and ceil of (size - 1) / 2
+  const int64_t batch = x.dim(0), channels = x.dim(1), spatial = Product(x.shape(), 2, x.shape().size());
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (x.numel() * size >= kMinParallelWork)
+  for (int64_t p = 0; p < batch * channels; ++p) {
+    const int64_t n = p / channels, c = p % channels;
+    std::vector<double> square_sum(spatial, 0.0);
+    for (int64_t j = std::max<int64_t>(0, c - before); j <= std::min(channels - 1, c + after); ++j) {
+      const float* xj = xd + (n * channels + j) * spatial;
+      for (int64_t i = 0; i < spatial; ++i) square_sum[i] += static_cast<double>(xj[i]) * xj[i];
+    }
+    const float* xp = xd + p * spatial;
+    float* yp = yd + p * spatial;
+    for (int64_t i = 0; i < spatial; ++i)
+      yp[i] = static_cast<float>(xp[i] / std::pow(bias + alpha / size * square_sum[i], static_cast<double>(beta)));
+  }
+}
+
+// ---------------------------------------------------------------- MatMul / Gemm
+
+void MatMulRef(KernelContext& ctx) {
+  const Tensor& a = ctx.In(0);
+  const Tensor& b = ctx.In(1);
+  Tensor& y = ctx.Out(0);
+  Shape as = a.shape(), bs = b.shape();
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  const size_t batch_rank = std::max(as.size(), bs.size()) - 2;
+  // Batch dims right-aligned and padded with 1 on the left.
+  Shape a_batch(batch_rank, 1), b_batch(batch_rank, 1), batch(batch_rank);
+  std::copy(as.begin(), as.end() - 2, a_batch.end() - (as.size() - 2));
+  std::copy(bs.begin(), bs.end() - 2, b_batch.end() - (bs.size() - 2));
+  for (size_t d = 0; d < batch_rank; ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
+  const int64_t count = NumElements(batch);
+  const float* ad = a.data<float>();
+  const float* bd = b.data<float>();
+  float* yd = y.data<float>();
+  std::vector<GemmOperands> ops(count);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rem = i, a_off = 0, b_off = 0, a_stride = m * k, b_stride = k * n;
+    for (int64_t d = static_cast<int64_t>(batch_rank) - 1; d >= 0; --d) {
+      const int64_t coord = rem % batch[d];
+      rem /= batch[d];
+      if (a_batch[d] != 1) a_off += coord * a_stride;
+      if (b_batch[d] != 1) b_off += coord * b_stride;
+      a_stride *= a_batch[d];
+      b_stride *= b_batch[d];
+    }
+    ops[i] = {ad + a_off, bd + b_off, yd + i * m * n};
+  }
+  RunGemms(ops, m, n, k, k, n, n);
+  ApplyFusedActivation(ctx.node, yd, y.numel());
+}
+
+std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {
+  std::vector<float> t(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = src[r * cols + c];
+  return t;
+}
+
+void GemmRef(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& a = ctx.In(0);
+  const Tensor& b = ctx.In(1);
+  Tensor& y = ctx.Out(0);
+  const bool trans_a = node.GetInt("transA", 0) != 0, trans_b = node.GetInt("transB", 0) != 0;
+  const float alpha = node.GetFloat("alpha", 1.f), beta = node.GetFloat("beta", 1.f);
+  const int64_t m = y.dim(0), n = y.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  std::vector<float> at, bt;
+  const float* ad = a.data<float>();
+  const float* bd = b.data<float>();
+  if (trans_a) {
+    at = Transposed(ad, k, m);
+    ad = at.data();
+  }
+  if (trans_b) {
+    bt = Transposed(bd, n, k);
+    bd = bt.data();
+  }
+  float* yd = y.data<float>();
+  RunGemms({{ad, bd, yd}}, m, n, k, k, n, n);
+  if (alpha != 1.f)
+    for (int64_t i = 0; i < m * n; ++i) yd[i] *= alpha;
+  if (ctx.HasIn(2) && beta != 0.f) {
+    const std::vector<float> c = ExpandTo(ctx.In(2), Shape{m, n});
+    for (int64_t i = 0; i < m * n; ++i) yd[i] += beta * c[i];
+  }
+  ApplyFusedActivation(node, yd, y.numel());
+}
+
+// ---------------------------------------------------------------- softmax family
+
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+// Opset < 13 coerces the input to 2-D [prod(dims[:axis]), prod(dims[axis:])] and normalises each row; opset >= 13
+// normalises along the one axis.
+void SoftmaxFamilyRef(KernelContext& ctx, SoftmaxKind kind) {
+  const Tensor& x = ctx.In(0);
+  const Shape& s = x.shape();
+  const bool legacy = ctx.opset < 13;
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", legacy ? 1 : -1), x.rank(), ctx.node);
+  const int64_t outer = Product(s, 0, axis);
+  const int64_t len = legacy ? Product(s, axis, s.size()) : s[axis];
+  const int64_t inner = legacy ? 1 : Product(s, axis + 1, s.size());
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+  if (len == 0) return;
+#pragma omp parallel for if (x.numel() >= kMinParallelWork)
+  for (int64_t t = 0; t < outer * inner; ++t) {
+    const int64_t base = (t / inner) * len * inner + t % inner;
+    const float* xp = xd + base;
+    float* yp = yd + base;
+    float max_value = xp[0];
+    int64_t max_index = 0;
+    for (int64_t i = 1; i < len; ++i)
+      if (xp[i * inner] > max_value) {
+        max_value = xp[i * inner];
+        max_index = i;
+      }
+    if (kind == SoftmaxKind::kHardmax) {
+      for (int64_t i = 0; i < len; ++i) yp[i * inner] = i == max_index ? 1.f : 0.f;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < len; ++i) sum += std::exp(static_cast<double>(xp[i * inner]) - max_value);
+    if (kind == SoftmaxKind::kSoftmax) {
+      for (int64_t i = 0; i < len; ++i)
+        yp[i * inner] = static_cast<float>(std::exp(static_cast<double>(xp[i * inner]) - max_value) / sum);
+    } else {
+      const double log_sum = std::log(sum);
+      for (int64_t i = 0; i < len; ++i)
+        yp[i * inner] = static_cast<float>(static_cast<double>(xp[i * inner]) - max_value - log_sum);
+    }
+  }
+}
+
+void SoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kSoftmax); }
+void LogSoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kLogSoftmax); }
+void HardmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kHardmax); }
+
+}  // namespace
+
+void AddNnReferenceKernels(ReferenceKernelTable& t) {
+  t.Add("Conv", ConvRef);
+  t.Add("ConvTranspose", ConvTransposeRef);
+  t.Add("BatchNormalization", BatchNormalizationRef);
+  t.Add("InstanceNormalization", InstanceNormalizationRef);
+  t.Add("LayerNormalization", LayerNormalizationRef);
+  t.Add("MatMul", MatMulRef);
+  t.Add("Gemm", GemmRef);
+  t.Add("MaxPool", MaxPoolRef);
+  t.Add("AveragePool", AveragePoolRef);
+  t.Add("LpPool", LpPoolRef);
+  t.Add("GlobalAveragePool", GlobalAveragePoolRef);
+  t.Add("GlobalMaxPool", GlobalMaxPoolRef);
+  t.Add("Softmax", SoftmaxRef);
+  t.Add("LogSoftmax", LogSoftmaxRef);
+  t.Add("Hardmax", HardmaxRef);
+  t.Add("LRN", LRNRef);
+}
 
 }  // namespace osprey

@@ -1,7 +1,861 @@
+// Reference kernels of the data-movement and shape ops. Everything except the interpolating Resize/Upsample modes is
+// dtype-agnostic: elements are moved as DTypeSize() bytes. Output shapes were computed (and validated) by the op
+// schemas in src/ops/shape.cc; kernels re-derive only what they need to index.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
 #include "kernels/reference/reference.h"
+#include "ops/op_registry.h"
 
 namespace osprey {
+namespace {
 
-void AddShapeReferenceKernels(ReferenceKernelTable& t) {}
+void CopyBytes(void* dst, const void* src, size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
+
+const char* Bytes(const Tensor& t) { return static_cast<const char*>(t.raw()); }
+char* Bytes(Tensor& t) { return static_cast<char*>(t.raw()); }
+
+int64_t Product(const Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+// Row-major element strides.
+std::vector<int64_t> Strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+[[noreturn]] void Internal(const Node& node, const std::string& what) {
+  throw Error(ErrorCode::kInternal, node.Describe() + ": " + what);
+}
+
+void CheckOutput(const KernelContext& ctx, int i, const Shape& expected) {
+  if (ctx.Out(i).shape() != expected)
+    Internal(ctx.node, "output " + std::to_string(i) + " was allocated as " + ShapeToString(ctx.Out(i).shape()) +
+                           ", the kernel computes " + ShapeToString(expected));
+}
+
+template <size_t kSize>
+void CopyRowFixed(const char* src, int64_t stride, int64_t n, char* dst) {
+  const int64_t step = stride * static_cast<int64_t>(kSize);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * kSize, src + i * step, kSize);
+}
+
+// Copies n elements of `es` bytes from src (element stride `stride`, possibly 0 or negative) to contiguous dst.
+void CopyRow(size_t es, const char* src, int64_t stride, int64_t n, char* dst) {
+  if (n <= 0) return;
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * es);
+    return;
+  }
+  switch (es) {
+    case 1: CopyRowFixed<1>(src, stride, n, dst); break;
+    case 2: CopyRowFixed<2>(src, stride, n, dst); break;
+    case 4: CopyRowFixed<4>(src, stride, n, dst); break;
+    case 8: CopyRowFixed<8>(src, stride, n, dst); break;
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * es, src + i * stride * static_cast<int64_t>(es), es);
+  }
+}
+
+// Gathers a tensor of `out_shape` into contiguous dst, reading element (i0, i1, ...) at src + sum(ik * strides[k]).
+// Covers transpose, slice (negative strides), broadcast (stride 0), tile and depth/space rearrangements.
+void CopyStrided(size_t es, const Shape& out_shape, const char* src, const std::vector<int64_t>& strides, char* dst) {
+  int64_t total = Product(out_shape, 0, out_shape.size());
+  if (total == 0) return;
+  size_t rank = out_shape.size();
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  int64_t inner = out_shape[rank - 1];
+  int64_t rows = total / inner;
+  std::vector<int64_t> idx(rank - 1, 0);
+  int64_t offset = 0;
+  const int64_t ies = static_cast<int64_t>(es);
+  for (int64_t row = 0; row < rows; ++row) {
+    CopyRow(es, src + offset * ies, strides[rank - 1], inner, dst);
+    dst += inner * ies;
+    for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+      offset += strides[d];
+      if (++idx[d] < out_shape[d]) break;
+      offset -= strides[d] * out_shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// One element of `dtype` holding `value` (converted as a C cast would).
+std::array<char, 8> ValuePattern(DType dtype, double value) {
+  std::array<char, 8> p{};
+  Tensor t = CastTensor(Tensor::Scalar<float>(static_cast<float>(value)), dtype);
+  std::memcpy(p.data(), t.raw(), DTypeSize(dtype));
+  return p;
+}
+
+void FillPattern(char* dst, int64_t count, const char* pattern, size_t es) {
+  for (int64_t i = 0; i < count; ++i) std::memcpy(dst + i * es, pattern, es);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: same bytes, new shape.
+void CopyKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  if (out.nbytes() != in.nbytes() || out.dtype() != in.dtype())
+    Internal(ctx.node, "output " + ShapeToString(out.shape()) + " does not hold the input " + ShapeToString(in.shape()));
+  if (out.raw() != in.raw()) CopyBytes(out.raw(), in.raw(), in.nbytes());
+}
+
+void DropoutKernel(KernelContext& ctx) {
+  if (ctx.opset >= 12 && ctx.HasIn(2) && ctx.In(2).numel() > 0 && ctx.In(2).GetAsInt(0) != 0) {
+    double ratio = ctx.HasIn(1) && ctx.In(1).numel() > 0 ? ctx.In(1).GetAsDouble(0) : 0.5;
+    if (ratio != 0)
+      throw Error(ErrorCode::kUnsupported,
+                  ctx.node.Describe() + ": training_mode=true (random dropout) is not supported");
+  }
+  CopyKernel(ctx);
+  if (ctx.outputs.size() > 1 && ctx.outputs[1] != nullptr) {
+    Tensor& mask = *ctx.outputs[1];
+    std::array<char, 8> one = ValuePattern(mask.dtype(), 1.0);
+    FillPattern(Bytes(mask), mask.numel(), one.data(), DTypeSize(mask.dtype()));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+void ConcatKernel(KernelContext& ctx) {
+  Tensor& out = ctx.Out(0);
+  size_t es = DTypeSize(out.dtype());
+  int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), out.rank(), ctx.node);
+  int64_t outer = Product(out.shape(), 0, axis);
+  std::vector<size_t> part_bytes;
+  int64_t axis_total = 0;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const Tensor& in = ctx.In(static_cast<int>(i));
+    if (in.rank() != out.rank()) Internal(ctx.node, "input rank differs from the output rank");
+    axis_total += in.dim(axis);
+    part_bytes.push_back(static_cast<size_t>(Product(in.shape(), axis, in.shape().size())) * es);
+  }
+  if (axis_total != out.dim(axis)) Internal(ctx.node, "inputs do not add up to the output");
+  char* dst = Bytes(out);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      CopyBytes(dst, Bytes(ctx.In(static_cast<int>(i))) + o * part_bytes[i], part_bytes[i]);
+      dst += part_bytes[i];
+    }
+  }
+}
+
+std::vector<int64_t> SplitSizes(const KernelContext& ctx, int64_t dim) {
+  int64_t n = static_cast<int64_t>(ctx.outputs.size());
+  std::vector<int64_t> split;
+  if (ctx.opset < 13) {
+    split = ctx.node.GetInts("split");
+  } else if (ctx.HasIn(1) && ctx.In(1).numel() > 0) {
+    split = ctx.In(1).ToInt64Vector();
+  }
+  if (split.empty()) {
+    if (ctx.opset >= 18 && ctx.node.Has("num_outputs")) {
+      int64_t chunk = (dim + n - 1) / n;
+      split.assign(n, chunk);
+      split.back() = dim - chunk * (n - 1);
+    } else {
+      split.assign(n, dim / n);
+    }
+  }
+  int64_t sum = 0;
+  for (int64_t s : split) sum += s;
+  if (static_cast<int64_t>(split.size()) != n || sum != dim)
+    throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": split " + ShapeToString(split) +
+                                                 " does not cut an axis of size " + std::to_string(dim) + " into " +
+                                                 std::to_string(n) + " outputs");
+  return split;
+}
+
+void SplitKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  size_t es = DTypeSize(in.dtype());
+  int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), in.rank(), ctx.node);
+  std::vector<int64_t> split = SplitSizes(ctx, in.dim(axis));
+  int64_t outer = Product(in.shape(), 0, axis);
+  size_t unit = static_cast<size_t>(Product(in.shape(), axis + 1, in.shape().size())) * es;
+  size_t row_bytes = static_cast<size_t>(in.dim(axis)) * unit;
+  size_t offset = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    size_t part = static_cast<size_t>(split[i]) * unit;
+    if (ctx.outputs[i] != nullptr) {
+      Shape expected = in.shape();
+      expected[axis] = split[i];
+      CheckOutput(ctx, static_cast<int>(i), expected);
+      char* dst = Bytes(*ctx.outputs[i]);
+      for (int64_t o = 0; o < outer; ++o) CopyBytes(dst + o * part, Bytes(in) + o * row_bytes + offset, part);
+    }
+    offset += part;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+void SliceKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  int64_t rank = in.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  bool axes_given, steps_given = false;
+  if (ctx.opset < 10) {
+    starts = ctx.node.GetInts("starts");
+    ends = ctx.node.GetInts("ends");
+    axes_given = ctx.node.Has("axes");
+    axes = ctx.node.GetInts("axes");
+  } else {
+    starts = ctx.In(1).ToInt64Vector();
+    ends = ctx.In(2).ToInt64Vector();
+    axes_given = ctx.HasIn(3);
+    if (axes_given) axes = ctx.In(3).ToInt64Vector();
+    steps_given = ctx.HasIn(4);
+    if (steps_given) steps = ctx.In(4).ToInt64Vector();
+  }
+  size_t n = starts.size();
+  if (!axes_given)
+    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
+  if (!steps_given) steps.assign(n, 1);
+  if (ends.size() != n || axes.size() != n || steps.size() != n) Internal(ctx.node, "starts/ends/axes/steps lengths differ");
+  std::vector<int64_t> first(rank, 0), step(rank, 1);
+  Shape expected = in.shape();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t a = NormalizeAxis(axes[i], rank, ctx.node);
+    int64_t dim = in.dim(a), s = starts[i], e = ends[i], st = steps[i];
+    if (st == 0) throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": steps contain 0");
+    step[a] = st;
+    if (dim == 0) {
+      expected[a] = 0;
+      continue;
+    }
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    int64_t diff;
+    if (st > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      diff = e - s;
+      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / st;
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      diff = s - e;
+      int64_t abs_step = st == INT64_MIN ? INT64_MAX : -st;
+      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / abs_step;
+    }
+    first[a] = s;
+  }
+  CheckOutput(ctx, 0, expected);
+  if (out.numel() == 0) return;
+  std::vector<int64_t> strides = Strides(in.shape());
+  int64_t base = 0;
+  for (int64_t d = 0; d < rank; ++d) {
+    base += first[d] * strides[d];
+    strides[d] *= step[d];
+  }
+  size_t es = DTypeSize(in.dtype());
+  CopyStrided(es, out.shape(), Bytes(in) + base * static_cast<int64_t>(es), strides, Bytes(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+int64_t CheckedIndex(const KernelContext& ctx, int64_t v, int64_t dim) {
+  if (v < -dim || v >= dim)
+    throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": index " + std::to_string(v) +
+                                                 " is out of range for an axis of size " + std::to_string(dim));
+  return v < 0 ? v + dim : v;
+}
+
+std::vector<int64_t> IndexValues(const Tensor& t) {
+  std::vector<int64_t> v(t.numel());
+  if (t.dtype() == DType::kI64) {
+    CopyBytes(v.data(), t.raw(), v.size() * sizeof(int64_t));
+  } else if (t.dtype() == DType::kI32) {
+    const int32_t* p = t.data<int32_t>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = p[i];
+  } else {
+    v = t.ToInt64Vector();
+  }
+  return v;
+}
+
+void GatherKernel(KernelContext& ctx) {
+  const Tensor& data = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  int64_t rank = data.rank();
+  int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  int64_t dim = data.dim(axis);
+  std::vector<int64_t> indices = IndexValues(ctx.In(1));
+  for (int64_t& v : indices) v = CheckedIndex(ctx, v, dim);
+  size_t es = DTypeSize(data.dtype());
+  int64_t outer = Product(data.shape(), 0, axis);
+  size_t inner = static_cast<size_t>(Product(data.shape(), axis + 1, rank)) * es;
+  if (out.nbytes() != static_cast<size_t>(outer) * indices.size() * inner) Internal(ctx.node, "output size mismatch");
+  char* dst = Bytes(out);
+  const char* src = Bytes(data);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t v : indices) {
+      CopyBytes(dst, src + (o * dim + v) * inner, inner);
+      dst += inner;
+    }
+  }
+}
+
+void GatherElementsKernel(KernelContext& ctx) {
+  const Tensor& data = ctx.In(0);
+  const Tensor& idx_t = ctx.In(1);
+  Tensor& out = ctx.Out(0);
+  int64_t rank = data.rank();
+  int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  CheckOutput(ctx, 0, idx_t.shape());
+  if (idx_t.rank() != rank) Internal(ctx.node, "indices rank differs from data rank");
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && idx_t.dim(d) > data.dim(d)) Internal(ctx.node, "indices exceed data");
+  std::vector<int64_t> indices = IndexValues(idx_t);
+  std::vector<int64_t> strides = Strides(data.shape());
+  size_t es = DTypeSize(data.dtype());
+  std::vector<int64_t> pos(rank, 0);
+  const char* src = Bytes(data);
+  char* dst = Bytes(out);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      off += (d == axis ? CheckedIndex(ctx, indices[k], data.dim(axis)) : pos[d]) * strides[d];
+    std::memcpy(dst + k * es, src + off * static_cast<int64_t>(es), es);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++pos[d] < idx_t.dim(d)) break;
+      pos[d] = 0;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+void TransposeKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  int64_t rank = in.rank();
+  std::vector<int64_t> perm = ctx.node.GetInts("perm");
+  if (!ctx.node.Has("perm"))
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  std::vector<int64_t> in_strides = Strides(in.shape());
+  std::vector<int64_t> strides(rank);
+  Shape expected(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank) Internal(ctx.node, "bad perm");
+    strides[i] = in_strides[perm[i]];
+    expected[i] = in.dim(perm[i]);
+  }
+  CheckOutput(ctx, 0, expected);
+  CopyStrided(DTypeSize(in.dtype()), expected, Bytes(in), strides, Bytes(ctx.Out(0)));
+}
+
+void ExpandKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  int64_t r_out = out.rank(), r_in = in.rank();
+  if (r_in > r_out) Internal(ctx.node, "output rank below input rank");
+  std::vector<int64_t> in_strides = Strides(in.shape());
+  std::vector<int64_t> strides(r_out, 0);
+  for (int64_t i = 0; i < r_out; ++i) {
+    int64_t j = i - (r_out - r_in);
+    if (j < 0 || in.dim(j) == 1) continue;
+    if (in.dim(j) != out.dim(i)) Internal(ctx.node, "input does not broadcast to the output");
+    strides[i] = in_strides[j];
+  }
+  CopyStrided(DTypeSize(in.dtype()), out.shape(), Bytes(in), strides, Bytes(out));
+}
+
+// Output dim d*r, seen as [r, d] blocks: the row-major layout of (r0, d0, r1, d1, ...) is the tiled tensor.
+void TileKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  int64_t rank = in.rank();
+  std::vector<int64_t> in_strides = Strides(in.shape());
+  Shape view;
+  std::vector<int64_t> strides;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t reps = in.dim(d) == 0 ? 0 : out.dim(d) / in.dim(d);
+    if (reps * in.dim(d) != out.dim(d)) Internal(ctx.node, "output is not a tiling of the input");
+    view.push_back(reps);
+    strides.push_back(0);
+    view.push_back(in.dim(d));
+    strides.push_back(in_strides[d]);
+  }
+  CopyStrided(DTypeSize(in.dtype()), view, Bytes(in), strides, Bytes(out));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+void PadKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  int64_t rank = in.rank();
+  size_t es = DTypeSize(in.dtype());
+  std::string mode = ctx.node.GetString("mode", "constant");
+  std::vector<int64_t> pads, axes;
+  std::array<char, 8> fill{};
+  if (ctx.opset < 11) {
+    pads = ctx.node.GetInts("pads");
+    fill = ValuePattern(in.dtype(), ctx.node.GetFloat("value", 0.f));
+  } else {
+    pads = ctx.In(1).ToInt64Vector();
+    if (ctx.HasIn(2) && ctx.In(2).numel() > 0) {
+      if (ctx.In(2).dtype() != in.dtype()) Internal(ctx.node, "constant_value dtype differs from data");
+      std::memcpy(fill.data(), ctx.In(2).raw(), es);
+    }
+    if (ctx.HasIn(3))
+      for (int64_t a : ctx.In(3).ToInt64Vector()) axes.push_back(NormalizeAxis(a, rank, ctx.node));
+  }
+  if (axes.empty() && !(ctx.opset >= 11 && ctx.HasIn(3)))
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  int64_t n = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(pads.size()) != 2 * n) Internal(ctx.node, "pads length");
+  std::vector<int64_t> begin(rank, 0), end(rank, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    begin[axes[i]] = pads[i];
+    end[axes[i]] = pads[i + n];
+  }
+  // Per axis and output coordinate: the input coordinate it reads, or -1 for the fill value. Negative pads crop
+  // first; the remaining pads then extend the cropped region.
+  std::vector<std::vector<int64_t>> source(rank);
+  Shape expected(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t crop_begin = std::max<int64_t>(0, -begin[d]);
+    int64_t kept = in.dim(d) - crop_begin - std::max<int64_t>(0, -end[d]);
+    int64_t pad_begin = std::max<int64_t>(0, begin[d]);
+    expected[d] = in.dim(d) + begin[d] + end[d];
+    if (kept < 0 || expected[d] < 0) Internal(ctx.node, "pads crop more than the axis");
+    source[d].resize(expected[d]);
+    for (int64_t o = 0; o < expected[d]; ++o) {
+      int64_t i = o - pad_begin;
+      int64_t s;
+      if (i >= 0 && i < kept) {
+        s = i;
+      } else if (mode == "constant") {
+        s = -1;
+      } else if (kept == 0) {
+        Internal(ctx.node, "cannot pad an empty axis in mode " + mode);
+      } else if (mode == "edge") {
+        s = std::clamp<int64_t>(i, 0, kept - 1);
+      } else if (mode == "wrap") {
+        s = ((i % kept) + kept) % kept;
+      } else {  // reflect, repeated as numpy does when the pad exceeds the axis
+        int64_t period = 2 * (kept - 1);
+        if (period == 0) {
+          s = 0;
+        } else {
+          s = ((i % period) + period) % period;
+          if (s >= kept) s = period - s;
+        }
+      }
+      source[d][o] = s < 0 ? -1 : s + crop_begin;
+    }
+  }
+  CheckOutput(ctx, 0, expected);
+  if (out.numel() == 0) return;
+  const char* src = Bytes(in);
+  char* dst = Bytes(out);
+  const int64_t ies = static_cast<int64_t>(es);
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  std::vector<int64_t> strides = Strides(in.shape());
+  int64_t inner = expected[rank - 1];
+  int64_t rows = out.numel() / inner;
+  std::vector<int64_t> pos(rank - 1, 0);
+  const std::vector<int64_t>& last = source[rank - 1];
+  for (int64_t row = 0; row < rows; ++row) {
+    bool row_fill = false;
+    int64_t base = 0;
+    for (int64_t d = 0; d < rank - 1; ++d) {
+      int64_t s = source[d][pos[d]];
+      if (s < 0) row_fill = true;
+      base += s * strides[d];
+    }
+    for (int64_t x = 0; x < inner; ++x, dst += es) {
+      if (row_fill || last[x] < 0)
+        std::memcpy(dst, fill.data(), es);
+      else
+        std::memcpy(dst, src + (base + last[x]) * ies, es);
+    }
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++pos[d] < expected[d]) break;
+      pos[d] = 0;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Resize / Upsample. Each output coordinate of each axis maps to at most four (input offset, weight) taps, computed
+// with ONNX's reference formulas; the N-D result is their tensor product, as in onnx/reference/ops/op_resize.py.
+struct AxisTaps {
+  std::vector<int> count;
+  std::vector<std::array<int64_t, 4>> offset;  // element offsets (index * stride)
+  std::vector<std::array<double, 4>> weight;
+  std::vector<char> outside;  // tf_crop_and_resize: coordinate outside the input -> extrapolation_value
+};
+
+struct ResizeParams {
+  bool legacy = false;  // Upsample and Resize-10: asymmetric coordinates, ORT's "simple" nearest rounding
+  std::string mode, coord, nearest_mode;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  float extrapolation = 0.f;
+  std::vector<double> scales, roi_start, roi_end;
+};
+
+ResizeParams GetResizeParams(const KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const Tensor& x = ctx.In(0);
+  int64_t rank = x.rank();
+  ResizeParams p;
+  p.mode = node.GetString("mode", "nearest");
+  p.legacy = node.op_type == "Upsample" || ctx.opset < 11;
+  p.scales.assign(rank, 1.0);
+  p.roi_start.assign(rank, 0.0);
+  p.roi_end.assign(rank, 1.0);
+  if (p.legacy) {
+    p.coord = "asymmetric";
+    std::vector<double> scales;
+    if (node.op_type == "Upsample" && ctx.opset < 9) {
+      for (float s : node.GetFloats("scales")) scales.push_back(s);
+    } else {
+      const Tensor& t = ctx.In(1);
+      for (int64_t i = 0; i < t.numel(); ++i) scales.push_back(t.GetAsDouble(i));
+    }
+    if (static_cast<int64_t>(scales.size()) != rank) Internal(node, "scales length differs from the rank");
+    p.scales = scales;
+    return p;
+  }
+  p.coord = node.GetString("coordinate_transformation_mode", "half_pixel");
+  p.nearest_mode = node.GetString("nearest_mode", "round_prefer_floor");
+  p.cubic_a = node.GetFloat("cubic_coeff_a", -0.75f);
+  p.exclude_outside = node.GetInt("exclude_outside", 0) != 0;
+  p.extrapolation = node.GetFloat("extrapolation_value", 0.f);
+  std::vector<int64_t> axes;
+  if (node.Has("axes")) {
+    for (int64_t a : node.GetInts("axes")) axes.push_back(NormalizeAxis(a, rank, node));
+  } else {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  size_t n = axes.size();
+  if (ctx.HasIn(3) && ctx.In(3).numel() > 0) {
+    std::vector<int64_t> sizes = ctx.In(3).ToInt64Vector();
+    if (sizes.size() != n) Internal(node, "sizes length");
+    std::string policy = node.GetString("keep_aspect_ratio_policy", "stretch");
+    std::vector<double> s(n);
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<double>(sizes[i]) / static_cast<double>(x.dim(axes[i]));
+    if (policy == "not_larger" && n > 0) s.assign(n, *std::min_element(s.begin(), s.end()));
+    if (policy == "not_smaller" && n > 0) s.assign(n, *std::max_element(s.begin(), s.end()));
+    for (size_t i = 0; i < n; ++i) p.scales[axes[i]] = s[i];
+  } else {
+    const Tensor& t = ctx.In(2);
+    if (static_cast<size_t>(t.numel()) != n) Internal(node, "scales length");
+    for (size_t i = 0; i < n; ++i) p.scales[axes[i]] = t.GetAsDouble(static_cast<int64_t>(i));
+  }
+  if (ctx.HasIn(1) && static_cast<size_t>(ctx.In(1).numel()) == 2 * n) {
+    for (size_t i = 0; i < n; ++i) {
+      p.roi_start[axes[i]] = ctx.In(1).GetAsDouble(static_cast<int64_t>(i));
+      p.roi_end[axes[i]] = ctx.In(1).GetAsDouble(static_cast<int64_t>(n + i));
+    }
+  }
+  return p;
+}
+
+double OriginalCoordinate(const ResizeParams& p, int64_t d, double x, int64_t in, int64_t out_int, bool* outside) {
+  double scale = p.scales[d];
+  double in_f = static_cast<double>(in);
+  double out_f = scale * in_f;  // ONNX's output_width: the unrounded output length
+  const std::string& c = p.coord;
+  if (c == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (c == "asymmetric") return x / scale;
+  if (c == "align_corners") return out_f == 1 ? 0.0 : x * (in_f - 1) / (out_f - 1);
+  if (c == "pytorch_half_pixel") return out_f == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+  if (c == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+  if (c == "half_pixel_symmetric") {
+    double adjustment = static_cast<double>(out_int) / out_f;
+    double center = in_f / 2;
+    return center * (1 - adjustment) + (x + 0.5) / scale - 0.5;
+  }
+  if (c == "tf_crop_and_resize") {
+    double s = p.roi_start[d], e = p.roi_end[d];
+    double xo = out_f == 1 ? (e - s) * (in_f - 1) / 2 : x * (e - s) * (in_f - 1) / (out_f - 1);
+    xo += s * (in_f - 1);
+    if (xo < 0 || xo > in_f - 1) *outside = true;
+    return xo;
+  }
+  throw Error(ErrorCode::kInvalidArgument, "coordinate_transformation_mode '" + c + "' is not supported");
+}
+
+AxisTaps BuildTaps(const ResizeParams& p, int64_t d, int64_t in, int64_t out, int64_t stride) {
+  AxisTaps t;
+  t.count.assign(out, 0);
+  t.offset.resize(out);
+  t.weight.resize(out);
+  t.outside.assign(out, 0);
+  for (int64_t o = 0; o < out; ++o) {
+    bool outside = false;
+    double xo = OriginalCoordinate(p, d, static_cast<double>(o), in, out, &outside);
+    t.outside[o] = outside;
+    if (outside) continue;
+    double fl = std::floor(xo);
+    double ratio = xo - fl;
+    int64_t base = static_cast<int64_t>(fl);
+    std::array<int64_t, 4> idx{};
+    std::array<double, 4> w{};
+    int n = 0;
+    if (p.mode == "nearest") {
+      int64_t i;
+      if (p.legacy) {
+        i = p.scales[d] < 1 ? static_cast<int64_t>(std::ceil(xo)) : base;
+      } else if (ratio == 0) {
+        i = base;
+      } else if (p.nearest_mode == "round_prefer_floor") {
+        i = ratio <= 0.5 ? base : base + 1;
+      } else if (p.nearest_mode == "round_prefer_ceil") {
+        i = ratio < 0.5 ? base : base + 1;
+      } else if (p.nearest_mode == "floor") {
+        i = base;
+      } else {
+        i = base + 1;
+      }
+      idx[0] = i;
+      w[0] = 1;
+      n = 1;
+    } else if (p.mode == "linear") {
+      idx = {base, base + 1, 0, 0};
+      w = {1 - ratio, ratio, 0, 0};
+      n = 2;
+    } else {  // cubic: taps base-1 .. base+2 at distances 1+r, r, 1-r, 2-r
+      double a = p.cubic_a, r = ratio;
+      auto outer_weight = [a](double s) { return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a; };   // 1 <= |s| < 2
+      auto inner_weight = [a](double s) { return ((a + 2) * s - (a + 3)) * s * s + 1; };          // |s| <= 1
+      idx = {base - 1, base, base + 1, base + 2};
+      w = {outer_weight(r + 1), inner_weight(r), inner_weight(1 - r), outer_weight(2 - r)};
+      n = 4;
+      if (p.exclude_outside) {
+        double sum = 0;
+        for (int k = 0; k < 4; ++k) {
+          if (idx[k] < 0 || idx[k] >= in) w[k] = 0;
+          sum += w[k];
+        }
+        if (sum != 0)
+          for (int k = 0; k < 4; ++k) w[k] /= sum;
+      }
+    }
+    int kept = 0;
+    for (int k = 0; k < n; ++k) {
+      if (w[k] == 0 && n > 1) continue;
+      t.offset[o][kept] = std::clamp<int64_t>(idx[k], 0, in - 1) * stride;
+      t.weight[o][kept] = w[k];
+      ++kept;
+    }
+    t.count[o] = kept;
+  }
+  return t;
+}
+
+void ResizeKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  Tensor& y = ctx.Out(0);
+  int64_t rank = x.rank();
+  if (y.rank() != rank) Internal(ctx.node, "output rank differs from input rank");
+  if (y.numel() == 0) return;
+  size_t es = DTypeSize(x.dtype());
+  if (rank == 0) {
+    std::memcpy(Bytes(y), Bytes(x), es);
+    return;
+  }
+  ResizeParams p = GetResizeParams(ctx);
+  bool nearest = p.mode == "nearest";
+  if (!nearest && x.dtype() != DType::kF32)
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": mode '" + p.mode + "' supports float32 only");
+  std::vector<int64_t> strides = Strides(x.shape());
+  std::vector<AxisTaps> taps;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (x.dim(d) == 0) Internal(ctx.node, "cannot resize an empty axis to a non-empty one");
+    taps.push_back(BuildTaps(p, d, x.dim(d), y.dim(d), strides[d]));
+  }
+  std::array<char, 8> extrapolation = ValuePattern(x.dtype(), p.extrapolation);
+  int64_t inner = y.dim(rank - 1);
+  int64_t rows = y.numel() / inner;
+  std::vector<int64_t> pos(rank - 1, 0);
+  const AxisTaps& last = taps[rank - 1];
+  std::vector<std::pair<int64_t, double>> partial, next;
+  const char* src = Bytes(x);
+  char* dst = Bytes(y);
+  const int64_t ies = static_cast<int64_t>(es);
+  for (int64_t row = 0; row < rows; ++row) {
+    // Taps of the outer axes for this row: their tensor product.
+    bool row_outside = false;
+    partial.assign(1, {0, 1.0});
+    for (int64_t d = 0; d < rank - 1; ++d) {
+      const AxisTaps& t = taps[d];
+      int64_t o = pos[d];
+      if (t.outside[o]) row_outside = true;
+      next.clear();
+      for (const auto& [off, w] : partial)
+        for (int k = 0; k < t.count[o]; ++k) next.emplace_back(off + t.offset[o][k], w * t.weight[o][k]);
+      partial.swap(next);
+    }
+    for (int64_t o = 0; o < inner; ++o, dst += es) {
+      if (row_outside || last.outside[o]) {
+        std::memcpy(dst, extrapolation.data(), es);
+      } else if (nearest) {
+        std::memcpy(dst, src + (partial[0].first + last.offset[o][0]) * ies, es);
+      } else {
+        const float* xf = reinterpret_cast<const float*>(src);
+        double sum = 0;
+        for (const auto& [off, w] : partial)
+          for (int k = 0; k < last.count[o]; ++k) sum += w * last.weight[o][k] * xf[off + last.offset[o][k]];
+        float v = static_cast<float>(sum);
+        std::memcpy(dst, &v, sizeof(float));
+      }
+    }
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++pos[d] < y.dim(d)) break;
+      pos[d] = 0;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+void ShapeKernel(KernelContext& ctx) {
+  const Shape& s = ctx.In(0).shape();
+  int64_t rank = static_cast<int64_t>(s.size());
+  int64_t start = ctx.node.GetInt("start", 0), end = ctx.node.GetInt("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  CheckOutput(ctx, 0, {std::max<int64_t>(0, end - start)});
+  int64_t* out = ctx.Out(0).data<int64_t>();
+  for (int64_t i = start; i < end; ++i) out[i - start] = s[i];
+}
+
+void SizeKernel(KernelContext& ctx) { ctx.Out(0).data<int64_t>()[0] = ctx.In(0).numel(); }
+
+void ConstantKernel(KernelContext& ctx) {
+  const Node& node = ctx.node;
+  Tensor& out = ctx.Out(0);
+  if (node.Has("value")) {
+    const Tensor& v = node.attrs.at("value").t;
+    if (v.nbytes() != out.nbytes() || v.dtype() != out.dtype()) Internal(node, "output does not fit the value");
+    CopyBytes(out.raw(), v.raw(), v.nbytes());
+  } else if (node.Has("value_float")) {
+    out.data<float>()[0] = node.GetFloat("value_float", 0.f);
+  } else if (node.Has("value_floats")) {
+    std::vector<float> v = node.GetFloats("value_floats");
+    CopyBytes(out.raw(), v.data(), v.size() * sizeof(float));
+  } else if (node.Has("value_int")) {
+    out.data<int64_t>()[0] = node.GetInt("value_int", 0);
+  } else if (node.Has("value_ints")) {
+    std::vector<int64_t> v = node.GetInts("value_ints");
+    CopyBytes(out.raw(), v.data(), v.size() * sizeof(int64_t));
+  } else {
+    throw Error(ErrorCode::kUnsupported, node.Describe() + ": no supported value attribute");
+  }
+}
+
+void ConstantOfShapeKernel(KernelContext& ctx) {
+  Tensor& out = ctx.Out(0);
+  std::array<char, 8> value{};
+  if (ctx.node.Has("value")) {
+    const Tensor& v = ctx.node.attrs.at("value").t;
+    if (v.dtype() != out.dtype() || v.numel() != 1) Internal(ctx.node, "value attribute does not match the output");
+    std::memcpy(value.data(), v.raw(), DTypeSize(v.dtype()));
+  }
+  FillPattern(Bytes(out), out.numel(), value.data(), DTypeSize(out.dtype()));
+}
+
+void RangeKernel(KernelContext& ctx) {
+  Tensor& out = ctx.Out(0);
+  int64_t n = out.numel();
+  switch (out.dtype()) {
+    case DType::kF32: {
+      double start = ctx.In(0).GetAsDouble(0), delta = ctx.In(2).GetAsDouble(0);
+      float* o = out.data<float>();
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(start + static_cast<double>(i) * delta);
+      break;
+    }
+    case DType::kI32: {
+      int64_t start = ctx.In(0).GetAsInt(0), delta = ctx.In(2).GetAsInt(0);
+      int32_t* o = out.data<int32_t>();
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<int32_t>(start + i * delta);
+      break;
+    }
+    case DType::kI64: {
+      int64_t start = ctx.In(0).GetAsInt(0), delta = ctx.In(2).GetAsInt(0);
+      int64_t* o = out.data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) o[i] = start + i * delta;
+      break;
+    }
+    default:
+      throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Range does not support " + DTypeName(out.dtype()));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// DepthToSpace writes (N, C', H, b, W, b) in output order, read from the input viewed as (N, b, b, C', H, W) for DCR or
+// (N, C', b, b, H, W) for CRD.
+void DepthToSpaceKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  int64_t b = ctx.node.GetInt("blocksize", 1);
+  int64_t n = in.dim(0), c = in.dim(1), h = in.dim(2), w = in.dim(3), co = c / (b * b);
+  CheckOutput(ctx, 0, {n, co, h * b, w * b});
+  int64_t hw = h * w;
+  std::vector<int64_t> strides;
+  if (ctx.node.GetString("mode", "DCR") == "CRD")
+    strides = {c * hw, b * b * hw, w, b * hw, 1, hw};
+  else
+    strides = {c * hw, hw, w, b * co * hw, 1, co * hw};
+  CopyStrided(DTypeSize(in.dtype()), {n, co, h, b, w, b}, Bytes(in), strides, Bytes(ctx.Out(0)));
+}
+
+// SpaceToDepth writes (N, b, b, C, H', W') in output order from input element (n, c, h' * b + i, w' * b + j).
+void SpaceToDepthKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  int64_t b = ctx.node.GetInt("blocksize", 1);
+  int64_t n = in.dim(0), c = in.dim(1), h = in.dim(2), w = in.dim(3);
+  CheckOutput(ctx, 0, {n, c * b * b, h / b, w / b});
+  std::vector<int64_t> strides = {c * h * w, w, 1, h * w, b * w, b};
+  CopyStrided(DTypeSize(in.dtype()), {n, b, b, c, h / b, w / b}, Bytes(in), strides, Bytes(ctx.Out(0)));
+}
+
+}  // namespace
+
+void AddShapeReferenceKernels(ReferenceKernelTable& t) {
+  t.Add("Concat", ConcatKernel);
+  t.Add("Split", SplitKernel);
+  t.Add("Slice", SliceKernel);
+  t.Add("Gather", GatherKernel);
+  t.Add("GatherElements", GatherElementsKernel);
+  t.Add("Reshape", CopyKernel);
+  t.Add("Flatten", CopyKernel);
+  t.Add("Squeeze", CopyKernel);
+  t.Add("Unsqueeze", CopyKernel);
+  t.Add("Identity", CopyKernel);
+  t.Add("Transpose", TransposeKernel);
+  t.Add("Expand", ExpandKernel);
+  t.Add("Tile", TileKernel);
+  t.Add("Pad", PadKernel);
+  t.Add("Resize", ResizeKernel);
+  t.Add("Upsample", ResizeKernel);
+  t.Add("Shape", ShapeKernel);
+  t.Add("Size", SizeKernel);
+  t.Add("Constant", ConstantKernel);
+  t.Add("ConstantOfShape", ConstantOfShapeKernel);
+  t.Add("Range", RangeKernel);
+  t.Add("Dropout", DropoutKernel);
+  t.Add("DepthToSpace", DepthToSpaceKernel);
+  t.Add("SpaceToDepth", SpaceToDepthKernel);
+}
 
 }  // namespace osprey

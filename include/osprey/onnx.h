@@ -1,0 +1,42 @@
+#pragma once
+/// ONNX importer: turns a serialized ModelProto (opsets 7..21 of the default domain) into an osprey Graph.
+/// Protobuf types stay inside src/onnx; nothing here pulls in the generated headers.
+#include <cstddef>
+#include <string>
+
+#include "osprey/graph.h"
+#include "osprey/tensor.h"
+
+namespace osprey {
+
+/// Oldest and newest default-domain opset the importer accepts.
+constexpr int kMinOnnxOpset = 7;
+constexpr int kMaxOnnxOpset = 21;
+
+/// What the importer does after building the graph.
+struct OnnxImportOptions {
+  /// Run ValidateOps() at the end, so one kUnsupported error lists every unsupported op with its node name.
+  /// Tools that want to report unsupported ops themselves (`osprey inspect`) turn this off.
+  bool validate_ops = true;
+};
+
+/// Reads and imports the model file at `path`. External data files are resolved relative to the file's directory.
+/// Throws kNotFound when the file cannot be opened, kInvalidArgument for malformed models, kUnsupported for opsets,
+/// dtypes, subgraphs or ops osprey does not handle. The returned graph is structurally valid and topologically sorted.
+Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options = {});
+
+/// Imports a serialized ModelProto held in memory (`data` is not retained). External data locations are resolved
+/// relative to `base_dir` and must stay inside it; an empty `base_dir` refuses external data.
+Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir,
+                     const OnnxImportOptions& options = {});
+
+/// Parses one serialized TensorProto (the ONNX conformance `.pb` files). External data is refused.
+Tensor TensorFromOnnxBytes(const void* data, size_t size);
+
+/// osprey dtype of an ONNX TensorProto::DataType value; throws kUnsupported naming the type (e.g. "DOUBLE").
+DType DTypeFromOnnx(int onnx_type);
+
+/// Name of an ONNX TensorProto::DataType value ("FLOAT", "INT64", ...; "type 99" when unknown).
+std::string OnnxDTypeName(int onnx_type);
+
+}  // namespace osprey

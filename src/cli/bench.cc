@@ -1,0 +1,187 @@
+// osprey bench MODEL [--batch N] [--threads T] [--warmup W] [--iters N] [--json] [--profile]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "cli/common.h"
+#include "osprey/onnx.h"
+
+namespace osprey::cli {
+
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+// Random inputs for every graph input, with `batch` in the first dim where that dim is symbolic.
+std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions& options, int64_t* batch_used) {
+  std::map<std::string, int64_t> dims = ParseDimOverrides(options.dims);
+  std::map<std::string, Tensor> inputs;
+  uint64_t rng = options.seed;
+  int64_t batch = options.batch > 0 ? options.batch : 0;
+  // The batch symbol takes the batch size wherever it appears, so inputs that share it stay consistent.
+  if (options.batch > 0)
+    for (const ValueInfo& info : graph.input_infos)
+      if (!info.dims.empty() && info.dims[0].value < 0 && info.dims[0].symbol != "?")
+        dims.emplace(info.dims[0].symbol, options.batch);
+  for (const ValueInfo& info : graph.input_infos) {
+    Shape shape = ConcreteInputShape(info, dims);
+    if (!info.dims.empty()) {
+      const Dim& first = info.dims[0];
+      if (first.value < 0) {
+        if (options.batch > 0) shape[0] = options.batch;
+      } else if (options.batch > 0 && first.value != options.batch) {
+        throw Error(ErrorCode::kInvalidArgument, "--batch " + std::to_string(options.batch) + ": input '" +
+                                                     info.name + "' has a fixed batch dim of " +
+                                                     std::to_string(first.value) + " " + info.ShapeString());
+      }
+      if (batch == 0) batch = shape[0];
+    }
+    inputs[info.name] = RandomInput(info.dtype, shape, &rng);
+  }
+  *batch_used = batch > 0 ? batch : 1;
+  return inputs;
+}
+
+struct NodeTotal {
+  std::string name, op_type, kernel;
+  double ms = 0;
+};
+
+}  // namespace
+
+int RunBench(const BenchOptions& options, std::ostream& out) {
+  if (options.iters < 1) throw Error(ErrorCode::kInvalidArgument, "--iters must be at least 1");
+  if (options.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--warmup must be >= 0");
+  if (options.batch < 0) throw Error(ErrorCode::kInvalidArgument, "--batch must be at least 1");
+  Graph graph = LoadOnnxModel(options.model);
+  int64_t batch = 1;
+  std::map<std::string, Tensor> inputs = BenchInputs(graph, options, &batch);
+
+  ModelOptions model_options;
+  model_options.compile.num_threads = options.threads;
+  if (options.reference) {
+    model_options.compile.fast_kernels = false;
+    model_options.compile.fuse = false;
+  }
+  Model model(std::move(graph), model_options);
+
+  auto start = std::chrono::steady_clock::now();
+  model.Run(inputs);
+  double first_run_ms = MsSince(start);
+  for (int i = 0; i < options.warmup; ++i) model.Run(inputs);
+
+  std::vector<double> times;
+  times.reserve(options.iters);
+  std::vector<OpProfile> profile;
+  std::map<std::string, double> op_type_ms;
+  std::map<std::string, int> op_type_nodes;
+  std::map<std::pair<std::string, std::string>, NodeTotal> node_ms;
+  for (int i = 0; i < options.iters; ++i) {
+    profile.clear();
+    start = std::chrono::steady_clock::now();
+    model.Run(inputs, options.profile ? &profile : nullptr);
+    times.push_back(MsSince(start));
+    for (const OpProfile& p : profile) {
+      op_type_ms[p.op_type] += p.ms;
+      if (i == 0) ++op_type_nodes[p.op_type];
+      NodeTotal& n = node_ms[{p.node_name, p.op_type}];
+      n.name = p.node_name;
+      n.op_type = p.op_type;
+      n.kernel = p.kernel;
+      n.ms += p.ms;
+    }
+  }
+
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  size_t n = sorted.size();
+  double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  size_t p90_index = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1;
+  double p90 = sorted[std::min(p90_index, n - 1)];
+  double min = sorted.front();
+  double mean = std::accumulate(sorted.begin(), sorted.end(), 0.0) / static_cast<double>(n);
+  double images_per_s = median > 0 ? static_cast<double>(batch) * 1000.0 / median : 0.0;
+  int threads = EffectiveThreads(options.threads);
+
+  std::vector<std::pair<std::string, double>> by_type(op_type_ms.begin(), op_type_ms.end());
+  std::sort(by_type.begin(), by_type.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<NodeTotal> by_node;
+  for (auto& [key, total] : node_ms) by_node.push_back(total);
+  std::sort(by_node.begin(), by_node.end(), [](const NodeTotal& a, const NodeTotal& b) { return a.ms > b.ms; });
+  if (by_node.size() > 20) by_node.resize(20);
+  double profiled_total = 0;
+  for (const auto& [op, ms] : by_type) profiled_total += ms;
+  const double iters = options.iters;
+
+  if (options.json) {
+    nlohmann::json j;
+    j["model"] = options.model;
+    j["batch"] = batch;
+    j["threads"] = threads;
+    j["warmup"] = options.warmup;
+    j["iters"] = options.iters;
+    j["first_run_ms"] = Round3(first_run_ms);
+    j["median_ms"] = Round3(median);
+    j["p90_ms"] = Round3(p90);
+    j["min_ms"] = Round3(min);
+    j["mean_ms"] = Round3(mean);
+    j["images_per_s"] = Round3(images_per_s);
+    j["reference"] = options.reference;
+    if (options.profile) {
+      nlohmann::json types = nlohmann::json::array();
+      for (const auto& [op, ms] : by_type)
+        types.push_back({{"op_type", op}, {"nodes", op_type_nodes[op]}, {"ms_per_iter", Round3(ms / iters)},
+                         {"percent", Round3(profiled_total > 0 ? 100.0 * ms / profiled_total : 0)}});
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const NodeTotal& t : by_node)
+        nodes.push_back({{"node", t.name}, {"op_type", t.op_type}, {"kernel", t.kernel},
+                         {"ms_per_iter", Round3(t.ms / iters)}});
+      j["profile"] = {{"op_types", types}, {"top_nodes", nodes}};
+    }
+    out << j.dump() << "\n";
+    return 0;
+  }
+
+  out << "model:       " << options.model << "\n";
+  out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
+      << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "") << "\n";
+  out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
+  out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min "
+      << Fixed(min, 3) << " ms   mean " << Fixed(mean, 3) << " ms\n";
+  out << "throughput:  " << Fixed(images_per_s, 1) << " images/s\n";
+  if (options.profile) {
+    out << "\ntime per op type (ms per iteration):\n";
+    size_t width = 7;
+    for (const auto& [op, ms] : by_type) width = std::max(width, op.size());
+    for (const auto& [op, ms] : by_type)
+      out << "  " << std::left << std::setw(static_cast<int>(width)) << op << std::right << std::setw(10)
+          << Fixed(ms / iters, 3) << " ms " << std::setw(6) << Fixed(profiled_total > 0 ? 100 * ms / profiled_total : 0, 1)
+          << "%  (" << op_type_nodes[op] << " nodes)\n";
+    out << "\ntop " << by_node.size() << " nodes (ms per iteration):\n";
+    size_t name_width = 4, type_width = 7;
+    for (const NodeTotal& t : by_node) {
+      name_width = std::max(name_width, t.name.size());
+      type_width = std::max(type_width, t.op_type.size());
+    }
+    for (const NodeTotal& t : by_node)
+      out << "  " << std::left << std::setw(static_cast<int>(name_width)) << t.name << "  "
+          << std::setw(static_cast<int>(type_width)) << t.op_type << std::right << std::setw(10) << Fixed(t.ms / iters, 3) << " ms  " << t.kernel << "\n";
+  }
+  return 0;
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,86 @@
+#pragma once
+// The osprey CLI's subcommands as plain functions (main.cc parses arguments with CLI11 and calls them), plus the
+// helpers they share. Subcommands print to `out`, return the process exit code and throw osprey::Error on failure.
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "osprey/graph.h"
+#include "osprey/runtime.h"
+#include "osprey/tensor.h"
+
+namespace osprey {
+
+extern const char* kOspreyVersion;  // src/cli/version.cc
+
+namespace cli {
+
+struct InspectOptions {
+  std::string model;
+  bool json = false;
+};
+/// Prints the model summary. Returns 1 when the model uses unsupported ops (which it lists), else 0.
+int RunInspect(const InspectOptions& options, std::ostream& out);
+
+struct RunOptions {
+  std::string model;
+  std::vector<std::string> inputs;  // "NAME=FILE.npy"
+  bool random_inputs = false;
+  uint64_t seed = 0;
+  std::vector<std::string> dims;  // "SYMBOL=N"
+  std::string output_dir;
+  int threads = 0;
+  bool reference = false;
+};
+/// Runs the model once and writes <output_dir>/<output name>.npy for each output.
+int RunRun(const RunOptions& options, std::ostream& out);
+
+struct BenchOptions {
+  std::string model;
+  int64_t batch = 0;  // 0 = not given (symbolic batch dims become 1)
+  int threads = 0;
+  int warmup = 5;
+  int iters = 50;
+  bool json = false;
+  bool profile = false;
+  uint64_t seed = 0;
+  std::vector<std::string> dims;  // "SYMBOL=N"
+  bool reference = false;
+};
+/// Times the model on random inputs.
+int RunBench(const BenchOptions& options, std::ostream& out);
+
+// ---- shared helpers ----
+
+/// Parses "KEY=VALUE" into its two halves (split at the first '='); throws kInvalidArgument naming `flag`.
+std::pair<std::string, std::string> SplitAssignment(const std::string& text, const std::string& flag);
+
+/// Parses --dims "SYMBOL=N" entries (N >= 0).
+std::map<std::string, int64_t> ParseDimOverrides(const std::vector<std::string>& entries);
+
+/// Concrete shape of a declared input: symbolic dims from `dims` (by symbol), else 1. Throws kInvalidArgument when
+/// the input declares no shape.
+Shape ConcreteInputShape(const ValueInfo& info, const std::map<std::string, int64_t>& dims);
+
+/// Uniform [0, 1) for float dtypes, zeros for integer and bool dtypes. `state` is advanced (deterministic stream).
+Tensor RandomInput(DType dtype, const Shape& shape, uint64_t* state);
+
+/// File name for an output: characters other than [A-Za-z0-9._-] become '_'; never empty, "." or "..".
+std::string SanitizeFileName(const std::string& name);
+
+/// Unsupported ops of `graph` as "Op (node 'name')", in node order.
+std::vector<std::string> UnsupportedOps(const Graph& graph);
+
+/// "12.3 MiB"-style size.
+std::string FormatBytes(int64_t bytes);
+
+/// Threads a run will really use for `requested` (0 = all cores).
+int EffectiveThreads(int requested);
+
+/// Comma-separated list of the model's input names, with dtypes and shapes, for error messages.
+std::string DescribeInputs(const Graph& graph);
+
+}  // namespace cli
+}  // namespace osprey

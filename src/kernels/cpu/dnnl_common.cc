@@ -1,0 +1,142 @@
+#include "kernels/cpu/dnnl_common.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace osprey::cpu {
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
+}
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+
+struct ScratchBlock {
+  std::unique_ptr<char, FreeDeleter> data;
+  size_t capacity = 0;
+};
+
+}  // namespace
+
+char* ThreadScratch::Reserve(size_t bytes) {
+  thread_local ScratchBlock block;
+  if (bytes == 0) bytes = 64;
+  if (bytes > block.capacity) {
+    // Grow by half again so a thread that sees slowly increasing sizes does not reallocate on every call.
+    size_t capacity = Align(std::max(bytes, block.capacity + block.capacity / 2));
+    char* p = static_cast<char*>(std::aligned_alloc(64, capacity));
+    if (p == nullptr)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "oneDNN scratch memory: could not allocate " + std::to_string(capacity) + " bytes");
+    block.data.reset(p);
+    block.capacity = capacity;
+  }
+  return block.data.get();
+}
+
+OmpThreadsGuard::OmpThreadsGuard(int num_threads) {
+  if (num_threads <= 0) return;
+  previous_ = omp_get_max_threads();
+  omp_set_num_threads(num_threads);
+}
+
+OmpThreadsGuard::~OmpThreadsGuard() {
+  if (previous_ > 0) omp_set_num_threads(previous_);
+}
+
+dnnl::memory::dims ToDims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
+
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims) {
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
+  std::string act = node.GetString("_activation", "");
+  if (act.empty()) return true;
+  float alpha = node.GetFloat("_alpha", 0.f);
+  float beta = node.GetFloat("_beta", 0.f);
+  using dnnl::algorithm;
+  if (act == "Relu") {
+    ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+  } else if (act == "LeakyRelu") {
+    ops.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
+  } else if (act == "Clip") {
+    ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, alpha, beta);
+  } else if (act == "Sigmoid") {
+    ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+  } else if (act == "Tanh") {
+    ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+  } else if (act == "HardSigmoid") {
+    // oneDNN 2.6 has no hardsigmoid: clip(alpha * x + beta, 0, 1) as two post-ops.
+    ops.append_eltwise(1.f, algorithm::eltwise_linear, alpha, beta);
+    ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, 0.f, 1.f);
+  } else if (act == "HardSwish") {
+    ops.append_eltwise(1.f, algorithm::eltwise_hardswish, 0.f, 0.f);  // x * clip(x / 6 + 1/2, 0, 1)
+  } else if (act == "Silu") {
+    ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.f, 0.f);
+  } else if (act == "Gelu") {
+    ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool AllFloat32(const KernelBuildContext& ctx) {
+  for (size_t i = 0; i < ctx.input_dtypes.size(); ++i) {
+    bool present = i < ctx.present.size() && ctx.present[i];
+    if (present && ctx.input_dtypes[i] != DType::kF32) return false;
+  }
+  for (DType d : ctx.output_dtypes)
+    if (d != DType::kF32) return false;
+  return true;
+}
+
+bool IsReferenceImpl(const dnnl::primitive_desc_base& pd) {
+  const char* impl = pd.impl_info_str();
+  return impl == nullptr || std::strncmp(impl, "ref", 3) == 0;
+}
+
+PackedWeight PackWeight(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to, float scale) {
+  PackedWeight packed;
+  packed.buffer = Allocator::Host().Allocate(std::max<size_t>(to.get_size(), 64));
+  packed.memory = dnnl::memory(to, CpuEngine(), packed.buffer->data());
+  dnnl::memory src = WrapMemory(from, data);
+  dnnl::primitive_attr attr;
+  if (scale != 1.f) attr.set_output_scales(0, {scale});
+  dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, attr);
+  dnnl::stream& stream = ThreadStream();
+  dnnl::reorder(pd).execute(stream, src, packed.memory);
+  stream.wait();
+  return packed;
+}
+
+dnnl::primitive_attr BaseAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void CheckShape(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
+                const Shape& expected) {
+  if (tensor.dtype() != DType::kF32 || tensor.shape() != expected || (tensor.numel() > 0 && tensor.raw() == nullptr))
+    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what + " float32 " +
+                                          ShapeToString(expected) + ", got " + DTypeName(tensor.dtype()) + " " +
+                                          ShapeToString(tensor.shape()));
+}
+
+}  // namespace osprey::cpu

@@ -1,0 +1,111 @@
+#pragma once
+// Shared plumbing for the oneDNN kernels: the process-wide engine, per-thread streams and scratch memory, plain
+// memory descriptors, fused-activation post-ops and weight prepacking.
+//
+// Thread-safety: oneDNN primitives are immutable once created and may be executed from several threads at once.
+// Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or per call.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace osprey::cpu {
+
+/// The CPU engine, created on first use and shared by every kernel in the process.
+const dnnl::engine& CpuEngine();
+
+/// A stream on CpuEngine() owned by the calling thread (a stream is not meant to be shared between threads).
+dnnl::stream& ThreadStream();
+
+/// Per-thread scratch memory for one Run call: reorder buffers and the primitive scratchpad. Kernels on one thread
+/// run one after another, so one growing block per thread is enough; it lives as long as the thread.
+class ThreadScratch {
+ public:
+  /// Reserves `bytes` (rounded up to 64-byte multiples per region) and returns the base, 64-byte aligned. The
+  /// pointer stays valid until the next Reserve on this thread.
+  static char* Reserve(size_t bytes);
+  /// Rounds a region size up so consecutive regions stay 64-byte aligned.
+  static size_t Align(size_t bytes) { return (bytes + 63) / 64 * 64; }
+};
+
+/// Sets the OpenMP thread count of the calling thread for the guard's lifetime. oneDNN (OpenMP runtime) fixes a
+/// primitive's thread partitioning when the primitive is created, so kernels are created under this guard with the
+/// plan's thread count. num_threads <= 0 leaves the setting alone.
+class OmpThreadsGuard {
+ public:
+  explicit OmpThreadsGuard(int num_threads);
+  ~OmpThreadsGuard();
+  OmpThreadsGuard(const OmpThreadsGuard&) = delete;
+  OmpThreadsGuard& operator=(const OmpThreadsGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+/// oneDNN dims from an osprey shape.
+dnnl::memory::dims ToDims(const Shape& shape);
+
+/// Dense row-major float32 descriptor for `dims` (the layout of every osprey tensor).
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims);
+
+/// Wraps a caller-owned buffer (no copy). oneDNN takes a non-const handle; read-only inputs are never written.
+inline dnnl::memory WrapMemory(const dnnl::memory::desc& desc, const void* data) {
+  return dnnl::memory(desc, CpuEngine(), const_cast<void*>(data));
+}
+
+/// Appends the post-ops for the node's fused activation (`_activation`, `_alpha`, `_beta`; see
+/// docs/architecture.md). Returns false when the node names an activation this file does not map, so the caller can
+/// fall back to the reference kernel.
+bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops);
+
+/// True when every present input and every output is float32.
+bool AllFloat32(const KernelBuildContext& ctx);
+
+/// True when the primitive oneDNN picked is one of its slow reference implementations; osprey's own reference
+/// kernel is then at least as good, so the factory declines.
+bool IsReferenceImpl(const dnnl::primitive_desc_base& pd);
+
+/// A weight reordered into the layout a primitive prefers, held in an accounted host buffer.
+struct PackedWeight {
+  std::shared_ptr<Buffer> buffer;
+  dnnl::memory memory;
+};
+
+/// Reorders `data` (described by `from`) into a new buffer laid out as `to`, multiplying by `scale` on the way.
+/// Runs on the calling thread at kernel creation.
+PackedWeight PackWeight(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to,
+                        float scale = 1.f);
+
+/// Scratchpad bytes the primitive needs per execution (user scratchpad mode).
+inline size_t ScratchpadBytes(const dnnl::primitive_desc_base& pd) { return pd.scratchpad_desc().get_size(); }
+
+/// Attributes every osprey primitive starts from: user-managed scratchpad (allocated per call from ThreadScratch),
+/// which keeps concurrent executions of one primitive independent.
+dnnl::primitive_attr BaseAttr();
+
+/// Runs `fn`, translating a dnnl::error into osprey Error(kInternal) naming the node.
+template <class Fn>
+void RunDnnl(const Node& node, const char* kernel_name, Fn&& fn) {
+  try {
+    fn();
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " failed in oneDNN: " + e.what());
+  }
+}
+
+/// Throws kInternal when a run-time tensor does not have the shape the kernel was built for.
+void CheckShape(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
+                const Shape& expected);
+
+// Factories, one per op family; each returns nullptr for cases it does not handle.
+std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx);
+
+}  // namespace osprey::cpu

@@ -1,0 +1,222 @@
+// MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm (transA/transB, alpha, beta, C broadcast)
+// on oneDNN's matmul primitive. A constant B is reordered once into the layout oneDNN prefers (with Gemm's alpha
+// folded in); a constant C becomes a bias (row vector) or a binary-add post-op; `_activation` is a post-op.
+#include <unordered_map>
+
+#include "kernels/cpu/dnnl_common.h"
+
+namespace osprey::cpu {
+namespace {
+
+using dnnl::memory;
+
+// Where a second operand (B, bias, addend) comes from at run time.
+enum class Source { kNone, kConstant, kInput };
+
+class DnnlMatMulKernel final : public Kernel {
+ public:
+  explicit DnnlMatMulKernel(const char* name) : name_(name) {}
+  const char* Name() const override { return name_; }
+
+  // What the factories fill before Finish().
+  memory::desc a_md, b_md, dst_md;     // user layouts (b_md also describes a constant B before packing)
+  Shape a_shape, b_shape, out_shape;   // run-time tensor shapes (ONNX shapes, before 1-D promotion)
+  Source b_source = Source::kInput;
+  const void* b_constant = nullptr;
+  float b_scale = 1.f;                 // folded into a constant B while packing
+  float linear_alpha = 1.f;            // post-op scale when it cannot be folded
+  Source bias_source = Source::kNone, add_source = Source::kNone;
+  memory::desc bias_md, add_md;        // bias: [1, N]; addend: broadcastable to the output
+  Shape c_shape;                       // run-time shape of input 2 (bias or addend)
+  std::shared_ptr<Buffer> c_constant;  // beta * C when C is a constant
+
+  bool Finish(const Node& node) {
+    dnnl::primitive_attr attr = BaseAttr();
+    dnnl::post_ops ops;
+    if (linear_alpha != 1.f) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, linear_alpha, 0.f);
+    if (add_source != Source::kNone) {
+      add_post_op_index_ = ops.len();
+      ops.append_binary(dnnl::algorithm::binary_add, add_md);
+    }
+    if (!AppendFusedActivation(node, ops)) return false;
+    attr.set_post_ops(ops);
+    memory::desc weights_md =
+        b_source == Source::kConstant ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any)
+                                      : b_md;
+    dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(a_md, weights_md, bias_md, dst_md)
+                                                           : dnnl::matmul::desc(a_md, weights_md, dst_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
+    if (!pd || IsReferenceImpl(pd)) return false;
+    if (pd.src_desc() != a_md || pd.dst_desc() != dst_md) return false;
+    matmul_ = dnnl::matmul(pd);
+    if (b_source == Source::kConstant) packed_b_ = PackWeight(b_md, b_constant, pd.weights_desc(), b_scale);
+    if (bias_source == Source::kConstant) bias_mem_ = memory(bias_md, CpuEngine(), c_constant->data());
+    if (add_source == Source::kConstant) add_mem_ = memory(add_md, CpuEngine(), c_constant->data());
+    scratch_md_ = pd.scratchpad_desc();
+    b_constant = nullptr;  // only valid during creation
+    return true;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Node& node = ctx.node;
+    CheckShape(node, name_, "input A", ctx.In(0), a_shape);
+    if (b_source == Source::kInput) CheckShape(node, name_, "input B", ctx.In(1), b_shape);
+    if (bias_source == Source::kInput || add_source == Source::kInput)
+      CheckShape(node, name_, "input C", ctx.In(2), c_shape);
+    CheckShape(node, name_, "output", ctx.Out(0), out_shape);
+    RunDnnl(node, name_, [&] {
+      dnnl::stream& stream = ThreadStream();
+      char* scratch = ThreadScratch::Reserve(scratch_md_.get_size());
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, WrapMemory(a_md, ctx.In(0).raw())},
+          {DNNL_ARG_WEIGHTS, b_source == Source::kConstant ? packed_b_.memory : WrapMemory(b_md, ctx.In(1).raw())},
+          {DNNL_ARG_DST, WrapMemory(dst_md, ctx.Out(0).raw())},
+          {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}};
+      if (bias_source != Source::kNone)
+        args.emplace(DNNL_ARG_BIAS, bias_source == Source::kConstant ? bias_mem_ : WrapMemory(bias_md, ctx.In(2).raw()));
+      if (add_source != Source::kNone)
+        args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(add_post_op_index_) | DNNL_ARG_SRC_1,
+                     add_source == Source::kConstant ? add_mem_ : WrapMemory(add_md, ctx.In(2).raw()));
+      matmul_.execute(stream, args);
+      stream.wait();
+    });
+  }
+
+ private:
+  const char* name_;
+  dnnl::matmul matmul_;
+  PackedWeight packed_b_;
+  memory bias_mem_, add_mem_;
+  memory::desc scratch_md_;
+  int add_post_op_index_ = 0;
+};
+
+bool AllPositive(const Shape& s) {
+  for (int64_t d : s)
+    if (d <= 0) return false;
+  return true;
+}
+
+bool IsConstant(const KernelBuildContext& ctx, int i) {
+  return static_cast<int>(ctx.input_values.size()) > i && ctx.input_values[i] != nullptr &&
+         ctx.input_values[i]->raw() != nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
+  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 2 || ctx.output_shapes.size() != 1) return nullptr;
+  const Shape& a = ctx.input_shapes[0];
+  const Shape& b = ctx.input_shapes[1];
+  if (a.empty() || b.empty() || !AllPositive(a) || !AllPositive(b) || !AllPositive(ctx.output_shapes[0]))
+    return nullptr;
+  // numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; those unit dims are dropped from the result.
+  Shape a2 = a.size() == 1 ? Shape{1, a[0]} : a;
+  Shape b2 = b.size() == 1 ? Shape{b[0], 1} : b;
+  const int64_t k = a2.back();
+  if (b2[b2.size() - 2] != k) return nullptr;
+  const int64_t n = b2.back();
+  Shape out2, expected;
+  if (b2.size() == 2 && a2.size() > 2) {
+    // Batched A times one matrix: rows of all batches form one [batch * M, K] matrix (same bytes, bigger GEMM).
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < a2.size(); ++i) rows *= a2[i];
+    expected.assign(a2.begin(), a2.end() - 1);
+    a2 = {rows, k};
+    out2 = {rows, n};
+  } else {
+    const size_t rank = std::max(a2.size(), b2.size());
+    if (rank > 6) return nullptr;
+    a2.insert(a2.begin(), rank - a2.size(), 1);
+    b2.insert(b2.begin(), rank - b2.size(), 1);
+    for (size_t i = 0; i + 2 < rank; ++i) {
+      if (a2[i] != b2[i] && a2[i] != 1 && b2[i] != 1) return nullptr;
+      out2.push_back(std::max(a2[i], b2[i]));
+    }
+    expected = out2;
+    expected.push_back(a2[rank - 2]);
+    out2.push_back(a2[rank - 2]);
+    out2.push_back(n);
+  }
+  if (b.size() > 1) expected.push_back(n);
+  if (a.size() == 1) expected.erase(expected.end() - (b.size() > 1 ? 2 : 1));
+  if (expected != ctx.output_shapes[0]) return nullptr;
+
+  OmpThreadsGuard threads(ctx.num_threads);
+  auto kernel = std::make_unique<DnnlMatMulKernel>("MatMulF32Dnnl");
+  kernel->a_md = PlainDesc(ToDims(a2));
+  kernel->b_md = PlainDesc(ToDims(b2));
+  kernel->dst_md = PlainDesc(ToDims(out2));
+  kernel->a_shape = a;
+  kernel->b_shape = b;
+  kernel->out_shape = ctx.output_shapes[0];
+  if (IsConstant(ctx, 1)) {
+    kernel->b_source = Source::kConstant;
+    kernel->b_constant = ctx.input_values[1]->raw();
+  }
+  if (!kernel->Finish(ctx.node)) return nullptr;
+  return kernel;
+}
+
+std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
+  if (!AllFloat32(ctx) || ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1) return nullptr;
+  const Node& node = ctx.node;
+  const Shape& a = ctx.input_shapes[0];
+  const Shape& b = ctx.input_shapes[1];
+  if (a.size() != 2 || b.size() != 2 || !AllPositive(a) || !AllPositive(b)) return nullptr;
+  const bool trans_a = node.GetInt("transA", 0) != 0, trans_b = node.GetInt("transB", 0) != 0;
+  const float alpha = node.GetFloat("alpha", 1.f), beta = node.GetFloat("beta", 1.f);
+  const int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
+  const int64_t n = trans_b ? b[0] : b[1];
+  if ((trans_b ? b[1] : b[0]) != k || ctx.output_shapes[0] != Shape{m, n}) return nullptr;
+
+  OmpThreadsGuard threads(ctx.num_threads);
+  auto kernel = std::make_unique<DnnlMatMulKernel>("GemmF32Dnnl");
+  // Transposes are strides: A^T of a row-major [K, M] is [M, K] with strides {1, M}.
+  kernel->a_md = memory::desc({m, k}, memory::data_type::f32, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  kernel->b_md = memory::desc({k, n}, memory::data_type::f32, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  kernel->dst_md = PlainDesc({m, n});
+  kernel->a_shape = a;
+  kernel->b_shape = b;
+  kernel->out_shape = {m, n};
+  if (IsConstant(ctx, 1)) {
+    kernel->b_source = Source::kConstant;
+    kernel->b_constant = ctx.input_values[1]->raw();
+    kernel->b_scale = alpha;
+  } else {
+    kernel->linear_alpha = alpha;
+  }
+
+  const bool has_c = ctx.present.size() > 2 && ctx.present[2] && beta != 0.f;
+  if (has_c) {
+    const Shape& c = ctx.input_shapes[2];
+    if (c.size() > 2) return nullptr;
+    Shape c2 = c;
+    c2.insert(c2.begin(), 2 - c2.size(), 1);
+    if ((c2[0] != 1 && c2[0] != m) || (c2[1] != 1 && c2[1] != n)) return nullptr;
+    kernel->c_shape = c;
+    Source source = Source::kInput;
+    if (IsConstant(ctx, 2)) {
+      source = Source::kConstant;
+      const Tensor& value = *ctx.input_values[2];
+      kernel->c_constant = Allocator::Host().Allocate(std::max<size_t>(value.nbytes(), 64));
+      float* dst = static_cast<float*>(kernel->c_constant->data());
+      const float* src = value.data<float>();
+      for (int64_t i = 0; i < value.numel(); ++i) dst[i] = beta * src[i];
+    } else if (beta != 1.f) {
+      return nullptr;
+    }
+    // A row vector C is a bias, unless a scale post-op must run first (the bias is added before post-ops).
+    if (c2[0] == 1 && c2[1] == n && kernel->linear_alpha == 1.f) {
+      kernel->bias_source = source;
+      kernel->bias_md = PlainDesc({1, n});
+    } else {
+      kernel->add_source = source;
+      kernel->add_md = PlainDesc(ToDims(c2));
+    }
+  }
+  if (!kernel->Finish(node)) return nullptr;
+  return kernel;
+}
+
+}  // namespace osprey::cpu

@@ -1,0 +1,356 @@
+// ONNX ModelProto -> osprey Graph.
+#include <onnx/onnx_pb.h>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "ops/op_registry.h"
+#include "osprey/onnx.h"
+
+namespace osprey {
+
+// Defined in onnx_tensor.cc.
+Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what);
+
+namespace {
+
+[[noreturn]] void Bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+bool IsDefaultDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+int DefaultOpset(const onnx::ModelProto& model) {
+  int opset = -1;
+  for (const auto& op : model.opset_import()) {
+    if (!IsDefaultDomain(op.domain())) continue;
+    if (opset >= 0 && opset != op.version())
+      Bad("model imports the default ONNX domain twice, at opsets " + std::to_string(opset) + " and " +
+          std::to_string(op.version()));
+    if (op.version() < 0 || op.version() > INT_MAX) Bad("model opset " + std::to_string(op.version()) + " is invalid");
+    opset = static_cast<int>(op.version());
+  }
+  if (opset < 0) Bad("model declares no opset for the default ONNX domain (opset_import is missing)");
+  if (opset < kMinOnnxOpset || opset > kMaxOnnxOpset)
+    throw Error(ErrorCode::kUnsupported, "model uses ONNX opset " + std::to_string(opset) + "; osprey supports opsets " +
+                                             std::to_string(kMinOnnxOpset) + ".." + std::to_string(kMaxOnnxOpset) +
+                                             " (onnx.version_converter can convert it)");
+  return opset;
+}
+
+// Declared type of a graph input (`is_input`) or output. An output may leave its element type unset.
+ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
+  std::string what = std::string(is_input ? "graph input '" : "graph output '") + vi.name() + "'";
+  ValueInfo info;
+  info.name = vi.name();
+  if (!vi.has_type()) {
+    if (is_input) Bad(what + " has no type");
+    return info;
+  }
+  if (!vi.type().has_tensor_type())
+    throw Error(ErrorCode::kUnsupported, what + " is not a tensor (sequence, map, optional and sparse types are "
+                                                "not supported)");
+  const auto& tt = vi.type().tensor_type();
+  if (tt.elem_type() == onnx::TensorProto_DataType_UNDEFINED) {
+    if (is_input) Bad(what + " has no element type");
+  } else {
+    try {
+      info.dtype = DTypeFromOnnx(tt.elem_type());
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+  }
+  if (tt.has_shape()) {
+    info.has_shape = true;
+    for (const auto& d : tt.shape().dim()) {
+      Dim dim;
+      if (d.has_dim_value()) {
+        if (d.dim_value() < 0) Bad(what + " has negative dim " + std::to_string(d.dim_value()));
+        dim.value = d.dim_value();
+      } else if (d.has_dim_param() && !d.dim_param().empty()) {
+        dim.symbol = d.dim_param();
+      } else {
+        dim.symbol = "?";
+      }
+      info.dims.push_back(std::move(dim));
+    }
+  }
+  return info;
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, std::string base_dir, const OnnxImportOptions& options)
+      : model_(model), base_dir_(std::move(base_dir)), options_(options) {}
+
+  Graph Import() {
+    if (!model_.has_graph()) Bad("ONNX model has no graph");
+    const onnx::GraphProto& gp = model_.graph();
+    graph_.name = gp.name().empty() ? "graph" : gp.name();
+    graph_.opset = DefaultOpset(model_);
+    if (gp.sparse_initializer_size() > 0)
+      throw Error(ErrorCode::kUnsupported, "sparse initializers are not supported (initializer '" +
+                                               gp.sparse_initializer(0).values().name() + "')");
+    ImportInitializers(gp);
+    ImportInputs(gp);
+    ImportNodes(gp);
+    SortNodes();
+    ImportOutputs(gp);
+    graph_.Validate();
+    if (options_.validate_ops) ValidateAll();
+    return std::move(graph_);
+  }
+
+ private:
+  int ValueId(const std::string& name) {
+    auto it = ids_.find(name);
+    if (it != ids_.end()) return it->second;
+    int id = graph_.AddValue(name);
+    ids_.emplace(name, id);
+    return id;
+  }
+
+  void ImportInitializers(const onnx::GraphProto& gp) {
+    for (const auto& tp : gp.initializer()) {
+      if (tp.name().empty()) Bad("an initializer has no name");
+      if (ids_.count(tp.name())) Bad("initializer '" + tp.name() + "' is defined twice");
+      int id = ValueId(tp.name());
+      graph_.constants[id] = TensorFromProto(tp, base_dir_, "initializer '" + tp.name() + "'");
+    }
+  }
+
+  void ImportInputs(const onnx::GraphProto& gp) {
+    for (const auto& vi : gp.input()) {
+      if (vi.name().empty()) Bad("a graph input has no name");
+      auto it = ids_.find(vi.name());
+      // Before IR version 4 every initializer was also listed as an input; such inputs are constants.
+      if (it != ids_.end() && graph_.constants.count(it->second)) continue;
+      if (it != ids_.end()) Bad("graph input '" + vi.name() + "' is listed twice");
+      int id = ValueId(vi.name());
+      graph_.inputs.push_back(id);
+      graph_.input_infos.push_back(InfoFromProto(vi, /*is_input=*/true));
+    }
+  }
+
+  Attribute ConvertAttribute(const onnx::AttributeProto& ap, Node& node, bool* keep) {
+    *keep = true;
+    int type = ap.type();
+    if (type == onnx::AttributeProto_AttributeType_UNDEFINED) {
+      // Old exporters leave the type unset; infer it from the field that is filled.
+      if (ap.has_t()) type = onnx::AttributeProto_AttributeType_TENSOR;
+      else if (ap.has_g()) type = onnx::AttributeProto_AttributeType_GRAPH;
+      else if (ap.has_s()) type = onnx::AttributeProto_AttributeType_STRING;
+      else if (ap.has_i()) type = onnx::AttributeProto_AttributeType_INT;
+      else if (ap.has_f()) type = onnx::AttributeProto_AttributeType_FLOAT;
+      else if (ap.floats_size()) type = onnx::AttributeProto_AttributeType_FLOATS;
+      else if (ap.ints_size()) type = onnx::AttributeProto_AttributeType_INTS;
+      else if (ap.strings_size()) type = onnx::AttributeProto_AttributeType_STRINGS;
+      else if (ap.graphs_size()) type = onnx::AttributeProto_AttributeType_GRAPHS;
+      else Bad(node.Describe() + ": attribute '" + ap.name() + "' has no type and no value");
+    }
+    switch (type) {
+      case onnx::AttributeProto_AttributeType_FLOAT: return Attribute::Float(ap.f());
+      case onnx::AttributeProto_AttributeType_INT: return Attribute::Int(ap.i());
+      case onnx::AttributeProto_AttributeType_STRING: return Attribute::String(ap.s());
+      case onnx::AttributeProto_AttributeType_TENSOR:
+        return Attribute::TensorValue(
+            TensorFromProto(ap.t(), base_dir_, node.Describe() + " attribute '" + ap.name() + "'"));
+      case onnx::AttributeProto_AttributeType_FLOATS:
+        return Attribute::Floats(std::vector<float>(ap.floats().begin(), ap.floats().end()));
+      case onnx::AttributeProto_AttributeType_INTS:
+        return Attribute::Ints(std::vector<int64_t>(ap.ints().begin(), ap.ints().end()));
+      case onnx::AttributeProto_AttributeType_STRINGS:
+        return Attribute::Strings(std::vector<std::string>(ap.strings().begin(), ap.strings().end()));
+      case onnx::AttributeProto_AttributeType_GRAPH:
+      case onnx::AttributeProto_AttributeType_GRAPHS:
+        attribute_problems_.push_back(node.Describe() + " has subgraph attribute '" + ap.name() +
+                                      "' (subgraphs are not supported)");
+        break;
+      default: {
+        std::string kind = onnx::AttributeProto_AttributeType_IsValid(type)
+                               ? onnx::AttributeProto_AttributeType_Name(
+                                     static_cast<onnx::AttributeProto_AttributeType>(type))
+                               : "type " + std::to_string(type);
+        attribute_problems_.push_back(node.Describe() + " has attribute '" + ap.name() + "' of kind " + kind +
+                                      " (not supported)");
+        break;
+      }
+    }
+    // Unsupported attributes are left off the node; import fails later unless the caller only inspects the graph.
+    *keep = false;
+    return {};
+  }
+
+  // A Constant node with a plain tensor/number payload becomes a graph constant; returns false to keep the node.
+  bool FoldConstantNode(const Node& node) {
+    if (node.op_type != "Constant" || !IsDefaultDomain(node.domain) || node.outputs.size() != 1 ||
+        node.attrs.size() != 1 || !node.inputs.empty())
+      return false;
+    const auto& [key, a] = *node.attrs.begin();
+    Tensor value;
+    if (key == "value" && a.kind == Attribute::Kind::kTensor) {
+      value = a.t;
+    } else if (key == "value_float" && a.kind == Attribute::Kind::kFloat) {
+      value = Tensor::Scalar<float>(a.f);
+    } else if (key == "value_int" && a.kind == Attribute::Kind::kInt) {
+      value = Tensor::Scalar<int64_t>(a.i);
+    } else if (key == "value_floats" && a.kind == Attribute::Kind::kFloats) {
+      value = Tensor::FromVector<float>({static_cast<int64_t>(a.floats.size())}, a.floats);
+    } else if (key == "value_ints" && a.kind == Attribute::Kind::kInts) {
+      value = Tensor::FromVector<int64_t>({static_cast<int64_t>(a.ints.size())}, a.ints);
+    } else {
+      return false;
+    }
+    int id = node.outputs[0];
+    if (graph_.constants.count(id) || IsGraphInput(id))
+      Bad(node.Describe() + ": output '" + graph_.value_names[id] + "' is already an initializer or graph input");
+    graph_.constants[id] = std::move(value);
+    return true;
+  }
+
+  bool IsGraphInput(int id) const {
+    for (int in : graph_.inputs)
+      if (in == id) return true;
+    return false;
+  }
+
+  void ImportNodes(const onnx::GraphProto& gp) {
+    for (int index = 0; index < gp.node_size(); ++index) {
+      const onnx::NodeProto& np = gp.node(index);
+      Node node;
+      node.op_type = np.op_type();
+      node.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      node.name = np.name().empty() ? np.op_type() + "_" + std::to_string(index) : np.name();
+      if (node.op_type.empty()) Bad("node " + std::to_string(index) + " ('" + np.name() + "') has no op_type");
+      for (const std::string& in : np.input()) node.inputs.push_back(in.empty() ? -1 : ValueId(in));
+      int num_outputs = np.output_size();
+      while (num_outputs > 0 && np.output(num_outputs - 1).empty()) --num_outputs;
+      for (int k = 0; k < num_outputs; ++k) {
+        const std::string& out = np.output(k);
+        // An omitted optional output in the middle still needs a value to write to.
+        node.outputs.push_back(out.empty() ? graph_.AddValue(node.name + ":unused_output_" + std::to_string(k))
+                                           : ValueId(out));
+      }
+      for (const auto& ap : np.attribute()) {
+        if (ap.name().empty()) Bad(node.Describe() + " has an attribute with no name");
+        if (node.attrs.count(ap.name())) Bad(node.Describe() + " has attribute '" + ap.name() + "' twice");
+        bool keep;
+        Attribute a = ConvertAttribute(ap, node, &keep);
+        if (keep) node.attrs.emplace(ap.name(), std::move(a));
+      }
+      if (FoldConstantNode(node)) continue;
+      graph_.nodes.push_back(std::move(node));
+    }
+  }
+
+  // Orders nodes so every value is produced before use; keeps file order among independent nodes (Kahn's algorithm
+  // with the smallest original index first).
+  void SortNodes() {
+    std::vector<Node>& nodes = graph_.nodes;
+    const size_t n = nodes.size();
+    std::vector<int> producer(graph_.num_values(), -1);
+    for (size_t i = 0; i < n; ++i) {
+      for (int v : nodes[i].outputs) {
+        if (producer[v] >= 0 || graph_.constants.count(v) || IsGraphInput(v))
+          Bad(nodes[i].Describe() + ": output '" + graph_.value_names[v] +
+              "' is already produced by another node, an initializer or a graph input");
+        producer[v] = static_cast<int>(i);
+      }
+    }
+    std::vector<int> pending(n, 0);
+    std::vector<std::vector<int>> consumers(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::set<int> deps;
+      for (int v : nodes[i].inputs)
+        if (v >= 0 && producer[v] >= 0) deps.insert(producer[v]);
+      pending[i] = static_cast<int>(deps.size());
+      for (int d : deps) consumers[d].push_back(static_cast<int>(i));
+    }
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] == 0) ready.push(static_cast<int>(i));
+    std::vector<int> order;
+    order.reserve(n);
+    while (!ready.empty()) {
+      int i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (int c : consumers[i])
+        if (--pending[c] == 0) ready.push(c);
+    }
+    if (order.size() != n) {
+      for (size_t i = 0; i < n; ++i)
+        if (pending[i] > 0) Bad("graph has a cycle: " + nodes[i].Describe() + " depends (indirectly) on itself");
+    }
+    std::vector<Node> sorted;
+    sorted.reserve(n);
+    for (int i : order) sorted.push_back(std::move(nodes[i]));
+    nodes = std::move(sorted);
+  }
+
+  void ImportOutputs(const onnx::GraphProto& gp) {
+    for (const auto& vi : gp.output()) {
+      if (vi.name().empty()) Bad("a graph output has no name");
+      auto it = ids_.find(vi.name());
+      if (it == ids_.end())
+        Bad("graph output '" + vi.name() + "' is not produced by any node, initializer or graph input");
+      graph_.outputs.push_back(it->second);
+      graph_.output_infos.push_back(InfoFromProto(vi, /*is_input=*/false));
+    }
+  }
+
+  void ValidateAll() {
+    std::string extra;
+    for (const std::string& p : attribute_problems_) extra += (extra.empty() ? "" : "; ") + p;
+    try {
+      ValidateOps(graph_);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kUnsupported && !extra.empty())
+        throw Error(e.code(), std::string(e.what()) + "; also " + extra);
+      throw;
+    }
+    if (!extra.empty()) throw Error(ErrorCode::kUnsupported, extra);
+  }
+
+  const onnx::ModelProto& model_;
+  std::string base_dir_;
+  OnnxImportOptions options_;
+  Graph graph_;
+  std::unordered_map<std::string, int> ids_;
+  std::vector<std::string> attribute_problems_;
+};
+
+Graph ParseModelBytes(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options,
+                      const std::string& source) {
+  if (size > static_cast<size_t>(INT_MAX))
+    throw Error(ErrorCode::kUnsupported, source + " is larger than 2 GiB; store its weights as external data");
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(data, static_cast<int>(size)))
+    throw Error(ErrorCode::kInvalidArgument, source + " is not a valid ONNX model (protobuf parse failed)");
+  return Importer(model, base_dir, options).Import();
+}
+
+}  // namespace
+
+Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options) {
+  return ParseModelBytes(data, size, base_dir, options, "the data");
+}
+
+Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is a directory, not an ONNX model file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::kNotFound, "cannot open model file '" + path + "'");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(ErrorCode::kUnavailable, "error reading model file '" + path + "'");
+  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  if (base_dir.empty()) base_dir = ".";
+  return ParseModelBytes(bytes.data(), bytes.size(), base_dir, options, "'" + path + "'");
+}
+
+}  // namespace osprey

@@ -1,0 +1,315 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/reference/reference.h"
+#include "ops/op_registry.h"
+#include "runtime/plan_impl.h"
+
+namespace osprey {
+
+int DefaultNumThreads() {
+  static const int n = [] {
+    int hw = static_cast<int>(std::thread::hardware_concurrency());
+    return hw > 0 ? hw : 1;
+  }();
+  return n;
+}
+
+std::string CompileOptions::Key() const {
+  return "t" + std::to_string(num_threads) + (fast_kernels ? "f" : "r") + (fuse ? "u" : "n");
+}
+
+int CompileState::AddConstant(Tensor t) {
+  CompileValue v;
+  v.typed = true;
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  v.known = true;
+  v.value = weights ? weights->Intern(t) : std::move(t);
+  values.push_back(std::move(v));
+  is_graph_output.push_back(0);
+  return static_cast<int>(values.size()) - 1;
+}
+
+namespace {
+
+constexpr size_t kArenaAlignment = 64;
+// Folding is skipped for results larger than this; such values are computed at run time instead.
+constexpr int64_t kMaxFoldBytes = int64_t{64} << 20;
+
+InferContext MakeInferContext(const CompileState& st, const Node& node) {
+  InferContext ic{node, st.opset};
+  for (int v : node.inputs) {
+    bool present = v >= 0;
+    ic.present.push_back(present);
+    const CompileValue* cv = present ? &st.values[v] : nullptr;
+    ic.input_dtypes.push_back(cv ? cv->dtype : DType::kF32);
+    ic.input_shapes.push_back(cv ? cv->shape : Shape{});
+    ic.input_values.push_back(cv && cv->known ? &cv->value : nullptr);
+  }
+  return ic;
+}
+
+// Infers every node's outputs in order; folds nodes whose inputs are all known.
+void InferAndFold(CompileState& st) {
+  const OpRegistry& registry = OpRegistry::Get();
+  for (const Node& node : st.graph->nodes) {
+    const OpSchema* schema = registry.Find(node.op_type);
+    OSPREY_CHECK(schema != nullptr);  // ValidateOps ran first
+    for (int v : node.inputs)
+      if (v >= 0 && !st.values[v].typed)
+        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input '" + st.graph->value_names[v] +
+                                                     "' has no value (it is neither a graph input, a constant, nor "
+                                                     "produced by an earlier node)");
+    InferContext ic = MakeInferContext(st, node);
+    schema->infer(ic);
+    if (ic.output_shapes.size() < node.outputs.size()) {
+      // Optional outputs the schema did not describe are not produced.
+      for (size_t i = ic.output_shapes.size(); i < node.outputs.size(); ++i)
+        throw Error(ErrorCode::kUnsupported, node.Describe() + ": optional output " + std::to_string(i) +
+                                                 " is not supported");
+    }
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      CompileValue& out = st.values[node.outputs[i]];
+      out.typed = true;
+      out.dtype = ic.output_dtypes[i];
+      out.shape = ic.output_shapes[i];
+    }
+    // Shape and Size only need shapes, which are concrete here.
+    bool all_known = true;
+    for (int v : node.inputs)
+      if (v >= 0 && !st.values[v].known) all_known = false;
+    bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
+    int64_t out_bytes = 0;
+    for (size_t i = 0; i < node.outputs.size(); ++i)
+      out_bytes += NumElements(ic.output_shapes[i]) * static_cast<int64_t>(DTypeSize(ic.output_dtypes[i]));
+    bool foldable = (all_known || shape_only) && out_bytes <= kMaxFoldBytes && node.op_type != "Dropout";
+    if (!foldable) {
+      st.nodes.push_back(node);
+      continue;
+    }
+    ReferenceKernel kernel = FindReferenceKernel(node.op_type);
+    if (!kernel) throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
+    std::vector<Tensor> outs;
+    outs.reserve(node.outputs.size());
+    for (size_t i = 0; i < node.outputs.size(); ++i) outs.emplace_back(ic.output_dtypes[i], ic.output_shapes[i]);
+    KernelContext kc{node, st.opset};
+    for (int v : node.inputs) kc.inputs.push_back(v >= 0 && st.values[v].known ? &st.values[v].value : nullptr);
+    if (shape_only && !all_known) {
+      // Compute Shape/Size directly from the concrete shape.
+      const Shape& in = st.values[node.inputs[0]].shape;
+      Tensor& out = outs[0];
+      if (node.op_type == "Size") {
+        out.data<int64_t>()[0] = NumElements(in);
+      } else {
+        int64_t rank = static_cast<int64_t>(in.size());
+        int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = std::clamp<int64_t>(start, 0, rank);
+        end = std::clamp<int64_t>(end, 0, rank);
+        for (int64_t i = start; i < end; ++i) out.data<int64_t>()[i - start] = in[i];
+      }
+    } else {
+      for (Tensor& t : outs) kc.outputs.push_back(&t);
+      kernel(kc);
+    }
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      CompileValue& out = st.values[node.outputs[i]];
+      out.known = true;
+      out.value = std::move(outs[i]);
+    }
+  }
+}
+
+size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// First-fit allocator over one arena, used at compile time to assign offsets by liveness.
+class ArenaPlanner {
+ public:
+  size_t Allocate(size_t bytes) {
+    bytes = AlignUp(std::max<size_t>(bytes, 1));
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes) {
+        size_t off = it->first;
+        if (it->second == bytes)
+          free_.erase(it);
+        else {
+          it->first += bytes;
+          it->second -= bytes;
+        }
+        return off;
+      }
+    }
+    // Grow: extend a free block at the end, if any.
+    if (!free_.empty() && free_.back().first + free_.back().second == end_) {
+      size_t off = free_.back().first;
+      free_.pop_back();
+      end_ = off + bytes;
+      return off;
+    }
+    size_t off = end_;
+    end_ += bytes;
+    return off;
+  }
+  void Free(size_t offset, size_t bytes) {
+    bytes = AlignUp(std::max<size_t>(bytes, 1));
+    auto it = std::lower_bound(free_.begin(), free_.end(), std::make_pair(offset, size_t{0}));
+    it = free_.insert(it, {offset, bytes});
+    // Coalesce with neighbours.
+    if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
+      it->second += (it + 1)->second;
+      free_.erase(it + 1);
+    }
+    if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
+      (it - 1)->second += it->second;
+      free_.erase(it);
+    }
+  }
+  size_t size() const { return end_; }
+
+ private:
+  std::vector<std::pair<size_t, size_t>> free_;  // (offset, bytes), sorted by offset
+  size_t end_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<TensorSpec>& inputs,
+                                    const CompileOptions& options, WeightStore* weights,
+                                    std::shared_ptr<MemoryAccount> account) {
+  graph.Validate();
+  ValidateOps(graph);
+  if (inputs.size() != graph.inputs.size())
+    throw Error(ErrorCode::kInvalidArgument, "graph '" + graph.name + "' has " + std::to_string(graph.inputs.size()) +
+                                                 " inputs, got " + std::to_string(inputs.size()));
+  CompileState st;
+  st.graph = &graph;
+  st.opset = graph.opset;
+  st.weights = weights;
+  st.values.resize(graph.num_values());
+  st.is_graph_output.assign(graph.num_values(), 0);
+  for (int id : graph.outputs) st.is_graph_output[id] = 1;
+  for (const auto& [id, t] : graph.constants) {
+    CompileValue& v = st.values[id];
+    v.typed = v.known = true;
+    v.dtype = t.dtype();
+    v.shape = t.shape();
+    v.value = t;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CompileValue& v = st.values[graph.inputs[i]];
+    NumElements(inputs[i].shape);  // rejects negative dims
+    v.typed = true;
+    v.dtype = inputs[i].dtype;
+    v.shape = inputs[i].shape;
+  }
+
+  InferAndFold(st);
+  if (options.fuse) RunFusionPasses(st);
+
+  auto impl = std::make_unique<Plan::Impl>();
+  impl->opset = st.opset;
+  impl->num_threads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
+  impl->account = std::move(account);
+
+  // Slots: one per value the plan touches.
+  std::vector<int> slot_of(st.values.size(), -1);
+  auto slot_for = [&](int v) {
+    if (v < 0) return -1;
+    if (slot_of[v] >= 0) return slot_of[v];
+    Slot s;
+    const CompileValue& cv = st.values[v];
+    s.dtype = cv.dtype;
+    s.shape = cv.shape;
+    if (cv.known) {
+      s.kind = Slot::Kind::kConstant;
+      s.constant = cv.value;
+    } else {
+      auto it = std::find(graph.inputs.begin(), graph.inputs.end(), v);
+      if (it != graph.inputs.end()) {
+        s.kind = Slot::Kind::kInput;
+        s.input_index = static_cast<int>(it - graph.inputs.begin());
+      } else if (st.is_graph_output[v]) {
+        s.kind = Slot::Kind::kOutput;
+      } else {
+        s.kind = Slot::Kind::kArena;
+      }
+    }
+    impl->slots.push_back(std::move(s));
+    slot_of[v] = static_cast<int>(impl->slots.size()) - 1;
+    return slot_of[v];
+  };
+
+  const int nthreads = impl->num_threads;
+  for (Node& node : st.nodes) {
+    Step step;
+    for (int v : node.inputs) step.inputs.push_back(slot_for(v));
+    for (int v : node.outputs) step.outputs.push_back(slot_for(v));
+    if (options.fast_kernels) {
+      KernelBuildContext bc{node, st.opset};
+      for (int v : node.inputs) {
+        bool present = v >= 0;
+        bc.present.push_back(present);
+        bc.input_dtypes.push_back(present ? st.values[v].dtype : DType::kF32);
+        bc.input_shapes.push_back(present ? st.values[v].shape : Shape{});
+        bc.input_values.push_back(present && st.values[v].known ? &st.values[v].value : nullptr);
+      }
+      for (int v : node.outputs) {
+        bc.output_dtypes.push_back(st.values[v].dtype);
+        bc.output_shapes.push_back(st.values[v].shape);
+      }
+      bc.num_threads = nthreads;
+      step.fast = CreateCpuKernel(bc);
+    }
+    if (!step.fast) {
+      step.reference = FindReferenceKernel(node.op_type);
+      if (!step.reference)
+        throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
+    }
+    step.node = std::move(node);
+    impl->steps.push_back(std::move(step));
+  }
+
+  for (int id : graph.outputs) {
+    int s = slot_for(id);
+    impl->output_slots.push_back(s);
+    impl->output_specs.push_back({impl->slots[s].dtype, impl->slots[s].shape});
+  }
+
+  // Memory plan: arena offsets by liveness, first fit.
+  std::vector<int> last_use(impl->slots.size(), -1);
+  for (size_t i = 0; i < impl->steps.size(); ++i) {
+    for (int s : impl->steps[i].inputs)
+      if (s >= 0) last_use[s] = static_cast<int>(i);
+    for (int s : impl->steps[i].outputs)
+      if (last_use[s] < static_cast<int>(i)) last_use[s] = static_cast<int>(i);
+  }
+  ArenaPlanner planner;
+  for (size_t i = 0; i < impl->steps.size(); ++i) {
+    for (int s : impl->steps[i].outputs) {
+      Slot& slot = impl->slots[s];
+      if (slot.kind == Slot::Kind::kArena)
+        slot.offset = planner.Allocate(static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(slot.dtype));
+    }
+    std::vector<int> done;
+    for (int s : impl->steps[i].inputs)
+      if (s >= 0 && last_use[s] == static_cast<int>(i)) done.push_back(s);
+    for (int s : impl->steps[i].outputs)
+      if (last_use[s] == static_cast<int>(i)) done.push_back(s);
+    std::sort(done.begin(), done.end());
+    done.erase(std::unique(done.begin(), done.end()), done.end());
+    for (int s : done) {
+      Slot& slot = impl->slots[s];
+      if (slot.kind == Slot::Kind::kArena)
+        planner.Free(slot.offset, static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(slot.dtype));
+    }
+  }
+  impl->arena_bytes = planner.size();
+  return std::make_shared<const Plan>(std::move(impl));
+}
+
+}  // namespace osprey

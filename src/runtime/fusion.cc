@@ -1,0 +1,226 @@
+// Fusion passes over the live (unfolded) nodes of a compile. See docs/architecture.md for the fused-node convention.
+#include <cmath>
+
+#include "runtime/plan_impl.h"
+
+namespace osprey {
+
+namespace {
+
+struct Uses {
+  std::vector<std::vector<int>> consumers;  // value id -> indices of live nodes reading it
+};
+
+Uses CountUses(const CompileState& st) {
+  Uses u;
+  u.consumers.assign(st.values.size(), {});
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int v : st.nodes[i].inputs)
+      if (v >= 0) u.consumers[v].push_back(static_cast<int>(i));
+  return u;
+}
+
+bool IsF32Known(const CompileState& st, int v) {
+  return v >= 0 && st.values[v].known && st.values[v].dtype == DType::kF32;
+}
+
+// Single consumer, not a graph output: the value can disappear into a fused node.
+bool Private(const CompileState& st, const Uses& u, int v) {
+  return u.consumers[v].size() == 1 && !st.is_graph_output[v];
+}
+
+// BatchNormalization(Conv(x, W, B)) -> Conv(x, W', B') with W' = W * s, B' = (B - mean) * s + beta,
+// s = gamma / sqrt(var + eps), per output channel.
+void FoldBatchNorm(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    Node& conv = st.nodes[i];
+    if (conv.op_type != "Conv" || dead[i] || conv.outputs.size() != 1) continue;
+    int y = conv.outputs[0];
+    if (!Private(st, u, y) || st.values[y].dtype != DType::kF32) continue;
+    int j = u.consumers[y][0];
+    Node& bn = st.nodes[j];
+    if (bn.op_type != "BatchNormalization" || bn.outputs.size() != 1 || bn.inputs[0] != y) continue;
+    if (bn.GetInt("training_mode", 0) != 0) continue;
+    if (!IsF32Known(st, conv.inputs[1])) continue;
+    int nb = conv.NumInputs();
+    if (nb >= 3 && !IsF32Known(st, conv.inputs[2])) continue;
+    bool params_known = true;
+    for (int k = 1; k <= 4; ++k) params_known = params_known && IsF32Known(st, bn.inputs[k]);
+    if (!params_known) continue;
+    const Tensor& w = st.values[conv.inputs[1]].value;
+    const int64_t cout = w.dim(0);
+    const int64_t per = w.numel() / std::max<int64_t>(cout, 1);
+    const float* gamma = st.values[bn.inputs[1]].value.data<float>();
+    const float* beta = st.values[bn.inputs[2]].value.data<float>();
+    const float* mean = st.values[bn.inputs[3]].value.data<float>();
+    const float* var = st.values[bn.inputs[4]].value.data<float>();
+    if (st.values[bn.inputs[1]].value.numel() != cout) continue;
+    const float eps = bn.GetFloat("epsilon", 1e-5f);
+    Tensor w2 = w.Clone();
+    Tensor b2(DType::kF32, {cout});
+    for (int64_t c = 0; c < cout; ++c) {
+      float s = gamma[c] / std::sqrt(var[c] + eps);
+      float* wc = w2.data<float>() + c * per;
+      for (int64_t k = 0; k < per; ++k) wc[k] *= s;
+      float b = nb >= 3 ? st.values[conv.inputs[2]].value.data<float>()[c] : 0.f;
+      b2.data<float>()[c] = (b - mean[c]) * s + beta[c];
+    }
+    int w_id = st.AddConstant(std::move(w2));
+    int b_id = st.AddConstant(std::move(b2));
+    u.consumers.resize(st.values.size());
+    conv.inputs.resize(3);
+    conv.inputs[1] = w_id;
+    conv.inputs[2] = b_id;
+    conv.outputs[0] = bn.outputs[0];
+    // The conv now produces the BN's output; it stays at its position (its inputs are all earlier).
+    dead[j] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
+// Returns the fused-activation spec for a unary node, or false.
+bool ActivationOf(const CompileState& st, const Node& n, std::string* act, float* alpha, float* beta) {
+  const std::string& op = n.op_type;
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") {
+    *act = op;
+    return true;
+  }
+  if (op == "LeakyRelu") {
+    *act = op;
+    *alpha = n.GetFloat("alpha", 0.01f);
+    return true;
+  }
+  if (op == "HardSigmoid") {
+    *act = op;
+    *alpha = n.GetFloat("alpha", 0.2f);
+    *beta = n.GetFloat("beta", 0.5f);
+    return true;
+  }
+  if (op == "Clip") {
+    float lo = -INFINITY, hi = INFINITY;
+    if (st.opset < 11) {
+      lo = n.GetFloat("min", lo);
+      hi = n.GetFloat("max", hi);
+    } else {
+      if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+        if (!IsF32Known(st, n.inputs[1])) return false;
+        lo = st.values[n.inputs[1]].value.data<float>()[0];
+      }
+      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+        if (!IsF32Known(st, n.inputs[2])) return false;
+        hi = st.values[n.inputs[2]].value.data<float>()[0];
+      }
+    }
+    *act = op;
+    *alpha = lo;
+    *beta = hi;
+    return true;
+  }
+  return false;
+}
+
+bool Fusable(const Node& n) {
+  return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul") && n.outputs.size() == 1 &&
+         !n.Has("_activation");
+}
+
+// Conv(x) + r -> Conv with residual input r. The conv moves to the Add's position, where r is available.
+void FuseResidualAdd(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    Node& add = st.nodes[j];
+    if (add.op_type != "Add" || add.NumInputs() != 2) continue;
+    int out = add.outputs[0];
+    for (int side = 0; side < 2; ++side) {
+      int y = add.inputs[side], r = add.inputs[1 - side];
+      if (y < 0 || r < 0 || y == r || !Private(st, u, y)) continue;
+      if (st.values[y].shape != st.values[r].shape || st.values[y].shape != st.values[out].shape) continue;
+      if (st.values[y].dtype != DType::kF32 || st.values[r].dtype != DType::kF32) continue;
+      // Find y's producer among live nodes.
+      int pi = -1;
+      for (int i = static_cast<int>(j) - 1; i >= 0; --i) {
+        if (!dead[i] && !st.nodes[i].outputs.empty() && st.nodes[i].outputs[0] == y) {
+          pi = i;
+          break;
+        }
+      }
+      if (pi < 0) continue;
+      Node& conv = st.nodes[pi];
+      if (conv.op_type != "Conv" || !Fusable(conv) || conv.Has("_residual")) continue;
+      Node fused = conv;
+      fused.inputs.resize(4, -1);
+      fused.inputs[3] = r;
+      fused.attrs["_residual"] = Attribute::Int(1);
+      fused.outputs[0] = out;
+      dead[pi] = 1;
+      add = std::move(fused);
+      u = CountUses(st);  // consumers changed
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
+// Conv/Gemm/MatMul followed by a unary activation (or x * Sigmoid(x)) -> one node with _activation.
+void FuseActivation(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    Node& n = st.nodes[i];
+    if (dead[i] || !Fusable(n) || st.values[n.outputs[0]].dtype != DType::kF32) continue;
+    int y = n.outputs[0];
+    if (st.is_graph_output[y]) continue;
+    const auto& cons = u.consumers[y];
+    if (cons.size() == 1) {
+      Node& a = st.nodes[cons[0]];
+      std::string act;
+      float alpha = 0, beta = 0;
+      if (a.inputs.empty() || a.inputs[0] != y || !ActivationOf(st, a, &act, &alpha, &beta)) continue;
+      n.attrs["_activation"] = Attribute::String(act);
+      n.attrs["_alpha"] = Attribute::Float(alpha);
+      n.attrs["_beta"] = Attribute::Float(beta);
+      n.outputs[0] = a.outputs[0];
+      dead[cons[0]] = 1;
+    } else if (cons.size() == 2) {
+      // SiLU as exported by PyTorch: Mul(y, Sigmoid(y)).
+      int si = -1, mi = -1;
+      for (int c : cons) {
+        if (st.nodes[c].op_type == "Sigmoid") si = c;
+        if (st.nodes[c].op_type == "Mul") mi = c;
+      }
+      if (si < 0 || mi < 0) continue;
+      int s_out = st.nodes[si].outputs[0];
+      const Node& mul = st.nodes[mi];
+      if (!Private(st, u, s_out) || u.consumers[s_out][0] != mi) continue;
+      if (!((mul.inputs[0] == y && mul.inputs[1] == s_out) || (mul.inputs[1] == y && mul.inputs[0] == s_out))) continue;
+      n.attrs["_activation"] = Attribute::String("Silu");
+      n.attrs["_alpha"] = Attribute::Float(1.f);
+      n.attrs["_beta"] = Attribute::Float(0.f);
+      n.outputs[0] = mul.outputs[0];
+      dead[si] = dead[mi] = 1;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
+}  // namespace
+
+void RunFusionPasses(CompileState& state) {
+  FoldBatchNorm(state);
+  FuseResidualAdd(state);
+  FuseActivation(state);
+}
+
+}  // namespace osprey

@@ -1,0 +1,367 @@
+"""ONNX backend node tests (shipped inside the onnx package) run through the real `osprey run` binary.
+
+Oracle: the expected outputs stored next to each test model (onnx/backend/test/data/node/<test>/test_data_set_*/).
+Each test ends up in one of three classes:
+  passed           every output matches (floats: rtol 1e-3, atol 1e-5; integers and bool: exact; dtype and shape exact)
+  failed           wrong values, wrong shape/dtype, a missing output, an error, a crash or a hang
+  not implemented  osprey reports `unsupported op(s)`, or the test needs something osprey does not have by design:
+                   dtypes without an osprey/.npy form (float64, strings, uint16/32/64, int16, complex, bfloat16,
+                   float8, int4), sequence/optional/map values, subgraphs (If/Loop/Scan), model-local functions,
+                   non-default domains, or an opset outside osprey's range.
+The pytest test fails when a test of an implemented op fails and is not listed in exclusions.txt. Not implemented
+tests never fail it; excluded tests that pass are reported so the exclusion can be removed.
+
+Models whose opset is newer than osprey's newest (include/osprey/onnx.h kMaxOnnxOpset) are run at that opset when
+every op they use has the same signature (attributes, inputs, outputs) at both; ONNX opset 22 only widened type
+constraints (bfloat16), so this keeps the ~200 opset-22 tests meaningful.
+
+Environment: OSPREY_BIN (binary), OSPREY_CONFORMANCE_FILTER (regex on test names, for quick runs),
+OSPREY_CONFORMANCE_SUMMARY (summary file; default <build dir>/conformance-summary.txt).
+Also runnable as a script: `.venv/bin/python tests/conformance/test_onnx_node.py [--filter REGEX] [--bin PATH]`.
+"""
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.defs
+from onnx import numpy_helper
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EXCLUSIONS_FILE = HERE / "exclusions.txt"
+NODE_TEST_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
+
+RTOL = 1e-3
+ATOL = 1e-5
+WORKERS = 2
+TIMEOUT_S = 60
+
+TP = onnx.TensorProto
+SUPPORTED_DTYPES = {TP.FLOAT, TP.FLOAT16, TP.INT8, TP.UINT8, TP.INT32, TP.INT64, TP.BOOL}
+MIN_OPSET = 7
+
+
+def max_opset() -> int:
+    """osprey's newest default-domain opset, read from the header so the two never drift apart."""
+    header = (REPO / "include" / "osprey" / "onnx.h").read_text()
+    match = re.search(r"kMaxOnnxOpset\s*=\s*(\d+)", header)
+    return int(match.group(1)) if match else 21
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    status: str  # "passed" | "failed" | "not implemented"
+    op: str  # the op under test (for expanded tests, the function op they expand)
+    detail: str = ""
+    kind: str = ""  # for failures: mismatch, shape, dtype, output, error, unsupported, crash, timeout
+    missing_ops: tuple = ()
+    downgraded: bool = False
+    seconds: float = 0.0
+
+
+def safe_name(name: str) -> str:
+    """Output file stem the CLI uses: '/' and other characters unsafe in file names become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def load_exclusions(path: Path = EXCLUSIONS_FILE) -> dict:
+    """`test_name  # reason` per line; blank lines and lines starting with '#' are ignored."""
+    exclusions = {}
+    if not path.exists():
+        return exclusions
+    for line in path.read_text().splitlines():
+        body, _, reason = line.partition("#")
+        body = body.strip()
+        if body:
+            exclusions[body.split()[0]] = reason.strip()
+    return exclusions
+
+
+def _dtype_name(elem_type: int) -> str:
+    return TP.DataType.Name(elem_type).lower()
+
+
+def _schema_signature(schema):
+    attrs = [(n, a.type, a.required, a.default_value.SerializeToString()) for n, a in sorted(schema.attributes.items())]
+    return attrs, [(i.name, i.option) for i in schema.inputs], [(o.name, o.option) for o in schema.outputs]
+
+
+def not_implemented_reason(model: onnx.ModelProto, newest_opset: int):
+    """Why osprey cannot run this model by design, or None. May lower the model's opset in place (see module doc)."""
+    for vi in list(model.graph.input) + list(model.graph.output):
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            return f"{kind.replace('_type', '')} values"
+        if vi.type.tensor_type.elem_type not in SUPPORTED_DTYPES:
+            return f"dtype {_dtype_name(vi.type.tensor_type.elem_type)}"
+    for init in model.graph.initializer:
+        if init.data_type not in SUPPORTED_DTYPES:
+            return f"dtype {_dtype_name(init.data_type)}"
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    for node in model.graph.node:
+        if (node.domain, node.op_type) in local_functions:
+            return "model-local function"
+        if node.domain not in ("", "ai.onnx"):
+            return f"domain {node.domain}"
+        for attr in node.attribute:
+            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                return "subgraph"
+    for imp in model.opset_import:
+        if imp.domain not in ("", "ai.onnx"):
+            continue
+        if imp.version < MIN_OPSET:
+            return f"opset {imp.version}"
+        if imp.version > newest_opset:
+            for node in model.graph.node:
+                try:
+                    new = onnx.defs.get_schema(node.op_type, imp.version, "")
+                    old = onnx.defs.get_schema(node.op_type, newest_opset, "")
+                except onnx.defs.SchemaError:
+                    return f"opset {imp.version}"
+                if _schema_signature(new) != _schema_signature(old):
+                    return f"opset {imp.version}"
+            imp.version = newest_opset
+    return None
+
+
+def op_under_test(test_dir: Path, model: onnx.ModelProto) -> str:
+    """The op a test is about: its single node's op, or for `_expanded` tests the op of the unexpanded sibling."""
+    sibling = re.sub(r"_expanded(_ver\d+)?$", "", test_dir.name)
+    if sibling != test_dir.name and (test_dir.parent / sibling / "model.onnx").exists():
+        model = onnx.load(str(test_dir.parent / sibling / "model.onnx"), load_external_data=False)
+    ops = sorted({n.op_type for n in model.graph.node})
+    return ops[0] if len(ops) == 1 else "+".join(ops) if ops else "(none)"
+
+
+def _load_value(path: Path):
+    tensor = TP()
+    tensor.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def compare(name: str, actual: np.ndarray, expected: np.ndarray):
+    """None when `actual` matches `expected`, else (kind, message)."""
+    if actual.dtype != expected.dtype:
+        return "dtype", f"output '{name}': dtype {actual.dtype}, expected {expected.dtype}"
+    if actual.shape != expected.shape:
+        return "shape", f"output '{name}': shape {actual.shape}, expected {expected.shape}"
+    if expected.dtype.kind == "f":
+        a = actual.astype(np.float64)
+        e = expected.astype(np.float64)
+        bad = ~np.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True)
+    else:
+        a, e = actual, expected
+        bad = a != e
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+    return "mismatch", (f"output '{name}': {int(bad.sum())} of {bad.size} values differ; "
+                        f"first at {list(idx)}: got {a[idx]!r}, expected {e[idx]!r}")
+
+
+UNSUPPORTED_OP_RE = re.compile(r"unsupported op", re.IGNORECASE)
+OP_IN_MESSAGE_RE = re.compile(r"([A-Za-z0-9_.]+) \(node '")
+
+
+def run_test(test_dir: Path, osprey_bin: Path, work_root: Path, newest_opset: int) -> Result:
+    start = time.monotonic()
+    model = onnx.load(str(test_dir / "model.onnx"), load_external_data=False)
+    op = op_under_test(test_dir, model)
+    original_opset = {i.domain: i.version for i in model.opset_import}
+    reason = not_implemented_reason(model, newest_opset)
+    if reason:
+        return Result(test_dir.name, "not implemented", op, reason)
+    downgraded = {i.domain: i.version for i in model.opset_import} != original_opset
+
+    work = Path(tempfile.mkdtemp(prefix=test_dir.name + ".", dir=work_root))
+    model_path = test_dir / "model.onnx"
+    if downgraded:
+        model_path = work / "model.onnx"
+        onnx.save(model, str(model_path))
+    initializers = {i.name for i in model.graph.initializer}
+    input_names = [i.name for i in model.graph.input if i.name not in initializers]
+    output_names = [o.name for o in model.graph.output]
+
+    data_sets = sorted(test_dir.glob("test_data_set_*"))
+    for data_set in data_sets:
+        args = [str(osprey_bin), "run", str(model_path)]
+        input_files = sorted(data_set.glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
+        for i, pb in enumerate(input_files):
+            if i >= len(input_names):
+                break
+            npy = work / f"{data_set.name}.input_{i}.npy"
+            np.save(npy, _load_value(pb))
+            args += ["--input", f"{input_names[i]}={npy}"]
+        out_dir = work / f"{data_set.name}.out"
+        out_dir.mkdir()
+        args += ["--output-dir", str(out_dir), "--threads", "1"]
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Result(test_dir.name, "failed", op, f"no result after {TIMEOUT_S} s", "timeout",
+                          downgraded=downgraded)
+        stderr = proc.stderr.strip()
+        if proc.returncode != 0:
+            if proc.returncode == 1 and UNSUPPORTED_OP_RE.search(stderr):
+                missing = tuple(sorted(set(OP_IN_MESSAGE_RE.findall(stderr.split("unsupported op", 1)[-1]))))
+                return Result(test_dir.name, "not implemented", op, "missing op " + ", ".join(missing or ("?",)),
+                              missing_ops=missing, downgraded=downgraded)
+            if proc.returncode == 1:
+                kind = "unsupported" if re.search(r"unsupported|not supported", stderr, re.I) else "error"
+            else:
+                kind = "crash"
+            last_line = stderr.splitlines()[-1] if stderr else f"(no message, exit code {proc.returncode})"
+            return Result(test_dir.name, "failed", op, f"exit {proc.returncode}: {last_line[:300]}", kind,
+                          downgraded=downgraded)
+        output_files = sorted(data_set.glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
+        for i, pb in enumerate(output_files):
+            name = output_names[i]
+            produced = out_dir / f"{safe_name(name)}.npy"
+            if not produced.exists():
+                found = sorted(p.name for p in out_dir.iterdir())
+                return Result(test_dir.name, "failed", op, f"no file for output '{name}' (found {found})", "output",
+                              downgraded=downgraded)
+            try:
+                actual = np.load(produced, allow_pickle=False)
+            except ValueError as e:
+                return Result(test_dir.name, "failed", op, f"unreadable {produced.name}: {e}", "output",
+                              downgraded=downgraded)
+            problem = compare(name, actual, _load_value(pb))
+            if problem:
+                return Result(test_dir.name, "failed", op, problem[1], problem[0], downgraded=downgraded)
+    return Result(test_dir.name, "passed", op, downgraded=downgraded, seconds=time.monotonic() - start)
+
+
+def run_all(osprey_bin: Path, name_filter: str = None, workers: int = WORKERS, progress=None) -> list:
+    tests = sorted(p for p in NODE_TEST_DIR.iterdir() if (p / "model.onnx").exists())
+    if name_filter:
+        tests = [t for t in tests if re.search(name_filter, t.name)]
+    newest = max_opset()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="osprey-conformance.") as work_root:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_test, t, osprey_bin, Path(work_root), newest) for t in tests]
+            for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                results.append(future.result())
+                if progress and n % 200 == 0:
+                    progress(f"conformance: {n}/{len(tests)} tests run")
+    return sorted(results, key=lambda r: r.name)
+
+
+def format_summary(results: list, exclusions: dict, seconds: float) -> str:
+    by_status = collections.Counter(r.status for r in results)
+    failed = [r for r in results if r.status == "failed"]
+    unexpected = [r for r in failed if r.name not in exclusions]
+    now_passing = [r for r in results if r.status == "passed" and r.name in exclusions]
+    lines = [
+        f"ONNX backend node tests (onnx {onnx.__version__}) through osprey: {len(results)} tests in {seconds:.0f} s",
+        f"  passed           {by_status['passed']:5d}",
+        f"  failed           {by_status['failed']:5d}   ({len(failed) - len(unexpected)} excluded, "
+        f"{len(unexpected)} not excluded)",
+        f"  not implemented  {by_status['not implemented']:5d}",
+        f"  (run at opset {max_opset()} after an opset bump that changed only types: "
+        f"{sum(r.downgraded for r in results)})",
+        "",
+    ]
+
+    per_op = collections.defaultdict(collections.Counter)
+    for r in results:
+        per_op[r.op][r.status] += 1
+    failing_ops = sorted((op for op, c in per_op.items() if c["failed"]), key=lambda op: (-per_op[op]["failed"], op))
+    if failing_ops:
+        lines.append(f"Failures by op ({len(failing_ops)} ops):")
+        lines.append(f"  {'op':32s} {'failed':>6s} {'passed':>6s} {'not impl':>8s}")
+        for op in failing_ops:
+            c = per_op[op]
+            lines.append(f"  {op[:32]:32s} {c['failed']:6d} {c['passed']:6d} {c['not implemented']:8d}")
+        lines.append("")
+
+    if failed:
+        lines.append("Failed tests (kind, detail):")
+        for r in failed:
+            mark = f"  [excluded: {exclusions[r.name] or 'no reason'}]" if r.name in exclusions else ""
+            lines.append(f"  {r.name}  {r.kind}: {r.detail}{mark}")
+        lines.append("")
+
+    if now_passing:
+        lines.append("Excluded tests that now pass (remove them from exclusions.txt):")
+        lines += [f"  {r.name}" for r in now_passing]
+        lines.append("")
+    known = {r.name for r in results}
+    stale = sorted(n for n in exclusions if n not in known)
+    if stale and len(results) > 1000:  # only meaningful for a full run, not a filtered one
+        lines.append("Exclusions naming no test: " + ", ".join(stale))
+        lines.append("")
+
+    missing = collections.Counter()
+    reasons = collections.Counter()
+    for r in results:
+        if r.status != "not implemented":
+            continue
+        if r.missing_ops:
+            missing.update(r.missing_ops)
+        else:
+            reasons[r.detail] += 1
+    if missing:
+        lines.append(f"Ops osprey lacks ({len(missing)}), by number of tests:")
+        lines.append("  " + ", ".join(f"{op} {n}" for op, n in sorted(missing.items(), key=lambda x: (-x[1], x[0]))))
+        lines.append("")
+    if reasons:
+        lines.append("Not implemented by design, by reason:")
+        lines.append("  " + ", ".join(f"{why} {n}" for why, n in sorted(reasons.items(), key=lambda x: (-x[1], x[0]))))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def test_onnx_node_conformance(osprey_bin, summary_path):
+    exclusions = load_exclusions()
+    start = time.monotonic()
+    results = run_all(osprey_bin, os.environ.get("OSPREY_CONFORMANCE_FILTER"), progress=print)
+    assert results, f"no ONNX node tests found under {NODE_TEST_DIR}"
+    summary = format_summary(results, exclusions, time.monotonic() - start)
+    print("\n" + summary)
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(summary + "\n")
+
+    unexpected = [r for r in results if r.status == "failed" and r.name not in exclusions]
+    listing = "\n".join(f"  {r.name} ({r.op}) {r.kind}: {r.detail}" for r in unexpected[:60])
+    more = f"\n  ... and {len(unexpected) - 60} more" if len(unexpected) > 60 else ""
+    assert not unexpected, (f"{len(unexpected)} ONNX node tests of implemented ops fail and are not in "
+                            f"{EXCLUSIONS_FILE.name} (full summary: {summary_path}):\n{listing}{more}")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    sys.path.insert(0, str(HERE))
+    from conftest import osprey_bin_path
+
+    parser = argparse.ArgumentParser(description="Run the ONNX backend node tests through osprey and summarise.")
+    parser.add_argument("--bin", type=Path, default=osprey_bin_path(), help="osprey binary")
+    parser.add_argument("--filter", default=None, help="regex on test names")
+    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("-v", "--verbose", action="store_true", help="also list every test and its class")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    results = run_all(args.bin, args.filter, args.workers, progress=print)
+    if args.verbose:
+        for r in results:
+            print(f"{r.status:16s} {r.name:60s} {r.op:24s} {r.detail}")
+    exclusions = load_exclusions()
+    print(format_summary(results, exclusions, time.monotonic() - start))
+    return 1 if any(r.status == "failed" and r.name not in exclusions for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::ExpectTensorNear;
+using testing::RandomTensor;
+
+Tensor F32(Shape shape, std::vector<float> v) { return Tensor::FromVector<float>(std::move(shape), v); }
+Tensor I64(Shape shape, std::vector<int64_t> v) { return Tensor::FromVector<int64_t>(std::move(shape), v); }
+
+TEST(Runtime, BuildRunDrop) {
+  // y = relu(x * 2 - 1), oracle computed by hand.
+  GraphBuilder b("tiny");
+  auto x = b.Input("x", DType::kF32, {-1});
+  auto two = b.Constant(Tensor::Scalar<float>(2.f));
+  auto one = b.Constant(Tensor::Scalar<float>(1.f));
+  auto y = b.Op("Relu", {b.Op("Sub", {b.Op("Mul", {x, two}), one})});
+  b.Output(y, "y");
+  Model model(b.Finish());
+  auto out = model.Run({{"x", F32({4}, {-1.f, 0.f, 0.5f, 3.f})}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].first, "y");
+  ExpectTensorNear(out[0].second, F32({4}, {0.f, 0.f, 0.f, 5.f}));
+}
+
+TEST(Runtime, ShapeArithmeticFoldsAtCompileTime) {
+  // Reshape x[N, C, H, W] to [N, C*H*W / 2, 2] via Shape -> Gather -> Mul -> Div -> Concat (as exporters write it).
+  GraphBuilder b("shape_chain", 13);
+  auto x = b.InputDims("x", DType::kF32, std::vector<Dim>{{-1, "N"}, {-1, "C"}, {-1, "H"}, {-1, "W"}});
+  auto shape = b.Op("Shape", {x});
+  auto n = b.Op("Gather", {shape, b.Constant(I64({1}, {0}))}, {{"axis", Attribute::Int(0)}});
+  auto c = b.Op("Gather", {shape, b.Constant(Tensor::Scalar<int64_t>(1))}, {{"axis", Attribute::Int(0)}});
+  auto h = b.Op("Gather", {shape, b.Constant(Tensor::Scalar<int64_t>(2))}, {{"axis", Attribute::Int(0)}});
+  auto w = b.Op("Gather", {shape, b.Constant(Tensor::Scalar<int64_t>(3))}, {{"axis", Attribute::Int(0)}});
+  auto chw = b.Op("Mul", {b.Op("Mul", {c, h}), w});
+  auto half = b.Op("Div", {chw, b.Constant(Tensor::Scalar<int64_t>(2))});
+  auto new_shape = b.Op("Concat", {n, b.Op("Unsqueeze", {half, b.Constant(I64({1}, {0}))}), b.Constant(I64({1}, {2}))},
+                        {{"axis", Attribute::Int(0)}});
+  b.Output(b.Op("Reshape", {x, new_shape}), "y");
+  Graph g = b.Finish();
+  auto plan = Compile(g, {{DType::kF32, {2, 3, 4, 5}}});
+  EXPECT_EQ(plan->num_steps(), 1u) << "everything but the Reshape should fold";
+  EXPECT_EQ(ShapeToString(plan->output_specs()[0].shape), "[2, 30, 2]");
+  Tensor in = RandomTensor({2, 3, 4, 5}, 1);
+  auto out = plan->Run({in});
+  ExpectTensorNear(out[0], in.Reshaped({2, 30, 2}));
+}
+
+TEST(Runtime, PlanCacheIsBoundedLru) {
+  GraphBuilder b("neg");
+  auto x = b.Input("x", DType::kF32, {-1, -1});
+  b.Output(b.Op("Neg", {x}), "y");
+  ModelOptions opts;
+  opts.plan_cache_capacity = 2;
+  Model model(b.Finish(), opts);
+  for (int64_t n : {1, 2, 1, 3, 1, 2}) model.Run({{"x", Tensor::Zeros(DType::kF32, {n, 4})}});
+  auto s = model.plan_cache().stats();
+  // 1 miss, 2 miss, 1 hit, 3 miss (evicts 2), 1 hit, 2 miss (evicts 3).
+  EXPECT_EQ(s.misses, 4u);
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.evictions, 2u);
+  EXPECT_EQ(s.size, 2u);
+}
+
+TEST(Runtime, ModelChecksInputs) {
+  GraphBuilder b("checked");
+  auto x = b.InputDims("x", DType::kF32, std::vector<Dim>{{-1, "N"}, {3, ""}});
+  auto z = b.InputDims("z", DType::kF32, std::vector<Dim>{{-1, "N"}, {3, ""}});
+  b.Output(b.Op("Add", {x, z}), "y");
+  Model model(b.Finish());
+  auto expect_error = [&](std::map<std::string, Tensor> in, const std::string& words) {
+    try {
+      model.Run(in);
+      FAIL() << "expected an error mentioning " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  Tensor ok = Tensor::Zeros(DType::kF32, {2, 3});
+  expect_error({{"x", ok}}, "missing input 'z'");
+  expect_error({{"x", ok}, {"z", ok}, {"w", ok}}, "unknown input 'w'");
+  expect_error({{"x", Tensor::Zeros(DType::kI32, {2, 3})}, {"z", ok}}, "expected dtype float32, got int32");
+  expect_error({{"x", Tensor::Zeros(DType::kF32, {6})}, {"z", ok}}, "expected rank 2");
+  expect_error({{"x", Tensor::Zeros(DType::kF32, {2, 4})}, {"z", ok}}, "dim 1 must be 3");
+  expect_error({{"x", Tensor::Zeros(DType::kF32, {1, 3})}, {"z", ok}}, "another input bound it to");
+  EXPECT_NO_THROW(model.Run({{"x", ok}, {"z", ok}}));
+}
+
+TEST(Runtime, UnknownOpsAreListedTogether) {
+  Graph g;
+  g.name = "bad";
+  int x = g.AddValue("x");
+  g.inputs.push_back(x);
+  g.input_infos.push_back(ValueInfo{"x", DType::kF32, true, {Dim{2, ""}}});
+  int a = g.AddValue("a"), c = g.AddValue("c");
+  g.nodes.push_back(Node{"FooOp", "", "first", {x}, {a}, {}});
+  g.nodes.push_back(Node{"BarOp", "", "second", {a}, {c}, {}});
+  g.outputs.push_back(c);
+  g.output_infos.push_back(ValueInfo{"c"});
+  try {
+    Model m(std::move(g));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("FooOp (node 'first')"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("BarOp (node 'second')"), std::string::npos) << msg;
+  }
+}
+
+Graph ConvBnAddRelu(uint32_t seed, const Tensor* shared_weight = nullptr) {
+  GraphBuilder b("block", 13);
+  auto x = b.Input("x", DType::kF32, {1, 5, 9, 7});
+  Tensor w = shared_weight ? *shared_weight : RandomTensor({5, 5, 3, 3}, seed);
+  auto conv = b.Op("Conv", {x, b.Constant(w), b.Constant(RandomTensor({5}, seed + 1))},
+                   {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto bn = b.Op("BatchNormalization",
+                 {conv, b.Constant(RandomTensor({5}, seed + 2, 0.5f, 1.5f)), b.Constant(RandomTensor({5}, seed + 3)),
+                  b.Constant(RandomTensor({5}, seed + 4)), b.Constant(RandomTensor({5}, seed + 5, 0.5f, 2.f))});
+  auto y = b.Op("Relu", {b.Op("Add", {bn, x})});
+  b.Output(y, "y");
+  return b.Finish();
+}
+
+TEST(Runtime, FusionMatchesUnfusedReference) {
+  Graph g = ConvBnAddRelu(7);
+  Tensor x = RandomTensor({1, 5, 9, 7}, 99);
+  CompileOptions fused;  // fast kernels + fusion
+  CompileOptions reference;
+  reference.fast_kernels = false;
+  reference.fuse = false;
+  CompileOptions fused_reference;  // fused nodes through the reference kernels
+  fused_reference.fast_kernels = false;
+  auto p_fused = Compile(g, {{DType::kF32, x.shape()}}, fused);
+  auto p_ref = Compile(g, {{DType::kF32, x.shape()}}, reference);
+  auto p_fref = Compile(g, {{DType::kF32, x.shape()}}, fused_reference);
+  EXPECT_EQ(p_fused->num_steps(), 1u) << "Conv+BN+Add+Relu should become one fused Conv";
+  EXPECT_EQ(p_ref->num_steps(), 4u);
+  Tensor want = p_ref->Run({x})[0];
+  ExpectTensorNear(p_fref->Run({x})[0], want, 1e-4f, 1e-4f);
+  ExpectTensorNear(p_fused->Run({x})[0], want, 1e-4f, 1e-4f);
+}
+
+TEST(Runtime, ConcurrentRunsOfOnePlan) {
+  Graph g = ConvBnAddRelu(3);
+  auto plan = Compile(g, {{DType::kF32, {1, 5, 9, 7}}});
+  std::vector<Tensor> inputs, expected;
+  for (int i = 0; i < 4; ++i) {
+    inputs.push_back(RandomTensor({1, 5, 9, 7}, 100 + i));
+    expected.push_back(plan->Run({inputs.back()})[0]);
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      bool good = true;
+      for (int r = 0; r < 20; ++r) {
+        Tensor got = plan->Run({inputs[t]})[0];
+        good = good && std::memcmp(got.raw(), expected[t].raw(), got.nbytes()) == 0;
+      }
+      ok[t] = good;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+TEST(Runtime, SharedWeightsCountedOnceAndFreedOnDrop) {
+  auto store = std::make_shared<WeightStore>();
+  Tensor backbone = RandomTensor({5, 5, 3, 3}, 42);
+  ModelOptions opts;
+  opts.weight_store = store;
+  const int64_t before = Allocator::Host().BytesLive();
+  {
+    auto a = std::make_unique<Model>(ConvBnAddRelu(1, &backbone), opts);
+    int64_t one = store->BytesLive();
+    EXPECT_GT(one, 0);
+    EXPECT_EQ(a->SharedWeightBytes(), 0);
+    // Same backbone weight, different BN/bias "heads".
+    auto b = std::make_unique<Model>(ConvBnAddRelu(50, &backbone), opts);
+    int64_t w_bytes = static_cast<int64_t>(Allocator::kAlignment) * ((backbone.nbytes() + 63) / 64);
+    EXPECT_EQ(store->BytesLive(), 2 * one - w_bytes) << "the shared conv weight is stored once";
+    EXPECT_EQ(a->SharedWeightBytes(), w_bytes);
+    EXPECT_EQ(b->SharedWeightBytes(), w_bytes);
+    a->Run({{"x", RandomTensor({1, 5, 9, 7}, 5)}});
+    EXPECT_GT(a->RuntimeBytes(), 0);
+    a.reset();
+    EXPECT_EQ(b->SharedWeightBytes(), 0);
+    b.reset();
+    EXPECT_EQ(store->BytesLive(), 0);
+  }
+  EXPECT_EQ(Allocator::Host().BytesLive(), before) << "dropping the models returns every accounted byte";
+}
+
+TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
+  // The TF1 failure: a new small graph per item. Here each graph is a value; memory returns to the baseline.
+  const int64_t before = Allocator::Host().BytesLive();
+  PlanCache cache(4);
+  for (int i = 0; i < 200; ++i) {
+    int64_t h = 8 + (i * 37) % 50, w = 8 + (i * 91) % 60;
+    GraphBuilder b("item");
+    auto x = b.Input("x", DType::kF32, {1, 3, h, w});
+    auto y = b.Op("Slice", {x, b.Constant(I64({2}, {1, 1})), b.Constant(I64({2}, {h - 1, w - 1})),
+                            b.Constant(I64({2}, {2, 3}))});
+    auto z = b.Op("Div", {b.Op("Sub", {y, b.Constant(Tensor::Scalar<float>(0.5f))}), b.Constant(Tensor::Scalar<float>(0.25f))});
+    b.Output(z, "z");
+    Graph g = b.Finish();
+    Tensor in = RandomTensor({1, 3, h, w}, i);
+    auto plan = cache.GetOrCompile(g.Fingerprint(), {{DType::kF32, in.shape()}}, {}, [&] {
+      return Compile(g, {{DType::kF32, in.shape()}});
+    });
+    Tensor out = plan->Run({in})[0];
+    ASSERT_EQ(out.dim(2), h - 2);
+    EXPECT_FLOAT_EQ(out.data<float>()[0], (in.data<float>()[1 * w + 1] - 0.5f) / 0.25f);
+  }
+  EXPECT_LE(cache.stats().size, 4u);
+  cache.Clear();
+  EXPECT_EQ(Allocator::Host().BytesLive(), before);
+}
+
+}  // namespace
+}  // namespace osprey
