@@ -54,6 +54,7 @@ inline void ExpectTensorNear(const Tensor& actual, const Tensor& expected, float
   ASSERT_EQ(ShapeToString(actual.shape()), ShapeToString(expected.shape()));
   for (int64_t i = 0; i < actual.numel(); ++i) {
     double a = actual.GetAsDouble(i), e = expected.GetAsDouble(i);
+    if (a == e) continue;  // also covers equal infinities
     if (std::isnan(e)) {
       EXPECT_TRUE(std::isnan(a)) << "at " << i;
       continue;

@@ -38,7 +38,7 @@ bool HasOutput(const InferContext& c, int i) {
 }
 
 void CheckFusedActivation(const InferContext& c) {
-  static const std::set<std::string> kActivations = {"Relu", "LeakyRelu", "Clip",     "Sigmoid", "Tanh",
+  static const std::set<std::string> kActivations = {"Relu",        "LeakyRelu", "Clip", "Sigmoid", "Tanh",
                                                      "HardSigmoid", "HardSwish", "Silu", "Gelu"};
   std::string act = c.node.GetString("_activation", "");
   if (!act.empty() && !kActivations.count(act)) c.Fail("unknown fused activation '" + act + "'");
@@ -48,8 +48,7 @@ void CheckFusedActivation(const InferContext& c) {
 
 // Spatial rank of an [N, C, D1..Dn] input, checked against what the reference kernels implement.
 int SpatialRank(const InferContext& c, const Shape& x) {
-  if (x.size() < 3)
-    c.Fail("input X must have rank >= 3 ([N, C, D1, ...]), got shape " + ShapeToString(x));
+  if (x.size() < 3) c.Fail("input X must have rank >= 3 ([N, C, D1, ...]), got shape " + ShapeToString(x));
   int n = static_cast<int>(x.size()) - 2;
   if (n > kMaxSpatialRank)
     throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": " + std::to_string(n) +
@@ -66,8 +65,7 @@ std::vector<int64_t> SpatialInts(const InferContext& c, const std::string& name,
     c.Fail("attribute '" + name + "' should have " + std::to_string(n) + " values, got " + IntsToString(v));
   for (int64_t e : v)
     if (e < lo || e > kMaxWindowAttr)
-      c.Fail("attribute '" + name + "' values should be in [" + std::to_string(lo) + ", 2^31], got " +
-             IntsToString(v));
+      c.Fail("attribute '" + name + "' values should be in [" + std::to_string(lo) + ", 2^31], got " + IntsToString(v));
   return v;
 }
 
@@ -111,8 +109,7 @@ std::vector<int64_t> WindowOutputDims(const InferContext& c, const Shape& x, con
     }
     if (out[i] < 1)
       c.Fail("window of size " + std::to_string(dk) + " (kernel " + IntsToString(kernel) + ", dilations " +
-             IntsToString(dilations) + ") does not fit input " + ShapeToString(x) + " with pads " +
-             IntsToString(pads));
+             IntsToString(dilations) + ") does not fit input " + ShapeToString(x) + " with pads " + IntsToString(pads));
   }
   return out;
 }
@@ -224,11 +221,11 @@ void InferConvTranspose(InferContext& c) {
       if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
         spatial[i] = x[2 + i] * strides[i];
       else
-        spatial[i] = strides[i] * (x[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 -
-                     pads[i] - pads[n + i];
+        spatial[i] = strides[i] * (x[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] -
+                     pads[n + i];
       if (spatial[i] < 1)
-        c.Fail("output spatial dim " + std::to_string(i) + " would be " + std::to_string(spatial[i]) +
-               " for input " + ShapeToString(x) + ", pads " + IntsToString(pads));
+        c.Fail("output spatial dim " + std::to_string(i) + " would be " + std::to_string(spatial[i]) + " for input " +
+               ShapeToString(x) + ", pads " + IntsToString(pads));
     }
   }
   Shape y = {x[0], out_channels};
@@ -245,7 +242,8 @@ void InferPool(InferContext& c, bool has_ceil_mode) {
   if (!c.node.Has("kernel_shape")) c.Fail("attribute 'kernel_shape' is required");
   std::vector<int64_t> kernel = SpatialInts(c, "kernel_shape", n, 1, 1);
   int64_t ceil_mode = has_ceil_mode ? c.node.GetInt("ceil_mode", 0) : 0;
-  if (ceil_mode != 0 && ceil_mode != 1) c.Fail("attribute 'ceil_mode' should be 0 or 1, got " + std::to_string(ceil_mode));
+  if (ceil_mode != 0 && ceil_mode != 1)
+    c.Fail("attribute 'ceil_mode' should be 0 or 1, got " + std::to_string(ceil_mode));
   std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, ceil_mode != 0);
   Shape y = {x[0], x[1]};
   y.insert(y.end(), spatial.begin(), spatial.end());
@@ -295,10 +293,10 @@ void InferBatchNormalization(InferContext& c) {
   const Shape& x = c.input_shapes[0];
   if (x.size() < 2) c.Fail("input X should have rank >= 2 ([N, C, ...]), got shape " + ShapeToString(x));
   if (c.opset >= 14 && c.node.GetInt("training_mode", 0) != 0)
-    throw Error(ErrorCode::kUnsupported,
-                c.node.Describe() + ": training_mode = 1 is not supported (inference only)");
+    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": training_mode = 1 is not supported (inference only)");
   if (c.opset < 9 && c.node.GetInt("spatial", 1) == 0)
-    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": spatial = 0 (per-activation statistics) is not supported");
+    throw Error(ErrorCode::kUnsupported,
+                c.node.Describe() + ": spatial = 0 (per-activation statistics) is not supported");
   for (int i = 1; i < static_cast<int>(c.node.outputs.size()); ++i)
     if (HasOutput(c, i))
       throw Error(ErrorCode::kUnsupported, c.node.Describe() +

@@ -60,7 +60,8 @@ void CheckShape(const InferContext& ctx, const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) ctx.Fail("computed output shape " + ShapeToString(shape) + " has a negative dim");
-    if (d != 0 && n > (int64_t{1} << 62) / d) ctx.Fail("computed output shape " + ShapeToString(shape) + " is too large");
+    if (d != 0 && n > (int64_t{1} << 62) / d)
+      ctx.Fail("computed output shape " + ShapeToString(shape) + " is too large");
     n *= d;
   }
 }
@@ -213,9 +214,11 @@ void InferSlice(InferContext& ctx) {
       ctx.Fail(Str(n) + " starts given for an input of rank " + Str(rank) + " " + ShapeToString(in));
     for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
   }
-  if (axes.size() != n) ctx.Fail("axes " + IntsToString(axes) + " and starts " + IntsToString(starts) + " differ in length");
+  if (axes.size() != n)
+    ctx.Fail("axes " + IntsToString(axes) + " and starts " + IntsToString(starts) + " differ in length");
   if (ctx.opset < 10 || !ctx.Has(4)) steps.assign(n, 1);
-  if (steps.size() != n) ctx.Fail("steps " + IntsToString(steps) + " and starts " + IntsToString(starts) + " differ in length");
+  if (steps.size() != n)
+    ctx.Fail("steps " + IntsToString(steps) + " and starts " + IntsToString(starts) + " differ in length");
   axes = NormalizeAxes(ctx, axes, rank);
   Shape out = in;
   for (size_t i = 0; i < n; ++i) {
@@ -332,7 +335,7 @@ void InferSqueeze(InferContext& ctx) {
     has_axes = true;
   }
   std::vector<bool> drop(rank, false);
-  if (has_axes) {
+  if (has_axes && !axes.empty()) {
     for (int64_t a : axes) {
       int64_t n = NormalizeAxis(a, rank, ctx.node);
       if (in[n] != 1)
@@ -381,7 +384,8 @@ void InferTranspose(InferContext& ctx) {
   Shape out(rank);
   for (int64_t i = 0; i < rank; ++i) {
     int64_t p = perm[i];
-    if (p < 0 || p >= rank || used[p]) ctx.Fail("perm " + IntsToString(perm) + " is not a permutation of 0.." + Str(rank - 1));
+    if (p < 0 || p >= rank || used[p])
+      ctx.Fail("perm " + IntsToString(perm) + " is not a permutation of 0.." + Str(rank - 1));
     used[p] = true;
     out[i] = in[p];
   }
@@ -406,7 +410,8 @@ void InferTile(InferContext& ctx) {
   Shape out(in.size());
   for (size_t d = 0; d < in.size(); ++d) {
     if (repeats[d] < 0) ctx.Fail("repeats " + IntsToString(repeats) + " has a negative entry");
-    if (in[d] != 0 && repeats[d] > (int64_t{1} << 62) / in[d]) ctx.Fail("repeats " + IntsToString(repeats) + " are too large");
+    if (in[d] != 0 && repeats[d] > (int64_t{1} << 62) / in[d])
+      ctx.Fail("repeats " + IntsToString(repeats) + " are too large");
     out[d] = in[d] * repeats[d];
   }
   CheckShape(ctx, out);
@@ -460,9 +465,8 @@ void InferPad(InferContext& ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-const char* const kCoordinateModes[] = {"half_pixel",          "half_pixel_symmetric", "pytorch_half_pixel",
-                                        "align_corners",       "asymmetric",           "tf_half_pixel_for_nn",
-                                        "tf_crop_and_resize"};
+const char* const kCoordinateModes[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                        "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
 const char* const kNearestModes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 
 template <size_t N>
@@ -474,8 +478,8 @@ bool OneOf(const std::string& s, const char* const (&options)[N]) {
 
 void CheckInterpolationDType(const InferContext& ctx, const std::string& mode) {
   if (mode != "nearest" && ctx.input_dtypes[0] != DType::kF32)
-    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": mode '" + mode + "' supports float32 input only, got " +
-                                             DTypeName(ctx.input_dtypes[0]));
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": mode '" + mode +
+                                             "' supports float32 input only, got " + DTypeName(ctx.input_dtypes[0]));
 }
 
 // Output dims floor(d * scale) for the legacy Upsample / Resize-10 form.
@@ -599,8 +603,8 @@ void InferSize(InferContext& ctx) {
 
 void InferConstant(InferContext& ctx) {
   const Node& node = ctx.node;
-  const char* const kValueAttrs[] = {"value",        "value_float",  "value_floats", "value_int",
-                                     "value_ints",   "value_string", "value_strings", "sparse_value"};
+  const char* const kValueAttrs[] = {"value",      "value_float",  "value_floats",  "value_int",
+                                     "value_ints", "value_string", "value_strings", "sparse_value"};
   int count = 0;
   for (const char* a : kValueAttrs) count += node.Has(a) ? 1 : 0;
   if (count != 1) ctx.Fail("exactly one value attribute is required, got " + Str(count));
@@ -644,7 +648,8 @@ void InferConstantOfShape(InferContext& ctx) {
 void InferRange(InferContext& ctx) {
   for (int i = 0; i < 3; ++i) {
     const Tensor& t = ctx.Value(i);
-    if (t.numel() != 1 || t.rank() > 1) ctx.Fail("input " + Str(i) + " must be a scalar, got shape " + ShapeToString(t.shape()));
+    if (t.numel() != 1 || t.rank() > 1)
+      ctx.Fail("input " + Str(i) + " must be a scalar, got shape " + ShapeToString(t.shape()));
     if (t.dtype() != ctx.Value(0).dtype())
       ctx.Fail("start, limit and delta must share a dtype, got " + std::string(DTypeName(ctx.Value(0).dtype())) +
                " and " + DTypeName(t.dtype()));
@@ -660,15 +665,16 @@ void InferRange(InferContext& ctx) {
     if (c > static_cast<long double>(int64_t{1} << 62)) ctx.Fail("range has too many elements");
     count = c > 0 ? static_cast<int64_t>(c) : 0;
   } else if (dtype == DType::kF32) {
-    double start = ctx.Value(0).GetAsDouble(0), limit = ctx.Value(1).GetAsDouble(0), delta = ctx.Value(2).GetAsDouble(0);
+    double start = ctx.Value(0).GetAsDouble(0), limit = ctx.Value(1).GetAsDouble(0),
+           delta = ctx.Value(2).GetAsDouble(0);
     if (delta == 0) ctx.Fail("delta must not be 0");
     double c = std::ceil((limit - start) / delta);
     if (!std::isfinite(c)) ctx.Fail("start, limit and delta must be finite");
     if (c > static_cast<double>(int64_t{1} << 62)) ctx.Fail("range has too many elements");
     count = c > 0 ? static_cast<int64_t>(c) : 0;
   } else {
-    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Range supports float32, int32 and int64, got " +
-                                             DTypeName(dtype));
+    throw Error(ErrorCode::kUnsupported,
+                ctx.node.Describe() + ": Range supports float32, int32 and int64, got " + DTypeName(dtype));
   }
   ctx.SetOutput(0, dtype, {count});
 }
@@ -681,9 +687,11 @@ void InferDropout(InferContext& ctx) {
   // Training mode draws a random mask; only its no-op form (ratio 0) is deterministic.
   if (ctx.Has(2) && ctx.input_values[2] && ctx.input_values[2]->numel() > 0 && ctx.input_values[2]->GetAsInt(0) != 0) {
     double ratio = 0.5;
-    if (ctx.Has(1) && ctx.input_values[1] && ctx.input_values[1]->numel() > 0) ratio = ctx.input_values[1]->GetAsDouble(0);
+    if (ctx.Has(1) && ctx.input_values[1] && ctx.input_values[1]->numel() > 0)
+      ratio = ctx.input_values[1]->GetAsDouble(0);
     if (ratio != 0)
-      throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": training_mode=true (random dropout) is not supported");
+      throw Error(ErrorCode::kUnsupported,
+                  ctx.node.Describe() + ": training_mode=true (random dropout) is not supported");
   }
   ctx.SetOutput(0, ctx.input_dtypes[0], in);
   if (ctx.node.outputs.size() > 1) ctx.SetOutput(1, ctx.opset < 10 ? ctx.input_dtypes[0] : DType::kBool, in);

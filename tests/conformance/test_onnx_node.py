@@ -11,6 +11,11 @@ Each test ends up in one of three classes:
 The pytest test fails when a test of an implemented op fails and is not listed in exclusions.txt. Not implemented
 tests never fail it; excluded tests that pass are reported so the exclusion can be removed.
 
+Inputs osprey needs when it compiles (a Reshape's shape, Reduce axes, Pad pads, Tile repeats, Resize sizes...) are
+graph inputs in these tests; osprey resolves shapes at compile time (like TensorRT), refuses them as data-dependent,
+and the test is rerun with exactly those inputs (found from the node the error names) turned into initializers
+holding the test's values. The summary counts these runs.
+
 Models whose opset is newer than osprey's newest (include/osprey/onnx.h kMaxOnnxOpset) are run at that opset when
 every op they use has the same signature (attributes, inputs, outputs) at both; ONNX opset 22 only widened type
 constraints (bfloat16), so this keeps the ~200 opset-22 tests meaningful.
@@ -67,6 +72,7 @@ class Result:
     kind: str = ""  # for failures: mismatch, shape, dtype, output, error, unsupported, crash, timeout
     missing_ops: tuple = ()
     downgraded: bool = False
+    constant_inputs: tuple = ()  # graph inputs given as initializers because osprey needs them at compile time
     seconds: float = 0.0
 
 
@@ -117,6 +123,10 @@ def not_implemented_reason(model: onnx.ModelProto, newest_opset: int):
         for attr in node.attribute:
             if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 return "subgraph"
+            if node.op_type == "Cast" and attr.name == "to" and attr.i not in SUPPORTED_DTYPES:
+                return f"dtype {_dtype_name(attr.i)}"
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type not in SUPPORTED_DTYPES:
+                return f"dtype {_dtype_name(attr.t.data_type)}"
     for imp in model.opset_import:
         if imp.domain not in ("", "ai.onnx"):
             continue
@@ -174,7 +184,54 @@ UNSUPPORTED_OP_RE = re.compile(r"unsupported op", re.IGNORECASE)
 OP_IN_MESSAGE_RE = re.compile(r"([A-Za-z0-9_.]+) \(node '")
 
 
+COMPILE_TIME_RE = re.compile(r"(\S+) '([^']*)': input (\d+) must be known when the model is compiled")
+MAX_CONSTANTIFY_ROUNDS = 6
+
+
+def _graph_inputs_feeding(model: onnx.ModelProto, message: str, feeds: dict) -> set:
+    """Graph inputs that the value named in a `must be known when the model is compiled` error is computed from."""
+    match = COMPILE_TIME_RE.search(message)
+    if not match:
+        return set()
+    op_type, node_name, index = match.group(1), match.group(2), int(match.group(3))
+    nodes = list(model.graph.node)
+    node = next((n for n in nodes if n.name and n.name == node_name), None)
+    unnamed = re.fullmatch(re.escape(op_type) + r"_(\d+)", node_name)
+    if node is None and unnamed and int(unnamed.group(1)) < len(nodes):
+        node = nodes[int(unnamed.group(1))]  # the importer names unnamed nodes <op>_<index in the node list>
+    if node is None or node.op_type != op_type or index >= len(node.input):
+        return set()
+    producers = {out: n for n in nodes for out in n.output}
+    found, pending, seen = set(), [node.input[index]], set()
+    while pending:
+        value = pending.pop()
+        if value in seen or not value:
+            continue
+        seen.add(value)
+        if value in feeds:
+            found.add(value)
+        elif value in producers:
+            pending.extend(producers[value].input)
+    return found
+
+
+def _run_cli(osprey_bin: Path, model_path: Path, feeds: dict, work: Path, tag: str):
+    args = [str(osprey_bin), "run", str(model_path)]
+    for i, (name, value) in enumerate(feeds.items()):
+        npy = work / f"{tag}.input_{i}.npy"
+        np.save(npy, value)
+        args += ["--input", f"{name}={npy}"]
+    out_dir = work / f"{tag}.out"
+    out_dir.mkdir()
+    args += ["--output-dir", str(out_dir), "--threads", "1"]
+    proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
+    return proc, out_dir
+
+
 def run_test(test_dir: Path, osprey_bin: Path, work_root: Path, newest_opset: int) -> Result:
+    """Runs one node test. Inputs osprey needs at compile time (shape, axes, pads, repeats, sizes...: osprey resolves
+    shapes when it compiles, as TensorRT does) are turned into initializers holding the test's values and the test is
+    rerun; such tests are marked `constant_inputs`."""
     start = time.monotonic()
     model = onnx.load(str(test_dir / "model.onnx"), load_external_data=False)
     op = op_under_test(test_dir, model)
@@ -183,64 +240,72 @@ def run_test(test_dir: Path, osprey_bin: Path, work_root: Path, newest_opset: in
     if reason:
         return Result(test_dir.name, "not implemented", op, reason)
     downgraded = {i.domain: i.version for i in model.opset_import} != original_opset
+    result = dict(name=test_dir.name, op=op, downgraded=downgraded)
 
     work = Path(tempfile.mkdtemp(prefix=test_dir.name + ".", dir=work_root))
-    model_path = test_dir / "model.onnx"
-    if downgraded:
-        model_path = work / "model.onnx"
-        onnx.save(model, str(model_path))
     initializers = {i.name for i in model.graph.initializer}
     input_names = [i.name for i in model.graph.input if i.name not in initializers]
     output_names = [o.name for o in model.graph.output]
+    constantified = []
 
-    data_sets = sorted(test_dir.glob("test_data_set_*"))
-    for data_set in data_sets:
-        args = [str(osprey_bin), "run", str(model_path)]
+    for data_set in sorted(test_dir.glob("test_data_set_*")):
         input_files = sorted(data_set.glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
-        for i, pb in enumerate(input_files):
-            if i >= len(input_names):
+        feeds = {input_names[i]: _load_value(pb) for i, pb in enumerate(input_files) if i < len(input_names)}
+        run_model = model
+        model_path = test_dir / "model.onnx"
+        if downgraded:
+            model_path = work / "model.onnx"
+            onnx.save(model, str(model_path))
+        for round_ in range(MAX_CONSTANTIFY_ROUNDS + 1):
+            try:
+                proc, out_dir = _run_cli(osprey_bin, model_path, feeds, work, f"{data_set.name}.{round_}")
+            except subprocess.TimeoutExpired:
+                return Result(**result, status="failed", detail=f"no result after {TIMEOUT_S} s", kind="timeout")
+            stderr = proc.stderr.strip()
+            to_fix = _graph_inputs_feeding(run_model, stderr, feeds) if proc.returncode == 1 else set()
+            if not to_fix or round_ == MAX_CONSTANTIFY_ROUNDS:
                 break
-            npy = work / f"{data_set.name}.input_{i}.npy"
-            np.save(npy, _load_value(pb))
-            args += ["--input", f"{input_names[i]}={npy}"]
-        out_dir = work / f"{data_set.name}.out"
-        out_dir.mkdir()
-        args += ["--output-dir", str(out_dir), "--threads", "1"]
-        try:
-            proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Result(test_dir.name, "failed", op, f"no result after {TIMEOUT_S} s", "timeout",
-                          downgraded=downgraded)
-        stderr = proc.stderr.strip()
+            fixed = onnx.ModelProto()
+            fixed.CopyFrom(run_model)
+            kept_inputs = [vi for vi in fixed.graph.input if vi.name not in to_fix]
+            del fixed.graph.input[:]
+            fixed.graph.input.extend(kept_inputs)
+            for name in sorted(to_fix):
+                fixed.graph.initializer.append(numpy_helper.from_array(feeds.pop(name), name))
+                constantified.append(name)
+            run_model = fixed
+            model_path = work / f"{data_set.name}.model{round_}.onnx"
+            onnx.save(run_model, str(model_path))
+        if constantified:
+            result["constant_inputs"] = tuple(constantified)
+
         if proc.returncode != 0:
             if proc.returncode == 1 and UNSUPPORTED_OP_RE.search(stderr):
                 missing = tuple(sorted(set(OP_IN_MESSAGE_RE.findall(stderr.split("unsupported op", 1)[-1]))))
-                return Result(test_dir.name, "not implemented", op, "missing op " + ", ".join(missing or ("?",)),
-                              missing_ops=missing, downgraded=downgraded)
+                return Result(**result, status="not implemented", detail="missing op " + ", ".join(missing or ("?",)),
+                              missing_ops=missing)
             if proc.returncode == 1:
                 kind = "unsupported" if re.search(r"unsupported|not supported", stderr, re.I) else "error"
             else:
                 kind = "crash"
             last_line = stderr.splitlines()[-1] if stderr else f"(no message, exit code {proc.returncode})"
-            return Result(test_dir.name, "failed", op, f"exit {proc.returncode}: {last_line[:300]}", kind,
-                          downgraded=downgraded)
+            return Result(**result, status="failed", detail=f"exit {proc.returncode}: {last_line[:300]}", kind=kind)
         output_files = sorted(data_set.glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
         for i, pb in enumerate(output_files):
             name = output_names[i]
             produced = out_dir / f"{safe_name(name)}.npy"
             if not produced.exists():
                 found = sorted(p.name for p in out_dir.iterdir())
-                return Result(test_dir.name, "failed", op, f"no file for output '{name}' (found {found})", "output",
-                              downgraded=downgraded)
+                return Result(**result, status="failed", detail=f"no file for output '{name}' (found {found})",
+                              kind="output")
             try:
                 actual = np.load(produced, allow_pickle=False)
             except ValueError as e:
-                return Result(test_dir.name, "failed", op, f"unreadable {produced.name}: {e}", "output",
-                              downgraded=downgraded)
+                return Result(**result, status="failed", detail=f"unreadable {produced.name}: {e}", kind="output")
             problem = compare(name, actual, _load_value(pb))
             if problem:
-                return Result(test_dir.name, "failed", op, problem[1], problem[0], downgraded=downgraded)
-    return Result(test_dir.name, "passed", op, downgraded=downgraded, seconds=time.monotonic() - start)
+                return Result(**result, status="failed", detail=problem[1], kind=problem[0])
+    return Result(**result, status="passed", seconds=time.monotonic() - start)
 
 
 def run_all(osprey_bin: Path, name_filter: str = None, workers: int = WORKERS, progress=None) -> list:
@@ -272,6 +337,8 @@ def format_summary(results: list, exclusions: dict, seconds: float) -> str:
         f"  not implemented  {by_status['not implemented']:5d}",
         f"  (run at opset {max_opset()} after an opset bump that changed only types: "
         f"{sum(r.downgraded for r in results)})",
+        f"  (run with shape-determining inputs as initializers: {sum(bool(r.constant_inputs) for r in results)}, "
+        f"of which passed {sum(bool(r.constant_inputs) and r.status == 'passed' for r in results)})",
         "",
     ]
 

@@ -115,7 +115,8 @@ void RunGemms(const std::vector<GemmOperands>& ops, int64_t m, int64_t n, int64_
   const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
   const int64_t tiles_per_op = row_tiles * col_tiles;
   const int64_t total = static_cast<int64_t>(ops.size()) * tiles_per_op;
-  const bool parallel = total > 1 && static_cast<int64_t>(ops.size()) * m * n * std::max<int64_t>(k, 1) >= kMinParallelWork;
+  const bool parallel =
+      total > 1 && static_cast<int64_t>(ops.size()) * m * n * std::max<int64_t>(k, 1) >= kMinParallelWork;
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t t = 0; t < total; ++t) {
     const GemmOperands& op = ops[t / tiles_per_op];
@@ -228,7 +229,8 @@ void ConvRef(KernelContext& ctx) {
       cols = col.data();
     }
     for (int64_t gi = 0; gi < group; ++gi)
-      ops[gi] = {wd + gi * group_out * depth, cols + gi * depth * out_vol, yd + (n * out_channels + gi * group_out) * out_vol};
+      ops[gi] = {wd + gi * group_out * depth, cols + gi * depth * out_vol,
+                 yd + (n * out_channels + gi * group_out) * out_vol};
     RunGemms(ops, group_out, out_vol, depth, depth, out_vol, out_vol);
   }
   const float* bias = ctx.HasIn(2) ? ctx.In(2).data<float>() : nullptr;

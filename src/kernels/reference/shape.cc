@@ -56,10 +56,18 @@ void CopyRow(size_t es, const char* src, int64_t stride, int64_t n, char* dst) {
     return;
   }
   switch (es) {
-    case 1: CopyRowFixed<1>(src, stride, n, dst); break;
-    case 2: CopyRowFixed<2>(src, stride, n, dst); break;
-    case 4: CopyRowFixed<4>(src, stride, n, dst); break;
-    case 8: CopyRowFixed<8>(src, stride, n, dst); break;
+    case 1:
+      CopyRowFixed<1>(src, stride, n, dst);
+      break;
+    case 2:
+      CopyRowFixed<2>(src, stride, n, dst);
+      break;
+    case 4:
+      CopyRowFixed<4>(src, stride, n, dst);
+      break;
+    case 8:
+      CopyRowFixed<8>(src, stride, n, dst);
+      break;
     default:
       for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * es, src + i * stride * static_cast<int64_t>(es), es);
   }
@@ -110,7 +118,8 @@ void CopyKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
   Tensor& out = ctx.Out(0);
   if (out.nbytes() != in.nbytes() || out.dtype() != in.dtype())
-    Internal(ctx.node, "output " + ShapeToString(out.shape()) + " does not hold the input " + ShapeToString(in.shape()));
+    Internal(ctx.node,
+             "output " + ShapeToString(out.shape()) + " does not hold the input " + ShapeToString(in.shape()));
   if (out.raw() != in.raw()) CopyBytes(out.raw(), in.raw(), in.nbytes());
 }
 
@@ -225,7 +234,8 @@ void SliceKernel(KernelContext& ctx) {
   if (!axes_given)
     for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
   if (!steps_given) steps.assign(n, 1);
-  if (ends.size() != n || axes.size() != n || steps.size() != n) Internal(ctx.node, "starts/ends/axes/steps lengths differ");
+  if (ends.size() != n || axes.size() != n || steps.size() != n)
+    Internal(ctx.node, "starts/ends/axes/steps lengths differ");
   std::vector<int64_t> first(rank, 0), step(rank, 1);
   Shape expected = in.shape();
   for (size_t i = 0; i < n; ++i) {
@@ -635,8 +645,8 @@ AxisTaps BuildTaps(const ResizeParams& p, int64_t d, int64_t in, int64_t out, in
       n = 2;
     } else {  // cubic: taps base-1 .. base+2 at distances 1+r, r, 1-r, 2-r
       double a = p.cubic_a, r = ratio;
-      auto outer_weight = [a](double s) { return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a; };   // 1 <= |s| < 2
-      auto inner_weight = [a](double s) { return ((a + 2) * s - (a + 3)) * s * s + 1; };          // |s| <= 1
+      auto outer_weight = [a](double s) { return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a; };  // 1 <= |s| < 2
+      auto inner_weight = [a](double s) { return ((a + 2) * s - (a + 3)) * s * s + 1; };        // |s| <= 1
       idx = {base - 1, base, base + 1, base + 2};
       w = {outer_weight(r + 1), inner_weight(r), inner_weight(1 - r), outer_weight(2 - r)};
       n = 4;

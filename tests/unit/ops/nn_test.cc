@@ -104,8 +104,8 @@ Tensor NaiveConvTranspose2d(const Tensor& x, const Tensor& w, const float* bias,
                 int64_t ox = ix * stride[1] - pad_begin[1] + kx * dilation[1];
                 if (oy < 0 || oy >= out[0] || ox < 0 || ox >= out[1]) continue;
                 int64_t oc = (c / Cg) * Mg + m;
-                yd[((n * M + oc) * out[0] + oy) * out[1] + ox] +=
-                    xd[((n * C + c) * x.dim(2) + iy) * x.dim(3) + ix] * wd[((c * Mg + m) * w.dim(2) + ky) * w.dim(3) + kx];
+                yd[((n * M + oc) * out[0] + oy) * out[1] + ox] += xd[((n * C + c) * x.dim(2) + iy) * x.dim(3) + ix] *
+                                                                  wd[((c * Mg + m) * w.dim(2) + ky) * w.dim(3) + kx];
               }
   return y;
 }
@@ -165,8 +165,8 @@ TEST(NnOpsConv, DepthwiseByHandAndWithMultiplier) {
 
   Tensor x2 = RandomTensor({2, 5, 9, 7}, 11);
   Tensor w2 = RandomTensor({10, 1, 3, 3}, 12);  // channel multiplier 2
-  Node node = MakeNode("Conv", 2, 1, {{"group", Attribute::Int(5)}, {"pads", Ints({1, 1, 1, 1})},
-                                      {"strides", Ints({2, 2})}});
+  Node node =
+      MakeNode("Conv", 2, 1, {{"group", Attribute::Int(5)}, {"pads", Ints({1, 1, 1, 1})}, {"strides", Ints({2, 2})}});
   auto out2 = RunReferenceNode(node, {x2, w2});
   ExpectTensorNear(out2[0], NaiveConv2d(x2, w2, nullptr, 5, {2, 2}, {1, 1}, {1, 1, 1, 1}), 1e-4f, 1e-5f);
 }
@@ -180,8 +180,8 @@ TEST(NnOpsConv, DilationByHandAndNaive) {
 
   Tensor x2 = RandomTensor({1, 3, 9, 8}, 13);
   Tensor w2 = RandomTensor({4, 3, 3, 2}, 14);
-  auto out2 = RunReferenceNode(MakeNode("Conv", 2, 1, {{"dilations", Ints({2, 3})}, {"pads", Ints({2, 1, 1, 2})}}),
-                               {x2, w2});
+  auto out2 =
+      RunReferenceNode(MakeNode("Conv", 2, 1, {{"dilations", Ints({2, 3})}, {"pads", Ints({2, 1, 1, 2})}}), {x2, w2});
   ExpectTensorNear(out2[0], NaiveConv2d(x2, w2, nullptr, 1, {1, 1}, {2, 3}, {2, 1, 1, 2}), 1e-4f, 1e-5f);
 }
 
@@ -201,8 +201,8 @@ TEST(NnOpsConv, AsymmetricPadsByHand) {
 TEST(NnOpsConv, StridesMatchNaive) {
   Tensor x = RandomTensor({1, 3, 11, 10}, 17);
   Tensor w = RandomTensor({4, 3, 3, 3}, 18);
-  auto out = RunReferenceNode(MakeNode("Conv", 2, 1, {{"strides", Ints({2, 3})}, {"pads", Ints({1, 1, 1, 1})}}),
-                              {x, w});
+  auto out =
+      RunReferenceNode(MakeNode("Conv", 2, 1, {{"strides", Ints({2, 3})}, {"pads", Ints({1, 1, 1, 1})}}), {x, w});
   ASSERT_EQ(out[0].shape(), (Shape{1, 4, 6, 4}));
   ExpectTensorNear(out[0], NaiveConv2d(x, w, nullptr, 1, {2, 3}, {1, 1}, {1, 1, 1, 1}), 1e-4f, 1e-5f);
 }
@@ -222,9 +222,8 @@ TEST(NnOpsConv, AutoPadSameUpperLowerAndValid) {
   auto same1d = RunReferenceNode(MakeNode("Conv", 2, 1, {{"auto_pad", Attribute::String("SAME_UPPER")}}),
                                  {F32({1, 1, 4}, {1, 2, 3, 4}), F32({1, 1, 3}, {1, 1, 1})});
   ExpectTensorNear(same1d[0], F32({1, 1, 4}, {3, 6, 9, 7}));
-  auto valid = RunReferenceNode(MakeNode("Conv", 2, 1, {{"auto_pad", Attribute::String("VALID")},
-                                                        {"pads", Ints({5, 5, 5, 5})}}),
-                                {x, w});
+  auto valid = RunReferenceNode(
+      MakeNode("Conv", 2, 1, {{"auto_pad", Attribute::String("VALID")}, {"pads", Ints({5, 5, 5, 5})}}), {x, w});
   ExpectTensorNear(valid[0], NaiveConv2d(x, w, nullptr, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}), 1e-4f, 1e-5f);
 }
 
@@ -232,8 +231,9 @@ TEST(NnOpsConv, ThreeDMatchesNaive) {
   Tensor x = RandomTensor({1, 3, 4, 5, 6}, 21);
   Tensor w = RandomTensor({2, 3, 2, 3, 2}, 22);
   Tensor b = RandomTensor({2}, 23);
-  Node node = MakeNode("Conv", 3, 1, {{"pads", Ints({1, 0, 1, 0, 1, 1})}, {"strides", Ints({1, 2, 1})},
-                                      {"kernel_shape", Ints({2, 3, 2})}});
+  Node node =
+      MakeNode("Conv", 3, 1,
+               {{"pads", Ints({1, 0, 1, 0, 1, 1})}, {"strides", Ints({1, 2, 1})}, {"kernel_shape", Ints({2, 3, 2})}});
   auto out = RunReferenceNode(node, {x, w, b});
   ConvParams p;
   p.pad_begin = {1, 0, 1};
@@ -274,13 +274,13 @@ TEST(NnOpsConv, BadInputsThrow) {
   // X has 4 channels, W expects 3.
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1), {x, RandomTensor({2, 3, 3, 3}, 29)}), Error);
   // group 3 does not divide 4 input channels.
-  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"group", Attribute::Int(3)}}),
-                                {x, RandomTensor({3, 1, 3, 3}, 30)}),
-               Error);
+  EXPECT_THROW(
+      RunReferenceNode(MakeNode("Conv", 2, 1, {{"group", Attribute::Int(3)}}), {x, RandomTensor({3, 1, 3, 3}, 30)}),
+      Error);
   // group 2 does not divide 3 output channels.
-  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"group", Attribute::Int(2)}}),
-                                {x, RandomTensor({3, 2, 3, 3}, 31)}),
-               Error);
+  EXPECT_THROW(
+      RunReferenceNode(MakeNode("Conv", 2, 1, {{"group", Attribute::Int(2)}}), {x, RandomTensor({3, 2, 3, 3}, 31)}),
+      Error);
   Tensor w = RandomTensor({2, 4, 3, 3}, 32);
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 3, 1), {x, w, RandomTensor({3}, 33)}), Error);  // bias size
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"kernel_shape", Ints({2, 2})}}), {x, w}), Error);
@@ -289,15 +289,15 @@ TEST(NnOpsConv, BadInputsThrow) {
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"auto_pad", Attribute::String("SAME")}}), {x, w}), Error);
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1), {RandomTensor({1, 4, 2, 2}, 34), w}), Error);  // too small
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1), {RandomTensor({4, 5, 5}, 35), w}), Error);     // rank
-  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1), {Tensor::FromVector<int64_t>({1, 4, 3, 3}, std::vector<int64_t>(36)), w}),
+  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1),
+                                {Tensor::FromVector<int64_t>({1, 4, 3, 3}, std::vector<int64_t>(36)), w}),
                Error);  // dtype
   // Residual of the wrong shape, and a residual input without the attribute.
   AttributeMap fused = {{"_residual", Attribute::Int(1)}};
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 4, 1, fused), {x, w, Tensor(), RandomTensor({1, 2, 3, 4}, 36)}),
                Error);
   EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 4, 1), {x, w, Tensor(), RandomTensor({1, 2, 3, 3}, 37)}), Error);
-  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"_activation", Attribute::String("Swish")}}), {x, w}),
-               Error);
+  EXPECT_THROW(RunReferenceNode(MakeNode("Conv", 2, 1, {{"_activation", Attribute::String("Swish")}}), {x, w}), Error);
 }
 
 // ---------------------------------------------------------------- ConvTranspose
@@ -312,8 +312,9 @@ TEST(NnOpsConvTranspose, SmallCasesByHand) {
   auto s2 = RunReferenceNode(MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({2, 2})}}), {x, w});
   ExpectTensorNear(s2[0], F32({1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
   // Stride 2 with pads 1 on every side crops the border; bias adds 0.5.
-  auto cropped = RunReferenceNode(MakeNode("ConvTranspose", 3, 1, {{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}),
-                                  {x, w, F32({1}, {0.5f})});
+  auto cropped =
+      RunReferenceNode(MakeNode("ConvTranspose", 3, 1, {{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}),
+                       {x, w, F32({1}, {0.5f})});
   ExpectTensorNear(cropped[0], F32({1, 1, 2, 2}, {1.5f, 2.5f, 3.5f, 4.5f}));
 }
 
@@ -322,22 +323,25 @@ TEST(NnOpsConvTranspose, GroupsPadsDilationsOutputPaddingMatchNaive) {
   Tensor w = RandomTensor({4, 3, 3, 2}, 41);  // group 2: 2 in, 3 out channels per group -> 6 outputs
   Tensor b = RandomTensor({6}, 42);
   Node node = MakeNode("ConvTranspose", 3, 1,
-                       {{"group", Attribute::Int(2)}, {"strides", Ints({2, 3})}, {"dilations", Ints({2, 1})},
-                        {"pads", Ints({1, 0, 2, 1})}, {"output_padding", Ints({1, 2})}});
+                       {{"group", Attribute::Int(2)},
+                        {"strides", Ints({2, 3})},
+                        {"dilations", Ints({2, 1})},
+                        {"pads", Ints({1, 0, 2, 1})},
+                        {"output_padding", Ints({1, 2})}});
   auto out = RunReferenceNode(node, {x, w, b});
   // out = s * (in - 1) + output_padding + (k - 1) * d + 1 - pad_begin - pad_end
   std::array<int64_t, 2> expected_out = {2 * 2 + 1 + 2 * 2 + 1 - 3, 3 * 3 + 2 + 1 + 1 - 1};
   ASSERT_EQ(out[0].shape(), (Shape{2, 6, expected_out[0], expected_out[1]}));
-  ExpectTensorNear(out[0], NaiveConvTranspose2d(x, w, b.data<float>(), 2, {2, 3}, {2, 1}, {1, 0}, expected_out),
-                   1e-4f, 1e-5f);
+  ExpectTensorNear(out[0], NaiveConvTranspose2d(x, w, b.data<float>(), 2, {2, 3}, {2, 1}, {1, 0}, expected_out), 1e-4f,
+                   1e-5f);
 }
 
 TEST(NnOpsConvTranspose, OutputShapeAndAutoPad) {
   Tensor x = RandomTensor({1, 2, 3, 3}, 43);
   Tensor w = RandomTensor({2, 3, 3, 3}, 44);
   // output_shape larger than the natural 9x7 output: the extra row/column stays at the end (zero pads at start).
-  auto shaped = RunReferenceNode(MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({3, 2})}, {"output_shape", Ints({10, 8})}}),
-                                 {x, w});
+  auto shaped = RunReferenceNode(
+      MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({3, 2})}, {"output_shape", Ints({10, 8})}}), {x, w});
   ExpectTensorNear(shaped[0], NaiveConvTranspose2d(x, w, nullptr, 1, {3, 2}, {1, 1}, {0, 0}, {10, 8}), 1e-4f, 1e-5f);
   // SAME_UPPER with stride 2: out = 6, total pad = 2 * 2 + 3 - 6 = 1 -> begin 0; SAME_LOWER -> begin 1.
   auto upper = RunReferenceNode(
@@ -351,7 +355,8 @@ TEST(NnOpsConvTranspose, OutputShapeAndAutoPad) {
 }
 
 TEST(NnOpsConvTranspose, BadInputsThrow) {
-  EXPECT_THROW(RunReferenceNode(MakeNode("ConvTranspose", 2, 1), {RandomTensor({1, 3, 2, 2}, 45), RandomTensor({2, 1, 2, 2}, 46)}),
+  EXPECT_THROW(RunReferenceNode(MakeNode("ConvTranspose", 2, 1),
+                                {RandomTensor({1, 3, 2, 2}, 45), RandomTensor({2, 1, 2, 2}, 46)}),
                Error);  // W[0] must equal X channels
   EXPECT_THROW(RunReferenceNode(MakeNode("ConvTranspose", 2, 1, {{"group", Attribute::Int(2)}}),
                                 {RandomTensor({1, 3, 2, 2}, 47), RandomTensor({3, 1, 2, 2}, 48)}),
@@ -384,8 +389,9 @@ TEST(NnOpsNorm, BatchNormalizationMatchesFormula) {
   Tensor x2 = F32({2, 3}, {1, 2, 3, 4, 5, 6});
   auto out2 = RunReferenceNode(MakeNode("BatchNormalization", 5, 1, {{"epsilon", Attribute::Float(0.f)}}),
                                {x2, scale, bias, mean, var});
-  ExpectTensorNear(out2[0], F32({2, 3}, {(1 - 0.2f) * 0.5f + 0.1f, (2 + 0.3f) / 0.5f * 2.f, (3 - 0.f) / 2.f * -1.f + 1.f,
-                                         (4 - 0.2f) * 0.5f + 0.1f, (5 + 0.3f) / 0.5f * 2.f, (6 - 0.f) / 2.f * -1.f + 1.f}));
+  ExpectTensorNear(out2[0],
+                   F32({2, 3}, {(1 - 0.2f) * 0.5f + 0.1f, (2 + 0.3f) / 0.5f * 2.f, (3 - 0.f) / 2.f * -1.f + 1.f,
+                                (4 - 0.2f) * 0.5f + 0.1f, (5 + 0.3f) / 0.5f * 2.f, (6 - 0.f) / 2.f * -1.f + 1.f}));
 }
 
 TEST(NnOpsNorm, BatchNormalizationTrainingUnsupported) {
@@ -412,8 +418,8 @@ TEST(NnOpsNorm, InstanceNormalizationMatchesFormula) {
     for (int i = 0; i < 5; ++i) mean += xp[i] / 5.0;
     for (int i = 0; i < 5; ++i) var += (xp[i] - mean) * (xp[i] - mean) / 5.0;
     for (int i = 0; i < 5; ++i)
-      expected.data<float>()[p * 5 + i] =
-          static_cast<float>((xp[i] - mean) / std::sqrt(var + 1e-2) * scale.data<float>()[p % 3] + bias.data<float>()[p % 3]);
+      expected.data<float>()[p * 5 + i] = static_cast<float>(
+          (xp[i] - mean) / std::sqrt(var + 1e-2) * scale.data<float>()[p % 3] + bias.data<float>()[p % 3]);
   }
   ExpectTensorNear(out[0], expected, 1e-5f, 1e-5f);
 }
@@ -430,7 +436,8 @@ TEST(NnOpsNorm, LayerNormalizationMatchesFormula) {
     for (int i = 0; i < 4; ++i) var += (xr[i] - mean) * (xr[i] - mean) / 4.0;
     double inv = 1.0 / std::sqrt(var + 1e-5);
     for (int i = 0; i < 4; ++i)
-      expected.data<float>()[r * 4 + i] = static_cast<float>((xr[i] - mean) * inv * scale.data<float>()[i] + bias.data<float>()[i]);
+      expected.data<float>()[r * 4 + i] =
+          static_cast<float>((xr[i] - mean) * inv * scale.data<float>()[i] + bias.data<float>()[i]);
     mean_t.data<float>()[r] = static_cast<float>(mean);
     inv_t.data<float>()[r] = static_cast<float>(inv);
   }
@@ -458,15 +465,19 @@ TEST(NnOpsNorm, LayerNormalizationMatchesFormula) {
 TEST(NnOpsNorm, LRNMatchesFormula) {
   Tensor x = RandomTensor({1, 5, 2, 2}, 68);
   const float alpha = 0.01f, beta = 0.6f, bias = 2.f;
-  auto out = RunReferenceNode(MakeNode("LRN", 1, 1, {{"size", Attribute::Int(3)}, {"alpha", Attribute::Float(alpha)},
-                                                     {"beta", Attribute::Float(beta)}, {"bias", Attribute::Float(bias)}}),
+  auto out = RunReferenceNode(MakeNode("LRN", 1, 1,
+                                       {{"size", Attribute::Int(3)},
+                                        {"alpha", Attribute::Float(alpha)},
+                                        {"beta", Attribute::Float(beta)},
+                                        {"bias", Attribute::Float(bias)}}),
                               {x});
   Tensor expected(DType::kF32, x.shape());
   for (int c = 0; c < 5; ++c)
     for (int s = 0; s < 4; ++s) {
       double sq = 0;
       for (int j = std::max(0, c - 1); j <= std::min(4, c + 1); ++j) sq += std::pow(x.data<float>()[j * 4 + s], 2);
-      expected.data<float>()[c * 4 + s] = static_cast<float>(x.data<float>()[c * 4 + s] / std::pow(bias + alpha / 3 * sq, beta));
+      expected.data<float>()[c * 4 + s] =
+          static_cast<float>(x.data<float>()[c * 4 + s] / std::pow(bias + alpha / 3 * sq, beta));
     }
   ExpectTensorNear(out[0], expected, 1e-5f, 1e-6f);
 }
@@ -524,10 +535,12 @@ TEST(NnOpsMatMul, TileTailsAndFusedActivation) {
 
 TEST(NnOpsGemm, TransposesAlphaBetaAndBroadcastC) {
   // A' = A^T is [2, 3], B' = B^T is [3, 2].
-  Tensor a = F32({3, 2}, {1, 4, 2, 5, 3, 6});   // A' = [[1, 2, 3], [4, 5, 6]]
-  Tensor b = F32({2, 3}, {1, 0, 1, 0, 1, 1});   // B' = [[1, 0], [0, 1], [1, 1]]
+  Tensor a = F32({3, 2}, {1, 4, 2, 5, 3, 6});  // A' = [[1, 2, 3], [4, 5, 6]]
+  Tensor b = F32({2, 3}, {1, 0, 1, 0, 1, 1});  // B' = [[1, 0], [0, 1], [1, 1]]
   // A'B' = [[4, 5], [10, 11]]
-  AttributeMap attrs = {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(1)}, {"alpha", Attribute::Float(2.f)},
+  AttributeMap attrs = {{"transA", Attribute::Int(1)},
+                        {"transB", Attribute::Int(1)},
+                        {"alpha", Attribute::Float(2.f)},
                         {"beta", Attribute::Float(0.5f)}};
   auto row = RunReferenceNode(MakeNode("Gemm", 3, 1, attrs), {a, b, F32({2}, {10, 20})});
   ExpectTensorNear(row[0], F32({2, 2}, {8 + 5, 10 + 10, 20 + 5, 22 + 10}));
@@ -535,12 +548,14 @@ TEST(NnOpsGemm, TransposesAlphaBetaAndBroadcastC) {
   ExpectTensorNear(col[0], F32({2, 2}, {8 + 5, 10 + 5, 20 + 10, 22 + 10}));
   auto scalar = RunReferenceNode(MakeNode("Gemm", 3, 1, attrs), {a, b, Tensor::Scalar<float>(4)});
   ExpectTensorNear(scalar[0], F32({2, 2}, {10, 12, 22, 24}));
-  auto no_c = RunReferenceNode(MakeNode("Gemm", 2, 1), {F32({2, 3}, {1, 2, 3, 4, 5, 6}), F32({3, 2}, {1, 0, 0, 1, 1, 1})});
+  auto no_c =
+      RunReferenceNode(MakeNode("Gemm", 2, 1), {F32({2, 3}, {1, 2, 3, 4, 5, 6}), F32({3, 2}, {1, 0, 0, 1, 1, 1})});
   ExpectTensorNear(no_c[0], F32({2, 2}, {4, 5, 10, 11}));
-  auto fused = RunReferenceNode(
-      MakeNode("Gemm", 3, 1, {{"_activation", Attribute::String("Clip")}, {"_alpha", Attribute::Float(0.f)},
-                              {"_beta", Attribute::Float(6.f)}}),
-      {F32({1, 2}, {1, -1}), F32({2, 3}, {1, 0, 9, 0, 1, 0}), F32({1, 3}, {0, 0, 0})});
+  auto fused = RunReferenceNode(MakeNode("Gemm", 3, 1,
+                                         {{"_activation", Attribute::String("Clip")},
+                                          {"_alpha", Attribute::Float(0.f)},
+                                          {"_beta", Attribute::Float(6.f)}}),
+                                {F32({1, 2}, {1, -1}), F32({2, 3}, {1, 0, 9, 0, 1, 0}), F32({1, 3}, {0, 0, 0})});
   ExpectTensorNear(fused[0], F32({1, 3}, {1, 0, 6}));
   // Odd sizes against the naive loop with transB (the usual Linear layer layout).
   Tensor x = RandomTensor({5, 13}, 78), w = RandomTensor({7, 13}, 79), bias = RandomTensor({7}, 80);
@@ -552,7 +567,7 @@ TEST(NnOpsGemm, TransposesAlphaBetaAndBroadcastC) {
   for (int i = 0; i < 35; ++i) expected[i] += bias.data<float>()[i % 7];
   ExpectTensorNear(linear[0], F32({5, 7}, expected), 1e-5f, 1e-5f);
   EXPECT_THROW(RunReferenceNode(MakeNode("Gemm", 3, 1), {x, F32({13, 7}, wt), F32({3}, {1, 2, 3})}),
-               Error);  // C does not broadcast to [5, 7]
+               Error);                                                    // C does not broadcast to [5, 7]
   EXPECT_THROW(RunReferenceNode(MakeNode("Gemm", 2, 1), {x, w}), Error);  // 13 vs 7 without transB
 }
 
@@ -570,10 +585,14 @@ TEST(NnOpsPool, MaxPoolCeilModeAndIndicesByHand) {
   // Column-major indices: h + w * H.
   attrs["storage_order"] = Attribute::Int(1);
   auto col_major = RunReferenceNode(MakeNode("MaxPool", 1, 2, attrs), {x});
-  ExpectTensorNear(col_major[1], Tensor::FromVector<int64_t>({1, 1, 2, 2}, {2 + 2 * 4, 2 + 3 * 4, 3 + 2 * 4, 3 + 3 * 4}));
+  ExpectTensorNear(col_major[1],
+                   Tensor::FromVector<int64_t>({1, 1, 2, 2}, {2 + 2 * 4, 2 + 3 * 4, 3 + 2 * 4, 3 + 3 * 4}));
   // A ceil-mode window that would start in the end padding is dropped: in 4, k 2, s 2, pads (0, 1) -> 2 outputs.
-  auto dropped = RunReferenceNode(MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2})}, {"strides", Ints({2})},
-                                                             {"pads", Ints({0, 1})}, {"ceil_mode", Attribute::Int(1)}}),
+  auto dropped = RunReferenceNode(MakeNode("MaxPool", 1, 1,
+                                           {{"kernel_shape", Ints({2})},
+                                            {"strides", Ints({2})},
+                                            {"pads", Ints({0, 1})},
+                                            {"ceil_mode", Attribute::Int(1)}}),
                                   {F32({1, 1, 4}, {1, 5, 2, 3})});
   ExpectTensorNear(dropped[0], F32({1, 1, 2}, {5, 3}));
 }
@@ -582,7 +601,8 @@ TEST(NnOpsPool, MaxPoolPadsAndChannelsByHand) {
   // Two channels, pads 1 everywhere, kernel 2, stride 2: windows rows {-1,0},{1,2} x cols {-1,0},{1,2}.
   Tensor x = F32({1, 2, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, -1, -2, -3, -4, -5, -6, -7, -8, -9});
   auto out = RunReferenceNode(
-      MakeNode("MaxPool", 1, 2, {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}),
+      MakeNode("MaxPool", 1, 2,
+               {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}),
       {x});
   ExpectTensorNear(out[0], F32({1, 2, 2, 2}, {1, 3, 7, 9, -1, -2, -4, -5}));
   // Indices count the batch and channel offsets (channel 1 starts at 9); padding never wins.
@@ -603,7 +623,8 @@ TEST(NnOpsPool, AveragePoolCountIncludePad) {
   AttributeMap attrs = {{"kernel_shape", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}};
   auto exclude = RunReferenceNode(MakeNode("AveragePool", 1, 1, attrs), {x});
   // Row 0 of the 4x4 output: windows over rows {-1, 0}; only row 0 counts.
-  ExpectTensorNear(exclude[0], F32({1, 1, 4, 4}, {1, 1.5f, 2.5f, 3, 2.5f, 3, 4, 4.5f, 5.5f, 6, 7, 7.5f, 7, 7.5f, 8.5f, 9}));
+  ExpectTensorNear(exclude[0],
+                   F32({1, 1, 4, 4}, {1, 1.5f, 2.5f, 3, 2.5f, 3, 4, 4.5f, 5.5f, 6, 7, 7.5f, 7, 7.5f, 8.5f, 9}));
   attrs["count_include_pad"] = Attribute::Int(1);
   auto include = RunReferenceNode(MakeNode("AveragePool", 1, 1, attrs), {x});
   ExpectTensorNear(include[0], F32({1, 1, 4, 4}, {0.25f, 0.75f, 1.25f, 0.75f, 1.25f, 3, 4, 2.25f, 2.75f, 6, 7, 3.75f,
@@ -615,9 +636,10 @@ TEST(NnOpsPool, AveragePoolCountIncludePad) {
   ceil["count_include_pad"] = Attribute::Int(1);
   ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, ceil), {x1})[0], F32({1, 1, 2}, {2, 7.f / 3}));
   // Strided 1-D with SAME_UPPER: in 5, k 3, s 2 -> out 3, total pad 2 -> 1 each side.
-  auto same = RunReferenceNode(MakeNode("AveragePool", 1, 1, {{"kernel_shape", Ints({3})}, {"strides", Ints({2})},
-                                                              {"auto_pad", Attribute::String("SAME_UPPER")}}),
-                               {F32({1, 1, 5}, {1, 2, 3, 4, 5})});
+  auto same = RunReferenceNode(
+      MakeNode("AveragePool", 1, 1,
+               {{"kernel_shape", Ints({3})}, {"strides", Ints({2})}, {"auto_pad", Attribute::String("SAME_UPPER")}}),
+      {F32({1, 1, 5}, {1, 2, 3, 4, 5})});
   ExpectTensorNear(same[0], F32({1, 1, 3}, {1.5f, 3, 4.5f}));
 }
 
@@ -642,7 +664,8 @@ TEST(NnOpsSoftmax, Opset11CoercesTo2DOpset13UsesOneAxis) {
   for (int n = 0; n < 2; ++n) {
     double sum = 0;
     for (int i = 0; i < 12; ++i) sum += std::exp(xd[n * 12 + i]);
-    for (int i = 0; i < 12; ++i) expected11.data<float>()[n * 12 + i] = static_cast<float>(std::exp(xd[n * 12 + i]) / sum);
+    for (int i = 0; i < 12; ++i)
+      expected11.data<float>()[n * 12 + i] = static_cast<float>(std::exp(xd[n * 12 + i]) / sum);
   }
   ExpectTensorNear(RunReferenceNode(node, {x}, 11)[0], expected11, 1e-5f, 1e-7f);
   // Opset 13: distributions along axis 1 only (3 values, stride 4).

@@ -81,8 +81,11 @@ TEST(ShapeOpsConcat, NegativeAxisWithEmptyInput) {
 
 TEST(ShapeOpsConcat, MismatchesFail) {
   Node n = MakeNode("Concat", 2, 1, {{"axis", Attribute::Int(0)}});
-  ExpectError([&] { RunReferenceNode(n, {F32({2, 3}, {1, 2, 3, 4, 5, 6}), Floats({1, 2, 3})}); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(n, {F32({2, 3}, {1, 2, 3, 4, 5, 6}), Floats({1, 2, 3})});
+      },
+      ErrorCode::kInvalidArgument);
   ExpectError([&] { RunReferenceNode(n, {F32({1, 3}, {1, 2, 3}), F32({1, 2}, {1, 2})}); }, ErrorCode::kInvalidArgument);
   ExpectError([&] { RunReferenceNode(n, {Floats({1}), Ints({1})}); }, ErrorCode::kInvalidArgument);
   Node no_axis = MakeNode("Concat", 2, 1);
@@ -144,12 +147,12 @@ TEST(ShapeOpsSlice, NegativeStepsAndClamping) {
   auto slice_steps = [&](int64_t start, int64_t end, int64_t step) {
     return Run1(n5, {x, Ints({start}), Ints({end}), Ints({0}), Ints({step})}, 13);
   };
-  ExpectTensorNear(slice_steps(-1, -100, -2), Floats({9, 7, 5, 3, 1}));    // end clamps to -1: runs through 0
-  ExpectTensorNear(slice_steps(100, -100, -3), Floats({9, 6, 3, 0}));      // start clamps to dim - 1
-  ExpectTensorNear(slice_steps(2, 1000, 3), Floats({2, 5, 8}));            // end clamps to dim
-  ExpectTensorNear(slice_steps(-100, 3, 1), Floats({0, 1, 2}));            // start clamps to 0
+  ExpectTensorNear(slice_steps(-1, -100, -2), Floats({9, 7, 5, 3, 1}));  // end clamps to -1: runs through 0
+  ExpectTensorNear(slice_steps(100, -100, -3), Floats({9, 6, 3, 0}));    // start clamps to dim - 1
+  ExpectTensorNear(slice_steps(2, 1000, 3), Floats({2, 5, 8}));          // end clamps to dim
+  ExpectTensorNear(slice_steps(-100, 3, 1), Floats({0, 1, 2}));          // start clamps to 0
   ExpectTensorNear(slice_steps(INT64_MAX, INT64_MIN, -4), Floats({9, 5, 1}));
-  ExpectTensorNear(slice_steps(5, 2, 1), Tensor(DType::kF32, {0}));        // empty
+  ExpectTensorNear(slice_steps(5, 2, 1), Tensor(DType::kF32, {0}));  // empty
   ExpectTensorNear(slice_steps(2, 5, -1), Tensor(DType::kF32, {0}));
   // Omitted axes (input 3) default to 0..n-1.
   Node n = MakeNode("Slice", 5, 1);
@@ -165,12 +168,21 @@ TEST(ShapeOpsSlice, NegativeAxesInt32Indices) {
 TEST(ShapeOpsSlice, BadArgumentsFail) {
   Node n = MakeNode("Slice", 5, 1);
   Tensor x = Iota({4});
-  ExpectError([&] { RunReferenceNode(n, {x, Ints({0}), Ints({2}), Ints({0}), Ints({0})}, 13); },
-              ErrorCode::kInvalidArgument);
-  ExpectError([&] { RunReferenceNode(n, {x, Ints({0}), Ints({2}), Ints({1}), Ints({1})}, 13); },
-              ErrorCode::kInvalidArgument);
-  ExpectError([&] { RunReferenceNode(n, {x, Ints({0, 0}), Ints({2}), Ints({0}), Ints({1})}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(n, {x, Ints({0}), Ints({2}), Ints({0}), Ints({0})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(n, {x, Ints({0}), Ints({2}), Ints({1}), Ints({1})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(n, {x, Ints({0, 0}), Ints({2}), Ints({0}), Ints({1})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -257,8 +269,11 @@ TEST(ShapeOpsFlatten, Axes) {
   ExpectTensorNear(Run1(MakeNode("Flatten", 1, 1, {{"axis", Attribute::Int(0)}}), {x}), Iota({1, 24}));
   ExpectTensorNear(Run1(MakeNode("Flatten", 1, 1, {{"axis", Attribute::Int(-1)}}), {x}), Iota({6, 4}));
   ExpectTensorNear(Run1(MakeNode("Flatten", 1, 1), {x}), Iota({2, 12}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Flatten", 1, 1, {{"axis", Attribute::Int(4)}}), {x}); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Flatten", 1, 1, {{"axis", Attribute::Int(4)}}), {x});
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 TEST(ShapeOpsSqueeze, Opset11VersusOpset13) {
@@ -266,6 +281,7 @@ TEST(ShapeOpsSqueeze, Opset11VersusOpset13) {
   ExpectTensorNear(Run1(MakeNode("Squeeze", 1, 1, {{"axes", Attribute::Ints({0})}}), {x}, 11), Iota({3, 1}));
   ExpectTensorNear(Run1(MakeNode("Squeeze", 2, 1), {x, Ints({-1})}, 13), Iota({1, 3}));
   ExpectTensorNear(Run1(MakeNode("Squeeze", 1, 1), {x}, 13), Iota({3}));
+  ExpectTensorNear(Run1(MakeNode("Squeeze", 2, 1), {x, Tensor(DType::kI64, {0})}, 13), Iota({3}));
   ExpectError([&] { RunReferenceNode(MakeNode("Squeeze", 2, 1), {x, Ints({1})}, 13); }, ErrorCode::kInvalidArgument);
 }
 
@@ -275,11 +291,17 @@ TEST(ShapeOpsUnsqueeze, Opset11VersusOpset13) {
   ExpectTensorNear(Run1(MakeNode("Unsqueeze", 2, 1), {x, Ints({-1, 0})}, 13), Iota({1, 2, 3, 1}));
   ExpectTensorNear(Run1(MakeNode("Unsqueeze", 2, 1), {Tensor::Scalar<float>(5), Ints({0})}, 13), Floats({5}));
   // Opset 13 moved axes from the attribute to input 1.
-  ExpectError([&] { RunReferenceNode(MakeNode("Unsqueeze", 1, 1, {{"axes", Attribute::Ints({0})}}), {x}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Unsqueeze", 1, 1, {{"axes", Attribute::Ints({0})}}), {x}, 13);
+      },
+      ErrorCode::kInvalidArgument);
   ExpectError([&] { RunReferenceNode(MakeNode("Unsqueeze", 2, 1), {x, Ints({0})}, 11); }, ErrorCode::kInvalidArgument);
-  ExpectError([&] { RunReferenceNode(MakeNode("Unsqueeze", 2, 1), {x, Ints({1, -3})}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Unsqueeze", 2, 1), {x, Ints({1, -3})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -294,11 +316,15 @@ TEST(ShapeOpsTranspose, PermOddShape) {
   Tensor expected(DType::kF32, {5, 13, 3});
   for (int64_t a = 0; a < 3; ++a)
     for (int64_t b = 0; b < 5; ++b)
-      for (int64_t c = 0; c < 13; ++c) expected.data<float>()[(b * 13 + c) * 3 + a] = static_cast<float>((a * 5 + b) * 13 + c);
+      for (int64_t c = 0; c < 13; ++c)
+        expected.data<float>()[(b * 13 + c) * 3 + a] = static_cast<float>((a * 5 + b) * 13 + c);
   ExpectTensorNear(out, expected);
   ExpectTensorNear(Run1(MakeNode("Transpose", 1, 1), {Tensor(DType::kF32, {0, 3})}), Tensor(DType::kF32, {3, 0}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Transpose", 1, 1, {{"perm", Attribute::Ints({0, 0, 1})}}), {x}); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Transpose", 1, 1, {{"perm", Attribute::Ints({0, 0, 1})}}), {x});
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 TEST(ShapeOpsExpand, Bidirectional) {
@@ -360,8 +386,11 @@ TEST(ShapeOpsPad, NegativePadsCrop) {
   // Crop first, then reflect within what is left: [1, 2, 3] padded by one on the left.
   Node reflect = MakeNode("Pad", 2, 1, {{"mode", Attribute::String("reflect")}});
   ExpectTensorNear(Run1(reflect, {x, Ints({0, 1, 0, -2})}, 13), F32({1, 4}, {2, 1, 2, 3}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Pad", 2, 1), {x, Ints({0, -3, 0, -3})}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Pad", 2, 1), {x, Ints({0, -3, 0, -3})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 TEST(ShapeOpsPad, Opset2AttributesAndOpset18Axes) {
@@ -371,9 +400,12 @@ TEST(ShapeOpsPad, Opset2AttributesAndOpset18Axes) {
   ExpectTensorNear(out, F32({2, 4}, {0, 0, 1, 0, 0, 2, 3, 0}));
   Tensor empty = Run1(MakeNode("Pad", 2, 1), {Tensor(DType::kF32, {0, 2}), Ints({1, 0, 1, 0})}, 13);
   ExpectTensorNear(empty, F32({2, 2}, {0, 0, 0, 0}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Pad", 2, 1, {{"mode", Attribute::String("edge")}}),
-                                     {Tensor(DType::kF32, {0, 2}), Ints({1, 0, 1, 0})}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Pad", 2, 1, {{"mode", Attribute::String("edge")}}),
+                         {Tensor(DType::kF32, {0, 2}), Ints({1, 0, 1, 0})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -410,8 +442,8 @@ TEST(ShapeOpsResize, LinearHalfPixel) {
 
 TEST(ShapeOpsResize, LinearAlignCorners) {
   // x_original = x * (2 - 1) / (4 - 1) = 0, 1/3, 2/3, 1.
-  Tensor out = ResizeTiny({{"mode", Attribute::String("linear")},
-                           {"coordinate_transformation_mode", Attribute::String("align_corners")}});
+  Tensor out = ResizeTiny(
+      {{"mode", Attribute::String("linear")}, {"coordinate_transformation_mode", Attribute::String("align_corners")}});
   ExpectTensorNear(out, FromU({0, 1.0 / 3, 2.0 / 3, 1}));
 }
 
@@ -420,13 +452,14 @@ TEST(ShapeOpsResize, CubicHalfPixel) {
   // x = 0.25: taps -1, 0, 1, 2 at distances 1.25, 0.25, 0.75, 1.75 -> weights -0.10546875, 0.87890625, 0.26171875,
   // -0.03515625; taps 1 and 2 read b, so u = 0.26171875 - 0.03515625 = 0.2265625. x = -0.25: only tap 1 reads b with
   // weight W(1.25) = -0.10546875. x = 0.75 and 1.25 mirror these.
-  ExpectTensorNear(ResizeTiny({{"mode", Attribute::String("cubic")}}), FromU({-0.10546875, 0.2265625, 0.7734375, 1.10546875}));
+  ExpectTensorNear(ResizeTiny({{"mode", Attribute::String("cubic")}}),
+                   FromU({-0.10546875, 0.2265625, 0.7734375, 1.10546875}));
 }
 
 TEST(ShapeOpsResize, CubicAlignCorners) {
   // x = 1/3: u = W(2/3) + W(5/3) = 10/27 - 1/18 = 17/54; x = 2/3: u = W(1/3) + W(4/3) = 43/54 - 1/9 = 37/54.
-  Tensor out = ResizeTiny({{"mode", Attribute::String("cubic")},
-                           {"coordinate_transformation_mode", Attribute::String("align_corners")}});
+  Tensor out = ResizeTiny(
+      {{"mode", Attribute::String("cubic")}, {"coordinate_transformation_mode", Attribute::String("align_corners")}});
   ExpectTensorNear(out, FromU({0, 17.0 / 54, 37.0 / 54, 1}));
 }
 
@@ -443,8 +476,9 @@ TEST(ShapeOpsResize, NearestModes) {
   ExpectTensorNear(run("ceil"), F32({1, 6}, {10, 20, 20, 30, 30, 30}));
   // asymmetric: x_original = 0, 0.5, 1, 1.5, 2, 2.5 separates the two rounding preferences.
   auto asym = [&](const char* mode) {
-    Node n = MakeNode("Resize", 3, 1, {{"nearest_mode", Attribute::String(mode)},
-                                       {"coordinate_transformation_mode", Attribute::String("asymmetric")}});
+    Node n = MakeNode("Resize", 3, 1,
+                      {{"nearest_mode", Attribute::String(mode)},
+                       {"coordinate_transformation_mode", Attribute::String("asymmetric")}});
     return Run1(n, {x, Tensor(), Floats({1, 2})}, 13);
   };
   ExpectTensorNear(asym("round_prefer_floor"), F32({1, 6}, {10, 10, 20, 20, 30, 30}));
@@ -457,9 +491,10 @@ TEST(ShapeOpsResize, NearestModes) {
 
 TEST(ShapeOpsResize, TfCropAndResizeExtrapolates) {
   // Width 4 -> 3 with roi [0.5, 1.5]: x_original = 1.5 + 1.5 * x = 1.5, 3, 4.5 (outside -> extrapolation_value).
-  Node n = MakeNode("Resize", 4, 1, {{"mode", Attribute::String("linear")},
-                                     {"coordinate_transformation_mode", Attribute::String("tf_crop_and_resize")},
-                                     {"extrapolation_value", Attribute::Float(10)}});
+  Node n = MakeNode("Resize", 4, 1,
+                    {{"mode", Attribute::String("linear")},
+                     {"coordinate_transformation_mode", Attribute::String("tf_crop_and_resize")},
+                     {"extrapolation_value", Attribute::Float(10)}});
   Tensor roi = Floats({0, 0, 0, 0.5f, 1, 1, 1, 1.5f});
   Tensor out = Run1(n, {F32({1, 1, 1, 4}, {1, 2, 3, 4}), roi, Tensor(), Ints({1, 1, 1, 3})}, 13);
   ExpectTensorNear(out, F32({1, 1, 1, 3}, {2.5f, 4, 10}));
@@ -469,15 +504,22 @@ TEST(ShapeOpsResize, AxesAndAspectRatio) {
   Node n = MakeNode("Resize", 3, 1, {{"mode", Attribute::String("linear")}, {"axes", Attribute::Ints({2, 3})}});
   ExpectTensorNear(Run1(n, {Tiny(), Tensor(), Floats({2, 2})}, 18), FromU({0, 0.25, 0.75, 1}));
   // not_larger: scale = min(4/2, 3/2) = 1.5 for both axes -> round(2 * 1.5) = 3 on each.
-  Node keep = MakeNode("Resize", 4, 1, {{"keep_aspect_ratio_policy", Attribute::String("not_larger")},
-                                        {"axes", Attribute::Ints({2, 3})}});
+  Node keep =
+      MakeNode("Resize", 4, 1,
+               {{"keep_aspect_ratio_policy", Attribute::String("not_larger")}, {"axes", Attribute::Ints({2, 3})}});
   Tensor out = Run1(keep, {Tiny(), Tensor(), Tensor(), Ints({4, 3})}, 18);
   EXPECT_EQ(ShapeToString(out.shape()), "[1, 1, 3, 3]");
-  ExpectError([&] { RunReferenceNode(MakeNode("Resize", 3, 1, {{"antialias", Attribute::Int(1)}}),
-                                     {Tiny(), Tensor(), Floats({1, 1, 2, 2})}, 18); },
-              ErrorCode::kUnsupported);
-  ExpectError([&] { RunReferenceNode(MakeNode("Resize", 4, 1), {Tiny(), Tensor(), Floats({1, 1, 2, 2}), Ints({1, 1, 4, 4})}, 13); },
-              ErrorCode::kInvalidArgument);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Resize", 3, 1, {{"antialias", Attribute::Int(1)}}),
+                         {Tiny(), Tensor(), Floats({1, 1, 2, 2})}, 18);
+      },
+      ErrorCode::kUnsupported);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Resize", 4, 1), {Tiny(), Tensor(), Floats({1, 1, 2, 2}), Ints({1, 1, 4, 4})}, 13);
+      },
+      ErrorCode::kInvalidArgument);
 }
 
 TEST(ShapeOpsResize, Opset10AndUpsample) {
@@ -514,10 +556,14 @@ TEST(ShapeOpsConstant, ValueForms) {
   ExpectTensorNear(Run1(MakeNode("Constant", 0, 1, {{"value_float", Attribute::Float(1.5f)}}), {}),
                    Tensor::Scalar<float>(1.5f));
   ExpectTensorNear(Run1(MakeNode("Constant", 0, 1, {{"value_floats", Attribute::Floats({1, 2})}}), {}), Floats({1, 2}));
-  ExpectTensorNear(Run1(MakeNode("Constant", 0, 1, {{"value_int", Attribute::Int(3)}}), {}), Tensor::Scalar<int64_t>(3));
+  ExpectTensorNear(Run1(MakeNode("Constant", 0, 1, {{"value_int", Attribute::Int(3)}}), {}),
+                   Tensor::Scalar<int64_t>(3));
   ExpectTensorNear(Run1(MakeNode("Constant", 0, 1, {{"value_ints", Attribute::Ints({4, 5})}}), {}), Ints({4, 5}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Constant", 0, 1, {{"sparse_value", Attribute::Int(0)}}), {}); },
-              ErrorCode::kUnsupported);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Constant", 0, 1, {{"sparse_value", Attribute::Int(0)}}), {});
+      },
+      ErrorCode::kUnsupported);
   ExpectError([&] { RunReferenceNode(MakeNode("Constant", 0, 1), {}); }, ErrorCode::kInvalidArgument);
 }
 
@@ -547,16 +593,20 @@ TEST(ShapeOpsRange, IntAndFloat) {
 TEST(ShapeOpsIdentity, IdentityAndDropout) {
   Tensor x = Tensor::FromVector<int8_t>({3}, {1, -2, 3});
   ExpectTensorNear(Run1(MakeNode("Identity", 1, 1), {x}), x);
-  std::vector<Tensor> outs = RunReferenceNode(MakeNode("Dropout", 2, 2), {Floats({1, 2, 3}), Tensor::Scalar<float>(0.3f)}, 13);
+  std::vector<Tensor> outs =
+      RunReferenceNode(MakeNode("Dropout", 2, 2), {Floats({1, 2, 3}), Tensor::Scalar<float>(0.3f)}, 13);
   ExpectTensorNear(outs[0], Floats({1, 2, 3}));
   Tensor all_true(DType::kBool, {3});
   for (int i = 0; i < 3; ++i) all_true.data<bool>()[i] = true;
   ExpectTensorNear(outs[1], all_true);
-  std::vector<Tensor> old = RunReferenceNode(MakeNode("Dropout", 1, 2, {{"ratio", Attribute::Float(0.5f)}}), {Floats({4, 5})}, 7);
+  std::vector<Tensor> old =
+      RunReferenceNode(MakeNode("Dropout", 1, 2, {{"ratio", Attribute::Float(0.5f)}}), {Floats({4, 5})}, 7);
   ExpectTensorNear(old[1], Floats({1, 1}));
-  ExpectError([&] { RunReferenceNode(MakeNode("Dropout", 3, 1), {Floats({1}), Tensor::Scalar<float>(0.5f),
-                                                                 BoolScalar(true)}, 13); },
-              ErrorCode::kUnsupported);
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Dropout", 3, 1), {Floats({1}), Tensor::Scalar<float>(0.5f), BoolScalar(true)}, 13);
+      },
+      ErrorCode::kUnsupported);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -569,10 +619,12 @@ Tensor DepthInput() {
   return x;
 }
 
-const std::vector<float> kDcr = {0,  18, 1,  19, 2,  20, 36, 54, 37, 55, 38, 56, 3,  21, 4,  22, 5,  23, 39, 57, 40, 58, 41, 59,
-                                 9,  27, 10, 28, 11, 29, 45, 63, 46, 64, 47, 65, 12, 30, 13, 31, 14, 32, 48, 66, 49, 67, 50, 68};
-const std::vector<float> kCrd = {0,  9,  1,  10, 2,  11, 18, 27, 19, 28, 20, 29, 3,  12, 4,  13, 5,  14, 21, 30, 22, 31, 23, 32,
-                                 36, 45, 37, 46, 38, 47, 54, 63, 55, 64, 56, 65, 39, 48, 40, 49, 41, 50, 57, 66, 58, 67, 59, 68};
+const std::vector<float> kDcr = {0,  18, 1,  19, 2,  20, 36, 54, 37, 55, 38, 56, 3,  21, 4,  22,
+                                 5,  23, 39, 57, 40, 58, 41, 59, 9,  27, 10, 28, 11, 29, 45, 63,
+                                 46, 64, 47, 65, 12, 30, 13, 31, 14, 32, 48, 66, 49, 67, 50, 68};
+const std::vector<float> kCrd = {0,  9,  1,  10, 2,  11, 18, 27, 19, 28, 20, 29, 3,  12, 4,  13,
+                                 5,  14, 21, 30, 22, 31, 23, 32, 36, 45, 37, 46, 38, 47, 54, 63,
+                                 55, 64, 56, 65, 39, 48, 40, 49, 41, 50, 57, 66, 58, 67, 59, 68};
 
 TEST(ShapeOpsDepthToSpace, DcrAndCrd) {
   Node dcr = MakeNode("DepthToSpace", 1, 1, {{"blocksize", Attribute::Int(2)}});
