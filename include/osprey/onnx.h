@@ -27,8 +27,7 @@ Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options = 
 
 /// Imports a serialized ModelProto held in memory (`data` is not retained). External data locations are resolved
 /// relative to `base_dir` and must stay inside it; an empty `base_dir` refuses external data.
-Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir,
-                     const OnnxImportOptions& options = {});
+Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options = {});
 
 /// Parses one serialized TensorProto (the ONNX conformance `.pb` files). External data is refused.
 Tensor TensorFromOnnxBytes(const void* data, size_t size);

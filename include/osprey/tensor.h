@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "osprey/error.h"
@@ -131,7 +132,11 @@ class Tensor {
     if (static_cast<size_t>(t.numel()) != values.size())
       throw Error(ErrorCode::kInvalidArgument, "Tensor::FromVector: " + std::to_string(values.size()) +
                                                    " values for shape " + ShapeToString(t.shape()));
-    if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed: copy element by element
+      for (size_t i = 0; i < values.size(); ++i) t.template data<bool>()[i] = values[i];
+    } else if (!values.empty()) {
+      std::memcpy(t.raw(), values.data(), values.size() * sizeof(T));
+    }
     return t;
   }
   /// Scalar (rank-0) tensor.

@@ -44,9 +44,9 @@ std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions
       if (first.value < 0) {
         if (options.batch > 0) shape[0] = options.batch;
       } else if (options.batch > 0 && first.value != options.batch) {
-        throw Error(ErrorCode::kInvalidArgument, "--batch " + std::to_string(options.batch) + ": input '" +
-                                                     info.name + "' has a fixed batch dim of " +
-                                                     std::to_string(first.value) + " " + info.ShapeString());
+        throw Error(ErrorCode::kInvalidArgument, "--batch " + std::to_string(options.batch) + ": input '" + info.name +
+                                                     "' has a fixed batch dim of " + std::to_string(first.value) + " " +
+                                                     info.ShapeString());
       }
       if (batch == 0) batch = shape[0];
     }
@@ -144,12 +144,14 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     if (options.profile) {
       nlohmann::json types = nlohmann::json::array();
       for (const auto& [op, ms] : by_type)
-        types.push_back({{"op_type", op}, {"nodes", op_type_nodes[op]}, {"ms_per_iter", Round3(ms / iters)},
+        types.push_back({{"op_type", op},
+                         {"nodes", op_type_nodes[op]},
+                         {"ms_per_iter", Round3(ms / iters)},
                          {"percent", Round3(profiled_total > 0 ? 100.0 * ms / profiled_total : 0)}});
       nlohmann::json nodes = nlohmann::json::array();
       for (const NodeTotal& t : by_node)
-        nodes.push_back({{"node", t.name}, {"op_type", t.op_type}, {"kernel", t.kernel},
-                         {"ms_per_iter", Round3(t.ms / iters)}});
+        nodes.push_back(
+            {{"node", t.name}, {"op_type", t.op_type}, {"kernel", t.kernel}, {"ms_per_iter", Round3(t.ms / iters)}});
       j["profile"] = {{"op_types", types}, {"top_nodes", nodes}};
     }
     out << j.dump() << "\n";
@@ -160,8 +162,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
       << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "") << "\n";
   out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
-  out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min "
-      << Fixed(min, 3) << " ms   mean " << Fixed(mean, 3) << " ms\n";
+  out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min " << Fixed(min, 3)
+      << " ms   mean " << Fixed(mean, 3) << " ms\n";
   out << "throughput:  " << Fixed(images_per_s, 1) << " images/s\n";
   if (options.profile) {
     out << "\ntime per op type (ms per iteration):\n";
@@ -169,8 +171,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     for (const auto& [op, ms] : by_type) width = std::max(width, op.size());
     for (const auto& [op, ms] : by_type)
       out << "  " << std::left << std::setw(static_cast<int>(width)) << op << std::right << std::setw(10)
-          << Fixed(ms / iters, 3) << " ms " << std::setw(6) << Fixed(profiled_total > 0 ? 100 * ms / profiled_total : 0, 1)
-          << "%  (" << op_type_nodes[op] << " nodes)\n";
+          << Fixed(ms / iters, 3) << " ms " << std::setw(6)
+          << Fixed(profiled_total > 0 ? 100 * ms / profiled_total : 0, 1) << "%  (" << op_type_nodes[op] << " nodes)\n";
     out << "\ntop " << by_node.size() << " nodes (ms per iteration):\n";
     size_t name_width = 4, type_width = 7;
     for (const NodeTotal& t : by_node) {
@@ -179,7 +181,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     }
     for (const NodeTotal& t : by_node)
       out << "  " << std::left << std::setw(static_cast<int>(name_width)) << t.name << "  "
-          << std::setw(static_cast<int>(type_width)) << t.op_type << std::right << std::setw(10) << Fixed(t.ms / iters, 3) << " ms  " << t.kernel << "\n";
+          << std::setw(static_cast<int>(type_width)) << t.op_type << std::right << std::setw(10)
+          << Fixed(t.ms / iters, 3) << " ms  " << t.kernel << "\n";
   }
   return 0;
 }

@@ -21,8 +21,8 @@ std::map<std::string, int64_t> ParseDimOverrides(const std::vector<std::string>&
     int64_t v = -1;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     if (ec != std::errc() || end != value.data() + value.size() || v < 0)
-      throw Error(ErrorCode::kInvalidArgument, "--dims " + symbol + ": expected a non-negative integer, got '" +
-                                                   value + "'");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--dims " + symbol + ": expected a non-negative integer, got '" + value + "'");
     dims[symbol] = v;
   }
   return dims;
@@ -32,7 +32,8 @@ Shape ConcreteInputShape(const ValueInfo& info, const std::map<std::string, int6
   if (!info.has_shape)
     throw Error(ErrorCode::kInvalidArgument, "input '" + info.name +
                                                  "' declares no shape, so random values cannot be made for it; "
-                                                 "give it with --input " + info.name + "=FILE.npy");
+                                                 "give it with --input " +
+                                                 info.name + "=FILE.npy");
   Shape shape;
   for (const Dim& d : info.dims) {
     if (d.value >= 0) {
@@ -55,9 +56,12 @@ Tensor RandomInput(DType dtype, const Shape& shape, uint64_t* state) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     float v = static_cast<float>(z >> 40) / 16777216.f;
-    if (dtype == DType::kF32) t.data<float>()[i] = v;
-    else if (dtype == DType::kF16) t.data<uint16_t>()[i] = FloatToHalf(v);
-    else t.data<uint16_t>()[i] = FloatToBFloat16(v);
+    if (dtype == DType::kF32)
+      t.data<float>()[i] = v;
+    else if (dtype == DType::kF16)
+      t.data<uint16_t>()[i] = FloatToHalf(v);
+    else
+      t.data<uint16_t>()[i] = FloatToBFloat16(v);
   }
   return t;
 }
@@ -65,8 +69,8 @@ Tensor RandomInput(DType dtype, const Shape& shape, uint64_t* state) {
 std::string SanitizeFileName(const std::string& name) {
   std::string out;
   for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     out += ok ? c : '_';
   }
   if (out.empty() || out == "." || out == "..") out = "_" + out;
@@ -79,7 +83,8 @@ std::vector<std::string> UnsupportedOps(const Graph& graph) {
   const OpRegistry& registry = OpRegistry::Get();
   for (const Node& n : graph.nodes) {
     bool known = (n.domain.empty() || n.domain == "ai.onnx") && registry.Find(n.op_type) != nullptr;
-    if (!known) unsupported.push_back((n.domain.empty() ? "" : n.domain + ".") + n.op_type + " (node '" + n.name + "')");
+    if (!known)
+      unsupported.push_back((n.domain.empty() ? "" : n.domain + ".") + n.op_type + " (node '" + n.name + "')");
   }
   return unsupported;
 }

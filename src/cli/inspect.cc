@@ -15,8 +15,10 @@ nlohmann::json DimsJson(const ValueInfo& info) {
   if (!info.has_shape) return nullptr;
   nlohmann::json dims = nlohmann::json::array();
   for (const Dim& d : info.dims) {
-    if (d.value >= 0) dims.push_back(d.value);
-    else dims.push_back(d.symbol.empty() ? "?" : d.symbol);
+    if (d.value >= 0)
+      dims.push_back(d.value);
+    else
+      dims.push_back(d.symbol.empty() ? "?" : d.symbol);
   }
   return dims;
 }

@@ -56,8 +56,8 @@ int RunRun(const RunOptions& options, std::ostream& out) {
   std::error_code ec;
   std::filesystem::create_directories(options.output_dir, ec);
   if (ec)
-    throw Error(ErrorCode::kUnavailable, "cannot create output directory '" + options.output_dir + "': " +
-                                             ec.message());
+    throw Error(ErrorCode::kUnavailable,
+                "cannot create output directory '" + options.output_dir + "': " + ec.message());
   std::set<std::string> used;
   for (auto& [name, tensor] : outputs) {
     std::string base = SanitizeFileName(name);
@@ -73,8 +73,8 @@ int RunRun(const RunOptions& options, std::ostream& out) {
       note = " (bfloat16 written as float32)";
     }
     WriteNpy(path, to_write);
-    out << name << "  " << DTypeName(tensor.dtype()) << "  " << ShapeToString(tensor.shape()) << "  -> " << path
-        << note << "\n";
+    out << name << "  " << DTypeName(tensor.dtype()) << "  " << ShapeToString(tensor.shape()) << "  -> " << path << note
+        << "\n";
   }
   return 0;
 }

@@ -63,13 +63,12 @@ class HeaderParser {
  private:
   char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\r'))
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r'))
       ++pos_;
   }
   void Expect(char c) {
-    if (Peek() != c)
-      Bad(std::string("header: expected '") + c + "' at offset " + std::to_string(pos_));
+    if (Peek() != c) Bad(std::string("header: expected '") + c + "' at offset " + std::to_string(pos_));
     ++pos_;
   }
   bool Consume(std::string_view word) {
@@ -166,20 +165,28 @@ DescrInfo ParseDescr(const std::string& descr) {
   if (code == "i1" && one_byte_ok) return {DType::kI8, 1};
   if (code == "u1" && one_byte_ok) return {DType::kU8, 1};
   if (code == "b1" && one_byte_ok) return {DType::kBool, 1};
-  throw Error(ErrorCode::kUnsupported, ".npy dtype '" + descr +
-                                           "' is not supported (supported: <f4 <f2 <f8 |i1 |u1 <i4 <i8 |b1)");
+  throw Error(ErrorCode::kUnsupported,
+              ".npy dtype '" + descr + "' is not supported (supported: <f4 <f2 <f8 |i1 |u1 <i4 <i8 |b1)");
 }
 
 const char* DescrOf(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "<f4";
-    case DType::kF16: return "<f2";
-    case DType::kI8: return "|i1";
-    case DType::kU8: return "|u1";
-    case DType::kI32: return "<i4";
-    case DType::kI64: return "<i8";
-    case DType::kBool: return "|b1";
-    case DType::kBF16: break;
+    case DType::kF32:
+      return "<f4";
+    case DType::kF16:
+      return "<f2";
+    case DType::kI8:
+      return "|i1";
+    case DType::kU8:
+      return "|u1";
+    case DType::kI32:
+      return "<i4";
+    case DType::kI64:
+      return "<i8";
+    case DType::kBool:
+      return "|b1";
+    case DType::kBF16:
+      break;
   }
   throw Error(ErrorCode::kUnsupported,
               std::string(".npy has no ") + DTypeName(dtype) + " dtype; convert the tensor to float32 first");
@@ -199,8 +206,8 @@ Tensor ParseNpy(const void* data, size_t size) {
     Bad("missing the \\x93NUMPY magic (not a .npy file)");
   int major = bytes[6], minor = bytes[7];
   if (minor != 0 || major < 1 || major > 3)
-    throw Error(ErrorCode::kUnsupported, ".npy format version " + std::to_string(major) + "." +
-                                             std::to_string(minor) + " is not supported (1.0, 2.0, 3.0 are)");
+    throw Error(ErrorCode::kUnsupported, ".npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                                             " is not supported (1.0, 2.0, 3.0 are)");
   size_t len_bytes = major == 1 ? 2 : 4;
   size_t prefix = kMagicSize + 2 + len_bytes;
   if (size < prefix) Bad("truncated before the header length");

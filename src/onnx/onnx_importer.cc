@@ -1,10 +1,14 @@
 // ONNX ModelProto -> osprey Graph.
+#include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/onnx_pb.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -36,8 +40,9 @@ int DefaultOpset(const onnx::ModelProto& model) {
   }
   if (opset < 0) Bad("model declares no opset for the default ONNX domain (opset_import is missing)");
   if (opset < kMinOnnxOpset || opset > kMaxOnnxOpset)
-    throw Error(ErrorCode::kUnsupported, "model uses ONNX opset " + std::to_string(opset) + "; osprey supports opsets " +
-                                             std::to_string(kMinOnnxOpset) + ".." + std::to_string(kMaxOnnxOpset) +
+    throw Error(ErrorCode::kUnsupported, "model uses ONNX opset " + std::to_string(opset) +
+                                             "; osprey supports opsets " + std::to_string(kMinOnnxOpset) + ".." +
+                                             std::to_string(kMaxOnnxOpset) +
                                              " (onnx.version_converter can convert it)");
   return opset;
 }
@@ -52,8 +57,9 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
     return info;
   }
   if (!vi.type().has_tensor_type())
-    throw Error(ErrorCode::kUnsupported, what + " is not a tensor (sequence, map, optional and sparse types are "
-                                                "not supported)");
+    throw Error(ErrorCode::kUnsupported, what +
+                                             " is not a tensor (sequence, map, optional and sparse types are "
+                                             "not supported)");
   const auto& tt = vi.type().tensor_type();
   if (tt.elem_type() == onnx::TensorProto_DataType_UNDEFINED) {
     if (is_input) Bad(what + " has no element type");
@@ -84,12 +90,13 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
 
 class Importer {
  public:
-  Importer(const onnx::ModelProto& model, std::string base_dir, const OnnxImportOptions& options)
+  // `model` is consumed: initializer bytes are released as they are converted, to keep peak memory near 1x.
+  Importer(onnx::ModelProto& model, std::string base_dir, const OnnxImportOptions& options)
       : model_(model), base_dir_(std::move(base_dir)), options_(options) {}
 
   Graph Import() {
     if (!model_.has_graph()) Bad("ONNX model has no graph");
-    const onnx::GraphProto& gp = model_.graph();
+    onnx::GraphProto& gp = *model_.mutable_graph();
     graph_.name = gp.name().empty() ? "graph" : gp.name();
     graph_.opset = DefaultOpset(model_);
     if (gp.sparse_initializer_size() > 0)
@@ -114,12 +121,16 @@ class Importer {
     return id;
   }
 
-  void ImportInitializers(const onnx::GraphProto& gp) {
-    for (const auto& tp : gp.initializer()) {
+  void ImportInitializers(onnx::GraphProto& gp) {
+    for (auto& tp : *gp.mutable_initializer()) {
       if (tp.name().empty()) Bad("an initializer has no name");
       if (ids_.count(tp.name())) Bad("initializer '" + tp.name() + "' is defined twice");
       int id = ValueId(tp.name());
       graph_.constants[id] = TensorFromProto(tp, base_dir_, "initializer '" + tp.name() + "'");
+      std::string().swap(*tp.mutable_raw_data());
+      tp.clear_float_data();
+      tp.clear_int32_data();
+      tp.clear_int64_data();
     }
   }
 
@@ -132,6 +143,7 @@ class Importer {
       if (it != ids_.end()) Bad("graph input '" + vi.name() + "' is listed twice");
       int id = ValueId(vi.name());
       graph_.inputs.push_back(id);
+      input_ids_.insert(id);
       graph_.input_infos.push_back(InfoFromProto(vi, /*is_input=*/true));
     }
   }
@@ -141,21 +153,34 @@ class Importer {
     int type = ap.type();
     if (type == onnx::AttributeProto_AttributeType_UNDEFINED) {
       // Old exporters leave the type unset; infer it from the field that is filled.
-      if (ap.has_t()) type = onnx::AttributeProto_AttributeType_TENSOR;
-      else if (ap.has_g()) type = onnx::AttributeProto_AttributeType_GRAPH;
-      else if (ap.has_s()) type = onnx::AttributeProto_AttributeType_STRING;
-      else if (ap.has_i()) type = onnx::AttributeProto_AttributeType_INT;
-      else if (ap.has_f()) type = onnx::AttributeProto_AttributeType_FLOAT;
-      else if (ap.floats_size()) type = onnx::AttributeProto_AttributeType_FLOATS;
-      else if (ap.ints_size()) type = onnx::AttributeProto_AttributeType_INTS;
-      else if (ap.strings_size()) type = onnx::AttributeProto_AttributeType_STRINGS;
-      else if (ap.graphs_size()) type = onnx::AttributeProto_AttributeType_GRAPHS;
-      else Bad(node.Describe() + ": attribute '" + ap.name() + "' has no type and no value");
+      if (ap.has_t())
+        type = onnx::AttributeProto_AttributeType_TENSOR;
+      else if (ap.has_g())
+        type = onnx::AttributeProto_AttributeType_GRAPH;
+      else if (ap.has_s())
+        type = onnx::AttributeProto_AttributeType_STRING;
+      else if (ap.has_i())
+        type = onnx::AttributeProto_AttributeType_INT;
+      else if (ap.has_f())
+        type = onnx::AttributeProto_AttributeType_FLOAT;
+      else if (ap.floats_size())
+        type = onnx::AttributeProto_AttributeType_FLOATS;
+      else if (ap.ints_size())
+        type = onnx::AttributeProto_AttributeType_INTS;
+      else if (ap.strings_size())
+        type = onnx::AttributeProto_AttributeType_STRINGS;
+      else if (ap.graphs_size())
+        type = onnx::AttributeProto_AttributeType_GRAPHS;
+      else
+        Bad(node.Describe() + ": attribute '" + ap.name() + "' has no type and no value");
     }
     switch (type) {
-      case onnx::AttributeProto_AttributeType_FLOAT: return Attribute::Float(ap.f());
-      case onnx::AttributeProto_AttributeType_INT: return Attribute::Int(ap.i());
-      case onnx::AttributeProto_AttributeType_STRING: return Attribute::String(ap.s());
+      case onnx::AttributeProto_AttributeType_FLOAT:
+        return Attribute::Float(ap.f());
+      case onnx::AttributeProto_AttributeType_INT:
+        return Attribute::Int(ap.i());
+      case onnx::AttributeProto_AttributeType_STRING:
+        return Attribute::String(ap.s());
       case onnx::AttributeProto_AttributeType_TENSOR:
         return Attribute::TensorValue(
             TensorFromProto(ap.t(), base_dir_, node.Describe() + " attribute '" + ap.name() + "'"));
@@ -171,10 +196,10 @@ class Importer {
                                       "' (subgraphs are not supported)");
         break;
       default: {
-        std::string kind = onnx::AttributeProto_AttributeType_IsValid(type)
-                               ? onnx::AttributeProto_AttributeType_Name(
-                                     static_cast<onnx::AttributeProto_AttributeType>(type))
-                               : "type " + std::to_string(type);
+        std::string kind =
+            onnx::AttributeProto_AttributeType_IsValid(type)
+                ? onnx::AttributeProto_AttributeType_Name(static_cast<onnx::AttributeProto_AttributeType>(type))
+                : "type " + std::to_string(type);
         attribute_problems_.push_back(node.Describe() + " has attribute '" + ap.name() + "' of kind " + kind +
                                       " (not supported)");
         break;
@@ -212,11 +237,7 @@ class Importer {
     return true;
   }
 
-  bool IsGraphInput(int id) const {
-    for (int in : graph_.inputs)
-      if (in == id) return true;
-    return false;
-  }
+  bool IsGraphInput(int id) const { return input_ids_.count(id) != 0; }
 
   void ImportNodes(const onnx::GraphProto& gp) {
     for (int index = 0; index < gp.node_size(); ++index) {
@@ -316,41 +337,59 @@ class Importer {
     if (!extra.empty()) throw Error(ErrorCode::kUnsupported, extra);
   }
 
-  const onnx::ModelProto& model_;
+  onnx::ModelProto& model_;
   std::string base_dir_;
   OnnxImportOptions options_;
   Graph graph_;
   std::unordered_map<std::string, int> ids_;
+  std::set<int> input_ids_;
   std::vector<std::string> attribute_problems_;
 };
 
-Graph ParseModelBytes(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options,
-                      const std::string& source) {
+void ParseModelProto(const void* data, size_t size, const std::string& source, onnx::ModelProto* model) {
   if (size > static_cast<size_t>(INT_MAX))
     throw Error(ErrorCode::kUnsupported, source + " is larger than 2 GiB; store its weights as external data");
-  onnx::ModelProto model;
-  if (!model.ParseFromArray(data, static_cast<int>(size)))
+  if (!model->ParseFromArray(data, static_cast<int>(size)))
     throw Error(ErrorCode::kInvalidArgument, source + " is not a valid ONNX model (protobuf parse failed)");
-  return Importer(model, base_dir, options).Import();
 }
 
 }  // namespace
 
 Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options) {
-  return ParseModelBytes(data, size, base_dir, options, "the data");
+  onnx::ModelProto model;
+  ParseModelProto(data, size, "the data", &model);
+  return Importer(model, base_dir, options).Import();
 }
 
 Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is a directory, not an ONNX model file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kNotFound, "cannot open model file '" + path + "'");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(ErrorCode::kUnavailable, "error reading model file '" + path + "'");
+  // Parse straight from the file (protobuf reads it in blocks), so the file bytes never sit in memory beside the
+  // parsed model.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorCode::kNotFound, "cannot open model file '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw Error(ErrorCode::kUnavailable, "cannot read model file '" + path + "': " + std::strerror(errno));
+  }
+  if (st.st_size > INT_MAX) {
+    ::close(fd);
+    throw Error(ErrorCode::kUnsupported, "'" + path + "' is larger than 2 GiB; store its weights as external data");
+  }
+  onnx::ModelProto model;
+  bool parsed;
+  {
+    google::protobuf::io::FileInputStream stream(fd);
+    stream.SetCloseOnDelete(true);
+    parsed = model.ParseFromZeroCopyStream(&stream);
+  }
+  if (!parsed)
+    throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is not a valid ONNX model (protobuf parse failed)");
   std::string base_dir = std::filesystem::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
-  return ParseModelBytes(bytes.data(), bytes.size(), base_dir, options, "'" + path + "'");
+  return Importer(model, base_dir, options).Import();
 }
 
 }  // namespace osprey

@@ -21,15 +21,24 @@ std::string OnnxDTypeName(int onnx_type) {
 
 DType DTypeFromOnnx(int onnx_type) {
   switch (onnx_type) {
-    case onnx::TensorProto_DataType_FLOAT: return DType::kF32;
-    case onnx::TensorProto_DataType_FLOAT16: return DType::kF16;
-    case onnx::TensorProto_DataType_BFLOAT16: return DType::kBF16;
-    case onnx::TensorProto_DataType_INT8: return DType::kI8;
-    case onnx::TensorProto_DataType_UINT8: return DType::kU8;
-    case onnx::TensorProto_DataType_INT32: return DType::kI32;
-    case onnx::TensorProto_DataType_INT64: return DType::kI64;
-    case onnx::TensorProto_DataType_BOOL: return DType::kBool;
-    default: break;
+    case onnx::TensorProto_DataType_FLOAT:
+      return DType::kF32;
+    case onnx::TensorProto_DataType_FLOAT16:
+      return DType::kF16;
+    case onnx::TensorProto_DataType_BFLOAT16:
+      return DType::kBF16;
+    case onnx::TensorProto_DataType_INT8:
+      return DType::kI8;
+    case onnx::TensorProto_DataType_UINT8:
+      return DType::kU8;
+    case onnx::TensorProto_DataType_INT32:
+      return DType::kI32;
+    case onnx::TensorProto_DataType_INT64:
+      return DType::kI64;
+    case onnx::TensorProto_DataType_BOOL:
+      return DType::kBool;
+    default:
+      break;
   }
   throw Error(ErrorCode::kUnsupported, "ONNX element type " + OnnxDTypeName(onnx_type) +
                                            " is not supported (supported: FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, "
@@ -92,12 +101,12 @@ Tensor ReadExternal(const onnx::TensorProto& tp, DType dtype, const Shape& shape
   uint64_t available = file_size - offset;
   uint64_t span = length ? *length : available;
   if (span > available)
-    BadTensor(what, "external data range [" + std::to_string(offset) + ", +" + std::to_string(span) +
-                        ") exceeds the " + std::to_string(file_size) + " bytes of '" + location + "'");
+    BadTensor(what, "external data range [" + std::to_string(offset) + ", +" + std::to_string(span) + ") exceeds the " +
+                        std::to_string(file_size) + " bytes of '" + location + "'");
   size_t elem = DTypeSize(dtype);
   if (static_cast<uint64_t>(numel) > span / elem || static_cast<uint64_t>(numel) * elem != span)
-    BadTensor(what, "shape " + ShapeToString(shape) + " needs " + std::to_string(numel) + " x " +
-                        std::to_string(elem) + " bytes but external data has " + std::to_string(span));
+    BadTensor(what, "shape " + ShapeToString(shape) + " needs " + std::to_string(numel) + " x " + std::to_string(elem) +
+                        " bytes but external data has " + std::to_string(span));
   Tensor t(dtype, shape);
   if (span == 0) return t;
   std::ifstream in(file, std::ios::binary);
@@ -144,9 +153,8 @@ Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir,
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
     if (static_cast<uint64_t>(numel) > raw.size() / elem || static_cast<uint64_t>(numel) * elem != raw.size())
-      BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " +
-                          std::to_string(numel) + " x " + std::to_string(elem) + " bytes but raw_data has " +
-                          std::to_string(raw.size()));
+      BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " + std::to_string(numel) +
+                          " x " + std::to_string(elem) + " bytes but raw_data has " + std::to_string(raw.size()));
     Tensor t(dtype, shape);
     // ONNX raw_data is little-endian, as is every machine osprey builds for.
     if (dtype == DType::kBool) {
@@ -188,10 +196,18 @@ Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir,
       const int32_t* src = tp.int32_data().data();
       for (int64_t i = 0; i < numel; ++i) {
         switch (dtype) {
-          case DType::kI8: t.data<int8_t>()[i] = static_cast<int8_t>(src[i]); break;
-          case DType::kU8: t.data<uint8_t>()[i] = static_cast<uint8_t>(src[i]); break;
-          case DType::kBool: t.data<bool>()[i] = src[i] != 0; break;
-          default: t.data<uint16_t>()[i] = static_cast<uint16_t>(src[i]); break;
+          case DType::kI8:
+            t.data<int8_t>()[i] = static_cast<int8_t>(src[i]);
+            break;
+          case DType::kU8:
+            t.data<uint8_t>()[i] = static_cast<uint8_t>(src[i]);
+            break;
+          case DType::kBool:
+            t.data<bool>()[i] = src[i] != 0;
+            break;
+          default:
+            t.data<uint16_t>()[i] = static_cast<uint16_t>(src[i]);
+            break;
         }
       }
       return t;

@@ -5,9 +5,8 @@
 #ifndef ONNX_NAMESPACE
 #define ONNX_NAMESPACE onnx
 #endif
-#include <onnx/onnx_pb.h>
-
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <filesystem>

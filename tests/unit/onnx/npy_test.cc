@@ -1,12 +1,12 @@
 // .npy reader/writer. Oracle: header bytes as numpy 1.x np.save writes them (copied into the test), and values
 // written by hand.
+#include "osprey/npy.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
-#include "osprey/npy.h"
 
 namespace osprey {
 namespace {
@@ -61,8 +61,7 @@ TEST(Npy, WritesExactlyWhatNumpyWrites) {
   std::string one_d = "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }";
   one_d.append(117 - one_d.size(), ' ');
   one_d += '\n';
-  EXPECT_EQ(SerializeNpy(BoolTensor({3}, {1, 0, 1})),
-            Header(1, one_d) + std::string("\x01\x00\x01", 3));
+  EXPECT_EQ(SerializeNpy(BoolTensor({3}, {1, 0, 1})), Header(1, one_d) + std::string("\x01\x00\x01", 3));
 }
 
 void RoundTrip(const Tensor& t) {

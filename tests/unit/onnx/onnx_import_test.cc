@@ -5,10 +5,8 @@
 #ifndef ONNX_NAMESPACE
 #define ONNX_NAMESPACE onnx
 #endif
-#include <onnx/onnx_pb.h>
-
 #include <gtest/gtest.h>
-
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -43,8 +41,10 @@ onnx::ValueInfoProto* AddInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfo
   for (const std::string& d : dims) {
     auto* dim = shape->add_dim();
     if (d.empty()) continue;  // neither value nor param
-    if (d[0] >= '0' && d[0] <= '9') dim->set_dim_value(std::stoll(d));
-    else dim->set_dim_param(d);
+    if (d[0] >= '0' && d[0] <= '9')
+      dim->set_dim_value(std::stoll(d));
+    else
+      dim->set_dim_param(d);
   }
   return vi;
 }
@@ -65,7 +65,8 @@ onnx::TensorProto* AddFloatInit(onnx::GraphProto* g, const std::string& name, co
   t->set_name(name);
   t->set_data_type(onnx::TensorProto_DataType_FLOAT);
   for (int64_t d : dims) t->add_dims(d);
-  if (raw) t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  if (raw)
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
   else
     for (float v : values) t->add_float_data(v);
   return t;
@@ -294,9 +295,9 @@ TEST(OnnxImport, UnsortedNodesAreSortedAndNamed) {
   onnx::ModelProto m = NewModel();
   auto* g = m.mutable_graph();
   AddInfo(g->mutable_input(), "x", onnx::TensorProto_DataType_FLOAT, {"2"});
-  AddNode(g, "Relu", {"b"}, {"c"});          // file index 0, needs b
-  AddNode(g, "Neg", {"a"}, {"b"}, "neg");   // needs a
-  AddNode(g, "Relu", {"x"}, {"a"});          // file index 2
+  AddNode(g, "Relu", {"b"}, {"c"});        // file index 0, needs b
+  AddNode(g, "Neg", {"a"}, {"b"}, "neg");  // needs a
+  AddNode(g, "Relu", {"x"}, {"a"});        // file index 2
   AddInfo(g->mutable_output(), "c", onnx::TensorProto_DataType_FLOAT, {"2"});
   Graph graph = Parse(m);
   ASSERT_EQ(graph.nodes.size(), 3u);
