@@ -60,7 +60,8 @@ dnnl::memory::dims ToDims(const Shape& shape) { return dnnl::memory::dims(shape.
 
 dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims) {
   dnnl::memory::dims strides(dims.size(), 1);
-  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
 }
 

@@ -4,10 +4,9 @@
 //
 // Thread-safety: oneDNN primitives are immutable once created and may be executed from several threads at once.
 // Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or per call.
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstddef>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 

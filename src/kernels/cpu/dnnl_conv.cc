@@ -1,10 +1,11 @@
 // Conv (1-D, 2-D, 3-D) on oneDNN: groups and depthwise, strides, dilations, asymmetric and auto pads, bias, and the
 // fused residual add and activation of docs/architecture.md as post-ops.
+#include "kernels/cpu/dnnl_conv.h"
+
 #include <algorithm>
 #include <unordered_map>
 
 #include "kernels/cpu/dnnl_common.h"
-#include "kernels/cpu/dnnl_conv.h"
 
 namespace osprey::cpu {
 namespace {
@@ -86,9 +87,12 @@ memory::desc WeightDesc(const ConvGeometry& g, bool plain) {
 // Tag for a channels-last layout of the given rank.
 memory::format_tag ChannelsLastTag(size_t rank) {
   switch (rank) {
-    case 3: return memory::format_tag::nwc;
-    case 4: return memory::format_tag::nhwc;
-    default: return memory::format_tag::ndhwc;
+    case 3:
+      return memory::format_tag::nwc;
+    case 4:
+      return memory::format_tag::nhwc;
+    default:
+      return memory::format_tag::ndhwc;
   }
 }
 
@@ -125,10 +129,10 @@ class DnnlConvKernel final : public Kernel {
         dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, memory::format_tag::any);
         break;
     }
-    memory::desc bias_md = has_bias_ ? PlainDesc({g.w[0]}) : memory::desc();
+    bias_md_ = has_bias_ ? PlainDesc({g.w[0]}) : memory::desc();
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         src_md, WeightDesc(g, false), bias_md, dst_md, g.strides, g.dilates,
-                                         g.pad_l, g.pad_r);
+                                         src_md, WeightDesc(g, false), bias_md_, dst_md, g.strides, g.dilates, g.pad_l,
+                                         g.pad_r);
 
     // The residual joins before the activation as a sum post-op: the residual is first copied (plain destination)
     // or reordered (any other destination layout) into the destination buffer. A binary-add post-op reading the
@@ -189,7 +193,7 @@ class DnnlConvKernel final : public Kernel {
                                            {DNNL_ARG_WEIGHTS, weight_.memory},
                                            {DNNL_ARG_DST, dst},
                                            {DNNL_ARG_SCRATCHPAD, scratchpad}};
-      if (has_bias_) args.emplace(DNNL_ARG_BIAS, WrapMemory(PlainDesc({y_shape_[1]}), ctx.In(2).raw()));
+      if (has_bias_) args.emplace(DNNL_ARG_BIAS, WrapMemory(bias_md_, ctx.In(2).raw()));
       if (reorder_src_) reorder(src_reorder_, user_src, src);
       if (residual_) {
         const void* residual = ctx.In(3).raw();
@@ -210,7 +214,7 @@ class DnnlConvKernel final : public Kernel {
   dnnl::convolution_forward::primitive_desc pd_;
   dnnl::convolution_forward conv_;
   dnnl::reorder src_reorder_, dst_reorder_, residual_reorder_;
-  memory::desc user_src_md_, user_dst_md_, conv_src_md_, conv_dst_md_, scratch_md_, reorder_scratch_md_;
+  memory::desc user_src_md_, user_dst_md_, conv_src_md_, conv_dst_md_, bias_md_, scratch_md_, reorder_scratch_md_;
   PackedWeight weight_;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
 };
@@ -229,11 +233,12 @@ std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx, ConvLayout
 
 namespace {
 
-// Measured on the 2-core AVX-512 build machine with oneDNN 2.6.3, 2 threads, times including the reorders: oneDNN prefers NHWC here (brgconv). A 1x1 stride-1 convolution on NCHW is one
-// GEMM per image and beats reorder+brgconv (1x1 256->64 on 56x56: 0.34 ms plain vs 0.54 ms; 1x1 1024->256 on 14x14:
-// 0.34 vs 0.39 ms), except that oneDNN's GEMM convolution applies a residual sum *and* an activation in a slow
-// scalar pass (3.2 ms vs 0.78 ms). Everything else (3x3, 7x7 stride 2, grouped, depthwise) is 1.7-5x faster with
-// the reorders (3x3 64->64 on 56x56: 1.30 ms plain vs 0.72 ms).
+// Measured on the 2-core AVX-512 build machine with oneDNN 2.6.3, 2 threads, times including the reorders: oneDNN
+// prefers NHWC here (brgconv). A 1x1 stride-1 convolution on NCHW is one GEMM per image and beats reorder+brgconv (1x1
+// 256->64 on 56x56: 0.34 ms plain vs 0.54 ms; 1x1 1024->256 on 14x14: 0.34 vs 0.39 ms), except that oneDNN's GEMM
+// convolution applies a residual sum *and* an activation in a slow scalar pass (3.2 ms vs 0.78 ms). Everything else
+// (3x3, 7x7 stride 2, grouped, depthwise) is 1.7-5x faster with the reorders (3x3 64->64 on 56x56: 1.30 ms plain vs
+// 0.72 ms).
 ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
   const Shape& w = ctx.input_shapes[1];
   bool pointwise = ctx.node.GetInt("group", 1) == 1;

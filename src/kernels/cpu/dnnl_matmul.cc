@@ -19,12 +19,12 @@ class DnnlMatMulKernel final : public Kernel {
   const char* Name() const override { return name_; }
 
   // What the factories fill before Finish().
-  memory::desc a_md, b_md, dst_md;     // user layouts (b_md also describes a constant B before packing)
-  Shape a_shape, b_shape, out_shape;   // run-time tensor shapes (ONNX shapes, before 1-D promotion)
+  memory::desc a_md, b_md, dst_md;    // user layouts (b_md also describes a constant B before packing)
+  Shape a_shape, b_shape, out_shape;  // run-time tensor shapes (ONNX shapes, before 1-D promotion)
   Source b_source = Source::kInput;
   const void* b_constant = nullptr;
-  float b_scale = 1.f;                 // folded into a constant B while packing
-  float linear_alpha = 1.f;            // post-op scale when it cannot be folded
+  float b_scale = 1.f;       // folded into a constant B while packing
+  float linear_alpha = 1.f;  // post-op scale when it cannot be folded
   Source bias_source = Source::kNone, add_source = Source::kNone;
   memory::desc bias_md, add_md;        // bias: [1, N]; addend: broadcastable to the output
   Shape c_shape;                       // run-time shape of input 2 (bias or addend)
@@ -40,9 +40,9 @@ class DnnlMatMulKernel final : public Kernel {
     }
     if (!AppendFusedActivation(node, ops)) return false;
     attr.set_post_ops(ops);
-    memory::desc weights_md =
-        b_source == Source::kConstant ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any)
-                                      : b_md;
+    memory::desc weights_md = b_source == Source::kConstant
+                                  ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any)
+                                  : b_md;
     dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(a_md, weights_md, bias_md, dst_md)
                                                            : dnnl::matmul::desc(a_md, weights_md, dst_md);
     dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
@@ -73,7 +73,8 @@ class DnnlMatMulKernel final : public Kernel {
           {DNNL_ARG_DST, WrapMemory(dst_md, ctx.Out(0).raw())},
           {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}};
       if (bias_source != Source::kNone)
-        args.emplace(DNNL_ARG_BIAS, bias_source == Source::kConstant ? bias_mem_ : WrapMemory(bias_md, ctx.In(2).raw()));
+        args.emplace(DNNL_ARG_BIAS,
+                     bias_source == Source::kConstant ? bias_mem_ : WrapMemory(bias_md, ctx.In(2).raw()));
       if (add_source != Source::kNone)
         args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(add_post_op_index_) | DNNL_ARG_SRC_1,
                      add_source == Source::kConstant ? add_mem_ : WrapMemory(add_md, ctx.In(2).raw()));
@@ -196,18 +197,24 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
     if ((c2[0] != 1 && c2[0] != m) || (c2[1] != 1 && c2[1] != n)) return nullptr;
     kernel->c_shape = c;
     Source source = Source::kInput;
+    const bool row_vector = c2[0] == 1 && c2[1] == n;
     if (IsConstant(ctx, 2)) {
+      // beta * C, broadcast to the full [M, N] unless it is a row vector: oneDNN 2.6 has optimised binary post-ops
+      // for a full operand but not for a column [M, 1].
       source = Source::kConstant;
-      const Tensor& value = *ctx.input_values[2];
-      kernel->c_constant = Allocator::Host().Allocate(std::max<size_t>(value.nbytes(), 64));
+      if (!row_vector) c2 = {m, n};
+      const float* src = ctx.input_values[2]->data<float>();
+      kernel->c_constant = Allocator::Host().Allocate(std::max<size_t>(NumElements(c2) * sizeof(float), 64));
       float* dst = static_cast<float*>(kernel->c_constant->data());
-      const float* src = value.data<float>();
-      for (int64_t i = 0; i < value.numel(); ++i) dst[i] = beta * src[i];
+      const int64_t c_rows = c.size() == 2 ? c[0] : 1, c_cols = c.empty() ? 1 : c.back();
+      for (int64_t i = 0; i < c2[0]; ++i)
+        for (int64_t j = 0; j < c2[1]; ++j)
+          dst[i * c2[1] + j] = beta * src[(c_rows == 1 ? 0 : i) * c_cols + (c_cols == 1 ? 0 : j)];
     } else if (beta != 1.f) {
       return nullptr;
     }
     // A row vector C is a bias, unless a scale post-op must run first (the bias is added before post-ops).
-    if (c2[0] == 1 && c2[1] == n && kernel->linear_alpha == 1.f) {
+    if (row_vector && kernel->linear_alpha == 1.f) {
       kernel->bias_source = source;
       kernel->bias_md = PlainDesc({1, n});
     } else {

@@ -114,8 +114,8 @@ std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
       if (span < 0 || span / s[i] + 1 != out) {
         const int64_t needed = (out - 1) * s[i] + k_eff - in - pl;
         if (needed < pr) return nullptr;
-        // With count_include_pad the divisor would then count the extra area too; ONNX counts only real pads.
-        if (count_include_pad) return nullptr;
+        // With count_include_pad both oneDNN and ONNX (reference and ONNX Runtime) divide by the whole kernel,
+        // ceil_mode overhang included, so the grown padding changes nothing else.
         pr = needed;
       }
       // A window lying wholly in padding has no defined oneDNN result.

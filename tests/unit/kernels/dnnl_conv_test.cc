@@ -1,0 +1,225 @@
+// oneDNN Conv kernel. Oracle: the reference Conv kernel (kernels/reference), run on the same node and inputs.
+#include "kernels/cpu/dnnl_conv.h"
+
+#include <atomic>
+
+#include "kernel_test_util.h"
+
+namespace osprey::testing {
+namespace {
+
+Attribute Ints(std::vector<int64_t> v) { return Attribute::Ints(std::move(v)); }
+
+Node ConvNode(AttributeMap attrs, int num_inputs = 3) { return MakeNode("Conv", num_inputs, 1, std::move(attrs)); }
+
+void ExpectConv(const Node& node, const Shape& x, const Shape& w, bool bias, uint32_t seed = 1) {
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1),
+                         bias ? RandomTensor({w[0]}, seed + 2) : Tensor()};
+  ExpectFastMatchesReference(node, in, {false, true, true}, "ConvF32Dnnl");
+}
+
+TEST(DnnlConv, Basic3x3Pad1ThreeToFiveChannels) {
+  ExpectConv(ConvNode({{"kernel_shape", Ints({3, 3})}, {"pads", Ints({1, 1, 1, 1})}}), {1, 3, 7, 9}, {5, 3, 3, 3},
+             true);
+}
+
+TEST(DnnlConv, NoBiasNoAttributes) { ExpectConv(ConvNode({}, 2), {2, 5, 7, 9}, {3, 5, 3, 3}, false); }
+
+TEST(DnnlConv, StrideTwoAsymmetricPadsRectangularKernel) {
+  ExpectConv(ConvNode({{"strides", Ints({2, 2})}, {"pads", Ints({0, 1, 2, 1})}}), {2, 13, 7, 9}, {5, 13, 3, 2}, true);
+}
+
+TEST(DnnlConv, TwoGroups) {
+  ExpectConv(ConvNode({{"group", Attribute::Int(2)}, {"pads", Ints({1, 1, 1, 1})}}), {2, 6, 7, 9}, {4, 3, 3, 3}, true);
+}
+
+TEST(DnnlConv, DepthwiseThirteenChannelsWithRelu) {
+  ExpectConv(
+      ConvNode(
+          {{"group", Attribute::Int(13)}, {"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}),
+      {1, 13, 7, 9}, {13, 1, 3, 3}, true);
+}
+
+TEST(DnnlConv, DepthwiseWithChannelMultiplierStrideTwo) {
+  ExpectConv(ConvNode({{"group", Attribute::Int(13)}, {"strides", Ints({2, 2})}, {"pads", Ints({1, 0, 1, 2})}}),
+             {1, 13, 7, 9}, {26, 1, 3, 3}, true);
+}
+
+TEST(DnnlConv, DilationTwo) {
+  ExpectConv(ConvNode({{"dilations", Ints({2, 2})}, {"pads", Ints({2, 1, 2, 1})}}), {1, 5, 9, 11}, {3, 5, 3, 3}, true);
+}
+
+TEST(DnnlConv, SameUpperStrideTwo) {
+  ExpectConv(ConvNode({{"auto_pad", Attribute::String("SAME_UPPER")}, {"strides", Ints({2, 2})}}), {1, 3, 7, 9},
+             {5, 3, 3, 3}, true);
+}
+
+TEST(DnnlConv, SameUpperEvenKernelPadsMoreAtTheEnd) {
+  ExpectConv(ConvNode({{"auto_pad", Attribute::String("SAME_UPPER")}}), {1, 3, 7, 9}, {5, 3, 2, 4}, true);
+}
+
+TEST(DnnlConv, SameLowerEvenKernelPadsMoreAtTheStart) {
+  ExpectConv(ConvNode({{"auto_pad", Attribute::String("SAME_LOWER")}}), {1, 3, 7, 9}, {5, 3, 2, 4}, true);
+}
+
+TEST(DnnlConv, ValidPadding) {
+  ExpectConv(ConvNode({{"auto_pad", Attribute::String("VALID")}, {"strides", Ints({1, 2})}}), {1, 5, 7, 9},
+             {3, 5, 3, 3}, true);
+}
+
+TEST(DnnlConv, PointwiseOneByOne) { ExpectConv(ConvNode({}), {2, 13, 7, 9}, {5, 13, 1, 1}, true); }
+
+TEST(DnnlConv, OneDimensional) {
+  ExpectConv(ConvNode({{"strides", Ints({2})}, {"pads", Ints({1, 2})}}), {2, 5, 11}, {3, 5, 3}, true);
+}
+
+TEST(DnnlConv, ThreeDimensional) {
+  ExpectConv(ConvNode({{"pads", Ints({1, 0, 1, 1, 2, 1})}, {"strides", Ints({1, 2, 1})}}), {1, 3, 5, 6, 7},
+             {4, 3, 3, 3, 3}, true);
+}
+
+// Residual add then Relu: result = relu(conv(x) + r). Covers the reordered (3x3) and plain (1x1) paths.
+void ExpectResidual(const Shape& x, const Shape& w, const std::string& activation, AttributeMap extra = {}) {
+  AttributeMap attrs = std::move(extra);
+  attrs["_residual"] = Attribute::Int(1);
+  if (!activation.empty()) attrs["_activation"] = Attribute::String(activation);
+  Node node = ConvNode(attrs, 4);
+  Shape y{x[0], w[0], x[2], x[3]};
+  std::vector<Tensor> in{RandomTensor(x, 11), RandomTensor(w, 12), RandomTensor({w[0]}, 13), RandomTensor(y, 14)};
+  ExpectFastMatchesReference(node, in, {false, true, true, false}, "ConvF32Dnnl");
+}
+
+TEST(DnnlConv, FusedResidualAndRelu3x3) {
+  ExpectResidual({1, 5, 7, 9}, {13, 5, 3, 3}, "Relu", {{"pads", Ints({1, 1, 1, 1})}});
+}
+
+TEST(DnnlConv, FusedResidualAndRelu1x1) { ExpectResidual({2, 13, 7, 9}, {5, 13, 1, 1}, "Relu"); }
+
+TEST(DnnlConv, FusedResidualWithoutActivation1x1) { ExpectResidual({2, 13, 7, 9}, {5, 13, 1, 1}, ""); }
+
+// The runtime may run the residual add in place: output and residual share one buffer.
+TEST(DnnlConv, FusedResidualInPlace) {
+  for (const Shape& w : {Shape{5, 13, 1, 1}, Shape{5, 13, 3, 3}}) {
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(ShapeToString(w) + (relu ? " relu" : ""));
+      AttributeMap attrs{{"_residual", Attribute::Int(1)}, {"pads", Ints({1, 1, 1, 1})}};
+      if (w[2] == 1) attrs["pads"] = Ints({0, 0, 0, 0});
+      if (relu) attrs["_activation"] = Attribute::String("Relu");
+      Node node = ConvNode(attrs, 4);
+      Tensor residual = RandomTensor({1, 5, 7, 9}, 24);
+      std::vector<Tensor> in{RandomTensor({1, 13, 7, 9}, 21), RandomTensor(w, 22), RandomTensor({5}, 23),
+                             residual.Clone()};
+      std::vector<Tensor> expected = RunReferenceNode(node, in);
+      std::vector<Tensor> outputs;
+      KernelBuildContext bc = MakeBuildContext(node, in, {false, true, true, false}, outputs);
+      std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+      ASSERT_NE(kernel, nullptr);
+      KernelContext kc{node};
+      for (const Tensor& t : in) kc.inputs.push_back(&t);
+      kc.outputs.push_back(&in[3]);  // write over the residual itself
+      kernel->Run(kc);
+      ExpectTensorNear(in[3], expected[0], kFastRtol, kFastAtol);
+    }
+  }
+}
+
+// Every fused activation, with pre-activation values spread over [-6, 6] so clip bounds and saturation are hit.
+TEST(DnnlConv, EveryFusedActivation) {
+  struct Case {
+    std::string name;
+    float alpha, beta;
+  };
+  const std::vector<Case> cases = {
+      {"Relu", 0, 0}, {"LeakyRelu", 0.1f, 0},      {"Clip", 0, 6},      {"Clip", -1.5f, 2.5f}, {"Sigmoid", 0, 0},
+      {"Tanh", 0, 0}, {"HardSigmoid", 0.2f, 0.5f}, {"HardSwish", 0, 0}, {"Silu", 0, 0},        {"Gelu", 0, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + " alpha " + std::to_string(c.alpha) + " beta " + std::to_string(c.beta));
+    Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})},
+                          {"_activation", Attribute::String(c.name)},
+                          {"_alpha", Attribute::Float(c.alpha)},
+                          {"_beta", Attribute::Float(c.beta)}});
+    std::vector<Tensor> in{Scaled(RandomTensor({1, 5, 7, 9}, 31), 2.f), RandomTensor({3, 5, 3, 3}, 32),
+                           RandomTensor({3}, 33)};
+    ExpectFastMatchesReference(node, in, {false, true, true}, "ConvF32Dnnl");
+  }
+}
+
+TEST(DnnlConv, ClipZeroSixWithResidual) {
+  ExpectResidual({1, 5, 7, 9}, {13, 5, 3, 3}, "Clip",
+                 {{"pads", Ints({1, 1, 1, 1})}, {"_alpha", Attribute::Float(0)}, {"_beta", Attribute::Float(6)}});
+}
+
+// Each internal layout choice must give the same result, whatever CreateDnnlConv picks for the shape.
+TEST(DnnlConv, EveryLayoutMatchesReference) {
+  using cpu::ConvLayout;
+  for (ConvLayout layout : {ConvLayout::kPlain, ConvLayout::kChannelsLast, ConvLayout::kPreferred}) {
+    SCOPED_TRACE("layout " + std::to_string(static_cast<int>(layout)));
+    static ConvLayout current;
+    current = layout;
+    auto factory = [](const KernelBuildContext& bc) { return cpu::CreateDnnlConv(bc, current); };
+    Node node = ConvNode({{"pads", Ints({1, 0, 1, 2})},
+                          {"group", Attribute::Int(1)},
+                          {"_residual", Attribute::Int(1)},
+                          {"_activation", Attribute::String("HardSwish")}},
+                         4);
+    std::vector<Tensor> in{Scaled(RandomTensor({2, 13, 7, 9}, 41), 2.f), RandomTensor({5, 13, 3, 3}, 42),
+                           RandomTensor({5}, 43), RandomTensor({2, 5, 7, 9}, 44)};
+    ExpectFastMatchesReference(node, in, {false, true, true, false}, "ConvF32Dnnl", 17, +factory);
+    Node pointwise = ConvNode({{"_activation", Attribute::String("Relu")}});
+    std::vector<Tensor> in2{RandomTensor({1, 13, 7, 9}, 45), RandomTensor({5, 13, 1, 1}, 46), RandomTensor({5}, 47)};
+    ExpectFastMatchesReference(pointwise, in2, {false, true, true}, "ConvF32Dnnl", 17, +factory);
+  }
+}
+
+TEST(DnnlConv, ResNetSizedLayersMatchReference) {
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}), {1, 64, 28, 28},
+             {64, 64, 3, 3}, true);
+  ExpectConv(ConvNode({{"strides", Ints({2, 2})}, {"pads", Ints({3, 3, 3, 3})}}), {1, 3, 32, 32}, {64, 3, 7, 7}, true);
+  ExpectConv(ConvNode({}), {1, 256, 14, 14}, {64, 256, 1, 1}, true);
+}
+
+TEST(DnnlConv, DeclinesRuntimeWeights) {
+  Node node = ConvNode({});
+  std::vector<Tensor> in{RandomTensor({1, 3, 7, 9}, 1), RandomTensor({5, 3, 3, 3}, 2), RandomTensor({5}, 3)};
+  EXPECT_TRUE(FastKernelDeclines(node, in, {false, false, false}));
+  EXPECT_FALSE(FastKernelDeclines(node, in, {false, true, false}));  // a run-time bias is fine
+}
+
+// Several threads run one kernel at once on different inputs (one compiled plan serving concurrent requests).
+TEST(DnnlConv, ConcurrentRunsFromSeveralThreads) {
+  Node node = ConvNode(
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
+  const Tensor weight = RandomTensor({16, 13, 3, 3}, 51), bias = RandomTensor({16}, 52);
+  constexpr int kThreads = 3;
+  std::vector<std::vector<Tensor>> inputs, expected;
+  for (int t = 0; t < kThreads; ++t) {
+    inputs.push_back({RandomTensor({1, 13, 7, 9}, 60 + t), weight, bias, RandomTensor({1, 16, 7, 9}, 70 + t)});
+    expected.push_back(RunReferenceNode(node, inputs.back()));
+  }
+  std::vector<Tensor> scratch_outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs[0], {false, true, true, false}, scratch_outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Tensor out(DType::kF32, {1, 16, 7, 9});
+      for (int iter = 0; iter < 20; ++iter) {
+        KernelContext kc{node};
+        for (const Tensor& in : inputs[t]) kc.inputs.push_back(&in);
+        kc.outputs.push_back(&out);
+        kernel->Run(kc);
+        for (int64_t i = 0; i < out.numel(); ++i) {
+          float e = expected[t][0].data<float>()[i];
+          if (std::fabs(out.data<float>()[i] - e) > kFastAtol + kFastRtol * std::fabs(e)) ++mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+}  // namespace
+}  // namespace osprey::testing

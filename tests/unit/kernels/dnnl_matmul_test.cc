@@ -1,0 +1,105 @@
+// oneDNN MatMul and Gemm kernels. Oracle: the reference MatMul / Gemm kernels, run on the same node and inputs.
+#include "kernel_test_util.h"
+
+namespace osprey::testing {
+namespace {
+
+void ExpectMatMul(const Shape& a, const Shape& b, bool constant_b, AttributeMap attrs = {}) {
+  SCOPED_TRACE(ShapeToString(a) + " x " + ShapeToString(b) + (constant_b ? " (constant B)" : ""));
+  Node node = MakeNode("MatMul", 2, 1, std::move(attrs));
+  ExpectFastMatchesReference(node, {RandomTensor(a, 1), RandomTensor(b, 2)}, {false, constant_b}, "MatMulF32Dnnl");
+}
+
+TEST(DnnlMatMul, TwoDimensional) {
+  ExpectMatMul({5, 13}, {13, 7}, true);
+  ExpectMatMul({5, 13}, {13, 7}, false);
+}
+
+TEST(DnnlMatMul, BatchedWithBroadcastBatchDims) {
+  ExpectMatMul({2, 1, 5, 13}, {3, 13, 7}, false);
+  ExpectMatMul({2, 1, 5, 13}, {3, 13, 7}, true);
+  ExpectMatMul({3, 5, 13}, {3, 13, 7}, false);
+  ExpectMatMul({1, 5, 13}, {2, 3, 13, 7}, true);
+}
+
+TEST(DnnlMatMul, BatchedTimesOneMatrix) {
+  ExpectMatMul({2, 3, 5, 13}, {13, 7}, true);
+  ExpectMatMul({3, 5, 13}, {13, 7}, false);
+}
+
+TEST(DnnlMatMul, OneDimensionalOperands) {
+  ExpectMatMul({13}, {3, 13, 7}, true);
+  ExpectMatMul({2, 5, 13}, {13}, false);
+  ExpectMatMul({13}, {13, 7}, true);
+}
+
+TEST(DnnlMatMul, FusedActivation) {
+  ExpectMatMul({3, 5, 13}, {13, 7}, true, {{"_activation", Attribute::String("Gelu")}});
+  ExpectMatMul({5, 13}, {13, 7}, false, {{"_activation", Attribute::String("Relu")}});
+}
+
+struct GemmCase {
+  Shape a, b, c;  // c empty: no C input
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 1.f;
+  bool constant_b = true, constant_c = true;
+  std::string activation;
+};
+
+void ExpectGemm(const GemmCase& g) {
+  SCOPED_TRACE(ShapeToString(g.a) + " x " + ShapeToString(g.b) + " + " + ShapeToString(g.c) +
+               " transA=" + std::to_string(g.trans_a) + " transB=" + std::to_string(g.trans_b) + " alpha=" +
+               std::to_string(g.alpha) + " beta=" + std::to_string(g.beta) + " constB=" + std::to_string(g.constant_b) +
+               " constC=" + std::to_string(g.constant_c) + " " + g.activation);
+  AttributeMap attrs{{"transA", Attribute::Int(g.trans_a)},
+                     {"transB", Attribute::Int(g.trans_b)},
+                     {"alpha", Attribute::Float(g.alpha)},
+                     {"beta", Attribute::Float(g.beta)}};
+  if (!g.activation.empty()) attrs["_activation"] = Attribute::String(g.activation);
+  const bool has_c = !g.c.empty();
+  Node node = MakeNode("Gemm", has_c ? 3 : 2, 1, attrs);
+  std::vector<Tensor> in{RandomTensor(g.a, 3), RandomTensor(g.b, 4)};
+  if (has_c) in.push_back(RandomTensor(g.c, 5));
+  ExpectFastMatchesReference(node, in, {false, g.constant_b, g.constant_c}, "GemmF32Dnnl");
+}
+
+TEST(DnnlGemm, TransBWithBiasAlphaBeta) {
+  ExpectGemm({.a = {3, 13}, .b = {7, 13}, .c = {7}, .trans_b = true});
+  ExpectGemm({.a = {3, 13}, .b = {7, 13}, .c = {7}, .trans_b = true, .alpha = 0.5f, .beta = 2.f});
+  ExpectGemm({.a = {3, 13}, .b = {7, 13}, .c = {1, 7}, .trans_b = true, .constant_c = false});
+}
+
+TEST(DnnlGemm, ClassifierHead) {
+  ExpectGemm({.a = {1, 2048}, .b = {1000, 2048}, .c = {1000}, .trans_b = true});
+  ExpectGemm({.a = {2, 512}, .b = {1000, 512}, .c = {1000}, .trans_b = true, .activation = "Relu"});
+}
+
+TEST(DnnlGemm, TransposedAAndColumnOrScalarOrFullC) {
+  ExpectGemm({.a = {13, 3}, .b = {13, 7}, .c = {3, 1}, .trans_a = true});
+  ExpectGemm({.a = {13, 3}, .b = {7, 13}, .c = {}, .trans_a = true, .trans_b = true, .constant_c = true});
+  ExpectGemm({.a = {3, 13}, .b = {13, 7}, .c = {1}, .beta = 0.25f});
+  ExpectGemm({.a = {3, 13}, .b = {13, 7}, .c = {3, 7}, .beta = -1.f, .activation = "Tanh"});
+  ExpectGemm({.a = {3, 13}, .b = {13, 7}, .c = {3, 7}, .constant_c = false});
+}
+
+TEST(DnnlGemm, RuntimeBWithAlpha) {
+  ExpectGemm({.a = {3, 13}, .b = {7, 13}, .c = {7}, .trans_b = true, .alpha = 1.5f, .constant_b = false});
+  ExpectGemm({.a = {13, 3},
+              .b = {13, 7},
+              .c = {3, 1},
+              .trans_a = true,
+              .alpha = -0.5f,
+              .beta = 3.f,
+              .constant_b = false,
+              .activation = "Clip"});
+}
+
+TEST(DnnlGemm, DeclinesRuntimeCWithBeta) {
+  Node node = MakeNode("Gemm", 3, 1, {{"beta", Attribute::Float(2.f)}});
+  std::vector<Tensor> in{RandomTensor({3, 13}, 1), RandomTensor({13, 7}, 2), RandomTensor({7}, 3)};
+  EXPECT_TRUE(FastKernelDeclines(node, in, {false, true, false}));
+  EXPECT_FALSE(FastKernelDeclines(node, in, {false, true, true}));
+}
+
+}  // namespace
+}  // namespace osprey::testing

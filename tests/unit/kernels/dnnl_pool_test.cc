@@ -1,0 +1,124 @@
+// oneDNN pooling and softmax kernels. Oracle: the reference kernels, run on the same node and inputs.
+#include "kernel_test_util.h"
+
+namespace osprey::testing {
+namespace {
+
+Attribute Ints(std::vector<int64_t> v) { return Attribute::Ints(std::move(v)); }
+
+void ExpectPool(const std::string& op, const Shape& x, AttributeMap attrs, const std::string& name) {
+  Node node = MakeNode(op, 1, 1, std::move(attrs));
+  ExpectFastMatchesReference(node, {RandomTensor(x, 7)}, {false}, name);
+}
+
+TEST(DnnlPool, MaxPoolResNetStemStyle) {
+  for (int64_t ceil : {0, 1}) {
+    SCOPED_TRACE("ceil_mode " + std::to_string(ceil));
+    ExpectPool("MaxPool", {2, 5, 7, 9},
+               {{"kernel_shape", Ints({3, 3})},
+                {"strides", Ints({2, 2})},
+                {"pads", Ints({1, 1, 1, 1})},
+                {"ceil_mode", Attribute::Int(ceil)}},
+               "MaxPoolF32Dnnl");
+  }
+}
+
+TEST(DnnlPool, MaxPoolCeilModeOverhang) {
+  ExpectPool("MaxPool", {1, 13, 7, 9},
+             {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}, {"ceil_mode", Attribute::Int(1)}},
+             "MaxPoolF32Dnnl");
+  ExpectPool("MaxPool", {1, 3, 7, 9},
+             {{"kernel_shape", Ints({3, 2})},
+              {"strides", Ints({2, 3})},
+              {"pads", Ints({0, 1, 1, 0})},
+              {"ceil_mode", Attribute::Int(1)}},
+             "MaxPoolF32Dnnl");
+}
+
+TEST(DnnlPool, MaxPoolDilationFallsBackOrMatches) {
+  // oneDNN 2.6 pools with dilation only in its reference implementation, so the factory declines today.
+  Node node = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 3})}, {"dilations", Ints({2, 2})}});
+  ExpectMatchIfOffered(node, {RandomTensor({1, 5, 9, 11}, 7)}, {false}, "MaxPoolF32Dnnl");
+}
+
+TEST(DnnlPool, MaxPoolSameUpper) {
+  ExpectPool("MaxPool", {1, 5, 7, 9},
+             {{"kernel_shape", Ints({3, 3})}, {"strides", Ints({2, 2})}, {"auto_pad", Attribute::String("SAME_UPPER")}},
+             "MaxPoolF32Dnnl");
+}
+
+TEST(DnnlPool, MaxPoolOneDimensional) {
+  ExpectPool("MaxPool", {2, 3, 11}, {{"kernel_shape", Ints({3})}, {"strides", Ints({2})}, {"pads", Ints({1, 0})}},
+             "MaxPoolF32Dnnl");
+}
+
+TEST(DnnlPool, ThreeDimensionalPools) {
+  ExpectPool("MaxPool", {1, 3, 5, 6, 7}, {{"kernel_shape", Ints({2, 3, 2})}, {"strides", Ints({2, 2, 2})}},
+             "MaxPoolF32Dnnl");
+  ExpectPool("AveragePool", {1, 3, 5, 6, 7},
+             {{"kernel_shape", Ints({3, 3, 3})},
+              {"pads", Ints({1, 1, 1, 1, 1, 1})},
+              {"ceil_mode", Attribute::Int(1)},
+              {"strides", Ints({2, 2, 2})}},
+             "AveragePoolF32Dnnl");
+}
+
+TEST(DnnlPool, AveragePoolPaddingCountedOrNot) {
+  for (int64_t include : {0, 1}) {
+    for (int64_t ceil : {0, 1}) {
+      SCOPED_TRACE("count_include_pad " + std::to_string(include) + " ceil_mode " + std::to_string(ceil));
+      ExpectPool("AveragePool", {2, 5, 7, 9},
+                 {{"kernel_shape", Ints({3, 3})},
+                  {"strides", Ints({2, 2})},
+                  {"pads", Ints({1, 0, 0, 1})},
+                  {"count_include_pad", Attribute::Int(include)},
+                  {"ceil_mode", Attribute::Int(ceil)}},
+                 "AveragePoolF32Dnnl");
+    }
+  }
+}
+
+TEST(DnnlPool, AveragePoolSameLowerAndPlain) {
+  ExpectPool("AveragePool", {1, 13, 7, 9},
+             {{"kernel_shape", Ints({2, 2})}, {"auto_pad", Attribute::String("SAME_LOWER")}}, "AveragePoolF32Dnnl");
+  ExpectPool("AveragePool", {1, 3, 7, 9}, {{"kernel_shape", Ints({7, 9})}}, "AveragePoolF32Dnnl");
+}
+
+TEST(DnnlPool, GlobalPools) {
+  ExpectPool("GlobalAveragePool", {2, 13, 7, 9}, {}, "GlobalAveragePoolF32Dnnl");
+  ExpectPool("GlobalMaxPool", {2, 13, 7, 9}, {}, "GlobalMaxPoolF32Dnnl");
+  ExpectPool("GlobalAveragePool", {1, 5, 11}, {}, "GlobalAveragePoolF32Dnnl");
+  ExpectPool("GlobalAveragePool", {1, 2048, 7, 7}, {}, "GlobalAveragePoolF32Dnnl");
+}
+
+TEST(DnnlPool, DeclinesMaxPoolWithIndices) {
+  Node node = MakeNode("MaxPool", 1, 2, {{"kernel_shape", Ints({2, 2})}});
+  EXPECT_TRUE(FastKernelDeclines(node, {RandomTensor({1, 3, 7, 9}, 1)}, {false}));
+}
+
+TEST(DnnlSoftmax, LastAxis) {
+  for (const Shape& x : {Shape{3, 13}, Shape{2, 5, 7}, Shape{1, 1000}}) {
+    SCOPED_TRACE(ShapeToString(x));
+    Node softmax = MakeNode("Softmax", 1, 1, {});
+    ExpectFastMatchesReference(softmax, {Scaled(RandomTensor(x, 9), 8.f)}, {false}, "SoftmaxF32Dnnl");
+    Node log_softmax = MakeNode("LogSoftmax", 1, 1, {{"axis", Attribute::Int(-1)}});
+    ExpectFastMatchesReference(log_softmax, {Scaled(RandomTensor(x, 9), 8.f)}, {false}, "LogSoftmaxF32Dnnl");
+  }
+}
+
+TEST(DnnlSoftmax, OldOpsetLastAxisAndInnerAxis) {
+  Node last = MakeNode("Softmax", 1, 1, {{"axis", Attribute::Int(2)}});
+  ExpectFastMatchesReference(last, {RandomTensor({2, 5, 7}, 3)}, {false}, "SoftmaxF32Dnnl", /*opset=*/11);
+  // Before opset 13, axis 1 of a 3-D tensor means "softmax over the flattened [5 * 7]": not a oneDNN axis.
+  Node flattened = MakeNode("Softmax", 1, 1, {{"axis", Attribute::Int(1)}});
+  EXPECT_TRUE(FastKernelDeclines(flattened, {RandomTensor({2, 5, 7}, 3)}, {false}, /*opset=*/11));
+}
+
+TEST(DnnlSoftmax, InnerAxisFallsBackOrMatches) {
+  // oneDNN 2.6 has only a reference softmax over a non-innermost axis of a plain tensor: the factory declines.
+  Node node = MakeNode("Softmax", 1, 1, {{"axis", Attribute::Int(1)}});
+  ExpectMatchIfOffered(node, {RandomTensor({2, 5, 7}, 4)}, {false}, "SoftmaxF32Dnnl");
+}
+
+}  // namespace
+}  // namespace osprey::testing

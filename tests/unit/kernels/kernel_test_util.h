@@ -1,0 +1,114 @@
+#pragma once
+// Runs a fast CPU kernel and the reference kernel on the same node and inputs and compares them.
+//
+// Tolerance: the oneDNN kernels sum in a different order than the reference (blocked/vectorised accumulation,
+// Winograd-free direct and GEMM convolutions, split reductions), and their activations use polynomial
+// approximations of exp/tanh/erf. With inputs in [-1, 1) and reductions of up to a few thousand terms that is a few
+// float32 ulps relative to the result, far below 1e-4, while a wrong index or pad gives errors of order 0.1.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "test_util.h"
+
+namespace osprey::testing {
+
+constexpr float kFastRtol = 1e-4f;
+constexpr float kFastAtol = 1e-4f;
+
+/// The compile-time view of `node` applied to `inputs`: shapes from the schema, values only for inputs flagged
+/// constant (weights). `outputs` receives freshly allocated output tensors of the inferred shapes.
+inline KernelBuildContext MakeBuildContext(const Node& node, const std::vector<Tensor>& inputs,
+                                           const std::vector<bool>& constant, std::vector<Tensor>& outputs,
+                                           int opset = 17, int num_threads = 2) {
+  const OpSchema* schema = OpRegistry::Get().Find(node.op_type);
+  if (!schema) throw Error(ErrorCode::kUnsupported, "no schema for " + node.op_type);
+  InferContext ic{node, opset};
+  for (const Tensor& t : inputs) {
+    bool present = t.buffer() != nullptr;
+    ic.present.push_back(present);
+    ic.input_dtypes.push_back(t.dtype());
+    ic.input_shapes.push_back(t.shape());
+    ic.input_values.push_back(present ? &t : nullptr);
+  }
+  schema->infer(ic);
+  KernelBuildContext bc{node, opset};
+  bc.present = ic.present;
+  bc.input_dtypes = ic.input_dtypes;
+  bc.input_shapes = ic.input_shapes;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    bc.input_values.push_back(ic.present[i] && i < constant.size() && constant[i] ? &inputs[i] : nullptr);
+  bc.output_dtypes = ic.output_dtypes;
+  bc.output_shapes = ic.output_shapes;
+  bc.num_threads = num_threads;
+  outputs.clear();
+  for (size_t i = 0; i < ic.output_shapes.size(); ++i) {
+    outputs.emplace_back(ic.output_dtypes[i], ic.output_shapes[i]);
+    if (ic.output_dtypes[i] == DType::kF32) {  // NaN everywhere shows up any element the kernel forgets to write
+      float* p = outputs.back().data<float>();
+      for (int64_t j = 0; j < outputs.back().numel(); ++j) p[j] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  return bc;
+}
+
+inline void RunKernel(Kernel& kernel, const Node& node, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                      int opset = 17) {
+  KernelContext kc{node, opset};
+  for (const Tensor& t : inputs) kc.inputs.push_back(t.buffer() ? &t : nullptr);
+  for (Tensor& t : outputs) kc.outputs.push_back(&t);
+  kernel.Run(kc);
+}
+
+/// Creates the fast kernel through CreateCpuKernel (or `factory` when given), checks its name, runs it twice and
+/// compares output 0 with the reference kernel's.
+inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tensor>& inputs,
+                                       const std::vector<bool>& constant, const std::string& expected_name,
+                                       int opset = 17,
+                                       std::unique_ptr<Kernel> (*factory)(const KernelBuildContext&) = nullptr) {
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
+  std::unique_ptr<Kernel> kernel = factory ? factory(bc) : CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr) << "no fast kernel for " << node.op_type;
+  EXPECT_EQ(std::string(kernel->Name()), expected_name);
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    RunKernel(*kernel, node, inputs, outputs, opset);
+    ExpectTensorNear(outputs[0], expected[0], kFastRtol, kFastAtol);
+  }
+}
+
+/// For cases where oneDNN 2.6 offers only its slow reference implementation (so the factory declines) but a later
+/// version may not: when a kernel is created it must match the reference. Returns whether one was created.
+inline bool ExpectMatchIfOffered(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                                 const std::string& expected_name, int opset = 17) {
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
+  if (CreateCpuKernel(bc) == nullptr) return false;
+  ExpectFastMatchesReference(node, inputs, constant, expected_name, opset);
+  return true;
+}
+
+/// True when CreateCpuKernel declines the node (so the runtime uses the reference kernel).
+inline bool FastKernelDeclines(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                               int opset = 17) {
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
+  return CreateCpuKernel(bc) == nullptr;
+}
+
+/// Scaled copy (to push pre-activation values across an activation's interesting range).
+inline Tensor Scaled(const Tensor& t, float factor) {
+  Tensor out = t.Clone();
+  float* p = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] *= factor;
+  return out;
+}
+
+}  // namespace osprey::testing
