@@ -24,6 +24,10 @@ struct KernelContext {
 /// A reference kernel: plain, obviously-correct C++. The oracle for every fast kernel.
 using ReferenceKernel = void (*)(KernelContext& ctx);
 
+/// Physical memory order of a tensor. Shapes are always logical (ONNX order, e.g. NCHW); a kNhwc tensor of logical
+/// shape [N, C, H, W] is stored as [N, H, W, C] (channels last). Only rank-4 float32 activations are ever kNhwc.
+enum class Layout : uint8_t { kPlain, kNhwc };
+
 /// What a fast-kernel factory sees at compile time.
 struct KernelBuildContext {
   const Node& node;
@@ -35,6 +39,14 @@ struct KernelBuildContext {
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
   int num_threads = 1;
+  /// Layout of each input / output. Empty means all kPlain. A factory must honour these exactly (or return nullptr
+  /// when they are all kPlain and it declines).
+  std::vector<Layout> input_layouts;
+  std::vector<Layout> output_layouts;
+  Layout InLayout(int i) const { return i < static_cast<int>(input_layouts.size()) ? input_layouts[i] : Layout::kPlain; }
+  Layout OutLayout(int i) const {
+    return i < static_cast<int>(output_layouts.size()) ? output_layouts[i] : Layout::kPlain;
+  }
 };
 
 /// A prepared fast kernel.

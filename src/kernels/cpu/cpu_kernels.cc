@@ -22,3 +22,13 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
 }
 
 }  // namespace osprey
+
+namespace osprey {
+
+// Stubs until the channels-last kernels land (see cpu_kernels.h).
+bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) { return false; }
+std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads) {
+  return nullptr;
+}
+
+}  // namespace osprey
