@@ -125,6 +125,50 @@ void InferAndFold(CompileState& st) {
   }
 }
 
+KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads) {
+  KernelBuildContext bc{node, st.opset};
+  for (int v : node.inputs) {
+    bool present = v >= 0;
+    bc.present.push_back(present);
+    bc.input_dtypes.push_back(present ? st.values[v].dtype : DType::kF32);
+    bc.input_shapes.push_back(present ? st.values[v].shape : Shape{});
+    bc.input_values.push_back(present && st.values[v].known ? &st.values[v].value : nullptr);
+    if (!st.layouts.empty()) bc.input_layouts.push_back(present ? st.layouts[v] : Layout::kPlain);
+  }
+  for (int v : node.outputs) {
+    bc.output_dtypes.push_back(st.values[v].dtype);
+    bc.output_shapes.push_back(st.values[v].shape);
+    if (!st.layouts.empty()) bc.output_layouts.push_back(st.layouts[v]);
+  }
+  bc.num_threads = num_threads;
+  return bc;
+}
+
+// Plain loops converting NCHW <-> NHWC; used when no fast reorder kernel is available.
+class LayoutReorderRef : public Kernel {
+ public:
+  LayoutReorderRef(Shape shape, bool to_nhwc) : shape_(std::move(shape)), to_nhwc_(to_nhwc) {}
+  const char* Name() const override { return "LayoutReorderRef"; }
+  void Run(KernelContext& ctx) override {
+    const int64_t n = shape_[0], c = shape_[1], hw = shape_[2] * shape_[3];
+    const float* src = ctx.In(0).data<float>();
+    float* dst = ctx.Out(0).data<float>();
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p) {
+          int64_t plain = (b * c + ch) * hw + p, nhwc = (b * hw + p) * c + ch;
+          if (to_nhwc_)
+            dst[nhwc] = src[plain];
+          else
+            dst[plain] = src[nhwc];
+        }
+  }
+
+ private:
+  Shape shape_;
+  bool to_nhwc_;
+};
+
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // First-fit allocator over one arena, used at compile time to assign offsets by liveness.
@@ -210,10 +254,17 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
 
   InferAndFold(st);
   if (options.fuse) RunFusionPasses(st);
+  const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
+  if (options.fast_kernels) {
+    AssignLayouts(st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads)); });
+  } else {
+    st.layouts.assign(st.values.size(), Layout::kPlain);
+    st.transparent.assign(st.nodes.size(), 0);
+  }
 
   auto impl = std::make_unique<Plan::Impl>();
   impl->opset = st.opset;
-  impl->num_threads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
+  impl->num_threads = nthreads;
   impl->account = std::move(account);
 
   // Slots: one per value the plan touches.
@@ -225,6 +276,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     const CompileValue& cv = st.values[v];
     s.dtype = cv.dtype;
     s.shape = cv.shape;
+    s.layout = st.layouts[v];
     if (cv.known) {
       s.kind = Slot::Kind::kConstant;
       s.constant = cv.value;
@@ -244,31 +296,41 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     return slot_of[v];
   };
 
-  const int nthreads = impl->num_threads;
-  for (Node& node : st.nodes) {
+  for (size_t ni = 0; ni < st.nodes.size(); ++ni) {
+    Node& node = st.nodes[ni];
     Step step;
     for (int v : node.inputs) step.inputs.push_back(slot_for(v));
     for (int v : node.outputs) step.outputs.push_back(slot_for(v));
-    if (options.fast_kernels) {
-      KernelBuildContext bc{node, st.opset};
-      for (int v : node.inputs) {
-        bool present = v >= 0;
-        bc.present.push_back(present);
-        bc.input_dtypes.push_back(present ? st.values[v].dtype : DType::kF32);
-        bc.input_shapes.push_back(present ? st.values[v].shape : Shape{});
-        bc.input_values.push_back(present && st.values[v].known ? &st.values[v].value : nullptr);
-      }
-      for (int v : node.outputs) {
-        bc.output_dtypes.push_back(st.values[v].dtype);
-        bc.output_shapes.push_back(st.values[v].shape);
-      }
-      bc.num_threads = nthreads;
-      step.fast = CreateCpuKernel(bc);
-    }
-    if (!step.fast) {
+    bool any_nhwc = false;
+    for (int v : node.inputs) any_nhwc = any_nhwc || (v >= 0 && st.layouts[v] == Layout::kNhwc);
+    for (int v : node.outputs) any_nhwc = any_nhwc || st.layouts[v] == Layout::kNhwc;
+    if (node.op_type == kLayoutReorderOp) {
+      const Shape& shape = st.values[node.inputs[0]].shape;
+      Layout from = static_cast<Layout>(node.GetInt("from", 0)), to = static_cast<Layout>(node.GetInt("to", 0));
+      step.fast = CreateLayoutReorderKernel(shape, from, to, nthreads);
+      if (!step.fast) step.fast = std::make_unique<LayoutReorderRef>(shape, to == Layout::kNhwc);
+    } else if (st.transparent[ni]) {
+      // Reference kernel on physical shapes; plain operands are viewed as [N, H, W, C].
       step.reference = FindReferenceKernel(node.op_type);
-      if (!step.reference)
-        throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
+      OSPREY_CHECK(step.reference != nullptr);
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        int v = node.inputs[k];
+        bool view = v >= 0 && st.layouts[v] == Layout::kPlain && !(k > 0 && node.inputs.size() > 1 &&
+                                                                   NumElements(st.values[v].shape) == 1 &&
+                                                                   st.values[v].shape.size() <= 1);
+        step.input_views.push_back(view ? ChannelsLastView(st.values[v].shape) : Shape{});
+        step.has_view.push_back(view);
+      }
+    } else {
+      if (options.fast_kernels) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads));
+      if (!step.fast) {
+        if (any_nhwc)
+          throw Error(ErrorCode::kInternal, node.Describe() + ": a channels-last kernel promised by "
+                                                              "CpuKernelSupportsNhwc could not be built");
+        step.reference = FindReferenceKernel(node.op_type);
+        if (!step.reference)
+          throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
+      }
     }
     step.node = std::move(node);
     impl->steps.push_back(std::move(step));

@@ -39,19 +39,30 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         OSPREY_CHECK(inputs[s.input_index].shape() == s.shape && inputs[s.input_index].dtype() == s.dtype);
         values[i] = inputs[s.input_index];
         break;
-      case Slot::Kind::kArena: values[i] = Tensor::View(s.dtype, s.shape, arena, s.offset); break;
+      case Slot::Kind::kArena:
+        values[i] = Tensor::View(s.dtype, PhysicalShape(s.shape, s.layout), arena, s.offset);
+        break;
       case Slot::Kind::kOutput: values[i] = Tensor(s.dtype, s.shape); break;
     }
   }
 
   omp_set_num_threads(p.num_threads);
-  std::vector<const Tensor*> in_ptrs;
-  std::vector<Tensor*> out_ptrs;
+  std::vector<Tensor> views;
   try {
     for (const Step& step : p.steps) {
       KernelContext ctx{step.node, p.opset};
       ctx.inputs.reserve(step.inputs.size());
-      for (int s : step.inputs) ctx.inputs.push_back(s >= 0 ? &values[s] : nullptr);
+      views.clear();
+      views.reserve(step.inputs.size());
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        int s = step.inputs[k];
+        if (s >= 0 && !step.has_view.empty() && step.has_view[k]) {
+          views.push_back(values[s].Reshaped(step.input_views[k]));
+          ctx.inputs.push_back(&views.back());
+        } else {
+          ctx.inputs.push_back(s >= 0 ? &values[s] : nullptr);
+        }
+      }
       for (int s : step.outputs) ctx.outputs.push_back(&values[s]);
       auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       if (step.fast)

@@ -1,5 +1,6 @@
 #pragma once
 // Internal layout of a compiled Plan, shared by compile.cc (builds it) and plan.cc (runs it).
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -14,7 +15,8 @@ struct Slot {
   enum class Kind { kConstant, kInput, kArena, kOutput };
   Kind kind = Kind::kArena;
   DType dtype = DType::kF32;
-  Shape shape;
+  Shape shape;           // logical
+  Layout layout = Layout::kPlain;  // kNhwc: stored as [N, H, W, C]
   Tensor constant;       // kConstant
   int input_index = -1;  // kInput
   size_t offset = 0;     // kArena: byte offset in the arena
@@ -24,6 +26,10 @@ struct Step {
   Node node;               // possibly rewritten by fusion passes
   std::vector<int> inputs;   // slot ids; -1 = omitted
   std::vector<int> outputs;  // slot ids
+  // Layout-transparent steps (elementwise, Concat) on channels-last data run their reference kernel on physical
+  // shapes: a plain input gets this view shape (empty = as stored). See layout.cc.
+  std::vector<Shape> input_views;
+  std::vector<char> has_view;
   ReferenceKernel reference = nullptr;
   std::unique_ptr<Kernel> fast;
 };
@@ -59,8 +65,33 @@ struct CompileState {
   std::vector<Node> nodes;  // live (unfolded) nodes, in execution order
   std::vector<char> is_graph_output;
   WeightStore* weights = nullptr;
+  // Filled by AssignLayouts: per value, and per live node whether it runs on physical (channels-last) shapes.
+  std::vector<Layout> layouts;
+  std::vector<char> transparent;
   int AddConstant(Tensor t);
+  /// A new value of the given type, not known at compile time.
+  int AddValue(DType dtype, Shape shape);
 };
+
+/// Internal op inserted by AssignLayouts: converts input 0 (layout attr "from") to output 0 (layout attr "to").
+inline constexpr const char* kLayoutReorderOp = "_LayoutReorder";
+
+/// Channels-last layout assignment (layout.cc): keeps rank-4 float32 activations NHWC between kernels that take it,
+/// runs elementwise ops and Concat on them in place of reorders, and inserts reorders where plain data is needed.
+/// `supports_nhwc(node index)` says whether that node's fast kernel takes NHWC.
+void AssignLayouts(CompileState& state, const std::function<bool(int)>& supports_nhwc);
+
+/// View of a plain operand (rank <= 4, right-aligned to rank 4) as [N, H, W, C], for transparent steps.
+Shape ChannelsLastView(const Shape& logical);
+
+/// Physical shape of a logical rank-4 shape stored channels-last.
+inline Shape PhysicalShape(const Shape& logical, Layout layout) {
+  if (layout != Layout::kNhwc) return logical;
+  return {logical[0], logical[2], logical[3], logical[1]};
+}
+
+/// Rewrites decomposed LayerNorm / GELU / MatMul+bias into single nodes (fusion_patterns.cc).
+void FuseTransformerPatterns(CompileState& state);
 
 /// Fusion passes on live nodes (docs/architecture.md): BN folding into Conv, Conv + Add residual, activation fusion.
 void RunFusionPasses(CompileState& state);

@@ -450,6 +450,7 @@ void BatchNormalizationRef(KernelContext& ctx) {
     const float* xp = xd + p * size;
     float* yp = yd + p * size;
     for (int64_t i = 0; i < size; ++i) yp[i] = xp[i] * a + b;
+    ApplyFusedActivation(ctx.node, yp, size);  // BN + activation fused by the runtime (docs/architecture.md)
   }
 }
 

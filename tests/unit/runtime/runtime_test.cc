@@ -227,3 +227,39 @@ TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(Runtime, ChannelsLastPlanMatchesReference) {
+  // conv -> (Mul by per-channel const, Add scalar, Sigmoid) -> concat with a second conv -> maxpool -> conv with a
+  // residual from the concat -> BN + Relu -> Transpose (needs plain data) and a second output through Flatten.
+  GraphBuilder b("layouts", 13);
+  auto x = b.Input("x", DType::kF32, {2, 3, 11, 9});
+  auto c1 = b.Op("Conv", {x, b.Constant(RandomTensor({5, 3, 3, 3}, 1))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto e = b.Op("Sigmoid", {b.Op("Add", {b.Op("Mul", {c1, b.Constant(RandomTensor({1, 5, 1, 1}, 2))}),
+                                         b.Constant(Tensor::Scalar<float>(0.25f))})});
+  auto c2 = b.Op("Conv", {x, b.Constant(RandomTensor({3, 3, 1, 1}, 3))});
+  auto cat = b.Op("Concat", {e, c2}, {{"axis", Attribute::Int(1)}});
+  auto pool = b.Op("MaxPool", {cat}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}});
+  auto c3 = b.Op("Conv", {pool, b.Constant(RandomTensor({8, 8, 3, 3}, 4))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto sum = b.Op("Add", {c3, pool});
+  auto bn = b.Op("Relu", {b.Op("BatchNormalization", {sum, b.Constant(RandomTensor({8}, 5, 0.5f, 1.5f)),
+                                                       b.Constant(RandomTensor({8}, 6)), b.Constant(RandomTensor({8}, 7)),
+                                                       b.Constant(RandomTensor({8}, 8, 0.5f, 2.f))})});
+  b.Output(b.Op("Transpose", {bn}, {{"perm", Attribute::Ints({0, 2, 3, 1})}}), "nhwc_out");
+  b.Output(b.Op("Flatten", {cat}), "flat");
+  Graph g = b.Finish();
+  Tensor in = RandomTensor({2, 3, 11, 9}, 11);
+  CompileOptions reference;
+  reference.fast_kernels = false;
+  reference.fuse = false;
+  auto want = Compile(g, {{DType::kF32, in.shape()}}, reference)->Run({in});
+  auto got = Compile(g, {{DType::kF32, in.shape()}})->Run({in});
+  ASSERT_EQ(got.size(), 2u);
+  ExpectTensorNear(got[0], want[0], 1e-4f, 1e-4f);
+  ExpectTensorNear(got[1], want[1], 1e-4f, 1e-4f);
+}
+
+}  // namespace
+}  // namespace osprey

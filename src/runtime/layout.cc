@@ -1,0 +1,154 @@
+// Channels-last layout assignment. oneDNN's fastest convolutions on this CPU read and write NHWC; reordering around
+// every convolution costs as much as a depthwise convolution itself. So rank-4 float32 activations stay NHWC from
+// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops and Concat between them are
+// "transparent": they run their reference kernel on physical shapes ([N, H, W, C]) with Concat's axis remapped,
+// which is exact because elementwise maths does not care about memory order as long as every operand is viewed the
+// same way. A reorder is inserted only where channels-last data meets a node that needs plain data.
+#include <set>
+
+#include "runtime/plan_impl.h"
+
+namespace osprey {
+
+int CompileState::AddValue(DType dtype, Shape shape) {
+  CompileValue v;
+  v.typed = true;
+  v.dtype = dtype;
+  v.shape = std::move(shape);
+  values.push_back(std::move(v));
+  is_graph_output.push_back(0);
+  if (!layouts.empty()) layouts.push_back(Layout::kPlain);
+  return static_cast<int>(values.size()) - 1;
+}
+
+namespace {
+
+const std::set<std::string>& UnaryTransparentOps() {
+  static const std::set<std::string> ops = {
+      "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Softplus",
+      "Softsign", "Gelu", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Identity", "Mish", "Floor", "Ceil",
+      "Round", "Sign"};
+  return ops;
+}
+const std::set<std::string>& BinaryTransparentOps() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Pow"};
+  return ops;
+}
+
+bool IsNhwcCandidate(const CompileValue& v) {
+  return v.dtype == DType::kF32 && v.shape.size() == 4 && v.shape[2] * v.shape[3] > 1;
+}
+
+// A plain operand can join a channels-last elementwise op when viewing it as [N, H, W, C] keeps its memory order:
+// when, right-aligned to rank 4, it has C == 1 or H == W == 1.
+bool PlainOperandCompatible(const Shape& s) {
+  if (s.size() > 4) return false;
+  Shape r(4 - s.size(), 1);
+  r.insert(r.end(), s.begin(), s.end());
+  return r[1] == 1 || (r[2] == 1 && r[3] == 1);
+}
+
+}  // namespace
+
+Shape ChannelsLastView(const Shape& s) {
+  Shape r(4 - s.size(), 1);
+  r.insert(r.end(), s.begin(), s.end());
+  return {r[0], r[2], r[3], r[1]};
+}
+
+void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nhwc) {
+  const size_t num_nodes = st.nodes.size();
+  st.layouts.assign(st.values.size(), Layout::kPlain);
+  std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0);
+  for (size_t i = 0; i < num_nodes; ++i) capable[i] = supports_nhwc(static_cast<int>(i));
+
+  // Forward: decide each node's output layout from its inputs.
+  for (size_t i = 0; i < num_nodes; ++i) {
+    const Node& n = st.nodes[i];
+    if (n.outputs.empty()) continue;
+    const int out = n.outputs[0];
+    if (!IsNhwcCandidate(st.values[out]) || st.is_graph_output[out]) continue;
+    if (capable[i]) {
+      st.layouts[out] = Layout::kNhwc;
+      continue;
+    }
+    const bool unary = UnaryTransparentOps().count(n.op_type) != 0;
+    const bool binary = BinaryTransparentOps().count(n.op_type) != 0;
+    const int64_t axis = n.op_type == "Concat" ? n.GetInt("axis", 0) : 0;
+    const bool concat = n.op_type == "Concat" && (axis == 1 || axis == -3);
+    if (!(unary || binary || concat) || n.outputs.size() != 1) continue;
+    bool any_nhwc = false, ok = true;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      int v = n.inputs[k];
+      if (v < 0) continue;
+      if (unary && k > 0) {  // Clip min/max etc.: scalars
+        ok = ok && NumElements(st.values[v].shape) == 1;
+        continue;
+      }
+      if (st.layouts[v] == Layout::kNhwc) {
+        any_nhwc = true;  // any broadcasting between rank-4 operands stays exact when all are viewed as NHWC
+      } else if (concat) {
+        ok = false;  // every Concat input must be channels-last
+      } else {
+        ok = ok && st.values[v].dtype == DType::kF32 && PlainOperandCompatible(st.values[v].shape);
+      }
+    }
+    if (any_nhwc && ok) {
+      st.layouts[out] = Layout::kNhwc;
+      transparent[i] = 1;
+    }
+  }
+
+  // A capable node whose channels-last output only feeds nodes that need plain data writes plain directly.
+  auto consumer_takes_nhwc = [&](size_t c, size_t input_index) {
+    return (capable[c] && (input_index == 0 || (input_index == 3 && st.nodes[c].op_type == "Conv"))) || transparent[c];
+  };
+  std::vector<std::vector<std::pair<size_t, size_t>>> consumers(st.values.size());
+  for (size_t c = 0; c < num_nodes; ++c)
+    for (size_t k = 0; k < st.nodes[c].inputs.size(); ++k)
+      if (st.nodes[c].inputs[k] >= 0) consumers[st.nodes[c].inputs[k]].push_back({c, k});
+  for (size_t i = 0; i < num_nodes; ++i) {
+    if (!capable[i] || st.nodes[i].outputs.empty()) continue;
+    int out = st.nodes[i].outputs[0];
+    if (st.layouts[out] != Layout::kNhwc || consumers[out].empty()) continue;
+    bool any = false;
+    for (auto [c, k] : consumers[out]) any = any || consumer_takes_nhwc(c, k);
+    if (!any) st.layouts[out] = Layout::kPlain;
+  }
+
+  // Insert reorders where channels-last values meet nodes that need plain input.
+  std::vector<Node> nodes;
+  std::vector<char> node_transparent;
+  std::vector<int> plain_copy(st.values.size(), -1);
+  for (size_t i = 0; i < num_nodes; ++i) {
+    Node& n = st.nodes[i];
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      int v = n.inputs[k];
+      if (v < 0 || st.layouts[v] != Layout::kNhwc) continue;
+      bool takes = (capable[i] && (k == 0 || (k == 3 && n.op_type == "Conv"))) || transparent[i];
+      if (takes) continue;
+      if (plain_copy[v] < 0) {
+        int p = st.AddValue(st.values[v].dtype, st.values[v].shape);
+        plain_copy.resize(st.values.size(), -1);
+        Node r;
+        r.op_type = kLayoutReorderOp;
+        r.name = "reorder_to_plain:" + n.name;
+        r.inputs = {v};
+        r.outputs = {p};
+        r.attrs["from"] = Attribute::Int(static_cast<int>(Layout::kNhwc));
+        r.attrs["to"] = Attribute::Int(static_cast<int>(Layout::kPlain));
+        nodes.push_back(std::move(r));
+        node_transparent.push_back(0);
+        plain_copy[v] = p;
+      }
+      n.inputs[k] = plain_copy[v];
+    }
+    if (transparent[i] && n.op_type == "Concat") n.attrs["axis"] = Attribute::Int(3);
+    nodes.push_back(std::move(n));
+    node_transparent.push_back(transparent[i]);
+  }
+  st.nodes = std::move(nodes);
+  st.transparent = std::move(node_transparent);
+}
+
+}  // namespace osprey
