@@ -90,6 +90,10 @@ bool ActivationOf(const CompileState& st, const Node& n, std::string* act, float
     *act = op;
     return true;
   }
+  if (op == "Gelu" && n.GetString("approximate", "none") == "none") {
+    *act = op;
+    return true;
+  }
   if (op == "LeakyRelu") {
     *act = op;
     *alpha = n.GetFloat("alpha", 0.01f);
@@ -125,8 +129,8 @@ bool ActivationOf(const CompileState& st, const Node& n, std::string* act, float
 }
 
 bool Fusable(const Node& n) {
-  return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul") && n.outputs.size() == 1 &&
-         !n.Has("_activation");
+  return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "BatchNormalization") &&
+         n.outputs.size() == 1 && !n.Has("_activation");
 }
 
 // Conv(x) + r -> Conv with residual input r. The conv moves to the Add's position, where r is available.
