@@ -378,6 +378,16 @@ void InferMatMul(InferContext& c) {
   Shape y = batch;
   if (!a_vector) y.push_back(a[a.size() - 2]);
   if (!b_vector) y.push_back(b.back());
+  // Internal: `_bias` = 1 adds input 2, a [N] row vector, to every row of the product before the fused activation.
+  const bool has_bias = c.node.GetInt("_bias", 0) != 0;
+  if (c.Has(2) && !has_bias) c.Fail("input 2 (bias) is internal and needs attribute _bias = 1");
+  if (has_bias) {
+    RequireF32(c, 2, "bias");
+    if (b_vector) c.Fail("a fused bias needs B of rank >= 2, got B " + ShapeToString(c.input_shapes[1]));
+    if (c.input_shapes[2] != Shape{b.back()})
+      c.Fail("fused bias should have shape [" + std::to_string(b.back()) + "] (the columns of B), got " +
+             ShapeToString(c.input_shapes[2]));
+  }
   CheckFusedActivation(c);
   c.SetOutput(0, DType::kF32, y);
 }
@@ -436,7 +446,7 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));
   r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));
-  r.Add(Schema("MatMul", 2, 2, 1, 1, InferMatMul));
+  r.Add(Schema("MatMul", 2, 3, 1, 1, InferMatMul));  // input 2: fused bias (internal, with _bias = 1)
   r.Add(Schema("Gemm", 2, 3, 1, 1, InferGemm));
   r.Add(Schema("MaxPool", 1, 1, 1, 2, InferMaxPool));
   r.Add(Schema("AveragePool", 1, 1, 1, 1, InferAveragePool));

@@ -222,6 +222,7 @@ void FuseActivation(CompileState& st) {
 }  // namespace
 
 void RunFusionPasses(CompileState& state) {
+  FuseTransformerPatterns(state);
   FoldBatchNorm(state);
   FuseResidualAdd(state);
   FuseActivation(state);

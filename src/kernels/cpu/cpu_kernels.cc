@@ -4,6 +4,8 @@
 
 namespace osprey {
 
+std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ctx);  // layernorm.cc
+
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (!ctx.node.domain.empty()) return nullptr;
@@ -14,6 +16,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::CreateDnnlPool(ctx);
     if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);
+    if (op == "BatchNormalization") return cpu::CreateBatchNorm(ctx);
+    if (op == "LayerNormalization") return CreateCpuLayerNormalization(ctx);
   } catch (const dnnl::error&) {
     // oneDNN could not build a primitive for this case (unsupported combination): the reference kernel runs it.
     return nullptr;
@@ -25,10 +29,22 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
 
 namespace osprey {
 
-// Stubs until the channels-last kernels land (see cpu_kernels.h).
-bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) { return false; }
+bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
+  const std::string& op = ctx.node.op_type;
+  if (!ctx.node.domain.empty()) return false;
+  try {
+    if (op == "Conv") return cpu::DnnlConvSupportsNhwc(ctx);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
+      return cpu::DnnlPoolSupportsNhwc(ctx);
+    if (op == "BatchNormalization") return cpu::BatchNormSupportsNhwc(ctx);
+  } catch (const dnnl::error&) {
+    return false;  // no primitive for this case: the factory would not build one either
+  }
+  return false;
+}
+
 std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads) {
-  return nullptr;
+  return cpu::CreateDnnlLayoutReorder(shape, from, to, num_threads);
 }
 
 }  // namespace osprey

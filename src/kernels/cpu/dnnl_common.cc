@@ -140,4 +140,42 @@ void CheckShape(const Node& node, const char* kernel_name, const char* what, con
                                           ShapeToString(tensor.shape()));
 }
 
+dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout) {
+  if (layout == Layout::kPlain) return PlainDesc(ToDims(shape));
+  if (shape.size() != 4)
+    throw Error(ErrorCode::kInternal, "channels-last layout asked for a rank-" + std::to_string(shape.size()) +
+                                          " tensor " + ShapeToString(shape) + " (only rank 4 has one)");
+  return dnnl::memory::desc(ToDims(shape), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc);
+}
+
+Shape PhysicalShape(const Shape& logical, Layout layout) {
+  if (layout == Layout::kPlain || logical.size() != 4) return logical;
+  return {logical[0], logical[2], logical[3], logical[1]};
+}
+
+bool AnyNhwc(const KernelBuildContext& ctx) {
+  for (Layout l : ctx.input_layouts)
+    if (l != Layout::kPlain) return true;
+  for (Layout l : ctx.output_layouts)
+    if (l != Layout::kPlain) return true;
+  return false;
+}
+
+void CheckActivation(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
+                     const Shape& logical, Layout layout) {
+  if (layout == Layout::kPlain) return CheckShape(node, kernel_name, what, tensor, logical);
+  const Shape physical = PhysicalShape(logical, layout);
+  const bool shape_ok = tensor.shape() == physical || tensor.shape() == logical;
+  if (tensor.dtype() != DType::kF32 || !shape_ok || (tensor.numel() > 0 && tensor.raw() == nullptr))
+    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what +
+                                          " float32 NHWC " + ShapeToString(physical) + " (logical " +
+                                          ShapeToString(logical) + "), got " + DTypeName(tensor.dtype()) + " " +
+                                          ShapeToString(tensor.shape()));
+}
+
+void ThrowUnsupportedLayouts(const Node& node, const char* kernel_name, const std::string& why) {
+  throw Error(ErrorCode::kInternal,
+              node.Describe() + ": " + kernel_name + " was asked for channels-last (NHWC) tensors but " + why);
+}
+
 }  // namespace osprey::cpu

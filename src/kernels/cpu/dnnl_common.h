@@ -86,6 +86,25 @@ inline size_t ScratchpadBytes(const dnnl::primitive_desc_base& pd) { return pd.s
 /// which keeps concurrent executions of one primitive independent.
 dnnl::primitive_attr BaseAttr();
 
+/// Descriptor of a float32 activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, rank 4
+/// only) channels last. Dims are always the logical ones; only the strides differ.
+dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout);
+
+/// Shape of the memory holding a tensor of logical shape `logical` in `layout` ([N, H, W, C] for kNhwc).
+Shape PhysicalShape(const Shape& logical, Layout layout);
+
+/// True when the build context asks for kNhwc on any input or output.
+bool AnyNhwc(const KernelBuildContext& ctx);
+
+/// Like CheckShape for a tensor the kernel reads or writes in `layout`. A kNhwc tensor's shape may be its physical one
+/// ([N, H, W, C], as the runtime's channels-last views have) or the logical one; both describe the same bytes.
+void CheckActivation(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
+                     const Shape& logical, Layout layout);
+
+/// Thrown by a factory asked for channels-last layouts it cannot honour (the runtime should have asked
+/// CpuKernelSupportsNhwc first): falling back to a plain reference kernel would read the memory wrongly.
+[[noreturn]] void ThrowUnsupportedLayouts(const Node& node, const char* kernel_name, const std::string& why);
+
 /// Runs `fn`, translating a dnnl::error into osprey Error(kInternal) naming the node.
 template <class Fn>
 void RunDnnl(const Node& node, const char* kernel_name, Fn&& fn) {
@@ -106,5 +125,16 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx);
+/// Hand-written BatchNormalization (inference) with the fused activation; plain for rank >= 2, kNhwc for rank 4.
+std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx);
+
+// Channels-last support tests behind CpuKernelSupportsNhwc: true when the factory above builds a kernel for this node
+// that honours kNhwc on input 0 (Conv: and input 3, the residual) and output 0 in every combination.
+bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx);
+bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
+bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
+
+/// The layout conversion kernel of CreateLayoutReorderKernel (cpu_kernels.h), a oneDNN reorder.
+std::unique_ptr<Kernel> CreateDnnlLayoutReorder(const Shape& shape, Layout from, Layout to, int num_threads);
 
 }  // namespace osprey::cpu

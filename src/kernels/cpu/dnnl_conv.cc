@@ -1,5 +1,6 @@
 // Conv (1-D, 2-D, 3-D) on oneDNN: groups and depthwise, strides, dilations, asymmetric and auto pads, bias, and the
-// fused residual add and activation of docs/architecture.md as post-ops.
+// fused residual add and activation of docs/architecture.md as post-ops. 2-D convolutions also read and write
+// channels-last (NHWC) activations when the runtime's layout pass asks for them (KernelBuildContext layouts).
 #include "kernels/cpu/dnnl_conv.h"
 
 #include <algorithm>
@@ -96,61 +97,79 @@ memory::format_tag ChannelsLastTag(size_t rank) {
   }
 }
 
+// The convolution primitive for `layout` with the node's post-ops, or an empty descriptor when a needed piece is
+// missing (run-time weight, odd bias or residual) or oneDNN offers only a reference implementation. Shared by the
+// factory and the channels-last support test, so the two agree.
+dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                                     ConvLayout layout) {
+  const Node& node = ctx.node;
+  const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
+  const bool residual = node.GetInt("_residual", 0) != 0;
+  if (has_bias && ctx.input_shapes[2] != Shape{g.w[0]}) return {};
+  if (residual && (ctx.present.size() < 4 || !ctx.present[3] || ctx.input_shapes[3] != g.y)) return {};
+  const Tensor* weight = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
+  if (weight == nullptr || weight->raw() == nullptr) return {};  // prepacking needs the weight now
+
+  memory::desc src_md, dst_md;
+  switch (layout) {
+    case ConvLayout::kPlain:
+      src_md = PlainDesc(ToDims(g.x));
+      dst_md = PlainDesc(ToDims(g.y));
+      break;
+    case ConvLayout::kChannelsLast:
+      src_md = memory::desc(ToDims(g.x), memory::data_type::f32, ChannelsLastTag(g.x.size()));
+      dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, ChannelsLastTag(g.y.size()));
+      break;
+    case ConvLayout::kPreferred:
+      src_md = memory::desc(ToDims(g.x), memory::data_type::f32, memory::format_tag::any);
+      dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, memory::format_tag::any);
+      break;
+  }
+  const memory::desc bias_md = has_bias ? PlainDesc({g.w[0]}) : memory::desc();
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+                                       WeightDesc(g, false), bias_md, dst_md, g.strides, g.dilates, g.pad_l, g.pad_r);
+
+  // The residual joins before the activation as a sum post-op: the residual is first copied (same layout) or
+  // reordered (any other layout) into the destination buffer. A binary-add post-op reading the residual tensor
+  // directly would save that copy, but oneDNN 2.6 runs it only in its im2col+GEMM convolution and applies it there
+  // elementwise without vectorising: measured 23 ms instead of 0.8 ms for a 1x1 64->256 conv on 56x56 with residual
+  // and Relu.
+  dnnl::primitive_attr attr = BaseAttr();
+  dnnl::post_ops ops;
+  if (residual) ops.append_sum(1.f);
+  if (!AppendFusedActivation(node, ops)) return {};
+  attr.set_post_ops(ops);
+  dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
+  if (!pd || IsReferenceImpl(pd)) return {};
+  return pd;
+}
+
+// User tensors (input 0, residual input 3, output 0) are plain or NHWC as the build context says; the primitive
+// works in `layout`, and reorders bridge any difference. With NHWC tensors and kChannelsLast there are none.
 class DnnlConvKernel final : public Kernel {
  public:
   const char* Name() const override { return kConvName; }
 
   // Returns false when oneDNN only offers a reference implementation or a needed piece is missing.
   bool Build(const KernelBuildContext& ctx, const ConvGeometry& g, ConvLayout layout) {
-    const Node& node = ctx.node;
+    pd_ = MakeConvPd(ctx, g, layout);
+    if (!pd_) return false;
     x_shape_ = g.x;
     y_shape_ = g.y;
     has_bias_ = ctx.present.size() > 2 && ctx.present[2];
-    residual_ = node.GetInt("_residual", 0) != 0;
-    if (has_bias_ && ctx.input_shapes[2] != Shape{g.w[0]}) return false;
-    if (residual_ && (ctx.present.size() < 4 || !ctx.present[3] || ctx.input_shapes[3] != g.y)) return false;
-    const Tensor* weight = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
-    if (weight == nullptr || weight->raw() == nullptr) return false;  // prepacking needs the weight now
-
-    user_src_md_ = PlainDesc(ToDims(g.x));
-    user_dst_md_ = PlainDesc(ToDims(g.y));
-    memory::desc src_md, dst_md;
-    switch (layout) {
-      case ConvLayout::kPlain:
-        src_md = user_src_md_;
-        dst_md = user_dst_md_;
-        break;
-      case ConvLayout::kChannelsLast:
-        src_md = memory::desc(ToDims(g.x), memory::data_type::f32, ChannelsLastTag(g.x.size()));
-        dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, ChannelsLastTag(g.y.size()));
-        break;
-      case ConvLayout::kPreferred:
-        src_md = memory::desc(ToDims(g.x), memory::data_type::f32, memory::format_tag::any);
-        dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, memory::format_tag::any);
-        break;
-    }
+    residual_ = ctx.node.GetInt("_residual", 0) != 0;
+    src_layout_ = ctx.InLayout(0);
+    dst_layout_ = ctx.OutLayout(0);
+    residual_layout_ = residual_ ? ctx.InLayout(3) : Layout::kPlain;
+    user_src_md_ = ActivationDesc(g.x, src_layout_);
+    user_dst_md_ = ActivationDesc(g.y, dst_layout_);
+    user_residual_md_ = ActivationDesc(g.y, residual_layout_);
     bias_md_ = has_bias_ ? PlainDesc({g.w[0]}) : memory::desc();
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         src_md, WeightDesc(g, false), bias_md_, dst_md, g.strides, g.dilates, g.pad_l,
-                                         g.pad_r);
-
-    // The residual joins before the activation as a sum post-op: the residual is first copied (plain destination)
-    // or reordered (any other destination layout) into the destination buffer. A binary-add post-op reading the
-    // residual tensor directly would save that copy, but oneDNN 2.6 runs it only in its im2col+GEMM convolution and
-    // applies it there elementwise without vectorising: measured 23 ms instead of 0.8 ms for a 1x1 64->256 conv on
-    // 56x56 with residual and Relu.
-    dnnl::primitive_attr attr = BaseAttr();
-    dnnl::post_ops ops;
-    if (residual_) ops.append_sum(1.f);
-    if (!AppendFusedActivation(node, ops)) return false;
-    attr.set_post_ops(ops);
-    pd_ = dnnl::convolution_forward::primitive_desc(desc, attr, CpuEngine(), /*allow_empty=*/true);
-    if (!pd_ || IsReferenceImpl(pd_)) return false;
     conv_dst_md_ = pd_.dst_desc();
     conv_src_md_ = pd_.src_desc();
     conv_ = dnnl::convolution_forward(pd_);
 
-    weight_ = PackWeight(WeightDesc(g, true), weight->raw(), pd_.weights_desc());
+    weight_ = PackWeight(WeightDesc(g, true), ctx.input_values[1]->raw(), pd_.weights_desc());
 
     reorder_src_ = conv_src_md_ != user_src_md_;
     reorder_dst_ = conv_dst_md_ != user_dst_md_;
@@ -161,7 +180,7 @@ class DnnlConvKernel final : public Kernel {
     };
     if (reorder_src_) src_reorder_ = make_reorder(user_src_md_, conv_src_md_);
     if (reorder_dst_) dst_reorder_ = make_reorder(conv_dst_md_, user_dst_md_);
-    if (residual_) residual_reorder_ = make_reorder(user_dst_md_, conv_dst_md_);
+    if (residual_) residual_reorder_ = make_reorder(user_residual_md_, conv_dst_md_);
     reorder_scratch_md_ = memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch_bytes_, 1))},
                                        memory::data_type::u8, memory::format_tag::x);
     reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch_bytes_);
@@ -172,11 +191,21 @@ class DnnlConvKernel final : public Kernel {
     return true;
   }
 
+  /// The oneDNN implementation chosen, e.g. "brgconv:avx512_core" (for tests and measurements).
+  const char* Implementation() const { return pd_.impl_info_str(); }
+
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
-    CheckShape(node, kConvName, "input", ctx.In(0), x_shape_);
-    CheckShape(node, kConvName, "output", ctx.Out(0), y_shape_);
-    if (residual_) CheckShape(node, kConvName, "residual", ctx.In(3), y_shape_);
+    CheckActivation(node, kConvName, "input", ctx.In(0), x_shape_, src_layout_);
+    CheckActivation(node, kConvName, "output", ctx.Out(0), y_shape_, dst_layout_);
+    if (residual_) CheckActivation(node, kConvName, "residual", ctx.In(3), y_shape_, residual_layout_);
+    // The primitive writes its destination from the residual already there (sum post-op). When the runtime runs the
+    // add in place (residual and output share a buffer) the residual is there already, provided both use one layout.
+    const void* residual = residual_ ? ctx.In(3).raw() : nullptr;
+    const bool residual_in_place = residual_ && !reorder_dst_ && residual == ctx.Out(0).raw();
+    if (residual_in_place && user_residual_md_ != conv_dst_md_)
+      throw Error(ErrorCode::kInternal, node.Describe() + ": " + kConvName +
+                                            " cannot add a residual in place when it and the output differ in layout");
     RunDnnl(node, kConvName, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
@@ -195,12 +224,8 @@ class DnnlConvKernel final : public Kernel {
                                            {DNNL_ARG_SCRATCHPAD, scratchpad}};
       if (has_bias_) args.emplace(DNNL_ARG_BIAS, WrapMemory(bias_md_, ctx.In(2).raw()));
       if (reorder_src_) reorder(src_reorder_, user_src, src);
-      if (residual_) {
-        const void* residual = ctx.In(3).raw();
-        // With a plain destination this is a (parallel) copy, skipped when the runtime runs the add in place.
-        if (reorder_dst_ || residual != ctx.Out(0).raw())
-          reorder(residual_reorder_, WrapMemory(user_dst_md_, residual), dst);
-      }
+      // Same layout: a (parallel) copy; otherwise a reorder into the layout the primitive writes.
+      if (residual_ && !residual_in_place) reorder(residual_reorder_, WrapMemory(user_residual_md_, residual), dst);
       conv_.execute(stream, args);
       if (reorder_dst_) reorder(dst_reorder_, dst, user_dst);
       stream.wait();
@@ -211,17 +236,26 @@ class DnnlConvKernel final : public Kernel {
   Shape x_shape_, y_shape_;
   bool has_bias_ = false, residual_ = false;
   bool reorder_src_ = false, reorder_dst_ = false;
+  Layout src_layout_ = Layout::kPlain, dst_layout_ = Layout::kPlain, residual_layout_ = Layout::kPlain;
   dnnl::convolution_forward::primitive_desc pd_;
   dnnl::convolution_forward conv_;
   dnnl::reorder src_reorder_, dst_reorder_, residual_reorder_;
-  memory::desc user_src_md_, user_dst_md_, conv_src_md_, conv_dst_md_, bias_md_, scratch_md_, reorder_scratch_md_;
+  memory::desc user_src_md_, user_dst_md_, user_residual_md_, conv_src_md_, conv_dst_md_, bias_md_, scratch_md_,
+      reorder_scratch_md_;
   PackedWeight weight_;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
 };
 
-}  // namespace
+// Channels-last tensors exist only for rank-4 float32 activations, and only on input 0, the residual and output 0.
+bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
+  for (size_t i = 0; i < ctx.input_layouts.size(); ++i)
+    if (ctx.input_layouts[i] != Layout::kPlain && i != 0 && i != 3) return false;
+  for (size_t i = 1; i < ctx.output_layouts.size(); ++i)
+    if (ctx.output_layouts[i] != Layout::kPlain) return false;
+  return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
+}
 
-std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
+std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
   if (!AllFloat32(ctx)) return nullptr;
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return nullptr;
@@ -231,30 +265,67 @@ std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx, ConvLayout
   return kernel;
 }
 
+}  // namespace
+
+std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
+  if (!AnyNhwc(ctx)) return TryCreateDnnlConv(ctx, layout);
+  // Asked for channels-last tensors: declining would leave them to a reference kernel that reads them as plain.
+  if (!LayoutsAreSupportedShape(ctx))
+    ThrowUnsupportedLayouts(ctx.node, kConvName, "only input 0, the residual and output 0 of a 2-D Conv may be NHWC");
+  std::unique_ptr<Kernel> kernel;
+  try {
+    kernel = TryCreateDnnlConv(ctx, layout);
+  } catch (const dnnl::error& e) {
+    ThrowUnsupportedLayouts(ctx.node, kConvName, std::string("oneDNN failed: ") + e.what());
+  }
+  if (!kernel) ThrowUnsupportedLayouts(ctx.node, kConvName, "this convolution has no fast oneDNN kernel");
+  return kernel;
+}
+
+const char* DnnlConvImplementation(const Kernel& kernel) {
+  const auto* conv = dynamic_cast<const DnnlConvKernel*>(&kernel);
+  return conv ? conv->Implementation() : "";
+}
+
 namespace {
 
 // Measured on the 2-core AVX-512 build machine with oneDNN 2.6.3, 2 threads, times including the reorders: oneDNN
 // prefers NHWC here (brgconv). A 1x1 stride-1 convolution on NCHW is one GEMM per image and beats reorder+brgconv (1x1
-// 256->64 on 56x56: 0.34 ms plain vs 0.54 ms; 1x1 1024->256 on 14x14: 0.34 vs 0.39 ms), except that oneDNN's GEMM
-// convolution applies a residual sum *and* an activation in a slow scalar pass (3.2 ms vs 0.78 ms). Everything else
-// (3x3, 7x7 stride 2, grouped, depthwise) is 1.7-5x faster with the reorders (3x3 64->64 on 56x56: 1.30 ms plain vs
-// 0.72 ms).
+// 256->64 on 56x56: 0.39 ms plain vs 0.60 ms; 1x1 1024->256 on 14x14: 0.39 vs 0.45 ms), except that oneDNN's GEMM
+// convolution applies any activation post-op in a slow scalar pass (with Relu: 0.87 vs 0.61 ms, 0.51 vs 0.46 ms;
+// 1x1 64->256 on 56x56 2.26 vs 0.64 ms; MobileNetV2's 1x1 32->192 + Clip 1.63 vs 0.34 ms; see the NhwcMeasure test).
+// Everything else (3x3, 7x7 stride 2, grouped, depthwise) is 1.7-7x faster with the reorders (3x3 64->64 on 56x56:
+// 1.30 ms plain vs 0.72 ms; depthwise 3x3 192 on 56x56: 3.70 vs 0.49 ms).
+// With channels-last tensors the primitive works on NHWC directly (no reorders at all when every tensor is NHWC):
+// oneDNN 2.6 then picks brgconv_1x1 / brgconv / brdgmm_dw (depthwise) / jit (grouped) on AVX-512. A primitive reading
+// NCHW and writing NHWC (or the reverse) exists only as a reference implementation, so mixed layouts reorder.
 ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
+  if (AnyNhwc(ctx)) return ConvLayout::kChannelsLast;
   const Shape& w = ctx.input_shapes[1];
   bool pointwise = ctx.node.GetInt("group", 1) == 1;
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
   for (int64_t s : ctx.node.GetInts("strides")) pointwise = pointwise && s == 1;
   for (int64_t p : ctx.node.GetInts("pads")) pointwise = pointwise && p == 0;
-  const bool residual_and_activation =
-      ctx.node.GetInt("_residual", 0) != 0 && !ctx.node.GetString("_activation", "").empty();
-  return pointwise && !residual_and_activation ? ConvLayout::kPlain : ConvLayout::kPreferred;
+  const bool activation = !ctx.node.GetString("_activation", "").empty();
+  return pointwise && !activation ? ConvLayout::kPlain : ConvLayout::kPreferred;
 }
 
 }  // namespace
 
 std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx) {
-  if (ctx.input_shapes.size() < 2) return nullptr;
+  if (ctx.input_shapes.size() < 2) {
+    if (AnyNhwc(ctx)) ThrowUnsupportedLayouts(ctx.node, kConvName, "the node has fewer than 2 inputs");
+    return nullptr;
+  }
   return CreateDnnlConv(ctx, ChooseLayout(ctx));
+}
+
+bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
+  if (ctx.input_shapes.size() < 2 || ctx.input_shapes[0].size() != 4 || !AllFloat32(ctx)) return false;
+  ConvGeometry g;
+  if (!ComputeGeometry(ctx, g)) return false;
+  OmpThreadsGuard threads(ctx.num_threads);
+  return static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
 }
 
 }  // namespace osprey::cpu

@@ -1,6 +1,8 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm (transA/transB, alpha, beta, C broadcast)
 // on oneDNN's matmul primitive. A constant B is reordered once into the layout oneDNN prefers (with Gemm's alpha
-// folded in); a constant C becomes a bias (row vector) or a binary-add post-op; `_activation` is a post-op.
+// folded in); a constant C becomes a bias (row vector) or a binary-add post-op; `_activation` is a post-op. A MatMul
+// with `_bias` = 1 (fused by the runtime from MatMul + Add) takes its [N] input 2 as oneDNN's bias.
+#include <cstring>
 #include <unordered_map>
 
 #include "kernels/cpu/dnnl_common.h"
@@ -106,7 +108,11 @@ bool IsConstant(const KernelBuildContext& ctx, int i) {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
-  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 2 || ctx.output_shapes.size() != 1) return nullptr;
+  // Input 2 is the fused bias (`_bias` = 1, a [N] row vector; see the MatMul schema).
+  const bool has_bias = ctx.node.GetInt("_bias", 0) != 0;
+  const size_t num_inputs = has_bias ? 3 : 2;
+  if (!AllFloat32(ctx) || ctx.input_shapes.size() != num_inputs || ctx.output_shapes.size() != 1) return nullptr;
+  if (has_bias && !ctx.present[2]) return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& b = ctx.input_shapes[1];
   if (a.empty() || b.empty() || !AllPositive(a) || !AllPositive(b) || !AllPositive(ctx.output_shapes[0]))
@@ -154,6 +160,20 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
   if (IsConstant(ctx, 1)) {
     kernel->b_source = Source::kConstant;
     kernel->b_constant = ctx.input_values[1]->raw();
+  }
+  if (has_bias) {
+    if (b.size() < 2 || ctx.input_shapes[2] != Shape{n}) return nullptr;
+    // oneDNN's matmul bias has the destination's rank: [1, ..., 1, N], broadcast over every row of every batch.
+    memory::dims bias_dims(out2.size(), 1);
+    bias_dims.back() = n;
+    kernel->bias_md = PlainDesc(bias_dims);
+    kernel->c_shape = ctx.input_shapes[2];
+    kernel->bias_source = Source::kInput;
+    if (IsConstant(ctx, 2)) {
+      kernel->bias_source = Source::kConstant;
+      kernel->c_constant = Allocator::Host().Allocate(std::max<size_t>(n * sizeof(float), 64));
+      std::memcpy(kernel->c_constant->data(), ctx.input_values[2]->raw(), n * sizeof(float));
+    }
   }
   if (!kernel->Finish(ctx.node)) return nullptr;
   return kernel;

@@ -1,6 +1,6 @@
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on oneDNN's pooling primitive, and Softmax /
-// LogSoftmax on its softmax primitives. All work on the plain layout directly: they are memory-bound, so a reorder
-// would cost as much as the op itself.
+// LogSoftmax on its softmax primitives. They work on the layout of their tensors directly (plain, or NHWC for 2-D
+// pools when the runtime's layout pass asks): they are memory-bound, so a reorder would cost as much as the op itself.
 #include <algorithm>
 #include <unordered_map>
 
@@ -11,30 +11,65 @@ namespace {
 
 using dnnl::memory;
 
-// One primitive reading input 0 and writing output 0, both plain, with the same shapes on every run.
+// One primitive reading input 0 and writing output 0, with the same shapes on every run. The user tensors are
+// described by `user_src_md` / `user_dst_md`; where the primitive wants another layout, reorders through per-thread
+// scratch memory bridge the difference (pools asked for one NCHW and one NHWC tensor).
 class DnnlUnaryKernel final : public Kernel {
  public:
   DnnlUnaryKernel(const char* name, dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, Shape in_shape,
-                  Shape out_shape)
+                  Layout in_layout, memory::desc user_src_md, Shape out_shape, Layout out_layout,
+                  memory::desc user_dst_md)
       : name_(name),
         primitive_(std::move(primitive)),
-        src_md_(PlainDesc(ToDims(in_shape))),
-        dst_md_(PlainDesc(ToDims(out_shape))),
+        user_src_md_(std::move(user_src_md)),
+        user_dst_md_(std::move(user_dst_md)),
+        src_md_(pd.src_desc(0)),
+        dst_md_(pd.dst_desc(0)),
         scratch_md_(pd.scratchpad_desc()),
         in_shape_(std::move(in_shape)),
-        out_shape_(std::move(out_shape)) {}
+        out_shape_(std::move(out_shape)),
+        in_layout_(in_layout),
+        out_layout_(out_layout) {
+    reorder_src_ = src_md_ != user_src_md_;
+    reorder_dst_ = dst_md_ != user_dst_md_;
+    size_t reorder_scratch = 0;
+    auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
+      dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), from, CpuEngine(), to, BaseAttr());
+      reorder_scratch = std::max(reorder_scratch, ScratchpadBytes(reorder_pd));
+      return dnnl::reorder(reorder_pd);
+    };
+    if (reorder_src_) src_reorder_ = make_reorder(user_src_md_, src_md_);
+    if (reorder_dst_) dst_reorder_ = make_reorder(dst_md_, user_dst_md_);
+    reorder_scratch_md_ = memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch, 1))},
+                                       memory::data_type::u8, memory::format_tag::x);
+    src_bytes_ = reorder_src_ ? ThreadScratch::Align(src_md_.get_size()) : 0;
+    dst_bytes_ = reorder_dst_ ? ThreadScratch::Align(dst_md_.get_size()) : 0;
+    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
+    reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch);
+  }
 
   const char* Name() const override { return name_; }
 
   void Run(KernelContext& ctx) override {
-    CheckShape(ctx.node, name_, "input", ctx.In(0), in_shape_);
-    CheckShape(ctx.node, name_, "output", ctx.Out(0), out_shape_);
+    CheckActivation(ctx.node, name_, "input", ctx.In(0), in_shape_, in_layout_);
+    CheckActivation(ctx.node, name_, "output", ctx.Out(0), out_shape_, out_layout_);
     RunDnnl(ctx.node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(scratch_md_.get_size());
-      primitive_.execute(stream, {{DNNL_ARG_SRC, WrapMemory(src_md_, ctx.In(0).raw())},
-                                  {DNNL_ARG_DST, WrapMemory(dst_md_, ctx.Out(0).raw())},
-                                  {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}});
+      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
+      memory user_src = WrapMemory(user_src_md_, ctx.In(0).raw());
+      memory user_dst = WrapMemory(user_dst_md_, ctx.Out(0).raw());
+      memory src = reorder_src_ ? memory(src_md_, CpuEngine(), scratch) : user_src;
+      memory dst = reorder_dst_ ? memory(dst_md_, CpuEngine(), scratch + src_bytes_) : user_dst;
+      memory reorder_scratchpad(reorder_scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_ + scratch_bytes_);
+      auto reorder = [&](const dnnl::reorder& r, const memory& from, const memory& to) {
+        r.execute(stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, reorder_scratchpad}});
+      };
+      if (reorder_src_) reorder(src_reorder_, user_src, src);
+      primitive_.execute(stream,
+                         {{DNNL_ARG_SRC, src},
+                          {DNNL_ARG_DST, dst},
+                          {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_)}});
+      if (reorder_dst_) reorder(dst_reorder_, dst, user_dst);
       stream.wait();
     });
   }
@@ -42,8 +77,12 @@ class DnnlUnaryKernel final : public Kernel {
  private:
   const char* name_;
   dnnl::primitive primitive_;
-  memory::desc src_md_, dst_md_, scratch_md_;
+  dnnl::reorder src_reorder_, dst_reorder_;
+  memory::desc user_src_md_, user_dst_md_, src_md_, dst_md_, scratch_md_, reorder_scratch_md_;
   Shape in_shape_, out_shape_;
+  Layout in_layout_, out_layout_;
+  bool reorder_src_ = false, reorder_dst_ = false;
+  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
 };
 
 bool AllPositive(const Shape& s) {
@@ -52,88 +91,151 @@ bool AllPositive(const Shape& s) {
   return true;
 }
 
-}  // namespace
+// A pooling node in oneDNN's terms.
+struct PoolGeometry {
+  Shape x, y;
+  bool global = false;
+  const char* name = "";
+  dnnl::algorithm algorithm = dnnl::algorithm::pooling_max;
+  memory::dims kernel, strides, dilation, pad_l, pad_r;
+};
 
-std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
+// False for anything this kernel does not take (the reference kernel runs it).
+bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
   const Node& node = ctx.node;
   const std::string& op = node.op_type;
   // MaxPool's optional Indices output has no oneDNN equivalent in inference.
-  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 1 || ctx.output_shapes.size() != 1) return nullptr;
+  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 1 || ctx.output_shapes.size() != 1) return false;
   const Shape& x = ctx.input_shapes[0];
   const Shape& y = ctx.output_shapes[0];
   const int64_t rank = static_cast<int64_t>(x.size());
   if (rank < 3 || rank > 5 || static_cast<int64_t>(y.size()) != rank || !AllPositive(x) || !AllPositive(y))
-    return nullptr;
-  if (y[0] != x[0] || y[1] != x[1]) return nullptr;
+    return false;
+  if (y[0] != x[0] || y[1] != x[1]) return false;
+  p.x = x;
+  p.y = y;
   const int64_t spatial = rank - 2;
-  const bool global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
+  p.global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
   const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
-  const char* name = is_max ? (global ? "GlobalMaxPoolF32Dnnl" : "MaxPoolF32Dnnl")
-                            : (global ? "GlobalAveragePoolF32Dnnl" : "AveragePoolF32Dnnl");
+  p.name = is_max ? (p.global ? "GlobalMaxPoolF32Dnnl" : "MaxPoolF32Dnnl")
+                  : (p.global ? "GlobalAveragePoolF32Dnnl" : "AveragePoolF32Dnnl");
 
-  memory::dims kernel, strides, dilation, pad_l, pad_r;
-  dnnl::algorithm algorithm = is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
-  if (global) {
+  p.algorithm = is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+  if (p.global) {
     for (int64_t i = 0; i < spatial; ++i) {
-      if (y[2 + i] != 1) return nullptr;
-      kernel.push_back(x[2 + i]);
-      strides.push_back(1);
-      dilation.push_back(0);
-      pad_l.push_back(0);
-      pad_r.push_back(0);
+      if (y[2 + i] != 1) return false;
+      p.kernel.push_back(x[2 + i]);
+      p.strides.push_back(1);
+      p.dilation.push_back(0);
+      p.pad_l.push_back(0);
+      p.pad_r.push_back(0);
     }
-  } else {
-    std::vector<int64_t> k = node.GetInts("kernel_shape");
-    std::vector<int64_t> s = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
-    std::vector<int64_t> d = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
-    std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
-    if (static_cast<int64_t>(k.size()) != spatial || static_cast<int64_t>(s.size()) != spatial ||
-        static_cast<int64_t>(d.size()) != spatial || static_cast<int64_t>(pads.size()) != 2 * spatial)
-      return nullptr;
-    const bool count_include_pad = !is_max && node.GetInt("count_include_pad", 0) != 0;
-    if (count_include_pad) algorithm = dnnl::algorithm::pooling_avg_include_padding;
-    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
-    for (int64_t i = 0; i < spatial; ++i) {
-      const int64_t in = x[2 + i], out = y[2 + i];
-      if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0) return nullptr;
-      const int64_t k_eff = (k[i] - 1) * d[i] + 1;
-      int64_t pl = pads[i], pr = pads[spatial + i];
-      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-        const int64_t total = std::max<int64_t>(0, ((in + s[i] - 1) / s[i] - 1) * s[i] + k_eff - in);
-        pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pr = total - pl;
-      } else if (auto_pad == "VALID") {
-        pl = pr = 0;
-      } else if (auto_pad != "NOTSET") {
-        return nullptr;
-      }
-      if (pl < 0 || pr < 0) return nullptr;
-      // oneDNN sizes the output with floor division. ceil_mode's extra window (and any other rounding the schema
-      // chose) is expressed by growing padding_r until the floor formula gives the inferred output size.
-      const int64_t span = in + pl + pr - k_eff;
-      if (span < 0 || span / s[i] + 1 != out) {
-        const int64_t needed = (out - 1) * s[i] + k_eff - in - pl;
-        if (needed < pr) return nullptr;
-        // With count_include_pad both oneDNN and ONNX (reference and ONNX Runtime) divide by the whole kernel,
-        // ceil_mode overhang included, so the grown padding changes nothing else.
-        pr = needed;
-      }
-      // A window lying wholly in padding has no defined oneDNN result.
-      if (pl >= k_eff || (out - 1) * s[i] - pl >= in) return nullptr;
-      kernel.push_back(k[i]);
-      strides.push_back(s[i]);
-      dilation.push_back(d[i] - 1);
-      pad_l.push_back(pl);
-      pad_r.push_back(pr);
-    }
+    return true;
   }
+  std::vector<int64_t> k = node.GetInts("kernel_shape");
+  std::vector<int64_t> s = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> d = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (static_cast<int64_t>(k.size()) != spatial || static_cast<int64_t>(s.size()) != spatial ||
+      static_cast<int64_t>(d.size()) != spatial || static_cast<int64_t>(pads.size()) != 2 * spatial)
+    return false;
+  const bool count_include_pad = !is_max && node.GetInt("count_include_pad", 0) != 0;
+  if (count_include_pad) p.algorithm = dnnl::algorithm::pooling_avg_include_padding;
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t in = x[2 + i], out = y[2 + i];
+    if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0) return false;
+    const int64_t k_eff = (k[i] - 1) * d[i] + 1;
+    int64_t pl = pads[i], pr = pads[spatial + i];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t total = std::max<int64_t>(0, ((in + s[i] - 1) / s[i] - 1) * s[i] + k_eff - in);
+      pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pr = total - pl;
+    } else if (auto_pad == "VALID") {
+      pl = pr = 0;
+    } else if (auto_pad != "NOTSET") {
+      return false;
+    }
+    if (pl < 0 || pr < 0) return false;
+    // oneDNN sizes the output with floor division. ceil_mode's extra window (and any other rounding the schema
+    // chose) is expressed by growing padding_r until the floor formula gives the inferred output size.
+    const int64_t span = in + pl + pr - k_eff;
+    if (span < 0 || span / s[i] + 1 != out) {
+      const int64_t needed = (out - 1) * s[i] + k_eff - in - pl;
+      if (needed < pr) return false;
+      // With count_include_pad both oneDNN and ONNX (reference and ONNX Runtime) divide by the whole kernel,
+      // ceil_mode overhang included, so the grown padding changes nothing else.
+      pr = needed;
+    }
+    // A window lying wholly in padding has no defined oneDNN result.
+    if (pl >= k_eff || (out - 1) * s[i] - pl >= in) return false;
+    p.kernel.push_back(k[i]);
+    p.strides.push_back(s[i]);
+    p.dilation.push_back(d[i] - 1);
+    p.pad_l.push_back(pl);
+    p.pad_r.push_back(pr);
+  }
+  return true;
+}
 
-  OmpThreadsGuard threads(ctx.num_threads);
-  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, PlainDesc(ToDims(x)),
-                                      PlainDesc(ToDims(y)), strides, kernel, dilation, pad_l, pad_r);
+// The pooling primitive with source and destination in `layout`, or an empty descriptor where oneDNN offers only its
+// reference implementation. Shared by the factory and the channels-last support test, so the two agree.
+dnnl::pooling_v2_forward::primitive_desc MakePoolPd(const PoolGeometry& p, Layout layout) {
+  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, p.algorithm, ActivationDesc(p.x, layout),
+                                      ActivationDesc(p.y, layout), p.strides, p.kernel, p.dilation, p.pad_l, p.pad_r);
   dnnl::pooling_v2_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
-  if (!pd || IsReferenceImpl(pd)) return nullptr;
-  return std::make_unique<DnnlUnaryKernel>(name, dnnl::pooling_v2_forward(pd), pd, x, y);
+  if (!pd || IsReferenceImpl(pd)) return {};
+  return pd;
+}
+
+// Channels-last tensors exist only for rank-4 activations, and pools have one input and one output.
+bool PoolLayoutsPossible(const KernelBuildContext& ctx) {
+  for (size_t i = 1; i < ctx.input_layouts.size(); ++i)
+    if (ctx.input_layouts[i] != Layout::kPlain) return false;
+  for (size_t i = 1; i < ctx.output_layouts.size(); ++i)
+    if (ctx.output_layouts[i] != Layout::kPlain) return false;
+  return !ctx.input_shapes.empty() && ctx.input_shapes[0].size() == 4;
+}
+
+std::unique_ptr<Kernel> CreateNhwcPool(const KernelBuildContext& ctx) {
+  const char* op = ctx.node.op_type.c_str();
+  PoolGeometry p;
+  if (!PoolLayoutsPossible(ctx) || !ComputePoolGeometry(ctx, p))
+    ThrowUnsupportedLayouts(ctx.node, op, "this pooling node has no fast channels-last kernel");
+  try {
+    OmpThreadsGuard threads(ctx.num_threads);
+    dnnl::pooling_v2_forward::primitive_desc pd = MakePoolPd(p, Layout::kNhwc);
+    if (!pd) ThrowUnsupportedLayouts(ctx.node, p.name, "oneDNN has only a reference implementation for it");
+    // A global pool's [N, C, 1, 1] output has the same bytes in both layouts: the primitive writes it directly.
+    memory::desc user_dst_md = p.global ? pd.dst_desc() : ActivationDesc(p.y, ctx.OutLayout(0));
+    // Where one tensor is plain, the primitive still works on NHWC (a primitive reading one layout and writing the
+    // other is a reference implementation in oneDNN 2.6) and a reorder converts that tensor.
+    return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_v2_forward(pd), pd, p.x, ctx.InLayout(0),
+                                             ActivationDesc(p.x, ctx.InLayout(0)), p.y, ctx.OutLayout(0), user_dst_md);
+  } catch (const dnnl::error& e) {
+    ThrowUnsupportedLayouts(ctx.node, p.name, std::string("oneDNN failed: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
+  if (AnyNhwc(ctx)) return CreateNhwcPool(ctx);
+  PoolGeometry p;
+  if (!ComputePoolGeometry(ctx, p)) return nullptr;
+  OmpThreadsGuard threads(ctx.num_threads);
+  dnnl::pooling_v2_forward::primitive_desc pd = MakePoolPd(p, Layout::kPlain);
+  if (!pd) return nullptr;
+  const memory::desc src_md = PlainDesc(ToDims(p.x)), dst_md = PlainDesc(ToDims(p.y));
+  return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_v2_forward(pd), pd, p.x, Layout::kPlain, src_md, p.y,
+                                           Layout::kPlain, dst_md);
+}
+
+bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx) {
+  PoolGeometry p;
+  if (ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 4 || !ComputePoolGeometry(ctx, p)) return false;
+  OmpThreadsGuard threads(ctx.num_threads);
+  return static_cast<bool>(MakePoolPd(p, Layout::kNhwc));
 }
 
 std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx) {
@@ -155,12 +257,14 @@ std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx) {
     dnnl::logsoftmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
     dnnl::logsoftmax_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
     if (!pd || IsReferenceImpl(pd)) return nullptr;
-    return std::make_unique<DnnlUnaryKernel>("LogSoftmaxF32Dnnl", dnnl::logsoftmax_forward(pd), pd, x, x);
+    return std::make_unique<DnnlUnaryKernel>("LogSoftmaxF32Dnnl", dnnl::logsoftmax_forward(pd), pd, x, Layout::kPlain,
+                                             md, x, Layout::kPlain, md);
   }
   dnnl::softmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
   dnnl::softmax_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return nullptr;
-  return std::make_unique<DnnlUnaryKernel>("SoftmaxF32Dnnl", dnnl::softmax_forward(pd), pd, x, x);
+  return std::make_unique<DnnlUnaryKernel>("SoftmaxF32Dnnl", dnnl::softmax_forward(pd), pd, x, Layout::kPlain, md, x,
+                                           Layout::kPlain, md);
 }
 
 }  // namespace osprey::cpu

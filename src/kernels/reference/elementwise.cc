@@ -1,5 +1,7 @@
 // Reference kernels of the elementwise family. Broadcasting goes through BroadcastPlan (any rank); float32 inputs of
 // one shape, or with a scalar operand, take plain loops.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -61,7 +63,19 @@ class BroadcastPlan {
   // k's element i of the run is at in_offsets[k] + i * in_strides[k]. Rank 0 is one run of length 1.
   template <class Row>
   void ForEachRow(Row&& row) const {
-    if (total_ == 0) return;
+    ForEachRowIn(0, NumRows(), row);
+  }
+
+  // Number of innermost runs ForEachRow visits.
+  int64_t NumRows() const {
+    if (total_ == 0) return 0;
+    return dims_.empty() ? 1 : total_ / dims_.back();
+  }
+
+  // ForEachRow restricted to runs [first, last), so disjoint ranges can run on different threads.
+  template <class Row>
+  void ForEachRowIn(int64_t first, int64_t last, Row&& row) const {
+    if (first >= last) return;
     std::vector<int64_t> offsets(num_inputs_, 0), inner_strides(num_inputs_, 0);
     const int nd = static_cast<int>(dims_.size());
     if (nd == 0) {
@@ -70,8 +84,14 @@ class BroadcastPlan {
     }
     for (int k = 0; k < num_inputs_; ++k) inner_strides[k] = strides_[k][nd - 1];
     const int64_t inner = dims_[nd - 1];
+    // Mixed-radix position of run `first` over the outer dims.
     std::vector<int64_t> counter(nd, 0);
-    for (int64_t out_offset = 0; out_offset < total_; out_offset += inner) {
+    for (int64_t d = nd - 2, rem = first; d >= 0; --d) {
+      counter[d] = rem % dims_[d];
+      rem /= dims_[d];
+      for (int k = 0; k < num_inputs_; ++k) offsets[k] += counter[d] * strides_[k][d];
+    }
+    for (int64_t out_offset = first * inner; out_offset < last * inner; out_offset += inner) {
       row(out_offset, offsets.data(), inner, inner_strides.data());
       for (int d = nd - 2; d >= 0; --d) {
         if (++counter[d] < dims_[d]) {
@@ -110,31 +130,60 @@ void BinaryMap(const Node& node, const Tensor& a, const Tensor& b, Tensor& out, 
       return;
     }
   }
+  // Float results never throw (integer division by zero does), and an exception must not leave a parallel region
+  // (even one with a false `if` clause), so only float loops are ever written inside one.
+  constexpr bool kParallelSafe = std::is_same_v<A, float> && std::is_same_v<R, float>;
+  const bool parallel = kParallelSafe && n >= kParallelMinElements;
   if (a.shape() == out.shape() && b.numel() == 1) {
     const B s = pb[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
+    if constexpr (kParallelSafe) {
+#pragma omp parallel for if (parallel) schedule(static)
+      for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
+    } else {
+      for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
+    }
     return;
   }
   if (b.shape() == out.shape() && a.numel() == 1) {
     const A s = pa[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(s, pb[i]);
+    if constexpr (kParallelSafe) {
+#pragma omp parallel for if (parallel) schedule(static)
+      for (int64_t i = 0; i < n; ++i) po[i] = f(s, pb[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) po[i] = f(s, pb[i]);
+    }
     return;
   }
   BroadcastPlan plan(node, out.shape(), {&a.shape(), &b.shape()});
-  plan.ForEachRow([&](int64_t o, const int64_t* off, int64_t len, const int64_t* st) {
+  auto row = [&](int64_t o, const int64_t* off, int64_t len, const int64_t* st) {
     const A* ra = pa + off[0];
     const B* rb = pb + off[1];
     R* ro = po + o;
     if (st[0] == 1 && st[1] == 1) {
       for (int64_t i = 0; i < len; ++i) ro[i] = f(ra[i], rb[i]);
     } else if (st[0] == 1 && st[1] == 0) {
-      for (int64_t i = 0; i < len; ++i) ro[i] = f(ra[i], rb[0]);
+      const B s = rb[0];
+      for (int64_t i = 0; i < len; ++i) ro[i] = f(ra[i], s);
     } else if (st[0] == 0 && st[1] == 1) {
-      for (int64_t i = 0; i < len; ++i) ro[i] = f(ra[0], rb[i]);
+      const A s = ra[0];
+      for (int64_t i = 0; i < len; ++i) ro[i] = f(s, rb[i]);
     } else {
       for (int64_t i = 0; i < len; ++i) ro[i] = f(ra[i * st[0]], rb[i * st[1]]);
     }
-  });
+  };
+  const int64_t rows = plan.NumRows();
+  if constexpr (kParallelSafe) {
+    if (parallel && rows > 1) {
+      // Contiguous blocks of rows per thread: rows write disjoint output ranges.
+#pragma omp parallel
+      {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        plan.ForEachRowIn(rows * t / threads, rows * (t + 1) / threads, row);
+      }
+      return;
+    }
+  }
+  plan.ForEachRow(row);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -363,7 +412,37 @@ void ModKernel(KernelContext& ctx) {
   });
 }
 
+template <class F>
+void MapF32(KernelContext& ctx, F f);
+
+// Float32 x ** e for a scalar e that has an exact cheaper form (LayerNorm exports square with
+// Pow(d, 2)). Returns false when the general path must run.
+bool PowScalarF32(KernelContext& ctx) {
+  const Tensor& base = ctx.In(0);
+  const Tensor& exponent = ctx.In(1);
+  if (base.dtype() != DType::kF32 || exponent.numel() != 1 || base.shape() != ctx.Out(0).shape()) return false;
+  double e = 0;
+  if (exponent.dtype() == DType::kF32)
+    e = exponent.data<float>()[0];
+  else if (exponent.dtype() == DType::kI64 || exponent.dtype() == DType::kI32)
+    e = static_cast<double>(exponent.GetAsInt(0));
+  else
+    return false;
+  if (e == 2) {
+    MapF32(ctx, [](float x) { return x * x; });
+  } else if (e == 1) {
+    MapF32(ctx, [](float x) { return x; });
+  } else if (e == 0.5) {
+    // pow(x, 0.5) differs from sqrt only at -0 (+0, not -0) and -inf (+inf, not NaN).
+    MapF32(ctx, [](float x) { return x == -INFINITY ? INFINITY : std::sqrt(x) + 0.f; });
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void PowKernel(KernelContext& ctx) {
+  if (PowScalarF32(ctx)) return;
   const Node& node = ctx.node;
   DispatchNumeric(node, ctx.In(0).dtype(), [&](auto base_tag) {
     using T = decltype(base_tag);

@@ -562,6 +562,13 @@ void MatMulRef(KernelContext& ctx) {
     ops[i] = {ad + a_off, bd + b_off, yd + i * m * n};
   }
   RunGemms(ops, m, n, k, k, n, n);
+  if (ctx.node.GetInt("_bias", 0) != 0 && ctx.HasIn(2)) {
+    // Fused bias (see the MatMul schema): a [N] row added to every row, before the fused activation.
+    const float* bias = ctx.In(2).data<float>();
+    const int64_t rows = n > 0 ? y.numel() / n : 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) yd[r * n + j] += bias[j];
+  }
   ApplyFusedActivation(ctx.node, yd, y.numel());
 }
 

@@ -1,0 +1,346 @@
+// Pattern fusions for transformer-style graphs as exporters write them (PyTorch at opset 13 has no LayerNormalization
+// or Gelu op, so both arrive decomposed into elementwise chains):
+//   LayerNorm: ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(d, std)
+//              [-> Mul(gamma)] [-> Add(beta)]             => LayerNormalization(x, gamma, beta), axis -1
+//   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
+//                                                          => Gelu(x)
+//   Bias:      MatMul(A, B) -> Add(., bias[N])             => MatMul(A, B, bias) with `_bias` = 1
+// A chain is rewritten only when every intermediate value has a single consumer and is not a graph output, and only
+// when the constants have the values the pattern needs (checked by value, not by name). The fused node takes the
+// position of the chain's last node: its inputs are all produced before the chain's first node.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "runtime/plan_impl.h"
+
+namespace osprey {
+namespace {
+
+constexpr double kSqrt2 = 1.4142135623730951;
+
+// Live nodes with their consumer lists and producers, and the nodes a pass has absorbed.
+class NodeView {
+ public:
+  explicit NodeView(CompileState& st) : st_(st) {
+    consumers_.assign(st.values.size(), {});
+    producer_.assign(st.values.size(), -1);
+    for (size_t i = 0; i < st.nodes.size(); ++i) {
+      for (int v : st.nodes[i].inputs)  // a node reading a value twice (Mul(d, d)) is one consumer
+        if (v >= 0 && (consumers_[v].empty() || consumers_[v].back() != static_cast<int>(i)))
+          consumers_[v].push_back(static_cast<int>(i));
+      for (int v : st.nodes[i].outputs)
+        if (v >= 0) producer_[v] = static_cast<int>(i);
+    }
+    dead_.assign(st.nodes.size(), 0);
+  }
+
+  Node& node(int i) { return st_.nodes[i]; }
+  bool dead(int i) const { return dead_[i] != 0; }
+  void Kill(int i) { dead_[i] = 1; }
+
+  // The node reading `v` when it is the only reader and `v` is not a graph output; else -1.
+  int SoleConsumer(int v) const {
+    if (v < 0 || st_.is_graph_output[v] || consumers_[v].size() != 1) return -1;
+    int c = consumers_[v][0];
+    return dead_[c] ? -1 : c;
+  }
+  const std::vector<int>& Consumers(int v) const { return consumers_[v]; }
+  int Producer(int v) const {
+    if (v < 0 || producer_[v] < 0 || dead_[producer_[v]]) return -1;
+    return producer_[v];
+  }
+
+  // The live node `i` is an ONNX-domain `op` with one output.
+  bool Is(int i, const char* op) const {
+    if (i < 0 || dead_[i]) return false;
+    const Node& n = st_.nodes[i];
+    return n.op_type == op && n.domain.empty() && n.outputs.size() == 1 && n.outputs[0] >= 0;
+  }
+
+  // Drops absorbed nodes, keeping the order of the rest.
+  void Compact() {
+    std::vector<Node> kept;
+    kept.reserve(st_.nodes.size());
+    for (size_t i = 0; i < st_.nodes.size(); ++i)
+      if (!dead_[i]) kept.push_back(std::move(st_.nodes[i]));
+    st_.nodes = std::move(kept);
+  }
+
+ private:
+  CompileState& st_;
+  std::vector<std::vector<int>> consumers_;
+  std::vector<int> producer_;
+  std::vector<char> dead_;
+};
+
+bool IsF32(const CompileState& st, int v) { return v >= 0 && st.values[v].typed && st.values[v].dtype == DType::kF32; }
+
+bool IsF32Constant(const CompileState& st, int v) {
+  return IsF32(st, v) && st.values[v].known && st.values[v].value.raw() != nullptr;
+}
+
+// A float32 constant holding one element, returned in *value.
+bool ScalarConstant(const CompileState& st, int v, float* value) {
+  if (!IsF32Constant(st, v) || st.values[v].value.numel() != 1) return false;
+  *value = st.values[v].value.data<float>()[0];
+  return true;
+}
+
+bool ScalarNear(const CompileState& st, int v, double expected) {
+  float value = 0;
+  return ScalarConstant(st, v, &value) && std::fabs(value - expected) <= 1e-5 * std::fabs(expected);
+}
+
+// For a binary node reading `v`, the other input; -1 when `v` is not exactly one of its two inputs.
+int OtherInput(const Node& n, int v) {
+  if (n.inputs.size() != 2) return -1;
+  if (n.inputs[0] == v && n.inputs[1] != v) return n.inputs[1];
+  if (n.inputs[1] == v && n.inputs[0] != v) return n.inputs[0];
+  return -1;
+}
+
+bool SameShape(const CompileState& st, int a, int b) { return st.values[a].shape == st.values[b].shape; }
+
+// "/encoder/layer_0/ln_1/ReduceMean" -> "/encoder/layer_0/ln_1/LayerNormalization": the fused node keeps the scope of
+// the chain it replaces, so profiles still say where it came from.
+std::string FusedName(const std::string& base, const char* op) {
+  if (base.empty()) return op;
+  const size_t slash = base.rfind('/');
+  return slash == std::string::npos ? base + "/" + op : base.substr(0, slash + 1) + op;
+}
+
+// A float32 constant that broadcasts along the last axis of a tensor with `channels` there: shape [..., 1, C] or a
+// single element. Fills `out` with its C values (a single element repeated).
+bool ChannelVector(const CompileState& st, int v, int64_t channels, std::vector<float>* out) {
+  if (!IsF32Constant(st, v)) return false;
+  const Tensor& t = st.values[v].value;
+  const Shape& s = t.shape();
+  for (size_t i = 0; i + 1 < s.size(); ++i)
+    if (s[i] != 1) return false;
+  const float* p = t.data<float>();
+  if (t.numel() == channels) {
+    out->assign(p, p + channels);
+  } else if (t.numel() == 1) {
+    out->assign(static_cast<size_t>(channels), p[0]);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The value id of a [C] constant equal to `values`: `v` itself when it already has that shape, else a new constant.
+int ChannelConstant(CompileState& st, int v, const std::vector<float>& values) {
+  const int64_t channels = static_cast<int64_t>(values.size());
+  if (v >= 0 && st.values[v].shape == Shape{channels}) return v;
+  return st.AddConstant(Tensor::FromVector<float>({channels}, values));
+}
+
+// ReduceMean over the last axis only, keeping dims (opset < 18: `axes` attribute; opset 18: `axes` input).
+bool IsLastAxisMean(const CompileState& st, const Node& n, int64_t rank) {
+  if (n.GetInt("keepdims", 1) != 1) return false;
+  std::vector<int64_t> axes;
+  if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+    const CompileValue& a = st.values[n.inputs[1]];
+    if (!a.known || a.dtype != DType::kI64) return false;
+    axes = a.value.ToInt64Vector();
+  } else if (n.Has("axes")) {
+    axes = n.GetInts("axes");
+  } else {
+    // No axes: every axis, unless noop_with_empty_axes makes it an identity.
+    return rank == 1 && n.GetInt("noop_with_empty_axes", 0) == 0;
+  }
+  return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+void FuseLayerNorm(CompileState& st) {
+  NodeView g(st);
+  for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
+    if (!g.Is(i, "ReduceMean")) continue;
+    const int x = g.node(i).inputs.empty() ? -1 : g.node(i).inputs[0];
+    if (!IsF32(st, x) || st.values[x].shape.empty()) continue;
+    const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
+    const int64_t channels = st.values[x].shape.back();
+    if (channels <= 0 || !IsLastAxisMean(st, g.node(i), rank)) continue;
+    const int mean = g.node(i).outputs[0];
+
+    const int sub = g.SoleConsumer(mean);
+    if (!g.Is(sub, "Sub") || g.node(sub).inputs.size() != 2 || g.node(sub).inputs[0] != x ||
+        g.node(sub).inputs[1] != mean)
+      continue;
+    const int d = g.node(sub).outputs[0];
+    if (!IsF32(st, d) || !SameShape(st, d, x) || st.is_graph_output[d]) continue;
+    const std::vector<int>& d_readers = g.Consumers(d);
+    if (d_readers.size() != 2) continue;
+
+    // d is read by the square (Pow(d, 2) or Mul(d, d)) and by the final Div.
+    int square = -1, div = -1;
+    for (int c : d_readers) {
+      if (g.Is(c, "Pow") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == d &&
+          ScalarNear(st, g.node(c).inputs[1], 2.0))
+        square = c;
+      else if (g.Is(c, "Mul") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == d && g.node(c).inputs[1] == d)
+        square = c;
+      else if (g.Is(c, "Div") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == d)
+        div = c;
+    }
+    if (square < 0 || div < 0) continue;
+    const int var_mean = g.SoleConsumer(g.node(square).outputs[0]);
+    if (!g.Is(var_mean, "ReduceMean") || !IsLastAxisMean(st, g.node(var_mean), rank)) continue;
+    const int add_eps = g.SoleConsumer(g.node(var_mean).outputs[0]);
+    if (!g.Is(add_eps, "Add")) continue;
+    float epsilon = 0;
+    if (!ScalarConstant(st, OtherInput(g.node(add_eps), g.node(var_mean).outputs[0]), &epsilon) || !(epsilon >= 0))
+      continue;
+    const int sqrt = g.SoleConsumer(g.node(add_eps).outputs[0]);
+    if (!g.Is(sqrt, "Sqrt")) continue;
+    const int std_dev = g.node(sqrt).outputs[0];
+    if (g.SoleConsumer(std_dev) != div || g.node(div).inputs[1] != std_dev) continue;
+    if (!SameShape(st, g.node(var_mean).outputs[0], mean) || !SameShape(st, std_dev, mean)) continue;
+    int last = div;
+    if (!SameShape(st, g.node(div).outputs[0], x)) continue;
+
+    // Optional affine part: Mul(gamma) then Add(beta), each with a per-channel constant.
+    std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
+    int gamma_id = -1, beta_id = -1;
+    std::vector<int> absorbed = {i, sub, square, var_mean, add_eps, sqrt, div};
+    int next = g.SoleConsumer(g.node(last).outputs[0]);
+    if (g.Is(next, "Mul")) {
+      const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
+      if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], x)) {
+        gamma_id = other;
+        last = next;
+        absorbed.push_back(next);
+        next = g.SoleConsumer(g.node(last).outputs[0]);
+      }
+    }
+    if (g.Is(next, "Add")) {
+      const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
+      if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], x)) {
+        beta_id = other;
+        last = next;
+        absorbed.push_back(next);
+      }
+    }
+
+    Node ln;
+    ln.op_type = "LayerNormalization";
+    ln.name = FusedName(g.node(i).name, "LayerNormalization");
+    ln.inputs = {x, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
+    ln.outputs = {g.node(last).outputs[0]};
+    ln.attrs["axis"] = Attribute::Int(-1);
+    ln.attrs["epsilon"] = Attribute::Float(epsilon);
+    for (int n : absorbed)
+      if (n != last) g.Kill(n);
+    g.node(last) = std::move(ln);
+  }
+  g.Compact();
+}
+
+// ---------------------------------------------------------------- GELU
+
+// Mul(q, 0.5) or Div(q, 2) reading `q`: multiplies by one half.
+bool IsHalving(const CompileState& st, NodeView& g, int n, int q) {
+  if (g.Is(n, "Mul")) return ScalarNear(st, OtherInput(g.node(n), q), 0.5);
+  if (g.Is(n, "Div"))
+    return g.node(n).inputs.size() == 2 && g.node(n).inputs[0] == q && g.node(n).inputs[1] != q &&
+           ScalarNear(st, g.node(n).inputs[1], 2.0);
+  return false;
+}
+
+void FuseGelu(CompileState& st) {
+  NodeView g(st);
+  for (int e = 0; e < static_cast<int>(st.nodes.size()); ++e) {
+    if (!g.Is(e, "Erf") || g.node(e).inputs.size() != 1) continue;
+    // Erf's input is x / sqrt(2) or x * (1 / sqrt(2)).
+    const int t = g.node(e).inputs[0];
+    const int scale = g.Producer(t);
+    if (g.SoleConsumer(t) != e) continue;
+    int x = -1;
+    if (g.Is(scale, "Div") && g.node(scale).inputs.size() == 2 && ScalarNear(st, g.node(scale).inputs[1], kSqrt2))
+      x = g.node(scale).inputs[0];
+    else if (g.Is(scale, "Mul") && g.node(scale).inputs.size() == 2) {
+      for (int side = 0; side < 2 && x < 0; ++side)
+        if (ScalarNear(st, g.node(scale).inputs[1 - side], 1.0 / kSqrt2)) x = g.node(scale).inputs[side];
+    }
+    if (!IsF32(st, x) || !SameShape(st, t, x)) continue;
+    const int erf_out = g.node(e).outputs[0];
+    const int add_one = g.SoleConsumer(erf_out);
+    if (!g.Is(add_one, "Add") || !ScalarNear(st, OtherInput(g.node(add_one), erf_out), 1.0)) continue;
+    const int a = g.node(add_one).outputs[0];
+    if (!SameShape(st, a, x)) continue;
+    const int m1 = g.SoleConsumer(a);
+    if (!g.Is(m1, "Mul")) continue;
+    const int o1 = OtherInput(g.node(m1), a);
+    if (o1 < 0) continue;
+    const int q = g.node(m1).outputs[0];
+    if (!SameShape(st, q, x)) continue;
+
+    // The rest computes x * a * 0.5 in one of three orders.
+    std::vector<int> absorbed = {scale, e, add_one, m1};
+    int last = -1;
+    if (o1 == x) {  // (x * a) * 0.5
+      const int m2 = g.SoleConsumer(q);
+      if (IsHalving(st, g, m2, q)) last = m2;
+    } else if (ScalarNear(st, o1, 0.5)) {  // (a * 0.5) * x
+      const int m2 = g.SoleConsumer(q);
+      if (g.Is(m2, "Mul") && OtherInput(g.node(m2), q) == x) last = m2;
+    } else {  // (x * 0.5) * a
+      const int half = g.Producer(o1);
+      if (g.SoleConsumer(o1) == m1 && IsHalving(st, g, half, x) && SameShape(st, o1, x)) {
+        absorbed.push_back(half);
+        last = m1;
+      }
+    }
+    if (last < 0 || !SameShape(st, g.node(last).outputs[0], x)) continue;
+    if (last != m1) absorbed.push_back(last);
+
+    Node gelu;
+    gelu.op_type = "Gelu";
+    gelu.name = FusedName(g.node(e).name, "Gelu");
+    gelu.inputs = {x};
+    gelu.outputs = {g.node(last).outputs[0]};
+    for (int n : absorbed)
+      if (n != last) g.Kill(n);
+    g.node(last) = std::move(gelu);
+  }
+  g.Compact();
+}
+
+// ---------------------------------------------------------------- MatMul + bias
+
+void FuseMatMulBias(CompileState& st) {
+  NodeView g(st);
+  for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
+    if (!g.Is(i, "MatMul")) continue;
+    Node& mm = g.node(i);
+    if (mm.NumInputs() != 2 || mm.inputs.size() != 2 || mm.Has("_bias") || mm.Has("_activation")) continue;
+    const int b = mm.inputs[1], y = mm.outputs[0];
+    if (!IsF32(st, mm.inputs[0]) || !IsF32(st, b) || !IsF32(st, y)) continue;
+    if (st.values[b].shape.size() < 2 || st.values[b].shape.back() <= 0) continue;
+    const int64_t n = st.values[b].shape.back();
+    const int add = g.SoleConsumer(y);
+    if (!g.Is(add, "Add")) continue;
+    const int c = OtherInput(g.node(add), y);
+    std::vector<float> bias;
+    if (!ChannelVector(st, c, n, &bias) || !SameShape(st, g.node(add).outputs[0], y)) continue;
+    mm.inputs.push_back(ChannelConstant(st, c, bias));
+    mm.attrs["_bias"] = Attribute::Int(1);
+    mm.outputs[0] = g.node(add).outputs[0];
+    g.Kill(add);
+  }
+  g.Compact();
+}
+
+}  // namespace
+
+// Run before activation fusion, which can then fold the Gelu into the MatMul that feeds it.
+void FuseTransformerPatterns(CompileState& st) {
+  FuseLayerNorm(st);
+  FuseGelu(st);
+  FuseMatMulBias(st);
+}
+
+}  // namespace osprey

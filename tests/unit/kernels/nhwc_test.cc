@@ -1,0 +1,572 @@
+// Channels-last (NHWC) support of the fast CPU kernels: Conv, pools, BatchNormalization and the layout reorder.
+// Oracle: the reference kernel on plain tensors. The test converts plain inputs to NHWC with its own index loop,
+// runs the fast kernel with the layouts the runtime's layout pass would ask for, converts the output back with the
+// inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C].
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "kernel_test_util.h"
+#include "kernels/cpu/dnnl_conv.h"
+
+namespace osprey::testing {
+namespace {
+
+Attribute Ints(std::vector<int64_t> v) { return Attribute::Ints(std::move(v)); }
+
+const char* LayoutName(Layout layout) { return layout == Layout::kNhwc ? "nhwc" : "plain"; }
+
+// [N, C, H, W] plain -> a tensor of physical shape [N, H, W, C].
+Tensor ToNhwc(const Tensor& plain) {
+  const int64_t n = plain.dim(0), c = plain.dim(1), h = plain.dim(2), w = plain.dim(3);
+  Tensor out(DType::kF32, {n, h, w, c});
+  const float* src = plain.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t ic = 0; ic < c; ++ic)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw)
+          dst[((in * h + ih) * w + iw) * c + ic] = src[((in * c + ic) * h + ih) * w + iw];
+  return out;
+}
+
+// Physical [N, H, W, C] -> plain [N, C, H, W].
+Tensor FromNhwc(const Tensor& nhwc) {
+  const int64_t n = nhwc.dim(0), h = nhwc.dim(1), w = nhwc.dim(2), c = nhwc.dim(3);
+  Tensor out(DType::kF32, {n, c, h, w});
+  const float* src = nhwc.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t ic = 0; ic < c; ++ic)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw)
+          dst[((in * c + ic) * h + ih) * w + iw] = src[((in * h + ih) * w + iw) * c + ic];
+  return out;
+}
+
+Tensor NanTensor(const Shape& shape) {
+  Tensor t(DType::kF32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  return t;
+}
+
+Shape Physical(const Shape& s, Layout layout) { return layout == Layout::kNhwc ? Shape{s[0], s[2], s[3], s[1]} : s; }
+
+// Builds the fast kernel for input 0 / residual (input 3) / output 0 in the given layouts, runs it twice on
+// converted tensors and compares with the reference kernel on the plain ones.
+void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                                 const std::string& expected_name, Layout in0, Layout out0,
+                                 Layout in3 = Layout::kPlain) {
+  SCOPED_TRACE(std::string("input ") + LayoutName(in0) + ", output " + LayoutName(out0) +
+               (node.op_type == "Conv" && inputs.size() > 3 ? std::string(", residual ") + LayoutName(in3) : ""));
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs);
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+  bc.input_layouts.assign(inputs.size(), Layout::kPlain);
+  bc.input_layouts[0] = in0;
+  if (node.op_type == "Conv" && inputs.size() > 3) bc.input_layouts[3] = in3;
+  bc.output_layouts.assign(outputs.size(), Layout::kPlain);
+  bc.output_layouts[0] = out0;
+  EXPECT_TRUE(CpuKernelSupportsNhwc(bc));
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(std::string(kernel->Name()), expected_name);
+
+  std::vector<Tensor> run_inputs = inputs;
+  if (in0 == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
+  if (node.op_type == "Conv" && inputs.size() > 3 && in3 == Layout::kNhwc) run_inputs[3] = ToNhwc(inputs[3]);
+  const Shape logical = expected[0].shape();
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    std::vector<Tensor> run_outputs{NanTensor(Physical(logical, out0))};
+    RunKernel(*kernel, node, run_inputs, run_outputs);
+    Tensor got = out0 == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
+    ExpectTensorNear(got, expected[0], kFastRtol, kFastAtol);
+  }
+}
+
+constexpr Layout kBoth[] = {Layout::kPlain, Layout::kNhwc};
+
+// Every combination of layouts on input 0 and output 0 (all plain included: the unchanged path).
+void ExpectEveryLayout(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                       const std::string& expected_name) {
+  for (Layout in0 : kBoth)
+    for (Layout out0 : kBoth) ExpectLayoutsMatchReference(node, inputs, constant, expected_name, in0, out0);
+}
+
+KernelBuildContext AllNhwcContext(const Node& node, const std::vector<Tensor>& inputs,
+                                  const std::vector<bool>& constant) {
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+  bc.input_layouts.assign(inputs.size(), Layout::kPlain);
+  bc.input_layouts[0] = Layout::kNhwc;
+  if (node.op_type == "Conv" && node.GetInt("_residual", 0) != 0) bc.input_layouts[3] = Layout::kNhwc;
+  bc.output_layouts.assign(outputs.size(), Layout::kPlain);
+  bc.output_layouts[0] = Layout::kNhwc;
+  return bc;
+}
+
+// ------------------------------------------------------------------------------------------------------------ Conv
+
+Node ConvNode(AttributeMap attrs, int num_inputs = 3) { return MakeNode("Conv", num_inputs, 1, std::move(attrs)); }
+
+std::vector<Tensor> ConvInputs(const Shape& x, const Shape& w, uint32_t seed) {
+  return {RandomTensor(x, seed), RandomTensor(w, seed + 1), RandomTensor({w[0]}, seed + 2)};
+}
+
+// All four layout combinations, and with every tensor NHWC a fast oneDNN implementation without reorders.
+void ExpectConvEveryLayout(const Node& node, const Shape& x, const Shape& w, uint32_t seed) {
+  std::vector<Tensor> in = ConvInputs(x, w, seed);
+  ExpectEveryLayout(node, in, {false, true, true}, "ConvF32Dnnl");
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
+  ASSERT_NE(kernel, nullptr);
+  const std::string impl = cpu::DnnlConvImplementation(*kernel);
+  SCOPED_TRACE("oneDNN implementation " + impl);
+  EXPECT_NE(impl.rfind("ref", 0), 0u);
+  EXPECT_EQ(impl.find("gemm"), std::string::npos);  // im2col + GEMM is the slow general path
+  if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_NE(impl.find("avx512"), std::string::npos);
+  }
+}
+
+TEST(NhwcConv, PointwiseOneByOne) { ExpectConvEveryLayout(ConvNode({}), {2, 13, 7, 9}, {5, 13, 1, 1}, 1); }
+
+TEST(NhwcConv, ThreeByThreePadOne) {
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 5, 7, 9}, {13, 5, 3, 3}, 2);
+}
+
+TEST(NhwcConv, DepthwiseThirteenChannelsStrideTwoWithRelu) {
+  ExpectConvEveryLayout(ConvNode({{"group", Attribute::Int(13)},
+                                  {"strides", Ints({2, 2})},
+                                  {"pads", Ints({1, 1, 1, 1})},
+                                  {"_activation", Attribute::String("Relu")}}),
+                        {1, 13, 7, 9}, {13, 1, 3, 3}, 3);
+}
+
+TEST(NhwcConv, DepthwiseFiveByFiveStrideOneAndTwo) {
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE("stride " + std::to_string(stride));
+    ExpectConvEveryLayout(
+        ConvNode({{"group", Attribute::Int(13)}, {"strides", Ints({stride, stride})}, {"pads", Ints({2, 2, 2, 2})}}),
+        {2, 13, 9, 11}, {13, 1, 5, 5}, 4);
+  }
+}
+
+TEST(NhwcConv, TwoGroups) {
+  ExpectConvEveryLayout(ConvNode({{"group", Attribute::Int(2)}, {"pads", Ints({1, 1, 1, 1})}}), {2, 6, 7, 9},
+                        {4, 3, 3, 3}, 5);
+}
+
+TEST(NhwcConv, StemSevenBySevenStrideTwoThreeChannels) {
+  ExpectConvEveryLayout(ConvNode({{"strides", Ints({2, 2})}, {"pads", Ints({3, 3, 3, 3})}}), {1, 3, 16, 16},
+                        {8, 3, 7, 7}, 6);
+}
+
+TEST(NhwcConv, AsymmetricPadsHardSwish) {
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({0, 1, 2, 1})}, {"_activation", Attribute::String("HardSwish")}}),
+                        {1, 5, 7, 9}, {3, 5, 3, 2}, 7);
+}
+
+// relu(conv(x) + r) with x, r and the output each plain or NHWC: all eight combinations, for the 3x3 and the 1x1
+// (Clip 0..6) case. A residual in another layout than the output is reordered into the destination first.
+void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attrs) {
+  attrs["_residual"] = Attribute::Int(1);
+  Node node = ConvNode(attrs, 4);
+  std::vector<Tensor> in = ConvInputs(x, w, 11);
+  in.push_back(RandomTensor({x[0], w[0], x[2], x[3]}, 14));
+  for (Layout in0 : kBoth)
+    for (Layout in3 : kBoth)
+      for (Layout out0 : kBoth)
+        ExpectLayoutsMatchReference(node, in, {false, true, true, false}, "ConvF32Dnnl", in0, out0, in3);
+}
+
+TEST(NhwcConv, FusedResidualAndReluEveryLayout) {
+  ExpectResidualEveryLayout({1, 5, 7, 9}, {13, 5, 3, 3},
+                            {{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
+}
+
+TEST(NhwcConv, FusedResidualAndClipPointwiseEveryLayout) {
+  ExpectResidualEveryLayout({2, 13, 7, 9}, {5, 13, 1, 1},
+                            {{"_activation", Attribute::String("Clip")},
+                             {"_alpha", Attribute::Float(0.f)},
+                             {"_beta", Attribute::Float(0.5f)}});
+}
+
+// The runtime may run the residual add in place: an NHWC output written over the NHWC residual itself.
+TEST(NhwcConv, FusedResidualInPlaceNhwc) {
+  Node node = ConvNode(
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
+  std::vector<Tensor> in = ConvInputs({1, 13, 7, 9}, {5, 13, 3, 3}, 21);
+  in.push_back(RandomTensor({1, 5, 7, 9}, 24));
+  std::vector<Tensor> expected = RunReferenceNode(node, in);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true, false}));
+  ASSERT_NE(kernel, nullptr);
+  std::vector<Tensor> run_inputs{ToNhwc(in[0]), in[1], in[2], ToNhwc(in[3])};
+  KernelContext kc{node};
+  for (const Tensor& t : run_inputs) kc.inputs.push_back(&t);
+  kc.outputs.push_back(&run_inputs[3]);
+  kernel->Run(kc);
+  ExpectTensorNear(FromNhwc(run_inputs[3]), expected[0], kFastRtol, kFastAtol);
+}
+
+// Every fused activation through the NHWC primitive.
+TEST(NhwcConv, EveryFusedActivation) {
+  const std::vector<std::tuple<std::string, float, float>> cases = {
+      {"Relu", 0, 0},      {"LeakyRelu", 0.1f, 0}, {"Clip", -1.5f, 2.5f},
+      {"Sigmoid", 0, 0},   {"Tanh", 0, 0},         {"HardSigmoid", 0.2f, 0.5f},
+      {"HardSwish", 0, 0}, {"Silu", 0, 0},         {"Gelu", 0, 0}};
+  for (const auto& [name, alpha, beta] : cases) {
+    SCOPED_TRACE(name);
+    Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})},
+                          {"_activation", Attribute::String(name)},
+                          {"_alpha", Attribute::Float(alpha)},
+                          {"_beta", Attribute::Float(beta)}});
+    std::vector<Tensor> in{Scaled(RandomTensor({1, 5, 7, 9}, 31), 2.f), RandomTensor({3, 5, 3, 3}, 32),
+                           RandomTensor({3}, 33)};
+    ExpectLayoutsMatchReference(node, in, {false, true, true}, "ConvF32Dnnl", Layout::kNhwc, Layout::kNhwc);
+  }
+}
+
+TEST(NhwcConv, ConcurrentRunsFromSeveralThreads) {
+  Node node = ConvNode({{"group", Attribute::Int(13)}, {"pads", Ints({1, 1, 1, 1})}});
+  const Tensor weight = RandomTensor({13, 1, 3, 3}, 51), bias = RandomTensor({13}, 52);
+  constexpr int kThreads = 3;
+  std::vector<std::vector<Tensor>> inputs, expected;
+  for (int t = 0; t < kThreads; ++t) {
+    inputs.push_back({RandomTensor({1, 13, 7, 9}, 60 + t), weight, bias});
+    expected.push_back(RunReferenceNode(node, inputs.back()));
+  }
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, inputs[0], {false, true, true}));
+  ASSERT_NE(kernel, nullptr);
+  for (std::vector<Tensor>& in : inputs) in[0] = ToNhwc(in[0]);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Tensor out(DType::kF32, {1, 7, 9, 13});
+      for (int iter = 0; iter < 20; ++iter) {
+        KernelContext kc{node};
+        for (const Tensor& in : inputs[t]) kc.inputs.push_back(&in);
+        kc.outputs.push_back(&out);
+        kernel->Run(kc);
+        Tensor got = FromNhwc(out);
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          float e = expected[t][0].data<float>()[i];
+          if (std::fabs(got.data<float>()[i] - e) > kFastAtol + kFastRtol * std::fabs(e)) ++mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(NhwcConv, SupportReportedOnlyForFastTwoDimensionalFloatConvWithConstantWeight) {
+  Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
+  std::vector<Tensor> in = ConvInputs({1, 3, 7, 9}, {5, 3, 3, 3}, 1);
+  std::vector<Tensor> outputs;
+  EXPECT_TRUE(CpuKernelSupportsNhwc(MakeBuildContext(node, in, {false, true, true}, outputs)));
+  // A run-time weight cannot be prepacked: no fast kernel, and asking for NHWC anyway is a runtime bug.
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(node, in, {false, false, true}, outputs)));
+  EXPECT_THROW(CreateCpuKernel(AllNhwcContext(node, in, {false, false, true})), Error);
+  // Not float32.
+  KernelBuildContext f16 = MakeBuildContext(node, in, {false, true, true}, outputs);
+  for (DType& d : f16.input_dtypes) d = DType::kF16;
+  f16.output_dtypes[0] = DType::kF16;
+  EXPECT_FALSE(CpuKernelSupportsNhwc(f16));
+  // Not 2-D.
+  std::vector<Tensor> in1d = ConvInputs({1, 3, 9}, {5, 3, 3}, 2);
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(ConvNode({}), in1d, {false, true, true}, outputs)));
+}
+
+// ----------------------------------------------------------------------------------------------------------- Pools
+
+void ExpectPoolEveryLayout(const std::string& op, const Shape& x, AttributeMap attrs, const std::string& name) {
+  Node node = MakeNode(op, 1, 1, std::move(attrs));
+  ExpectEveryLayout(node, {RandomTensor(x, 7)}, {false}, name);
+}
+
+TEST(NhwcPool, MaxPoolStemStyleAndCeilMode) {
+  for (int64_t ceil : {0, 1}) {
+    SCOPED_TRACE("ceil_mode " + std::to_string(ceil));
+    ExpectPoolEveryLayout("MaxPool", {2, 5, 7, 9},
+                          {{"kernel_shape", Ints({3, 3})},
+                           {"strides", Ints({2, 2})},
+                           {"pads", Ints({1, 1, 1, 1})},
+                           {"ceil_mode", Attribute::Int(ceil)}},
+                          "MaxPoolF32Dnnl");
+  }
+}
+
+TEST(NhwcPool, AveragePoolPaddingCountedOrNot) {
+  for (int64_t include : {0, 1}) {
+    SCOPED_TRACE("count_include_pad " + std::to_string(include));
+    ExpectPoolEveryLayout("AveragePool", {1, 13, 7, 9},
+                          {{"kernel_shape", Ints({3, 3})},
+                           {"strides", Ints({2, 2})},
+                           {"pads", Ints({1, 0, 0, 1})},
+                           {"count_include_pad", Attribute::Int(include)}},
+                          "AveragePoolF32Dnnl");
+  }
+}
+
+TEST(NhwcPool, GlobalPools) {
+  ExpectPoolEveryLayout("GlobalAveragePool", {2, 13, 7, 9}, {}, "GlobalAveragePoolF32Dnnl");
+  ExpectPoolEveryLayout("GlobalMaxPool", {1, 5, 3, 4}, {}, "GlobalMaxPoolF32Dnnl");
+  ExpectPoolEveryLayout("GlobalAveragePool", {1, 1280, 7, 7}, {}, "GlobalAveragePoolF32Dnnl");
+}
+
+TEST(NhwcPool, SupportReported) {
+  std::vector<Tensor> outputs;
+  Node max = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 2})}});
+  EXPECT_TRUE(CpuKernelSupportsNhwc(MakeBuildContext(max, {RandomTensor({1, 3, 7, 9}, 1)}, {false}, outputs)));
+  Node with_indices = MakeNode("MaxPool", 1, 2, {{"kernel_shape", Ints({2, 2})}});
+  EXPECT_FALSE(
+      CpuKernelSupportsNhwc(MakeBuildContext(with_indices, {RandomTensor({1, 3, 7, 9}, 1)}, {false}, outputs)));
+  Node three_d = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 2, 2})}});
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(three_d, {RandomTensor({1, 3, 4, 5, 6}, 1)}, {false}, outputs)));
+}
+
+// ---------------------------------------------------------------------------------------------- BatchNormalization
+
+std::vector<Tensor> BatchNormInputs(const Shape& x, uint32_t seed, float x_scale = 1.f) {
+  const int64_t c = x[1];
+  return {Scaled(RandomTensor(x, seed), x_scale), RandomTensor({c}, seed + 1, 0.5f, 1.5f), RandomTensor({c}, seed + 2),
+          RandomTensor({c}, seed + 3), RandomTensor({c}, seed + 4, 0.1f, 2.f)};
+}
+
+const std::vector<bool> kBatchNormConstant{false, true, true, true, true};
+
+TEST(NhwcBatchNorm, EveryLayoutPlainAndRelu) {
+  for (const std::string& act : {std::string(), std::string("Relu")}) {
+    SCOPED_TRACE("activation '" + act + "'");
+    AttributeMap attrs{{"epsilon", Attribute::Float(1e-3f)}};
+    if (!act.empty()) attrs["_activation"] = Attribute::String(act);
+    Node node = MakeNode("BatchNormalization", 5, 1, attrs);
+    ExpectEveryLayout(node, BatchNormInputs({2, 13, 7, 9}, 1), kBatchNormConstant, "BatchNormF32");
+    // Large enough for the parallel path, with a channel count that leaves vector-loop tails.
+    ExpectEveryLayout(node, BatchNormInputs({1, 37, 29, 31}, 2), kBatchNormConstant, "BatchNormF32");
+  }
+}
+
+TEST(NhwcBatchNorm, EveryFusedActivation) {
+  const std::vector<std::tuple<std::string, float, float>> cases = {
+      {"Relu", 0, 0}, {"LeakyRelu", 0.1f, 0},      {"Clip", 0, 6},      {"Clip", -1.5f, 2.5f}, {"Sigmoid", 0, 0},
+      {"Tanh", 0, 0}, {"HardSigmoid", 0.2f, 0.5f}, {"HardSwish", 0, 0}, {"Silu", 0, 0},        {"Gelu", 0, 0}};
+  for (const auto& [name, alpha, beta] : cases) {
+    SCOPED_TRACE(name + " alpha " + std::to_string(alpha) + " beta " + std::to_string(beta));
+    Node node = MakeNode("BatchNormalization", 5, 1,
+                         {{"_activation", Attribute::String(name)},
+                          {"_alpha", Attribute::Float(alpha)},
+                          {"_beta", Attribute::Float(beta)}});
+    // Values spread over about [-8, 8] so clip bounds and saturation are hit; the big ones reach exp's clamping.
+    std::vector<Tensor> in = BatchNormInputs({2, 5, 7, 9}, 3, 4.f);
+    in[0].data<float>()[0] = 100.f;
+    in[0].data<float>()[1] = -100.f;
+    for (Layout layout : kBoth)
+      ExpectLayoutsMatchReference(node, in, kBatchNormConstant, "BatchNormF32", layout, layout);
+  }
+}
+
+TEST(NhwcBatchNorm, PlainRankTwoThreeAndFive) {
+  Node node = MakeNode("BatchNormalization", 5, 1, {{"_activation", Attribute::String("Relu")}});
+  for (const Shape& x : {Shape{3, 13}, Shape{2, 5, 11}, Shape{1, 3, 4, 5, 6}, Shape{2, 40, 1000}}) {
+    SCOPED_TRACE(ShapeToString(x));
+    ExpectFastMatchesReference(node, BatchNormInputs(x, 5), kBatchNormConstant, "BatchNormF32");
+  }
+}
+
+TEST(NhwcBatchNorm, InPlace) {
+  Node node = MakeNode("BatchNormalization", 5, 1, {{"_activation", Attribute::String("Silu")}});
+  std::vector<Tensor> in = BatchNormInputs({1, 13, 7, 9}, 6, 3.f);
+  std::vector<Tensor> expected = RunReferenceNode(node, in);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, kBatchNormConstant));
+  ASSERT_NE(kernel, nullptr);
+  std::vector<Tensor> run_inputs = in;
+  run_inputs[0] = ToNhwc(in[0]);
+  KernelContext kc{node};
+  for (const Tensor& t : run_inputs) kc.inputs.push_back(&t);
+  kc.outputs.push_back(&run_inputs[0]);
+  kernel->Run(kc);
+  ExpectTensorNear(FromNhwc(run_inputs[0]), expected[0], kFastRtol, kFastAtol);
+}
+
+TEST(NhwcBatchNorm, SupportAndDeclines) {
+  Node node = MakeNode("BatchNormalization", 5, 1, {});
+  std::vector<Tensor> outputs;
+  EXPECT_TRUE(
+      CpuKernelSupportsNhwc(MakeBuildContext(node, BatchNormInputs({1, 3, 4, 5}, 1), kBatchNormConstant, outputs)));
+  EXPECT_FALSE(
+      CpuKernelSupportsNhwc(MakeBuildContext(node, BatchNormInputs({1, 3, 4}, 1), kBatchNormConstant, outputs)));
+  // Statistics computed at run time: the reference kernel runs it.
+  std::vector<Tensor> in = BatchNormInputs({1, 3, 4, 5}, 1);
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(node, in, {false, true, true, false, true}, outputs)));
+  EXPECT_TRUE(FastKernelDeclines(node, in, {false, true, true, false, true}));
+  EXPECT_THROW(CreateCpuKernel(AllNhwcContext(node, in, {false, true, true, false, true})), Error);
+}
+
+// ----------------------------------------------------------------------------------------------- Layout reorder
+
+TEST(LayoutReorder, RoundTripIsExact) {
+  const Shape shape{2, 13, 7, 9};
+  const Tensor plain = RandomTensor(shape, 9);
+  std::unique_ptr<Kernel> to_nhwc = CreateLayoutReorderKernel(shape, Layout::kPlain, Layout::kNhwc, 2);
+  std::unique_ptr<Kernel> to_plain = CreateLayoutReorderKernel(shape, Layout::kNhwc, Layout::kPlain, 2);
+  ASSERT_NE(to_nhwc, nullptr);
+  ASSERT_NE(to_plain, nullptr);
+  EXPECT_EQ(std::string(to_nhwc->Name()), "LayoutReorderF32");
+  Node node = MakeNode("LayoutReorder", 1, 1, {});
+  std::vector<Tensor> nhwc{NanTensor({2, 7, 9, 13})};
+  RunKernel(*to_nhwc, node, {plain}, nhwc);
+  const Tensor expected_nhwc = ToNhwc(plain);
+  EXPECT_EQ(std::memcmp(nhwc[0].raw(), expected_nhwc.raw(), plain.nbytes()), 0);
+  std::vector<Tensor> back{NanTensor(shape)};
+  RunKernel(*to_plain, node, nhwc, back);
+  EXPECT_EQ(std::memcmp(back[0].raw(), plain.raw(), plain.nbytes()), 0);
+}
+
+TEST(LayoutReorder, LargeTensorAndBadShapes) {
+  const Shape shape{1, 96, 56, 56};
+  const Tensor plain = RandomTensor(shape, 10);
+  std::unique_ptr<Kernel> to_nhwc = CreateLayoutReorderKernel(shape, Layout::kPlain, Layout::kNhwc, 2);
+  Node node = MakeNode("LayoutReorder", 1, 1, {});
+  std::vector<Tensor> nhwc{NanTensor({1, 56, 56, 96})};
+  RunKernel(*to_nhwc, node, {plain}, nhwc);
+  const Tensor expected_nhwc = ToNhwc(plain);
+  EXPECT_EQ(std::memcmp(nhwc[0].raw(), expected_nhwc.raw(), plain.nbytes()), 0);
+  // A tensor of the wrong size is refused rather than overrun.
+  std::vector<Tensor> small{Tensor(DType::kF32, {1, 56, 56, 95})};
+  EXPECT_THROW(RunKernel(*to_nhwc, node, {plain}, small), Error);
+  EXPECT_THROW(CreateLayoutReorderKernel({2, 3, 4}, Layout::kPlain, Layout::kNhwc, 2), Error);
+}
+
+// ----------------------------------------------------------------------------------------------------- Measurement
+
+// Not a test: times a MobileNetV2 inverted-residual block (1x1 expand 32->192 + Clip(0, 6), depthwise 3x3 + Clip,
+// 1x1 project 192->32 + residual) on 56x56, 2 threads, all-NHWC against the plain path; and BatchNormalization + Relu.
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*Measure*'.
+double MillisecondsPerRun(const std::function<void()>& fn) {
+  for (int i = 0; i < 5; ++i) fn();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    constexpr int kIters = 40;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kIters; ++i) fn();
+    best = std::min(
+        best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kIters);
+  }
+  return best;
+}
+
+TEST(NhwcMeasure, DISABLED_MobileNetV2Block) {
+  const Shape x_shape{1, 32, 56, 56}, wide{1, 192, 56, 56};
+  AttributeMap clip{
+      {"_activation", Attribute::String("Clip")}, {"_alpha", Attribute::Float(0)}, {"_beta", Attribute::Float(6)}};
+  AttributeMap dw = clip;
+  dw["group"] = Attribute::Int(192);
+  dw["pads"] = Ints({1, 1, 1, 1});
+  struct Layer {
+    std::string label;
+    Node node;
+    std::vector<Tensor> in;
+    std::vector<bool> constant;
+    Shape out;
+  };
+  const Tensor x = RandomTensor(x_shape, 1);
+  std::vector<Layer> layers;
+  layers.push_back(
+      {"expand 1x1 32->192", ConvNode(clip), ConvInputs(x_shape, {192, 32, 1, 1}, 2), {false, true, true}, wide});
+  layers.push_back({"depthwise 3x3 192", ConvNode(dw), ConvInputs(wide, {192, 1, 3, 3}, 5), {false, true, true}, wide});
+  layers.push_back({"project 1x1 192->32 + residual",
+                    ConvNode({{"_residual", Attribute::Int(1)}}, 4),
+                    ConvInputs(wide, {32, 192, 1, 1}, 8),
+                    {false, true, true, false},
+                    x_shape});
+  layers.back().in.push_back(x);
+  std::printf("MobileNetV2 block on 56x56, 2 threads (ms per run)\n");
+  double total[2] = {0, 0};
+  for (Layer& layer : layers) {
+    double ms[2];
+    std::string impl[2];
+    for (int nhwc = 0; nhwc < 2; ++nhwc) {
+      std::vector<Tensor> outputs;
+      KernelBuildContext bc = nhwc ? AllNhwcContext(layer.node, layer.in, layer.constant)
+                                   : MakeBuildContext(layer.node, layer.in, layer.constant, outputs);
+      std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+      ASSERT_NE(kernel, nullptr);
+      impl[nhwc] = cpu::DnnlConvImplementation(*kernel);
+      std::vector<Tensor> out{Tensor(DType::kF32, Physical(layer.out, nhwc ? Layout::kNhwc : Layout::kPlain))};
+      std::vector<Tensor> in = layer.in;
+      if (nhwc) {
+        in[0] = ToNhwc(in[0]);
+        if (in.size() > 3) in[3] = ToNhwc(in[3]);
+      }
+      ms[nhwc] = MillisecondsPerRun([&] { RunKernel(*kernel, layer.node, in, out); });
+      total[nhwc] += ms[nhwc];
+    }
+    std::printf("  %-32s plain %7.3f (%s)   nhwc %7.3f (%s)\n", layer.label.c_str(), ms[0], impl[0].c_str(), ms[1],
+                impl[1].c_str());
+    // Each internal layout of the plain path, for the record.
+    for (cpu::ConvLayout layout :
+         {cpu::ConvLayout::kPlain, cpu::ConvLayout::kChannelsLast, cpu::ConvLayout::kPreferred}) {
+      std::vector<Tensor> outputs;
+      KernelBuildContext bc = MakeBuildContext(layer.node, layer.in, layer.constant, outputs);
+      std::unique_ptr<Kernel> kernel = cpu::CreateDnnlConv(bc, layout);
+      if (!kernel) continue;
+      std::vector<Tensor> in = layer.in;
+      const double layout_ms = MillisecondsPerRun([&] { RunKernel(*kernel, layer.node, in, outputs); });
+      std::printf("      plain tensors, primitive layout %d: %7.3f (%s)\n", static_cast<int>(layout), layout_ms,
+                  cpu::DnnlConvImplementation(*kernel));
+    }
+  }
+  std::printf("  %-32s plain %7.3f   nhwc %7.3f   speed-up %.2fx\n", "block", total[0], total[1], total[0] / total[1]);
+
+  // Plain tensors, 1x1 convolutions with and without an activation: oneDNN's GEMM convolution (kPlain) against
+  // reorders around brgconv (kPreferred).
+  std::printf("1x1 convolutions on plain tensors, 2 threads (ms per run)\n");
+  const std::vector<std::pair<Shape, Shape>> pointwise = {{{1, 256, 56, 56}, {64, 256, 1, 1}},
+                                                          {{1, 64, 56, 56}, {256, 64, 1, 1}},
+                                                          {{1, 1024, 14, 14}, {256, 1024, 1, 1}},
+                                                          {{1, 32, 112, 112}, {16, 32, 1, 1}},
+                                                          {{1, 96, 28, 28}, {576, 96, 1, 1}}};
+  for (const auto& [xs, ws] : pointwise) {
+    for (const std::string& act : {std::string(), std::string("Relu")}) {
+      AttributeMap attrs;
+      if (!act.empty()) attrs["_activation"] = Attribute::String(act);
+      Node node = ConvNode(attrs);
+      std::vector<Tensor> in = ConvInputs(xs, ws, 3);
+      double ms[2];
+      int i = 0;
+      for (cpu::ConvLayout layout : {cpu::ConvLayout::kPlain, cpu::ConvLayout::kPreferred}) {
+        std::vector<Tensor> outputs;
+        std::unique_ptr<Kernel> kernel =
+            cpu::CreateDnnlConv(MakeBuildContext(node, in, {false, true, true}, outputs), layout);
+        ms[i++] = MillisecondsPerRun([&] { RunKernel(*kernel, node, in, outputs); });
+      }
+      std::printf("  x %-18s w %-18s %-5s GEMM (plain) %7.3f   reorders + brgconv %7.3f\n", ShapeToString(xs).c_str(),
+                  ShapeToString(ws).c_str(), act.c_str(), ms[0], ms[1]);
+    }
+  }
+
+  Node bn = MakeNode("BatchNormalization", 5, 1, {{"_activation", Attribute::String("Relu")}});
+  std::vector<Tensor> bn_in = BatchNormInputs(wide, 3);
+  std::vector<Tensor> bn_out{Tensor(DType::kF32, wide)};
+  ReferenceKernel reference = FindReferenceKernel("BatchNormalization");
+  const double ref_ms = MillisecondsPerRun([&] {
+    KernelContext kc{bn};
+    for (const Tensor& t : bn_in) kc.inputs.push_back(&t);
+    kc.outputs.push_back(&bn_out[0]);
+    reference(kc);
+  });
+  std::vector<Tensor> outputs;
+  std::unique_ptr<Kernel> plain_bn = CreateCpuKernel(MakeBuildContext(bn, bn_in, kBatchNormConstant, outputs));
+  std::unique_ptr<Kernel> nhwc_bn = CreateCpuKernel(AllNhwcContext(bn, bn_in, kBatchNormConstant));
+  const double plain_ms = MillisecondsPerRun([&] { RunKernel(*plain_bn, bn, bn_in, bn_out); });
+  const double nhwc_ms = MillisecondsPerRun([&] { RunKernel(*nhwc_bn, bn, bn_in, bn_out); });
+  std::printf("BatchNormalization + Relu [1, 192, 56, 56]: reference %.3f  fast plain %.3f  fast nhwc %.3f ms\n",
+              ref_ms, plain_ms, nhwc_ms);
+}
+
+}  // namespace
+}  // namespace osprey::testing

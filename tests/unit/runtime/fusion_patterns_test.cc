@@ -1,0 +1,284 @@
+// Transformer pattern fusion (src/runtime/fusion_patterns.cc): decomposed LayerNorm / GELU chains and MatMul + bias
+// become single nodes. Oracle: the same graph compiled without fusion and with reference kernels only, whose nodes
+// each compute one ONNX op exactly as written; the step count of the fused plan shows what was fused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::ExpectTensorNear;
+using testing::RandomTensor;
+
+const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+
+Tensor F32(Shape shape, std::vector<float> v) { return Tensor::FromVector<float>(std::move(shape), v); }
+Tensor Scalar(float v) { return Tensor::Scalar<float>(v); }
+
+// Compiles `graph` fused (with fast kernels, and again with reference kernels) and unfused (the oracle); checks the
+// fused step count and that every output agrees within 1e-4. Inputs are random in [-2, 2) plus `offset`.
+void ExpectFused(const Graph& graph, const std::vector<Shape>& input_shapes, size_t fused_steps, float offset = 0.f) {
+  std::vector<TensorSpec> specs;
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    specs.push_back({DType::kF32, input_shapes[i]});
+    Tensor t = RandomTensor(input_shapes[i], 11 + static_cast<uint32_t>(i), -2.f + offset, 2.f + offset);
+    inputs.push_back(t);
+  }
+  auto oracle = Compile(graph, specs, kOracle);
+  const std::vector<Tensor> expected = oracle->Run(inputs);
+  for (bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "fused, fast kernels" : "fused, reference kernels");
+    auto fused = Compile(graph, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true});
+    EXPECT_EQ(fused->num_steps(), fused_steps) << "unfused plan has " << oracle->num_steps() << " steps";
+    const std::vector<Tensor> got = fused->Run(inputs);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectTensorNear(got[i], expected[i], 1e-4f, 1e-4f);
+  }
+}
+
+size_t UnfusedSteps(const Graph& graph, const std::vector<Shape>& input_shapes) {
+  std::vector<TensorSpec> specs;
+  for (const Shape& s : input_shapes) specs.push_back({DType::kF32, s});
+  return Compile(graph, specs, kOracle)->num_steps();
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+struct LayerNormSpec {
+  bool square_with_mul = false;  // Mul(d, d) instead of Pow(d, 2)
+  bool affine_scale = true, affine_bias = true;
+  bool constants_first = false;  // Mul(gamma, n) / Add(beta, .) / Add(eps, .)
+  bool scalar_scale = false;     // gamma of shape [1] broadcast over the channels
+  float epsilon = 1e-5f;
+};
+
+// The chain PyTorch 1.13 exports for nn.LayerNorm at opset 13, over the last axis of `x`.
+ValueRef DecomposedLayerNorm(GraphBuilder& b, ValueRef x, int64_t channels, const LayerNormSpec& s,
+                             ValueRef* d_out = nullptr) {
+  const AttributeMap last_axis{{"axes", Attribute::Ints({-1})}};
+  auto mean = b.Op("ReduceMean", {x}, last_axis, "ln/ReduceMean");
+  auto d = b.Op("Sub", {x, mean}, {}, "ln/Sub");
+  if (d_out) *d_out = d;
+  auto sq = s.square_with_mul ? b.Op("Mul", {d, d}) : b.Op("Pow", {d, b.Constant(Scalar(2.f))});
+  auto var = b.Op("ReduceMean", {sq}, last_axis);
+  auto eps = b.Constant(Scalar(s.epsilon));
+  auto ve = s.constants_first ? b.Op("Add", {eps, var}) : b.Op("Add", {var, eps});
+  auto y = b.Op("Div", {d, b.Op("Sqrt", {ve})});
+  if (s.affine_scale) {
+    Tensor gamma = s.scalar_scale ? F32({1}, {1.5f}) : RandomTensor({channels}, 3, 0.5f, 1.5f);
+    auto g = b.Constant(gamma);
+    y = s.constants_first ? b.Op("Mul", {g, y}) : b.Op("Mul", {y, g});
+  }
+  if (s.affine_bias) {
+    auto beta = b.Constant(RandomTensor({channels}, 4));
+    y = s.constants_first ? b.Op("Add", {beta, y}) : b.Op("Add", {y, beta});
+  }
+  return y;
+}
+
+Graph LayerNormGraph(const Shape& shape, const LayerNormSpec& s) {
+  GraphBuilder b("layernorm", 13);
+  auto x = b.Input("x", DType::kF32, shape);
+  b.Output(DecomposedLayerNorm(b, x, shape.back(), s), "y");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, LayerNormAsPyTorchExportsIt) {
+  ExpectFused(LayerNormGraph({2, 5, 13}, {}), {{2, 5, 13}}, 1);
+  ExpectFused(LayerNormGraph({3, 768}, {.epsilon = 1e-6f}), {{3, 768}}, 1);
+}
+
+TEST(FusionPatterns, LayerNormVariants) {
+  const std::pair<const char*, LayerNormSpec> variants[] = {
+      {"square as Mul(d, d)", {.square_with_mul = true}},
+      {"constants first", {.constants_first = true}},
+      {"no affine", {.affine_scale = false, .affine_bias = false}},
+      {"scale only", {.affine_bias = false}},
+      {"bias only", {.affine_scale = false}},
+      {"scalar scale", {.scalar_scale = true}},
+  };
+  for (const auto& [name, spec] : variants) {
+    SCOPED_TRACE(name);
+    ExpectFused(LayerNormGraph({3, 13}, spec), {{3, 13}}, 1);
+  }
+  ExpectFused(LayerNormGraph({13}, {}), {{13}}, 1);                    // rank 1
+  ExpectFused(LayerNormGraph({1, 4, 4, 5}, {}), {{1, 4, 4, 5}}, 1);  // ConvNeXt: channels last after a Transpose
+}
+
+TEST(FusionPatterns, LayerNormFarFromZero) {
+  // Activations whose mean is large relative to their spread: the fused kernel's statistics must not cancel.
+  ExpectFused(LayerNormGraph({3, 768}, {}), {{3, 768}}, 1, 300.f);
+}
+
+TEST(FusionPatterns, LayerNormNotFusedWhenAnIntermediateEscapes) {
+  // The centred value d is also a graph output, so the chain must stay as written.
+  GraphBuilder b("layernorm_escape", 13);
+  auto x = b.Input("x", DType::kF32, {3, 13});
+  ValueRef d;
+  b.Output(DecomposedLayerNorm(b, x, 13, {}, &d), "y");
+  b.Output(d, "d");
+  Graph g = b.Finish();
+  ExpectFused(g, {{3, 13}}, UnfusedSteps(g, {{3, 13}}));
+}
+
+TEST(FusionPatterns, LayerNormNotFusedOverOtherAxes) {
+  // Mean over axis 0: not a last-axis LayerNorm.
+  GraphBuilder b("mean_axis0", 13);
+  auto x = b.Input("x", DType::kF32, {3, 13});
+  const AttributeMap axis0{{"axes", Attribute::Ints({0})}};
+  auto d = b.Op("Sub", {x, b.Op("ReduceMean", {x}, axis0)});
+  auto var = b.Op("ReduceMean", {b.Op("Pow", {d, b.Constant(Scalar(2.f))})}, axis0);
+  b.Output(b.Op("Div", {d, b.Op("Sqrt", {b.Op("Add", {var, b.Constant(Scalar(1e-5f))})})}), "y");
+  Graph g = b.Finish();
+  ExpectFused(g, {{3, 13}}, UnfusedSteps(g, {{3, 13}}));
+}
+
+// ---------------------------------------------------------------- GELU
+
+enum class GeluForm { kPyTorch, kHalfFirst, kHalfOnSum, kMulByInverseSqrt2, kDivByTwo };
+
+ValueRef DecomposedGelu(GraphBuilder& b, ValueRef x, GeluForm form, float sqrt2 = 1.4142135f) {
+  auto t = form == GeluForm::kMulByInverseSqrt2 ? b.Op("Mul", {b.Constant(Scalar(0.70710678f)), x})
+                                                : b.Op("Div", {x, b.Constant(Scalar(sqrt2))});
+  auto a = b.Op("Add", {b.Op("Erf", {t}, {}, "mlp/Erf"), b.Constant(Scalar(1.f))});
+  auto half = b.Constant(Scalar(0.5f));
+  switch (form) {
+    case GeluForm::kHalfFirst:  // (x * 0.5) * a
+      return b.Op("Mul", {b.Op("Mul", {half, x}), a});
+    case GeluForm::kHalfOnSum:  // x * (a * 0.5)
+      return b.Op("Mul", {x, b.Op("Mul", {a, half})});
+    case GeluForm::kDivByTwo:  // (a * x) / 2
+      return b.Op("Div", {b.Op("Mul", {a, x}), b.Constant(Scalar(2.f))});
+    default:  // (x * a) * 0.5
+      return b.Op("Mul", {b.Op("Mul", {x, a}), half});
+  }
+}
+
+Graph GeluGraph(GeluForm form, float sqrt2 = 1.4142135f) {
+  GraphBuilder b("gelu", 13);
+  auto x = b.Input("x", DType::kF32, {3, 5, 13});
+  b.Output(DecomposedGelu(b, x, form, sqrt2), "y");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, GeluForms) {
+  for (GeluForm form : {GeluForm::kPyTorch, GeluForm::kHalfFirst, GeluForm::kHalfOnSum, GeluForm::kMulByInverseSqrt2,
+                        GeluForm::kDivByTwo}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    ExpectFused(GeluGraph(form), {{3, 5, 13}}, 1);
+  }
+}
+
+TEST(FusionPatterns, GeluNeedsTheRightConstants) {
+  Graph g = GeluGraph(GeluForm::kPyTorch, 1.5f);  // x / 1.5 is not GELU's scaling
+  ExpectFused(g, {{3, 5, 13}}, UnfusedSteps(g, {{3, 5, 13}}));
+}
+
+TEST(FusionPatterns, GeluValuesByHand) {
+  // gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), at a few points computed here in double.
+  Graph g = GeluGraph(GeluForm::kPyTorch);
+  auto plan = Compile(g, {{DType::kF32, {3, 5, 13}}});
+  EXPECT_EQ(plan->num_steps(), 1u);
+  Tensor x = RandomTensor({3, 5, 13}, 5, -4.f, 4.f);
+  Tensor y = plan->Run({x})[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data<float>()[i];
+    EXPECT_NEAR(y.data<float>()[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-5) << "x = " << v;
+  }
+}
+
+// ---------------------------------------------------------------- MatMul + bias
+
+TEST(FusionPatterns, MatMulBias) {
+  for (bool bias_first : {false, true}) {
+    GraphBuilder b("linear", 13);
+    auto x = b.Input("x", DType::kF32, {2, 3, 13});
+    auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 6))});
+    auto bias = b.Constant(RandomTensor({7}, 7));
+    b.Output(bias_first ? b.Op("Add", {bias, y}) : b.Op("Add", {y, bias}), "y");
+    ExpectFused(b.Finish(), {{2, 3, 13}}, 1);
+  }
+}
+
+TEST(FusionPatterns, MatMulBiasByHand) {
+  // [1 2; 3 4] x [1 0 1; 0 1 1] + [10 20 30] = [11 22 33; 13 24 37].
+  GraphBuilder b("linear_by_hand", 13);
+  auto x = b.Input("x", DType::kF32, {2, 2});
+  auto y = b.Op("MatMul", {x, b.Constant(F32({2, 3}, {1, 0, 1, 0, 1, 1}))});
+  b.Output(b.Op("Add", {y, b.Constant(F32({3}, {10, 20, 30}))}), "y");
+  auto plan = Compile(b.Finish(), {{DType::kF32, {2, 2}}});
+  EXPECT_EQ(plan->num_steps(), 1u);
+  ExpectTensorNear(plan->Run({F32({2, 2}, {1, 2, 3, 4})})[0], F32({2, 3}, {11, 22, 33, 13, 24, 37}));
+}
+
+TEST(FusionPatterns, MatMulBiasNotFused) {
+  // A run-time addend, a full-matrix addend, and a product that is also a graph output all stay separate.
+  {
+    GraphBuilder b("runtime_bias", 13);
+    auto x = b.Input("x", DType::kF32, {3, 13});
+    auto c = b.Input("c", DType::kF32, {7});
+    b.Output(b.Op("Add", {b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 6))}), c}), "y");
+    ExpectFused(b.Finish(), {{3, 13}, {7}}, 2);
+  }
+  {
+    GraphBuilder b("matrix_addend", 13);
+    auto x = b.Input("x", DType::kF32, {3, 13});
+    auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 6))});
+    b.Output(b.Op("Add", {y, b.Constant(RandomTensor({3, 7}, 8))}), "y");
+    ExpectFused(b.Finish(), {{3, 13}}, 2);
+  }
+  {
+    GraphBuilder b("escaping_product", 13);
+    auto x = b.Input("x", DType::kF32, {3, 13});
+    auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 6))});
+    b.Output(b.Op("Add", {y, b.Constant(RandomTensor({7}, 8))}), "y");
+    b.Output(y, "product");
+    ExpectFused(b.Finish(), {{3, 13}}, 2);
+  }
+}
+
+TEST(FusionPatterns, TransformerMlpBlock) {
+  // LayerNorm -> Linear -> GELU -> Linear, as in a ViT encoder layer: one LayerNormalization and two MatMuls (the
+  // first with bias and GELU folded in, the second with bias).
+  GraphBuilder b("mlp", 13);
+  auto x = b.Input("x", DType::kF32, {1, 5, 13});
+  auto h = DecomposedLayerNorm(b, x, 13, {});
+  h = b.Op("Add", {b.Constant(RandomTensor({24}, 9)), b.Op("MatMul", {h, b.Constant(RandomTensor({13, 24}, 10))})});
+  h = DecomposedGelu(b, h, GeluForm::kPyTorch);
+  h = b.Op("Add", {b.Constant(RandomTensor({13}, 11)), b.Op("MatMul", {h, b.Constant(RandomTensor({24, 13}, 12))})});
+  b.Output(b.Op("Add", {x, h}), "y");
+  ExpectFused(b.Finish(), {{1, 5, 13}}, 4);  // LayerNorm, MatMul+bias+Gelu, MatMul+bias, residual Add
+}
+
+// ---------------------------------------------------------------- the fused MatMul's schema
+
+TEST(FusionPatterns, MatMulThirdInputNeedsBiasAttribute) {
+  auto compile = [](bool with_attr, const Shape& bias_shape) {
+    GraphBuilder b("matmul3", 13);
+    auto x = b.Input("x", DType::kF32, {3, 13});
+    AttributeMap attrs;
+    if (with_attr) attrs["_bias"] = Attribute::Int(1);
+    auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 1)), b.Constant(RandomTensor(bias_shape, 2))}, attrs);
+    b.Output(y, "y");
+    return Compile(b.Finish(), {{DType::kF32, {3, 13}}});
+  };
+  EXPECT_NO_THROW(compile(true, {7}));
+  for (auto [attr, shape] : {std::pair<bool, Shape>{false, {7}}, {true, {3, 7}}, {true, {5}}}) {
+    try {
+      compile(attr, shape);
+      ADD_FAILURE() << "expected kInvalidArgument for bias " << ShapeToString(shape) << (attr ? " with" : " without")
+                    << " _bias";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace osprey
