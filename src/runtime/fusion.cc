@@ -1,4 +1,5 @@
 // Fusion passes over the live (unfolded) nodes of a compile. See docs/architecture.md for the fused-node convention.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/plan_impl.h"
@@ -219,9 +220,41 @@ void FuseActivation(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// Identity, inference Dropout and all-zero Pad copy their input: consumers read the input instead.
+void EliminateIdentities(CompileState& st) {
+  std::vector<int> alias(st.values.size());
+  for (size_t v = 0; v < alias.size(); ++v) alias[v] = static_cast<int>(v);
+  std::vector<Node> kept;
+  for (Node& n : st.nodes) {
+    for (int& v : n.inputs)
+      if (v >= 0) v = alias[v];
+    bool identity = n.op_type == "Identity" || (n.op_type == "Dropout" && n.outputs.size() == 1);
+    if (n.op_type == "Pad" && n.GetString("mode", "constant") == "constant") {
+      std::vector<int64_t> pads;
+      if (st.opset < 11) {
+        pads = n.GetInts("pads");
+      } else if (n.inputs.size() > 1 && n.inputs[1] >= 0 && st.values[n.inputs[1]].known) {
+        pads = st.values[n.inputs[1]].value.ToInt64Vector();
+      } else {
+        pads = {1};
+      }
+      identity = std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
+    }
+    int out = n.outputs.empty() ? -1 : n.outputs[0];
+    if (identity && out >= 0 && !st.is_graph_output[out] && n.inputs[0] >= 0 &&
+        st.values[n.inputs[0]].dtype == st.values[out].dtype && st.values[n.inputs[0]].shape == st.values[out].shape) {
+      alias[out] = n.inputs[0];
+      continue;
+    }
+    kept.push_back(std::move(n));
+  }
+  st.nodes = std::move(kept);
+}
+
 }  // namespace
 
 void RunFusionPasses(CompileState& state) {
+  EliminateIdentities(state);
   FuseTransformerPatterns(state);
   FoldBatchNorm(state);
   FuseResidualAdd(state);

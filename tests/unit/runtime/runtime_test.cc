@@ -263,3 +263,27 @@ TEST(Runtime, ChannelsLastPlanMatchesReference) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(Runtime, IdentityLikeNodesAreRemoved) {
+  GraphBuilder b("ids", 13);
+  auto x = b.Input("x", DType::kF32, {1, 2, 3, 3});
+  auto i = b.Op("Identity", {x});
+  auto d = b.Op("Dropout", {i});
+  auto p = b.Op("Pad", {d, b.Constant(Tensor::FromVector<int64_t>({8}, {0, 0, 0, 0, 0, 0, 0, 0}))});
+  auto real_pad = b.Op("Pad", {p, b.Constant(Tensor::FromVector<int64_t>({8}, {0, 0, 1, 0, 0, 0, 0, 0}))});
+  b.Output(b.Op("Neg", {real_pad}), "y");
+  Graph g = b.Finish();
+  auto plan = Compile(g, {{DType::kF32, {1, 2, 3, 3}}});
+  EXPECT_EQ(plan->num_steps(), 2u) << "only the non-zero Pad and Neg remain";
+  Tensor in = RandomTensor({1, 2, 3, 3}, 3);
+  Tensor out = plan->Run({in})[0];
+  ASSERT_EQ(ShapeToString(out.shape()), "[1, 2, 4, 3]");
+  EXPECT_EQ(out.data<float>()[0], 0.f);  // the padded row, negated zero
+  EXPECT_EQ(out.data<float>()[3], -in.data<float>()[0]);
+}
+
+}  // namespace
+}  // namespace osprey
