@@ -11,12 +11,11 @@ Node LayerNormNode(int num_inputs, int64_t axis = -1, float epsilon = 1e-5f) {
 }
 
 void ExpectLayerNorm(const Shape& x, bool constant_params, float offset = 0.f) {
-  SCOPED_TRACE(ShapeToString(x) + (constant_params ? " constant scale/bias" : " run-time scale/bias") +
-               " offset " + std::to_string(offset));
+  SCOPED_TRACE(ShapeToString(x) + (constant_params ? " constant scale/bias" : " run-time scale/bias") + " offset " +
+               std::to_string(offset));
   const int64_t width = x.back();
   Tensor input = RandomTensor(x, 1, -1.f + offset, 1.f + offset);
-  ExpectFastMatchesReference(LayerNormNode(3),
-                             {input, RandomTensor({width}, 2, 0.5f, 1.5f), RandomTensor({width}, 3)},
+  ExpectFastMatchesReference(LayerNormNode(3), {input, RandomTensor({width}, 2, 0.5f, 1.5f), RandomTensor({width}, 3)},
                              {false, constant_params, constant_params}, "LayerNormF32");
 }
 

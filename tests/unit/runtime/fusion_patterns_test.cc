@@ -7,6 +7,7 @@
 
 #include "osprey/runtime.h"
 #include "test_util.h"
+#include "unit/kernels/kernel_test_util.h"
 
 namespace osprey {
 namespace {
@@ -106,7 +107,7 @@ TEST(FusionPatterns, LayerNormVariants) {
     SCOPED_TRACE(name);
     ExpectFused(LayerNormGraph({3, 13}, spec), {{3, 13}}, 1);
   }
-  ExpectFused(LayerNormGraph({13}, {}), {{13}}, 1);                    // rank 1
+  ExpectFused(LayerNormGraph({13}, {}), {{13}}, 1);                  // rank 1
   ExpectFused(LayerNormGraph({1, 4, 4, 5}, {}), {{1, 4, 4, 5}}, 1);  // ConvNeXt: channels last after a Transpose
 }
 
@@ -253,6 +254,75 @@ TEST(FusionPatterns, TransformerMlpBlock) {
   h = b.Op("Add", {b.Constant(RandomTensor({13}, 11)), b.Op("MatMul", {h, b.Constant(RandomTensor({24, 13}, 12))})});
   b.Output(b.Op("Add", {x, h}), "y");
   ExpectFused(b.Finish(), {{1, 5, 13}}, 4);  // LayerNorm, MatMul+bias+Gelu, MatMul+bias, residual Add
+}
+
+// ---------------------------------------------------------------- what stays unfused: large elementwise ops
+
+TEST(FusionPatterns, LargeElementwiseParallelPaths) {
+  // Tensors past the reference kernels' parallel threshold (64 Ki elements), so the parallel scalar, broadcast-row
+  // and Pow(x, 2) / Pow(x, 0.5) paths run. Oracle: the same formulas evaluated here element by element.
+  const Shape shape{2, 13, 51, 53};  // 70278 elements, odd inner sizes
+  GraphBuilder b("elementwise", 13);
+  auto x = b.Input("x", DType::kF32, shape);
+  Tensor channel = RandomTensor({13, 1, 1}, 21);
+  Tensor column = RandomTensor({51, 1}, 22);
+  auto squared = b.Op("Pow", {x, b.Constant(Scalar(2.f))});
+  auto root = b.Op("Pow", {x, b.Constant(Scalar(0.5f))});
+  auto scaled = b.Op("Mul", {b.Constant(channel), x});      // broadcast along channels
+  auto shifted = b.Op("Add", {x, b.Constant(column)});      // broadcast along rows
+  auto halved = b.Op("Div", {x, b.Constant(Scalar(2.f))});  // scalar operand
+  for (auto [value, name] :
+       {std::pair{squared, "squared"}, {root, "root"}, {scaled, "scaled"}, {shifted, "shifted"}, {halved, "halved"}})
+    b.Output(value, name);
+  auto plan = Compile(b.Finish(), {{DType::kF32, shape}}, kOracle);
+  Tensor in = RandomTensor(shape, 23, -2.f, 2.f);
+  const std::vector<Tensor> out = plan->Run({in});
+  ASSERT_EQ(out.size(), 5u);
+  std::vector<Tensor> expected;
+  for (int i = 0; i < 5; ++i) expected.emplace_back(DType::kF32, shape);
+  const float* xp = in.data<float>();
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    const int64_t c = i / (51 * 53) % 13, h = i / 53 % 51;
+    expected[0].data<float>()[i] = xp[i] * xp[i];
+    expected[1].data<float>()[i] = std::sqrt(xp[i]);  // NaN below zero, as pow(x, 0.5)
+    expected[2].data<float>()[i] = channel.data<float>()[c] * xp[i];
+    expected[3].data<float>()[i] = xp[i] + column.data<float>()[h];
+    expected[4].data<float>()[i] = xp[i] / 2.f;
+  }
+  for (int i = 0; i < 5; ++i) ExpectTensorNear(out[i], expected[i]);
+  // pow(x, 0.5) is +0 at -0 and +inf at -inf, where sqrt gives -0 and NaN.
+  GraphBuilder edge("pow_edges", 13);
+  auto e = edge.Input("x", DType::kF32, {2});
+  edge.Output(edge.Op("Pow", {e, edge.Constant(Scalar(0.5f))}), "y");
+  Tensor r = Compile(edge.Finish(), {{DType::kF32, {2}}}, kOracle)->Run({F32({2}, {-0.f, -INFINITY})})[0];
+  EXPECT_FALSE(std::signbit(r.data<float>()[0]));
+  EXPECT_EQ(r.data<float>()[1], INFINITY);
+}
+
+// ---------------------------------------------------------------- the fused MatMul's kernels
+
+TEST(FusionPatterns, FusedMatMulBiasKernelMatchesReference) {
+  // MatMulF32Dnnl with `_bias` (oneDNN bias, broadcast over every row of every batch) against the reference MatMul,
+  // whose fused bias is checked by hand in MatMulBiasByHand.
+  struct Case {
+    Shape a, b;
+    bool constant_b, constant_bias;
+    const char* activation;
+  };
+  const Case cases[] = {
+      {{5, 13}, {13, 7}, true, true, ""},        {{2, 3, 13}, {13, 7}, true, true, "Gelu"},
+      {{2, 3, 13}, {13, 7}, false, false, ""},   {{13}, {13, 7}, true, true, "Relu"},
+      {{2, 5, 13}, {2, 13, 7}, false, true, ""}, {{1, 197, 64}, {64, 96}, true, false, "Gelu"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b) + " " + c.activation);
+    AttributeMap attrs{{"_bias", Attribute::Int(1)}};
+    if (*c.activation) attrs["_activation"] = Attribute::String(c.activation);
+    Node node = testing::MakeNode("MatMul", 3, 1, attrs);
+    testing::ExpectFastMatchesReference(
+        node, {RandomTensor(c.a, 1), RandomTensor(c.b, 2), RandomTensor({c.b.back()}, 3, -2.f, 2.f)},
+        {false, c.constant_b, c.constant_bias}, "MatMulF32Dnnl");
+  }
 }
 
 // ---------------------------------------------------------------- the fused MatMul's schema
