@@ -2,6 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 10
 
 .PHONY: setup build test unit-test e2e-test bench demo fuzz clean format
 
@@ -14,16 +15,18 @@ $(BUILD_DIR)/CMakeCache.txt:
 build: $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Unit tests, ONNX conformance, ORT agreement on real architectures and CLI tests (ctest), then a brief fuzz run.
 test: setup build
 	.venv/bin/python tools/make_test_models.py
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	scripts/fuzz $(FUZZ_SECONDS)
 
 demo: setup build
 	.venv/bin/python tools/make_test_models.py --only resnet50
 	$(BUILD_DIR)/bin/osprey bench $(HOME)/.cache/osprey/models/resnet50.onnx --iters 20
 
-fuzz:
-	scripts/fuzz
+fuzz: setup
+	scripts/fuzz 60
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')
