@@ -34,6 +34,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNnOps(r);
     RegisterReductionOps(r);
     RegisterShapeOps(r);
+    RegisterImageOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;
@@ -86,7 +87,8 @@ void ValidateOps(const Graph& graph) {
   int num_unknown = 0;
   const OpRegistry& registry = OpRegistry::Get();
   for (const Node& n : graph.nodes) {
-    const OpSchema* schema = n.domain.empty() || n.domain == "ai.onnx" ? registry.Find(n.op_type) : nullptr;
+    const bool known_domain = n.domain.empty() || n.domain == "ai.onnx" || n.domain == kOspreyDomain;
+    const OpSchema* schema = known_domain ? registry.Find(n.op_type) : nullptr;
     if (!schema) {
       unknown << (num_unknown++ ? ", " : "") << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << " (node '"
               << n.name << "')";

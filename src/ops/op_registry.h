@@ -59,6 +59,10 @@ void RegisterElementwiseOps(OpRegistry& r);   // unary, binary, variadic, Where,
 void RegisterNnOps(OpRegistry& r);            // Conv, ConvTranspose, pools, norms, MatMul, Gemm, softmaxes
 void RegisterReductionOps(OpRegistry& r);     // Reduce*, ArgMax/ArgMin, TopK
 void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Constant*, Range, Identity, Dropout
+void RegisterImageOps(OpRegistry& r);         // osprey-domain image ops (docs/image-ops.md)
+
+/// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
+inline constexpr const char* kOspreyDomain = "osprey";
 
 /// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message
 /// listing every unsupported op with its node name, or kInvalidArgument for a bad arity.

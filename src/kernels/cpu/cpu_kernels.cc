@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/op_registry.h"
 
 namespace osprey {
 
@@ -8,6 +9,7 @@ std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ct
 
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
+  if (ctx.node.domain == kOspreyDomain) return CreateImageKernel(ctx);
   if (!ctx.node.domain.empty()) return nullptr;
   try {
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);

@@ -10,6 +10,9 @@ namespace osprey {
 /// A prepared fast kernel for the node, or nullptr.
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx);
 
+/// Fast kernels for osprey-domain image ops (image_kernels.cc), or nullptr.
+std::unique_ptr<Kernel> CreateImageKernel(const KernelBuildContext& ctx);
+
 /// True when CreateCpuKernel for this node (dtypes/shapes/values as in `ctx`; layouts ignored) will build a kernel
 /// that accepts kNhwc on input 0 (and input 3, a fused residual), and produces kNhwc on output 0, in any combination
 /// the runtime asks for. The runtime's layout pass keeps channels-last activations between such nodes.

@@ -12,6 +12,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddNnReferenceKernels(t);
     AddReductionReferenceKernels(t);
     AddShapeReferenceKernels(t);
+    AddImageReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();
