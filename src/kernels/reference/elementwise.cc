@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 
 namespace osprey {
@@ -188,34 +189,6 @@ void BinaryMap(const Node& node, const Tensor& a, const Tensor& b, Tensor& out, 
 
 // ---------------------------------------------------------------------------------------------------------------
 // Dtype dispatch: calls f(T{}) for the tensor's element type.
-
-[[noreturn]] void UnsupportedDType(const Node& node, DType dtype) {
-  throw Error(ErrorCode::kUnsupported,
-              node.Describe() + ": the reference kernel does not support dtype " + DTypeName(dtype));
-}
-
-template <class F>
-void DispatchNumeric(const Node& node, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    case DType::kI8:
-      f(int8_t{});
-      return;
-    case DType::kU8:
-      f(uint8_t{});
-      return;
-    default:
-      UnsupportedDType(node, dtype);
-  }
-}
 
 template <class F>
 void DispatchSigned(const Node& node, DType dtype, F&& f) {

@@ -8,39 +8,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
 namespace {
-
-[[noreturn]] void UnsupportedDType(const Node& node, DType dtype) {
-  throw Error(ErrorCode::kUnsupported,
-              node.Describe() + ": the reference kernel does not support dtype " + DTypeName(dtype));
-}
-
-template <class F>
-void DispatchNumeric(const Node& node, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    case DType::kI8:
-      f(int8_t{});
-      return;
-    case DType::kU8:
-      f(uint8_t{});
-      return;
-    default:
-      UnsupportedDType(node, dtype);
-  }
-}
 
 // Float32, int32 and int64: the dtypes of the arithmetic reductions.
 template <class F>
