@@ -1,10 +1,13 @@
 // osprey inspect MODEL [--json]
 #include <algorithm>
+#include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "ops/op_registry.h"
+#include "osprey/model_dir.h"
 #include "osprey/onnx.h"
 
 namespace osprey::cli {
@@ -34,9 +37,17 @@ void PrintValueInfos(const std::vector<ValueInfo>& infos, std::ostream& out) {
 }  // namespace
 
 int RunInspect(const InspectOptions& options, std::ostream& out) {
-  OnnxImportOptions import_options;
-  import_options.validate_ops = false;
-  Graph graph = LoadOnnxModel(options.model, import_options);
+  // A model directory (<name>, <name>/<version>) also shows its preprocessing, from config.json or derived.
+  std::optional<ModelDirectory> directory;
+  Graph graph;
+  if (std::filesystem::is_directory(options.model)) {
+    directory = OpenModelDirectory(options.model);
+    graph = std::move(directory->graph);
+  } else {
+    OnnxImportOptions import_options;
+    import_options.validate_ops = false;
+    graph = LoadOnnxModel(options.model, import_options);
+  }
 
   std::vector<std::string> unsupported = UnsupportedOps(graph);
   std::string problem;  // arity or attribute problems ValidateOps finds once every op is known
@@ -74,6 +85,18 @@ int RunInspect(const InspectOptions& options, std::ostream& out) {
     j["unsupported_ops"] = unsupported;
     if (!problem.empty()) j["error"] = problem;
     j["supported"] = unsupported.empty() && problem.empty();
+    if (directory) {
+      nlohmann::json d;
+      d["name"] = directory->name;
+      d["version"] = directory->version;
+      d["model_path"] = directory->model_path;
+      d["config"] = directory->config_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(directory->config_path);
+      d["derived"] = directory->derived;
+      d["labels"] = directory->labels.size();
+      d["preprocess"] = nlohmann::json::parse(directory->preprocess.ToJson());
+      d["postprocess"] = {{"softmax", directory->postprocess.softmax}, {"top_k", directory->postprocess.top_k}};
+      j["model_directory"] = d;
+    }
     out << j.dump(2) << "\n";
   } else {
     out << "model:      " << options.model << "\n";
@@ -97,6 +120,20 @@ int RunInspect(const InspectOptions& options, std::ostream& out) {
       for (const std::string& u : unsupported) out << "  " << u << "\n";
     }
     if (!problem.empty()) out << "error: " << problem << "\n";
+    if (directory) {
+      out << "model directory: " << directory->name << (directory->version.empty() ? "" : " version ")
+          << directory->version << " (" << directory->model_path << ")\n";
+      out << "labels:     "
+          << (directory->labels_path.empty() ? "none" : std::to_string(directory->labels.size()) + " (" +
+                                                             directory->labels_path + ")")
+          << "\n";
+      out << "preprocessing (" << (directory->derived ? "derived from the input shape: no config.json" : "from " +
+                                                            directory->config_path) << "):\n";
+      out << directory->preprocess.Describe("  ");
+      out << "postprocessing:\n";
+      out << "  softmax:     " << (directory->postprocess.softmax ? "yes" : "no") << "\n";
+      out << "  top_k:       " << directory->postprocess.top_k << "\n";
+    }
   }
   return unsupported.empty() && problem.empty() ? 0 : 1;
 }

@@ -3,7 +3,9 @@
 #include <climits>
 #include <iostream>
 
+#include "cli/classify.h"
 #include "cli/common.h"
+#include "cli/decode.h"
 
 int main(int argc, char** argv) {
   using namespace osprey::cli;
@@ -50,6 +52,24 @@ int main(int argc, char** argv) {
   bench->add_flag("--profile", bench_options.profile, "Time each op; print time per op type and the top-20 nodes");
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
 
+  CLI::App* decode = AddDecodeCommand(app);
+
+  ClassifyOptions classify_options;
+  CLI::App* classify = app.add_subcommand("classify", "Classify images with a model directory (top-k labels)");
+  classify->add_option("model_dir", classify_options.model_dir, "Model directory (<name> or <name>/<version>) or .onnx")
+      ->required();
+  classify->add_option("images", classify_options.images, "Image files (JPEG, PNG, WebP, BMP)")->required();
+  classify->add_option("--top-k,-k", classify_options.top_k, "Classes per image (default: config.json's top_k)")
+      ->check(CLI::Range(1, INT_MAX));
+  classify->add_flag("--json", classify_options.json, "Print one JSON object");
+  classify->add_option("--threads", classify_options.threads, "Intra-op threads (0 = all cores)")
+      ->check(CLI::Range(0, INT_MAX))
+      ->capture_default_str();
+  classify->add_option("--batch-size", classify_options.batch_size, "Images per model run")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  classify->add_option("--model-version", classify_options.version, "Version directory (default: the highest)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -63,6 +83,8 @@ int main(int argc, char** argv) {
     if (*inspect) return RunInspect(inspect_options, std::cout);
     if (*run) return RunRun(run_options, std::cout);
     if (*bench) return RunBench(bench_options, std::cout);
+    if (*classify) return RunClassify(classify_options, std::cout, std::cerr);
+    if (*decode) return RunDecodeCommand(std::cout);
   } catch (const osprey::Error& e) {
     std::cout.flush();
     std::cerr << "osprey: error: " << e.what() << "\n";

@@ -1,0 +1,57 @@
+#pragma once
+/// Image decoding: JPEG (TurboJPEG), PNG (libspng), WebP (libwebp) and BMP (own parser) into uint8 HWC tensors.
+/// The format is detected from the bytes, never from a file name. Image dimensions are checked against
+/// DecodeOptions::max_pixels before any pixel buffer is allocated, so decompression bombs are refused cheaply.
+/// All functions are thread-safe (no shared state).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "osprey/tensor.h"
+
+namespace osprey {
+
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kBmp };
+
+/// "jpeg", "png", "webp", "bmp" or "unknown".
+const char* ImageFormatName(ImageFormat format);
+
+/// Format from the leading magic bytes; kUnknown when none matches (or `size` is too small).
+ImageFormat DetectImageFormat(const void* data, size_t size);
+
+struct DecodeOptions {
+  /// Refuse images whose width * height (as stored in the file) exceeds this, before allocating.
+  int64_t max_pixels = 100'000'000;
+  /// Output channels: 3 = RGB, 1 = gray (ITU-R 601-2 luma, as Pillow's convert('L')), 4 = RGBA (alpha 255 when the
+  /// image has none). Alpha is dropped, not composited, for 1 and 3.
+  int channels = 3;
+  /// A hint: JPEG may decode at 1/2, 1/4 or 1/8 scale in the DCT domain as long as the (oriented) output stays at
+  /// least this large. 0 and 0 (the default) mean full size. Other formats always decode at full size.
+  int64_t min_width = 0;
+  int64_t min_height = 0;
+  /// Apply the JPEG EXIF orientation tag (1..8) as Pillow's ImageOps.exif_transpose does.
+  bool apply_exif_orientation = true;
+};
+
+/// What a decode did; filled on request.
+struct DecodeInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int64_t stored_width = 0;  // dimensions as stored in the file
+  int64_t stored_height = 0;
+  int stored_channels = 0;  // colour components in the file (1 gray, 2 gray+alpha, 3, 4 with alpha or CMYK)
+  std::string color;        // e.g. "ycbcr", "gray", "cmyk", "rgba", "palette", "gray+alpha"
+  int scale_num = 1;        // DCT scaling applied (JPEG): scale_num / scale_denom
+  int scale_denom = 1;
+  int exif_orientation = 1;  // orientation tag found (1 when none); applied only if orientation_applied
+  bool orientation_applied = false;
+};
+
+/// Decodes an encoded image held in memory into a new uint8 tensor [H, W, channels]. `data` is not retained.
+/// Throws Error kInvalidArgument for unknown, malformed, truncated or too-large images (the message says which),
+/// kUnsupported for valid files using features not handled (e.g. RLE BMP, animated WebP).
+Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options = {}, DecodeInfo* info = nullptr);
+
+/// Reads and decodes an image file. Errors as DecodeImage with the path prefixed; kNotFound when it cannot be opened.
+Tensor ReadImageFile(const std::string& path, const DecodeOptions& options = {}, DecodeInfo* info = nullptr);
+
+}  // namespace osprey

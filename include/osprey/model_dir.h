@@ -1,0 +1,91 @@
+#pragma once
+/// Model directories: `<root>/<name>/<version>/model.onnx` + optional `config.json` + optional `labels.txt` (in the
+/// version directory or in `<name>/`). The format is described in docs/model-directory.md. The same layout is what
+/// the server loads.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "osprey/graph.h"
+
+namespace osprey {
+
+/// How one decoded uint8 RGB image becomes the model's input. Sizes in pixels.
+struct PreprocessSpec {
+  /// Name of the graph input that takes the image.
+  std::string input;
+  /// ResizeImage mode: "nearest", "bilinear", "bicubic" or "area".
+  std::string resize_mode = "bilinear";
+  /// "shorter": shorter side to `resize_size` (the other side scaled and truncated, as torchvision), then a centre
+  ///            crop of crop_height x crop_width.
+  /// "exact":   resize to crop_height x crop_width (aspect ratio not kept).
+  /// "longer":  longer side to `resize_size`, then zero padding (centred) to crop_height x crop_width.
+  std::string resize = "shorter";
+  int64_t resize_size = 256;
+  /// Size of the image fed to the model (the crop, the exact size, or the padded canvas).
+  int64_t crop_height = 224;
+  int64_t crop_width = 224;
+  /// Channel order the model expects: "RGB", "BGR" or "GRAY" (one channel).
+  std::string color = "RGB";
+  /// y[c] = (x[c] * scale - mean[c]) / std[c]; mean and std have one value per channel.
+  float scale = 1.0f / 255.0f;
+  std::vector<float> mean;
+  std::vector<float> std;
+  /// "NCHW" or "NHWC" (the model input's layout; the batch is always the first dim).
+  std::string layout = "NCHW";
+
+  /// 1 for GRAY, else 3.
+  int channels() const { return color == "GRAY" ? 1 : 3; }
+  /// One line per field, for `osprey inspect`.
+  std::string Describe(const std::string& indent = "  ") const;
+  /// The spec as a JSON object in the config.json "preprocess" format (plus "input"), serialised.
+  std::string ToJson() const;
+};
+
+/// What happens to the model's first output.
+struct PostprocessSpec {
+  /// Apply softmax over the class axis (off when the graph already ends in Softmax and config.json says nothing).
+  bool softmax = true;
+  /// Default number of classes reported per image.
+  int top_k = 5;
+};
+
+/// An opened model directory. The graph is imported (ops not yet validated: compiling it does that).
+struct ModelDirectory {
+  std::string name;
+  std::string version;              // "" for a bare .onnx file
+  std::string model_path;           // the .onnx file
+  std::string config_path;          // "" when there is no config.json
+  std::string labels_path;          // "" when there is no labels.txt
+  std::vector<std::string> labels;  // one per class, in index order; empty without labels.txt
+  PreprocessSpec preprocess;
+  PostprocessSpec postprocess;
+  /// True when there is no config.json and the preprocessing was derived from the model's input shape.
+  bool derived = false;
+  Graph graph;
+
+  /// Label of class `index`: labels[index], or the index as text when there are no labels.
+  std::string Label(int64_t index) const;
+};
+
+/// Opens `path`, which is one of: a model directory `<name>` (the highest numeric version, or `version` when given),
+/// a version directory `<name>/<version>` holding model.onnx, or a direct `.onnx` file (config.json and labels.txt
+/// beside it are used when present). config.json is validated field by field (unknown fields are errors); without it
+/// the preprocessing is derived from the model's input shape. Throws kNotFound / kInvalidArgument naming the file and
+/// field.
+ModelDirectory OpenModelDirectory(const std::string& path, const std::string& version = "");
+
+/// Defaults derived from the image input's declared shape (rank 4; NCHW when dim 1 is 1 or 3, NHWC when the last dim
+/// is; crop = the fixed H, W or 224; shorter side resized to round(crop / 0.875); ImageNet mean/std).
+PreprocessSpec DerivePreprocessSpec(const Graph& graph);
+
+/// Checks `spec` against the graph: the input exists, is float32 of rank 4, and its fixed dims fit the layout,
+/// channel count and crop size. Throws kInvalidArgument naming the field.
+void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph);
+
+/// Parses config.json text (`source` names it in messages) over the values already in `preprocess`/`postprocess`
+/// (the derived defaults): fields present replace them, absent ones keep them.
+void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
+                      PostprocessSpec* postprocess);
+
+}  // namespace osprey

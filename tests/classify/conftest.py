@@ -1,0 +1,42 @@
+"""Fixtures for `osprey classify` tests: the binary, a CLI runner with a timeout, and the demo model directory."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session")
+def osprey_bin() -> Path:
+    path = Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def run_cli(osprey_bin):
+    """run_cli(*args) -> CompletedProcess (text). Fails the test on a hang instead of blocking."""
+
+    def run(*args, timeout=CLI_TIMEOUT_S):
+        cmd = [str(osprey_bin)] + [str(a) for a in args]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`{' '.join(cmd)}` did not finish within {timeout} s", pytrace=False)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> Path:
+    """demo-models/digits (made by scripts/setup; made here when missing)."""
+    root = REPO / "demo-models"
+    subprocess.run([sys.executable, str(REPO / "tools" / "make_demo_model.py"), "--out", str(root)], check=True,
+                   timeout=600)
+    return root / "digits"
