@@ -21,7 +21,10 @@ test: setup build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	scripts/fuzz $(FUZZ_SECONDS)
 
+# The main job until the server lands: classify the demo model's held-out samples, then benchmark ResNet-50.
 demo: setup build
+	$(BUILD_DIR)/bin/osprey inspect demo-models/digits
+	$(BUILD_DIR)/bin/osprey classify demo-models/digits demo-models/digits/samples/*.png --top-k 1
 	.venv/bin/python tools/make_test_models.py --only resnet50
 	$(BUILD_DIR)/bin/osprey bench $(HOME)/.cache/osprey/models/resnet50.onnx --iters 20
 
