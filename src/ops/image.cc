@@ -79,7 +79,14 @@ void InferResize(InferContext& ctx) {
   IntInRange(ctx, "antialias", ctx.node.GetInt("antialias", 1), 0, 1);
   if (s[HAxis(s)] < 1 || s[HAxis(s) + 1] < 1)
     ctx.Fail("cannot resize an empty image of shape " + ShapeToString(s) + " to " + Str(h) + "x" + Str(w));
-  ctx.SetOutput(0, ctx.input_dtypes[0], WithHw(s, h, w));
+  // Optional window of the resized image to compute (a fused CropImage): rows [roi_top, roi_top + roi_height) x
+  // columns [roi_left, roi_left + roi_width) of the height x width result.
+  const int64_t top = ctx.node.GetInt("roi_top", 0), left = ctx.node.GetInt("roi_left", 0);
+  const int64_t roi_h = ctx.node.GetInt("roi_height", h - top), roi_w = ctx.node.GetInt("roi_width", w - left);
+  if (top < 0 || left < 0 || roi_h < 1 || roi_w < 1 || top > h - roi_h || left > w - roi_w)
+    ctx.Fail("roi rows [" + Str(top) + ", " + Str(top + roi_h) + ") x columns [" + Str(left) + ", " +
+             Str(left + roi_w) + ") must be non-empty and lie inside the " + Str(h) + "x" + Str(w) + " resized image");
+  ctx.SetOutput(0, ctx.input_dtypes[0], WithHw(s, roi_h, roi_w));
 }
 
 void InferCrop(InferContext& ctx) {

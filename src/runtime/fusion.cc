@@ -220,6 +220,41 @@ void FuseActivation(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// ResizeImage -> CropImage (osprey domain) -> one ResizeImage computing only the cropped window (roi_* attributes,
+// docs/image-ops.md), composed with the resize's own roi if it has one. Bit-identical: the same taps, fewer pixels.
+void FuseResizeCrop(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    Node& resize = st.nodes[i];
+    if (dead[i] || resize.op_type != "ResizeImage" || resize.domain != "osprey" || resize.outputs.size() != 1) continue;
+    const int y = resize.outputs[0];
+    if (!Private(st, u, y)) continue;
+    const int j = u.consumers[y][0];
+    const Node& crop = st.nodes[j];
+    if (crop.op_type != "CropImage" || crop.domain != "osprey" || crop.inputs.size() != 1 || crop.inputs[0] != y ||
+        crop.outputs.size() != 1)
+      continue;
+    const int64_t height = resize.GetInt("height", 0), width = resize.GetInt("width", 0);
+    const int64_t rt = resize.GetInt("roi_top", 0), rl = resize.GetInt("roi_left", 0);
+    const int64_t rh = resize.GetInt("roi_height", height - rt), rw = resize.GetInt("roi_width", width - rl);
+    const int64_t ct = crop.GetInt("top", -1), cl = crop.GetInt("left", -1);
+    const int64_t ch = crop.GetInt("height", 0), cw = crop.GetInt("width", 0);
+    if (ct < 0 || cl < 0 || ch < 1 || cw < 1 || ct > rh - ch || cl > rw - cw) continue;  // inference rejected it
+    resize.attrs["roi_top"] = Attribute::Int(rt + ct);
+    resize.attrs["roi_left"] = Attribute::Int(rl + cl);
+    resize.attrs["roi_height"] = Attribute::Int(ch);
+    resize.attrs["roi_width"] = Attribute::Int(cw);
+    // The resize now produces the crop's output; it stays at its position (its only input is earlier).
+    resize.outputs[0] = crop.outputs[0];
+    dead[j] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 // Identity, inference Dropout and all-zero Pad copy their input: consumers read the input instead.
 void EliminateIdentities(CompileState& st) {
   std::vector<int> alias(st.values.size());
@@ -254,6 +289,7 @@ void EliminateIdentities(CompileState& st) {
 }  // namespace
 
 void RunFusionPasses(CompileState& state) {
+  FuseResizeCrop(state);
   EliminateIdentities(state);
   FuseTransformerPatterns(state);
   FoldBatchNorm(state);

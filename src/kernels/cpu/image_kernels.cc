@@ -157,6 +157,15 @@ AxisTable BuildAxisTable(const std::string& mode, bool antialias, bool area_shri
   return table;
 }
 
+// Rows [begin, begin + count) of a table: the taps of a window of the output axis, identical to the full table's.
+AxisTable SliceAxisTable(const AxisTable& full, int64_t begin, int64_t count) {
+  AxisTable table;
+  table.taps = full.taps;
+  table.start.assign(full.start.begin() + begin, full.start.begin() + begin + count);
+  table.weights.assign(full.weights.begin() + begin * full.taps, full.weights.begin() + (begin + count) * full.taps);
+  return table;
+}
+
 // Horizontal pass of one source row: dst[x * C + ch] = sum_k w[x][k] * src[(start[x] + k) * C + ch].
 template <class T, int kC>
 void HorizontalRow(const T* src, float* dst, const AxisTable& t, int64_t out_w, int64_t channels) {
@@ -186,9 +195,15 @@ class ResizeSeparableKernel final : public Kernel {
       : in_shape_(ctx.input_shapes[0]), out_shape_(ctx.output_shapes[0]) {
     in_ = DimsOf(in_shape_);
     out_ = DimsOf(out_shape_);
-    const bool area_shrinks = in_.h >= out_.h && in_.w >= out_.w;
-    rows_ = BuildAxisTable(mode, antialias, area_shrinks, in_.h, out_.h);
-    cols_ = BuildAxisTable(mode, antialias, area_shrinks, in_.w, out_.w);
+    // The output is the window [roi_top, +out_.h) x [roi_left, +out_.w) of the full height x width resize: the tables
+    // are the full ones, sliced, so only the needed source rows and output columns are computed.
+    const int64_t full_h = ctx.node.GetInt("height", out_.h), full_w = ctx.node.GetInt("width", out_.w);
+    const int64_t top = ctx.node.GetInt("roi_top", 0), left = ctx.node.GetInt("roi_left", 0);
+    if (top < 0 || left < 0 || top + out_.h > full_h || left + out_.w > full_w)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi outside the resized image");
+    const bool area_shrinks = in_.h >= full_h && in_.w >= full_w;
+    rows_ = SliceAxisTable(BuildAxisTable(mode, antialias, area_shrinks, in_.h, full_h), top, out_.h);
+    cols_ = SliceAxisTable(BuildAxisTable(mode, antialias, area_shrinks, in_.w, full_w), left, out_.w);
     row_lo_ = rows_.start.empty() ? 0 : *std::min_element(rows_.start.begin(), rows_.start.end());
     row_hi_ = row_lo_;
     for (int64_t y = 0; y < out_.h; ++y) row_hi_ = std::max<int64_t>(row_hi_, rows_.start[y] + rows_.taps);
@@ -254,13 +269,18 @@ class ResizeNearestKernel final : public Kernel {
     in_ = DimsOf(in_shape_);
     out_ = DimsOf(out_shape_);
     pixel_bytes_ = in_.c * DTypeSize(ctx.input_dtypes[0]);
+    // Window [roi_top, +out_.h) x [roi_left, +out_.w) of the full height x width resize.
+    const int64_t full_h = ctx.node.GetInt("height", out_.h), full_w = ctx.node.GetInt("width", out_.w);
+    const int64_t top = ctx.node.GetInt("roi_top", 0), left = ctx.node.GetInt("roi_left", 0);
+    if (top < 0 || left < 0 || top + out_.h > full_h || left + out_.w > full_w)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi outside the resized image");
     std::vector<std::pair<int64_t, double>> taps;
     for (int64_t y = 0; y < out_.h; ++y) {
-      AddTaps("nearest", false, false, in_.h, out_.h, y, taps);
+      AddTaps("nearest", false, false, in_.h, full_h, top + y, taps);
       src_rows_.push_back(taps[0].first);
     }
     for (int64_t x = 0; x < out_.w; ++x) {
-      AddTaps("nearest", false, false, in_.w, out_.w, x, taps);
+      AddTaps("nearest", false, false, in_.w, full_w, left + x, taps);
       src_cols_.push_back(taps[0].first);
     }
   }

@@ -127,10 +127,13 @@ void ResizeRef(KernelContext& ctx) {
   const std::string mode = node.GetString("mode", "bilinear");
   const bool antialias = node.GetInt("antialias", 1) != 0;
   const ImageDims in = DimsOf(ctx.In(0).shape()), out = DimsOf(ctx.Out(0).shape());
-  const bool area_shrinks = in.h >= out.h && in.w >= out.w;
+  // The output is the window [roi_top, +out.h) x [roi_left, +out.w) of the full height x width resize.
+  const int64_t full_h = node.GetInt("height", out.h), full_w = node.GetInt("width", out.w);
+  const int64_t top = node.GetInt("roi_top", 0), left = node.GetInt("roi_left", 0);
+  const bool area_shrinks = in.h >= full_h && in.w >= full_w;
   std::vector<std::vector<Tap>> row_taps(out.h), col_taps(out.w);
-  for (int64_t y = 0; y < out.h; ++y) row_taps[y] = ResizeTaps(mode, antialias, area_shrinks, in.h, out.h, y);
-  for (int64_t x = 0; x < out.w; ++x) col_taps[x] = ResizeTaps(mode, antialias, area_shrinks, in.w, out.w, x);
+  for (int64_t y = 0; y < out.h; ++y) row_taps[y] = ResizeTaps(mode, antialias, area_shrinks, in.h, full_h, top + y);
+  for (int64_t x = 0; x < out.w; ++x) col_taps[x] = ResizeTaps(mode, antialias, area_shrinks, in.w, full_w, left + x);
   const T* src = ctx.In(0).data<T>();
   T* dst = ctx.Out(0).data<T>();
   const int64_t c = in.c;

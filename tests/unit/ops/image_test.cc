@@ -10,9 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "osprey/graph.h"
+#include "osprey/runtime.h"
 #include "unit/kernels/kernel_test_util.h"
 
 namespace osprey::testing {
@@ -351,6 +354,154 @@ TEST(ImageOps, Errors) {
   ExpectInvalid(ImageNode("NormalizeImage", {{"mean", Attribute::Floats({1, 2})}}), img, "one value per channel (3)");
   ExpectInvalid(ImageNode("NormalizeImage", {{"std", Attribute::Floats({1, 0, 1})}}), img, "non-zero");
   ExpectInvalid(ImageNode("NormalizeImage", {{"layout", Attribute::String("NCHW")}}), img, "\"NCHW\"");
+}
+
+// ---------------------------------------------------------------- resize with a region of interest
+
+// x[top:top+h, left:left+w] of an HWC image, any dtype: the oracle for ResizeImage's roi_* attributes.
+Tensor CropHwc(const Tensor& x, int64_t top, int64_t left, int64_t h, int64_t w) {
+  const int64_t in_w = x.dim(1), c = x.dim(2);
+  const size_t pixel = static_cast<size_t>(c) * DTypeSize(x.dtype());
+  Tensor out(x.dtype(), {h, w, c});
+  for (int64_t y = 0; y < h; ++y)
+    std::memcpy(static_cast<char*>(out.raw()) + y * w * pixel,
+                static_cast<const char*>(x.raw()) + ((top + y) * in_w + left) * pixel, w * pixel);
+  return out;
+}
+
+Tensor RunFast(const Node& node, const Tensor& input) {
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, {input}, {false}, outputs);
+  std::unique_ptr<Kernel> kernel = CreateImageKernel(bc);
+  if (!kernel) {
+    ADD_FAILURE() << "no fast kernel";
+    return Tensor();
+  }
+  RunKernel(*kernel, node, {input}, outputs);
+  return outputs[0];
+}
+
+TEST(ImageOps, ResizeRoiEqualsResizeThenCrop) {
+  // Windows along one axis of length n: all of it, an interior one, the last index.
+  auto window = [](int64_t n, int i) -> std::pair<int64_t, int64_t> {
+    if (i == 0) return {0, n};
+    if (i == 1) return {n / 3, std::max<int64_t>(1, n / 2)};
+    return {n - 1, 1};
+  };
+  const SizePair sizes[] = {{13, 7, 29, 4}, {13, 7, 5, 3}, {37, 23, 11, 17}, {3, 100, 7, 9}, {1, 1, 5, 5}};
+  for (const std::string mode : {"nearest", "bilinear", "bicubic", "area"})
+    for (int antialias : {0, 1})
+      for (const SizePair& s : sizes)
+        for (int64_t c : {1, 3, 5}) {
+          AttributeMap attrs = {{"height", Attribute::Int(s.out_h)},
+                                {"width", Attribute::Int(s.out_w)},
+                                {"mode", Attribute::String(mode)},
+                                {"antialias", Attribute::Int(antialias)}};
+          const Node full = ImageNode("ResizeImage", attrs);
+          const Tensor inputs[] = {RandomU8({s.h, s.w, c}, 21), RandomTensor({s.h, s.w, c}, 22, 0.f, 1.f)};
+          for (const Tensor& x : inputs) {
+            const Tensor ref_full = RunReferenceNode(full, {x})[0];
+            const Tensor fast_full = RunFast(full, x);
+            for (int i = 0; i < 3; ++i) {
+              const auto [top, h] = window(s.out_h, i);
+              const auto [left, w] = window(s.out_w, (i + 1) % 3);
+              AttributeMap roi_attrs = attrs;
+              roi_attrs["roi_top"] = Attribute::Int(top);
+              roi_attrs["roi_left"] = Attribute::Int(left);
+              roi_attrs["roi_height"] = Attribute::Int(h);
+              roi_attrs["roi_width"] = Attribute::Int(w);
+              const Node roi = ImageNode("ResizeImage", roi_attrs);
+              SCOPED_TRACE(mode + " antialias " + std::to_string(antialias) + " " + ShapeToString(x.shape()) + " " +
+                           DTypeName(x.dtype()) + " -> " + std::to_string(s.out_h) + "x" + std::to_string(s.out_w) +
+                           " roi " + std::to_string(top) + "," + std::to_string(left) + " " + std::to_string(h) + "x" +
+                           std::to_string(w));
+              ExpectTensorNear(RunReferenceNode(roi, {x})[0], CropHwc(ref_full, top, left, h, w), 0.f, 0.f);
+              ExpectTensorNear(RunFast(roi, x), CropHwc(fast_full, top, left, h, w), 0.f, 0.f);
+            }
+          }
+        }
+  // Only some of the attributes: the rest default to "to the end of the image".
+  const Tensor x = RandomU8({2, 9, 11, 3}, 23);
+  Node roi = ImageNode("ResizeImage", {{"height", Attribute::Int(7)},
+                                       {"width", Attribute::Int(5)},
+                                       {"roi_top", Attribute::Int(2)},
+                                       {"roi_width", Attribute::Int(3)}});
+  const Tensor got = RunFast(roi, x);
+  EXPECT_EQ(ShapeToString(got.shape()), ShapeToString(Shape{2, 5, 3, 3}));
+  ExpectTensorNear(RunReferenceNode(roi, {x})[0], got, 0.f, 1.f);
+}
+
+TEST(ImageOps, ResizeRoiOutOfBoundsIsError) {
+  const Tensor img = RandomU8({4, 5, 3}, 24);
+  auto roi = [](int64_t top, int64_t left, int64_t h, int64_t w) {
+    return ImageNode("ResizeImage", {{"height", Attribute::Int(6)},
+                                     {"width", Attribute::Int(8)},
+                                     {"roi_top", Attribute::Int(top)},
+                                     {"roi_left", Attribute::Int(left)},
+                                     {"roi_height", Attribute::Int(h)},
+                                     {"roi_width", Attribute::Int(w)}});
+  };
+  for (const Node& node : {roi(-1, 0, 2, 2), roi(0, -1, 2, 2), roi(5, 0, 2, 2), roi(0, 7, 2, 2), roi(0, 0, 0, 2),
+                           roi(0, 0, 2, 0), roi(0, 0, 7, 8), roi(0, 0, 6, 9)}) {
+    SCOPED_TRACE(node.attrs.at("roi_top").i);
+    try {
+      RunReferenceNode(node, {img});
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("roi rows"), std::string::npos) << e.what();
+    }
+  }
+  // In bounds at the far corner.
+  EXPECT_NO_THROW(RunReferenceNode(roi(5, 7, 1, 1), {img}));
+}
+
+// The compile-time pass FuseResizeCrop: ResizeImage -> CropImage becomes one ResizeImage with an roi.
+TEST(ImageOps, ResizeCropFusesInThePlan) {
+  for (DType dtype : {DType::kU8, DType::kF32})
+    for (const std::string mode : {"nearest", "bilinear", "bicubic", "area"}) {
+      SCOPED_TRACE(mode + " " + DTypeName(dtype));
+      GraphBuilder b("prep");
+      auto x = b.Input("image", dtype, {37, 53, 3});
+      auto r = b.Op("ResizeImage", {x},
+                    {{"height", Attribute::Int(29)}, {"width", Attribute::Int(41)}, {"mode", Attribute::String(mode)}});
+      auto c = b.Op("CropImage", {r},
+                    {{"top", Attribute::Int(3)},
+                     {"left", Attribute::Int(5)},
+                     {"height", Attribute::Int(17)},
+                     {"width", Attribute::Int(19)}});
+      b.Output(c, "y");
+      Graph g = b.Finish();
+      for (Node& n : g.nodes) n.domain = kOspreyDomain;
+      const Tensor img = dtype == DType::kU8 ? RandomU8({37, 53, 3}, 25) : RandomTensor({37, 53, 3}, 26, 0.f, 1.f);
+      CompileOptions fused, unfused, fused_reference, reference;
+      unfused.fuse = false;
+      fused_reference.fast_kernels = false;
+      reference.fast_kernels = false;
+      reference.fuse = false;
+      auto p_fused = Compile(g, {{dtype, img.shape()}}, fused);
+      auto p_unfused = Compile(g, {{dtype, img.shape()}}, unfused);
+      auto p_fref = Compile(g, {{dtype, img.shape()}}, fused_reference);
+      auto p_ref = Compile(g, {{dtype, img.shape()}}, reference);
+      EXPECT_EQ(p_fused->num_steps(), 1u);
+      EXPECT_EQ(p_unfused->num_steps(), 2u);
+      EXPECT_EQ(p_fref->num_steps(), 1u);
+      // Fusion is exact: fused == unfused through the same kernel library.
+      ExpectTensorNear(p_fused->Run({img})[0], p_unfused->Run({img})[0], 0.f, 0.f);
+      ExpectTensorNear(p_fref->Run({img})[0], p_ref->Run({img})[0], 0.f, 0.f);
+    }
+  // A crop of a resize that is also a graph output stays unfused.
+  GraphBuilder b("prep");
+  auto x = b.Input("image", DType::kU8, {9, 9, 3});
+  auto r = b.Op("ResizeImage", {x}, {{"height", Attribute::Int(5)}, {"width", Attribute::Int(5)}});
+  auto c = b.Op("CropImage", {r},
+                {{"top", Attribute::Int(1)}, {"left", Attribute::Int(1)}, {"height", Attribute::Int(3)},
+                 {"width", Attribute::Int(3)}});
+  b.Output(c, "y");
+  b.Output(r, "resized");
+  Graph g = b.Finish();
+  for (Node& n : g.nodes) n.domain = kOspreyDomain;
+  EXPECT_EQ(Compile(g, {{DType::kU8, {9, 9, 3}}})->num_steps(), 2u);
 }
 
 }  // namespace
