@@ -1,0 +1,69 @@
+#pragma once
+// Model manager for the server: the model repository, lazy loading, explicit load/unload, LRU eviction under a memory
+// budget, idle unload, and memory given back to the OS. Thread-safe.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "osprey/classify.h"
+#include "osprey/model_dir.h"
+#include "osprey/runtime.h"
+
+namespace osprey::serve {
+
+struct ManagerOptions {
+  std::string repository;            // root holding <name>/<version>/model.onnx (+ config.json, labels.txt)
+  int64_t memory_budget_bytes = 0;   // 0 = unlimited. Accounted bytes (weights counted once) kept under this.
+  double idle_unload_seconds = 0;    // 0 = never. Models unused this long are unloaded by a background thread.
+  int threads = 0;                   // intra-op threads per model run (0 = all cores)
+};
+
+/// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.
+struct LoadedModel {
+  std::string name;
+  std::string version;
+  ModelDirectory directory;
+  std::unique_ptr<Model> model;
+};
+
+enum class ModelStatus { kUnavailable, kLoading, kReady, kFailed };
+
+struct ModelIndexEntry {
+  std::string name;
+  std::string version;  // latest version found on disk (or loaded version)
+  ModelStatus status = ModelStatus::kUnavailable;
+  std::string reason;   // load error message, for kFailed
+  int64_t weight_bytes = 0;  // accounted bytes of its weights (kReady only)
+  int64_t shared_bytes = 0;  // of weight_bytes, bytes shared with another loaded model
+};
+
+struct ManagerStats {
+  uint64_t loads = 0, unloads = 0, evictions = 0, load_failures = 0;
+  int64_t accounted_bytes = 0;  // unique weight bytes + runtime bytes of loaded models
+};
+
+class ModelManager {
+ public:
+  explicit ModelManager(ManagerOptions options);
+  ~ModelManager();  // stops the idle thread
+  /// The ready model, loading it first if needed (concurrent first requests wait for one load). `version` empty = the
+  /// policy's version (latest). Throws Error kNotFound (no such model/version in the repository), kUnavailable (it
+  /// failed to load: the message says why), kResourceExhausted (cannot fit the budget even after evicting).
+  std::shared_ptr<LoadedModel> Acquire(const std::string& name, const std::string& version = "");
+  /// Explicit load (same errors as Acquire) and unload (kNotFound if not loaded). Unload returns memory to the OS.
+  void Load(const std::string& name);
+  void Unload(const std::string& name);
+  /// Every model in the repository with its state.
+  std::vector<ModelIndexEntry> Index();
+  ManagerStats Stats();
+  const ManagerOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  ManagerOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace osprey::serve
