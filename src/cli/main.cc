@@ -6,6 +6,7 @@
 #include "cli/classify.h"
 #include "cli/common.h"
 #include "cli/decode.h"
+#include "cli/serve.h"
 
 int main(int argc, char** argv) {
   using namespace osprey::cli;
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
 
   CLI::App* decode = AddDecodeCommand(app);
+  CLI::App* serve = AddServeCommand(app);
 
   ClassifyOptions classify_options;
   CLI::App* classify = app.add_subcommand("classify", "Classify images with a model directory (top-k labels)");
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
     if (*bench) return RunBench(bench_options, std::cout);
     if (*classify) return RunClassify(classify_options, std::cout, std::cerr);
     if (*decode) return RunDecodeCommand(std::cout);
+    if (*serve) return RunServeCommand(std::cout);
   } catch (const osprey::Error& e) {
     std::cout.flush();
     std::cerr << "osprey: error: " << e.what() << "\n";

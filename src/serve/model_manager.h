@@ -37,6 +37,7 @@ struct ModelIndexEntry {
   std::string reason;   // load error message, for kFailed
   int64_t weight_bytes = 0;  // accounted bytes of its weights (kReady only)
   int64_t shared_bytes = 0;  // of weight_bytes, bytes shared with another loaded model
+  int64_t runtime_bytes = 0;  // execution arenas and plan-private constants (kReady only)
 };
 
 struct ManagerStats {

@@ -1,0 +1,146 @@
+// osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
+//              [--threads T] [--http-threads N] [--max-body-size SIZE]
+#include "cli/serve.h"
+
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include "cli/common.h"
+#include "osprey/error.h"
+#include "serve/http_server.h"
+#include "serve/model_manager.h"
+#include "serve/server.h"
+
+namespace osprey::cli {
+
+namespace {
+
+struct ServeCommandOptions {
+  std::string repository;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string memory_budget = "0";
+  double idle_unload = 0;
+  std::vector<std::string> load;
+  int threads = 0;
+  int http_threads = 4;
+  std::string max_body_size = "64M";
+};
+
+ServeCommandOptions& Options() {
+  static ServeCommandOptions options;
+  return options;
+}
+
+// The curl example for the start line: the demo model's sample when the repository has it, else a placeholder.
+std::string CurlExample(const std::string& url, const std::vector<serve::ModelIndexEntry>& index,
+                        const std::string& repository) {
+  namespace fs = std::filesystem;
+  std::string model = index.empty() ? "MODEL" : index.front().name;
+  std::string image = "IMAGE.png";
+  std::error_code ec;
+  for (const auto& entry : index) {
+    const fs::path samples = fs::path(repository) / entry.name / "samples";
+    if (entry.name == "digits" && fs::exists(samples / "3_0.png", ec)) {
+      model = entry.name;
+      image = (samples / "3_0.png").string();
+      break;
+    }
+  }
+  return "curl -s -H 'Content-Type: image/png' --data-binary @" + image + " " + url + "/v2/models/" + model +
+         "/classify";
+}
+
+}  // namespace
+
+int64_t ParseByteSize(const std::string& text, const std::string& flag) {
+  auto bad = [&]() {
+    return Error(ErrorCode::kInvalidArgument,
+                 flag + ": expected a size such as 512M, 2G or 1048576 (bytes), got '" + text + "'");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0 || i > 24) throw bad();
+  double value;
+  try {
+    size_t pos = 0;
+    value = std::stod(text.substr(0, i), &pos);
+    if (pos != i) throw bad();
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
+  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else throw bad();
+  const double bytes = std::floor(value * scale);
+  if (!(bytes >= 0) || bytes > 9.0e18) throw bad();
+  return static_cast<int64_t>(bytes);
+}
+
+CLI::App* AddServeCommand(CLI::App& app) {
+  ServeCommandOptions& o = Options();
+  CLI::App* serve = app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST + classify)");
+  serve->add_option("--model-repository", o.repository, "Directory of <name>/<version>/model.onnx")->required();
+  serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  serve->add_option("--memory-budget", o.memory_budget, "Accounted bytes of loaded models, e.g. 512M, 2G (0 = none)")
+      ->capture_default_str();
+  serve->add_option("--idle-unload", o.idle_unload, "Unload models unused for this many seconds (0 = never)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  serve->add_option("--load", o.load, "Load these models at start (repeatable)");
+  serve->add_option("--threads", o.threads, "Intra-op threads per model run (0 = all cores)")
+      ->check(CLI::Range(0, INT_MAX))
+      ->capture_default_str();
+  serve->add_option("--http-threads", o.http_threads, "HTTP I/O threads (requests run on them)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
+      ->capture_default_str();
+  return serve;
+}
+
+int RunServeCommand(std::ostream& out) {
+  const ServeCommandOptions& o = Options();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o.repository, ec))
+    throw Error(ErrorCode::kNotFound, "--model-repository: '" + o.repository + "' is not a directory");
+  serve::ManagerOptions manager_options;
+  manager_options.repository = o.repository;
+  manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
+  manager_options.idle_unload_seconds = o.idle_unload;
+  manager_options.threads = o.threads;
+  serve::ModelManager manager(manager_options);
+  for (const std::string& model : o.load) manager.Load(model);
+
+  serve::InferenceServer server(&manager, kOspreyVersion);
+  serve::HttpServerOptions http_options;
+  http_options.host = o.host;
+  http_options.port = o.port;
+  http_options.io_threads = o.http_threads;
+  http_options.max_body_bytes = ParseByteSize(o.max_body_size, "--max-body-size");
+  serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
+
+  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  const std::string url = "http://" + host + ":" + std::to_string(http.port());
+  const std::vector<serve::ModelIndexEntry> index = manager.Index();
+  out << "osprey serve: listening on " << url << " (" << index.size() << " model(s) in " << o.repository
+      << "); try: " << CurlExample(url, index, o.repository) << std::endl;
+  http.Run();
+  out << "osprey serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,299 @@
+#include "serve/http_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast.hpp>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "osprey/error.h"
+
+namespace osprey::serve {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+std::string JsonError(const std::string& message) {
+  std::string out = "{\"error\": \"";
+  for (char c : message) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"}";
+}
+
+}  // namespace
+
+std::string HttpRequest::Header(std::string_view name) const {
+  for (const auto& [key, value] : headers)
+    if (EqualsIgnoreCase(key, name)) return value;
+  return "";
+}
+
+class Session;
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  HttpHandler handler;
+  net::io_context ioc;
+  tcp::acceptor acceptor{net::make_strand(ioc)};
+  net::signal_set signals{ioc};
+  std::atomic<bool> stopping{false};
+  std::mutex sessions_mu;
+  std::map<Session*, std::weak_ptr<Session>> sessions;
+
+  std::chrono::steady_clock::duration Timeout() const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::max(0.001, options.read_timeout_seconds)));
+  }
+  void Accept(std::shared_ptr<Impl> self);
+  void StopNow();
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, std::shared_ptr<HttpServer::Impl> server)
+      : stream_(std::move(socket)), server_(std::move(server)) {}
+  ~Session() {
+    std::lock_guard<std::mutex> lock(server_->sessions_mu);
+    server_->sessions.erase(this);
+  }
+
+  void Start() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::ReadHeader, shared_from_this()));
+  }
+
+  // Closes the connection when it waits for a new request; a request in flight finishes first (see OnWrite).
+  void StopIfIdle() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->idle_) self->Close();
+    });
+  }
+
+ private:
+  void ReadHeader() {
+    if (server_->stopping) return Close();
+    parser_.emplace();
+    parser_->header_limit(64 * 1024);
+    parser_->body_limit(static_cast<uint64_t>(std::max<int64_t>(0, server_->options.max_body_bytes)));
+    idle_ = buffer_.size() == 0;
+    stream_.expires_after(server_->Timeout());
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  }
+
+  void OnHeader(beast::error_code ec, size_t) {
+    idle_ = false;
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream)
+        return SendSimple(ec == http::error::header_limit ? 431 : 400, "malformed HTTP request: " + ec.message(), false);
+      return Close();
+    }
+    auto length = parser_->content_length();
+    const uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(0, server_->options.max_body_bytes));
+    if (length && *length > limit)
+      return SendSimple(413,
+                        "request body of " + std::to_string(*length) + " bytes is larger than --max-body-size (" +
+                            std::to_string(limit) + " bytes)",
+                        true);
+    if (EqualsIgnoreCase(std::string(parser_->get()[http::field::expect]), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      stream_.expires_after(server_->Timeout());
+      http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+        if (ec) return self->Close();
+        self->ReadBody();
+      });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    stream_.expires_after(server_->Timeout());
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnBody, shared_from_this()));
+  }
+
+  void OnBody(beast::error_code ec, size_t) {
+    if (ec == http::error::body_limit)
+      return SendSimple(413,
+                        "request body is larger than --max-body-size (" +
+                            std::to_string(server_->options.max_body_bytes) + " bytes)",
+                        true);
+    if (ec) return Close();
+    http::request<http::string_body> message = parser_->release();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    request.target = std::string(message.target());
+    for (const auto& field : message) request.headers.emplace_back(field.name_string(), field.value());
+    request.body = std::move(message.body());
+    const bool keep_alive = message.keep_alive();
+
+    HttpResponse response;
+    try {
+      response = server_->handler(request);
+    } catch (const std::exception& e) {
+      response = HttpResponse{500, "application/json", {}, JsonError(std::string("internal error: ") + e.what())};
+    } catch (...) {
+      response = HttpResponse{500, "application/json", {}, JsonError("internal error")};
+    }
+    Send(std::move(response), keep_alive && !server_->stopping, message.version(), false);
+  }
+
+  void SendSimple(int status, const std::string& message, bool drain) {
+    Send(HttpResponse{status, "application/json", {}, JsonError(message)}, false, 11, drain);
+  }
+
+  void Send(HttpResponse response, bool keep_alive, unsigned version, bool drain) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status),
+                                                                   version == 10 ? 10 : 11);
+    res->set(http::field::server, "osprey");
+    res->set(http::field::content_type, response.content_type);
+    for (const auto& [key, value] : response.headers) res->set(key, value);
+    res->body() = std::move(response.body);
+    res->keep_alive(keep_alive);
+    res->prepare_payload();
+    stream_.expires_after(server_->Timeout());
+    http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive, drain](beast::error_code ec, size_t) {
+      if (ec) return self->Close();
+      if (!keep_alive || self->server_->stopping) {
+        if (drain) return self->Drain();
+        return self->Close();
+      }
+      self->ReadHeader();
+    });
+  }
+
+  // After an early answer (413) the client may still be sending its body; closing with unread bytes would reset the
+  // connection and could destroy the answer in flight, so read and discard until the client closes or times out.
+  void Drain() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    drain_buffer_.resize(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(5));
+    DrainMore();
+  }
+  void DrainMore() {
+    stream_.async_read_some(net::buffer(drain_buffer_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->Close();
+      self->DrainMore();
+    });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<HttpServer::Impl> server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::vector<char> drain_buffer_;
+  bool idle_ = false;
+};
+
+void HttpServer::Impl::Accept(std::shared_ptr<Impl> self) {
+  acceptor.async_accept(net::make_strand(ioc), [self](beast::error_code ec, tcp::socket socket) {
+    if (self->stopping || !self->acceptor.is_open()) return;
+    if (!ec) {
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto session = std::make_shared<Session>(std::move(socket), self);
+      {
+        std::lock_guard<std::mutex> lock(self->sessions_mu);
+        self->sessions[session.get()] = session;
+      }
+      session->Start();
+    }
+    self->Accept(self);
+  });
+}
+
+void HttpServer::Impl::StopNow() {
+  if (stopping.exchange(true)) return;
+  net::post(acceptor.get_executor(), [this] {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+  });
+  net::post(ioc, [this] {
+    beast::error_code ignored;
+    signals.cancel(ignored);
+  });
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    for (auto& [ptr, weak] : sessions)
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) s->StopIfIdle();
+}
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler) : impl_(std::make_shared<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->handler = std::move(handler);
+  try {
+    tcp::endpoint endpoint(net::ip::make_address(impl_->options.host), static_cast<uint16_t>(impl_->options.port));
+    impl_->acceptor.open(endpoint.protocol());
+    impl_->acceptor.set_option(net::socket_base::reuse_address(true));
+    impl_->acceptor.bind(endpoint);
+    impl_->acceptor.listen(net::socket_base::max_listen_connections);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kUnavailable, "serve: cannot listen on " + impl_->options.host + ":" +
+                                             std::to_string(impl_->options.port) + ": " + e.what());
+  }
+}
+
+HttpServer::~HttpServer() {
+  Stop();
+  impl_->ioc.stop();
+}
+
+int HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::Run() {
+  auto impl = impl_;
+  if (impl->options.stop_on_signals) {
+    impl->signals.add(SIGINT);
+    impl->signals.add(SIGTERM);
+    impl->signals.async_wait([impl](beast::error_code ec, int) {
+      if (!ec) impl->StopNow();
+    });
+  }
+  impl->Accept(impl);
+  const int n = std::max(1, impl->options.io_threads);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([impl] { impl->ioc.run(); });
+  impl->ioc.run();
+  for (auto& t : threads) t.join();
+}
+
+void HttpServer::Stop() { impl_->StopNow(); }
+
+}  // namespace osprey::serve

@@ -1,0 +1,63 @@
+#pragma once
+// A small HTTP/1.1 server (Boost.Beast underneath, kept out of this header): keep-alive, N I/O threads, a request body
+// limit answered with 413 before the body is read, a read timeout for slow or idle clients, and a graceful stop that
+// stops accepting, lets in-flight requests finish and then returns from Run().
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace osprey::serve {
+
+/// One request as the handler sees it. The body is fully read.
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path with query, as sent
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  /// Value of the first header named `name` (case-insensitive), "" when absent.
+  std::string Header(std::string_view name) const;
+};
+
+/// The handler's answer. Content-Length is set by the server.
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+/// Called on an I/O thread, concurrently from several threads. Exceptions become a 500 JSON error.
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0 = any free port (see HttpServer::port())
+  int io_threads = 4;
+  int64_t max_body_bytes = 64 << 20;
+  double read_timeout_seconds = 30;  // a request (header and body) or an idle keep-alive gap longer than this closes
+  bool stop_on_signals = true;       // SIGINT/SIGTERM call Stop()
+};
+
+class HttpServer {
+ public:
+  /// Binds and listens (throws osprey::Error kUnavailable when the address cannot be bound).
+  HttpServer(HttpServerOptions options, HttpHandler handler);
+  ~HttpServer();
+  /// The bound port.
+  int port() const;
+  /// Serves on options.io_threads threads until Stop() (or a signal); returns when every connection is closed.
+  void Run();
+  /// Thread-safe and idempotent: stop accepting, close idle connections, finish in-flight requests.
+  void Stop();
+
+  struct Impl;  // defined in http_server.cc (public only so that its connection class can name it)
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace osprey::serve

@@ -1,0 +1,430 @@
+#include "serve/model_manager.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <algorithm>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "osprey/error.h"
+#include "osprey/onnx.h"
+
+namespace osprey::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+bool IsVersionName(const std::string& s) {
+  return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A model name is one directory below the repository root: no separators, no "." or "..".
+bool IsModelName(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
+         s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
+}
+
+// Highest numeric version directory of `name_dir` holding model.onnx, or "" when there is none.
+std::string LatestVersion(const fs::path& name_dir) {
+  std::error_code ec;
+  std::string best;
+  int64_t best_number = -1;
+  for (fs::directory_iterator it(name_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string v = it->path().filename().string();
+    if (!IsVersionName(v) || !fs::is_regular_file(it->path() / "model.onnx", ec)) continue;
+    const int64_t number = std::stoll(v);
+    if (number > best_number) {
+      best_number = number;
+      best = v;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> ReadLabelsFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::string> labels;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    labels.push_back(line);
+  }
+  while (!labels.empty() && labels.back().empty()) labels.pop_back();
+  return labels;
+}
+
+// OpenModelDirectory, except that a model without config.json whose input is not an image (preprocessing cannot be
+// derived) still opens: the server serves any model through `infer`; only `classify` needs the preprocessing.
+ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& version) {
+  const fs::path version_dir = name_dir / version;
+  try {
+    return OpenModelDirectory(name_dir.string(), version);
+  } catch (const Error& e) {
+    std::error_code ec;
+    if (e.code() != ErrorCode::kInvalidArgument || fs::exists(version_dir / "config.json", ec)) throw;
+    ModelDirectory md;
+    md.name = name_dir.filename().string();
+    md.version = version;
+    md.model_path = (version_dir / "model.onnx").string();
+    OnnxImportOptions import_options;
+    import_options.validate_ops = false;
+    md.graph = LoadOnnxModel(md.model_path, import_options);  // throws the import error when that was the problem
+    md.derived = true;
+    md.preprocess = PreprocessSpec{};
+    md.preprocess.input.clear();
+    for (const fs::path& dir : {version_dir, name_dir}) {
+      if (fs::is_regular_file(dir / "labels.txt", ec)) {
+        md.labels_path = (dir / "labels.txt").string();
+        md.labels = ReadLabelsFile(dir / "labels.txt");
+        break;
+      }
+    }
+    return md;
+  }
+}
+
+void ReturnMemoryToOs() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
+
+struct ModelManager::Impl {
+  using Key = std::pair<std::string, std::string>;  // (name, version)
+
+  struct Entry {
+    std::string name;
+    std::string version;
+    ModelStatus status = ModelStatus::kUnavailable;
+    std::string reason;
+    std::shared_ptr<LoadedModel> loaded;
+    Clock::time_point last_used;
+    uint64_t lru_tick = 0;
+    std::condition_variable cv;  // signalled when a load finishes (status leaves kLoading)
+  };
+
+  ManagerOptions options;
+  std::shared_ptr<WeightStore> weight_store = std::make_shared<WeightStore>();
+
+  std::mutex mu;
+  std::map<Key, std::unique_ptr<Entry>> entries;
+  std::map<std::string, std::string> latest;  // name -> latest version on disk, as of the last scan
+  int64_t reserved_bytes = 0;                 // size estimates of loads in progress
+  uint64_t tick = 0;
+  ManagerStats stats;
+
+  std::condition_variable idle_cv;
+  bool stopping = false;
+  std::thread idle_thread;
+
+  // Reads the repository (without the lock: it touches the disk), then replaces `latest`.
+  void Scan() {
+    std::map<std::string, std::string> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(options.repository, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code ec2;
+      if (!it->is_directory(ec2)) continue;
+      const std::string name = it->path().filename().string();
+      if (!IsModelName(name) || name[0] == '.') continue;
+      const std::string version = LatestVersion(it->path());
+      if (!version.empty()) found[name] = version;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    latest = std::move(found);
+  }
+
+  Entry& EntryLocked(const std::string& name, const std::string& version) {
+    auto& slot = entries[{name, version}];
+    if (!slot) {
+      slot = std::make_unique<Entry>();
+      slot->name = name;
+      slot->version = version;
+    }
+    return *slot;
+  }
+
+  int64_t AccountedLocked() const {
+    int64_t total = weight_store->BytesLive();
+    for (const auto& [key, e] : entries)
+      if (e->loaded) total += e->loaded->model->RuntimeBytes();
+    return total;
+  }
+
+  // Drops the manager's handle. The memory is freed now when no request holds the model, else when the last one
+  // drops it. The caller returns freed memory to the OS once the lock is released.
+  void UnloadLocked(Entry& e) {
+    e.loaded.reset();
+    e.status = ModelStatus::kUnavailable;
+    e.reason.clear();
+    ++stats.unloads;
+  }
+
+  // The least recently used ready model that no request holds, other than `keep`; null when there is none.
+  Entry* EvictionCandidateLocked(const Entry* keep) {
+    Entry* best = nullptr;
+    for (auto& [key, e] : entries) {
+      if (e.get() == keep || e->status != ModelStatus::kReady || !e->loaded || e->loaded.use_count() > 1) continue;
+      if (!best || e->lru_tick < best->lru_tick) best = e.get();
+    }
+    return best;
+  }
+
+  // Evicts until `extra_bytes` more fit the budget. Returns false when models in use leave no room.
+  bool MakeRoomLocked(int64_t extra_bytes, const Entry* keep, bool* evicted) {
+    if (options.memory_budget_bytes <= 0) return true;
+    while (AccountedLocked() + reserved_bytes + extra_bytes > options.memory_budget_bytes) {
+      Entry* victim = EvictionCandidateLocked(keep);
+      if (!victim) return false;
+      UnloadLocked(*victim);
+      ++stats.evictions;
+      *evicted = true;
+    }
+    return true;
+  }
+
+  void Touch(Entry& e) {
+    e.last_used = Clock::now();
+    e.lru_tick = ++tick;
+  }
+
+  // Loads `e` (status already kLoading, lock released by the caller). Returns with the lock held and status set.
+  void LoadLocked(std::unique_lock<std::mutex>& lock, Entry& e) {
+    const fs::path name_dir = fs::path(options.repository) / e.name;
+    std::error_code ec;
+    const auto file_bytes = fs::file_size(name_dir / e.version / "model.onnx", ec);
+    const int64_t estimate = ec ? 0 : static_cast<int64_t>(file_bytes);
+    bool evicted = false;
+    if (!MakeRoomLocked(estimate, &e, &evicted)) {
+      const int64_t accounted = AccountedLocked();
+      e.status = ModelStatus::kUnavailable;
+      e.cv.notify_all();
+      lock.unlock();
+      if (evicted) ReturnMemoryToOs();
+      lock.lock();
+      throw Error(ErrorCode::kResourceExhausted,
+                  "model '" + e.name + "' (version " + e.version + ") needs about " + std::to_string(estimate) +
+                      " bytes, but the memory budget is " + std::to_string(options.memory_budget_bytes) +
+                      " bytes and " + std::to_string(accounted + reserved_bytes) +
+                      " are held by models in use or being loaded");
+    }
+    reserved_bytes += estimate;
+    lock.unlock();
+    if (evicted) ReturnMemoryToOs();
+
+    std::shared_ptr<LoadedModel> loaded;
+    std::string failure;
+    try {
+      ModelDirectory md = OpenForServing(name_dir, e.version);
+      ModelOptions model_options;
+      model_options.compile.num_threads = options.threads;
+      model_options.weight_store = weight_store;
+      auto model = std::make_unique<Model>(std::move(md.graph), model_options);
+      // The directory keeps the graph with the interned weights (the same buffers as the model's): no second copy.
+      md.graph = model->graph();
+      loaded = std::make_shared<LoadedModel>();
+      loaded->name = e.name;
+      loaded->version = e.version;
+      loaded->directory = std::move(md);
+      loaded->model = std::move(model);
+    } catch (const std::exception& ex) {
+      failure = ex.what();
+      if (failure.empty()) failure = "unknown error";
+    }
+
+    lock.lock();
+    reserved_bytes -= estimate;
+    if (loaded) {
+      e.loaded = std::move(loaded);
+      e.status = ModelStatus::kReady;
+      e.reason.clear();
+      ++stats.loads;
+      Touch(e);
+      // The estimate was the file size; the real figure may be larger. Others go if the budget is now exceeded.
+      bool evicted_after = false;
+      MakeRoomLocked(0, &e, &evicted_after);
+      if (evicted_after) {
+        lock.unlock();
+        ReturnMemoryToOs();
+        lock.lock();
+      }
+    } else {
+      e.status = ModelStatus::kFailed;
+      e.reason = failure;
+      ++stats.load_failures;
+      lock.unlock();
+      ReturnMemoryToOs();  // a half-built model may have allocated a lot
+      lock.lock();
+    }
+    e.cv.notify_all();
+  }
+
+  std::string ResolveVersion(const std::string& name, const std::string& version) {
+    if (!IsModelName(name)) throw Error(ErrorCode::kNotFound, "model '" + name + "': not a valid model name");
+    if (!version.empty()) {
+      std::error_code ec;
+      if (!IsVersionName(version) ||
+          !fs::is_regular_file(fs::path(options.repository) / name / version / "model.onnx", ec))
+        throw Error(ErrorCode::kNotFound, "model '" + name + "' has no version '" + version + "' in the repository");
+      return version;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = latest.find(name);
+      if (it != latest.end()) return it->second;
+    }
+    Scan();  // a model added since the last scan
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = latest.find(name);
+    if (it == latest.end())
+      throw Error(ErrorCode::kNotFound, "model '" + name + "' not found in the repository " + options.repository);
+    return it->second;
+  }
+
+  std::shared_ptr<LoadedModel> Acquire(const std::string& name, const std::string& requested, bool retry_failed) {
+    const std::string version = ResolveVersion(name, requested);
+    std::unique_lock<std::mutex> lock(mu);
+    Entry& e = EntryLocked(name, version);
+    if (retry_failed && e.status == ModelStatus::kFailed) e.status = ModelStatus::kUnavailable;
+    for (;;) {
+      switch (e.status) {
+        case ModelStatus::kReady:
+          Touch(e);
+          return e.loaded;
+        case ModelStatus::kLoading:
+          e.cv.wait(lock, [&] { return e.status != ModelStatus::kLoading; });
+          break;
+        case ModelStatus::kFailed:
+          throw Error(ErrorCode::kUnavailable, "model '" + name + "' failed to load: " + e.reason);
+        case ModelStatus::kUnavailable:
+          e.status = ModelStatus::kLoading;
+          LoadLocked(lock, e);
+          if (e.status == ModelStatus::kFailed)
+            throw Error(ErrorCode::kUnavailable, "model '" + name + "' failed to load: " + e.reason);
+          break;
+      }
+    }
+  }
+
+  void IdleLoop() {
+    const double idle = options.idle_unload_seconds;
+    const auto period = std::chrono::duration<double>(std::clamp(idle / 4, 0.01, 1.0));
+    const auto idle_limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle));
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      idle_cv.wait_for(lock, period, [&] { return stopping; });
+      if (stopping) break;
+      const auto now = Clock::now();
+      bool unloaded = false;
+      for (auto& [key, e] : entries) {
+        if (e->status != ModelStatus::kReady || !e->loaded) continue;
+        if (e->loaded.use_count() > 1) {
+          e->last_used = now;  // a request still holds it: it counts as used
+          continue;
+        }
+        if (now - e->last_used >= idle_limit) {
+          UnloadLocked(*e);
+          unloaded = true;
+        }
+      }
+      if (unloaded) {
+        lock.unlock();
+        ReturnMemoryToOs();
+        lock.lock();
+      }
+    }
+  }
+};
+
+ModelManager::ModelManager(ManagerOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  impl_->options = options_;
+  impl_->Scan();
+  if (options_.idle_unload_seconds > 0) impl_->idle_thread = std::thread([this] { impl_->IdleLoop(); });
+}
+
+ModelManager::~ModelManager() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->idle_cv.notify_all();
+  if (impl_->idle_thread.joinable()) impl_->idle_thread.join();
+}
+
+std::shared_ptr<LoadedModel> ModelManager::Acquire(const std::string& name, const std::string& version) {
+  return impl_->Acquire(name, version, /*retry_failed=*/false);
+}
+
+void ModelManager::Load(const std::string& name) {
+  impl_->Scan();  // an explicit load picks up a version added since
+  impl_->Acquire(name, "", /*retry_failed=*/true);
+}
+
+void ModelManager::Unload(const std::string& name) {
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& [key, e] : impl_->entries) {
+      if (key.first != name || e->status != ModelStatus::kReady) continue;
+      impl_->UnloadLocked(*e);
+      found = true;
+    }
+  }
+  if (!found) throw Error(ErrorCode::kNotFound, "model '" + name + "' is not loaded");
+  ReturnMemoryToOs();
+}
+
+std::vector<ModelIndexEntry> ModelManager::Index() {
+  impl_->Scan();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<ModelIndexEntry> rows;
+  auto row_of = [](const std::string& name, const std::string& version, const Impl::Entry* e) {
+    ModelIndexEntry row;
+    row.name = name;
+    row.version = version;
+    if (e) {
+      row.status = e->status;
+      row.reason = e->reason;
+      if (e->status == ModelStatus::kReady && e->loaded) {
+        row.weight_bytes = e->loaded->model->WeightBytes();
+        row.shared_bytes = e->loaded->model->SharedWeightBytes();
+        row.runtime_bytes = e->loaded->model->RuntimeBytes();
+      }
+    }
+    return row;
+  };
+  // Each model on disk at its latest version, then other versions that are loaded, loading or failed.
+  for (const auto& [name, version] : impl_->latest) {
+    auto it = impl_->entries.find({name, version});
+    rows.push_back(row_of(name, version, it == impl_->entries.end() ? nullptr : it->second.get()));
+  }
+  for (const auto& [key, e] : impl_->entries) {
+    auto it = impl_->latest.find(key.first);
+    if (it != impl_->latest.end() && it->second == key.second) continue;
+    if (e->status == ModelStatus::kUnavailable) continue;
+    rows.push_back(row_of(key.first, key.second, e.get()));
+  }
+  std::sort(rows.begin(), rows.end(), [](const ModelIndexEntry& a, const ModelIndexEntry& b) {
+    if (a.name != b.name) return a.name < b.name;
+    return a.version.size() != b.version.size() ? a.version.size() < b.version.size() : a.version < b.version;
+  });
+  return rows;
+}
+
+ManagerStats ModelManager::Stats() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  ManagerStats s = impl_->stats;
+  s.accounted_bytes = impl_->AccountedLocked();
+  return s;
+}
+
+}  // namespace osprey::serve

@@ -1,0 +1,802 @@
+#include "serve/server.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "osprey/classify.h"
+#include "osprey/error.h"
+#include "osprey/image.h"
+
+namespace osprey::serve {
+namespace {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Answers
+
+HttpResponse JsonResponse(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse ErrorResponse(int status, const std::string& message) { return JsonResponse(status, {{"error", message}}); }
+
+int StatusForError(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnsupported:
+      return 400;
+    case ErrorCode::kNotFound:
+      return 404;
+    case ErrorCode::kResourceExhausted:
+    case ErrorCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Error BadRequest(const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Datatypes
+
+struct DTypeNames {
+  DType dtype;
+  const char* kserve;
+};
+constexpr DTypeNames kDTypes[] = {{DType::kF32, "FP32"}, {DType::kF16, "FP16"},   {DType::kBF16, "BF16"},
+                                  {DType::kI8, "INT8"},  {DType::kU8, "UINT8"},   {DType::kI32, "INT32"},
+                                  {DType::kI64, "INT64"}, {DType::kBool, "BOOL"}};
+
+const char* KServeDType(DType dtype) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == dtype) return d.kserve;
+  return "UNKNOWN";
+}
+
+DType ParseKServeDType(const std::string& name, const std::string& what) {
+  for (const auto& d : kDTypes)
+    if (name == d.kserve) return d.dtype;
+  static const char* kKnownUnsupported[] = {"UINT16", "UINT32", "UINT64", "INT16", "FP64", "BYTES"};
+  for (const char* n : kKnownUnsupported)
+    if (name == n) throw BadRequest(what + ": datatype " + name + " is not supported by osprey models");
+  throw BadRequest(what + ": unknown datatype '" + name +
+                   "' (expected one of BOOL, UINT8, INT8, INT32, INT64, FP16, BF16, FP32)");
+}
+
+json MetadataShape(const ValueInfo& info) {
+  json shape = json::array();
+  if (!info.has_shape) return json::array({-1});
+  for (const Dim& d : info.dims) shape.push_back(d.value >= 0 ? d.value : -1);
+  return shape;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Request parsing helpers
+
+// Nesting deeper than this is refused before parsing, so no recursive walk (parse, flatten, dump) can run deep.
+constexpr int kMaxJsonDepth = 64;
+
+void CheckJsonDepth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) throw BadRequest("malformed request: JSON nested deeper than 64 levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+json ParseJsonBody(std::string_view text, bool allow_empty) {
+  if (allow_empty && text.find_first_not_of(" \t\r\n") == std::string_view::npos) return json::object();
+  CheckJsonDepth(text);
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) throw BadRequest("malformed request: body is not valid JSON");
+  return j;
+}
+
+std::map<std::string, std::string> ParseQuery(const std::string& query) {
+  std::map<std::string, std::string> out;
+  std::stringstream ss(query);
+  std::string item;
+  while (std::getline(ss, item, '&')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) out[item] = "";
+    else out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+bool ParamTrue(const json& parent, const char* key) {
+  if (!parent.is_object()) return false;
+  auto params = parent.find("parameters");
+  if (params == parent.end() || !params->is_object()) return false;
+  auto v = params->find(key);
+  return v != params->end() && v->is_boolean() && v->get<bool>();
+}
+
+// Leaves of a (possibly nested) JSON array in row-major order.
+void Flatten(const json& value, std::vector<const json*>* out) {
+  if (value.is_array()) {
+    for (const json& item : value) Flatten(item, out);
+  } else {
+    out->push_back(&value);
+  }
+}
+
+template <class T>
+T IntegerFrom(const json& v, const std::string& what) {
+  int64_t x;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw BadRequest(what + ": value " + v.dump() + " is out of range");
+      x = static_cast<int64_t>(u);
+    } else {
+      x = v.get<int64_t>();
+    }
+  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+             std::fabs(v.get<double>()) < 9.2e18) {
+    x = static_cast<int64_t>(v.get<double>());
+  } else {
+    throw BadRequest(what + ": expected an integer, found " + v.dump());
+  }
+  if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) || x > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    throw BadRequest(what + ": value " + std::to_string(x) + " is out of range");
+  return static_cast<T>(x);
+}
+
+float FloatFrom(const json& v, const std::string& what) {
+  if (!v.is_number()) throw BadRequest(what + ": expected a number, found " + v.dump());
+  return static_cast<float>(v.get<double>());
+}
+
+void SetElement(Tensor* t, int64_t i, const json& v, const std::string& what) {
+  switch (t->dtype()) {
+    case DType::kF32: t->data<float>()[i] = FloatFrom(v, what); break;
+    case DType::kF16: t->data<uint16_t>()[i] = FloatToHalf(FloatFrom(v, what)); break;
+    case DType::kBF16: t->data<uint16_t>()[i] = FloatToBFloat16(FloatFrom(v, what)); break;
+    case DType::kI8: t->data<int8_t>()[i] = IntegerFrom<int8_t>(v, what); break;
+    case DType::kU8: t->data<uint8_t>()[i] = IntegerFrom<uint8_t>(v, what); break;
+    case DType::kI32: t->data<int32_t>()[i] = IntegerFrom<int32_t>(v, what); break;
+    case DType::kI64: t->data<int64_t>()[i] = IntegerFrom<int64_t>(v, what); break;
+    case DType::kBool:
+      if (v.is_boolean()) t->data<bool>()[i] = v.get<bool>();
+      else t->data<bool>()[i] = IntegerFrom<int64_t>(v, what) != 0;
+      break;
+  }
+}
+
+json ElementsToJson(const Tensor& t) {
+  json data = json::array();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype()) {
+      case DType::kF32: data.push_back(static_cast<double>(t.data<float>()[i])); break;
+      case DType::kF16: data.push_back(static_cast<double>(HalfToFloat(t.data<uint16_t>()[i]))); break;
+      case DType::kBF16: data.push_back(static_cast<double>(BFloat16ToFloat(t.data<uint16_t>()[i]))); break;
+      case DType::kI8: data.push_back(t.data<int8_t>()[i]); break;
+      case DType::kU8: data.push_back(t.data<uint8_t>()[i]); break;
+      case DType::kI32: data.push_back(t.data<int32_t>()[i]); break;
+      case DType::kI64: data.push_back(t.data<int64_t>()[i]); break;
+      case DType::kBool: data.push_back(t.data<bool>()[i]); break;
+    }
+  }
+  return data;
+}
+
+Shape ParseShape(const json& in, const std::string& what) {
+  auto it = in.find("shape");
+  if (it == in.end() || !it->is_array()) throw BadRequest(what + ": 'shape' must be an array of integers");
+  Shape shape;
+  for (const json& d : *it) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      throw BadRequest(what + ": 'shape' must hold non-negative integers, found " + d.dump());
+    shape.push_back(d.get<int64_t>());
+  }
+  if (shape.size() > 16) throw BadRequest(what + ": rank " + std::to_string(shape.size()) + " is larger than 16");
+  NumElements(shape);  // throws on overflow
+  return shape;
+}
+
+// Checks a request tensor against the model's declared input (name found by the caller).
+void CheckAgainstDeclared(const ValueInfo& info, DType dtype, const Shape& shape, const std::string& what) {
+  if (dtype != info.dtype)
+    throw BadRequest(what + ": datatype " + KServeDType(dtype) + " does not match the model's " +
+                     KServeDType(info.dtype));
+  if (!info.has_shape) return;
+  if (shape.size() != info.dims.size())
+    throw BadRequest(what + ": shape " + ShapeToString(shape) + " does not match the model's " + info.ShapeString() +
+                     " (rank " + std::to_string(info.dims.size()) + ")");
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (info.dims[i].value >= 0 && info.dims[i].value != shape[i])
+      throw BadRequest(what + ": shape " + ShapeToString(shape) + " does not match the model's " + info.ShapeString());
+}
+
+const ValueInfo* FindInput(const Graph& graph, const std::string& name) {
+  for (const ValueInfo& info : graph.input_infos)
+    if (info.name == name) return &info;
+  return nullptr;
+}
+
+std::string InputNames(const Graph& graph) {
+  std::string names;
+  for (const ValueInfo& info : graph.input_infos) names += (names.empty() ? "'" : ", '") + info.name + "'";
+  return names;
+}
+
+std::string PrometheusLabel(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+const char* StatusName(ModelStatus s) {
+  switch (s) {
+    case ModelStatus::kReady: return "READY";
+    case ModelStatus::kLoading: return "LOADING";
+    case ModelStatus::kFailed: return "UNAVAILABLE";
+    default: return "UNAVAILABLE";
+  }
+}
+
+constexpr double kBucketsUs[] = {50,    100,    250,    500,    1000,    2500,    5000,    10000,
+                                 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 10000000};
+constexpr size_t kNumBuckets = sizeof(kBucketsUs) / sizeof(kBucketsUs[0]);
+
+struct ModelMetrics {
+  uint64_t success = 0, failure = 0;
+  uint64_t buckets[kNumBuckets] = {};  // not cumulative; summed when written
+  uint64_t count = 0;
+  double sum_us = 0;
+};
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------------------------
+
+struct InferenceServer::Impl {
+  ModelManager* manager;
+  std::string version;
+  std::mutex metrics_mu;
+  std::map<std::string, ModelMetrics> metrics;
+  std::mutex preprocessors_mu;
+  std::map<std::string, std::shared_ptr<ImagePreprocessor>> preprocessors;
+
+  HttpResponse Route(const HttpRequest& request);
+  HttpResponse ModelRoute(const HttpRequest& request, const std::string& model, const std::string& version,
+                          const std::string& action, const std::map<std::string, std::string>& query);
+  HttpResponse Metadata(const std::string& model, const std::string& version);
+  HttpResponse Ready(const std::string& model, const std::string& version);
+  HttpResponse Infer(const HttpRequest& request, const std::string& model, const std::string& version);
+  HttpResponse Classify(const HttpRequest& request, const std::string& model, const std::string& version,
+                        const std::map<std::string, std::string>& query);
+  HttpResponse Stats(const std::string& model);
+  HttpResponse RepositoryIndex(const HttpRequest& request);
+  void Record(const std::string& model, bool ok, double us);
+  std::string MetricsText();
+  std::shared_ptr<ImagePreprocessor> PreprocessorFor(const LoadedModel& loaded);
+};
+
+InferenceServer::InferenceServer(ModelManager* manager, std::string version) : impl_(std::make_unique<Impl>()) {
+  impl_->manager = manager;
+  impl_->version = std::move(version);
+}
+
+InferenceServer::~InferenceServer() = default;
+
+HttpResponse InferenceServer::Handle(const HttpRequest& request) {
+  try {
+    return impl_->Route(request);
+  } catch (const Error& e) {
+    return ErrorResponse(StatusForError(e.code()), e.what());
+  } catch (const json::exception& e) {
+    return ErrorResponse(400, std::string("malformed request: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return ErrorResponse(500, "out of memory");
+  } catch (const std::exception& e) {
+    return ErrorResponse(500, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return ErrorResponse(500, "internal error");
+  }
+}
+
+HttpResponse InferenceServer::Impl::Route(const HttpRequest& request) {
+  std::string path = request.target;
+  std::string query_text;
+  if (size_t q = path.find('?'); q != std::string::npos) {
+    query_text = path.substr(q + 1);
+    path.resize(q);
+  }
+  std::vector<std::string> seg;
+  {
+    std::stringstream ss(path);
+    std::string s;
+    while (std::getline(ss, s, '/'))
+      if (!s.empty()) seg.push_back(s);
+  }
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool post = request.method == "POST";
+  auto method_not_allowed = [&] { return ErrorResponse(405, "method " + request.method + " not allowed on " + path); };
+
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    if (!get) return method_not_allowed();
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = MetricsText();
+    return r;
+  }
+  if (seg.empty() || seg[0] != "v2") return ErrorResponse(404, "no route for " + request.method + " " + path);
+  if (seg.size() == 1) {
+    if (!get) return method_not_allowed();
+    return JsonResponse(200, {{"name", "osprey"},
+                              {"version", version},
+                              {"extensions", {"binary_tensor_data", "model_repository", "statistics", "classify"}}});
+  }
+  if (seg[1] == "health" && seg.size() == 3 && (seg[2] == "live" || seg[2] == "ready")) {
+    if (!get) return method_not_allowed();
+    return JsonResponse(200, {{seg[2], true}});
+  }
+  if (seg[1] == "repository") {
+    if (!post) return method_not_allowed();
+    if (seg.size() == 3 && seg[2] == "index") return RepositoryIndex(request);
+    if (seg.size() == 5 && seg[2] == "models" && (seg[4] == "load" || seg[4] == "unload")) {
+      ParseJsonBody(request.body, true);  // parameters are accepted and ignored
+      const std::string& model = seg[3];
+      if (seg[4] == "load") {
+        manager->Load(model);
+      } else {
+        try {
+          manager->Unload(model);
+        } catch (const Error& e) {
+          // Unloading a model that exists but is not loaded is a no-op, as in Triton.
+          if (e.code() != ErrorCode::kNotFound) throw;
+          bool known = false;
+          for (const ModelIndexEntry& entry : manager->Index()) known |= entry.name == model;
+          if (!known) throw;
+        }
+      }
+      return JsonResponse(200, json::object());
+    }
+  }
+  if (seg[1] == "models" && seg.size() >= 3) {
+    std::string version;
+    size_t next = 3;
+    if (seg.size() >= 5 && seg[3] == "versions") {
+      version = seg[4];
+      next = 5;
+    }
+    if (seg.size() - next <= 1) {
+      const std::string action = next < seg.size() ? seg[next] : "";
+      const bool wants_post = action == "infer" || action == "classify";
+      if (wants_post ? !post : !get) return method_not_allowed();
+      return ModelRoute(request, seg[2], version, action, ParseQuery(query_text));
+    }
+  }
+  return ErrorResponse(404, "no route for " + request.method + " " + path);
+}
+
+HttpResponse InferenceServer::Impl::ModelRoute(const HttpRequest& request, const std::string& model,
+                                               const std::string& version, const std::string& action,
+                                               const std::map<std::string, std::string>& query) {
+  if (action.empty()) return Metadata(model, version);
+  if (action == "ready") return Ready(model, version);
+  if (action == "stats") return Stats(model);
+  if (action != "infer" && action != "classify") return ErrorResponse(404, "no route for model action '" + action + "'");
+  const auto start = std::chrono::steady_clock::now();
+  HttpResponse response;
+  try {
+    response = action == "infer" ? Infer(request, model, version) : Classify(request, model, version, query);
+  } catch (const Error& e) {
+    response = ErrorResponse(StatusForError(e.code()), e.what());
+  } catch (const json::exception& e) {
+    response = ErrorResponse(400, std::string("malformed request: ") + e.what());
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  // Unknown models are not recorded, so requests cannot grow the label set without bound.
+  if (response.status != 404) Record(model, response.status < 400, us);
+  return response;
+}
+
+HttpResponse InferenceServer::Impl::Metadata(const std::string& model, const std::string& version) {
+  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  const Graph& graph = loaded->model->graph();
+  json inputs = json::array(), outputs = json::array();
+  for (const ValueInfo& info : graph.input_infos)
+    inputs.push_back({{"name", info.name}, {"datatype", KServeDType(info.dtype)}, {"shape", MetadataShape(info)}});
+  for (const ValueInfo& info : graph.output_infos)
+    outputs.push_back({{"name", info.name}, {"datatype", KServeDType(info.dtype)}, {"shape", MetadataShape(info)}});
+  return JsonResponse(200, {{"name", loaded->name},
+                            {"versions", {loaded->version}},
+                            {"platform", "onnx"},
+                            {"inputs", inputs},
+                            {"outputs", outputs}});
+}
+
+HttpResponse InferenceServer::Impl::Ready(const std::string& model, const std::string& version) {
+  for (const ModelIndexEntry& entry : manager->Index()) {
+    if (entry.name != model) continue;
+    const bool ready = entry.status == ModelStatus::kReady && (version.empty() || version == entry.version);
+    return JsonResponse(ready ? 200 : 400, {{"name", model}, {"ready", ready}});
+  }
+  return ErrorResponse(404, "model '" + model + "' is not in the repository");
+}
+
+HttpResponse InferenceServer::Impl::Stats(const std::string& model) {
+  for (const ModelIndexEntry& entry : manager->Index()) {
+    if (entry.name != model) continue;
+    ModelMetrics m;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mu);
+      if (auto it = metrics.find(model); it != metrics.end()) m = it->second;
+    }
+    json stats = {{"name", entry.name},
+                  {"version", entry.version},
+                  {"state", StatusName(entry.status)},
+                  {"weight_bytes", entry.weight_bytes},
+                  {"shared_bytes", entry.shared_bytes},
+                  {"unique_bytes", entry.weight_bytes - entry.shared_bytes},
+                  {"inference_count", m.success},
+                  {"failure_count", m.failure}};
+    return JsonResponse(200, {{"model_stats", json::array({stats})}});
+  }
+  return ErrorResponse(404, "model '" + model + "' is not in the repository");
+}
+
+HttpResponse InferenceServer::Impl::RepositoryIndex(const HttpRequest& request) {
+  const json body = ParseJsonBody(request.body, true);
+  if (!body.is_object()) throw BadRequest("repository index: body must be a JSON object");
+  bool only_ready = false;
+  if (auto it = body.find("ready"); it != body.end()) {
+    if (!it->is_boolean()) throw BadRequest("repository index: 'ready' must be a boolean");
+    only_ready = it->get<bool>();
+  }
+  json out = json::array();
+  for (const ModelIndexEntry& entry : manager->Index()) {
+    if (only_ready && entry.status != ModelStatus::kReady) continue;
+    out.push_back({{"name", entry.name},
+                   {"version", entry.version},
+                   {"state", StatusName(entry.status)},
+                   {"reason", entry.reason}});
+  }
+  return JsonResponse(200, out);
+}
+
+HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std::string& model,
+                                          const std::string& version) {
+  // Split the body into the JSON header and the binary tensor data that follows it.
+  std::string_view body = request.body;
+  std::string_view json_text = body, binary;
+  const std::string header_length_text = request.Header("Inference-Header-Content-Length");
+  bool raw_single_input = false;
+  if (!header_length_text.empty()) {
+    size_t pos = 0;
+    long long header_length = -1;
+    try {
+      header_length = std::stoll(header_length_text, &pos);
+    } catch (const std::exception&) {
+    }
+    if (pos != header_length_text.size() || header_length < 0 || static_cast<uint64_t>(header_length) > body.size())
+      throw BadRequest("Inference-Header-Content-Length: expected 0.." + std::to_string(body.size()) + ", found '" +
+                       header_length_text + "'");
+    json_text = body.substr(0, header_length);
+    binary = body.substr(header_length);
+    raw_single_input = header_length == 0;
+  }
+
+  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  const Graph& graph = loaded->model->graph();
+  std::map<std::string, Tensor> inputs;
+  json request_json = raw_single_input ? json::object() : ParseJsonBody(json_text, false);
+  if (!request_json.is_object()) throw BadRequest("malformed request: infer body must be a JSON object");
+
+  if (raw_single_input) {
+    if (graph.input_infos.size() != 1)
+      throw BadRequest("raw binary request (Inference-Header-Content-Length: 0) needs a model with one input; '" +
+                       model + "' has " + std::to_string(graph.input_infos.size()));
+    const ValueInfo& info = graph.input_infos[0];
+    if (!info.has_shape) throw BadRequest("raw binary request: input '" + info.name + "' has no declared shape");
+    Shape shape;
+    int symbolic = -1;
+    int64_t fixed = 1;
+    for (size_t i = 0; i < info.dims.size(); ++i) {
+      shape.push_back(info.dims[i].value);
+      if (info.dims[i].value < 0) {
+        if (symbolic >= 0) throw BadRequest("raw binary request: input '" + info.name + "' has several variable dims");
+        symbolic = static_cast<int>(i);
+      } else {
+        fixed *= std::max<int64_t>(1, info.dims[i].value);
+      }
+    }
+    const int64_t row_bytes = fixed * static_cast<int64_t>(DTypeSize(info.dtype));
+    if (row_bytes == 0 || binary.size() % row_bytes != 0 ||
+        (symbolic < 0 && static_cast<int64_t>(binary.size()) != row_bytes))
+      throw BadRequest("raw binary request: " + std::to_string(binary.size()) + " bytes do not fit input '" +
+                       info.name + "' " + info.ShapeString() + " of " + KServeDType(info.dtype));
+    if (symbolic >= 0) shape[symbolic] = static_cast<int64_t>(binary.size()) / row_bytes;
+    Tensor t(info.dtype, shape);
+    if (t.nbytes()) std::memcpy(t.raw(), binary.data(), t.nbytes());
+    inputs[info.name] = t;
+    binary = {};
+  } else {
+    auto in_it = request_json.find("inputs");
+    if (in_it == request_json.end() || !in_it->is_array() || in_it->empty())
+      throw BadRequest("malformed request: 'inputs' must be a non-empty array");
+    for (const json& in : *in_it) {
+      if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
+        throw BadRequest("malformed request: each input must be an object with a string 'name'");
+      const std::string name = in["name"].get<std::string>();
+      const std::string what = "input '" + name + "'";
+      const ValueInfo* info = FindInput(graph, name);
+      if (!info)
+        throw BadRequest(what + ": model '" + model + "' has no such input (its inputs: " + InputNames(graph) + ")");
+      if (inputs.count(name)) throw BadRequest(what + ": given twice");
+      if (!in.contains("datatype") || !in["datatype"].is_string())
+        throw BadRequest(what + ": 'datatype' must be a string");
+      const DType dtype = ParseKServeDType(in["datatype"].get<std::string>(), what);
+      const Shape shape = ParseShape(in, what);
+      CheckAgainstDeclared(*info, dtype, shape, what);
+      const int64_t numel = NumElements(shape);
+      const uint64_t nbytes = static_cast<uint64_t>(numel) * DTypeSize(dtype);
+
+      json binary_size;
+      if (auto p = in.find("parameters"); p != in.end() && p->is_object() && p->contains("binary_data_size"))
+        binary_size = (*p)["binary_data_size"];
+      if (!binary_size.is_null()) {
+        if (!binary_size.is_number_unsigned() && !(binary_size.is_number_integer() && binary_size.get<int64_t>() >= 0))
+          throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
+        const uint64_t size = binary_size.get<uint64_t>();
+        if (size != nbytes)
+          throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " does not match shape " +
+                           ShapeToString(shape) + " of " + KServeDType(dtype) + " (" + std::to_string(nbytes) +
+                           " bytes)");
+        if (size > binary.size())
+          throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
+                           std::to_string(binary.size()) + " bytes of binary data are left in the body");
+        Tensor t(dtype, shape);
+        if (nbytes) std::memcpy(t.raw(), binary.data(), nbytes);
+        binary.remove_prefix(size);
+        if (dtype == DType::kBool)
+          for (int64_t i = 0; i < numel; ++i)
+            if (reinterpret_cast<const uint8_t*>(t.raw())[i] > 1) throw BadRequest(what + ": BOOL bytes must be 0 or 1");
+        inputs[name] = t;
+        continue;
+      }
+      auto data = in.find("data");
+      if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
+      std::vector<const json*> leaves;
+      if (data->is_array()) Flatten(*data, &leaves);
+      else leaves.push_back(&*data);
+      if (static_cast<int64_t>(leaves.size()) != numel)
+        throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
+                         ShapeToString(shape) + " (" + std::to_string(numel) + " elements)");
+      Tensor t(dtype, shape);
+      for (int64_t i = 0; i < numel; ++i) SetElement(&t, i, *leaves[i], what);
+      inputs[name] = t;
+    }
+    if (!binary.empty())
+      throw BadRequest("malformed request: " + std::to_string(binary.size()) +
+                       " bytes of binary data after the last binary input");
+  }
+  for (const ValueInfo& info : graph.input_infos)
+    if (!inputs.count(info.name)) throw BadRequest("input '" + info.name + "' is missing (model inputs: " +
+                                                   InputNames(graph) + ")");
+
+  std::vector<std::pair<std::string, Tensor>> results = loaded->model->Run(inputs);
+
+  // Which outputs, and which of them in binary.
+  const bool binary_default = ParamTrue(request_json, "binary_data_output");
+  std::vector<std::pair<size_t, bool>> chosen;  // result index, binary
+  if (auto out_it = request_json.find("outputs"); out_it != request_json.end()) {
+    if (!out_it->is_array()) throw BadRequest("malformed request: 'outputs' must be an array");
+    for (const json& o : *out_it) {
+      if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
+        throw BadRequest("malformed request: each requested output must be an object with a string 'name'");
+      const std::string name = o["name"].get<std::string>();
+      size_t index = results.size();
+      for (size_t i = 0; i < results.size(); ++i)
+        if (results[i].first == name) index = i;
+      if (index == results.size()) throw BadRequest("output '" + name + "': model '" + model + "' has no such output");
+      bool as_binary = binary_default;
+      if (auto p = o.find("parameters"); p != o.end() && p->is_object() && p->contains("binary_data")) {
+        if (!(*p)["binary_data"].is_boolean()) throw BadRequest("output '" + name + "': binary_data must be a boolean");
+        as_binary = (*p)["binary_data"].get<bool>();
+      }
+      chosen.emplace_back(index, as_binary);
+    }
+  } else {
+    for (size_t i = 0; i < results.size(); ++i) chosen.emplace_back(i, binary_default);
+  }
+
+  json outputs = json::array();
+  std::string binary_out;
+  for (const auto& [index, as_binary] : chosen) {
+    const Tensor& t = results[index].second;
+    json o = {{"name", results[index].first}, {"datatype", KServeDType(t.dtype())}, {"shape", t.shape()}};
+    if (as_binary) {
+      o["parameters"] = {{"binary_data_size", t.nbytes()}};
+      binary_out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    } else {
+      o["data"] = ElementsToJson(t);
+    }
+    outputs.push_back(std::move(o));
+  }
+  json answer = {{"model_name", loaded->name}, {"model_version", loaded->version}, {"outputs", outputs}};
+  if (auto id = request_json.find("id"); id != request_json.end()) answer["id"] = *id;
+  HttpResponse response = JsonResponse(200, answer);
+  if (!binary_out.empty() || std::any_of(chosen.begin(), chosen.end(), [](const auto& c) { return c.second; })) {
+    response.headers.emplace_back("Inference-Header-Content-Length", std::to_string(response.body.size()));
+    response.content_type = "application/octet-stream";
+    response.body += binary_out;
+  }
+  return response;
+}
+
+std::shared_ptr<ImagePreprocessor> InferenceServer::Impl::PreprocessorFor(const LoadedModel& loaded) {
+  const PreprocessSpec& spec = loaded.directory.preprocess;
+  const std::string key = loaded.name + "/" + loaded.version + "/" + spec.ToJson();
+  std::lock_guard<std::mutex> lock(preprocessors_mu);
+  auto it = preprocessors.find(key);
+  if (it != preprocessors.end()) return it->second;
+  CheckPreprocessSpec(spec, loaded.model->graph());
+  CompileOptions options;
+  options.num_threads = manager->options().threads;
+  // Entries for versions no longer served are dropped wholesale now and then; they are small (plans for small graphs).
+  if (preprocessors.size() > 256) preprocessors.clear();
+  auto pre = std::make_shared<ImagePreprocessor>(spec, options);
+  preprocessors[key] = pre;
+  return pre;
+}
+
+HttpResponse InferenceServer::Impl::Classify(const HttpRequest& request, const std::string& model,
+                                             const std::string& version,
+                                             const std::map<std::string, std::string>& query) {
+  std::string content_type = request.Header("Content-Type");
+  for (char& c : content_type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!content_type.empty() && content_type.rfind("image/", 0) != 0 &&
+      content_type.rfind("application/octet-stream", 0) != 0)
+    return ErrorResponse(415, "classify: expected raw image bytes with Content-Type image/*, found '" + content_type +
+                                  "' (multipart forms are not supported yet)");
+  if (request.body.empty()) throw BadRequest("classify: the request body is empty (send the image bytes)");
+  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  const ModelDirectory& directory = loaded->directory;
+  if (directory.preprocess.input.empty() || !FindInput(loaded->model->graph(), directory.preprocess.input))
+    throw BadRequest("classify: model '" + model + "' has no image input (no preprocessing in config.json)");
+  int top_k = directory.postprocess.top_k;
+  if (auto it = query.find("top_k"); it != query.end()) {
+    try {
+      size_t pos = 0;
+      top_k = std::stoi(it->second, &pos);
+      if (pos != it->second.size()) top_k = -1;
+    } catch (const std::exception&) {
+      top_k = -1;
+    }
+    if (top_k < 1) throw BadRequest("classify: top_k must be a positive integer, found '" + it->second + "'");
+  }
+  std::shared_ptr<ImagePreprocessor> pre = PreprocessorFor(*loaded);
+  DecodeOptions decode_options;
+  decode_options.channels = directory.preprocess.channels();
+  Tensor image = DecodeImage(request.body.data(), request.body.size(), decode_options);
+  Tensor pixels = pre->Run(image);
+
+  // A model with a fixed batch dim > 1 gets the image repeated; only the first row is reported.
+  int64_t batch = 1;
+  const ValueInfo* info = FindInput(loaded->model->graph(), directory.preprocess.input);
+  if (info->has_shape && !info->dims.empty() && info->dims[0].value > 1) batch = info->dims[0].value;
+  Tensor batched = StackTensors(std::vector<Tensor>(static_cast<size_t>(batch), pixels));
+  std::map<std::string, Tensor> inputs{{directory.preprocess.input, batched}};
+  std::vector<std::pair<std::string, Tensor>> outputs = loaded->model->Run(inputs);
+  if (outputs.empty()) throw Error(ErrorCode::kInternal, "classify: model '" + model + "' has no outputs");
+  std::vector<std::vector<ClassScore>> top =
+      TopKClasses(outputs[0].second, directory.postprocess.softmax, top_k, directory);
+  json item = {{"image", "request body"}, {"top_k", json::array()}};
+  for (const ClassScore& c : top.at(0))
+    item["top_k"].push_back({{"label", c.label}, {"index", c.index}, {"probability", c.probability}});
+  return JsonResponse(200, {{"model", loaded->name}, {"version", loaded->version}, {"results", json::array({item})}});
+}
+
+void InferenceServer::Impl::Record(const std::string& model, bool ok, double us) {
+  std::lock_guard<std::mutex> lock(metrics_mu);
+  ModelMetrics& m = metrics[model];
+  (ok ? m.success : m.failure)++;
+  ++m.count;
+  m.sum_us += us;
+  for (size_t i = 0; i < kNumBuckets; ++i)
+    if (us <= kBucketsUs[i]) {
+      ++m.buckets[i];
+      break;
+    }
+}
+
+std::string InferenceServer::Impl::MetricsText() {
+  std::ostringstream out;
+  std::map<std::string, ModelMetrics> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    snapshot = metrics;
+  }
+  out << "# HELP osprey_request_success_total Successful infer and classify requests.\n"
+      << "# TYPE osprey_request_success_total counter\n";
+  for (const auto& [name, m] : snapshot)
+    out << "osprey_request_success_total{model=\"" << PrometheusLabel(name) << "\"} " << m.success << "\n";
+  out << "# HELP osprey_request_failure_total Failed infer and classify requests.\n"
+      << "# TYPE osprey_request_failure_total counter\n";
+  for (const auto& [name, m] : snapshot)
+    out << "osprey_request_failure_total{model=\"" << PrometheusLabel(name) << "\"} " << m.failure << "\n";
+  out << "# HELP osprey_request_duration_us Time from request to answer, microseconds.\n"
+      << "# TYPE osprey_request_duration_us histogram\n";
+  for (const auto& [name, m] : snapshot) {
+    const std::string label = PrometheusLabel(name);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kNumBuckets; ++i) {
+      cumulative += m.buckets[i];
+      out << "osprey_request_duration_us_bucket{model=\"" << label << "\",le=\"" << kBucketsUs[i] << "\"} "
+          << cumulative << "\n";
+    }
+    out << "osprey_request_duration_us_bucket{model=\"" << label << "\",le=\"+Inf\"} " << m.count << "\n";
+    char sum[64];
+    std::snprintf(sum, sizeof(sum), "%.3f", m.sum_us);
+    out << "osprey_request_duration_us_sum{model=\"" << label << "\"} " << sum << "\n";
+    out << "osprey_request_duration_us_count{model=\"" << label << "\"} " << m.count << "\n";
+  }
+  const ManagerStats stats = manager->Stats();
+  const std::pair<const char*, uint64_t> counters[] = {{"osprey_model_loads_total", stats.loads},
+                                                       {"osprey_model_unloads_total", stats.unloads},
+                                                       {"osprey_model_evictions_total", stats.evictions},
+                                                       {"osprey_model_load_failures_total", stats.load_failures}};
+  for (const auto& [name, value] : counters)
+    out << "# TYPE " << name << " counter\n" << name << " " << value << "\n";
+  out << "# HELP osprey_accounted_bytes Accounted weight bytes of each loaded model (shared weights in each).\n"
+      << "# TYPE osprey_accounted_bytes gauge\n";
+  for (const ModelIndexEntry& entry : manager->Index())
+    if (entry.status == ModelStatus::kReady)
+      out << "osprey_accounted_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.weight_bytes << "\n";
+  out << "# HELP osprey_accounted_bytes_total Accounted bytes of all loaded models, shared weights counted once.\n"
+      << "# TYPE osprey_accounted_bytes_total gauge\n"
+      << "osprey_accounted_bytes_total " << stats.accounted_bytes << "\n";
+  out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+      << "# TYPE process_resident_memory_bytes gauge\n"
+      << "process_resident_memory_bytes " << ResidentBytes() << "\n";
+  return out.str();
+}
+
+std::string InferenceServer::MetricsText() { return impl_->MetricsText(); }
+
+}  // namespace osprey::serve

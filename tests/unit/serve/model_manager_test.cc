@@ -1,0 +1,345 @@
+// Model manager: repository index, lazy and shared loads, LRU eviction under a budget, idle unload, load failures,
+// weight sharing. Models are tiny ONNX files written with the ONNX protobuf classes; the oracle is the values in them.
+#ifndef ONNX_ML
+#define ONNX_ML 1
+#endif
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "osprey/error.h"
+#include "serve/model_manager.h"
+
+namespace osprey::serve {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kRows = 256, kCols = 1024;            // one weight: 1 MiB of float32
+constexpr int64_t kWeightBytes = kRows * kCols * 4;
+
+float WeightValue(int seed, int64_t i) { return static_cast<float>(seed) + static_cast<float>(i % 1000) * 0.001f; }
+
+void AddInit(onnx::GraphProto* g, const std::string& name, int seed, int64_t rows) {
+  std::vector<float> values(static_cast<size_t>(rows * kCols));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = WeightValue(seed, static_cast<int64_t>(i));
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+  t->add_dims(rows);
+  t->add_dims(kCols);
+  t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+}
+
+void AddInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name) {
+  auto* vi = list->Add();
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto_DataType_FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_value(kRows);
+  tt->mutable_shape()->add_dim()->set_dim_value(kCols);
+}
+
+void AddNode(onnx::GraphProto* g, const std::string& a, const std::string& b, const std::string& out) {
+  auto* n = g->add_node();
+  n->set_op_type("Add");
+  n->set_name(out + "_add");
+  n->add_input(a);
+  n->add_input(b);
+  n->add_output(out);
+}
+
+// y = x + W(seed), W [256, 1024]; with `head_seed` >= 0: y = (x + W(seed)) + H(head_seed), H [1, 1024].
+void WriteModel(const fs::path& repo, const std::string& name, const std::string& version, int seed,
+                int head_seed = -1) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name(name);
+  AddInfo(g->mutable_input(), "x");
+  AddInfo(g->mutable_output(), "y");
+  AddInit(g, "w", seed, kRows);
+  if (head_seed < 0) {
+    AddNode(g, "x", "w", "y");
+  } else {
+    auto* t = g->add_initializer();  // head [1, 1024], broadcast over the rows
+    t->set_name("h");
+    t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+    t->add_dims(1);
+    t->add_dims(kCols);
+    std::vector<float> values(kCols);
+    for (int64_t i = 0; i < kCols; ++i) values[i] = WeightValue(head_seed, i);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+    AddNode(g, "x", "w", "t");
+    AddNode(g, "t", "h", "y");
+  }
+  fs::create_directories(repo / name / version);
+  std::ofstream out(repo / name / version / "model.onnx", std::ios::binary);
+  out << m.SerializeAsString();
+}
+
+class ModelManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    repo_ = fs::temp_directory_path() /
+            ("osprey_manager_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(repo_);
+    WriteModel(repo_, "a", "1", 1);
+    WriteModel(repo_, "b", "1", 2);
+    WriteModel(repo_, "c", "1", 3);
+    WriteModel(repo_, "c", "2", 4);  // latest version of c
+    fs::create_directories(repo_ / "broken" / "1");
+    std::ofstream(repo_ / "broken" / "1" / "model.onnx", std::ios::binary) << "this is not a protobuf \xff\xff\xff\xff";
+    fs::create_directories(repo_ / "not_a_model" / "extra");  // no numeric version: not listed
+  }
+  void TearDown() override { fs::remove_all(repo_); }
+
+  ManagerOptions Options(int64_t budget = 0, double idle = 0) {
+    ManagerOptions o;
+    o.repository = repo_.string();
+    o.memory_budget_bytes = budget;
+    o.idle_unload_seconds = idle;
+    o.threads = 1;
+    return o;
+  }
+
+  static const ModelIndexEntry* Find(const std::vector<ModelIndexEntry>& index, const std::string& name) {
+    for (const auto& e : index)
+      if (e.name == name) return &e;
+    return nullptr;
+  }
+  static ModelStatus StatusOf(ModelManager& m, const std::string& name) {
+    auto index = m.Index();
+    const ModelIndexEntry* e = Find(index, name);
+    return e ? e->status : ModelStatus::kFailed;
+  }
+
+  fs::path repo_;
+};
+
+ErrorCode CodeOf(const std::function<void()>& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "expected an Error";
+  return ErrorCode::kInternal;
+}
+
+TEST_F(ModelManagerTest, IndexListsModelsAndPicksUpNewOnes) {
+  ModelManager m(Options());
+  auto index = m.Index();
+  ASSERT_EQ(index.size(), 4u);
+  EXPECT_EQ(index[0].name, "a");
+  EXPECT_EQ(index[1].name, "b");
+  EXPECT_EQ(index[2].name, "broken");
+  EXPECT_EQ(index[3].name, "c");
+  EXPECT_EQ(index[3].version, "2");
+  for (const auto& e : index) EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
+  EXPECT_EQ(m.Stats().loads, 0u);
+
+  WriteModel(repo_, "d", "7", 5);
+  index = m.Index();
+  ASSERT_NE(Find(index, "d"), nullptr);
+  EXPECT_EQ(Find(index, "d")->version, "7");
+  EXPECT_NO_THROW(m.Acquire("d"));
+}
+
+TEST_F(ModelManagerTest, AcquireLoadsLazilyAndRuns) {
+  ModelManager m(Options());
+  EXPECT_EQ(m.Stats().accounted_bytes, 0);
+  auto model = m.Acquire("c");
+  EXPECT_EQ(model->name, "c");
+  EXPECT_EQ(model->version, "2");
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(m.Stats().loads, 1u);
+  EXPECT_GE(m.Stats().accounted_bytes, kWeightBytes);
+
+  // y = 0 + W(seed 4) for version 2.
+  Tensor x = Tensor::Zeros(DType::kF32, Shape({kRows, kCols}));
+  auto outputs = model->model->Run({{"x", x}});
+  ASSERT_EQ(outputs.size(), 1u);
+  const float* y = outputs[0].second.data<float>();
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{999}, kRows * kCols - 1}) EXPECT_FLOAT_EQ(y[i], WeightValue(4, i));
+
+  // Accounted bytes: the shared store's weights plus the model's runtime bytes, as the index reports them.
+  auto index = m.Index();
+  const ModelIndexEntry* row = Find(index, "c");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->weight_bytes, kWeightBytes);
+  EXPECT_EQ(row->shared_bytes, 0);
+  EXPECT_EQ(m.Stats().accounted_bytes, row->weight_bytes + row->runtime_bytes);
+
+  // An explicit older version is a separate load.
+  auto v1 = m.Acquire("c", "1");
+  EXPECT_EQ(v1->version, "1");
+  EXPECT_NE(v1.get(), model.get());
+  EXPECT_EQ(m.Stats().loads, 2u);
+  EXPECT_EQ(m.Acquire("c").get(), model.get());  // already loaded: no new load
+  EXPECT_EQ(m.Stats().loads, 2u);
+
+  EXPECT_EQ(CodeOf([&] { m.Acquire("nope"); }), ErrorCode::kNotFound);
+  EXPECT_EQ(CodeOf([&] { m.Acquire("c", "3"); }), ErrorCode::kNotFound);
+  EXPECT_EQ(CodeOf([&] { m.Acquire("../a"); }), ErrorCode::kNotFound);
+  EXPECT_EQ(CodeOf([&] { m.Unload("a"); }), ErrorCode::kNotFound);
+}
+
+TEST_F(ModelManagerTest, ConcurrentFirstRequestsLoadOnce) {
+  ModelManager m(Options());
+  std::atomic<int> ready{0};
+  std::vector<std::shared_ptr<LoadedModel>> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < 8) std::this_thread::yield();
+      got[t] = m.Acquire("a");
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(m.Stats().loads, 1u);
+  for (const auto& g : got) EXPECT_EQ(g.get(), got[0].get());
+}
+
+TEST_F(ModelManagerTest, LruEvictionUnderBudget) {
+  ModelManager m(Options(kWeightBytes * 5 / 2));  // fits two of the 1 MiB models
+  m.Acquire("a");
+  m.Acquire("b");
+  m.Acquire("c");
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
+  EXPECT_EQ(m.Stats().evictions, 1u);
+  EXPECT_LE(m.Stats().accounted_bytes, kWeightBytes * 5 / 2);
+
+  m.Acquire("a");  // reloaded; b is now the least recently used
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kUnavailable);
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
+  EXPECT_EQ(m.Stats().evictions, 2u);
+  EXPECT_EQ(m.Stats().loads, 4u);
+}
+
+TEST_F(ModelManagerTest, ModelInUseIsNeverEvicted) {
+  ModelManager m(Options(kWeightBytes * 5 / 2));
+  auto a = m.Acquire("a");
+  auto b = m.Acquire("b");
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { m.Acquire("c"); }, &message), ErrorCode::kResourceExhausted);
+  EXPECT_NE(message.find("budget"), std::string::npos) << message;
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kUnavailable);
+  EXPECT_EQ(m.Stats().evictions, 0u);
+
+  b.reset();  // b can go now; a, still held, stays even though it is the least recently used
+  EXPECT_NO_THROW(m.Acquire("c"));
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kUnavailable);
+  EXPECT_EQ(m.Stats().evictions, 1u);
+}
+
+TEST_F(ModelManagerTest, IdleModelsAreUnloaded) {
+  ModelManager m(Options(0, 0.2));
+  auto held = m.Acquire("a");
+  m.Acquire("b");  // dropped at once: idle from now
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (StatusOf(m, "b") != ModelStatus::kUnavailable && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kUnavailable);
+  // a was acquired before b but is held: in use, so not idle.
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+  EXPECT_GE(m.Stats().unloads, 1u);
+
+  held.reset();
+  while (StatusOf(m, "a") != ModelStatus::kUnavailable && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(m.Stats().accounted_bytes, 0);
+}
+
+TEST_F(ModelManagerTest, BrokenModelFailsAloneWithItsReason) {
+  ModelManager m(Options());
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { m.Acquire("broken"); }, &message), ErrorCode::kUnavailable);
+  EXPECT_NE(message.find("model 'broken' failed to load: "), std::string::npos) << message;
+  EXPECT_NE(message.find("not a valid ONNX model"), std::string::npos) << message;
+  auto index = m.Index();
+  ASSERT_NE(Find(index, "broken"), nullptr);
+  EXPECT_EQ(Find(index, "broken")->status, ModelStatus::kFailed);
+  EXPECT_NE(Find(index, "broken")->reason.find("not a valid ONNX model"), std::string::npos);
+  EXPECT_EQ(m.Stats().load_failures, 1u);
+
+  // Failure is remembered: no reload attempt on the next request.
+  EXPECT_EQ(CodeOf([&] { m.Acquire("broken"); }), ErrorCode::kUnavailable);
+  EXPECT_EQ(m.Stats().load_failures, 1u);
+
+  EXPECT_NO_THROW(m.Acquire("a"));
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+
+  // Fixed on disk, an explicit load retries.
+  WriteModel(repo_, "broken", "1", 9);
+  m.Load("broken");
+  EXPECT_EQ(StatusOf(m, "broken"), ModelStatus::kReady);
+  EXPECT_EQ(m.Stats().load_failures, 1u);
+}
+
+TEST_F(ModelManagerTest, SharedWeightsAreCountedOnce) {
+  WriteModel(repo_, "s1", "1", 7, /*head_seed=*/11);
+  WriteModel(repo_, "s2", "1", 7, /*head_seed=*/12);
+  ModelManager m(Options());
+  auto s1 = m.Acquire("s1");
+  const int64_t one = m.Stats().accounted_bytes;
+  EXPECT_GE(one, kWeightBytes + kCols * 4);
+  auto s2 = m.Acquire("s2");
+  const int64_t two = m.Stats().accounted_bytes;
+  EXPECT_LT(static_cast<double>(two), 1.6 * static_cast<double>(one));
+  EXPECT_EQ(two, one + kCols * 4);  // only the second head is new
+
+  auto index = m.Index();
+  for (const char* name : {"s1", "s2"}) {
+    const ModelIndexEntry* e = Find(index, name);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->weight_bytes, kWeightBytes + kCols * 4) << name;
+    EXPECT_EQ(e->shared_bytes, kWeightBytes) << name;
+  }
+
+  // Both still compute their own head: y = W(7) + H(seed).
+  Tensor x = Tensor::Zeros(DType::kF32, Shape({kRows, kCols}));
+  auto y1 = s1->model->Run({{"x", x}});
+  auto y2 = s2->model->Run({{"x", x}});
+  for (int64_t i : {int64_t{0}, int64_t{5}, kRows * kCols - 1}) {
+    EXPECT_FLOAT_EQ(y1[0].second.data<float>()[i], WeightValue(7, i) + WeightValue(11, i % kCols));
+    EXPECT_FLOAT_EQ(y2[0].second.data<float>()[i], WeightValue(7, i) + WeightValue(12, i % kCols));
+  }
+}
+
+TEST_F(ModelManagerTest, UnloadEverythingReturnsAccountedBytesToZero) {
+  ModelManager m(Options());
+  for (const char* name : {"a", "b", "c"}) m.Load(name);
+  EXPECT_GE(m.Stats().accounted_bytes, 3 * kWeightBytes);
+  for (const char* name : {"a", "b", "c"}) m.Unload(name);
+  EXPECT_EQ(m.Stats().accounted_bytes, 0);
+  EXPECT_EQ(m.Stats().unloads, 3u);
+  for (const auto& e : m.Index()) EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
+  EXPECT_EQ(CodeOf([&] { m.Unload("a"); }), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace osprey::serve
