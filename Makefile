@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 
-.PHONY: setup build test unit-test e2e-test bench demo fuzz clean format
+.PHONY: setup build test unit-test e2e-test bench demo serve fuzz clean format
 
 setup:
 	@scripts/setup
@@ -27,6 +27,10 @@ demo: setup build
 	$(BUILD_DIR)/bin/osprey classify demo-models/digits demo-models/digits/samples/*.png --top-k 1
 	.venv/bin/python tools/make_test_models.py --only resnet50
 	$(BUILD_DIR)/bin/osprey bench $(HOME)/.cache/osprey/models/resnet50.onnx --iters 20
+
+# The model server on the demo repository (the start line prints a curl example to paste).
+serve: setup build
+	$(BUILD_DIR)/bin/osprey serve --model-repository demo-models
 
 fuzz: setup
 	scripts/fuzz 60

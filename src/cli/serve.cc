@@ -1,5 +1,5 @@
 // osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
-//              [--threads T] [--http-threads N] [--max-body-size SIZE]
+//              [--threads T] [--http-threads N] [--max-body-size SIZE] [--read-timeout S]
 #include "cli/serve.h"
 
 #include <cctype>
@@ -29,6 +29,7 @@ struct ServeCommandOptions {
   int threads = 0;
   int http_threads = 4;
   std::string max_body_size = "64M";
+  double read_timeout = 30;
 };
 
 ServeCommandOptions& Options() {
@@ -78,12 +79,18 @@ int64_t ParseByteSize(const std::string& text, const std::string& flag) {
   if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
   if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
   double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else throw bad();
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "K")
+    scale = 1024.0;
+  else if (unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    throw bad();
   const double bytes = std::floor(value * scale);
   if (!(bytes >= 0) || bytes > 9.0e18) throw bad();
   return static_cast<int64_t>(bytes);
@@ -109,6 +116,9 @@ CLI::App* AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
+  serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
+      ->check(CLI::Range(0.01, 1e6))
+      ->capture_default_str();
   return serve;
 }
 
@@ -131,6 +141,7 @@ int RunServeCommand(std::ostream& out) {
   http_options.port = o.port;
   http_options.io_threads = o.http_threads;
   http_options.max_body_bytes = ParseByteSize(o.max_body_size, "--max-body-size");
+  http_options.read_timeout_seconds = o.read_timeout;
   serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
 
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;

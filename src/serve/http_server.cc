@@ -110,9 +110,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnHeader(beast::error_code ec, size_t) {
     idle_ = false;
+    if (ec == http::error::body_limit)  // the parser checks Content-Length against the limit with the header
+      return SendSimple(
+          413,
+          "request body is larger than --max-body-size (" + std::to_string(server_->options.max_body_bytes) + " bytes)",
+          true);
     if (ec) {
-      if (ec.category() == http::make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream)
-        return SendSimple(ec == http::error::header_limit ? 431 : 400, "malformed HTTP request: " + ec.message(), false);
+      if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+          ec != http::error::end_of_stream)
+        return SendSimple(ec == http::error::header_limit ? 431 : 400, "malformed HTTP request: " + ec.message(),
+                          false);
       return Close();
     }
     auto length = parser_->content_length();
@@ -141,10 +148,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnBody(beast::error_code ec, size_t) {
     if (ec == http::error::body_limit)
-      return SendSimple(413,
-                        "request body is larger than --max-body-size (" +
-                            std::to_string(server_->options.max_body_bytes) + " bytes)",
-                        true);
+      return SendSimple(
+          413,
+          "request body is larger than --max-body-size (" + std::to_string(server_->options.max_body_bytes) + " bytes)",
+          true);
     if (ec) return Close();
     http::request<http::string_body> message = parser_->release();
     HttpRequest request;

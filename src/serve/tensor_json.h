@@ -1,0 +1,42 @@
+#pragma once
+// KServe v2 tensors in JSON (internal to the server): datatype names, body parsing with a nesting limit, and element
+// conversion between JSON values and tensors. Every function throws Error kInvalidArgument saying what is wrong.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "osprey/graph.h"
+#include "osprey/tensor.h"
+
+namespace osprey::serve {
+
+/// "FP32", "INT64", ... for an osprey dtype.
+const char* KServeDType(DType dtype);
+/// The osprey dtype for a KServe datatype name; `what` prefixes the error (unknown or unsupported names).
+DType ParseKServeDType(const std::string& name, const std::string& what);
+/// Declared shape for metadata: symbolic dims as -1 ([-1] when the rank is unknown).
+nlohmann::json MetadataShape(const ValueInfo& info);
+
+/// Refuses JSON nested deeper than 64 levels (checked on the text, before any recursive parse).
+void CheckJsonDepth(std::string_view text);
+/// Parses a request body (an empty body is {} when `allow_empty`); malformed JSON is kInvalidArgument.
+nlohmann::json ParseJsonBody(std::string_view text, bool allow_empty);
+/// "a=1&b=2" -> {a: 1, b: 2} (no percent-decoding).
+std::map<std::string, std::string> ParseQuery(const std::string& query);
+/// parent["parameters"][key] is the boolean true.
+bool ParamTrue(const nlohmann::json& parent, const char* key);
+
+/// Leaves of a (possibly nested) JSON array, row-major. Call only on depth-checked JSON.
+void Flatten(const nlohmann::json& value, std::vector<const nlohmann::json*>* out);
+/// Stores JSON value `v` as element `i` of `t` (range-checked for integer dtypes; BOOL takes true/false or 0/1).
+void SetElement(Tensor* t, int64_t i, const nlohmann::json& v, const std::string& what);
+/// The tensor's elements as a flat JSON array (16-bit floats widened).
+nlohmann::json ElementsToJson(const Tensor& t);
+/// in["shape"]: non-negative integers, rank <= 16, element count without overflow.
+Shape ParseShape(const nlohmann::json& in, const std::string& what);
+/// The request tensor's datatype and shape against the model's declared input (fixed dims must match).
+void CheckAgainstDeclared(const ValueInfo& info, DType dtype, const Shape& shape, const std::string& what);
+
+}  // namespace osprey::serve
