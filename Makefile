@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 
-.PHONY: setup build test unit-test e2e-test bench demo serve fuzz clean format
+.PHONY: setup build test demo serve fuzz clean format
 
 setup:
 	@scripts/setup
@@ -15,13 +15,13 @@ $(BUILD_DIR)/CMakeCache.txt:
 build: $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Unit tests, ONNX conformance, ORT agreement on real architectures and CLI tests (ctest), then a brief fuzz run.
+# Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then a brief fuzz run.
 test: setup build
 	.venv/bin/python tools/make_test_models.py
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	scripts/fuzz $(FUZZ_SECONDS)
 
-# The main job until the server lands: classify the demo model's held-out samples, then benchmark ResNet-50.
+# The engine without the server: classify the demo model's held-out samples, then benchmark ResNet-50.
 demo: setup build
 	$(BUILD_DIR)/bin/osprey inspect demo-models/digits
 	$(BUILD_DIR)/bin/osprey classify demo-models/digits demo-models/digits/samples/*.png --top-k 1
