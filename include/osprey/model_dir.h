@@ -50,6 +50,14 @@ struct PostprocessSpec {
   int top_k = 5;
 };
 
+/// Dynamic batching in the server (config.json "batching" object, or the same fields at the top level).
+struct BatchingSpec {
+  /// Most rows (sum of the requests' dim-0 sizes) run together; 0 = no batching (each request runs alone).
+  int64_t max_batch_size = 0;
+  /// How long the first queued request waits for others before its batch runs, microseconds.
+  int64_t max_queue_delay_us = 0;
+};
+
 /// An opened model directory. The graph is imported (ops not yet validated: compiling it does that).
 struct ModelDirectory {
   std::string name;
@@ -60,6 +68,7 @@ struct ModelDirectory {
   std::vector<std::string> labels;  // one per class, in index order; empty without labels.txt
   PreprocessSpec preprocess;
   PostprocessSpec postprocess;
+  BatchingSpec batching;
   /// True when there is no config.json and the preprocessing was derived from the model's input shape.
   bool derived = false;
   Graph graph;
@@ -84,8 +93,9 @@ PreprocessSpec DerivePreprocessSpec(const Graph& graph);
 void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph);
 
 /// Parses config.json text (`source` names it in messages) over the values already in `preprocess`/`postprocess`
-/// (the derived defaults): fields present replace them, absent ones keep them.
+/// (the derived defaults): fields present replace them, absent ones keep them. Batching fields go to `batching`
+/// (checked and dropped when it is null).
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
-                      PostprocessSpec* postprocess);
+                      PostprocessSpec* postprocess, BatchingSpec* batching = nullptr);
 
 }  // namespace osprey

@@ -244,7 +244,7 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph) {
 }
 
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
-                      PostprocessSpec* postprocess) {
+                      PostprocessSpec* postprocess, BatchingSpec* batching) {
   json root;
   try {
     root = json::parse(text);
@@ -253,7 +253,8 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   }
   FieldReader top{source, ""};
   if (!root.is_object()) throw Error(ErrorCode::kInvalidArgument, source + ": expected a JSON object at the top level");
-  top.CheckKnown(root, {"input", "description", "preprocess", "postprocess"});
+  top.CheckKnown(root, {"input", "description", "preprocess", "postprocess", "batching", "max_batch_size",
+                        "max_queue_delay_us"});
   if (root.contains("description")) top.String(root["description"], "description", {});
   if (root.contains("input")) {
     preprocess->input = top.String(root["input"], "input", {});
@@ -323,6 +324,33 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
     }
     if (p.contains("top_k")) postprocess->top_k = static_cast<int>(r.PositiveInt(p["top_k"], "top_k", 1000000));
   }
+
+  // Batching: a "batching" object, or its fields at the top level (not both).
+  BatchingSpec batch_spec = batching ? *batching : BatchingSpec{};
+  auto read_batching = [&](const json& object, const FieldReader& r) {
+    auto non_negative = [&](const char* field, int64_t max_value) {
+      const json& v = object[field];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max_value)
+        r.Fail(field, "expected an integer in 0.." + std::to_string(max_value) + ", found " + v.dump());
+      return v.get<int64_t>();
+    };
+    if (object.contains("max_batch_size")) batch_spec.max_batch_size = non_negative("max_batch_size", 1 << 20);
+    if (object.contains("max_queue_delay_us"))
+      batch_spec.max_queue_delay_us = non_negative("max_queue_delay_us", 60'000'000);
+  };
+  if (root.contains("batching")) {
+    const json& b = root["batching"];
+    if (!b.is_object()) top.Fail("batching", "expected an object, found " + std::string(b.type_name()));
+    if (root.contains("max_batch_size") || root.contains("max_queue_delay_us"))
+      top.Fail("batching",
+               "give max_batch_size/max_queue_delay_us either in \"batching\" or at the top level, not both");
+    FieldReader r{source, "batching."};
+    r.CheckKnown(b, {"max_batch_size", "max_queue_delay_us"});
+    read_batching(b, r);
+  } else {
+    read_batching(root, top);
+  }
+  if (batching) *batching = batch_spec;
 }
 
 namespace {
@@ -435,7 +463,7 @@ ModelDirectory OpenModelDirectory(const std::string& path, const std::string& ve
       derive_error = e.what();  // config.json must then say everything the shape cannot
       md.preprocess = PreprocessSpec{};
     }
-    ParseModelConfig(ReadTextFile(config), md.config_path, &md.preprocess, &md.postprocess);
+    ParseModelConfig(ReadTextFile(config), md.config_path, &md.preprocess, &md.postprocess, &md.batching);
     if (md.preprocess.input.empty()) {
       if (md.graph.input_infos.size() == 1)
         md.preprocess.input = md.graph.input_infos[0].name;

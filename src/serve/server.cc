@@ -125,6 +125,7 @@ struct InferenceServer::Impl {
   std::map<std::string, ModelMetrics> metrics;
   std::mutex preprocessors_mu;
   std::map<std::string, std::shared_ptr<ImagePreprocessor>> preprocessors;
+  std::unique_ptr<Scheduler> scheduler;  // infer runs: dynamic batching, streams, queue limit
 
   HttpResponse Route(const HttpRequest& request);
   HttpResponse ModelRoute(const HttpRequest& request, const std::string& model, const std::string& version,
@@ -141,9 +142,11 @@ struct InferenceServer::Impl {
   std::shared_ptr<ImagePreprocessor> PreprocessorFor(const LoadedModel& loaded);
 };
 
-InferenceServer::InferenceServer(ModelManager* manager, std::string version) : impl_(std::make_unique<Impl>()) {
+InferenceServer::InferenceServer(ModelManager* manager, std::string version, SchedulerOptions scheduling)
+    : impl_(std::make_unique<Impl>()) {
   impl_->manager = manager;
   impl_->version = std::move(version);
+  impl_->scheduler = std::make_unique<Scheduler>(scheduling);
 }
 
 InferenceServer::~InferenceServer() = default;
@@ -449,7 +452,14 @@ HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std:
     if (!inputs.count(info.name))
       throw BadRequest("input '" + info.name + "' is missing (model inputs: " + InputNames(graph) + ")");
 
-  std::vector<std::pair<std::string, Tensor>> results = loaded->model->Run(inputs);
+  std::vector<std::pair<std::string, Tensor>> results;
+  try {
+    results = scheduler->Run(loaded, std::move(inputs));
+  } catch (const QueueFullError& e) {
+    HttpResponse busy = ErrorResponse(503, e.what());
+    busy.headers.emplace_back("Retry-After", "1");
+    return busy;
+  }
 
   // Which outputs, and which of them in binary.
   const bool binary_default = ParamTrue(request_json, "binary_data_output");
@@ -623,6 +633,7 @@ std::string InferenceServer::Impl::MetricsText() {
   out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       << "# TYPE process_resident_memory_bytes gauge\n"
       << "process_resident_memory_bytes " << ResidentBytes() << "\n";
+  out << scheduler->MetricsText();
   return out.str();
 }
 

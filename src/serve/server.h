@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "serve/batcher.h"
 #include "serve/http_server.h"
 #include "serve/model_manager.h"
 
@@ -12,8 +13,9 @@ namespace osprey::serve {
 
 class InferenceServer {
  public:
-  /// `manager` must outlive the server. `version` is reported by GET /v2.
-  explicit InferenceServer(ModelManager* manager, std::string version = "");
+  /// `manager` must outlive the server. `version` is reported by GET /v2. `scheduling`: streams per model and the
+  /// per-model queue limit (dynamic batching itself is configured per model in config.json).
+  explicit InferenceServer(ModelManager* manager, std::string version = "", SchedulerOptions scheduling = {});
   ~InferenceServer();
   /// Thread-safe. Never throws: every failure is a 4xx/5xx answer with body {"error": "..."}.
   HttpResponse Handle(const HttpRequest& request);

@@ -1,0 +1,61 @@
+#pragma once
+// Per-model scheduling for the server: dynamic batching (config.json "batching"), streams (S concurrent runs per model)
+// and the per-model queue limit. Requests for a model with max_batch_size > 0 are queued; S executor threads each take
+// the oldest request, wait up to max_queue_delay_us for compatible ones (same model version, same dtypes and non-batch
+// dims, rows summing to at most max_batch_size), concatenate them along dim 0, run the model once and hand each request
+// exactly its own rows. Models without batching run on the caller's thread, at most S at a time.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "osprey/error.h"
+#include "osprey/tensor.h"
+#include "serve/model_manager.h"
+
+namespace osprey::serve {
+
+struct SchedulerOptions {
+  int streams = 1;      // concurrent runs (batches or requests) per model
+  int max_queue = 256;  // requests waiting per model; beyond it new ones get QueueFullError
+};
+
+/// A model's queue is full: answered 503 with Retry-After.
+class QueueFullError : public Error {
+ public:
+  explicit QueueFullError(const std::string& message) : Error(ErrorCode::kUnavailable, message) {}
+};
+
+class Scheduler {
+ public:
+  using Outputs = std::vector<std::pair<std::string, Tensor>>;
+
+  explicit Scheduler(SchedulerOptions options);
+  /// Runs what is queued, then stops the executors.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Runs `inputs` (already checked against the model's declared inputs) on `loaded`, batched with other requests when
+  /// its config asks for it. Returns the outputs for this request's rows only. Thread-safe; blocks until done. Throws
+  /// QueueFullError when the model's queue holds max_queue requests, and whatever Model::Run throws.
+  Outputs Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs);
+
+  /// Prometheus text for osprey_batch_size, osprey_queue_duration_us and osprey_compute_duration_us (per model).
+  std::string MetricsText();
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  SchedulerOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Concatenates tensors of equal dtype and equal dims after the first along dim 0 (exposed for tests).
+Tensor ConcatRows(const std::vector<Tensor>& parts);
+/// Rows [begin, begin + count) of `t` along dim 0, as a new tensor (exposed for tests).
+Tensor SliceRows(const Tensor& t, int64_t begin, int64_t count);
+
+}  // namespace osprey::serve
