@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "osprey/classify.h"
 #include "osprey/error.h"
 #include "osprey/image.h"
+#include "serve/multipart.h"
 #include "serve/tensor_json.h"
 
 namespace osprey::serve {
@@ -83,6 +85,52 @@ std::string PrometheusLabel(const std::string& value) {
   return out;
 }
 
+// Strict standard base64 (RFC 4648 alphabet, '=' padding optional at the end); nullopt when malformed.
+std::optional<std::string> DecodeBase64(std::string_view text) {
+  static const auto kTable = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(alphabet[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  out.reserve(text.size() / 4 * 3 + 2);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    const int8_t v = kTable[static_cast<unsigned char>(c)];
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes.
+std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what) {
+  std::vector<std::string_view> elements;
+  while (!data.empty()) {
+    if (data.size() < 4)
+      throw BadRequest(what + ": BYTES element " + std::to_string(elements.size()) + " has a truncated 4-byte length");
+    const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+    const uint64_t length = uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 | uint64_t{p[3]} << 24;
+    data.remove_prefix(4);
+    if (length > data.size())
+      throw BadRequest(what + ": BYTES element " + std::to_string(elements.size()) + " declares " +
+                       std::to_string(length) + " bytes but " + std::to_string(data.size()) + " are left");
+    elements.push_back(data.substr(0, length));
+    data.remove_prefix(length);
+  }
+  return elements;
+}
+
 int64_t ResidentBytes() {
   std::ifstream in("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -140,7 +188,98 @@ struct InferenceServer::Impl {
   void Record(const std::string& model, bool ok, double us);
   std::string MetricsText();
   std::shared_ptr<ImagePreprocessor> PreprocessorFor(const LoadedModel& loaded);
+  // Decodes and preprocesses one encoded image for `loaded` (Error kInvalidArgument when it cannot).
+  Tensor ImagePixels(const LoadedModel& loaded, std::string_view encoded);
+  Tensor EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info, const json& in, std::string_view* binary,
+                            const std::string& what);
+  std::shared_ptr<LoadedModel> AcquireModel(const std::string& model, const std::string& version);
+
+  // Models served through infer/classify, for their plan-cache counters in /metrics. Weak, so unloads still free them.
+  std::mutex served_mu;
+  std::map<std::string, std::weak_ptr<LoadedModel>> served;
 };
+
+std::shared_ptr<LoadedModel> InferenceServer::Impl::AcquireModel(const std::string& model, const std::string& version) {
+  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  std::lock_guard<std::mutex> lock(served_mu);
+  std::weak_ptr<LoadedModel>& slot = served[loaded->name];
+  if (slot.lock() != loaded) slot = loaded;
+  return loaded;
+}
+
+Tensor InferenceServer::Impl::ImagePixels(const LoadedModel& loaded, std::string_view encoded) {
+  std::shared_ptr<ImagePreprocessor> pre = PreprocessorFor(loaded);
+  DecodeOptions decode_options;
+  decode_options.channels = loaded.directory.preprocess.channels();
+  return pre->Run(DecodeImage(encoded.data(), encoded.size(), decode_options));
+}
+
+Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info, const json& in,
+                                                 std::string_view* binary, const std::string& what) {
+  const PreprocessSpec& spec = loaded.directory.preprocess;
+  if (spec.input.empty())
+    throw BadRequest(what + ": BYTES (encoded images) need a model with preprocessing (config.json); model '" +
+                     loaded.name + "' has none, so send its input as numbers");
+  if (spec.input != info.name)
+    throw BadRequest(what + ": BYTES (encoded images) are accepted only for the image input '" + spec.input +
+                     "' of model '" + loaded.name + "'");
+  const Shape shape = ParseShape(in, what);
+  const int64_t count = NumElements(shape);
+  if (count < 1) throw BadRequest(what + ": BYTES input holds no images (shape " + ShapeToString(shape) + ")");
+
+  std::vector<std::string_view> encoded;
+  std::vector<std::string> decoded_base64;
+  json binary_size;
+  if (auto p = in.find("parameters"); p != in.end() && p->is_object() && p->contains("binary_data_size"))
+    binary_size = (*p)["binary_data_size"];
+  if (!binary_size.is_null()) {
+    if (!binary_size.is_number_unsigned() && !(binary_size.is_number_integer() && binary_size.get<int64_t>() >= 0))
+      throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
+    const uint64_t size = binary_size.get<uint64_t>();
+    if (size > binary->size())
+      throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
+                       std::to_string(binary->size()) + " bytes of binary data are left in the body");
+    encoded = SplitBinaryBytes(binary->substr(0, size), what);
+    binary->remove_prefix(size);
+  } else {
+    auto data = in.find("data");
+    if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
+    std::vector<const json*> leaves;
+    if (data->is_array())
+      Flatten(*data, &leaves);
+    else
+      leaves.push_back(&*data);
+    if (static_cast<int64_t>(leaves.size()) != count)
+      throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
+                       ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
+    decoded_base64.reserve(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!leaves[i]->is_string())
+        throw BadRequest(what + ": BYTES element " + std::to_string(i) +
+                         " must be a base64 string of an encoded image");
+      std::optional<std::string> bytes = DecodeBase64(leaves[i]->get_ref<const std::string&>());
+      if (!bytes) throw BadRequest(what + ": BYTES element " + std::to_string(i) + " is not valid base64");
+      decoded_base64.push_back(std::move(*bytes));
+    }
+    for (const std::string& b : decoded_base64) encoded.emplace_back(b);
+  }
+  if (static_cast<int64_t>(encoded.size()) != count)
+    throw BadRequest(what + ": " + std::to_string(encoded.size()) + " BYTES elements for shape " +
+                     ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
+  std::vector<Tensor> pixels;
+  pixels.reserve(encoded.size());
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    try {
+      pixels.push_back(ImagePixels(loaded, encoded[i]));
+    } catch (const Error& e) {
+      throw Error(e.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInvalidArgument,
+                  what + ": image " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  Tensor batch = StackTensors(pixels);
+  CheckAgainstDeclared(info, batch.dtype(), batch.shape(), what);
+  return batch;
+}
 
 InferenceServer::InferenceServer(ModelManager* manager, std::string version, SchedulerOptions scheduling)
     : impl_(std::make_unique<Impl>()) {
@@ -351,7 +490,7 @@ HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std:
     raw_single_input = header_length == 0;
   }
 
-  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  std::shared_ptr<LoadedModel> loaded = AcquireModel(model, version);
   const Graph& graph = loaded->model->graph();
   std::map<std::string, Tensor> inputs;
   json request_json = raw_single_input ? json::object() : ParseJsonBody(json_text, false);
@@ -400,6 +539,10 @@ HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std:
       if (inputs.count(name)) throw BadRequest(what + ": given twice");
       if (!in.contains("datatype") || !in["datatype"].is_string())
         throw BadRequest(what + ": 'datatype' must be a string");
+      if (in["datatype"].get_ref<const std::string&>() == "BYTES") {
+        inputs[name] = EncodedImagesInput(*loaded, *info, in, &binary, what);
+        continue;
+      }
       const DType dtype = ParseKServeDType(in["datatype"].get<std::string>(), what);
       const Shape shape = ParseShape(in, what);
       CheckAgainstDeclared(*info, dtype, shape, what);
@@ -528,14 +671,34 @@ std::shared_ptr<ImagePreprocessor> InferenceServer::Impl::PreprocessorFor(const 
 HttpResponse InferenceServer::Impl::Classify(const HttpRequest& request, const std::string& model,
                                              const std::string& version,
                                              const std::map<std::string, std::string>& query) {
-  std::string content_type = request.Header("Content-Type");
+  const std::string content_type_header = request.Header("Content-Type");
+  std::string content_type = content_type_header;
   for (char& c : content_type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (!content_type.empty() && content_type.rfind("image/", 0) != 0 &&
-      content_type.rfind("application/octet-stream", 0) != 0)
-    return ErrorResponse(415, "classify: expected raw image bytes with Content-Type image/*, found '" + content_type +
-                                  "' (multipart forms are not supported yet)");
-  if (request.body.empty()) throw BadRequest("classify: the request body is empty (send the image bytes)");
-  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  // (name reported back, encoded bytes) per image, in request order; views into the body.
+  std::vector<std::pair<std::string, std::string_view>> images;
+  if (IsMultipart(content_type)) {
+    const std::string boundary = MultipartBoundary(content_type_header);
+    const std::vector<MultipartPart> parts = ParseMultipart(request.body, boundary);
+    images.reserve(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const MultipartPart& part = parts[i];
+      std::string name = !part.filename.empty() ? std::string(part.filename)
+                         : !part.name.empty()   ? std::string(part.name)
+                                                : "part " + std::to_string(i + 1);
+      images.emplace_back(std::move(name), part.data);
+    }
+  } else {
+    if (!content_type.empty() && content_type.rfind("image/", 0) != 0 &&
+        content_type.rfind("application/octet-stream", 0) != 0)
+      return ErrorResponse(415,
+                           "classify: expected raw image bytes (Content-Type image/*) or multipart/form-data, "
+                           "found '" +
+                               content_type + "'");
+    if (request.body.empty()) throw BadRequest("classify: the request body is empty (send the image bytes)");
+    images.emplace_back("request body", request.body);
+  }
+
+  std::shared_ptr<LoadedModel> loaded = AcquireModel(model, version);
   const ModelDirectory& directory = loaded->directory;
   if (directory.preprocess.input.empty() || !FindInput(loaded->model->graph(), directory.preprocess.input))
     throw BadRequest("classify: model '" + model + "' has no image input (no preprocessing in config.json)");
@@ -550,26 +713,63 @@ HttpResponse InferenceServer::Impl::Classify(const HttpRequest& request, const s
     }
     if (top_k < 1) throw BadRequest("classify: top_k must be a positive integer, found '" + it->second + "'");
   }
-  std::shared_ptr<ImagePreprocessor> pre = PreprocessorFor(*loaded);
-  DecodeOptions decode_options;
-  decode_options.channels = directory.preprocess.channels();
-  Tensor image = DecodeImage(request.body.data(), request.body.size(), decode_options);
-  Tensor pixels = pre->Run(image);
 
-  // A model with a fixed batch dim > 1 gets the image repeated; only the first row is reported.
-  int64_t batch = 1;
+  // Decode and preprocess each image; one that fails gets an error entry and the others still get answers.
+  std::vector<std::string> errors(images.size());
+  std::vector<Tensor> pixels;
+  std::vector<size_t> pixel_owner;  // image index of each pixels entry
+  for (size_t i = 0; i < images.size(); ++i) {
+    try {
+      pixels.push_back(ImagePixels(*loaded, images[i].second));
+      pixel_owner.push_back(i);
+    } catch (const Error& e) {
+      errors[i] = e.what();
+    }
+  }
+  if (pixels.empty()) {
+    std::string message = images.size() == 1 ? errors[0]
+                                             : "classify: none of the " + std::to_string(images.size()) +
+                                                   " images could be read; the first: " + errors[0];
+    json results = json::array();
+    for (size_t i = 0; i < images.size(); ++i) results.push_back({{"image", images[i].first}, {"error", errors[i]}});
+    return JsonResponse(400, {{"error", message}, {"results", results}});
+  }
+
+  // All images of the request in one run when the batch dim is symbolic; a fixed batch dim B runs chunks of B, the
+  // last padded by repeating its final image (padding rows are not reported).
   const ValueInfo* info = FindInput(loaded->model->graph(), directory.preprocess.input);
-  if (info->has_shape && !info->dims.empty() && info->dims[0].value > 1) batch = info->dims[0].value;
-  Tensor batched = StackTensors(std::vector<Tensor>(static_cast<size_t>(batch), pixels));
-  std::map<std::string, Tensor> inputs{{directory.preprocess.input, batched}};
-  std::vector<std::pair<std::string, Tensor>> outputs = loaded->model->Run(inputs);
-  if (outputs.empty()) throw Error(ErrorCode::kInternal, "classify: model '" + model + "' has no outputs");
-  std::vector<std::vector<ClassScore>> top =
-      TopKClasses(outputs[0].second, directory.postprocess.softmax, top_k, directory);
-  json item = {{"image", "request body"}, {"top_k", json::array()}};
-  for (const ClassScore& c : top.at(0))
-    item["top_k"].push_back({{"label", c.label}, {"index", c.index}, {"probability", c.probability}});
-  return JsonResponse(200, {{"model", loaded->name}, {"version", loaded->version}, {"results", json::array({item})}});
+  int64_t fixed_batch = -1;
+  if (info->has_shape && !info->dims.empty() && info->dims[0].value > 0) fixed_batch = info->dims[0].value;
+  const size_t chunk = fixed_batch > 0 ? static_cast<size_t>(fixed_batch) : pixels.size();
+  std::vector<std::vector<ClassScore>> top(images.size());
+  for (size_t begin = 0; begin < pixels.size(); begin += chunk) {
+    const size_t count = std::min(chunk, pixels.size() - begin);
+    std::vector<Tensor> rows(pixels.begin() + begin, pixels.begin() + begin + count);
+    while (rows.size() < chunk) rows.push_back(rows.back());
+    std::map<std::string, Tensor> inputs{{directory.preprocess.input, StackTensors(rows)}};
+    std::vector<std::pair<std::string, Tensor>> outputs = loaded->model->Run(inputs);
+    if (outputs.empty()) throw Error(ErrorCode::kInternal, "classify: model '" + model + "' has no outputs");
+    std::vector<std::vector<ClassScore>> chunk_top =
+        TopKClasses(outputs[0].second, directory.postprocess.softmax, top_k, directory);
+    if (chunk_top.size() < count)
+      throw Error(ErrorCode::kInternal, "classify: model '" + model + "' returned " + std::to_string(chunk_top.size()) +
+                                            " rows for " + std::to_string(count) + " images");
+    for (size_t r = 0; r < count; ++r) top[pixel_owner[begin + r]] = std::move(chunk_top[r]);
+  }
+
+  json results = json::array();
+  for (size_t i = 0; i < images.size(); ++i) {
+    json item = {{"image", images[i].first}};
+    if (!errors[i].empty()) {
+      item["error"] = errors[i];
+    } else {
+      item["top_k"] = json::array();
+      for (const ClassScore& c : top[i])
+        item["top_k"].push_back({{"label", c.label}, {"index", c.index}, {"probability", c.probability}});
+    }
+    results.push_back(std::move(item));
+  }
+  return JsonResponse(200, {{"model", loaded->name}, {"version", loaded->version}, {"results", results}});
 }
 
 void InferenceServer::Impl::Record(const std::string& model, bool ok, double us) {
@@ -627,6 +827,34 @@ std::string InferenceServer::Impl::MetricsText() {
   for (const ModelIndexEntry& entry : manager->Index())
     if (entry.status == ModelStatus::kReady)
       out << "osprey_accounted_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.weight_bytes << "\n";
+  out << "# HELP osprey_model_runtime_bytes Execution arenas and plan-private constants of each loaded model.\n"
+      << "# TYPE osprey_model_runtime_bytes gauge\n";
+  for (const ModelIndexEntry& entry : manager->Index())
+    if (entry.status == ModelStatus::kReady)
+      out << "osprey_model_runtime_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.runtime_bytes
+          << "\n";
+  {
+    std::vector<std::pair<std::string, PlanCache::Stats>> plan_stats;
+    {
+      std::lock_guard<std::mutex> lock(served_mu);
+      for (auto it = served.begin(); it != served.end();) {
+        if (std::shared_ptr<LoadedModel> loaded = it->second.lock()) {
+          plan_stats.emplace_back(it->first, loaded->model->plan_cache().stats());
+          ++it;
+        } else {
+          it = served.erase(it);  // unloaded: its counters went with it
+        }
+      }
+    }
+    out << "# HELP osprey_plan_cache_hits_total Compiled-plan cache hits of each loaded model.\n"
+        << "# TYPE osprey_plan_cache_hits_total counter\n";
+    for (const auto& [name, st] : plan_stats)
+      out << "osprey_plan_cache_hits_total{model=\"" << PrometheusLabel(name) << "\"} " << st.hits << "\n";
+    out << "# HELP osprey_plan_cache_misses_total Compiled-plan cache misses (compilations) of each loaded model.\n"
+        << "# TYPE osprey_plan_cache_misses_total counter\n";
+    for (const auto& [name, st] : plan_stats)
+      out << "osprey_plan_cache_misses_total{model=\"" << PrometheusLabel(name) << "\"} " << st.misses << "\n";
+  }
   out << "# HELP osprey_accounted_bytes_total Accounted bytes of all loaded models, shared weights counted once.\n"
       << "# TYPE osprey_accounted_bytes_total gauge\n"
       << "osprey_accounted_bytes_total " << stats.accounted_bytes << "\n";
