@@ -17,6 +17,16 @@
 
 namespace osprey {
 
+/// Arithmetic of the compute-heavy kernels. kBf16 runs Conv, Gemm and MatMul with a constant B in bfloat16 (inputs
+/// rounded to bf16 per run, weights packed as bf16 once, fp32 accumulation and fp32 outputs); every other kernel and
+/// every activation between kernels stays float32. Needs a CPU with AVX512_BF16 (Compile throws kUnsupported).
+enum class Precision : uint8_t { kFp32, kBf16 };
+
+/// "fp32" / "bf16".
+const char* PrecisionName(Precision p);
+/// Parses "fp32" or "bf16" (kInvalidArgument otherwise; `what` names the setting in the message).
+Precision ParsePrecision(const std::string& text, const std::string& what = "precision");
+
 /// Options that change what a Plan computes or how fast; part of the PlanCache key.
 struct CompileOptions {
   /// Threads for one run (intra-op). 0 = all cores.
@@ -25,6 +35,8 @@ struct CompileOptions {
   bool fast_kernels = true;
   /// Graph rewrites: BN folding into Conv, Conv/Gemm + activation (+ residual add) fusion.
   bool fuse = true;
+  /// Compute precision of the fast Conv/Gemm/MatMul kernels (ignored with fast_kernels = false).
+  Precision precision = Precision::kFp32;
   std::string Key() const;
 };
 

@@ -48,6 +48,7 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::vector<std::string> dims;  // "SYMBOL=N"
   bool reference = false;
+  int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
 };
 /// Times the model on random inputs.
 int RunBench(const BenchOptions& options, std::ostream& out);

@@ -39,6 +39,9 @@ struct KernelBuildContext {
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
   int num_threads = 1;
+  /// CompileOptions::precision == kBf16: Conv/Gemm/MatMul factories compute in bfloat16 (fp32 in and out) where
+  /// oneDNN offers it, and fall back to float32 otherwise.
+  bool bf16 = false;
   /// Layout of each input / output. Empty means all kPlain. A factory must honour these exactly (or return nullptr
   /// when they are all kPlain and it declines).
   std::vector<Layout> input_layouts;

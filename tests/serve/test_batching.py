@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import Server
+from serve_support import Server
 
 RNG = np.random.default_rng(11)
 

@@ -13,7 +13,7 @@ import onnx
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import Server
+from serve_support import Server
 
 BOUNDARY = "osprey-test-boundary-7f3a"
 

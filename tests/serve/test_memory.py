@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import Server
+from serve_support import Server
 
 MiB = 1 << 20
 IN = 512

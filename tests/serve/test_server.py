@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import MAX_BODY
+from serve_support import MAX_BODY
 
 RNG = np.random.default_rng(7)
 
