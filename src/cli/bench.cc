@@ -1,11 +1,14 @@
-// osprey bench MODEL [--batch N] [--threads T] [--warmup W] [--iters N] [--json] [--profile]
+// osprey bench MODEL [--batch N] [--threads T] [--warmup W] [--iters N] [--json] [--profile] [--streams S]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <exception>
 #include <numeric>
+#include <thread>
 
 #include "cli/common.h"
 #include "osprey/onnx.h"
@@ -56,6 +59,97 @@ std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions
   return inputs;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Throughput mode: `streams` threads share the one compiled `model` (Model::Run is thread-safe); each runs `warmup`
+// untimed then `iters` timed runs. All streams start timing together (after every stream's warmup); wall time ends
+// when the last one finishes.
+int RunStreams(Model& model, const std::map<std::string, Tensor>& inputs, const BenchOptions& options,
+               int64_t batch, double first_run_ms, std::ostream& out) {
+  const int streams = options.streams;
+  std::vector<std::vector<double>> times(streams);
+  std::vector<std::exception_ptr> errors(streams);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::chrono::steady_clock::time_point wall_start;
+  std::vector<std::thread> threads;
+  threads.reserve(streams);
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      try {
+        for (int i = 0; i < options.warmup; ++i) model.Run(inputs);
+      } catch (...) {
+        errors[s] = std::current_exception();
+      }
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      if (errors[s]) return;
+      try {
+        times[s].reserve(options.iters);
+        for (int i = 0; i < options.iters; ++i) {
+          auto start = std::chrono::steady_clock::now();
+          model.Run(inputs);
+          times[s].push_back(MsSince(start));
+        }
+      } catch (...) {
+        errors[s] = std::current_exception();
+      }
+    });
+  }
+  while (ready.load() < streams) std::this_thread::yield();
+  wall_start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : threads) t.join();
+  double wall_ms = MsSince(wall_start);
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  std::vector<double> medians, all;
+  for (const std::vector<double>& t : times) {
+    medians.push_back(Median(t));
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  const double images = static_cast<double>(batch) * streams * options.iters;
+  const double images_per_s = wall_ms > 0 ? images * 1000.0 / wall_ms : 0.0;
+  const double median_all = Median(all);
+  const int threads_per_stream = EffectiveThreads(options.threads);
+
+  if (options.json) {
+    nlohmann::json j;
+    j["model"] = options.model;
+    j["batch"] = batch;
+    j["streams"] = streams;
+    j["threads"] = threads_per_stream;
+    j["warmup"] = options.warmup;
+    j["iters"] = options.iters;
+    j["first_run_ms"] = Round3(first_run_ms);
+    j["wall_ms"] = Round3(wall_ms);
+    j["images_per_s"] = Round3(images_per_s);
+    j["median_ms"] = Round3(median_all);
+    nlohmann::json per = nlohmann::json::array();
+    for (double m : medians) per.push_back(Round3(m));
+    j["stream_median_ms"] = per;
+    j["reference"] = options.reference;
+    out << j.dump() << "\n";
+    return 0;
+  }
+  out << "model:       " << options.model << "\n";
+  out << "batch:       " << batch << "   streams: " << streams << " x threads: " << threads_per_stream
+      << "   warmup: " << options.warmup << "   iters per stream: " << options.iters
+      << (options.reference ? "   (reference kernels)" : "") << "\n";
+  out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
+  out << "throughput:  " << Fixed(images_per_s, 1) << " images/s (" << Fixed(images, 0) << " images in "
+      << Fixed(wall_ms, 1) << " ms wall)\n";
+  out << "latency:     median " << Fixed(median_all, 3) << " ms over all streams; per stream:";
+  for (double m : medians) out << " " << Fixed(m, 3);
+  out << " ms\n";
+  return 0;
+}
+
 struct NodeTotal {
   std::string name, op_type, kernel;
   double ms = 0;
@@ -67,12 +161,17 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   if (options.iters < 1) throw Error(ErrorCode::kInvalidArgument, "--iters must be at least 1");
   if (options.warmup < 0) throw Error(ErrorCode::kInvalidArgument, "--warmup must be >= 0");
   if (options.batch < 0) throw Error(ErrorCode::kInvalidArgument, "--batch must be at least 1");
+  if (options.streams < 0 || options.streams > 1024)
+    throw Error(ErrorCode::kInvalidArgument, "--streams must be in 1..1024, got " + std::to_string(options.streams));
+  if (options.streams > 0 && options.profile)
+    throw Error(ErrorCode::kInvalidArgument, "--profile cannot be combined with --streams");
   Graph graph = LoadOnnxModel(options.model);
   int64_t batch = 1;
   std::map<std::string, Tensor> inputs = BenchInputs(graph, options, &batch);
 
   ModelOptions model_options;
   model_options.compile.num_threads = options.threads;
+  model_options.compile.precision = ParsePrecision(options.precision, "--precision");
   if (options.reference) {
     model_options.compile.fast_kernels = false;
     model_options.compile.fuse = false;
@@ -82,6 +181,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   auto start = std::chrono::steady_clock::now();
   model.Run(inputs);
   double first_run_ms = MsSince(start);
+  if (options.streams > 0) return RunStreams(model, inputs, options, batch, first_run_ms, out);
   for (int i = 0; i < options.warmup; ++i) model.Run(inputs);
 
   std::vector<double> times;
@@ -160,7 +260,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
 
   out << "model:       " << options.model << "\n";
   out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
-      << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "") << "\n";
+      << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "")
+      << (options.precision == "bf16" ? "   precision: bf16" : "") << "\n";
   out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
   out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min " << Fixed(min, 3)
       << " ms   mean " << Fixed(mean, 3) << " ms\n";

@@ -33,6 +33,7 @@ struct RunOptions {
   std::string output_dir;
   int threads = 0;
   bool reference = false;
+  std::string precision = "fp32";  // "fp32" | "bf16" (CompileOptions::precision)
 };
 /// Runs the model once and writes <output_dir>/<output name>.npy for each output.
 int RunRun(const RunOptions& options, std::ostream& out);
@@ -48,6 +49,7 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::vector<std::string> dims;  // "SYMBOL=N"
   bool reference = false;
+  std::string precision = "fp32";  // "fp32" | "bf16" (CompileOptions::precision)
   int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
 };
 /// Times the model on random inputs.

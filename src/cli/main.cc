@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, INT_MAX))
       ->capture_default_str();
   run->add_flag("--reference", run_options.reference, "Use reference kernels only, no graph fusion");
+  run->add_option("--precision", run_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 
   BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time a model on random inputs");
@@ -52,6 +55,9 @@ int main(int argc, char** argv) {
   bench->add_flag("--json", bench_options.json, "Print one JSON object");
   bench->add_flag("--profile", bench_options.profile, "Time each op; print time per op type and the top-20 nodes");
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
+  bench->add_option("--precision", bench_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 
   CLI::App* decode = AddDecodeCommand(app);
   CLI::App* serve = AddServeCommand(app);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
@@ -19,7 +20,16 @@ int DefaultNumThreads() {
 }
 
 std::string CompileOptions::Key() const {
-  return "t" + std::to_string(num_threads) + (fast_kernels ? "f" : "r") + (fuse ? "u" : "n");
+  return "t" + std::to_string(num_threads) + (fast_kernels ? "f" : "r") + (fuse ? "u" : "n") +
+         (precision == Precision::kBf16 ? "b" : "");
+}
+
+const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+Precision ParsePrecision(const std::string& text, const std::string& what) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "bf16") return Precision::kBf16;
+  throw Error(ErrorCode::kInvalidArgument, what + " must be \"fp32\" or \"bf16\", got \"" + text + "\"");
 }
 
 int CompileState::AddConstant(Tensor t) {
@@ -125,7 +135,7 @@ void InferAndFold(CompileState& st) {
   }
 }
 
-KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads) {
+KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, bool bf16) {
   KernelBuildContext bc{node, st.opset};
   for (int v : node.inputs) {
     bool present = v >= 0;
@@ -141,6 +151,7 @@ KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, in
     if (!st.layouts.empty()) bc.output_layouts.push_back(st.layouts[v]);
   }
   bc.num_threads = num_threads;
+  bc.bf16 = bf16;
   return bc;
 }
 
@@ -227,6 +238,12 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
                                     std::shared_ptr<MemoryAccount> account) {
   graph.Validate();
   ValidateOps(graph);
+  const bool bf16 = options.fast_kernels && options.precision == Precision::kBf16;
+  if (bf16) {
+    std::string cpu;
+    if (!cpu::CpuSupportsBf16(&cpu))
+      throw Error(ErrorCode::kUnsupported, "--precision bf16 needs a CPU with AVX512_BF16 (this CPU: " + cpu + ")");
+  }
   if (inputs.size() != graph.inputs.size())
     throw Error(ErrorCode::kInvalidArgument, "graph '" + graph.name + "' has " + std::to_string(graph.inputs.size()) +
                                                  " inputs, got " + std::to_string(inputs.size()));
@@ -256,7 +273,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
   if (options.fast_kernels) {
-    AssignLayouts(st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads)); });
+    AssignLayouts(st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16)); });
   } else {
     st.layouts.assign(st.values.size(), Layout::kPlain);
     st.transparent.assign(st.nodes.size(), 0);
@@ -322,7 +339,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
         step.has_view.push_back(view);
       }
     } else {
-      if (options.fast_kernels) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads));
+      if (options.fast_kernels) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16));
       if (!step.fast) {
         if (any_nhwc)
           throw Error(ErrorCode::kInternal, node.Describe() + ": a channels-last kernel promised by "

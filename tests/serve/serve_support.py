@@ -3,10 +3,12 @@
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,31 +47,33 @@ def repository(tmp_path_factory, demo_model) -> Path:
     return root
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """A running `osprey serve` process."""
 
     def __init__(self, osprey_bin, repository, *extra):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(Path(repository).parent / f"serve-{self.port}.log", "w+")
-        cmd = [str(osprey_bin), "serve", "--model-repository", str(repository), "--port", str(self.port),
+        # --port 0: the server binds a free port itself and names it in its start line, so two test runs on one
+        # machine can never race for a port (or talk to each other's server).
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-", suffix=".log", dir=Path(repository).parent,
+                                               delete=False)
+        cmd = [str(osprey_bin), "serve", "--model-repository", str(repository), "--port", "0",
                "--threads", "1", *[str(a) for a in extra]]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_DEADLINE_S
+        self.port = None
         while True:
             if self.proc.poll() is not None:
                 pytest.fail(f"osprey serve exited with {self.proc.returncode}: {self.output()}", pytrace=False)
-            try:
-                if self.request("GET", "/v2/health/ready")[0] == 200:
-                    break
-            except OSError:
-                pass
+            if self.port is None:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.output())
+                if m:
+                    self.port = int(m.group(1))
+                    self.url = f"http://127.0.0.1:{self.port}"
+            if self.port is not None:
+                try:
+                    if self.request("GET", "/v2/health/ready")[0] == 200:
+                        break
+                except OSError:
+                    pass
             if time.monotonic() > deadline:
                 self.kill()
                 pytest.fail(f"osprey serve not ready within {START_DEADLINE_S} s: {self.output()}", pytrace=False)

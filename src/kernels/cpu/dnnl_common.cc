@@ -1,9 +1,12 @@
 #include "kernels/cpu/dnnl_common.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
+
+#include "kernels/cpu/bf16_support.h"
 
 namespace osprey::cpu {
 
@@ -176,6 +179,55 @@ void CheckActivation(const Node& node, const char* kernel_name, const char* what
 void ThrowUnsupportedLayouts(const Node& node, const char* kernel_name, const std::string& why) {
   throw Error(ErrorCode::kInternal,
               node.Describe() + ": " + kernel_name + " was asked for channels-last (NHWC) tensors but " + why);
+}
+
+namespace {
+
+const char* IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "unknown";
+  }
+}
+
+// CPUID leaf 7 sub-leaf 1, EAX bit 5: AVX512_BF16.
+bool CpuidHasAvx512Bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return (eax >> 5) & 1u;
+}
+
+}  // namespace
+
+bool CpuSupportsBf16(std::string* description) {
+  const bool cpuid = CpuidHasAvx512Bf16();
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const auto bits = static_cast<unsigned>(isa), bf16_bits = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  const bool dnnl_ok = (bits & bf16_bits) == bf16_bits;
+  if (description != nullptr)
+    *description = std::string("oneDNN ISA ") + IsaName(isa) + (cpuid ? ", AVX512_BF16 in cpuid" : ", no AVX512_BF16");
+  return cpuid && dnnl_ok;
 }
 
 }  // namespace osprey::cpu

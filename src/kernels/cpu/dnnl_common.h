@@ -51,6 +51,13 @@ dnnl::memory::dims ToDims(const Shape& shape);
 /// Dense row-major float32 descriptor for `dims` (the layout of every osprey tensor).
 dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims);
 
+/// `md` with its element type replaced (same dims and strides / format), e.g. the bf16 twin of an fp32 descriptor.
+inline dnnl::memory::desc WithDataType(const dnnl::memory::desc& md, dnnl::memory::data_type type) {
+  dnnl_memory_desc_t d = md.data;
+  d.data_type = static_cast<dnnl_data_type_t>(type);
+  return dnnl::memory::desc(d);
+}
+
 /// Wraps a caller-owned buffer (no copy). oneDNN takes a non-const handle; read-only inputs are never written.
 inline dnnl::memory WrapMemory(const dnnl::memory::desc& desc, const void* data) {
   return dnnl::memory(desc, CpuEngine(), const_cast<void*>(data));

@@ -13,6 +13,7 @@ namespace {
 
 using dnnl::memory;
 constexpr const char* kConvName = "ConvF32Dnnl";
+constexpr const char* kConvBf16Name = "ConvBf16Dnnl";
 
 struct ConvGeometry {
   Shape x, w, y;
@@ -75,14 +76,14 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   return true;
 }
 
-memory::desc WeightDesc(const ConvGeometry& g, bool plain) {
+memory::desc WeightDesc(const ConvGeometry& g, bool plain, memory::data_type type = memory::data_type::f32) {
   memory::dims dims = ToDims(g.w);
   if (g.group > 1) {
     dims[0] = g.w[0] / g.group;
     dims.insert(dims.begin(), g.group);  // [g, M/g, C/g, k...]: same bytes as ONNX's [M, C/g, k...]
   }
   if (plain) return PlainDesc(dims);
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+  return memory::desc(dims, type, memory::format_tag::any);
 }
 
 // Tag for a channels-last layout of the given rank.
@@ -99,9 +100,10 @@ memory::format_tag ChannelsLastTag(size_t rank) {
 
 // The convolution primitive for `layout` with the node's post-ops, or an empty descriptor when a needed piece is
 // missing (run-time weight, odd bias or residual) or oneDNN offers only a reference implementation. Shared by the
-// factory and the channels-last support test, so the two agree.
+// factory and the channels-last support test, so the two agree. With `bf16` the primitive reads bf16 source and
+// weights (fp32 accumulation, fp32 bias and destination); the kernel reorders its fp32 input to bf16 per run.
 dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                                     ConvLayout layout) {
+                                                     ConvLayout layout, bool bf16 = false) {
   const Node& node = ctx.node;
   const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
   const bool residual = node.GetInt("_residual", 0) != 0;
@@ -110,24 +112,25 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   const Tensor* weight = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
   if (weight == nullptr || weight->raw() == nullptr) return {};  // prepacking needs the weight now
 
+  const memory::data_type src_type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   memory::desc src_md, dst_md;
   switch (layout) {
     case ConvLayout::kPlain:
-      src_md = PlainDesc(ToDims(g.x));
+      src_md = WithDataType(PlainDesc(ToDims(g.x)), src_type);
       dst_md = PlainDesc(ToDims(g.y));
       break;
     case ConvLayout::kChannelsLast:
-      src_md = memory::desc(ToDims(g.x), memory::data_type::f32, ChannelsLastTag(g.x.size()));
+      src_md = memory::desc(ToDims(g.x), src_type, ChannelsLastTag(g.x.size()));
       dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, ChannelsLastTag(g.y.size()));
       break;
     case ConvLayout::kPreferred:
-      src_md = memory::desc(ToDims(g.x), memory::data_type::f32, memory::format_tag::any);
+      src_md = memory::desc(ToDims(g.x), src_type, memory::format_tag::any);
       dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, memory::format_tag::any);
       break;
   }
   const memory::desc bias_md = has_bias ? PlainDesc({g.w[0]}) : memory::desc();
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
-                                       WeightDesc(g, false), bias_md, dst_md, g.strides, g.dilates, g.pad_l, g.pad_r);
+                                       WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates, g.pad_l, g.pad_r);
 
   // The residual joins before the activation as a sum post-op: the residual is first copied (same layout) or
   // reordered (any other layout) into the destination buffer. A binary-add post-op reading the residual tensor
@@ -148,11 +151,14 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
 // works in `layout`, and reorders bridge any difference. With NHWC tensors and kChannelsLast there are none.
 class DnnlConvKernel final : public Kernel {
  public:
-  const char* Name() const override { return kConvName; }
+  const char* Name() const override { return name_; }
 
-  // Returns false when oneDNN only offers a reference implementation or a needed piece is missing.
+  // Returns false when oneDNN only offers a reference implementation or a needed piece is missing. With ctx.bf16 a
+  // bf16 primitive is preferred, and an fp32 one used where oneDNN has no fast bf16 implementation.
   bool Build(const KernelBuildContext& ctx, const ConvGeometry& g, ConvLayout layout) {
-    pd_ = MakeConvPd(ctx, g, layout);
+    if (ctx.bf16) pd_ = MakeConvPd(ctx, g, layout, /*bf16=*/true);
+    if (pd_) name_ = kConvBf16Name;
+    if (!pd_) pd_ = MakeConvPd(ctx, g, layout);
     if (!pd_) return false;
     x_shape_ = g.x;
     y_shape_ = g.y;
@@ -196,17 +202,17 @@ class DnnlConvKernel final : public Kernel {
 
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
-    CheckActivation(node, kConvName, "input", ctx.In(0), x_shape_, src_layout_);
-    CheckActivation(node, kConvName, "output", ctx.Out(0), y_shape_, dst_layout_);
-    if (residual_) CheckActivation(node, kConvName, "residual", ctx.In(3), y_shape_, residual_layout_);
+    CheckActivation(node, name_, "input", ctx.In(0), x_shape_, src_layout_);
+    CheckActivation(node, name_, "output", ctx.Out(0), y_shape_, dst_layout_);
+    if (residual_) CheckActivation(node, name_, "residual", ctx.In(3), y_shape_, residual_layout_);
     // The primitive writes its destination from the residual already there (sum post-op). When the runtime runs the
     // add in place (residual and output share a buffer) the residual is there already, provided both use one layout.
     const void* residual = residual_ ? ctx.In(3).raw() : nullptr;
     const bool residual_in_place = residual_ && !reorder_dst_ && residual == ctx.Out(0).raw();
     if (residual_in_place && user_residual_md_ != conv_dst_md_)
-      throw Error(ErrorCode::kInternal, node.Describe() + ": " + kConvName +
+      throw Error(ErrorCode::kInternal, node.Describe() + ": " + name_ +
                                             " cannot add a residual in place when it and the output differ in layout");
-    RunDnnl(node, kConvName, [&] {
+    RunDnnl(node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
       memory user_src = WrapMemory(user_src_md_, ctx.In(0).raw());
@@ -233,6 +239,7 @@ class DnnlConvKernel final : public Kernel {
   }
 
  private:
+  const char* name_ = kConvName;
   Shape x_shape_, y_shape_;
   bool has_bias_ = false, residual_ = false;
   bool reorder_src_ = false, reorder_dst_ = false;
@@ -301,6 +308,7 @@ namespace {
 // NCHW and writing NHWC (or the reverse) exists only as a reference implementation, so mixed layouts reorder.
 ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
   if (AnyNhwc(ctx)) return ConvLayout::kChannelsLast;
+  if (ctx.bf16) return ConvLayout::kPreferred;  // a bf16 primitive reorders its input anyway
   const Shape& w = ctx.input_shapes[1];
   bool pointwise = ctx.node.GetInt("group", 1) == 1;
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
@@ -325,7 +333,8 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;
   OmpThreadsGuard threads(ctx.num_threads);
-  return static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
+  return (ctx.bf16 && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
+         static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
 }
 
 }  // namespace osprey::cpu

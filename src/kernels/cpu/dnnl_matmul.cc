@@ -17,7 +17,7 @@ enum class Source { kNone, kConstant, kInput };
 
 class DnnlMatMulKernel final : public Kernel {
  public:
-  explicit DnnlMatMulKernel(const char* name) : name_(name) {}
+  DnnlMatMulKernel(const char* name, const char* bf16_name) : name_(name), bf16_name_(bf16_name) {}
   const char* Name() const override { return name_; }
 
   // What the factories fill before Finish().
@@ -32,7 +32,16 @@ class DnnlMatMulKernel final : public Kernel {
   Shape c_shape;                       // run-time shape of input 2 (bias or addend)
   std::shared_ptr<Buffer> c_constant;  // beta * C when C is a constant
 
-  bool Finish(const Node& node) {
+  // Creates the primitive: with `bf16` and a constant B, a bf16 one (A reordered to bf16 per run, B packed as bf16
+  // once, fp32 accumulation, bias and output) when oneDNN has a fast one, else fp32.
+  bool Finish(const Node& node, bool bf16 = false) {
+    if (bf16 && b_source == Source::kConstant && FinishWith(node, true)) return true;
+    return FinishWith(node, false);
+  }
+
+  bool FinishWith(const Node& node, bool bf16) {
+    const memory::data_type type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    const memory::desc src_md = WithDataType(a_md, type);
     dnnl::primitive_attr attr = BaseAttr();
     dnnl::post_ops ops;
     if (linear_alpha != 1.f) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, linear_alpha, 0.f);
@@ -43,13 +52,21 @@ class DnnlMatMulKernel final : public Kernel {
     if (!AppendFusedActivation(node, ops)) return false;
     attr.set_post_ops(ops);
     memory::desc weights_md = b_source == Source::kConstant
-                                  ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any)
+                                  ? memory::desc(b_md.dims(), type, memory::format_tag::any)
                                   : b_md;
-    dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(a_md, weights_md, bias_md, dst_md)
-                                                           : dnnl::matmul::desc(a_md, weights_md, dst_md);
+    dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(src_md, weights_md, bias_md, dst_md)
+                                                           : dnnl::matmul::desc(src_md, weights_md, dst_md);
     dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
     if (!pd || IsReferenceImpl(pd)) return false;
-    if (pd.src_desc() != a_md || pd.dst_desc() != dst_md) return false;
+    if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return false;
+    if (bf16) {
+      dnnl::reorder::primitive_desc rpd(CpuEngine(), a_md, CpuEngine(), src_md, BaseAttr());
+      a_reorder_ = dnnl::reorder(rpd);
+      a_reorder_scratch_md_ = rpd.scratchpad_desc();
+      a_bf16_md_ = src_md;
+      a_bf16_bytes_ = ThreadScratch::Align(src_md.get_size());
+      name_ = bf16_name_;
+    }
     matmul_ = dnnl::matmul(pd);
     if (b_source == Source::kConstant) packed_b_ = PackWeight(b_md, b_constant, pd.weights_desc(), b_scale);
     if (bias_source == Source::kConstant) bias_mem_ = memory(bias_md, CpuEngine(), c_constant->data());
@@ -68,9 +85,18 @@ class DnnlMatMulKernel final : public Kernel {
     CheckShape(node, name_, "output", ctx.Out(0), out_shape);
     RunDnnl(node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(scratch_md_.get_size());
+      const size_t scratch_bytes = ThreadScratch::Align(scratch_md_.get_size());
+      char* scratch = ThreadScratch::Reserve(a_bf16_bytes_ + scratch_bytes + a_reorder_scratch_md_.get_size());
+      memory src = WrapMemory(a_md, ctx.In(0).raw());
+      if (a_bf16_bytes_ > 0) {
+        memory src_bf16(a_bf16_md_, CpuEngine(), scratch + scratch_bytes);
+        memory reorder_scratch(a_reorder_scratch_md_, CpuEngine(), scratch + scratch_bytes + a_bf16_bytes_);
+        a_reorder_.execute(stream,
+                           {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, src_bf16}, {DNNL_ARG_SCRATCHPAD, reorder_scratch}});
+        src = src_bf16;
+      }
       std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, WrapMemory(a_md, ctx.In(0).raw())},
+          {DNNL_ARG_SRC, src},
           {DNNL_ARG_WEIGHTS, b_source == Source::kConstant ? packed_b_.memory : WrapMemory(b_md, ctx.In(1).raw())},
           {DNNL_ARG_DST, WrapMemory(dst_md, ctx.Out(0).raw())},
           {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}};
@@ -87,7 +113,11 @@ class DnnlMatMulKernel final : public Kernel {
 
  private:
   const char* name_;
+  const char* bf16_name_;
   dnnl::matmul matmul_;
+  dnnl::reorder a_reorder_;  // A fp32 -> bf16 (bf16 mode only)
+  memory::desc a_bf16_md_, a_reorder_scratch_md_;
+  size_t a_bf16_bytes_ = 0;
   PackedWeight packed_b_;
   memory bias_mem_, add_mem_;
   memory::desc scratch_md_;
@@ -150,7 +180,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
   if (expected != ctx.output_shapes[0]) return nullptr;
 
   OmpThreadsGuard threads(ctx.num_threads);
-  auto kernel = std::make_unique<DnnlMatMulKernel>("MatMulF32Dnnl");
+  auto kernel = std::make_unique<DnnlMatMulKernel>("MatMulF32Dnnl", "MatMulBf16Dnnl");
   kernel->a_md = PlainDesc(ToDims(a2));
   kernel->b_md = PlainDesc(ToDims(b2));
   kernel->dst_md = PlainDesc(ToDims(out2));
@@ -175,7 +205,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
       std::memcpy(kernel->c_constant->data(), ctx.input_values[2]->raw(), n * sizeof(float));
     }
   }
-  if (!kernel->Finish(ctx.node)) return nullptr;
+  if (!kernel->Finish(ctx.node, ctx.bf16)) return nullptr;
   return kernel;
 }
 
@@ -192,7 +222,7 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
   if ((trans_b ? b[1] : b[0]) != k || ctx.output_shapes[0] != Shape{m, n}) return nullptr;
 
   OmpThreadsGuard threads(ctx.num_threads);
-  auto kernel = std::make_unique<DnnlMatMulKernel>("GemmF32Dnnl");
+  auto kernel = std::make_unique<DnnlMatMulKernel>("GemmF32Dnnl", "GemmBf16Dnnl");
   // Transposes are strides: A^T of a row-major [K, M] is [M, K] with strides {1, M}.
   kernel->a_md = memory::desc({m, k}, memory::data_type::f32, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
   kernel->b_md = memory::desc({k, n}, memory::data_type::f32, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
@@ -242,7 +272,7 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
       kernel->add_md = PlainDesc(ToDims(c2));
     }
   }
-  if (!kernel->Finish(node)) return nullptr;
+  if (!kernel->Finish(node, ctx.bf16)) return nullptr;
   return kernel;
 }
 
