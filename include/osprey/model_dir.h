@@ -69,6 +69,8 @@ struct ModelDirectory {
   PreprocessSpec preprocess;
   PostprocessSpec postprocess;
   BatchingSpec batching;
+  /// config.json "precision": "fp32" (default) or "bf16" (CompileOptions::precision).
+  std::string precision = "fp32";
   /// True when there is no config.json and the preprocessing was derived from the model's input shape.
   bool derived = false;
   Graph graph;
@@ -94,8 +96,9 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph);
 
 /// Parses config.json text (`source` names it in messages) over the values already in `preprocess`/`postprocess`
 /// (the derived defaults): fields present replace them, absent ones keep them. Batching fields go to `batching`
-/// (checked and dropped when it is null).
+/// (checked and dropped when it is null); "precision" ("fp32" | "bf16") to `precision` when it is non-null.
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
-                      PostprocessSpec* postprocess, BatchingSpec* batching = nullptr);
+                      PostprocessSpec* postprocess, BatchingSpec* batching = nullptr,
+                      std::string* precision = nullptr);
 
 }  // namespace osprey

@@ -54,8 +54,11 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   bench->add_flag("--json", bench_options.json, "Print one JSON object");
   bench->add_flag("--profile", bench_options.profile, "Time each op; print time per op type and the top-20 nodes");
+  bench->add_option("--streams", bench_options.streams, "Throughput mode: S threads running the model at once")
+      ->check(CLI::Range(1, 1024));
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
-  bench->add_option("--precision", bench_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
+  bench
+      ->add_option("--precision", bench_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
 

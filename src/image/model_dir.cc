@@ -244,7 +244,7 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph) {
 }
 
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
-                      PostprocessSpec* postprocess, BatchingSpec* batching) {
+                      PostprocessSpec* postprocess, BatchingSpec* batching, std::string* precision) {
   json root;
   try {
     root = json::parse(text);
@@ -254,7 +254,12 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   FieldReader top{source, ""};
   if (!root.is_object()) throw Error(ErrorCode::kInvalidArgument, source + ": expected a JSON object at the top level");
   top.CheckKnown(root, {"input", "description", "preprocess", "postprocess", "batching", "max_batch_size",
-                        "max_queue_delay_us"});
+                        "max_queue_delay_us", "precision"});
+  if (root.contains("precision")) {
+    const std::string p = top.String(root["precision"], "precision", {});
+    if (p != "fp32" && p != "bf16") top.Fail("precision", "expected \"fp32\" or \"bf16\", found \"" + p + "\"");
+    if (precision) *precision = p;
+  }
   if (root.contains("description")) top.String(root["description"], "description", {});
   if (root.contains("input")) {
     preprocess->input = top.String(root["input"], "input", {});
@@ -463,7 +468,8 @@ ModelDirectory OpenModelDirectory(const std::string& path, const std::string& ve
       derive_error = e.what();  // config.json must then say everything the shape cannot
       md.preprocess = PreprocessSpec{};
     }
-    ParseModelConfig(ReadTextFile(config), md.config_path, &md.preprocess, &md.postprocess, &md.batching);
+    ParseModelConfig(ReadTextFile(config), md.config_path, &md.preprocess, &md.postprocess, &md.batching,
+                     &md.precision);
     if (md.preprocess.input.empty()) {
       if (md.graph.input_infos.size() == 1)
         md.preprocess.input = md.graph.input_infos[0].name;

@@ -227,6 +227,7 @@ struct ModelManager::Impl {
       ModelDirectory md = OpenForServing(name_dir, e.version);
       ModelOptions model_options;
       model_options.compile.num_threads = options.threads;
+      model_options.compile.precision = ParsePrecision(md.precision, md.config_path + ": precision");
       model_options.weight_store = weight_store;
       auto model = std::make_unique<Model>(std::move(md.graph), model_options);
       // The directory keeps the graph with the interned weights (the same buffers as the model's): no second copy.

@@ -130,7 +130,8 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   }
   const memory::desc bias_md = has_bias ? PlainDesc({g.w[0]}) : memory::desc();
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
-                                       WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates, g.pad_l, g.pad_r);
+                                       WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates, g.pad_l,
+                                       g.pad_r);
 
   // The residual joins before the activation as a sum post-op: the residual is first copied (same layout) or
   // reordered (any other layout) into the destination buffer. A binary-add post-op reading the residual tensor

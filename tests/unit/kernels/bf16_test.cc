@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/bf16_support.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/bf16_support.h"
 
 namespace osprey::testing {
 namespace {
@@ -40,7 +40,8 @@ void ExpectNearBf16(const Tensor& got, const Tensor& want) {
   const double rms = want.numel() > 0 ? std::sqrt(sq / want.numel()) : 0;
   for (int64_t i = 0; i < want.numel(); ++i) {
     const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
-    ASSERT_LE(std::fabs(g - w), 1e-2 * (std::fabs(w) + rms)) << "at flat index " << i << ": got " << g << ", want " << w;
+    ASSERT_LE(std::fabs(g - w), 1e-2 * (std::fabs(w) + rms))
+        << "at flat index " << i << ": got " << g << ", want " << w;
   }
 }
 
@@ -102,12 +103,12 @@ TEST(Bf16Conv, DepthwiseWithClip) {
 
 TEST(Bf16Conv, ResidualAddThenRelu) {
   // Input 3 is the residual (fp32, added before the activation, never rounded).
-  Node node = MakeNode("Conv", 4, 1,
-                       {{"pads", Ints({1, 1, 1, 1})},
-                        {"_residual", Attribute::Int(1)},
-                        {"_activation", Attribute::String("Relu")}});
-  ExpectBf16(node, {RandomTensor({1, 16, 9, 7}, 1), RandomTensor({32, 16, 3, 3}, 2), RandomTensor({32}, 3),
-                    RandomTensor({1, 32, 9, 7}, 4)},
+  Node node = MakeNode(
+      "Conv", 4, 1,
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}});
+  ExpectBf16(node,
+             {RandomTensor({1, 16, 9, 7}, 1), RandomTensor({32, 16, 3, 3}, 2), RandomTensor({32}, 3),
+              RandomTensor({1, 32, 9, 7}, 4)},
              {false, true, true, false}, {true, true, false, false}, "ConvBf16Dnnl");
 }
 
@@ -122,8 +123,8 @@ TEST(Bf16MatMul, ConstantBIsBf16) {
 
 TEST(Bf16MatMul, FusedBiasAndGelu) {
   Node node = MakeNode("MatMul", 3, 1, {{"_bias", Attribute::Int(1)}, {"_activation", Attribute::String("Gelu")}});
-  ExpectBf16(node, {RandomTensor({3, 5, 48}, 1), RandomTensor({48, 17}, 2), RandomTensor({17}, 3)},
-             {false, true, true}, {true, true, false}, "MatMulBf16Dnnl");
+  ExpectBf16(node, {RandomTensor({3, 5, 48}, 1), RandomTensor({48, 17}, 2), RandomTensor({17}, 3)}, {false, true, true},
+             {true, true, false}, "MatMulBf16Dnnl");
 }
 
 TEST(Bf16MatMul, RunTimeBStaysFp32) {
@@ -148,10 +149,11 @@ TEST(Bf16Gemm, TransposesBiasAndFullC) {
              {RandomTensor({2, 256}, 1), RandomTensor({100, 256}, 2), RandomTensor({100}, 3)}, {false, true, true},
              {true, true, false}, "GemmBf16Dnnl");
   // transA, alpha and beta, full [M, N] C.
-  ExpectBf16(MakeNode("Gemm", 3, 1,
-                      {{"transA", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}, {"beta", Attribute::Float(2.f)}}),
-             {RandomTensor({13, 5}, 1), RandomTensor({13, 7}, 2), RandomTensor({5, 7}, 3)}, {false, true, true},
-             {true, true, false}, "GemmBf16Dnnl");
+  ExpectBf16(
+      MakeNode("Gemm", 3, 1,
+               {{"transA", Attribute::Int(1)}, {"alpha", Attribute::Float(0.5f)}, {"beta", Attribute::Float(2.f)}}),
+      {RandomTensor({13, 5}, 1), RandomTensor({13, 7}, 2), RandomTensor({5, 7}, 3)}, {false, true, true},
+      {true, true, false}, "GemmBf16Dnnl");
 }
 
 TEST(Bf16, Fp32WhenNotAsked) {
