@@ -9,6 +9,8 @@
 #include <exception>
 #include <mutex>
 #include <sstream>
+
+#include "serve/prometheus.h"
 #include <thread>
 
 namespace osprey::serve {
@@ -18,21 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 double MicrosSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::micro>(end - start).count();
-}
-
-std::string PrometheusLabel(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
 }
 
 const std::vector<double> kDurationBucketsUs = {50,     100,    250,     500,     1000,    2500,    5000,    10000,

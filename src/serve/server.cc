@@ -20,6 +20,7 @@
 #include "osprey/error.h"
 #include "osprey/image.h"
 #include "serve/multipart.h"
+#include "serve/prometheus.h"
 #include "serve/tensor_json.h"
 
 namespace osprey::serve {
@@ -68,21 +69,6 @@ std::string InputNames(const Graph& graph) {
   std::string names;
   for (const ValueInfo& info : graph.input_infos) names += (names.empty() ? "'" : ", '") + info.name + "'";
   return names;
-}
-
-std::string PrometheusLabel(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
 }
 
 // Strict standard base64 (RFC 4648 alphabet, '=' padding optional at the end); nullopt when malformed.
