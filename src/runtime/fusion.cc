@@ -286,11 +286,58 @@ void EliminateIdentities(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// Pad(x, zeros on H/W) -> Conv or AveragePool without padding: the consumer pads instead (zero padding is what Conv
+// does, and an average over explicit zeros is AveragePool with count_include_pad = 1). Exporters write this pattern for
+// AvgPool2d(padding=p), and the reference Pad would otherwise copy the whole activation.
+void FoldZeroPadIntoConsumer(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& pad = st.nodes[i];
+    if (pad.op_type != "Pad" || pad.outputs.size() != 1 || pad.GetString("mode", "constant") != "constant") continue;
+    const int x = pad.inputs[0], y = pad.outputs[0];
+    if (x < 0 || !Private(st, u, y) || st.values[x].dtype != DType::kF32 || st.values[x].shape.size() != 4) continue;
+    std::vector<int64_t> pads;
+    if (st.opset < 11) {
+      pads = pad.GetInts("pads");
+      if (pad.GetFloat("value", 0.f) != 0.f) continue;
+    } else {
+      if (pad.inputs.size() < 2 || pad.inputs[1] < 0 || !st.values[pad.inputs[1]].known) continue;
+      if (pad.inputs.size() > 3 && pad.inputs[3] >= 0) continue;  // explicit axes: keep it simple
+      if (pad.inputs.size() > 2 && pad.inputs[2] >= 0) {
+        const CompileValue& cv = st.values[pad.inputs[2]];
+        if (!cv.known || cv.value.numel() != 1 || cv.value.GetAsDouble(0) != 0.0) continue;
+      }
+      pads = st.values[pad.inputs[1]].value.ToInt64Vector();
+    }
+    if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5]) continue;
+    if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; })) continue;
+    Node& c = st.nodes[u.consumers[y][0]];
+    if (c.inputs.empty() || c.inputs[0] != y || c.GetString("auto_pad", "NOTSET") != "NOTSET") continue;
+    const std::vector<int64_t> old = c.GetInts("pads", {0, 0, 0, 0});
+    if (old.size() != 4 || std::any_of(old.begin(), old.end(), [](int64_t p) { return p != 0; })) continue;
+    if (c.op_type == "AveragePool") {
+      if (c.GetInt("ceil_mode", 0) != 0) continue;
+      c.attrs["count_include_pad"] = Attribute::Int(1);
+    } else if (c.op_type != "Conv") {
+      continue;
+    }
+    c.attrs["pads"] = Attribute::Ints({pads[2], pads[3], pads[6], pads[7]});
+    c.inputs[0] = x;
+    dead[i] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 }  // namespace
 
 void RunFusionPasses(CompileState& state) {
   FuseResizeCrop(state);
   EliminateIdentities(state);
+  FoldZeroPadIntoConsumer(state);
   FuseTransformerPatterns(state);
   FoldBatchNorm(state);
   FuseResidualAdd(state);

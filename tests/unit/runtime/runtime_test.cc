@@ -287,3 +287,31 @@ TEST(Runtime, IdentityLikeNodesAreRemoved) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(Runtime, ZeroPadFoldsIntoAveragePoolAndConv) {
+  // Pad(1, 2 on H; 0, 1 on W) -> AveragePool 3x3 (count_include_pad 0) and Pad -> Conv: the pads move into the consumer.
+  GraphBuilder b("padfold", 13);
+  auto x = b.Input("x", DType::kF32, {1, 5, 9, 7});
+  auto pads = b.Constant(Tensor::FromVector<int64_t>({8}, {0, 0, 1, 0, 0, 0, 2, 1}));
+  auto pool = b.Op("AveragePool", {b.Op("Pad", {x, pads})}, {{"kernel_shape", Attribute::Ints({3, 3})}});
+  auto conv = b.Op("Conv", {b.Op("Pad", {x, pads}), b.Constant(RandomTensor({4, 5, 3, 3}, 9))});
+  b.Output(pool, "pool");
+  b.Output(conv, "conv");
+  Graph g = b.Finish();
+  Tensor in = RandomTensor({1, 5, 9, 7}, 10);
+  CompileOptions reference;
+  reference.fast_kernels = false;
+  reference.fuse = false;
+  auto want = Compile(g, {{DType::kF32, in.shape()}}, reference)->Run({in});
+  auto plan = Compile(g, {{DType::kF32, in.shape()}});
+  EXPECT_EQ(plan->num_steps(), 2u) << "both Pads fold into their consumers";
+  auto got = plan->Run({in});
+  ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+  ExpectTensorNear(got[1], want[1], 1e-4f, 1e-4f);
+}
+
+}  // namespace
+}  // namespace osprey
