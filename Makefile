@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 
-.PHONY: setup build test demo serve fuzz clean format
+.PHONY: setup build test demo serve augment-demo fuzz clean format
 
 setup:
 	@scripts/setup
@@ -31,6 +31,12 @@ demo: setup build
 # The model server on the demo repository (the start line prints a curl example to paste).
 serve: setup build
 	$(BUILD_DIR)/bin/osprey serve --model-repository demo-models
+
+# Augmentation: the demo detection dataset (4 photos with boxes) x 4 copies; writes a contact sheet with the boxes.
+augment-demo: setup build
+	rm -rf $(BUILD_DIR)/augment-demo
+	$(BUILD_DIR)/bin/osprey augment --pipeline demo-datasets/detect.json --input demo-datasets/photos \
+	  --output $(BUILD_DIR)/augment-demo --copies 4 --seed 1 --preview 16
 
 fuzz: setup
 	scripts/fuzz 60

@@ -3,6 +3,7 @@
 #include <climits>
 #include <iostream>
 
+#include "cli/augment.h"
 #include "cli/classify.h"
 #include "cli/common.h"
 #include "cli/decode.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
 
   CLI::App* decode = AddDecodeCommand(app);
   CLI::App* serve = AddServeCommand(app);
+  CLI::App* augment = AddAugmentCommand(app);
 
   ClassifyOptions classify_options;
   CLI::App* classify = app.add_subcommand("classify", "Classify images with a model directory (top-k labels)");
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
     if (*classify) return RunClassify(classify_options, std::cout, std::cerr);
     if (*decode) return RunDecodeCommand(std::cout);
     if (*serve) return RunServeCommand(std::cout);
+    if (*augment) return RunAugmentCommand(std::cout, std::cerr);
   } catch (const osprey::Error& e) {
     std::cout.flush();
     std::cerr << "osprey: error: " << e.what() << "\n";

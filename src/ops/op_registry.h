@@ -60,6 +60,7 @@ void RegisterNnOps(OpRegistry& r);            // Conv, ConvTranspose, pools, nor
 void RegisterReductionOps(OpRegistry& r);     // Reduce*, ArgMax/ArgMin, TopK
 void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Constant*, Range, Identity, Dropout
 void RegisterImageOps(OpRegistry& r);         // osprey-domain image ops (docs/image-ops.md)
+void RegisterAugmentOps(OpRegistry& r);       // osprey-domain augmentation image ops (docs/augment.md)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";
@@ -73,5 +74,19 @@ void ValidateOps(const Graph& graph);
 int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node);
 /// Numpy-style multidirectional broadcast; throws kInvalidArgument naming `node` on mismatch.
 Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node);
+
+// ---- augmentation op helpers (src/ops/augment_ops.cc), shared by the schemas and both kernel libraries ----
+/// OpenCV's GaussianBlur size rule: `ksize` when > 0, else cvRound(sigma * (uint8 ? 3 : 4) * 2 + 1) | 1 (0 when
+/// sigma <= 0 too).
+int64_t GaussianBlurKernelSize(int64_t ksize, double sigma, bool is_u8);
+/// cv::getGaussianKernel(size, sigma, CV_64F) of OpenCV 4.x: fixed tables for size <= 9 with sigma <= 0; sums to 1.
+std::vector<double> GaussianKernel1D(int64_t size, double sigma);
+/// Horizontal (x) and vertical (y) taps of a validated GaussianBlur node.
+struct GaussianBlurTaps {
+  std::vector<double> x, y;
+};
+GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8);
+/// The 'fill' values of a validated FillRects node (written as floats or ints).
+std::vector<float> FillRectsValues(const Node& node);
 
 }  // namespace osprey

@@ -6,10 +6,14 @@
 namespace osprey {
 
 std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ctx);  // layernorm.cc
+std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx);  // augment_kernels.cc
 
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
-  if (ctx.node.domain == kOspreyDomain) return CreateImageKernel(ctx);
+  if (ctx.node.domain == kOspreyDomain) {
+    if (std::unique_ptr<Kernel> k = CreateAugmentKernel(ctx)) return k;
+    return CreateImageKernel(ctx);
+  }
   if (!ctx.node.domain.empty()) return nullptr;
   try {
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);

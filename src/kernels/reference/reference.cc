@@ -13,6 +13,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddReductionReferenceKernels(t);
     AddShapeReferenceKernels(t);
     AddImageReferenceKernels(t);
+    AddAugmentReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

@@ -1,0 +1,102 @@
+#pragma once
+/// Detection datasets on disk (COCO and YOLO) for `osprey augment`, image encoding, and preview drawing.
+/// See docs/augment.md for the layouts read and written.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "osprey/augment.h"
+#include "osprey/tensor.h"
+
+namespace osprey::augment {
+
+struct Category {
+  int64_t id = 0;  // COCO category id; for YOLO the class index
+  std::string name;
+  std::vector<std::string> keypoint_names;  // COCO "keypoints" of the category; may be empty
+  std::vector<std::vector<int64_t>> skeleton;
+};
+
+/// One image of a dataset and its objects (coordinates as in augment::Object: absolute pixels).
+struct DatasetItem {
+  int64_t image_id = 0;     // COCO image id; for YOLO the index in sorted file order
+  std::string file_name;    // path relative to the image folder, as the annotation names it (e.g. "a/b.jpg")
+  std::string image_path;   // full path to read
+  int64_t width = 0;        // from the annotation when it gives one (COCO), else 0 (known after decoding)
+  int64_t height = 0;
+  std::vector<Object> objects;
+  /// Problems found while reading this item's annotations (e.g. "annotation 17: negative box width -3"). The item is
+  /// still listed; the CLI reports these and counts the item as failed.
+  std::vector<std::string> errors;
+  /// Losses that are expected with some datasets and do not fail the item (e.g. COCO crowd RLE masks, which are
+  /// dropped: the object keeps its box).
+  std::vector<std::string> warnings;
+  /// YOLO only: object boxes are in fractions until the image size is known (ResolveYolo converts them).
+  bool normalized = false;
+};
+
+struct Dataset {
+  std::string format;  // "coco" or "yolo"
+  std::string root;    // what was opened
+  std::vector<Category> categories;
+  std::vector<DatasetItem> items;  // in a stable order: COCO image order as listed, YOLO sorted by file name
+  /// Problems not tied to one listed image (e.g. "annotation 17: image_id 99 is not in images"); the CLI reports them.
+  std::vector<std::string> errors;
+};
+
+/// Opens a dataset. `format` is "coco", "yolo" or "auto" (a .json file or a folder with annotations/*.json -> COCO; a
+/// folder with images/ and labels/ -> YOLO). COCO: `path` is the annotation JSON (images are looked up next to it
+/// in images/, then in the JSON's folder) or a folder holding annotations.json / annotations/*.json and images/.
+/// YOLO: `path` is a folder with images/ and labels/ (files matched by stem, nested folders kept) and class names in
+/// classes.txt, obj.names or data.yaml "names". A malformed annotation file throws kInvalidArgument saying where;
+/// problems with single annotations go into DatasetItem::errors.
+Dataset ReadDataset(const std::string& path, const std::string& format = "auto");
+
+/// YOLO boxes/polygons are stored as fractions: converts item's objects to pixels for an image of this size.
+void ResolveYolo(DatasetItem& item, int64_t width, int64_t height);
+
+/// Encodes uint8 [H, W, C] (C = 1 or 3) as "jpeg" (quality 1..100), "png" or "webp" (quality 1..100; 101 = lossless).
+/// Throws kInvalidArgument for bad arguments.
+std::string EncodeImage(const Tensor& image, const std::string& format, int quality = 95);
+/// Format name from a file extension: .jpg/.jpeg -> "jpeg", .png -> "png", .webp -> "webp"; "" otherwise.
+std::string ImageFormatFromExtension(const std::string& path);
+
+/// One augmented output image ready to be written.
+struct OutputItem {
+  int64_t image_id = 0;
+  std::string file_name;  // relative to the output images/ folder, e.g. "a/b_0003.jpg"
+  int64_t width = 0, height = 0;
+  std::vector<Object> objects;
+};
+
+/// Writes an augmented dataset in COCO or YOLO layout (docs/augment.md):
+///   COCO: OUT/images/<file_name>, OUT/annotations.json
+///   YOLO: OUT/images/<file_name>, OUT/labels/<stem>.txt, OUT/classes.txt
+/// Crash-safe and resumable: each finished item is recorded in OUT/.osprey-augment/items/<image_id>.json (written
+/// after its image, via rename), so IsDone() is true only for complete items. Finish() writes the dataset-level
+/// files from all records present (COCO annotations.json sorted by image id). Thread-safe.
+class DatasetWriter {
+ public:
+  /// `format` "coco" or "yolo"; `categories` are written as given.
+  DatasetWriter(std::string out_dir, std::string format, std::vector<Category> categories);
+  bool IsDone(int64_t image_id) const;
+  /// Writes the encoded image bytes and the item's record.
+  void Write(const OutputItem& item, const std::string& encoded_image);
+  /// Number of item records present (from any process writing to the same folder).
+  int64_t CountDone() const;
+  /// Writes annotations.json (COCO) or classes.txt (YOLO) from every record present. Idempotent; atomic (rename).
+  void Finish() const;
+  const std::string& out_dir() const { return out_dir_; }
+
+ private:
+  std::string out_dir_, format_;
+  std::vector<Category> categories_;
+};
+
+/// Draws the objects onto a copy of `image` (boxes as 2-px rectangles in a colour per category, polygons as outlines,
+/// keypoints as dots) and returns it; for previews.
+Tensor DrawObjects(const Tensor& image, const std::vector<Object>& objects);
+/// Tiles images into a grid (cols = ceil(sqrt(n))), each scaled to fit a `cell` x `cell` square, uint8 RGB.
+Tensor ContactSheet(const std::vector<Tensor>& images, int64_t cell = 320);
+
+}  // namespace osprey::augment

@@ -1,0 +1,225 @@
+// Projective matrices, target movement and the seeded random source of src/augment.
+#include "augment/geometry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "osprey/error.h"
+
+namespace osprey::augment {
+
+Mat3 Mat3::operator*(const Mat3& o) const {
+  Mat3 r;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double s = 0;
+      for (int k = 0; k < 3; ++k) s += m[i * 3 + k] * o.m[k * 3 + j];
+      r.m[i * 3 + j] = s;
+    }
+  return r;
+}
+
+Mat3 Mat3::Inverse() const {
+  const auto& a = m;
+  const double c00 = a[4] * a[8] - a[5] * a[7], c01 = a[5] * a[6] - a[3] * a[8], c02 = a[3] * a[7] - a[4] * a[6];
+  const double det = a[0] * c00 + a[1] * c01 + a[2] * c02;
+  if (!std::isfinite(det) || std::fabs(det) < 1e-12)
+    throw Error(ErrorCode::kInvalidArgument, "augment: a geometric transform collapsed the image (singular matrix)");
+  const double k = 1.0 / det;
+  Mat3 r;
+  r.m = {c00 * k, (a[2] * a[7] - a[1] * a[8]) * k, (a[1] * a[5] - a[2] * a[4]) * k,
+         c01 * k, (a[0] * a[8] - a[2] * a[6]) * k, (a[2] * a[3] - a[0] * a[5]) * k,
+         c02 * k, (a[1] * a[6] - a[0] * a[7]) * k, (a[0] * a[4] - a[1] * a[3]) * k};
+  if (IsAffine()) {  // keep affine maps exactly affine so kernels take their affine path
+    r.m[6] = r.m[7] = 0;
+    r.m[8] = 1;
+  }
+  return r;
+}
+
+bool Mat3::IsIdentity(double tol) const {
+  static const std::array<double, 9> id = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  for (int i = 0; i < 9; ++i)
+    if (std::fabs(m[i] - id[i]) > tol) return false;
+  return true;
+}
+
+bool Mat3::Map(double x, double y, double* ox, double* oy) const {
+  const double w = m[6] * x + m[7] * y + m[8];
+  if (!(w > 1e-12)) return false;
+  *ox = (m[0] * x + m[1] * y + m[2]) / w;
+  *oy = (m[3] * x + m[4] * y + m[5]) / w;
+  return true;
+}
+
+Mat3 HomographyFromQuad(const std::array<std::array<double, 2>, 4>& src,
+                        const std::array<std::array<double, 2>, 4>& dst) {
+  // Solve the 8x8 system for h0..h7 (h8 = 1) by Gaussian elimination with partial pivoting.
+  double a[8][9];
+  for (int i = 0; i < 4; ++i) {
+    const double x = src[i][0], y = src[i][1], u = dst[i][0], v = dst[i][1];
+    const double r0[9] = {x, y, 1, 0, 0, 0, -u * x, -u * y, u};
+    const double r1[9] = {0, 0, 0, x, y, 1, -v * x, -v * y, v};
+    std::copy(r0, r0 + 9, a[2 * i]);
+    std::copy(r1, r1 + 9, a[2 * i + 1]);
+  }
+  for (int col = 0; col < 8; ++col) {
+    int piv = col;
+    for (int r = col + 1; r < 8; ++r)
+      if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
+    if (std::fabs(a[piv][col]) < 1e-12)
+      throw Error(ErrorCode::kInvalidArgument, "augment: perspective corners are degenerate (three collinear points)");
+    std::swap(a[piv], a[col]);
+    for (int r = 0; r < 8; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (int c = col; c < 9; ++c) a[r][c] -= f * a[col][c];
+    }
+  }
+  Mat3 h;
+  for (int i = 0; i < 8; ++i) h.m[i] = a[i][8] / a[i][i];
+  h.m[8] = 1;
+  return h;
+}
+
+Mat3 PixelInverseMap(const Mat3& forward) {
+  // Continuous u = pixel x + 0.5. Output pixel -> continuous -> inverse map -> continuous input -> input pixel.
+  return Mat3::Translate(-0.5, -0.5) * forward.Inverse() * Mat3::Translate(0.5, 0.5);
+}
+
+namespace {
+
+using Poly = std::vector<std::array<double, 2>>;
+
+// One Sutherland–Hodgman pass against the half-plane inside(p) with edge crossing computed by `cross`.
+template <typename Inside, typename Cross>
+Poly ClipEdge(const Poly& in, Inside inside, Cross cross) {
+  Poly out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto& a = in[i];
+    const auto& b = in[(i + 1) % in.size()];
+    const bool ia = inside(a), ib = inside(b);
+    if (ia) out.push_back(a);
+    if (ia != ib) out.push_back(cross(a, b));
+  }
+  return out;
+}
+
+Poly ClipToRect(Poly p, const std::array<double, 4>& r) {
+  auto lerp_x = [](const std::array<double, 2>& a, const std::array<double, 2>& b, double x) {
+    const double t = (x - a[0]) / (b[0] - a[0]);
+    return std::array<double, 2>{x, a[1] + t * (b[1] - a[1])};
+  };
+  auto lerp_y = [](const std::array<double, 2>& a, const std::array<double, 2>& b, double y) {
+    const double t = (y - a[1]) / (b[1] - a[1]);
+    return std::array<double, 2>{a[0] + t * (b[0] - a[0]), y};
+  };
+  p = ClipEdge(p, [&](const auto& q) { return q[0] >= r[0]; }, [&](const auto& a, const auto& b) { return lerp_x(a, b, r[0]); });
+  if (p.empty()) return p;
+  p = ClipEdge(p, [&](const auto& q) { return q[0] <= r[2]; }, [&](const auto& a, const auto& b) { return lerp_x(a, b, r[2]); });
+  if (p.empty()) return p;
+  p = ClipEdge(p, [&](const auto& q) { return q[1] >= r[1]; }, [&](const auto& a, const auto& b) { return lerp_y(a, b, r[1]); });
+  if (p.empty()) return p;
+  return ClipEdge(p, [&](const auto& q) { return q[1] <= r[3]; }, [&](const auto& a, const auto& b) { return lerp_y(a, b, r[3]); });
+}
+
+}  // namespace
+
+int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std::array<double, 4>& clip,
+                    const BoxFilter& filter) {
+  std::vector<Object> kept;
+  kept.reserve(objects.size());
+  for (Object& o : objects) {
+    const double cx[4] = {o.x0, o.x1, o.x1, o.x0}, cy[4] = {o.y0, o.y0, o.y1, o.y1};
+    double bx0 = INFINITY, by0 = INFINITY, bx1 = -INFINITY, by1 = -INFINITY;
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) {
+      double x, y;
+      if (!forward.Map(cx[i], cy[i], &x, &y)) {
+        ok = false;
+        break;
+      }
+      bx0 = std::min(bx0, x), by0 = std::min(by0, y), bx1 = std::max(bx1, x), by1 = std::max(by1, y);
+    }
+    if (!ok) continue;
+    const double area = (bx1 - bx0) * (by1 - by0);
+    const double x0 = std::max(bx0, clip[0]), y0 = std::max(by0, clip[1]);
+    const double x1 = std::min(bx1, clip[2]), y1 = std::min(by1, clip[3]);
+    const double w = x1 - x0, h = y1 - y0;
+    if (!(w > 0 && h > 0) || !(area > 0)) continue;
+    const double clipped = w * h;
+    if (clipped < filter.min_area || clipped / area < filter.min_visibility || w < filter.min_width ||
+        h < filter.min_height)
+      continue;
+    o.x0 = x0, o.y0 = y0, o.x1 = x1, o.y1 = y1;
+    std::vector<std::vector<double>> polys;
+    for (const std::vector<double>& flat : o.polygons) {
+      Poly p;
+      bool mapped = true;
+      for (size_t i = 0; i + 1 < flat.size(); i += 2) {
+        double x, y;
+        if (!forward.Map(flat[i], flat[i + 1], &x, &y)) {
+          mapped = false;
+          break;
+        }
+        p.push_back({x, y});
+      }
+      if (!mapped || p.size() < 3) continue;
+      p = ClipToRect(std::move(p), clip);
+      if (p.size() < 3) continue;
+      std::vector<double> out;
+      out.reserve(p.size() * 2);
+      for (const auto& q : p) out.push_back(q[0]), out.push_back(q[1]);
+      polys.push_back(std::move(out));
+    }
+    o.polygons = std::move(polys);
+    for (size_t i = 0; i + 2 < o.keypoints.size(); i += 3) {
+      double& kx = o.keypoints[i];
+      double& ky = o.keypoints[i + 1];
+      double& kv = o.keypoints[i + 2];
+      if (kv <= 0) continue;
+      double x, y;
+      if (forward.Map(kx, ky, &x, &y) && x >= clip[0] && x < clip[2] && y >= clip[1] && y < clip[3]) {
+        kx = x, ky = y;
+      } else {
+        kx = ky = kv = 0;
+      }
+    }
+    kept.push_back(std::move(o));
+  }
+  const int64_t removed = static_cast<int64_t>(objects.size() - kept.size());
+  objects = std::move(kept);
+  return removed;
+}
+
+uint64_t Rng::Next() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int64_t Rng::Int(int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(Next() % span);
+}
+
+double Rng::Normal() {
+  double u1 = Unit();
+  while (u1 <= 0) u1 = Unit();
+  const double u2 = Unit();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+uint64_t ItemSeed(uint64_t run_seed, uint64_t item_index, uint64_t copy) {
+  Rng r(run_seed ^ 0x6F73707265790000ull);
+  uint64_t s = r.Next();
+  Rng r2(s ^ (item_index * 0x9E3779B97F4A7C15ull));
+  s = r2.Next();
+  Rng r3(s ^ (copy * 0xC2B2AE3D27D4EB4Full + 1));
+  return r3.Next();
+}
+
+}  // namespace osprey::augment

@@ -1,0 +1,403 @@
+// Pipeline::Apply: walks the parsed tree with the item's random source, composes consecutive geometric steps into one
+// warp, and runs the image work as small engine graphs built for this image (docs/augment.md).
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "augment/transforms.h"
+#include "osprey/dataset.h"
+#include "osprey/error.h"
+#include "osprey/image.h"
+#include "osprey/runtime.h"
+
+namespace osprey::augment {
+
+const char* BoxFormatName(BoxFormat f) {
+  switch (f) {
+    case BoxFormat::kCoco: return "coco";
+    case BoxFormat::kPascalVoc: return "pascal_voc";
+    case BoxFormat::kYolo: return "yolo";
+    case BoxFormat::kAlbumentations: return "albumentations";
+  }
+  return "?";
+}
+
+BoxFormat ParseBoxFormat(const std::string& name) {
+  for (BoxFormat f : {BoxFormat::kCoco, BoxFormat::kPascalVoc, BoxFormat::kYolo, BoxFormat::kAlbumentations})
+    if (name == BoxFormatName(f)) return f;
+  throw Error(ErrorCode::kInvalidArgument,
+              "box format \"" + name + "\" is unknown; expected coco, pascal_voc, yolo or albumentations");
+}
+
+std::array<double, 4> BoxToXyxy(BoxFormat format, const std::array<double, 4>& b, int64_t width, int64_t height) {
+  const double W = static_cast<double>(width), H = static_cast<double>(height);
+  switch (format) {
+    case BoxFormat::kCoco: return {b[0], b[1], b[0] + b[2], b[1] + b[3]};
+    case BoxFormat::kPascalVoc: return b;
+    case BoxFormat::kYolo:
+      return {(b[0] - b[2] / 2) * W, (b[1] - b[3] / 2) * H, (b[0] + b[2] / 2) * W, (b[1] + b[3] / 2) * H};
+    case BoxFormat::kAlbumentations: return {b[0] * W, b[1] * H, b[2] * W, b[3] * H};
+  }
+  return b;
+}
+
+std::array<double, 4> BoxFromXyxy(BoxFormat format, const std::array<double, 4>& b, int64_t width, int64_t height) {
+  const double W = static_cast<double>(width), H = static_cast<double>(height);
+  switch (format) {
+    case BoxFormat::kCoco: return {b[0], b[1], b[2] - b[0], b[3] - b[1]};
+    case BoxFormat::kPascalVoc: return b;
+    case BoxFormat::kYolo:
+      return {(b[0] + b[2]) / 2 / W, (b[1] + b[3]) / 2 / H, (b[2] - b[0]) / W, (b[3] - b[1]) / H};
+    case BoxFormat::kAlbumentations: return {b[0] / W, b[1] / H, b[2] / W, b[3] / H};
+  }
+  return b;
+}
+
+struct Pipeline::Impl {
+  ParsedPipeline parsed;
+};
+
+namespace {
+
+const char* BorderName(int code) {
+  switch (code) {
+    case 1: return "replicate";
+    case 2: return "reflect";
+    case 4: return "reflect101";
+    default: return "constant";
+  }
+}
+
+std::vector<float> MatrixAttr(const Mat3& m) {
+  std::vector<float> v(9);
+  for (int i = 0; i < 9; ++i) v[i] = static_cast<float>(m.m[i]);
+  return v;
+}
+
+// The image work of one application: a chain of graphs (split only by encode/decode round trips) plus the pending
+// geometric run and the objects.
+class Executor {
+ public:
+  Executor(const BoxFilter& filter, ApplyReport* report) : filter_(filter), report_(report) {}
+
+  void Start(const Sample& s) {
+    inputs_ = {s.image};
+    objects_ = s.objects;
+    StartGraph();
+  }
+
+  // Mosaic: four images, each warped into its cell of the canvas by `forward[i]`, cells concatenated.
+  void StartMosaic(const std::vector<const Sample*>& tiles, const std::array<Mat3, 4>& forward,
+                   const std::array<std::array<int64_t, 4>, 4>& cells, int64_t width, int64_t height, double fill) {
+    inputs_.clear();
+    objects_.clear();
+    b_ = std::make_unique<GraphBuilder>("augment");
+    int channels = 3;
+    for (const Sample* t : tiles) channels = std::min<int>(channels, static_cast<int>(t->image.dim(2)));
+    std::vector<ValueRef> parts;
+    for (int i = 0; i < 4; ++i) {
+      const Sample& t = *tiles[i];
+      Tensor img = t.image;
+      if (img.dim(2) != channels) img = ToChannels(img, channels);
+      inputs_.push_back(img);
+      ValueRef x = b_->Input("image" + std::to_string(i), DType::kU8, {img.dim(0), img.dim(1), img.dim(2)});
+      const auto& c = cells[i];
+      const Mat3 local = Mat3::Translate(-double(c[0]), -double(c[1])) * forward[i];
+      parts.push_back(b_->Op("WarpPerspective", {x},
+                             {{"matrix", Attribute::Floats(MatrixAttr(PixelInverseMap(local)))},
+                              {"height", Attribute::Int(c[3] - c[1])},
+                              {"width", Attribute::Int(c[2] - c[0])},
+                              {"mode", Attribute::String("bilinear")},
+                              {"border_mode", Attribute::String("constant")},
+                              {"border_value", Attribute::Float(static_cast<float>(fill))}}));
+      std::vector<Object> objs = t.objects;
+      const int64_t dropped = MoveObjects(
+          objs, forward[i], {double(c[0]), double(c[1]), double(c[2]), double(c[3])}, filter_);
+      if (report_) report_->objects_dropped += dropped;
+      objects_.insert(objects_.end(), objs.begin(), objs.end());
+    }
+    ValueRef top = b_->Op("Concat", {parts[0], parts[1]}, {{"axis", Attribute::Int(1)}});
+    ValueRef bottom = b_->Op("Concat", {parts[2], parts[3]}, {{"axis", Attribute::Int(1)}});
+    x_ = b_->Op("Concat", {top, bottom}, {{"axis", Attribute::Int(0)}});
+    has_ops_ = true;
+    w_ = gw_ = width, h_ = gh_ = height, c_ = channels;
+    if (report_) report_->warps += 4;
+  }
+
+  View CurrentView() const {
+    View v;
+    v.width = w_, v.height = h_, v.channels = c_;
+    for (const Object& o : objects_) {
+      const double cx[4] = {o.x0, o.x1, o.x1, o.x0}, cy[4] = {o.y0, o.y0, o.y1, o.y1};
+      std::array<double, 4> b = {INFINITY, INFINITY, -INFINITY, -INFINITY};
+      bool ok = true;
+      for (int i = 0; i < 4 && ok; ++i) {
+        double x, y;
+        ok = m_.Map(cx[i], cy[i], &x, &y);
+        b = {std::min(b[0], x), std::min(b[1], y), std::max(b[2], x), std::max(b[3], y)};
+      }
+      if (!ok) continue;
+      b = {std::max(b[0], 0.0), std::max(b[1], 0.0), std::min(b[2], double(w_)), std::min(b[3], double(h_))};
+      if (b[2] > b[0] && b[3] > b[1]) v.boxes.push_back(b);
+    }
+    return v;
+  }
+
+  void AddGeo(const GeoStep& s) {
+    m_ = s.forward * m_;
+    w_ = s.width, h_ = s.height;
+    if (s.interpolation >= 0 && interp_ < 0) interp_ = s.interpolation;
+    if (s.border >= 0) border_ = s.border, fill_ = s.fill;
+    geo_pending_ = true;
+  }
+
+  void AddPhoto(const PhotoStep& s) {
+    FlushGeo();
+    if (s.op.empty()) {
+      RunGraph();
+      Tensor img = inputs_[0];
+      const std::string bytes = EncodeImage(img, s.codec, s.quality);
+      DecodeOptions opts;
+      opts.channels = static_cast<int>(img.dim(2));
+      inputs_ = {DecodeImage(bytes.data(), bytes.size(), opts)};
+      StartGraph();
+      return;
+    }
+    x_ = b_->Op(s.op, {x_}, s.attrs);
+    has_ops_ = true;
+    if (s.op == "ColorConvert") c_ = s.attrs.at("to").s == "GRAY" ? 1 : 3;
+  }
+
+  Sample Finish() {
+    FlushGeo();
+    RunGraph();
+    Sample out;
+    out.image = inputs_[0];
+    out.objects = std::move(objects_);
+    return out;
+  }
+
+ private:
+  static Tensor ToChannels(const Tensor& img, int channels) {
+    // Mosaic tiles of mixed gray/RGB: keep the first `channels` (gray images are already 1 channel).
+    const int64_t h = img.dim(0), w = img.dim(1), c = img.dim(2);
+    Tensor out(DType::kU8, {h, w, channels});
+    const uint8_t* s = img.data<uint8_t>();
+    uint8_t* d = out.data<uint8_t>();
+    for (int64_t i = 0; i < h * w; ++i) {
+      if (channels == 1) d[i] = static_cast<uint8_t>((299 * s[i * c] + 587 * s[i * c + 1] + 114 * s[i * c + 2] + 500) / 1000);
+      else for (int k = 0; k < channels; ++k) d[i * channels + k] = s[i * c + std::min<int64_t>(k, c - 1)];
+    }
+    return out;
+  }
+
+  void StartGraph() {
+    const Tensor& img = inputs_[0];
+    b_ = std::make_unique<GraphBuilder>("augment");
+    x_ = b_->Input("image", DType::kU8, {img.dim(0), img.dim(1), img.dim(2)});
+    has_ops_ = false;
+    w_ = gw_ = img.dim(1), h_ = gh_ = img.dim(0), c_ = static_cast<int>(img.dim(2));
+  }
+
+  void FlushGeo() {
+    if (!geo_pending_) return;
+    geo_pending_ = false;
+    if (!(m_.IsIdentity() && w_ == gw_ && h_ == gh_)) {
+      x_ = b_->Op("WarpPerspective", {x_},
+                  {{"matrix", Attribute::Floats(MatrixAttr(PixelInverseMap(m_)))},
+                   {"height", Attribute::Int(h_)},
+                   {"width", Attribute::Int(w_)},
+                   {"mode", Attribute::String(interp_ == 1 ? "bilinear" : "nearest")},
+                   {"border_mode", Attribute::String(BorderName(border_))},
+                   {"border_value", Attribute::Float(border_ >= 0 ? static_cast<float>(fill_) : 0.0f)}});
+      has_ops_ = true;
+      const int64_t dropped = MoveObjects(objects_, m_, {0, 0, double(w_), double(h_)}, filter_);
+      if (report_) report_->objects_dropped += dropped, ++report_->warps;
+    }
+    m_ = Mat3{};
+    gw_ = w_, gh_ = h_;
+    interp_ = border_ = -1;
+    fill_ = 0;
+  }
+
+  void RunGraph() {
+    if (!has_ops_) return;
+    b_->Output(x_, "out");
+    Graph g = b_->Finish();
+    for (osprey::Node& n : g.nodes)
+      if (n.op_type != "Concat") n.domain = "osprey";
+    std::vector<TensorSpec> specs;
+    for (const Tensor& t : inputs_) specs.push_back(TensorSpec{DType::kU8, t.shape()});
+    CompileOptions opts;
+    opts.num_threads = 1;
+    std::shared_ptr<const Plan> plan = Compile(g, specs, opts);
+    std::vector<Tensor> out = plan->Run(inputs_);
+    inputs_ = {out[0]};
+    if (report_) ++report_->graphs;
+    StartGraph();
+  }
+
+  const BoxFilter& filter_;
+  ApplyReport* report_;
+  std::vector<Tensor> inputs_;
+  std::vector<Object> objects_;
+  std::unique_ptr<GraphBuilder> b_;
+  ValueRef x_;
+  bool has_ops_ = false;
+  int64_t w_ = 0, h_ = 0, gw_ = 0, gh_ = 0;
+  int c_ = 3;
+  Mat3 m_;
+  bool geo_pending_ = false;
+  int interp_ = -1, border_ = -1;
+  double fill_ = 0;
+};
+
+// Indices `n` drawn from weights `w` (with or without replacement), sorted, as Albumentations' SomeOf.
+std::vector<size_t> WeightedPick(Rng& rng, const std::vector<double>& w, int64_t n, bool replace) {
+  std::vector<double> weights = w;
+  std::vector<size_t> out;
+  for (int64_t k = 0; k < n; ++k) {
+    double total = 0;
+    for (double x : weights) total += x;
+    if (!(total > 0)) break;
+    double r = rng.Unit() * total;
+    size_t i = 0;
+    while (i + 1 < weights.size() && (r -= weights[i]) >= 0) ++i;
+    if (weights[i] <= 0)  // landed on a zero weight through rounding: take the last positive one
+      for (size_t j = weights.size(); j-- > 0;)
+        if (weights[j] > 0) {
+          i = j;
+          break;
+        }
+    out.push_back(i);
+    if (!replace) weights[i] = 0;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Walk(const PipelineNode& n, Rng& rng, Executor& ex, bool force, ApplyReport* report) {
+  if (!force && !rng.Chance(n.p)) return;
+  switch (n.kind) {
+    case PipelineNode::kLeaf: {
+      if (report) report->applied.push_back(n.name);
+      if (n.leaf->IsGeometric()) {
+        ex.AddGeo(n.leaf->Geometry(rng, ex.CurrentView()));
+      } else {
+        std::vector<PhotoStep> steps;
+        n.leaf->Photometric(rng, ex.CurrentView(), steps);
+        for (const PhotoStep& s : steps) ex.AddPhoto(s);
+      }
+      return;
+    }
+    case PipelineNode::kCompose:
+    case PipelineNode::kSequential:
+      for (const PipelineNode& c : n.children) Walk(c, rng, ex, false, report);
+      return;
+    case PipelineNode::kOneOf:
+    case PipelineNode::kSomeOf: {
+      std::vector<double> w;
+      for (const PipelineNode& c : n.children) w.push_back(c.p);
+      for (size_t i : WeightedPick(rng, w, n.kind == PipelineNode::kOneOf ? 1 : n.n, n.kind == PipelineNode::kOneOf || n.replace))
+        Walk(n.children[i], rng, ex, true, report);
+      return;
+    }
+  }
+}
+
+void DescribeNode(const PipelineNode& n, int depth, std::ostringstream& os) {
+  os << std::string(depth * 2, ' ') << n.name << " (p=" << n.p;
+  if (n.kind == PipelineNode::kSomeOf) os << ", n=" << n.n;
+  os << ")\n";
+  for (const PipelineNode& c : n.children) DescribeNode(c, depth + 1, os);
+}
+
+}  // namespace
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::Pipeline(Pipeline&&) noexcept = default;
+Pipeline& Pipeline::operator=(Pipeline&&) noexcept = default;
+Pipeline::~Pipeline() = default;
+
+Pipeline Pipeline::FromJson(const std::string& json_text) {
+  auto impl = std::make_unique<Impl>();
+  impl->parsed = ParsePipelineJson(json_text);
+  return Pipeline(std::move(impl));
+}
+
+Pipeline Pipeline::FromFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorCode::kNotFound, "pipeline: cannot open " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return FromJson(ss.str());
+  } catch (const Error& e) {
+    throw Error(e.code(), path + ": " + e.what());
+  }
+}
+
+int Pipeline::images_needed() const { return impl_->parsed.mosaic ? 4 : 1; }
+const BoxFilter& Pipeline::box_filter() const { return impl_->parsed.filter; }
+
+std::string Pipeline::Describe() const {
+  std::ostringstream os;
+  if (const auto& m = impl_->parsed.mosaic)
+    os << "Mosaic (p=" << m->p << ", " << m->height << "x" << m->width << ")\n";
+  DescribeNode(impl_->parsed.root, 0, os);
+  return os.str();
+}
+
+Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<Sample(int)>& others,
+                       ApplyReport* report) const {
+  const Tensor& img = sample.image;
+  if (img.dtype() != DType::kU8 || img.rank() != 3 || (img.dim(2) != 1 && img.dim(2) != 3) || img.dim(0) < 1 ||
+      img.dim(1) < 1)
+    throw Error(ErrorCode::kInvalidArgument, "augment: expected a uint8 [H, W, 1] or [H, W, 3] image, found " +
+                                                 std::string(DTypeName(img.dtype())) + " " + ShapeToString(img.shape()));
+  if (report) report->objects_in += static_cast<int64_t>(sample.objects.size());
+  const ParsedPipeline& p = impl_->parsed;
+  Rng rng(seed);
+  Executor ex(p.filter, report);
+  if (p.mosaic && rng.Chance(p.mosaic->p)) {
+    if (!others)
+      throw Error(ErrorCode::kInvalidArgument, "augment: the pipeline starts with Mosaic, which needs 3 more images");
+    const MosaicSpec& m = *p.mosaic;
+    const int64_t pos = rng.Int(0, 3);
+    std::vector<Sample> extra;
+    for (int i = 0; i < 3; ++i) {
+      extra.push_back(others(i));
+      const Tensor& t = extra.back().image;
+      if (t.dtype() != DType::kU8 || t.rank() != 3 || (t.dim(2) != 1 && t.dim(2) != 3))
+        throw Error(ErrorCode::kInvalidArgument, "augment: Mosaic tile " + std::to_string(i + 1) +
+                                                     " is not a uint8 [H, W, 1|3] image");
+      if (report) report->objects_in += static_cast<int64_t>(extra.back().objects.size());
+    }
+    std::vector<const Sample*> tiles(4);
+    for (int i = 0, e = 0; i < 4; ++i) tiles[i] = i == pos ? &sample : &extra[e++];
+    const double W = double(m.width), H = double(m.height);
+    const int64_t xc = std::clamp<int64_t>(std::llround(rng.Uniform(m.center_lo, m.center_hi) * W), 1, m.width - 1);
+    const int64_t yc = std::clamp<int64_t>(std::llround(rng.Uniform(m.center_lo, m.center_hi) * H), 1, m.height - 1);
+    std::array<Mat3, 4> fwd;
+    std::array<std::array<int64_t, 4>, 4> cells = {{{0, 0, xc, yc}, {xc, 0, m.width, yc}, {0, yc, xc, m.height},
+                                                    {xc, yc, m.width, m.height}}};
+    for (int i = 0; i < 4; ++i) {
+      // Each tile scaled to fit the canvas, placed with the corner facing the centre at the centre.
+      const double tw = double(tiles[i]->image.dim(1)), th = double(tiles[i]->image.dim(0));
+      const double r = std::min(W / tw, H / th);
+      const double ox = (i % 2 == 0) ? xc - r * tw : double(xc);
+      const double oy = (i < 2) ? yc - r * th : double(yc);
+      fwd[i] = Mat3::Translate(ox, oy) * Mat3::Scale(r, r);
+    }
+    ex.StartMosaic(tiles, fwd, cells, m.width, m.height, m.fill);
+    if (report) report->applied.push_back("Mosaic");
+  } else {
+    ex.Start(sample);
+  }
+  Walk(p.root, rng, ex, false, report);
+  Sample out = ex.Finish();
+  return out;
+}
+
+}  // namespace osprey::augment

@@ -1,0 +1,81 @@
+#pragma once
+// Internal to src/augment: the parsed pipeline tree and the transforms' sampling interface.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "augment/geometry.h"
+#include "osprey/augment.h"
+#include "osprey/graph.h"
+
+namespace osprey::augment {
+
+/// What a transform sees of the image while the pipeline is being sampled.
+struct View {
+  int64_t width = 0, height = 0;
+  int channels = 3;
+  std::vector<std::array<double, 4>> boxes;  // current boxes (x0, y0, x1, y1), clipped to the image
+};
+
+/// One geometric step: the forward map of continuous coordinates and the output size.
+struct GeoStep {
+  Mat3 forward;
+  int64_t width = 0, height = 0;
+  int interpolation = -1;  // -1: no resampling of its own (flips, crops, pads); 0 nearest; 1 bilinear
+  int border = -1;         // -1: introduces no border; else an OpenCV border code (0, 1, 2, 4)
+  double fill = 0;
+};
+
+/// One photometric step: an osprey op appended to the image graph, or a host step (encode/decode round trip).
+struct PhotoStep {
+  std::string op;  // empty for a host step
+  AttributeMap attrs;
+  std::string codec;  // host step: "jpeg" or "webp"
+  int quality = 0;
+};
+
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  virtual bool IsGeometric() const = 0;
+  /// Geometric transforms: draws parameters and returns the step. Throws kInvalidArgument (naming the transform)
+  /// when the image cannot take it (e.g. a crop larger than the image).
+  virtual GeoStep Geometry(Rng& rng, const View& view) const;
+  /// Photometric transforms: draws parameters and appends steps.
+  virtual void Photometric(Rng& rng, const View& view, std::vector<PhotoStep>& steps) const;
+  std::string name;
+};
+
+struct MosaicSpec {
+  int64_t height = 0, width = 0;
+  double center_lo = 0.25, center_hi = 0.75;
+  double fill = 114;
+  double p = 1;
+};
+
+struct PipelineNode {
+  enum Kind { kLeaf, kCompose, kSequential, kOneOf, kSomeOf } kind = kLeaf;
+  std::string name;  // transform or container name
+  double p = 1;
+  std::shared_ptr<const Transform> leaf;
+  std::vector<PipelineNode> children;
+  int64_t n = 1;         // SomeOf
+  bool replace = false;  // SomeOf
+};
+
+struct ParsedPipeline {
+  PipelineNode root;
+  BoxFilter filter;
+  std::optional<MosaicSpec> mosaic;  // a leading Mosaic step, taken out of root
+};
+
+/// Parses osprey or Albumentations pipeline JSON (docs/augment.md). Errors name the JSON path.
+ParsedPipeline ParsePipelineJson(const std::string& text);
+
+/// Names of the supported transforms, comma-separated (for error messages and --help).
+std::string SupportedTransforms();
+
+}  // namespace osprey::augment

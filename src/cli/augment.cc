@@ -1,0 +1,356 @@
+// osprey augment: a detection dataset through a pipeline, K copies per image, on T threads, resumable and shardable,
+// with byte-identical output for a given seed whatever the thread count (docs/augment.md).
+#include "cli/augment.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "osprey/augment.h"
+#include "osprey/dataset.h"
+#include "osprey/error.h"
+#include "osprey/image.h"
+
+namespace osprey::cli {
+
+namespace fs = std::filesystem;
+using augment::Category;
+using augment::Dataset;
+using augment::DatasetItem;
+using augment::Object;
+using augment::Pipeline;
+using augment::Sample;
+
+namespace {
+
+AugmentOptions& Options() {
+  static AugmentOptions o;
+  return o;
+}
+
+struct Shard {
+  int64_t index = 0, count = 1;
+};
+
+Shard ParseShard(const std::string& text) {
+  Shard s;
+  if (text.empty()) return s;
+  const size_t slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t p1 = 0, p2 = 0;
+    s.index = std::stoll(text.substr(0, slash), &p1);
+    s.count = std::stoll(text.substr(slash + 1), &p2);
+    if (p1 != slash || p2 != text.size() - slash - 1) throw std::invalid_argument("junk");
+  } catch (const std::exception&) {
+    throw Error(ErrorCode::kInvalidArgument, "--shard: expected I/N (e.g. 0/4), found \"" + text + "\"");
+  }
+  if (s.count < 1 || s.index < 0 || s.index >= s.count)
+    throw Error(ErrorCode::kInvalidArgument, "--shard " + text + ": need 0 <= I < N (shards are numbered from 0, as "
+                                             "a Kubernetes Indexed Job's JOB_COMPLETION_INDEX)");
+  return s;
+}
+
+std::string OutputExtension(const std::string& image_format, const std::string& source_name) {
+  std::string f = image_format;
+  if (f == "same") {
+    f = augment::ImageFormatFromExtension(source_name);
+    if (f.empty()) f = "png";  // BMP and unknown sources become PNG (lossless)
+  }
+  if (f == "jpeg" || f == "jpg") return "jpg";
+  if (f == "png") return "png";
+  if (f == "webp") return "webp";
+  throw Error(ErrorCode::kInvalidArgument, "--image-format: expected same, jpeg, png or webp, found \"" + f + "\"");
+}
+
+// "a/b.jpg", copy 3 -> "a/b_3.png"
+std::string OutputName(const std::string& file_name, int64_t copy, const std::string& ext) {
+  fs::path p(file_name);
+  fs::path out = p.parent_path() / (p.stem().string() + "_" + std::to_string(copy) + "." + ext);
+  return out.generic_string();
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%02lld:%02lld", (long long)(s / 60), (long long)(s % 60));
+  return buf;
+}
+
+// Progress on stderr: a redrawn bar on a terminal, a plain line every few seconds otherwise.
+class Progress {
+ public:
+  Progress(std::ostream& err, int64_t total, const std::string& mode) : err_(err), total_(total) {
+    bar_ = mode == "bar" || (mode == "auto" && isatty(STDERR_FILENO));
+    quiet_ = mode == "none";
+    start_ = last_ = std::chrono::steady_clock::now();
+  }
+  void Tick(int64_t done, bool final = false) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (!final && since < (bar_ ? 0.2 : 5.0)) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = elapsed > 0 ? done / elapsed : 0;
+    const double eta = rate > 0 ? (total_ - done) / rate : NAN;
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(1);
+    if (bar_) {
+      const int width = 30;
+      const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
+      line << "\r[" << std::string(filled, '=') << (filled < width ? ">" : "")
+           << std::string(std::max(0, width - filled - 1), ' ') << "] ";
+    } else {
+      line << "augment: ";
+    }
+    line << done << "/" << total_ << " (" << (total_ ? 100.0 * done / total_ : 100.0) << "%) " << rate
+         << " images/s, ETA " << FormatDuration(eta) << ", elapsed " << FormatDuration(elapsed);
+    std::lock_guard<std::mutex> lock(mu_);
+    err_ << line.str() << (bar_ ? (final ? "\n" : "") : "\n") << std::flush;
+  }
+
+ private:
+  std::ostream& err_;
+  int64_t total_;
+  bool bar_ = false, quiet_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+  std::mutex mu_;
+};
+
+// Holds an exclusive flock on a file for its lifetime (serialises Finish across shard processes).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Sample LoadSample(const DatasetItem& item) {
+  DecodeOptions opts;
+  opts.channels = 3;
+  Sample s;
+  s.image = ReadImageFile(item.image_path, opts);
+  DatasetItem copy = item;
+  if (copy.normalized) augment::ResolveYolo(copy, s.image.dim(1), s.image.dim(0));
+  s.objects = std::move(copy.objects);
+  return s;
+}
+
+}  // namespace
+
+CLI::App* AddAugmentCommand(CLI::App& app) {
+  AugmentOptions& o = Options();
+  CLI::App* a = app.add_subcommand(
+      "augment", "Augment a detection dataset (COCO or YOLO) with a pipeline; boxes, polygons and keypoints follow");
+  a->add_option("--pipeline,-p", o.pipeline, "Pipeline JSON (osprey's or Albumentations' A.save format)")->required();
+  a->add_option("--input,-i", o.input, "Dataset: COCO annotation .json or folder, or YOLO folder")->required();
+  a->add_option("--format", o.format, "Input format")->check(CLI::IsMember({"auto", "coco", "yolo"}))->capture_default_str();
+  a->add_option("--output,-o", o.output, "Output folder (created; images/ plus annotations)")->required();
+  a->add_option("--output-format", o.output_format, "Output dataset format")
+      ->check(CLI::IsMember({"same", "coco", "yolo"}))
+      ->capture_default_str();
+  a->add_option("--image-format", o.image_format, "Output images (same = as the source file)")
+      ->check(CLI::IsMember({"same", "jpeg", "jpg", "png", "webp"}))
+      ->capture_default_str();
+  a->add_option("--quality", o.quality, "JPEG/WebP quality")->check(CLI::Range(1, 100))->capture_default_str();
+  a->add_option("--copies,-k", o.copies, "Augmented copies per image")->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  a->add_option("--seed", o.seed, "Run seed: the same seed gives byte-identical output")->capture_default_str();
+  a->add_option("--threads,-t", o.threads, "Worker threads (0 = all cores); output does not depend on it")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  a->add_option("--shard", o.shard, "Do only shard I of N (0 <= I < N), e.g. 0/4; all N shards cover the dataset once");
+  a->add_flag("--resume", o.resume, "Continue in an existing output folder, skipping finished items");
+  a->add_option("--preview", o.preview, "Write OUTPUT/preview.png: a contact sheet of the first K outputs, boxes drawn")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
+  a->add_option("--progress", o.progress, "Progress display (auto: a bar on a terminal, plain lines otherwise)")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
+      ->capture_default_str();
+  return a;
+}
+
+int RunAugmentCommand(std::ostream& out, std::ostream& err) { return RunAugment(Options(), out, err); }
+
+int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
+  // Everything that can be wrong with the request is checked before any work starts.
+  const Shard shard = ParseShard(o.shard);
+  const Pipeline pipeline = Pipeline::FromFile(o.pipeline);
+  Dataset ds = augment::ReadDataset(o.input, o.format);
+  const std::string out_format = o.output_format == "same" ? ds.format : o.output_format;
+  if (fs::exists(o.output) && !fs::is_directory(o.output))
+    throw Error(ErrorCode::kInvalidArgument, "--output " + o.output + " exists and is not a folder");
+  if (fs::exists(o.output) && !fs::is_empty(o.output) && !o.resume)
+    throw Error(ErrorCode::kInvalidArgument, "--output " + o.output + " is not empty; pass --resume to continue an "
+                                             "interrupted run there, or choose a new folder");
+  if (ds.items.empty()) throw Error(ErrorCode::kInvalidArgument, o.input + ": the dataset has no images");
+  if (pipeline.images_needed() > 1 && ds.items.size() < 2)
+    throw Error(ErrorCode::kInvalidArgument, "the pipeline starts with Mosaic, which needs at least 2 images");
+  for (const DatasetItem& item : ds.items) OutputExtension(o.image_format, item.file_name);  // validates the format
+
+  // Category ids: YOLO class indices are positions in the category list.
+  std::vector<Category> categories = ds.categories;
+  std::sort(categories.begin(), categories.end(), [](const Category& a, const Category& b) { return a.id < b.id; });
+  std::map<int64_t, int64_t> id_map;  // source category id -> output category id
+  for (size_t i = 0; i < categories.size(); ++i)
+    id_map[categories[i].id] = (out_format == "yolo" && ds.format == "coco") ? static_cast<int64_t>(i) : categories[i].id;
+  if (out_format == "yolo" && ds.format == "coco")
+    for (size_t i = 0; i < categories.size(); ++i) categories[i].id = static_cast<int64_t>(i);
+
+  augment::DatasetWriter writer(o.output, out_format, categories);
+  const int64_t n = static_cast<int64_t>(ds.items.size()), k = o.copies;
+  std::vector<int64_t> work;  // work index w = item * copies + copy; image id = w + 1
+  for (int64_t w = 0; w < n * k; ++w)
+    if (w % shard.count == shard.index) work.push_back(w);
+  int64_t already = 0;
+  std::vector<int64_t> todo;
+  for (int64_t w : work) {
+    if (writer.IsDone(w + 1))
+      ++already;
+    else
+      todo.push_back(w);
+  }
+
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  out << "augment: " << n << " images x " << k << " copies = " << n * k << " outputs";
+  if (shard.count > 1) out << "; shard " << shard.index << "/" << shard.count << ": " << work.size();
+  if (already) out << "; " << already << " already done, " << todo.size() << " to do";
+  out << "; " << threads << " thread" << (threads == 1 ? "" : "s") << " -> " << o.output << " (" << out_format
+      << ")\n"
+      << std::flush;
+
+  // Annotation problems found while reading are reported once per item.
+  int64_t items_with_problems = 0, warnings = 0;
+  for (const std::string& e : ds.errors) err << "augment: " << o.input << ": " << e << "\n";
+  for (const DatasetItem& item : ds.items) {
+    for (const std::string& w : item.warnings) err << "augment: warning: " << item.file_name << ": " << w << "\n";
+    warnings += static_cast<int64_t>(item.warnings.size());
+  }
+  for (const DatasetItem& item : ds.items)
+    if (!item.errors.empty()) {
+      ++items_with_problems;
+      for (const std::string& e : item.errors) err << "augment: " << item.file_name << ": " << e << "\n";
+    }
+
+  std::atomic<int64_t> next{0}, done{0}, written{0}, dropped{0}, objects_in{0};
+  std::mutex fail_mu;
+  std::map<int64_t, std::string> failures;  // work index -> message (sorted: deterministic report)
+  std::map<int64_t, std::pair<Tensor, std::vector<Object>>> previews;
+  const int64_t preview_count = std::min<int64_t>(o.preview, static_cast<int64_t>(todo.size()));
+  Progress progress(err, static_cast<int64_t>(todo.size()), o.progress);
+
+  auto worker = [&] {
+    for (;;) {
+      const int64_t t = next.fetch_add(1);
+      if (t >= static_cast<int64_t>(todo.size())) return;
+      const int64_t w = todo[t], i = w / k, copy = w % k;
+      const DatasetItem& item = ds.items[i];
+      try {
+        Sample in = LoadSample(item);
+        const uint64_t seed = augment::ItemSeed(o.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(copy));
+        auto others = [&](int j) {
+          const uint64_t s = augment::ItemSeed(seed, 0x4d6f73616963ull /* "Mosaic" */, static_cast<uint64_t>(j));
+          int64_t pick = static_cast<int64_t>(s % static_cast<uint64_t>(n - 1));
+          if (pick >= i) ++pick;  // never the item itself
+          try {
+            return LoadSample(ds.items[pick]);
+          } catch (const Error& e) {
+            throw Error(e.code(), "Mosaic tile " + ds.items[pick].file_name + ": " + e.what());
+          }
+        };
+        augment::ApplyReport report;
+        Sample res = pipeline.Apply(in, seed, others, &report);
+        augment::OutputItem oi;
+        oi.image_id = w + 1;
+        oi.file_name = OutputName(item.file_name, copy, OutputExtension(o.image_format, item.file_name));
+        oi.width = res.image.dim(1), oi.height = res.image.dim(0);
+        for (Object& obj : res.objects) {
+          auto it = id_map.find(obj.category);
+          if (it != id_map.end()) obj.category = it->second;
+        }
+        oi.objects = res.objects;
+        const std::string ext = fs::path(oi.file_name).extension().string().substr(1);
+        const std::string fmt = ext == "jpg" ? "jpeg" : ext;
+        writer.Write(oi, augment::EncodeImage(res.image, fmt, o.quality));
+        ++written;
+        dropped += report.objects_dropped;
+        objects_in += report.objects_in;
+        if (t < preview_count) {
+          std::lock_guard<std::mutex> lock(fail_mu);
+          previews[t] = {res.image, res.objects};
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(fail_mu);
+        failures[w] = item.file_name + (k > 1 ? " (copy " + std::to_string(copy) + ")" : "") + ": " + e.what();
+      }
+      progress.Tick(++done);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  progress.Tick(done.load(), true);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  {
+    fs::create_directories(fs::path(o.output) / ".osprey-augment");
+    FileLock lock((fs::path(o.output) / ".osprey-augment" / "finish.lock").string());
+    writer.Finish();
+  }
+  const int64_t total_done = writer.CountDone();
+
+  if (!previews.empty()) {
+    std::vector<Tensor> tiles;
+    for (auto& [t, p] : previews) tiles.push_back(augment::DrawObjects(p.first, p.second));
+    const Tensor sheet = augment::ContactSheet(tiles);
+    const std::string path = (fs::path(o.output) / "preview.png").string();
+    const std::string png = augment::EncodeImage(sheet, "png");
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || std::fwrite(png.data(), 1, png.size(), f) != png.size()) {
+      if (f) std::fclose(f);
+      throw Error(ErrorCode::kUnavailable, "cannot write " + path);
+    }
+    std::fclose(f);
+    out << "augment: preview of " << tiles.size() << " samples: " << path << "\n";
+  }
+
+  for (const auto& [w, msg] : failures) err << "augment: failed: " << msg << "\n";
+  out << std::fixed << std::setprecision(1) << "augment: wrote " << written.load() << " images in " << secs << " s ("
+      << (secs > 0 ? written.load() / secs : 0.0) << " images/s)";
+  if (already) out << ", " << already << " were already done";
+  out << "; objects " << objects_in.load() << " in, " << dropped.load() << " dropped by the pipeline";
+  out << "; " << failures.size() << " failed";
+  if (items_with_problems) out << "; " << items_with_problems << " images had annotation problems";
+  if (!ds.errors.empty()) out << "; " << ds.errors.size() << " annotations belong to no image";
+  if (warnings) out << "; " << warnings << " warnings";
+  out << "\naugment: " << total_done << " of " << n * k << " outputs present in " << o.output;
+  if (total_done < n * k && shard.count > 1) out << " (the other shards write the rest)";
+  out << "\n";
+  return failures.empty() && items_with_problems == 0 && ds.errors.empty() ? 0 : 1;
+}
+
+}  // namespace osprey::cli

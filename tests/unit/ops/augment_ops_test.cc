@@ -1,0 +1,366 @@
+// Augmentation image ops: src/ops/augment_ops.cc, src/kernels/reference/augment.cc, src/kernels/cpu/augment_kernels.cc.
+// src/kernels/cpu/augment_kernels.cc). Oracles: values computed by hand in each test from the rules in docs/augment.md
+// (OpenCV / Albumentations arithmetic), and the reference kernel for every fast kernel. Comparisons with OpenCV and
+// Albumentations themselves live in tests/image_ops/test_augment_ops.py.
+//
+// Fast-vs-reference tolerance: WarpPerspective's uint8 path is exact (same 1/32-pixel positions, integer weights),
+// so uint8 must be bit-identical; float32 differs by float-vs-double weights (rtol 1e-5). GaussianBlur accumulates in
+// float where the reference uses double: uint8 may round the other way at a .5 boundary (max diff 1, rare).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "osprey/graph.h"
+#include "unit/kernels/kernel_test_util.h"
+
+namespace osprey::testing {
+namespace {
+
+Node AugNode(const std::string& op, AttributeMap attrs = {}) {
+  Node n = MakeNode(op, 1, 1, std::move(attrs));
+  n.domain = kOspreyDomain;
+  return n;
+}
+
+Tensor RandomU8(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor t(DType::kU8, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 255);
+  return t;
+}
+
+Tensor U8(Shape shape, const std::vector<uint8_t>& v) { return Tensor::FromVector<uint8_t>(std::move(shape), v); }
+Tensor F32(Shape shape, const std::vector<float>& v) { return Tensor::FromVector<float>(std::move(shape), v); }
+
+std::vector<uint8_t> Bytes(const Tensor& t) {
+  return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.numel());
+}
+
+Tensor RunRef(const Node& node, const Tensor& x) { return RunReferenceNode(node, {x})[0]; }
+
+// Runs the fast kernel (through CreateCpuKernel) twice against the reference kernel. uint8: at most `max_u8_diff`
+// per element; float32: rtol/atol 1e-5.
+void ExpectFastMatches(const Node& node, const Tensor& input, const std::string& expected_name, int max_u8_diff) {
+  SCOPED_TRACE(node.op_type + " " + ShapeToString(input.shape()) + " " + DTypeName(input.dtype()));
+  const Tensor expected = RunRef(node, input);
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, {input}, {false}, outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(std::string(kernel->Name()), expected_name);
+  for (int run = 0; run < 2; ++run) {
+    RunKernel(*kernel, node, {input}, outputs);
+    if (outputs[0].dtype() == DType::kU8)
+      ExpectTensorNear(outputs[0], expected, 0.f, static_cast<float>(max_u8_diff));
+    else
+      ExpectTensorNear(outputs[0], expected, 1e-5f, 1e-5f);
+  }
+}
+
+Node Warp(const std::vector<float>& m, int64_t h, int64_t w, const std::string& mode = "bilinear",
+          const std::string& border = "constant", float border_value = 0.f) {
+  return AugNode("WarpPerspective", {{"matrix", Attribute::Floats(m)},
+                                     {"height", Attribute::Int(h)},
+                                     {"width", Attribute::Int(w)},
+                                     {"mode", Attribute::String(mode)},
+                                     {"border_mode", Attribute::String(border)},
+                                     {"border_value", Attribute::Float(border_value)}});
+}
+
+const std::vector<float> kIdentity = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+
+TEST(AugmentOps, WarpPerspectiveHandComputed) {
+  const Tensor img = U8({3, 3, 1}, {10, 20, 30, 40, 50, 60, 70, 80, 90});
+  // Half-pixel shift right: each output averages a pixel and its right neighbour; the last column's neighbour is
+  // the border: constant 0 -> 15, replicate 30 -> 30, reflect (index 3 -> 2) -> 30, reflect101 (3 -> 1) -> 25.
+  const std::vector<float> shift = {1, 0, 0.5f, 0, 1, 0, 0, 0, 1};
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3), img)), (std::vector<uint8_t>{15, 25, 15}));
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3, "bilinear", "constant", 100.f), img)), (std::vector<uint8_t>{15, 25, 65}));
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3, "bilinear", "replicate"), img)), (std::vector<uint8_t>{15, 25, 30}));
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3, "bilinear", "reflect"), img)), (std::vector<uint8_t>{15, 25, 30}));
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3, "bilinear", "reflect101"), img)), (std::vector<uint8_t>{15, 25, 25}));
+  // Nearest rounds the position with ties to even (OpenCV): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2.
+  EXPECT_EQ(Bytes(RunRef(Warp(shift, 1, 3, "nearest"), img)), (std::vector<uint8_t>{10, 30, 30}));
+  // A homogeneous scale is the identity.
+  EXPECT_EQ(Bytes(RunRef(Warp({2, 0, 0, 0, 2, 0, 0, 0, 2}, 3, 3), img)), Bytes(img));
+  // Perspective: w = 1 + 0.5 x. x = 1 maps to 1 / 1.5, rounded to 21/32: 10 * 11/32 + 20 * 21/32 = 16.5625 -> 17;
+  // x = 2 maps to 1 exactly.
+  EXPECT_EQ(Bytes(RunRef(Warp({1, 0, 0, 0, 1, 0, 0.5f, 0, 1}, 1, 3), img)), (std::vector<uint8_t>{10, 17, 20}));
+  // Quarter turn (output (x, y) reads input column 2 - y, row x) to a 3x2 output: output row y is input column 2 - y.
+  EXPECT_EQ(Bytes(RunRef(Warp({0, -1, 2, 1, 0, 0, 0, 0, 1}, 3, 2), img)),
+            (std::vector<uint8_t>{30, 60, 20, 50, 10, 40}));
+  // float32 keeps the exact value.
+  const Tensor f = F32({1, 2, 1}, {0.f, 1.f});
+  ExpectTensorNear(RunRef(Warp({1, 0, 0.25f, 0, 1, 0, 0, 0, 1}, 1, 1), f), F32({1, 1, 1}, {0.25f}));
+}
+
+TEST(AugmentOps, WarpPerspectiveFastMatchesReference) {
+  const std::vector<std::vector<float>> matrices = {
+      kIdentity,
+      {0.9f, 0.2f, -3.7f, -0.15f, 1.1f, 2.3f, 0, 0, 1},                 // affine, partly outside
+      {1.7f, 0.3f, -5.f, 0.1f, 1.4f, -4.f, 0, 0, 1},                    // affine zoom-out, much border
+      {1.02f, 0.05f, -1.f, -0.03f, 0.97f, 0.5f, 0.004f, -0.003f, 1.f},  // perspective
+      {0.8f, -0.1f, 3.f, 0.2f, 0.9f, -2.f, -0.01f, 0.02f, 0.9f},        // perspective, w crosses 0 far away
+      {1e6f, 0, 0, 0, 1e6f, 0, 0, 0, 1},                                // positions far outside the int range
+  };
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {3, 1}, {17, 23}, {40, 31}};
+  int case_id = 0;
+  for (const auto& m : matrices)
+    for (const auto& [h, w] : sizes)
+      for (int64_t c : {1, 3, 4, 5})
+        for (const std::string mode : {"bilinear", "nearest"})
+          for (const std::string border : {"constant", "replicate", "reflect", "reflect101"}) {
+            SCOPED_TRACE(mode + " " + border + " case " + std::to_string(case_id));
+            const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
+            const std::string suffix =
+                std::string(mode == "nearest" ? "Nearest" : "Bilinear") + (affine ? "Affine" : "");
+            const Node node = Warp(m, h + 2, w + 3, mode, border, 77.f);
+            ExpectFastMatches(node, RandomU8({h, w, c}, ++case_id), "WarpPerspectiveU8" + suffix, 0);
+            if (c == 3 || c == 1)
+              ExpectFastMatches(node, RandomTensor({h, w, c}, ++case_id, 0.f, 1.f), "WarpPerspectiveF32" + suffix, 0);
+          }
+  // A batch.
+  ExpectFastMatches(Warp(matrices[3], 9, 8), RandomU8({2, 7, 6, 3}, 5), "WarpPerspectiveU8Bilinear", 0);
+}
+
+Node Blur(int64_t kx, int64_t ky, float sx, float sy) {
+  return AugNode("GaussianBlur", {{"ksize_x", Attribute::Int(kx)},
+                                  {"ksize_y", Attribute::Int(ky)},
+                                  {"sigma_x", Attribute::Float(sx)},
+                                  {"sigma_y", Attribute::Float(sy)}});
+}
+
+TEST(AugmentOps, GaussianBlurKernelRules) {
+  // OpenCV: ksize = cvRound(sigma * (uint8 ? 3 : 4) * 2 + 1) | 1 (ties to even), when ksize is 0.
+  EXPECT_EQ(GaussianBlurKernelSize(0, 1.0, true), 7);
+  EXPECT_EQ(GaussianBlurKernelSize(0, 1.0, false), 9);
+  EXPECT_EQ(GaussianBlurKernelSize(0, 0.75, true), 7);  // 5.5 -> 6 -> 7
+  EXPECT_EQ(GaussianBlurKernelSize(0, 0.25, true), 3);  // 2.5 -> 2 -> 3
+  EXPECT_EQ(GaussianBlurKernelSize(5, 3.0, true), 5);
+  // Fixed tables for size <= 9 with sigma 0 (OpenCV 4.x; cv2.getGaussianKernel(k, 0) * 256).
+  const std::vector<double> k5 = GaussianKernel1D(5, 0);
+  const double t5[5] = {16, 64, 96, 64, 16};
+  for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(k5[i] * 256, t5[i]);
+  const std::vector<double> k9 = GaussianKernel1D(9, 0);
+  const double t9[9] = {4, 13, 30, 51, 60, 51, 30, 13, 4};
+  for (int i = 0; i < 9; ++i) EXPECT_DOUBLE_EQ(k9[i] * 256, t9[i]);
+  // Size 11, sigma 0: the formula with sigma = ((11 - 1) / 2 - 1) * 0.3 + 0.8 = 2.0.
+  const std::vector<double> k11 = GaussianKernel1D(11, 0);
+  EXPECT_NEAR(k11[4] / k11[5], std::exp(-0.5 / 4.0), 1e-12);
+  EXPECT_NEAR(k11[0] / k11[5], std::exp(-0.5 * 25 / 4.0), 1e-12);
+  EXPECT_NEAR(k11[5], 51.34474604513814 / 256, 1e-12);  // cv2.getGaussianKernel(11, 0)[5]
+  double sum = 0;
+  for (double v : k11) sum += v;
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+}
+
+TEST(AugmentOps, GaussianBlurHandComputed) {
+  // Taps (0.25, 0.5, 0.25) along x only, BORDER_REFLECT_101: [0, 100, 200] -> [50, 100, 150].
+  EXPECT_EQ(Bytes(RunRef(Blur(3, 1, 0, 0), U8({1, 3, 1}, {0, 100, 200}))), (std::vector<uint8_t>{50, 100, 150}));
+  // Along y only (ksize_x 1), on a column.
+  EXPECT_EQ(Bytes(RunRef(Blur(1, 3, 0, 0), U8({3, 1, 1}, {0, 100, 200}))), (std::vector<uint8_t>{50, 100, 150}));
+  // 5x5 impulse: the outer product of the taps, 255/16 = 15.9 -> 16 at corners, 31.9 -> 32 at edges, 63.75 -> 64.
+  std::vector<uint8_t> impulse(25, 0), expected(25, 0);
+  impulse[12] = 255;
+  const uint8_t inner[9] = {16, 32, 16, 32, 64, 32, 16, 32, 16};
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 3; ++x) expected[(y + 1) * 5 + x + 1] = inner[y * 3 + x];
+  EXPECT_EQ(Bytes(RunRef(Blur(3, 3, 0, 0), U8({5, 5, 1}, impulse))), expected);
+  // On a 3x3 image the reflected border (index -1 -> 1) folds the impulse back onto itself: 63.75 -> 64 everywhere.
+  EXPECT_EQ(Bytes(RunRef(Blur(3, 3, 0, 0), U8({3, 3, 1}, {0, 0, 0, 0, 255, 0, 0, 0, 0}))), std::vector<uint8_t>(9, 64));
+  // ksize 1 both ways is the identity; a flat image stays flat.
+  const Tensor img = RandomU8({5, 6, 3}, 3);
+  EXPECT_EQ(Bytes(RunRef(Blur(1, 1, 0, 0), img)), Bytes(img));
+  std::vector<uint8_t> flat(7 * 9 * 3, 77);
+  EXPECT_EQ(Bytes(RunRef(Blur(0, 0, 2.5f, 0), U8({7, 9, 3}, flat))), flat);
+}
+
+TEST(AugmentOps, GaussianBlurFastMatchesReference) {
+  const std::vector<std::tuple<int64_t, int64_t, float, float>> params = {
+      {3, 3, 0, 0},    {5, 5, 0, 0},      {7, 7, 0, 0},      {9, 9, 0, 0},    {3, 7, 0, 0},
+      {0, 0, 1.3f, 0}, {0, 0, 0.6f, 2.f}, {15, 5, 3.f, 1.f}, {31, 31, 5.f, 0}};
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {2, 3}, {5, 40}, {37, 29}};
+  uint32_t seed = 0;
+  for (const auto& [kx, ky, sx, sy] : params)
+    for (const auto& [h, w] : sizes)
+      for (int64_t c : {1, 3, 4}) {
+        SCOPED_TRACE("ksize " + std::to_string(kx) + "x" + std::to_string(ky) + " sigma " + std::to_string(sx) + "," +
+                     std::to_string(sy));
+        const Node node = Blur(kx, ky, sx, sy);
+        ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8Separable", 1);
+        ExpectFastMatches(node, RandomTensor({h, w, c}, ++seed, 0.f, 1.f), "GaussianBlurF32Separable", 1);
+      }
+  ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8Separable", 1);
+}
+
+TEST(AugmentOps, LookupTable) {
+  std::vector<int64_t> invert(256), per_channel(512);
+  for (int v = 0; v < 256; ++v) invert[v] = 255 - v, per_channel[v] = v / 2, per_channel[256 + v] = 255;
+  const Tensor img = U8({1, 2, 2}, {0, 10, 200, 255});
+  const Node shared = AugNode("LookupTable", {{"table", Attribute::Ints(invert)}});
+  EXPECT_EQ(Bytes(RunRef(shared, img)), (std::vector<uint8_t>{255, 245, 55, 0}));
+  const Node split = AugNode("LookupTable", {{"table", Attribute::Ints(per_channel)}});
+  EXPECT_EQ(Bytes(RunRef(split, img)), (std::vector<uint8_t>{0, 255, 100, 255}));
+}
+
+TEST(AugmentOps, FillRects) {
+  const Tensor img = U8({3, 4, 2}, std::vector<uint8_t>(24, 1));
+  // Rect rows [1, 9) x cols [-2, 2) clipped to rows 1..2, cols 0..1; an empty rect (left == right) changes nothing.
+  const Node node = AugNode(
+      "FillRects", {{"rects", Attribute::Ints({1, -2, 9, 2, 0, 3, 2, 3})}, {"fill", Attribute::Ints({7, 200})}});
+  std::vector<uint8_t> expected(24, 1);
+  for (int y = 1; y < 3; ++y)
+    for (int x = 0; x < 2; ++x) expected[(y * 4 + x) * 2] = 7, expected[(y * 4 + x) * 2 + 1] = 200;
+  EXPECT_EQ(Bytes(RunRef(node, img)), expected);
+  // One fill value for all channels, float image, float fill; no rects: a copy.
+  const Node one =
+      AugNode("FillRects", {{"rects", Attribute::Ints({0, 0, 1, 1})}, {"fill", Attribute::Floats({0.5f})}});
+  ExpectTensorNear(RunRef(one, F32({1, 2, 1}, {0.f, 1.f})), F32({1, 2, 1}, {0.5f, 1.f}));
+  const Node none = AugNode("FillRects", {{"fill", Attribute::Floats({0.f})}});
+  EXPECT_EQ(Bytes(RunRef(none, img)), Bytes(img));
+}
+
+int GrayOf(int r, int g, int b) { return (r * 9798 + g * 19235 + b * 3735 + (1 << 14)) >> 15; }
+
+TEST(AugmentOps, AdjustContrastAndSaturation) {
+  // Gray image [0, 100]: mean 50. Factor 2: albucore's table v * 2 - 50, clipped: 0 -> 0, 100 -> 150.
+  const Tensor g = U8({1, 2, 1}, {0, 100});
+  EXPECT_EQ(Bytes(RunRef(AugNode("AdjustContrast", {{"factor", Attribute::Float(2.f)}}), g)),
+            (std::vector<uint8_t>{0, 150}));
+  // Factor 0.5: v * 0.5 + 25 -> 25, 75. Factor 0: round(mean) everywhere.
+  EXPECT_EQ(Bytes(RunRef(AugNode("AdjustContrast", {{"factor", Attribute::Float(0.5f)}}), g)),
+            (std::vector<uint8_t>{25, 75}));
+  EXPECT_EQ(Bytes(RunRef(AugNode("AdjustContrast", {{"factor", Attribute::Float(0.f)}}), U8({1, 2, 1}, {0, 101}))),
+            (std::vector<uint8_t>{51, 51}));
+  // RGB: the mean is over the uint8 gray image; 0.5 * v + 0.5 * m truncates.
+  const Tensor rgb = U8({1, 2, 3}, {200, 100, 50, 10, 20, 30});
+  const double m = (GrayOf(200, 100, 50) + GrayOf(10, 20, 30)) / 2.0;
+  std::vector<uint8_t> expected;
+  for (int v : {200, 100, 50, 10, 20, 30})
+    expected.push_back(static_cast<uint8_t>(v * 0.5f + static_cast<float>(m * 0.5)));
+  EXPECT_EQ(Bytes(RunRef(AugNode("AdjustContrast", {{"factor", Attribute::Float(0.5f)}}), rgb)), expected);
+
+  // Saturation: gray of (200, 100, 50) is 124; factor 0 -> gray, factor 2 -> 2x - gray clipped, 0.5 -> rounded mean.
+  const int gray = GrayOf(200, 100, 50);
+  ASSERT_EQ(gray, 124);
+  const Tensor px = U8({1, 1, 3}, {200, 100, 50});
+  auto sat = [&](float f) { return Bytes(RunRef(AugNode("AdjustSaturation", {{"factor", Attribute::Float(f)}}), px)); };
+  EXPECT_EQ(sat(0.f), (std::vector<uint8_t>{124, 124, 124}));
+  EXPECT_EQ(sat(2.f), (std::vector<uint8_t>{255, 76, 0}));
+  EXPECT_EQ(sat(0.5f), (std::vector<uint8_t>{162, 112, 87}));  // 162, 112, 87
+  // C = 1: identity.
+  EXPECT_EQ(Bytes(RunRef(AugNode("AdjustSaturation", {{"factor", Attribute::Float(3.f)}}), g)), Bytes(g));
+}
+
+TEST(AugmentOps, ShiftHsv) {
+  auto shift = [](const Tensor& x, float h, float s, float v) {
+    return Bytes(RunRef(
+        AugNode("ShiftHSV",
+                {{"hue", Attribute::Float(h)}, {"saturation", Attribute::Float(s)}, {"value", Attribute::Float(v)}}),
+        x));
+  };
+  const Tensor red = U8({1, 1, 3}, {255, 0, 0});
+  EXPECT_EQ(shift(red, 0, 0, 0), (std::vector<uint8_t>{255, 0, 0}));
+  EXPECT_EQ(shift(red, 60, 0, 0), (std::vector<uint8_t>{0, 255, 0}));      // +120 degrees
+  EXPECT_EQ(shift(red, -60, 0, 0), (std::vector<uint8_t>{0, 0, 255}));     // -120 degrees (mod 180)
+  EXPECT_EQ(shift(red, 0, 0, -55.7f), (std::vector<uint8_t>{200, 0, 0}));  // value shift truncates to -55
+  EXPECT_EQ(shift(red, 0, -255, 0), (std::vector<uint8_t>{255, 255, 255}));
+  EXPECT_EQ(shift(red, 0, 0, -300), (std::vector<uint8_t>{0, 0, 0}));
+  // Round trip without shifts of a random image stays within OpenCV's HSV quantisation (checked against cv2 in the
+  // pytest); gray pixels are exact.
+  // All shifts 0: Albumentations returns the image itself (no HSV round trip).
+  const Tensor img = RandomU8({6, 7, 3}, 11);
+  EXPECT_EQ(shift(img, 0, 0, 0), Bytes(img));
+  const Tensor gray = U8({1, 2, 3}, {9, 9, 9, 180, 180, 180});
+  EXPECT_EQ(shift(gray, 33, 0, 0), Bytes(gray));
+}
+
+TEST(AugmentOps, AddGaussianNoise) {
+  auto noise = [](const Tensor& x, float mean, float std, int64_t per_channel, int64_t seed) {
+    return RunRef(AugNode("AddGaussianNoise", {{"mean", Attribute::Float(mean)},
+                                               {"std", Attribute::Float(std)},
+                                               {"per_channel", Attribute::Int(per_channel)},
+                                               {"seed", Attribute::Int(seed)}}),
+                  x);
+  };
+  const Tensor grey = U8({256, 256, 3}, std::vector<uint8_t>(256 * 256 * 3, 128));
+  const Tensor a = noise(grey, 0, 10, 1, 42);
+  EXPECT_EQ(Bytes(a), Bytes(noise(grey, 0, 10, 1, 42)));  // deterministic
+  EXPECT_NE(Bytes(a), Bytes(noise(grey, 0, 10, 1, 43)));  // the seed matters
+  double sum = 0, sum2 = 0;
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = a.data<uint8_t>()[i] - 128.0;
+    sum += d, sum2 += d * d;
+  }
+  const double mean = sum / n, std = std::sqrt(sum2 / n - mean * mean);
+  // 196608 samples: the standard error of the mean is 0.023, of the std 0.016; rounding adds 1/12 to the variance.
+  EXPECT_NEAR(mean, 0.0, 0.1);
+  EXPECT_NEAR(std, std::sqrt(100.0 + 1.0 / 12), 0.08);
+  // Mean shift, and one draw per pixel when per_channel = 0.
+  const Tensor b = noise(grey, 5, 0, 1, 1);
+  EXPECT_EQ(Bytes(b), std::vector<uint8_t>(n, 133));
+  const Tensor c = noise(grey, 0, 20, 0, 7);
+  int64_t differing = 0;
+  for (int64_t p = 0; p < n / 3; ++p) {
+    const uint8_t* px = c.data<uint8_t>() + p * 3;
+    EXPECT_TRUE(px[0] == px[1] && px[1] == px[2]) << p;
+    differing += px[0] != 128;
+  }
+  EXPECT_GT(differing, n / 3 / 2);
+}
+
+void ExpectInvalid(const Node& node, const Tensor& x, const std::string& message_part) {
+  SCOPED_TRACE(node.op_type + " expecting '" + message_part + "'");
+  try {
+    RunReferenceNode(node, {x});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(message_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(AugmentOps, Errors) {
+  const Tensor img = RandomU8({4, 5, 3}, 16);
+  ExpectInvalid(AugNode("WarpPerspective", {{"matrix", Attribute::Floats({1, 0, 0, 0, 1, 0, 0, 0})},
+                                            {"height", Attribute::Int(2)},
+                                            {"width", Attribute::Int(2)}}),
+                img, "9 floats");
+  ExpectInvalid(AugNode("WarpPerspective", {{"height", Attribute::Int(2)}, {"width", Attribute::Int(2)}}), img,
+                "'matrix' is required");
+  ExpectInvalid(Warp(kIdentity, 2, 2, "bilinear", "wrap"), img, "got \"wrap\"");
+  ExpectInvalid(Warp(kIdentity, 2, 2, "bicubic"), img, "got \"bicubic\"");
+  ExpectInvalid(Warp(kIdentity, 0, 2), img, "'height' must be in");
+  ExpectInvalid(Warp(kIdentity, 2, 2), RandomU8({0, 5, 3}, 1), "at least one row");
+  ExpectInvalid(Warp(kIdentity, 2, 2), Tensor::FromVector<int64_t>({1, 1, 1}, {1}), "uint8 or float32");
+  ExpectInvalid(Blur(4, 3, 0, 0), img, "'ksize_x' must be odd");
+  ExpectInvalid(Blur(0, 0, 0, 0), img, "positive sigma");
+  ExpectInvalid(Blur(3, 3, -1, 0), img, ">= 0");
+  ExpectInvalid(Blur(0, 0, 500, 0), img, "exceeds the limit");
+  ExpectInvalid(AugNode("LookupTable", {{"table", Attribute::Ints(std::vector<int64_t>(255, 0))}}), img, "256 values");
+  std::vector<int64_t> bad(256, 0);
+  bad[7] = 300;
+  ExpectInvalid(AugNode("LookupTable", {{"table", Attribute::Ints(bad)}}), img, "300 at index 7");
+  ExpectInvalid(AugNode("LookupTable", {{"table", Attribute::Ints(std::vector<int64_t>(256, 0))}}),
+                RandomTensor({2, 2, 3}, 1), "must be uint8");
+  ExpectInvalid(AugNode("AdjustContrast", {{"factor", Attribute::Float(1.f)}}), RandomU8({2, 2, 4}, 1), "RGB (C = 3)");
+  ExpectInvalid(AugNode("AdjustContrast"), img, "'factor' is required");
+  ExpectInvalid(AugNode("AdjustSaturation", {{"factor", Attribute::Float(-1.f)}}), img, ">= 0");
+  ExpectInvalid(AugNode("ShiftHSV", {{"hue", Attribute::Float(10.f)}}), RandomU8({2, 2, 1}, 1), "RGB image");
+  ExpectInvalid(AugNode("AddGaussianNoise", {{"std", Attribute::Float(1.f)}, {"per_channel", Attribute::Int(2)}}), img,
+                "'per_channel'");
+  ExpectInvalid(AugNode("AddGaussianNoise"), img, "'std' is required");
+  ExpectInvalid(AugNode("FillRects", {{"rects", Attribute::Ints({0, 0, 1})}, {"fill", Attribute::Floats({0})}}), img,
+                "4 ints per rectangle");
+  ExpectInvalid(AugNode("FillRects", {{"rects", Attribute::Ints({2, 0, 1, 1})}, {"fill", Attribute::Floats({0})}}), img,
+                "bottom < top");
+  ExpectInvalid(AugNode("FillRects", {{"fill", Attribute::Floats({0, 1})}}), img, "one per channel (3)");
+}
+
+}  // namespace
+}  // namespace osprey::testing
