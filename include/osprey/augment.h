@@ -67,9 +67,21 @@ struct ApplyReport {
   int64_t graphs = 0;                // engine graphs built and run
 };
 
+/// One step of a pipeline built in C++: a transform (parameters as a JSON object text, Albumentations names, e.g.
+/// R"({"limit": 30})") or a container ("Compose", "Sequential", "OneOf", "SomeOf") with `children`.
+struct Step {
+  std::string type;
+  double p = 1.0;
+  std::string params = "{}";
+  std::vector<Step> children;
+  int64_t n = 1;  // SomeOf: how many children
+};
+
 /// A parsed pipeline. Immutable and thread-safe: Apply may run from several threads at once.
 class Pipeline {
  public:
+  /// Builds Compose(steps) with the given box filter; validated exactly as FromJson (same errors).
+  static Pipeline FromSteps(const std::vector<Step>& steps, const BoxFilter& filter = {});
   /// Parses a pipeline: osprey's JSON or the JSON Albumentations writes (A.save(..., data_format="json")); the
   /// format is detected. Throws kInvalidArgument naming the path in the JSON (e.g. "transforms[3].limit") for
   /// malformed specs, and kUnsupported naming the transform for transforms or settings osprey does not support.

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "augment/transforms.h"
 #include "osprey/dataset.h"
 #include "osprey/error.h"
@@ -324,6 +326,44 @@ Pipeline Pipeline::FromJson(const std::string& json_text) {
   auto impl = std::make_unique<Impl>();
   impl->parsed = ParsePipelineJson(json_text);
   return Pipeline(std::move(impl));
+}
+
+namespace {
+
+nlohmann::json StepJson(const Step& step, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(step.params.empty() ? "{}" : step.params);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument, "pipeline: " + path + " (" + step.type + "): params are not valid JSON: " +
+                                                 e.what());
+  }
+  if (!j.is_object())
+    throw Error(ErrorCode::kInvalidArgument, "pipeline: " + path + " (" + step.type + "): params must be a JSON object");
+  j["type"] = step.type;
+  j["p"] = step.p;
+  if (!step.children.empty() || step.type == "Compose" || step.type == "Sequential" || step.type == "OneOf" ||
+      step.type == "SomeOf") {
+    nlohmann::json children = nlohmann::json::array();
+    for (size_t i = 0; i < step.children.size(); ++i)
+      children.push_back(StepJson(step.children[i], path + ".transforms[" + std::to_string(i) + "]"));
+    j["transforms"] = children;
+    if (step.type == "SomeOf") j["n"] = step.n;
+  }
+  return j;
+}
+
+}  // namespace
+
+Pipeline Pipeline::FromSteps(const std::vector<Step>& steps, const BoxFilter& filter) {
+  nlohmann::json root = {{"type", "Compose"}, {"p", 1.0}, {"transforms", nlohmann::json::array()}};
+  for (size_t i = 0; i < steps.size(); ++i)
+    root["transforms"].push_back(StepJson(steps[i], "(top).transforms[" + std::to_string(i) + "]"));
+  root["bbox_params"] = {{"min_area", filter.min_area},
+                         {"min_visibility", filter.min_visibility},
+                         {"min_width", filter.min_width},
+                         {"min_height", filter.min_height}};
+  return FromJson(root.dump());
 }
 
 Pipeline Pipeline::FromFile(const std::string& path) {

@@ -272,6 +272,28 @@ TEST(AugmentPipeline, MosaicPlacesFourTilesAndTheirBoxes) {
   EXPECT_THROW(p.Apply(SyntheticSample(), 5), Error);  // no source of other tiles
 }
 
+TEST(AugmentPipeline, BuiltInCppLikeTheJson) {
+  BoxFilter filter;
+  filter.min_visibility = 0.3;
+  const Pipeline built = Pipeline::FromSteps({{"CenterCrop", 1.0, R"({"height": 120, "width": 40})"},
+                                              {"OneOf", 1.0, "{}", {{"HorizontalFlip", 1.0}, {"VerticalFlip", 1.0}}}},
+                                             filter);
+  const Pipeline parsed = Pipeline::FromJson(R"({"type": "Compose", "transforms": [
+      {"type": "CenterCrop", "height": 120, "width": 40, "p": 1},
+      {"type": "OneOf", "p": 1, "transforms": [{"type": "HorizontalFlip", "p": 1}, {"type": "VerticalFlip", "p": 1}]}],
+      "bbox_params": {"min_visibility": 0.3}})");
+  const Sample in = SyntheticSample();
+  for (uint64_t seed = 1; seed < 5; ++seed) {
+    const Sample a = built.Apply(in, seed), b = parsed.Apply(in, seed);
+    ASSERT_EQ(a.image.nbytes(), b.image.nbytes());
+    EXPECT_EQ(0, std::memcmp(a.image.raw(), b.image.raw(), a.image.nbytes()));
+    ASSERT_EQ(a.objects.size(), 1u);  // the filter came along (see BoxFilterDropsObjectsWithTheirTargets)
+    EXPECT_EQ(b.objects.size(), 1u);
+  }
+  EXPECT_THROW(Pipeline::FromSteps({{"Rotate", 1.0, "[1, 2]"}}), Error);
+  EXPECT_THROW(Pipeline::FromSteps({{"Blur", 1.0}}), Error);
+}
+
 TEST(AugmentBoxes, ConventionsConvertBothWays) {
   const std::array<double, 4> xyxy = {10, 20, 50, 100};
   const std::array<double, 4> coco = BoxFromXyxy(BoxFormat::kCoco, xyxy, 200, 400);
