@@ -127,6 +127,34 @@ TEST(AugmentGeometry, EveryGeometricTransformMovesBoxesWithPixels) {
   for (const std::string& t : transforms) CheckOracle(One(t), t);
 }
 
+TEST(AugmentGeometry, BoxesFollowPixelsInEveryBoxConvention) {
+  // Boxes given in each convention (converted to absolute corners with the input size, as a dataset reader does) and
+  // read back in that convention with the output size must still frame their rectangles.
+  const Pipeline p = One(R"({"type": "Affine", "scale": [0.7, 1.3], "rotate": [-25, 25], "translate_percent": [-0.1, 0.1], "p": 1},
+                            {"type": "Resize", "height": 90, "width": 210, "p": 1})");
+  for (BoxFormat f : {BoxFormat::kCoco, BoxFormat::kPascalVoc, BoxFormat::kYolo, BoxFormat::kAlbumentations}) {
+    SCOPED_TRACE(BoxFormatName(f));
+    Sample in = SyntheticSample();
+    for (Object& o : in.objects) {
+      const auto given = BoxFromXyxy(f, {o.x0, o.y0, o.x1, o.y1}, 160, 120);  // as stored in a file
+      const auto abs = BoxToXyxy(f, given, 160, 120);
+      o.x0 = abs[0], o.y0 = abs[1], o.x1 = abs[2], o.y1 = abs[3];
+    }
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      const Sample out = p.Apply(in, seed);
+      for (const Object& o : out.objects) {
+        const auto stored = BoxFromXyxy(f, {o.x0, o.y0, o.x1, o.y1}, out.image.dim(1), out.image.dim(0));
+        const auto back = BoxToXyxy(f, stored, out.image.dim(1), out.image.dim(0));
+        Object b = o;
+        b.x0 = back[0], b.y0 = back[1], b.x1 = back[2], b.y1 = back[3];
+        const auto region = ColorRegion(out.image, static_cast<int>(o.category));
+        if (region[4] < 30) continue;
+        EXPECT_GE(IoU(region, b), 0.9) << "seed " << seed << " colour " << o.category;
+      }
+    }
+  }
+}
+
 TEST(AugmentGeometry, AChainOfGeometricStepsIsOneWarp) {
   const Pipeline p = One(R"({"type": "HorizontalFlip", "p": 1}, {"type": "Rotate", "limit": 15, "border_mode": 0, "p": 1},
       {"type": "RandomCrop", "height": 100, "width": 120, "p": 1}, {"type": "Resize", "height": 150, "width": 180, "p": 1})");
