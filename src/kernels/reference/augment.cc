@@ -1,7 +1,7 @@
-// Reference kernels of the augmentation image ops (docs/augment.md). WarpPerspective and GaussianBlur are plain
-// double-precision loops, the oracle for their fast kernels (src/kernels/cpu/augment_kernels.cc). The other ops have
-// no fast kernel: these are already single-pass (and table-driven where the op allows), so the runtime uses them
-// directly. Shapes and attributes were validated by the schemas in src/ops/augment_ops.cc.
+// Reference kernels of the augmentation image ops (docs/augment.md): plain loops, the oracle for the fast kernels of
+// WarpPerspective and GaussianBlur (src/kernels/cpu/augment_kernels.cc) and of ShiftHSV, AdjustSaturation and
+// AdjustContrast (src/kernels/cpu/augment_color_kernels.cc, bit-identical). The other ops have no fast kernel.
+// Shapes and attributes were validated by the schemas in src/ops/augment_ops.cc.
 //
 // Arithmetic follows what the augmentation must match:
 // - WarpPerspective: OpenCV's warpPerspective with WARP_INVERSE_MAP. The source position is rounded to 1/32 pixel

@@ -12,10 +12,11 @@ Attribute Ints(std::vector<int64_t> v) { return Attribute::Ints(std::move(v)); }
 
 Node ConvNode(AttributeMap attrs, int num_inputs = 3) { return MakeNode("Conv", num_inputs, 1, std::move(attrs)); }
 
-void ExpectConv(const Node& node, const Shape& x, const Shape& w, bool bias, uint32_t seed = 1) {
+void ExpectConv(const Node& node, const Shape& x, const Shape& w, bool bias, uint32_t seed = 1,
+                const std::string& name = "ConvF32Dnnl") {
   std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1),
                          bias ? RandomTensor({w[0]}, seed + 2) : Tensor()};
-  ExpectFastMatchesReference(node, in, {false, true, true}, "ConvF32Dnnl");
+  ExpectFastMatchesReference(node, in, {false, true, true}, name);
 }
 
 TEST(DnnlConv, Basic3x3Pad1ThreeToFiveChannels) {
@@ -173,9 +174,25 @@ TEST(DnnlConv, EveryLayoutMatchesReference) {
 
 TEST(DnnlConv, ResNetSizedLayersMatchReference) {
   ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}), {1, 64, 28, 28},
-             {64, 64, 3, 3}, true);
+             {64, 64, 3, 3}, true, 1, "ConvF32DnnlWinograd");
   ExpectConv(ConvNode({{"strides", Ints({2, 2})}, {"pads", Ints({3, 3, 3, 3})}}), {1, 3, 32, 32}, {64, 3, 7, 7}, true);
   ExpectConv(ConvNode({}), {1, 256, 14, 14}, {64, 256, 1, 1}, true);
+}
+
+// 3x3 stride-1 layers with >= 64 channels run oneDNN's Winograd (F(2,3) at batch 1, F(4,3) at batch >= 4) with
+// reorders to its blocked layout around it; results stay within the fast-kernel tolerance of the reference.
+TEST(DnnlConv, WinogradLayersMatchReference) {
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {4, 64, 14, 14}, {80, 64, 3, 3}, true, 7, "ConvF32DnnlWinograd");
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 128, 9, 11}, {128, 128, 3, 3}, false, 8,
+             "ConvF32DnnlWinograd");
+  // Residual + activation post-ops.
+  Node node = ConvNode(
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
+  std::vector<Tensor> in{RandomTensor({4, 64, 8, 8}, 11), RandomTensor({64, 64, 3, 3}, 12), RandomTensor({64}, 13),
+                         RandomTensor({4, 64, 8, 8}, 14)};
+  ExpectFastMatchesReference(node, in, {false, true, true, false}, "ConvF32DnnlWinograd");
+  // Large weights at batch 1 stay on direct convolution (bandwidth-bound, docs in dnnl_conv.cc).
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 256, 7, 7}, {256, 256, 3, 3}, false, 9, "ConvF32Dnnl");
 }
 
 TEST(DnnlConv, DeclinesRuntimeWeights) {

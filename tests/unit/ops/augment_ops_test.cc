@@ -4,8 +4,10 @@
 // Albumentations themselves live in tests/image_ops/test_augment_ops.py.
 //
 // Fast-vs-reference tolerance: WarpPerspective's uint8 path is exact (same 1/32-pixel positions, integer weights),
-// so uint8 must be bit-identical; float32 differs by float-vs-double weights (rtol 1e-5). GaussianBlur accumulates in
-// float where the reference uses double: uint8 may round the other way at a .5 boundary (max diff 1, rare).
+// so uint8 must be bit-identical; float32 differs by float-vs-double weights (rtol 1e-5). GaussianBlur uint8 with
+// OpenCV's fixed taps (multiples of 1/256) is integer arithmetic and bit-identical; with other taps it accumulates in
+// float where the reference uses double and may round the other way at a .5 boundary (max diff 1, rare). The uint8
+// colour kernels (ShiftHSV, AdjustSaturation, AdjustContrast) are bit-identical.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -125,6 +127,23 @@ TEST(AugmentOps, WarpPerspectiveFastMatchesReference) {
           }
   // A batch.
   ExpectFastMatches(Warp(matrices[3], 9, 8), RandomU8({2, 7, 6, 3}, 5), "WarpPerspectiveU8Bilinear", 0);
+  // RGB images wide enough for the SIMD groups of 4 pixels: sub-pixel shifts that reach the last row and column
+  // (whose 2x2 taps end at the image's last byte), rotations with border pixels inside a group, a batch (the second
+  // image's reads).
+  const std::vector<std::vector<float>> rgb_matrices = {
+      {1, 0, 0.5f, 0, 1, 0.5f, 0, 0, 1},
+      {1, 0, 0.97f, 0, 1, 0.03f, 0, 0, 1},
+      {0.98f, 0.21f, -6.f, -0.2f, 0.99f, 7.f, 0, 0, 1},
+      {0.5f, 0, 0.25f, 0, 0.5f, 0.75f, 0, 0, 1},
+      {1.02f, 0.05f, -1.f, -0.03f, 0.97f, 0.5f, 0.004f, -0.003f, 1.f}};
+  for (const auto& m : rgb_matrices)
+    for (const std::string border : {"constant", "replicate", "reflect101"}) {
+      SCOPED_TRACE("rgb " + border + " case " + std::to_string(++case_id));
+      const bool affine = m[8] == 1 && m[6] == 0;
+      const std::string name = std::string("WarpPerspectiveU8Bilinear") + (affine ? "Affine" : "");
+      ExpectFastMatches(Warp(m, 33, 45, "bilinear", border, 9.f), RandomU8({33, 45, 3}, case_id), name, 0);
+      ExpectFastMatches(Warp(m, 20, 67, "bilinear", border, 9.f), RandomU8({2, 21, 66, 3}, case_id), name, 0);
+    }
 }
 
 Node Blur(int64_t kx, int64_t ky, float sx, float sy) {
@@ -181,8 +200,8 @@ TEST(AugmentOps, GaussianBlurHandComputed) {
 
 TEST(AugmentOps, GaussianBlurFastMatchesReference) {
   const std::vector<std::tuple<int64_t, int64_t, float, float>> params = {
-      {3, 3, 0, 0},    {5, 5, 0, 0},      {7, 7, 0, 0},      {9, 9, 0, 0},    {3, 7, 0, 0},
-      {0, 0, 1.3f, 0}, {0, 0, 0.6f, 2.f}, {15, 5, 3.f, 1.f}, {31, 31, 5.f, 0}};
+      {3, 3, 0, 0}, {5, 5, 0, 0},    {7, 7, 0, 0},      {9, 9, 0, 0},      {3, 7, 0, 0},    {1, 5, 0, 0},
+      {9, 1, 0, 0}, {0, 0, 1.3f, 0}, {0, 0, 0.6f, 2.f}, {15, 5, 3.f, 1.f}, {31, 31, 5.f, 0}};
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {2, 3}, {5, 40}, {37, 29}};
   uint32_t seed = 0;
   for (const auto& [kx, ky, sx, sy] : params)
@@ -191,10 +210,22 @@ TEST(AugmentOps, GaussianBlurFastMatchesReference) {
         SCOPED_TRACE("ksize " + std::to_string(kx) + "x" + std::to_string(ky) + " sigma " + std::to_string(sx) + "," +
                      std::to_string(sy));
         const Node node = Blur(kx, ky, sx, sy);
-        ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8Separable", 1);
+        // OpenCV's fixed taps (ksize <= 9, sigma 0) are multiples of 1/256: the integer kernel is exact.
+        if (sx == 0 && sy == 0 && kx <= 9 && ky <= 9)
+          ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8FixedPoint", 0);
+        else
+          ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8Separable", 1);
         ExpectFastMatches(node, RandomTensor({h, w, c}, ++seed, 0.f, 1.f), "GaussianBlurF32Separable", 1);
       }
-  ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8Separable", 1);
+  ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8FixedPoint", 0);
+  ExpectFastMatches(Blur(0, 0, 1.f, 0), RandomU8({3, 9, 11, 3}, 98), "GaussianBlurU8Separable", 1);
+  // Extremes of the 16-bit horizontal sums: all 255 stays 255, a checkerboard of 0 / 255.
+  std::vector<uint8_t> white(20 * 37 * 3, 255), checker(20 * 37 * 3);
+  for (size_t i = 0; i < checker.size(); ++i) checker[i] = (i / 3 + i / (37 * 3)) % 2 ? 255 : 0;
+  for (int64_t k : {1, 3, 5, 7, 9}) {
+    ExpectFastMatches(Blur(k, k, 0, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
+    ExpectFastMatches(Blur(k, 9 - k + 1, 0, 0), U8({20, 37, 3}, checker), "GaussianBlurU8FixedPoint", 0);
+  }
 }
 
 TEST(AugmentOps, LookupTable) {
@@ -277,6 +308,48 @@ TEST(AugmentOps, ShiftHsv) {
   EXPECT_EQ(shift(img, 0, 0, 0), Bytes(img));
   const Tensor gray = U8({1, 2, 3}, {9, 9, 9, 180, 180, 180});
   EXPECT_EQ(shift(gray, 33, 0, 0), Bytes(gray));
+}
+
+// Every RGB colour (4096 x 4096 pixels, so every SIMD block and no tail), then odd-sized images (loop tails), a batch.
+Tensor AllColours() {
+  Tensor t(DType::kU8, {4096, 4096, 3});
+  uint8_t* p = t.data<uint8_t>();
+  for (int64_t i = 0; i < 4096 * 4096; ++i)
+    p[i * 3] = i >> 16 & 255, p[i * 3 + 1] = i >> 8 & 255, p[i * 3 + 2] = i & 255;
+  return t;
+}
+
+TEST(AugmentOps, ColourFastMatchesReference) {
+  const Tensor all = AllColours();
+  const std::vector<Tensor> images = {RandomU8({1, 1, 3}, 1), RandomU8({7, 13, 3}, 2), RandomU8({33, 31, 3}, 3),
+                                      RandomU8({2, 5, 9, 3}, 4)};
+  const std::vector<std::tuple<float, float, float>> shifts = {{12.6f, 0, 0},  {-17.3f, 25.9f, -30.2f}, {180, 0, 0},
+                                                               {0, -40.5f, 0}, {-359.5f, 300, 1},       {0.25f, 0, 0}};
+  for (size_t k = 0; k < shifts.size(); ++k) {
+    const auto [h, s, v] = shifts[k];
+    const Node node =
+        AugNode("ShiftHSV",
+                {{"hue", Attribute::Float(h)}, {"saturation", Attribute::Float(s)}, {"value", Attribute::Float(v)}});
+    if (k < 2) ExpectFastMatches(node, all, "ShiftHsvU8", 0);
+    for (const Tensor& img : images) ExpectFastMatches(node, img, "ShiftHsvU8", 0);
+  }
+  ExpectFastMatches(AugNode("ShiftHSV", {}), images[2], "ShiftHsvU8", 0);  // no shift: a copy
+  for (float factor : {0.f, 0.4f, 1.f, 1.5f, 3.f, 1000.f}) {
+    SCOPED_TRACE("factor " + std::to_string(factor));
+    const Node sat = AugNode("AdjustSaturation", {{"factor", Attribute::Float(factor)}});
+    const Node con = AugNode("AdjustContrast", {{"factor", Attribute::Float(factor)}});
+    if (factor == 1.5f) {
+      ExpectFastMatches(sat, all, "AdjustSaturationU8", 0);
+      ExpectFastMatches(con, all, "AdjustContrastU8", 0);
+    }
+    for (const Tensor& img : images) {
+      ExpectFastMatches(sat, img, "AdjustSaturationU8", 0);
+      ExpectFastMatches(con, img, "AdjustContrastU8", 0);
+    }
+    ExpectFastMatches(sat, RandomU8({9, 11, 1}, 5), "AdjustSaturationU8", 0);
+    ExpectFastMatches(con, RandomU8({9, 11, 1}, 6), "AdjustContrastU8", 0);
+    ExpectFastMatches(con, RandomU8({3, 9, 37, 1}, 7), "AdjustContrastU8", 0);
+  }
 }
 
 TEST(AugmentOps, AddGaussianNoise) {
