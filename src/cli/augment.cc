@@ -3,6 +3,7 @@
 #include "cli/augment.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -195,6 +196,15 @@ CLI::App* AddAugmentCommand(CLI::App& app) {
 
 int RunAugmentCommand(std::ostream& out, std::ostream& err) { return RunAugment(Options(), out, err); }
 
+void UseHeapForImageBuffers() {
+  // Every item allocates and frees image-sized buffers: take them from malloc's heap, reused from item to item, rather
+  // than fresh mappings that are page-faulted in and unmapped per item (~10% of the run). The heap stays bounded by the
+  // largest images in flight (bench/augment_flat: RSS growth over 60,000 images).
+  Allocator::SetMmapThreshold(size_t{1} << 30);
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1024 << 20);
+}
+
 int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
   // Everything that can be wrong with the request is checked before any work starts.
   const Shard shard = ParseShard(o.shard);
@@ -235,6 +245,7 @@ int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
   }
 
   const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  UseHeapForImageBuffers();
   out << "augment: " << n << " images x " << k << " copies = " << n * k << " outputs";
   if (shard.count > 1) out << "; shard " << shard.index << "/" << shard.count << ": " << work.size();
   if (already) out << "; " << already << " already done, " << todo.size() << " to do";

@@ -24,6 +24,10 @@ struct AugmentOptions {
   std::string progress = "auto";  // auto | bar | lines | none
 };
 
+/// Process policy for augmentation runs: image-sized buffers come from malloc's heap (reused per item) instead of
+/// per-buffer mappings (page faults per item). Called by RunAugment; the augmentation benchmarks call it too.
+void UseHeapForImageBuffers();
+
 /// Adds the `augment` subcommand and returns it.
 CLI::App* AddAugmentCommand(CLI::App& app);
 /// Runs the `augment` subcommand with the options parsed by AddAugmentCommand's app.

@@ -1,5 +1,6 @@
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -14,6 +15,13 @@ void MemoryAccount::Add(int64_t bytes) {
   }
 }
 
+namespace {
+std::atomic<size_t> g_mmap_threshold{Allocator::kMmapThreshold};
+}  // namespace
+
+void Allocator::SetMmapThreshold(size_t bytes) { g_mmap_threshold.store(bytes, std::memory_order_relaxed); }
+size_t Allocator::mmap_threshold() { return g_mmap_threshold.load(std::memory_order_relaxed); }
+
 Allocator& Allocator::Host() {
   static Allocator host;
   return host;
@@ -24,7 +32,7 @@ std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<Memory
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;
   void* p = nullptr;
-  if (rounded >= kMmapThreshold) {
+  if (rounded >= mmap_threshold()) {
     p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) p = nullptr;
     buffer->mmapped_ = true;

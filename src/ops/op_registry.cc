@@ -36,6 +36,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterShapeOps(r);
     RegisterImageOps(r);
     RegisterAugmentOps(r);
+    RegisterInternalOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;

@@ -61,9 +61,13 @@ void RegisterReductionOps(OpRegistry& r);     // Reduce*, ArgMax/ArgMin, TopK
 void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Constant*, Range, Identity, Dropout
 void RegisterImageOps(OpRegistry& r);         // osprey-domain image ops (docs/image-ops.md)
 void RegisterAugmentOps(OpRegistry& r);       // osprey-domain augmentation image ops (docs/augment.md)
+void RegisterInternalOps(OpRegistry& r);      // ops made by fusion passes: _ChannelShuffle (internal_ops.cc)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";
+
+/// Internal op made by the channel-shuffle fusion (schema and semantics: src/ops/internal_ops.cc).
+inline constexpr const char* kChannelShuffleOp = "_ChannelShuffle";
 
 /// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message
 /// listing every unsupported op with its node name, or kInvalidArgument for a bad arity.

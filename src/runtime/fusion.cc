@@ -339,6 +339,7 @@ void RunFusionPasses(CompileState& state) {
   EliminateIdentities(state);
   FoldZeroPadIntoConsumer(state);
   FuseTransformerPatterns(state);
+  FuseDataMovementPatterns(state);
   FoldBatchNorm(state);
   FuseResidualAdd(state);
   FuseActivation(state);

@@ -5,13 +5,18 @@
 //   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
 //                                                          => Gelu(x)
 //   Bias:      MatMul(A, B) -> Add(., bias[N])             => MatMul(A, B, bias) with `_bias` = 1
+// and, for convolutional nets (FuseDataMovementPatterns):
+//   Channel shuffle: Concat -> Reshape [N, g, C/g, H, W] -> Transpose(0, 2, 1, 3, 4) -> Reshape [N, C, H, W]
+//              [-> channel Slices]                     => _ChannelShuffle (src/ops/internal_ops.cc)
 // A chain is rewritten only when every intermediate value has a single consumer and is not a graph output, and only
 // when the constants have the values the pattern needs (checked by value, not by name). The fused node takes the
 // position of the chain's last node: its inputs are all produced before the chain's first node.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "ops/op_registry.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -334,7 +339,124 @@ void FuseMatMulBias(CompileState& st) {
   g.Compact();
 }
 
+// ---------------------------------------------------------------- Channel shuffle
+
+// Perm [0, 2, 1, 3, 4] of a rank-5 Transpose.
+bool IsGroupSwap(const Node& transpose) { return transpose.GetInts("perm") == std::vector<int64_t>{0, 2, 1, 3, 4}; }
+
+// The channel range [*first, *first + *count) a live Slice of `z` (its input 0) keeps, when it cuts only axis 1 of
+// the rank-4 `z` with step 1 and known bounds. Other axes must keep their full extent.
+bool ChannelSliceOf(const CompileState& st, const Node& slice, int z, int64_t* first, int64_t* count) {
+  if (slice.inputs.empty() || slice.inputs[0] != z) return false;
+  for (size_t k = 1; k < slice.inputs.size(); ++k)
+    if (slice.inputs[k] == z || (slice.inputs[k] >= 0 && !st.values[slice.inputs[k]].known)) return false;
+  const Shape& in = st.values[z].shape;
+  const Shape& out = st.values[slice.outputs[0]].shape;
+  if (in.size() != 4 || out.size() != 4 || out[0] != in[0] || out[2] != in[2] || out[3] != in[3]) return false;
+  std::vector<int64_t> starts, axes, steps;
+  if (st.opset < 10) {
+    starts = slice.GetInts("starts");
+    axes = slice.GetInts("axes");
+  } else {
+    auto value = [&](size_t k) { return k < slice.inputs.size() && slice.inputs[k] >= 0; };
+    if (!value(1)) return false;
+    starts = st.values[slice.inputs[1]].value.ToInt64Vector();
+    if (value(3)) axes = st.values[slice.inputs[3]].value.ToInt64Vector();
+    if (value(4)) steps = st.values[slice.inputs[4]].value.ToInt64Vector();
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (axes.size() != starts.size()) return false;
+  for (int64_t s : steps)
+    if (s != 1) return false;
+  int64_t start = 0;
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] == 1 || axes[i] == -3)
+      start = std::clamp<int64_t>(starts[i] < 0 ? starts[i] + in[1] : starts[i], 0, in[1]);
+  *first = start;
+  *count = out[1];
+  return start + out[1] <= in[1];
+}
+
+// Concat(x_0..x_k, axis 1) -> Reshape [N, g, C/g, H, W] -> Transpose(0, 2, 1, 3, 4) -> Reshape [N, C, H, W]
+//   [-> Slices of channel ranges that together cover the C channels once]
+// => _ChannelShuffle(x_0..x_k, groups g[, split]) with the Slices' outputs (or the shuffled tensor) as outputs.
+// Without a Concat in front, the shuffled tensor itself is the one input. The fused node takes the place of the
+// second Reshape: its inputs come before the chain, and the Slices (and their readers) after it.
+void FuseChannelShuffle(CompileState& st) {
+  NodeView g(st);
+  for (int r1 = 0; r1 < static_cast<int>(st.nodes.size()); ++r1) {
+    if (!g.Is(r1, "Reshape") || g.node(r1).inputs.empty()) continue;
+    const int x = g.node(r1).inputs[0];
+    const Shape& xs = st.values[x].shape;
+    const Shape& grouped = st.values[g.node(r1).outputs[0]].shape;
+    if (xs.size() != 4 || grouped.size() != 5 || grouped[0] != xs[0] || grouped[3] != xs[2] || grouped[4] != xs[3] ||
+        grouped[1] < 1 || grouped[1] * grouped[2] != xs[1])
+      continue;
+    const int64_t groups = grouped[1];
+    const int t = g.SoleConsumer(g.node(r1).outputs[0]);
+    if (!g.Is(t, "Transpose") || !IsGroupSwap(g.node(t))) continue;
+    const int r2 = g.SoleConsumer(g.node(t).outputs[0]);
+    if (!g.Is(r2, "Reshape") || g.node(r2).inputs[0] != g.node(t).outputs[0]) continue;
+    const int z = g.node(r2).outputs[0];
+    if (st.values[z].shape != xs) continue;
+
+    std::vector<int> inputs = {x};
+    const int concat = g.Producer(x);
+    if (g.Is(concat, "Concat") && g.SoleConsumer(x) == r1) {
+      const int64_t axis = g.node(concat).GetInt("axis", 0);
+      bool all_present = !g.node(concat).inputs.empty();
+      for (int v : g.node(concat).inputs) all_present = all_present && v >= 0;
+      if ((axis == 1 || axis == -3) && all_present) inputs = g.node(concat).inputs;
+    }
+
+    // Slices reading disjoint channel ranges that cover z once become the fused node's outputs.
+    std::vector<std::pair<int64_t, int>> ranges;  // (first channel, slice node)
+    std::vector<int64_t> counts;
+    bool absorb = !st.is_graph_output[z] && !g.Consumers(z).empty();
+    for (int c : g.Consumers(z)) {
+      int64_t first = 0, count = 0;
+      if (!absorb || !g.Is(c, "Slice") || !ChannelSliceOf(st, g.node(c), z, &first, &count) || count <= 0) {
+        absorb = false;
+        break;
+      }
+      ranges.push_back({first, c});
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t covered = 0;
+    for (size_t i = 0; absorb && i < ranges.size(); ++i) {
+      const int64_t count = st.values[g.node(ranges[i].second).outputs[0]].shape[1];
+      absorb = ranges[i].first == covered;
+      covered += count;
+      counts.push_back(count);
+    }
+    absorb = absorb && covered == xs[1];
+
+    Node shuffle;
+    shuffle.op_type = kChannelShuffleOp;
+    shuffle.name = FusedName(g.node(r1).name, "ChannelShuffle");
+    shuffle.inputs = inputs;
+    shuffle.attrs["groups"] = Attribute::Int(groups);
+    if (absorb) {
+      for (const auto& [first, slice] : ranges) {
+        shuffle.outputs.push_back(g.node(slice).outputs[0]);
+        g.Kill(slice);
+      }
+      shuffle.attrs["split"] = Attribute::Ints(counts);
+    } else {
+      shuffle.outputs = {z};
+    }
+    if (inputs.size() > 1 || inputs[0] != x) g.Kill(concat);
+    g.Kill(r1);
+    g.Kill(t);
+    g.node(r2) = std::move(shuffle);
+  }
+  g.Compact();
+}
+
 }  // namespace
+
+void FuseDataMovementPatterns(CompileState& st) { FuseChannelShuffle(st); }
 
 // Run before activation fusion, which can then fold the Gelu into the MatMul that feeds it.
 void FuseTransformerPatterns(CompileState& st) {

@@ -1,11 +1,14 @@
 // Channels-last layout assignment. oneDNN's fastest convolutions on this CPU read and write NHWC; reordering around
 // every convolution costs as much as a depthwise convolution itself. So rank-4 float32 activations stay NHWC from
-// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops and Concat between them are
-// "transparent": they run their reference kernel on physical shapes ([N, H, W, C]) with Concat's axis remapped,
-// which is exact because elementwise maths does not care about memory order as long as every operand is viewed the
-// same way. A reorder is inserted only where channels-last data meets a node that needs plain data.
+// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops between them are "transparent": they
+// run their reference kernel on physical shapes ([N, H, W, C]), which is exact because elementwise maths does not
+// care about memory order as long as every operand is viewed the same way. Data-movement nodes along the channel
+// axis (Concat on axis 1, channel Slice/Split, _ChannelShuffle) "follow": when all their tensor inputs are
+// channels-last, so are their outputs, and their fast kernel (kernels/cpu/channel_kernels.cc) copies channel runs
+// pixel by pixel. A reorder is inserted only where channels-last data meets a node that needs plain data.
 #include <set>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -48,6 +51,32 @@ bool PlainOperandCompatible(const Shape& s) {
   return r[1] == 1 || (r[2] == 1 && r[3] == 1);
 }
 
+// Tensor inputs of a following node: every input of Concat/_ChannelShuffle, input 0 of Slice/Split (the rest are
+// index constants).
+size_t NumDataInputs(const Node& n) {
+  return n.op_type == "Slice" || n.op_type == "Split" ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
+}
+
+// Whether the node's fast kernel copies channels-last data as is (CpuKernelFollowsNhwc), asked with the node's
+// compile-time types, shapes and constant values.
+bool FollowsNhwc(const CompileState& st, const Node& n) {
+  if (n.outputs.empty() || n.inputs.empty()) return false;
+  KernelBuildContext bc{n, st.opset};
+  for (int v : n.inputs) {
+    const bool present = v >= 0;
+    bc.present.push_back(present);
+    bc.input_dtypes.push_back(present ? st.values[v].dtype : DType::kF32);
+    bc.input_shapes.push_back(present ? st.values[v].shape : Shape{});
+    bc.input_values.push_back(present && st.values[v].known ? &st.values[v].value : nullptr);
+  }
+  for (int v : n.outputs) {
+    if (v < 0) return false;
+    bc.output_dtypes.push_back(st.values[v].dtype);
+    bc.output_shapes.push_back(st.values[v].shape);
+  }
+  return CpuKernelFollowsNhwc(bc);
+}
+
 }  // namespace
 
 Shape ChannelsLastView(const Shape& s) {
@@ -59,7 +88,7 @@ Shape ChannelsLastView(const Shape& s) {
 void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nhwc) {
   const size_t num_nodes = st.nodes.size();
   st.layouts.assign(st.values.size(), Layout::kPlain);
-  std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0);
+  std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0), follows(num_nodes, 0);
   for (size_t i = 0; i < num_nodes; ++i) capable[i] = supports_nhwc(static_cast<int>(i));
 
   // Forward: decide each node's output layout from its inputs.
@@ -67,16 +96,24 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
     const Node& n = st.nodes[i];
     if (n.outputs.empty()) continue;
     const int out = n.outputs[0];
-    if (!IsNhwcCandidate(st.values[out]) || st.is_graph_output[out]) continue;
+    if (out < 0 || !IsNhwcCandidate(st.values[out]) || st.is_graph_output[out]) continue;
     if (capable[i]) {
       st.layouts[out] = Layout::kNhwc;
       continue;
     }
+    if (FollowsNhwc(st, n)) {
+      bool all_nhwc = true;
+      for (size_t k = 0; k < NumDataInputs(n); ++k) all_nhwc = all_nhwc && st.layouts[n.inputs[k]] == Layout::kNhwc;
+      for (int v : n.outputs) all_nhwc = all_nhwc && IsNhwcCandidate(st.values[v]) && !st.is_graph_output[v];
+      if (all_nhwc) {
+        for (int v : n.outputs) st.layouts[v] = Layout::kNhwc;
+        follows[i] = 1;
+      }
+      continue;
+    }
     const bool unary = UnaryTransparentOps().count(n.op_type) != 0;
     const bool binary = BinaryTransparentOps().count(n.op_type) != 0;
-    const int64_t axis = n.op_type == "Concat" ? n.GetInt("axis", 0) : 0;
-    const bool concat = n.op_type == "Concat" && (axis == 1 || axis == -3);
-    if (!(unary || binary || concat) || n.outputs.size() != 1) continue;
+    if (!(unary || binary) || n.outputs.size() != 1) continue;
     bool any_nhwc = false, ok = true;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       int v = n.inputs[k];
@@ -87,8 +124,6 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
       }
       if (st.layouts[v] == Layout::kNhwc) {
         any_nhwc = true;  // any broadcasting between rank-4 operands stays exact when all are viewed as NHWC
-      } else if (concat) {
-        ok = false;  // every Concat input must be channels-last
       } else {
         ok = ok && st.values[v].dtype == DType::kF32 && PlainOperandCompatible(st.values[v].shape);
       }
@@ -101,7 +136,8 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
 
   // A capable node whose channels-last output only feeds nodes that need plain data writes plain directly.
   auto consumer_takes_nhwc = [&](size_t c, size_t input_index) {
-    return (capable[c] && (input_index == 0 || (input_index == 3 && st.nodes[c].op_type == "Conv"))) || transparent[c];
+    return (capable[c] && (input_index == 0 || (input_index == 3 && st.nodes[c].op_type == "Conv"))) ||
+           transparent[c] || (follows[c] && input_index < NumDataInputs(st.nodes[c]));
   };
   std::vector<std::vector<std::pair<size_t, size_t>>> consumers(st.values.size());
   for (size_t c = 0; c < num_nodes; ++c)
@@ -125,8 +161,7 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       int v = n.inputs[k];
       if (v < 0 || st.layouts[v] != Layout::kNhwc) continue;
-      bool takes = (capable[i] && (k == 0 || (k == 3 && n.op_type == "Conv"))) || transparent[i];
-      if (takes) continue;
+      if (consumer_takes_nhwc(i, k)) continue;
       if (plain_copy[v] < 0) {
         int p = st.AddValue(st.values[v].dtype, st.values[v].shape);
         plain_copy.resize(st.values.size(), -1);
@@ -143,7 +178,6 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
       }
       n.inputs[k] = plain_copy[v];
     }
-    if (transparent[i] && n.op_type == "Concat") n.attrs["axis"] = Attribute::Int(3);
     nodes.push_back(std::move(n));
     node_transparent.push_back(transparent[i]);
   }

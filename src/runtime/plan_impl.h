@@ -93,6 +93,10 @@ inline Shape PhysicalShape(const Shape& logical, Layout layout) {
 /// Rewrites decomposed LayerNorm / GELU / MatMul+bias into single nodes (fusion_patterns.cc).
 void FuseTransformerPatterns(CompileState& state);
 
+/// Rewrites the channel shuffle (Concat -> Reshape -> Transpose -> Reshape [-> channel Slices]) into one
+/// _ChannelShuffle node (fusion_patterns.cc).
+void FuseDataMovementPatterns(CompileState& state);
+
 /// Fusion passes on live nodes (docs/architecture.md): BN folding into Conv, Conv + Add residual, activation fusion.
 void RunFusionPasses(CompileState& state);
 

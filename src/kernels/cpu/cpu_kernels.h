@@ -18,6 +18,15 @@ std::unique_ptr<Kernel> CreateImageKernel(const KernelBuildContext& ctx);
 /// the runtime asks for. The runtime's layout pass keeps channels-last activations between such nodes.
 bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 
+/// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
+/// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat
+/// on axis 1, Slice/Split of channels, _ChannelShuffle; rank-4 float32). Such kernels take one layout for all their
+/// tensors, so the layout pass makes their outputs channels-last exactly when all their tensor inputs are.
+bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
+
+/// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
+std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
+
 /// A kernel converting a float32 rank-4 tensor of logical shape `shape` between kPlain and kNhwc (input 0 -> output
 /// 0). Inserted by the runtime's layout pass where a channels-last value meets a node that needs plain input.
 std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads);

@@ -14,6 +14,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddShapeReferenceKernels(t);
     AddImageReferenceKernels(t);
     AddAugmentReferenceKernels(t);
+    AddInternalReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

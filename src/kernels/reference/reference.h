@@ -18,6 +18,7 @@ void AddReductionReferenceKernels(ReferenceKernelTable& t);
 void AddShapeReferenceKernels(ReferenceKernelTable& t);
 void AddImageReferenceKernels(ReferenceKernelTable& t);
 void AddAugmentReferenceKernels(ReferenceKernelTable& t);
+void AddInternalReferenceKernels(ReferenceKernelTable& t);  // internal.cc: ops made by fusion (_ChannelShuffle)
 
 /// Applies the fused activation described by a node's internal attributes (_activation, _alpha, _beta) in place.
 /// Used by the reference Conv/Gemm/MatMul when the fusion pass has folded an activation into them.

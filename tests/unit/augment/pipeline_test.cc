@@ -81,7 +81,9 @@ void CheckOracle(const Pipeline& p, const std::string& what) {
       for (const Object& o : out.objects)
         if (o.category == c) obj = &o;
       if (region[4] < 30) {  // the rectangle (nearly) left the image: its box must be gone or tiny
-        if (obj) EXPECT_LT((obj->x1 - obj->x0) * (obj->y1 - obj->y0), 60.0) << "colour " << c;
+        if (obj) {
+          EXPECT_LT((obj->x1 - obj->x0) * (obj->y1 - obj->y0), 60.0) << "colour " << c;
+        }
         continue;
       }
       ASSERT_NE(obj, nullptr) << "colour " << c << " visible (" << region[4] << " px) but its box was dropped";

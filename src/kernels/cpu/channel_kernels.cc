@@ -1,0 +1,477 @@
+// Fast data-movement kernels along the channel axis: Concat, Slice and Split of channels, and the internal
+// _ChannelShuffle (src/ops/internal_ops.cc). Each is one pass of copies prepared at compile time, in one of two forms:
+//   plain:    every input and output in ONNX order; a channel range of one batch item is one contiguous block, so
+//             the kernels are block memcpys (Concat also handles any axis, rank and dtype this way);
+//   channels-last (NHWC, rank-4 float32): every tensor stored as [N, H, W, C]; each pixel holds a contiguous row of
+//             channels, so the kernels copy (or, for the shuffle, interleave) channel runs pixel by pixel.
+// Mixed layouts are not handled: the layout pass (src/runtime/layout.cc) makes these nodes channels-last only when
+// every tensor input is, and CpuKernelFollowsNhwc says which nodes qualify. Work is split over OpenMP threads by
+// batch items (plain) or pixels (NHWC) once a copy is large enough to pay for the parallel region.
+#include <emmintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "ops/op_registry.h"
+
+namespace osprey {
+namespace {
+
+// Below this many bytes moved, one thread does the copy: a parallel region costs a few microseconds.
+constexpr int64_t kMinParallelBytes = int64_t{1} << 18;
+
+char* Bytes(Tensor& t) { return static_cast<char*>(t.raw()); }
+const char* Bytes(const Tensor& t) { return static_cast<const char*>(t.raw()); }
+
+bool IsF32Rank4(DType dtype, const Shape& shape) { return dtype == DType::kF32 && shape.size() == 4; }
+
+// All tensor inputs and outputs in one layout: *nhwc says which. False when they are mixed.
+bool UniformLayout(const KernelBuildContext& ctx, size_t num_tensor_inputs, bool* nhwc) {
+  const Layout first = ctx.InLayout(0);
+  for (size_t i = 0; i < num_tensor_inputs; ++i)
+    if (ctx.InLayout(static_cast<int>(i)) != first) return false;
+  for (size_t j = 0; j < ctx.output_shapes.size(); ++j)
+    if (ctx.OutLayout(static_cast<int>(j)) != first) return false;
+  *nhwc = first == Layout::kNhwc;
+  return true;
+}
+
+[[noreturn]] void Internal(const Node& node, const char* kernel, const std::string& what) {
+  throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel + ": " + what);
+}
+
+void CheckBytes(const Node& node, const char* kernel, const char* what, const Tensor& t, size_t expected) {
+  if (t.nbytes() != expected || (expected && t.raw() == nullptr))
+    Internal(
+        node, kernel,
+        std::string(what) + " holds " + std::to_string(t.nbytes()) + " bytes, expected " + std::to_string(expected));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Concat, plain: for each index of the axes before `axis` ("outer"), input i contributes one contiguous block.
+class ConcatPlain final : public Kernel {
+ public:
+  ConcatPlain(std::vector<size_t> part_bytes, int64_t outer) : part_bytes_(std::move(part_bytes)), outer_(outer) {
+    for (size_t b : part_bytes_) row_bytes_ += b;
+  }
+  const char* Name() const override { return "ConcatPlain"; }
+  void Run(KernelContext& ctx) override {
+    const int64_t k = static_cast<int64_t>(part_bytes_.size());
+    if (static_cast<int64_t>(ctx.inputs.size()) != k) Internal(ctx.node, Name(), "input count changed");
+    std::vector<const char*> src(k);
+    std::vector<size_t> dst_offset(k);
+    size_t offset = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      CheckBytes(ctx.node, Name(), "input", ctx.In(static_cast<int>(i)), part_bytes_[i] * outer_);
+      src[i] = Bytes(ctx.In(static_cast<int>(i)));
+      dst_offset[i] = offset;
+      offset += part_bytes_[i];
+    }
+    CheckBytes(ctx.node, Name(), "output", ctx.Out(0), row_bytes_ * outer_);
+    char* dst = Bytes(ctx.Out(0));
+    const int64_t tasks = outer_ * k;
+    const bool parallel = static_cast<int64_t>(row_bytes_) * outer_ >= kMinParallelBytes && tasks > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t o = t / k, i = t % k;
+      if (part_bytes_[i])
+        std::memcpy(dst + o * row_bytes_ + dst_offset[i], src[i] + o * part_bytes_[i], part_bytes_[i]);
+    }
+  }
+
+ private:
+  std::vector<size_t> part_bytes_;
+  int64_t outer_;
+  size_t row_bytes_ = 0;
+};
+
+// Concat, channels-last: per pixel, input i's C_i floats go to channels [first_i, first_i + C_i) of the output row.
+class ConcatNhwc final : public Kernel {
+ public:
+  ConcatNhwc(std::vector<int64_t> channels, int64_t pixels) : channels_(std::move(channels)), pixels_(pixels) {
+    for (int64_t c : channels_) total_ += c;
+  }
+  const char* Name() const override { return "ConcatF32Nhwc"; }
+  void Run(KernelContext& ctx) override {
+    const size_t k = channels_.size();
+    if (ctx.inputs.size() != k) Internal(ctx.node, Name(), "input count changed");
+    std::vector<const float*> src(k);
+    for (size_t i = 0; i < k; ++i) {
+      CheckBytes(ctx.node, Name(), "input", ctx.In(static_cast<int>(i)), pixels_ * channels_[i] * sizeof(float));
+      src[i] = ctx.In(static_cast<int>(i)).data<float>();
+    }
+    CheckBytes(ctx.node, Name(), "output", ctx.Out(0), pixels_ * total_ * sizeof(float));
+    float* dst = ctx.Out(0).data<float>();
+    const bool parallel = pixels_ * total_ * static_cast<int64_t>(sizeof(float)) >= kMinParallelBytes;
+    if (!parallel || omp_get_max_threads() == 1) {
+      CopyPixels(src.data(), dst, 0, pixels_);
+      return;
+    }
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+      CopyPixels(src.data(), dst, pixels_ * t / threads, pixels_ * (t + 1) / threads);
+    }
+  }
+
+ private:
+  // Pixels [begin, end): a plain function so the single-threaded path keeps its loop state in registers.
+  void CopyPixels(const float* const* src, float* dst, int64_t begin, int64_t end) const {
+    const size_t k = channels_.size();
+    for (int64_t p = begin; p < end; ++p) {
+      float* row = dst + p * total_;
+      for (size_t i = 0; i < k; ++i) {
+        const int64_t c = channels_[i];
+        std::memcpy(row, src[i] + p * c, static_cast<size_t>(c) * sizeof(float));
+        row += c;
+      }
+    }
+  }
+
+  std::vector<int64_t> channels_;
+  int64_t pixels_;
+  int64_t total_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Slice / Split along the channels of a rank-4 float32 tensor: output j takes channels [first_j, first_j + count_j).
+class ChannelRanges final : public Kernel {
+ public:
+  ChannelRanges(const char* name, bool nhwc, Shape in_shape, std::vector<int64_t> first, std::vector<int64_t> count)
+      : name_(name), nhwc_(nhwc), in_shape_(std::move(in_shape)), first_(std::move(first)), count_(std::move(count)) {}
+  const char* Name() const override { return name_; }
+  void Run(KernelContext& ctx) override {
+    const int64_t n = in_shape_[0], c = in_shape_[1], hw = in_shape_[2] * in_shape_[3];
+    CheckBytes(ctx.node, name_, "input", ctx.In(0), n * c * hw * sizeof(float));
+    const float* src = ctx.In(0).data<float>();
+    for (size_t j = 0; j < first_.size(); ++j) {
+      if (ctx.outputs[j] == nullptr) continue;
+      const int64_t first = first_[j], count = count_[j];
+      CheckBytes(ctx.node, name_, "output", ctx.Out(static_cast<int>(j)), n * count * hw * sizeof(float));
+      float* dst = ctx.Out(static_cast<int>(j)).data<float>();
+      const bool parallel = n * count * hw * static_cast<int64_t>(sizeof(float)) >= kMinParallelBytes;
+      if (nhwc_) {
+        const int64_t pixels = n * hw;
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t p = 0; p < pixels; ++p)
+          std::memcpy(dst + p * count, src + p * c + first, static_cast<size_t>(count) * sizeof(float));
+      } else {
+        const size_t block = static_cast<size_t>(count * hw) * sizeof(float);
+#pragma omp parallel for schedule(static) if (parallel && n > 1)
+        for (int64_t b = 0; b < n; ++b) std::memcpy(dst + b * count * hw, src + (b * c + first) * hw, block);
+      }
+    }
+  }
+
+ private:
+  const char* name_;
+  bool nhwc_;
+  Shape in_shape_;
+  std::vector<int64_t> first_, count_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// _ChannelShuffle. Built from a table giving, for every shuffled channel, the input and the input channel it copies.
+struct ChannelSource {
+  int input;
+  int64_t channel;
+};
+
+// Channels-last shuffles keep one row pointer per input on the stack.
+constexpr size_t kMaxShuffleInputs = 16;
+
+// dst[2m] = a[m], dst[2m + 1] = b[m] for m < pairs: the two-group shuffle of channels-last rows.
+inline void Interleave(const float* a, const float* b, int64_t pairs, float* dst) {
+  int64_t m = 0;
+  for (; m + 4 <= pairs; m += 4) {
+    const __m128 va = _mm_loadu_ps(a + m), vb = _mm_loadu_ps(b + m);
+    _mm_storeu_ps(dst + 2 * m, _mm_unpacklo_ps(va, vb));
+    _mm_storeu_ps(dst + 2 * m + 4, _mm_unpackhi_ps(va, vb));
+  }
+  for (; m < pairs; ++m) {
+    dst[2 * m] = a[m];
+    dst[2 * m + 1] = b[m];
+  }
+}
+
+class ChannelShuffle final : public Kernel {
+ public:
+  ChannelShuffle(bool nhwc, size_t element_bytes, int64_t batch, int64_t inner, std::vector<int64_t> in_channels,
+                 std::vector<int64_t> out_channels, int64_t groups)
+      : nhwc_(nhwc),
+        element_bytes_(element_bytes),
+        batch_(batch),
+        inner_(inner),
+        in_channels_(std::move(in_channels)),
+        out_channels_(std::move(out_channels)) {
+    int64_t total = 0;
+    for (int64_t c : in_channels_) total += c;
+    const int64_t per_group = total / groups;
+    std::vector<ChannelSource> concat;  // channel of the concatenated inputs -> source
+    for (size_t i = 0; i < in_channels_.size(); ++i)
+      for (int64_t c = 0; c < in_channels_[i]; ++c) concat.push_back({static_cast<int>(i), c});
+    int64_t k = 0;
+    for (int64_t count : out_channels_) {
+      std::vector<ChannelSource> table;
+      for (int64_t j = 0; j < count; ++j, ++k) table.push_back(concat[(k % groups) * per_group + k / groups]);
+      tables_.push_back(std::move(table));
+    }
+    // Channels-last rows of a two-group shuffle interleave two contiguous channel runs.
+    for (const std::vector<ChannelSource>& t : tables_) {
+      bool interleaved = t.size() % 2 == 0 && !t.empty();
+      for (size_t m = 0; interleaved && 2 * m < t.size(); ++m)
+        interleaved = t[2 * m].input == t[0].input && t[2 * m].channel == t[0].channel + static_cast<int64_t>(m) &&
+                      t[2 * m + 1].input == t[1].input &&
+                      t[2 * m + 1].channel == t[1].channel + static_cast<int64_t>(m);
+      interleaved_.push_back(interleaved);
+    }
+  }
+
+  const char* Name() const override { return nhwc_ ? "ChannelShuffleF32Nhwc" : "ChannelShufflePlain"; }
+
+  void Run(KernelContext& ctx) override {
+    const size_t k = in_channels_.size();
+    if (ctx.inputs.size() != k || ctx.outputs.size() != tables_.size())
+      Internal(ctx.node, Name(), "input or output count changed");
+    std::vector<const char*> src(k);
+    int64_t total_bytes = 0;
+    for (size_t i = 0; i < k; ++i) {
+      const size_t bytes = static_cast<size_t>(batch_ * in_channels_[i] * inner_) * element_bytes_;
+      CheckBytes(ctx.node, Name(), "input", ctx.In(static_cast<int>(i)), bytes);
+      src[i] = Bytes(ctx.In(static_cast<int>(i)));
+      total_bytes += static_cast<int64_t>(bytes);
+    }
+    std::vector<char*> dst(tables_.size());
+    for (size_t j = 0; j < tables_.size(); ++j) {
+      CheckBytes(ctx.node, Name(), "output", ctx.Out(static_cast<int>(j)),
+                 static_cast<size_t>(batch_ * out_channels_[j] * inner_) * element_bytes_);
+      dst[j] = Bytes(ctx.Out(static_cast<int>(j)));
+    }
+    const bool parallel = total_bytes >= kMinParallelBytes;
+    if (nhwc_)
+      RunNhwc(src, dst, parallel);
+    else
+      RunPlain(src, dst, parallel);
+  }
+
+ private:
+  // One contiguous block of `inner_` elements per (batch item, channel).
+  void RunPlain(const std::vector<const char*>& src, const std::vector<char*>& dst, bool parallel) const {
+    const size_t block = static_cast<size_t>(inner_) * element_bytes_;
+    for (size_t j = 0; j < tables_.size(); ++j) {
+      const std::vector<ChannelSource>& table = tables_[j];
+      const int64_t count = out_channels_[j];
+      const int64_t tasks = batch_ * count;
+#pragma omp parallel for schedule(static) if (parallel && tasks > 1)
+      for (int64_t t = 0; t < tasks; ++t) {
+        const int64_t b = t / count, c = t % count;
+        const ChannelSource& s = table[c];
+        std::memcpy(dst[j] + static_cast<size_t>(t) * block,
+                    src[s.input] + static_cast<size_t>(b * in_channels_[s.input] + s.channel) * block, block);
+      }
+    }
+  }
+
+  // Per pixel (batch item and spatial position), each output row gathers its channels from the input rows.
+  void RunNhwc(const std::vector<const char*>& src_bytes, const std::vector<char*>& dst_bytes, bool parallel) const {
+    const int64_t pixels = batch_ * inner_;
+    const size_t k = in_channels_.size();
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t p = 0; p < pixels; ++p) {
+      const float* in_row[kMaxShuffleInputs];
+      for (size_t i = 0; i < k; ++i) in_row[i] = reinterpret_cast<const float*>(src_bytes[i]) + p * in_channels_[i];
+      for (size_t j = 0; j < tables_.size(); ++j) {
+        const std::vector<ChannelSource>& table = tables_[j];
+        float* out = reinterpret_cast<float*>(dst_bytes[j]) + p * out_channels_[j];
+        if (interleaved_[j]) {
+          Interleave(in_row[table[0].input] + table[0].channel, in_row[table[1].input] + table[1].channel,
+                     out_channels_[j] / 2, out);
+        } else {
+          for (int64_t c = 0; c < out_channels_[j]; ++c) out[c] = in_row[table[c].input][table[c].channel];
+        }
+      }
+    }
+  }
+
+  bool nhwc_;
+  size_t element_bytes_;
+  int64_t batch_, inner_;
+  std::vector<int64_t> in_channels_, out_channels_;
+  std::vector<std::vector<ChannelSource>> tables_;
+  std::vector<char> interleaved_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Channel ranges [first, first + count) read by a Slice whose only cut is along axis 1 of a rank-4 float32 tensor,
+// with step 1. False for any other Slice.
+bool SliceChannelRange(const KernelBuildContext& ctx, int64_t* first, int64_t* count) {
+  if (ctx.input_shapes.empty() || ctx.output_shapes.size() != 1 || !ctx.present[0]) return false;
+  const Shape& in = ctx.input_shapes[0];
+  const Shape& out = ctx.output_shapes[0];
+  if (!IsF32Rank4(ctx.input_dtypes[0], in) || out.size() != 4) return false;
+  for (int d : {0, 2, 3})
+    if (out[d] != in[d]) return false;
+  std::vector<int64_t> starts, axes, steps;
+  if (ctx.opset < 10) {
+    starts = ctx.node.GetInts("starts");
+    axes = ctx.node.GetInts("axes");
+  } else {
+    auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
+    for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+      if (known(i) && ctx.input_values[i] == nullptr) return false;
+    if (!known(1)) return false;
+    starts = ctx.input_values[1]->ToInt64Vector();
+    if (known(3)) axes = ctx.input_values[3]->ToInt64Vector();
+    if (known(4)) steps = ctx.input_values[4]->ToInt64Vector();
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (axes.size() != starts.size()) return false;
+  for (int64_t s : steps)
+    if (s != 1) return false;
+  int64_t start = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t axis = axes[i] < 0 ? axes[i] + 4 : axes[i];
+    if (axis != 1) continue;  // other axes keep their full extent (checked above), so their start is 0
+    start = starts[i] < 0 ? starts[i] + in[1] : starts[i];
+    start = std::clamp<int64_t>(start, 0, in[1]);
+  }
+  *first = start;
+  *count = out[1];
+  return start + out[1] <= in[1];
+}
+
+// Channel ranges of a Split along axis 1 of a rank-4 float32 tensor with every output present.
+bool SplitChannelRanges(const KernelBuildContext& ctx, std::vector<int64_t>* first, std::vector<int64_t>* count) {
+  if (ctx.input_shapes.empty() || !ctx.present[0]) return false;
+  const Shape& in = ctx.input_shapes[0];
+  if (!IsF32Rank4(ctx.input_dtypes[0], in)) return false;
+  int64_t axis = ctx.node.GetInt("axis", 0);
+  if (axis < 0) axis += 4;
+  if (axis != 1) return false;
+  int64_t offset = 0;
+  for (size_t j = 0; j < ctx.node.outputs.size(); ++j) {
+    if (ctx.node.outputs[j] < 0 || j >= ctx.output_shapes.size()) return false;
+    first->push_back(offset);
+    count->push_back(ctx.output_shapes[j][1]);
+    offset += ctx.output_shapes[j][1];
+  }
+  return offset == in[1];
+}
+
+bool IsChannelConcat(const KernelBuildContext& ctx) {
+  if (ctx.input_shapes.empty()) return false;
+  for (size_t i = 0; i < ctx.input_shapes.size(); ++i)
+    if (!ctx.present[i] || !IsF32Rank4(ctx.input_dtypes[i], ctx.input_shapes[i])) return false;
+  const int64_t axis = ctx.node.GetInt("axis", 0);
+  return axis == 1 || axis == -3;
+}
+
+bool IsChannelShuffleF32(const KernelBuildContext& ctx) {
+  if (ctx.input_shapes.empty() || ctx.input_shapes.size() > kMaxShuffleInputs) return false;
+  for (size_t i = 0; i < ctx.input_shapes.size(); ++i)
+    if (!ctx.present[i] || !IsF32Rank4(ctx.input_dtypes[i], ctx.input_shapes[i])) return false;
+  for (int v : ctx.node.outputs)
+    if (v < 0) return false;
+  return true;
+}
+
+std::unique_ptr<Kernel> CreateConcat(const KernelBuildContext& ctx) {
+  bool nhwc = false;
+  if (ctx.input_shapes.empty() || !UniformLayout(ctx, ctx.input_shapes.size(), &nhwc)) return nullptr;
+  for (bool present : ctx.present)
+    if (!present) return nullptr;
+  if (nhwc) {
+    if (!IsChannelConcat(ctx)) return nullptr;
+    const Shape& s = ctx.input_shapes[0];
+    std::vector<int64_t> channels;
+    for (const Shape& in : ctx.input_shapes) channels.push_back(in[1]);
+    return std::make_unique<ConcatNhwc>(std::move(channels), s[0] * s[2] * s[3]);
+  }
+  const Shape& out = ctx.output_shapes[0];
+  const int64_t rank = static_cast<int64_t>(out.size());
+  if (rank == 0) return nullptr;
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out[d];
+  const size_t es = DTypeSize(ctx.output_dtypes[0]);
+  std::vector<size_t> part_bytes;
+  for (const Shape& in : ctx.input_shapes) {
+    if (static_cast<int64_t>(in.size()) != rank) return nullptr;
+    size_t elements = 1;
+    for (int64_t d = axis; d < rank; ++d) elements *= static_cast<size_t>(in[d]);
+    part_bytes.push_back(elements * es);
+  }
+  return std::make_unique<ConcatPlain>(std::move(part_bytes), outer);
+}
+
+std::unique_ptr<Kernel> CreateChannelShuffle(const KernelBuildContext& ctx) {
+  bool nhwc = false;
+  if (ctx.input_shapes.empty() || !UniformLayout(ctx, ctx.input_shapes.size(), &nhwc)) return nullptr;
+  for (bool present : ctx.present)
+    if (!present) return nullptr;
+  for (int v : ctx.node.outputs)
+    if (v < 0) return nullptr;
+  if (nhwc && !IsChannelShuffleF32(ctx)) return nullptr;
+  const Shape& s = ctx.input_shapes[0];
+  if (s.size() < 2) return nullptr;
+  int64_t inner = 1;
+  for (size_t d = 2; d < s.size(); ++d) inner *= s[d];
+  std::vector<int64_t> in_channels, out_channels;
+  int64_t total = 0;
+  for (const Shape& in : ctx.input_shapes) {
+    in_channels.push_back(in[1]);
+    total += in[1];
+  }
+  for (const Shape& out : ctx.output_shapes) out_channels.push_back(out[1]);
+  const int64_t groups = ctx.node.GetInt("groups", 0);
+  if (groups < 1 || total % groups != 0) return nullptr;  // the schema rejects this; the reference kernel reports it
+  return std::make_unique<ChannelShuffle>(nhwc, DTypeSize(ctx.input_dtypes[0]), s[0], inner, std::move(in_channels),
+                                          std::move(out_channels), groups);
+}
+
+std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& ctx) {
+  bool nhwc = false;
+  int64_t first = 0, count = 0;
+  if (!UniformLayout(ctx, 1, &nhwc) || !SliceChannelRange(ctx, &first, &count)) return nullptr;
+  return std::make_unique<ChannelRanges>(nhwc ? "SliceChannelsF32Nhwc" : "SliceChannelsF32", nhwc, ctx.input_shapes[0],
+                                         std::vector<int64_t>{first}, std::vector<int64_t>{count});
+}
+
+std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& ctx) {
+  bool nhwc = false;
+  std::vector<int64_t> first, count;
+  if (!UniformLayout(ctx, 1, &nhwc) || !SplitChannelRanges(ctx, &first, &count)) return nullptr;
+  return std::make_unique<ChannelRanges>(nhwc ? "SplitChannelsF32Nhwc" : "SplitChannelsF32", nhwc, ctx.input_shapes[0],
+                                         std::move(first), std::move(count));
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx) {
+  const std::string& op = ctx.node.op_type;
+  if (!ctx.node.domain.empty()) return nullptr;
+  if (op == "Concat") return CreateConcat(ctx);
+  if (op == kChannelShuffleOp) return CreateChannelShuffle(ctx);
+  if (op == "Slice") return CreateSlice(ctx);
+  if (op == "Split") return CreateSplit(ctx);
+  return nullptr;
+}
+
+bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx) {
+  const std::string& op = ctx.node.op_type;
+  if (!ctx.node.domain.empty()) return false;
+  int64_t first = 0, count = 0;
+  std::vector<int64_t> firsts, counts;
+  if (op == "Concat") return IsChannelConcat(ctx);
+  if (op == kChannelShuffleOp) return IsChannelShuffleF32(ctx);
+  if (op == "Slice") return SliceChannelRange(ctx, &first, &count);
+  if (op == "Split") return SplitChannelRanges(ctx, &firsts, &counts);
+  return false;
+}
+
+}  // namespace osprey
