@@ -1,10 +1,11 @@
-// Fast kernels of the augmentation image ops WarpPerspective and GaussianBlur (docs/augment.md); the uint8 colour ops
-// are in augment_color_kernels.cc. The reference kernels in src/kernels/reference/augment.cc are the oracle and state
-// the arithmetic. WarpPerspective's source positions and uint8 weights are bit-identical to it (uint8 RGB blends 4
-// pixels at a time with SSE4.1 integer arithmetic). GaussianBlur uint8 with taps that are multiples of 1/256 (OpenCV's
-// fixed tables) is exact integer arithmetic (AVX2 when the CPU has it); other taps accumulate in float where the
-// reference uses double. Augmentation runs one image per thread, so the kernels are single-threaded; per-call buffers
-// come from the thread's scratch block.
+// Fast kernels of the augmentation image ops WarpPerspective, GaussianBlur and LookupTable (docs/augment.md); the uint8
+// colour ops are in augment_color_kernels.cc, uint8 warps with axis-aligned matrices (resize, crop, flip, pad: a
+// separable blend) in augment_warp_axis.cc. The reference kernels in src/kernels/reference/augment.cc are the oracle
+// and state the arithmetic. WarpPerspective's source positions and uint8 weights are bit-identical to it (uint8 RGB
+// blends 4 pixels at a time with SSE4.1 integer arithmetic). GaussianBlur uint8 with taps that are multiples of 1/256
+// (OpenCV's fixed tables) is exact integer arithmetic (AVX2 when the CPU has it); other taps accumulate in float where
+// the reference uses double. Augmentation runs one image per thread, so the kernels are single-threaded; per-call
+// buffers come from the thread's scratch block.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -630,6 +631,55 @@ class GaussianBlurU8FixedKernel final : public Kernel {
   BlurVerticalFn vertical_ = nullptr;
 };
 
+// ---------------------------------------------------------------- LookupTable
+
+// uint8 y = table[x] (one table, or one per channel when the table holds 256 * C values and C > 1, as the reference).
+class LookupTableU8Kernel final : public Kernel {
+ public:
+  explicit LookupTableU8Kernel(const KernelBuildContext& ctx) : shape_(ctx.input_shapes[0]) {
+    const std::vector<int64_t> table = ctx.node.GetInts("table");
+    c_ = shape_.back();
+    per_channel_ = static_cast<int64_t>(table.size()) == 256 * c_ && c_ > 1;
+    lut_.assign(table.begin(), table.end());
+  }
+  const char* Name() const override { return per_channel_ ? "LookupTableU8PerChannel" : "LookupTableU8"; }
+
+  void Run(KernelContext& ctx) override {
+    CheckShapes(ctx, shape_, shape_, Name());
+    const uint8_t* src = ctx.In(0).data<uint8_t>();
+    uint8_t* dst = ctx.Out(0).data<uint8_t>();
+    const int64_t n = ctx.In(0).numel();
+    const uint8_t* lut = lut_.data();
+    if (!per_channel_) {
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        const uint8_t a = lut[src[i]], b = lut[src[i + 1]], c = lut[src[i + 2]], d = lut[src[i + 3]];
+        dst[i] = a, dst[i + 1] = b, dst[i + 2] = c, dst[i + 3] = d;
+      }
+      for (; i < n; ++i) dst[i] = lut[src[i]];
+      return;
+    }
+    if (c_ == 3) {
+      const uint8_t *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
+      int64_t p = 0;
+      for (; p + 6 <= n; p += 6) {
+        dst[p] = l0[src[p]], dst[p + 1] = l1[src[p + 1]], dst[p + 2] = l2[src[p + 2]];
+        dst[p + 3] = l0[src[p + 3]], dst[p + 4] = l1[src[p + 4]], dst[p + 5] = l2[src[p + 5]];
+      }
+      for (; p < n; p += 3) dst[p] = l0[src[p]], dst[p + 1] = l1[src[p + 1]], dst[p + 2] = l2[src[p + 2]];
+      return;
+    }
+    for (int64_t p = 0; p < n; p += c_)
+      for (int64_t ch = 0; ch < c_; ++ch) dst[p + ch] = lut[ch * 256 + src[p + ch]];
+  }
+
+ private:
+  Shape shape_;
+  int64_t c_ = 1;
+  bool per_channel_ = false;
+  std::vector<uint8_t> lut_;
+};
+
 template <template <class> class K>
 std::unique_ptr<Kernel> ByDType(const KernelBuildContext& ctx) {
   if (ctx.input_dtypes[0] == DType::kU8) return std::make_unique<K<uint8_t>>(ctx);
@@ -640,13 +690,15 @@ std::unique_ptr<Kernel> ByDType(const KernelBuildContext& ctx) {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateAugmentColorKernel(const KernelBuildContext& ctx);  // augment_color_kernels.cc
+std::unique_ptr<Kernel> CreateWarpAxisAlignedU8Kernel(const KernelBuildContext& ctx,
+                                                      const double* m);  // augment_warp_axis.cc
 
-/// Fast kernels for WarpPerspective, GaussianBlur and the uint8 colour ops, or nullptr (other ops run their reference
-/// kernels).
+/// Fast kernels for WarpPerspective, GaussianBlur, LookupTable and the uint8 colour ops, or nullptr (other ops run
+/// their reference kernels).
 std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (std::unique_ptr<Kernel> k = CreateAugmentColorKernel(ctx)) return k;
-  if (op != "WarpPerspective" && op != "GaussianBlur") return nullptr;
+  if (op != "WarpPerspective" && op != "GaussianBlur" && op != "LookupTable") return nullptr;
   if (ctx.input_dtypes.empty() || ctx.input_shapes.empty() || ctx.output_shapes.empty()) return nullptr;
   for (Layout l : ctx.input_layouts)
     if (l != Layout::kPlain) return nullptr;
@@ -654,7 +706,17 @@ std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx) {
     if (l != Layout::kPlain) return nullptr;
   const Shape& in = ctx.input_shapes[0];
   if (in.size() != 3 && in.size() != 4) return nullptr;
-  if (op == "WarpPerspective") return ByDType<WarpPerspectiveKernel>(ctx);
+  if (op == "LookupTable") {
+    if (ctx.input_dtypes[0] != DType::kU8) return nullptr;  // the reference kernel reports the error
+    return std::make_unique<LookupTableU8Kernel>(ctx);
+  }
+  if (op == "WarpPerspective") {
+    const std::vector<float> mf = ctx.node.GetFloats("matrix");
+    double m[9];
+    for (int i = 0; i < 9; ++i) m[i] = mf[i];
+    if (std::unique_ptr<Kernel> k = CreateWarpAxisAlignedU8Kernel(ctx, m)) return k;
+    return ByDType<WarpPerspectiveKernel>(ctx);
+  }
   if (ctx.input_dtypes[0] == DType::kU8) {
     const GaussianBlurTaps taps = GaussianBlurKernels(ctx.node, true);
     std::vector<uint32_t> kx, ky;

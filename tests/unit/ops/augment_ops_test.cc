@@ -3,13 +3,15 @@
 // (OpenCV / Albumentations arithmetic), and the reference kernel for every fast kernel. Comparisons with OpenCV and
 // Albumentations themselves live in tests/image_ops/test_augment_ops.py.
 //
-// Fast-vs-reference tolerance: WarpPerspective's uint8 path is exact (same 1/32-pixel positions, integer weights),
-// so uint8 must be bit-identical; float32 differs by float-vs-double weights (rtol 1e-5). GaussianBlur uint8 with
-// OpenCV's fixed taps (multiples of 1/256) is integer arithmetic and bit-identical; with other taps it accumulates in
-// float where the reference uses double and may round the other way at a .5 boundary (max diff 1, rare). The uint8
-// colour kernels (ShiftHSV, AdjustSaturation, AdjustContrast) are bit-identical.
+// Fast-vs-reference tolerance: WarpPerspective's uint8 paths (general, and separable for axis-aligned matrices) are
+// exact (same 1/32-pixel positions, integer weights), so uint8 must be bit-identical; float32 differs by
+// float-vs-double weights (rtol 1e-5). GaussianBlur uint8 with OpenCV's fixed taps (multiples of 1/256) is integer
+// arithmetic and bit-identical; with other taps it accumulates in float where the reference uses double and may round
+// the other way at a .5 boundary (max diff 1, rare). The uint8
+// colour kernels (ShiftHSV, AdjustSaturation, AdjustContrast) and LookupTable are bit-identical.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -75,6 +77,17 @@ Node Warp(const std::vector<float>& m, int64_t h, int64_t w, const std::string& 
 
 const std::vector<float> kIdentity = {1, 0, 0, 0, 1, 0, 0, 0, 1};
 
+// The fast kernel CreateCpuKernel picks: uint8 with C = 1, 3, 4 and an axis-aligned matrix (m1 = m3 = 0, last row
+// 0, 0, 1) -> the separable kernel; otherwise the general one (affine: no division).
+std::string WarpKernelName(const std::vector<float>& m, DType dtype, int64_t c, const std::string& mode) {
+  const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
+  const bool axis_aligned = affine && m[1] == 0 && m[3] == 0;
+  const std::string name = std::string("WarpPerspective") + (dtype == DType::kU8 ? "U8" : "F32") +
+                           (mode == "nearest" ? "Nearest" : "Bilinear");
+  if (dtype == DType::kU8 && axis_aligned && (c == 1 || c == 3 || c == 4)) return name + "AxisAligned";
+  return name + (affine ? "Affine" : "");
+}
+
 TEST(AugmentOps, WarpPerspectiveHandComputed) {
   const Tensor img = U8({3, 3, 1}, {10, 20, 30, 40, 50, 60, 70, 80, 90});
   // Half-pixel shift right: each output averages a pixel and its right neighbour; the last column's neighbour is
@@ -117,13 +130,11 @@ TEST(AugmentOps, WarpPerspectiveFastMatchesReference) {
         for (const std::string mode : {"bilinear", "nearest"})
           for (const std::string border : {"constant", "replicate", "reflect", "reflect101"}) {
             SCOPED_TRACE(mode + " " + border + " case " + std::to_string(case_id));
-            const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
-            const std::string suffix =
-                std::string(mode == "nearest" ? "Nearest" : "Bilinear") + (affine ? "Affine" : "");
             const Node node = Warp(m, h + 2, w + 3, mode, border, 77.f);
-            ExpectFastMatches(node, RandomU8({h, w, c}, ++case_id), "WarpPerspectiveU8" + suffix, 0);
+            ExpectFastMatches(node, RandomU8({h, w, c}, ++case_id), WarpKernelName(m, DType::kU8, c, mode), 0);
             if (c == 3 || c == 1)
-              ExpectFastMatches(node, RandomTensor({h, w, c}, ++case_id, 0.f, 1.f), "WarpPerspectiveF32" + suffix, 0);
+              ExpectFastMatches(node, RandomTensor({h, w, c}, ++case_id, 0.f, 1.f),
+                                WarpKernelName(m, DType::kF32, c, mode), 0);
           }
   // A batch.
   ExpectFastMatches(Warp(matrices[3], 9, 8), RandomU8({2, 7, 6, 3}, 5), "WarpPerspectiveU8Bilinear", 0);
@@ -139,11 +150,110 @@ TEST(AugmentOps, WarpPerspectiveFastMatchesReference) {
   for (const auto& m : rgb_matrices)
     for (const std::string border : {"constant", "replicate", "reflect101"}) {
       SCOPED_TRACE("rgb " + border + " case " + std::to_string(++case_id));
-      const bool affine = m[8] == 1 && m[6] == 0;
-      const std::string name = std::string("WarpPerspectiveU8Bilinear") + (affine ? "Affine" : "");
+      const std::string name = WarpKernelName(m, DType::kU8, 3, "bilinear");
       ExpectFastMatches(Warp(m, 33, 45, "bilinear", border, 9.f), RandomU8({33, 45, 3}, case_id), name, 0);
       ExpectFastMatches(Warp(m, 20, 67, "bilinear", border, 9.f), RandomU8({2, 21, 66, 3}, case_id), name, 0);
     }
+}
+
+// The separable uint8 kernel for axis-aligned matrices (scale + translate) against the reference, zero tolerance:
+// resizes up and down (cv2.resize's half-pixel mapping), crops with scale, flips, fractional and whole-pixel
+// translations, outputs larger than the input (border rows and columns on every side), positions exactly on the last
+// column / row (fraction 0), every border mode, C = 1, 3, 4, widths that leave SIMD tails, a batch.
+TEST(AugmentOps, WarpPerspectiveAxisAlignedMatchesReference) {
+  struct Case {
+    const char* what;
+    // Matrix for an h x w input; output size.
+    std::vector<float> (*matrix)(float h, float w);
+    int64_t (*out_h)(int64_t h);
+    int64_t (*out_w)(int64_t w);
+  };
+  const std::vector<Case> cases = {
+      {"upscale x2.3",
+       [](float, float) {
+         return std::vector<float>{1 / 2.3f, 0, 0.5f / 2.3f - 0.5f, 0, 1 / 2.3f, 0.5f / 2.3f - 0.5f, 0, 0, 1};
+       },
+       [](int64_t h) { return h * 23 / 10; }, [](int64_t w) { return w * 23 / 10; }},
+      {"downscale x2.7", [](float, float) { return std::vector<float>{2.7f, 0, 0.85f, 0, 2.7f, 0.85f, 0, 0, 1}; },
+       [](int64_t h) { return std::max<int64_t>(1, h * 10 / 27); },
+       [](int64_t w) { return std::max<int64_t>(1, w * 10 / 27); }},
+      {"crop + scale", [](float, float) { return std::vector<float>{0.61f, 0, 2.2f, 0, 0.83f, 1.37f, 0, 0, 1}; },
+       [](int64_t h) { return h; }, [](int64_t w) { return w + 5; }},
+      {"horizontal flip", [](float, float w) { return std::vector<float>{-1, 0, w - 1, 0, 1, 0, 0, 0, 1}; },
+       [](int64_t h) { return h; }, [](int64_t w) { return w; }},
+      {"vertical flip", [](float h, float) { return std::vector<float>{1, 0, 0, 0, -1, h - 1, 0, 0, 1}; },
+       [](int64_t h) { return h; }, [](int64_t w) { return w; }},
+      {"both flips + scale, off the image",
+       [](float h, float w) { return std::vector<float>{-0.9f, 0, w + 0.3f, 0, -1.1f, h + 0.7f, 0, 0, 1}; },
+       [](int64_t h) { return h + 3; }, [](int64_t w) { return w + 4; }},
+      {"fractional translation", [](float, float) { return std::vector<float>{1, 0, 3.4f, 0, 1, -2.71875f, 0, 0, 1}; },
+       [](int64_t h) { return h; }, [](int64_t w) { return w; }},
+      {"negative fractional translation",
+       [](float, float) { return std::vector<float>{1, 0, -5.6f, 0, 1, 7.03f, 0, 0, 1}; },
+       [](int64_t h) { return h + 2; }, [](int64_t w) { return w + 1; }},
+      {"whole-pixel crop to the last column and row",
+       [](float, float) { return std::vector<float>{1, 0, 2, 0, 1, 1, 0, 0, 1}; },
+       [](int64_t h) { return std::max<int64_t>(1, h - 1); }, [](int64_t w) { return std::max<int64_t>(1, w - 2); }},
+      {"identity into a larger output", [](float, float) { return kIdentity; }, [](int64_t h) { return h + 5; },
+       [](int64_t w) { return w + 7; }},
+      {"zoom out, border on every side",
+       [](float, float) { return std::vector<float>{2.5f, 0, -30.25f, 0, 1.9f, -20.5f, 0, 0, 1}; },
+       [](int64_t h) { return h + 11; }, [](int64_t w) { return w + 37; }},
+      {"pad (PadIfNeeded)", [](float, float) { return std::vector<float>{1, 0, -6, 0, 1, -3, 0, 0, 1}; },
+       [](int64_t h) { return h + 7; }, [](int64_t w) { return w + 13; }},
+      {"far outside (reflect periods)",
+       [](float, float) { return std::vector<float>{0.7f, 0, -300.2f, 0, 1.3f, 250.6f, 0, 0, 1}; },
+       [](int64_t h) { return h; }, [](int64_t w) { return w + 2; }},
+  };
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {2, 3}, {17, 23}, {29, 70}};
+  int case_id = 1000;
+  for (const Case& tc : cases)
+    for (const auto& [h, w] : sizes)
+      for (int64_t c : {1, 3, 4})
+        for (const std::string mode : {"bilinear", "nearest"})
+          for (const std::string border : {"constant", "replicate", "reflect", "reflect101"}) {
+            ++case_id;
+            SCOPED_TRACE(std::string(tc.what) + " " + mode + " " + border + " C=" + std::to_string(c) + " " +
+                         std::to_string(h) + "x" + std::to_string(w));
+            const std::vector<float> m = tc.matrix(static_cast<float>(h), static_cast<float>(w));
+            const Node node = Warp(m, tc.out_h(h), tc.out_w(w), mode, border, 77.f);
+            ExpectFastMatches(
+                node, RandomU8({h, w, c}, case_id),
+                "WarpPerspectiveU8" + std::string(mode == "nearest" ? "Nearest" : "Bilinear") + "AxisAligned", 0);
+          }
+  // Bench-sized resize (long SIMD runs and row reuse), a batch (the second image's last row), a wide C = 1 image.
+  const float s = 1.25f;
+  const std::vector<float> resize = {s, 0, 0.5f * s - 0.5f, 0, s, 0.5f * s - 0.5f, 0, 0, 1};
+  ExpectFastMatches(Warp(resize, 160, 160), RandomU8({200, 200, 3}, 7), "WarpPerspectiveU8BilinearAxisAligned", 0);
+  ExpectFastMatches(Warp(resize, 30, 45, "bilinear", "reflect101"), RandomU8({3, 38, 57, 4}, 8),
+                    "WarpPerspectiveU8BilinearAxisAligned", 0);
+  ExpectFastMatches(Warp({0.8f, 0, 0.1f, 0, 0.8f, 0.1f, 0, 0, 1}, 9, 301, "bilinear", "replicate"),
+                    RandomU8({2, 7, 240, 1}, 9), "WarpPerspectiveU8BilinearAxisAligned", 0);
+  ExpectFastMatches(Warp({-1, 0, 239, 0, 1, 0, 0, 0, 1}, 5, 240, "nearest"), RandomU8({2, 5, 240, 3}, 10),
+                    "WarpPerspectiveU8NearestAxisAligned", 0);
+}
+
+// Hand-computed values through the separable kernel: a 2x horizontal upscale of one row (cv2.resize mapping
+// x_in = (x + 0.5) / 2 - 0.5, i.e. fractions 24/32 and 8/32 between neighbours) and a horizontal flip.
+TEST(AugmentOps, WarpPerspectiveAxisAlignedHandComputed) {
+  const Tensor row = U8({1, 3, 1}, {0, 64, 200});
+  auto run_fast = [&](const Node& node) {
+    std::vector<Tensor> outputs;
+    KernelBuildContext bc = MakeBuildContext(node, {row}, {false}, outputs);
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    if (!kernel) return std::vector<uint8_t>{};
+    EXPECT_EQ(std::string(kernel->Name()), "WarpPerspectiveU8BilinearAxisAligned");
+    RunKernel(*kernel, node, {row}, outputs);
+    return Bytes(outputs[0]);
+  };
+  // x = 0: -0.25 -> taps (-1 -> 0, 0), 0; x = 1: 0.25 -> 0 * 24/32 + 64 * 8/32 = 16; x = 2: 0.75 -> 48;
+  // x = 3: 1.25 -> 64 * 24/32 + 200 * 8/32 = 98; x = 4: 1.75 -> 64 * 8/32 + 200 * 24/32 = 166; x = 5: 2.25 -> 200.
+  EXPECT_EQ(run_fast(Warp({0.5f, 0, -0.25f, 0, 1, 0, 0, 0, 1}, 1, 6, "bilinear", "replicate")),
+            (std::vector<uint8_t>{0, 16, 48, 98, 166, 200}));
+  EXPECT_EQ(run_fast(Warp({-1, 0, 2, 0, 1, 0, 0, 0, 1}, 1, 3)), (std::vector<uint8_t>{200, 64, 0}));
+  // Shifted by +0.5 with a constant border 100: the last column blends 200 with the border value: 150.
+  EXPECT_EQ(run_fast(Warp({1, 0, 0.5f, 0, 1, 0, 0, 0, 1}, 1, 3, "bilinear", "constant", 100.f)),
+            (std::vector<uint8_t>{32, 132, 150}));
 }
 
 Node Blur(int64_t kx, int64_t ky, float sx, float sy) {
@@ -236,6 +346,23 @@ TEST(AugmentOps, LookupTable) {
   EXPECT_EQ(Bytes(RunRef(shared, img)), (std::vector<uint8_t>{255, 245, 55, 0}));
   const Node split = AugNode("LookupTable", {{"table", Attribute::Ints(per_channel)}});
   EXPECT_EQ(Bytes(RunRef(split, img)), (std::vector<uint8_t>{0, 255, 100, 255}));
+  // The fast kernel: the same hand-computed values, then against the reference on random images (shared table, one
+  // table per channel for C = 2, 3, 4, sizes that leave loop tails).
+  ExpectFastMatches(shared, img, "LookupTableU8", 0);
+  ExpectFastMatches(split, img, "LookupTableU8PerChannel", 0);
+  std::mt19937 rng(3);
+  for (int64_t c : {1, 2, 3, 4}) {
+    std::vector<int64_t> table(256), tables(256 * c);
+    for (int64_t& v : table) v = static_cast<int64_t>(rng() & 255);
+    for (int64_t& v : tables) v = static_cast<int64_t>(rng() & 255);
+    const Node one = AugNode("LookupTable", {{"table", Attribute::Ints(table)}});
+    const Node many = AugNode("LookupTable", {{"table", Attribute::Ints(tables)}});
+    for (const Shape& shape : {Shape{1, 1, c}, Shape{5, 7, c}, Shape{2, 9, 13, c}}) {
+      ExpectFastMatches(one, RandomU8(shape, static_cast<uint32_t>(c)), "LookupTableU8", 0);
+      ExpectFastMatches(many, RandomU8(shape, static_cast<uint32_t>(c + 10)),
+                        c == 1 ? "LookupTableU8" : "LookupTableU8PerChannel", 0);
+    }
+  }
 }
 
 TEST(AugmentOps, FillRects) {
