@@ -98,8 +98,9 @@ bool UseWinograd(const KernelBuildContext& ctx, const ConvGeometry& g) {
   const int64_t in_c = g.x[1], out_c = g.w[0];
   if (in_c % 16 != 0 || out_c % 16 != 0 || in_c < 64 || out_c < 64 || g.y[2] < 7 || g.y[3] < 7) return false;
   // At batch 1 a layer with large weights is bound by reading them, and Winograd's transformed weights are 16/9
-  // larger: measured slower for 256->256 on 14x14 and 512->512 on 7x7 in ResNet-50 (1.30 vs 1.30 ms, 2.08 vs 1.93).
-  return g.x[0] >= 4 || in_c * out_c <= 128 * 128;
+  // larger: ResNet-50's 512->512 on 7x7 is no faster (2 threads 1.03 vs 0.99 ms; 1 thread 2.08 vs 1.93), while
+  // 256->256 on 14x14 is (2 threads 0.54 vs 0.68 ms).
+  return g.x[0] >= 4 || in_c * out_c <= 256 * 256;
 }
 
 memory::desc WeightDesc(const ConvGeometry& g, bool plain, memory::data_type type = memory::data_type::f32) {

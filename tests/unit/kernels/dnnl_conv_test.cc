@@ -192,7 +192,7 @@ TEST(DnnlConv, WinogradLayersMatchReference) {
                          RandomTensor({4, 64, 8, 8}, 14)};
   ExpectFastMatchesReference(node, in, {false, true, true, false}, "ConvF32DnnlWinograd");
   // Large weights at batch 1 stay on direct convolution (bandwidth-bound, docs in dnnl_conv.cc).
-  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 256, 7, 7}, {256, 256, 3, 3}, false, 9, "ConvF32Dnnl");
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 512, 7, 7}, {512, 512, 3, 3}, false, 9, "ConvF32Dnnl");
 }
 
 TEST(DnnlConv, DeclinesRuntimeWeights) {
