@@ -104,6 +104,7 @@ class Progress {
   }
   void Tick(int64_t done, bool final = false) {
     if (quiet_) return;
+    std::lock_guard<std::mutex> lock(mu_);
     const auto now = std::chrono::steady_clock::now();
     const double since = std::chrono::duration<double>(now - last_).count();
     if (!final && since < (bar_ ? 0.2 : 5.0)) return;
@@ -123,7 +124,6 @@ class Progress {
     }
     line << done << "/" << total_ << " (" << (total_ ? 100.0 * done / total_ : 100.0) << "%) " << rate
          << " images/s, ETA " << FormatDuration(eta) << ", elapsed " << FormatDuration(elapsed);
-    std::lock_guard<std::mutex> lock(mu_);
     err_ << line.str() << (bar_ ? (final ? "\n" : "") : "\n") << std::flush;
   }
 
