@@ -1,13 +1,15 @@
-// Fast kernels of the uint8 colour ops ShiftHSV, AdjustSaturation and AdjustContrast (docs/augment.md). The reference
-// kernels in src/kernels/reference/augment.cc state the arithmetic (OpenCV's integer RGB -> HSV, float HSV -> RGB,
-// cv2.addWeighted, albucore's float32 tables); these kernels perform the same integer and IEEE float/double
-// operations in the same order, 8 pixels at a time with AVX2 where the CPU has it (chosen at run time; the build
-// targets x86-64-v2), so the results are bit-identical to the reference. No libm calls per pixel.
+// Fast kernels of the uint8 colour ops ShiftHSV, AdjustSaturation, AdjustContrast and of LookupTable
+// (docs/augment.md). The reference kernels in src/kernels/reference/augment.cc state the arithmetic (OpenCV's integer
+// RGB -> HSV, float HSV -> RGB, cv2.addWeighted, albucore's float32 tables); these kernels perform the same integer and
+// IEEE float/double operations in the same order, 8 pixels at a time with AVX2 (LookupTable: 64 bytes with
+// AVX512-VBMI) where the CPU has it (chosen at run time; the build targets x86-64-v2), so the results are
+// bit-identical to the reference. No libm calls per pixel.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,6 +20,11 @@
 #include "ops/op_registry.h"
 
 namespace osprey {
+
+// SIMD levels of AugmentSimdLevel() (augment_kernels.cc).
+constexpr int kSimdAvx2 = 1, kSimdAvx512 = 2;
+int AugmentSimdLevel();
+
 namespace {
 
 int64_t PixelsOf(const Shape& s) { return s.size() == 4 ? s[0] * s[1] * s[2] : s[0] * s[1]; }
@@ -28,15 +35,6 @@ void CheckShape(const KernelContext& ctx, const Shape& shape, const char* name) 
     throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + ShapeToString(shape) +
                                           ", got " + ShapeToString(ctx.In(0).shape()) + " -> " +
                                           ShapeToString(ctx.Out(0).shape()));
-}
-
-bool HaveAvx2() {
-#ifdef OSPREY_AUGMENT_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
 }
 
 // cv::cvtColor RGB -> GRAY for uint8 (15-bit coefficients), as the reference.
@@ -188,6 +186,77 @@ __attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvDivTables& div, co
   }
   return i;
 }
+
+// ShiftHsvAvx2 with AVX-512 (BW, VBMI), 16 pixels per step: the same integer and IEEE operations lane by lane. The
+// double step has no add after its multiply that could be fused, and 1 - s * frac would be the same fused (the
+// product of two floats is exact in double).
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
+// false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(const HsvDivTables& div,
+                                                                              const HsvShiftTables& t,
+                                                                              const uint8_t* src, uint8_t* dst,
+                                                                              int64_t n) {
+  const __m512i round = _mm512_set1_epi32(1 << 11), c180 = _mm512_set1_epi32(180), zero = _mm512_setzero_si512();
+  const __m512i c255i = _mm512_set1_epi32(255);
+  const __m512i sat = _mm512_set1_epi32(t.sat), val = _mm512_set1_epi32(t.val);
+  const __m512 inv255 = _mm512_set1_ps(1.f / 255.f), c255 = _mm512_set1_ps(255.f), one_f = _mm512_set1_ps(1.f);
+  const __m512d one_d = _mm512_set1_pd(1.0);
+  const __m512i lane_offsets = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
+  // Byte permutes: R, G, B of pixel k (bytes 3k, 3k + 1, 3k + 2) to byte 0 of 32-bit lane k; and back, 48 bytes.
+  alignas(64) uint8_t index[4][64] = {};
+  for (int k = 0; k < 16; ++k)
+    for (int ch = 0; ch < 3; ++ch)
+      index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch), index[3][3 * k + ch] = 4 * k + ch;
+  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
+  const __m512i pick_b = _mm512_load_si512(index[2]), pack48 = _mm512_load_si512(index[3]);
+  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
+    const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
+    const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
+    const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
+    const __m512i v = _mm512_max_epi32(_mm512_max_epi32(r, g), b);
+    const __m512i diff = _mm512_sub_epi32(v, _mm512_min_epi32(_mm512_min_epi32(r, g), b));
+    const __m512i s = _mm512_srai_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(diff, _mm512_i32gather_epi32(v, div.sdiv, 4)), round), 12);
+    const __m512i h_r = _mm512_sub_epi32(g, b);
+    const __m512i h_g = _mm512_add_epi32(_mm512_sub_epi32(b, r), _mm512_add_epi32(diff, diff));
+    const __m512i h_b = _mm512_add_epi32(_mm512_sub_epi32(r, g), _mm512_slli_epi32(diff, 2));
+    __m512i h = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(h_b, _mm512_cmpeq_epi32_mask(v, g), h_g),
+                                      _mm512_cmpeq_epi32_mask(v, r), h_r);
+    h = _mm512_srai_epi32(_mm512_add_epi32(_mm512_mullo_epi32(h, _mm512_i32gather_epi32(diff, div.hdiv, 4)), round),
+                          12);
+    h = _mm512_mask_add_epi32(h, _mm512_cmpgt_epi32_mask(zero, h), h, c180);
+    const __m512i vs = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, val), zero), c255i);
+    const __m512i ss = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(s, sat), zero), c255i);
+    const __m512 vf = _mm512_mul_ps(_mm512_cvtepi32_ps(vs), inv255);
+    const __m512 sf = _mm512_mul_ps(_mm512_cvtepi32_ps(ss), inv255);
+    const __m512 frac = _mm512_i32gather_ps(h, t.frac, 4);
+    const __m256 t_lo =
+        _mm512_cvtpd_ps(_mm512_sub_pd(one_d, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(sf)),
+                                                           _mm512_cvtps_pd(_mm512_castps512_ps256(frac)))));
+    const __m256 t_hi = _mm512_cvtpd_ps(_mm512_sub_pd(
+        one_d, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sf), 1))),
+                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(frac), 1))))));
+    const __m512 tf =
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(t_lo)), _mm256_castps_pd(t_hi), 1));
+    const __m512i cv = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(vf, c255)), zero), c255i);
+    const __m512i cp = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one_f, sf)), c255)), zero),
+        c255i);
+    const __m512i ct = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, tf), c255)), zero), c255i);
+    const __m512i sources = _mm512_or_si512(cv, _mm512_or_si512(_mm512_slli_epi32(cp, 8), _mm512_slli_epi32(ct, 16)));
+    const __m512i order = _mm512_add_epi8(_mm512_i32gather_epi32(h, t.order, 4), lane_offsets);
+    _mm512_mask_storeu_epi8(dst + i * 3, bytes48, _mm512_permutexvar_epi8(pack48, _mm512_shuffle_epi8(sources, order)));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
 #endif
 
 class ShiftHsvKernel final : public Kernel {
@@ -212,13 +281,17 @@ class ShiftHsvKernel final : public Kernel {
     static const HsvDivTables div;
     int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-    if (HaveAvx2()) done = ShiftHsvAvx2(div, tables_, src, dst, n);
+    if (simd_ >= kSimdAvx512)
+      done = ShiftHsvAvx512(div, tables_, src, dst, n);
+    else if (simd_ >= kSimdAvx2)
+      done = ShiftHsvAvx2(div, tables_, src, dst, n);
 #endif
     ShiftHsvScalar(div, tables_, src + done * 3, dst + done * 3, n - done);
   }
 
  private:
   Shape shape_;
+  int simd_ = AugmentSimdLevel();
   bool identity_ = false;
   HsvShiftTables tables_;
 };
@@ -291,13 +364,14 @@ class AdjustSaturationKernel final : public Kernel {
     }
     int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-    if (HaveAvx2()) done = AdjustSaturationAvx2(alpha_, beta_, src, dst, n);
+    if (simd_ >= kSimdAvx2) done = AdjustSaturationAvx2(alpha_, beta_, src, dst, n);
 #endif
     AdjustSaturationScalar(alpha_, beta_, src + done * 3, dst + done * 3, n - done);
   }
 
  private:
   Shape shape_;
+  int simd_ = AugmentSimdLevel();
   float alpha_ = 1.f, beta_ = 0.f;
 };
 
@@ -378,7 +452,7 @@ class AdjustContrastKernel final : public Kernel {
       uint8_t* dst = ctx.Out(0).data<uint8_t>() + b * pixels * c;
       int64_t sum = 0, summed = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-      if (c == 3 && HaveAvx2()) sum = GraySumRgbAvx2(src, pixels, summed);
+      if (c == 3 && simd_ >= kSimdAvx2) sum = GraySumRgbAvx2(src, pixels, summed);
 #endif
       sum += GraySumScalar(src + summed * c, pixels - summed, c);
       const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
@@ -389,7 +463,7 @@ class AdjustContrastKernel final : public Kernel {
       const float factor = static_cast<float>(factor_), offset = static_cast<float>(mean * (1.0 - factor_));
       int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-      if (HaveAvx2()) done = ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
+      if (simd_ >= kSimdAvx2) done = ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
 #endif
       uint8_t lut[256];
       for (int v = 0; v < 256; ++v) lut[v] = ContrastValue(v, factor, offset);
@@ -399,23 +473,146 @@ class AdjustContrastKernel final : public Kernel {
 
  private:
   Shape shape_;
+  int simd_ = AugmentSimdLevel();
   double factor_ = 1.0;
+};
+
+// ---------------------------------------------------------------- LookupTable
+
+#ifdef OSPREY_AUGMENT_AVX2
+// A 256-byte table in four registers; Lookup64 maps 64 bytes: vpermi2b looks up the low 7 bits in each 128-byte half
+// and the top bit picks the half.
+struct Lut512 {
+  __m512i q[4];
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline Lut512 LoadLut512(const uint8_t* table) {
+  Lut512 t;
+  for (int k = 0; k < 4; ++k) t.q[k] = _mm512_loadu_si512(table + 64 * k);
+  return t;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i Lookup64(const Lut512& t, __m512i x) {
+  const __m512i lo = _mm512_permutex2var_epi8(t.q[0], x, t.q[1]);
+  const __m512i hi = _mm512_permutex2var_epi8(t.q[2], x, t.q[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi);
+}
+
+// One table for every byte; the tail with masked loads and stores.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupSharedVbmi(const uint8_t* table, const uint8_t* src,
+                                                                             uint8_t* dst, int64_t n) {
+  const Lut512 t = LoadLut512(table);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(dst + i, Lookup64(t, _mm512_loadu_si512(src + i)));
+  if (i < n) {
+    const __mmask64 tail = (1ULL << (n - i)) - 1;  // n - i < 64
+    _mm512_mask_storeu_epi8(dst + i, tail, Lookup64(t, _mm512_maskz_loadu_epi8(tail, src + i)));
+  }
+}
+
+// One table per channel, C = 2, 3 or 4: every byte is looked up in each table and the channel masks pick the results.
+// Byte j of the 64 at offset i belongs to channel (i + j) mod C, so the masks depend on the phase i mod C.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i LookupChannels64(const Lut512* t, int64_t c,
+                                                                                       const __mmask64* masks,
+                                                                                       __m512i x) {
+  __m512i y = Lookup64(t[0], x);
+  for (int64_t ch = 1; ch < c; ++ch) y = _mm512_mask_blend_epi8(masks[ch], y, Lookup64(t[ch], x));
+  return y;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupPerChannelVbmi(const uint8_t* tables, int64_t c,
+                                                                                 const uint8_t* src, uint8_t* dst,
+                                                                                 int64_t n) {
+  Lut512 t[4];
+  for (int64_t ch = 0; ch < c; ++ch) t[ch] = LoadLut512(tables + 256 * ch);
+  __mmask64 masks[4][4] = {};  // [phase][channel]
+  for (int64_t phase = 0; phase < c; ++phase)
+    for (int j = 0; j < 64; ++j) masks[phase][(phase + j) % c] |= 1ULL << j;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512(dst + i, LookupChannels64(t, c, masks[i % c], _mm512_loadu_si512(src + i)));
+  if (i < n) {
+    const __mmask64 tail = (1ULL << (n - i)) - 1;  // n - i < 64
+    _mm512_mask_storeu_epi8(dst + i, tail,
+                            LookupChannels64(t, c, masks[i % c], _mm512_maskz_loadu_epi8(tail, src + i)));
+  }
+}
+#endif
+
+// uint8 y = table[x] (one table, or one per channel when the table holds 256 * C values and C > 1, as the reference).
+// AVX512-VBMI byte permutes when the CPU has them, else scalar loops.
+class LookupTableU8Kernel final : public Kernel {
+ public:
+  explicit LookupTableU8Kernel(const KernelBuildContext& ctx) : shape_(ctx.input_shapes[0]) {
+    const std::vector<int64_t> table = ctx.node.GetInts("table");
+    c_ = shape_.back();
+    per_channel_ = static_cast<int64_t>(table.size()) == 256 * c_ && c_ > 1;
+    lut_.assign(table.begin(), table.end());
+  }
+  const char* Name() const override { return per_channel_ ? "LookupTableU8PerChannel" : "LookupTableU8"; }
+
+  void Run(KernelContext& ctx) override {
+    CheckShape(ctx, shape_, Name());
+    const uint8_t* src = ctx.In(0).data<uint8_t>();
+    uint8_t* dst = ctx.Out(0).data<uint8_t>();
+    const int64_t n = ctx.In(0).numel();
+    const uint8_t* lut = lut_.data();
+#ifdef OSPREY_AUGMENT_AVX2
+    if (simd_ >= kSimdAvx512 && (!per_channel_ || c_ <= 4)) {
+      if (per_channel_)
+        LookupPerChannelVbmi(lut, c_, src, dst, n);
+      else
+        LookupSharedVbmi(lut, src, dst, n);
+      return;
+    }
+#endif
+    if (!per_channel_) {
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        const uint8_t a = lut[src[i]], b = lut[src[i + 1]], c = lut[src[i + 2]], d = lut[src[i + 3]];
+        dst[i] = a, dst[i + 1] = b, dst[i + 2] = c, dst[i + 3] = d;
+      }
+      for (; i < n; ++i) dst[i] = lut[src[i]];
+      return;
+    }
+    if (c_ == 3) {
+      const uint8_t *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
+      int64_t p = 0;
+      for (; p + 6 <= n; p += 6) {
+        dst[p] = l0[src[p]], dst[p + 1] = l1[src[p + 1]], dst[p + 2] = l2[src[p + 2]];
+        dst[p + 3] = l0[src[p + 3]], dst[p + 4] = l1[src[p + 4]], dst[p + 5] = l2[src[p + 5]];
+      }
+      for (; p < n; p += 3) dst[p] = l0[src[p]], dst[p + 1] = l1[src[p + 1]], dst[p + 2] = l2[src[p + 2]];
+      return;
+    }
+    for (int64_t p = 0; p < n; p += c_)
+      for (int64_t ch = 0; ch < c_; ++ch) dst[p + ch] = lut[ch * 256 + src[p + ch]];
+  }
+
+ private:
+  Shape shape_;
+  int simd_ = AugmentSimdLevel();
+  int64_t c_ = 1;
+  bool per_channel_ = false;
+  std::vector<uint8_t> lut_;
 };
 
 }  // namespace
 
-/// Fast kernels for the uint8 colour ops ShiftHSV, AdjustSaturation, AdjustContrast, or nullptr.
+/// Fast kernels for the uint8 colour ops ShiftHSV, AdjustSaturation, AdjustContrast and LookupTable, or nullptr.
 std::unique_ptr<Kernel> CreateAugmentColorKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
-  if (op != "ShiftHSV" && op != "AdjustSaturation" && op != "AdjustContrast") return nullptr;
+  if (op != "ShiftHSV" && op != "AdjustSaturation" && op != "AdjustContrast" && op != "LookupTable") return nullptr;
+  // Other dtypes: the reference kernel reports the error.
   if (ctx.input_dtypes.empty() || ctx.input_dtypes[0] != DType::kU8 || ctx.input_shapes.empty()) return nullptr;
   const Shape& s = ctx.input_shapes[0];
   if (s.size() != 3 && s.size() != 4) return nullptr;
-  if (s.back() != 3 && !(s.back() == 1 && op != "ShiftHSV")) return nullptr;
   for (Layout l : ctx.input_layouts)
     if (l != Layout::kPlain) return nullptr;
   for (Layout l : ctx.output_layouts)
     if (l != Layout::kPlain) return nullptr;
+  if (op == "LookupTable") return std::make_unique<LookupTableU8Kernel>(ctx);
+  if (s.back() != 3 && !(s.back() == 1 && op != "ShiftHSV")) return nullptr;
   if (op == "ShiftHSV") return std::make_unique<ShiftHsvKernel>(ctx);
   if (op == "AdjustSaturation") return std::make_unique<AdjustSaturationKernel>(ctx);
   return std::make_unique<AdjustContrastKernel>(ctx);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -64,6 +65,31 @@ void ExpectFastMatches(const Node& node, const Tensor& input, const std::string&
       ExpectTensorNear(outputs[0], expected, 1e-5f, 1e-5f);
   }
 }
+
+// Caps the SIMD level of the augmentation kernels built while it lives (OSPREY_AUGMENT_SIMD, read when a kernel is
+// built), so each path is checked on a CPU that has the wider ones too. "" keeps the CPU's own level.
+class ScopedSimdCap {
+ public:
+  explicit ScopedSimdCap(const std::string& level) {
+    if (const char* old = std::getenv("OSPREY_AUGMENT_SIMD")) old_ = old, had_old_ = true;
+    if (level.empty())
+      unsetenv("OSPREY_AUGMENT_SIMD");
+    else
+      setenv("OSPREY_AUGMENT_SIMD", level.c_str(), 1);
+  }
+  ~ScopedSimdCap() {
+    if (had_old_)
+      setenv("OSPREY_AUGMENT_SIMD", old_.c_str(), 1);
+    else
+      unsetenv("OSPREY_AUGMENT_SIMD");
+  }
+
+ private:
+  std::string old_;
+  bool had_old_ = false;
+};
+
+const std::vector<std::string> kSimdLevels = {"", "avx2", "sse4"};
 
 Node Warp(const std::vector<float>& m, int64_t h, int64_t w, const std::string& mode = "bilinear",
           const std::string& border = "constant", float border_value = 0.f) {
@@ -154,6 +180,57 @@ TEST(AugmentOps, WarpPerspectiveFastMatchesReference) {
       ExpectFastMatches(Warp(m, 33, 45, "bilinear", border, 9.f), RandomU8({33, 45, 3}, case_id), name, 0);
       ExpectFastMatches(Warp(m, 20, 67, "bilinear", border, 9.f), RandomU8({2, 21, 66, 3}, case_id), name, 0);
     }
+}
+
+// The general uint8 RGB bilinear kernel at every SIMD level (16, 8 or 4 pixels per step) against the reference, zero
+// tolerance, on outputs wide enough for several SIMD groups per row plus a tail: rotations about the centre (groups
+// that straddle the image edge: some lanes inside, some on the border, some outside), a zoom-out whose rows start and
+// end with whole groups outside the image (constant border: the border value; other borders: the scalar path), a
+// rotation whose taps reach the last row and column (the 8-byte loads must stay inside the image), positions beyond
+// the int range in part of a row (clamped), perspective, a batch.
+TEST(AugmentOps, WarpPerspectiveRgbSimdMatchesReference) {
+  const double pi = 3.14159265358979323846;
+  auto rotation = [&](double degrees, double scale, double h, double w, double oh, double ow) {
+    const double c = std::cos(degrees * pi / 180) * scale, s = std::sin(degrees * pi / 180) * scale;
+    // output (x, y) -> source: centre of the output to centre of the source.
+    const double cx = (w - 1) / 2, cy = (h - 1) / 2, ocx = (ow - 1) / 2, ocy = (oh - 1) / 2;
+    return std::vector<float>{static_cast<float>(c),
+                              static_cast<float>(-s),
+                              static_cast<float>(cx - c * ocx + s * ocy),
+                              static_cast<float>(s),
+                              static_cast<float>(c),
+                              static_cast<float>(cy - s * ocx - c * ocy),
+                              0,
+                              0,
+                              1};
+  };
+  struct Case {
+    std::vector<float> m;
+    int64_t h, w, oh, ow;
+  };
+  const std::vector<Case> cases = {
+      {rotation(10, 1, 61, 97, 61, 150), 61, 97, 61, 150},
+      {rotation(-7.5, 1.1, 40, 90, 45, 133), 40, 90, 45, 133},
+      {rotation(23, 2.5, 37, 41, 50, 171), 37, 41, 50, 171},                 // zoom-out: much border
+      {rotation(90, 1, 48, 48, 48, 48), 48, 48, 48, 48},                     // quarter turn: whole pixels
+      {{0.999f, 0.01f, 0.f, -0.01f, 0.999f, 0.f, 0, 0, 1}, 30, 70, 32, 80},  // reaches the last row and column
+      {{0.98f, 0.02f, 1.4f, -0.02f, 0.97f, 0.3f, 0, 0, 1}, 30, 70, 30, 70},
+      {{2e7f, 0.1f, -1e9f, 0.2f, 1.f, 0.f, 0, 0, 1}, 20, 40, 12, 200},  // x positions clamped in part of each row
+      {{1.02f, 0.05f, -1.f, -0.03f, 0.97f, 0.5f, 0.004f, -0.003f, 1.f}, 35, 66, 35, 66},  // perspective
+  };
+  int id = 0;
+  for (const std::string& level : kSimdLevels) {
+    const ScopedSimdCap cap(level);
+    for (const Case& c : cases)
+      for (const std::string border : {"constant", "replicate", "reflect101"}) {
+        SCOPED_TRACE("simd '" + level + "' " + border + " case " + std::to_string(++id));
+        const std::string name = WarpKernelName(c.m, DType::kU8, 3, "bilinear");
+        const float value = border == "constant" && id % 2 ? 0.f : 201.f;
+        ExpectFastMatches(Warp(c.m, c.oh, c.ow, "bilinear", border, value), RandomU8({c.h, c.w, 3}, id), name, 0);
+      }
+    ExpectFastMatches(Warp(cases[0].m, 61, 150, "bilinear", "constant", 5.f), RandomU8({2, 61, 97, 3}, 99),
+                      "WarpPerspectiveU8BilinearAffine", 0);
+  }
 }
 
 // The separable uint8 kernel for axis-aligned matrices (scale + translate) against the reference, zero tolerance:
@@ -346,21 +423,26 @@ TEST(AugmentOps, LookupTable) {
   EXPECT_EQ(Bytes(RunRef(shared, img)), (std::vector<uint8_t>{255, 245, 55, 0}));
   const Node split = AugNode("LookupTable", {{"table", Attribute::Ints(per_channel)}});
   EXPECT_EQ(Bytes(RunRef(split, img)), (std::vector<uint8_t>{0, 255, 100, 255}));
-  // The fast kernel: the same hand-computed values, then against the reference on random images (shared table, one
-  // table per channel for C = 2, 3, 4, sizes that leave loop tails).
-  ExpectFastMatches(shared, img, "LookupTableU8", 0);
-  ExpectFastMatches(split, img, "LookupTableU8PerChannel", 0);
-  std::mt19937 rng(3);
-  for (int64_t c : {1, 2, 3, 4}) {
-    std::vector<int64_t> table(256), tables(256 * c);
-    for (int64_t& v : table) v = static_cast<int64_t>(rng() & 255);
-    for (int64_t& v : tables) v = static_cast<int64_t>(rng() & 255);
-    const Node one = AugNode("LookupTable", {{"table", Attribute::Ints(table)}});
-    const Node many = AugNode("LookupTable", {{"table", Attribute::Ints(tables)}});
-    for (const Shape& shape : {Shape{1, 1, c}, Shape{5, 7, c}, Shape{2, 9, 13, c}}) {
-      ExpectFastMatches(one, RandomU8(shape, static_cast<uint32_t>(c)), "LookupTableU8", 0);
-      ExpectFastMatches(many, RandomU8(shape, static_cast<uint32_t>(c + 10)),
-                        c == 1 ? "LookupTableU8" : "LookupTableU8PerChannel", 0);
+  // The fast kernel at every SIMD level (AVX512-VBMI: 64 bytes per step, one table per channel picked by lane masks
+  // that depend on the step's channel phase): the same hand-computed values, then against the reference on random
+  // images (shared table, one table per channel for C = 2..5), sizes that leave loop tails and several 64-byte steps.
+  for (const std::string& level : kSimdLevels) {
+    const ScopedSimdCap cap(level);
+    SCOPED_TRACE("simd '" + level + "'");
+    ExpectFastMatches(shared, img, "LookupTableU8", 0);
+    ExpectFastMatches(split, img, "LookupTableU8PerChannel", 0);
+    std::mt19937 rng(3);
+    for (int64_t c : {1, 2, 3, 4, 5}) {
+      std::vector<int64_t> table(256), tables(256 * c);
+      for (int64_t& v : table) v = static_cast<int64_t>(rng() & 255);
+      for (int64_t& v : tables) v = static_cast<int64_t>(rng() & 255);
+      const Node one = AugNode("LookupTable", {{"table", Attribute::Ints(table)}});
+      const Node many = AugNode("LookupTable", {{"table", Attribute::Ints(tables)}});
+      for (const Shape& shape : {Shape{1, 1, c}, Shape{5, 7, c}, Shape{2, 9, 13, c}, Shape{33, 67, c}}) {
+        ExpectFastMatches(one, RandomU8(shape, static_cast<uint32_t>(c)), "LookupTableU8", 0);
+        ExpectFastMatches(many, RandomU8(shape, static_cast<uint32_t>(c + 10)),
+                          c == 1 ? "LookupTableU8" : "LookupTableU8PerChannel", 0);
+      }
     }
   }
 }
@@ -446,36 +528,42 @@ Tensor AllColours() {
   return t;
 }
 
+// At every SIMD level (ShiftHSV: 16, 8 or 1 pixels per step); every colour at the CPU's own level.
 TEST(AugmentOps, ColourFastMatchesReference) {
   const Tensor all = AllColours();
   const std::vector<Tensor> images = {RandomU8({1, 1, 3}, 1), RandomU8({7, 13, 3}, 2), RandomU8({33, 31, 3}, 3),
                                       RandomU8({2, 5, 9, 3}, 4)};
   const std::vector<std::tuple<float, float, float>> shifts = {{12.6f, 0, 0},  {-17.3f, 25.9f, -30.2f}, {180, 0, 0},
                                                                {0, -40.5f, 0}, {-359.5f, 300, 1},       {0.25f, 0, 0}};
-  for (size_t k = 0; k < shifts.size(); ++k) {
-    const auto [h, s, v] = shifts[k];
-    const Node node =
-        AugNode("ShiftHSV",
-                {{"hue", Attribute::Float(h)}, {"saturation", Attribute::Float(s)}, {"value", Attribute::Float(v)}});
-    if (k < 2) ExpectFastMatches(node, all, "ShiftHsvU8", 0);
-    for (const Tensor& img : images) ExpectFastMatches(node, img, "ShiftHsvU8", 0);
-  }
-  ExpectFastMatches(AugNode("ShiftHSV", {}), images[2], "ShiftHsvU8", 0);  // no shift: a copy
-  for (float factor : {0.f, 0.4f, 1.f, 1.5f, 3.f, 1000.f}) {
-    SCOPED_TRACE("factor " + std::to_string(factor));
-    const Node sat = AugNode("AdjustSaturation", {{"factor", Attribute::Float(factor)}});
-    const Node con = AugNode("AdjustContrast", {{"factor", Attribute::Float(factor)}});
-    if (factor == 1.5f) {
-      ExpectFastMatches(sat, all, "AdjustSaturationU8", 0);
-      ExpectFastMatches(con, all, "AdjustContrastU8", 0);
+  for (const std::string& level : kSimdLevels) {
+    const ScopedSimdCap cap(level);
+    SCOPED_TRACE("simd '" + level + "'");
+    const bool every_colour = level.empty();
+    for (size_t k = 0; k < shifts.size(); ++k) {
+      const auto [h, s, v] = shifts[k];
+      const Node node =
+          AugNode("ShiftHSV",
+                  {{"hue", Attribute::Float(h)}, {"saturation", Attribute::Float(s)}, {"value", Attribute::Float(v)}});
+      if (k < 2 && every_colour) ExpectFastMatches(node, all, "ShiftHsvU8", 0);
+      for (const Tensor& img : images) ExpectFastMatches(node, img, "ShiftHsvU8", 0);
     }
-    for (const Tensor& img : images) {
-      ExpectFastMatches(sat, img, "AdjustSaturationU8", 0);
-      ExpectFastMatches(con, img, "AdjustContrastU8", 0);
+    ExpectFastMatches(AugNode("ShiftHSV", {}), images[2], "ShiftHsvU8", 0);  // no shift: a copy
+    for (float factor : {0.f, 0.4f, 1.f, 1.5f, 3.f, 1000.f}) {
+      SCOPED_TRACE("factor " + std::to_string(factor));
+      const Node sat = AugNode("AdjustSaturation", {{"factor", Attribute::Float(factor)}});
+      const Node con = AugNode("AdjustContrast", {{"factor", Attribute::Float(factor)}});
+      if (factor == 1.5f && every_colour) {
+        ExpectFastMatches(sat, all, "AdjustSaturationU8", 0);
+        ExpectFastMatches(con, all, "AdjustContrastU8", 0);
+      }
+      for (const Tensor& img : images) {
+        ExpectFastMatches(sat, img, "AdjustSaturationU8", 0);
+        ExpectFastMatches(con, img, "AdjustContrastU8", 0);
+      }
+      ExpectFastMatches(sat, RandomU8({9, 11, 1}, 5), "AdjustSaturationU8", 0);
+      ExpectFastMatches(con, RandomU8({9, 11, 1}, 6), "AdjustContrastU8", 0);
+      ExpectFastMatches(con, RandomU8({3, 9, 37, 1}, 7), "AdjustContrastU8", 0);
     }
-    ExpectFastMatches(sat, RandomU8({9, 11, 1}, 5), "AdjustSaturationU8", 0);
-    ExpectFastMatches(con, RandomU8({9, 11, 1}, 6), "AdjustContrastU8", 0);
-    ExpectFastMatches(con, RandomU8({3, 9, 37, 1}, 7), "AdjustContrastU8", 0);
   }
 }
 
