@@ -80,7 +80,9 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
 }
 
 // Winograd (oneDNN's F(2,3) at batch 1, F(4,3) at larger batches, fp32, AVX-512) for 3x3 stride-1 undilated dense
-// convolutions with enough channels: 1.5-2.5x faster than brgconv on ResNet-50's 3x3 layers on this CPU, including the
+// convolutions with >= 32 input and >= 64 output channels (2 threads, with reorders: SqueezeNet's 32->128 on 54x54
+// batch 8 3.7 vs 5.2 ms, 48->192 on 27x27 1.7 vs 2.7 ms; Inception's 64->96 on 35x35 batch 1 0.27 vs 0.39 ms; but 16->64
+// on 54x54 batch 8 2.0 vs 1.3 ms, and DenseNet's 128->32 loses at batch 1): 1.5-2.5x faster than brgconv on ResNet-50's 3x3 layers on this CPU, including the
 // reorders to and from its blocked layout (measured with one thread: 64->64 on 56x56 batch 1 0.64 ms + 2 x 0.03 ms
 // reorders vs 1.11 ms; batch 8 4.6 ms + 2 x 1.2 ms vs 9.3 ms), with relative error ~2e-6 against direct
 // convolution. Off with OSPREY_WINOGRAD=0 (for comparisons).
@@ -96,7 +98,7 @@ bool UseWinograd(const KernelBuildContext& ctx, const ConvGeometry& g) {
   for (int64_t d : g.dilates)
     if (d != 0) return false;
   const int64_t in_c = g.x[1], out_c = g.w[0];
-  if (in_c % 16 != 0 || out_c % 16 != 0 || in_c < 64 || out_c < 64 || g.y[2] < 7 || g.y[3] < 7) return false;
+  if (in_c % 16 != 0 || out_c % 16 != 0 || in_c < 32 || out_c < 64 || g.y[2] < 7 || g.y[3] < 7) return false;
   // At batch 1 a layer with large weights is bound by reading them, and Winograd's transformed weights are 16/9
   // larger: ResNet-50's 512->512 on 7x7 is no faster (2 threads 1.03 vs 0.99 ms; 1 thread 2.08 vs 1.93), while
   // 256->256 on 14x14 is (2 threads 0.54 vs 0.68 ms).
