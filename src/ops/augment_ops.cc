@@ -8,45 +8,19 @@
 #include <vector>
 
 #include "ops/op_registry.h"
+#include "ops/schema_util.h"
 
 namespace osprey {
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
+using namespace schema;
 
-constexpr int64_t kMaxImageDim = int64_t{1} << 20;
 // Largest Gaussian kernel side; far beyond any augmentation's blur and keeps a row of taps small.
 constexpr int64_t kMaxBlurKernel = 1023;
-
-int64_t RequiredInt(const InferContext& ctx, const std::string& name) {
-  if (!ctx.node.Has(name)) ctx.Fail("attribute '" + name + "' is required");
-  return ctx.node.GetInt(name, 0);
-}
-
-int64_t IntInRange(const InferContext& ctx, const std::string& name, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi)
-    ctx.Fail("attribute '" + name + "' must be in [" + Str(lo) + ", " + Str(hi) + "], got " + Str(value));
-  return value;
-}
-
-float FiniteFloat(const InferContext& ctx, const std::string& name, float value) {
-  if (!std::isfinite(value)) ctx.Fail("attribute '" + name + "' must be finite, got " + std::to_string(value));
-  return value;
-}
 
 float RequiredFloat(const InferContext& ctx, const std::string& name) {
   if (!ctx.node.Has(name)) ctx.Fail("attribute '" + name + "' is required");
   return FiniteFloat(ctx, name, ctx.node.GetFloat(name, 0.f));
-}
-
-std::string OneOf(const InferContext& ctx, const std::string& name, const std::string& value,
-                  const std::vector<std::string>& allowed) {
-  std::string list;
-  for (const std::string& a : allowed) {
-    if (a == value) return value;
-    list += (list.empty() ? "\"" : ", \"") + a + "\"";
-  }
-  ctx.Fail("attribute '" + name + "' must be one of " + list + ", got \"" + value + "\"");
 }
 
 // The image input: rank 3 (HWC) or rank 4 (NHWC), non-empty H and W, of one of the allowed dtypes.

@@ -6,48 +6,18 @@
 #include <vector>
 
 #include "ops/op_registry.h"
+#include "ops/schema_util.h"
 
 namespace osprey {
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
-
-// Largest output dim an image op may produce; keeps H * W * C well inside int64 and stops typos like
-// height=1000000000 from asking for terabytes.
-constexpr int64_t kMaxImageDim = int64_t{1} << 20;
-
-int64_t RequiredInt(const InferContext& ctx, const std::string& name) {
-  if (!ctx.node.Has(name)) ctx.Fail("attribute '" + name + "' is required");
-  return ctx.node.GetInt(name, 0);
-}
-
-int64_t IntInRange(const InferContext& ctx, const std::string& name, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi)
-    ctx.Fail("attribute '" + name + "' must be in [" + Str(lo) + ", " + Str(hi) + "], got " + Str(value));
-  return value;
-}
-
-std::string OneOf(const InferContext& ctx, const std::string& name, const std::string& value,
-                  const std::vector<std::string>& allowed) {
-  std::string list;
-  for (const std::string& a : allowed) {
-    if (a == value) return value;
-    list += (list.empty() ? "\"" : ", \"") + a + "\"";
-  }
-  ctx.Fail("attribute '" + name + "' must be one of " + list + ", got \"" + value + "\"");
-}
-
-float FiniteFloat(const InferContext& ctx, const std::string& name, float value) {
-  if (!std::isfinite(value)) ctx.Fail("attribute '" + name + "' must be finite, got " + std::to_string(value));
-  return value;
-}
+using namespace schema;
 
 // The image input: rank 3 (HWC) or 4 (NHWC), uint8 or float32. Returns its shape.
 const Shape& ImageInput(const InferContext& ctx, const char* layout = "HWC") {
   if (!ctx.Has(0)) ctx.Fail("input 0 (image) is required");
   const DType t = ctx.input_dtypes[0];
-  if (t != DType::kU8 && t != DType::kF32)
-    ctx.Fail(std::string("image must be uint8 or float32, got ") + DTypeName(t));
+  if (t != DType::kU8 && t != DType::kF32) ctx.Fail(std::string("image must be uint8 or float32, got ") + DTypeName(t));
   const Shape& s = ctx.input_shapes[0];
   if (s.size() != 3 && s.size() != 4)
     ctx.Fail(std::string("image must be rank 3 (") + layout + ") or rank 4 (N" + layout + "), got shape " +
@@ -162,14 +132,13 @@ void InferNormalize(InferContext& ctx) {
   FiniteFloat(ctx, "scale", ctx.node.GetFloat("scale", 1.f));
   const std::vector<float> mean = ctx.node.GetFloats("mean"), std = ctx.node.GetFloats("std");
   if (!mean.empty() && static_cast<int64_t>(mean.size()) != c && mean.size() != 1)
-    ctx.Fail("attribute 'mean' must hold one value per channel (" + Str(c) + ") or one value, got " +
-             Str(mean.size()));
+    ctx.Fail("attribute 'mean' must hold one value per channel (" + Str(c) + ") or one value, got " + Str(mean.size()));
   if (!std.empty() && static_cast<int64_t>(std.size()) != c && std.size() != 1)
     ctx.Fail("attribute 'std' must hold one value per channel (" + Str(c) + ") or one value, got " + Str(std.size()));
   for (float v : mean) FiniteFloat(ctx, "mean", v);
   for (float v : std)
-    if (!std::isfinite(v) || v == 0.f) ctx.Fail("attribute 'std' must hold finite non-zero values, got " +
-                                                std::to_string(v));
+    if (!std::isfinite(v) || v == 0.f)
+      ctx.Fail("attribute 'std' must hold finite non-zero values, got " + std::to_string(v));
   const std::string layout = OneOf(ctx, "layout", ctx.node.GetString("layout", "CHW"), {"CHW", "HWC"});
   Shape out = s;
   if (layout == "CHW") {

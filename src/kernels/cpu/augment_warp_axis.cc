@@ -32,6 +32,7 @@
 #define OSPREY_WARP_AXIS_AVX2 1
 #endif
 
+#include "kernels/cpu/augment_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/op_registry.h"
@@ -39,14 +40,7 @@
 namespace osprey {
 namespace {
 
-struct ImageDims {
-  int64_t n, h, w, c;
-};
-
-ImageDims DimsOf(const Shape& s) {
-  if (s.size() == 4) return {s[0], s[1], s[2], s[3]};
-  return {1, s[0], s[1], s[2]};
-}
+using namespace augment_kernels;
 
 // The general kernel's uint8 border value: the attribute saturated and rounded half up.
 uint8_t BorderValueU8(float v) {
@@ -60,40 +54,6 @@ uint8_t BorderValueU8(float v) {
 int32_t RoundToInt(double v) {
   v = std::min(std::max(v, static_cast<double>(INT_MIN)), static_cast<double>(INT_MAX));
   return static_cast<int32_t>(std::nearbyint(v));
-}
-
-enum class Border { kConstant, kReplicate, kReflect, kReflect101 };
-
-Border BorderOf(const std::string& name) {
-  if (name == "replicate") return Border::kReplicate;
-  if (name == "reflect") return Border::kReflect;
-  if (name == "reflect101") return Border::kReflect101;
-  return Border::kConstant;
-}
-
-// cv::borderInterpolate: source index of position i on an axis of n, or -1 (constant border, outside).
-int64_t BorderIndex(int64_t i, int64_t n, Border border) {
-  if (i >= 0 && i < n) return i;
-  switch (border) {
-    case Border::kConstant:
-      return -1;
-    case Border::kReplicate:
-      return i < 0 ? 0 : n - 1;
-    case Border::kReflect: {
-      const int64_t period = 2 * n;
-      int64_t m = i % period;
-      if (m < 0) m += period;
-      return m < n ? m : period - 1 - m;
-    }
-    case Border::kReflect101: {
-      if (n == 1) return 0;
-      const int64_t period = 2 * (n - 1);
-      int64_t m = i % period;
-      if (m < 0) m += period;
-      return m < n ? m : period - m;
-    }
-  }
-  return -1;
 }
 
 // ---------------------------------------------------------------- row primitives

@@ -30,6 +30,7 @@
 #define OSPREY_WARP_AVX2 1
 #endif
 
+#include "kernels/cpu/augment_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/op_registry.h"
@@ -42,21 +43,7 @@ int AugmentSimdLevel();
 
 namespace {
 
-struct ImageDims {
-  int64_t n, h, w, c;
-};
-
-ImageDims DimsOf(const Shape& s) {
-  if (s.size() == 4) return {s[0], s[1], s[2], s[3]};
-  return {1, s[0], s[1], s[2]};
-}
-
-void CheckShapes(const KernelContext& ctx, const Shape& in, const Shape& out, const char* name) {
-  if (ctx.In(0).shape() != in || ctx.Out(0).shape() != out)
-    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + ShapeToString(in) +
-                                          " -> " + ShapeToString(out) + ", got " + ShapeToString(ctx.In(0).shape()) +
-                                          " -> " + ShapeToString(ctx.Out(0).shape()));
-}
+using namespace augment_kernels;
 
 inline uint8_t SaturateU8(float v) {
   if (!(v > 0.f)) return 0;
@@ -81,40 +68,6 @@ inline int RoundToInt(double v) {
 #else
   return static_cast<int>(std::nearbyint(v));
 #endif
-}
-
-enum class Border { kConstant, kReplicate, kReflect, kReflect101 };
-
-Border BorderOf(const std::string& name) {
-  if (name == "replicate") return Border::kReplicate;
-  if (name == "reflect") return Border::kReflect;
-  if (name == "reflect101") return Border::kReflect101;
-  return Border::kConstant;
-}
-
-// cv::borderInterpolate (as the reference kernel): source index of position i on an axis of n, or -1 (constant).
-inline int64_t BorderIndex(int64_t i, int64_t n, Border border) {
-  if (i >= 0 && i < n) return i;
-  switch (border) {
-    case Border::kConstant:
-      return -1;
-    case Border::kReplicate:
-      return i < 0 ? 0 : n - 1;
-    case Border::kReflect: {
-      const int64_t period = 2 * n;
-      int64_t m = i % period;
-      if (m < 0) m += period;
-      return m < n ? m : period - 1 - m;
-    }
-    case Border::kReflect101: {
-      if (n == 1) return 0;
-      const int64_t period = 2 * (n - 1);
-      int64_t m = i % period;
-      if (m < 0) m += period;
-      return m < n ? m : period - m;
-    }
-  }
-  return -1;
 }
 
 // ---------------------------------------------------------------- WarpPerspective

@@ -1,0 +1,43 @@
+#pragma once
+// Attribute checks shared by op schemas (image.cc, augment_ops.cc): each failure names the attribute and the node.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/op_registry.h"
+
+namespace osprey::schema {
+
+inline std::string Str(int64_t v) { return std::to_string(v); }
+
+/// Largest output dim an image op may produce; keeps H * W * C well inside int64 and stops typos like
+/// height=1000000000 from asking for terabytes.
+constexpr int64_t kMaxImageDim = int64_t{1} << 20;
+
+inline int64_t RequiredInt(const InferContext& ctx, const std::string& name) {
+  if (!ctx.node.Has(name)) ctx.Fail("attribute '" + name + "' is required");
+  return ctx.node.GetInt(name, 0);
+}
+
+inline int64_t IntInRange(const InferContext& ctx, const std::string& name, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi)
+    ctx.Fail("attribute '" + name + "' must be in [" + Str(lo) + ", " + Str(hi) + "], got " + Str(value));
+  return value;
+}
+
+inline float FiniteFloat(const InferContext& ctx, const std::string& name, float value) {
+  if (!std::isfinite(value)) ctx.Fail("attribute '" + name + "' must be finite, got " + std::to_string(value));
+  return value;
+}
+
+inline std::string OneOf(const InferContext& ctx, const std::string& name, const std::string& value,
+                         const std::vector<std::string>& allowed) {
+  std::string list;
+  for (const std::string& a : allowed) {
+    if (a == value) return value;
+    list += (list.empty() ? "\"" : ", \"") + a + "\"";
+  }
+  ctx.Fail("attribute '" + name + "' must be one of " + list + ", got \"" + value + "\"");
+}
+
+}  // namespace osprey::schema
