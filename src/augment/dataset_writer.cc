@@ -38,12 +38,17 @@ void MakeDirectories(const fs::path& dir) {
     throw Error(ErrorCode::kInvalidArgument, "cannot create folder " + dir.string() + ": " + ec.message());
 }
 
-// Writes `bytes` to a unique temporary name next to `path` and renames it over `path` (atomic on POSIX).
-void WriteFileAtomic(const fs::path& path, const std::string& bytes) {
+constexpr const char* kTempDir = ".osprey-augment/tmp";
+
+// Writes `bytes` to a unique temporary file in OUT/.osprey-augment/tmp and renames it over `path` (atomic on POSIX:
+// same file system). A process killed mid-write leaves only that temporary, outside the dataset's folders.
+void WriteFileAtomic(const fs::path& out, const fs::path& path, const std::string& bytes) {
   static std::atomic<uint64_t> counter{0};
   MakeDirectories(path.parent_path());
-  fs::path temp = path;
-  temp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  MakeDirectories(out / kTempDir);
+  const fs::path temp = out / kTempDir /
+                        (path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+                         std::to_string(counter.fetch_add(1)));
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(ErrorCode::kInvalidArgument, "cannot write " + temp.string());
@@ -322,10 +327,10 @@ void DatasetWriter::Write(const OutputItem& item, const std::string& encoded_ima
   }
   const std::string record = RecordJson(item);  // validates extra_json before anything is written
   const fs::path out(out_dir_);
-  WriteFileAtomic(out / "images" / item.file_name, encoded_image);
+  WriteFileAtomic(out, out / "images" / item.file_name, encoded_image);
   if (format_ == "yolo")
-    WriteFileAtomic((out / "labels" / item.file_name).replace_extension(".txt"), YoloLabels(item));
-  WriteFileAtomic(out / kItemsDir / (std::to_string(item.image_id) + ".json"), record);
+    WriteFileAtomic(out, (out / "labels" / item.file_name).replace_extension(".txt"), YoloLabels(item));
+  WriteFileAtomic(out, out / kItemsDir / (std::to_string(item.image_id) + ".json"), record);
 }
 
 int64_t DatasetWriter::CountDone() const {
@@ -335,12 +340,12 @@ int64_t DatasetWriter::CountDone() const {
 void DatasetWriter::Finish() const {
   const fs::path out(out_dir_);
   if (format_ == "yolo") {
-    WriteFileAtomic(out / "classes.txt", YoloClasses(categories_));
+    WriteFileAtomic(out, out / "classes.txt", YoloClasses(categories_));
     return;
   }
   std::vector<OutputItem> items;
   for (const fs::path& file : RecordFiles(out / kItemsDir)) items.push_back(ParseRecord(file));
-  WriteFileAtomic(out / "annotations.json", CocoAnnotations(std::move(items), categories_));
+  WriteFileAtomic(out, out / "annotations.json", CocoAnnotations(std::move(items), categories_));
 }
 
 }  // namespace osprey::augment
