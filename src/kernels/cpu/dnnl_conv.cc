@@ -99,6 +99,12 @@ bool UseWinograd(const KernelBuildContext& ctx, const ConvGeometry& g) {
     if (d != 0) return false;
   const int64_t in_c = g.x[1], out_c = g.w[0];
   if (in_c % 16 != 0 || out_c % 16 != 0 || in_c < 32 || out_c < 64 || g.y[2] < 7 || g.y[3] < 7) return false;
+  // "Same" padding only: without it oneDNN's Winograd gains nothing (Inception's 80->192 on 73x73, pad 0: 3.66 vs 3.51
+  // ms) and the reorders make it a loss (5.8 vs 3.9 ms in the model). Few channels on a large image: the reorders of
+  // the big activations cost what Winograd saves (Inception's 32->64 on 147x147: 2.53 vs 2.44 ms).
+  for (size_t i = 0; i < g.pad_l.size(); ++i)
+    if (g.pad_l[i] != 1 || g.pad_r[i] != 1) return false;
+  if (in_c * out_c < 64 * 64) return false;
   // At batch 1 a layer with large weights is bound by reading them, and Winograd's transformed weights are 16/9
   // larger: ResNet-50's 512->512 on 7x7 is no faster (2 threads 1.03 vs 0.99 ms; 1 thread 2.08 vs 1.93), while
   // 256->256 on 14x14 is (2 threads 0.54 vs 0.68 ms).
