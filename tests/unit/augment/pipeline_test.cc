@@ -238,6 +238,44 @@ TEST(AugmentPipeline, ReadsAlbumentationsJson) {
   EXPECT_EQ(out.image.dim(0), 120);
 }
 
+TEST(AugmentPipeline, ReadsAlbumentations13Json) {
+  // Albumentations 1.3.x spelling (value / mode / cval, var_limit, quality_lower, max_holes, height + width).
+  const std::string alb13 = R"({"__version__": "1.3.1", "transform": {"__class_fullname__": "Compose", "p": 1.0,
+    "transforms": [
+      {"__class_fullname__": "RandomResizedCrop", "always_apply": false, "p": 1.0, "height": 96, "width": 128,
+       "scale": [0.5, 1.0], "ratio": [0.75, 1.3333333333333333], "interpolation": 1},
+      {"__class_fullname__": "Rotate", "always_apply": false, "p": 0.5, "limit": [-20, 20], "interpolation": 1,
+       "border_mode": 0, "value": null, "mask_value": null, "rotate_method": "largest_box", "crop_border": false},
+      {"__class_fullname__": "Affine", "always_apply": false, "p": 0.5, "interpolation": 1, "mask_interpolation": 0,
+       "cval": 0, "mode": 0, "scale": {"x": [0.9, 1.1], "y": [0.9, 1.1]}, "translate_percent": null,
+       "translate_px": null, "rotate": [-10, 10], "fit_output": false, "shear": {"x": [0.0, 0.0], "y": [0.0, 0.0]},
+       "cval_mask": 0, "keep_ratio": false, "rotate_method": "largest_box"},
+      {"__class_fullname__": "PadIfNeeded", "always_apply": false, "p": 1.0, "min_height": 128, "min_width": 160,
+       "pad_height_divisor": null, "pad_width_divisor": null, "border_mode": 0, "value": 114, "mask_value": null,
+       "position": "center"},
+      {"__class_fullname__": "RandomGamma", "always_apply": false, "p": 0.5, "gamma_limit": [80, 120], "eps": null},
+      {"__class_fullname__": "GaussNoise", "always_apply": false, "p": 0.5, "var_limit": [10.0, 50.0],
+       "per_channel": true, "mean": 0},
+      {"__class_fullname__": "ImageCompression", "always_apply": false, "p": 0.5, "quality_lower": 70,
+       "quality_upper": 90, "compression_type": 0},
+      {"__class_fullname__": "CoarseDropout", "always_apply": false, "p": 0.5, "max_holes": 4, "max_height": 12,
+       "max_width": 12, "min_holes": 1, "min_height": 4, "min_width": 4, "fill_value": 0, "mask_fill_value": null}],
+    "bbox_params": {"format": "pascal_voc", "label_fields": ["labels"], "min_area": 0.0, "min_visibility": 0.0,
+      "min_width": 0.0, "min_height": 0.0, "check_each_transform": true},
+    "keypoint_params": null, "additional_targets": {}, "is_check_shapes": true}})";
+  const Pipeline p = Pipeline::FromJson(alb13);
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const Sample out = p.Apply(SyntheticSample(), seed);
+    EXPECT_EQ(out.image.dim(0), 128);
+    EXPECT_EQ(out.image.dim(1), 160);
+  }
+  // The padding fill came through "value": the border rows are 114 (the crop output is 96 x 128, padded to 128 x 160).
+  const Pipeline pad = Pipeline::FromJson(R"({"type": "Compose", "transforms": [{"type": "PadIfNeeded", "p": 1,
+      "min_height": 130, "min_width": 170, "border_mode": 0, "value": 114, "mask_value": null}]})");
+  const Sample padded = pad.Apply(SyntheticSample(), 1);
+  EXPECT_EQ(padded.image.data<uint8_t>()[0], 114);
+}
+
 void ExpectError(const std::string& json, ErrorCode code, const std::string& needle) {
   try {
     Pipeline::FromJson(json);
