@@ -200,8 +200,11 @@ void UseHeapForImageBuffers() {
   // Every item allocates and frees image-sized buffers: take them from malloc's heap, reused from item to item, rather
   // than fresh mappings that are page-faulted in and unmapped per item (~10% of the run). The heap stays bounded by the
   // largest images in flight (bench/augment_flat: RSS growth over 60,000 images).
+  // glibc's own threshold is fixed at its maximum (32 MiB; larger values are refused), so images of varying size
+  // (malloc'd by the decoders and encoders) reuse heap memory too: bench/augment_flat 1.78 instead of 2.57 ms per
+  // image, for 6.6 MiB of RSS growth over 60,000 images (2.4 MiB with the dynamic threshold).
   Allocator::SetMmapThreshold(size_t{1} << 30);
-  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1024 << 20);
 }
 
