@@ -79,13 +79,14 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   return true;
 }
 
-// Winograd (oneDNN's F(2,3) at batch 1, F(4,3) at larger batches, fp32, AVX-512) for 3x3 stride-1 undilated dense
-// convolutions with >= 32 input and >= 64 output channels (2 threads, with reorders: SqueezeNet's 32->128 on 54x54
-// batch 8 3.7 vs 5.2 ms, 48->192 on 27x27 1.7 vs 2.7 ms; Inception's 64->96 on 35x35 batch 1 0.27 vs 0.39 ms; but 16->64
-// on 54x54 batch 8 2.0 vs 1.3 ms, and DenseNet's 128->32 loses at batch 1): 1.5-2.5x faster than brgconv on ResNet-50's 3x3 layers on this CPU, including the
-// reorders to and from its blocked layout (measured with one thread: 64->64 on 56x56 batch 1 0.64 ms + 2 x 0.03 ms
-// reorders vs 1.11 ms; batch 8 4.6 ms + 2 x 1.2 ms vs 9.3 ms), with relative error ~2e-6 against direct
-// convolution. Off with OSPREY_WINOGRAD=0 (for comparisons).
+// Winograd (oneDNN's F(2,3) at batch 1, F(4,3) at larger batches; fp32, AVX-512) for 3x3 stride-1 undilated dense
+// "same"-padded convolutions with >= 32 input and >= 64 output channels. It works in oneDNN's blocked layout; the
+// kernel reorders its NHWC tensors around it, and the figures below include those reorders. Measured on this CPU:
+// ResNet-50's 64->64 on 56x56 0.64 + 2 x 0.03 ms vs 1.11 ms direct (1 thread, batch 1), 4.6 + 2 x 1.2 vs 9.3 ms at
+// batch 8; SqueezeNet's 32->128 on 54x54 batch 8 3.7 vs 5.2 ms and 48->192 on 27x27 1.7 vs 2.7 ms; Inception's
+// 64->96 on 35x35 batch 1 0.27 vs 0.39 ms (2 threads). It loses with 16 input channels (16->64 on 54x54 batch 8: 2.0
+// vs 1.3 ms) and on DenseNet's 128->32 at batch 1. Relative error ~2e-6 against direct convolution.
+// OSPREY_WINOGRAD=0 turns it off (for comparisons).
 bool UseWinograd(const KernelBuildContext& ctx, const ConvGeometry& g) {
   static const bool enabled = [] {
     const char* e = std::getenv("OSPREY_WINOGRAD");
