@@ -109,12 +109,22 @@ def test_concurrent_requests_get_their_own_rows(tmp_path, demo_model, start, str
     assert server.terminate() == 0  # the executors stop with the server
 
 
+def binary_request(x):
+    """(body, headers) of a KServe binary-tensor request: a JSON header, then the raw float32 bytes (cheap to parse)."""
+    header = json.dumps({"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    return header + x.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
+
+
 def burst(server, model, x, n):
     barrier = threading.Barrier(n)
+    # Binary bodies: parsing them is negligible next to the model run, so on a busy machine the requests still pile up
+    # in the queue instead of being serialised by JSON parsing.
+    body, headers = binary_request(x)
 
     def send(_):
         barrier.wait()
-        return server.request("POST", f"/v2/models/{model}/infer", json.dumps(infer_body(x)).encode())
+        return server.request("POST", f"/v2/models/{model}/infer", body, headers)
 
     with ThreadPoolExecutor(n) as pool:
         return list(pool.map(send, range(n)))
@@ -127,10 +137,13 @@ def test_full_queue_answers_503_with_retry_after(tmp_path, demo_model, start, mo
     root = make_repository(tmp_path / "repo", demo_model,
                            {"slow": {"max_batch_size": 4, "max_queue_delay_us": 300000}, "direct": None})
     server = start(root, "--max-queue", 1, "--streams", 1, "--http-threads", 16)
-    x = RNG.standard_normal((3 if model == "slow" else 256, 1, 32, 32)).astype(np.float32)
+    x = RNG.standard_normal((3 if model == "slow" else 1024, 1, 32, 32)).astype(np.float32)
     assert server.request("POST", f"/v2/models/{model}/infer", infer_body(x))[0] == 200
-    answers = burst(server, model, x, 12)
-    statuses = [status for status, _, _ in answers]
+    for attempt in range(3):  # a burst is timing: on a loaded machine retry before calling it a failure
+        answers = burst(server, model, x, 12)
+        statuses = [status for status, _, _ in answers]
+        if 503 in statuses:
+            break
     assert set(statuses) <= {200, 503}, statuses
     assert statuses.count(503) >= 1 and statuses.count(200) >= 1, statuses
     for status, headers, body in answers:
