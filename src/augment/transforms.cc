@@ -648,55 +648,6 @@ double ReadP(const json& j, const std::string& path, double def) {
   return p;
 }
 
-// Albumentations 1.3.x wrote some parameters under other names (and a few in other units). Rewrites them to the
-// 1.4.24 names the factories read, so pipelines saved by either version load: value / cval / pad_val / fill_value ->
-// fill, mode / pad_mode -> border_mode, mask-only values dropped; GaussNoise var_limit (variance, pixel units) ->
-// std_range (fractions of 255); ImageCompression quality_lower/upper -> quality_range (compression_type 0/1 -> jpeg/
-// webp); CoarseDropout max/min_holes/height/width -> the *_range pairs.
-json FromAlbumentations13(const std::string& type, const json& j, const std::string& path) {
-  if (!j.is_object()) return j;
-  json out = j;
-  auto rename = [&](const char* from, const char* to) {
-    if (!out.contains(from)) return;
-    if (!out.contains(to)) out[to] = out[from];
-    out.erase(from);
-  };
-  for (const char* k : {"value", "cval", "pad_val", "fill_value"}) rename(k, "fill");
-  for (const char* k : {"mode", "pad_mode"}) rename(k, "border_mode");
-  for (const char* k : {"mask_value", "cval_mask", "mask_pad_val", "mask_fill_value"}) out.erase(k);
-  if (type == "RandomGamma" && out.contains("eps") && out["eps"].is_null()) out.erase("eps");
-  auto num = [&](const char* k, double def) {
-    if (!out.contains(k) || out[k].is_null()) return def;
-    if (!out[k].is_number()) Bad(path + "." + k, "expected a number, found " + out[k].dump());
-    return out[k].get<double>();
-  };
-  if (type == "GaussNoise" && out.contains("var_limit")) {
-    const Range var = Params::FromJson(out["var_limit"], path + ".var_limit", Params::kFixed);  // 1.3: (0, x) from x
-    if (var.first < 0) Bad(path + ".var_limit", "variances must be >= 0");
-    // 1.3 draws the variance uniformly; osprey draws the std uniformly between the two stds (documented).
-    out["std_range"] = {std::sqrt(var.first) / 255.0, std::sqrt(var.second) / 255.0};
-    const double mean = num("mean", 0) / 255.0;
-    out["mean_range"] = {mean, mean};
-    out.erase("var_limit");
-    out.erase("mean");
-  }
-  if (type == "ImageCompression" && (out.contains("quality_lower") || out.contains("quality_upper"))) {
-    out["quality_range"] = {num("quality_lower", 99), num("quality_upper", 100)};
-    out.erase("quality_lower");
-    out.erase("quality_upper");
-    if (out.contains("compression_type") && out["compression_type"].is_number_integer())
-      out["compression_type"] = out["compression_type"].get<int>() == 1 ? "webp" : "jpeg";
-  }
-  if (type == "CoarseDropout" && (out.contains("max_holes") || out.contains("max_height") || out.contains("max_width"))) {
-    const double max_holes = num("max_holes", 8), max_h = num("max_height", 8), max_w = num("max_width", 8);
-    out["num_holes_range"] = {num("min_holes", max_holes), max_holes};
-    out["hole_height_range"] = {num("min_height", max_h), max_h};
-    out["hole_width_range"] = {num("min_width", max_w), max_w};
-    for (const char* k : {"max_holes", "max_height", "max_width", "min_holes", "min_height", "min_width"}) out.erase(k);
-  }
-  return out;
-}
-
 PipelineNode ParseNode(const json& j, const std::string& path, std::optional<MosaicSpec>* mosaic, bool top_first);
 
 std::vector<PipelineNode> ParseChildren(const json& j, const std::string& path, std::optional<MosaicSpec>* mosaic, bool top) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,10 @@ struct ParsedPipeline {
   BoxFilter filter;
   std::optional<MosaicSpec> mosaic;  // a leading Mosaic step, taken out of root
 };
+
+/// Albumentations 1.3.x spelling of one transform's parameters -> the 1.4.24 names and units (legacy.cc). `type` is
+/// the transform name, `path` its JSON path for errors.
+nlohmann::json FromAlbumentations13(const std::string& type, const nlohmann::json& spec, const std::string& path);
 
 /// Parses osprey or Albumentations pipeline JSON (docs/augment.md). Errors name the JSON path.
 ParsedPipeline ParsePipelineJson(const std::string& text);
