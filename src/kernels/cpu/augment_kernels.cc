@@ -16,15 +16,15 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels/cpu/augment_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/image_common.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
 namespace {
 
-using namespace augment_kernels;
+using namespace image_kernels;
 
 // ---------------------------------------------------------------- GaussianBlur
 

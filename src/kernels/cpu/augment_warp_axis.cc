@@ -32,15 +32,15 @@
 #define OSPREY_WARP_AXIS_AVX2 1
 #endif
 
-#include "kernels/cpu/augment_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/image_common.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
 namespace {
 
-using namespace augment_kernels;
+using namespace image_kernels;
 
 // The general kernel's uint8 border value: the attribute saturated and rounded half up.
 uint8_t BorderValueU8(float v) {

@@ -30,9 +30,9 @@
 #define OSPREY_WARP_AVX2 1
 #endif
 
-#include "kernels/cpu/augment_common.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/image_common.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -43,22 +43,7 @@ int AugmentSimdLevel();
 
 namespace {
 
-using namespace augment_kernels;
-
-inline uint8_t SaturateU8(float v) {
-  if (!(v > 0.f)) return 0;
-  if (v >= 255.f) return 255;
-  return static_cast<uint8_t>(static_cast<int>(v + 0.5f));
-}
-
-template <class T>
-inline T StoreAs(float v) {
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    return SaturateU8(v);
-  } else {
-    return v;
-  }
-}
+using namespace image_kernels;
 
 // Round to nearest, ties to even (cvRound / std::nearbyint in the default rounding mode), after clamping to int.
 inline int RoundToInt(double v) {

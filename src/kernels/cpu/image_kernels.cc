@@ -15,43 +15,15 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/image_common.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
 namespace {
 
+using namespace image_kernels;
+
 constexpr int64_t kMinParallelElements = int64_t{1} << 14;
-
-struct ImageDims {
-  int64_t n, h, w, c;
-};
-
-ImageDims DimsOf(const Shape& s) {
-  if (s.size() == 4) return {s[0], s[1], s[2], s[3]};
-  return {1, s[0], s[1], s[2]};
-}
-
-inline uint8_t SaturateU8(float v) {
-  if (!(v > 0.f)) return 0;
-  if (v >= 255.f) return 255;
-  return static_cast<uint8_t>(static_cast<int>(v + 0.5f));
-}
-
-template <class T>
-inline T StoreAs(float v) {
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    return SaturateU8(v);
-  } else {
-    return v;
-  }
-}
-
-void CheckShapes(const KernelContext& ctx, const Shape& in, const Shape& out, const char* name) {
-  if (ctx.In(0).shape() != in || ctx.Out(0).shape() != out)
-    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + ShapeToString(in) +
-                                          " -> " + ShapeToString(out) + ", got " + ShapeToString(ctx.In(0).shape()) +
-                                          " -> " + ShapeToString(ctx.Out(0).shape()));
-}
 
 // ---------------------------------------------------------------- resize
 
@@ -226,10 +198,18 @@ class ResizeSeparableKernel final : public Kernel {
         const T* s = src + y * in_.w * c;
         float* d = tmp + (y - row_lo_) * row_len;
         switch (c) {
-          case 1: HorizontalRow<T, 1>(s, d, cols_, out_.w, c); break;
-          case 3: HorizontalRow<T, 3>(s, d, cols_, out_.w, c); break;
-          case 4: HorizontalRow<T, 4>(s, d, cols_, out_.w, c); break;
-          default: HorizontalRow<T, 0>(s, d, cols_, out_.w, c); break;
+          case 1:
+            HorizontalRow<T, 1>(s, d, cols_, out_.w, c);
+            break;
+          case 3:
+            HorizontalRow<T, 3>(s, d, cols_, out_.w, c);
+            break;
+          case 4:
+            HorizontalRow<T, 4>(s, d, cols_, out_.w, c);
+            break;
+          default:
+            HorizontalRow<T, 0>(s, d, cols_, out_.w, c);
+            break;
         }
       }
       const int K = rows_.taps;
@@ -375,10 +355,18 @@ class WarpAffineKernel final : public Kernel {
       const T* image = ctx.In(0).data<T>() + b * in_.h * in_.w * c;
       T* d = ctx.Out(0).data<T>() + r * out_.w * c;
       switch (c) {
-        case 1: WarpRow<T, 1>(image, in_, d, out_.w, c, m_, y, nearest_, border_); break;
-        case 3: WarpRow<T, 3>(image, in_, d, out_.w, c, m_, y, nearest_, border_); break;
-        case 4: WarpRow<T, 4>(image, in_, d, out_.w, c, m_, y, nearest_, border_); break;
-        default: WarpRow<T, 0>(image, in_, d, out_.w, c, m_, y, nearest_, border_); break;
+        case 1:
+          WarpRow<T, 1>(image, in_, d, out_.w, c, m_, y, nearest_, border_);
+          break;
+        case 3:
+          WarpRow<T, 3>(image, in_, d, out_.w, c, m_, y, nearest_, border_);
+          break;
+        case 4:
+          WarpRow<T, 4>(image, in_, d, out_.w, c, m_, y, nearest_, border_);
+          break;
+        default:
+          WarpRow<T, 0>(image, in_, d, out_.w, c, m_, y, nearest_, border_);
+          break;
       }
     }
   }
@@ -412,9 +400,7 @@ class NormalizeKernel final : public Kernel {
         for (int v = 0; v < 256; ++v) lut_[ch * 256 + v] = (static_cast<float>(v) * scale_ - mean_[ch]) / std_[ch];
     }
   }
-  const char* Name() const override {
-    return std::is_same_v<T, uint8_t> ? "NormalizeImageU8Lut" : "NormalizeImageF32";
-  }
+  const char* Name() const override { return std::is_same_v<T, uint8_t> ? "NormalizeImageU8Lut" : "NormalizeImageF32"; }
   void Run(KernelContext& ctx) override {
     CheckShapes(ctx, in_shape_, out_shape_, Name());
     if (ctx.Out(0).numel() == 0) return;
@@ -536,7 +522,7 @@ class CropKernel final : public Kernel {
     char* dst = static_cast<char*>(ctx.Out(0).raw());
     const int64_t rows = out_.n * out_.h;
     const size_t row_bytes = out_.w * pixel_bytes_;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows * row_bytes) >= 4 * kMinParallelElements)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows * row_bytes) >= 4 * kMinParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / out_.h, y = r % out_.h;
       std::memcpy(dst + r * row_bytes, src + ((b * in_.h + y + top_) * in_.w + left_) * pixel_bytes_, row_bytes);

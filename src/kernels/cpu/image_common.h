@@ -1,14 +1,15 @@
 #pragma once
-// Helpers shared by the augmentation fast kernels (augment_kernels.cc, augment_warp_general.cc, augment_warp_axis.cc):
-// image dimensions, the shape check, and OpenCV's border rules. The reference kernels keep their own copies on
-// purpose: they are the oracle these kernels are tested against.
+// Helpers shared by the fast image kernels (image_kernels.cc, augment_kernels.cc, augment_warp_general.cc,
+// augment_warp_axis.cc): image dimensions, the shape check, uint8 saturation and OpenCV's border rules. The reference
+// kernels keep their own copies on purpose: they are the oracle these kernels are tested against.
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/kernel.h"
 #include "osprey/error.h"
 
-namespace osprey::augment_kernels {
+namespace osprey::image_kernels {
 
 /// [N, H, W, C] of an HWC (rank 3) or NHWC (rank 4) image shape.
 struct ImageDims {
@@ -26,6 +27,23 @@ inline void CheckShapes(const KernelContext& ctx, const Shape& in, const Shape& 
     throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + ShapeToString(in) +
                                           " -> " + ShapeToString(out) + ", got " + ShapeToString(ctx.In(0).shape()) +
                                           " -> " + ShapeToString(ctx.Out(0).shape()));
+}
+
+/// float -> uint8 rounding half up, saturating (NaN -> 0).
+inline uint8_t SaturateU8(float v) {
+  if (!(v > 0.f)) return 0;
+  if (v >= 255.f) return 255;
+  return static_cast<uint8_t>(static_cast<int>(v + 0.5f));
+}
+
+/// A float result stored as T (uint8: SaturateU8).
+template <class T>
+inline T StoreAs(float v) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return SaturateU8(v);
+  } else {
+    return v;
+  }
 }
 
 enum class Border { kConstant, kReplicate, kReflect, kReflect101 };
@@ -63,4 +81,4 @@ inline int64_t BorderIndex(int64_t i, int64_t n, Border border) {
   return -1;
 }
 
-}  // namespace osprey::augment_kernels
+}  // namespace osprey::image_kernels
