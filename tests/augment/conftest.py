@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -12,19 +13,9 @@ import pytest
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # albumentations otherwise checks PyPI on import
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 COLORS = [(230, 20, 20), (20, 230, 20), (20, 20, 230)]  # RGB, one per category index
-
-
-def osprey_bin_path() -> Path:
-    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    path = osprey_bin_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
 
 
 @pytest.fixture

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    path = Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
 
 
 @pytest.fixture(scope="session")

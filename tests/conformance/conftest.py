@@ -1,23 +1,14 @@
 """Fixtures for the ONNX conformance run: where the osprey binary is and where the summary goes."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def osprey_bin_path() -> Path:
-    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    path = osprey_bin_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 
 
 @pytest.fixture(scope="session")

@@ -9,23 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 60
 
 sys.path.insert(0, str(REPO / "tools"))
 import make_test_models  # noqa: E402  (no torch import at module level: cheap)
-
-
-def osprey_bin_path() -> Path:
-    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    """The binary under test. Missing binary is a failure, not a skip: these tests exist to exercise it."""
-    path = osprey_bin_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
 
 
 @pytest.fixture(scope="session")

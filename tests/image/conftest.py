@@ -1,6 +1,7 @@
 """Fixtures for the image decoder tests: the osprey binary and a runner for `osprey decode`."""
 
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -8,20 +9,9 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 30
-
-
-def osprey_bin_path() -> Path:
-    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    """The binary under test. A missing binary is a failure, not a skip."""
-    path = osprey_bin_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it or set OSPREY_BIN", pytrace=False)
-    return path
 
 
 @pytest.fixture(scope="session")

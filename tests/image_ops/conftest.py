@@ -1,6 +1,7 @@
 """Fixtures for the image-op tests: run one osprey-domain node through the real `osprey run` binary."""
 
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -10,20 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 60
-
-
-def osprey_bin_path() -> Path:
-    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-
-
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    """The binary under test. Missing binary is a failure, not a skip: these tests exist to exercise it."""
-    path = osprey_bin_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
 
 
 _ONNX_DTYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.float32): TensorProto.FLOAT}

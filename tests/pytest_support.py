@@ -1,0 +1,25 @@
+"""Shared by the pytest folders' conftest.py files: where the osprey binary is, as a session fixture.
+
+Each conftest does `sys.path.insert(0, <tests>)` and `from pytest_support import ...`; importing the fixture into a
+conftest registers it there."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def osprey_bin_path() -> Path:
+    """$OSPREY_BIN (set by ctest to the build's binary) or build/bin/osprey."""
+    return Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
+
+
+@pytest.fixture(scope="session")
+def osprey_bin() -> Path:
+    """The binary under test. A missing binary is a failure, not a skip: these tests exist to exercise it."""
+    path = osprey_bin_path()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
+    return path
