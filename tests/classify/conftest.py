@@ -1,6 +1,5 @@
 """Fixtures for `osprey classify` tests: the binary, a CLI runner with a timeout, and the demo model directory."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,7 +1,6 @@
 """Fixtures for end-to-end tests over the real osprey binary: its path, a CLI runner with a timeout, test models."""
 
 import datetime
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,6 +1,5 @@
 """Fixtures for the image decoder tests: the osprey binary and a runner for `osprey decode`."""
 
-import os
 import sys
 import subprocess
 from pathlib import Path

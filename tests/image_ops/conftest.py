@@ -1,6 +1,5 @@
 """Fixtures for the image-op tests: run one osprey-domain node through the real `osprey run` binary."""
 
-import os
 import sys
 import subprocess
 from pathlib import Path
