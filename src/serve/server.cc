@@ -117,6 +117,32 @@ std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std:
   return elements;
 }
 
+// parameters.binary_data_size of one request input (KServe binary extension), or nullopt when the input has none.
+std::optional<uint64_t> BinaryDataSize(const json& in, const std::string& what) {
+  auto p = in.find("parameters");
+  if (p == in.end() || !p->is_object() || !p->contains("binary_data_size")) return std::nullopt;
+  const json& size = (*p)["binary_data_size"];
+  if (size.is_null()) return std::nullopt;
+  if (!size.is_number_unsigned() && !(size.is_number_integer() && size.get<int64_t>() >= 0))
+    throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
+  return size.get<uint64_t>();
+}
+
+// The values of one request input's 'data' (nested lists flattened), which must be exactly `count` for `shape`.
+std::vector<const json*> DataLeaves(const json& in, const Shape& shape, int64_t count, const std::string& what) {
+  auto data = in.find("data");
+  if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
+  std::vector<const json*> leaves;
+  if (data->is_array())
+    Flatten(*data, &leaves);
+  else
+    leaves.push_back(&*data);
+  if (static_cast<int64_t>(leaves.size()) != count)
+    throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
+                     ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
+  return leaves;
+}
+
 int64_t ResidentBytes() {
   std::ifstream in("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -215,29 +241,15 @@ Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, cons
 
   std::vector<std::string_view> encoded;
   std::vector<std::string> decoded_base64;
-  json binary_size;
-  if (auto p = in.find("parameters"); p != in.end() && p->is_object() && p->contains("binary_data_size"))
-    binary_size = (*p)["binary_data_size"];
-  if (!binary_size.is_null()) {
-    if (!binary_size.is_number_unsigned() && !(binary_size.is_number_integer() && binary_size.get<int64_t>() >= 0))
-      throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
-    const uint64_t size = binary_size.get<uint64_t>();
+  if (const std::optional<uint64_t> binary_size = BinaryDataSize(in, what)) {
+    const uint64_t size = *binary_size;
     if (size > binary->size())
       throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
                        std::to_string(binary->size()) + " bytes of binary data are left in the body");
     encoded = SplitBinaryBytes(binary->substr(0, size), what);
     binary->remove_prefix(size);
   } else {
-    auto data = in.find("data");
-    if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
-    std::vector<const json*> leaves;
-    if (data->is_array())
-      Flatten(*data, &leaves);
-    else
-      leaves.push_back(&*data);
-    if (static_cast<int64_t>(leaves.size()) != count)
-      throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
-                       ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
+    const std::vector<const json*> leaves = DataLeaves(in, shape, count, what);
     decoded_base64.reserve(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (!leaves[i]->is_string())
@@ -535,13 +547,8 @@ HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std:
       const int64_t numel = NumElements(shape);
       const uint64_t nbytes = static_cast<uint64_t>(numel) * DTypeSize(dtype);
 
-      json binary_size;
-      if (auto p = in.find("parameters"); p != in.end() && p->is_object() && p->contains("binary_data_size"))
-        binary_size = (*p)["binary_data_size"];
-      if (!binary_size.is_null()) {
-        if (!binary_size.is_number_unsigned() && !(binary_size.is_number_integer() && binary_size.get<int64_t>() >= 0))
-          throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
-        const uint64_t size = binary_size.get<uint64_t>();
+      if (const std::optional<uint64_t> binary_size = BinaryDataSize(in, what)) {
+        const uint64_t size = *binary_size;
         if (size != nbytes)
           throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " does not match shape " +
                            ShapeToString(shape) + " of " + KServeDType(dtype) + " (" + std::to_string(nbytes) +
@@ -559,16 +566,7 @@ HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std:
         inputs[name] = t;
         continue;
       }
-      auto data = in.find("data");
-      if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
-      std::vector<const json*> leaves;
-      if (data->is_array())
-        Flatten(*data, &leaves);
-      else
-        leaves.push_back(&*data);
-      if (static_cast<int64_t>(leaves.size()) != numel)
-        throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
-                         ShapeToString(shape) + " (" + std::to_string(numel) + " elements)");
+      const std::vector<const json*> leaves = DataLeaves(in, shape, numel, what);
       Tensor t(dtype, shape);
       for (int64_t i = 0; i < numel; ++i) SetElement(&t, i, *leaves[i], what);
       inputs[name] = t;

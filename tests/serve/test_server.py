@@ -169,6 +169,25 @@ def test_wrong_input_is_400(server, change, word):
     assert status == 400 and word in body["error"], body
 
 
+def test_bad_data_and_binary_parameters_are_400_naming_the_problem(server):
+    cases = [
+        # (input, expected words in the error): numbers, then BYTES (encoded images) through the same checks.
+        ({"name": "image", "shape": [1, 1, 32, 32], "datatype": "FP32", "parameters": {"binary_data_size": -4}},
+         "'binary_data_size' must be a non-negative integer"),
+        ({"name": "image", "shape": [1, 1, 32, 32], "datatype": "FP32", "data": [0.5] * 1000},
+         "1000 values in 'data' for shape [1, 1, 32, 32] (1024 elements)"),
+        ({"name": "image", "shape": [1, 1, 32, 32], "datatype": "FP32"}, "needs 'data' or parameters.binary_data_size"),
+        ({"name": "image", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": "x"}},
+         "'binary_data_size' must be a non-negative integer"),
+        ({"name": "image", "shape": [2], "datatype": "BYTES", "data": ["aGVsbG8="]},
+         "1 values in 'data' for shape [2] (2 elements)"),
+    ]
+    for inp, words in cases:
+        status, body = server.json("POST", "/v2/models/digits/infer", {"inputs": [inp]})
+        assert status == 400 and words in body["error"], (inp, body)
+    assert server.json("GET", "/v2/health/ready")[0] == 200
+
+
 def test_bad_binary_sizes_are_400(server):
     header = json.dumps({"inputs": [{"name": "image", "shape": [1, 1, 32, 32], "datatype": "FP32",
                                      "parameters": {"binary_data_size": 4096}}]}).encode()
