@@ -23,3 +23,18 @@ def osprey_bin() -> Path:
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
     return path
+
+
+def cli_runner(binary: Path, default_timeout: float, *prefix):
+    """run(*args, timeout=default_timeout) -> CompletedProcess (text) of `binary *prefix *args`; a hang fails the
+    test (naming the command) instead of blocking the suite."""
+    import subprocess
+
+    def run(*args, timeout=default_timeout):
+        cmd = [str(binary), *map(str, prefix), *map(str, args)]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`{' '.join(cmd)}` did not finish within {timeout} s", pytrace=False)
+
+    return run

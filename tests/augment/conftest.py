@@ -3,7 +3,6 @@
 import json
 import os
 import sys
-import subprocess
 from pathlib import Path
 
 import cv2
@@ -14,7 +13,7 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # albumentations otherwi
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
+from pytest_support import cli_runner, osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 COLORS = [(230, 20, 20), (20, 230, 20), (20, 20, 230)]  # RGB, one per category index
 
 
@@ -22,11 +21,7 @@ COLORS = [(230, 20, 20), (20, 230, 20), (20, 20, 230)]  # RGB, one per category 
 def augment(osprey_bin):
     """augment(*args, timeout=120) -> CompletedProcess of `osprey augment ARGS` (text mode)."""
 
-    def run(*args, timeout=180):
-        return subprocess.run([str(osprey_bin), "augment", *map(str, args)], capture_output=True, text=True,
-                              timeout=timeout)
-
-    return run
+    return cli_runner(osprey_bin, 180, "augment")
 
 
 def synthetic_image(rng: np.random.Generator, h: int, w: int):

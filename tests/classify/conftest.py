@@ -8,22 +8,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
+from pytest_support import cli_runner, osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
 def run_cli(osprey_bin):
     """run_cli(*args) -> CompletedProcess (text). Fails the test on a hang instead of blocking."""
-
-    def run(*args, timeout=CLI_TIMEOUT_S):
-        cmd = [str(osprey_bin)] + [str(a) for a in args]
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(cmd)}` did not finish within {timeout} s", pytrace=False)
-
-    return run
+    return cli_runner(osprey_bin, CLI_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

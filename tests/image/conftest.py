@@ -1,7 +1,6 @@
 """Fixtures for the image decoder tests: the osprey binary and a runner for `osprey decode`."""
 
 import sys
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -9,22 +8,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from pytest_support import osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
+from pytest_support import cli_runner, osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
 CLI_TIMEOUT_S = 30
 
 
 @pytest.fixture(scope="session")
 def run_cli(osprey_bin):
     """run_cli(*args) -> CompletedProcess (text); a hang past 30 s fails the test."""
-
-    def run(*args, timeout=CLI_TIMEOUT_S):
-        cmd = [str(osprey_bin)] + [str(a) for a in args]
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}")
-
-    return run
+    return cli_runner(osprey_bin, CLI_TIMEOUT_S)
 
 
 @pytest.fixture

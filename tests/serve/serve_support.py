@@ -2,10 +2,8 @@
 
 import http.client
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,12 +18,8 @@ STOP_DEADLINE_S = 30
 MAX_BODY = 1 << 20  # --max-body-size of the shared server
 
 
-@pytest.fixture(scope="session")
-def osprey_bin() -> Path:
-    path = Path(os.environ.get("OSPREY_BIN", REPO / "build" / "bin" / "osprey"))
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"osprey binary not found at {path}: build it (`make build`) or set OSPREY_BIN", pytrace=False)
-    return path
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import osprey_bin  # noqa: E402,F401  (shared fixture)
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +115,21 @@ def start_server(osprey_bin, repository):
     started = []
 
     def start(*extra):
+        server = Server(osprey_bin, repository, *extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def start_repo(osprey_bin):
+    """start_repo(repository, *extra_args) -> Server on that repository; killed when the test ends."""
+    started = []
+
+    def start(repository, *extra):
         server = Server(osprey_bin, repository, *extra)
         started.append(server)
         return server

@@ -13,7 +13,6 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from serve_support import Server
 
 RNG = np.random.default_rng(11)
 
@@ -30,20 +29,6 @@ def make_repository(root, demo_model, models):
             config["batching"] = batching
         (version / "config.json").write_text(json.dumps(config))
     return root
-
-
-@pytest.fixture
-def start(osprey_bin):
-    started = []
-
-    def go(repository, *extra):
-        server = Server(osprey_bin, repository, *extra)
-        started.append(server)
-        return server
-
-    yield go
-    for server in started:
-        server.kill()
 
 
 def infer_body(x):
@@ -69,10 +54,10 @@ def test_config_rejects_bad_batching(tmp_path, demo_model, osprey_bin):
 
 
 @pytest.mark.parametrize("streams", [1, 2])
-def test_concurrent_requests_get_their_own_rows(tmp_path, demo_model, start, streams):
+def test_concurrent_requests_get_their_own_rows(tmp_path, demo_model, start_repo, streams):
     root = make_repository(tmp_path / "repo", demo_model,
                            {"digits": {"max_batch_size": 8, "max_queue_delay_us": 20000}})
-    server = start(root, "--http-threads", 32, "--streams", streams)
+    server = start_repo(root, "--http-threads", 32, "--streams", streams)
     session = ort.InferenceSession(str(demo_model / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     sizes = [1 if i % 2 == 0 else 3 for i in range(32)]
     inputs = [RNG.standard_normal((n, 1, 32, 32)).astype(np.float32) for n in sizes]
@@ -131,12 +116,12 @@ def burst(server, model, x, n):
 
 
 @pytest.mark.parametrize("model", ["slow", "direct"])
-def test_full_queue_answers_503_with_retry_after(tmp_path, demo_model, start, model):
+def test_full_queue_answers_503_with_retry_after(tmp_path, demo_model, start_repo, model):
     # "slow": each batch waits 300 ms for companions that cannot join it (3 + 3 rows > 4), so the queue stays full.
     # "direct": no batching, one stream, large inputs: one runs, one waits, the rest find the queue full.
     root = make_repository(tmp_path / "repo", demo_model,
                            {"slow": {"max_batch_size": 4, "max_queue_delay_us": 300000}, "direct": None})
-    server = start(root, "--max-queue", 1, "--streams", 1, "--http-threads", 16)
+    server = start_repo(root, "--max-queue", 1, "--streams", 1, "--http-threads", 16)
     x = RNG.standard_normal((3 if model == "slow" else 1024, 1, 32, 32)).astype(np.float32)
     assert server.request("POST", f"/v2/models/{model}/infer", infer_body(x))[0] == 200
     for attempt in range(3):  # a burst is timing: on a loaded machine retry before calling it a failure
@@ -154,9 +139,9 @@ def test_full_queue_answers_503_with_retry_after(tmp_path, demo_model, start, mo
     assert server.request("POST", f"/v2/models/{model}/infer", infer_body(x))[0] == 200
 
 
-def test_streams_run_requests_concurrently(tmp_path, demo_model, start):
+def test_streams_run_requests_concurrently(tmp_path, demo_model, start_repo):
     root = make_repository(tmp_path / "repo", demo_model, {"digits": None})
-    server = start(root, "--streams", 2, "--max-queue", 64, "--http-threads", 8)
+    server = start_repo(root, "--streams", 2, "--max-queue", 64, "--http-threads", 8)
     session = ort.InferenceSession(str(demo_model / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs = [RNG.standard_normal((2, 1, 32, 32)).astype(np.float32) for _ in range(8)]
     with ThreadPoolExecutor(8) as pool:

@@ -13,10 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from serve_support import Server
 
 MiB = 1 << 20
 IN = 512
@@ -58,20 +56,6 @@ def write_tiny(repo, name="tiny"):
     return c
 
 
-@pytest.fixture
-def serve(osprey_bin):
-    started = []
-
-    def start(repo, *extra):
-        s = Server(osprey_bin, repo, *extra)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.kill()
-
-
 def infer(server, model, x):
     body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
     status, data = server.json("POST", f"/v2/models/{model}/infer", body)
@@ -105,17 +89,17 @@ def rss_bytes(server):
 X = np.random.default_rng(3).standard_normal((2, IN)).astype(np.float32)
 
 
-def test_lru_eviction_and_reload(serve, tmp_path):
+def test_lru_eviction_and_reload(start_repo, tmp_path):
     repo = tmp_path / "repo"
     w = {n: write_model(repo, n, 10 + i, 20 + i) for i, n in enumerate("ABC")}
     # One model's accounted bytes, measured on an unbudgeted server.
-    probe = serve(repo)
+    probe = start_repo(repo)
     assert probe.request("POST", "/v2/repository/models/A/load")[0] == 200
     one = metric(probe, "osprey_accounted_bytes_total")
     assert one >= IN * HIDDEN * 4
     probe.kill()
 
-    server = serve(repo, "--memory-budget", int(2.5 * one))
+    server = start_repo(repo, "--memory-budget", int(2.5 * one))
     for name in "ABC":
         status, y = infer(server, name, X)
         assert status == 200, y
@@ -133,10 +117,10 @@ def test_lru_eviction_and_reload(serve, tmp_path):
     assert metric(server, "osprey_model_loads_total") == 4
 
 
-def test_idle_unload(serve, tmp_path):
+def test_idle_unload(start_repo, tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "A", 1, 2, hidden=64)
-    server = serve(repo, "--idle-unload", 0.5)
+    server = start_repo(repo, "--idle-unload", 0.5)
     assert infer(server, "A", X)[0] == 200
     deadline = time.monotonic() + 20
     while states(server)["A"]["state"] == "READY":
@@ -146,13 +130,13 @@ def test_idle_unload(serve, tmp_path):
     assert infer(server, "A", X)[0] == 200  # loads again on demand
 
 
-def test_load_failure_isolation(serve, tmp_path):
+def test_load_failure_isolation(start_repo, tmp_path):
     repo = tmp_path / "repo"
     wa = write_model(repo, "A", 1, 2, hidden=64)
     wb = write_model(repo, "B", 3, 4, hidden=64)
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "1" / "model.onnx").write_bytes(b"this is not an onnx protobuf \x00\xff" * 10)
-    server = serve(repo)
+    server = start_repo(repo)
     status, body = server.json("POST", "/v2/models/broken/infer",
                                {"inputs": [{"name": "x", "shape": [1, IN], "datatype": "FP32", "data": [0.0] * IN}]})
     assert status == 503, body
@@ -169,13 +153,13 @@ def test_load_failure_isolation(serve, tmp_path):
     assert server.proc.poll() is None
 
 
-def test_memory_given_back_after_unload(serve, tmp_path):
+def test_memory_given_back_after_unload(start_repo, tmp_path):
     repo = tmp_path / "repo"
     hidden = 4 * HIDDEN  # 16 MiB backbone per model, 80 MiB for the five: the tolerance below is a quarter of that
     names = [f"m{i}" for i in range(5)]
     for i, n in enumerate(names):
         write_model(repo, n, 100 + i, 200 + i, hidden=hidden)
-    server = serve(repo)
+    server = start_repo(repo)
     # Warm the HTTP path (buffers, threads) before the baseline.
     for _ in range(20):
         server.json("POST", "/v2/repository/index", {})
@@ -193,11 +177,11 @@ def test_memory_given_back_after_unload(serve, tmp_path):
     assert after - baseline <= tolerance, (baseline, loaded, after)
 
 
-def test_shared_backbone_counted_once(serve, tmp_path):
+def test_shared_backbone_counted_once(start_repo, tmp_path):
     repo = tmp_path / "repo"
     names = [f"t{i}" for i in range(5)]
     w = {n: write_model(repo, n, 42, 300 + i) for i, n in enumerate(names)}  # same backbone seed, own head
-    server = serve(repo)
+    server = start_repo(repo)
     assert server.request("POST", f"/v2/repository/models/{names[0]}/load")[0] == 200
     one = metric(server, "osprey_accounted_bytes_total")
     for n in names[1:]:
@@ -215,10 +199,10 @@ def test_shared_backbone_counted_once(serve, tmp_path):
         np.testing.assert_allclose(y, X @ w[n][0] @ w[n][1], rtol=1e-4, atol=1e-4)
 
 
-def test_burst_keep_alive(serve, tmp_path):
+def test_burst_keep_alive(start_repo, tmp_path):
     repo = tmp_path / "repo"
     c = write_tiny(repo)
-    server = serve(repo, "--load", "tiny")
+    server = start_repo(repo, "--load", "tiny")
     local = threading.local()
     x = np.arange(16, dtype=np.float32).reshape(1, 16)
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": x.ravel().tolist()}]})

@@ -6,7 +6,6 @@ the protocol documents for status codes and bodies."""
 import http.client
 import json
 import socket
-import struct
 import subprocess
 
 import numpy as np
