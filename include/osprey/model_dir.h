@@ -86,6 +86,10 @@ struct ModelDirectory {
 /// field.
 ModelDirectory OpenModelDirectory(const std::string& path, const std::string& version = "");
 
+/// Sets md.labels / md.labels_path from labels.txt beside the model (`version_dir`), else in `name_dir` (either may be
+/// empty): one label per line, CR stripped, trailing empty lines dropped. Leaves them empty when there is none.
+void FindLabels(ModelDirectory& md, const std::string& version_dir, const std::string& name_dir);
+
 /// Defaults derived from the image input's declared shape (rank 4; NCHW when dim 1 is 1 or 3, NHWC when the last dim
 /// is; crop = the fixed H, W or 224; shorter side resized to round(crop / 0.875); ImageNet mean/std).
 PreprocessSpec DerivePreprocessSpec(const Graph& graph);

@@ -383,6 +383,19 @@ std::vector<std::string> ReadLabels(const fs::path& path) {
 
 }  // namespace
 
+void FindLabels(ModelDirectory& md, const std::string& version_dir, const std::string& name_dir) {
+  std::error_code ec;
+  for (const std::string& dir : {version_dir, name_dir}) {
+    if (dir.empty()) continue;
+    const fs::path file = fs::path(dir) / "labels.txt";
+    if (fs::is_regular_file(file, ec)) {
+      md.labels_path = file.string();
+      md.labels = ReadLabels(file);
+      return;
+    }
+  }
+}
+
 ModelDirectory OpenModelDirectory(const std::string& path, const std::string& version) {
   ModelDirectory md;
   const fs::path p(path);
@@ -445,15 +458,7 @@ ModelDirectory OpenModelDirectory(const std::string& path, const std::string& ve
   import_options.validate_ops = false;  // compiling validates; `inspect` lists unsupported ops itself
   md.graph = LoadOnnxModel(md.model_path, import_options);
 
-  // Labels: beside the model first, then in the name directory.
-  for (const fs::path& dir : {version_dir, name_dir}) {
-    if (dir.empty()) continue;
-    if (fs::is_regular_file(dir / "labels.txt", ec)) {
-      md.labels_path = (dir / "labels.txt").string();
-      md.labels = ReadLabels(dir / "labels.txt");
-      break;
-    }
-  }
+  FindLabels(md, version_dir.string(), name_dir.string());  // beside the model first, then in the name directory
 
   const fs::path config = version_dir / "config.json";
   const bool has_config = fs::is_regular_file(config, ec);

@@ -49,18 +49,6 @@ std::string LatestVersion(const fs::path& name_dir) {
   return best;
 }
 
-std::vector<std::string> ReadLabelsFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<std::string> labels;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    labels.push_back(line);
-  }
-  while (!labels.empty() && labels.back().empty()) labels.pop_back();
-  return labels;
-}
-
 // OpenModelDirectory, except that a model without config.json whose input is not an image (preprocessing cannot be
 // derived) still opens: the server serves any model through `infer`; only `classify` needs the preprocessing.
 ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& version) {
@@ -80,13 +68,7 @@ ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& versi
     md.derived = true;
     md.preprocess = PreprocessSpec{};
     md.preprocess.input.clear();
-    for (const fs::path& dir : {version_dir, name_dir}) {
-      if (fs::is_regular_file(dir / "labels.txt", ec)) {
-        md.labels_path = (dir / "labels.txt").string();
-        md.labels = ReadLabelsFile(dir / "labels.txt");
-        break;
-      }
-    }
+    FindLabels(md, version_dir.string(), name_dir.string());
     return md;
   }
 }
