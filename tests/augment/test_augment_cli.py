@@ -4,6 +4,7 @@ Albumentations, Albumentations-serialised pipelines run, output is deterministic
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -63,6 +64,9 @@ def test_coco_boxes_polygons_keypoints_follow_the_pixels(augment, coco_dataset, 
     r = augment("--pipeline", write_pipeline(tmp_path, GEOMETRIC), "--input", ann, "--output", out, "--copies", 3,
                 "--seed", 5, "--progress", "lines")
     assert r.returncode == 0, r.stderr
+    # Plain progress lines (not a terminal): the final one says everything was done, with a rate and an ETA.
+    assert re.search(r"augment: 24/24 \(100\.0%\) [\d.]+ images/s, ETA", r.stderr), r.stderr
+    assert "objects" in r.stdout and "0 failed" in r.stdout, r.stdout
     coco = json.loads((out / "annotations.json").read_text())
     assert len(coco["images"]) == 24
     assert [c["id"] for c in coco["categories"]] == [1, 2, 3]
@@ -314,6 +318,13 @@ def test_bad_items_are_reported_and_the_run_continues(augment, coco_dataset, tmp
     r = augment("--pipeline", write_pipeline(tmp_path, GEOMETRIC), "--input", ann, "--output", tmp_path / "out2")
     assert r.returncode != 0 and "annotations.json" in r.stderr, r.stderr
     assert not (tmp_path / "out2").exists()
+    # Missing files are named, before any work.
+    r = augment("--pipeline", tmp_path / "none.json", "--input", ann, "--output", tmp_path / "out3")
+    assert r.returncode != 0 and "none.json" in r.stderr, r.stderr
+    r = augment("--pipeline", write_pipeline(tmp_path, GEOMETRIC), "--input", tmp_path / "nowhere", "--output",
+                tmp_path / "out3")
+    assert r.returncode != 0 and "nowhere" in r.stderr and "does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "out3").exists()
 
 
 def test_preview_contact_sheet_and_help(augment, coco_dataset, tmp_path):
