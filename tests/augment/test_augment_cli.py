@@ -3,7 +3,6 @@ Albumentations, Albumentations-serialised pipelines run, output is deterministic
 --shard complete the same dataset, and bad input is reported per item."""
 
 import json
-import os
 import re
 import signal
 import subprocess
