@@ -58,17 +58,7 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
     if (kernel[i] != k || s <= 0 || d <= 0) return false;
     const int64_t k_eff = (k - 1) * d + 1;
     int64_t pl = pads[i], pr = pads[spatial + i];
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const int64_t out = (in + s - 1) / s;
-      const int64_t total = std::max<int64_t>(0, (out - 1) * s + k_eff - in);
-      pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pr = total - pl;
-    } else if (auto_pad == "VALID") {
-      pl = pr = 0;
-    } else if (auto_pad != "NOTSET") {
-      return false;
-    }
-    if (pl < 0 || pr < 0) return false;
+    if (!ResolveAutoPad(auto_pad, in, k_eff, s, &pl, &pr)) return false;
     const int64_t span = in + pl + pr - k_eff;
     if (span < 0 || span / s + 1 != g.y[2 + i]) return false;
     g.strides.push_back(s);

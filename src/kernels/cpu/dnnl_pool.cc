@@ -147,16 +147,7 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
     if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0) return false;
     const int64_t k_eff = (k[i] - 1) * d[i] + 1;
     int64_t pl = pads[i], pr = pads[spatial + i];
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const int64_t total = std::max<int64_t>(0, ((in + s[i] - 1) / s[i] - 1) * s[i] + k_eff - in);
-      pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pr = total - pl;
-    } else if (auto_pad == "VALID") {
-      pl = pr = 0;
-    } else if (auto_pad != "NOTSET") {
-      return false;
-    }
-    if (pl < 0 || pr < 0) return false;
+    if (!ResolveAutoPad(auto_pad, in, k_eff, s[i], &pl, &pr)) return false;
     // oneDNN sizes the output with floor division. ceil_mode's extra window (and any other rounding the schema
     // chose) is expressed by growing padding_r until the floor formula gives the inferred output size.
     const int64_t span = in + pl + pr - k_eff;
