@@ -52,6 +52,11 @@ struct Dataset {
 /// problems with single annotations go into DatasetItem::errors.
 Dataset ReadDataset(const std::string& path, const std::string& format = "auto");
 
+/// Refuses (kInvalidArgument) an item file_name that would not stay inside OUT/images when written: absolute, with
+/// '..', '.' or empty segments, backslashes or NUL. ReadDataset checks every COCO file_name with it before any image is
+/// read; DatasetWriter again before writing.
+void CheckOutputFileName(const std::string& file_name);
+
 /// YOLO boxes/polygons are stored as fractions: converts item's objects to pixels for an image of this size.
 void ResolveYolo(DatasetItem& item, int64_t width, int64_t height);
 

@@ -22,6 +22,8 @@ ImageFormat DetectImageFormat(const void* data, size_t size);
 struct DecodeOptions {
   /// Refuse images whose width * height (as stored in the file) exceeds this, before allocating.
   int64_t max_pixels = 100'000'000;
+  /// How the size error names max_pixels (a server names its per-request budget); empty = "DecodeOptions::max_pixels".
+  std::string limit_name;
   /// Output channels: 3 = RGB, 1 = gray (ITU-R 601-2 luma, as Pillow's convert('L')), 4 = RGBA (alpha 255 when the
   /// image has none). Alpha is dropped, not composited, for 1 and 3.
   int channels = 3;

@@ -67,6 +67,10 @@ class Plan {
   size_t arena_bytes() const;
   /// Number of steps run by fast kernels.
   size_t num_fast_steps() const;
+  /// Frees the pooled execution arenas that no run has used for `idle_seconds` (0 = every idle one); returns the
+  /// bytes freed. Runs in progress keep theirs. A server calls it periodically so that a burst of large requests does
+  /// not pin its arenas.
+  size_t TrimArenas(double idle_seconds) const;
   const std::vector<TensorSpec>& output_specs() const;
 
   struct Impl;
@@ -101,6 +105,8 @@ class PlanCache {
   Stats stats() const;
   void set_capacity(size_t capacity);
   void Clear();
+  /// Plan::TrimArenas on every cached plan; returns the bytes freed.
+  size_t TrimArenas(double idle_seconds);
 
  private:
   void EvictLocked();
@@ -165,6 +171,8 @@ class Model {
   /// The plan for these inputs (compiling on a cache miss), after the same checks as Run.
   std::shared_ptr<const Plan> PlanFor(const std::map<std::string, Tensor>& inputs);
   PlanCache& plan_cache() { return plan_cache_; }
+  /// Frees execution arenas idle for `idle_seconds` (see Plan::TrimArenas); returns the bytes freed.
+  size_t TrimArenas(double idle_seconds) { return plan_cache_.TrimArenas(idle_seconds); }
   /// Bytes of this model's weights (each interned weight counted once, whether or not another model shares it).
   int64_t WeightBytes() const;
   /// Of WeightBytes(), the bytes of weights also held by another live model.

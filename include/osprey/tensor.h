@@ -51,8 +51,19 @@ template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
 
 /// Dimensions, outermost first. Concrete tensors have every dim >= 0.
 using Shape = std::vector<int64_t>;
-/// Product of dims; throws kInvalidArgument on negative dims or overflow past 2^62.
+/// The one size rule: no tensor, arena, file section or request may describe more than kMaxBytes bytes (256 TiB, far
+/// above any machine, far below where int64/uint64 byte arithmetic wraps). Every element and byte count in osprey goes
+/// through the checked helpers below, so a hostile shape is refused with kInvalidArgument before anything allocates.
+constexpr int64_t kMaxBytes = int64_t{1} << 48;
+/// a * b for sizes (element counts, bytes, strides); throws kInvalidArgument naming `what` when either is negative or
+/// the product passes kMaxBytes.
+int64_t CheckedMul(int64_t a, int64_t b, std::string_view what = "size");
+/// a + b for sizes, with the same rule.
+int64_t CheckedAdd(int64_t a, int64_t b, std::string_view what = "size");
+/// Product of dims; throws kInvalidArgument on negative dims or a count past kMaxBytes.
 int64_t NumElements(const Shape& shape);
+/// Bytes of a dense tensor of `shape` and `dtype`; throws kInvalidArgument when past kMaxBytes.
+int64_t NumBytes(DType dtype, const Shape& shape);
 /// "[1, 3, 224, 224]".
 std::string ShapeToString(const Shape& shape);
 
@@ -107,6 +118,11 @@ class Allocator {
   /// unmapped each time (measured ~10% of an augmentation run). Call before the work starts.
   static void SetMmapThreshold(size_t bytes);
   static size_t mmap_threshold();
+  /// Host bytes osprey's buffers may hold at once, across every owner. An allocation that would pass it is refused with
+  /// kResourceExhausted instead of letting the kernel's OOM killer end the process later. Default: 90% of physical
+  /// memory (or of the cgroup's memory.max when lower). 0 = no limit.
+  static void SetHostLimit(int64_t bytes);
+  static int64_t host_limit();
   static constexpr size_t kAlignment = 64;
   /// The host allocator. It holds only counters; ownership stays with the buffers.
   static Allocator& Host();

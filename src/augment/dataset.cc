@@ -310,6 +310,11 @@ Dataset ReadCoco(const fs::path& json_path, const std::string& root) {
       throw Error(ErrorCode::kInvalidArgument, at + ": duplicate image id " + std::to_string(item.image_id) +
                                                    " (also images[" + std::to_string(it->second) + "])");
     item.file_name = im["file_name"].get<std::string>();
+    try {
+      CheckOutputFileName(item.file_name);  // before anything reads it
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, at + ": " + e.what());
+    }
     for (const char* key : {"width", "height"}) {
       if (!im.contains(key) || im[key].is_null()) continue;
       int64_t v = 0;

@@ -78,23 +78,6 @@ std::string ReadTextFile(const fs::path& path) {
   return text.str();
 }
 
-// An output file_name must stay inside OUT/images: relative, no "..", no empty or "." segments.
-void CheckFileName(const std::string& file_name) {
-  bool ok = !file_name.empty() && file_name.front() != '/' && file_name.find('\\') == std::string::npos &&
-            file_name.find('\0') == std::string::npos;
-  size_t start = 0;
-  while (ok && start <= file_name.size()) {
-    size_t end = file_name.find('/', start);
-    if (end == std::string::npos) end = file_name.size();
-    const std::string segment = file_name.substr(start, end - start);
-    ok = !segment.empty() && segment != "." && segment != "..";
-    start = end + 1;
-  }
-  if (!ok)
-    throw Error(ErrorCode::kInvalidArgument, "DatasetWriter: output file name '" + file_name +
-                                                 "' must be a relative path inside images/ (no '..', no leading '/')");
-}
-
 // Record file name <image_id>.json -> image id; false for anything else (temporaries, stray files).
 bool RecordId(const fs::path& path, int64_t* id) {
   const std::string name = path.filename().string();
@@ -292,6 +275,23 @@ std::string YoloClasses(const std::vector<Category>& categories) {
 
 }  // namespace
 
+// An output file_name must stay inside OUT/images: relative, no "..", no empty or "." segments.
+void CheckOutputFileName(const std::string& file_name) {
+  bool ok = !file_name.empty() && file_name.front() != '/' && file_name.find('\\') == std::string::npos &&
+            file_name.find('\0') == std::string::npos;
+  size_t start = 0;
+  while (ok && start <= file_name.size()) {
+    size_t end = file_name.find('/', start);
+    if (end == std::string::npos) end = file_name.size();
+    const std::string segment = file_name.substr(start, end - start);
+    ok = !segment.empty() && segment != "." && segment != "..";
+    start = end + 1;
+  }
+  if (!ok)
+    throw Error(ErrorCode::kInvalidArgument, "output file name '" + file_name +
+                                                 "' must be a relative path inside images/ (no '..', no leading '/')");
+}
+
 DatasetWriter::DatasetWriter(std::string out_dir, std::string format, std::vector<Category> categories)
     : out_dir_(std::move(out_dir)), format_(std::move(format)), categories_(std::move(categories)) {
   if (format_ != "coco" && format_ != "yolo")
@@ -315,7 +315,7 @@ bool DatasetWriter::IsDone(int64_t image_id) const {
 }
 
 void DatasetWriter::Write(const OutputItem& item, const std::string& encoded_image) {
-  CheckFileName(item.file_name);
+  CheckOutputFileName(item.file_name);
   if (item.width <= 0 || item.height <= 0)
     throw Error(ErrorCode::kInvalidArgument, "DatasetWriter: " + item.file_name + ": image size must be positive, got " +
                                                  std::to_string(item.width) + " x " + std::to_string(item.height));

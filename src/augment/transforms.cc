@@ -599,8 +599,15 @@ const std::map<std::string, Factory>& Factories() {
       const Range hw = ps.Rng2("hole_width_range", {8, 8}, Params::kFixed);
       const double fill = ps.Fill();
       if (n.first < 0) Bad(ps.At("num_holes_range"), "must be >= 0");
+      // Each hole is a rectangle to fill: a count past this is a typo, not an augmentation, and would only burn memory.
+      constexpr double kMaxHoles = 100000;
+      if (n.second > kMaxHoles)
+        Bad(ps.At("num_holes_range"), "at most " + std::to_string(static_cast<int>(kMaxHoles)) + " holes, got " +
+                                          std::to_string(n.second));
       return Photo("CoarseDropout", [=](Rng& rng, const View& v, std::vector<PhotoStep>& out) {
-        const int64_t holes = rng.Int(std::llround(n.first), std::llround(n.second));
+        // More holes than pixels cannot add anything: cap at the image's pixel count.
+        const int64_t holes =
+            std::min<int64_t>(rng.Int(std::llround(n.first), std::llround(n.second)), v.height * v.width);
         auto side = [&](const Range& r, int64_t full) {
           // Integers are pixels; values in (0, 1) are fractions of the image side (Albumentations).
           const bool frac = r.second <= 1 && (r.first != std::floor(r.first) || r.second != std::floor(r.second));

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <climits>
 #include <iostream>
+#include <new>
 
 #include "cli/augment.h"
 #include "cli/classify.h"
@@ -103,6 +104,10 @@ int main(int argc, char** argv) {
   } catch (const osprey::Error& e) {
     std::cout.flush();
     std::cerr << "osprey: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cout.flush();
+    std::cerr << "osprey: error: out of memory: the input or a parameter asks for more memory than this machine has\n";
     return 1;
   } catch (const std::exception& e) {
     std::cout.flush();

@@ -1,6 +1,6 @@
 // osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
 //              [--streams S] [--threads T] [--max-queue N] [--http-threads N] [--max-body-size SIZE]
-//              [--read-timeout S]
+//              [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N] [--max-request-megapixels N]
 #include "cli/serve.h"
 
 #include <malloc.h>
@@ -35,6 +35,8 @@ struct ServeCommandOptions {
   int streams = 1;
   int max_queue = 256;
   int http_threads = 4;
+  int workers = 4;
+  serve::RequestLimits limits;
   std::string max_body_size = "64M";
   double read_timeout = 30;
 };
@@ -121,11 +123,30 @@ CLI::App* AddServeCommand(CLI::App& app) {
   serve->add_option("--streams", o.streams, "Concurrent runs (requests or batches) per model, each with --threads")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  serve->add_option("--max-queue", o.max_queue, "Requests waiting per model; beyond it 503 with Retry-After")
+  serve->add_option("--max-queue", o.max_queue,
+                    "Requests waiting per model, and waiting for a worker; beyond it 503 with Retry-After")
       ->check(CLI::Range(1, INT_MAX))
       ->capture_default_str();
-  serve->add_option("--http-threads", o.http_threads, "HTTP I/O threads (requests run on them)")
+  serve->add_option("--http-threads", o.http_threads,
+                    "HTTP I/O threads: they read, parse and write, and answer health and metrics themselves")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  serve->add_option("--workers", o.workers,
+                    "Threads that run requests (infer, classify, metadata, repository); beyond them and --max-queue "
+                    "waiting, 503 with Retry-After")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  serve->add_option("--max-batch-size", o.limits.max_batch_size,
+                    "Rows (dim 0) per request for inputs with a variable batch dim; more get 413 (0 = no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  serve->add_option("--max-images", o.limits.max_images,
+                    "Encoded images per request (BYTES inputs, classify parts); more get 413 (0 = no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  serve->add_option("--max-request-megapixels", o.limits.max_megapixels,
+                    "Decoded megapixels per request, summed over its images (0 = no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
@@ -161,13 +182,16 @@ int RunServeCommand(std::ostream& out) {
   serve::SchedulerOptions scheduling;
   scheduling.streams = o.streams;
   scheduling.max_queue = o.max_queue;
-  serve::InferenceServer server(&manager, kOspreyVersion, scheduling);
+  serve::InferenceServer server(&manager, kOspreyVersion, scheduling, o.limits);
   serve::HttpServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
   http_options.io_threads = o.http_threads;
   http_options.max_body_bytes = ParseByteSize(o.max_body_size, "--max-body-size");
   http_options.read_timeout_seconds = o.read_timeout;
+  http_options.worker_threads = o.workers;
+  http_options.max_pending = o.max_queue;
+  http_options.run_inline = serve::InferenceServer::RunsInline;
   serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
 
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;

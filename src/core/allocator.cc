@@ -1,8 +1,11 @@
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "osprey/tensor.h"
 
@@ -17,7 +20,26 @@ void MemoryAccount::Add(int64_t bytes) {
 
 namespace {
 std::atomic<size_t> g_mmap_threshold{Allocator::kMmapThreshold};
+
+int64_t DefaultHostLimit() {
+  int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+  std::string text;
+  if (cgroup >> text && !text.empty() && text != "max") {
+    try {
+      const int64_t limit = std::stoll(text);
+      if (limit > 0 && (physical <= 0 || limit < physical)) physical = limit;
+    } catch (const std::exception&) {
+    }
+  }
+  return physical > 0 ? physical / 10 * 9 : 0;
+}
+
+std::atomic<int64_t> g_host_limit{DefaultHostLimit()};
 }  // namespace
+
+void Allocator::SetHostLimit(int64_t bytes) { g_host_limit.store(bytes < 0 ? 0 : bytes, std::memory_order_relaxed); }
+int64_t Allocator::host_limit() { return g_host_limit.load(std::memory_order_relaxed); }
 
 void Allocator::SetMmapThreshold(size_t bytes) { g_mmap_threshold.store(bytes, std::memory_order_relaxed); }
 size_t Allocator::mmap_threshold() { return g_mmap_threshold.load(std::memory_order_relaxed); }
@@ -28,6 +50,13 @@ Allocator& Allocator::Host() {
 }
 
 std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account) {
+  const int64_t limit = host_limit();
+  if (bytes > static_cast<size_t>(kMaxBytes) ||
+      (limit > 0 && static_cast<int64_t>(bytes) > limit - live_[0].load(std::memory_order_relaxed)))
+    throw Error(ErrorCode::kResourceExhausted,
+                "out of host memory: allocating " + std::to_string(bytes) + " bytes would bring osprey's buffers past " +
+                    std::to_string(limit) + " bytes (90% of this machine's memory) with " +
+                    std::to_string(live_[0].load()) + " bytes already in use");
   std::shared_ptr<Buffer> buffer(new Buffer());
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;

@@ -237,11 +237,10 @@ Tensor ParseNpy(const void* data, size_t size) {
   }
   size_t offset = prefix + header_len;
   size_t available = size - offset;
-  if (static_cast<uint64_t>(numel) > available / info.item_size ||
-      static_cast<uint64_t>(numel) * info.item_size != available)
-    Bad("shape " + ShapeToString(shape) + " of '" + descr.s + "' needs " +
-        std::to_string(static_cast<unsigned long long>(numel) * info.item_size) + " data bytes, found " +
-        std::to_string(available));
+  const int64_t needed = CheckedMul(numel, static_cast<int64_t>(info.item_size), ".npy data bytes");
+  if (static_cast<uint64_t>(needed) != available)
+    Bad("shape " + ShapeToString(shape) + " of '" + descr.s + "' needs " + std::to_string(needed) +
+        " data bytes, found " + std::to_string(available));
   Tensor t(info.dtype, shape);
   const unsigned char* src = bytes + offset;
   if (info.is_f64) {

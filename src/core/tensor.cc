@@ -91,15 +91,47 @@ uint16_t FloatToBFloat16(float value) {
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
+namespace {
+[[noreturn]] void TooLarge(std::string_view what, const std::string& detail) {
+  throw Error(ErrorCode::kInvalidArgument, std::string(what) + " " + detail + " is larger than osprey's limit of 2^48 (" +
+                                               std::to_string(kMaxBytes) + ")");
+}
+}  // namespace
+
+int64_t CheckedMul(int64_t a, int64_t b, std::string_view what) {
+  if (a < 0 || b < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(what) + ": negative size (" + std::to_string(a) + " x " + std::to_string(b) + ")");
+  if (a != 0 && b > kMaxBytes / a) TooLarge(what, std::to_string(a) + " x " + std::to_string(b));
+  return a * b;
+}
+
+int64_t CheckedAdd(int64_t a, int64_t b, std::string_view what) {
+  if (a < 0 || b < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(what) + ": negative size (" + std::to_string(a) + " + " + std::to_string(b) + ")");
+  if (a > kMaxBytes - b) TooLarge(what, std::to_string(a) + " + " + std::to_string(b));
+  return a + b;
+}
+
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) throw Error(ErrorCode::kInvalidArgument, "shape " + ShapeToString(shape) + " has a negative dim");
-    if (d != 0 && n > (int64_t{1} << 62) / d)
-      throw Error(ErrorCode::kInvalidArgument, "shape " + ShapeToString(shape) + " has too many elements");
+    if (d != 0 && n > kMaxBytes / d)
+      throw Error(ErrorCode::kInvalidArgument, "shape " + ShapeToString(shape) +
+                                                   " has too many elements (osprey's limit is 2^48 bytes per tensor)");
     n *= d;
   }
   return n;
+}
+
+int64_t NumBytes(DType dtype, const Shape& shape) {
+  const int64_t n = NumElements(shape);
+  if (n > kMaxBytes / static_cast<int64_t>(DTypeSize(dtype)))
+    throw Error(ErrorCode::kInvalidArgument, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) +
+                                                 " is larger than osprey's limit of 2^48 bytes per tensor");
+  return n * static_cast<int64_t>(DTypeSize(dtype));
 }
 
 std::string ShapeToString(const Shape& shape) {
@@ -112,7 +144,7 @@ std::string ShapeToString(const Shape& shape) {
 
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<MemoryAccount> account)
     : dtype_(dtype), shape_(std::move(shape)) {
-  numel_ = NumElements(shape_);
+  numel_ = NumBytes(dtype_, shape_) / static_cast<int64_t>(DTypeSize(dtype_));
   buffer_ = Allocator::Host().Allocate(nbytes(), std::move(account));
 }
 
@@ -126,8 +158,8 @@ Tensor Tensor::View(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, si
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  t.numel_ = NumElements(t.shape_);
-  OSPREY_CHECK(buffer != nullptr && offset + t.nbytes() <= buffer->size());
+  t.numel_ = NumBytes(dtype, t.shape_) / static_cast<int64_t>(DTypeSize(dtype));
+  OSPREY_CHECK(buffer != nullptr && offset <= buffer->size() && t.nbytes() <= buffer->size() - offset);
   t.buffer_ = std::move(buffer);
   t.offset_ = offset;
   return t;

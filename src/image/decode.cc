@@ -59,7 +59,8 @@ void CheckDimensions(int64_t width, int64_t height, const DecodeOptions& options
     throw Error(ErrorCode::kInvalidArgument,
                 "image is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
                     Megapixels(static_cast<double>(pixels)) + " megapixels, over the limit of " +
-                    Megapixels(static_cast<double>(options.max_pixels)) + " megapixels (DecodeOptions::max_pixels)");
+                    Megapixels(static_cast<double>(options.max_pixels)) + " megapixels (" +
+                    (options.limit_name.empty() ? std::string("DecodeOptions::max_pixels") : options.limit_name) + ")");
 }
 
 void CheckChannels(const DecodeOptions& options) {

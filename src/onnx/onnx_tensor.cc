@@ -103,9 +103,9 @@ Tensor ReadExternal(const onnx::TensorProto& tp, DType dtype, const Shape& shape
   if (span > available)
     BadTensor(what, "external data range [" + std::to_string(offset) + ", +" + std::to_string(span) + ") exceeds the " +
                         std::to_string(file_size) + " bytes of '" + location + "'");
-  size_t elem = DTypeSize(dtype);
-  if (static_cast<uint64_t>(numel) > span / elem || static_cast<uint64_t>(numel) * elem != span)
-    BadTensor(what, "shape " + ShapeToString(shape) + " needs " + std::to_string(numel) + " x " + std::to_string(elem) +
+  const int64_t needed = CheckedMul(numel, static_cast<int64_t>(DTypeSize(dtype)), what);
+  if (static_cast<uint64_t>(needed) != span)
+    BadTensor(what, "shape " + ShapeToString(shape) + " needs " + std::to_string(needed) +
                         " bytes but external data has " + std::to_string(span));
   Tensor t(dtype, shape);
   if (span == 0) return t;
@@ -149,12 +149,12 @@ Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir,
   if (tp.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
     return ReadExternal(tp, dtype, shape, numel, base_dir, what);
 
-  size_t elem = DTypeSize(dtype);
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
-    if (static_cast<uint64_t>(numel) > raw.size() / elem || static_cast<uint64_t>(numel) * elem != raw.size())
-      BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " + std::to_string(numel) +
-                          " x " + std::to_string(elem) + " bytes but raw_data has " + std::to_string(raw.size()));
+    const int64_t needed = CheckedMul(numel, static_cast<int64_t>(DTypeSize(dtype)), what);
+    if (static_cast<uint64_t>(needed) != raw.size())
+      BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " + std::to_string(needed) +
+                          " bytes but raw_data has " + std::to_string(raw.size()));
     Tensor t(dtype, shape);
     // ONNX raw_data is little-endian, as is every machine osprey builds for.
     if (dtype == DType::kBool) {

@@ -19,6 +19,12 @@ void InferContext::SetOutput(int i, DType dtype, Shape shape) {
     output_dtypes.resize(i + 1);
     output_shapes.resize(i + 1);
   }
+  // Every computed shape passes the one size rule (tensor.h), so no later count or byte product can wrap.
+  try {
+    (void)NumBytes(dtype, shape);
+  } catch (const Error& e) {
+    Fail(std::string("output ") + std::to_string(i) + ": " + e.what());
+  }
   output_dtypes[i] = dtype;
   output_shapes[i] = std::move(shape);
 }

@@ -24,11 +24,9 @@ const Shape& InShape(const InferContext& ctx, int i) {
   return ctx.input_shapes[i];
 }
 
-int64_t NumelOf(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+std::string ToStr(long double c) { return std::to_string(static_cast<double>(c)); }
+
+int64_t NumelOf(const Shape& s) { return NumElements(s); }
 
 // True when input i is given and holds at least one element (an empty tensor counts as "not given" for the
 // optional scales/sizes/split inputs, as ONNX exporters use both forms).
@@ -57,12 +55,10 @@ std::vector<double> FloatInput(const InferContext& ctx, int i, const char* what)
 
 // Dims >= 0 and an element count that fits; the message names the node.
 void CheckShape(const InferContext& ctx, const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) ctx.Fail("computed output shape " + ShapeToString(shape) + " has a negative dim");
-    if (d != 0 && n > (int64_t{1} << 62) / d)
-      ctx.Fail("computed output shape " + ShapeToString(shape) + " is too large");
-    n *= d;
+  try {
+    (void)NumElements(shape);
+  } catch (const Error& e) {
+    ctx.Fail(std::string("computed output ") + e.what());
   }
 }
 
@@ -291,6 +287,7 @@ void InferReshape(InferContext& ctx) {
       d = in[i];
     }
     out[i] = d;
+    if (d != 0 && known > kMaxBytes / d) ctx.Fail("shape " + IntsToString(req) + " is too large");
     known *= d;
   }
   if (unknown >= 0) {
@@ -315,7 +312,7 @@ void InferFlatten(InferContext& ctx) {
   if (axis < 0 || axis > rank)
     ctx.Fail("axis " + Str(ctx.node.GetInt("axis", 1)) + " is out of range for rank " + Str(rank));
   int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) *= in[d];
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) = CheckedMul(d < axis ? outer : inner, in[d]);
   ctx.SetOutput(0, ctx.input_dtypes[0], {outer, inner});
 }
 
@@ -410,7 +407,7 @@ void InferTile(InferContext& ctx) {
   Shape out(in.size());
   for (size_t d = 0; d < in.size(); ++d) {
     if (repeats[d] < 0) ctx.Fail("repeats " + IntsToString(repeats) + " has a negative entry");
-    if (in[d] != 0 && repeats[d] > (int64_t{1} << 62) / in[d])
+    if (in[d] != 0 && repeats[d] > kMaxBytes / in[d])
       ctx.Fail("repeats " + IntsToString(repeats) + " are too large");
     out[d] = in[d] * repeats[d];
   }
@@ -490,7 +487,7 @@ Shape ScaledShape(const InferContext& ctx, const Shape& in, const std::vector<do
   for (size_t d = 0; d < in.size(); ++d) {
     if (!(scales[d] > 0) || !std::isfinite(scales[d])) ctx.Fail("scales must be positive and finite");
     double v = std::floor(static_cast<double>(in[d]) * scales[d]);
-    if (v > static_cast<double>(int64_t{1} << 62)) ctx.Fail("scaled output is too large");
+    if (v > static_cast<double>(kMaxBytes)) ctx.Fail("scaled output is too large");
     out[d] = static_cast<int64_t>(v);
   }
   CheckShape(ctx, out);
@@ -557,7 +554,7 @@ void InferResize(InferContext& ctx) {
     for (int64_t i = 0; i < n; ++i) {
       if (!(scales[i] > 0) || !std::isfinite(scales[i])) ctx.Fail("scales must be positive and finite");
       double v = std::floor(static_cast<double>(in[axes[i]]) * scales[i]);
-      if (v > static_cast<double>(int64_t{1} << 62)) ctx.Fail("scaled output is too large");
+      if (v > static_cast<double>(kMaxBytes)) ctx.Fail("scaled output is too large");
       out[axes[i]] = static_cast<int64_t>(v);
     }
   } else {
@@ -662,7 +659,7 @@ void InferRange(InferContext& ctx) {
     // Work in long double so that limit - start cannot overflow.
     long double span = static_cast<long double>(limit) - static_cast<long double>(start);
     long double c = std::ceil(span / static_cast<long double>(delta));
-    if (c > static_cast<long double>(int64_t{1} << 62)) ctx.Fail("range has too many elements");
+    if (c > static_cast<long double>(kMaxBytes)) ctx.Fail("range has too many elements (" + ToStr(c) + ")");
     count = c > 0 ? static_cast<int64_t>(c) : 0;
   } else if (dtype == DType::kF32) {
     double start = ctx.Value(0).GetAsDouble(0), limit = ctx.Value(1).GetAsDouble(0),
@@ -670,7 +667,7 @@ void InferRange(InferContext& ctx) {
     if (delta == 0) ctx.Fail("delta must not be 0");
     double c = std::ceil((limit - start) / delta);
     if (!std::isfinite(c)) ctx.Fail("start, limit and delta must be finite");
-    if (c > static_cast<double>(int64_t{1} << 62)) ctx.Fail("range has too many elements");
+    if (c > static_cast<double>(kMaxBytes)) ctx.Fail("range has too many elements (" + ToStr(c) + ")");
     count = c > 0 ? static_cast<int64_t>(c) : 0;
   } else {
     throw Error(ErrorCode::kUnsupported,

@@ -95,7 +95,7 @@ void InferAndFold(CompileState& st) {
     bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
     int64_t out_bytes = 0;
     for (size_t i = 0; i < node.outputs.size(); ++i)
-      out_bytes += NumElements(ic.output_shapes[i]) * static_cast<int64_t>(DTypeSize(ic.output_dtypes[i]));
+      out_bytes = CheckedAdd(out_bytes, NumBytes(ic.output_dtypes[i], ic.output_shapes[i]), node.Describe());
     bool foldable = (all_known || shape_only) && out_bytes <= kMaxFoldBytes && node.op_type != "Dropout";
     if (!foldable) {
       st.nodes.push_back(node);
@@ -207,7 +207,7 @@ class ArenaPlanner {
       return off;
     }
     size_t off = end_;
-    end_ += bytes;
+    end_ = static_cast<size_t>(CheckedAdd(static_cast<int64_t>(end_), static_cast<int64_t>(bytes), "execution arena"));
     return off;
   }
   void Free(size_t offset, size_t bytes) {
@@ -372,7 +372,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     for (int s : impl->steps[i].outputs) {
       Slot& slot = impl->slots[s];
       if (slot.kind == Slot::Kind::kArena)
-        slot.offset = planner.Allocate(static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(slot.dtype));
+        slot.offset = planner.Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
     }
     std::vector<int> done;
     for (int s : impl->steps[i].inputs)
@@ -384,7 +384,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     for (int s : done) {
       Slot& slot = impl->slots[s];
       if (slot.kind == Slot::Kind::kArena)
-        planner.Free(slot.offset, static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(slot.dtype));
+        planner.Free(slot.offset, static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
     }
   }
   impl->arena_bytes = planner.size();

@@ -10,6 +10,28 @@ Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Plan::~Plan() = default;
 size_t Plan::num_steps() const { return impl_->steps.size(); }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
+
+size_t Plan::TrimArenas(double idle_seconds) const {
+  const auto cutoff = std::chrono::steady_clock::now() -
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
+  std::vector<std::shared_ptr<Buffer>> dropped;  // freed outside the lock
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->arena_mu);
+    auto& pool = impl_->free_arenas;
+    for (auto it = pool.begin(); it != pool.end();) {
+      if (it->released <= cutoff) {
+        bytes += it->buffer->size();
+        dropped.push_back(std::move(it->buffer));
+        it = pool.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return bytes;
+}
 const std::vector<TensorSpec>& Plan::output_specs() const { return impl_->output_specs; }
 size_t Plan::num_fast_steps() const {
   size_t n = 0;
@@ -23,7 +45,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
   {
     std::lock_guard<std::mutex> lock(p.arena_mu);
     if (!p.free_arenas.empty()) {
-      arena = std::move(p.free_arenas.back());
+      arena = std::move(p.free_arenas.back().buffer);
       p.free_arenas.pop_back();
     }
   }
@@ -75,8 +97,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       }
     }
   } catch (...) {
-    std::lock_guard<std::mutex> lock(p.arena_mu);
-    p.free_arenas.push_back(std::move(arena));
+    p.ReturnArena(std::move(arena));
     throw;
   }
 
@@ -93,10 +114,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       outputs.push_back(values[s].Clone());
     seen.push_back(s);
   }
-  {
-    std::lock_guard<std::mutex> lock(p.arena_mu);
-    p.free_arenas.push_back(std::move(arena));
-  }
+  p.ReturnArena(std::move(arena));
   return outputs;
 }
 

@@ -73,6 +73,17 @@ void PlanCache::set_capacity(size_t capacity) {
   EvictLocked();
 }
 
+size_t PlanCache::TrimArenas(double idle_seconds) {
+  std::vector<std::shared_ptr<const Plan>> plans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& entry : lru_) plans.push_back(entry.second);
+  }
+  size_t bytes = 0;
+  for (const auto& plan : plans) bytes += plan->TrimArenas(idle_seconds);
+  return bytes;
+}
+
 void PlanCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   lru_.clear();

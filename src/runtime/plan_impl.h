@@ -1,4 +1,5 @@
 #pragma once
+#include <chrono>
 // Internal layout of a compiled Plan, shared by compile.cc (builds it) and plan.cc (runs it).
 #include <functional>
 #include <memory>
@@ -43,9 +44,17 @@ struct Plan::Impl {
   std::vector<TensorSpec> output_specs;
   size_t arena_bytes = 0;
   std::shared_ptr<MemoryAccount> account;
-  // Arenas are reused across runs; one per concurrent run.
+  // Arenas are reused across runs (one per concurrent run) and freed by TrimArenas once idle.
+  struct PooledArena {
+    std::shared_ptr<Buffer> buffer;
+    std::chrono::steady_clock::time_point released;
+  };
   mutable std::mutex arena_mu;
-  mutable std::vector<std::shared_ptr<Buffer>> free_arenas;
+  mutable std::vector<PooledArena> free_arenas;
+  void ReturnArena(std::shared_ptr<Buffer> arena) const {
+    std::lock_guard<std::mutex> lock(arena_mu);
+    free_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
+  }
 };
 
 /// A value during compilation: its type, and its contents when known at compile time.

@@ -22,44 +22,12 @@ double MicrosSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::micro>(end - start).count();
 }
 
-const std::vector<double> kDurationBucketsUs = {50,     100,    250,     500,     1000,    2500,    5000,    10000,
-                                                25000,  50000,  100000,  250000,  500000,  1000000, 2500000, 10000000};
 const std::vector<double> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
-
-struct Histogram {
-  const std::vector<double>* bounds;
-  std::vector<uint64_t> buckets;  // not cumulative
-  uint64_t count = 0;
-  double sum = 0;
-
-  explicit Histogram(const std::vector<double>* b) : bounds(b), buckets(b->size(), 0) {}
-  void Add(double v) {
-    ++count;
-    sum += v;
-    for (size_t i = 0; i < bounds->size(); ++i)
-      if (v <= (*bounds)[i]) {
-        ++buckets[i];
-        break;
-      }
-  }
-  void Write(std::ostringstream& out, const char* name, const std::string& label) const {
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < bounds->size(); ++i) {
-      cumulative += buckets[i];
-      out << name << "_bucket{model=\"" << label << "\",le=\"" << (*bounds)[i] << "\"} " << cumulative << "\n";
-    }
-    out << name << "_bucket{model=\"" << label << "\",le=\"+Inf\"} " << count << "\n";
-    char sum_text[64];
-    std::snprintf(sum_text, sizeof(sum_text), "%.3f", sum);
-    out << name << "_sum{model=\"" << label << "\"} " << sum_text << "\n";
-    out << name << "_count{model=\"" << label << "\"} " << count << "\n";
-  }
-};
 
 struct LaneMetrics {
   Histogram batch{&kBatchBuckets};
-  Histogram queue{&kDurationBucketsUs};
-  Histogram compute{&kDurationBucketsUs};
+  Histogram queue;
+  Histogram compute;
 };
 
 // One queued request of a batched model.

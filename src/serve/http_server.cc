@@ -6,13 +6,17 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast.hpp>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <iostream>
 #include <thread>
 
 #include "osprey/error.h"
@@ -64,6 +68,10 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
   net::signal_set signals{ioc};
+  net::steady_timer accept_backoff{acceptor.get_executor()};  // on the acceptor's strand
+  std::chrono::steady_clock::time_point last_accept_warning{};
+  std::unique_ptr<net::thread_pool> workers;
+  std::atomic<int> pending{0};  // requests handed to workers and not yet answered
   std::atomic<bool> stopping{false};
   std::mutex sessions_mu;
   std::map<Session*, std::weak_ptr<Session>> sessions;
@@ -160,16 +168,40 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& field : message) request.headers.emplace_back(field.name_string(), field.value());
     request.body = std::move(message.body());
     const bool keep_alive = message.keep_alive();
-
-    HttpResponse response;
-    try {
-      response = server_->handler(request);
-    } catch (const std::exception& e) {
-      response = HttpResponse{500, "application/json", {}, JsonError(std::string("internal error: ") + e.what())};
-    } catch (...) {
-      response = HttpResponse{500, "application/json", {}, JsonError("internal error")};
+    const unsigned version = message.version();
+    HttpServer::Impl& server = *server_;
+    if (!server.workers || (server.options.run_inline && server.options.run_inline(request))) {
+      HttpResponse response = Call(request);
+      return Send(std::move(response), keep_alive && !server.stopping, version, false);
     }
-    Send(std::move(response), keep_alive && !server_->stopping, message.version(), false);
+    const int limit = std::max(1, server.options.worker_threads) + std::max(0, server.options.max_pending);
+    if (server.pending.fetch_add(1) >= limit) {
+      server.pending.fetch_sub(1);
+      HttpResponse busy{503, "application/json", {{"Retry-After", "1"}},
+                        JsonError("the server is busy: " + std::to_string(limit) +
+                                  " requests are running or waiting for a worker; retry later")};
+      return Send(std::move(busy), keep_alive && !server.stopping, version, false);
+    }
+    // The guard keeps the I/O threads running until the answer is written, even when nothing else is pending.
+    auto guard = net::make_work_guard(stream_.get_executor());
+    net::post(*server.workers, [self = shared_from_this(), request = std::move(request), keep_alive, version,
+                                guard = std::move(guard)]() mutable {
+      HttpResponse response = self->Call(request);
+      self->server_->pending.fetch_sub(1);
+      net::post(self->stream_.get_executor(), [self, response = std::move(response), keep_alive, version]() mutable {
+        self->Send(std::move(response), keep_alive && !self->server_->stopping, version, false);
+      });
+    });
+  }
+
+  HttpResponse Call(const HttpRequest& request) {
+    try {
+      return server_->handler(request);
+    } catch (const std::exception& e) {
+      return HttpResponse{500, "application/json", {}, JsonError(std::string("internal error: ") + e.what())};
+    } catch (...) {
+      return HttpResponse{500, "application/json", {}, JsonError("internal error")};
+    }
   }
 
   void SendSimple(int status, const std::string& message, bool drain) {
@@ -229,6 +261,21 @@ class Session : public std::enable_shared_from_this<Session> {
 void HttpServer::Impl::Accept(std::shared_ptr<Impl> self) {
   acceptor.async_accept(net::make_strand(ioc), [self](beast::error_code ec, tcp::socket socket) {
     if (self->stopping || !self->acceptor.is_open()) return;
+    if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
+        ec.value() == ENFILE) {
+      // Out of file descriptors or memory: retrying at once would spin a core. Wait, so that connections close.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - self->last_accept_warning > std::chrono::seconds(10)) {
+        self->last_accept_warning = now;
+        std::cerr << "osprey serve: warning: cannot accept connections (" << ec.message()
+                  << "); retrying every 100 ms (raise the open-files limit, ulimit -n)" << std::endl;
+      }
+      self->accept_backoff.expires_after(std::chrono::milliseconds(100));
+      self->accept_backoff.async_wait([self](beast::error_code) {
+        if (!self->stopping) self->Accept(self);
+      });
+      return;
+    }
     if (!ec) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
@@ -248,6 +295,7 @@ void HttpServer::Impl::StopNow() {
   net::post(acceptor.get_executor(), [this] {
     beast::error_code ignored;
     acceptor.close(ignored);
+    accept_backoff.cancel();
   });
   net::post(ioc, [this] {
     beast::error_code ignored;
@@ -293,12 +341,15 @@ void HttpServer::Run() {
       if (!ec) impl->StopNow();
     });
   }
+  if (impl->options.worker_threads > 0)
+    impl->workers = std::make_unique<net::thread_pool>(static_cast<size_t>(impl->options.worker_threads));
   impl->Accept(impl);
   const int n = std::max(1, impl->options.io_threads);
   std::vector<std::thread> threads;
   for (int i = 1; i < n; ++i) threads.emplace_back([impl] { impl->ioc.run(); });
   impl->ioc.run();
   for (auto& t : threads) t.join();
+  if (impl->workers) impl->workers->join();
 }
 
 void HttpServer::Stop() { impl_->StopNow(); }

@@ -1,7 +1,9 @@
 #pragma once
-// A small HTTP/1.1 server (Boost.Beast underneath, kept out of this header): keep-alive, N I/O threads, a request body
-// limit answered with 413 before the body is read, a read timeout for slow or idle clients, and a graceful stop that
-// stops accepting, lets in-flight requests finish and then returns from Run().
+// A small HTTP/1.1 server (Boost.Beast underneath, kept out of this header): keep-alive, N I/O threads and a pool of
+// workers that run the handler (cheap requests can stay on the I/O threads), a request body limit answered with 413
+// before the body is read, a read timeout for slow or idle clients, accept errors (out of file descriptors) that back
+// off instead of spinning, and a graceful stop that stops accepting, lets in-flight requests finish and then returns
+// from Run().
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,7 +32,8 @@ struct HttpResponse {
   std::string body;
 };
 
-/// Called on an I/O thread, concurrently from several threads. Exceptions become a 500 JSON error.
+/// Called on a worker (or, for requests `run_inline` picks, an I/O) thread, concurrently from several threads.
+/// Exceptions become a 500 JSON error.
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 struct HttpServerOptions {
@@ -40,6 +43,12 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 64 << 20;
   double read_timeout_seconds = 30;  // a request (header and body) or an idle keep-alive gap longer than this closes
   bool stop_on_signals = true;       // SIGINT/SIGTERM call Stop()
+  /// Workers that run the handler, so that I/O threads only read, parse and write (0 = run it on the I/O threads).
+  int worker_threads = 0;
+  /// Requests waiting for a worker beyond those running; more get 503 with Retry-After at once.
+  int max_pending = 1024;
+  /// Requests that are cheap and must stay fast while every worker is busy (health, metrics): run on the I/O thread.
+  std::function<bool(const HttpRequest&)> run_inline;
 };
 
 class HttpServer {

@@ -26,10 +26,11 @@ bool IsVersionName(const std::string& s) {
   return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A model name is one directory below the repository root: no separators, no "." or "..".
+// A model name is one directory below the repository root: no separators, and no leading '.' (hidden directories,
+// "." and "..", are never models: the scan skips them and every route refuses them).
 bool IsModelName(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
-         s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
+  return !s.empty() && s[0] != '.' && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
+         s.find('\0') == std::string::npos;
 }
 
 // Highest numeric version directory of `name_dir` holding model.onnx, or "" when there is none.
@@ -117,7 +118,7 @@ struct ModelManager::Impl {
       std::error_code ec2;
       if (!it->is_directory(ec2)) continue;
       const std::string name = it->path().filename().string();
-      if (!IsModelName(name) || name[0] == '.') continue;
+      if (!IsModelName(name)) continue;
       const std::string version = LatestVersion(it->path());
       if (!version.empty()) found[name] = version;
     }
@@ -298,9 +299,13 @@ struct ModelManager::Impl {
     }
   }
 
+  // Housekeeping, every `period`: frees execution arenas idle for arena_idle_seconds, and unloads models idle for
+  // idle_unload_seconds (when set); then gives freed heap back to the OS.
   void IdleLoop() {
     const double idle = options.idle_unload_seconds;
-    const auto period = std::chrono::duration<double>(std::clamp(idle / 4, 0.01, 1.0));
+    const double arena_idle = std::max(0.0, options.arena_idle_seconds);
+    const auto period =
+        std::chrono::duration<double>(std::clamp(std::min(idle > 0 ? idle / 4 : 1.0, arena_idle / 2), 0.01, 1.0));
     const auto idle_limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle));
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
@@ -308,6 +313,24 @@ struct ModelManager::Impl {
       if (stopping) break;
       const auto now = Clock::now();
       bool unloaded = false;
+      std::vector<std::shared_ptr<LoadedModel>> ready;
+      for (auto& [key, e] : entries)
+        if (e->status == ModelStatus::kReady && e->loaded) ready.push_back(e->loaded);
+      lock.unlock();
+      size_t trimmed = 0;
+      for (const auto& loaded : ready) trimmed += loaded->model->TrimArenas(arena_idle);
+      ready.clear();
+      lock.lock();
+      if (stopping) break;
+      unloaded = trimmed > 0;
+      if (idle <= 0) {
+        if (unloaded) {
+          lock.unlock();
+          ReturnMemoryToOs();
+          lock.lock();
+        }
+        continue;
+      }
       for (auto& [key, e] : entries) {
         if (e->status != ModelStatus::kReady || !e->loaded) continue;
         if (e->loaded.use_count() > 1) {
@@ -331,7 +354,7 @@ struct ModelManager::Impl {
 ModelManager::ModelManager(ManagerOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   impl_->options = options_;
   impl_->Scan();
-  if (options_.idle_unload_seconds > 0) impl_->idle_thread = std::thread([this] { impl_->IdleLoop(); });
+  impl_->idle_thread = std::thread([this] { impl_->IdleLoop(); });
 }
 
 ModelManager::~ModelManager() {

@@ -18,6 +18,7 @@ struct ManagerOptions {
   int64_t memory_budget_bytes = 0;   // 0 = unlimited. Accounted bytes (weights counted once) kept under this.
   double idle_unload_seconds = 0;    // 0 = never. Models unused this long are unloaded by a background thread.
   int threads = 0;                   // intra-op threads per model run (0 = all cores)
+  double arena_idle_seconds = 2;     // execution arenas unused this long are freed (memory goes back after a burst)
 };
 
 /// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.

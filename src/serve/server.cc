@@ -19,28 +19,16 @@
 #include "osprey/classify.h"
 #include "osprey/error.h"
 #include "osprey/image.h"
-#include "serve/multipart.h"
+#include "serve/classify_route.h"
+#include "serve/kserve.h"
 #include "serve/prometheus.h"
+#include "serve/responses.h"
 #include "serve/tensor_json.h"
 
 namespace osprey::serve {
 namespace {
 
 using json = nlohmann::json;
-
-// ---------------------------------------------------------------------------------------------------------------
-// Answers
-
-HttpResponse JsonResponse(int status, const json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
-HttpResponse ErrorResponse(int status, const std::string& message) {
-  return JsonResponse(status, {{"error", message}});
-}
 
 int StatusForError(ErrorCode code) {
   switch (code) {
@@ -58,90 +46,6 @@ int StatusForError(ErrorCode code) {
 }
 
 Error BadRequest(const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); }
-
-const ValueInfo* FindInput(const Graph& graph, const std::string& name) {
-  for (const ValueInfo& info : graph.input_infos)
-    if (info.name == name) return &info;
-  return nullptr;
-}
-
-std::string InputNames(const Graph& graph) {
-  std::string names;
-  for (const ValueInfo& info : graph.input_infos) names += (names.empty() ? "'" : ", '") + info.name + "'";
-  return names;
-}
-
-// Strict standard base64 (RFC 4648 alphabet, '=' padding optional at the end); nullopt when malformed.
-std::optional<std::string> DecodeBase64(std::string_view text) {
-  static const auto kTable = [] {
-    std::array<int8_t, 256> t{};
-    t.fill(-1);
-    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(alphabet[i])] = static_cast<int8_t>(i);
-    return t;
-  }();
-  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
-  if (text.size() % 4 == 1) return std::nullopt;
-  std::string out;
-  out.reserve(text.size() / 4 * 3 + 2);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : text) {
-    const int8_t v = kTable[static_cast<unsigned char>(c)];
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
-// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes.
-std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what) {
-  std::vector<std::string_view> elements;
-  while (!data.empty()) {
-    if (data.size() < 4)
-      throw BadRequest(what + ": BYTES element " + std::to_string(elements.size()) + " has a truncated 4-byte length");
-    const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-    const uint64_t length = uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 | uint64_t{p[3]} << 24;
-    data.remove_prefix(4);
-    if (length > data.size())
-      throw BadRequest(what + ": BYTES element " + std::to_string(elements.size()) + " declares " +
-                       std::to_string(length) + " bytes but " + std::to_string(data.size()) + " are left");
-    elements.push_back(data.substr(0, length));
-    data.remove_prefix(length);
-  }
-  return elements;
-}
-
-// parameters.binary_data_size of one request input (KServe binary extension), or nullopt when the input has none.
-std::optional<uint64_t> BinaryDataSize(const json& in, const std::string& what) {
-  auto p = in.find("parameters");
-  if (p == in.end() || !p->is_object() || !p->contains("binary_data_size")) return std::nullopt;
-  const json& size = (*p)["binary_data_size"];
-  if (size.is_null()) return std::nullopt;
-  if (!size.is_number_unsigned() && !(size.is_number_integer() && size.get<int64_t>() >= 0))
-    throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
-  return size.get<uint64_t>();
-}
-
-// The values of one request input's 'data' (nested lists flattened), which must be exactly `count` for `shape`.
-std::vector<const json*> DataLeaves(const json& in, const Shape& shape, int64_t count, const std::string& what) {
-  auto data = in.find("data");
-  if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
-  std::vector<const json*> leaves;
-  if (data->is_array())
-    Flatten(*data, &leaves);
-  else
-    leaves.push_back(&*data);
-  if (static_cast<int64_t>(leaves.size()) != count)
-    throw BadRequest(what + ": " + std::to_string(leaves.size()) + " values in 'data' for shape " +
-                     ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
-  return leaves;
-}
 
 int64_t ResidentBytes() {
   std::ifstream in("/proc/self/statm");
@@ -163,15 +67,9 @@ const char* StatusName(ModelStatus s) {
   }
 }
 
-constexpr double kBucketsUs[] = {50,    100,   250,    500,    1000,   2500,    5000,    10000,
-                                 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 10000000};
-constexpr size_t kNumBuckets = sizeof(kBucketsUs) / sizeof(kBucketsUs[0]);
-
 struct ModelMetrics {
   uint64_t success = 0, failure = 0;
-  uint64_t buckets[kNumBuckets] = {};  // not cumulative; summed when written
-  uint64_t count = 0;
-  double sum_us = 0;
+  Histogram duration;
 };
 
 }  // namespace
@@ -186,6 +84,7 @@ struct InferenceServer::Impl {
   std::mutex preprocessors_mu;
   std::map<std::string, std::shared_ptr<ImagePreprocessor>> preprocessors;
   std::unique_ptr<Scheduler> scheduler;  // infer runs: dynamic batching, streams, queue limit
+  RequestLimits limits;
 
   HttpResponse Route(const HttpRequest& request);
   HttpResponse ModelRoute(const HttpRequest& request, const std::string& model, const std::string& version,
@@ -193,17 +92,16 @@ struct InferenceServer::Impl {
   HttpResponse Metadata(const std::string& model, const std::string& version);
   HttpResponse Ready(const std::string& model, const std::string& version);
   HttpResponse Infer(const HttpRequest& request, const std::string& model, const std::string& version);
-  HttpResponse Classify(const HttpRequest& request, const std::string& model, const std::string& version,
-                        const std::map<std::string, std::string>& query);
   HttpResponse Stats(const std::string& model);
   HttpResponse RepositoryIndex(const HttpRequest& request);
   void Record(const std::string& model, bool ok, double us);
   std::string MetricsText();
   std::shared_ptr<ImagePreprocessor> PreprocessorFor(const LoadedModel& loaded);
-  // Decodes and preprocesses one encoded image for `loaded` (Error kInvalidArgument when it cannot).
-  Tensor ImagePixels(const LoadedModel& loaded, std::string_view encoded);
-  Tensor EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info, const json& in, std::string_view* binary,
-                            const std::string& what);
+  // Decodes and preprocesses one encoded image for `loaded`, within the request's budget (kInvalidArgument when it
+  // cannot).
+  Tensor ImagePixels(const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget);
+  Tensor EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info,
+                            const std::vector<std::string_view>& images, ImageBudget* budget, const std::string& what);
   std::shared_ptr<LoadedModel> AcquireModel(const std::string& model, const std::string& version);
 
   // Models served through infer/classify, for their plan-cache counters in /metrics. Weak, so unloads still free them.
@@ -219,78 +117,42 @@ std::shared_ptr<LoadedModel> InferenceServer::Impl::AcquireModel(const std::stri
   return loaded;
 }
 
-Tensor InferenceServer::Impl::ImagePixels(const LoadedModel& loaded, std::string_view encoded) {
+Tensor InferenceServer::Impl::ImagePixels(const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {
   std::shared_ptr<ImagePreprocessor> pre = PreprocessorFor(loaded);
   DecodeOptions decode_options;
   decode_options.channels = loaded.directory.preprocess.channels();
-  return pre->Run(DecodeImage(encoded.data(), encoded.size(), decode_options));
+  decode_options.max_pixels = budget->PixelsLeft(decode_options.max_pixels);
+  decode_options.limit_name = budget->LimitName();
+  DecodeInfo info;
+  Tensor image = DecodeImage(encoded.data(), encoded.size(), decode_options, &info);
+  budget->Spend(info.stored_width * info.stored_height);
+  return pre->Run(image);
 }
 
-Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info, const json& in,
-                                                 std::string_view* binary, const std::string& what) {
-  const PreprocessSpec& spec = loaded.directory.preprocess;
-  if (spec.input.empty())
-    throw BadRequest(what + ": BYTES (encoded images) need a model with preprocessing (config.json); model '" +
-                     loaded.name + "' has none, so send its input as numbers");
-  if (spec.input != info.name)
-    throw BadRequest(what + ": BYTES (encoded images) are accepted only for the image input '" + spec.input +
-                     "' of model '" + loaded.name + "'");
-  const Shape shape = ParseShape(in, what);
-  const int64_t count = NumElements(shape);
-  if (count < 1) throw BadRequest(what + ": BYTES input holds no images (shape " + ShapeToString(shape) + ")");
-
-  std::vector<std::string_view> encoded;
-  std::vector<std::string> decoded_base64;
-  if (const std::optional<uint64_t> binary_size = BinaryDataSize(in, what)) {
-    const uint64_t size = *binary_size;
-    if (size > binary->size())
-      throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
-                       std::to_string(binary->size()) + " bytes of binary data are left in the body");
-    encoded = SplitBinaryBytes(binary->substr(0, size), what);
-    binary->remove_prefix(size);
-  } else {
-    const std::vector<const json*> leaves = DataLeaves(in, shape, count, what);
-    decoded_base64.reserve(leaves.size());
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      if (!leaves[i]->is_string())
-        throw BadRequest(what + ": BYTES element " + std::to_string(i) +
-                         " must be a base64 string of an encoded image");
-      std::optional<std::string> bytes = DecodeBase64(leaves[i]->get_ref<const std::string&>());
-      if (!bytes) throw BadRequest(what + ": BYTES element " + std::to_string(i) + " is not valid base64");
-      decoded_base64.push_back(std::move(*bytes));
-    }
-    for (const std::string& b : decoded_base64) encoded.emplace_back(b);
-  }
-  if (static_cast<int64_t>(encoded.size()) != count)
-    throw BadRequest(what + ": " + std::to_string(encoded.size()) + " BYTES elements for shape " +
-                     ShapeToString(shape) + " (" + std::to_string(count) + " elements)");
-  std::vector<Tensor> pixels;
-  pixels.reserve(encoded.size());
-  for (size_t i = 0; i < encoded.size(); ++i) {
-    try {
-      pixels.push_back(ImagePixels(loaded, encoded[i]));
-    } catch (const Error& e) {
-      throw Error(e.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInvalidArgument,
-                  what + ": image " + std::to_string(i) + ": " + e.what());
-    }
-  }
-  Tensor batch = StackTensors(pixels);
-  CheckAgainstDeclared(info, batch.dtype(), batch.shape(), what);
-  return batch;
-}
-
-InferenceServer::InferenceServer(ModelManager* manager, std::string version, SchedulerOptions scheduling)
+InferenceServer::InferenceServer(ModelManager* manager, std::string version, SchedulerOptions scheduling,
+                                 RequestLimits limits)
     : impl_(std::make_unique<Impl>()) {
   impl_->manager = manager;
+  impl_->limits = limits;
   impl_->version = std::move(version);
   impl_->scheduler = std::make_unique<Scheduler>(scheduling);
 }
 
 InferenceServer::~InferenceServer() = default;
 
+bool InferenceServer::RunsInline(const HttpRequest& request) {
+  if (request.method != "GET") return false;
+  std::string_view path(request.target);
+  path = path.substr(0, path.find('?'));
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path == "/metrics" || path == "/v2" || path == "/v2/health/live" || path == "/v2/health/ready";
+}
+
 HttpResponse InferenceServer::Handle(const HttpRequest& request) {
   try {
     return impl_->Route(request);
+  } catch (const RequestTooLarge& e) {
+    return ErrorResponse(413, e.what());
   } catch (const Error& e) {
     return ErrorResponse(StatusForError(e.code()), e.what());
   } catch (const json::exception& e) {
@@ -390,7 +252,17 @@ HttpResponse InferenceServer::Impl::ModelRoute(const HttpRequest& request, const
   const auto start = std::chrono::steady_clock::now();
   HttpResponse response;
   try {
-    response = action == "infer" ? Infer(request, model, version) : Classify(request, model, version, query);
+    if (action == "infer") {
+      response = Infer(request, model, version);
+    } else {
+      response = ClassifyRequest(
+          request, [&] { return AcquireModel(model, version); }, query, limits,
+          [this](const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {
+            return ImagePixels(loaded, encoded, budget);
+          });
+    }
+  } catch (const RequestTooLarge& e) {
+    response = ErrorResponse(413, e.what());
   } catch (const Error& e) {
     response = ErrorResponse(StatusForError(e.code()), e.what());
   } catch (const json::exception& e) {
@@ -468,172 +340,53 @@ HttpResponse InferenceServer::Impl::RepositoryIndex(const HttpRequest& request) 
 
 HttpResponse InferenceServer::Impl::Infer(const HttpRequest& request, const std::string& model,
                                           const std::string& version) {
-  // Split the body into the JSON header and the binary tensor data that follows it.
-  std::string_view body = request.body;
-  std::string_view json_text = body, binary;
-  const std::string header_length_text = request.Header("Inference-Header-Content-Length");
-  bool raw_single_input = false;
-  if (!header_length_text.empty()) {
-    size_t pos = 0;
-    long long header_length = -1;
-    try {
-      header_length = std::stoll(header_length_text, &pos);
-    } catch (const std::exception&) {
-    }
-    if (pos != header_length_text.size() || header_length < 0 || static_cast<uint64_t>(header_length) > body.size())
-      throw BadRequest("Inference-Header-Content-Length: expected 0.." + std::to_string(body.size()) + ", found '" +
-                       header_length_text + "'");
-    json_text = body.substr(0, header_length);
-    binary = body.substr(header_length);
-    raw_single_input = header_length == 0;
-  }
-
   std::shared_ptr<LoadedModel> loaded = AcquireModel(model, version);
   const Graph& graph = loaded->model->graph();
-  std::map<std::string, Tensor> inputs;
-  json request_json = raw_single_input ? json::object() : ParseJsonBody(json_text, false);
-  if (!request_json.is_object()) throw BadRequest("malformed request: infer body must be a JSON object");
-
-  if (raw_single_input) {
-    if (graph.input_infos.size() != 1)
-      throw BadRequest("raw binary request (Inference-Header-Content-Length: 0) needs a model with one input; '" +
-                       model + "' has " + std::to_string(graph.input_infos.size()));
-    const ValueInfo& info = graph.input_infos[0];
-    if (!info.has_shape) throw BadRequest("raw binary request: input '" + info.name + "' has no declared shape");
-    Shape shape;
-    int symbolic = -1;
-    int64_t fixed = 1;
-    for (size_t i = 0; i < info.dims.size(); ++i) {
-      shape.push_back(info.dims[i].value);
-      if (info.dims[i].value < 0) {
-        if (symbolic >= 0) throw BadRequest("raw binary request: input '" + info.name + "' has several variable dims");
-        symbolic = static_cast<int>(i);
-      } else {
-        fixed *= std::max<int64_t>(1, info.dims[i].value);
-      }
-    }
-    const int64_t row_bytes = fixed * static_cast<int64_t>(DTypeSize(info.dtype));
-    if (row_bytes == 0 || binary.size() % row_bytes != 0 ||
-        (symbolic < 0 && static_cast<int64_t>(binary.size()) != row_bytes))
-      throw BadRequest("raw binary request: " + std::to_string(binary.size()) + " bytes do not fit input '" +
-                       info.name + "' " + info.ShapeString() + " of " + KServeDType(info.dtype));
-    if (symbolic >= 0) shape[symbolic] = static_cast<int64_t>(binary.size()) / row_bytes;
-    Tensor t(info.dtype, shape);
-    if (t.nbytes()) std::memcpy(t.raw(), binary.data(), t.nbytes());
-    inputs[info.name] = t;
-    binary = {};
-  } else {
-    auto in_it = request_json.find("inputs");
-    if (in_it == request_json.end() || !in_it->is_array() || in_it->empty())
-      throw BadRequest("malformed request: 'inputs' must be a non-empty array");
-    for (const json& in : *in_it) {
-      if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
-        throw BadRequest("malformed request: each input must be an object with a string 'name'");
-      const std::string name = in["name"].get<std::string>();
-      const std::string what = "input '" + name + "'";
-      const ValueInfo* info = FindInput(graph, name);
-      if (!info)
-        throw BadRequest(what + ": model '" + model + "' has no such input (its inputs: " + InputNames(graph) + ")");
-      if (inputs.count(name)) throw BadRequest(what + ": given twice");
-      if (!in.contains("datatype") || !in["datatype"].is_string())
-        throw BadRequest(what + ": 'datatype' must be a string");
-      if (in["datatype"].get_ref<const std::string&>() == "BYTES") {
-        inputs[name] = EncodedImagesInput(*loaded, *info, in, &binary, what);
-        continue;
-      }
-      const DType dtype = ParseKServeDType(in["datatype"].get<std::string>(), what);
-      const Shape shape = ParseShape(in, what);
-      CheckAgainstDeclared(*info, dtype, shape, what);
-      const int64_t numel = NumElements(shape);
-      const uint64_t nbytes = static_cast<uint64_t>(numel) * DTypeSize(dtype);
-
-      if (const std::optional<uint64_t> binary_size = BinaryDataSize(in, what)) {
-        const uint64_t size = *binary_size;
-        if (size != nbytes)
-          throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " does not match shape " +
-                           ShapeToString(shape) + " of " + KServeDType(dtype) + " (" + std::to_string(nbytes) +
-                           " bytes)");
-        if (size > binary.size())
-          throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
-                           std::to_string(binary.size()) + " bytes of binary data are left in the body");
-        Tensor t(dtype, shape);
-        if (nbytes) std::memcpy(t.raw(), binary.data(), nbytes);
-        binary.remove_prefix(size);
-        if (dtype == DType::kBool)
-          for (int64_t i = 0; i < numel; ++i)
-            if (reinterpret_cast<const uint8_t*>(t.raw())[i] > 1)
-              throw BadRequest(what + ": BOOL bytes must be 0 or 1");
-        inputs[name] = t;
-        continue;
-      }
-      const std::vector<const json*> leaves = DataLeaves(in, shape, numel, what);
-      Tensor t(dtype, shape);
-      for (int64_t i = 0; i < numel; ++i) SetElement(&t, i, *leaves[i], what);
-      inputs[name] = t;
-    }
-    if (!binary.empty())
-      throw BadRequest("malformed request: " + std::to_string(binary.size()) +
-                       " bytes of binary data after the last binary input");
-  }
-  for (const ValueInfo& info : graph.input_infos)
-    if (!inputs.count(info.name))
-      throw BadRequest("input '" + info.name + "' is missing (model inputs: " + InputNames(graph) + ")");
-
+  ImageBudget budget(limits);
+  InferRequest decoded = DecodeInferRequest(
+      graph.input_infos, model, request.body, request.Header("Inference-Header-Content-Length"), limits,
+      [&](const ValueInfo& info, const std::vector<std::string_view>& images, const std::string& what) {
+        return EncodedImagesInput(*loaded, info, images, &budget, what);
+      });
   std::vector<std::pair<std::string, Tensor>> results;
   try {
-    results = scheduler->Run(loaded, std::move(inputs));
+    results = scheduler->Run(loaded, std::move(decoded.inputs));
   } catch (const QueueFullError& e) {
     HttpResponse busy = ErrorResponse(503, e.what());
     busy.headers.emplace_back("Retry-After", "1");
     return busy;
   }
-
-  // Which outputs, and which of them in binary.
-  const bool binary_default = ParamTrue(request_json, "binary_data_output");
-  std::vector<std::pair<size_t, bool>> chosen;  // result index, binary
-  if (auto out_it = request_json.find("outputs"); out_it != request_json.end()) {
-    if (!out_it->is_array()) throw BadRequest("malformed request: 'outputs' must be an array");
-    for (const json& o : *out_it) {
-      if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
-        throw BadRequest("malformed request: each requested output must be an object with a string 'name'");
-      const std::string name = o["name"].get<std::string>();
-      size_t index = results.size();
-      for (size_t i = 0; i < results.size(); ++i)
-        if (results[i].first == name) index = i;
-      if (index == results.size()) throw BadRequest("output '" + name + "': model '" + model + "' has no such output");
-      bool as_binary = binary_default;
-      if (auto p = o.find("parameters"); p != o.end() && p->is_object() && p->contains("binary_data")) {
-        if (!(*p)["binary_data"].is_boolean()) throw BadRequest("output '" + name + "': binary_data must be a boolean");
-        as_binary = (*p)["binary_data"].get<bool>();
-      }
-      chosen.emplace_back(index, as_binary);
-    }
-  } else {
-    for (size_t i = 0; i < results.size(); ++i) chosen.emplace_back(i, binary_default);
-  }
-
-  json outputs = json::array();
-  std::string binary_out;
-  for (const auto& [index, as_binary] : chosen) {
-    const Tensor& t = results[index].second;
-    json o = {{"name", results[index].first}, {"datatype", KServeDType(t.dtype())}, {"shape", t.shape()}};
-    if (as_binary) {
-      o["parameters"] = {{"binary_data_size", t.nbytes()}};
-      binary_out.append(static_cast<const char*>(t.raw()), t.nbytes());
-    } else {
-      o["data"] = ElementsToJson(t);
-    }
-    outputs.push_back(std::move(o));
-  }
-  json answer = {{"model_name", loaded->name}, {"model_version", loaded->version}, {"outputs", outputs}};
-  if (auto id = request_json.find("id"); id != request_json.end()) answer["id"] = *id;
-  HttpResponse response = JsonResponse(200, answer);
-  if (!binary_out.empty() || std::any_of(chosen.begin(), chosen.end(), [](const auto& c) { return c.second; })) {
-    response.headers.emplace_back("Inference-Header-Content-Length", std::to_string(response.body.size()));
+  InferResponse encoded = EncodeInferResponse(decoded.header, loaded->name, loaded->version, results);
+  HttpResponse response;
+  response.body = std::move(encoded.body);
+  if (encoded.header_length >= 0) {
+    response.headers.emplace_back("Inference-Header-Content-Length", std::to_string(encoded.header_length));
     response.content_type = "application/octet-stream";
-    response.body += binary_out;
   }
   return response;
+}
+
+Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info,
+                                                 const std::vector<std::string_view>& images, ImageBudget* budget,
+                                                 const std::string& what) {
+  const PreprocessSpec& spec = loaded.directory.preprocess;
+  if (spec.input.empty())
+    throw BadRequest(what + ": BYTES (encoded images) need a model with preprocessing (config.json); model '" +
+                     loaded.name + "' has none, so send its input as numbers");
+  if (spec.input != info.name)
+    throw BadRequest(what + ": BYTES (encoded images) are accepted only for the image input '" + spec.input +
+                     "' of model '" + loaded.name + "'");
+  std::vector<Tensor> pixels;
+  pixels.reserve(images.size());
+  for (size_t i = 0; i < images.size(); ++i) {
+    try {
+      pixels.push_back(ImagePixels(loaded, images[i], budget));
+    } catch (const Error& e) {
+      throw Error(e.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInvalidArgument,
+                  what + ": image " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  return StackTensors(pixels);
 }
 
 std::shared_ptr<ImagePreprocessor> InferenceServer::Impl::PreprocessorFor(const LoadedModel& loaded) {
@@ -652,121 +405,11 @@ std::shared_ptr<ImagePreprocessor> InferenceServer::Impl::PreprocessorFor(const 
   return pre;
 }
 
-HttpResponse InferenceServer::Impl::Classify(const HttpRequest& request, const std::string& model,
-                                             const std::string& version,
-                                             const std::map<std::string, std::string>& query) {
-  const std::string content_type_header = request.Header("Content-Type");
-  std::string content_type = content_type_header;
-  for (char& c : content_type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  // (name reported back, encoded bytes) per image, in request order; views into the body.
-  std::vector<std::pair<std::string, std::string_view>> images;
-  if (IsMultipart(content_type)) {
-    const std::string boundary = MultipartBoundary(content_type_header);
-    const std::vector<MultipartPart> parts = ParseMultipart(request.body, boundary);
-    images.reserve(parts.size());
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const MultipartPart& part = parts[i];
-      std::string name = !part.filename.empty() ? std::string(part.filename)
-                         : !part.name.empty()   ? std::string(part.name)
-                                                : "part " + std::to_string(i + 1);
-      images.emplace_back(std::move(name), part.data);
-    }
-  } else {
-    if (!content_type.empty() && content_type.rfind("image/", 0) != 0 &&
-        content_type.rfind("application/octet-stream", 0) != 0)
-      return ErrorResponse(415,
-                           "classify: expected raw image bytes (Content-Type image/*) or multipart/form-data, "
-                           "found '" +
-                               content_type + "'");
-    if (request.body.empty()) throw BadRequest("classify: the request body is empty (send the image bytes)");
-    images.emplace_back("request body", request.body);
-  }
-
-  std::shared_ptr<LoadedModel> loaded = AcquireModel(model, version);
-  const ModelDirectory& directory = loaded->directory;
-  if (directory.preprocess.input.empty() || !FindInput(loaded->model->graph(), directory.preprocess.input))
-    throw BadRequest("classify: model '" + model + "' has no image input (no preprocessing in config.json)");
-  int top_k = directory.postprocess.top_k;
-  if (auto it = query.find("top_k"); it != query.end()) {
-    try {
-      size_t pos = 0;
-      top_k = std::stoi(it->second, &pos);
-      if (pos != it->second.size()) top_k = -1;
-    } catch (const std::exception&) {
-      top_k = -1;
-    }
-    if (top_k < 1) throw BadRequest("classify: top_k must be a positive integer, found '" + it->second + "'");
-  }
-
-  // Decode and preprocess each image; one that fails gets an error entry and the others still get answers.
-  std::vector<std::string> errors(images.size());
-  std::vector<Tensor> pixels;
-  std::vector<size_t> pixel_owner;  // image index of each pixels entry
-  for (size_t i = 0; i < images.size(); ++i) {
-    try {
-      pixels.push_back(ImagePixels(*loaded, images[i].second));
-      pixel_owner.push_back(i);
-    } catch (const Error& e) {
-      errors[i] = e.what();
-    }
-  }
-  if (pixels.empty()) {
-    std::string message = images.size() == 1 ? errors[0]
-                                             : "classify: none of the " + std::to_string(images.size()) +
-                                                   " images could be read; the first: " + errors[0];
-    json results = json::array();
-    for (size_t i = 0; i < images.size(); ++i) results.push_back({{"image", images[i].first}, {"error", errors[i]}});
-    return JsonResponse(400, {{"error", message}, {"results", results}});
-  }
-
-  // All images of the request in one run when the batch dim is symbolic; a fixed batch dim B runs chunks of B, the
-  // last padded by repeating its final image (padding rows are not reported).
-  const ValueInfo* info = FindInput(loaded->model->graph(), directory.preprocess.input);
-  int64_t fixed_batch = -1;
-  if (info->has_shape && !info->dims.empty() && info->dims[0].value > 0) fixed_batch = info->dims[0].value;
-  const size_t chunk = fixed_batch > 0 ? static_cast<size_t>(fixed_batch) : pixels.size();
-  std::vector<std::vector<ClassScore>> top(images.size());
-  for (size_t begin = 0; begin < pixels.size(); begin += chunk) {
-    const size_t count = std::min(chunk, pixels.size() - begin);
-    std::vector<Tensor> rows(pixels.begin() + begin, pixels.begin() + begin + count);
-    while (rows.size() < chunk) rows.push_back(rows.back());
-    std::map<std::string, Tensor> inputs{{directory.preprocess.input, StackTensors(rows)}};
-    std::vector<std::pair<std::string, Tensor>> outputs = loaded->model->Run(inputs);
-    if (outputs.empty()) throw Error(ErrorCode::kInternal, "classify: model '" + model + "' has no outputs");
-    std::vector<std::vector<ClassScore>> chunk_top =
-        TopKClasses(outputs[0].second, directory.postprocess.softmax, top_k, directory);
-    if (chunk_top.size() < count)
-      throw Error(ErrorCode::kInternal, "classify: model '" + model + "' returned " + std::to_string(chunk_top.size()) +
-                                            " rows for " + std::to_string(count) + " images");
-    for (size_t r = 0; r < count; ++r) top[pixel_owner[begin + r]] = std::move(chunk_top[r]);
-  }
-
-  json results = json::array();
-  for (size_t i = 0; i < images.size(); ++i) {
-    json item = {{"image", images[i].first}};
-    if (!errors[i].empty()) {
-      item["error"] = errors[i];
-    } else {
-      item["top_k"] = json::array();
-      for (const ClassScore& c : top[i])
-        item["top_k"].push_back({{"label", c.label}, {"index", c.index}, {"probability", c.probability}});
-    }
-    results.push_back(std::move(item));
-  }
-  return JsonResponse(200, {{"model", loaded->name}, {"version", loaded->version}, {"results", results}});
-}
-
 void InferenceServer::Impl::Record(const std::string& model, bool ok, double us) {
   std::lock_guard<std::mutex> lock(metrics_mu);
   ModelMetrics& m = metrics[model];
   (ok ? m.success : m.failure)++;
-  ++m.count;
-  m.sum_us += us;
-  for (size_t i = 0; i < kNumBuckets; ++i)
-    if (us <= kBucketsUs[i]) {
-      ++m.buckets[i];
-      break;
-    }
+  m.duration.Add(us);
 }
 
 std::string InferenceServer::Impl::MetricsText() {
@@ -786,20 +429,7 @@ std::string InferenceServer::Impl::MetricsText() {
     out << "osprey_request_failure_total{model=\"" << PrometheusLabel(name) << "\"} " << m.failure << "\n";
   out << "# HELP osprey_request_duration_us Time from request to answer, microseconds.\n"
       << "# TYPE osprey_request_duration_us histogram\n";
-  for (const auto& [name, m] : snapshot) {
-    const std::string label = PrometheusLabel(name);
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < kNumBuckets; ++i) {
-      cumulative += m.buckets[i];
-      out << "osprey_request_duration_us_bucket{model=\"" << label << "\",le=\"" << kBucketsUs[i] << "\"} "
-          << cumulative << "\n";
-    }
-    out << "osprey_request_duration_us_bucket{model=\"" << label << "\",le=\"+Inf\"} " << m.count << "\n";
-    char sum[64];
-    std::snprintf(sum, sizeof(sum), "%.3f", m.sum_us);
-    out << "osprey_request_duration_us_sum{model=\"" << label << "\"} " << sum << "\n";
-    out << "osprey_request_duration_us_count{model=\"" << label << "\"} " << m.count << "\n";
-  }
+  for (const auto& [name, m] : snapshot) m.duration.Write(out, "osprey_request_duration_us", PrometheusLabel(name));
   const ManagerStats stats = manager->Stats();
   const std::pair<const char*, uint64_t> counters[] = {{"osprey_model_loads_total", stats.loads},
                                                        {"osprey_model_unloads_total", stats.unloads},

@@ -1,0 +1,83 @@
+#pragma once
+// KServe v2 / Open Inference Protocol infer coding (internal to the server): one request body (JSON, the binary tensor
+// extension, or a raw single-input body) into checked input tensors, and outputs into a response body. Independent of
+// models, HTTP and the runtime, so the request fuzzer (fuzz/request_fuzz.cc) drives exactly this code. Every function
+// throws Error kInvalidArgument saying what is wrong (RequestTooLarge for the per-request limits).
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "osprey/error.h"
+#include "osprey/graph.h"
+#include "osprey/tensor.h"
+
+namespace osprey::serve {
+
+/// Per-request work limits (osprey serve flags of the same names; 0 = no limit). Documented in docs/serving.md.
+struct RequestLimits {
+  int64_t max_batch_size = 256;  // --max-batch-size: rows (dim 0) of an input whose declared dim 0 is variable
+  int64_t max_images = 128;      // --max-images: encoded images per request (BYTES elements, multipart parts)
+  int64_t max_megapixels = 200;  // --max-request-megapixels: decoded pixels per request, summed over its images
+};
+
+/// A request over one of the RequestLimits: answered 413 with the message (which names the flag).
+class RequestTooLarge : public Error {
+ public:
+  explicit RequestTooLarge(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+};
+
+/// The decode budget of one request: images left and pixels left. Every path that decodes images takes from it.
+class ImageBudget {
+ public:
+  explicit ImageBudget(const RequestLimits& limits) : limits_(limits) {}
+  /// Refuses a request of `count` images over --max-images, before any is decoded or even split.
+  void CheckCount(int64_t count, const std::string& what) const;
+  /// Largest image (stored width x height) the next decode may accept: the pixels left, at most `per_image`.
+  int64_t PixelsLeft(int64_t per_image) const;
+  /// Records a decoded image of `pixels` (stored size).
+  void Spend(int64_t pixels) { spent_ += pixels; }
+  /// Text for the decoder's size message: which limit, and how much is left of it.
+  std::string LimitName() const;
+
+ private:
+  RequestLimits limits_;
+  int64_t spent_ = 0;
+};
+
+/// Decodes the encoded images of a BYTES input (already split, count checked) into the model input's tensor.
+using ImageInputDecoder =
+    std::function<Tensor(const ValueInfo& info, const std::vector<std::string_view>& images, const std::string& what)>;
+
+struct InferRequest {
+  nlohmann::json header = nlohmann::json::object();  // the JSON part ({} for a raw binary body)
+  std::map<std::string, Tensor> inputs;              // every model input, checked against its declaration
+};
+
+/// Decodes an infer body for a model with `model_inputs`. `header_length` is the Inference-Header-Content-Length header
+/// ("" when absent; "0" = the whole body is the raw bytes of the model's only input). BYTES inputs go to `images`
+/// (which may be empty: then BYTES are refused).
+InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, const std::string& model,
+                                std::string_view body, const std::string& header_length, const RequestLimits& limits,
+                                const ImageInputDecoder& images);
+
+struct InferResponse {
+  std::string body;
+  int64_t header_length = -1;  // >= 0: binary outputs follow a JSON header of this many bytes
+};
+/// The response for `results` (graph outputs in order), honouring the request's "outputs" selection, binary_data
+/// parameters and "id".
+InferResponse EncodeInferResponse(const nlohmann::json& request_header, const std::string& model,
+                                  const std::string& version,
+                                  const std::vector<std::pair<std::string, Tensor>>& results);
+
+/// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes.
+std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what);
+/// Strict standard base64 (RFC 4648 alphabet, '=' padding optional at the end); throws when malformed.
+std::string DecodeBase64(std::string_view text, const std::string& what);
+
+}  // namespace osprey::serve

@@ -1,0 +1,417 @@
+"""Hostile requests, model files and pipelines (issue 10), each through the real binaries: every one must get a clear
+error (or a 4xx) while the server stays up, and none may pin memory or spin a core."""
+
+import http.client
+import io
+import json
+import os
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import cli_runner  # noqa: E402
+
+BIG = 1 << 60  # 2^60 rows of 4 floats: numel * 4 wraps uint64 to 0
+
+
+def save(model_dir: Path, graph, opset=17) -> Path:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    path = model_dir / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return path
+
+
+def vec_model(path_dir: Path, dtype=TensorProto.FLOAT, width=4):
+    """y = x + x for x [N, width]."""
+    x = helper.make_tensor_value_info("x", dtype, ["N", width])
+    y = helper.make_tensor_value_info("y", dtype, ["N", width])
+    return save(path_dir, helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "vec", [x], [y]))
+
+
+def const_int64(name, values):
+    return helper.make_node("Constant", [], [name],
+                            value=numpy_helper.from_array(np.array(values, np.int64), name + "_v"))
+
+
+def bomb_models(root: Path) -> dict:
+    """Model files whose shapes or folded constants overflow size arithmetic."""
+    paths = {}
+    x1 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    # A graph input declared [2^31, 2^31], run with --random-inputs.
+    xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 31, 1 << 31])
+    paths["huge_input"] = save(root / "huge_input" / "1",
+                               helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [xin], [y]))
+    # ConstantOfShape to 2^62 elements, then Reshape.
+    nodes = [const_int64("s", [1 << 62]), helper.make_node("ConstantOfShape", ["s"], ["c"]),
+             const_int64("r", [-1]), helper.make_node("Reshape", ["c", "r"], ["c2"]),
+             helper.make_node("Add", ["c2", "x"], ["y"])]
+    paths["constant_of_shape"] = save(root / "constant_of_shape" / "1", helper.make_graph(nodes, "g", [x1], [y]))
+    # Expand to [2^31, 2^31], then Reshape.
+    nodes = [const_int64("s", [1 << 31, 1 << 31]), helper.make_node("Expand", ["x", "s"], ["e"]),
+             const_int64("r", [-1]), helper.make_node("Reshape", ["e", "r"], ["y"])]
+    paths["expand"] = save(root / "expand" / "1", helper.make_graph(nodes, "g", [x1], [y]))
+    # Range of 2^61 int64.
+    yi = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    xi = helper.make_tensor_value_info("x", TensorProto.INT64, [1])
+    nodes = [const_int64("a", 0), const_int64("b", 1 << 61), const_int64("d", 1),
+             helper.make_node("Range", ["a", "b", "d"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
+    paths["range"] = save(root / "range" / "1", helper.make_graph(nodes, "g", [xi], [yi]))
+    return paths
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def binary_infer(server, model, header: dict, binary: bytes, timeout=120):
+    head = json.dumps(header).encode()
+    return server.request("POST", f"/v2/models/{model}/infer", head + binary,
+                          {"Inference-Header-Content-Length": str(len(head)),
+                           "Content-Type": "application/octet-stream"}, timeout=timeout)
+
+
+def assert_healthy(server):
+    assert server.proc.poll() is None, server.output()
+    assert server.request("GET", "/v2/health/ready")[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 1. A ~200-byte request whose shape wraps the byte count.
+
+@pytest.mark.parametrize("datatype,shape", [("FP32", [BIG, 4]), ("INT64", [1 << 61, 4]), ("FP32", [1 << 62, 1 << 62])])
+def test_overflowing_shape_is_400(tmp_path, start_repo, datatype, shape):
+    repo = tmp_path / "repo"
+    vec_model(repo / "vec" / "1", TensorProto.FLOAT if datatype == "FP32" else TensorProto.INT64)
+    server = start_repo(repo)
+    header = {"inputs": [{"name": "x", "datatype": datatype, "shape": shape,
+                          "parameters": {"binary_data_size": 0}}]}
+    status, _, body = binary_infer(server, "vec", header, b"")
+    assert status in (400, 413), body
+    assert b"limit" in body or b"too many" in body or b"larger" in body, body
+    # The same as JSON data, and a model that is fine still answers.
+    status, _, body = server.request("POST", "/v2/models/vec/infer",
+                                     {"inputs": [{"name": "x", "datatype": datatype, "shape": shape, "data": [1]}]})
+    assert status in (400, 413), body
+    assert_healthy(server)
+    ok = {"inputs": [{"name": "x", "datatype": datatype, "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    status, body = server.json("POST", "/v2/models/vec/infer", ok)
+    assert status == 200 and body["outputs"][0]["data"] == [2, 4, 6, 8], body
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 2. Model files that overflow shape inference and constant folding: the CLI and the server say why.
+
+def test_bomb_models_cli(osprey_bin, tmp_path):
+    run = cli_runner(osprey_bin, 120)
+    for name, path in bomb_models(tmp_path).items():
+        r = run("run", path, "--random-inputs", "--output-dir", tmp_path / "out")
+        assert r.returncode == 1, (name, r.returncode, r.stderr)
+        assert "osprey: error:" in r.stderr and ("limit" in r.stderr or "too" in r.stderr), (name, r.stderr)
+
+
+def test_npy_claiming_2_62_elements(osprey_bin, tmp_path):
+    path = vec_model(tmp_path / "vec")
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 4), }" % (1 << 60)  # 2^62 elements
+    header = header.ljust(118) + "\n"
+    npy = tmp_path / "x.npy"
+    npy.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + b"\0" * 16)
+    r = cli_runner(osprey_bin, 60)("run", path, "--input", f"x={npy}", "--output-dir", tmp_path / "out")
+    assert r.returncode == 1, r.stderr
+    assert "0 data bytes" not in r.stderr and ("limit" in r.stderr or "too many" in r.stderr), r.stderr
+
+
+def test_bomb_models_in_the_server(tmp_path, start_repo):
+    repo = tmp_path / "repo"
+    bomb_models(repo)
+    vec_model(repo / "vec" / "1")
+    server = start_repo(repo)
+    for name, dtype in (("constant_of_shape", "FP32"), ("expand", "FP32"), ("range", "INT64")):
+        status, _, body = server.request(
+            "POST", f"/v2/models/{name}/infer", {"inputs": [{"name": "x", "datatype": dtype, "shape": [1], "data": [1]}]})
+        assert 400 <= status < 600 and status != 500, (name, status, body)
+        assert_healthy(server)
+    status, _, body = server.request("POST", "/v2/models/huge_input/infer",
+                                     {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1 << 31, 1 << 31],
+                                                  "data": [1]}]})
+    assert status in (400, 413), body
+    assert_healthy(server)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 3. Memory after a burst of large requests: plans' arenas are not pinned.
+
+def test_memory_returns_after_a_burst(tmp_path, start_repo):
+    repo = tmp_path / "repo"
+    width = 4096
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Mul", ["c", "b"], ["y"])]
+    save(repo / "wide" / "1", helper.make_graph(nodes, "wide", [x], [y]))
+    server = start_repo(repo, "--max-batch-size", 0, "--max-body-size", "64M")
+
+    def infer(rows):
+        data = np.random.default_rng(rows).standard_normal((rows, width), dtype=np.float32).tobytes()
+        header = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, width],
+                              "parameters": {"binary_data_size": len(data)}}],
+                  "parameters": {"binary_data_output": True}}
+        status, _, body = binary_infer(server, "wide", header, data)
+        assert status == 200, body[:300]
+
+    infer(4)
+    time.sleep(3)
+    steady = rss(server.proc.pid)
+    for rows in range(1024, 1024 - 8 * 64, -64):  # eight ~16 MB requests, eight plans
+        infer(rows)
+    peak = rss(server.proc.pid)
+    deadline = time.monotonic() + 20
+    while rss(server.proc.pid) > steady + (20 << 20) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    after = rss(server.proc.pid)
+    print(f"RSS steady {steady >> 20} MiB, peak {peak >> 20} MiB, after {after >> 20} MiB")
+    assert after <= steady + (20 << 20), f"RSS steady {steady >> 20} MiB, peak {peak >> 20} MiB, after {after >> 20} MiB"
+    infer(4)  # still serving
+    assert_healthy(server)
+
+
+def test_row_limit_is_413(tmp_path, start_repo):
+    repo = tmp_path / "repo"
+    vec_model(repo / "vec" / "1")
+    server = start_repo(repo, "--max-batch-size", 8)
+    rows = np.zeros((9, 4), np.float32).tobytes()
+    header = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [9, 4], "parameters": {"binary_data_size": 144}}]}
+    status, _, body = binary_infer(server, "vec", header, rows)
+    assert status == 413 and b"--max-batch-size" in body, body
+    header["inputs"][0]["shape"] = [8, 4]
+    header["inputs"][0]["parameters"]["binary_data_size"] = 128
+    assert binary_infer(server, "vec", header, rows[:128])[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 4. Amplification through encoded images: counts and decoded megapixels are bounded per request.
+
+def tiny_png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("L", (1, 1)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def lying_jpeg(width=65500, height=1500) -> bytes:
+    """A small JPEG whose frame header claims width x height."""
+    buf = io.BytesIO()
+    Image.new("L", (16, 16), 128).save(buf, "JPEG")
+    data = bytearray(buf.getvalue())
+    i = data.index(b"\xff\xc0")
+    struct.pack_into(">HH", data, i + 5, height, width)
+    return bytes(data)
+
+
+def bytes_input(images):
+    data = b"".join(struct.pack("<I", len(b)) + b for b in images)
+    header = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [len(images)],
+                          "parameters": {"binary_data_size": len(data)}}]}
+    return header, data
+
+
+def test_bytes_image_count_is_bounded(start_server, demo_model):
+    server = start_server()
+    header, data = bytes_input([tiny_png()] * 20000)
+    status, _, body = binary_infer(server, "digits", header, data)
+    assert status == 413 and b"--max-images" in body, body[:300]
+    assert_healthy(server)
+
+
+def test_decoded_megapixels_are_bounded(start_server):
+    server = start_server()
+    before = cpu_seconds(server.proc.pid)
+    header, data = bytes_input([lying_jpeg()] * 40)
+    status, _, body = binary_infer(server, "digits", header, data)
+    assert status in (400, 413) and b"--max-request-megapixels" in body, body[:300]
+    # Only what fits the per-request budget (200 MP: two of these 98 MP claims) was decoded, not 40 of them.
+    assert cpu_seconds(server.proc.pid) - before < 15
+    boundary = "b0undary"
+    parts = b"".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"f{i}\"; filename=\"{i}.jpg\"\r\n"
+                     f"Content-Type: image/jpeg\r\n\r\n".encode() + lying_jpeg() + b"\r\n" for i in range(40))
+    status, _, body = server.request("POST", "/v2/models/digits/classify", parts + f"--{boundary}--\r\n".encode(),
+                                     {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert status in (200, 400, 413), body[:300]
+    assert b"--max-request-megapixels" in body, body[:300]
+    assert_healthy(server)
+
+
+def test_classify_part_count_is_bounded(start_server):
+    server = start_server()
+    boundary = "b0undary"
+    parts = b"".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"f{i}\"\r\n\r\n".encode() + tiny_png() +
+                     b"\r\n" for i in range(129))
+    status, _, body = server.request("POST", "/v2/models/digits/classify", parts + f"--{boundary}--\r\n".encode(),
+                                     {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert status == 413 and b"--max-images" in body, body[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 5. Health answers while every worker is busy (ordering, not timing: it returns before the work queued ahead of it).
+
+def slow_model(root: Path):
+    n = 1024
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n])
+    w = numpy_helper.from_array((np.eye(n, dtype=np.float32) * 0.5), "W")
+    nodes, prev = [], "x"
+    for i in range(40):
+        nodes.append(helper.make_node("MatMul", [prev, "W"], [f"m{i}"]))
+        prev = f"m{i}"
+    nodes.append(helper.make_node("Relu", [prev], ["y"]))
+    save(root / "slow" / "1", helper.make_graph(nodes, "slow", [x], [y], [w]))
+
+
+def test_health_answers_while_workers_are_busy(tmp_path, start_repo):
+    repo = tmp_path / "repo"
+    slow_model(repo)
+    server = start_repo(repo, "--workers", 2, "--load", "slow")
+    rows = np.ones((256, 1024), np.float32).tobytes()
+    header = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [256, 1024],
+                          "parameters": {"binary_data_size": len(rows)}}], "parameters": {"binary_data_output": True}}
+    assert binary_infer(server, "slow", header, rows)[0] == 200  # compiled and warm
+    done = []
+
+    def heavy():
+        done.append(binary_infer(server, "slow", header, rows)[0])
+
+    threads = [threading.Thread(target=heavy) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)  # let them reach the workers
+    for path in ("/v2/health/ready", "/v2/health/live", "/metrics", "/v2"):
+        assert server.request("GET", path, timeout=30)[0] == 200
+    answered_while_busy = len(done) < 4
+    for t in threads:
+        t.join()
+    assert done == [200] * 4
+    assert answered_while_busy, "health waited behind the four heavy requests"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 6. Out of file descriptors: the accept loop backs off instead of spinning.
+
+def test_accept_backs_off_without_descriptors(tmp_path, osprey_bin, demo_model):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "digits").symlink_to(demo_model, target_is_directory=True)
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([str(osprey_bin), "serve", "--model-repository", str(repo), "--port", "0"],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48)))
+    socks = []
+    try:
+        port = None
+        for _ in range(400):
+            log.seek(0)
+            text = log.read()
+            if "listening on" in text:
+                port = int(text.split("127.0.0.1:")[1].split()[0])
+                break
+            time.sleep(0.05)
+        assert port, text
+        for _ in range(80):  # more connections than descriptors
+            s = socket.create_connection(("127.0.0.1", port))
+            socks.append(s)
+        time.sleep(0.5)
+        before = cpu_seconds(proc.pid)
+        time.sleep(2)
+        spent = cpu_seconds(proc.pid) - before
+        assert spent < 0.4, f"server used {spent:.2f} s of CPU in 2 s while out of descriptors"
+        for s in socks:
+            s.close()
+        socks.clear()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/v2/health/live")
+                assert conn.getresponse().status == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        log.seek(0)
+        assert "cannot accept connections" in log.read()
+    finally:
+        for s in socks:
+            s.close()
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 7. Hidden directories are not models on any route.
+
+def test_hidden_model_is_never_loaded(tmp_path, start_repo):
+    repo = tmp_path / "repo"
+    vec_model(repo / ".hidden" / "1")
+    vec_model(repo / "vec" / "1")
+    server = start_repo(repo)
+    for method, path in (("GET", "/v2/models/.hidden/versions/1"), ("GET", "/v2/models/.hidden"),
+                         ("GET", "/v2/models/.hidden/ready"), ("POST", "/v2/repository/models/.hidden/load")):
+        status, _, body = server.request(method, path, {} if method == "POST" else None)
+        assert status == 404, (path, status, body)
+    status, index = server.json("POST", "/v2/repository/index", {})
+    assert [m["name"] for m in index] == ["vec"]
+    status, body = server.json("POST", "/v2/models/.hidden/infer",
+                               {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+    assert status == 404, body
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 8. Augment: parameter ranges and file names refused before any work.
+
+def small_coco(root: Path, file_name="a.png"):
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 48), (10, 200, 30)).save(root / "images" / "a.png")
+    ann = {"images": [{"id": 1, "file_name": file_name, "width": 64, "height": 48}],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [4, 4, 20, 20]}],
+           "categories": [{"id": 1, "name": "thing"}]}
+    (root / "annotations.json").write_text(json.dumps(ann))
+    return root / "annotations.json"
+
+
+def test_augment_absurd_hole_count(osprey_bin, tmp_path):
+    ann = small_coco(tmp_path / "in")
+    pipe = tmp_path / "p.json"
+    pipe.write_text(json.dumps({"type": "Compose", "transforms": [{"type": "CoarseDropout", "p": 1.0,
+                                                "num_holes_range": [1e9, 1e9]}]}))
+    r = cli_runner(osprey_bin, 60)("augment", "--pipeline", pipe, "--input", ann, "--output", tmp_path / "out")
+    assert r.returncode == 1 and "num_holes_range" in r.stderr and "bad_alloc" not in r.stderr, r.stderr
+
+
+def test_augment_file_name_outside_is_refused_before_reading(osprey_bin, tmp_path):
+    (tmp_path / "outside.png").write_bytes(b"not read")
+    ann = small_coco(tmp_path / "in", file_name="../../outside.png")
+    pipe = tmp_path / "p.json"
+    pipe.write_text(json.dumps({"type": "Compose", "transforms": [{"type": "HorizontalFlip", "p": 1.0}]}))
+    r = cli_runner(osprey_bin, 60)("augment", "--pipeline", pipe, "--input", ann, "--output", tmp_path / "out")
+    assert r.returncode == 1, r.stderr
+    assert "images[0]" in r.stderr and "file name" in r.stderr, r.stderr
+    assert not (tmp_path / "out" / "images").exists() or not any((tmp_path / "out" / "images").iterdir())
