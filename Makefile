@@ -4,7 +4,9 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 
-.PHONY: setup build test demo serve augment-demo fuzz clean format
+SANITIZE_DIR ?= build-sanitize
+
+.PHONY: setup build test check check-sanitize demo serve augment-demo fuzz clean format
 
 setup:
 	@scripts/setup
@@ -20,6 +22,17 @@ test: setup build
 	.venv/bin/python tools/make_test_models.py
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	scripts/fuzz $(FUZZ_SECONDS)
+
+# The fast unit tests alone (GoogleTest, ctest label "unit"): seconds, no models to export.
+check: build
+	cd $(BUILD_DIR) && ctest -L unit -j $(JOBS) --output-on-failure
+
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (any UB fails its test), in their own build folder.
+check-sanitize: setup
+	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSPREY_SANITIZE=ON >/dev/null
+	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target unit_tests
+	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest -L unit -j $(JOBS) --output-on-failure
 
 # The engine without the server: classify the demo model's held-out samples, then benchmark ResNet-50.
 demo: setup build

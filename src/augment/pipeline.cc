@@ -147,6 +147,14 @@ class Executor {
   }
 
   void AddGeo(const GeoStep& s) {
+    // Parameters are checked against the image before anything allocates: a resize or pad to an absurd size is a
+    // clear error, not a multi-gigabyte buffer.
+    constexpr int64_t kMaxPixels = int64_t{1} << 28;
+    if (s.width < 1 || s.height < 1 || s.width > kMaxPixels / s.height)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a geometric step would turn the " + std::to_string(w_) + "x" + std::to_string(h_) + " image into " +
+                      std::to_string(s.width) + "x" + std::to_string(s.height) +
+                      "; osprey augment's limit is 2^28 pixels (268 megapixels) per image: check the pipeline's sizes");
     m_ = s.forward * m_;
     w_ = s.width, h_ = s.height;
     if (s.interpolation >= 0 && interp_ < 0) interp_ = s.interpolation;

@@ -415,3 +415,12 @@ def test_augment_file_name_outside_is_refused_before_reading(osprey_bin, tmp_pat
     assert r.returncode == 1, r.stderr
     assert "images[0]" in r.stderr and "file name" in r.stderr, r.stderr
     assert not (tmp_path / "out" / "images").exists() or not any((tmp_path / "out" / "images").iterdir())
+
+
+def test_augment_absurd_output_size(osprey_bin, tmp_path):
+    ann = small_coco(tmp_path / "in")
+    pipe = tmp_path / "p.json"
+    pipe.write_text(json.dumps({"type": "Compose", "transforms": [{"type": "Resize", "height": 200000,
+                                                                   "width": 200000, "p": 1.0}]}))
+    r = cli_runner(osprey_bin, 60)("augment", "--pipeline", pipe, "--input", ann, "--output", tmp_path / "out")
+    assert r.returncode == 1 and "268 megapixels" in (r.stderr + r.stdout), r.stderr + r.stdout

@@ -27,6 +27,51 @@ TEST(Shape, NumElementsRejectsNegativeAndOverflow) {
   EXPECT_THROW(NumElements({1LL << 40, 1LL << 40}), Error);
 }
 
+// The one size rule: products that would wrap int64/uint64 are refused, with the rule's name in the message.
+TEST(SizeRule, CheckedArithmeticRefusesWhatWouldWrap) {
+  EXPECT_EQ(CheckedMul(1 << 20, 1 << 20), int64_t{1} << 40);
+  EXPECT_EQ(CheckedMul(0, kMaxBytes), 0);
+  EXPECT_EQ(CheckedAdd(kMaxBytes - 1, 1), kMaxBytes);
+  EXPECT_THROW(CheckedMul(kMaxBytes, 2), Error);
+  EXPECT_THROW(CheckedMul(int64_t{1} << 62, 4), Error);  // wraps to 0 in uint64
+  EXPECT_THROW(CheckedMul(-1, 4), Error);
+  EXPECT_THROW(CheckedAdd(kMaxBytes, 1), Error);
+  try {
+    CheckedMul(int64_t{1} << 40, int64_t{1} << 40, "arena");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("arena"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SizeRule, NumBytesCountsTheDtype) {
+  EXPECT_EQ(NumBytes(DType::kF32, {2, 3}), 24);
+  EXPECT_EQ(NumBytes(DType::kI64, {}), 8);
+  // 2^60 x 4 elements is 2^62 elements; times 4 bytes wraps uint64 to 0: the KServe crash of issue 10.
+  EXPECT_THROW(NumBytes(DType::kF32, {int64_t{1} << 60, 4}), Error);
+  // Under the element limit but over the byte limit.
+  EXPECT_NO_THROW(NumElements({int64_t{1} << 46}));
+  EXPECT_THROW(NumBytes(DType::kI64, {int64_t{1} << 46}), Error);
+  EXPECT_THROW(Tensor(DType::kF32, {int64_t{1} << 60, 4}), Error);
+}
+
+// An allocation past the host limit is an error, not a later OOM kill; buffers within it work as before.
+TEST(Allocator, HostLimitRefusesAndRestores) {
+  const int64_t saved = Allocator::host_limit();
+  Allocator::SetHostLimit(Allocator::Host().BytesLive() + (8 << 20));
+  EXPECT_NO_THROW(Tensor(DType::kU8, {4 << 20}));
+  try {
+    Tensor big(DType::kU8, {64 << 20});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("out of host memory"), std::string::npos) << e.what();
+  }
+  Allocator::SetHostLimit(saved);
+  EXPECT_NO_THROW(Tensor(DType::kU8, {64 << 20}));
+}
+
 TEST(Half, KnownValues) {
   // Hand-computed IEEE half encodings.
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);

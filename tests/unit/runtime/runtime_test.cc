@@ -68,6 +68,45 @@ TEST(Runtime, PlanCacheIsBoundedLru) {
   EXPECT_EQ(s.size, 2u);
 }
 
+// Pooled arenas stay while in use and are freed once idle: RuntimeBytes (what the server accounts) falls back.
+TEST(Runtime, IdleArenasAreTrimmed) {
+  GraphBuilder b("chain");
+  auto x = b.Input("x", DType::kF32, {-1, 1024});
+  b.Output(b.Op("Neg", {b.Op("Relu", {b.Op("Neg", {x})})}), "y");
+  Model model(b.Finish());
+  const int64_t before = model.RuntimeBytes();
+  for (int64_t n : {256, 512}) model.Run({{"x", Tensor::Zeros(DType::kF32, {n, 1024})}});
+  EXPECT_GE(model.RuntimeBytes() - before, (256 + 512) * 1024 * 4) << "two plans' arenas are pooled";
+  EXPECT_EQ(model.TrimArenas(3600), 0u) << "nothing has been idle for an hour";
+  EXPECT_GT(model.TrimArenas(0), 0u);
+  EXPECT_EQ(model.RuntimeBytes(), before);
+  auto out = model.Run({{"x", Tensor::Zeros(DType::kF32, {256, 1024})}});  // a trimmed plan runs again
+  EXPECT_EQ(out[0].second.dim(0), 256);
+}
+
+// Shapes that would wrap the byte arithmetic are refused at compile time, whichever op computes them.
+TEST(Runtime, OverflowingShapesAreCompileErrors) {
+  GraphBuilder b("bomb");
+  auto x = b.Input("x", DType::kF32, {1});
+  auto shape = b.Constant(I64({2}, {int64_t{1} << 31, int64_t{1} << 31}));
+  b.Output(b.Op("Expand", {x, shape}), "y");
+  Model model(b.Finish());
+  try {
+    model.Run({{"x", F32({1}, {1.f})}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  GraphBuilder r("range", 17);
+  auto start = r.Constant(Tensor::Scalar<int64_t>(0));
+  auto limit = r.Constant(Tensor::Scalar<int64_t>(int64_t{1} << 61));
+  auto delta = r.Constant(Tensor::Scalar<int64_t>(1));
+  auto xi = r.Input("x", DType::kI64, {1});
+  r.Output(r.Op("Add", {r.Op("Range", {start, limit, delta}), xi}), "y");
+  Model range(r.Finish());
+  EXPECT_THROW(range.Run({{"x", I64({1}, {1})}}), Error);
+}
+
 TEST(Runtime, ModelChecksInputs) {
   GraphBuilder b("checked");
   auto x = b.InputDims("x", DType::kF32, std::vector<Dim>{{-1, "N"}, {3, ""}});

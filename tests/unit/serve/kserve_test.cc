@@ -1,0 +1,133 @@
+// KServe v2 request decoding (serve/kserve.h), the code the server and the request fuzzer share. Oracles: the bytes and
+// numbers written into each request, and the limits' documented answers.
+#include "serve/kserve.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace osprey::serve {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<ValueInfo> Inputs() {
+  std::vector<ValueInfo> v(2);
+  v[0].name = "x", v[0].dtype = DType::kF32, v[0].has_shape = true, v[0].dims = {{-1, "N"}, {2, ""}};
+  v[1].name = "img", v[1].dtype = DType::kU8, v[1].has_shape = true, v[1].dims = {{-1, "N"}, {1, ""}};
+  return v;
+}
+
+// Each image becomes one row holding its byte count.
+Tensor CountBytes(const ValueInfo&, const std::vector<std::string_view>& images, const std::string&) {
+  Tensor t(DType::kU8, {static_cast<int64_t>(images.size()), 1});
+  for (size_t i = 0; i < images.size(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(images[i].size());
+  return t;
+}
+
+std::string Binary(const json& header, const std::string& data, std::string* length) {
+  const std::string head = header.dump();
+  *length = std::to_string(head.size());
+  return head + data;
+}
+
+TEST(KServeDecode, JsonAndBinaryInputs) {
+  const float values[4] = {1.5f, -2, 3, 4};
+  std::string bytes(reinterpret_cast<const char*>(values), sizeof(values));
+  std::string images;
+  for (std::string img : {"abc", "de"}) {
+    const uint32_t n = static_cast<uint32_t>(img.size());
+    images += std::string(reinterpret_cast<const char*>(&n), 4) + img;
+  }
+  json header = {{"inputs",
+                  {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {2, 2}}, {"parameters", {{"binary_data_size", 16}}}},
+                   {{"name", "img"},
+                    {"datatype", "BYTES"},
+                    {"shape", {2}},
+                    {"parameters", {{"binary_data_size", images.size()}}}}}}};
+  std::string length;
+  const std::string body = Binary(header, bytes + images, &length);
+  InferRequest r = DecodeInferRequest(Inputs(), "m", body, length, RequestLimits{}, CountBytes);
+  ASSERT_EQ(r.inputs.at("x").shape(), (Shape{2, 2}));
+  EXPECT_EQ(r.inputs.at("x").data<float>()[0], 1.5f);
+  EXPECT_EQ(r.inputs.at("x").data<float>()[1], -2.f);
+  EXPECT_EQ(r.inputs.at("img").data<uint8_t>()[0], 3);
+  EXPECT_EQ(r.inputs.at("img").data<uint8_t>()[1], 2);
+}
+
+TEST(KServeDecode, WrappingShapesAreRefusedBeforeAllocating) {
+  for (const json& shape : {json{int64_t{1} << 60, 2}, json{int64_t{1} << 62, int64_t{1} << 62}}) {
+    json header = {{"inputs",
+                    {{{"name", "x"}, {"datatype", "FP32"}, {"shape", shape}, {"parameters", {{"binary_data_size", 0}}}}}}};
+    std::string length;
+    const std::string body = Binary(header, "", &length);
+    EXPECT_THROW(DecodeInferRequest(Inputs(), "m", body, length, RequestLimits{}, CountBytes), Error) << shape;
+  }
+}
+
+TEST(KServeDecode, LimitsAnswerRequestTooLargeNamingTheFlag) {
+  RequestLimits limits;
+  limits.max_batch_size = 2;
+  limits.max_images = 3;
+  json rows = {{"inputs", {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {3, 2}}, {"data", {1, 2, 3, 4, 5, 6}}}}}};
+  try {
+    DecodeInferRequest(Inputs(), "m", rows.dump(), "", limits, CountBytes);
+    FAIL() << "no error";
+  } catch (const RequestTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-batch-size"), std::string::npos) << e.what();
+  }
+  // Four BYTES elements: refused by count before any base64 is decoded (these are not even valid base64).
+  json images = {{"inputs", {{{"name", "img"}, {"datatype", "BYTES"}, {"shape", {4}}, {"data", {"!", "!", "!", "!"}}}}}};
+  try {
+    DecodeInferRequest(Inputs(), "m", images.dump(), "", limits, CountBytes);
+    FAIL() << "no error";
+  } catch (const RequestTooLarge& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-images"), std::string::npos) << e.what();
+  }
+  limits.max_batch_size = 0;  // 0 = no limit
+  const std::vector<ValueInfo> both = Inputs();
+  const std::vector<ValueInfo> one(both.begin(), both.begin() + 1);
+  EXPECT_NO_THROW(DecodeInferRequest(one, "m", rows.dump(), "", limits, CountBytes));
+}
+
+TEST(KServeDecode, EmptyBodyAndRawBodies) {
+  EXPECT_THROW(DecodeInferRequest(Inputs(), "m", "", "", RequestLimits{}, CountBytes), Error);
+  const std::vector<ValueInfo> both = Inputs();
+  const std::vector<ValueInfo> one(both.begin(), both.begin() + 1);
+  const float values[6] = {1, 2, 3, 4, 5, 6};
+  InferRequest r = DecodeInferRequest(one, "m", std::string_view(reinterpret_cast<const char*>(values), 24), "0",
+                                      RequestLimits{}, CountBytes);
+  EXPECT_EQ(r.inputs.at("x").shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.inputs.at("x").data<float>()[5], 6.f);
+  EXPECT_THROW(DecodeInferRequest(one, "m", std::string_view(reinterpret_cast<const char*>(values), 20), "0",
+                                  RequestLimits{}, CountBytes),
+               Error);
+}
+
+TEST(ImageBudget, PixelsAreSharedAcrossTheRequest) {
+  RequestLimits limits;
+  limits.max_megapixels = 3;
+  ImageBudget budget(limits);
+  EXPECT_EQ(budget.PixelsLeft(100'000'000), 3'000'000);
+  budget.Spend(2'500'000);
+  EXPECT_EQ(budget.PixelsLeft(100'000'000), 500'000);
+  EXPECT_EQ(budget.PixelsLeft(1'000), 1'000);
+  EXPECT_NE(budget.LimitName().find("--max-request-megapixels"), std::string::npos);
+}
+
+TEST(KServeEncode, BinaryAndJsonOutputs) {
+  std::vector<std::pair<std::string, Tensor>> results = {{"y", Tensor::FromVector<float>({2}, {1, 2})}};
+  InferResponse json_answer = EncodeInferResponse(json::object(), "m", "1", results);
+  EXPECT_EQ(json_answer.header_length, -1);
+  EXPECT_EQ(json::parse(json_answer.body)["outputs"][0]["data"], json({1.0, 2.0}));
+  InferResponse binary = EncodeInferResponse({{"parameters", {{"binary_data_output", true}}}}, "m", "1", results);
+  ASSERT_GE(binary.header_length, 0);
+  ASSERT_EQ(binary.body.size(), static_cast<size_t>(binary.header_length) + 8);
+  float back[2];
+  std::memcpy(back, binary.body.data() + binary.header_length, 8);
+  EXPECT_EQ(back[1], 2.f);
+}
+
+}  // namespace
+}  // namespace osprey::serve
