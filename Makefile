@@ -5,6 +5,8 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 
 SANITIZE_DIR ?= build-sanitize
+# ccache hits across clones in other folders (CI builds a fresh clone): paths below here are hashed relative to it.
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: setup build test check check-sanitize demo serve augment-demo fuzz clean format
 
