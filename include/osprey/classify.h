@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "osprey/graph.h"
+#include "osprey/image.h"
 #include "osprey/model_dir.h"
 #include "osprey/runtime.h"
 #include "osprey/tensor.h"
@@ -41,6 +42,10 @@ class ImagePreprocessor {
   CompileOptions options_;
   std::unique_ptr<PlanCache> plan_cache_;
 };
+
+/// How images for a model with `spec` are decoded: its channels, and the JPEG DCT-scaling hint (the decoded image stays
+/// at least as large as the resize needs) unless spec.jpeg_dct_scaling is false. The CLI and the server both use it.
+DecodeOptions DecodeOptionsFor(const PreprocessSpec& spec);
 
 /// Stacks same-shape tensors into one [N, ...] tensor (copy). Throws kInvalidArgument when shapes or dtypes differ.
 Tensor StackTensors(const std::vector<Tensor>& items);

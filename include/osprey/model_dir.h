@@ -33,6 +33,13 @@ struct PreprocessSpec {
   std::vector<float> std;
   /// "NCHW" or "NHWC" (the model input's layout; the batch is always the first dim).
   std::string layout = "NCHW";
+  /// Pillow-style antialiasing when the resize shrinks (bilinear/bicubic), as torchvision and Pillow do; false gives
+  /// OpenCV's plain cv2.resize taps (what OpenCV-trained models saw).
+  bool antialias = true;
+  /// JPEG only: decode at 1/2, 1/4 or 1/8 scale in the DCT domain when the image stays at least as large as the resize
+  /// needs (much faster on photos; values differ slightly from a full decode). false decodes every JPEG at full size,
+  /// as Pillow, OpenCV and torchvision do.
+  bool jpeg_dct_scaling = true;
 
   /// 1 for GRAY, else 3.
   int channels() const { return color == "GRAY" ? 1 : 3; }
@@ -56,6 +63,9 @@ struct BatchingSpec {
   int64_t max_batch_size = 0;
   /// How long the first queued request waits for others before its batch runs, microseconds.
   int64_t max_queue_delay_us = 0;
+  /// config.json "warmup": batch sizes the server runs once with zero inputs when it loads the model, so that the
+  /// first real request finds its plan compiled (docs/model-directory.md).
+  std::vector<int64_t> warmup;
 };
 
 /// An opened model directory. The graph is imported (ops not yet validated: compiling it does that).

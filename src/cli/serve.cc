@@ -17,6 +17,7 @@
 #include "cli/common.h"
 #include "osprey/error.h"
 #include "serve/http_server.h"
+#include "serve/log.h"
 #include "serve/model_manager.h"
 #include "serve/server.h"
 
@@ -36,6 +37,9 @@ struct ServeCommandOptions {
   int max_queue = 256;
   int http_threads = 4;
   int workers = 4;
+  std::string log_level = "info";
+  std::string log_format = "text";
+  bool access_log = false;
   serve::RequestLimits limits;
   std::string max_body_size = "64M";
   double read_timeout = 30;
@@ -148,6 +152,13 @@ CLI::App* AddServeCommand(CLI::App& app) {
                     "Decoded megapixels per request, summed over its images (0 = no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
+  serve->add_option("--log-level", o.log_level, "debug, info, warning, error or off (logs go to stderr)")
+      ->capture_default_str();
+  serve->add_option("--log-format", o.log_format, "text, or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  serve->add_flag("--access-log", o.access_log, "Log every request (method, path, model, status, bytes, microseconds); "
+                                                "failed requests are always logged");
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
@@ -158,6 +169,11 @@ CLI::App* AddServeCommand(CLI::App& app) {
 
 int RunServeCommand(std::ostream& out) {
   const ServeCommandOptions& o = Options();
+  serve::log::Options log_options;
+  log_options.level = serve::log::ParseLevel(o.log_level);
+  log_options.json = o.log_format == "json";
+  log_options.access = o.access_log;
+  serve::log::Configure(log_options);
   std::error_code ec;
   if (!std::filesystem::is_directory(o.repository, ec))
     throw Error(ErrorCode::kNotFound, "--model-repository: '" + o.repository + "' is not a directory");
@@ -171,6 +187,24 @@ int RunServeCommand(std::ostream& out) {
   manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
   manager_options.idle_unload_seconds = o.idle_unload;
   manager_options.threads = o.threads;
+  manager_options.max_batch_size = o.limits.max_batch_size;
+  manager_options.streams = o.streams;
+  serve::log::Event(serve::log::Level::kInfo, "start", "osprey serve " + std::string(kOspreyVersion) + " starting",
+                    {{"repository", o.repository},
+                     {"host", o.host},
+                     {"port", o.port},
+                     {"memory_budget", manager_options.memory_budget_bytes},
+                     {"idle_unload_s", o.idle_unload},
+                     {"threads", o.threads},
+                     {"streams", o.streams},
+                     {"workers", o.workers},
+                     {"http_threads", o.http_threads},
+                     {"max_queue", o.max_queue},
+                     {"max_body_size", ParseByteSize(o.max_body_size, "--max-body-size")},
+                     {"max_batch_size", o.limits.max_batch_size},
+                     {"max_images", o.limits.max_images},
+                     {"max_request_megapixels", o.limits.max_megapixels},
+                     {"access_log", o.access_log}});
   serve::ModelManager manager(manager_options);
   for (const std::string& model : o.load) manager.Load(model);
 

@@ -94,15 +94,21 @@ std::vector<std::vector<ClassScore>> Classifier::ClassifyTensors(const std::vect
   return results;
 }
 
-std::vector<ImageClassification> Classifier::ClassifyFiles(const std::vector<std::string>& paths, int top_k) {
-  const PreprocessSpec& spec = directory_.preprocess;
+DecodeOptions DecodeOptionsFor(const PreprocessSpec& spec) {
   DecodeOptions decode;
   // A gray model gets gray decodes (Pillow's convert("L") luma), so resizing touches one channel instead of three.
   decode.channels = spec.channels();
-  // DCT-domain downscaling hint: the decoded image must stay at least as large as what the resize step needs.
-  const int64_t hint = spec.resize == "exact" ? std::max(spec.crop_height, spec.crop_width) : spec.resize_size;
-  decode.min_width = hint;
-  decode.min_height = hint;
+  if (spec.jpeg_dct_scaling) {
+    // DCT-domain downscaling hint: the decoded image must stay at least as large as what the resize step needs.
+    const int64_t hint = spec.resize == "exact" ? std::max(spec.crop_height, spec.crop_width) : spec.resize_size;
+    decode.min_width = hint;
+    decode.min_height = hint;
+  }
+  return decode;
+}
+
+std::vector<ImageClassification> Classifier::ClassifyFiles(const std::vector<std::string>& paths, int top_k) {
+  const DecodeOptions decode = DecodeOptionsFor(directory_.preprocess);
 
   std::vector<ImageClassification> results(paths.size());
   const size_t chunk = static_cast<size_t>(fixed_batch_ > 0 ? std::max<int64_t>(fixed_batch_, options_.batch_size)

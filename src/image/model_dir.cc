@@ -124,6 +124,8 @@ std::string PreprocessSpec::Describe(const std::string& indent) const {
   out << indent << "mean:        " << floats(mean) << "\n";
   out << indent << "std:         " << floats(std) << "\n";
   out << indent << "layout:      " << layout << "\n";
+  out << indent << "antialias:   " << (antialias ? "true" : "false") << "\n";
+  out << indent << "jpeg decode: " << (jpeg_dct_scaling ? "DCT-scaled when large" : "full size") << "\n";
   return out.str();
 }
 
@@ -140,6 +142,8 @@ std::string PreprocessSpec::ToJson() const {
   j["mean"] = mean;
   j["std"] = std;
   j["layout"] = layout;
+  j["antialias"] = antialias;
+  j["jpeg_dct_scaling"] = jpeg_dct_scaling;
   return j.dump();
 }
 
@@ -254,7 +258,7 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   FieldReader top{source, ""};
   if (!root.is_object()) throw Error(ErrorCode::kInvalidArgument, source + ": expected a JSON object at the top level");
   top.CheckKnown(root, {"input", "description", "preprocess", "postprocess", "batching", "max_batch_size",
-                        "max_queue_delay_us", "precision"});
+                        "max_queue_delay_us", "precision", "warmup"});
   if (root.contains("precision")) {
     const std::string p = top.String(root["precision"], "precision", {});
     if (p != "fp32" && p != "bf16") top.Fail("precision", "expected \"fp32\" or \"bf16\", found \"" + p + "\"");
@@ -271,7 +275,8 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
     if (!p.is_object()) top.Fail("preprocess", "expected an object, found " + std::string(p.type_name()));
     FieldReader r{source, "preprocess."};
     r.CheckKnown(
-        p, {"resize", "resize_mode", "resize_size", "height", "width", "color", "scale", "mean", "std", "layout"});
+        p, {"resize", "resize_mode", "resize_size", "height", "width", "color", "scale", "mean", "std", "layout",
+            "antialias", "jpeg_dct_scaling"});
     bool size_changed = false;
     if (p.contains("resize")) preprocess->resize = r.String(p["resize"], "resize", {"shorter", "exact", "longer"});
     if (p.contains("resize_mode"))
@@ -316,6 +321,12 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
         if (s == 0.0f) r.Fail("std", "values must be non-zero");
     }
     if (p.contains("layout")) preprocess->layout = r.String(p["layout"], "layout", {"NCHW", "NHWC"});
+    for (auto [field, target] : {std::pair{"antialias", &preprocess->antialias},
+                                 std::pair{"jpeg_dct_scaling", &preprocess->jpeg_dct_scaling}}) {
+      if (!p.contains(field)) continue;
+      if (!p[field].is_boolean()) r.Fail(field, "expected true or false, found " + p[field].dump());
+      *target = p[field].get<bool>();
+    }
   }
 
   if (root.contains("postprocess")) {
@@ -354,6 +365,17 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
     read_batching(b, r);
   } else {
     read_batching(root, top);
+  }
+  if (root.contains("warmup")) {
+    const json& w = root["warmup"];
+    if (!w.is_array() || w.size() > 16)
+      top.Fail("warmup", "expected a list of at most 16 batch sizes, e.g. [1, 8], found " + w.dump());
+    batch_spec.warmup.clear();
+    for (const json& b : w) {
+      if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > 4096)
+        top.Fail("warmup", "batch sizes must be integers in 1..4096, found " + b.dump());
+      batch_spec.warmup.push_back(b.get<int64_t>());
+    }
   }
   if (batching) *batching = batch_spec;
 }

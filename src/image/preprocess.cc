@@ -70,7 +70,7 @@ Graph BuildPreprocessGraph(const PreprocessSpec& spec, int64_t h, int64_t w, int
                 {{"height", Attribute::Int(rh)},
                  {"width", Attribute::Int(rw)},
                  {"mode", Attribute::String(spec.resize_mode)},
-                 {"antialias", Attribute::Int(1)}},
+                 {"antialias", Attribute::Int(spec.antialias ? 1 : 0)}},
                 "resize");
   if (spec.resize == "shorter" && (rh != spec.crop_height || rw != spec.crop_width)) {
     // torchvision.transforms.CenterCrop: int(round((size - crop) / 2)), Python's round (ties to even).

@@ -56,7 +56,14 @@ struct Lane {
   std::vector<std::thread> executors;
   std::mutex metrics_mu;
   LaneMetrics metrics;
+  uint64_t last_ms = 0;  // under metrics_mu
 };
+
+uint64_t NowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
 
 // The batch key of a request: the model instance, then each input's dtype and dims after the first. Empty (never
 // batched with another) when the rows cannot be told apart: a rank-0 input, inputs disagreeing on dim 0, no rows, or a
@@ -172,6 +179,7 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
   int64_t rows = 1;
   if (!inputs.empty() && inputs.begin()->second.rank() > 0) rows = inputs.begin()->second.dim(0);
   std::lock_guard<std::mutex> lock(lane->metrics_mu);
+  lane->last_ms = NowMs();
   lane->metrics.batch.Add(static_cast<double>(rows));
   lane->metrics.queue.Add(MicrosSince(enqueued, start));
   lane->metrics.compute.Add(MicrosSince(start, end));
@@ -293,6 +301,7 @@ void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pen
       for (const auto& p : batch) compute_us.push_back(run_alone(p.get()));
   }
   std::lock_guard<std::mutex> lock(lane->metrics_mu);
+  lane->last_ms = NowMs();
   for (double r : batch_rows) lane->metrics.batch.Add(r);
   for (size_t i = 0; i < batch.size(); ++i) {
     lane->metrics.queue.Add(MicrosSince(batch[i]->enqueued, start));
@@ -322,6 +331,22 @@ Scheduler::Outputs Scheduler::Run(const std::shared_ptr<LoadedModel>& loaded, st
   Lane* lane = impl_->LaneFor(loaded->name);
   if (loaded->directory.batching.max_batch_size > 0) return impl_->RunBatched(lane, loaded, std::move(inputs));
   return impl_->RunDirect(lane, loaded, inputs);
+}
+
+Scheduler::Counters Scheduler::ModelCounters(const std::string& model) {
+  Counters c;
+  std::lock_guard<std::mutex> lanes_lock(impl_->lanes_mu);
+  auto it = impl_->lanes.find(model);
+  if (it == impl_->lanes.end()) return c;
+  std::lock_guard<std::mutex> lock(it->second->metrics_mu);
+  const LaneMetrics& m = it->second->metrics;
+  c.executions = m.batch.count;
+  c.inferences = static_cast<uint64_t>(m.batch.sum);
+  c.requests = m.compute.count;
+  c.queue_us = m.queue.sum;
+  c.compute_us = m.compute.sum;
+  c.last_ms = it->second->last_ms;
+  return c;
 }
 
 std::string Scheduler::MetricsText() {

@@ -45,6 +45,17 @@ class Scheduler {
   /// Prometheus text for osprey_batch_size, osprey_queue_duration_us and osprey_compute_duration_us (per model).
   std::string MetricsText();
 
+  /// Totals of one model's runs through Run(), for Triton-style statistics.
+  struct Counters {
+    uint64_t executions = 0;   // model runs (a batch counts once)
+    uint64_t inferences = 0;   // rows run (batch items)
+    uint64_t requests = 0;     // requests run
+    double queue_us = 0;       // summed over requests
+    double compute_us = 0;     // summed over requests (each request counts its batch's run)
+    uint64_t last_ms = 0;      // wall-clock time of the last run's end, milliseconds since the epoch (0: none)
+  };
+  Counters ModelCounters(const std::string& model);
+
   const SchedulerOptions& options() const { return options_; }
 
  private:

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "osprey/error.h"
+#include "serve/log.h"
 
 namespace osprey::serve {
 
@@ -118,6 +119,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnHeader(beast::error_code ec, size_t) {
     idle_ = false;
+    started_ = std::chrono::steady_clock::now();
+    method_ = std::string(parser_->get().method_string());
+    target_ = std::string(parser_->get().target());
+    bytes_in_ = 0;
     if (ec == http::error::body_limit)  // the parser checks Content-Length against the limit with the header
       return SendSimple(
           413,
@@ -167,6 +172,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request.target = std::string(message.target());
     for (const auto& field : message) request.headers.emplace_back(field.name_string(), field.value());
     request.body = std::move(message.body());
+    bytes_in_ = request.body.size();
     const bool keep_alive = message.keep_alive();
     const unsigned version = message.version();
     HttpServer::Impl& server = *server_;
@@ -209,6 +215,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Send(HttpResponse response, bool keep_alive, unsigned version, bool drain) {
+    log::Request(method_.empty() ? "-" : method_, target_.empty() ? "-" : target_, response.status, bytes_in_,
+                 response.body.size(),
+                 std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started_).count(),
+                 response.body);
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status),
                                                                    version == 10 ? 10 : 11);
     res->set(http::field::server, "osprey");
@@ -256,6 +266,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::vector<char> drain_buffer_;
   bool idle_ = false;
+  // The request being answered, for the log.
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::string method_, target_;
+  size_t bytes_in_ = 0;
 };
 
 void HttpServer::Impl::Accept(std::shared_ptr<Impl> self) {
@@ -267,8 +281,9 @@ void HttpServer::Impl::Accept(std::shared_ptr<Impl> self) {
       const auto now = std::chrono::steady_clock::now();
       if (now - self->last_accept_warning > std::chrono::seconds(10)) {
         self->last_accept_warning = now;
-        std::cerr << "osprey serve: warning: cannot accept connections (" << ec.message()
-                  << "); retrying every 100 ms (raise the open-files limit, ulimit -n)" << std::endl;
+        log::Event(log::Level::kWarning, "accept_failed",
+                   "cannot accept connections (" + ec.message() +
+                       "); retrying every 100 ms (raise the open-files limit, ulimit -n)");
       }
       self->accept_backoff.expires_after(std::chrono::milliseconds(100));
       self->accept_backoff.async_wait([self](beast::error_code) {

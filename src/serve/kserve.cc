@@ -242,6 +242,20 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
   if (in_it == request.header.end() || !in_it->is_array() || in_it->empty())
     throw BadRequest("malformed request: 'inputs' must be a non-empty array");
   std::map<std::string, Tensor>& inputs = request.inputs;
+  // Parameters osprey acts on; any other is reported (the server logs it) rather than silently dropped.
+  auto note_parameters = [&](const json& parent, std::initializer_list<const char*> known, const std::string& where) {
+    auto p = parent.find("parameters");
+    if (p == parent.end()) return;
+    if (!p->is_object()) throw BadRequest("malformed request: " + where + "'parameters' must be an object");
+    for (const auto& [key, value] : p->items())
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+        request.ignored_parameters.push_back(where + key);
+  };
+  note_parameters(request.header, {"binary_data_output"}, "");
+  if (auto out_it = request.header.find("outputs"); out_it != request.header.end() && out_it->is_array())
+    for (const json& o : *out_it)
+      if (o.is_object() && o.contains("name") && o["name"].is_string())
+        note_parameters(o, {"binary_data", "classification"}, "output '" + o["name"].get<std::string>() + "': ");
   for (const json& in : *in_it) {
     if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
       throw BadRequest("malformed request: each input must be an object with a string 'name'");
@@ -252,6 +266,7 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
       throw BadRequest(what + ": model '" + model + "' has no such input (its inputs: " + InputNames(model_inputs) +
                        ")");
     if (inputs.count(name)) throw BadRequest(what + ": given twice");
+    note_parameters(in, {"binary_data_size"}, what + ": ");
     if (!in.contains("datatype") || !in["datatype"].is_string())
       throw BadRequest(what + ": 'datatype' must be a string");
     if (in["datatype"].get_ref<const std::string&>() == "BYTES") {
@@ -282,42 +297,116 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
   return request;
 }
 
-InferResponse EncodeInferResponse(const json& request_header, const std::string& model, const std::string& version,
-                                  const std::vector<std::pair<std::string, Tensor>>& results) {
-  // Which outputs, and which of them in binary.
+namespace {
+
+// Triton's classification strings for `t` ([C] or [B, C]): the top `count` of each row, "score:index[:label]".
+ResponseOutput Classification(const std::string& name, const Tensor& t, int64_t count,
+                              const std::vector<std::string>& labels) {
+  if (t.rank() < 1 || t.rank() > 2 || t.dtype() == DType::kBool)
+    throw BadRequest("output '" + name + "': classification needs a numeric output of rank 1 or 2, found " +
+                     std::string(DTypeName(t.dtype())) + " " + ShapeToString(t.shape()));
+  const int64_t rows = t.rank() == 2 ? t.dim(0) : 1, classes = t.dim(-1);
+  const int64_t n = std::min(count, classes);
+  ResponseOutput out;
+  out.name = name;
+  out.datatype = "BYTES";
+  out.shape = t.rank() == 2 ? Shape{rows, n} : Shape{n};
+  std::vector<int64_t> order(static_cast<size_t>(classes));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < classes; ++c) order[static_cast<size_t>(c)] = c;
+    auto score = [&](int64_t c) { return t.GetAsDouble(r * classes + c); };
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int64_t a, int64_t b) {
+      return score(a) > score(b) || (score(a) == score(b) && a < b);
+    });
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t c = order[static_cast<size_t>(k)];
+      std::string text = std::to_string(score(c)) + ":" + std::to_string(c);
+      if (static_cast<size_t>(c) < labels.size()) text += ":" + labels[static_cast<size_t>(c)];
+      out.strings.push_back(std::move(text));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ResponseOutput> SelectOutputs(const json& request_header, const std::string& model,
+                                          const std::vector<std::pair<std::string, Tensor>>& results,
+                                          const std::vector<std::string>& labels) {
   const bool binary_default = ParamTrue(request_header, "binary_data_output");
-  std::vector<std::pair<size_t, bool>> chosen;  // result index, binary
-  if (auto out_it = request_header.find("outputs"); out_it != request_header.end()) {
-    if (!out_it->is_array()) throw BadRequest("malformed request: 'outputs' must be an array");
-    for (const json& o : *out_it) {
-      if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
-        throw BadRequest("malformed request: each requested output must be an object with a string 'name'");
-      const std::string name = o["name"].get<std::string>();
-      size_t index = results.size();
-      for (size_t i = 0; i < results.size(); ++i)
-        if (results[i].first == name) index = i;
-      if (index == results.size()) throw BadRequest("output '" + name + "': model '" + model + "' has no such output");
-      bool as_binary = binary_default;
-      if (auto p = o.find("parameters"); p != o.end() && p->is_object() && p->contains("binary_data")) {
+  auto make = [&](size_t index, bool binary, int64_t classification) {
+    const auto& [name, t] = results[index];
+    ResponseOutput out = classification > 0 ? Classification(name, t, classification, labels) : ResponseOutput{};
+    if (classification <= 0) {
+      out.name = name;
+      out.datatype = KServeDType(t.dtype());
+      out.shape = t.shape();
+      out.tensor = t;
+    }
+    out.binary = binary;
+    return out;
+  };
+  std::vector<ResponseOutput> chosen;
+  auto out_it = request_header.find("outputs");
+  if (out_it == request_header.end()) {
+    for (size_t i = 0; i < results.size(); ++i) chosen.push_back(make(i, binary_default, 0));
+    return chosen;
+  }
+  if (!out_it->is_array()) throw BadRequest("malformed request: 'outputs' must be an array");
+  for (const json& o : *out_it) {
+    if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
+      throw BadRequest("malformed request: each requested output must be an object with a string 'name'");
+    const std::string name = o["name"].get<std::string>();
+    size_t index = results.size();
+    for (size_t i = 0; i < results.size(); ++i)
+      if (results[i].first == name) index = i;
+    if (index == results.size()) throw BadRequest("output '" + name + "': model '" + model + "' has no such output");
+    bool as_binary = binary_default;
+    int64_t classification = 0;
+    if (auto p = o.find("parameters"); p != o.end() && p->is_object()) {
+      if (p->contains("binary_data")) {
         if (!(*p)["binary_data"].is_boolean()) throw BadRequest("output '" + name + "': binary_data must be a boolean");
         as_binary = (*p)["binary_data"].get<bool>();
       }
-      chosen.emplace_back(index, as_binary);
+      if (p->contains("classification")) {
+        const json& c = (*p)["classification"];
+        if (!c.is_number_integer() || c.get<int64_t>() < 1 || c.get<int64_t>() > 100000)
+          throw BadRequest("output '" + name + "': classification must be a class count in 1..100000, found " +
+                           c.dump());
+        classification = c.get<int64_t>();
+      }
     }
-  } else {
-    for (size_t i = 0; i < results.size(); ++i) chosen.emplace_back(i, binary_default);
+    chosen.push_back(make(index, as_binary, classification));
   }
+  return chosen;
+}
 
+InferResponse EncodeInferResponse(const json& request_header, const std::string& model, const std::string& version,
+                                  const std::vector<ResponseOutput>& chosen) {
   json outputs = json::array();
   std::string binary_out;
-  for (const auto& [index, as_binary] : chosen) {
-    const Tensor& t = results[index].second;
-    json o = {{"name", results[index].first}, {"datatype", KServeDType(t.dtype())}, {"shape", t.shape()}};
-    if (as_binary) {
-      o["parameters"] = {{"binary_data_size", t.nbytes()}};
-      binary_out.append(static_cast<const char*>(t.raw()), t.nbytes());
+  bool any_binary = false;
+  for (const ResponseOutput& out : chosen) {
+    json o = {{"name", out.name}, {"datatype", out.datatype}, {"shape", out.shape}};
+    any_binary |= out.binary;
+    if (out.binary) {
+      const size_t before = binary_out.size();
+      if (out.datatype == "BYTES") {
+        for (const std::string& text : out.strings) {
+          const uint32_t n = static_cast<uint32_t>(text.size());
+          const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                                  static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+          binary_out.append(length, 4);
+          binary_out += text;
+        }
+      } else {
+        binary_out.append(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
+      }
+      o["parameters"] = {{"binary_data_size", binary_out.size() - before}};
+    } else if (out.datatype == "BYTES") {
+      o["data"] = out.strings;
     } else {
-      o["data"] = ElementsToJson(t);
+      o["data"] = ElementsToJson(out.tensor);
     }
     outputs.push_back(std::move(o));
   }
@@ -325,7 +414,7 @@ InferResponse EncodeInferResponse(const json& request_header, const std::string&
   if (auto id = request_header.find("id"); id != request_header.end()) answer["id"] = *id;
   InferResponse response;
   response.body = answer.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (!binary_out.empty() || std::any_of(chosen.begin(), chosen.end(), [](const auto& c) { return c.second; })) {
+  if (any_binary) {
     response.header_length = static_cast<int64_t>(response.body.size());
     response.body += binary_out;
   }

@@ -56,6 +56,7 @@ using ImageInputDecoder =
 struct InferRequest {
   nlohmann::json header = nlohmann::json::object();  // the JSON part ({} for a raw binary body)
   std::map<std::string, Tensor> inputs;              // every model input, checked against its declaration
+  std::vector<std::string> ignored_parameters;       // parameters osprey does not act on ("sequence_id", ...)
 };
 
 /// Decodes an infer body for a model with `model_inputs`. `header_length` is the Inference-Header-Content-Length header
@@ -65,15 +66,30 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
                                 std::string_view body, const std::string& header_length, const RequestLimits& limits,
                                 const ImageInputDecoder& images);
 
+/// One output of a response: a tensor, or (classification extension) BYTES strings "score:index[:label]".
+struct ResponseOutput {
+  std::string name;
+  std::string datatype;  // KServe name: "FP32", ..., "BYTES"
+  Shape shape;
+  Tensor tensor;                     // when datatype != "BYTES"
+  std::vector<std::string> strings;  // when datatype == "BYTES", row-major
+  bool binary = false;               // REST: in the binary section (binary_data / binary_data_output)
+};
+
+/// The outputs `request_header` asks for, in its order ("outputs"; all outputs in graph order without it), each as a
+/// tensor or, with parameters.classification = N (Triton's classification extension; tritonclient's class_count), as
+/// the top N "score:index:label" strings per row (label from `labels` when there is one).
+std::vector<ResponseOutput> SelectOutputs(const nlohmann::json& request_header, const std::string& model,
+                                          const std::vector<std::pair<std::string, Tensor>>& results,
+                                          const std::vector<std::string>& labels);
+
 struct InferResponse {
   std::string body;
   int64_t header_length = -1;  // >= 0: binary outputs follow a JSON header of this many bytes
 };
-/// The response for `results` (graph outputs in order), honouring the request's "outputs" selection, binary_data
-/// parameters and "id".
+/// The REST response body for `outputs` (SelectOutputs), with the request's "id".
 InferResponse EncodeInferResponse(const nlohmann::json& request_header, const std::string& model,
-                                  const std::string& version,
-                                  const std::vector<std::pair<std::string, Tensor>>& results);
+                                  const std::string& version, const std::vector<ResponseOutput>& outputs);
 
 /// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes.
 std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what);

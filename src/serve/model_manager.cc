@@ -10,7 +10,15 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
+
+#include "serve/log.h"
+#include "serve/model_config.h"
 #include <utility>
 
 #include "osprey/error.h"
@@ -74,6 +82,12 @@ ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& versi
   }
 }
 
+std::string FormatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", std::round(seconds * 1000) / 1000);
+  return text;
+}
+
 void ReturnMemoryToOs() {
 #if defined(__GLIBC__)
   malloc_trim(0);
@@ -102,6 +116,9 @@ struct ModelManager::Impl {
   std::mutex mu;
   std::map<Key, std::unique_ptr<Entry>> entries;
   std::map<std::string, std::string> latest;  // name -> latest version on disk, as of the last scan
+  std::map<std::string, std::string> problems;  // name -> why its directory cannot be served, as of the last scan
+  std::set<std::string> logged_problems;        // "name: problem" already in the log
+  std::map<Key, std::shared_ptr<const ModelDescription>> descriptions;  // read without loading (Describe)
   int64_t reserved_bytes = 0;                 // size estimates of loads in progress
   uint64_t tick = 0;
   ManagerStats stats;
@@ -111,8 +128,10 @@ struct ModelManager::Impl {
   std::thread idle_thread;
 
   // Reads the repository (without the lock: it touches the disk), then replaces `latest`.
+  // Problems found here (a directory without <version>/model.onnx, a config.json that does not parse) are kept for the
+  // index and logged once each.
   void Scan() {
-    std::map<std::string, std::string> found;
+    std::map<std::string, std::string> found, trouble;
     std::error_code ec;
     for (fs::directory_iterator it(options.repository, ec), end; !ec && it != end; it.increment(ec)) {
       std::error_code ec2;
@@ -120,10 +139,38 @@ struct ModelManager::Impl {
       const std::string name = it->path().filename().string();
       if (!IsModelName(name)) continue;
       const std::string version = LatestVersion(it->path());
-      if (!version.empty()) found[name] = version;
+      if (version.empty()) {
+        trouble[name] = "no version directory holding model.onnx (expected " + name + "/<number>/model.onnx)";
+        continue;
+      }
+      found[name] = version;
+      const fs::path config = it->path() / version / "config.json";
+      if (fs::is_regular_file(config, ec2)) {
+        std::ifstream in(config);
+        std::stringstream text;
+        text << in.rdbuf();
+        try {
+          PreprocessSpec pre;
+          PostprocessSpec post;
+          BatchingSpec batching;
+          std::string precision;
+          ParseModelConfig(text.str(), config.string(), &pre, &post, &batching, &precision);
+        } catch (const Error& e) {
+          trouble[name] = e.what();
+        }
+      }
     }
-    std::lock_guard<std::mutex> lock(mu);
-    latest = std::move(found);
+    std::vector<std::pair<std::string, std::string>> to_log;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      latest = std::move(found);
+      problems = std::move(trouble);
+      for (const auto& [name, problem] : problems)
+        if (logged_problems.insert(name + ": " + problem).second) to_log.emplace_back(name, problem);
+    }
+    for (const auto& [name, problem] : to_log)
+      log::Event(log::Level::kWarning, "repository_problem", "model '" + name + "' cannot be served: " + problem,
+                 {{"model", name}, {"problem", problem}});
   }
 
   Entry& EntryLocked(const std::string& name, const std::string& version) {
@@ -145,11 +192,15 @@ struct ModelManager::Impl {
 
   // Drops the manager's handle. The memory is freed now when no request holds the model, else when the last one
   // drops it. The caller returns freed memory to the OS once the lock is released.
-  void UnloadLocked(Entry& e) {
+  void UnloadLocked(Entry& e, const std::string& reason) {
+    const int64_t bytes = e.loaded ? e.loaded->model->WeightBytes() + e.loaded->model->RuntimeBytes() : 0;
     e.loaded.reset();
     e.status = ModelStatus::kUnavailable;
-    e.reason.clear();
+    e.reason = reason;
     ++stats.unloads;
+    log::Event(log::Level::kInfo, "model_unloaded", "model '" + e.name + "' version " + e.version + " unloaded (" +
+                                                        reason + ")",
+               {{"model", e.name}, {"version", e.version}, {"reason", reason}, {"bytes", bytes}});
   }
 
   // The least recently used ready model that no request holds, other than `keep`; null when there is none.
@@ -168,7 +219,8 @@ struct ModelManager::Impl {
     while (AccountedLocked() + reserved_bytes + extra_bytes > options.memory_budget_bytes) {
       Entry* victim = EvictionCandidateLocked(keep);
       if (!victim) return false;
-      UnloadLocked(*victim);
+      UnloadLocked(*victim, "evicted: memory budget (--memory-budget " +
+                                std::to_string(options.memory_budget_bytes) + " bytes)");
       ++stats.evictions;
       *evicted = true;
     }
@@ -203,11 +255,18 @@ struct ModelManager::Impl {
     reserved_bytes += estimate;
     lock.unlock();
     if (evicted) ReturnMemoryToOs();
+    log::Event(log::Level::kInfo, "model_loading", "loading model '" + e.name + "' version " + e.version,
+               {{"model", e.name}, {"version", e.version}});
+    const auto load_start = Clock::now();
 
     std::shared_ptr<LoadedModel> loaded;
     std::string failure;
     try {
       ModelDirectory md = OpenForServing(name_dir, e.version);
+      const inference::ModelConfig declared = ReadDeclaredConfig(name_dir);
+      ApplyBatching(declared, &md);
+      auto config = std::make_shared<const inference::ModelConfig>(
+          ServingConfig(md, declared, options.max_batch_size, options.streams));
       ModelOptions model_options;
       model_options.compile.num_threads = options.threads;
       model_options.compile.precision = ParsePrecision(md.precision, md.config_path + ": precision");
@@ -215,11 +274,18 @@ struct ModelManager::Impl {
       auto model = std::make_unique<Model>(std::move(md.graph), model_options);
       // The directory keeps the graph with the interned weights (the same buffers as the model's): no second copy.
       md.graph = model->graph();
+      if (!md.batching.warmup.empty() || declared.model_warmup_size() > 0) {
+        const double ms = RunWarmup(*model, md, declared, name_dir.string());
+        log::Event(log::Level::kInfo, "model_warmup",
+                   "model '" + e.name + "' version " + e.version + " warmed up in " + FormatSeconds(ms / 1000) + " s",
+                   {{"model", e.name}, {"version", e.version}, {"ms", static_cast<int64_t>(ms)}});
+      }
       loaded = std::make_shared<LoadedModel>();
       loaded->name = e.name;
       loaded->version = e.version;
       loaded->directory = std::move(md);
       loaded->model = std::move(model);
+      loaded->config = std::move(config);
     } catch (const std::exception& ex) {
       failure = ex.what();
       if (failure.empty()) failure = "unknown error";
@@ -227,7 +293,15 @@ struct ModelManager::Impl {
 
     lock.lock();
     reserved_bytes -= estimate;
+    const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - load_start).count();
     if (loaded) {
+      log::Event(log::Level::kInfo, "model_loaded",
+                 "model '" + e.name + "' version " + e.version + " ready in " + FormatSeconds(load_ms / 1000) + " s",
+                 {{"model", e.name},
+                  {"version", e.version},
+                  {"ms", static_cast<int64_t>(load_ms)},
+                  {"weight_bytes", loaded->model->WeightBytes()},
+                  {"shared_bytes", loaded->model->SharedWeightBytes()}});
       e.loaded = std::move(loaded);
       e.status = ModelStatus::kReady;
       e.reason.clear();
@@ -242,6 +316,9 @@ struct ModelManager::Impl {
         lock.lock();
       }
     } else {
+      log::Event(log::Level::kError, "model_load_failed",
+                 "model '" + e.name + "' version " + e.version + " failed to load: " + failure,
+                 {{"model", e.name}, {"version", e.version}, {"error", failure}});
       e.status = ModelStatus::kFailed;
       e.reason = failure;
       ++stats.load_failures;
@@ -252,14 +329,71 @@ struct ModelManager::Impl {
     e.cv.notify_all();
   }
 
+  // config.pbtxt in the model's directory, when there is one (its ignored fields logged once per model).
+  inference::ModelConfig ReadDeclaredConfig(const fs::path& name_dir) {
+    const fs::path path = name_dir / "config.pbtxt";
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return {};
+    std::vector<std::string> ignored;
+    inference::ModelConfig declared = ReadConfigPbtxt(path.string(), &ignored);
+    if (!ignored.empty()) {
+      std::string fields;
+      for (const std::string& f : ignored) fields += (fields.empty() ? "" : ", ") + f;
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = logged_problems.insert(path.string() + ": ignored " + fields).second;
+      }
+      if (first)
+        log::Event(log::Level::kWarning, "config_ignored",
+                   path.string() + ": osprey does not use these fields and ignores them: " + fields,
+                   {{"file", path.string()}, {"fields", ignored}});
+    }
+    return declared;
+  }
+
+  // The version directories of `name` holding model.onnx, that its config.pbtxt version_policy allows.
+  std::vector<std::string> AllowedVersions(const std::string& name) {
+    const fs::path name_dir = fs::path(options.repository) / name;
+    std::vector<std::string> all;
+    std::error_code ec;
+    for (fs::directory_iterator it(name_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string v = it->path().filename().string();
+      std::error_code ec2;
+      if (IsVersionName(v) && fs::is_regular_file(it->path() / "model.onnx", ec2)) all.push_back(v);
+    }
+    const inference::ModelConfig declared = ReadDeclaredConfig(name_dir);
+    std::vector<std::string> allowed;
+    for (const std::string& v : all)
+      if (VersionAllowed(declared, v, all)) allowed.push_back(v);
+    std::sort(allowed.begin(), allowed.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    return allowed;
+  }
+
   std::string ResolveVersion(const std::string& name, const std::string& version) {
     if (!IsModelName(name)) throw Error(ErrorCode::kNotFound, "model '" + name + "': not a valid model name");
+    const bool has_policy = fs::is_regular_file(fs::path(options.repository) / name / "config.pbtxt");
     if (!version.empty()) {
       std::error_code ec;
       if (!IsVersionName(version) ||
           !fs::is_regular_file(fs::path(options.repository) / name / version / "model.onnx", ec))
         throw Error(ErrorCode::kNotFound, "model '" + name + "' has no version '" + version + "' in the repository");
+      if (has_policy) {
+        const std::vector<std::string> allowed = AllowedVersions(name);
+        if (std::find(allowed.begin(), allowed.end(), version) == allowed.end())
+          throw Error(ErrorCode::kNotFound, "model '" + name + "' version " + version +
+                                                " is not served: its config.pbtxt version_policy excludes it");
+      }
       return version;
+    }
+    if (has_policy) {
+      const std::vector<std::string> allowed = AllowedVersions(name);
+      if (allowed.empty())
+        throw Error(ErrorCode::kNotFound,
+                    "model '" + name + "': its config.pbtxt version_policy allows none of its versions");
+      return allowed.back();
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -338,7 +472,7 @@ struct ModelManager::Impl {
           continue;
         }
         if (now - e->last_used >= idle_limit) {
-          UnloadLocked(*e);
+          UnloadLocked(*e, "idle: unused for " + FormatSeconds(idle) + " s (--idle-unload)");
           unloaded = true;
         }
       }
@@ -381,7 +515,7 @@ void ModelManager::Unload(const std::string& name) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& [key, e] : impl_->entries) {
       if (key.first != name || e->status != ModelStatus::kReady) continue;
-      impl_->UnloadLocked(*e);
+      impl_->UnloadLocked(*e, "unloaded: by request");
       found = true;
     }
   }
@@ -397,9 +531,15 @@ std::vector<ModelIndexEntry> ModelManager::Index() {
     ModelIndexEntry row;
     row.name = name;
     row.version = version;
+    row.reason = "not loaded yet";
     if (e) {
       row.status = e->status;
-      row.reason = e->reason;
+      if (e->status == ModelStatus::kFailed)
+        row.reason = "failed: " + e->reason;
+      else if (e->status == ModelStatus::kReady || e->status == ModelStatus::kLoading)
+        row.reason.clear();
+      else if (!e->reason.empty())
+        row.reason = e->reason;
       if (e->status == ModelStatus::kReady && e->loaded) {
         row.weight_bytes = e->loaded->model->WeightBytes();
         row.shared_bytes = e->loaded->model->SharedWeightBytes();
@@ -412,7 +552,18 @@ std::vector<ModelIndexEntry> ModelManager::Index() {
   for (const auto& [name, version] : impl_->latest) {
     auto it = impl_->entries.find({name, version});
     rows.push_back(row_of(name, version, it == impl_->entries.end() ? nullptr : it->second.get()));
+    auto problem = impl_->problems.find(name);
+    if (problem != impl_->problems.end() && rows.back().status != ModelStatus::kReady)
+      rows.back().reason = "invalid: " + problem->second;
   }
+  for (const auto& [name, problem] : impl_->problems)
+    if (!impl_->latest.count(name)) {
+      ModelIndexEntry row;
+      row.name = name;
+      row.status = ModelStatus::kFailed;
+      row.reason = "invalid: " + problem;
+      rows.push_back(row);
+    }
   for (const auto& [key, e] : impl_->entries) {
     auto it = impl_->latest.find(key.first);
     if (it != impl_->latest.end() && it->second == key.second) continue;
@@ -424,6 +575,52 @@ std::vector<ModelIndexEntry> ModelManager::Index() {
     return a.version.size() != b.version.size() ? a.version.size() < b.version.size() : a.version < b.version;
   });
   return rows;
+}
+
+std::shared_ptr<const ModelDescription> ModelManager::Describe(const std::string& name, const std::string& version) {
+  const std::string v = impl_->ResolveVersion(name, version);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->entries.find({name, v});
+    if (it != impl_->entries.end() && it->second->status == ModelStatus::kReady && it->second->loaded) {
+      const LoadedModel& m = *it->second->loaded;
+      auto d = std::make_shared<ModelDescription>();
+      d->name = m.name;
+      d->version = m.version;
+      d->inputs = m.model->graph().input_infos;
+      d->outputs = m.model->graph().output_infos;
+      d->labels = m.directory.labels;
+      d->preprocess = m.directory.preprocess;
+      d->config = m.config;
+      return d;
+    }
+    auto cached = impl_->descriptions.find({name, v});
+    if (cached != impl_->descriptions.end()) return cached->second;
+  }
+  // Read the directory without loading: the graph's weights are dropped at once.
+  const fs::path name_dir = fs::path(options_.repository) / name;
+  auto d = std::make_shared<ModelDescription>();
+  try {
+    ModelDirectory md = OpenForServing(name_dir, v);
+    const inference::ModelConfig declared = impl_->ReadDeclaredConfig(name_dir);
+    ApplyBatching(declared, &md);
+    d->config = std::make_shared<const inference::ModelConfig>(
+        ServingConfig(md, declared, options_.max_batch_size, options_.streams));
+    d->name = name;
+    d->version = v;
+    d->inputs = md.graph.input_infos;
+    d->outputs = md.graph.output_infos;
+    d->labels = md.labels;
+    d->preprocess = md.preprocess;
+  } catch (const Error& e) {
+    ReturnMemoryToOs();
+    throw Error(ErrorCode::kUnavailable, "model '" + name + "' version " + v + " cannot be read: " + e.what());
+  }
+  ReturnMemoryToOs();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->descriptions.size() > 1024) impl_->descriptions.clear();
+  impl_->descriptions[{name, v}] = d;
+  return d;
 }
 
 ManagerStats ModelManager::Stats() {

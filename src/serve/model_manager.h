@@ -11,6 +11,10 @@
 #include "osprey/model_dir.h"
 #include "osprey/runtime.h"
 
+namespace inference {
+class ModelConfig;
+}
+
 namespace osprey::serve {
 
 struct ManagerOptions {
@@ -19,6 +23,8 @@ struct ManagerOptions {
   double idle_unload_seconds = 0;    // 0 = never. Models unused this long are unloaded by a background thread.
   int threads = 0;                   // intra-op threads per model run (0 = all cores)
   double arena_idle_seconds = 2;     // execution arenas unused this long are freed (memory goes back after a burst)
+  int64_t max_batch_size = 0;        // the server's --max-batch-size, reported in each model's configuration
+  int streams = 1;                   // the server's --streams, reported as the instance count
 };
 
 /// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.
@@ -27,6 +33,17 @@ struct LoadedModel {
   std::string version;
   ModelDirectory directory;
   std::unique_ptr<Model> model;
+  std::shared_ptr<const inference::ModelConfig> config;  // Triton's view of it (config.pbtxt + the model)
+};
+
+/// What metadata and config answers need, without loading the model (no weights, no plans).
+struct ModelDescription {
+  std::string name;
+  std::string version;
+  std::vector<ValueInfo> inputs, outputs;
+  std::vector<std::string> labels;
+  PreprocessSpec preprocess;
+  std::shared_ptr<const inference::ModelConfig> config;
 };
 
 enum class ModelStatus { kUnavailable, kLoading, kReady, kFailed };
@@ -54,6 +71,9 @@ class ModelManager {
   /// policy's version (latest). Throws Error kNotFound (no such model/version in the repository), kUnavailable (it
   /// failed to load: the message says why), kResourceExhausted (cannot fit the budget even after evicting).
   std::shared_ptr<LoadedModel> Acquire(const std::string& name, const std::string& version = "");
+  /// The model's inputs, outputs and configuration: from the loaded model, or read from its directory without loading
+  /// it (the state does not change). Same errors as Acquire, except that it never evicts or loads.
+  std::shared_ptr<const ModelDescription> Describe(const std::string& name, const std::string& version = "");
   /// Explicit load (same errors as Acquire) and unload (kNotFound if not loaded). Unload returns memory to the OS.
   void Load(const std::string& name);
   void Unload(const std::string& name);

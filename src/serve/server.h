@@ -1,14 +1,23 @@
 #pragma once
-// The inference server's routes: KServe v2 / Open Inference Protocol REST (health, metadata, JSON and binary-tensor
-// infer, repository extension), the image classify endpoint, per-model stats and Prometheus metrics. Transport-free:
-// Handle() maps one HttpRequest to one HttpResponse, so it can be tested and fuzzed without sockets.
+// The inference server: KServe v2 / Open Inference Protocol over REST (health, metadata, JSON and binary-tensor infer,
+// repository extension, Triton's config/statistics/classification extensions), the image classify endpoint and
+// Prometheus metrics. Transport-free: Handle() maps one HttpRequest to one HttpResponse (server.cc), and the
+// protocol-neutral operations below (server_ops.cc) serve the gRPC API too (grpc_server.cc).
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "serve/batcher.h"
 #include "serve/http_server.h"
 #include "serve/kserve.h"
 #include "serve/model_manager.h"
+
+namespace inference {
+class ModelConfig;
+}
 
 namespace osprey::serve {
 
@@ -19,17 +28,46 @@ class InferenceServer {
   /// work limits (rows, images, decoded megapixels).
   explicit InferenceServer(ModelManager* manager, std::string version = "", SchedulerOptions scheduling = {},
                            RequestLimits limits = {});
-  /// Requests that must answer at once whatever the load (health, server metadata, metrics): the HTTP server runs
-  /// them on its I/O threads, and everything else on its workers.
-  static bool RunsInline(const HttpRequest& request);
   ~InferenceServer();
   /// Thread-safe. Never throws: every failure is a 4xx/5xx answer with body {"error": "..."}.
   HttpResponse Handle(const HttpRequest& request);
+  /// Requests that must answer at once whatever the load (health, server metadata, metrics): the HTTP server runs
+  /// them on its I/O threads, and everything else on its workers.
+  static bool RunsInline(const HttpRequest& request);
   /// The /metrics text (Prometheus exposition format).
   std::string MetricsText();
 
+  // Protocol-neutral operations (REST and gRPC). Each throws osprey::Error (kNotFound for unknown models, ...).
+  nlohmann::json ServerMetadata() const;
+  /// Whether the model (and version, when given) is loaded and ready; kNotFound when it is not in the repository.
+  bool ModelReady(const std::string& model, const std::string& version);
+  /// KServe model metadata; never loads the model.
+  nlohmann::json ModelMetadata(const std::string& model, const std::string& version);
+  /// Triton's model configuration; never loads the model.
+  std::shared_ptr<const inference::ModelConfig> ModelConfig(const std::string& model, const std::string& version);
+  /// Triton's statistics ({"model_stats": [...]}) of `model` ("" = every model in the repository) plus osprey's
+  /// memory figures (state, weight/shared/unique/runtime bytes) in each entry.
+  nlohmann::json Statistics(const std::string& model, const std::string& version);
+  /// The repository index: name, version, state, reason.
+  nlohmann::json RepositoryIndex(bool ready_only);
+  /// Triton's repository load/unload; `parameters` (may be null) other than none are refused or logged.
+  void LoadModel(const std::string& model, const nlohmann::json& parameters);
+  void UnloadModel(const std::string& model, const nlohmann::json& parameters);
+
+  struct InferResult {
+    std::shared_ptr<LoadedModel> loaded;
+    InferRequest request;                               // as decoded (header: outputs, parameters, id)
+    std::vector<std::pair<std::string, Tensor>> results;  // graph outputs in order
+  };
+  /// Decodes one infer request with `decode` (given the model's inputs, the limits and the image decoder for BYTES
+  /// inputs), runs it through the scheduler and records its statistics. QueueFullError when the model's queue is full.
+  using Decoder =
+      std::function<InferRequest(const std::vector<ValueInfo>& inputs, const RequestLimits&, const ImageInputDecoder&)>;
+  InferResult Infer(const std::string& model, const std::string& version, const Decoder& decode);
+
+  struct Impl;  // server_impl.h
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

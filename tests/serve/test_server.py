@@ -35,7 +35,7 @@ def test_health_and_server_metadata(server):
 
 
 def test_start_line_has_url_and_curl_example(server):
-    line = server.output().splitlines()[0]
+    line = next(l for l in server.output().splitlines() if "listening on" in l)
     assert server.url in line and "curl" in line and "/v2/models/digits/classify" in line
 
 

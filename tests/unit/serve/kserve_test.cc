@@ -118,15 +118,42 @@ TEST(ImageBudget, PixelsAreSharedAcrossTheRequest) {
 
 TEST(KServeEncode, BinaryAndJsonOutputs) {
   std::vector<std::pair<std::string, Tensor>> results = {{"y", Tensor::FromVector<float>({2}, {1, 2})}};
-  InferResponse json_answer = EncodeInferResponse(json::object(), "m", "1", results);
+  InferResponse json_answer =
+      EncodeInferResponse(json::object(), "m", "1", SelectOutputs(json::object(), "m", results, {}));
   EXPECT_EQ(json_answer.header_length, -1);
   EXPECT_EQ(json::parse(json_answer.body)["outputs"][0]["data"], json({1.0, 2.0}));
-  InferResponse binary = EncodeInferResponse({{"parameters", {{"binary_data_output", true}}}}, "m", "1", results);
+  const json header = {{"parameters", {{"binary_data_output", true}}}};
+  InferResponse binary = EncodeInferResponse(header, "m", "1", SelectOutputs(header, "m", results, {}));
   ASSERT_GE(binary.header_length, 0);
   ASSERT_EQ(binary.body.size(), static_cast<size_t>(binary.header_length) + 8);
   float back[2];
   std::memcpy(back, binary.body.data() + binary.header_length, 8);
   EXPECT_EQ(back[1], 2.f);
+}
+
+// Triton's classification extension: the top N of each row as "score:index:label", BYTES.
+TEST(KServeEncode, ClassificationStrings) {
+  std::vector<std::pair<std::string, Tensor>> results = {
+      {"y", Tensor::FromVector<float>({2, 3}, {0.1f, 0.7f, 0.2f, 0.5f, 0.25f, 0.25f})}};
+  const json header = {{"outputs", {{{"name", "y"}, {"parameters", {{"classification", 2}}}}}}};
+  std::vector<ResponseOutput> out = SelectOutputs(header, "m", results, {"cat", "dog", "eel"});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].datatype, "BYTES");
+  EXPECT_EQ(out[0].shape, (Shape{2, 2}));
+  EXPECT_EQ(out[0].strings, (std::vector<std::string>{"0.700000:1:dog", "0.200000:2:eel", "0.500000:0:cat",
+                                                      "0.250000:1:dog"}));
+  const json bad = {{"outputs", {{{"name", "y"}, {"parameters", {{"classification", 0}}}}}}};
+  EXPECT_THROW(SelectOutputs(bad, "m", results, {}), Error);
+}
+
+TEST(KServeDecode, UnknownParametersAreReported) {
+  const json request = {{"parameters", {{"sequence_id", 7}, {"binary_data_output", false}}},
+                        {"inputs", {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {1, 2}}, {"data", {1, 2}}}}},
+                        {"outputs", {{{"name", "y"}, {"parameters", {{"priority", 1}}}}}}};
+  const std::vector<ValueInfo> both = Inputs();
+  const std::vector<ValueInfo> one(both.begin(), both.begin() + 1);
+  InferRequest r = DecodeInferRequest(one, "m", request.dump(), "", RequestLimits{}, CountBytes);
+  EXPECT_EQ(r.ignored_parameters, (std::vector<std::string>{"sequence_id", "output 'y': priority"}));
 }
 
 }  // namespace

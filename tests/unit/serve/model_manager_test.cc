@@ -145,13 +145,21 @@ ErrorCode CodeOf(const std::function<void()>& f, std::string* message = nullptr)
 TEST_F(ModelManagerTest, IndexListsModelsAndPicksUpNewOnes) {
   ModelManager m(Options());
   auto index = m.Index();
-  ASSERT_EQ(index.size(), 4u);
+  ASSERT_EQ(index.size(), 5u);
   EXPECT_EQ(index[0].name, "a");
   EXPECT_EQ(index[1].name, "b");
   EXPECT_EQ(index[2].name, "broken");
   EXPECT_EQ(index[3].name, "c");
   EXPECT_EQ(index[3].version, "2");
-  for (const auto& e : index) EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
+  // A directory without <version>/model.onnx is reported with the reason, not skipped silently.
+  EXPECT_EQ(index[4].name, "not_a_model");
+  EXPECT_EQ(index[4].status, ModelStatus::kFailed);
+  EXPECT_NE(index[4].reason.find("invalid: no version directory holding model.onnx"), std::string::npos)
+      << index[4].reason;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(index[i].status, ModelStatus::kUnavailable) << index[i].name;
+    EXPECT_EQ(index[i].reason, "not loaded yet") << index[i].name;
+  }
   EXPECT_EQ(m.Stats().loads, 0u);
 
   WriteModel(repo_, "d", "7", 5);
@@ -227,6 +235,7 @@ TEST_F(ModelManagerTest, LruEvictionUnderBudget) {
   EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
   EXPECT_EQ(m.Stats().evictions, 1u);
   EXPECT_LE(m.Stats().accounted_bytes, kWeightBytes * 5 / 2);
+  EXPECT_EQ(Find(m.Index(), "a")->reason.rfind("evicted: memory budget", 0), 0u) << Find(m.Index(), "a")->reason;
 
   m.Acquire("a");  // reloaded; b is now the least recently used
   EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
@@ -263,6 +272,7 @@ TEST_F(ModelManagerTest, IdleModelsAreUnloaded) {
   while (StatusOf(m, "b") != ModelStatus::kUnavailable && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kUnavailable);
+  EXPECT_EQ(Find(m.Index(), "b")->reason.rfind("idle: unused for 0.2 s", 0), 0u) << Find(m.Index(), "b")->reason;
   // a was acquired before b but is held: in use, so not idle.
   EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
   EXPECT_GE(m.Stats().unloads, 1u);
@@ -337,7 +347,11 @@ TEST_F(ModelManagerTest, UnloadEverythingReturnsAccountedBytesToZero) {
   for (const char* name : {"a", "b", "c"}) m.Unload(name);
   EXPECT_EQ(m.Stats().accounted_bytes, 0);
   EXPECT_EQ(m.Stats().unloads, 3u);
-  for (const auto& e : m.Index()) EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
+  for (const auto& e : m.Index()) {
+    if (e.name == "not_a_model") continue;
+    EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
+    if (e.name != "broken") EXPECT_EQ(e.reason, "unloaded: by request") << e.name;
+  }
   EXPECT_EQ(CodeOf([&] { m.Unload("a"); }), ErrorCode::kNotFound);
 }
 

@@ -1,0 +1,250 @@
+// InferenceServer's protocol-neutral operations: what the REST routes (server.cc) and the gRPC service
+// (grpc_server.cc) both answer.
+#include <algorithm>
+#include <chrono>
+
+#include "osprey/error.h"
+#include "osprey/image.h"
+#include "serve/log.h"
+#include "serve/model_config.h"
+#include "serve/server_impl.h"
+#include "serve/tensor_json.h"
+
+namespace osprey::serve {
+namespace {
+
+using json = nlohmann::json;
+
+Error BadRequest(const std::string& message) { return Error(ErrorCode::kInvalidArgument, message); }
+
+json TensorsMetadata(const std::vector<ValueInfo>& infos) {
+  json out = json::array();
+  for (const ValueInfo& info : infos)
+    out.push_back({{"name", info.name}, {"datatype", KServeDType(info.dtype)}, {"shape", MetadataShape(info)}});
+  return out;
+}
+
+json Duration(uint64_t count, double us) {
+  return {{"count", count}, {"ns", static_cast<uint64_t>(std::max(0.0, us) * 1000.0)}};
+}
+
+// Repository load/unload parameters: Triton's "config" override and "file:" contents are refused (osprey reads
+// config.json / config.pbtxt from the model directory); anything else is logged as ignored.
+void CheckRepositoryParameters(const std::string& action, const std::string& model, const json& parameters) {
+  if (parameters.is_null()) return;
+  if (!parameters.is_object()) throw BadRequest(action + " '" + model + "': 'parameters' must be an object");
+  for (const auto& [key, value] : parameters.items()) {
+    if (key == "config" || key.rfind("file:", 0) == 0)
+      throw Error(ErrorCode::kUnsupported,
+                  action + " '" + model + "': parameter '" + key +
+                      "' is not supported: osprey reads the model's configuration from config.json and config.pbtxt "
+                      "in its directory of the repository; edit those and load again");
+    log::Event(log::Level::kWarning, "parameter_ignored", action + " '" + model + "': parameter '" + key + "' ignored",
+               {{"model", model}, {"parameter", key}});
+  }
+}
+
+}  // namespace
+
+const char* StateName(ModelStatus status) {
+  switch (status) {
+    case ModelStatus::kReady: return "READY";
+    case ModelStatus::kLoading: return "LOADING";
+    default: return "UNAVAILABLE";
+  }
+}
+
+void InferenceServer::Impl::Record(const std::string& model, bool ok, double us) {
+  std::lock_guard<std::mutex> lock(metrics_mu);
+  RequestMetrics& m = metrics[model];
+  (ok ? m.success : m.failure)++;
+  (ok ? m.success_us : m.failure_us) += us;
+  m.duration.Add(us);
+}
+
+std::shared_ptr<LoadedModel> InferenceServer::Impl::AcquireModel(const std::string& model, const std::string& version) {
+  std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
+  std::lock_guard<std::mutex> lock(served_mu);
+  std::weak_ptr<LoadedModel>& slot = served[loaded->name];
+  if (slot.lock() != loaded) slot = loaded;
+  return loaded;
+}
+
+std::shared_ptr<ImagePreprocessor> InferenceServer::Impl::PreprocessorFor(const LoadedModel& loaded) {
+  const PreprocessSpec& spec = loaded.directory.preprocess;
+  const std::string key = loaded.name + "/" + loaded.version + "/" + spec.ToJson();
+  std::lock_guard<std::mutex> lock(preprocessors_mu);
+  auto it = preprocessors.find(key);
+  if (it != preprocessors.end()) return it->second;
+  CheckPreprocessSpec(spec, loaded.model->graph());
+  CompileOptions options;
+  options.num_threads = manager->options().threads;
+  // Entries for versions no longer served are dropped wholesale now and then; they are small (plans for small graphs).
+  if (preprocessors.size() > 256) preprocessors.clear();
+  auto pre = std::make_shared<ImagePreprocessor>(spec, options);
+  preprocessors[key] = pre;
+  return pre;
+}
+
+Tensor InferenceServer::Impl::ImagePixels(const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {
+  std::shared_ptr<ImagePreprocessor> pre = PreprocessorFor(loaded);
+  DecodeOptions decode_options = DecodeOptionsFor(loaded.directory.preprocess);
+  decode_options.max_pixels = budget->PixelsLeft(decode_options.max_pixels);
+  decode_options.limit_name = budget->LimitName();
+  DecodeInfo info;
+  Tensor image = DecodeImage(encoded.data(), encoded.size(), decode_options, &info);
+  budget->Spend(info.stored_width * info.stored_height);
+  return pre->Run(image);
+}
+
+Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, const ValueInfo& info,
+                                                 const std::vector<std::string_view>& images, ImageBudget* budget,
+                                                 const std::string& what) {
+  const PreprocessSpec& spec = loaded.directory.preprocess;
+  if (spec.input.empty())
+    throw BadRequest(what + ": BYTES (encoded images) need a model with preprocessing (config.json); model '" +
+                     loaded.name + "' has none, so send its input as numbers");
+  if (spec.input != info.name)
+    throw BadRequest(what + ": BYTES (encoded images) are accepted only for the image input '" + spec.input +
+                     "' of model '" + loaded.name + "'");
+  std::vector<Tensor> pixels;
+  pixels.reserve(images.size());
+  for (size_t i = 0; i < images.size(); ++i) {
+    try {
+      pixels.push_back(ImagePixels(loaded, images[i], budget));
+    } catch (const Error& e) {
+      throw Error(e.code() == ErrorCode::kUnsupported ? ErrorCode::kUnsupported : ErrorCode::kInvalidArgument,
+                  what + ": image " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  return StackTensors(pixels);
+}
+
+json InferenceServer::ServerMetadata() const {
+  return {{"name", "osprey"},
+          {"version", impl_->version},
+          {"extensions", {"binary_tensor_data", "model_repository", "statistics", "classification", "model_configuration",
+                          "classify"}}};
+}
+
+bool InferenceServer::ModelReady(const std::string& model, const std::string& version) {
+  bool known = false;
+  for (const ModelIndexEntry& entry : impl_->manager->Index()) {
+    if (entry.name != model) continue;
+    known = true;
+    if (entry.status == ModelStatus::kReady && (version.empty() || version == entry.version)) return true;
+  }
+  if (!known) throw Error(ErrorCode::kNotFound, "model '" + model + "' is not in the repository");
+  return false;
+}
+
+json InferenceServer::ModelMetadata(const std::string& model, const std::string& version) {
+  std::shared_ptr<const ModelDescription> d = impl_->manager->Describe(model, version);
+  return {{"name", d->name},
+          {"versions", {d->version}},
+          {"platform", "onnx"},
+          {"inputs", TensorsMetadata(d->inputs)},
+          {"outputs", TensorsMetadata(d->outputs)}};
+}
+
+std::shared_ptr<const inference::ModelConfig> InferenceServer::ModelConfig(const std::string& model,
+                                                                           const std::string& version) {
+  return impl_->manager->Describe(model, version)->config;
+}
+
+json InferenceServer::Statistics(const std::string& model, const std::string& version) {
+  json stats = json::array();
+  bool found = false;
+  for (const ModelIndexEntry& entry : impl_->manager->Index()) {
+    if (entry.version.empty()) continue;  // a directory that is not a model
+    if (!model.empty() && entry.name != model) continue;
+    if (!version.empty() && entry.version != version) continue;
+    found = true;
+    RequestMetrics m;
+    {
+      std::lock_guard<std::mutex> lock(impl_->metrics_mu);
+      if (auto it = impl_->metrics.find(entry.name); it != impl_->metrics.end()) m = it->second;
+    }
+    const Scheduler::Counters c = impl_->scheduler->ModelCounters(entry.name);
+    json inference_stats = {{"success", Duration(m.success, m.success_us)},
+                            {"fail", Duration(m.failure, m.failure_us)},
+                            {"queue", Duration(c.requests, c.queue_us)},
+                            {"compute_input", Duration(c.requests, 0)},
+                            {"compute_infer", Duration(c.requests, c.compute_us)},
+                            {"compute_output", Duration(c.requests, 0)},
+                            {"cache_hit", Duration(0, 0)},
+                            {"cache_miss", Duration(0, 0)}};
+    stats.push_back({{"name", entry.name},
+                     {"version", entry.version},
+                     {"last_inference", c.last_ms},
+                     {"inference_count", c.inferences},
+                     {"execution_count", c.executions},
+                     {"inference_stats", inference_stats},
+                     {"batch_stats", json::array()},
+                     {"memory_usage", json::array()},
+                     {"state", StateName(entry.status)},
+                     {"reason", entry.reason},
+                     {"request_success_count", m.success},
+                     {"request_failure_count", m.failure},
+                     {"weight_bytes", entry.weight_bytes},
+                     {"shared_bytes", entry.shared_bytes},
+                     {"unique_bytes", entry.weight_bytes - entry.shared_bytes},
+                     {"runtime_bytes", entry.runtime_bytes}});
+  }
+  if (!model.empty() && !found)
+    throw Error(ErrorCode::kNotFound, "model '" + model + "'" + (version.empty() ? "" : " version " + version) +
+                                          " is not in the repository");
+  return {{"model_stats", stats}};
+}
+
+json InferenceServer::RepositoryIndex(bool ready_only) {
+  json out = json::array();
+  for (const ModelIndexEntry& entry : impl_->manager->Index()) {
+    if (ready_only && entry.status != ModelStatus::kReady) continue;
+    out.push_back(
+        {{"name", entry.name}, {"version", entry.version}, {"state", StateName(entry.status)}, {"reason", entry.reason}});
+  }
+  return out;
+}
+
+void InferenceServer::LoadModel(const std::string& model, const json& parameters) {
+  CheckRepositoryParameters("load", model, parameters);
+  impl_->manager->Load(model);
+}
+
+void InferenceServer::UnloadModel(const std::string& model, const json& parameters) {
+  CheckRepositoryParameters("unload", model, parameters);
+  try {
+    impl_->manager->Unload(model);
+  } catch (const Error& e) {
+    // Unloading a model that exists but is not loaded is a no-op, as in Triton.
+    if (e.code() != ErrorCode::kNotFound) throw;
+    bool known = false;
+    for (const ModelIndexEntry& entry : impl_->manager->Index()) known |= entry.name == model;
+    if (!known) throw;
+  }
+}
+
+InferenceServer::InferResult InferenceServer::Infer(const std::string& model, const std::string& version,
+                                                    const Decoder& decode) {
+  InferResult result;
+  result.loaded = impl_->AcquireModel(model, version);
+  const LoadedModel& loaded = *result.loaded;
+  ImageBudget budget(impl_->limits);
+  result.request = decode(loaded.model->graph().input_infos, impl_->limits,
+                          [&](const ValueInfo& info, const std::vector<std::string_view>& images,
+                              const std::string& what) {
+                            return impl_->EncodedImagesInput(loaded, info, images, &budget, what);
+                          });
+  if (!result.request.ignored_parameters.empty()) {
+    std::string names;
+    for (const std::string& p : result.request.ignored_parameters) names += (names.empty() ? "" : ", ") + p;
+    log::Event(log::Level::kWarning, "parameter_ignored",
+               "infer '" + model + "': osprey does not act on these request parameters: " + names,
+               {{"model", model}, {"parameters", result.request.ignored_parameters}});
+  }
+  result.results = impl_->scheduler->Run(result.loaded, std::move(result.request.inputs));
+  return result;
+}
+
+}  // namespace osprey::serve
