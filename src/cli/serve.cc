@@ -11,11 +11,13 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "cli/common.h"
 #include "osprey/error.h"
+#include "serve/grpc_server.h"
 #include "serve/http_server.h"
 #include "serve/log.h"
 #include "serve/model_manager.h"
@@ -29,6 +31,7 @@ struct ServeCommandOptions {
   std::string repository;
   std::string host = "127.0.0.1";
   int port = 8000;
+  int grpc_port = -1;
   std::string memory_budget = "0";
   double idle_unload = 0;
   std::vector<std::string> load;
@@ -115,6 +118,11 @@ CLI::App* AddServeCommand(CLI::App& app) {
   serve->add_option("--model-repository", o.repository, "Directory of <name>/<version>/model.onnx")->required();
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   serve->add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  serve->add_option("--grpc-port", o.grpc_port,
+                    "Also serve the KServe v2 gRPC API on this port (Triton's default: 8001; 0 = any free port; "
+                    "-1 = no gRPC)")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
   serve->add_option("--memory-budget", o.memory_budget, "Accounted bytes of loaded models, e.g. 512M, 2G (0 = none)")
       ->capture_default_str();
   serve->add_option("--idle-unload", o.idle_unload, "Unload models unused for this many seconds (0 = never)")
@@ -228,12 +236,23 @@ int RunServeCommand(std::ostream& out) {
   http_options.run_inline = serve::InferenceServer::RunsInline;
   serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
 
+  std::unique_ptr<serve::GrpcServer> grpc;
+  if (o.grpc_port >= 0) {
+    serve::GrpcServerOptions grpc_options;
+    grpc_options.host = o.host;
+    grpc_options.port = o.grpc_port;
+    grpc_options.max_message_bytes = http_options.max_body_bytes;
+    grpc_options.threads = o.workers;
+    grpc = std::make_unique<serve::GrpcServer>(&server, grpc_options);
+  }
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string url = "http://" + host + ":" + std::to_string(http.port());
   const std::vector<serve::ModelIndexEntry> index = manager.Index();
   out << "osprey serve: listening on " << url << " (" << index.size() << " model(s) in " << o.repository
-      << "); try: " << CurlExample(url, index, o.repository) << std::endl;
+      << ")" << (grpc ? ", gRPC on " + host + ":" + std::to_string(grpc->port()) : std::string())
+      << "; try: " << CurlExample(url, index, o.repository) << std::endl;
   http.Run();
+  if (grpc) grpc->Shutdown();
   out << "osprey serve: stopped" << std::endl;
   return 0;
 }

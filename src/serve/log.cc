@@ -95,7 +95,8 @@ void Request(const std::string& method, const std::string& target, int status, s
              double micros, std::string_view response_body) {
   const bool failed = status >= 400;
   if (!failed && !g_options.access) return;
-  Fields fields = {{"method", method}, {"path", target}, {"status", status}};
+  Fields fields;
+  if (g_options.json) fields = {{"method", method}, {"path", target}, {"status", status}};  // text: in the message
   const std::string model = ModelOf(target);
   if (!model.empty()) fields.emplace_back("model", model);
   fields.emplace_back("bytes_in", bytes_in);

@@ -151,7 +151,7 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
     if (action == "config") return JsonResponse(200, ConfigJson(*ModelConfig(model, version)));
     if (!wants_post) return ErrorResponse(404, "no route for model action '" + action + "'");
 
-    // infer / classify: timed and counted per model.
+    // infer (counted in Infer, for both protocols) / classify (timed and counted here).
     const auto start = std::chrono::steady_clock::now();
     HttpResponse response;
     try {
@@ -183,7 +183,7 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
     }
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     // Unknown models are not recorded, so requests cannot grow the label set without bound.
-    if (response.status != 404) impl_->Record(model, response.status < 400, us);
+    if (action == "classify" && response.status != 404) impl_->Record(model, response.status < 400, us);
     return response;
   } catch (const Error& e) {
     return ErrorAnswer(e);

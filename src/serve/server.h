@@ -68,6 +68,7 @@ class InferenceServer {
   struct Impl;  // server_impl.h
 
  private:
+  InferResult InferUntimed(const std::string& model, const std::string& version, const Decoder& decode);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -227,6 +227,26 @@ void InferenceServer::UnloadModel(const std::string& model, const json& paramete
 
 InferenceServer::InferResult InferenceServer::Infer(const std::string& model, const std::string& version,
                                                     const Decoder& decode) {
+  const auto start = std::chrono::steady_clock::now();
+  auto micros = [&] {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  };
+  try {
+    InferResult result = InferUntimed(model, version, decode);
+    impl_->Record(model, true, micros());
+    return result;
+  } catch (const Error& e) {
+    // Unknown models are not recorded, so requests cannot grow the label set without bound.
+    if (e.code() != ErrorCode::kNotFound) impl_->Record(model, false, micros());
+    throw;
+  } catch (const std::exception&) {
+    impl_->Record(model, false, micros());
+    throw;
+  }
+}
+
+InferenceServer::InferResult InferenceServer::InferUntimed(const std::string& model, const std::string& version,
+                                                           const Decoder& decode) {
   InferResult result;
   result.loaded = impl_->AcquireModel(model, version);
   const LoadedModel& loaded = *result.loaded;

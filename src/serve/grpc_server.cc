@@ -1,0 +1,299 @@
+#include "serve/grpc_server.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "osprey/error.h"
+#include "serve/kserve.h"
+#include "serve/log.h"
+#include "serve/proto/inference.grpc.pb.h"
+#include "serve/server.h"
+
+namespace osprey::serve {
+namespace {
+
+using json = nlohmann::json;
+
+grpc::Status ToStatus(const Error& e) {
+  if (dynamic_cast<const RequestTooLarge*>(&e)) return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
+  switch (e.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnsupported:
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    case ErrorCode::kNotFound:
+      return {grpc::StatusCode::NOT_FOUND, e.what()};
+    case ErrorCode::kResourceExhausted:
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
+    case ErrorCode::kUnavailable:
+      return {grpc::StatusCode::UNAVAILABLE, e.what()};
+    default:
+      return {grpc::StatusCode::INTERNAL, e.what()};
+  }
+}
+
+// Runs one call: osprey errors become gRPC status codes, and each call is logged as a REST request would be.
+template <class F>
+grpc::Status Call(const char* method, const std::string& model, F&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status status;
+  try {
+    body();
+  } catch (const Error& e) {
+    status = ToStatus(e);
+  } catch (const json::exception& e) {
+    status = {grpc::StatusCode::INVALID_ARGUMENT, std::string("malformed request: ") + e.what()};
+  } catch (const std::bad_alloc&) {
+    status = {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory"};
+  } catch (const std::exception& e) {
+    status = {grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()};
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const int http_like = status.ok() ? 200
+                        : status.error_code() == grpc::StatusCode::NOT_FOUND          ? 404
+                        : status.error_code() == grpc::StatusCode::INVALID_ARGUMENT   ? 400
+                        : status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? 413
+                        : status.error_code() == grpc::StatusCode::UNAVAILABLE        ? 503
+                                                                                      : 500;
+  log::Request("GRPC", std::string("/inference.GRPCInferenceService/") + method + (model.empty() ? "" : "/" + model),
+               http_like, 0, 0, us, status.ok() ? "" : json({{"error", status.error_message()}}).dump());
+  return status;
+}
+
+// JSON (field names as the proto's) into a message; unknown fields (osprey's extras) are skipped.
+template <class Message>
+void FromJson(const json& j, Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(j.dump(), message, options);
+  if (!status.ok()) throw Error(ErrorCode::kInternal, "gRPC answer: " + std::string(status.message()));
+}
+
+json ParameterJson(const inference::InferParameter& p) {
+  switch (p.parameter_choice_case()) {
+    case inference::InferParameter::kBoolParam: return p.bool_param();
+    case inference::InferParameter::kInt64Param: return p.int64_param();
+    case inference::InferParameter::kStringParam: return p.string_param();
+    case inference::InferParameter::kDoubleParam: return p.double_param();
+    case inference::InferParameter::kUint64Param: return p.uint64_param();
+    default: return nullptr;
+  }
+}
+
+template <class Map>
+json ParametersJson(const Map& parameters) {
+  json out = json::object();
+  for (const auto& [key, value] : parameters) out[key] = ParameterJson(value);
+  return out;
+}
+
+json RepositoryParametersJson(const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& map) {
+  if (map.empty()) return nullptr;
+  json out = json::object();
+  for (const auto& [key, p] : map) {
+    switch (p.parameter_choice_case()) {
+      case inference::ModelRepositoryParameter::kBoolParam: out[key] = p.bool_param(); break;
+      case inference::ModelRepositoryParameter::kInt64Param: out[key] = p.int64_param(); break;
+      case inference::ModelRepositoryParameter::kStringParam: out[key] = p.string_param(); break;
+      default: out[key] = "(bytes)"; break;
+    }
+  }
+  return out;
+}
+
+void AppendLengthPrefixed(std::string* out, const std::string& element) {
+  const uint32_t n = static_cast<uint32_t>(element.size());
+  const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                          static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+  out->append(length, 4);
+  *out += element;
+}
+
+// A ModelInferRequest as the REST binary-extension body (JSON header + binary section), so that one decoder
+// (DecodeInferRequest) checks both protocols: raw_input_contents and BYTES contents go to the binary section, typed
+// numeric contents to "data".
+std::string RestBody(const inference::ModelInferRequest& request, std::string* header_length) {
+  json header = json::object();
+  if (!request.id().empty()) header["id"] = request.id();
+  if (!request.parameters().empty()) header["parameters"] = ParametersJson(request.parameters());
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size())
+    throw Error(ErrorCode::kInvalidArgument, "raw_input_contents has " +
+                                                 std::to_string(request.raw_input_contents_size()) +
+                                                 " entries for " + std::to_string(request.inputs_size()) + " inputs");
+  std::string binary;
+  header["inputs"] = json::array();
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const auto& in = request.inputs(i);
+    json j = {{"name", in.name()},
+              {"datatype", in.datatype()},
+              {"shape", std::vector<int64_t>(in.shape().begin(), in.shape().end())}};
+    json parameters = ParametersJson(in.parameters());
+    const auto& c = in.contents();
+    if (raw) {
+      parameters["binary_data_size"] = request.raw_input_contents(i).size();
+      binary += request.raw_input_contents(i);
+    } else if (c.bytes_contents_size() > 0) {
+      const size_t before = binary.size();
+      for (const std::string& element : c.bytes_contents()) AppendLengthPrefixed(&binary, element);
+      parameters["binary_data_size"] = binary.size() - before;
+    } else if (c.fp32_contents_size() > 0) {
+      j["data"] = std::vector<float>(c.fp32_contents().begin(), c.fp32_contents().end());
+    } else if (c.fp64_contents_size() > 0) {
+      j["data"] = std::vector<double>(c.fp64_contents().begin(), c.fp64_contents().end());
+    } else if (c.int64_contents_size() > 0) {
+      j["data"] = std::vector<int64_t>(c.int64_contents().begin(), c.int64_contents().end());
+    } else if (c.int_contents_size() > 0) {
+      j["data"] = std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end());
+    } else if (c.uint64_contents_size() > 0) {
+      j["data"] = std::vector<uint64_t>(c.uint64_contents().begin(), c.uint64_contents().end());
+    } else if (c.uint_contents_size() > 0) {
+      j["data"] = std::vector<uint32_t>(c.uint_contents().begin(), c.uint_contents().end());
+    } else if (c.bool_contents_size() > 0) {
+      j["data"] = std::vector<bool>(c.bool_contents().begin(), c.bool_contents().end());
+    } else {
+      j["data"] = json::array();  // an empty tensor, or missing data: the decoder says which
+    }
+    if (!parameters.empty()) j["parameters"] = parameters;
+    header["inputs"].push_back(std::move(j));
+  }
+  if (request.outputs_size() > 0) {
+    header["outputs"] = json::array();
+    for (const auto& o : request.outputs()) {
+      json j = {{"name", o.name()}};
+      json parameters = ParametersJson(o.parameters());
+      if (!parameters.empty()) j["parameters"] = parameters;
+      header["outputs"].push_back(std::move(j));
+    }
+  }
+  std::string body = header.dump();
+  *header_length = std::to_string(body.size());
+  return body + binary;
+}
+
+class Service final : public inference::GRPCInferenceService::Service {
+ public:
+  explicit Service(InferenceServer* server) : server_(server) {}
+
+  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
+                          inference::ServerLiveResponse* response) override {
+    response->set_live(true);
+    return grpc::Status::OK;
+  }
+  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
+                           inference::ServerReadyResponse* response) override {
+    response->set_ready(true);
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* request,
+                          inference::ModelReadyResponse* response) override {
+    return Call("ModelReady", request->name(),
+                [&] { response->set_ready(server_->ModelReady(request->name(), request->version())); });
+  }
+  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
+                              inference::ServerMetadataResponse* response) override {
+    return Call("ServerMetadata", "", [&] { FromJson(server_->ServerMetadata(), response); });
+  }
+  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* request,
+                             inference::ModelMetadataResponse* response) override {
+    return Call("ModelMetadata", request->name(),
+                [&] { FromJson(server_->ModelMetadata(request->name(), request->version()), response); });
+  }
+  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* request,
+                           inference::ModelConfigResponse* response) override {
+    return Call("ModelConfig", request->name(), [&] {
+      *response->mutable_config() = *server_->ModelConfig(request->name(), request->version());
+    });
+  }
+  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* request,
+                               inference::ModelStatisticsResponse* response) override {
+    return Call("ModelStatistics", request->name(),
+                [&] { FromJson(server_->Statistics(request->name(), request->version()), response); });
+  }
+  grpc::Status RepositoryIndex(grpc::ServerContext*, const inference::RepositoryIndexRequest* request,
+                               inference::RepositoryIndexResponse* response) override {
+    return Call("RepositoryIndex", "",
+                [&] { FromJson(json{{"models", server_->RepositoryIndex(request->ready())}}, response); });
+  }
+  grpc::Status RepositoryModelLoad(grpc::ServerContext*, const inference::RepositoryModelLoadRequest* request,
+                                   inference::RepositoryModelLoadResponse*) override {
+    return Call("RepositoryModelLoad", request->model_name(), [&] {
+      server_->LoadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
+    });
+  }
+  grpc::Status RepositoryModelUnload(grpc::ServerContext*, const inference::RepositoryModelUnloadRequest* request,
+                                     inference::RepositoryModelUnloadResponse*) override {
+    return Call("RepositoryModelUnload", request->model_name(), [&] {
+      server_->UnloadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
+    });
+  }
+  grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest* request,
+                          inference::ModelInferResponse* response) override {
+    return Call("ModelInfer", request->model_name(), [&] {
+      std::string header_length;
+      const std::string body = RestBody(*request, &header_length);
+      const std::string& model = request->model_name();
+      InferenceServer::InferResult r = server_->Infer(
+          model, request->model_version(),
+          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images) {
+            return DecodeInferRequest(inputs, model, body, header_length, limits, images);
+          });
+      response->set_model_name(r.loaded->name);
+      response->set_model_version(r.loaded->version);
+      response->set_id(request->id());
+      for (const ResponseOutput& out : SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels)) {
+        auto* o = response->add_outputs();
+        o->set_name(out.name);
+        o->set_datatype(out.datatype);
+        for (int64_t d : out.shape) o->add_shape(d);
+        std::string* raw = response->add_raw_output_contents();
+        if (out.datatype == "BYTES") {
+          for (const std::string& s : out.strings) AppendLengthPrefixed(raw, s);
+        } else {
+          raw->assign(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
+        }
+      }
+    });
+  }
+
+ private:
+  InferenceServer* server_;
+};
+
+}  // namespace
+
+struct GrpcServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  bool shut_down = false;
+};
+
+GrpcServer::GrpcServer(InferenceServer* server, GrpcServerOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->service = std::make_unique<Service>(server);
+  grpc::ServerBuilder builder;
+  const std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+  builder.AddListeningPort(host + ":" + std::to_string(options.port), grpc::InsecureServerCredentials(), &impl_->port);
+  builder.RegisterService(impl_->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX)));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  grpc::ResourceQuota quota("osprey-grpc");
+  quota.SetMaxThreads(std::max(2, options.threads + 1));  // +1: gRPC's own poller
+  builder.SetResourceQuota(quota);
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || impl_->port == 0)
+    throw Error(ErrorCode::kUnavailable, "serve: cannot listen for gRPC on " + host + ":" + std::to_string(options.port));
+}
+
+GrpcServer::~GrpcServer() { Shutdown(); }
+
+int GrpcServer::port() const { return impl_->port; }
+
+void GrpcServer::Shutdown() {
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+}
+
+}  // namespace osprey::serve

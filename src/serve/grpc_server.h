@@ -1,0 +1,32 @@
+#pragma once
+// The KServe v2 gRPC API (inference.GRPCInferenceService, src/serve/proto/inference.proto) beside REST, on its own
+// port: the same InferenceServer operations, model manager, scheduler and limits. What tritonclient.grpc speaks.
+#include <memory>
+#include <string>
+
+namespace osprey::serve {
+
+class InferenceServer;
+
+struct GrpcServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8001;                        // 0 = any free port (see GrpcServer::port())
+  int64_t max_message_bytes = 64 << 20;   // largest request message (as --max-body-size for REST)
+  int threads = 4;                        // most requests served at once (as --workers); beyond: RESOURCE_EXHAUSTED
+};
+
+class GrpcServer {
+ public:
+  /// Starts serving at once (gRPC's own threads). Throws Error kUnavailable when the address cannot be bound.
+  GrpcServer(InferenceServer* server, GrpcServerOptions options);
+  ~GrpcServer();  // Shutdown()
+  int port() const;
+  /// Stops accepting and waits for the calls in flight (idempotent).
+  void Shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace osprey::serve

@@ -1,0 +1,292 @@
+"""Operating osprey like Triton (issue 13): tritonclient.grpc and tritonclient.http against the real server (metadata,
+config, statistics, infer, the classification extension, repository), config.pbtxt, warmup, model states with reasons
+and the log. Oracles: ONNX Runtime on the same model file, the config files written here, and hand-counted requests."""
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+RNG = np.random.default_rng(13)
+
+
+def copy_model(root: Path, name: str, demo_model: Path, versions=("1",), config_json=None, pbtxt=None):
+    for v in versions:
+        d = root / name / v
+        d.mkdir(parents=True)
+        shutil.copy(demo_model / "1" / "model.onnx", d / "model.onnx")
+        config = json.loads((demo_model / "1" / "config.json").read_text())
+        config.update(config_json or {})
+        (d / "config.json").write_text(json.dumps(config))
+    shutil.copy(demo_model / "labels.txt", root / name / "labels.txt")
+    if pbtxt is not None:
+        (root / name / "config.pbtxt").write_text(pbtxt)
+    return root / name
+
+
+@pytest.fixture
+def triton_server(tmp_path, demo_model, start_repo):
+    """A server over `digits` and `tiny` copies, REST + gRPC, with the access log on."""
+    repo = tmp_path / "repo"
+    copy_model(repo, "digits", demo_model)
+    copy_model(repo, "other", demo_model)
+    server = start_repo(repo, "--grpc-port", 0, "--access-log")
+    server.grpc_port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    return server
+
+
+def ort_logits(demo_model, x):
+    session = ort.InferenceSession(str(demo_model / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def test_grpc_metadata_infer_and_errors(triton_server, demo_model):
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton_server.grpc_port}")
+    assert client.is_server_live() and client.is_server_ready()
+    meta = client.get_server_metadata()
+    assert meta.name == "osprey" and "classification" in meta.extensions
+    m = client.get_model_metadata("digits")
+    assert m.inputs[0].name == "image" and list(m.inputs[0].shape) == [-1, 1, 32, 32]
+    assert not client.is_model_ready("digits")  # metadata did not load it
+    x = RNG.random((3, 1, 32, 32), dtype=np.float32)
+    inp = grpcclient.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)  # raw_input_contents
+    result = client.infer("digits", [inp])
+    out = result.as_numpy(m.outputs[0].name)
+    np.testing.assert_allclose(out, ort_logits(demo_model, x), rtol=1e-4, atol=1e-4)
+    assert client.is_model_ready("digits")
+    # Errors are gRPC status codes with osprey's message.
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_metadata("nope")
+    assert "StatusCode.NOT_FOUND" in str(e.value.status()) and "nope" in e.value.message()
+    bad = grpcclient.InferInput("image", [1, 3, 32, 32], "FP32")
+    bad.set_data_from_numpy(np.zeros((1, 3, 32, 32), np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("digits", [bad])
+    assert "INVALID_ARGUMENT" in str(e.value.status()) and "does not match" in e.value.message()
+    # Shapes whose byte count wraps are refused as over REST.
+    huge = grpcclient.InferInput("image", [1 << 60, 1, 32, 32], "FP32")
+    huge._raw_content = b""
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("digits", [huge])
+    assert "INVALID_ARGUMENT" in str(e.value.status()) or "RESOURCE_EXHAUSTED" in str(e.value.status())
+    assert client.is_server_live()
+
+
+def test_classification_extension_grpc_and_http(triton_server, demo_model):
+    labels = (demo_model / "labels.txt").read_text().split()
+    x = RNG.random((2, 1, 32, 32), dtype=np.float32)
+    expected = ort_logits(demo_model, x)
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{triton_server.grpc_port}")
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{triton_server.port}")
+    gi = grpcclient.InferInput("image", list(x.shape), "FP32")
+    gi.set_data_from_numpy(x)
+    hi = httpclient.InferInput("image", list(x.shape), "FP32")
+    hi.set_data_from_numpy(x, binary_data=True)
+    answers = [g.infer("digits", [gi], outputs=[grpcclient.InferRequestedOutput("logits", class_count=3)]),
+               h.infer("digits", [hi], outputs=[httpclient.InferRequestedOutput("logits", class_count=3)])]
+    for result in answers:
+        strings = result.as_numpy("logits")
+        assert strings.shape == (2, 3)
+        for row in range(2):
+            top = np.argsort(-expected[row])[:3]
+            for k in range(3):
+                score, index, label = strings[row, k].decode().split(":")
+                assert int(index) == top[k]
+                assert abs(float(score) - expected[row, top[k]]) < 1e-4
+                assert label == labels[top[k]]
+
+
+def test_config_and_statistics(triton_server):
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{triton_server.grpc_port}")
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{triton_server.port}")
+    config = h.get_model_config("digits")
+    assert config["name"] == "digits" and config["max_batch_size"] == 256
+    assert config["input"] == [{"name": "image", "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [1, 32, 32]}]
+    assert config["output"][0]["dims"] == [10] and config["output"][0]["label_filename"] == "labels.txt"
+    gconfig = g.get_model_config("digits", as_json=True)["config"]
+    assert gconfig["input"][0]["dims"] == ["1", "32", "32"] and gconfig["max_batch_size"] == 256
+    assert not g.is_model_ready("digits")  # config did not load it either
+    x = np.zeros((4, 1, 32, 32), np.float32)
+    hi = httpclient.InferInput("image", list(x.shape), "FP32")
+    hi.set_data_from_numpy(x)
+    for _ in range(2):
+        h.infer("digits", [hi])
+    with pytest.raises(InferenceServerException):
+        h.infer("digits", [httpclient.InferInput("image", [1, 3, 2, 2], "FP32").set_data_from_numpy(
+            np.zeros((1, 3, 2, 2), np.float32))])
+    gi = grpcclient.InferInput("image", list(x.shape), "FP32")
+    gi.set_data_from_numpy(x)
+    g.infer("digits", [gi])
+    stats = h.get_inference_statistics("digits")["model_stats"][0]
+    assert stats["name"] == "digits" and stats["version"] == "1"
+    assert stats["inference_stats"]["success"]["count"] == 3
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["execution_count"] == 3 and stats["inference_count"] == 12
+    assert stats["inference_stats"]["compute_infer"]["ns"] > 0 and stats["last_inference"] > 0
+    gstats = g.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    assert int(gstats["inference_count"]) == 12 and int(gstats["inference_stats"]["success"]["count"]) == 3
+    everything = h.get_inference_statistics()["model_stats"]
+    assert sorted(s["name"] for s in everything) == ["digits", "other"]
+
+
+def test_repository_load_unload_and_states(triton_server):
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{triton_server.grpc_port}")
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{triton_server.port}")
+    index = {m["name"]: m for m in h.get_model_repository_index()}
+    assert index["other"]["state"] == "UNAVAILABLE" and index["other"]["reason"] == "not loaded yet"
+    g.load_model("other")
+    assert g.is_model_ready("other") and h.is_model_ready("other")
+    g.unload_model("other")
+    index = {m.name: m for m in g.get_model_repository_index().models}
+    assert index["other"].state == "UNAVAILABLE" and index["other"].reason == "unloaded: by request"
+    # A config override on load is refused with the reason, not accepted and ignored.
+    with pytest.raises(InferenceServerException) as e:
+        h.load_model("other", config=json.dumps({"max_batch_size": 2}))
+    assert "config.pbtxt" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        g.load_model("nope")
+    assert "NOT_FOUND" in str(e.value.status())
+    log = triton_server.output()
+    assert "model_loaded: model 'other' version 1 ready" in log
+    assert "model_unloaded: model 'other' version 1 unloaded (unloaded: by request)" in log
+
+
+def test_log_records_requests_and_failures(triton_server):
+    status, _, _ = triton_server.request("POST", "/v2/models/nope/infer", {"inputs": []})
+    assert status == 404
+    status, _, body = triton_server.request("POST", "/v2/models/digits/infer", b"")
+    assert status == 400 and b"empty" in body  # an empty infer body is an error, not 200
+    triton_server.request("GET", "/v2/health/ready")
+    time.sleep(0.2)
+    log = triton_server.output()
+    assert "warning request_failed: POST /v2/models/nope/infer -> 404" in log and "model=nope" in log
+    assert "reason=model 'nope' not found in the repository" in log
+    assert "request_failed: POST /v2/models/digits/infer -> 400" in log
+    assert re.search(r"info request: GET /v2/health/ready -> 200 bytes_in=0 bytes_out=\d+ us=\d+", log)
+    assert "info start: osprey serve" in log and "max_images=128" in log
+
+
+def test_json_log_and_parameters_warning(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    copy_model(repo, "digits", demo_model)
+    server = start_repo(repo, "--log-format", "json")
+    body = {"parameters": {"sequence_id": 3},
+            "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 32, 32], "data": [0.0] * 1024}]}
+    status, _, _ = server.request("POST", "/v2/models/digits/infer", body)
+    assert status == 200
+    time.sleep(0.2)
+    lines = [json.loads(l) for l in server.output().splitlines() if l.startswith("{")]
+    events = {l["event"] for l in lines}
+    assert "start" in events
+    assert all({"time", "level", "event", "message"} <= set(l) for l in lines)
+    warning = [l for l in lines if l["event"] == "parameter_ignored"]
+    assert warning and warning[0]["parameters"] == ["sequence_id"] and warning[0]["level"] == "warning"
+    loaded = [l for l in lines if l["event"] == "model_loaded"]
+    assert loaded and loaded[0]["model"] == "digits" and loaded[0]["weight_bytes"] > 0
+
+
+def test_eviction_and_idle_reasons_are_logged(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    for name in ("a", "b"):
+        copy_model(repo, name, demo_model)
+    size = (demo_model / "1" / "model.onnx").stat().st_size
+    server = start_repo(repo, "--memory-budget", int(size * 1.6), "--idle-unload", 1)
+    x = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 32, 32], "data": [0.0] * 1024}]}
+    assert server.request("POST", "/v2/models/a/infer", x)[0] == 200
+    assert server.request("POST", "/v2/models/b/infer", x)[0] == 200
+    status, index = server.json("POST", "/v2/repository/index", {})
+    reasons = {m["name"]: m["reason"] for m in index}
+    assert reasons["a"].startswith("evicted: memory budget"), reasons
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        reasons = {m["name"]: m["reason"] for m in server.json("POST", "/v2/repository/index", {})[1]}
+        if reasons["b"].startswith("idle"):
+            break
+        time.sleep(0.2)
+    assert reasons["b"].startswith("idle: unused for 1 s"), reasons
+    log = server.output()
+    assert "unloaded (evicted: memory budget" in log and "unloaded (idle: unused for 1 s" in log
+
+
+PBTXT = """
+name: "digits"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy: { specific: { versions: [1, 3] } }
+input [ { name: "image" data_type: TYPE_FP32 dims: [ 1, 32, 32 ] } ]
+output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }
+model_warmup [ { name: "w" batch_size: 4 inputs { key: "image" value: { data_type: TYPE_FP32 dims: [ 1, 32, 32 ] random_data: true } } } ]
+"""
+
+
+def test_config_pbtxt_is_read_and_ignored_fields_named(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    copy_model(repo, "digits", demo_model, versions=("1", "2", "3"), pbtxt=PBTXT)
+    server = start_repo(repo, "--grpc-port", 0)
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    config = h.get_model_config("digits")
+    assert config["max_batch_size"] == 8
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 2000
+    assert config["version_policy"] == {"specific": {"versions": [1, 3]}}
+    assert config["model_warmup"][0]["batch_size"] == 4
+    # version_policy: 3 is the newest allowed, 2 is not served.
+    assert h.get_model_metadata("digits")["versions"] == ["3"]
+    status, _, body = server.request("GET", "/v2/models/digits/versions/2")
+    assert status == 404 and b"version_policy" in body
+    x = np.zeros((1, 1, 32, 32), np.float32)
+    hi = httpclient.InferInput("image", list(x.shape), "FP32")
+    hi.set_data_from_numpy(x)
+    assert h.infer("digits", [hi], model_version="1").get_response()["model_version"] == "1"
+    log = server.output()
+    assert "config_ignored" in log
+    for field in ("ModelConfig.optimization", "ModelConfig.instance_group"):
+        assert field in log, log
+    assert "model_warmup: model 'digits'" in log
+
+
+def test_bad_pbtxt_and_missing_model_reported_at_start(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    copy_model(repo, "digits", demo_model, pbtxt="max_batch_size: 4\ninput [ { name: \"nope\" } ]\n")
+    copy_model(repo, "broken_json", demo_model, config_json={"preprocess": {"resize": "sideways"}})
+    (repo / "empty").mkdir()
+    server = start_repo(repo)
+    time.sleep(0.2)
+    log = server.output()
+    assert "repository_problem: model 'empty' cannot be served: no version directory" in log
+    assert "repository_problem: model 'broken_json' cannot be served" in log and "sideways" in log
+    index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
+    assert index["empty"]["reason"].startswith("invalid: no version directory")
+    assert index["broken_json"]["reason"].startswith("invalid: ") and "sideways" in index["broken_json"]["reason"]
+    status, _, body = server.request("POST", "/v2/repository/models/digits/load", {})
+    assert status == 503 and b"config.pbtxt input 'nope'" in body
+    index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
+    assert index["digits"]["reason"].startswith("failed: ")
+
+
+def test_warmup_makes_the_first_request_warm(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    copy_model(repo, "cold", demo_model)
+    copy_model(repo, "warm", demo_model, config_json={"warmup": [1]})
+    server = start_repo(repo, "--load", "cold", "--load", "warm")
+    for name in ("cold", "warm"):
+        body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 32, 32], "data": [0.0] * 1024}]}
+        assert server.request("POST", f"/v2/models/{name}/infer", body)[0] == 200
+    metrics = server.request("GET", "/metrics")[2].decode()
+    misses = dict(re.findall(r'osprey_plan_cache_misses_total\{model="(\w+)"\} (\d+)', metrics))
+    # The warm model's plan was compiled at load: the request hit it. The cold one compiled on the request.
+    hits = dict(re.findall(r'osprey_plan_cache_hits_total\{model="(\w+)"\} (\d+)', metrics))
+    assert hits["warm"] == "1" and misses["warm"] == "1"
+    assert hits["cold"] == "0" and misses["cold"] == "1"
+    assert "model_warmup: model 'warm'" in server.output()
