@@ -8,7 +8,7 @@ SANITIZE_DIR ?= build-sanitize
 # ccache hits across clones in other folders (CI builds a fresh clone): paths below here are hashed relative to it.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: setup build test check check-sanitize demo serve augment-demo fuzz clean format
+.PHONY: setup build server install test check check-sanitize demo serve augment-demo fuzz clean format
 
 setup:
 	@scripts/setup
@@ -18,6 +18,15 @@ $(BUILD_DIR)/CMakeCache.txt:
 
 build: $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Only what serving needs: build/bin/osprey-server (the options of `osprey serve`). The Dockerfile builds this.
+server: $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target osprey-server
+
+# Libraries, headers, binaries, CMake package and pkg-config file under PREFIX (default /usr/local).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then a brief fuzz run.
 test: setup build

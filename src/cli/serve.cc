@@ -113,8 +113,14 @@ int64_t ParseByteSize(const std::string& text, const std::string& flag) {
 }
 
 CLI::App* AddServeCommand(CLI::App& app) {
+  CLI::App* serve =
+      app.add_subcommand("serve", "Serve a model repository (KServe v2 REST and gRPC, Triton extensions, classify)");
+  AddServeOptions(serve);
+  return serve;
+}
+
+void AddServeOptions(CLI::App* serve) {
   ServeCommandOptions& o = Options();
-  CLI::App* serve = app.add_subcommand("serve", "Serve a model repository over HTTP (KServe v2 REST + classify)");
   serve->add_option("--model-repository", o.repository, "Directory of <name>/<version>/model.onnx")->required();
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   serve->add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
@@ -172,7 +178,6 @@ CLI::App* AddServeCommand(CLI::App& app) {
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))
       ->capture_default_str();
-  return serve;
 }
 
 int RunServeCommand(std::ostream& out) {

@@ -9,6 +9,8 @@ namespace osprey::cli {
 
 /// Adds the `serve` subcommand (its options live in serve.cc) and returns it.
 CLI::App* AddServeCommand(CLI::App& app);
+/// Adds the serve options to `app` itself (the server-only binary, osprey-server, has no subcommands).
+void AddServeOptions(CLI::App* app);
 /// Starts the model server and blocks until SIGINT/SIGTERM; returns 0 after a graceful stop. Throws osprey::Error.
 int RunServeCommand(std::ostream& out);
 

@@ -1,0 +1,58 @@
+"""`cmake --install` gives a library a C++ program finds with find_package(osprey) (and with pkg-config), and the
+installed binaries run. The oracle: Relu and a horizontal flip worked out by hand."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("OSPREY_BUILD_DIR", REPO / "build"))
+EXPECTED = "relu: 0 2 0 4 0 6\nbox: 30 0 40 5\n"
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory):
+    if not (BUILD / "CMakeCache.txt").is_file():
+        pytest.fail(f"no build in {BUILD}: run `make build` first", pytrace=False)
+    prefix = tmp_path_factory.mktemp("prefix")
+    subprocess.run(["cmake", "--install", str(BUILD), "--prefix", str(prefix)], check=True, capture_output=True,
+                   timeout=600)
+    return prefix
+
+
+def test_installed_layout(prefix):
+    assert (prefix / "include" / "osprey" / "runtime.h").is_file()
+    assert (prefix / "lib" / "cmake" / "osprey" / "ospreyConfig.cmake").is_file()
+    assert (prefix / "lib" / "pkgconfig" / "osprey.pc").is_file()
+    for command in (["osprey-server", "--help"], ["osprey", "serve", "--help"]):
+        r = subprocess.run([str(prefix / "bin" / command[0]), *command[1:]], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "--model-repository" in r.stdout and "--grpc-port" in r.stdout, r.stdout
+
+
+def test_find_package(prefix, tmp_path):
+    build = tmp_path / "build"
+    env = dict(os.environ, CCACHE_DISABLE="1")
+    subprocess.run(["cmake", "-S", str(Path(__file__).parent / "example"), "-B", str(build),
+                    f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True,
+                   timeout=300, env=env)
+    r = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = subprocess.run([str(build / "user")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == EXPECTED, out.stdout + out.stderr
+
+
+def test_pkg_config(prefix, tmp_path):
+    if not shutil.which("pkg-config"):
+        pytest.skip("pkg-config is not installed")
+    env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "osprey"], capture_output=True, text=True, env=env,
+                           check=True).stdout.split()
+    binary = tmp_path / "user"
+    r = subprocess.run(["g++", "-std=c++20", "-O1", str(Path(__file__).parent / "example" / "main.cc"), "-o",
+                        str(binary), *flags], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    assert out.stdout == EXPECTED, out.stdout + out.stderr
