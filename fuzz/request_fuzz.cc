@@ -54,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     osprey::serve::InferRequest request = osprey::serve::DecodeInferRequest(
         (data[0] & 2) ? kOneInput : kInputs, "fuzz", body, header_length, limits, ZeroImages);
     std::vector<std::pair<std::string, Tensor>> results(request.inputs.begin(), request.inputs.end());
-    (void)osprey::serve::EncodeInferResponse(request.header, "fuzz", "1", results);
+    (void)osprey::serve::EncodeInferResponse(
+        request.header, "fuzz", "1", osprey::serve::SelectOutputs(request.header, "fuzz", results, {"a", "b"}));
   } catch (const osprey::Error&) {
   }
   try {

@@ -247,9 +247,11 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
     auto p = parent.find("parameters");
     if (p == parent.end()) return;
     if (!p->is_object()) throw BadRequest("malformed request: " + where + "'parameters' must be an object");
-    for (const auto& [key, value] : p->items())
-      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
+    for (auto item = p->begin(); item != p->end(); ++item) {
+      const std::string& key = item.key();
+      if (std::none_of(known.begin(), known.end(), [&key](const char* k) { return key == k; }))
         request.ignored_parameters.push_back(where + key);
+    }
   };
   note_parameters(request.header, {"binary_data_output"}, "");
   if (auto out_it = request.header.find("outputs"); out_it != request.header.end() && out_it->is_array())

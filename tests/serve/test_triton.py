@@ -273,6 +273,8 @@ def test_bad_pbtxt_and_missing_model_reported_at_start(tmp_path, demo_model, sta
     assert status == 503 and b"config.pbtxt input 'nope'" in body
     index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
     assert index["digits"]["reason"].startswith("failed: ")
+    assert "error model_load_failed: model 'digits' version 1 failed to load: config.pbtxt input 'nope'" in \
+        server.output()
 
 
 def test_warmup_makes_the_first_request_warm(tmp_path, demo_model, start_repo):
