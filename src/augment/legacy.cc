@@ -1,6 +1,7 @@
-// Albumentations 1.3.x pipeline files: rewrites its older parameter names and units to the 1.4.24 ones that
-// transforms.cc reads (docs/augment.md, "Pipeline JSON").
+// Albumentations' other spellings: 1.3.x's older parameter names and units, and the values 2.x always writes, rewritten
+// to the 1.4.24 names transforms.cc reads (docs/augment.md, "Pipeline JSON").
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -75,6 +76,38 @@ json FromAlbumentations13(const std::string& type, const json& j, const std::str
     out["hole_width_range"] = {num("min_width", max_w), max_w};
     for (const char* k : {"max_holes", "max_height", "max_width", "min_holes", "min_height", "min_width"}) out.erase(k);
   }
+  return out;
+}
+
+// Albumentations 2.x writes every parameter, including new ones at values that change nothing. Those are dropped;
+// the same parameters at values that would change the result are refused by name. With `major` >= 2 the parameters
+// whose meaning changed get an internal marker (GaussianBlur: "_kernel_rule": "sigma", 2.x's size-from-sigma rule).
+json FromAlbumentations2(const std::string& type, const json& j, const std::string& path, int major) {
+  if (!j.is_object()) return j;
+  json out = j;
+  auto drop_if = [&](const char* key, const std::function<bool(const json&)>& no_op, const std::string& why) {
+    auto it = out.find(key);
+    if (it == out.end()) return;
+    if (!no_op(*it))
+      throw Error(ErrorCode::kUnsupported, "pipeline: " + path + "." + key + " = " + it->dump() + " is not supported (" +
+                                               why + ")");
+    out.erase(key);
+  };
+  auto is_null = [](const json& v) { return v.is_null(); };
+  drop_if("area_for_downscale", is_null,
+          "cv2.INTER_AREA for downscales; osprey resamples with the transform's interpolation: remove it or set null");
+  drop_if("max_size_hw", is_null, "give max_size instead");
+  drop_if("pad_height_divisor", is_null, "osprey pads to min_height/min_width");
+  drop_if("pad_width_divisor", is_null, "osprey pads to min_height/min_width");
+  if (type == "PadIfNeeded")
+    drop_if("padding", [](const json& v) {
+      if (v.is_null() || (v.is_number() && v.get<double>() == 0)) return true;
+      if (!v.is_array()) return false;
+      for (const json& e : v)
+        if (!e.is_number() || e.get<double>() != 0) return false;
+      return true;
+    }, "explicit padding amounts; osprey pads to min_height/min_width");
+  if (major >= 2 && type == "GaussianBlur") out["_kernel_rule"] = "sigma";
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include "augment/transforms.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -139,7 +140,13 @@ class Params {
   int Interpolation() {
     const int64_t i = Int("interpolation", 1);
     if (i < 0 || i > 4) Bad(At("interpolation"), "expected an OpenCV interpolation code 0..4, found " + std::to_string(i));
-    return i == 0 ? 0 : 1;  // nearest; every other code resamples bilinearly (docs/augment.md)
+    if (i > 1) {
+      static const char* const kNames[] = {"", "", "cv2.INTER_CUBIC", "cv2.INTER_AREA", "cv2.INTER_LANCZOS4"};
+      throw Error(ErrorCode::kUnsupported, "pipeline: " + At("interpolation") + " = " + std::to_string(i) + " (" +
+                                               kNames[i] + ") is not supported: osprey resamples with 0 "
+                                               "(cv2.INTER_NEAREST) or 1 (cv2.INTER_LINEAR); set one of those");
+    }
+    return static_cast<int>(i);
   }
   int Border(int def) {
     const int64_t b = Int("border_mode", def);
@@ -321,15 +328,17 @@ const std::map<std::string, Factory>& Factories() {
         const double sy = keep_ratio ? sx : rng.Uniform(scale.second.first, scale.second.second);
         double tx = 0, ty = 0;
         if (has_tp) {
-          tx = rng.Uniform(tp.first.first, tp.first.second) * v.width;
-          ty = rng.Uniform(tp.second.first, tp.second.second) * v.height;
+          // Whole pixels, truncated toward zero, as Albumentations does (int(fraction * size)).
+          tx = std::trunc(rng.Uniform(tp.first.first, tp.first.second) * v.width);
+          ty = std::trunc(rng.Uniform(tp.second.first, tp.second.second) * v.height);
         } else if (has_px) {
           tx = static_cast<double>(rng.Int(std::llround(tpx.first.first), std::llround(tpx.first.second)));
           ty = static_cast<double>(rng.Int(std::llround(tpx.second.first), std::llround(tpx.second.second)));
         }
         const double rot = rng.Uniform(rotate.first, rotate.second) * M_PI / 180.0;
-        const double shx = rng.Uniform(shear.first.first, shear.first.second) * M_PI / 180.0;
-        const double shy = rng.Uniform(shear.second.first, shear.second.second) * M_PI / 180.0;
+        // Albumentations negates the drawn shear angles before building its matrix (1.4 and 2.x alike).
+        const double shx = -rng.Uniform(shear.first.first, shear.first.second) * M_PI / 180.0;
+        const double shy = -rng.Uniform(shear.second.first, shear.second.second) * M_PI / 180.0;
         // Albumentations: shift_center @ translate @ shear @ rotate @ scale @ shift_topleft.
         const double cx = v.width / 2.0, cy = v.height / 2.0;
         const Mat3 r{{std::cos(rot), std::sin(rot), 0, -std::sin(rot), std::cos(rot), 0, 0, 0, 1}};
@@ -541,16 +550,30 @@ const std::map<std::string, Factory>& Factories() {
       });
     };
     f["GaussianBlur"] = [](Params& ps) {
-      const Range k = ps.Rng2("blur_limit", {3, 7}, Params::kFixed);
-      const Range sg = ps.Rng2("sigma_limit", {0, 0}, Params::kFixed);
+      // Albumentations 2.x: blur_limit default 0, any integer (even ones + 1), 0 = size int(sigma * 3.5) * 2 + 1;
+      // sigma_limit default (0.5, 3). 1.4: odd sizes (default (3, 7)), 0 = OpenCV's size from sigma.
+      const bool v2 = ps.Str("_kernel_rule", "") == "sigma";
+      const Range k = ps.Rng2("blur_limit", v2 ? Range{0, 0} : Range{3, 7}, Params::kFixed);
+      const Range sg = ps.Rng2("sigma_limit", v2 ? Range{0.5, 3} : Range{0, 0}, Params::kFixed);
       const int64_t k0 = static_cast<int64_t>(k.first), k1 = static_cast<int64_t>(k.second);
-      if (k0 < 0 || (k0 != 0 && k0 % 2 == 0) || (k1 != 0 && k1 % 2 == 0) || k1 > 255)
-        Bad(ps.At("blur_limit"), "kernel sizes must be 0 or odd, at most 255");
+      if (k0 < 0 || k1 > 255 || (!v2 && ((k0 != 0 && k0 % 2 == 0) || (k1 != 0 && k1 % 2 == 0))))
+        Bad(ps.At("blur_limit"), v2 ? "kernel sizes must lie in 0..255" : "kernel sizes must be 0 or odd, at most 255");
       if (k0 == 0 && sg.second <= 0) Bad(ps.At("sigma_limit"), "with blur_limit starting at 0 sigma_limit must be > 0");
       return Photo("GaussianBlur", [=](Rng& rng, const View&, std::vector<PhotoStep>& out) {
-        int64_t ks = k0 == 0 ? rng.Int(0, (k1 - 1) / 2) * 2 + 1 : k0 + 2 * rng.Int(0, (k1 - k0) / 2);
-        if (k0 == 0 && rng.Chance(0.5)) ks = 0;  // 0: size from sigma, as OpenCV
+        int64_t ks;
+        if (v2) {
+          ks = rng.Int(k0, k1);
+        } else if (k0 == 0 && k1 == 0) {
+          ks = 0;  // size from sigma, as OpenCV
+        } else {
+          ks = k0 == 0 ? rng.Int(0, (k1 - 1) / 2) * 2 + 1 : k0 + 2 * rng.Int(0, (k1 - k0) / 2);
+          if (k0 == 0 && rng.Chance(0.5)) ks = 0;  // 0: size from sigma, as OpenCV
+        }
         const double sigma = rng.Uniform(sg.first, sg.second);
+        if (v2) {
+          if (ks == 0) ks = static_cast<int64_t>(sigma * 3.5) * 2 + 1;
+          if (ks % 2 == 0) ++ks;
+        }
         if (ks == 0 && sigma <= 0) return;
         out.push_back(Op("GaussianBlur", {{"ksize_x", Attribute::Int(ks)},
                                           {"ksize_y", Attribute::Int(ks)},
@@ -630,6 +653,10 @@ const std::map<std::string, Factory>& Factories() {
   return table;
 }
 
+// The major version of the Albumentations that wrote the file being parsed ("__version__"; 1 when absent), set by
+// ParsePipelineJson for the parse on this thread.
+thread_local int t_albumentations_major = 1;
+
 const std::set<std::string>& Containers() {
   static const std::set<std::string> c = {"Compose", "Sequential", "OneOf", "SomeOf"};
   return c;
@@ -663,6 +690,12 @@ std::vector<PipelineNode> ParseChildren(const json& j, const std::string& path, 
   const json& ts = j.at("transforms");
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string p = path + ".transforms[" + std::to_string(i) + "]";
+    if (TypeOf(ts[i], p) == "Mosaic" && ts[i].is_object() &&
+        (ts[i].contains("grid_yx") || ts[i].contains("cell_shape") || ts[i].contains("target_size")))
+      throw Error(ErrorCode::kUnsupported,
+                  "pipeline: " + p + ": Albumentations 2.x's Mosaic (grid_yx, cell_shape, target_size, fit_mode) is not "
+                  "supported; osprey's own Mosaic takes height, width, center_range and fill, as the first step "
+                  "(docs/augment.md)");
     if (top && i == 0 && TypeOf(ts[i], p) == "Mosaic") {
       Params ps(ts[i], p, "Mosaic");
       MosaicSpec m;
@@ -714,7 +747,7 @@ PipelineNode ParseNode(const json& j, const std::string& path, std::optional<Mos
   if (it == fs.end())
     throw Error(ErrorCode::kUnsupported, "pipeline: " + path + ": transform \"" + n.name +
                                              "\" is not supported by osprey; supported: " + SupportedTransforms());
-  const json spec = FromAlbumentations13(n.name, j, path);
+  const json spec = FromAlbumentations2(n.name, FromAlbumentations13(n.name, j, path), path, t_albumentations_major);
   Params ps(spec, path, n.name);
   n.kind = PipelineNode::kLeaf;
   n.p = ReadP(j, path, 0.5);
@@ -758,6 +791,11 @@ ParsedPipeline ParsePipelineJson(const std::string& text) {
   if (!doc.is_object()) Bad("(top)", "expected a JSON object");
   const json& root = doc.contains("transform") ? doc.at("transform") : doc;
   const std::string path = doc.contains("transform") ? "transform" : "(top)";
+  t_albumentations_major = 1;
+  if (doc.contains("__version__") && doc.at("__version__").is_string()) {
+    const std::string v = doc.at("__version__").get<std::string>();
+    if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) t_albumentations_major = std::stoi(v);
+  }
   ParsedPipeline out;
   const std::string type = TypeOf(root, path);
   if (!Containers().count(type)) {

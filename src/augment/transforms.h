@@ -77,6 +77,12 @@ struct ParsedPipeline {
 /// the transform name, `path` its JSON path for errors.
 nlohmann::json FromAlbumentations13(const std::string& type, const nlohmann::json& spec, const std::string& path);
 
+/// Albumentations 2.x spelling: no-op values it always writes (area_for_downscale null, PadIfNeeded padding 0, ...)
+/// dropped, other values of those parameters refused by name; `major` is the writing version's major number (1 when
+/// unknown): with 2 or more, parameters whose meaning changed are marked for their factory (legacy.cc).
+nlohmann::json FromAlbumentations2(const std::string& type, const nlohmann::json& spec, const std::string& path,
+                                   int major);
+
 /// Parses osprey or Albumentations pipeline JSON (docs/augment.md). Errors name the JSON path.
 ParsedPipeline ParsePipelineJson(const std::string& text);
 
