@@ -222,4 +222,50 @@ uint64_t ItemSeed(uint64_t run_seed, uint64_t item_index, uint64_t copy) {
   return r3.Next();
 }
 
+std::vector<Object> ReflectedCopies(const std::vector<Object>& objects, const Mat3& forward, double w, double h,
+                                    double ow, double oh) {
+  std::vector<Object> copies;
+  if (objects.empty() || w <= 0 || h <= 0) return copies;
+  // The source region the output sees: the preimage of its corners (cells far out are capped: a warp that needs more
+  // than four reflections on a side shows them at a size where nothing is left to label).
+  constexpr int kMaxCells = 4;
+  int c0 = -kMaxCells, c1 = kMaxCells, r0 = -kMaxCells, r1 = kMaxCells;
+  const Mat3 inverse = forward.Inverse();
+  double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+  bool all = true;
+  for (const auto& [cx, cy] : {std::pair{0.0, 0.0}, std::pair{ow, 0.0}, std::pair{ow, oh}, std::pair{0.0, oh}}) {
+    double x, y;
+    if (!inverse.Map(cx, cy, &x, &y)) {
+      all = false;
+      break;
+    }
+    x0 = std::min(x0, x), y0 = std::min(y0, y), x1 = std::max(x1, x), y1 = std::max(y1, y);
+  }
+  if (all) {
+    c0 = std::max(c0, static_cast<int>(std::floor(x0 / w))), c1 = std::min(c1, static_cast<int>(std::floor(x1 / w)));
+    r0 = std::max(r0, static_cast<int>(std::floor(y0 / h))), r1 = std::min(r1, static_cast<int>(std::floor(y1 / h)));
+  }
+  // Cell k along an axis of size n: even cells are the image shifted by k * n, odd cells its mirror image.
+  auto along = [](double v, int k, double n) { return k % 2 == 0 ? v + k * n : (k + 1) * n - v; };
+  for (int r = r0; r <= r1; ++r)
+    for (int c = c0; c <= c1; ++c) {
+      if (r == 0 && c == 0) continue;
+      for (const Object& o : objects) {
+        Object copy;
+        copy.category = o.category;
+        const double ax = along(o.x0, c, w), bx = along(o.x1, c, w), ay = along(o.y0, r, h), by = along(o.y1, r, h);
+        copy.x0 = std::min(ax, bx), copy.x1 = std::max(ax, bx), copy.y0 = std::min(ay, by), copy.y1 = std::max(ay, by);
+        for (const std::vector<double>& poly : o.polygons) {
+          std::vector<double> mirrored(poly.size());
+          for (size_t k = 0; k + 1 < poly.size(); k += 2)
+            mirrored[k] = along(poly[k], c, w), mirrored[k + 1] = along(poly[k + 1], r, h);
+          copy.polygons.push_back(std::move(mirrored));
+        }
+        copy.extra_json = o.extra_json;
+        copies.push_back(std::move(copy));
+      }
+    }
+  return copies;
+}
+
 }  // namespace osprey::augment

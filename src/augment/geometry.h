@@ -37,6 +37,14 @@ Mat3 PixelInverseMap(const Mat3& forward);
 int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std::array<double, 4>& clip,
                     const BoxFilter& filter);
 
+/// For a warp whose border reflects (border_mode 2 or 4), what Albumentations adds: each object mirrored into
+/// every cell of the reflection grid around the w x h source image that the output [0, ow] x [0, oh] reaches through
+/// `forward` (cells alternate flipped and unflipped, as the reflected pixels do). Copies keep the category and
+/// mirrored polygons; they get no keypoints and source_id -1. Returned in source coordinates: MoveObjects then keeps
+/// the visible ones.
+std::vector<Object> ReflectedCopies(const std::vector<Object>& objects, const Mat3& forward, double w, double h,
+                                    double ow, double oh);
+
 /// Deterministic random source (splitmix64). Same seed, same sequence, on every platform.
 class Rng {
  public:

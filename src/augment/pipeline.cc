@@ -222,7 +222,13 @@ class Executor {
                    {"border_mode", Attribute::String(BorderName(border_))},
                    {"border_value", Attribute::Float(border_ >= 0 ? static_cast<float>(fill_) : 0.0f)}});
       has_ops_ = true;
+      // A reflecting border shows mirrored objects too: Albumentations labels them, and so does osprey.
+      std::vector<Object> copies;
+      if (border_ == 2 || border_ == 4)
+        copies = ReflectedCopies(objects_, m_, double(gw_), double(gh_), double(w_), double(h_));
       const int64_t dropped = MoveObjects(objects_, m_, {0, 0, double(w_), double(h_)}, filter_);
+      MoveObjects(copies, m_, {0, 0, double(w_), double(h_)}, filter_);
+      objects_.insert(objects_.end(), std::make_move_iterator(copies.begin()), std::make_move_iterator(copies.end()));
       if (report_) report_->objects_dropped += dropped, ++report_->warps;
     }
     m_ = Mat3{};
