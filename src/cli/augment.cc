@@ -16,6 +16,7 @@
 #include <iomanip>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -276,51 +277,72 @@ int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
   const int64_t preview_count = std::min<int64_t>(o.preview, static_cast<int64_t>(todo.size()));
   Progress progress(err, static_cast<int64_t>(todo.size()), o.progress);
 
+  // Work goes out by source image: a worker takes every pending copy of one image, so the source is read and decoded
+  // once for all its copies.
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) ranges of todo with the same source image
+  for (size_t b = 0; b < todo.size();) {
+    size_t e = b + 1;
+    while (e < todo.size() && todo[e] / k == todo[b] / k) ++e;
+    groups.emplace_back(b, e);
+    b = e;
+  }
   auto worker = [&] {
     for (;;) {
-      const int64_t t = next.fetch_add(1);
-      if (t >= static_cast<int64_t>(todo.size())) return;
-      const int64_t w = todo[t], i = w / k, copy = w % k;
-      const DatasetItem& item = ds.items[i];
-      try {
-        Sample in = LoadSample(item);
-        const uint64_t seed = augment::ItemSeed(o.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(copy));
-        auto others = [&](int j) {
-          const uint64_t s = augment::ItemSeed(seed, 0x4d6f73616963ull /* "Mosaic" */, static_cast<uint64_t>(j));
-          int64_t pick = static_cast<int64_t>(s % static_cast<uint64_t>(n - 1));
-          if (pick >= i) ++pick;  // never the item itself
-          try {
-            return LoadSample(ds.items[pick]);
-          } catch (const Error& e) {
-            throw Error(e.code(), "Mosaic tile " + ds.items[pick].file_name + ": " + e.what());
+      const int64_t g = next.fetch_add(1);
+      if (g >= static_cast<int64_t>(groups.size())) return;
+      std::optional<Sample> source;
+      std::string source_error;
+      for (size_t t = groups[g].first; t < groups[g].second; ++t) {
+        const int64_t w = todo[t], i = w / k, copy = w % k;
+        const DatasetItem& item = ds.items[i];
+        try {
+          if (!source && source_error.empty()) {
+            try {
+              source = LoadSample(item);
+            } catch (const std::exception& e) {
+              source_error = e.what();
+            }
           }
-        };
-        augment::ApplyReport report;
-        Sample res = pipeline.Apply(in, seed, others, &report);
-        augment::OutputItem oi;
-        oi.image_id = w + 1;
-        oi.file_name = OutputName(item.file_name, copy, OutputExtension(o.image_format, item.file_name));
-        oi.width = res.image.dim(1), oi.height = res.image.dim(0);
-        for (Object& obj : res.objects) {
-          auto it = id_map.find(obj.category);
-          if (it != id_map.end()) obj.category = it->second;
-        }
-        oi.objects = res.objects;
-        const std::string ext = fs::path(oi.file_name).extension().string().substr(1);
-        const std::string fmt = ext == "jpg" ? "jpeg" : ext;
-        writer.Write(oi, augment::EncodeImage(res.image, fmt, o.quality));
-        ++written;
-        dropped += report.objects_dropped;
-        objects_in += report.objects_in;
-        if (t < preview_count) {
+          if (!source) throw Error(ErrorCode::kInvalidArgument, source_error);
+          const Sample& in = *source;
+          const uint64_t seed = augment::ItemSeed(o.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(copy));
+          auto others = [&](int j) {
+            const uint64_t s = augment::ItemSeed(seed, 0x4d6f73616963ull /* "Mosaic" */, static_cast<uint64_t>(j));
+            int64_t pick = static_cast<int64_t>(s % static_cast<uint64_t>(n - 1));
+            if (pick >= i) ++pick;  // never the item itself
+            try {
+              return LoadSample(ds.items[pick]);
+            } catch (const Error& e) {
+              throw Error(e.code(), "Mosaic tile " + ds.items[pick].file_name + ": " + e.what());
+            }
+          };
+          augment::ApplyReport report;
+          Sample res = pipeline.Apply(in, seed, others, &report);
+          augment::OutputItem oi;
+          oi.image_id = w + 1;
+          oi.file_name = OutputName(item.file_name, copy, OutputExtension(o.image_format, item.file_name));
+          oi.width = res.image.dim(1), oi.height = res.image.dim(0);
+          for (Object& obj : res.objects) {
+            auto it = id_map.find(obj.category);
+            if (it != id_map.end()) obj.category = it->second;
+          }
+          oi.objects = res.objects;
+          const std::string ext = fs::path(oi.file_name).extension().string().substr(1);
+          const std::string fmt = ext == "jpg" ? "jpeg" : ext;
+          writer.Write(oi, augment::EncodeImage(res.image, fmt, o.quality));
+          ++written;
+          dropped += report.objects_dropped;
+          objects_in += report.objects_in;
+          if (t < preview_count) {
+            std::lock_guard<std::mutex> lock(fail_mu);
+            previews[t] = {res.image, res.objects};
+          }
+        } catch (const std::exception& e) {
           std::lock_guard<std::mutex> lock(fail_mu);
-          previews[t] = {res.image, res.objects};
+          failures[w] = item.file_name + (k > 1 ? " (copy " + std::to_string(copy) + ")" : "") + ": " + e.what();
         }
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(fail_mu);
-        failures[w] = item.file_name + (k > 1 ? " (copy " + std::to_string(copy) + ")" : "") + ": " + e.what();
+        progress.Tick(++done);
       }
-      progress.Tick(++done);
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
