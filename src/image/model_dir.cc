@@ -382,12 +382,25 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
 
 namespace {
 
+// True when the first output is made by Softmax, possibly through ops that keep its values (exporters add Identity,
+// Reshape, Flatten, Squeeze, Cast after it): applying softmax again would flatten the probabilities.
 bool GraphEndsInSoftmax(const Graph& graph) {
   if (graph.outputs.empty()) return false;
-  const int out = graph.outputs[0];
-  for (const Node& n : graph.nodes)
-    for (int o : n.outputs)
-      if (o == out) return n.op_type == "Softmax" && n.domain.empty();
+  int value = graph.outputs[0];
+  for (int hops = 0; hops < 16; ++hops) {
+    const Node* producer = nullptr;
+    for (const Node& n : graph.nodes)
+      for (int o : n.outputs)
+        if (o == value) producer = &n;
+    if (!producer || !producer->domain.empty()) return false;
+    if (producer->op_type == "Softmax") return true;
+    static const char* const kValueKeeping[] = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast"};
+    if (std::none_of(std::begin(kValueKeeping), std::end(kValueKeeping),
+                     [&](const char* op) { return producer->op_type == op; }) ||
+        producer->inputs.empty() || producer->inputs[0] < 0)
+      return false;
+    value = producer->inputs[0];
+  }
   return false;
 }
 

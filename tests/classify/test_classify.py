@@ -214,13 +214,18 @@ def test_derived_defaults_without_config(run_cli, demo_model, tmp_path):
     assert r.returncode == 0 and len(out["results"][0]["top_k"]) == 5
 
 
-def write_model(path, input_dims, end_in_softmax):
-    """A tiny float model: x -> Flatten -> ReduceMean -> Softmax or Identity."""
+def write_model(path, input_dims, end_in_softmax, after_softmax=()):
+    """A tiny float model: x -> Flatten -> ReduceMean -> Softmax or Identity [-> after_softmax ops, value-keeping]."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, input_dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [input_dims[0], 1])
     nodes = [helper.make_node("Flatten", ["x"], ["flat"], axis=1),
              helper.make_node("ReduceMean", ["flat"], ["mean"], axes=[1], keepdims=1)]
-    nodes.append(helper.make_node("Softmax" if end_in_softmax else "Identity", ["mean"], ["y"], axis=1))
+    last = "y" if not after_softmax else "s0"
+    nodes.append(helper.make_node("Softmax" if end_in_softmax else "Identity", ["mean"], [last], axis=1))
+    for i, op in enumerate(after_softmax):
+        out = "y" if i == len(after_softmax) - 1 else f"s{i + 1}"
+        nodes.append(helper.make_node(op, [f"s{i}"], [out], axis=1) if op == "Flatten" else
+                     helper.make_node(op, [f"s{i}"], [out]))
     graph = helper.make_graph(nodes, "tiny", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,6 +243,15 @@ def test_derived_nhwc_fixed_size_and_softmax_graph(run_cli, tmp_path):
     assert p["mean"] == pytest.approx([0.485, 0.456, 0.406]) and p["std"] == pytest.approx([0.229, 0.224, 0.225])
     assert info["postprocess"]["softmax"] is False
     assert info["labels"] == 0
+
+
+def test_softmax_behind_identity_is_not_applied_twice(run_cli, tmp_path):
+    # Exporters put Identity / Flatten after the final Softmax; the default must still see the Softmax.
+    write_model(tmp_path / "sm" / "1" / "model.onnx", ["N", 3, 8, 8], end_in_softmax=True,
+                after_softmax=("Identity", "Flatten"))
+    r = run_cli("inspect", tmp_path / "sm", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model_directory"]["postprocess"]["softmax"] is False
 
 
 def test_derived_symbolic_size_gets_224(run_cli, tmp_path):
