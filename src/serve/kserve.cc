@@ -53,9 +53,10 @@ std::vector<const json*> DataLeaves(const json& in, const Shape& shape, int64_t 
   return leaves;
 }
 
-// --max-batch-size: the rows of an input whose declared first dim is variable.
+// --max-batch-size: the rows of an input of rank >= 2 whose declared first dim is variable (a rank-1 input, e.g. token
+// ids, is one row; its size is bounded by the body limit).
 void CheckRows(const ValueInfo& info, const Shape& shape, const RequestLimits& limits, const std::string& what) {
-  if (limits.max_batch_size <= 0 || shape.empty()) return;
+  if (limits.max_batch_size <= 0 || shape.size() < 2) return;
   const bool variable = !info.has_shape || info.dims.empty() || info.dims[0].value < 0;
   if (variable && shape[0] > limits.max_batch_size)
     throw RequestTooLarge(what + ": " + std::to_string(shape[0]) + " rows (shape " + ShapeToString(shape) +

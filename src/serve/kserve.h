@@ -20,7 +20,7 @@ namespace osprey::serve {
 
 /// Per-request work limits (osprey serve flags of the same names; 0 = no limit). Documented in docs/serving.md.
 struct RequestLimits {
-  int64_t max_batch_size = 256;  // --max-batch-size: rows (dim 0) of an input whose declared dim 0 is variable
+  int64_t max_batch_size = 256;  // --max-batch-size: rows (dim 0) of a rank >= 2 input whose dim 0 is variable
   int64_t max_images = 128;      // --max-images: encoded images per request (BYTES elements, multipart parts)
   int64_t max_megapixels = 200;  // --max-request-megapixels: decoded pixels per request, summed over its images
 };
