@@ -56,6 +56,10 @@ class PhotoTransform final : public Transform {
 
 // Reads one transform's parameters; every key must be consumed (read, ignored or checked), so a setting osprey does
 // not implement is refused instead of silently ignored.
+// The major version of the Albumentations that wrote the file being parsed ("__version__"; 1 when absent), set by
+// ParsePipelineJson for the parse on this thread.
+thread_local int t_albumentations_major = 1;
+
 class Params {
  public:
   Params(const json& j, std::string path, std::string name) : j_(j), path_(std::move(path)), name_(std::move(name)) {
@@ -205,6 +209,14 @@ GeoStep Resample(const Mat3& forward, int64_t w, int64_t h, int interpolation) {
   return s;
 }
 
+// Albumentations' affine map about the image centre: shift_center @ translate @ shear @ rotate @ scale @ shift_topleft
+// (angles in radians, already signed as Albumentations uses them).
+Mat3 AffineAbout(double cx, double cy, double tx, double ty, double sx, double sy, double rot, double shx, double shy) {
+  const Mat3 r{{std::cos(rot), std::sin(rot), 0, -std::sin(rot), std::cos(rot), 0, 0, 0, 1}};
+  const Mat3 sh{{1, std::tan(shx), 0, std::tan(shy), 1, 0, 0, 0, 1}};
+  return Mat3::Translate(cx + tx, cy + ty) * sh * r * Mat3::Scale(sx, sy) * Mat3::Translate(-cx, -cy);
+}
+
 GeoStep CropTo(double x0, double y0, int64_t w, int64_t h) {
   GeoStep s;
   s.forward = Mat3::Translate(-x0, -y0);
@@ -339,12 +351,8 @@ const std::map<std::string, Factory>& Factories() {
         // Albumentations negates the drawn shear angles before building its matrix (1.4 and 2.x alike).
         const double shx = -rng.Uniform(shear.first.first, shear.first.second) * M_PI / 180.0;
         const double shy = -rng.Uniform(shear.second.first, shear.second.second) * M_PI / 180.0;
-        // Albumentations: shift_center @ translate @ shear @ rotate @ scale @ shift_topleft.
-        const double cx = v.width / 2.0, cy = v.height / 2.0;
-        const Mat3 r{{std::cos(rot), std::sin(rot), 0, -std::sin(rot), std::cos(rot), 0, 0, 0, 1}};
-        const Mat3 sh{{1, std::tan(shx), 0, std::tan(shy), 1, 0, 0, 0, 1}};
-        const Mat3 m = Mat3::Translate(cx + tx, cy + ty) * sh * r * Mat3::Scale(sx, sy) * Mat3::Translate(-cx, -cy);
-        GeoStep s = Resample(m, v.width, v.height, interp);
+        GeoStep s = Resample(AffineAbout(v.width / 2.0, v.height / 2.0, tx, ty, sx, sy, rot, shx, shy), v.width,
+                             v.height, interp);
         s.border = border, s.fill = fill;
         return s;
       });
@@ -414,6 +422,62 @@ const std::map<std::string, Factory>& Factories() {
           y = (v.height - ch) / 2, x = (v.width - cw) / 2;
         }
         return Resample(Mat3::Scale(double(ow) / cw, double(oh) / ch) * Mat3::Translate(-x, -y), ow, oh, interp);
+      });
+    };
+    f["RandomSizedCrop"] = [size_of](Params& ps) {
+      int64_t oh, ow;
+      size_of(ps, &oh, &ow);
+      const Range mm = ps.Rng2("min_max_height", {0, 0}, Params::kFixed);
+      if (mm.first < 1) Bad(ps.At("min_max_height"), "needs [min, max] crop heights >= 1");
+      const double ratio = ps.Num("w2h_ratio", 1.0);
+      if (ratio <= 0) Bad(ps.At("w2h_ratio"), "must be positive");
+      const int interp = ps.Interpolation();
+      return Geo("RandomSizedCrop", [=](Rng& rng, const View& v) {
+        // Albumentations: crop height drawn, width = int(height * w2h_ratio), both clipped to the image; the corner at
+        // int((size - crop + 1) * u) for u uniform in [0, 1).
+        int64_t ch = rng.Int(std::llround(mm.first), std::llround(mm.second));
+        int64_t cw = static_cast<int64_t>(ch * ratio);
+        ch = std::clamp<int64_t>(ch, 1, v.height), cw = std::clamp<int64_t>(cw, 1, v.width);
+        const int64_t y = static_cast<int64_t>((v.height - ch + 1) * rng.Uniform(0, 1));
+        const int64_t x = static_cast<int64_t>((v.width - cw + 1) * rng.Uniform(0, 1));
+        return Resample(Mat3::Scale(double(ow) / cw, double(oh) / ch) * Mat3::Translate(-double(x), -double(y)), ow,
+                        oh, interp);
+      });
+    };
+    f["RandomScale"] = [](Params& ps) {
+      const Range lim = ps.Rng2("scale_limit", {-0.1, 0.1}, Params::kSymmetric);
+      if (1 + lim.first <= 0) Bad(ps.At("scale_limit"), "1 + scale_limit must stay positive");
+      const int interp = ps.Interpolation();
+      return Geo("RandomScale", [=](Rng& rng, const View& v) {
+        const double s = rng.Uniform(1 + lim.first, 1 + lim.second);
+        const int64_t h = std::max<int64_t>(1, static_cast<int64_t>(v.height * s));
+        const int64_t w = std::max<int64_t>(1, static_cast<int64_t>(v.width * s));
+        return Resample(Mat3::Scale(double(w) / v.width, double(h) / v.height), w, h, interp);
+      });
+    };
+    f["ShiftScaleRotate"] = [](Params& ps) {
+      // Albumentations 2.x implements it as Affine(translate_percent = shift, scale = 1 + scale_limit, rotate); 1.4's
+      // own implementation is the same map (its rotation centre half a pixel off) with one scale for both axes.
+      const auto shift = ps.Rng2("shift_limit", {-0.0625, 0.0625}, Params::kSymmetric);
+      const Range sx_lim = ps.Has("shift_limit_x") ? ps.Rng2("shift_limit_x", shift, Params::kSymmetric) : shift;
+      const Range sy_lim = ps.Has("shift_limit_y") ? ps.Rng2("shift_limit_y", shift, Params::kSymmetric) : shift;
+      const Range scale = ps.Rng2("scale_limit", {-0.1, 0.1}, Params::kSymmetric);
+      const Range rotate = ps.Rng2("rotate_limit", {-45, 45}, Params::kSymmetric);
+      if (1 + scale.first <= 0) Bad(ps.At("scale_limit"), "1 + scale_limit must stay positive");
+      const bool v2 = t_albumentations_major >= 2;
+      const int interp = ps.Interpolation(), border = ps.Border(v2 ? 0 : 4);
+      const double fill = ps.Fill();
+      ps.Require("rotate_method", "largest_box");
+      return Geo("ShiftScaleRotate", [=](Rng& rng, const View& v) {
+        const double rot = rng.Uniform(rotate.first, rotate.second) * M_PI / 180.0;
+        const double sx = rng.Uniform(1 + scale.first, 1 + scale.second);
+        const double sy = v2 ? rng.Uniform(1 + scale.first, 1 + scale.second) : sx;
+        const double tx = std::trunc(rng.Uniform(sx_lim.first, sx_lim.second) * v.width);
+        const double ty = std::trunc(rng.Uniform(sy_lim.first, sy_lim.second) * v.height);
+        GeoStep s = Resample(AffineAbout(v.width / 2.0, v.height / 2.0, tx, ty, sx, sy, rot, 0, 0), v.width, v.height,
+                             interp);
+        s.border = border, s.fill = fill;
+        return s;
       });
     };
     f["RandomCrop"] = [](Params& ps) {
@@ -653,9 +717,6 @@ const std::map<std::string, Factory>& Factories() {
   return table;
 }
 
-// The major version of the Albumentations that wrote the file being parsed ("__version__"; 1 when absent), set by
-// ParsePipelineJson for the parse on this thread.
-thread_local int t_albumentations_major = 1;
 
 const std::set<std::string>& Containers() {
   static const std::set<std::string> c = {"Compose", "Sequential", "OneOf", "SomeOf"};
