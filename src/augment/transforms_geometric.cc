@@ -1,0 +1,283 @@
+// The geometric transforms: each factory reads its parameters and returns the rule that draws one GeoStep (a
+// projective map and an output size) per application.
+#include <algorithm>
+
+#include "augment/params.h"
+
+namespace osprey::augment {
+
+void AddGeometricTransforms(std::map<std::string, Factory>& f) {
+  f["HorizontalFlip"] = [](Params&) {
+    return Geo("HorizontalFlip", [](Rng&, const View& v) {
+      return GeoStep{Mat3{{-1, 0, double(v.width), 0, 1, 0, 0, 0, 1}}, v.width, v.height};
+    });
+  };
+  f["VerticalFlip"] = [](Params&) {
+    return Geo("VerticalFlip", [](Rng&, const View& v) {
+      return GeoStep{Mat3{{1, 0, 0, 0, -1, double(v.height), 0, 0, 1}}, v.width, v.height};
+    });
+  };
+  f["Transpose"] = [](Params&) {
+    return Geo("Transpose", [](Rng&, const View& v) { return GeoStep{Mat3{{0, 1, 0, 1, 0, 0, 0, 0, 1}}, v.height, v.width}; });
+  };
+  f["RandomRotate90"] = [](Params&) {
+    return Geo("RandomRotate90", [](Rng& rng, const View& v) {
+      const int64_t k = rng.Int(0, 3);
+      GeoStep s{Mat3{}, v.width, v.height};
+      for (int64_t i = 0; i < k; ++i) {  // one counter-clockwise quarter turn: (u, v) -> (v, W - u)
+        s.forward = Mat3{{0, 1, 0, -1, 0, double(s.width), 0, 0, 1}} * s.forward;
+        std::swap(s.width, s.height);
+      }
+      return s;
+    });
+  };
+  f["Rotate"] = [](Params& ps) {
+    const Range limit = ps.Rng2("limit", {-90, 90}, Params::kSymmetric);
+    const int interp = ps.Interpolation(), border = ps.Border(4);
+    const double fill = ps.Fill();
+    ps.Require("rotate_method", "largest_box");
+    ps.Require("crop_border", false);
+    return Geo("Rotate", [=](Rng& rng, const View& v) {
+      GeoStep s = Resample(RotateAbout(rng.Uniform(limit.first, limit.second), v.width / 2.0, v.height / 2.0),
+                           v.width, v.height, interp);
+      s.border = border, s.fill = fill;
+      return s;
+    });
+  };
+  f["Affine"] = [](Params& ps) {
+    const auto scale = ps.XY("scale", {1, 1}, Params::kFixed);
+    const bool has_tp = ps.Has("translate_percent"), has_px = ps.Has("translate_px");
+    const auto tp = ps.XY("translate_percent", {0, 0}, Params::kSymmetric);
+    const auto tpx = ps.XY("translate_px", {0, 0}, Params::kSymmetric);
+    if (has_tp && has_px) Bad(ps.path(), "Affine: give translate_percent or translate_px, not both");
+    const Range rotate = ps.Rng2("rotate", {0, 0}, Params::kSymmetric);
+    const auto shear = ps.XY("shear", {0, 0}, Params::kSymmetric);
+    const int interp = ps.Interpolation(), border = ps.Border(0);
+    const double fill = ps.Fill();
+    const bool keep_ratio = ps.Bool("keep_ratio", false);
+    ps.Require("fit_output", false);
+    ps.Require("rotate_method", "largest_box");
+    ps.Require("balanced_scale", false);
+    return Geo("Affine", [=](Rng& rng, const View& v) {
+      const double sx = rng.Uniform(scale.first.first, scale.first.second);
+      const double sy = keep_ratio ? sx : rng.Uniform(scale.second.first, scale.second.second);
+      double tx = 0, ty = 0;
+      if (has_tp) {
+        // Whole pixels, truncated toward zero, as Albumentations does (int(fraction * size)).
+        tx = std::trunc(rng.Uniform(tp.first.first, tp.first.second) * v.width);
+        ty = std::trunc(rng.Uniform(tp.second.first, tp.second.second) * v.height);
+      } else if (has_px) {
+        tx = static_cast<double>(rng.Int(std::llround(tpx.first.first), std::llround(tpx.first.second)));
+        ty = static_cast<double>(rng.Int(std::llround(tpx.second.first), std::llround(tpx.second.second)));
+      }
+      const double rot = rng.Uniform(rotate.first, rotate.second) * M_PI / 180.0;
+      // Albumentations negates the drawn shear angles before building its matrix (1.4 and 2.x alike).
+      const double shx = -rng.Uniform(shear.first.first, shear.first.second) * M_PI / 180.0;
+      const double shy = -rng.Uniform(shear.second.first, shear.second.second) * M_PI / 180.0;
+      GeoStep s = Resample(AffineAbout(v.width / 2.0, v.height / 2.0, tx, ty, sx, sy, rot, shx, shy), v.width,
+                           v.height, interp);
+      s.border = border, s.fill = fill;
+      return s;
+    });
+  };
+  f["Perspective"] = [](Params& ps) {
+    const Range scale = ps.Rng2("scale", {0.05, 0.1}, Params::kFixed);
+    const int interp = ps.Interpolation(), border = ps.Border(0);
+    const double fill = ps.Fill();
+    ps.Require("keep_size", true);
+    ps.Require("fit_output", false);
+    return Geo("Perspective", [=](Rng& rng, const View& v) {
+      const double s = rng.Uniform(scale.first, scale.second), W = double(v.width), H = double(v.height);
+      auto j = [&] { return std::fmod(std::fabs(rng.Normal() * s), 1.0); };
+      // Corners pulled inwards at random (tl, tr, br, bl); the quadrilateral is stretched onto the whole output.
+      std::array<std::array<double, 2>, 4> src = {{{j() * W, j() * H},
+                                                   {W - j() * W, j() * H},
+                                                   {W - j() * W, H - j() * H},
+                                                   {j() * W, H - j() * H}}};
+      std::array<std::array<double, 2>, 4> dst = {{{0, 0}, {W, 0}, {W, H}, {0, H}}};
+      GeoStep st = Resample(HomographyFromQuad(src, dst), v.width, v.height, interp);
+      st.border = border, st.fill = fill;
+      return st;
+    });
+  };
+  auto size_of = [](Params& ps, int64_t* h, int64_t* w) {
+    if (const json* size = ps.Get("size")) {
+      if (!size->is_array() || size->size() != 2 || !(*size)[0].is_number_integer() || !(*size)[1].is_number_integer())
+        Bad(ps.At("size"), "expected [height, width], found " + size->dump());
+      *h = (*size)[0].get<int64_t>(), *w = (*size)[1].get<int64_t>();
+      if (*h < 1 || *w < 1 || *h > (1 << 20) || *w > (1 << 20)) Bad(ps.At("size"), "sizes must be in [1, 1048576]");
+    } else {
+      *h = Positive(ps, "height"), *w = Positive(ps, "width");
+    }
+  };
+  f["RandomResizedCrop"] = [size_of](Params& ps) {
+    int64_t oh, ow;
+    size_of(ps, &oh, &ow);
+    const Range scale = ps.Rng2("scale", {0.08, 1.0}, Params::kFixed);
+    const Range ratio = ps.Rng2("ratio", {0.75, 4.0 / 3.0}, Params::kFixed);
+    if (ratio.first <= 0) Bad(ps.At("ratio"), "must be positive");
+    const int interp = ps.Interpolation();
+    return Geo("RandomResizedCrop", [=](Rng& rng, const View& v) {
+      // torchvision's RandomResizedCrop.get_params: 10 tries, then a centre crop clamped to the ratio range.
+      const double area = double(v.width) * v.height;
+      int64_t cw = 0, ch = 0, x = 0, y = 0;
+      bool found = false;
+      for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+        const double target = area * rng.Uniform(scale.first, scale.second);
+        const double aspect = std::exp(rng.Uniform(std::log(ratio.first), std::log(ratio.second)));
+        cw = std::llround(std::sqrt(target * aspect));
+        ch = std::llround(std::sqrt(target / aspect));
+        if (cw > 0 && ch > 0 && cw <= v.width && ch <= v.height) {
+          y = rng.Int(0, v.height - ch), x = rng.Int(0, v.width - cw);
+          found = true;
+        }
+      }
+      if (!found) {
+        const double in_ratio = double(v.width) / v.height;
+        if (in_ratio < ratio.first) {
+          cw = v.width, ch = std::llround(cw / ratio.first);
+        } else if (in_ratio > ratio.second) {
+          ch = v.height, cw = std::llround(ch * ratio.second);
+        } else {
+          cw = v.width, ch = v.height;
+        }
+        cw = std::clamp<int64_t>(cw, 1, v.width), ch = std::clamp<int64_t>(ch, 1, v.height);
+        y = (v.height - ch) / 2, x = (v.width - cw) / 2;
+      }
+      return Resample(Mat3::Scale(double(ow) / cw, double(oh) / ch) * Mat3::Translate(-x, -y), ow, oh, interp);
+    });
+  };
+  f["RandomSizedCrop"] = [size_of](Params& ps) {
+    int64_t oh, ow;
+    size_of(ps, &oh, &ow);
+    const Range mm = ps.Rng2("min_max_height", {0, 0}, Params::kFixed);
+    if (mm.first < 1) Bad(ps.At("min_max_height"), "needs [min, max] crop heights >= 1");
+    const double ratio = ps.Num("w2h_ratio", 1.0);
+    if (ratio <= 0) Bad(ps.At("w2h_ratio"), "must be positive");
+    const int interp = ps.Interpolation();
+    return Geo("RandomSizedCrop", [=](Rng& rng, const View& v) {
+      // Albumentations: crop height drawn, width = int(height * w2h_ratio), both clipped to the image; the corner at
+      // int((size - crop + 1) * u) for u uniform in [0, 1).
+      int64_t ch = rng.Int(std::llround(mm.first), std::llround(mm.second));
+      int64_t cw = static_cast<int64_t>(ch * ratio);
+      ch = std::clamp<int64_t>(ch, 1, v.height), cw = std::clamp<int64_t>(cw, 1, v.width);
+      const int64_t y = static_cast<int64_t>((v.height - ch + 1) * rng.Uniform(0, 1));
+      const int64_t x = static_cast<int64_t>((v.width - cw + 1) * rng.Uniform(0, 1));
+      return Resample(Mat3::Scale(double(ow) / cw, double(oh) / ch) * Mat3::Translate(-double(x), -double(y)), ow,
+                      oh, interp);
+    });
+  };
+  f["RandomScale"] = [](Params& ps) {
+    const Range lim = ps.Rng2("scale_limit", {-0.1, 0.1}, Params::kSymmetric);
+    if (1 + lim.first <= 0) Bad(ps.At("scale_limit"), "1 + scale_limit must stay positive");
+    const int interp = ps.Interpolation();
+    return Geo("RandomScale", [=](Rng& rng, const View& v) {
+      const double s = rng.Uniform(1 + lim.first, 1 + lim.second);
+      const int64_t h = std::max<int64_t>(1, static_cast<int64_t>(v.height * s));
+      const int64_t w = std::max<int64_t>(1, static_cast<int64_t>(v.width * s));
+      return Resample(Mat3::Scale(double(w) / v.width, double(h) / v.height), w, h, interp);
+    });
+  };
+  f["ShiftScaleRotate"] = [](Params& ps) {
+    // Albumentations 2.x implements it as Affine(translate_percent = shift, scale = 1 + scale_limit, rotate); 1.4's
+    // own implementation is the same map (its rotation centre half a pixel off) with one scale for both axes.
+    const auto shift = ps.Rng2("shift_limit", {-0.0625, 0.0625}, Params::kSymmetric);
+    const Range sx_lim = ps.Has("shift_limit_x") ? ps.Rng2("shift_limit_x", shift, Params::kSymmetric) : shift;
+    const Range sy_lim = ps.Has("shift_limit_y") ? ps.Rng2("shift_limit_y", shift, Params::kSymmetric) : shift;
+    const Range scale = ps.Rng2("scale_limit", {-0.1, 0.1}, Params::kSymmetric);
+    const Range rotate = ps.Rng2("rotate_limit", {-45, 45}, Params::kSymmetric);
+    if (1 + scale.first <= 0) Bad(ps.At("scale_limit"), "1 + scale_limit must stay positive");
+    const bool v2 = t_albumentations_major >= 2;
+    const int interp = ps.Interpolation(), border = ps.Border(v2 ? 0 : 4);
+    const double fill = ps.Fill();
+    ps.Require("rotate_method", "largest_box");
+    return Geo("ShiftScaleRotate", [=](Rng& rng, const View& v) {
+      const double rot = rng.Uniform(rotate.first, rotate.second) * M_PI / 180.0;
+      const double sx = rng.Uniform(1 + scale.first, 1 + scale.second);
+      const double sy = v2 ? rng.Uniform(1 + scale.first, 1 + scale.second) : sx;
+      const double tx = std::trunc(rng.Uniform(sx_lim.first, sx_lim.second) * v.width);
+      const double ty = std::trunc(rng.Uniform(sy_lim.first, sy_lim.second) * v.height);
+      GeoStep s = Resample(AffineAbout(v.width / 2.0, v.height / 2.0, tx, ty, sx, sy, rot, 0, 0), v.width, v.height,
+                           interp);
+      s.border = border, s.fill = fill;
+      return s;
+    });
+  };
+  f["RandomCrop"] = [](Params& ps) {
+    const int64_t h = Positive(ps, "height"), w = Positive(ps, "width");
+    ps.Require("pad_if_needed", false);
+    ps.Ignore("border_mode"), ps.Ignore("fill"), ps.Ignore("pad_position");
+    return Geo("RandomCrop", [=](Rng& rng, const View& v) {
+      if (v.height < h || v.width < w) throw Error(ErrorCode::kInvalidArgument, TooSmall("RandomCrop", h, w, v));
+      const int64_t y = rng.Int(0, v.height - h), x = rng.Int(0, v.width - w);
+      return CropTo(double(x), double(y), w, h);
+    });
+  };
+  f["CenterCrop"] = [](Params& ps) {
+    const int64_t h = Positive(ps, "height"), w = Positive(ps, "width");
+    ps.Require("pad_if_needed", false);
+    ps.Ignore("border_mode"), ps.Ignore("fill"), ps.Ignore("pad_position");
+    return Geo("CenterCrop", [=](Rng&, const View& v) {
+      if (v.height < h || v.width < w) throw Error(ErrorCode::kInvalidArgument, TooSmall("CenterCrop", h, w, v));
+      return CropTo(double((v.width - w) / 2), double((v.height - h) / 2), w, h);
+    });
+  };
+  f["BBoxSafeRandomCrop"] = [](Params& ps) {
+    const double erosion = ps.Num("erosion_rate", 0.0);
+    if (erosion < 0 || erosion > 1) Bad(ps.At("erosion_rate"), "must be in [0, 1]");
+    return Geo("BBoxSafeRandomCrop", [=](Rng& rng, const View& v) {
+      const auto c = BoxSafeWindow(rng, v, erosion);
+      return CropTo(double(c[0]), double(c[1]), c[2] - c[0], c[3] - c[1]);
+    });
+  };
+  f["RandomSizedBBoxSafeCrop"] = [](Params& ps) {
+    const int64_t h = Positive(ps, "height"), w = Positive(ps, "width");
+    const double erosion = ps.Num("erosion_rate", 0.0);
+    if (erosion < 0 || erosion > 1) Bad(ps.At("erosion_rate"), "must be in [0, 1]");
+    const int interp = ps.Interpolation();
+    return Geo("RandomSizedBBoxSafeCrop", [=](Rng& rng, const View& v) {
+      const auto c = BoxSafeWindow(rng, v, erosion);
+      return Resample(Mat3::Scale(double(w) / (c[2] - c[0]), double(h) / (c[3] - c[1])) *
+                          Mat3::Translate(-double(c[0]), -double(c[1])),
+                      w, h, interp);
+    });
+  };
+  f["Resize"] = [](Params& ps) {
+    const int64_t h = Positive(ps, "height"), w = Positive(ps, "width");
+    const int interp = ps.Interpolation();
+    return Geo("Resize", [=](Rng&, const View& v) {
+      return Resample(Mat3::Scale(double(w) / v.width, double(h) / v.height), w, h, interp);
+    });
+  };
+  for (const bool longest : {true, false}) {
+    const std::string n = longest ? "LongestMaxSize" : "SmallestMaxSize";
+    f[n] = [n, longest](Params& ps) {
+      const int64_t m = Positive(ps, "max_size", ps.Has("max_size") ? 1 : 1024);
+      ps.Require("max_size_hw", nullptr);
+      const int interp = ps.Interpolation();
+      return Geo(n, [=](Rng&, const View& v) {
+        const double side = longest ? std::max(v.width, v.height) : std::min(v.width, v.height);
+        const double s = m / side;
+        const int64_t w = std::max<int64_t>(1, std::llround(v.width * s));
+        const int64_t h = std::max<int64_t>(1, std::llround(v.height * s));
+        return Resample(Mat3::Scale(double(w) / v.width, double(h) / v.height), w, h, interp);
+      });
+    };
+  }
+  f["PadIfNeeded"] = [](Params& ps) {
+    const int64_t mh = Positive(ps, "min_height", 1024), mw = Positive(ps, "min_width", 1024);
+    ps.Require("pad_height_divisor", nullptr);
+    ps.Require("pad_width_divisor", nullptr);
+    ps.Require("position", "center");
+    const int border = ps.Border(4);
+    const double fill = ps.Fill();
+    return Geo("PadIfNeeded", [=](Rng&, const View& v) {
+      const int64_t ph = std::max<int64_t>(0, mh - v.height), pw = std::max<int64_t>(0, mw - v.width);
+      GeoStep s = CropTo(-double(pw / 2), -double(ph / 2), v.width + pw, v.height + ph);
+      if (ph || pw) s.border = border, s.fill = fill;
+      return s;
+    });
+  };
+}
+
+}  // namespace osprey::augment
