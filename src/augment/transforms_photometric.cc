@@ -96,6 +96,23 @@ void AddPhotometricTransforms(std::map<std::string, Factory>& f) {
                                         {"sigma_y", Attribute::Float(float(sigma))}}));
     });
   };
+  // Blur (cv2.blur) and MedianBlur (cv2.medianBlur): an odd kernel size drawn from blur_limit (default (3, 7), the
+  // smallest 3), the same rule in Albumentations 1.4 and 2.x.
+  for (const char* name : {"Blur", "MedianBlur"}) {
+    f[name] = [name = std::string(name)](Params& ps) {
+      const Range k = ps.Rng2("blur_limit", {3, 7}, Params::kFixed);
+      const int64_t k0 = std::llround(k.first), k1 = std::llround(k.second);
+      if (k0 < 3 || k0 % 2 == 0 || k1 % 2 == 0 || k1 > 255)
+        Bad(ps.At("blur_limit"), "kernel sizes must be odd, in 3..255");
+      return Photo(name, [=](Rng& rng, const View&, std::vector<PhotoStep>& out) {
+        const int64_t ks = k0 + 2 * rng.Int(0, (k1 - k0) / 2);
+        if (name == "Blur")
+          out.push_back(Op("BoxBlur", {{"ksize_x", Attribute::Int(ks)}, {"ksize_y", Attribute::Int(ks)}}));
+        else
+          out.push_back(Op("MedianBlur", {{"ksize", Attribute::Int(ks)}}));
+      });
+    };
+  }
   f["GaussNoise"] = [](Params& ps) {
     const Range sr = ps.Rng2("std_range", {0.2, 0.44}, Params::kFixed);
     const Range mr = ps.Rng2("mean_range", {0, 0}, Params::kFixed);

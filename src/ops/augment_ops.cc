@@ -139,6 +139,11 @@ std::vector<double> GaussianKernel1D(int64_t size, double sigma) {
 }
 
 GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8) {
+  if (node.op_type == "BoxBlur") {  // cv2.blur: equal taps
+    const int64_t kx = std::clamp<int64_t>(node.GetInt("ksize_x", 1), 1, kMaxBlurKernel);
+    const int64_t ky = std::clamp<int64_t>(node.GetInt("ksize_y", kx), 1, kMaxBlurKernel);
+    return {std::vector<double>(kx, 1.0 / kx), std::vector<double>(ky, 1.0 / ky)};
+  }
   const double sx = node.GetFloat("sigma_x", 0.f), sy_attr = node.GetFloat("sigma_y", 0.f);
   const double sy = sy_attr > 0 ? sy_attr : sx;
   const int64_t kx = GaussianBlurKernelSize(node.GetInt("ksize_x", 0), sx, is_u8);
@@ -167,6 +172,23 @@ void InferGaussianBlur(InferContext& ctx) {
   if (kx_eff > kMaxBlurKernel || ky_eff > kMaxBlurKernel)
     ctx.Fail("kernel size " + Str(ky_eff) + "x" + Str(kx_eff) + " exceeds the limit of " + Str(kMaxBlurKernel) +
              " per side; use a smaller sigma or ksize");
+  ctx.SetOutput(0, ctx.input_dtypes[0], s);
+}
+
+// BoxBlur and MedianBlur: a kernel side per axis (MedianBlur: one odd ksize, as cv2.medianBlur).
+void InferBoxBlur(InferContext& ctx) {
+  const Shape& s = ImageInput(ctx, true);
+  const int64_t kx = ctx.node.GetInt("ksize_x", 0), ky = ctx.node.GetInt("ksize_y", kx);
+  if (kx < 1 || ky < 1 || kx > kMaxBlurKernel || ky > kMaxBlurKernel)
+    ctx.Fail("attributes 'ksize_x' and 'ksize_y' must be in 1.." + Str(kMaxBlurKernel) + ", got " + Str(kx) + " and " +
+             Str(ky));
+  ctx.SetOutput(0, ctx.input_dtypes[0], s);
+}
+
+void InferMedianBlur(InferContext& ctx) {
+  const Shape& s = ImageInput(ctx, false);
+  const int64_t k = ctx.node.GetInt("ksize", 0);
+  if (k < 1 || k % 2 == 0 || k > 255) ctx.Fail("attribute 'ksize' must be odd, in 1..255, got " + Str(k));
   ctx.SetOutput(0, ctx.input_dtypes[0], s);
 }
 
@@ -206,6 +228,8 @@ void RegisterAugmentOps(OpRegistry& r) {
   r.Add({"AdjustSaturation", 1, 1, 1, 1, InferAdjustSaturation});
   r.Add({"ShiftHSV", 1, 1, 1, 1, InferShiftHsv});
   r.Add({"GaussianBlur", 1, 1, 1, 1, InferGaussianBlur});
+  r.Add({"BoxBlur", 1, 1, 1, 1, InferBoxBlur});
+  r.Add({"MedianBlur", 1, 1, 1, 1, InferMedianBlur});
   r.Add({"AddGaussianNoise", 1, 1, 1, 1, InferAddGaussianNoise});
   r.Add({"FillRects", 1, 1, 1, 1, InferFillRects});
 }

@@ -89,6 +89,8 @@ std::vector<double> GaussianKernel1D(int64_t size, double sigma);
 struct GaussianBlurTaps {
   std::vector<double> x, y;
 };
+/// The separable taps of a validated GaussianBlur node (OpenCV's rules) or BoxBlur node (equal taps, cv2.blur): the
+/// one place both blurs' reference and fast kernels get them.
 GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8);
 /// The 'fill' values of a validated FillRects node (written as floats or ints).
 std::vector<float> FillRectsValues(const Node& node);

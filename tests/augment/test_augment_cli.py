@@ -163,6 +163,10 @@ PHOTOMETRIC_CASES = [
     ({"type": "GaussianBlur", "blur_limit": [5, 5], "sigma_limit": [1.5, 1.5]}, 1, 0.05),
     ({"type": "GaussianBlur", "blur_limit": [3, 3], "sigma_limit": [0, 0]}, 1, 0.05),
     ({"type": "ImageCompression", "quality_range": [60, 60]}, 40, 1.0),
+    ({"type": "Blur", "blur_limit": [5, 5]}, 1, 0.05),
+    ({"type": "Blur", "blur_limit": [3, 3]}, 1, 0.05),
+    ({"type": "MedianBlur", "blur_limit": [5, 5]}, 0, 0),
+    ({"type": "MedianBlur", "blur_limit": [3, 3]}, 0, 0),
 ]
 
 

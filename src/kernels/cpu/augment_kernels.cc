@@ -339,7 +339,7 @@ std::unique_ptr<Kernel> CreateWarpAxisAlignedU8Kernel(const KernelBuildContext& 
 std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (std::unique_ptr<Kernel> k = CreateAugmentColorKernel(ctx)) return k;
-  if (op != "WarpPerspective" && op != "GaussianBlur") return nullptr;
+  if (op != "WarpPerspective" && op != "GaussianBlur" && op != "BoxBlur") return nullptr;
   if (ctx.input_dtypes.empty() || ctx.input_shapes.empty() || ctx.output_shapes.empty()) return nullptr;
   for (Layout l : ctx.input_layouts)
     if (l != Layout::kPlain) return nullptr;

@@ -163,6 +163,31 @@ void GaussianBlurRef(KernelContext& ctx) {
   }
 }
 
+// ---------------------------------------------------------------- MedianBlur
+
+// cv2.medianBlur: the median of the ksize x ksize window of each channel, BORDER_REPLICATE (uint8).
+void MedianBlurRef(KernelContext& ctx) {
+  const int64_t k = ctx.node.GetInt("ksize", 3), r = k / 2;
+  const ImageDims d = DimsOf(ctx.In(0).shape());
+  const int64_t row = d.w * d.c;
+  std::vector<uint8_t> window(static_cast<size_t>(k * k));
+  for (int64_t b = 0; b < d.n; ++b) {
+    const uint8_t* src = ctx.In(0).data<uint8_t>() + b * d.h * row;
+    uint8_t* dst = ctx.Out(0).data<uint8_t>() + b * d.h * row;
+    for (int64_t y = 0; y < d.h; ++y)
+      for (int64_t x = 0; x < d.w; ++x)
+        for (int64_t ch = 0; ch < d.c; ++ch) {
+          size_t n = 0;
+          for (int64_t dy = -r; dy <= r; ++dy)
+            for (int64_t dx = -r; dx <= r; ++dx)
+              window[n++] = src[BorderIndex(y + dy, d.h, Border::kReplicate) * row +
+                                BorderIndex(x + dx, d.w, Border::kReplicate) * d.c + ch];
+          std::nth_element(window.begin(), window.begin() + n / 2, window.end());
+          dst[y * row + x * d.c + ch] = window[n / 2];
+        }
+  }
+}
+
 // ---------------------------------------------------------------- point operations (uint8)
 
 // cv::cvtColor RGB -> GRAY for uint8: 0.299 R + 0.587 G + 0.114 B with OpenCV's 15-bit coefficients.
@@ -429,6 +454,8 @@ OSPREY_AUGMENT_KERNEL(FillRectsK, FillRectsRef)
 void AddAugmentReferenceKernels(ReferenceKernelTable& t) {
   t.Add("WarpPerspective", ByDType<WarpPerspectiveK>);
   t.Add("GaussianBlur", ByDType<GaussianBlurK>);
+  t.Add("BoxBlur", ByDType<GaussianBlurK>);  // the same separable kernel, with equal taps (GaussianBlurKernels)
+  t.Add("MedianBlur", [](KernelContext& ctx) { RequireU8(ctx), MedianBlurRef(ctx); });
   t.Add("AddGaussianNoise", ByDType<AddGaussianNoiseK>);
   t.Add("FillRects", ByDType<FillRectsK>);
   t.Add("LookupTable", [](KernelContext& ctx) { RequireU8(ctx), LookupTableRef(ctx); });
