@@ -44,6 +44,31 @@ void AddGeometricTransforms(std::map<std::string, Factory>& f) {
       return s;
     });
   };
+  f["SafeRotate"] = [](Params& ps) {
+    // Rotation about the centre, then the rotated image's bounding box (int sizes, as Albumentations) scaled back into
+    // the original frame: nothing is cut off.
+    const Range limit = ps.Rng2("limit", {-90, 90}, Params::kSymmetric);
+    const int interp = ps.Interpolation(), border = ps.Border(t_albumentations_major >= 2 ? 0 : 4);
+    const double fill = ps.Fill();
+    ps.Require("rotate_method", "largest_box");
+    // 2.x writes its Affine base's settings too; SafeRotate fixes them, so they carry nothing.
+    for (const char* k : {"rotate", "fit_output", "scale", "shear", "translate_percent", "translate_px", "keep_ratio",
+                          "balanced_scale"})
+      ps.Ignore(k);
+    return Geo("SafeRotate", [=](Rng& rng, const View& v) {
+      const double deg = rng.Uniform(limit.first, limit.second), a = deg * M_PI / 180.0;
+      const double W = double(v.width), H = double(v.height), cx = W / 2, cy = H / 2;
+      const double nw = std::max(1.0, std::trunc(H * std::fabs(std::sin(a)) + W * std::fabs(std::cos(a))));
+      const double nh = std::max(1.0, std::trunc(H * std::fabs(std::cos(a)) + W * std::fabs(std::sin(a))));
+      // Albumentations builds this in pixel-index coordinates (centre (W - 1) / 2) and scales after shifting by
+      // new_size / 2; in continuous coordinates that is the map below plus half a pixel.
+      const Mat3 m = Mat3::Translate(0.5, 0.5) * Mat3::Scale(W / nw, H / nh) *
+                     Mat3::Translate(nw / 2 - cx, nh / 2 - cy) * RotateAbout(deg, cx, cy);
+      GeoStep s = Resample(m, v.width, v.height, interp);
+      s.border = border, s.fill = fill;
+      return s;
+    });
+  };
   f["Affine"] = [](Params& ps) {
     const auto scale = ps.XY("scale", {1, 1}, Params::kFixed);
     const bool has_tp = ps.Has("translate_percent"), has_px = ps.Has("translate_px");

@@ -28,7 +28,7 @@ CORPUS = {
     "PadIfNeeded": {"min_height": 160, "min_width": 160}, "ColorJitter": {}, "RandomBrightnessContrast": {},
     "HueSaturationValue": {}, "RandomGamma": {}, "GaussianBlur": {}, "GaussNoise": {}, "ToGray": {},
     "ImageCompression": {}, "CoarseDropout": {}, "RandomScale": {}, "ShiftScaleRotate": {}, "Blur": {},
-    "MedianBlur": {},
+    "MedianBlur": {}, "SafeRotate": {},
     "RandomSizedCrop": {"min_max_height": [50, 100], "size": [64, 64]},
 }
 
@@ -99,6 +99,8 @@ DETERMINISTIC_V2 = [
     ("CenterCrop", {"height": 200, "width": 200}),
     ("RandomScale", {"scale_limit": [0.25, 0.25]}),
     ("Blur", {"blur_limit": [5, 5]}),
+    ("SafeRotate", {"limit": [25, 25], "border_mode": 0}),
+    ("SafeRotate", {"limit": [-70, -70], "border_mode": 0}),
     ("MedianBlur", {"blur_limit": [5, 5]}),
     ("RandomSizedCrop", {"min_max_height": [256, 256], "size": [200, 250], "w2h_ratio": 1.25}),
     ("ShiftScaleRotate", {"shift_limit_x": [0.05, 0.05], "shift_limit_y": [-0.04, -0.04], "scale_limit": [0.1, 0.1],
