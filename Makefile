@@ -7,6 +7,8 @@ FUZZ_SECONDS ?= 10
 SANITIZE_DIR ?= build-sanitize
 # ccache hits across clones in other folders (CI builds a fresh clone): paths below here are hashed relative to it.
 export CCACHE_BASEDIR := $(CURDIR)
+# ... and for the -g sanitizer build too (its debug info would otherwise tie each entry to the clone's folder).
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: setup build server install test check check-sanitize demo serve augment-demo fuzz clean format
 
