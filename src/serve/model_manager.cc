@@ -8,20 +8,19 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include "serve/log.h"
-#include "serve/model_config.h"
 #include <utility>
 
 #include "osprey/error.h"
+#include "serve/log.h"
+#include "serve/model_config.h"
 #include "osprey/onnx.h"
 
 namespace osprey::serve {
@@ -41,21 +40,19 @@ bool IsModelName(const std::string& s) {
          s.find('\0') == std::string::npos;
 }
 
-// Highest numeric version directory of `name_dir` holding model.onnx, or "" when there is none.
-std::string LatestVersion(const fs::path& name_dir) {
+// The numeric version directories of `name_dir` holding model.onnx, in increasing order.
+std::vector<std::string> VersionsOf(const fs::path& name_dir) {
   std::error_code ec;
-  std::string best;
-  int64_t best_number = -1;
+  std::vector<std::string> versions;
   for (fs::directory_iterator it(name_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string v = it->path().filename().string();
-    if (!IsVersionName(v) || !fs::is_regular_file(it->path() / "model.onnx", ec)) continue;
-    const int64_t number = std::stoll(v);
-    if (number > best_number) {
-      best_number = number;
-      best = v;
-    }
+    std::error_code ec2;
+    if (IsVersionName(v) && fs::is_regular_file(it->path() / "model.onnx", ec2)) versions.push_back(v);
   }
-  return best;
+  std::sort(versions.begin(), versions.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return versions;
 }
 
 // OpenModelDirectory, except that a model without config.json whose input is not an image (preprocessing cannot be
@@ -117,6 +114,16 @@ struct ModelManager::Impl {
   std::map<Key, std::unique_ptr<Entry>> entries;
   std::map<std::string, std::string> latest;  // name -> latest version on disk, as of the last scan
   std::map<std::string, std::string> problems;  // name -> why its directory cannot be served, as of the last scan
+  // name -> the versions its config.pbtxt version_policy allows (models with a config.pbtxt), as of the last scan
+  std::map<std::string, std::vector<std::string>> policy_versions;
+  // Config files checked by a scan, re-read only when they change (path -> write time, size, the result).
+  struct FileCheck {
+    fs::file_time_type mtime;
+    uintmax_t size = 0;
+    std::string problem;                                     // "" when it parsed
+    std::shared_ptr<const inference::ModelConfig> declared;  // config.pbtxt only
+  };
+  std::map<std::string, FileCheck> file_checks;
   std::set<std::string> logged_problems;        // "name: problem" already in the log
   std::map<Key, std::shared_ptr<const ModelDescription>> descriptions;  // read without loading (Describe)
   int64_t reserved_bytes = 0;                 // size estimates of loads in progress
@@ -127,43 +134,89 @@ struct ModelManager::Impl {
   bool stopping = false;
   std::thread idle_thread;
 
-  // Reads the repository (without the lock: it touches the disk), then replaces `latest`.
-  // Problems found here (a directory without <version>/model.onnx, a config.json that does not parse) are kept for the
-  // index and logged once each.
+  // A config file's check, from the cache when the file has not changed since (so that the index, /metrics and
+  // readiness, which rescan, do not re-parse every model's files each time). `check` parses it, throwing Error.
+  FileCheck CheckedFile(const fs::path& path, const std::function<FileCheck()>& check) {
+    std::error_code ec;
+    const auto mtime = fs::last_write_time(path, ec);
+    const uintmax_t size = ec ? 0 : fs::file_size(path, ec);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = file_checks.find(path.string());
+      if (!ec && it != file_checks.end() && it->second.mtime == mtime && it->second.size == size) return it->second;
+    }
+    FileCheck result;
+    try {
+      result = check();
+    } catch (const Error& e) {
+      result.problem = e.what();
+    }
+    result.mtime = mtime, result.size = size;
+    std::lock_guard<std::mutex> lock(mu);
+    if (file_checks.size() > 4096) file_checks.clear();
+    return file_checks[path.string()] = result;
+  }
+
+  // Reads the repository (without the lock: it touches the disk), then replaces `latest`, `policy_versions` and
+  // `problems`. Problems found here (a directory without <version>/model.onnx, a config.json or config.pbtxt that does
+  // not parse) are kept for the index and logged once each.
   void Scan() {
     std::map<std::string, std::string> found, trouble;
+    std::map<std::string, std::vector<std::string>> policies;
     std::error_code ec;
     for (fs::directory_iterator it(options.repository, ec), end; !ec && it != end; it.increment(ec)) {
       std::error_code ec2;
       if (!it->is_directory(ec2)) continue;
       const std::string name = it->path().filename().string();
       if (!IsModelName(name)) continue;
-      const std::string version = LatestVersion(it->path());
-      if (version.empty()) {
+      std::vector<std::string> versions = VersionsOf(it->path());
+      if (versions.empty()) {
         trouble[name] = "no version directory holding model.onnx (expected " + name + "/<number>/model.onnx)";
         continue;
       }
-      found[name] = version;
-      const fs::path config = it->path() / version / "config.json";
+      const fs::path pbtxt = it->path() / "config.pbtxt";
+      if (fs::is_regular_file(pbtxt, ec2)) {
+        const FileCheck check = CheckedFile(pbtxt, [&] {
+          FileCheck c;
+          c.declared = std::make_shared<const inference::ModelConfig>(ReadDeclaredConfig(it->path()));
+          return c;
+        });
+        if (!check.problem.empty()) {
+          trouble[name] = check.problem;
+        } else {
+          std::vector<std::string> allowed;
+          for (const std::string& v : versions)
+            if (VersionAllowed(*check.declared, v, versions)) allowed.push_back(v);
+          policies[name] = allowed;
+          versions = allowed;
+          if (versions.empty()) {
+            trouble[name] = pbtxt.string() + ": its version_policy allows none of the versions on disk";
+            continue;
+          }
+        }
+      }
+      found[name] = versions.back();
+      const fs::path config = it->path() / versions.back() / "config.json";
       if (fs::is_regular_file(config, ec2)) {
-        std::ifstream in(config);
-        std::stringstream text;
-        text << in.rdbuf();
-        try {
+        const FileCheck check = CheckedFile(config, [&] {
+          std::ifstream in(config);
+          std::stringstream text;
+          text << in.rdbuf();
           PreprocessSpec pre;
           PostprocessSpec post;
           BatchingSpec batching;
           std::string precision;
           ParseModelConfig(text.str(), config.string(), &pre, &post, &batching, &precision);
-        } catch (const Error& e) {
-          trouble[name] = e.what();
-        }
+          return FileCheck{};
+        });
+        if (!check.problem.empty()) trouble[name] = check.problem;
       }
     }
     std::vector<std::pair<std::string, std::string>> to_log;
     {
       std::lock_guard<std::mutex> lock(mu);
       latest = std::move(found);
+      policy_versions = std::move(policies);
       problems = std::move(trouble);
       for (const auto& [name, problem] : problems)
         if (logged_problems.insert(name + ": " + problem).second) to_log.emplace_back(name, problem);
@@ -352,48 +405,28 @@ struct ModelManager::Impl {
     return declared;
   }
 
-  // The version directories of `name` holding model.onnx, that its config.pbtxt version_policy allows.
-  std::vector<std::string> AllowedVersions(const std::string& name) {
-    const fs::path name_dir = fs::path(options.repository) / name;
-    std::vector<std::string> all;
-    std::error_code ec;
-    for (fs::directory_iterator it(name_dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string v = it->path().filename().string();
-      std::error_code ec2;
-      if (IsVersionName(v) && fs::is_regular_file(it->path() / "model.onnx", ec2)) all.push_back(v);
-    }
-    const inference::ModelConfig declared = ReadDeclaredConfig(name_dir);
-    std::vector<std::string> allowed;
-    for (const std::string& v : all)
-      if (VersionAllowed(declared, v, all)) allowed.push_back(v);
-    std::sort(allowed.begin(), allowed.end(), [](const std::string& a, const std::string& b) {
-      return a.size() != b.size() ? a.size() < b.size() : a < b;
-    });
-    return allowed;
-  }
-
+  // The version a request for `name` (and `version`, "" = the latest the policy allows) is served by. Uses the last
+  // scan's results (no file is read per request); a miss rescans once, for a model or version added since.
   std::string ResolveVersion(const std::string& name, const std::string& version) {
     if (!IsModelName(name)) throw Error(ErrorCode::kNotFound, "model '" + name + "': not a valid model name");
-    const bool has_policy = fs::is_regular_file(fs::path(options.repository) / name / "config.pbtxt");
     if (!version.empty()) {
       std::error_code ec;
       if (!IsVersionName(version) ||
           !fs::is_regular_file(fs::path(options.repository) / name / version / "model.onnx", ec))
         throw Error(ErrorCode::kNotFound, "model '" + name + "' has no version '" + version + "' in the repository");
-      if (has_policy) {
-        const std::vector<std::string> allowed = AllowedVersions(name);
-        if (std::find(allowed.begin(), allowed.end(), version) == allowed.end())
+      auto excluded = [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = policy_versions.find(name);
+        return it != policy_versions.end() &&
+               std::find(it->second.begin(), it->second.end(), version) == it->second.end();
+      };
+      if (excluded()) {
+        Scan();
+        if (excluded())
           throw Error(ErrorCode::kNotFound, "model '" + name + "' version " + version +
                                                 " is not served: its config.pbtxt version_policy excludes it");
       }
       return version;
-    }
-    if (has_policy) {
-      const std::vector<std::string> allowed = AllowedVersions(name);
-      if (allowed.empty())
-        throw Error(ErrorCode::kNotFound,
-                    "model '" + name + "': its config.pbtxt version_policy allows none of its versions");
-      return allowed.back();
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -403,9 +436,10 @@ struct ModelManager::Impl {
     Scan();  // a model added since the last scan
     std::lock_guard<std::mutex> lock(mu);
     auto it = latest.find(name);
-    if (it == latest.end())
-      throw Error(ErrorCode::kNotFound, "model '" + name + "' not found in the repository " + options.repository);
-    return it->second;
+    if (it != latest.end()) return it->second;
+    if (auto problem = problems.find(name); problem != problems.end())
+      throw Error(ErrorCode::kUnavailable, "model '" + name + "' cannot be served: " + problem->second);
+    throw Error(ErrorCode::kNotFound, "model '" + name + "' not found in the repository " + options.repository);
   }
 
   std::shared_ptr<LoadedModel> Acquire(const std::string& name, const std::string& requested, bool retry_failed) {

@@ -292,3 +292,21 @@ def test_warmup_makes_the_first_request_warm(tmp_path, demo_model, start_repo):
     assert hits["warm"] == "1" and misses["warm"] == "1"
     assert hits["cold"] == "0" and misses["cold"] == "1"
     assert "model_warmup: model 'warm'" in server.output()
+
+
+def test_config_files_are_rechecked_when_they_change(tmp_path, demo_model, start_repo):
+    repo = tmp_path / "repo"
+    d = copy_model(repo, "digits", demo_model, pbtxt="max_batch_size: [ oops\n")
+    server = start_repo(repo)
+    index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
+    assert index["digits"]["reason"].startswith("invalid: ") and "line 1" in index["digits"]["reason"], index
+    status, _, body = server.request("GET", "/v2/models/digits")
+    assert status == 503 and b"config.pbtxt" in body and b"line 1" in body, body
+    (d / "config.pbtxt").write_text("max_batch_size: 4\n")  # fixed: the next scan re-reads it
+    index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
+    assert index["digits"]["reason"] == "not loaded yet", index
+    config = json.loads((d / "1" / "config.json").read_text())
+    config["preprocess"] = {"layout": "CHWN"}
+    (d / "1" / "config.json").write_text(json.dumps(config))  # broken: seen by the next scan too
+    index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
+    assert "CHWN" in index["digits"]["reason"], index

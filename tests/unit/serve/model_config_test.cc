@@ -1,0 +1,65 @@
+// config.pbtxt reading and the version policy (serve/model_config.h). Oracles: the text written here.
+#include "serve/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace osprey::serve {
+namespace {
+
+std::string Write(const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("osprey_pbtxt_" + std::to_string(::getpid()) + ".pbtxt");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(ConfigPbtxt, ReadsTheSubsetAndNamesWhatItIgnores) {
+  std::vector<std::string> ignored;
+  const inference::ModelConfig c = ReadConfigPbtxt(Write(R"(
+    max_batch_size: 8
+    dynamic_batching { max_queue_delay_microseconds: 500 preferred_batch_size: [4] }
+    input [ { name: "x" data_type: TYPE_FP32 dims: [3, 224, 224] } ]
+    optimization { graph { level: 1 } }
+    parameters { key: "k" value: { string_value: "v" } }
+  )"), &ignored);
+  EXPECT_EQ(c.max_batch_size(), 8);
+  EXPECT_EQ(c.dynamic_batching().max_queue_delay_microseconds(), 500u);
+  ASSERT_EQ(c.input_size(), 1);
+  EXPECT_EQ(c.input(0).dims_size(), 3);
+  EXPECT_EQ(ignored, (std::vector<std::string>{"ModelConfig.optimization", "ModelConfig.parameters",
+                                                "ModelDynamicBatching.preferred_batch_size"}));
+}
+
+TEST(ConfigPbtxt, SyntaxErrorsNameTheLine) {
+  try {
+    ReadConfigPbtxt(Write("max_batch_size: 4\ninput [ { name: \"x\" dims: [ 1, } ]\n"), nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ReadConfigPbtxt(Write("default_model_filename: \"model.plan\"\n"), nullptr), Error);
+}
+
+TEST(ConfigPbtxt, VersionPolicy) {
+  const std::vector<std::string> on_disk = {"1", "2", "3", "10"};
+  inference::ModelConfig none;
+  EXPECT_TRUE(VersionAllowed(none, "2", on_disk));  // no policy: every version directory is served
+  inference::ModelConfig latest;
+  latest.mutable_version_policy()->mutable_latest()->set_num_versions(2);
+  EXPECT_TRUE(VersionAllowed(latest, "10", on_disk));
+  EXPECT_TRUE(VersionAllowed(latest, "3", on_disk));
+  EXPECT_FALSE(VersionAllowed(latest, "2", on_disk));
+  inference::ModelConfig specific;
+  specific.mutable_version_policy()->mutable_specific()->add_versions(2);
+  EXPECT_TRUE(VersionAllowed(specific, "2", on_disk));
+  EXPECT_FALSE(VersionAllowed(specific, "10", on_disk));
+  inference::ModelConfig all;
+  all.mutable_version_policy()->mutable_all();
+  EXPECT_TRUE(VersionAllowed(all, "1", on_disk));
+}
+
+}  // namespace
+}  // namespace osprey::serve
