@@ -50,13 +50,16 @@ Allocator& Allocator::Host() {
 }
 
 std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account) {
+  if (bytes > static_cast<size_t>(kMaxBytes))
+    throw Error(ErrorCode::kInvalidArgument, "cannot allocate " + std::to_string(bytes) +
+                                                 " bytes: larger than osprey's limit of 2^48 bytes per buffer");
   const int64_t limit = host_limit();
-  if (bytes > static_cast<size_t>(kMaxBytes) ||
-      (limit > 0 && static_cast<int64_t>(bytes) > limit - live_[0].load(std::memory_order_relaxed)))
+  const int64_t live = live_[0].load(std::memory_order_relaxed);
+  if (limit > 0 && static_cast<int64_t>(bytes) > limit - live)
     throw Error(ErrorCode::kResourceExhausted,
                 "out of host memory: allocating " + std::to_string(bytes) + " bytes would bring osprey's buffers past " +
-                    std::to_string(limit) + " bytes (90% of this machine's memory) with " +
-                    std::to_string(live_[0].load()) + " bytes already in use");
+                    "the host limit of " + std::to_string(limit) + " bytes (Allocator::SetHostLimit; default 90% of " +
+                    "this machine's memory) with " + std::to_string(live) + " bytes already in use");
   std::shared_ptr<Buffer> buffer(new Buffer());
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;

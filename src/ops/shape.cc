@@ -26,11 +26,9 @@ const Shape& InShape(const InferContext& ctx, int i) {
 
 std::string ToStr(long double c) { return std::to_string(static_cast<double>(c)); }
 
-int64_t NumelOf(const Shape& s) { return NumElements(s); }
-
 // True when input i is given and holds at least one element (an empty tensor counts as "not given" for the
 // optional scales/sizes/split inputs, as ONNX exporters use both forms).
-bool HasNonEmpty(const InferContext& ctx, int i) { return ctx.Has(i) && NumelOf(ctx.input_shapes[i]) > 0; }
+bool HasNonEmpty(const InferContext& ctx, int i) { return ctx.Has(i) && NumElements(ctx.input_shapes[i]) > 0; }
 
 // A compile-time integer input (shape, axes, pads, ...): integer dtype, rank 0 or 1.
 std::vector<int64_t> IntInput(const InferContext& ctx, int i, const char* what) {
@@ -268,7 +266,7 @@ void InferReshape(InferContext& ctx) {
     req = IntInput(ctx, 1, "shape");
   }
   bool allow_zero = ctx.node.GetInt("allowzero", 0) != 0;
-  int64_t total = NumelOf(in);
+  int64_t total = NumElements(in);
   Shape out(req.size());
   int64_t unknown = -1;
   int64_t known = 1;
@@ -298,9 +296,9 @@ void InferReshape(InferContext& ctx) {
     out[unknown] = total / known;
   }
   CheckShape(ctx, out);
-  if (NumelOf(out) != total)
+  if (NumElements(out) != total)
     ctx.Fail("cannot reshape " + ShapeToString(in) + " (" + Str(total) + " elements) to " + IntsToString(req) + " (" +
-             Str(NumelOf(out)) + " elements)");
+             Str(NumElements(out)) + " elements)");
   ctx.SetOutput(0, ctx.input_dtypes[0], out);
 }
 
@@ -435,7 +433,7 @@ void InferPad(InferContext& ctx) {
       if (ctx.input_dtypes[2] != ctx.input_dtypes[0])
         ctx.Fail(std::string("constant_value has dtype ") + DTypeName(ctx.input_dtypes[2]) + ", expected " +
                  DTypeName(ctx.input_dtypes[0]) + " (the dtype of data)");
-      if (NumelOf(ctx.input_shapes[2]) > 1)
+      if (NumElements(ctx.input_shapes[2]) > 1)
         ctx.Fail("constant_value must be a scalar, got shape " + ShapeToString(ctx.input_shapes[2]));
     }
     if (ctx.Has(3)) {
@@ -544,7 +542,7 @@ void InferResize(InferContext& ctx) {
   int64_t n = static_cast<int64_t>(axes.size());
   bool has_scales = HasNonEmpty(ctx, 2), has_sizes = HasNonEmpty(ctx, 3);
   if (has_scales == has_sizes) ctx.Fail("exactly one of the 'scales' and 'sizes' inputs must be given (non-empty)");
-  if (coord == "tf_crop_and_resize" && (!ctx.Has(1) || NumelOf(ctx.input_shapes[1]) != 2 * n))
+  if (coord == "tf_crop_and_resize" && (!ctx.Has(1) || NumElements(ctx.input_shapes[1]) != 2 * n))
     ctx.Fail("coordinate_transformation_mode 'tf_crop_and_resize' needs an roi input of " + Str(2 * n) + " values");
   Shape out = in;
   if (has_scales) {

@@ -10,13 +10,12 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast.hpp>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <iostream>
 #include <thread>
 
 #include "osprey/error.h"
@@ -185,7 +184,8 @@ class Session : public std::enable_shared_from_this<Session> {
       server.pending.fetch_sub(1);
       HttpResponse busy{503, "application/json", {{"Retry-After", "1"}},
                         JsonError("the server is busy: " + std::to_string(limit) +
-                                  " requests are running or waiting for a worker; retry later")};
+                                  " requests are running or waiting for a worker (--workers + --max-queue); "
+                                  "retry later")};
       return Send(std::move(busy), keep_alive && !server.stopping, version, false);
     }
     // The guard keeps the I/O threads running until the answer is written, even when nothing else is pending.

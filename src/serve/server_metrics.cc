@@ -40,6 +40,7 @@ std::string InferenceServer::MetricsText() {
       << "# TYPE osprey_request_duration_us histogram\n";
   for (const auto& [name, m] : snapshot) m.duration.Write(out, "osprey_request_duration_us", PrometheusLabel(name));
   const ManagerStats stats = impl.manager->Stats();
+  const std::vector<ModelIndexEntry> index = impl.manager->Index();
   const std::pair<const char*, uint64_t> counters[] = {{"osprey_model_loads_total", stats.loads},
                                                        {"osprey_model_unloads_total", stats.unloads},
                                                        {"osprey_model_evictions_total", stats.evictions},
@@ -47,12 +48,12 @@ std::string InferenceServer::MetricsText() {
   for (const auto& [name, value] : counters) out << "# TYPE " << name << " counter\n" << name << " " << value << "\n";
   out << "# HELP osprey_accounted_bytes Accounted weight bytes of each loaded model (shared weights in each).\n"
       << "# TYPE osprey_accounted_bytes gauge\n";
-  for (const ModelIndexEntry& entry : impl.manager->Index())
+  for (const ModelIndexEntry& entry : index)
     if (entry.status == ModelStatus::kReady)
       out << "osprey_accounted_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.weight_bytes << "\n";
   out << "# HELP osprey_model_runtime_bytes Execution arenas and plan-private constants of each loaded model.\n"
       << "# TYPE osprey_model_runtime_bytes gauge\n";
-  for (const ModelIndexEntry& entry : impl.manager->Index())
+  for (const ModelIndexEntry& entry : index)
     if (entry.status == ModelStatus::kReady)
       out << "osprey_model_runtime_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.runtime_bytes
           << "\n";
