@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <limits>
+#include <type_traits>
 
 #include "osprey/error.h"
 #include "serve/kserve.h"
@@ -110,9 +112,39 @@ void AppendLengthPrefixed(std::string* out, const std::string& element) {
   *out += element;
 }
 
+template <class To, class From>
+void AppendAs(const google::protobuf::RepeatedField<From>& values, const std::string& what, std::string* out) {
+  for (const From v : values) {
+    if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool>) {
+      if (static_cast<long double>(v) < static_cast<long double>(std::numeric_limits<To>::min()) ||
+          static_cast<long double>(v) > static_cast<long double>(std::numeric_limits<To>::max()))
+        throw Error(ErrorCode::kInvalidArgument, what + ": value " + std::to_string(v) + " does not fit its datatype");
+    }
+    const To t = static_cast<To>(v);
+    out->append(reinterpret_cast<const char*>(&t), sizeof(To));
+  }
+}
+
+// The typed contents of one input as the little-endian bytes of its datatype (KServe: int_contents carries INT8,
+// INT16 and INT32, uint_contents UINT8, UINT16 and UINT32). A datatype osprey has no tensor for is left to the decoder
+// to refuse by name; FP16/BF16 have no typed field and must come as raw_input_contents.
+void ContentsToBytes(const std::string& datatype, const inference::InferTensorContents& c, const std::string& name,
+                     std::string* out) {
+  const std::string what = "input '" + name + "'";
+  if (datatype == "FP32") return AppendAs<float>(c.fp32_contents(), what, out);
+  if (datatype == "INT64") return AppendAs<int64_t>(c.int64_contents(), what, out);
+  if (datatype == "INT32") return AppendAs<int32_t>(c.int_contents(), what, out);
+  if (datatype == "INT8") return AppendAs<int8_t>(c.int_contents(), what, out);
+  if (datatype == "UINT8") return AppendAs<uint8_t>(c.uint_contents(), what, out);
+  if (datatype == "BOOL") return AppendAs<bool>(c.bool_contents(), what, out);
+  if (datatype == "FP16" || datatype == "BF16")
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": " + datatype + " has no typed contents field; send it in raw_input_contents");
+}
+
 // A ModelInferRequest as the REST binary-extension body (JSON header + binary section), so that one decoder
-// (DecodeInferRequest) checks both protocols: raw_input_contents and BYTES contents go to the binary section, typed
-// numeric contents to "data".
+// (DecodeInferRequest) checks both protocols: raw_input_contents, BYTES and typed contents all go to the binary
+// section.
 std::string RestBody(const inference::ModelInferRequest& request, std::string* header_length) {
   json header = json::object();
   if (!request.id().empty()) header["id"] = request.id();
@@ -138,22 +170,12 @@ std::string RestBody(const inference::ModelInferRequest& request, std::string* h
       const size_t before = binary.size();
       for (const std::string& element : c.bytes_contents()) AppendLengthPrefixed(&binary, element);
       parameters["binary_data_size"] = binary.size() - before;
-    } else if (c.fp32_contents_size() > 0) {
-      j["data"] = std::vector<float>(c.fp32_contents().begin(), c.fp32_contents().end());
-    } else if (c.fp64_contents_size() > 0) {
-      j["data"] = std::vector<double>(c.fp64_contents().begin(), c.fp64_contents().end());
-    } else if (c.int64_contents_size() > 0) {
-      j["data"] = std::vector<int64_t>(c.int64_contents().begin(), c.int64_contents().end());
-    } else if (c.int_contents_size() > 0) {
-      j["data"] = std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end());
-    } else if (c.uint64_contents_size() > 0) {
-      j["data"] = std::vector<uint64_t>(c.uint64_contents().begin(), c.uint64_contents().end());
-    } else if (c.uint_contents_size() > 0) {
-      j["data"] = std::vector<uint32_t>(c.uint_contents().begin(), c.uint_contents().end());
-    } else if (c.bool_contents_size() > 0) {
-      j["data"] = std::vector<bool>(c.bool_contents().begin(), c.bool_contents().end());
     } else {
-      j["data"] = json::array();  // an empty tensor, or missing data: the decoder says which
+      // Typed contents go to the binary section as the datatype's bytes (never through JSON, whose per-value
+      // objects would multiply a large message's memory).
+      const size_t before = binary.size();
+      ContentsToBytes(in.datatype(), c, in.name(), &binary);
+      parameters["binary_data_size"] = binary.size() - before;
     }
     if (!parameters.empty()) j["parameters"] = parameters;
     header["inputs"].push_back(std::move(j));

@@ -128,7 +128,7 @@ Tensor BytesInput(const ValueInfo& info, const json& in, std::string_view* binar
     if (static_cast<uint64_t>(size) > binary->size())
       throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
                        std::to_string(binary->size()) + " bytes of binary data are left in the body");
-    encoded = SplitBinaryBytes(binary->substr(0, static_cast<size_t>(size)), what);
+    encoded = SplitBinaryBytes(binary->substr(0, static_cast<size_t>(size)), what, static_cast<size_t>(count));
     binary->remove_prefix(static_cast<size_t>(size));
   } else {
     const std::vector<const json*> leaves = DataLeaves(in, shape, count, what);
@@ -167,9 +167,12 @@ std::string ImageBudget::LimitName() const {
          " decoded megapixels (--max-request-megapixels)";
 }
 
-std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what) {
+std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what, size_t max_elements) {
   std::vector<std::string_view> elements;
   while (!data.empty()) {
+    if (elements.size() == max_elements)
+      throw BadRequest(what + ": more BYTES elements in binary_data_size than the " + std::to_string(max_elements) +
+                       " its shape declares");
     if (data.size() < 4)
       throw BadRequest(what + ": BYTES element " + std::to_string(elements.size()) + " has a truncated 4-byte length");
     const auto* p = reinterpret_cast<const unsigned char*>(data.data());

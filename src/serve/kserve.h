@@ -91,8 +91,9 @@ struct InferResponse {
 InferResponse EncodeInferResponse(const nlohmann::json& request_header, const std::string& model,
                                   const std::string& version, const std::vector<ResponseOutput>& outputs);
 
-/// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes.
-std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what);
+/// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes. Refuses more than
+/// `max_elements` (the count the shape declared) before listing them, so tiny elements cannot amplify memory.
+std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what, size_t max_elements);
 /// Strict standard base64 (RFC 4648 alphabet, '=' padding optional at the end); throws when malformed.
 std::string DecodeBase64(std::string_view text, const std::string& what);
 

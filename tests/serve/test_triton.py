@@ -310,3 +310,23 @@ def test_config_files_are_rechecked_when_they_change(tmp_path, demo_model, start
     (d / "1" / "config.json").write_text(json.dumps(config))  # broken: seen by the next scan too
     index = {m["name"]: m for m in server.json("POST", "/v2/repository/index", {})[1]}
     assert "CHWN" in index["digits"]["reason"], index
+
+
+def test_grpc_typed_contents(triton_server, demo_model):
+    """ModelInfer with typed contents (fp32_contents) instead of raw_input_contents: the same answer."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    x = RNG.random((2, 1, 32, 32), dtype=np.float32)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{triton_server.grpc_port}"))
+    request = service_pb2.ModelInferRequest(model_name="digits")
+    tensor = request.inputs.add(name="image", datatype="FP32", shape=list(x.shape))
+    tensor.contents.fp32_contents.extend(x.ravel().tolist())
+    answer = stub.ModelInfer(request)
+    out = np.frombuffer(answer.raw_output_contents[0], np.float32).reshape(list(answer.outputs[0].shape))
+    np.testing.assert_allclose(out, ort_logits(demo_model, x), rtol=1e-4, atol=1e-4)
+    half = service_pb2.ModelInferRequest(model_name="digits")
+    half.inputs.add(name="image", datatype="FP16", shape=[1, 1, 32, 32]).contents.fp32_contents.extend([0.0] * 1024)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(half)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.value.details()

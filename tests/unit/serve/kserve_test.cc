@@ -56,6 +56,27 @@ TEST(KServeDecode, JsonAndBinaryInputs) {
   EXPECT_EQ(r.inputs.at("img").data<uint8_t>()[1], 2);
 }
 
+// More length-prefixed elements than the shape declares: refused while splitting (tiny elements cannot amplify).
+TEST(KServeDecode, BytesElementsBeyondTheShapeAreRefused) {
+  std::string images;
+  for (int i = 0; i < 3; ++i) images += std::string("\x01\x00\x00\x00", 4) + "a";
+  json header = {{"inputs",
+                  {{{"name", "img"},
+                    {"datatype", "BYTES"},
+                    {"shape", {1}},
+                    {"parameters", {{"binary_data_size", images.size()}}}}}}};
+  std::string length;
+  const std::string body = Binary(header, images, &length);
+  const std::vector<ValueInfo> both = Inputs();
+  const std::vector<ValueInfo> img(both.begin() + 1, both.end());
+  try {
+    DecodeInferRequest(img, "m", body, length, RequestLimits{}, CountBytes);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("than the 1 its shape declares"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KServeDecode, WrappingShapesAreRefusedBeforeAllocating) {
   for (const json& shape : {json{int64_t{1} << 60, 2}, json{int64_t{1} << 62, int64_t{1} << 62}}) {
     json header = {{"inputs",
