@@ -34,6 +34,7 @@ struct ServeCommandOptions {
   int grpc_port = -1;
   std::string memory_budget = "0";
   double idle_unload = 0;
+  double arena_idle = 2;
   std::vector<std::string> load;
   int threads = 0;
   int streams = 1;
@@ -134,6 +135,11 @@ void AddServeOptions(CLI::App* serve) {
   serve->add_option("--idle-unload", o.idle_unload, "Unload models unused for this many seconds (0 = never)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
+  serve->add_option("--arena-idle", o.arena_idle,
+                    "Free a model's execution memory after this many seconds without a request, so a burst of large "
+                    "requests does not pin it (0 = keep it: no re-allocation after a pause)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   serve->add_option("--load", o.load, "Load these models at start (repeatable)");
   serve->add_option("--threads", o.threads, "Intra-op threads per model run (0 = all cores)")
       ->check(CLI::Range(0, INT_MAX))
@@ -199,6 +205,7 @@ int RunServeCommand(std::ostream& out) {
   manager_options.repository = o.repository;
   manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
   manager_options.idle_unload_seconds = o.idle_unload;
+  manager_options.arena_idle_seconds = o.arena_idle;
   manager_options.threads = o.threads;
   manager_options.max_batch_size = o.limits.max_batch_size;
   manager_options.streams = o.streams;

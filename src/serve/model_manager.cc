@@ -471,9 +471,9 @@ struct ModelManager::Impl {
   // idle_unload_seconds (when set); then gives freed heap back to the OS.
   void IdleLoop() {
     const double idle = options.idle_unload_seconds;
-    const double arena_idle = std::max(0.0, options.arena_idle_seconds);
-    const auto period =
-        std::chrono::duration<double>(std::clamp(std::min(idle > 0 ? idle / 4 : 1.0, arena_idle / 2), 0.01, 1.0));
+    const double arena_idle = options.arena_idle_seconds;  // <= 0: arenas are kept
+    const auto period = std::chrono::duration<double>(
+        std::clamp(std::min(idle > 0 ? idle / 4 : 1.0, arena_idle > 0 ? arena_idle / 2 : 1.0), 0.01, 1.0));
     const auto idle_limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle));
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
@@ -486,7 +486,8 @@ struct ModelManager::Impl {
         if (e->status == ModelStatus::kReady && e->loaded) ready.push_back(e->loaded);
       lock.unlock();
       size_t trimmed = 0;
-      for (const auto& loaded : ready) trimmed += loaded->model->TrimArenas(arena_idle);
+      if (arena_idle > 0)
+        for (const auto& loaded : ready) trimmed += loaded->model->TrimArenas(arena_idle);
       ready.clear();
       lock.lock();
       if (stopping) break;

@@ -22,7 +22,8 @@ struct ManagerOptions {
   int64_t memory_budget_bytes = 0;   // 0 = unlimited. Accounted bytes (weights counted once) kept under this.
   double idle_unload_seconds = 0;    // 0 = never. Models unused this long are unloaded by a background thread.
   int threads = 0;                   // intra-op threads per model run (0 = all cores)
-  double arena_idle_seconds = 2;     // execution arenas unused this long are freed (memory goes back after a burst)
+  double arena_idle_seconds = 2;     // execution arenas unused this long are freed (memory goes back after a burst);
+                                     // <= 0 keeps them (no first-touch cost after a pause, memory stays pinned)
   int64_t max_batch_size = 0;        // the server's --max-batch-size, reported in each model's configuration
   int streams = 1;                   // the server's --streams, reported as the instance count
 };
