@@ -180,6 +180,9 @@ def copy_model_dir(demo_model, tmp_path, with_config=True, with_labels=True):
     (lambda c: c["postprocess"].update(softmax=1), '"postprocess.softmax"', "true or false"),
     (lambda c: c["preprocess"].update(color="RGB"), "color RGB gives 3 channel(s)", "expects 1"),
     (lambda c: c.update(input="pixels"), "'pixels'", "no such input"),
+    (lambda c: c.update(warmup=[0]), '"warmup"', "1..4096"),
+    (lambda c: c.update(warmup=list(range(1, 18))), '"warmup"', "at most 16"),
+    (lambda c: c["preprocess"].update(antialias="no"), '"preprocess.antialias"', "true or false"),
 ])
 def test_bad_config_is_a_clear_error(run_cli, demo_model, tmp_path, edit, field, message):
     d = copy_model_dir(demo_model, tmp_path)

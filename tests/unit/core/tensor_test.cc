@@ -70,6 +70,7 @@ TEST(Allocator, HostLimitRefusesAndRestores) {
   }
   Allocator::SetHostLimit(saved);
   EXPECT_NO_THROW(Tensor(DType::kU8, {64 << 20}));
+  EXPECT_THROW(Allocator::Host().Allocate(size_t{1} << 50), Error);  // past the size rule, whatever the host limit
 }
 
 TEST(Half, KnownValues) {
