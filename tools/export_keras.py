@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Export Keras applications to ONNX with tf2onnx: the TensorFlow-exported model set of issue 11.
+
+Usage: .venv-tf/bin/python tools/export_keras.py [--models a,b,...] [--opsets 13,17] [--out DIR] [--force]
+
+Needs a venv with TensorFlow and tf2onnx (`python3 -m venv .venv-tf && .venv-tf/bin/pip install tensorflow-cpu tf2onnx
+onnxruntime`). Each model is built with `weights=None` (this machine reaches no weight download) and a fixed seed,
+so the export is the same architecture and the same random weights every time; it is traced as a tf.function with a
+dynamic batch dim (NHWC input `input:0`, as Keras defines it) and converted by tf2onnx, which emits what TF models
+bring: Transposes around convolutions, explicit Pads for "same" padding with stride 2, BatchNorm as Mul/Add, ReLU6 as
+Clip, Sigmoid/HardSwish, Erf GELU. Written to DIR/<name>.opset<k>.onnx (DIR: $OSPREY_MODEL_CACHE/../keras, default
+~/.cache/osprey/keras) and skipped when present. With onnxruntime installed, each export is checked against Keras's
+own output on one random batch.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+# name -> (keras.applications constructor, input size)
+MODELS = {
+    "mobilenet_v2": ("MobileNetV2", 224),
+    "mobilenet_v3_small": ("MobileNetV3Small", 224),
+    "mobilenet_v3_large": ("MobileNetV3Large", 224),
+    "efficientnet_b0": ("EfficientNetB0", 224),
+    "convnext_tiny": ("ConvNeXtTiny", 224),
+    "resnet50": ("ResNet50", 224),
+    "densenet121": ("DenseNet121", 224),
+    "nasnet_mobile": ("NASNetMobile", 224),
+    "xception": ("Xception", 299),
+}
+# ConvNeXtTiny does not convert with TF 2.21 / tf2onnx 1.17 (nested StatefulPartitionedCall left after freezing, Erfc).
+DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50"]
+SEED = 11
+
+
+def default_dir():
+    cache = os.environ.get("OSPREY_MODEL_CACHE")
+    base = Path(cache).parent if cache else Path.home() / ".cache" / "osprey"
+    return base / "keras"
+
+
+def model_path(out_dir, name, opset):
+    return Path(out_dir) / f"{name}.opset{opset}.onnx"
+
+
+def export(name, opset, out_dir, force=False):
+    path = model_path(out_dir, name, opset)
+    if path.exists() and not force:
+        return path
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    import tf2onnx
+
+    ctor, size = MODELS[name]
+    keras.utils.set_random_seed(SEED)
+    model = getattr(keras.applications, ctor)(weights=None, input_shape=(size, size, 3))
+    spec = (tf.TensorSpec((None, size, size, 3), tf.float32, name="input"),)
+
+    @tf.function(input_signature=spec)
+    def forward(x):
+        return model(x, training=False)
+
+    start = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    # Freeze first: from_function leaves constants Keras captures from Python (EfficientNet's normalisation mean and
+    # variance) as graph inputs.
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(forward.get_concrete_function())
+    tf2onnx.convert.from_graph_def(frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
+                                   output_names=[t.name for t in frozen.outputs], opset=opset, output_path=str(tmp))
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort = None
+    if ort is not None:
+        x = np.random.default_rng(0).uniform(0, 255, (2, size, size, 3)).astype(np.float32)
+        want = forward(tf.constant(x)).numpy()
+        session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+        got = session.run(None, {session.get_inputs()[0].name: x})[0]
+        err = float(np.max(np.abs(got - want)))
+        if err > 1e-3 * max(1.0, float(np.max(np.abs(want)))):
+            raise RuntimeError(f"{name}: ONNX Runtime differs from Keras by {err}")
+    os.replace(tmp, path)
+    print(f"{path}: exported in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma list of " + ",".join(MODELS))
+    parser.add_argument("--opsets", default="13")
+    parser.add_argument("--out", default=str(default_dir()))
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args()
+    for name in [m for m in args.models.split(",") if m]:
+        if name not in MODELS:
+            parser.error(f"unknown model {name}")
+        for opset in [int(o) for o in args.opsets.split(",") if o]:
+            print(export(name, opset, args.out, args.force))
+
+
+if __name__ == "__main__":
+    main()
