@@ -10,7 +10,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 # ... and for the -g sanitizer build too (its debug info would otherwise tie each entry to the clone's folder).
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build server install test check check-sanitize demo serve augment-demo fuzz clean format
+.PHONY: setup build server install wheel test check check-sanitize demo serve augment-demo fuzz clean format
 
 setup:
 	@scripts/setup
@@ -29,6 +29,14 @@ server: $(BUILD_DIR)/CMakeCache.txt
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# The Python package as a self-contained manylinux wheel in build/wheel/dist (docs/python.md): built by pip with
+# scikit-build-core from the same CMake targets, then auditwheel bundles the shared libraries it needs.
+wheel: setup
+	rm -rf $(BUILD_DIR)/wheel/raw $(BUILD_DIR)/wheel/dist
+	.venv/bin/pip wheel . --no-deps --no-build-isolation --disable-pip-version-check -q -w $(BUILD_DIR)/wheel/raw
+	PATH=$(CURDIR)/.venv/bin:$$PATH .venv/bin/auditwheel -q repair $(BUILD_DIR)/wheel/raw/osprey-*.whl -w $(BUILD_DIR)/wheel/dist
+	@ls -l $(BUILD_DIR)/wheel/dist
 
 # Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then a brief fuzz run.
 test: setup build

@@ -96,6 +96,11 @@ class Buffer {
   Device device() const { return device_; }
   /// True when the block came from mmap (freeing it returns pages to the OS at once).
   bool mmapped() const { return mmapped_; }
+  /// A block owned by someone else (e.g. a NumPy array handed to a Python call): nothing is allocated, accounted or
+  /// freed; `keep_alive` (may be null) is held until the buffer drops. The caller guarantees `data` outlives it.
+  static std::shared_ptr<Buffer> Borrow(void* data, size_t size, std::shared_ptr<void> keep_alive = nullptr);
+  /// True for Borrow()ed blocks.
+  bool borrowed() const { return borrowed_; }
 
  private:
   friend class Allocator;
@@ -104,7 +109,9 @@ class Buffer {
   size_t size_ = 0;
   Device device_ = Device::kHost;
   bool mmapped_ = false;
+  bool borrowed_ = false;
   std::shared_ptr<MemoryAccount> account_;
+  std::shared_ptr<void> keep_alive_;
 };
 
 /// Allocates accounted buffers. Host blocks of at least mmap_threshold() bytes (default kMmapThreshold) are mmap-backed
@@ -130,11 +137,15 @@ class Allocator {
   std::shared_ptr<Buffer> Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account = nullptr);
   /// Bytes live on `device` across every owner.
   int64_t BytesLive(Device device = Device::kHost) const { return live_[static_cast<int>(device)].load(); }
+  /// Most bytes live on `device` at once since the last ResetPeak (for tests and tools: how much a call allocated).
+  int64_t BytesPeak(Device device = Device::kHost) const { return peak_[static_cast<int>(device)].load(); }
+  void ResetPeak(Device device = Device::kHost) { peak_[static_cast<int>(device)].store(BytesLive(device)); }
 
  private:
   friend class Buffer;
   void Release(Buffer* buffer);
   std::atomic<int64_t> live_[kNumDevices] = {};
+  std::atomic<int64_t> peak_[kNumDevices] = {};
 };
 
 /// A dense, row-major (C order) tensor: dtype + shape + a view into a refcounted Buffer.

@@ -1,5 +1,5 @@
 #pragma once
-// The osprey CLI's subcommands as plain functions (main.cc parses arguments with CLI11 and calls them), plus the
+// The osprey CLI's subcommands as plain functions (app.cc parses arguments with CLI11 and calls them), plus the
 // helpers they share. Subcommands print to `out`, return the process exit code and throw osprey::Error on failure.
 #include <cstdint>
 #include <map>
@@ -16,6 +16,10 @@ namespace osprey {
 extern const char* kOspreyVersion;  // src/cli/version.cc
 
 namespace cli {
+
+/// The whole `osprey` command line (argv[0] is the program name): parses, runs the subcommand, prints errors; returns
+/// the exit code (0 ok, 1 error, 2 usage). main.cc and `python -m osprey` call it.
+int RunCommandLine(int argc, char** argv);
 
 struct InspectOptions {
   std::string model;

@@ -76,13 +76,30 @@ std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<Memory
   buffer->data_ = p;
   buffer->size_ = rounded;
   buffer->account_ = std::move(account);
-  live_[0].fetch_add(static_cast<int64_t>(rounded));
+  const int64_t now = live_[0].fetch_add(static_cast<int64_t>(rounded)) + static_cast<int64_t>(rounded);
+  int64_t peak = peak_[0].load(std::memory_order_relaxed);
+  while (now > peak && !peak_[0].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
   if (buffer->account_) buffer->account_->Add(static_cast<int64_t>(rounded));
+  return buffer;
+}
+
+std::shared_ptr<Buffer> Buffer::Borrow(void* data, size_t size, std::shared_ptr<void> keep_alive) {
+  std::shared_ptr<Buffer> buffer(new Buffer());
+  buffer->data_ = data;
+  buffer->size_ = size;
+  buffer->borrowed_ = true;
+  buffer->keep_alive_ = std::move(keep_alive);
   return buffer;
 }
 
 void Allocator::Release(Buffer* buffer) {
   if (buffer->data_ == nullptr) return;
+  if (buffer->borrowed_) {
+    buffer->keep_alive_.reset();
+    buffer->data_ = nullptr;
+    return;
+  }
   if (buffer->mmapped_) {
     munmap(buffer->data_, buffer->size_);
   } else {
