@@ -1,6 +1,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "kernels/cpu/bf16_support.h"
@@ -180,6 +181,22 @@ class LayoutReorderRef : public Kernel {
   bool to_nhwc_;
 };
 
+// A Transpose between [N, C, H, W] stored channels-last and plain [N, H, W, C] (layout.cc): the bytes are the same.
+class LayoutCopy : public Kernel {
+ public:
+  const char* Name() const override { return "TransposeLayoutCopy"; }
+  void Run(KernelContext& ctx) override {
+    OSPREY_CHECK(ctx.In(0).nbytes() == ctx.Out(0).nbytes());
+    const char* src = static_cast<const char*>(ctx.In(0).raw());
+    char* dst = static_cast<char*>(ctx.Out(0).raw());
+    const int64_t n = static_cast<int64_t>(ctx.Out(0).nbytes());
+    constexpr int64_t kBlock = int64_t{1} << 16;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= 4 * kBlock)
+    for (int64_t b = 0; b < blocks; ++b) std::memcpy(dst + b * kBlock, src + b * kBlock, std::min(kBlock, n - b * kBlock));
+  }
+};
+
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // First-fit allocator over one arena, used at compile time to assign offsets by liveness.
@@ -326,8 +343,10 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
       Layout from = static_cast<Layout>(node.GetInt("from", 0)), to = static_cast<Layout>(node.GetInt("to", 0));
       step.fast = CreateLayoutReorderKernel(shape, from, to, nthreads);
       if (!step.fast) step.fast = std::make_unique<LayoutReorderRef>(shape, to == Layout::kNhwc);
+    } else if (st.transparent[ni] == CompileState::kTransparentCopy) {
+      step.fast = std::make_unique<LayoutCopy>();
     } else if (st.transparent[ni]) {
-      // Reference kernel on physical shapes; plain operands are viewed as [N, H, W, C].
+      // Elementwise kernel on physical shapes; plain operands are viewed as [N, H, W, C].
       step.reference = FindReferenceKernel(node.op_type);
       OSPREY_CHECK(step.reference != nullptr);
       for (size_t k = 0; k < node.inputs.size(); ++k) {
@@ -338,6 +357,8 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
         step.input_views.push_back(view ? ChannelsLastView(st.values[v].shape) : Shape{});
         step.has_view.push_back(view);
       }
+      // The fast elementwise kernels classify broadcasts from the (physical, viewed) tensors they get at run time.
+      if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16));
     } else {
       if (options.fast_kernels) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16));
       if (!step.fast) {

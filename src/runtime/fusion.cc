@@ -84,6 +84,80 @@ void FoldBatchNorm(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// Conv(x, W, B) followed by Mul, Add or Sub (conv output first) with a constant that is one value per output channel
+// (shape [C, 1, 1], [1, C, 1, 1], or a single value) -> one Conv with the constant folded in: W'[c] = W[c] * s[c] and
+// B' = B * s for Mul, B' = B +/- t for Add/Sub. TensorFlow exporters (tf2onnx) leave batch normalisation as such a
+// Mul and Add after depthwise convolutions; folded, the activation behind them fuses into the Conv too.
+void FoldConvAffine(CompileState& st) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    Uses u = CountUses(st);
+    std::vector<char> dead(st.nodes.size(), 0);
+    for (size_t i = 0; i < st.nodes.size(); ++i) {
+      Node& conv = st.nodes[i];
+      if (conv.op_type != "Conv" || dead[i] || conv.outputs.size() != 1 || conv.Has("_activation") ||
+          conv.Has("_residual"))
+        continue;
+      const int y = conv.outputs[0];
+      if (!Private(st, u, y) || st.values[y].dtype != DType::kF32) continue;
+      const int j = u.consumers[y][0];
+      if (dead[j]) continue;
+      const Node& op = st.nodes[j];
+      const bool mul = op.op_type == "Mul", add = op.op_type == "Add", sub = op.op_type == "Sub";
+      if (!(mul || add || sub) || op.NumInputs() != 2 || op.outputs.size() != 1) continue;
+      const int side = op.inputs[0] == y ? 0 : 1;
+      if (op.inputs[side] != y || op.inputs[1 - side] == y || (sub && side != 0)) continue;
+      const int k = op.inputs[1 - side];
+      if (!IsF32Known(st, k) || st.values[op.outputs[0]].shape != st.values[y].shape) continue;
+      if (!IsF32Known(st, conv.inputs[1])) continue;
+      const int nb = conv.NumInputs();
+      if (nb >= 3 && conv.inputs[2] >= 0 && !IsF32Known(st, conv.inputs[2])) continue;
+      const Tensor& w = st.values[conv.inputs[1]].value;
+      const Shape& ys = st.values[y].shape;
+      const Tensor& kv = st.values[k].value;
+      const int64_t cout = w.dim(0);
+      // The constant must vary along the channel axis (1) only.
+      const Shape& ks = kv.shape();
+      if (ks.size() > ys.size() || ys.size() < 3 || ys[1] != cout) continue;
+      bool per_channel = true;
+      for (size_t d = 0; d < ks.size(); ++d) {
+        const size_t axis = ys.size() - ks.size() + d;
+        if (ks[d] != 1 && axis != 1) per_channel = false;
+      }
+      if (!per_channel || (kv.numel() != 1 && kv.numel() != cout)) continue;
+      const float* kp = kv.data<float>();
+      auto kval = [&](int64_t c) { return kp[kv.numel() == 1 ? 0 : c]; };
+      const float* bias = nb >= 3 && conv.inputs[2] >= 0 ? st.values[conv.inputs[2]].value.data<float>() : nullptr;
+      Tensor b2(DType::kF32, {cout});
+      float* bp = b2.data<float>();
+      for (int64_t c = 0; c < cout; ++c) bp[c] = bias ? bias[c] : 0.f;
+      if (mul) {
+        Tensor w2 = w.Clone();
+        const int64_t per = w.numel() / std::max<int64_t>(cout, 1);
+        for (int64_t c = 0; c < cout; ++c) {
+          float* wc = w2.data<float>() + c * per;
+          for (int64_t e = 0; e < per; ++e) wc[e] *= kval(c);
+          bp[c] *= kval(c);
+        }
+        conv.inputs[1] = st.AddConstant(std::move(w2));
+      } else {
+        for (int64_t c = 0; c < cout; ++c) bp[c] = add ? bp[c] + kval(c) : bp[c] - kval(c);
+      }
+      conv.inputs.resize(3);
+      conv.inputs[2] = st.AddConstant(std::move(b2));
+      conv.outputs[0] = op.outputs[0];
+      dead[j] = 1;
+      changed = true;
+      u.consumers.resize(st.values.size());
+    }
+    std::vector<Node> kept;
+    for (size_t i = 0; i < st.nodes.size(); ++i)
+      if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+    st.nodes = std::move(kept);
+  }
+}
+
 // Returns the fused-activation spec for a unary node, or false.
 bool ActivationOf(const CompileState& st, const Node& n, std::string* act, float* alpha, float* beta) {
   const std::string& op = n.op_type;
@@ -286,6 +360,66 @@ void EliminateIdentities(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// Pad(x) -> Transpose(perm), the Pad's output read by the Transpose alone -> Transpose(x) -> Pad(pads permuted).
+// tf2onnx writes "same" padding of a strided convolution as a Pad on the NHWC tensor, then the Transpose to NCHW, then
+// the Conv, when its transpose optimiser gives up (MobileNetV3); moved behind the Transpose, the Pad meets the Conv
+// and FoldZeroPadIntoConsumer folds it. Constant mode with constant pads and no axes input only.
+void SwapPadTranspose(CompileState& st) {
+  Uses u = CountUses(st);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& pad = st.nodes[i];
+    if (pad.op_type != "Pad" || pad.outputs.size() != 1 || pad.GetString("mode", "constant") != "constant") continue;
+    const int x = pad.inputs[0], y = pad.outputs[0];
+    if (x < 0 || !Private(st, u, y)) continue;
+    const size_t ti = static_cast<size_t>(u.consumers[y][0]);
+    if (ti <= i) continue;
+    const Node& tr = st.nodes[ti];
+    if (tr.op_type != "Transpose" || tr.inputs.size() != 1 || tr.inputs[0] != y || tr.outputs.size() != 1) continue;
+    const Shape& xs = st.values[x].shape;
+    const size_t rank = xs.size();
+    std::vector<int64_t> pads;
+    if (st.opset < 11) {
+      pads = pad.GetInts("pads");
+    } else {
+      if (pad.inputs.size() < 2 || pad.inputs[1] < 0 || !st.values[pad.inputs[1]].known) continue;
+      if (pad.inputs.size() > 3 && pad.inputs[3] >= 0) continue;
+      pads = st.values[pad.inputs[1]].value.ToInt64Vector();
+    }
+    std::vector<int64_t> perm = tr.GetInts("perm", {});
+    if (perm.empty())
+      for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    if (pads.size() != 2 * rank || perm.size() != rank) continue;
+    std::vector<int64_t> new_pads(2 * rank);
+    Shape moved(rank);
+    bool ok = true;
+    for (size_t d = 0; d < rank; ++d) {
+      if (perm[d] < 0 || perm[d] >= static_cast<int64_t>(rank)) ok = false;
+      if (!ok) break;
+      new_pads[d] = pads[perm[d]];
+      new_pads[rank + d] = pads[rank + perm[d]];
+      moved[d] = xs[perm[d]];
+    }
+    if (!ok) continue;
+    const int mid = st.AddValue(st.values[x].dtype, moved);
+    u.consumers.resize(st.values.size());
+    Node new_tr = tr;  // Transpose(x) -> mid, at the Pad's position
+    new_tr.inputs[0] = x;
+    new_tr.outputs[0] = mid;
+    Node new_pad = pad;  // Pad(mid) -> the Transpose's output, at the Transpose's position
+    new_pad.inputs[0] = mid;
+    new_pad.outputs[0] = tr.outputs[0];
+    if (st.opset < 11) {
+      new_pad.attrs["pads"] = Attribute::Ints(new_pads);
+    } else {
+      new_pad.inputs[1] = st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(2 * rank)}, new_pads));
+      u.consumers.resize(st.values.size());
+    }
+    st.nodes[i] = std::move(new_tr);
+    st.nodes[ti] = std::move(new_pad);
+    u = CountUses(st);
+  }
+}
+
 // Pad(x, zeros on H/W) -> Conv or AveragePool without padding: the consumer pads instead (zero padding is what Conv
 // does, and an average over explicit zeros is AveragePool with count_include_pad = 1). Exporters write this pattern for
 // AvgPool2d(padding=p), and the reference Pad would otherwise copy the whole activation.
@@ -337,10 +471,12 @@ void FoldZeroPadIntoConsumer(CompileState& st) {
 void RunFusionPasses(CompileState& state) {
   FuseResizeCrop(state);
   EliminateIdentities(state);
+  SwapPadTranspose(state);
   FoldZeroPadIntoConsumer(state);
   FuseTransformerPatterns(state);
   FuseDataMovementPatterns(state);
   FoldBatchNorm(state);
+  FoldConvAffine(state);
   FuseResidualAdd(state);
   FuseActivation(state);
 }

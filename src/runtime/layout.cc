@@ -77,6 +77,18 @@ bool FollowsNhwc(const CompileState& st, const Node& n) {
   return CpuKernelFollowsNhwc(bc);
 }
 
+// Transpose perm of a rank-4 float32 node: 1 for (0, 2, 3, 1) (NCHW -> NHWC), 2 for (0, 3, 1, 2) (NHWC -> NCHW), else 0.
+// tf2onnx writes such pairs around every convolution when its transpose optimiser gives up (MobileNetV3).
+int ChannelTranspose(const CompileState& st, const Node& n) {
+  if (n.op_type != "Transpose" || n.inputs.size() != 1 || n.outputs.size() != 1 || n.inputs[0] < 0) return 0;
+  const CompileValue& x = st.values[n.inputs[0]];
+  if (x.dtype != DType::kF32 || x.shape.size() != 4) return 0;
+  const std::vector<int64_t> perm = n.GetInts("perm", {3, 2, 1, 0});
+  if (perm == std::vector<int64_t>{0, 2, 3, 1}) return 1;
+  if (perm == std::vector<int64_t>{0, 3, 1, 2}) return 2;
+  return 0;
+}
+
 }  // namespace
 
 Shape ChannelsLastView(const Shape& s) {
@@ -88,7 +100,7 @@ Shape ChannelsLastView(const Shape& s) {
 void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nhwc) {
   const size_t num_nodes = st.nodes.size();
   st.layouts.assign(st.values.size(), Layout::kPlain);
-  std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0), follows(num_nodes, 0);
+  std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0), follows(num_nodes, 0), copy(num_nodes, 0);
   for (size_t i = 0; i < num_nodes; ++i) capable[i] = supports_nhwc(static_cast<int>(i));
 
   // Forward: decide each node's output layout from its inputs.
@@ -96,9 +108,20 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
     const Node& n = st.nodes[i];
     if (n.outputs.empty()) continue;
     const int out = n.outputs[0];
+    // [N, C, H, W] stored channels-last -> plain [N, H, W, C]: the same bytes, copied.
+    if (out >= 0 && ChannelTranspose(st, n) == 1 && st.layouts[n.inputs[0]] == Layout::kNhwc) {
+      copy[i] = 1;
+      continue;
+    }
     if (out < 0 || !IsNhwcCandidate(st.values[out]) || st.is_graph_output[out]) continue;
     if (capable[i]) {
       st.layouts[out] = Layout::kNhwc;
+      continue;
+    }
+    // Plain [N, H, W, C] -> [N, C, H, W] stored channels-last: the same bytes, copied.
+    if (ChannelTranspose(st, n) == 2 && st.layouts[n.inputs[0]] == Layout::kPlain) {
+      st.layouts[out] = Layout::kNhwc;
+      copy[i] = 1;
       continue;
     }
     if (FollowsNhwc(st, n)) {
@@ -137,7 +160,8 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
   // A capable node whose channels-last output only feeds nodes that need plain data writes plain directly.
   auto consumer_takes_nhwc = [&](size_t c, size_t input_index) {
     return (capable[c] && (input_index == 0 || (input_index == 3 && st.nodes[c].op_type == "Conv"))) ||
-           transparent[c] || (follows[c] && input_index < NumDataInputs(st.nodes[c]));
+           transparent[c] || (follows[c] && input_index < NumDataInputs(st.nodes[c])) ||
+           (copy[c] && ChannelTranspose(st, st.nodes[c]) == 1);
   };
   std::vector<std::vector<std::pair<size_t, size_t>>> consumers(st.values.size());
   for (size_t c = 0; c < num_nodes; ++c)
@@ -179,7 +203,7 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
       n.inputs[k] = plain_copy[v];
     }
     nodes.push_back(std::move(n));
-    node_transparent.push_back(transparent[i]);
+    node_transparent.push_back(copy[i] ? CompileState::kTransparentCopy : transparent[i]);
   }
   st.nodes = std::move(nodes);
   st.transparent = std::move(node_transparent);

@@ -74,9 +74,12 @@ struct CompileState {
   std::vector<Node> nodes;  // live (unfolded) nodes, in execution order
   std::vector<char> is_graph_output;
   WeightStore* weights = nullptr;
-  // Filled by AssignLayouts: per value, and per live node whether it runs on physical (channels-last) shapes.
+  // Filled by AssignLayouts: per value, and per live node whether it runs on physical (channels-last) shapes
+  // (kTransparentElementwise), or is a Transpose between NHWC-stored [N, C, H, W] and plain [N, H, W, C], which are
+  // the same bytes (kTransparentCopy).
   std::vector<Layout> layouts;
   std::vector<char> transparent;
+  static constexpr char kTransparentElementwise = 1, kTransparentCopy = 2;
   int AddConstant(Tensor t);
   /// A new value of the given type, not known at compile time.
   int AddValue(DType dtype, Shape shape);

@@ -25,6 +25,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "BatchNormalization") return cpu::CreateBatchNorm(ctx);
     if (op == "LayerNormalization") return CreateCpuLayerNormalization(ctx);
     if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
+    if (std::unique_ptr<Kernel> k = CreateElementwiseKernel(ctx)) return k;
   } catch (const dnnl::error&) {
     // oneDNN could not build a primitive for this case (unsupported combination): the reference kernel runs it.
     return nullptr;

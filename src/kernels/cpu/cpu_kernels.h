@@ -24,6 +24,11 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 /// tensors, so the layout pass makes their outputs channels-last exactly when all their tensor inputs are.
 bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 
+/// Float32 elementwise ops (elementwise_kernels.cc): unary activations and maths, Add/Sub/Mul/Div with any
+/// broadcast, classified when the kernel runs from the tensors it gets, so it also serves layout-transparent steps
+/// (physical channels-last shapes and [N, H, W, C] views of plain operands). nullptr for other ops or dtypes.
+std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx);
+
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 

@@ -1,0 +1,476 @@
+// Fast float32 elementwise kernels: unary activations and maths (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid,
+// HardSwish, Gelu, Erf, Exp, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div with numpy broadcasting.
+//
+// One generic path driven by op traits: each op is a small inlined functor (its formula identical to the reference
+// kernel's, or a vector_math.h approximation for the transcendental ones), and the row loops are templates over the
+// functor that the compiler vectorises (`omp simd`). The row functions are compiled for AVX-512, AVX2 and the
+// baseline, and the best one is picked when the program starts (GCC target_clones), as in batchnorm.cc.
+//
+// Broadcasting is classified when the kernel runs, from the tensors it is given (so the same kernel serves a node
+// on plain tensors and a layout-transparent node on channels-last data, whose plain operands arrive as [N, H, W, C]
+// views): output dims of size 1 are dropped and adjacent dims merged wherever both inputs walk them alike, leaving
+// an innermost run in which each input is either contiguous (stride 1) or one repeated value (stride 0). Same shape,
+// scalar, per-channel NCHW ([C, 1, 1] against [N, C, H, W]: runs of H*W with one value) and per-channel NHWC ([C]
+// against [N, H, W, C]: runs of C against a contiguous row) all become such runs. Work is split over OpenMP threads
+// in blocks of whole runs (or pieces of a long run) once the tensor is large enough to pay for a parallel region.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace osprey::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Op traits.
+
+enum class UnaryOp {
+  kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kErf, kExp, kNeg, kAbs,
+  kSqrt, kReciprocal
+};
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+struct UnaryParams {
+  UnaryOp op = UnaryOp::kRelu;
+  float alpha = 0.f, beta = 0.f;
+};
+
+struct UnaryTraits {
+  const char* op_type;
+  UnaryOp op;
+  const char* kernel_name;
+  bool transcendental;  // costly per element: worth threads at smaller sizes
+};
+constexpr UnaryTraits kUnary[] = {
+    {"Relu", UnaryOp::kRelu, "ReluF32Fast", false},
+    {"LeakyRelu", UnaryOp::kLeakyRelu, "LeakyReluF32Fast", false},
+    {"Clip", UnaryOp::kClip, "ClipF32Fast", false},
+    {"Sigmoid", UnaryOp::kSigmoid, "SigmoidF32Fast", true},
+    {"Tanh", UnaryOp::kTanh, "TanhF32Fast", true},
+    {"HardSigmoid", UnaryOp::kHardSigmoid, "HardSigmoidF32Fast", false},
+    {"HardSwish", UnaryOp::kHardSwish, "HardSwishF32Fast", false},
+    {"Gelu", UnaryOp::kGelu, "GeluF32Fast", true},
+    {"Erf", UnaryOp::kErf, "ErfF32Fast", true},
+    {"Exp", UnaryOp::kExp, "ExpF32Fast", true},
+    {"Neg", UnaryOp::kNeg, "NegF32Fast", false},
+    {"Abs", UnaryOp::kAbs, "AbsF32Fast", false},
+    {"Sqrt", UnaryOp::kSqrt, "SqrtF32Fast", false},
+    {"Reciprocal", UnaryOp::kReciprocal, "ReciprocalF32Fast", false},
+};
+
+struct BinaryTraits {
+  const char* op_type;
+  BinaryOp op;
+  const char* kernel_name;
+};
+constexpr BinaryTraits kBinary[] = {
+    {"Add", BinaryOp::kAdd, "AddF32Fast"},
+    {"Sub", BinaryOp::kSub, "SubF32Fast"},
+    {"Mul", BinaryOp::kMul, "MulF32Fast"},
+    {"Div", BinaryOp::kDiv, "DivF32Fast"},
+};
+
+// The functors. Formulas follow kernels/reference/elementwise.cc expression for expression (NaN handling included);
+// the transcendental ones use vector_math.h.
+struct Relu {
+  [[gnu::always_inline]] float operator()(float x) const { return x > 0 ? x : (x == x ? 0.f : x); }
+};
+struct LeakyRelu {
+  float alpha;
+  [[gnu::always_inline]] float operator()(float x) const { return x >= 0 ? x : x * alpha; }
+};
+struct Clip {
+  float lo, hi;
+  [[gnu::always_inline]] float operator()(float x) const {
+    const float v = x < lo ? lo : x;
+    return hi < v ? hi : v;
+  }
+};
+struct Sigmoid {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::Sigmoid(x); }
+};
+struct Tanh {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::Tanh(x); }
+};
+struct HardSigmoid {
+  float alpha, beta;
+  [[gnu::always_inline]] float operator()(float x) const { return std::min(std::max(alpha * x + beta, 0.f), 1.f); }
+};
+struct HardSwish {
+  [[gnu::always_inline]] float operator()(float x) const { return x * std::min(std::max(x / 6.f + 0.5f, 0.f), 1.f); }
+};
+struct Gelu {
+  [[gnu::always_inline]] float operator()(float x) const { return 0.5f * x * (1.f + vmath::Erf(x * 0.70710678118654752f)); }
+};
+struct GeluTanh {
+  [[gnu::always_inline]] float operator()(float x) const {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * x * (1.f + vmath::Tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  }
+};
+struct Erf {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::Erf(x); }
+};
+struct Exp {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::ExpFull(x); }
+};
+struct Neg {
+  [[gnu::always_inline]] float operator()(float x) const { return -x; }
+};
+struct Abs {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::Abs(x); }
+};
+struct Sqrt {
+  [[gnu::always_inline]] float operator()(float x) const { return __builtin_sqrtf(x); }
+};
+struct Reciprocal {
+  [[gnu::always_inline]] float operator()(float x) const { return 1.f / x; }
+};
+
+struct Add {
+  [[gnu::always_inline]] float operator()(float a, float b) const { return a + b; }
+};
+struct Sub {
+  [[gnu::always_inline]] float operator()(float a, float b) const { return a - b; }
+};
+struct Mul {
+  [[gnu::always_inline]] float operator()(float a, float b) const { return a * b; }
+};
+struct Div {
+  [[gnu::always_inline]] float operator()(float a, float b) const { return a / b; }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Row loops.
+
+template <class F>
+[[gnu::always_inline]] inline void MapRow(const float* __restrict x, float* __restrict y, int64_t n, F f) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+// y[0, n) = f(x[0, n)). x may equal y (element i is read before it is written); they never partly overlap.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const UnaryParams& p, const float* x,
+                                                                             float* y, int64_t n) {
+  if (x == y) {  // in place: __restrict would be a lie, so go through a small stack buffer
+    float tmp[256];
+    for (int64_t i = 0; i < n; i += 256) {
+      const int64_t m = std::min<int64_t>(256, n - i);
+      std::copy(x + i, x + i + m, tmp);
+      UnaryRow(p, tmp, y + i, m);
+    }
+    return;
+  }
+  switch (p.op) {
+    case UnaryOp::kRelu: return MapRow(x, y, n, Relu{});
+    case UnaryOp::kLeakyRelu: return MapRow(x, y, n, LeakyRelu{p.alpha});
+    case UnaryOp::kClip: return MapRow(x, y, n, Clip{p.alpha, p.beta});
+    case UnaryOp::kSigmoid: return MapRow(x, y, n, Sigmoid{});
+    case UnaryOp::kTanh: return MapRow(x, y, n, Tanh{});
+    case UnaryOp::kHardSigmoid: return MapRow(x, y, n, HardSigmoid{p.alpha, p.beta});
+    case UnaryOp::kHardSwish: return MapRow(x, y, n, HardSwish{});
+    case UnaryOp::kGelu: return MapRow(x, y, n, Gelu{});
+    case UnaryOp::kGeluTanh: return MapRow(x, y, n, GeluTanh{});
+    case UnaryOp::kErf: return MapRow(x, y, n, Erf{});
+    case UnaryOp::kExp: return MapRow(x, y, n, Exp{});
+    case UnaryOp::kNeg: return MapRow(x, y, n, Neg{});
+    case UnaryOp::kAbs: return MapRow(x, y, n, Abs{});
+    case UnaryOp::kSqrt: return MapRow(x, y, n, Sqrt{});
+    case UnaryOp::kReciprocal: return MapRow(x, y, n, Reciprocal{});
+  }
+}
+
+// One run of a binary op: input k's element i is at pk[i * sk], sk in {0, 1}. Output may alias an input of stride 1
+// (same index), so no __restrict.
+template <class F>
+[[gnu::always_inline]] inline void BinaryRowOf(const float* a, int64_t sa, const float* b, int64_t sb, float* y,
+                                               int64_t n, F f) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if (sa == 1) {
+    const float s = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], s);
+  } else if (sb == 1) {
+    const float s = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(s, b[i]);
+  } else {
+    const float v = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRow(BinaryOp op, const float* a, int64_t sa,
+                                                                              const float* b, int64_t sb, float* y,
+                                                                              int64_t n) {
+  switch (op) {
+    case BinaryOp::kAdd: return BinaryRowOf(a, sa, b, sb, y, n, Add{});
+    case BinaryOp::kSub: return BinaryRowOf(a, sa, b, sb, y, n, Sub{});
+    case BinaryOp::kMul: return BinaryRowOf(a, sa, b, sb, y, n, Mul{});
+    case BinaryOp::kDiv: return BinaryRowOf(a, sa, b, sb, y, n, Div{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Work split.
+
+constexpr int kMaxRank = 8;
+// Elements per unit of work: large enough to amortise the loop set-up, small enough to balance threads.
+constexpr int64_t kBlockElements = int64_t{1} << 13;
+// Below this many elements a parallel region costs more than it saves (cheap ops; transcendental ones: / 8).
+constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+int ThreadsFor(int64_t n, bool costly, int max_threads) {
+  const int64_t min = costly ? kMinParallelElements / 8 : kMinParallelElements;
+  if (max_threads <= 1 || n < min) return 1;
+  return static_cast<int>(std::min<int64_t>(max_threads, (n + kBlockElements - 1) / kBlockElements));
+}
+
+// Broadcast of two inputs to the output shape, merged as described at the top: dims[0..rank), the last innermost,
+// and per input a stride per dim (0 where broadcast).
+struct BinaryPlan {
+  int rank = 0;
+  std::array<int64_t, kMaxRank> dims{};
+  std::array<int64_t, kMaxRank> stride_a{}, stride_b{};
+  int64_t total = 1;
+
+  // False when a shape has more than kMaxRank dims or does not broadcast (the factory's checks make neither happen).
+  bool Build(const Shape& out, const Shape& a, const Shape& b) {
+    const size_t r = out.size();
+    if (r > kMaxRank || a.size() > r || b.size() > r) return false;
+    std::array<int64_t, kMaxRank> fa{}, fb{};
+    int64_t sa = 1, sb = 1;
+    for (size_t j = r; j-- > 0;) {
+      const int64_t da = j < r - a.size() ? 1 : a[j - (r - a.size())];
+      const int64_t db = j < r - b.size() ? 1 : b[j - (r - b.size())];
+      if ((da != out[j] && da != 1) || (db != out[j] && db != 1)) return false;
+      fa[j] = da == 1 ? 0 : sa;
+      fb[j] = db == 1 ? 0 : sb;
+      sa *= da;
+      sb *= db;
+    }
+    total = 1;
+    for (int64_t d : out) total *= d;
+    rank = 0;
+    for (size_t j = 0; j < r; ++j) {
+      if (out[j] == 1) continue;
+      if (rank > 0 && stride_a[rank - 1] == fa[j] * out[j] && stride_b[rank - 1] == fb[j] * out[j]) {
+        dims[rank - 1] *= out[j];
+        stride_a[rank - 1] = fa[j];
+        stride_b[rank - 1] = fb[j];
+      } else {
+        dims[rank] = out[j];
+        stride_a[rank] = fa[j];
+        stride_b[rank] = fb[j];
+        ++rank;
+      }
+    }
+    if (rank == 0) {  // a single element
+      dims[0] = 1;
+      stride_a[0] = stride_b[0] = 1;
+      rank = 1;
+    }
+    return true;
+  }
+
+  // Output runs [first, last) of `inner` elements each, starting at element `skip` of the first and `take` of each.
+  void RunRows(BinaryOp op, const float* a, const float* b, float* y, int64_t first, int64_t last, int64_t skip,
+               int64_t take) const {
+    const int64_t inner = dims[rank - 1];
+    const int64_t ia = stride_a[rank - 1], ib = stride_b[rank - 1];
+    std::array<int64_t, kMaxRank> counter{};
+    int64_t oa = 0, ob = 0;
+    int64_t rem = first;
+    for (int d = rank - 2; d >= 0; --d) {
+      counter[d] = rem % dims[d];
+      rem /= dims[d];
+      oa += counter[d] * stride_a[d];
+      ob += counter[d] * stride_b[d];
+    }
+    for (int64_t row = first; row < last; ++row) {
+      BinaryRow(op, a + oa + skip * ia, ia, b + ob + skip * ib, ib, y + row * inner + skip, take);
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++counter[d] < dims[d]) {
+          oa += stride_a[d];
+          ob += stride_b[d];
+          break;
+        }
+        counter[d] = 0;
+        oa -= stride_a[d] * (dims[d] - 1);
+        ob -= stride_b[d] * (dims[d] - 1);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels.
+
+class UnaryKernel final : public Kernel {
+ public:
+  UnaryKernel(const UnaryTraits& traits, UnaryParams params, int num_threads)
+      : traits_(traits), params_(params), num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+  const char* Name() const override { return traits_.kernel_name; }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& in = ctx.In(0);
+    Tensor& out = ctx.Out(0);
+    OSPREY_CHECK(in.dtype() == DType::kF32 && out.dtype() == DType::kF32 && in.numel() == out.numel());
+    const int64_t n = in.numel();
+    if (n == 0) return;
+    const float* x = in.data<float>();
+    float* y = out.data<float>();
+    const int threads = ThreadsFor(n, traits_.transcendental, num_threads_);
+    const UnaryParams p = params_;
+    if (threads == 1) {
+      UnaryRow(p, x, y, n);
+      return;
+    }
+    const int64_t blocks = (n + kBlockElements - 1) / kBlockElements;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t begin = blk * kBlockElements;
+      UnaryRow(p, x + begin, y + begin, std::min(kBlockElements, n - begin));
+    }
+  }
+
+ private:
+  const UnaryTraits& traits_;
+  UnaryParams params_;
+  int num_threads_;
+};
+
+class BinaryKernel final : public Kernel {
+ public:
+  BinaryKernel(const BinaryTraits& traits, int num_threads)
+      : traits_(traits), num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+  const char* Name() const override { return traits_.kernel_name; }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& a = ctx.In(0);
+    const Tensor& b = ctx.In(1);
+    Tensor& out = ctx.Out(0);
+    OSPREY_CHECK(a.dtype() == DType::kF32 && b.dtype() == DType::kF32 && out.dtype() == DType::kF32);
+    BinaryPlan plan;
+    if (!plan.Build(out.shape(), a.shape(), b.shape()))
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": inputs of shapes " +
+                                                   ShapeToString(a.shape()) + " and " + ShapeToString(b.shape()) +
+                                                   " do not broadcast to " + ShapeToString(out.shape()));
+    if (plan.total == 0) return;
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = out.data<float>();
+    const BinaryOp op = traits_.op;
+    const int64_t inner = plan.dims[plan.rank - 1];
+    const int64_t rows = plan.total / inner;
+    const int threads = ThreadsFor(plan.total, false, num_threads_);
+    if (threads == 1) {
+      plan.RunRows(op, pa, pb, py, 0, rows, 0, inner);
+      return;
+    }
+    if (inner >= kBlockElements) {
+      // Long runs: each unit is a piece of one run.
+      const int64_t pieces = (inner + kBlockElements - 1) / kBlockElements;
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t unit = 0; unit < rows * pieces; ++unit) {
+        const int64_t row = unit / pieces, skip = (unit % pieces) * kBlockElements;
+        plan.RunRows(op, pa, pb, py, row, row + 1, skip, std::min(kBlockElements, inner - skip));
+      }
+    } else {
+      // Short runs: each unit is a block of whole runs.
+      const int64_t rows_per_unit = std::max<int64_t>(1, kBlockElements / inner);
+      const int64_t units = (rows + rows_per_unit - 1) / rows_per_unit;
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t unit = 0; unit < units; ++unit) {
+        const int64_t first = unit * rows_per_unit;
+        plan.RunRows(op, pa, pb, py, first, std::min(rows, first + rows_per_unit), 0, inner);
+      }
+    }
+  }
+
+ private:
+  const BinaryTraits& traits_;
+  int num_threads_;
+};
+
+// A float32 scalar constant input, or false.
+bool ScalarConstant(const KernelBuildContext& ctx, int i, float* value) {
+  if (i >= static_cast<int>(ctx.input_values.size()) || ctx.input_values[i] == nullptr) return false;
+  const Tensor& t = *ctx.input_values[i];
+  if (t.dtype() != DType::kF32 || t.numel() != 1) return false;
+  *value = t.data<float>()[0];
+  return true;
+}
+
+bool AllF32(const KernelBuildContext& ctx, size_t num_inputs) {
+  if (ctx.input_dtypes.size() < num_inputs || ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kF32)
+    return false;
+  for (size_t i = 0; i < num_inputs; ++i)
+    if (!ctx.present[i] || ctx.input_dtypes[i] != DType::kF32) return false;
+  return true;
+}
+
+}  // namespace
+}  // namespace osprey::cpu
+
+namespace osprey {
+
+using namespace cpu;  // NOLINT: the traits tables and kernels above
+
+std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
+  const Node& node = ctx.node;
+  if (!node.domain.empty()) return nullptr;
+  for (const BinaryTraits& t : kBinary) {
+    if (node.op_type != t.op_type) continue;
+    if (ctx.input_dtypes.size() != 2 || !AllF32(ctx, 2)) return nullptr;
+    if (ctx.output_shapes[0].size() > kMaxRank) return nullptr;
+    return std::make_unique<BinaryKernel>(t, ctx.num_threads);
+  }
+  for (const UnaryTraits& t : kUnary) {
+    if (node.op_type != t.op_type) continue;
+    if (!AllF32(ctx, 1)) return nullptr;
+    UnaryParams p{t.op};
+    switch (t.op) {
+      case UnaryOp::kLeakyRelu:
+        p.alpha = node.GetFloat("alpha", 0.01f);
+        break;
+      case UnaryOp::kHardSigmoid:
+        p.alpha = node.GetFloat("alpha", 0.2f);
+        p.beta = node.GetFloat("beta", 0.5f);
+        break;
+      case UnaryOp::kGelu:
+        if (node.GetString("approximate", "none") == "tanh") p.op = UnaryOp::kGeluTanh;
+        break;
+      case UnaryOp::kClip:
+        p.alpha = std::numeric_limits<float>::lowest();
+        p.beta = std::numeric_limits<float>::max();
+        if (ctx.opset < 11) {
+          p.alpha = node.GetFloat("min", p.alpha);
+          p.beta = node.GetFloat("max", p.beta);
+        } else {
+          // Bounds must be constants (they are in every exported model); otherwise the reference kernel runs.
+          for (int i = 1; i <= 2; ++i) {
+            if (i >= static_cast<int>(ctx.present.size()) || !ctx.present[i]) continue;
+            if (!ScalarConstant(ctx, i, i == 1 ? &p.alpha : &p.beta)) return nullptr;
+          }
+        }
+        break;
+      default:
+        if (ctx.input_dtypes.size() != 1) return nullptr;
+        break;
+    }
+    return std::make_unique<UnaryKernel>(t, p, ctx.num_threads);
+  }
+  return nullptr;
+}
+
+}  // namespace osprey

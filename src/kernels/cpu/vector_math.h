@@ -1,0 +1,84 @@
+#pragma once
+// Transcendental functions in plain float arithmetic, so that loops calling them vectorise (std::exp/erf/tanh do not
+// without -ffast-math). Used by the elementwise kernels (elementwise_kernels.cc); each is checked against the
+// reference kernel's libm result in tests/unit/kernels/elementwise_test.cc.
+#include <bit>
+#include <cstdint>
+
+namespace osprey::cpu::vmath {
+
+// exp(x): x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact n ln2), a degree-6 polynomial for exp(r)
+// (Taylor coefficients refined for the interval) and 2^n built in the exponent bits. Relative error about 2 ulp. The
+// argument is clamped to [-87.3, 88.3], so results below 2^-126 are not produced (error < 1.2e-38) and large arguments
+// give 2^127.4 rather than inf; ExpFull adds the overflow.
+[[gnu::always_inline]] inline float Exp(float x) {
+  x = x < -87.3f ? -87.3f : x;  // (NaN compares false and passes through both clamps)
+  x = x > 88.3f ? 88.3f : x;
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (no -ffast-math, so the compiler keeps both).
+  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return p * scale;
+}
+
+// exp(x) with +inf above the largest finite result, as std::exp.
+[[gnu::always_inline]] inline float ExpFull(float x) {
+  const float e = Exp(x);
+  return x > 88.7228393f ? __builtin_inff() : e;
+}
+
+[[gnu::always_inline]] inline float Abs(float x) { return std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0x7fffffffu); }
+
+[[gnu::always_inline]] inline float CopySign(float magnitude, float sign) {
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(magnitude) & 0x7fffffffu) |
+                              (std::bit_cast<uint32_t>(sign) & 0x80000000u));
+}
+
+// Sigmoid as the reference computes it: 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, both from e = e^-|x|,
+// so neither side loses relative precision.
+[[gnu::always_inline]] inline float Sigmoid(float x) {
+  const float e = Exp(-Abs(x));
+  const float r = 1.f / (1.f + e);
+  return x >= 0.f ? r : e * r;
+}
+
+// tanh: the odd Maclaurin series to x^11 for |x| < 0.25 (truncation < 1e-9 relative), else 1 - 2 / (e^2|x| + 1) with
+// the sign restored (absolute error ~1e-7 on a result >= 0.24).
+[[gnu::always_inline]] inline float Tanh(float x) {
+  const float x2 = x * x;
+  float s = -1.f / 3.f + x2 * (2.f / 15.f + x2 * (-17.f / 315.f + x2 * (62.f / 2835.f + x2 * (-1382.f / 155925.f))));
+  s = x + x * x2 * s;
+  const float big = CopySign(1.f - 2.f / (Exp(2.f * Abs(x)) + 1.f), x);
+  return Abs(x) < 0.25f ? s : big;
+}
+
+// erf: the odd Maclaurin series to x^15 for |x| < 0.5 (truncation < 1e-9 relative), else Abramowitz & Stegun 7.1.26,
+// 1 - t (a1 + a2 t + ... + a5 t^4) e^-x^2 with t = 1 / (1 + p|x|) (absolute error <= 1.5e-7), with the sign restored.
+[[gnu::always_inline]] inline float Erf(float x) {
+  const float x2 = x * x;
+  constexpr float k = 1.1283791670955126f;  // 2 / sqrt(pi)
+  // erf(x) = k (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320 + x^13/9360 - x^15/75600 ...), by Horner in x^2.
+  float s = k / 75600.f;
+  s = -k / 9360.f + x2 * s;
+  s = k / 1320.f + x2 * s;
+  s = -k / 216.f + x2 * s;
+  s = k / 42.f + x2 * s;
+  s = -k / 10.f + x2 * s;
+  s = k / 3.f + x2 * s;
+  s = x * (k - x2 * s);
+  const float ax = Abs(x);
+  const float t = 1.f / (1.f + 0.3275911f * ax);
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float big = CopySign(1.f - poly * Exp(-x2), x);
+  return ax < 0.5f ? s : big;
+}
+
+}  // namespace osprey::cpu::vmath

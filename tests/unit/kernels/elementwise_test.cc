@@ -1,0 +1,169 @@
+// Fast float32 elementwise kernels (src/kernels/cpu/elementwise_kernels.cc) against the reference kernels, over
+// shapes that take the serial and threaded paths and the broadcasts tf2onnx and PyTorch exports contain.
+//
+// Tolerance: Add/Sub/Mul/Div and the piecewise-linear activations compute the reference's expression and must match
+// bit for bit (NaN for NaN). The transcendental ones use vector_math.h polynomials against libm: relative error
+// <= 2e-6 plus absolute 1e-6 (erf's Abramowitz-Stegun branch is within 1.5e-7 absolute; exp ~2 ulp).
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_util.h"
+
+namespace osprey::testing {
+namespace {
+
+constexpr float kApproxRtol = 2e-6f;
+constexpr float kApproxAtol = 1e-6f;
+
+void ExpectBitwise(const Tensor& actual, const Tensor& expected) {
+  ASSERT_EQ(ShapeToString(actual.shape()), ShapeToString(expected.shape()));
+  const float* a = actual.data<float>();
+  const float* e = expected.data<float>();
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    if (std::isnan(e[i])) {
+      ASSERT_TRUE(std::isnan(a[i])) << "at " << i;
+      continue;
+    }
+    ASSERT_EQ(a[i], e[i]) << "at flat index " << i;
+  }
+}
+
+// Runs the fast kernel (built through CreateCpuKernel from the compile-time view, `constant` inputs known) twice and
+// the reference once on the same inputs; compares exactly or within the approximation tolerance.
+void ExpectMatches(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                   const std::string& name, bool exact, int opset = 17, int threads = 2) {
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset, threads);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr) << "no fast kernel for " << node.op_type;
+  EXPECT_EQ(std::string(kernel->Name()), name);
+  for (int run = 0; run < 2; ++run) {
+    RunKernel(*kernel, node, inputs, outputs, opset);
+    if (exact)
+      ExpectBitwise(outputs[0], expected[0]);
+    else
+      ExpectTensorNear(outputs[0], expected[0], kApproxRtol, kApproxAtol);
+  }
+}
+
+// Random values in [lo, hi) followed by the special values.
+Tensor UnaryInput(const Shape& shape, uint32_t seed, float lo, float hi) {
+  Tensor t = RandomTensor(shape, seed, lo, hi);
+  const float specials[] = {0.f,   -0.f,  1e-30f, -1e-30f, 1e-4f,   -1e-4f, 0.25f, -0.25f, 0.5f,
+                            -0.5f, 3.f,   -3.f,   6.f,     -6.f,    20.f,   -20.f, 100.f,  -100.f,
+                            1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  float* p = t.data<float>();
+  for (size_t i = 0; i < std::size(specials) && static_cast<int64_t>(i) < t.numel(); ++i) p[i] = specials[i];
+  return t;
+}
+
+struct UnaryCase {
+  const char* op;
+  AttributeMap attrs;
+  bool exact;
+};
+
+const std::vector<UnaryCase>& UnaryCases() {
+  static const std::vector<UnaryCase> cases = {
+      {"Relu", {}, true},
+      {"LeakyRelu", {{"alpha", Attribute::Float(0.2f)}}, true},
+      {"HardSigmoid", {}, true},
+      {"HardSigmoid", {{"alpha", Attribute::Float(1.f / 6)}, {"beta", Attribute::Float(0.5f)}}, true},
+      {"HardSwish", {}, true},
+      {"Neg", {}, true},
+      {"Abs", {}, true},
+      {"Sqrt", {}, true},
+      {"Reciprocal", {}, true},
+      {"Sigmoid", {}, false},
+      {"Tanh", {}, false},
+      {"Erf", {}, false},
+      {"Exp", {}, false},
+      {"Gelu", {}, false},
+      {"Gelu", {{"approximate", Attribute::String("tanh")}}, false},
+  };
+  return cases;
+}
+
+TEST(ElementwiseF32, UnaryOpsMatchReference) {
+  // 37 elements: serial, odd length; 70000: threaded, with a partial last block.
+  for (const Shape& shape : {Shape{37}, Shape{1, 16, 112, 112}, Shape{70000}}) {
+    for (const UnaryCase& c : UnaryCases()) {
+      SCOPED_TRACE(std::string(c.op) + " " + ShapeToString(shape));
+      const int opset = std::string(c.op) == "Gelu" ? 20 : 17;
+      ExpectMatches(MakeNode(c.op, 1, 1, c.attrs), {UnaryInput(shape, 1, -8.f, 8.f)}, {false},
+                    std::string(c.op) + "F32Fast", c.exact, opset);
+      // The small-argument branches of tanh and erf, densely.
+      ExpectMatches(MakeNode(c.op, 1, 1, c.attrs), {RandomTensor(shape, 2, -0.7f, 0.7f)}, {false},
+                    std::string(c.op) + "F32Fast", c.exact, opset);
+    }
+  }
+}
+
+TEST(ElementwiseF32, ClipBoundsConstantOrAttributes) {
+  Tensor x = UnaryInput({3, 1000}, 3, -10.f, 10.f);
+  Tensor lo = Tensor::FromVector<float>({}, {0.f}), hi = Tensor::FromVector<float>({}, {6.f});
+  ExpectMatches(MakeNode("Clip", 3, 1), {x, lo, hi}, {false, true, true}, "ClipF32Fast", true);
+  ExpectMatches(MakeNode("Clip", 2, 1), {x, lo}, {false, true}, "ClipF32Fast", true);
+  ExpectMatches(MakeNode("Clip", 3, 1), {x, Tensor(), hi}, {false, false, true}, "ClipF32Fast", true);
+  ExpectMatches(MakeNode("Clip", 1, 1), {x}, {false}, "ClipF32Fast", true);
+  // min > max: every element is max, as in the reference (and ONNX Runtime).
+  ExpectMatches(MakeNode("Clip", 3, 1), {x, hi, lo}, {false, true, true}, "ClipF32Fast", true);
+  ExpectMatches(MakeNode("Clip", 1, 1, {{"min", Attribute::Float(-1.f)}, {"max", Attribute::Float(1.f)}}), {x},
+                {false}, "ClipF32Fast", true, /*opset=*/6);
+  // Bounds known only at run time: the reference kernel runs.
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Clip", 3, 1), {x, lo, hi}, {false, false, false}));
+}
+
+TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 7}, {2, 3, 5, 7}},        // same shape
+      {{1, 32, 112, 112}, {1, 32, 112, 112}},  // same shape, threaded
+      {{2, 3, 5, 7}, {}},                  // scalar
+      {{}, {2, 3, 5, 7}},                  // scalar first
+      {{1, 16, 56, 56}, {1}},              // one-element tensor
+      {{1, 32, 56, 56}, {1, 32, 1, 1}},    // per channel, NCHW (Keras BN as Mul/Add)
+      {{8, 32, 28, 28}, {32, 1, 1}},       // per channel, NCHW, batch 8, threaded
+      {{1, 56, 56, 24}, {24}},             // per channel, NHWC (tf2onnx's [C] constants)
+      {{8, 28, 28, 96}, {1, 1, 1, 96}},    // per channel, NHWC, threaded
+      {{24}, {1, 56, 56, 24}},             // per channel first
+      {{1, 96, 14, 14}, {1, 96, 1, 1}},    // squeeze-excite gate, NCHW
+      {{1, 14, 14, 96}, {1, 1, 1, 96}},    // squeeze-excite gate, NHWC view
+      {{2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast (outer product)
+      {{4, 1, 100000}, {4, 3, 1}},         // long runs against a per-row value, threaded in pieces
+      {{3, 197, 768}, {768}},              // transformer bias
+      {{1, 1, 1, 1}, {1, 1, 1, 1}},        // one element
+      {{0, 3}, {3}},                       // empty
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(op) + " " + ShapeToString(c.a) + " and " + ShapeToString(c.b));
+      Tensor a = RandomTensor(c.a, 4, -2.f, 2.f), b = RandomTensor(c.b, 5, 0.5f, 2.f);
+      for (bool constant_b : {false, true})
+        ExpectMatches(MakeNode(op, 2, 1), {a, b}, {false, constant_b}, std::string(op) + "F32Fast", true);
+      ExpectMatches(MakeNode(op, 2, 1), {a, b}, {false, false}, std::string(op) + "F32Fast", true, 17, 1);
+    }
+  }
+}
+
+TEST(ElementwiseF32, DivisionByZeroAndSpecialValues) {
+  Tensor a = UnaryInput({64}, 6, -2.f, 2.f);
+  Tensor b = UnaryInput({64}, 7, -2.f, 2.f);
+  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+    ExpectMatches(MakeNode(op, 2, 1), {a, b}, {false, false}, std::string(op) + "F32Fast", true);
+}
+
+TEST(ElementwiseF32, DeclinesOtherDtypes) {
+  Tensor i64 = Tensor::FromVector<int64_t>({3}, {1, 2, 3});
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Add", 2, 1), {i64, i64}, {false, false}));
+  Tensor i32 = Tensor::FromVector<int32_t>({3}, {-1, 2, 3});
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Relu", 1, 1), {i32}, {false}));
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Abs", 1, 1), {i32}, {false}));
+}
+
+}  // namespace
+}  // namespace osprey::testing
