@@ -1,0 +1,94 @@
+// What tf2onnx writes for Keras models, compiled: batch normalisation left as Mul/Add after a (depthwise) Conv folded
+// into the Conv (and the activation behind it fused), an NHWC Pad in front of a Transpose moved behind it and folded
+// into the Conv, and NHWC <-> NCHW Transposes of channels-last data run as copies. Oracle: the same graph compiled
+// without fusion and with reference kernels only; the fused plan's step count shows what was folded.
+#include <gtest/gtest.h>
+
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::ExpectTensorNear;
+using testing::RandomTensor;
+
+const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+
+void ExpectFusedSteps(const Graph& graph, const Shape& input, size_t fused_steps) {
+  const std::vector<TensorSpec> specs{{DType::kF32, input}};
+  const std::vector<Tensor> inputs{RandomTensor(input, 7, -2.f, 2.f)};
+  auto oracle = Compile(graph, specs, kOracle);
+  const std::vector<Tensor> expected = oracle->Run(inputs);
+  for (bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
+    auto fused = Compile(graph, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true});
+    EXPECT_EQ(fused->num_steps(), fused_steps) << "unfused plan has " << oracle->num_steps() << " steps";
+    const std::vector<Tensor> got = fused->Run(inputs);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) ExpectTensorNear(got[i], expected[i], 1e-5f, 1e-5f);
+  }
+}
+
+ValueRef Conv(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, int64_t group, AttributeMap attrs = {},
+              uint32_t seed = 1) {
+  attrs["group"] = Attribute::Int(group);
+  return b.Op("Conv", {x, b.Constant(RandomTensor({cout, cin / group, 3, 3}, seed, -0.5f, 0.5f))}, attrs);
+}
+
+TEST(TfPatterns, DepthwiseConvMulAddClipBecomesOneConv) {
+  // MobileNetV2 as tf2onnx writes it: Conv -> Mul([1, C, 1, 1]) -> Add([1, C, 1, 1]) -> Clip(0, 6), twice.
+  GraphBuilder b("dw_bn", 13);
+  auto x = b.Input("x", DType::kF32, {1, 16, 12, 12});
+  auto y = x;
+  for (int k = 0; k < 2; ++k) {
+    y = Conv(b, y, 16, 16, 16, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 1 + k);
+    y = b.Op("Mul", {y, b.Constant(RandomTensor({1, 16, 1, 1}, 10 + k, 0.5f, 1.5f))});
+    y = b.Op("Add", {y, b.Constant(RandomTensor({1, 16, 1, 1}, 20 + k))});
+    y = b.Op("Clip", {y, b.Constant(Tensor::Scalar<float>(0.f)), b.Constant(Tensor::Scalar<float>(6.f))});
+  }
+  b.Output(y, "y");
+  ExpectFusedSteps(b.Finish(), {1, 16, 12, 12}, 2);
+}
+
+TEST(TfPatterns, ConstantFirstSubAndScalarForms) {
+  // Mul by a scalar and by [C, 1, 1] fold; Sub with the conv output second (c - conv) does not.
+  GraphBuilder b("affine_forms", 13);
+  auto x = b.Input("x", DType::kF32, {2, 8, 9, 9});
+  auto y = Conv(b, x, 8, 8, 1);
+  y = b.Op("Mul", {b.Constant(Tensor::Scalar<float>(0.5f)), y});
+  y = b.Op("Sub", {y, b.Constant(RandomTensor({8, 1, 1}, 3))});
+  y = b.Op("Sub", {b.Constant(RandomTensor({8, 1, 1}, 4)), y});
+  b.Output(y, "y");
+  ExpectFusedSteps(b.Finish(), {2, 8, 9, 9}, 2);
+}
+
+TEST(TfPatterns, NonChannelConstantsStay) {
+  // A constant varying along W is not a per-channel affine map: nothing folds.
+  GraphBuilder b("not_per_channel", 13);
+  auto x = b.Input("x", DType::kF32, {1, 4, 6, 6});
+  auto y = b.Op("Mul", {Conv(b, x, 4, 4, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}),
+                        b.Constant(RandomTensor({1, 1, 1, 6}, 5))});
+  b.Output(y, "y");
+  ExpectFusedSteps(b.Finish(), {1, 4, 6, 6}, 2);
+}
+
+TEST(TfPatterns, NhwcPadThenTransposeFoldsIntoConv) {
+  // MobileNetV3 as tf2onnx writes it when its transpose optimiser gives up: NHWC activations, Pad(bottom/right) ->
+  // Transpose to NCHW -> stride-2 depthwise Conv -> Transpose back -> Mul([C]) -> Relu -> Transpose -> Conv.
+  GraphBuilder b("nhwc_pad", 13);
+  auto x = b.Input("x", DType::kF32, {1, 12, 12, 8});
+  auto p = b.Op("Pad", {x, b.Constant(Tensor::FromVector<int64_t>({8}, {0, 0, 0, 0, 0, 1, 1, 0}))});
+  auto t = b.Op("Transpose", {p}, {{"perm", Attribute::Ints({0, 3, 1, 2})}});
+  auto c = Conv(b, t, 8, 8, 8, {{"strides", Attribute::Ints({2, 2})}});
+  auto back = b.Op("Transpose", {c}, {{"perm", Attribute::Ints({0, 2, 3, 1})}});
+  auto m = b.Op("Relu", {b.Op("Mul", {back, b.Constant(RandomTensor({8}, 6, 0.5f, 1.5f))})});
+  auto t2 = b.Op("Transpose", {m}, {{"perm", Attribute::Ints({0, 3, 1, 2})}});
+  auto c2 = Conv(b, t2, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2);
+  b.Output(c2, "y");
+  // Transpose (the input's, plain), Conv with the pad, copy to NHWC [N, H, W, C], Mul, Relu, copy back, Conv.
+  ExpectFusedSteps(b.Finish(), {1, 12, 12, 8}, 7);
+}
+
+}  // namespace
+}  // namespace osprey
