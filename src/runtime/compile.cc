@@ -189,6 +189,7 @@ class LayoutCopy : public Kernel {
     OSPREY_CHECK(ctx.In(0).nbytes() == ctx.Out(0).nbytes());
     const char* src = static_cast<const char*>(ctx.In(0).raw());
     char* dst = static_cast<char*>(ctx.Out(0).raw());
+    if (src == dst) return;  // the memory plan gave both the same bytes
     const int64_t n = static_cast<int64_t>(ctx.Out(0).nbytes());
     constexpr int64_t kBlock = int64_t{1} << 16;
     const int64_t blocks = (n + kBlock - 1) / kBlock;
@@ -380,26 +381,38 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     impl->output_specs.push_back({impl->slots[s].dtype, impl->slots[s].shape});
   }
 
-  // Memory plan: arena offsets by liveness, first fit.
+  // Memory plan: arena offsets by liveness, first fit. The output of a layout copy (a Transpose between NHWC-stored
+  // [N, C, H, W] and plain [N, H, W, C]) shares its input's bytes when both live in the arena: values are never
+  // written after their step, so the two slots are one buffer, freed when the last of them dies, and the copy kernel
+  // finds nothing to do.
+  std::vector<int> root(impl->slots.size());
+  for (size_t s = 0; s < root.size(); ++s) root[s] = static_cast<int>(s);
+  for (size_t i = 0; i < impl->steps.size(); ++i) {
+    const Step& step = impl->steps[i];
+    if (!dynamic_cast<const LayoutCopy*>(step.fast.get())) continue;
+    const int in = step.inputs[0], out = step.outputs[0];
+    if (impl->slots[in].kind == Slot::Kind::kArena && impl->slots[out].kind == Slot::Kind::kArena) root[out] = root[in];
+  }
   std::vector<int> last_use(impl->slots.size(), -1);
   for (size_t i = 0; i < impl->steps.size(); ++i) {
     for (int s : impl->steps[i].inputs)
-      if (s >= 0) last_use[s] = static_cast<int>(i);
+      if (s >= 0) last_use[root[s]] = std::max(last_use[root[s]], static_cast<int>(i));
     for (int s : impl->steps[i].outputs)
-      if (last_use[s] < static_cast<int>(i)) last_use[s] = static_cast<int>(i);
+      if (last_use[root[s]] < static_cast<int>(i)) last_use[root[s]] = static_cast<int>(i);
   }
   ArenaPlanner planner;
   for (size_t i = 0; i < impl->steps.size(); ++i) {
     for (int s : impl->steps[i].outputs) {
       Slot& slot = impl->slots[s];
-      if (slot.kind == Slot::Kind::kArena)
-        slot.offset = planner.Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
+      if (slot.kind != Slot::Kind::kArena) continue;
+      slot.offset = root[s] == s ? planner.Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)))
+                                 : impl->slots[root[s]].offset;
     }
     std::vector<int> done;
     for (int s : impl->steps[i].inputs)
-      if (s >= 0 && last_use[s] == static_cast<int>(i)) done.push_back(s);
+      if (s >= 0 && root[s] == s && last_use[s] == static_cast<int>(i)) done.push_back(s);
     for (int s : impl->steps[i].outputs)
-      if (last_use[s] == static_cast<int>(i)) done.push_back(s);
+      if (root[s] == s && last_use[s] == static_cast<int>(i)) done.push_back(s);
     std::sort(done.begin(), done.end());
     done.erase(std::unique(done.begin(), done.end()), done.end());
     for (int s : done) {
