@@ -31,11 +31,12 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # The Python package as a self-contained manylinux wheel in build/wheel/dist (docs/python.md): built by pip with
-# scikit-build-core from the same CMake targets, then auditwheel bundles the shared libraries it needs.
+# scikit-build-core from the same CMake targets (CXX=c++ as the main build, so ccache serves its objects), then
+# auditwheel bundles the shared libraries it needs.
 wheel: setup
 	rm -rf $(BUILD_DIR)/wheel/raw $(BUILD_DIR)/wheel/dist
-	.venv/bin/pip wheel . --no-deps --no-build-isolation --disable-pip-version-check -q -w $(BUILD_DIR)/wheel/raw
-	PATH=$(CURDIR)/.venv/bin:$$PATH .venv/bin/auditwheel -q repair $(BUILD_DIR)/wheel/raw/osprey-*.whl -w $(BUILD_DIR)/wheel/dist
+	CXX=c++ .venv/bin/pip wheel . --no-deps --no-build-isolation --disable-pip-version-check -q -w $(BUILD_DIR)/wheel/raw
+	PATH=$(CURDIR)/.venv/bin:$$PATH .venv/bin/auditwheel repair $(BUILD_DIR)/wheel/raw/osprey-*.whl -w $(BUILD_DIR)/wheel/dist
 	@ls -l $(BUILD_DIR)/wheel/dist
 
 # Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then a brief fuzz run.

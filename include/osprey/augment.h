@@ -34,6 +34,10 @@ struct Object {
 struct Sample {
   Tensor image;
   std::vector<Object> objects;
+  /// Segmentation masks (uint8 [H, W, C], the image's H and W; any C): geometric steps move them with the image's warp,
+  /// sampled nearest-neighbour, with the image's border mode and 0 for constant borders; photometric steps leave
+  /// them alone (as Albumentations does with its default mask settings). Not with Mosaic.
+  std::vector<Tensor> masks;
 };
 
 /// Box conventions seen at the edges (files, the library API). Internally boxes are always absolute x0, y0, x1, y1.

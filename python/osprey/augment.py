@@ -10,8 +10,10 @@ A call takes the keys an Albumentations Compose takes (`image`, `bboxes` and the
 and returns the same keys. Boxes are in the pipeline's bbox_params format (pascal_voc when it has none); extra values
 after the 4 coordinates of a box are carried along, as in Albumentations. `seed=` makes a call reproducible; without
 it the seed comes from Python's `random` module, so `random.seed` (and PyTorch's per-worker seeding in a DataLoader)
-controls it. One call uses one thread, so DataLoader workers do not oversubscribe the CPU; the GIL is released while
-it runs. Not supported yet: keypoints, masks (raise osprey.Unsupported), Mosaic (use `osprey augment`).
+controls it. `mask=` (one array) and `masks=` (a list) of uint8 [H, W] or [H, W, C] move with the image (nearest
+neighbour, 0 outside for constant borders), as Albumentations' defaults do. One call uses one thread, so DataLoader
+workers do not oversubscribe the CPU; the GIL is released while it runs. Not supported yet: keypoints (raise
+osprey.Unsupported), Mosaic (needs four images: use `osprey augment`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,29 @@ from ._osprey import Unsupported, InvalidArgument
 __all__ = ["Pipeline"]
 
 
+_MASK_FILL_KEYS = ("fill_mask", "mask_value", "cval_mask", "mask_pad_val", "mask_fill_value")
+
+
+def _mask_settings(node: Any, path: str = "transform") -> List[str]:
+    """Mask settings in a pipeline that osprey does not apply (so a call with masks is refused, never silently
+    different): a non-zero mask fill, a mask interpolation other than nearest, CoarseDropout holes in the mask."""
+    problems: List[str] = []
+    if isinstance(node, dict):
+        kind = str(node.get("__class_fullname__") or node.get("type") or "").rsplit(".", 1)[-1]
+        for key in _MASK_FILL_KEYS:
+            value = node.get(key)
+            if value is None:
+                continue
+            if kind == "CoarseDropout" or (value != 0 and value != [0] * len(value) if isinstance(value, list)
+                                           else value != 0):
+                problems.append(f"{path}.{key} = {value!r}")
+        if node.get("mask_interpolation") not in (None, 0):
+            problems.append(f"{path}.mask_interpolation = {node['mask_interpolation']!r}")
+        for i, child in enumerate(node.get("transforms") or []):
+            problems += _mask_settings(child, f"{path}.transforms[{i}]")
+    return problems
+
+
 class Pipeline:
     """A parsed augmentation pipeline. Immutable; safe to call from several threads and to pickle (DataLoader spawn
     workers receive it by pickling: the JSON text travels, the native pipeline is rebuilt)."""
@@ -38,8 +63,7 @@ class Pipeline:
         params = (root.get("bbox_params") if isinstance(root, dict) else None) or doc.get("bbox_params") or {}
         self.bbox_format: str = params.get("format") or "pascal_voc"
         self.label_fields: List[str] = list(params.get("label_fields") or [])
-        keypoint_params = root.get("keypoint_params") if isinstance(root, dict) else None
-        self._has_keypoint_params = bool(keypoint_params)
+        self._mask_problems = _mask_settings(root)
 
     @classmethod
     def load(cls, path: Union[str, "os.PathLike[str]"]) -> "Pipeline":
@@ -68,11 +92,13 @@ class Pipeline:
 
     def __call__(self, *, image: Any, bboxes: Any = None, seed: Optional[int] = None, **targets: Any
                  ) -> Dict[str, Any]:
-        for key in ("keypoints", "masks", "mask"):
-            if key in targets and targets[key] is not None:
-                raise Unsupported(f"{key}= is not supported by osprey's Python pipeline yet (boxes and their label "
-                                  "fields are); use Albumentations for this call or drop the key")
-        unknown = [k for k in targets if k not in self.label_fields and k not in ("keypoints", "masks", "mask")]
+        if targets.get("keypoints") is not None:
+            raise Unsupported("keypoints= is not supported by osprey's Python pipeline yet (boxes, their label fields "
+                              "and masks are); use Albumentations for this call or drop the key")
+        mask = targets.pop("mask", None)
+        masks = targets.pop("masks", None)
+        targets.pop("keypoints", None)
+        unknown = [k for k in targets if k not in self.label_fields]
         if unknown:
             raise InvalidArgument(f"unknown keyword(s) {', '.join(sorted(unknown))}: the pipeline's bbox_params "
                                   f"label_fields are {self.label_fields}")
@@ -86,9 +112,18 @@ class Pipeline:
                                       f"{self.label_fields})")
             if len(targets[name]) != len(rows):
                 raise InvalidArgument(f"{name} has {len(targets[name])} entries for {len(rows)} bboxes")
-        out_image, out_boxes, kept = self._native.apply(image, coords, self.bbox_format, int(seed) & (2**64 - 1))
+        if (mask is not None or masks is not None) and self._mask_problems:
+            raise Unsupported("masks: osprey moves masks nearest-neighbour with 0 outside the image and leaves them out "
+                              "of photometric steps; this pipeline asks otherwise: " + "; ".join(self._mask_problems))
+        native_masks = ([mask] if mask is not None else []) + (list(masks) if masks is not None else [])
+        out_image, out_boxes, kept, out_masks = self._native.apply(image, coords, self.bbox_format,
+                                                                   int(seed) & (2**64 - 1), native_masks)
         kept = kept.tolist()
         result: Dict[str, Any] = {"image": out_image}
+        if mask is not None:
+            result["mask"] = out_masks.pop(0)
+        if masks is not None:
+            result["masks"] = list(out_masks)
         boxes_out = []
         for b, k in zip(out_boxes.tolist(), kept):
             extra = tuple(rows[k][4:])

@@ -425,7 +425,8 @@ class PyPipeline {
 
   /// image: uint8 [H, W, C]; boxes: float64 [N, 4] in `box_format`. Returns (image, boxes [M, 4] in the same format,
   /// kept: int64 [M] indices of the input boxes that survived, in output order).
-  nb::tuple Apply(nb::handle image, nb::handle boxes, const std::string& box_format, uint64_t seed) {
+  /// masks: a list of uint8 [H, W] or [H, W, C] arrays (returned in the same form, moved with the image).
+  nb::tuple Apply(nb::handle image, nb::handle boxes, const std::string& box_format, uint64_t seed, nb::handle masks) {
     if (pipeline_.images_needed() > 1)
       throw Error(ErrorCode::kUnsupported,
                   "this pipeline starts with Mosaic, which needs four images; the Python call takes one (use the "
@@ -453,10 +454,26 @@ class PyPipeline {
       o.source_id = static_cast<int64_t>(i);
       sample.objects.push_back(std::move(o));
     }
+    std::vector<InArray> mask_arrays;
+    std::vector<bool> mask_2d;
+    if (!masks.is_none()) {
+      for (nb::handle m : masks) {
+        const std::string what = "masks[" + std::to_string(mask_arrays.size()) + "]";
+        mask_arrays.push_back(AsArray(m, what));
+        mask_2d.push_back(mask_arrays.back().ndim() == 2);
+        sample.masks.push_back(ImageTensor(mask_arrays.back(), what));
+      }
+    }
     augment::Sample out;
     {
       nb::gil_scoped_release release;
       out = pipeline_.Apply(sample, seed);
+    }
+    nb::list out_masks;
+    for (size_t i = 0; i < out.masks.size(); ++i) {
+      Tensor m = out.masks[i];
+      if (mask_2d[i]) m = m.Reshaped({m.dim(0), m.dim(1)});
+      out_masks.append(ToArray(std::move(m)));
     }
     const int64_t out_w = out.image.dim(1), out_h = out.image.dim(0);
     const size_t m = out.objects.size();
@@ -476,7 +493,7 @@ class PyPipeline {
     nb::object out_kept = nb::ndarray<nb::numpy, int64_t>(kept, 1, kept_shape, kept_owner).cast();
     Tensor img = out.image;
     if (image_array.ndim() == 2 && img.dim(2) == 1) img = img.Reshaped({img.dim(0), img.dim(1)});
-    return nb::make_tuple(ToArray(std::move(img)), out_boxes, out_kept);
+    return nb::make_tuple(ToArray(std::move(img)), out_boxes, out_kept, out_masks);
   }
 
   std::string Describe() const { return pipeline_.Describe(); }
@@ -523,7 +540,7 @@ NB_MODULE(_osprey, m) {
 
   nb::class_<PyPipeline>(m, "Pipeline")
       .def(nb::init<const std::string&>(), "json"_a)
-      .def("apply", &PyPipeline::Apply, "image"_a, "boxes"_a, "box_format"_a, "seed"_a)
+      .def("apply", &PyPipeline::Apply, "image"_a, "boxes"_a, "box_format"_a, "seed"_a, "masks"_a = nb::none())
       .def("describe", &PyPipeline::Describe);
 
   m.def("decode", &Decode, "source"_a, "channels"_a = 3, "min_size"_a = nb::none(), "max_pixels"_a = 0);

@@ -86,6 +86,7 @@ class Executor {
   void Start(const Sample& s) {
     inputs_ = {s.image};
     objects_ = s.objects;
+    masks_ = s.masks;
     StartGraph();
   }
 
@@ -185,6 +186,7 @@ class Executor {
     Sample out;
     out.image = inputs_[0];
     out.objects = std::move(objects_);
+    out.masks = std::move(masks_);
     return out;
   }
 
@@ -230,11 +232,31 @@ class Executor {
       MoveObjects(copies, m_, {0, 0, double(w_), double(h_)}, filter_);
       objects_.insert(objects_.end(), std::make_move_iterator(copies.begin()), std::make_move_iterator(copies.end()));
       if (report_) report_->objects_dropped += dropped, ++report_->warps;
+      for (Tensor& mask : masks_) mask = WarpMask(mask);
     }
     m_ = Mat3{};
     gw_ = w_, gh_ = h_;
     interp_ = border_ = -1;
     fill_ = 0;
+  }
+
+  // A mask through the pending warp: nearest-neighbour, the image's border mode, 0 outside for constant borders.
+  Tensor WarpMask(const Tensor& mask) const {
+    GraphBuilder b("augment_mask");
+    ValueRef x = b.Input("mask", DType::kU8, mask.shape());
+    b.Output(b.Op("WarpPerspective", {x},
+                  {{"matrix", Attribute::Floats(MatrixAttr(PixelInverseMap(m_)))},
+                   {"height", Attribute::Int(h_)},
+                   {"width", Attribute::Int(w_)},
+                   {"mode", Attribute::String("nearest")},
+                   {"border_mode", Attribute::String(BorderName(border_))},
+                   {"border_value", Attribute::Float(0.0f)}}),
+             "out");
+    Graph g = b.Finish();
+    for (osprey::Node& n : g.nodes) n.domain = "osprey";
+    CompileOptions opts;
+    opts.num_threads = 1;
+    return Compile(g, {TensorSpec{DType::kU8, mask.shape()}}, opts)->Run({mask})[0];
   }
 
   void RunGraph() {
@@ -258,6 +280,7 @@ class Executor {
   ApplyReport* report_;
   std::vector<Tensor> inputs_;
   std::vector<Object> objects_;
+  std::vector<Tensor> masks_;
   std::unique_ptr<GraphBuilder> b_;
   ValueRef x_;
   bool has_ops_ = false;
@@ -411,10 +434,20 @@ Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<
     throw Error(ErrorCode::kInvalidArgument, "augment: expected a uint8 [H, W, 1] or [H, W, 3] image, found " +
                                                  std::string(DTypeName(img.dtype())) + " " + ShapeToString(img.shape()));
   if (report) report->objects_in += static_cast<int64_t>(sample.objects.size());
+  for (size_t i = 0; i < sample.masks.size(); ++i) {
+    const Tensor& m = sample.masks[i];
+    if (m.dtype() != DType::kU8 || m.rank() != 3 || m.dim(0) != img.dim(0) || m.dim(1) != img.dim(1) || m.dim(2) < 1)
+      throw Error(ErrorCode::kInvalidArgument, "augment: mask " + std::to_string(i) + " must be uint8 [" +
+                                                   std::to_string(img.dim(0)) + ", " + std::to_string(img.dim(1)) +
+                                                   ", C] like the image, found " + DTypeName(m.dtype()) + " " +
+                                                   ShapeToString(m.shape()));
+  }
   const ParsedPipeline& p = impl_->parsed;
   Rng rng(seed);
   Executor ex(p.filter, report);
   if (p.mosaic && rng.Chance(p.mosaic->p)) {
+    if (!sample.masks.empty())
+      throw Error(ErrorCode::kUnsupported, "augment: Mosaic with masks is not supported; drop the masks or the Mosaic");
     if (!others)
       throw Error(ErrorCode::kInvalidArgument, "augment: the pipeline starts with Mosaic, which needs 3 more images");
     const MosaicSpec& m = *p.mosaic;

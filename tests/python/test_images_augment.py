@@ -139,3 +139,33 @@ def test_dataloader_two_workers(context):
         direct = dataset[i]
         np.testing.assert_array_equal(img.numpy(), direct[0])  # same seed per item: same bytes in any process
         assert img.shape[-1] == 3 and img.dtype == torch.uint8
+
+
+def test_masks_move_like_albumentations():
+    import albumentations as A
+    compose = A.Compose([A.HorizontalFlip(p=1), A.Affine(scale=1.1, rotate=10, translate_px={"x": 12, "y": -8}, p=1),
+                         A.RandomBrightnessContrast(brightness_limit=(0.2, 0.2), contrast_limit=(0, 0), p=1),
+                         A.Resize(height=200, width=260, p=1)])
+    image = osprey.decode(PHOTOS[0])
+    h, w = image.shape[:2]
+    mask = np.zeros((h, w), np.uint8)
+    mask[h // 4: h // 2, w // 3: 2 * w // 3] = 1
+    mask[2 * h // 3:, : w // 4] = 2
+    multi = np.stack([mask, 3 - mask], axis=-1)
+    ref = compose(image=image, mask=multi, masks=[mask, 2 - mask // 2])
+    pipe = Pipeline.from_albumentations(compose)
+    out = pipe(image=image, mask=multi, masks=[mask, 2 - mask // 2], seed=3)
+    assert out["mask"].shape == ref["mask"].shape == (200, 260, 2) and out["mask"].dtype == np.uint8
+    assert (out["mask"] == ref["mask"]).mean() >= 0.99
+    assert out["masks"][0].shape == (200, 260)
+    for ours, theirs in zip(out["masks"], ref["masks"]):
+        assert (ours == np.asarray(theirs)).mean() >= 0.99
+    np.testing.assert_array_equal(out["masks"][0], out["mask"][..., 0])  # one warp for every mask
+    assert set(np.unique(out["masks"][0])) <= {0, 1, 2}  # nearest: no blended labels
+    diff = np.abs(out["image"].astype(np.int16) - ref["image"].astype(np.int16)).mean()
+    assert diff <= 3, diff
+    with pytest.raises(osprey.InvalidArgument, match="mask"):
+        pipe(image=image, mask=mask[:10])
+    dropout = Pipeline.from_albumentations(A.Compose([A.CoarseDropout(fill_mask=0, p=1)]))
+    with pytest.raises(osprey.Unsupported, match="fill_mask"):
+        dropout(image=image, mask=mask)
