@@ -472,6 +472,7 @@ void RunFusionPasses(CompileState& state) {
   FuseResizeCrop(state);
   EliminateIdentities(state);
   SwapPadTranspose(state);
+  FuseTfExportPatterns(state);
   FoldZeroPadIntoConsumer(state);
   FuseTransformerPatterns(state);
   FuseDataMovementPatterns(state);

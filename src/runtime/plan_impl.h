@@ -110,6 +110,10 @@ void FuseTransformerPatterns(CompileState& state);
 void FuseDataMovementPatterns(CompileState& state);
 
 /// Fusion passes on live nodes (docs/architecture.md): BN folding into Conv, Conv + Add residual, activation fusion.
+/// TensorFlow-export patterns (fusion_tf.cc): Keras hard-swish/hard-sigmoid chains to one node; NCHW -> NHWC
+/// Transposes sunk below elementwise ops and cancelled against their inverse.
+void FuseTfExportPatterns(CompileState& state);
+
 void RunFusionPasses(CompileState& state);
 
 }  // namespace osprey

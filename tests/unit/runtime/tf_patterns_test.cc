@@ -86,8 +86,28 @@ TEST(TfPatterns, NhwcPadThenTransposeFoldsIntoConv) {
   auto t2 = b.Op("Transpose", {m}, {{"perm", Attribute::Ints({0, 3, 1, 2})}});
   auto c2 = Conv(b, t2, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2);
   b.Output(c2, "y");
-  // Transpose (the input's, plain), Conv with the pad, copy to NHWC [N, H, W, C], Mul, Relu, copy back, Conv.
-  ExpectFusedSteps(b.Finish(), {1, 12, 12, 8}, 7);
+  // The Transpose of the input, then the Pad folds into the first Conv; the middle Transpose sinks below Mul and Relu
+  // and cancels with the last one, and Mul and Relu fold into the first Conv: Transpose, Conv, Conv.
+  ExpectFusedSteps(b.Finish(), {1, 12, 12, 8}, 3);
+}
+
+TEST(TfPatterns, KerasHardSwishAndHardSigmoid) {
+  // Keras hard_swish x * relu6(x + 3) / 6 and hard_sigmoid relu6(x + 3) / 6 (an SE gate), as tf2onnx writes them,
+  // behind NHWC Transposes: they become HardSwish / HardSigmoid, sink below the Transposes and fuse into the Convs.
+  GraphBuilder b("hard", 13);
+  auto x = b.Input("x", DType::kF32, {1, 8, 10, 10});
+  auto scalar = [&](float v) { return b.Constant(Tensor::Scalar<float>(v)); };
+  auto relu6 = [&](ValueRef v) { return b.Op("Clip", {b.Op("Add", {v, scalar(3.f)}), scalar(0.f), scalar(6.f)}); };
+  auto c = Conv(b, x, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto t = b.Op("Transpose", {c}, {{"perm", Attribute::Ints({0, 2, 3, 1})}});
+  auto hs = b.Op("Mul", {t, b.Op("Mul", {relu6(t), scalar(1.f / 6.f)})});
+  auto t2 = b.Op("Transpose", {hs}, {{"perm", Attribute::Ints({0, 3, 1, 2})}});
+  auto c2 = Conv(b, t2, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2);
+  auto t3 = b.Op("Transpose", {c2}, {{"perm", Attribute::Ints({0, 2, 3, 1})}});
+  auto gate = b.Op("Div", {relu6(t3), scalar(6.f)});
+  b.Output(b.Op("Mul", {gate, scalar(2.f)}), "y");
+  // Conv(HardSwish), Conv(HardSigmoid), Transpose, Mul.
+  ExpectFusedSteps(b.Finish(), {1, 8, 10, 10}, 4);
 }
 
 }  // namespace

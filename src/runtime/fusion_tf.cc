@@ -1,0 +1,216 @@
+// Fusion passes for what TensorFlow exporters (tf2onnx) write (docs/architecture.md, compile pipeline):
+// - hard-swish and hard-sigmoid as Keras spells them, x * (Clip(x + 3, 0, 6) * (1/6)) and Clip(x + 3, 0, 6) * (1/6)
+//   (or / 6), become one HardSwish / HardSigmoid(alpha 1/6, beta 0.5) node, which the fast kernels run in one pass
+//   and FuseActivation can put into the producing Conv;
+// - NCHW -> NHWC Transposes (perm 0, 2, 3, 1) sink below the elementwise ops that follow them (unary ops, and binary
+//   ops with a constant that varies along the channels only, re-shaped to [C, 1, 1]), and a sunk Transpose that
+//   meets its inverse (perm 0, 3, 1, 2) cancels with it. When tf2onnx's own transpose optimiser gives up (MobileNetV3)
+//   every convolution sits between such a pair, with its batch normalisation and activation inside; sunk, those meet
+//   the Conv and fold into it (FoldConvAffine, FuseActivation) and the pair disappears.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "runtime/plan_impl.h"
+
+namespace osprey {
+namespace {
+
+std::vector<std::vector<int>> Consumers(const CompileState& st) {
+  std::vector<std::vector<int>> c(st.values.size());
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int v : st.nodes[i].inputs)
+      if (v >= 0) c[v].push_back(static_cast<int>(i));
+  return c;
+}
+
+bool PrivateValue(const CompileState& st, const std::vector<std::vector<int>>& c, int v) {
+  return v >= 0 && c[v].size() == 1 && !st.is_graph_output[v];
+}
+
+// The single float value of a known float32 constant with one element, or NaN.
+float ScalarOf(const CompileState& st, int v) {
+  if (v < 0 || !st.values[v].known || st.values[v].dtype != DType::kF32 || st.values[v].value.numel() != 1) return NAN;
+  return st.values[v].value.data<float>()[0];
+}
+
+// Clip bounds (opset < 11: attributes; else constant inputs), or false.
+bool ClipBounds(const CompileState& st, const Node& n, float* lo, float* hi) {
+  *lo = -INFINITY;
+  *hi = INFINITY;
+  if (st.opset < 11) {
+    *lo = n.GetFloat("min", *lo);
+    *hi = n.GetFloat("max", *hi);
+    return true;
+  }
+  if (n.inputs.size() > 1 && n.inputs[1] >= 0) *lo = ScalarOf(st, n.inputs[1]);
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) *hi = ScalarOf(st, n.inputs[2]);
+  return !std::isnan(*lo) && !std::isnan(*hi);
+}
+
+// The other input of binary node n when one input is v, or -1.
+int OtherInput(const Node& n, int v) {
+  if (n.inputs.size() != 2) return -1;
+  if (n.inputs[0] == v && n.inputs[1] != v) return n.inputs[1];
+  if (n.inputs[1] == v && n.inputs[0] != v) return n.inputs[0];
+  return -1;
+}
+
+void DropDead(CompileState& st, const std::vector<char>& dead) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
+void FuseHardActivations(CompileState& st) {
+  const auto c = Consumers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& add = st.nodes[i];
+    if (dead[i] || add.op_type != "Add" || add.outputs.size() != 1) continue;
+    int x = -1;
+    for (int k = 0; k < 2 && add.inputs.size() == 2; ++k)
+      if (ScalarOf(st, add.inputs[1 - k]) == 3.f) x = add.inputs[k];
+    if (x < 0 || st.values[x].dtype != DType::kF32 || st.values[add.outputs[0]].shape != st.values[x].shape) continue;
+    const int a = add.outputs[0];
+    if (!PrivateValue(st, c, a)) continue;
+    const int ci = c[a][0];
+    const Node& clip = st.nodes[ci];
+    float lo, hi;
+    if (dead[ci] || clip.op_type != "Clip" || clip.inputs[0] != a || !ClipBounds(st, clip, &lo, &hi) || lo != 0.f ||
+        hi != 6.f)
+      continue;
+    const int cl = clip.outputs[0];
+    if (!PrivateValue(st, c, cl)) continue;
+    const int si = c[cl][0];
+    const Node& scale = st.nodes[si];
+    bool sixth = false;
+    if (scale.op_type == "Mul") {
+      const float v = ScalarOf(st, OtherInput(scale, cl));
+      sixth = std::fabs(v - 1.f / 6.f) <= 1e-7f;
+    } else if (scale.op_type == "Div" && scale.inputs.size() == 2 && scale.inputs[0] == cl) {
+      sixth = ScalarOf(st, scale.inputs[1]) == 6.f;
+    }
+    if (dead[si] || !sixth || scale.outputs.size() != 1) continue;
+    const int s = scale.outputs[0];
+    if (st.values[s].shape != st.values[x].shape) continue;
+    // x * s -> HardSwish(x) when s feeds only that Mul; else s = HardSigmoid(x).
+    if (PrivateValue(st, c, s)) {
+      const int mi = c[s][0];
+      Node& mul = st.nodes[mi];
+      if (!dead[mi] && mul.op_type == "Mul" && OtherInput(mul, s) == x) {
+        Node hs;
+        hs.op_type = "HardSwish";
+        hs.name = mul.name;
+        hs.inputs = {x};
+        hs.outputs = mul.outputs;
+        mul = std::move(hs);
+        dead[i] = dead[ci] = dead[si] = 1;
+        continue;
+      }
+    }
+    Node hsig;
+    hsig.op_type = "HardSigmoid";
+    hsig.name = st.nodes[si].name;
+    hsig.inputs = {x};
+    hsig.outputs = {s};
+    hsig.attrs["alpha"] = Attribute::Float(1.f / 6.f);
+    hsig.attrs["beta"] = Attribute::Float(0.5f);
+    st.nodes[si] = std::move(hsig);
+    dead[i] = dead[ci] = 1;
+  }
+  DropDead(st, dead);
+}
+
+const std::set<std::string>& SinkableUnary() {
+  static const std::set<std::string> ops = {"Relu",     "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid",
+                                            "HardSwish", "Gelu",     "Erf",  "Exp",     "Neg",  "Abs",
+                                            "Sqrt",     "Reciprocal", "Elu", "Softplus"};
+  return ops;
+}
+
+bool IsPerm(const Node& n, const std::vector<int64_t>& perm) {
+  return n.op_type == "Transpose" && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+         n.GetInts("perm", {}) == perm;
+}
+
+// A known float32 constant that, right-aligned to rank 4, varies along the last axis only: returned as [C, 1, 1]
+// (or as is when it has one element). Empty tensor when it does not qualify.
+Tensor ChannelConstantForNchw(const CompileState& st, int v, int64_t channels) {
+  if (v < 0 || !st.values[v].known || st.values[v].dtype != DType::kF32) return Tensor();
+  const Tensor& t = st.values[v].value;
+  if (t.numel() == 1) return t;
+  const Shape& s = t.shape();
+  if (s.size() > 4 || s.empty() || s.back() != channels || t.numel() != channels) return Tensor();
+  return t.Reshaped({channels, 1, 1});
+}
+
+void SinkChannelTransposes(CompileState& st) {
+  const std::vector<int64_t> to_nhwc{0, 2, 3, 1}, to_nchw{0, 3, 1, 2};
+  // One change per round (consumer lists are recounted): enough rounds for every Transpose to sink past every node.
+  const size_t max_rounds = 8 * st.nodes.size() + 8;
+  for (size_t round = 0; round < max_rounds; ++round) {
+    bool changed = false;
+    auto c = Consumers(st);
+    std::vector<char> dead(st.nodes.size(), 0);
+    for (size_t i = 0; i < st.nodes.size(); ++i) {
+      if (dead[i] || !IsPerm(st.nodes[i], to_nhwc)) continue;
+      const int x = st.nodes[i].inputs[0], y = st.nodes[i].outputs[0];
+      if (x < 0 || st.values[x].shape.size() != 4 || st.values[x].dtype != DType::kF32 || !PrivateValue(st, c, y))
+        continue;
+      const int j = c[y][0];
+      if (dead[j]) continue;
+      Node& e = st.nodes[j];
+      if (IsPerm(e, to_nchw)) {  // the pair cancels: readers of its output read x
+        const int z = e.outputs[0];
+        if (st.is_graph_output[z]) continue;
+        for (Node& n : st.nodes)
+          for (int& v : n.inputs)
+            if (v == z) v = x;
+        dead[i] = dead[j] = 1;
+        changed = true;
+        break;  // consumer lists changed
+      }
+      if (e.outputs.size() != 1 || st.values[e.outputs[0]].shape != st.values[y].shape) continue;
+      Node moved = e;
+      if (SinkableUnary().count(e.op_type) && e.inputs[0] == y) {
+        bool constant_rest = true;
+        for (size_t k = 1; k < e.inputs.size(); ++k)
+          constant_rest = constant_rest && (e.inputs[k] < 0 || st.values[e.inputs[k]].known);
+        if (!constant_rest) continue;
+        moved.inputs[0] = x;
+      } else if (e.op_type == "Add" || e.op_type == "Sub" || e.op_type == "Mul" || e.op_type == "Div") {
+        const int other = OtherInput(e, y);
+        Tensor k = ChannelConstantForNchw(st, other, st.values[x].shape[1]);
+        if (k.buffer() == nullptr) continue;
+        const int kid = k.shape() == st.values[other].shape ? other : st.AddConstant(std::move(k));
+        c.resize(st.values.size());
+        for (int& v : moved.inputs) v = v == y ? x : kid;
+      } else {
+        continue;
+      }
+      const int m = st.AddValue(DType::kF32, st.values[x].shape);
+      c.resize(st.values.size());
+      Node tr = st.nodes[i];
+      moved.outputs[0] = m;
+      tr.inputs[0] = m;
+      tr.outputs[0] = e.outputs[0];
+      st.nodes[i] = std::move(moved);
+      st.nodes[j] = std::move(tr);
+      changed = true;
+      break;  // consumer lists changed
+    }
+    DropDead(st, dead);
+    if (!changed) break;
+  }
+}
+
+}  // namespace
+
+void FuseTfExportPatterns(CompileState& st) {
+  FuseHardActivations(st);
+  SinkChannelTransposes(st);
+}
+
+}  // namespace osprey
