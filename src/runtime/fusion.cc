@@ -453,6 +453,17 @@ void FoldZeroPadIntoConsumer(CompileState& st) {
     if (c.op_type == "AveragePool") {
       if (c.GetInt("ceil_mode", 0) != 0) continue;
       c.attrs["count_include_pad"] = Attribute::Int(1);
+    } else if (c.op_type == "MaxPool") {
+      // Max over zeros equals max over padding (ignored) when the input is a Relu's output (>= 0) and every window
+      // keeps a real element (pads smaller than the kernel). Keras ResNets pad before their first MaxPool this way.
+      const Node* producer = nullptr;
+      for (size_t p = 0; p < i; ++p)
+        if (!st.nodes[p].outputs.empty() && st.nodes[p].outputs[0] == x) producer = &st.nodes[p];
+      const std::vector<int64_t> kernel = c.GetInts("kernel_shape", {});
+      if (!producer || producer->op_type != "Relu" || kernel.size() != 2 || c.GetInt("ceil_mode", 0) != 0 ||
+          c.outputs.size() != 1 || c.GetInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1})
+        continue;
+      if (pads[2] >= kernel[0] || pads[6] >= kernel[0] || pads[3] >= kernel[1] || pads[7] >= kernel[1]) continue;
     } else if (c.op_type != "Conv") {
       continue;
     }

@@ -6,7 +6,8 @@
 //   ops with a constant that varies along the channels only, re-shaped to [C, 1, 1]), and a sunk Transpose that
 //   meets its inverse (perm 0, 3, 1, 2) cancels with it. When tf2onnx's own transpose optimiser gives up (MobileNetV3)
 //   every convolution sits between such a pair, with its batch normalisation and activation inside; sunk, those meet
-//   the Conv and fold into it (FoldConvAffine, FuseActivation) and the pair disappears.
+//   the Conv and fold into it (FoldConvAffine, FuseActivation) and the pair disappears. A ReduceMean over H and W
+//   (keepdims) behind such a Transpose (a squeeze-excite block) becomes a GlobalAveragePool in front of it.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -146,6 +147,19 @@ Tensor ChannelConstantForNchw(const CompileState& st, int v, int64_t channels) {
   return t.Reshaped({channels, 1, 1});
 }
 
+// When v is the private output of a Transpose with `perm` of a rank-4 float32 value, that value; else -1.
+int TransposedFrom(const CompileState& st, const std::vector<std::vector<int>>& c, int v,
+                   const std::vector<int64_t>& perm) {
+  if (!PrivateValue(st, c, v)) return -1;
+  for (const Node& n : st.nodes) {
+    if (n.outputs.empty() || n.outputs[0] != v) continue;
+    if (!IsPerm(n, perm) || n.inputs[0] < 0) return -1;
+    const CompileValue& in = st.values[n.inputs[0]];
+    return in.shape.size() == 4 && in.dtype == DType::kF32 ? n.inputs[0] : -1;
+  }
+  return -1;
+}
+
 void SinkChannelTransposes(CompileState& st) {
   const std::vector<int64_t> to_nhwc{0, 2, 3, 1}, to_nchw{0, 3, 1, 2};
   // One change per round (consumer lists are recounted): enough rounds for every Transpose to sink past every node.
@@ -157,8 +171,35 @@ void SinkChannelTransposes(CompileState& st) {
     for (size_t i = 0; i < st.nodes.size(); ++i) {
       if (dead[i] || !IsPerm(st.nodes[i], to_nhwc)) continue;
       const int x = st.nodes[i].inputs[0], y = st.nodes[i].outputs[0];
-      if (x < 0 || st.values[x].shape.size() != 4 || st.values[x].dtype != DType::kF32 || !PrivateValue(st, c, y))
-        continue;
+      if (x < 0 || st.values[x].shape.size() != 4 || st.values[x].dtype != DType::kF32) continue;
+      // A ReduceMean over H and W (keepdims) of the NHWC view, whoever else reads it: GlobalAveragePool of x, then
+      // the (now 1x1) Transpose.
+      int reduce = -1;
+      for (int k : c[y]) {
+        const Node& e = st.nodes[k];
+        const std::vector<int64_t> axes = e.GetInts("axes", {});
+        if (e.op_type == "ReduceMean" && e.inputs.size() == 1 && e.outputs.size() == 1 &&
+            e.GetInt("keepdims", 1) == 1 && (axes == std::vector<int64_t>{1, 2} || axes == std::vector<int64_t>{-3, -2}))
+          reduce = k;
+      }
+      if (reduce >= 0) {
+        const Shape& xs = st.values[x].shape;
+        const int m = st.AddValue(DType::kF32, {xs[0], xs[1], 1, 1});
+        Node gap;
+        gap.op_type = "GlobalAveragePool";
+        gap.name = st.nodes[reduce].name;
+        gap.inputs = {x};
+        gap.outputs = {m};
+        Node tr = st.nodes[i];
+        tr.inputs[0] = m;
+        tr.outputs[0] = st.nodes[reduce].outputs[0];
+        st.nodes[reduce] = std::move(tr);
+        st.nodes.insert(st.nodes.begin() + reduce, std::move(gap));
+        dead.insert(dead.begin() + reduce, 0);
+        changed = true;
+        break;
+      }
+      if (!PrivateValue(st, c, y)) continue;
       const int j = c[y][0];
       if (dead[j]) continue;
       Node& e = st.nodes[j];
@@ -180,6 +221,16 @@ void SinkChannelTransposes(CompileState& st) {
           constant_rest = constant_rest && (e.inputs[k] < 0 || st.values[e.inputs[k]].known);
         if (!constant_rest) continue;
         moved.inputs[0] = x;
+      } else if ((e.op_type == "Add" || e.op_type == "Sub" || e.op_type == "Mul" || e.op_type == "Div") &&
+                 TransposedFrom(st, c, OtherInput(e, y), to_nhwc) >= 0) {
+        // Both operands are the same Transpose of rank-4 values (a squeeze-excite gate): op(x, w), then the Transpose.
+        const int other = OtherInput(e, y);
+        const int w = TransposedFrom(st, c, other, to_nhwc);
+        for (int& v : moved.inputs) v = v == y ? x : w;
+        int producer = -1;
+        for (size_t k = 0; k < st.nodes.size(); ++k)
+          if (!st.nodes[k].outputs.empty() && st.nodes[k].outputs[0] == other) producer = static_cast<int>(k);
+        dead[producer] = 1;
       } else if (e.op_type == "Add" || e.op_type == "Sub" || e.op_type == "Mul" || e.op_type == "Div") {
         const int other = OtherInput(e, y);
         Tensor k = ChannelConstantForNchw(st, other, st.values[x].shape[1]);
@@ -196,8 +247,12 @@ void SinkChannelTransposes(CompileState& st) {
       moved.outputs[0] = m;
       tr.inputs[0] = m;
       tr.outputs[0] = e.outputs[0];
-      st.nodes[i] = std::move(moved);
-      st.nodes[j] = std::move(tr);
+      // The moved op takes the old op's position (its other operand may be produced after the Transpose), the
+      // Transpose follows it.
+      dead[i] = 1;
+      st.nodes[j] = std::move(moved);
+      st.nodes.insert(st.nodes.begin() + j + 1, std::move(tr));
+      dead.insert(dead.begin() + j + 1, 0);
       changed = true;
       break;  // consumer lists changed
     }

@@ -112,3 +112,39 @@ TEST(TfPatterns, KerasHardSwishAndHardSigmoid) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(TfPatterns, ZeroPadBeforeMaxPoolFoldsAfterRelu) {
+  // Keras ResNet: Relu -> Pad(1) -> MaxPool(3, stride 2). Without the Relu the Pad stays (zeros could win the max).
+  for (bool relu : {true, false}) {
+    SCOPED_TRACE(relu ? "after Relu" : "no Relu");
+    GraphBuilder b("pad_maxpool", 13);
+    auto x = b.Input("x", DType::kF32, {1, 4, 9, 9});
+    auto c = Conv(b, x, 4, 4, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+    auto r = relu ? b.Op("Relu", {c}) : c;
+    auto p = b.Op("Pad", {r, b.Constant(Tensor::FromVector<int64_t>({8}, {0, 0, 1, 1, 0, 0, 1, 1}))});
+    b.Output(b.Op("MaxPool", {p}, {{"kernel_shape", Attribute::Ints({3, 3})}, {"strides", Attribute::Ints({2, 2})}}),
+             "y");
+    ExpectFusedSteps(b.Finish(), {1, 4, 9, 9}, relu ? 2 : 3);
+  }
+}
+
+TEST(TfPatterns, ReduceMeanOverNhwcViewBecomesGlobalAveragePool) {
+  // Squeeze-excite in MobileNetV3 as tf2onnx writes it: Transpose to NHWC, ReduceMean(axes 1, 2, keepdims), back.
+  GraphBuilder b("se", 13);
+  auto x = b.Input("x", DType::kF32, {2, 8, 7, 7});
+  auto t = b.Op("Transpose", {Conv(b, x, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}})},
+                {{"perm", Attribute::Ints({0, 2, 3, 1})}});
+  auto m = b.Op("ReduceMean", {t}, {{"axes", Attribute::Ints({1, 2})}, {"keepdims", Attribute::Int(1)}});
+  auto gate = b.Op("Transpose", {b.Op("Sigmoid", {b.Op("Transpose", {m}, {{"perm", Attribute::Ints({0, 3, 1, 2})}})})},
+                   {{"perm", Attribute::Ints({0, 2, 3, 1})}});
+  auto scaled = b.Op("Mul", {t, gate});
+  b.Output(Conv(b, b.Op("Transpose", {scaled}, {{"perm", Attribute::Ints({0, 3, 1, 2})}}), 8, 8, 1, {}, 2), "y");
+  // Conv, GlobalAveragePool, Sigmoid, Mul, Conv: every Transpose sinks into its inverse.
+  ExpectFusedSteps(b.Finish(), {2, 8, 7, 7}, 5);
+}
+
+}  // namespace
+}  // namespace osprey
