@@ -1,7 +1,8 @@
 """A data loader from Python: read + decode + the detection pipeline of bench/augment.py (RandomResizedCrop(800) ->
 flip -> Affine -> ColorJitter -> GaussianBlur -> Resize(640), saved by Albumentations, read by osprey) over real JPEG
-photos, with W worker processes (multiprocessing, as a DataLoader's workers), each item handed back to the parent as
-its image array and boxes. osprey: osprey.decode + osprey.augment.Pipeline; peer: cv2.imread + Albumentations with
+photos, with W worker processes (multiprocessing, as a DataLoader's workers). Each worker hands back the image's
+shape, a checksum and the boxes (a DataLoader passes tensors through shared memory; pickling 1.2 MB images through
+a pipe would time the pipe: --return-images does that). osprey: osprey.decode + osprey.augment.Pipeline; peer: cv2.imread + Albumentations with
 cv2.setNumThreads(1). Prints images/s and the ratio osprey/Albumentations (above 1: osprey faster).
 
 Run it with the venv that has the Albumentations to compare (default: .venv-alb2, Albumentations 2.x as
@@ -32,9 +33,10 @@ from osprey.augment import Pipeline  # noqa: E402
 _STATE = {}
 
 
-def _init(kind, pipeline_json):
+def _init(kind, pipeline_json, return_images):
     cv2.setNumThreads(1)
     _STATE["kind"] = kind
+    _STATE["return_images"] = return_images
     _STATE["pipe"] = Pipeline.from_json(pipeline_json) if kind == "osprey" else bench_augment.pipeline()
 
 
@@ -46,16 +48,21 @@ def _item(job):
     else:
         img = cv2.cvtColor(cv2.imread(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
         out = _STATE["pipe"](image=img, bboxes=boxes, labels=[1] * len(boxes))
-    return out["image"], np.asarray(out["bboxes"], dtype=np.float32)
+    image = out["image"]
+    boxes = np.asarray(out["bboxes"], dtype=np.float32)
+    if _STATE["return_images"]:
+        return image, boxes
+    return image.shape, int(image[::97, ::89].sum()), boxes
 
 
-def run(kind, jobs, workers, pipeline_json):
-    with mp.get_context("fork").Pool(workers, initializer=_init, initargs=(kind, pipeline_json)) as pool:
+def run(kind, jobs, workers, pipeline_json, return_images):
+    with mp.get_context("fork").Pool(workers, initializer=_init,
+                                     initargs=(kind, pipeline_json, return_images)) as pool:
         pool.map(_item, jobs[: workers * 2], chunksize=1)  # warm up the workers
         start = time.perf_counter()
         n = 0
-        for image, _ in pool.imap(_item, jobs, chunksize=4):
-            n += image.shape[0] > 0
+        for item in pool.imap(_item, jobs, chunksize=4):
+            n += len(item[-1]) >= 0
         return len(jobs) / (time.perf_counter() - start)
 
 
@@ -64,7 +71,10 @@ def main():
     ap.add_argument("--images", type=int, default=200)
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--return-images", action="store_true", help="send every image array back to the parent")
     args = ap.parse_args()
+    # Before the parent uses OpenCV: a pool thread created here would deadlock cv2 in the forked workers.
+    cv2.setNumThreads(1)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"
         bench_augment.make_dataset(root, args.images, 1280, 960)
@@ -82,11 +92,11 @@ def main():
         A.save(bench_augment.pipeline(), str(saved), data_format="json")
         pipeline_json = saved.read_text()
         print(f"{args.images} JPEG photos ~1280x960, Albumentations {A.__version__}, OpenCV {cv2.__version__}, "
-              f"osprey {osprey.__version__}; images/s, median of {args.rounds} rounds")
+              f"osprey {osprey.__version__}; images/s, median of {args.rounds} rounds", flush=True)
         for workers in [int(w) for w in args.workers.split(",")]:
-            o = statistics.median(run("osprey", jobs, workers, pipeline_json) for _ in range(args.rounds))
-            a = statistics.median(run("albumentations", jobs, workers, pipeline_json) for _ in range(args.rounds))
-            print(f"workers {workers}: osprey {o:7.1f}  albumentations {a:7.1f}  ratio {o / a:.2f}")
+            o = statistics.median(run("osprey", jobs, workers, pipeline_json, args.return_images) for _ in range(args.rounds))
+            a = statistics.median(run("albumentations", jobs, workers, pipeline_json, args.return_images) for _ in range(args.rounds))
+            print(f"workers {workers}: osprey {o:7.1f}  albumentations {a:7.1f}  ratio {o / a:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,19 @@ def test_wheel_in_bare_venv(tmp_path):
     assert proc.stdout.startswith("osprey ")
     if not hidden:
         pytest.skip("checked without hiding the system libraries (needs root and unshare)")
+
+
+def test_pip_install_from_clone(tmp_path):
+    """`pip install .` as a user runs it (build isolation: scikit-build-core and nanobind come from PyPI), into a venv
+    that sees the system's packages (the Debian -dev libraries this build links), then the package works."""
+    venv = tmp_path / "venv"
+    run(["/usr/bin/python3", "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    env = dict(os.environ, CXX="c++")
+    run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy", str(REPO)], env=env)
+    model = tmp_path / "add_one.onnx"
+    model.write_bytes(onnx_models.add_one())
+    proc = run([str(py), "-c", "import sys, numpy as np, osprey; "
+                "print(osprey.Model(sys.argv[1]).run(np.zeros((1, 4), np.float32))['y'].tolist(), osprey.__file__)",
+                str(model)], cwd=tmp_path)
+    assert proc.stdout.startswith("[[1.0, 1.0, 1.0, 1.0]]") and str(venv) in proc.stdout
