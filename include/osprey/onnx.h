@@ -2,6 +2,7 @@
 /// ONNX importer: turns a serialized ModelProto (opsets 7..21 of the default domain) into an osprey Graph.
 /// Protobuf types stay inside src/onnx; nothing here pulls in the generated headers.
 #include <cstddef>
+#include <map>
 #include <string>
 
 #include "osprey/graph.h"
@@ -32,6 +33,14 @@ Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir,
 /// Parses one serialized TensorProto (the ONNX conformance `.pb` files). External data is refused.
 Tensor TensorFromOnnxBytes(const void* data, size_t size);
 
+/// Writes a copy of the ONNX model file at `src_path` to `dst_path` with the named initializers replaced by
+/// `replacements` (float32; same names, new shapes and values) and, when `output_name` is given, that graph output's
+/// last dim set to `output_last_dim` (intermediate shape annotations are dropped). Everything else is kept as it was,
+/// so untouched weights stay bit-identical. Throws kInvalidArgument for names that do not exist, kUnsupported for
+/// models with external data.
+void WriteOnnxWithInitializers(const std::string& src_path, const std::string& dst_path,
+                               const std::map<std::string, Tensor>& replacements, const std::string& output_name = "",
+                               int64_t output_last_dim = -1);
 /// osprey dtype of an ONNX TensorProto::DataType value; throws kUnsupported naming the type (e.g. "DOUBLE").
 DType DTypeFromOnnx(int onnx_type);
 

@@ -9,6 +9,7 @@
 #include "cli/classify.h"
 #include "cli/common.h"
 #include "cli/decode.h"
+#include "cli/heads.h"
 #include "cli/serve.h"
 
 namespace osprey::cli {
@@ -69,6 +70,7 @@ int RunCommandLine(int argc, char** argv) {
   CLI::App* decode = AddDecodeCommand(app);
   CLI::App* serve = AddServeCommand(app);
   CLI::App* augment = AddAugmentCommand(app);
+  CLI::App* heads = AddHeadsCommand(app);
 
   ClassifyOptions classify_options;
   CLI::App* classify = app.add_subcommand("classify", "Classify images with a model directory (top-k labels)");
@@ -103,6 +105,7 @@ int RunCommandLine(int argc, char** argv) {
     if (*decode) return RunDecodeCommand(std::cout);
     if (*serve) return RunServeCommand(std::cout);
     if (*augment) return RunAugmentCommand(std::cout, std::cerr);
+    if (*heads) return RunHeadsCommand(std::cout, std::cerr);
   } catch (const osprey::Error& e) {
     std::cout.flush();
     std::cerr << "osprey: error: " << e.what() << "\n";

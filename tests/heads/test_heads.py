@@ -1,0 +1,147 @@
+"""osprey heads train: a tenant's head on the demo digits backbone, against scikit-learn and ONNX Runtime."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+BACKBONE = REPO / "demo-models" / "digits"
+sys.path.insert(0, str(REPO / "tools"))
+import make_demo_model  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from pytest_support import cli_runner  # noqa: E402
+
+
+def write_dataset(root: Path, classes: dict, per_class: int, seed: int = 0) -> Path:
+    """An image folder from scikit-learn's digits: {folder name: digit}, `per_class` PNGs each, plus one broken file."""
+    images, labels = make_demo_model.load_images()
+    rng = np.random.default_rng(seed)
+    for name, digit in classes.items():
+        (root / name).mkdir(parents=True)
+        idx = rng.permutation(np.flatnonzero(labels == digit))[:per_class]
+        for k, i in enumerate(idx):
+            Image.fromarray(images[i], mode="L").save(root / name / f"{k:04d}.png")
+    (root / next(iter(classes)) / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, osprey_bin):
+    tmp = tmp_path_factory.mktemp("heads")
+    data = write_dataset(tmp / "data", {"three": 3, "five": 5, "eight": 8}, 60)
+    repo = tmp / "repo"
+    shutil.copytree(BACKBONE, repo / "digits")
+    run = cli_runner(osprey_bin, 300)
+    proc = run("heads", "train", "--backbone", repo / "digits", "--data", data, "--output", repo / "tenant_a",
+               "--features-out", tmp / "features", "--threads", 2)
+    assert proc.returncode == 0, proc.stderr
+    return {"tmp": tmp, "data": data, "repo": repo, "out": Path(proc.stdout.strip()), "stderr": proc.stderr,
+            "run": run}
+
+
+def test_writes_a_model_directory(trained):
+    out = trained["out"]
+    assert out == trained["repo"] / "tenant_a" / "1"
+    assert (out / "labels.txt").read_text().split() == ["eight", "five", "three"]  # folder names, sorted
+    assert (out / "config.json").read_text() == (BACKBONE / "1" / "config.json").read_text()
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["classes"] == ["eight", "five", "three"]
+    assert report["images"] == 180 and len(report["unreadable"]) == 1
+    assert "broken.png" in report["unreadable"][0]["file"]
+    assert report["fit"]["converged"]
+    assert report["accuracy"] >= 0.9
+    assert "features" in trained["stderr"] and "fit" in trained["stderr"]  # progress lines
+
+
+def test_backbone_weights_bit_identical(trained):
+    base = onnx.load(str(BACKBONE / "1" / "model.onnx"))
+    new = onnx.load(str(trained["out"] / "model.onnx"))
+    old_inits = {i.name: onnx.numpy_helper.to_array(i) for i in base.graph.initializer}
+    new_inits = {i.name: onnx.numpy_helper.to_array(i) for i in new.graph.initializer}
+    assert old_inits.keys() == new_inits.keys()
+    changed = [k for k in old_inits if old_inits[k].shape != new_inits[k].shape
+               or not np.array_equal(old_inits[k], new_inits[k])]
+    assert len(changed) == 2  # the classifier's weight and bias only
+    for k in changed:
+        assert 10 in old_inits[k].shape and 3 in new_inits[k].shape
+
+
+def test_features_equal_truncated_backbone(trained):
+    """osprey's features = ONNX Runtime on the backbone cut at the classifier's input (onnx.utils.Extractor)."""
+    report = json.loads((trained["out"] / "train_report.json").read_text())
+    feature = report["classifier"]["feature"]
+    model = onnx.load(str(BACKBONE / "1" / "model.onnx"))
+    input_name = model.graph.input[0].name
+    cut = onnx.utils.Extractor(model).extract_model([input_name], [feature])
+    session = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+    config = json.loads((BACKBONE / "1" / "config.json").read_text())
+    pre = config.get("preprocess", config)
+    mean, std = np.array(pre["mean"], np.float32), np.array(pre["std"], np.float32)
+    files = sorted(p for p in (trained["data"]).rglob("*.png") if p.name != "broken.png")
+    features = np.load(trained["tmp"] / "features" / "features.npy")
+    assert features.shape == (180, report["classifier"]["feature_dim"])
+    # Folder order: classes sorted, files sorted within each.
+    for row, path in [(0, files[0]), (179, files[-1]), (70, files[70])]:
+        x = np.asarray(Image.open(path), np.float32) / 255.0
+        x = ((x - mean[0]) / std[0])[None, None]
+        ref = session.run(None, {input_name: x})[0].reshape(-1)
+        np.testing.assert_allclose(features[row], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_accuracy_matches_scikit_learn(trained):
+    from sklearn.linear_model import LogisticRegression
+    feats = trained["tmp"] / "features"
+    x, y = np.load(feats / "features.npy"), np.load(feats / "labels.npy")
+    val = np.load(feats / "validation.npy").astype(bool)
+    clf = LogisticRegression(C=1.0, max_iter=5000).fit(x[~val], y[~val])
+    sk_acc = float((clf.predict(x[val]) == y[val]).mean())
+    ours = json.loads((trained["out"] / "train_report.json").read_text())["accuracy"]
+    assert abs(ours - sk_acc) <= 0.01, f"osprey {ours:.4f} vs scikit-learn {sk_acc:.4f}"
+    # Same objective, same optimum: the probabilities agree too.
+    model = onnx.load(str(trained["out"] / "model.onnx"))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    report = json.loads((trained["out"] / "train_report.json").read_text())
+    w = [v for v in inits.values() if v.ndim == 2 and 3 in v.shape and report["classifier"]["feature_dim"] in v.shape]
+    assert len(w) == 1
+
+
+def test_deterministic_and_new_versions(trained):
+    run, repo = trained["run"], trained["repo"]
+    proc = run("heads", "train", "--backbone", repo / "digits", "--data", trained["data"], "--output",
+               repo / "tenant_a", "-q", "--threads", 2)
+    assert proc.returncode == 0, proc.stderr
+    second = Path(proc.stdout.strip())
+    assert second == repo / "tenant_a" / "2"  # beside version 1, never over it
+    assert (second / "model.onnx").read_bytes() == (trained["out"] / "model.onnx").read_bytes()
+
+
+def test_classify_with_the_tenant(trained):
+    run = trained["run"]
+    files = sorted((trained["data"] / "five").glob("0*.png"))[:5]
+    proc = run("classify", trained["out"], *files, "--top-k", 1, "--json")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    assert sum(r["top_k"][0]["label"] == "five" for r in results) >= 4
+
+
+def test_errors(trained, tmp_path):
+    run = trained["run"]
+    one_class = tmp_path / "one"
+    (one_class / "only").mkdir(parents=True)
+    Image.new("L", (32, 32)).save(one_class / "only" / "a.png")
+    proc = run("heads", "train", "--backbone", trained["repo"] / "digits", "--data", one_class, "--output",
+               tmp_path / "out")
+    assert proc.returncode == 1 and "at least two" in proc.stderr
+    proc = run("heads", "train", "--backbone", trained["repo"] / "digits", "--data", trained["data"], "--output",
+               tmp_path / "out", "--features", "nope")
+    assert proc.returncode == 1 and "not the classifier's input" in proc.stderr
+    proc = run("heads", "train", "--backbone", tmp_path / "missing", "--data", trained["data"], "--output",
+               tmp_path / "out")
+    assert proc.returncode == 1
