@@ -145,3 +145,37 @@ def test_errors(trained, tmp_path):
     proc = run("heads", "train", "--backbone", tmp_path / "missing", "--data", trained["data"], "--output",
                tmp_path / "out")
     assert proc.returncode == 1
+
+
+def test_five_tenants_share_the_backbone(trained, osprey_bin, tmp_path):
+    """Five tenants (3..5 classes) trained on one backbone, served from one process: the backbone's weights are held
+    once (server stats), and each tenant answers its own classes."""
+    sys.path.insert(0, str(REPO / "tests" / "serve"))
+    from serve_support import Server
+    run, data_root = trained["run"], tmp_path / "data"
+    repo = tmp_path / "repo"
+    tenants = {"t3": {"a": 1, "b": 2, "c": 3}, "t4": {"w": 4, "x": 5, "y": 6, "z": 7},
+               "t5": {"n0": 0, "n2": 2, "n4": 4, "n6": 6, "n8": 8}, "u3": {"p": 9, "q": 0, "r": 1},
+               "u4": {"s": 2, "t": 4, "u": 6, "v": 8}}
+    for name, classes in tenants.items():
+        data = write_dataset(data_root / name, classes, 30, seed=len(name) + len(classes))
+        proc = run("heads", "train", "--backbone", trained["repo"] / "digits", "--data", data, "--output", repo / name,
+                   "-q", "--threads", 2)
+        assert proc.returncode == 0, proc.stderr
+    server = Server(osprey_bin, repo)
+    try:
+        for name, classes in tenants.items():
+            label, digit = next(iter(sorted(classes.items())))
+            image = sorted((data_root / name / label).glob("0*.png"))[0].read_bytes()
+            status, _, body = server.request("POST", f"/v2/models/{name}/classify", image,
+                                             {"Content-Type": "image/png"})
+            assert status == 200, body
+            assert json.loads(body)["results"][0]["top_k"][0]["label"] in classes, body
+        stats = server.json("GET", "/v2/models/stats")[1]["model_stats"]
+        one = stats[0]["weight_bytes"]
+        held = max(s["shared_bytes"] for s in stats) + sum(s["unique_bytes"] for s in stats)
+        assert all(s["shared_bytes"] > 0.9 * s["weight_bytes"] for s in stats), stats
+        print(f"five tenants hold {held} weight bytes, one tenant {one} ({held / one:.3f}x)")
+        assert held <= 1.15 * one, f"five tenants hold {held} weight bytes, one tenant {one}"
+    finally:
+        server.kill()
