@@ -47,6 +47,7 @@ struct ServeCommandOptions {
   serve::RequestLimits limits;
   std::string max_body_size = "64M";
   double read_timeout = 30;
+  serve::TrainingOptions training;
 };
 
 ServeCommandOptions& Options() {
@@ -184,6 +185,17 @@ void AddServeOptions(CLI::App* serve) {
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))
       ->capture_default_str();
+  serve->add_flag("--allow-training", o.training.enabled,
+                  "Accept POST /v2/repository/models/{name}/train: a classifier head trained on a backbone of the "
+                  "repository from uploaded images (docs/heads.md); uploads are bounded by --max-body-size");
+  serve->add_option("--training-data-root", o.training.data_root,
+                    "Folder under which training requests may name server-side datasets (default: uploads only)");
+  serve->add_option("--max-training-images", o.training.max_images, "Images per training job")
+      ->check(CLI::Range(int64_t{2}, int64_t{10'000'000}))
+      ->capture_default_str();
+  serve->add_option("--max-training-jobs", o.training.max_jobs, "Training jobs running at once (more get 503)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 }
 
 int RunServeCommand(std::ostream& out) {
@@ -237,6 +249,12 @@ int RunServeCommand(std::ostream& out) {
   scheduling.streams = o.streams;
   scheduling.max_queue = o.max_queue;
   serve::InferenceServer server(&manager, kOspreyVersion, scheduling, o.limits);
+  if (o.training.enabled) {
+    serve::TrainingOptions training = o.training;
+    training.repository = o.repository;
+    training.threads = o.threads;
+    server.EnableTraining(training);
+  }
   serve::HttpServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;

@@ -82,6 +82,13 @@ InferenceServer::InferenceServer(ModelManager* manager, std::string version, Sch
 
 InferenceServer::~InferenceServer() = default;
 
+void InferenceServer::EnableTraining(TrainingOptions options) {
+  ModelManager* manager = impl_->manager;
+  impl_->training = std::make_unique<TrainingService>(std::move(options), [manager](const std::string& name) {
+    manager->Load(name);  // the new version (the highest) replaces the one being served
+  });
+}
+
 bool InferenceServer::RunsInline(const HttpRequest& request) {
   if (request.method != "GET") return false;
   std::string_view path(request.target);
@@ -108,6 +115,17 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
     if (seg.size() == 1) return get ? JsonResponse(200, ServerMetadata()) : not_allowed();
     if (seg[1] == "health" && seg.size() == 3 && (seg[2] == "live" || seg[2] == "ready"))
       return get ? JsonResponse(200, {{seg[2], true}}) : not_allowed();
+    if (seg[1] == "repository" && seg.size() >= 5 && seg[2] == "models" && seg[4] == "train") {
+      // Head training (training.h): POST .../train starts a job, GET .../train/status reports it.
+      if (!impl_->training)
+        return ErrorResponse(404, "training is off on this server (start it with --allow-training)");
+      if (seg.size() == 5) {
+        if (!post) return not_allowed();
+        return JsonResponse(202, impl_->training->Start(seg[3], request, route.query));
+      }
+      if (seg.size() == 6 && seg[5] == "status") return get ? JsonResponse(200, impl_->training->Status(seg[3])) : not_allowed();
+      return no_route();
+    }
     if (seg[1] == "repository") {
       if (!post) return not_allowed();
       if (seg.size() == 3 && seg[2] == "index") {

@@ -14,6 +14,7 @@
 #include "serve/http_server.h"
 #include "serve/kserve.h"
 #include "serve/model_manager.h"
+#include "serve/training.h"
 
 namespace inference {
 class ModelConfig;
@@ -31,6 +32,9 @@ class InferenceServer {
   ~InferenceServer();
   /// Thread-safe. Never throws: every failure is a 4xx/5xx answer with body {"error": "..."}.
   HttpResponse Handle(const HttpRequest& request);
+  /// Turns on POST /v2/repository/models/{name}/train (see training.h); a finished job's version is loaded. Call
+  /// before serving.
+  void EnableTraining(TrainingOptions options);
   /// Requests that must answer at once whatever the load (health, server metadata, metrics): the HTTP server runs
   /// them on its I/O threads, and everything else on its workers.
   static bool RunsInline(const HttpRequest& request);

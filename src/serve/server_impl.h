@@ -23,6 +23,7 @@ struct InferenceServer::Impl {
   std::string version;
   std::unique_ptr<Scheduler> scheduler;  // infer runs: dynamic batching, streams, queue limit
   RequestLimits limits;
+  std::unique_ptr<TrainingService> training;  // null unless EnableTraining
 
   std::mutex metrics_mu;
   std::map<std::string, RequestMetrics> metrics;  // per model, infer and classify requests

@@ -179,3 +179,86 @@ def test_five_tenants_share_the_backbone(trained, osprey_bin, tmp_path):
         assert held <= 1.15 * one, f"five tenants hold {held} weight bytes, one tenant {one}"
     finally:
         server.kill()
+
+
+def multipart(fields):
+    """multipart/form-data body for [(field name, filename, bytes)]."""
+    boundary = "osprey-test-boundary-7d1f"
+    out = b""
+    for name, filename, data in fields:
+        out += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
+                f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+def wait_done(server, name, timeout=120):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = server.json("GET", f"/v2/repository/models/{name}/train/status")
+        assert status == 200, body
+        if body["state"] in ("done", "failed"):
+            return body
+        time.sleep(0.2)
+    pytest.fail(f"training job for {name} did not finish in {timeout} s")
+
+
+def test_http_training_job(trained, osprey_bin, tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "serve"))
+    from serve_support import Server
+    repo = tmp_path / "repo"
+    shutil.copytree(BACKBONE, repo / "digits")
+    data = write_dataset(tmp_path / "data", {"one": 1, "four": 4, "seven": 7}, 25, seed=5)
+    fields = [(label.name, f.name, f.read_bytes()) for label in sorted(data.iterdir()) for f in sorted(label.iterdir())]
+    body, content_type = multipart(fields)
+    server = Server(osprey_bin, repo, "--allow-training", "--max-training-images", "100",
+                    "--training-data-root", tmp_path)
+    try:
+        status, _, answer = server.request("POST", "/v2/repository/models/tenant/train?backbone=digits", body,
+                                           {"Content-Type": content_type})
+        assert status == 202, answer
+        assert json.loads(answer)["classes"] == ["four", "one", "seven"]
+        done = wait_done(server, "tenant")
+        assert done["state"] == "done", done
+        assert done["version"] == "1" and len(done["report"]["unreadable"]) == 1  # the broken upload
+        assert done["report"]["accuracy"] >= 0.9 and done["progress"]
+        image = sorted((data / "seven").glob("0*.png"))[0].read_bytes()
+        status, _, answer = server.request("POST", "/v2/models/tenant/classify", image, {"Content-Type": "image/png"})
+        assert status == 200 and json.loads(answer)["results"][0]["top_k"][0]["label"] == "seven", answer
+        assert not list((repo / ".training").iterdir())  # uploads deleted when the job ends
+
+        # A server-side dataset under --training-data-root; a second version beside the first.
+        status, answer = server.json("POST", "/v2/repository/models/tenant/train",
+                                     {"backbone": "digits", "dataset": "data"})
+        assert status == 202, answer
+        assert wait_done(server, "tenant")["version"] == "2"
+
+        # Refused: outside the data root, too many images, bad label, missing backbone, unknown model's status.
+        status, answer = server.json("POST", "/v2/repository/models/tenant/train",
+                                     {"backbone": "digits", "dataset": "../.."})
+        assert status == 400 and "training-data-root" in answer["error"]
+        many, ct = multipart([("a", f"{i}.png", b"x") for i in range(60)] + [("b", f"{i}.png", b"x") for i in range(60)])
+        status, _, answer = server.request("POST", "/v2/repository/models/t2/train?backbone=digits", many,
+                                           {"Content-Type": ct})
+        assert status == 400, answer
+        bad, ct = multipart([("../evil", "a.png", fields[0][2]), ("ok", "b.png", fields[1][2])])
+        status, _, answer = server.request("POST", "/v2/repository/models/t3/train?backbone=digits", bad,
+                                           {"Content-Type": ct})
+        assert status == 400 and b"label" in answer, answer
+        status, _, answer = server.request("POST", "/v2/repository/models/t4/train", body,
+                                           {"Content-Type": content_type})
+        assert status == 400 and b"backbone" in answer
+        status, _, answer = server.request("POST", "/v2/repository/models/t5/train?backbone=nope", body,
+                                           {"Content-Type": content_type})
+        assert status == 404, answer
+        assert server.json("GET", "/v2/repository/models/none/train/status")[0] == 404
+    finally:
+        server.kill()
+    off = Server(osprey_bin, repo)
+    try:
+        status, _, answer = off.request("POST", "/v2/repository/models/x/train?backbone=digits", body,
+                                        {"Content-Type": content_type})
+        assert status == 404 and b"--allow-training" in answer
+    finally:
+        off.kill()
