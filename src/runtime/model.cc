@@ -1,3 +1,12 @@
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -5,6 +14,74 @@
 #include "osprey/runtime.h"
 
 namespace osprey {
+
+namespace {
+
+// Cores this process may run on.
+int AvailableCpus() {
+  static const int cpus = [] {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  }();
+  return cpus;
+}
+
+// Runnable threads on the machine now (the 4th field of /proc/loadavg, "runnable/total"; it counts the reader), or -1.
+int RunnableThreads() {
+  const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* p = buf;
+  for (int field = 0; field < 3 && p; ++field) {
+    p = std::strchr(p, ' ');
+    if (p) ++p;
+  }
+  return p ? std::atoi(p) : -1;
+}
+
+// Threads for one run under CPU contention (docs/performance.md, "Under CPU contention"). libgomp's threads
+// spin-wait between parallel regions, which makes back-to-back kernels fast on idle cores; when other processes keep
+// the cores busy, a spinning or descheduled thread stalls every barrier and latency collapses (2-10x on 2 cores).
+// So a run can look at how many threads are runnable on the machine (sampled at most every 20 ms) and, when the
+// planned threads would not each get a free core, uses a plan compiled for as many threads as are free (at least 1;
+// compiled on first use and cached like any plan), where no thread waits for another. The run's own threads are
+// counted out: the caller, and after a multi-threaded run its worker threads, which are still spinning.
+// Opt-in for now (OSPREY_ADAPTIVE_THREADS=1): it cuts p90 under heavy contention 2-5x, but a single thread also gets
+// a smaller share of a busy machine than two do, and it compiles a second plan (tests that count plans would see it).
+int ThreadsForRun(int planned) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("OSPREY_ADAPTIVE_THREADS");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  if (!enabled || planned <= 1) return planned;
+  static std::atomic<int64_t> sampled_at{-1000};
+  static std::atomic<int> chosen{0};
+  static std::atomic<int> last{0};
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  if (now - sampled_at.load(std::memory_order_relaxed) >= 20) {
+    sampled_at.store(now, std::memory_order_relaxed);
+    const int r = RunnableThreads();
+    if (r < 0) {
+      chosen.store(planned, std::memory_order_relaxed);
+    } else {
+      const int own = std::max(1, last.load(std::memory_order_relaxed));
+      const int others = std::max(0, r - own);
+      chosen.store(std::clamp(AvailableCpus() - others, 1, planned), std::memory_order_relaxed);
+    }
+  }
+  const int t = std::min(planned, std::max(1, chosen.load(std::memory_order_relaxed)));
+  last.store(t, std::memory_order_relaxed);
+  return t;
+}
+
+}  // namespace
 
 Model::Model(Graph graph, ModelOptions options)
     : graph_(std::move(graph)),
@@ -112,8 +189,12 @@ std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::strin
                                                        std::vector<OpProfile>* profile) {
   std::vector<TensorSpec> specs;
   std::vector<Tensor> ordered = OrderedInputs(inputs, &specs);
-  auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, options_.compile, [&] {
-    return Compile(graph_, specs, options_.compile, weight_store_.get(), account_);
+  CompileOptions compile = options_.compile;
+  const int planned = compile.num_threads > 0 ? compile.num_threads : DefaultNumThreads();
+  const int threads = ThreadsForRun(planned);
+  if (threads != planned) compile.num_threads = threads;
+  auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, compile, [&] {
+    return Compile(graph_, specs, compile, weight_store_.get(), account_);
   });
   std::vector<Tensor> outs = plan->Run(ordered, profile);
   std::vector<std::pair<std::string, Tensor>> named;
