@@ -28,8 +28,8 @@ SEED = 20240601
 SAMPLES_PER_CLASS = 2
 
 
-def expected_files(out: Path):
-    d = out / NAME
+def expected_files(out: Path, name: str = NAME):
+    d = out / name
     return [d / VERSION / "model.onnx", d / VERSION / "config.json", d / "labels.txt", d / VERSION / "metrics.json",
             d / "samples"]
 
@@ -46,14 +46,14 @@ def load_images():
     return big, digits.target.astype(np.int64)
 
 
-def build_net():
+def build_net(classes: int = 10):
     import torch.nn as nn
 
     return nn.Sequential(
         nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 16x16
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 8x8
         nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 4x4
-        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, classes))
 
 
 def main():
@@ -61,8 +61,12 @@ def main():
     parser.add_argument("--out", type=Path, default=REPO / "demo-models")
     parser.add_argument("--force", action="store_true", help="retrain even when the files exist")
     parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--digits", default="0,1,2,3,4,5,6,7,8,9",
+                        help="train on these digits only (e.g. 0,1,2,3,4: a backbone for tenants with unseen classes)")
+    parser.add_argument("--name", default=NAME, help="model name (folder under --out)")
     args = parser.parse_args()
-    if not args.force and all(p.exists() for p in expected_files(args.out)):
+    digits = sorted({int(d) for d in args.digits.split(",")})
+    if not args.force and all(p.exists() for p in expected_files(args.out, args.name)):
         return 0
 
     import numpy as np
@@ -74,6 +78,8 @@ def main():
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
     images, labels = load_images()
+    keep = np.isin(labels, digits)
+    images, labels = images[keep], np.searchsorted(digits, labels[keep]).astype(np.int64)
 
     # Held-out split: a seeded permutation, 20% test.
     perm = np.random.default_rng(SEED).permutation(len(labels))
@@ -86,7 +92,7 @@ def main():
     x_train, y_train = to_tensor(train_idx), torch.from_numpy(labels[train_idx])
     x_test, y_test = to_tensor(test_idx), torch.from_numpy(labels[test_idx])
 
-    net = build_net()
+    net = build_net(len(digits))
     opt = torch.optim.Adam(net.parameters(), lr=2e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(SEED)
@@ -103,7 +109,7 @@ def main():
         predicted = net(x_test).argmax(1)
     accuracy = float((predicted == y_test).float().mean())
 
-    model_dir = args.out / NAME / VERSION
+    model_dir = args.out / args.name / VERSION
     model_dir.mkdir(parents=True, exist_ok=True)
     torch.onnx.export(net, x_test[:1], str(model_dir / "model.onnx"), opset_version=13, input_names=["image"],
                       output_names=["logits"], dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}})
@@ -114,19 +120,19 @@ def main():
         "postprocess": {"softmax": True, "top_k": 3},
     }
     (model_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (args.out / NAME / "labels.txt").write_text("".join(f"{d}\n" for d in range(10)))
+    (args.out / args.name / "labels.txt").write_text("".join(f"{d}\n" for d in digits))
 
-    samples = args.out / NAME / "samples"
+    samples = args.out / args.name / "samples"
     samples.mkdir(exist_ok=True)
-    for digit in range(10):
-        chosen = [i for i in test_idx if labels[i] == digit][:SAMPLES_PER_CLASS]
+    for index, digit in enumerate(digits):
+        chosen = [i for i in test_idx if labels[i] == index][:SAMPLES_PER_CLASS]
         for k, i in enumerate(chosen):
             Image.fromarray(images[i], mode="L").save(samples / f"{digit}_{k}.png")
     metrics = {"dataset": "sklearn.datasets.load_digits (8x8, upscaled to 32x32)", "train": int(len(train_idx)),
                "test": int(n_test), "test_accuracy": accuracy, "epochs": args.epochs, "seed": SEED,
                "train_seconds": round(time.time() - start, 1), "torch": torch.__version__}
     (model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    print(f"make_demo_model: {NAME}: held-out accuracy {accuracy:.4f} on {n_test} images "
+    print(f"make_demo_model: {args.name}: held-out accuracy {accuracy:.4f} on {n_test} images "
           f"({metrics['train_seconds']} s) -> {model_dir}")
     return 0
 

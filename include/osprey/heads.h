@@ -43,7 +43,8 @@ struct ImageFolder {
 ImageFolder ReadImageFolder(const std::string& dir);
 
 /// Multinomial logistic regression, sklearn's LogisticRegression objective: sum of cross-entropy + 0.5 / C * |W|^2
-/// (the intercept not penalised), minimised by L-BFGS in double precision. Deterministic.
+/// (the intercept not penalised), minimised by L-BFGS in double precision until max |gradient| <= tol * n (sklearn's
+/// default tolerance on its mean-scaled loss). Deterministic.
 struct SoftmaxFit {
   int64_t classes = 0, dim = 0;
   std::vector<float> weight;  // [classes, dim]
@@ -53,7 +54,7 @@ struct SoftmaxFit {
   bool converged = false;
 };
 SoftmaxFit FitSoftmax(const std::vector<float>& x, int64_t n, int64_t dim, const std::vector<int>& y, int64_t classes,
-                      double c = 1.0, int max_iter = 500, double tol = 1e-6);
+                      double c = 1.0, int max_iter = 500, double tol = 1e-4);
 
 struct TrainOptions {
   std::string features;     // feature value name ("" = found automatically)

@@ -1,4 +1,5 @@
-"""osprey heads train: a tenant's head on the demo digits backbone, against scikit-learn and ONNX Runtime."""
+"""osprey heads train: tenants' heads on a backbone trained on digits 0-4 only (tools/make_demo_model.py --digits
+0,1,2,3,4, cached), for classes it never saw (5-9), against scikit-learn and ONNX Runtime."""
 import json
 import shutil
 import subprocess
@@ -12,9 +13,18 @@ import pytest
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
-BACKBONE = REPO / "demo-models" / "digits"
 sys.path.insert(0, str(REPO / "tools"))
 import make_demo_model  # noqa: E402
+import make_test_models  # noqa: E402
+BACKBONE = make_test_models.default_cache_dir() / "backbones" / "digits04"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def backbone():
+    """The digits 0-4 backbone, trained once (~20 s) and cached with the test models."""
+    subprocess.run([sys.executable, str(REPO / "tools" / "make_demo_model.py"), "--digits", "0,1,2,3,4", "--name",
+                    "digits04", "--out", str(BACKBONE.parent)], check=True, timeout=600)
+    return BACKBONE
 sys.path.insert(0, str(REPO / "tests"))
 from pytest_support import cli_runner  # noqa: E402
 
@@ -35,7 +45,7 @@ def write_dataset(root: Path, classes: dict, per_class: int, seed: int = 0) -> P
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, osprey_bin):
     tmp = tmp_path_factory.mktemp("heads")
-    data = write_dataset(tmp / "data", {"three": 3, "five": 5, "eight": 8}, 60)
+    data = write_dataset(tmp / "data", {"five": 5, "seven": 7, "nine": 9}, 60)
     repo = tmp / "repo"
     shutil.copytree(BACKBONE, repo / "digits")
     run = cli_runner(osprey_bin, 300)
@@ -49,14 +59,14 @@ def trained(tmp_path_factory, osprey_bin):
 def test_writes_a_model_directory(trained):
     out = trained["out"]
     assert out == trained["repo"] / "tenant_a" / "1"
-    assert (out / "labels.txt").read_text().split() == ["eight", "five", "three"]  # folder names, sorted
+    assert (out / "labels.txt").read_text().split() == ["five", "nine", "seven"]  # folder names, sorted
     assert (out / "config.json").read_text() == (BACKBONE / "1" / "config.json").read_text()
     report = json.loads((out / "train_report.json").read_text())
-    assert report["classes"] == ["eight", "five", "three"]
+    assert report["classes"] == ["five", "nine", "seven"]
     assert report["images"] == 180 and len(report["unreadable"]) == 1
     assert "broken.png" in report["unreadable"][0]["file"]
     assert report["fit"]["converged"]
-    assert report["accuracy"] >= 0.9
+    assert report["accuracy"] >= 0.8  # 3 classes the backbone never saw; chance is 0.33
     assert "features" in trained["stderr"] and "fit" in trained["stderr"]  # progress lines
 
 
@@ -70,7 +80,7 @@ def test_backbone_weights_bit_identical(trained):
                or not np.array_equal(old_inits[k], new_inits[k])]
     assert len(changed) == 2  # the classifier's weight and bias only
     for k in changed:
-        assert 10 in old_inits[k].shape and 3 in new_inits[k].shape
+        assert 5 in old_inits[k].shape and 3 in new_inits[k].shape
 
 
 def test_features_equal_truncated_backbone(trained):
@@ -124,11 +134,11 @@ def test_deterministic_and_new_versions(trained):
 
 def test_classify_with_the_tenant(trained):
     run = trained["run"]
-    files = sorted((trained["data"] / "five").glob("0*.png"))[:5]
+    files = sorted((trained["data"] / "seven").glob("0*.png"))[:5]
     proc = run("classify", trained["out"], *files, "--top-k", 1, "--json")
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)["results"]
-    assert sum(r["top_k"][0]["label"] == "five" for r in results) >= 4
+    assert sum(r["top_k"][0]["label"] == "seven" for r in results) >= 4
 
 
 def test_errors(trained, tmp_path):
@@ -154,9 +164,8 @@ def test_five_tenants_share_the_backbone(trained, osprey_bin, tmp_path):
     from serve_support import Server
     run, data_root = trained["run"], tmp_path / "data"
     repo = tmp_path / "repo"
-    tenants = {"t3": {"a": 1, "b": 2, "c": 3}, "t4": {"w": 4, "x": 5, "y": 6, "z": 7},
-               "t5": {"n0": 0, "n2": 2, "n4": 4, "n6": 6, "n8": 8}, "u3": {"p": 9, "q": 0, "r": 1},
-               "u4": {"s": 2, "t": 4, "u": 6, "v": 8}}
+    tenants = {"t2": {"a": 5, "b": 6}, "t3": {"c": 7, "d": 8, "e": 9}, "t4": {"w": 5, "x": 6, "y": 7, "z": 8},
+               "t5": {"n5": 5, "n6": 6, "n7": 7, "n8": 8, "n9": 9}, "u3": {"p": 9, "q": 5, "r": 6}}
     for name, classes in tenants.items():
         data = write_dataset(data_root / name, classes, 30, seed=len(name) + len(classes))
         proc = run("heads", "train", "--backbone", trained["repo"] / "digits", "--data", data, "--output", repo / name,
@@ -209,7 +218,7 @@ def test_http_training_job(trained, osprey_bin, tmp_path):
     from serve_support import Server
     repo = tmp_path / "repo"
     shutil.copytree(BACKBONE, repo / "digits")
-    data = write_dataset(tmp_path / "data", {"one": 1, "four": 4, "seven": 7}, 25, seed=5)
+    data = write_dataset(tmp_path / "data", {"six": 6, "eight": 8, "seven": 7}, 25, seed=5)
     fields = [(label.name, f.name, f.read_bytes()) for label in sorted(data.iterdir()) for f in sorted(label.iterdir())]
     body, content_type = multipart(fields)
     server = Server(osprey_bin, repo, "--allow-training", "--max-training-images", "100",
@@ -218,11 +227,11 @@ def test_http_training_job(trained, osprey_bin, tmp_path):
         status, _, answer = server.request("POST", "/v2/repository/models/tenant/train?backbone=digits", body,
                                            {"Content-Type": content_type})
         assert status == 202, answer
-        assert json.loads(answer)["classes"] == ["four", "one", "seven"]
+        assert json.loads(answer)["classes"] == ["eight", "seven", "six"]
         done = wait_done(server, "tenant")
         assert done["state"] == "done", done
         assert done["version"] == "1" and len(done["report"]["unreadable"]) == 1  # the broken upload
-        assert done["report"]["accuracy"] >= 0.9 and done["progress"]
+        assert done["report"]["accuracy"] >= 0.8 and done["progress"]
         image = sorted((data / "seven").glob("0*.png"))[0].read_bytes()
         status, _, answer = server.request("POST", "/v2/models/tenant/classify", image, {"Content-Type": "image/png"})
         assert status == 200 and json.loads(answer)["results"][0]["top_k"][0]["label"] == "seven", answer
