@@ -10,7 +10,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 # ... and for the -g sanitizer build too (its debug info would otherwise tie each entry to the clone's folder).
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build server install wheel test check check-sanitize demo serve augment-demo fuzz clean format
+.PHONY: setup build server install wheel tenants-demo test check check-sanitize demo serve augment-demo fuzz clean format
 
 setup:
 	@scripts/setup
@@ -72,6 +72,10 @@ augment-demo: setup build
 	rm -rf $(BUILD_DIR)/augment-demo
 	$(BUILD_DIR)/bin/osprey augment --pipeline demo-datasets/detect.json --input demo-datasets/photos \
 	  --output $(BUILD_DIR)/augment-demo --copies 4 --seed 1 --preview 16
+
+# Tenants as heads: three tenants trained on one backbone (digits 0-4) for digits it never saw, served by one process.
+tenants-demo: setup build
+	.venv/bin/python tools/tenants_demo.py --bin $(BUILD_DIR)/bin/osprey --out $(BUILD_DIR)/tenants-demo
 
 fuzz: setup
 	scripts/fuzz 60

@@ -54,14 +54,14 @@ struct SoftmaxFit {
   bool converged = false;
 };
 SoftmaxFit FitSoftmax(const std::vector<float>& x, int64_t n, int64_t dim, const std::vector<int>& y, int64_t classes,
-                      double c = 1.0, int max_iter = 500, double tol = 1e-4);
+                      double c = 1.0, int max_iter = 2000, double tol = 1e-4);
 
 struct TrainOptions {
   std::string features;     // feature value name ("" = found automatically)
   double val_split = 0.2;   // fraction held out per class (stratified)
   uint64_t seed = 0;
   double c = 1.0;           // inverse L2 strength, as sklearn's C
-  int max_iter = 500;
+  int max_iter = 2000;
   int threads = 0;          // 0 = all cores
   int64_t batch_size = 32;
   std::string features_out;  // when set: features.npy, labels.npy, validation.npy written there
