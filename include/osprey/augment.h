@@ -38,6 +38,10 @@ struct Sample {
   /// sampled nearest-neighbour, with the image's border mode and 0 for constant borders; photometric steps leave
   /// them alone (as Albumentations does with its default mask settings). Not with Mosaic.
   std::vector<Tensor> masks;
+  /// Keypoints of the image not tied to an object (x, y, v triples, absolute pixels; Albumentations' `keypoints`):
+  /// moved by geometric steps, never dropped by the box filter; one that leaves the image becomes 0, 0, 0. Not with
+  /// Mosaic.
+  std::vector<double> keypoints;
 };
 
 /// Box conventions seen at the edges (files, the library API). Internally boxes are always absolute x0, y0, x1, y1.

@@ -12,8 +12,10 @@ after the 4 coordinates of a box are carried along, as in Albumentations. `seed=
 it the seed comes from Python's `random` module, so `random.seed` (and PyTorch's per-worker seeding in a DataLoader)
 controls it. `mask=` (one array) and `masks=` (a list) of uint8 [H, W] or [H, W, C] move with the image (nearest
 neighbour, 0 outside for constant borders), as Albumentations' defaults do. One call uses one thread, so DataLoader
-workers do not oversubscribe the CPU; the GIL is released while it runs. Not supported yet: keypoints (raise
-osprey.Unsupported), Mosaic (needs four images: use `osprey augment`).
+workers do not oversubscribe the CPU; the GIL is released while it runs. `keypoints=` in keypoint_params' format
+'xy' or 'yx' (extra values per point travel along) move with the warp; those that leave the image are removed
+(remove_invisible) with their keypoint label fields. Not supported: angle/scale keypoint formats, Mosaic (needs four
+images: use `osprey augment`).
 """
 from __future__ import annotations
 
@@ -64,6 +66,10 @@ class Pipeline:
         self.bbox_format: str = params.get("format") or "pascal_voc"
         self.label_fields: List[str] = list(params.get("label_fields") or [])
         self._mask_problems = _mask_settings(root)
+        kp = (root.get("keypoint_params") if isinstance(root, dict) else None) or {}
+        self.keypoint_format: str = kp.get("format") or "xy"
+        self.keypoint_label_fields: List[str] = list(kp.get("label_fields") or [])
+        self.remove_invisible: bool = kp.get("remove_invisible", True) is not False
 
     @classmethod
     def load(cls, path: Union[str, "os.PathLike[str]"]) -> "Pipeline":
@@ -92,13 +98,13 @@ class Pipeline:
 
     def __call__(self, *, image: Any, bboxes: Any = None, seed: Optional[int] = None, **targets: Any
                  ) -> Dict[str, Any]:
-        if targets.get("keypoints") is not None:
-            raise Unsupported("keypoints= is not supported by osprey's Python pipeline yet (boxes, their label fields "
-                              "and masks are); use Albumentations for this call or drop the key")
         mask = targets.pop("mask", None)
         masks = targets.pop("masks", None)
-        targets.pop("keypoints", None)
-        unknown = [k for k in targets if k not in self.label_fields]
+        keypoints = targets.pop("keypoints", None)
+        if keypoints is not None and self.keypoint_format not in ("xy", "yx"):
+            raise Unsupported(f"keypoint format {self.keypoint_format!r}: osprey moves points only (formats 'xy' and "
+                              "'yx'); angles and scales are not transformed")
+        unknown = [k for k in targets if k not in self.label_fields and k not in self.keypoint_label_fields]
         if unknown:
             raise InvalidArgument(f"unknown keyword(s) {', '.join(sorted(unknown))}: the pipeline's bbox_params "
                                   f"label_fields are {self.label_fields}")
@@ -116,14 +122,31 @@ class Pipeline:
             raise Unsupported("masks: osprey moves masks nearest-neighbour with 0 outside the image and leaves them out "
                               "of photometric steps; this pipeline asks otherwise: " + "; ".join(self._mask_problems))
         native_masks = ([mask] if mask is not None else []) + (list(masks) if masks is not None else [])
-        out_image, out_boxes, kept, out_masks = self._native.apply(image, coords, self.bbox_format,
-                                                                   int(seed) & (2**64 - 1), native_masks)
+        points = None
+        if keypoints is not None:
+            # Albumentations' keypoints are pixel indices (the first pixel's centre is 0, 0); osprey's are continuous
+            # coordinates (its centre is 0.5, 0.5).
+            xy = [(p[0], p[1]) if self.keypoint_format == "xy" else (p[1], p[0]) for p in keypoints]
+            points = [(x + 0.5, y + 0.5) for x, y in xy]
+        out_image, out_boxes, kept, out_masks, out_points = self._native.apply(
+            image, coords, self.bbox_format, int(seed) & (2**64 - 1), native_masks, points)
         kept = kept.tolist()
         result: Dict[str, Any] = {"image": out_image}
         if mask is not None:
             result["mask"] = out_masks.pop(0)
         if masks is not None:
             result["masks"] = list(out_masks)
+        if keypoints is not None:
+            keep = [i for i, p in enumerate(out_points.tolist()) if p[2] > 0 or not self.remove_invisible]
+            result["keypoints"] = []
+            for i in keep:
+                x, y = out_points[i, 0] - 0.5, out_points[i, 1] - 0.5
+                head = (x, y) if self.keypoint_format == "xy" else (y, x)
+                result["keypoints"].append(head + tuple(keypoints[i][2:]))
+            for name in self.keypoint_label_fields:
+                if name not in targets:
+                    raise InvalidArgument(f"missing keypoint label field {name!r}")
+                result[name] = [targets[name][i] for i in keep]
         boxes_out = []
         for b, k in zip(out_boxes.tolist(), kept):
             extra = tuple(rows[k][4:])

@@ -426,7 +426,9 @@ class PyPipeline {
   /// image: uint8 [H, W, C]; boxes: float64 [N, 4] in `box_format`. Returns (image, boxes [M, 4] in the same format,
   /// kept: int64 [M] indices of the input boxes that survived, in output order).
   /// masks: a list of uint8 [H, W] or [H, W, C] arrays (returned in the same form, moved with the image).
-  nb::tuple Apply(nb::handle image, nb::handle boxes, const std::string& box_format, uint64_t seed, nb::handle masks) {
+  /// keypoints: float64 [K, 2] x, y in osprey's continuous pixel coordinates; returned as [K, 3] x, y, visible.
+  nb::tuple Apply(nb::handle image, nb::handle boxes, const std::string& box_format, uint64_t seed, nb::handle masks,
+                  nb::handle keypoints) {
     if (pipeline_.images_needed() > 1)
       throw Error(ErrorCode::kUnsupported,
                   "this pipeline starts with Mosaic, which needs four images; the Python call takes one (use the "
@@ -464,11 +466,25 @@ class PyPipeline {
         sample.masks.push_back(ImageTensor(mask_arrays.back(), what));
       }
     }
+    if (!keypoints.is_none()) {
+      nb::object kp_array = np.attr("ascontiguousarray")(keypoints, "dtype"_a = "float64");
+      auto k = nb::cast<nb::ndarray<const double, nb::c_contig, nb::device::cpu>>(kp_array);
+      if (!(k.ndim() == 2 && k.shape(1) == 2) && k.size() != 0)
+        throw Error(ErrorCode::kInvalidArgument, "keypoints: expected K points of 2 numbers (x, y)");
+      for (size_t i = 0; i < (k.ndim() == 2 ? k.shape(0) : 0); ++i)
+        sample.keypoints.insert(sample.keypoints.end(), {k.data()[2 * i], k.data()[2 * i + 1], 2.0});
+    }
     augment::Sample out;
     {
       nb::gil_scoped_release release;
       out = pipeline_.Apply(sample, seed);
     }
+    const size_t kp = out.keypoints.size() / 3;
+    auto* kp_data = new double[std::max<size_t>(1, kp * 3)];
+    std::copy(out.keypoints.begin(), out.keypoints.end(), kp_data);
+    nb::capsule kp_owner(kp_data, [](void* p) noexcept { delete[] static_cast<double*>(p); });
+    size_t kp_shape[2] = {kp, 3};
+    nb::object out_keypoints = nb::ndarray<nb::numpy, double>(kp_data, 2, kp_shape, kp_owner).cast();
     nb::list out_masks;
     for (size_t i = 0; i < out.masks.size(); ++i) {
       Tensor m = out.masks[i];
@@ -493,7 +509,7 @@ class PyPipeline {
     nb::object out_kept = nb::ndarray<nb::numpy, int64_t>(kept, 1, kept_shape, kept_owner).cast();
     Tensor img = out.image;
     if (image_array.ndim() == 2 && img.dim(2) == 1) img = img.Reshaped({img.dim(0), img.dim(1)});
-    return nb::make_tuple(ToArray(std::move(img)), out_boxes, out_kept, out_masks);
+    return nb::make_tuple(ToArray(std::move(img)), out_boxes, out_kept, out_masks, out_keypoints);
   }
 
   std::string Describe() const { return pipeline_.Describe(); }
@@ -540,7 +556,8 @@ NB_MODULE(_osprey, m) {
 
   nb::class_<PyPipeline>(m, "Pipeline")
       .def(nb::init<const std::string&>(), "json"_a)
-      .def("apply", &PyPipeline::Apply, "image"_a, "boxes"_a, "box_format"_a, "seed"_a, "masks"_a = nb::none())
+      .def("apply", &PyPipeline::Apply, "image"_a, "boxes"_a, "box_format"_a, "seed"_a, "masks"_a = nb::none(),
+           "keypoints"_a = nb::none())
       .def("describe", &PyPipeline::Describe);
 
   m.def("decode", &Decode, "source"_a, "channels"_a = 3, "min_size"_a = nb::none(), "max_pixels"_a = 0);

@@ -126,6 +126,21 @@ Poly ClipToRect(Poly p, const std::array<double, 4>& r) {
 
 }  // namespace
 
+void MoveKeypoints(std::vector<double>& keypoints, const Mat3& forward, const std::array<double, 4>& clip) {
+  for (size_t i = 0; i + 2 < keypoints.size(); i += 3) {
+    double& kx = keypoints[i];
+    double& ky = keypoints[i + 1];
+    double& kv = keypoints[i + 2];
+    if (kv <= 0) continue;
+    double x, y;
+    if (forward.Map(kx, ky, &x, &y) && x >= clip[0] && x < clip[2] && y >= clip[1] && y < clip[3]) {
+      kx = x, ky = y;
+    } else {
+      kx = ky = kv = 0;
+    }
+  }
+}
+
 int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std::array<double, 4>& clip,
                     const BoxFilter& filter) {
   std::vector<Object> kept;
@@ -174,18 +189,7 @@ int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std
       polys.push_back(std::move(out));
     }
     o.polygons = std::move(polys);
-    for (size_t i = 0; i + 2 < o.keypoints.size(); i += 3) {
-      double& kx = o.keypoints[i];
-      double& ky = o.keypoints[i + 1];
-      double& kv = o.keypoints[i + 2];
-      if (kv <= 0) continue;
-      double x, y;
-      if (forward.Map(kx, ky, &x, &y) && x >= clip[0] && x < clip[2] && y >= clip[1] && y < clip[3]) {
-        kx = x, ky = y;
-      } else {
-        kx = ky = kv = 0;
-      }
-    }
+    MoveKeypoints(o.keypoints, forward, clip);
     kept.push_back(std::move(o));
   }
   const int64_t removed = static_cast<int64_t>(objects.size() - kept.size());

@@ -34,6 +34,9 @@ Mat3 PixelInverseMap(const Mat3& forward);
 /// (usually [0, 0, w, h]): boxes as their four corners then clipped, polygons clipped (Sutherland–Hodgman),
 /// keypoints outside become 0, 0, 0. Objects whose boxes fail `filter` (or are empty) are removed. Returns the number
 /// removed.
+/// Keypoints (x, y, v triples) through `forward`: those that land outside `clip` become 0, 0, 0 (v <= 0 stay as
+/// they are).
+void MoveKeypoints(std::vector<double>& keypoints, const Mat3& forward, const std::array<double, 4>& clip);
 int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std::array<double, 4>& clip,
                     const BoxFilter& filter);
 

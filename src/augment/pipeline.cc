@@ -87,6 +87,7 @@ class Executor {
     inputs_ = {s.image};
     objects_ = s.objects;
     masks_ = s.masks;
+    keypoints_ = s.keypoints;
     StartGraph();
   }
 
@@ -187,6 +188,7 @@ class Executor {
     out.image = inputs_[0];
     out.objects = std::move(objects_);
     out.masks = std::move(masks_);
+    out.keypoints = std::move(keypoints_);
     return out;
   }
 
@@ -233,6 +235,7 @@ class Executor {
       objects_.insert(objects_.end(), std::make_move_iterator(copies.begin()), std::make_move_iterator(copies.end()));
       if (report_) report_->objects_dropped += dropped, ++report_->warps;
       for (Tensor& mask : masks_) mask = WarpMask(mask);
+      MoveKeypoints(keypoints_, m_, {0, 0, double(w_), double(h_)});
     }
     m_ = Mat3{};
     gw_ = w_, gh_ = h_;
@@ -281,6 +284,7 @@ class Executor {
   std::vector<Tensor> inputs_;
   std::vector<Object> objects_;
   std::vector<Tensor> masks_;
+  std::vector<double> keypoints_;
   std::unique_ptr<GraphBuilder> b_;
   ValueRef x_;
   bool has_ops_ = false;
@@ -446,8 +450,9 @@ Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<
   Rng rng(seed);
   Executor ex(p.filter, report);
   if (p.mosaic && rng.Chance(p.mosaic->p)) {
-    if (!sample.masks.empty())
-      throw Error(ErrorCode::kUnsupported, "augment: Mosaic with masks is not supported; drop the masks or the Mosaic");
+    if (!sample.masks.empty() || !sample.keypoints.empty())
+      throw Error(ErrorCode::kUnsupported,
+                  "augment: Mosaic with masks or free keypoints is not supported; drop them or the Mosaic");
     if (!others)
       throw Error(ErrorCode::kInvalidArgument, "augment: the pipeline starts with Mosaic, which needs 3 more images");
     const MosaicSpec& m = *p.mosaic;

@@ -112,8 +112,6 @@ def test_pipeline_load_seed_pickle_and_errors(tmp_path):
     import pickle
     e = pickle.loads(pickle.dumps(pipe))(image=image, bboxes=boxes, seed=42)
     np.testing.assert_array_equal(e["image"], a["image"])
-    with pytest.raises(osprey.Unsupported, match="keypoints"):
-        pipe(image=image, keypoints=[(1, 2)])
     with pytest.raises(osprey.InvalidArgument):
         pipe(image=image.astype(np.float32))
     with pytest.raises(osprey.InvalidArgument):
@@ -169,3 +167,27 @@ def test_masks_move_like_albumentations():
     dropout = Pipeline.from_albumentations(A.Compose([A.CoarseDropout(fill_mask=0, p=1)]))
     with pytest.raises(osprey.Unsupported, match="fill_mask"):
         dropout(image=image, mask=mask)
+
+
+def test_keypoints_move_like_albumentations():
+    import albumentations as A
+    compose = A.Compose([A.HorizontalFlip(p=1), A.Affine(scale=1.2, rotate=15, translate_px={"x": 20, "y": 5}, p=1),
+                         A.Resize(height=240, width=300, p=1)],
+                        keypoint_params=A.KeypointParams(format="xy", label_fields=["kp_ids"]))
+    image = osprey.decode(PHOTOS[2])
+    h, w = image.shape[:2]
+    points = [(10.0, 12.0, "a"), (w / 2, h / 2, "b"), (w - 3.0, h - 4.0, "c"), (w * 0.3, h * 0.7, "d"), (2.0, 2.0, "e")]
+    ids = [0, 1, 2, 3, 4]
+    ref = compose(image=image, keypoints=[p[:2] for p in points], kp_ids=ids)
+    out = Pipeline.from_albumentations(compose)(image=image, keypoints=points, kp_ids=ids, seed=0)
+    assert out["kp_ids"] == list(ref["kp_ids"]) and len(out["kp_ids"]) < 5  # same points kept, corners dropped
+    for ours, theirs in zip(out["keypoints"], ref["keypoints"]):
+        np.testing.assert_allclose(ours[:2], theirs[:2], atol=1.5)
+        assert ours[2] in "abcde"  # extra values travel with the point
+    yx = Pipeline.from_json(json.dumps({"type": "Compose", "transforms": [{"type": "HorizontalFlip", "p": 1}],
+                                        "keypoint_params": {"format": "yx"}}))
+    assert yx(image=image, keypoints=[(5.0, 7.0)])["keypoints"] == [(5.0, w - 1 - 7.0)]
+    angles = Pipeline.from_json(json.dumps({"type": "Compose", "transforms": [{"type": "HorizontalFlip", "p": 1}],
+                                            "keypoint_params": {"format": "xya"}}))
+    with pytest.raises(osprey.Unsupported, match="xya"):
+        angles(image=image, keypoints=[(5.0, 7.0, 0.3)])
