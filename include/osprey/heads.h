@@ -65,6 +65,8 @@ struct TrainOptions {
   int threads = 0;          // 0 = all cores
   int64_t batch_size = 32;
   std::string features_out;  // when set: features.npy, labels.npy, validation.npy written there
+  std::string augment;       // an `osprey augment` pipeline file: `copies` augmented versions of each training image
+  int64_t copies = 0;        // are added to the training features (held-out images are never augmented)
 };
 
 struct TrainResult {

@@ -47,6 +47,12 @@ CLI::App* AddHeadsCommand(CLI::App& app) {
       ->capture_default_str();
   g_train->add_option("--features-out", o.train.features_out,
                       "Also write the features (features.npy, labels.npy, validation.npy) to this folder");
+  g_train->add_option("--augment", o.train.augment,
+                      "Augmentation pipeline (osprey or Albumentations JSON, as `osprey augment` reads) for training "
+                      "images");
+  g_train->add_option("--copies", o.train.copies, "Augmented copies of each training image (with --augment)")
+      ->check(CLI::Range(int64_t{0}, int64_t{100}))
+      ->capture_default_str();
   g_train->add_flag("--quiet,-q", o.quiet, "Print only the report path");
   return heads;
 }

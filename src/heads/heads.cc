@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "osprey/augment.h"
 #include "osprey/classify.h"
 #include "osprey/image.h"
 #include "osprey/model_dir.h"
@@ -204,25 +205,31 @@ TrainResult Train(const std::string& backbone, const std::string& data_dir, cons
   std::vector<int> labels;
   std::vector<std::string> kept_files;
   json bad = json::array();
-  std::vector<Tensor> pending;
-  std::vector<size_t> pending_index;
-  auto flush = [&] {
-    if (pending.empty()) return;
-    const size_t real = pending.size();
-    while (static_cast<int64_t>(pending.size()) < batch && fixed_batch > 0) pending.push_back(pending.back());
-    auto out = model.Run({{md.preprocess.input, StackTensors(pending)}});
+  // Features of preprocessed images, `per image` values each (a fixed batch dim is filled with repeats).
+  auto run_features = [&](std::vector<Tensor>& items) {
+    const size_t real = items.size();
+    while (static_cast<int64_t>(items.size()) < batch && fixed_batch > 0) items.push_back(items.back());
+    auto out = model.Run({{md.preprocess.input, StackTensors(items)}});
     const Tensor& f = out.at(0).second;
     const int64_t per = PerRow(f.shape());
     if (per != head.feature_dim)
       throw Error(ErrorCode::kInternal, "feature tensor has " + std::to_string(per) + " values per image, the " +
                                             "classifier expects " + std::to_string(head.feature_dim));
     const float* p = f.data<float>();
-    features.insert(features.end(), p, p + per * static_cast<int64_t>(real));
-    for (size_t i = 0; i < real; ++i) {
-      labels.push_back(data.labels[pending_index[i]]);
-      kept_files.push_back(data.files[pending_index[i]]);
+    items.clear();
+    return std::vector<float>(p, p + per * static_cast<int64_t>(real));
+  };
+  std::vector<Tensor> pending;
+  std::vector<size_t> pending_index;
+  auto flush = [&] {
+    if (pending.empty()) return;
+    const std::vector<float> f = run_features(pending);
+    features.insert(features.end(), f.begin(), f.end());
+    for (size_t i : pending_index) {
+      labels.push_back(data.labels[i]);
+      kept_files.push_back(data.files[i]);
     }
-    pending.clear(), pending_index.clear();
+    pending_index.clear();
   };
   const auto t_features = std::chrono::steady_clock::now();
   for (size_t i = 0; i < data.files.size(); ++i) {
@@ -260,6 +267,43 @@ TrainResult Train(const std::string& backbone, const std::string& data_dir, cons
   for (int64_t i = 0; i < n; ++i)
     if (!validation[i]) xtrain.insert(xtrain.end(), features.begin() + i * d, features.begin() + (i + 1) * d),
           ytrain.push_back(labels[i]);
+  // Feature augmentation: `copies` augmented versions of every training image (never of held-out ones), each seeded
+  // by (seed, image, copy) as `osprey augment` does.
+  int64_t augmented = 0;
+  if (!options.augment.empty() && options.copies > 0) {
+    const augment::Pipeline pipeline = augment::Pipeline::FromFile(options.augment);
+    const auto t_aug = std::chrono::steady_clock::now();
+    std::vector<Tensor> items;
+    std::vector<int> item_labels;
+    auto flush_aug = [&] {
+      if (items.empty()) return;
+      const std::vector<float> f = run_features(items);
+      xtrain.insert(xtrain.end(), f.begin(), f.end());
+      ytrain.insert(ytrain.end(), item_labels.begin(), item_labels.end());
+      augmented += static_cast<int64_t>(item_labels.size());
+      item_labels.clear();
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      if (validation[i]) continue;
+      const Tensor image = ReadImageFile(kept_files[i], decode);
+      for (int64_t copy = 1; copy <= options.copies; ++copy) {
+        augment::Sample sample;
+        sample.image = image;
+        const Tensor out = pipeline.Apply(sample, augment::ItemSeed(options.seed, i, copy)).image;
+        if (out.dim(2) != image.dim(2))
+          throw Error(ErrorCode::kInvalidArgument, "--augment: the pipeline changes the image's channels (" +
+                                                       std::to_string(image.dim(2)) + " -> " +
+                                                       std::to_string(out.dim(2)) + "); the backbone needs " +
+                                                       std::to_string(image.dim(2)));
+        items.push_back(pre.Run(out));
+        item_labels.push_back(labels[i]);
+        if (static_cast<int64_t>(items.size()) == batch) flush_aug();
+      }
+    }
+    flush_aug();
+    say("augmentation: " + std::to_string(augmented) + " augmented training images in " +
+        std::to_string(Seconds(t_aug)) + " s");
+  }
   const auto t_fit = std::chrono::steady_clock::now();
   const SoftmaxFit fit = FitSoftmax(xtrain, static_cast<int64_t>(ytrain.size()), d, ytrain, k, options.c,
                                     options.max_iter);
@@ -331,7 +375,8 @@ TrainResult Train(const std::string& backbone, const std::string& data_dir, cons
                  {"classifier", {{"kind", head.kind}, {"feature", head.feature}, {"feature_dim", d}}},
                  {"classes", data.classes},
                  {"images", n},
-                 {"train_images", static_cast<int64_t>(ytrain.size())},
+                 {"train_images", static_cast<int64_t>(ytrain.size()) - augmented},
+                 {"augmented_images", augmented},
                  {"validation_images", held},
                  {"unreadable", bad},
                  {"accuracy", held ? double(correct) / held : 0.0},

@@ -271,3 +271,27 @@ def test_http_training_job(trained, osprey_bin, tmp_path):
         assert status == 404 and b"--allow-training" in answer
     finally:
         off.kill()
+
+
+def test_feature_augmentation(trained, tmp_path):
+    """--augment PIPELINE --copies K adds K augmented versions of each training image (never of held-out ones)."""
+    pipeline = tmp_path / "aug.json"
+    pipeline.write_text(json.dumps({"type": "Compose", "transforms": [
+        {"type": "Affine", "scale": [0.9, 1.1], "rotate": [-10, 10], "p": 1},
+        {"type": "RandomBrightnessContrast", "p": 0.5}]}))
+    run = trained["run"]
+    args = ["heads", "train", "--backbone", trained["repo"] / "digits", "--data", trained["data"], "--augment", pipeline,
+            "--copies", 2, "--threads", 2]
+    first = run(*args, "--output", tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    report = json.loads((Path(first.stdout.strip()) / "train_report.json").read_text())
+    plain = json.loads((trained["out"] / "train_report.json").read_text())
+    assert report["augmented_images"] == 2 * report["train_images"] == 2 * plain["train_images"]
+    assert report["validation_images"] == plain["validation_images"]
+    assert report["accuracy"] >= 0.8 and "augmentation" in first.stderr
+    second = run(*args, "--output", tmp_path / "b")
+    assert (Path(second.stdout.strip()) / "model.onnx").read_bytes() == \
+        (Path(first.stdout.strip()) / "model.onnx").read_bytes()  # deterministic with augmentation too
+    bad = run("heads", "train", "--backbone", trained["repo"] / "digits", "--data", trained["data"], "--augment",
+              tmp_path / "missing.json", "--copies", 1, "--output", tmp_path / "c")
+    assert bad.returncode == 1 and "missing.json" in bad.stderr
