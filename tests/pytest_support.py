@@ -38,3 +38,23 @@ def cli_runner(binary: Path, default_timeout: float, *prefix):
             pytest.fail(f"`{' '.join(cmd)}` did not finish within {timeout} s", pytrace=False)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def ensure_model():
+    """ensure_model(name) -> dict of paths (onnx, input1, input8) of a test model (tools/make_test_models.py); exports
+    it into the model cache first when it is missing."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(REPO / "tools"))
+    import make_test_models
+    cache = make_test_models.default_cache_dir()
+
+    def ensure(name):
+        paths = make_test_models.model_paths(name, cache)
+        if not all(p.exists() for p in paths.values()):
+            subprocess.run([sys.executable, str(REPO / "tools" / "make_test_models.py"), "--only", name,
+                            "--out", str(cache)], check=True, timeout=900)
+        return paths
+
+    return ensure

@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from pytest_support import cli_runner, osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixture)
+from pytest_support import cli_runner, ensure_model, osprey_bin, osprey_bin_path  # noqa: E402,F401  (shared fixtures)
 CLI_TIMEOUT_S = 60
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -37,19 +37,6 @@ def run_cli(osprey_bin):
 def model_cache() -> Path:
     return make_test_models.default_cache_dir()
 
-
-@pytest.fixture(scope="session")
-def ensure_model(model_cache):
-    """ensure_model(name) -> dict of paths (onnx, input1, input8); exports the model first when it is missing."""
-
-    def ensure(name):
-        paths = make_test_models.model_paths(name, model_cache)
-        if not all(p.exists() for p in paths.values()):
-            subprocess.run([sys.executable, str(REPO / "tools" / "make_test_models.py"), "--only", name,
-                            "--out", str(model_cache)], check=True, timeout=900)
-        return paths
-
-    return ensure
 
 
 # ---- agreement table: rows added by test_architectures, printed at the end and appended to <build>/ort-agreement.txt
