@@ -148,3 +148,28 @@ TEST(TfPatterns, ReduceMeanOverNhwcViewBecomesGlobalAveragePool) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(TfPatterns, ElementwiseOnChannelsLastDataWithPlainOperands) {
+  // Between two Convs the activations stay NHWC and elementwise ops run as layout-transparent steps on the fast
+  // kernels, plain operands viewed as [N, H, W, C]: a per-channel [1, C, 1, 1], a per-pixel [1, 1, H, W] and a scalar.
+  GraphBuilder b("transparent", 13);
+  auto x = b.Input("x", DType::kF32, {2, 8, 6, 6});
+  auto c = Conv(b, x, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto e = b.Op("Erf", {c});
+  e = b.Op("Mul", {e, b.Op("Sigmoid", {c})});
+  e = b.Op("Sub", {b.Constant(RandomTensor({1, 8, 1, 1}, 8)), e});
+  e = b.Op("Add", {e, b.Constant(RandomTensor({1, 1, 6, 6}, 9))});
+  e = b.Op("Div", {e, b.Constant(Tensor::Scalar<float>(3.f))});
+  b.Output(Conv(b, b.Op("Gelu", {e}), 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2), "y");
+  const Graph graph = b.Finish();
+  // Conv, Erf, Sigmoid, Mul, Sub, Add, Div, Gelu, Conv.
+  ExpectFusedSteps(graph, {2, 8, 6, 6}, 9);
+  auto plan = Compile(graph, {{DType::kF32, {2, 8, 6, 6}}}, CompileOptions{.num_threads = 2});
+  EXPECT_EQ(plan->num_fast_steps(), plan->num_steps());  // every elementwise step on a fast kernel
+}
+
+}  // namespace
+}  // namespace osprey
