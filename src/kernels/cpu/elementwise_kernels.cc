@@ -13,6 +13,11 @@
 // scalar, per-channel NCHW ([C, 1, 1] against [N, C, H, W]: runs of H*W with one value) and per-channel NHWC ([C]
 // against [N, H, W, C]: runs of C against a contiguous row) all become such runs. Work is split over OpenMP threads
 // in blocks of whole runs (or pieces of a long run) once the tensor is large enough to pay for a parallel region.
+// The row loops compare floats in selects (clamps, branch-free piecewise formulas). Under GCC's default
+// -ftrapping-math those comparisons may raise FP exceptions, so GCC refuses to if-convert them and the loops stay
+// scalar ("control flow in loop"). Nothing here reads FP exception flags: allowed for this whole file (set before
+// any include, so inlined library code gets the same setting and inlines).
+#pragma GCC optimize("no-trapping-math")
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+
 #include "kernels/cpu/vector_math.h"
 
 namespace osprey::cpu {

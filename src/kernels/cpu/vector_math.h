@@ -2,6 +2,7 @@
 // Transcendental functions in plain float arithmetic, so that loops calling them vectorise (std::exp/erf/tanh do not
 // without -ffast-math). Used by the elementwise kernels (elementwise_kernels.cc); each is checked against the
 // reference kernel's libm result in tests/unit/kernels/elementwise_test.cc.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -12,8 +13,7 @@ namespace osprey::cpu::vmath {
 // argument is clamped to [-87.3, 88.3], so results below 2^-126 are not produced (error < 1.2e-38) and large arguments
 // give 2^127.4 rather than inf; ExpFull adds the overflow.
 [[gnu::always_inline]] inline float Exp(float x) {
-  x = x < -87.3f ? -87.3f : x;  // (NaN compares false and passes through both clamps)
-  x = x > 88.3f ? 88.3f : x;
+  x = std::min(std::max(x, -87.3f), 88.3f);  // NaN passes through (std::max/min return their first argument)
   // Round to nearest by adding and subtracting 1.5 * 2^23 (no -ffast-math, so the compiler keeps both).
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
@@ -46,7 +46,8 @@ namespace osprey::cpu::vmath {
 [[gnu::always_inline]] inline float Sigmoid(float x) {
   const float e = Exp(-Abs(x));
   const float r = 1.f / (1.f + e);
-  return x >= 0.f ? r : e * r;
+  const float er = e * r;  // computed unconditionally so the select if-converts (and the loop vectorises)
+  return x >= 0.f ? r : er;
 }
 
 // tanh: the odd Maclaurin series to x^11 for |x| < 0.25 (truncation < 1e-9 relative), else 1 - 2 / (e^2|x| + 1) with
