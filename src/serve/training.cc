@@ -21,6 +21,7 @@ struct TrainingService::Job {
   std::vector<std::string> progress;
   json report;
   std::string error, version;
+  bool finished = false;  // set last, under the lock: its thread has nothing left to do but return
 };
 
 namespace {
@@ -50,8 +51,8 @@ TrainingService::TrainingService(TrainingOptions options, std::function<void(con
     : options_(std::move(options)), on_done_(std::move(on_done)) {}
 
 TrainingService::~TrainingService() {
-  for (std::thread& t : threads_)
-    if (t.joinable()) t.join();
+  for (auto& [thread, job] : threads_)
+    if (thread.joinable()) thread.join();
 }
 
 json TrainingService::Start(const std::string& name, const HttpRequest& request,
@@ -122,15 +123,27 @@ json TrainingService::Start(const std::string& name, const HttpRequest& request,
     throw Error(ErrorCode::kInvalidArgument, "train: " + std::to_string(folder.files.size()) +
                                                  " images is more than --max-training-images " +
                                                  std::to_string(options_.max_images));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (running_ >= options_.max_jobs)
-    throw Error(ErrorCode::kUnavailable, "train: " + std::to_string(running_) +
-                                             " training job(s) running (--max-training-jobs); retry later");
-  ++running_;
-  cleanup.keep = true;
-  latest_[name] = job;
-  threads_.emplace_back([this, job] { Run(job); });
-  return {{"model", name}, {"job", job->id}, {"state", job->state}, {"images", folder.files.size()},
+  std::vector<std::thread> done;  // threads of finished jobs, joined outside the lock (their last step takes it)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ >= options_.max_jobs)
+      throw Error(ErrorCode::kUnavailable, "train: " + std::to_string(running_) +
+                                               " training job(s) running (--max-training-jobs); retry later");
+    ++running_;
+    cleanup.keep = true;
+    latest_[name] = job;
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (it->second->finished) {
+        done.push_back(std::move(it->first));
+        it = threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    threads_.emplace_back(std::thread([this, job] { Run(job); }), job);
+  }
+  for (std::thread& t : done) t.join();
+  return {{"model", name}, {"job", job->id}, {"state", "queued"}, {"images", folder.files.size()},
           {"classes", folder.classes}};
 }
 
@@ -167,6 +180,7 @@ void TrainingService::Run(std::shared_ptr<Job> job) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   --running_;
+  job->finished = true;
 }
 
 json TrainingService::Status(const std::string& name) const {

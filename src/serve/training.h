@@ -44,7 +44,7 @@ class TrainingService {
   std::function<void(const std::string&)> on_done_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> latest_;  // by model name
-  std::vector<std::thread> threads_;
+  std::vector<std::pair<std::thread, std::shared_ptr<Job>>> threads_;  // finished ones are joined by the next Start
   int running_ = 0;
   int64_t next_id_ = 1;
 };
