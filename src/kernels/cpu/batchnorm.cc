@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace osprey::cpu {
 namespace {
@@ -47,25 +48,6 @@ bool ParseActivation(const std::string& name, Activation& act) {
   return false;
 }
 
-// exp(x) in plain arithmetic so that loops calling it vectorise (std::exp does not without -ffast-math): Cephes'
-// expf, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for exp(r) and 2^n built in the exponent bits.
-// Relative error about 2 ulp; the argument is clamped where float overflows or turns subnormal.
-[[gnu::always_inline]] inline float FastExp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (no -ffast-math, so the compiler keeps both).
-  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return p * scale;
-}
-
 // The activations, each an inlined functor so the row loops vectorise around them. They follow
 // ApplyFusedActivation (kernels/reference) formula for formula, including how NaN passes through std::max/min.
 struct Identity {
@@ -83,10 +65,10 @@ struct Clip {
   [[gnu::always_inline]] float operator()(float v) const { return std::min(std::max(v, lo), hi); }
 };
 struct Sigmoid {
-  [[gnu::always_inline]] float operator()(float v) const { return 1.f / (1.f + FastExp(-v)); }
+  [[gnu::always_inline]] float operator()(float v) const { return 1.f / (1.f + vmath::Exp(-v)); }
 };
 struct Tanh {  // 1 - 2 / (exp(2v) + 1): exact limits at both ends, absolute error ~1e-7 near 0
-  [[gnu::always_inline]] float operator()(float v) const { return 1.f - 2.f / (FastExp(2.f * v) + 1.f); }
+  [[gnu::always_inline]] float operator()(float v) const { return 1.f - 2.f / (vmath::Exp(2.f * v) + 1.f); }
 };
 struct HardSigmoid {
   float alpha, beta;
@@ -96,7 +78,7 @@ struct HardSwish {
   [[gnu::always_inline]] float operator()(float v) const { return v * std::min(std::max(v / 6.f + 0.5f, 0.f), 1.f); }
 };
 struct Silu {
-  [[gnu::always_inline]] float operator()(float v) const { return v / (1.f + FastExp(-v)); }
+  [[gnu::always_inline]] float operator()(float v) const { return v / (1.f + vmath::Exp(-v)); }
 };
 struct Gelu {  // erf has no vectorisable form here; GELU after a BatchNormalization is rare
   [[gnu::always_inline]] float operator()(float v) const {
