@@ -36,7 +36,9 @@ struct Sample {
   std::vector<Object> objects;
   /// Segmentation masks (uint8 [H, W, C], the image's H and W; any C): geometric steps move them with the image's warp,
   /// sampled nearest-neighbour, with the image's border mode and 0 for constant borders; photometric steps leave
-  /// them alone (as Albumentations does with its default mask settings). Not with Mosaic.
+  /// them alone (as Albumentations does with its default mask settings); Apply refuses masks (kUnsupported, naming
+  /// the setting) when the pipeline sets a non-zero mask fill, a mask interpolation other than nearest, or CoarseDropout
+  /// holes in masks. Not with Mosaic.
   std::vector<Tensor> masks;
   /// Keypoints of the image not tied to an object (x, y, v triples, absolute pixels; Albumentations' `keypoints`):
   /// moved by geometric steps, never dropped by the box filter; one that leaves the image becomes 0, 0, 0. Not with

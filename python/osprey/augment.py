@@ -30,29 +30,6 @@ from ._osprey import Unsupported, InvalidArgument
 __all__ = ["Pipeline"]
 
 
-_MASK_FILL_KEYS = ("fill_mask", "mask_value", "cval_mask", "mask_pad_val", "mask_fill_value")
-
-
-def _mask_settings(node: Any, path: str = "transform") -> List[str]:
-    """Mask settings in a pipeline that osprey does not apply (so a call with masks is refused, never silently
-    different): a non-zero mask fill, a mask interpolation other than nearest, CoarseDropout holes in the mask."""
-    problems: List[str] = []
-    if isinstance(node, dict):
-        kind = str(node.get("__class_fullname__") or node.get("type") or "").rsplit(".", 1)[-1]
-        for key in _MASK_FILL_KEYS:
-            value = node.get(key)
-            if value is None:
-                continue
-            if kind == "CoarseDropout" or (value != 0 and value != [0] * len(value) if isinstance(value, list)
-                                           else value != 0):
-                problems.append(f"{path}.{key} = {value!r}")
-        if node.get("mask_interpolation") not in (None, 0):
-            problems.append(f"{path}.mask_interpolation = {node['mask_interpolation']!r}")
-        for i, child in enumerate(node.get("transforms") or []):
-            problems += _mask_settings(child, f"{path}.transforms[{i}]")
-    return problems
-
-
 class Pipeline:
     """A parsed augmentation pipeline. Immutable; safe to call from several threads and to pickle (DataLoader spawn
     workers receive it by pickling: the JSON text travels, the native pipeline is rebuilt)."""
@@ -65,7 +42,6 @@ class Pipeline:
         params = (root.get("bbox_params") if isinstance(root, dict) else None) or doc.get("bbox_params") or {}
         self.bbox_format: str = params.get("format") or "pascal_voc"
         self.label_fields: List[str] = list(params.get("label_fields") or [])
-        self._mask_problems = _mask_settings(root)
         kp = (root.get("keypoint_params") if isinstance(root, dict) else None) or {}
         self.keypoint_format: str = kp.get("format") or "xy"
         self.keypoint_label_fields: List[str] = list(kp.get("label_fields") or [])
@@ -118,9 +94,6 @@ class Pipeline:
                                       f"{self.label_fields})")
             if len(targets[name]) != len(rows):
                 raise InvalidArgument(f"{name} has {len(targets[name])} entries for {len(rows)} bboxes")
-        if (mask is not None or masks is not None) and self._mask_problems:
-            raise Unsupported("masks: osprey moves masks nearest-neighbour with 0 outside the image and leaves them out "
-                              "of photometric steps; this pipeline asks otherwise: " + "; ".join(self._mask_problems))
         native_masks = ([mask] if mask is not None else []) + (list(masks) if masks is not None else [])
         points = None
         if keypoints is not None:

@@ -58,6 +58,9 @@ std::array<double, 4> BoxFromXyxy(BoxFormat format, const std::array<double, 4>&
 
 struct Pipeline::Impl {
   ParsedPipeline parsed;
+  // Mask settings the pipeline asks for that osprey does not apply (masks move nearest-neighbour, 0 outside, untouched
+  // by photometric steps): Apply refuses masks when there are any, instead of doing something else silently.
+  std::vector<std::string> mask_problems;
 };
 
 namespace {
@@ -363,9 +366,42 @@ Pipeline::Pipeline(Pipeline&&) noexcept = default;
 Pipeline& Pipeline::operator=(Pipeline&&) noexcept = default;
 Pipeline::~Pipeline() = default;
 
+namespace {
+
+// Non-zero mask fills (any fill_mask for CoarseDropout, which would cut the holes into the mask too) and mask
+// interpolations other than nearest, by path. Albumentations 1.3/1.4 and 2.x names.
+void FindMaskSettings(const nlohmann::json& node, const std::string& path, std::vector<std::string>* out) {
+  if (!node.is_object()) return;
+  std::string kind;
+  for (const char* key : {"__class_fullname__", "type"})
+    if (node.contains(key) && node[key].is_string()) kind = node[key].get<std::string>();
+  kind = kind.substr(kind.rfind('.') == std::string::npos ? 0 : kind.rfind('.') + 1);
+  auto is_zero = [](const nlohmann::json& v) {
+    if (v.is_number()) return v.get<double>() == 0;
+    if (!v.is_array()) return false;
+    for (const auto& e : v)
+      if (!e.is_number() || e.get<double>() != 0) return false;
+    return true;
+  };
+  for (const char* key : {"fill_mask", "mask_value", "cval_mask", "mask_pad_val", "mask_fill_value"}) {
+    auto it = node.find(key);
+    if (it == node.end() || it->is_null()) continue;
+    if (kind == "CoarseDropout" || !is_zero(*it)) out->push_back(path + "." + key + " = " + it->dump());
+  }
+  if (auto it = node.find("mask_interpolation"); it != node.end() && !it->is_null() && !is_zero(*it))
+    out->push_back(path + ".mask_interpolation = " + it->dump());
+  if (auto it = node.find("transforms"); it != node.end() && it->is_array())
+    for (size_t i = 0; i < it->size(); ++i)
+      FindMaskSettings((*it)[i], path + ".transforms[" + std::to_string(i) + "]", out);
+}
+
+}  // namespace
+
 Pipeline Pipeline::FromJson(const std::string& json_text) {
   auto impl = std::make_unique<Impl>();
-  impl->parsed = ParsePipelineJson(json_text);
+  impl->parsed = ParsePipelineJson(json_text);  // validates the text first
+  const nlohmann::json doc = nlohmann::json::parse(json_text);
+  FindMaskSettings(doc.contains("transform") ? doc["transform"] : doc, "transform", &impl->mask_problems);
   return Pipeline(std::move(impl));
 }
 
@@ -438,6 +474,12 @@ Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<
     throw Error(ErrorCode::kInvalidArgument, "augment: expected a uint8 [H, W, 1] or [H, W, 3] image, found " +
                                                  std::string(DTypeName(img.dtype())) + " " + ShapeToString(img.shape()));
   if (report) report->objects_in += static_cast<int64_t>(sample.objects.size());
+  if (!sample.masks.empty() && !impl_->mask_problems.empty()) {
+    std::string list;
+    for (const std::string& p : impl_->mask_problems) list += (list.empty() ? "" : "; ") + p;
+    throw Error(ErrorCode::kUnsupported, "augment: osprey moves masks nearest-neighbour with 0 outside the image and "
+                                         "leaves them out of photometric steps; this pipeline asks otherwise: " + list);
+  }
   for (size_t i = 0; i < sample.masks.size(); ++i) {
     const Tensor& m = sample.masks[i];
     if (m.dtype() != DType::kU8 || m.rank() != 3 || m.dim(0) != img.dim(0) || m.dim(1) != img.dim(1) || m.dim(2) < 1)

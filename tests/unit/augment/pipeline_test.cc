@@ -395,5 +395,65 @@ TEST(AugmentMath, HomographyMapsTheQuad) {
   EXPECT_TRUE(id.IsIdentity(1e-9));
 }
 
+// Masks and free keypoints move with the image: a horizontal flip mirrors the mask's columns exactly (nearest
+// sampling of an exact mirror), photometric steps leave the mask alone, and a keypoint at x maps to width - x.
+TEST(PipelineMasks, FollowTheWarpAndSkipPhotometricSteps) {
+  Pipeline p = Pipeline::FromSteps({{"HorizontalFlip", 1.0}, {"RandomGamma", 1.0, R"({"gamma_limit": [150, 150]})"}});
+  Sample s = SyntheticSample();
+  Tensor mask(DType::kU8, {120, 160, 1});
+  for (int64_t y = 0; y < 120; ++y)
+    for (int64_t x = 0; x < 160; ++x) mask.data<uint8_t>()[y * 160 + x] = static_cast<uint8_t>((x * 7 + y) % 251);
+  s.masks = {mask};
+  s.keypoints = {10.5, 20.5, 2, 159.75, 0.25, 2};
+  Sample out = p.Apply(s, 5);
+  ASSERT_EQ(out.masks.size(), 1u);
+  ASSERT_EQ(out.masks[0].shape(), (Shape{120, 160, 1}));
+  for (int64_t y = 0; y < 120; ++y)
+    for (int64_t x = 0; x < 160; ++x)
+      ASSERT_EQ(out.masks[0].data<uint8_t>()[y * 160 + x], mask.data<uint8_t>()[y * 160 + (159 - x)]) << x << "," << y;
+  ASSERT_EQ(out.keypoints.size(), 6u);
+  EXPECT_DOUBLE_EQ(out.keypoints[0], 160 - 10.5);
+  EXPECT_DOUBLE_EQ(out.keypoints[1], 20.5);
+  EXPECT_DOUBLE_EQ(out.keypoints[3], 160 - 159.75);
+  EXPECT_EQ(out.objects.size(), 3u);
+}
+
+TEST(PipelineMasks, KeypointsLeavingTheImageBecomeZeroAndAreNeverFiltered) {
+  // A centre crop to 80x60 (offset 40, 30): one point stays, one leaves; the box filter drops objects, not free keypoints.
+  Pipeline p = Pipeline::FromSteps({{"CenterCrop", 1.0, R"({"height": 60, "width": 80})"}}, BoxFilter{1e9, 0, 0, 0});
+  Sample s = SyntheticSample();
+  s.keypoints = {80, 60, 2, 5, 5, 2};
+  Sample out = p.Apply(s, 1);
+  EXPECT_TRUE(out.objects.empty());
+  ASSERT_EQ(out.keypoints.size(), 6u);
+  EXPECT_DOUBLE_EQ(out.keypoints[0], 40);
+  EXPECT_DOUBLE_EQ(out.keypoints[1], 30);
+  EXPECT_EQ(out.keypoints[3], 0);
+  EXPECT_EQ(out.keypoints[5], 0);  // left the image: 0, 0, 0
+}
+
+TEST(PipelineMasks, MaskSettingsOspreyDoesNotApplyAreRefusedByName) {
+  Sample s = SyntheticSample();
+  s.masks = {Tensor::Zeros(DType::kU8, {120, 160, 1})};
+  for (const char* spec : {R"({"type": "Affine", "rotate": 10, "fill_mask": 3, "p": 1})",
+                           R"({"type": "Affine", "rotate": 10, "mask_interpolation": 1, "p": 1})",
+                           R"({"type": "CoarseDropout", "fill_mask": 0, "p": 1})"}) {
+    Pipeline p = Pipeline::FromJson(std::string(R"({"type": "Compose", "transforms": [)") + spec + "]}");
+    try {
+      p.Apply(s, 1);
+      FAIL() << spec;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("transform.transforms[0]"), std::string::npos) << e.what();
+    }
+    Sample no_masks = SyntheticSample();
+    EXPECT_NO_THROW(p.Apply(no_masks, 1));  // without masks the setting does not matter
+  }
+  Pipeline fine = Pipeline::FromJson(R"({"type": "Affine", "rotate": 10, "fill_mask": 0, "p": 1})");
+  EXPECT_NO_THROW(fine.Apply(s, 1));
+  s.masks = {Tensor::Zeros(DType::kU8, {60, 160, 1})};
+  EXPECT_THROW(fine.Apply(s, 1), Error);  // a mask of another size
+}
+
 }  // namespace
 }  // namespace osprey::augment
