@@ -99,6 +99,8 @@ class Pipeline:
         if keypoints is not None:
             # Albumentations' keypoints are pixel indices (the first pixel's centre is 0, 0); osprey's are continuous
             # coordinates (its centre is 0.5, 0.5).
+            if any(len(p) < 2 for p in keypoints):
+                raise InvalidArgument("keypoints: each point needs 2 numbers (x, y) before any extra values")
             xy = [(p[0], p[1]) if self.keypoint_format == "xy" else (p[1], p[0]) for p in keypoints]
             points = [(x + 0.5, y + 0.5) for x, y in xy]
         out_image, out_boxes, kept, out_masks, out_points = self._native.apply(

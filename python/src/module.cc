@@ -338,6 +338,9 @@ Tensor ImageTensor(const InArray& a, const std::string& what) {
 class PyClassifier {
  public:
   PyClassifier(nb::handle source, int threads, int64_t batch_size) {
+    if (threads < 0) throw Error(ErrorCode::kInvalidArgument, "threads must be >= 0 (0 = all cores)");
+    if (batch_size < 1 || batch_size > 4096)  // the CLI's --batch-size range
+      throw Error(ErrorCode::kInvalidArgument, "batch_size must be 1..4096, got " + std::to_string(batch_size));
     std::string path = PathOf(source);
     ClassifierOptions options;
     options.num_threads = threads;

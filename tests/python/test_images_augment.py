@@ -65,6 +65,9 @@ def test_classify_matches_cli(run_cli):
         assert arrays[i][0].label == ours[i][0].label
         assert abs(ours[i][0].probability - cli_images[i]["top_k"][0]["probability"]) < 1e-5
         assert f.name.split("_")[0] == ours[i][0].label  # the demo samples are named <digit>_<n>.png
+    for bad in ({"batch_size": 0}, {"batch_size": 10**6}, {"threads": -1}):
+        with pytest.raises(osprey.InvalidArgument):
+            osprey.Classifier(DIGITS, **bad)
     pre = osprey.Classifier(DIGITS).preprocess(osprey.decode(files[0], channels=1))
     assert pre.dtype == np.float32 and pre.shape == (1, 32, 32)
 
@@ -116,6 +119,12 @@ def test_pipeline_load_seed_pickle_and_errors(tmp_path):
         pipe(image=image.astype(np.float32))
     with pytest.raises(osprey.InvalidArgument):
         pipe(image=image, bboxes=[(10, 20, 5, 5)])  # x_max < x_min in pascal_voc
+    with pytest.raises(osprey.InvalidArgument, match="4 numbers"):
+        pipe(image=image, bboxes=[(10, 20, 30)])
+    with pytest.raises(osprey.InvalidArgument, match="2 numbers"):
+        pipe(image=image, keypoints=[(1.0, 2.0), (3.0,)])
+    with pytest.raises(osprey.InvalidArgument, match="uint8"):
+        pipe(image=image, mask=np.zeros(image.shape[:2], np.float32))
     with pytest.raises(osprey.Unsupported, match="Sharpen|supported"):
         Pipeline.from_json(json.dumps({"type": "Compose", "transforms": [{"type": "Sharpen", "p": 1}]}))
     with pytest.raises(osprey.NotFound):
