@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/common.h"
@@ -91,7 +92,7 @@ void RegisterErrors(nb::module_& m) {
 
 using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
-DType DTypeFromDlpack(nb::dlpack::dtype t, const std::string& what) {
+DType DTypeFromDlpack(nb::dlpack::dtype t, std::string_view what) {
   using C = nb::dlpack::dtype_code;
   const auto code = static_cast<C>(t.code);
   if (t.lanes == 1) {
@@ -105,7 +106,7 @@ DType DTypeFromDlpack(nb::dlpack::dtype t, const std::string& what) {
     if (code == C::Bool && t.bits == 8) return DType::kBool;
   }
   throw Error(ErrorCode::kInvalidArgument,
-              what + ": arrays of this dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
+              std::string(what) + ": arrays of this dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
                   " bits) are not supported; use float32, float16, int8, uint8, int32, int64 or bool");
 }
 
@@ -137,7 +138,7 @@ InArray AsArray(nb::handle obj, const std::string& what) {
 }
 
 /// A tensor over the array's memory (no copy). The caller keeps `a` alive while the tensor is used.
-Tensor BorrowTensor(const InArray& a, const std::string& what) {
+Tensor BorrowTensor(const InArray& a, std::string_view what) {
   DType dtype = DTypeFromDlpack(a.dtype(), what);
   Shape shape;
   for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<int64_t>(a.shape(i)));
@@ -216,8 +217,11 @@ class PyModel {
     std::vector<InArray> keep;  // the arrays whose memory the tensors borrow, alive until the run returns
     std::map<std::string, Tensor> inputs;
     auto add = [&](const std::string& name, nb::handle value) {
-      keep.push_back(AsArray(value, "input \"" + name + "\""));
-      inputs[name] = BorrowTensor(keep.back(), "input \"" + name + "\"");
+      // The common case (a C-contiguous array) builds no message strings: this is the per-call overhead.
+      InArray a;
+      if (!nb::try_cast(value, a, /*convert=*/true)) a = AsArray(value, "input \"" + name + "\"");
+      keep.push_back(std::move(a));
+      inputs[name] = BorrowTensor(keep.back(), name);  // the input's name starts any dtype error
     };
     std::vector<nb::handle> positional;
     if (args.size() == 1 && nb::isinstance<nb::dict>(args[0])) {
