@@ -115,6 +115,9 @@ json TrainingService::Start(const std::string& name, const HttpRequest& request,
     job->data_dir = data.string();
   }
   CheckName("backbone", job->backbone);
+  if (job->backbone == name)
+    throw Error(ErrorCode::kInvalidArgument, "train: the tenant '" + name + "' cannot be its own backbone: name the " +
+                                                 "new model differently");
   const fs::path backbone = fs::path(options_.repository) / job->backbone;
   if (!fs::is_directory(backbone))
     throw Error(ErrorCode::kNotFound, "train: backbone '" + job->backbone + "' is not in the repository");

@@ -268,6 +268,9 @@ def test_http_training_job(trained, osprey_bin, tmp_path):
                                            {"Content-Type": content_type})
         assert status == 404, answer
         assert server.json("GET", "/v2/repository/models/none/train/status")[0] == 404
+        status, answer = server.json("POST", "/v2/repository/models/digits/train",
+                                     {"backbone": "digits", "dataset": "data"})
+        assert status == 400 and "own backbone" in answer["error"]
     finally:
         server.kill()
     off = Server(osprey_bin, repo)
