@@ -2,6 +2,7 @@
 /// Graph IR and the builder API. A Graph is a plain value: build one, compile/run it, drop it. There is no default
 /// graph and no global scope, so two graphs with the same node or value names never interact.
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -11,9 +12,12 @@
 
 namespace osprey {
 
-/// A node attribute (the ONNX attribute kinds a subgraph-free model uses).
+struct Graph;
+
+/// A node attribute. kGraph holds a subgraph (an If branch, docs/architecture.md "If"): shared and immutable, so
+/// copying a node or a graph does not copy it.
 struct Attribute {
-  enum class Kind { kFloat, kInt, kString, kTensor, kFloats, kInts, kStrings };
+  enum class Kind { kFloat, kInt, kString, kTensor, kFloats, kInts, kStrings, kGraph };
   Kind kind = Kind::kInt;
   float f = 0;
   int64_t i = 0;
@@ -22,6 +26,7 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  std::shared_ptr<const Graph> g;
 
   static Attribute Float(float v);
   static Attribute Int(int64_t v);
@@ -30,6 +35,7 @@ struct Attribute {
   static Attribute Floats(std::vector<float> v);
   static Attribute Ints(std::vector<int64_t> v);
   static Attribute Strings(std::vector<std::string> v);
+  static Attribute GraphValue(std::shared_ptr<const Graph> v);
 };
 const char* AttributeKindName(Attribute::Kind kind);
 using AttributeMap = std::map<std::string, Attribute>;

@@ -21,6 +21,13 @@ Attribute Attribute::Strings(std::vector<std::string> v) {
   return a;
 }
 
+Attribute Attribute::GraphValue(std::shared_ptr<const Graph> v) {
+  Attribute a;
+  a.kind = Kind::kGraph;
+  a.g = std::move(v);
+  return a;
+}
+
 const char* AttributeKindName(Attribute::Kind kind) {
   switch (kind) {
     case Attribute::Kind::kFloat: return "float";
@@ -30,6 +37,7 @@ const char* AttributeKindName(Attribute::Kind kind) {
     case Attribute::Kind::kFloats: return "floats";
     case Attribute::Kind::kInts: return "ints";
     case Attribute::Kind::kStrings: return "strings";
+    case Attribute::Kind::kGraph: return "graph";
   }
   return "?";
 }
@@ -146,6 +154,7 @@ std::string Graph::Fingerprint() const {
         for (int64_t d : a.t.shape()) h.UpdateU64(static_cast<uint64_t>(d));
         h.Update(a.t.raw(), a.t.nbytes());
       }
+      if (a.kind == Attribute::Kind::kGraph && a.g) h.Update(a.g->Fingerprint());
     }
   }
   // Constants in id order so the fingerprint does not depend on hash-map iteration order.

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "ops/control_flow.h"
 #include "ops/op_registry.h"
 #include "osprey/onnx.h"
 
@@ -74,8 +75,13 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
     info.has_shape = true;
     for (const auto& d : tt.shape().dim()) {
       Dim dim;
-      if (d.has_dim_value()) {
-        if (d.dim_value() < 0) Bad(what + " has negative dim " + std::to_string(d.dim_value()));
+      if (d.has_dim_value() && d.dim_value() == -1) {
+        // Some exporters write a dynamic dim as -1 (ONNX Runtime reads it so): an unnamed dynamic dim.
+        dim.symbol = "?";
+      } else if (d.has_dim_value()) {
+        if (d.dim_value() < 0)
+          Bad(what + " has dim " + std::to_string(d.dim_value()) +
+              "; a dim must be >= 0, or -1 for a dynamic dim");
         dim.value = d.dim_value();
       } else if (d.has_dim_param() && !d.dim_param().empty()) {
         dim.symbol = d.dim_param();
@@ -88,17 +94,24 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
   return info;
 }
 
+// If branches nest at most this deep (an If inside a branch is one level more); deeper is refused, so a hostile
+// model cannot make the importer or the compile step recurse without bound.
+constexpr int kMaxSubgraphDepth = 8;
+
 class Importer {
  public:
-  // `model` is consumed: initializer bytes are released as they are converted, to keep peak memory near 1x.
-  Importer(onnx::ModelProto& model, std::string base_dir, const OnnxImportOptions& options)
-      : model_(model), base_dir_(std::move(base_dir)), options_(options) {}
+  // `gp` is consumed: initializer bytes are released as they are converted, to keep peak memory near 1x. `depth` is
+  // 0 for the model's graph and counts the If branches around a subgraph; `problems` collects unsupported attributes
+  // across all of them.
+  Importer(onnx::GraphProto& gp, int opset, std::string base_dir, const OnnxImportOptions& options, int depth,
+           std::vector<std::string>* problems)
+      : gp_(gp), base_dir_(std::move(base_dir)), options_(options), depth_(depth), problems_(*problems) {
+    graph_.opset = opset;
+  }
 
   Graph Import() {
-    if (!model_.has_graph()) Bad("ONNX model has no graph");
-    onnx::GraphProto& gp = *model_.mutable_graph();
+    onnx::GraphProto& gp = gp_;
     graph_.name = gp.name().empty() ? "graph" : gp.name();
-    graph_.opset = DefaultOpset(model_);
     if (gp.sparse_initializer_size() > 0)
       throw Error(ErrorCode::kUnsupported, "sparse initializers are not supported (initializer '" +
                                                gp.sparse_initializer(0).values().name() + "')");
@@ -107,8 +120,9 @@ class Importer {
     ImportNodes(gp);
     SortNodes();
     ImportOutputs(gp);
+    if (depth_ > 0) CaptureOuterValues();
     graph_.Validate();
-    if (options_.validate_ops) ValidateAll();
+    if (depth_ == 0 && options_.validate_ops) ValidateAll();
     return std::move(graph_);
   }
 
@@ -191,17 +205,20 @@ class Importer {
       case onnx::AttributeProto_AttributeType_STRINGS:
         return Attribute::Strings(std::vector<std::string>(ap.strings().begin(), ap.strings().end()));
       case onnx::AttributeProto_AttributeType_GRAPH:
+        if (node.op_type == "If" && node.domain.empty() && (ap.name() == "then_branch" || ap.name() == "else_branch"))
+          return Attribute::GraphValue(std::make_shared<const Graph>(ImportBranch(ap, node)));
+        [[fallthrough]];
       case onnx::AttributeProto_AttributeType_GRAPHS:
-        attribute_problems_.push_back(node.Describe() + " has subgraph attribute '" + ap.name() +
-                                      "' (subgraphs are not supported)");
+        problems_.push_back(node.Describe() + " has subgraph attribute '" + ap.name() +
+                            "' (subgraphs are supported only as If branches)");
         break;
       default: {
         std::string kind =
             onnx::AttributeProto_AttributeType_IsValid(type)
                 ? onnx::AttributeProto_AttributeType_Name(static_cast<onnx::AttributeProto_AttributeType>(type))
                 : "type " + std::to_string(type);
-        attribute_problems_.push_back(node.Describe() + " has attribute '" + ap.name() + "' of kind " + kind +
-                                      " (not supported)");
+        problems_.push_back(node.Describe() + " has attribute '" + ap.name() + "' of kind " + kind +
+                            " (not supported)");
         break;
       }
     }
@@ -263,6 +280,7 @@ class Importer {
         Attribute a = ConvertAttribute(ap, node, &keep);
         if (keep) node.attrs.emplace(ap.name(), std::move(a));
       }
+      if (node.op_type == "If" && node.domain.empty()) AddCapturedInputs(node);
       if (FoldConstantNode(node)) continue;
       graph_.nodes.push_back(std::move(node));
     }
@@ -317,6 +335,7 @@ class Importer {
     for (const auto& vi : gp.output()) {
       if (vi.name().empty()) Bad("a graph output has no name");
       auto it = ids_.find(vi.name());
+      if (it == ids_.end() && depth_ > 0) it = ids_.emplace(vi.name(), graph_.AddValue(vi.name())).first;  // outer
       if (it == ids_.end())
         Bad("graph output '" + vi.name() + "' is not produced by any node, initializer or graph input");
       graph_.outputs.push_back(it->second);
@@ -326,7 +345,7 @@ class Importer {
 
   void ValidateAll() {
     std::string extra;
-    for (const std::string& p : attribute_problems_) extra += (extra.empty() ? "" : "; ") + p;
+    for (const std::string& p : problems_) extra += (extra.empty() ? "" : "; ") + p;
     try {
       ValidateOps(graph_);
     } catch (const Error& e) {
@@ -337,14 +356,85 @@ class Importer {
     if (!extra.empty()) throw Error(ErrorCode::kUnsupported, extra);
   }
 
-  onnx::ModelProto& model_;
+  // An If branch: a graph with no inputs of its own that may read values of the graphs around it by name.
+  Graph ImportBranch(const onnx::AttributeProto& ap, const Node& node) {
+    if (depth_ + 1 > kMaxSubgraphDepth)
+      Bad(node.Describe() + ": If branches are nested more than " + std::to_string(kMaxSubgraphDepth) + " deep");
+    if (ap.g().input_size() > 0)
+      Bad(node.Describe() + ": " + ap.name() + " declares " + std::to_string(ap.g().input_size()) +
+          " inputs; If branches take none");
+    onnx::GraphProto gp = ap.g();
+    if (gp.name().empty()) gp.set_name(node.name + "/" + ap.name());
+    return Importer(gp, graph_.opset, base_dir_, options_, depth_ + 1, &problems_).Import();
+  }
+
+  // Subgraphs only: the values read but not defined here are the enclosing graphs'; they become this graph's
+  // inputs, in name order.
+  void CaptureOuterValues() {
+    std::vector<char> defined(graph_.num_values(), 0);
+    for (const auto& [id, t] : graph_.constants) defined[id] = 1;
+    for (const Node& n : graph_.nodes)
+      for (int v : n.outputs) defined[v] = 1;
+    std::set<std::pair<std::string, int>> outer;
+    for (const Node& n : graph_.nodes)
+      for (int v : n.inputs)
+        if (v >= 0 && !defined[v]) outer.emplace(graph_.value_names[v], v);
+    for (int v : graph_.outputs)
+      if (!defined[v]) outer.emplace(graph_.value_names[v], v);
+    for (const auto& [name, id] : outer) {
+      graph_.inputs.push_back(id);
+      ValueInfo info;
+      info.name = name;
+      graph_.input_infos.push_back(std::move(info));
+    }
+  }
+
+  // Gives both branches of an If the same inputs (the union of the outer values they read, in name order) and adds
+  // those values to the node's inputs after the condition, so they order and keep alive like any input.
+  void AddCapturedInputs(Node& node) {
+    std::set<std::string> names;
+    for (const char* key : {"then_branch", "else_branch"}) {
+      auto it = node.attrs.find(key);
+      if (it == node.attrs.end() || it->second.kind != Attribute::Kind::kGraph) continue;
+      for (const ValueInfo& info : it->second.g->input_infos) names.insert(info.name);
+    }
+    for (const char* key : {"then_branch", "else_branch"}) {
+      auto it = node.attrs.find(key);
+      if (it == node.attrs.end() || it->second.kind != Attribute::Kind::kGraph) continue;
+      Graph branch = *it->second.g;
+      branch.inputs.clear();
+      branch.input_infos.clear();
+      for (const std::string& name : names) {
+        int id = branch.FindValue(name);
+        if (id < 0) id = branch.AddValue(name);
+        branch.inputs.push_back(id);
+        ValueInfo info;
+        info.name = name;
+        branch.input_infos.push_back(std::move(info));
+      }
+      it->second.g = std::make_shared<const Graph>(std::move(branch));
+    }
+    if (node.inputs.empty()) Bad(node.Describe() + ": input 0 (the condition) is required");
+    node.inputs.resize(1);
+    for (const std::string& name : names) node.inputs.push_back(ValueId(name));
+    CheckIfNode(node);
+  }
+
+  onnx::GraphProto& gp_;
   std::string base_dir_;
   OnnxImportOptions options_;
+  int depth_ = 0;
+  std::vector<std::string>& problems_;
   Graph graph_;
   std::unordered_map<std::string, int> ids_;
   std::set<int> input_ids_;
-  std::vector<std::string> attribute_problems_;
 };
+
+Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const OnnxImportOptions& options) {
+  if (!model.has_graph()) Bad("ONNX model has no graph");
+  std::vector<std::string> problems;
+  return Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems).Import();
+}
 
 void ParseModelProto(const void* data, size_t size, const std::string& source, onnx::ModelProto* model) {
   if (size > static_cast<size_t>(INT_MAX))
@@ -358,7 +448,7 @@ void ParseModelProto(const void* data, size_t size, const std::string& source, o
 Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options) {
   onnx::ModelProto model;
   ParseModelProto(data, size, "the data", &model);
-  return Importer(model, base_dir, options).Import();
+  return ImportModel(model, base_dir, options);
 }
 
 Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
@@ -389,7 +479,7 @@ Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
     throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is not a valid ONNX model (protobuf parse failed)");
   std::string base_dir = std::filesystem::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
-  return Importer(model, base_dir, options).Import();
+  return ImportModel(model, base_dir, options);
 }
 
 }  // namespace osprey

@@ -43,6 +43,8 @@ const OpRegistry& OpRegistry::Get() {
     RegisterImageOps(r);
     RegisterAugmentOps(r);
     RegisterInternalOps(r);
+    RegisterRecurrentOps(r);
+    RegisterControlFlowOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;
@@ -102,6 +104,8 @@ void ValidateOps(const Graph& graph) {
               << n.name << "')";
       continue;
     }
+    for (const auto& [key, a] : n.attrs)
+      if (a.kind == Attribute::Kind::kGraph && a.g) ValidateOps(*a.g);  // If branches
     int ni = n.NumInputs();
     if (ni < schema->min_inputs || ni > schema->max_inputs)
       throw Error(ErrorCode::kInvalidArgument, n.Describe() + ": expected " + std::to_string(schema->min_inputs) +

@@ -62,6 +62,8 @@ void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Cons
 void RegisterImageOps(OpRegistry& r);         // osprey-domain image ops (docs/image-ops.md)
 void RegisterAugmentOps(OpRegistry& r);       // osprey-domain augmentation image ops (docs/augment.md)
 void RegisterInternalOps(OpRegistry& r);      // ops made by fusion passes: _ChannelShuffle (internal_ops.cc)
+void RegisterRecurrentOps(OpRegistry& r);     // RNN, GRU, LSTM (recurrent.cc)
+void RegisterControlFlowOps(OpRegistry& r);   // If, folded when the model is compiled (control_flow.cc)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";

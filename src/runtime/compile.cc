@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "runtime/inline_if.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -64,15 +65,21 @@ InferContext MakeInferContext(const CompileState& st, const Node& node) {
   return ic;
 }
 
-// Infers every node's outputs in order; folds nodes whose inputs are all known.
-void InferAndFold(CompileState& st) {
+// Infers one node's outputs; folds it when its inputs are all known, else appends it to the live nodes. An If is
+// replaced by the nodes of the branch its (known) condition picks (inline_if.cc).
+void InferAndFoldNode(CompileState& st, const Node& node) {
   const OpRegistry& registry = OpRegistry::Get();
-  for (const Node& node : st.graph->nodes) {
+  if (node.op_type == "If" && node.domain.empty()) {
+    for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
+    return;
+  }
+  {
     const OpSchema* schema = registry.Find(node.op_type);
     OSPREY_CHECK(schema != nullptr);  // ValidateOps ran first
     for (int v : node.inputs)
       if (v >= 0 && !st.values[v].typed)
-        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input '" + st.graph->value_names[v] +
+        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input '" +
+                                                     (v < st.graph->num_values() ? st.graph->value_names[v] : "?") +
                                                      "' has no value (it is neither a graph input, a constant, nor "
                                                      "produced by an earlier node)");
     InferContext ic = MakeInferContext(st, node);
@@ -100,7 +107,7 @@ void InferAndFold(CompileState& st) {
     bool foldable = (all_known || shape_only) && out_bytes <= kMaxFoldBytes && node.op_type != "Dropout";
     if (!foldable) {
       st.nodes.push_back(node);
-      continue;
+      return;
     }
     ReferenceKernel kernel = FindReferenceKernel(node.op_type);
     if (!kernel) throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
@@ -134,6 +141,11 @@ void InferAndFold(CompileState& st) {
       out.value = std::move(outs[i]);
     }
   }
+}
+
+// Infers every node's outputs in order; folds nodes whose inputs are all known.
+void InferAndFold(CompileState& st) {
+  for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, bool bf16) {

@@ -15,6 +15,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddImageReferenceKernels(t);
     AddAugmentReferenceKernels(t);
     AddInternalReferenceKernels(t);
+    AddRecurrentReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

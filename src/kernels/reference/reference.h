@@ -19,6 +19,7 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t);
 void AddImageReferenceKernels(ReferenceKernelTable& t);
 void AddAugmentReferenceKernels(ReferenceKernelTable& t);
 void AddInternalReferenceKernels(ReferenceKernelTable& t);  // internal.cc: ops made by fusion (_ChannelShuffle)
+void AddRecurrentReferenceKernels(ReferenceKernelTable& t);  // recurrent.cc: RNN, GRU, LSTM
 
 /// Applies the fused activation described by a node's internal attributes (_activation, _alpha, _beta) in place.
 /// Used by the reference Conv/Gemm/MatMul when the fusion pass has folded an activation into them.

@@ -549,5 +549,129 @@ TEST(OnnxImport, TensorFromOnnxBytesAndDTypes) {
   EXPECT_THROW(DTypeFromOnnx(99), Error);
 }
 
+TEST(OnnxImport, MinusOneDimIsDynamicOtherNegativeDimsAreRefused) {
+  // ONNX Runtime reads dim_value -1 as a dynamic dim; osprey binds it at run time like an empty dim_param.
+  onnx::ModelProto m = AddReluModel(true);
+  auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->mutable_dim(0)->set_dim_value(-1);
+  m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)
+      ->set_dim_value(-1);
+  Graph g = Parse(m);
+  EXPECT_EQ(g.input_infos[0].dims[0].value, -1);
+  EXPECT_EQ(g.input_infos[0].dims[0].symbol, "?");
+  EXPECT_EQ(g.output_infos[0].dims[0].symbol, "?");
+  Model model(std::move(g));
+  for (int64_t batch : {1, 3}) {
+    auto outputs = model.Run({{"x", Tensor::FromVector<float>({batch, 3}, std::vector<float>(batch * 3, 1.f))}});
+    EXPECT_EQ(outputs[0].second.shape(), (Shape{batch, 3}));
+  }
+  shape->mutable_dim(0)->set_dim_value(-2);
+  Error e = ParseFails(m);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("graph input 'x' has dim -2"), std::string::npos) << e.what();
+}
+
+// If(N == 1) where N = Shape(x)[0], as exporters write batch-dependent code: then y = x * two (a branch
+// initializer), else y = x (an outer value as the branch output).
+onnx::ModelProto IfOnBatchModel() {
+  onnx::ModelProto m = NewModel(13);
+  auto* g = m.mutable_graph();
+  AddInfo(g->mutable_input(), "x", onnx::TensorProto_DataType_FLOAT, {"N", "2"});
+  AddNode(g, "Shape", {"x"}, {"shape"}, "shape");
+  auto* zero = g->add_initializer();
+  zero->set_name("zero");
+  zero->set_data_type(onnx::TensorProto_DataType_INT64);
+  zero->add_int64_data(0);
+  auto* one = g->add_initializer();
+  one->set_name("one");
+  one->set_data_type(onnx::TensorProto_DataType_INT64);
+  one->add_int64_data(1);
+  AddNode(g, "Gather", {"shape", "zero"}, {"n"}, "gather");
+  AddNode(g, "Equal", {"n", "one"}, {"cond"}, "equal");
+  auto* node = AddNode(g, "If", {"cond"}, {"y"}, "if_batch_1");
+  auto* then_attr = node->add_attribute();
+  then_attr->set_name("then_branch");
+  then_attr->set_type(onnx::AttributeProto_AttributeType_GRAPH);
+  auto* then_g = then_attr->mutable_g();
+  AddFloatInit(then_g, "two", {1}, {2.f}, true);
+  AddNode(then_g, "Mul", {"x", "two"}, {"then_y"}, "double");
+  AddInfo(then_g->mutable_output(), "then_y", onnx::TensorProto_DataType_FLOAT, {});
+  auto* else_attr = node->add_attribute();
+  else_attr->set_name("else_branch");
+  else_attr->set_type(onnx::AttributeProto_AttributeType_GRAPH);
+  AddInfo(else_attr->mutable_g()->mutable_output(), "x", onnx::TensorProto_DataType_FLOAT, {});
+  AddInfo(g->mutable_output(), "y", onnx::TensorProto_DataType_FLOAT, {});
+  return m;
+}
+
+TEST(OnnxImport, IfWithAShapeConditionFoldsWhenCompiled) {
+  // Oracle: the branch ONNX's If semantics pick, by hand.
+  Graph g = Parse(IfOnBatchModel());
+  const Node& node = g.nodes.back();
+  ASSERT_EQ(node.op_type, "If");
+  ASSERT_EQ(node.inputs.size(), 2u);  // cond, then the outer value 'x' the branches read
+  EXPECT_EQ(g.value_names[node.inputs[1]], "x");
+  Model model(std::move(g));
+  auto one = model.Run({{"x", Tensor::FromVector<float>({1, 2}, {1, -3})}});
+  EXPECT_EQ(one[0].second.ToFloatVector(), (std::vector<float>{2, -6}));
+  auto two = model.Run({{"x", Tensor::FromVector<float>({2, 2}, {1, -3, 4, 5})}});
+  EXPECT_EQ(two[0].second.ToFloatVector(), (std::vector<float>{1, -3, 4, 5}));
+}
+
+TEST(OnnxImport, IfOnInputDataIsRefusedNamingTheNode) {
+  onnx::ModelProto m = IfOnBatchModel();
+  auto* g = m.mutable_graph();
+  // cond now compares a value of x, not its shape.
+  AddNode(g, "ReduceSum", {"x"}, {"sum"}, "sum")->add_attribute()->set_name("keepdims");
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_type(onnx::AttributeProto_AttributeType_INT);
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_i(0);
+  AddFloatInit(g, "zero_f", {}, {0.f}, true);
+  AddNode(g, "Greater", {"sum", "zero_f"}, {"data_cond"}, "greater");
+  g->mutable_node(3)->set_input(0, "data_cond");
+  Model model(Parse(m));
+  try {
+    model.Run({{"x", Tensor::FromVector<float>({1, 2}, {1, 2})}});
+    FAIL() << "expected the data-dependent If to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("If 'if_batch_1': condition depends on input data"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxImport, IfBranchesNestedTooDeepAreRefused) {
+  onnx::ModelProto m = IfOnBatchModel();
+  // Wrap the then branch in If nodes, each taking the previous graph as its then and else branch, 9 deep.
+  onnx::GraphProto inner = m.graph().node(3).attribute(0).g();
+  for (int level = 0; level < 9; ++level) {
+    onnx::GraphProto outer;
+    auto* n = AddNode(&outer, "If", {"cond"}, {"nested_y_" + std::to_string(level)}, "nest_" + std::to_string(level));
+    for (const char* key : {"then_branch", "else_branch"}) {
+      auto* a = n->add_attribute();
+      a->set_name(key);
+      a->set_type(onnx::AttributeProto_AttributeType_GRAPH);
+      *a->mutable_g() = inner;
+    }
+    AddInfo(outer.mutable_output(), "nested_y_" + std::to_string(level), onnx::TensorProto_DataType_FLOAT, {});
+    inner = outer;
+  }
+  *m.mutable_graph()->mutable_node(3)->mutable_attribute(0)->mutable_g() = inner;
+  Error e = ParseFails(m);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("nested more than 8 deep"), std::string::npos) << e.what();
+}
+
+TEST(OnnxImport, IfBranchWithInputsOrWrongOutputCountIsAnError) {
+  onnx::ModelProto m = IfOnBatchModel();
+  AddInfo(m.mutable_graph()->mutable_node(3)->mutable_attribute(0)->mutable_g()->mutable_input(), "b",
+          onnx::TensorProto_DataType_FLOAT, {});
+  EXPECT_NE(std::string(ParseFails(m).what()).find("If branches take none"), std::string::npos);
+  m = IfOnBatchModel();
+  AddInfo(m.mutable_graph()->mutable_node(3)->mutable_attribute(1)->mutable_g()->mutable_output(), "x",
+          onnx::TensorProto_DataType_FLOAT, {});
+  Error e = ParseFails(m);
+  EXPECT_NE(std::string(e.what()).find("else_branch has 2 outputs, expected 1"), std::string::npos) << e.what();
+}
+
 }  // namespace
 }  // namespace osprey

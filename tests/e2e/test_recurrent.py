@@ -1,0 +1,116 @@
+"""Recurrent models end to end: torch.nn.LSTM and torch.nn.GRU exported with torch.onnx.export, run by `osprey run`.
+
+Models: two layers, bidirectional, batch_first, seeded random weights, with the batch and sequence dims dynamic (the
+exporter computes the initial states from Shape(x), which osprey folds when it compiles). A third model is the LSTM
+with its input's batch dim rewritten to dim_value -1, as some exporters write dynamic dims.
+
+Oracle: ONNX Runtime (CPU EP, graph optimisations off) on the same file and inputs; float32 agreement within
+rtol 1e-4 + atol 1e-5 (measured max abs error ~1e-6).
+"""
+
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+INPUT_SIZE = 12
+HIDDEN = 16
+TIMEOUT_S = 120
+CACHE_VERSION = 1
+
+
+def _export(module, path, input_names, output_names):
+    import torch
+
+    x = torch.randn(2, 5, INPUT_SIZE)
+    torch.onnx.export(module, (x,), str(path), opset_version=14, input_names=input_names, output_names=output_names,
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}, output_names[0]: {0: "batch", 1: "seq"}})
+
+
+class _Recurrent:
+    """A torch recurrent layer returning all of its outputs, so Y_h / Y_c are checked too."""
+
+    def __new__(cls, kind):
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                layer = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+                self.rnn = layer(INPUT_SIZE, HIDDEN, num_layers=2, bidirectional=True, batch_first=True)
+
+            def forward(self, x):
+                y, state = self.rnn(x)
+                return (y,) + (tuple(state) if isinstance(state, tuple) else (state,))
+
+        return Wrapper()
+
+
+@pytest.fixture(scope="module")
+def recurrent_models(model_cache):
+    """{'lstm': path, 'gru': path}, exported once into the model cache."""
+    import torch
+
+    model_cache.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for seed, kind in enumerate(("lstm", "gru")):
+        path = model_cache / f"recurrent_{kind}_v{CACHE_VERSION}.onnx"
+        if not path.exists():
+            torch.manual_seed(seed)
+            module = _Recurrent(kind).eval()
+            outputs = ["y", "h", "c"] if kind == "lstm" else ["y", "h"]
+            tmp = path.with_suffix(".tmp.onnx")
+            _export(module, tmp, ["x"], outputs)
+            tmp.rename(path)
+        paths[kind] = path
+    return paths
+
+
+def run_osprey(osprey_bin, model_path, x, work_dir, tag):
+    inp = work_dir / f"{tag}.x.npy"
+    np.save(inp, x)
+    out_dir = work_dir / f"{tag}.out"
+    proc = subprocess.run([str(osprey_bin), "run", str(model_path), "--input", f"x={inp}", "--output-dir",
+                           str(out_dir), "--threads", "2"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    return out_dir
+
+
+def run_ort(model_path, x):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {"x": x})))
+
+
+def assert_agrees(osprey_bin, model_path, work_dir, batch, seq, seed):
+    x = np.random.default_rng(seed).standard_normal((batch, seq, INPUT_SIZE)).astype(np.float32)
+    expected = run_ort(model_path, x)
+    out_dir = run_osprey(osprey_bin, model_path, x, work_dir, f"{model_path.stem}.{batch}x{seq}")
+    for name, want in expected.items():
+        got = np.load(out_dir / f"{name}.npy")
+        assert got.shape == want.shape, f"{name}: shape {got.shape}, ONNX Runtime {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"output {name}")
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("batch,seq", [(1, 7), (3, 4)])
+def test_torch_recurrent_agrees_with_onnxruntime(osprey_bin, recurrent_models, work_dir, kind, batch, seq):
+    model = onnx.load(str(recurrent_models[kind]))
+    ops = {n.op_type for n in model.graph.node}
+    assert kind.upper() in ops, f"the export has no {kind.upper()} node: {sorted(ops)}"
+    assert_agrees(osprey_bin, recurrent_models[kind], work_dir, batch, seq, seed=batch * 10 + seq)
+
+
+def test_input_dim_minus_one_is_dynamic(osprey_bin, recurrent_models, work_dir):
+    model = onnx.load(str(recurrent_models["lstm"]))
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.Clear()
+    dim.dim_value = -1
+    path = work_dir / "lstm_minus_one.onnx"
+    onnx.save(model, str(path))
+    for batch in (1, 4):
+        assert_agrees(osprey_bin, path, work_dir, batch, 6, seed=batch)
