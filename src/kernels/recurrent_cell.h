@@ -1,0 +1,167 @@
+#pragma once
+// The RNN / GRU / LSTM computation (ONNX's equations; gate order RNN: -, GRU: z r h, LSTM: i o f c; peepholes P:
+// i o f), shared by the reference kernel (kernels/reference/recurrent.cc, plain loops) and the fast kernel
+// (kernels/cpu/recurrent_kernels.cc, oneDNN's sgemm): they differ only in the matrix product they pass in.
+//
+// Per direction, the input projection X·W^T (+ the biases that add straight onto it) is one [S*N, I] x [I, G*H]
+// product for every step at once; the recurrence then runs per batch item (items are independent), over that
+// item's own sequence length, so a reverse direction starts at each item's last valid step. Steps past an item's
+// length leave zeros in Y; Y_h / Y_c hold the state after the item's last processed step.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "ops/recurrent.h"
+
+namespace osprey {
+
+/// c[m, n] += sum_k a[m * depth + k] * b[n * depth + k] for m < rows, n < cols (row-major, b transposed).
+using RecurrentGemm = void (*)(const float* a, const float* b, float* c, int64_t rows, int64_t cols, int64_t depth);
+
+namespace recurrent_detail {
+
+struct Dims {
+  int64_t seq, batch, input, hidden, dirs;
+  int64_t layout;
+  // Offsets (in floats) of step t, item b, direction d in X's rows, Y, and the state tensors.
+  int64_t XRow(int64_t t, int64_t b) const { return layout == 0 ? t * batch + b : b * seq + t; }
+  int64_t YOffset(int64_t t, int64_t d, int64_t b) const {
+    return (layout == 0 ? (t * dirs + d) * batch + b : (b * seq + t) * dirs + d) * hidden;
+  }
+  int64_t StateOffset(int64_t d, int64_t b) const { return (layout == 0 ? d * batch + b : b * dirs + d) * hidden; }
+};
+
+inline float Clip(float x, float clip) { return clip > 0.f ? std::min(std::max(x, -clip), clip) : x; }
+
+}  // namespace recurrent_detail
+
+/// Runs the RNN, GRU or LSTM node of `ctx` (inputs and outputs as the schema in src/ops/recurrent.cc checked them)
+/// with `gemm` for every matrix product. Items of the batch run in parallel (OpenMP) when there is enough work.
+inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm) {
+  using recurrent_detail::Clip;
+  const Node& node = ctx.node;
+  const RecurrentSpec spec = ParseRecurrentSpec(node);
+  const bool gru = node.op_type == "GRU", lstm = node.op_type == "LSTM";
+  const Tensor& x = ctx.In(0);
+  const Tensor& w = ctx.In(1);
+  const Tensor& r = ctx.In(2);
+  recurrent_detail::Dims dims;
+  dims.layout = spec.layout;
+  dims.seq = spec.layout == 0 ? x.dim(0) : x.dim(1);
+  dims.batch = spec.layout == 0 ? x.dim(1) : x.dim(0);
+  dims.input = x.dim(2);
+  dims.dirs = spec.num_directions;
+  const int64_t gh = w.dim(1), hidden = gh / spec.gates;
+  dims.hidden = hidden;
+  const int64_t seq = dims.seq, batch = dims.batch;
+
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), seq);
+  if (ctx.HasIn(4)) {
+    const Tensor& lens = ctx.In(4);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t len = lens.dtype() == DType::kI32 ? lens.data<int32_t>()[b] : lens.data<int64_t>()[b];
+      if (len < 0 || len > seq)
+        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": sequence_lens[" + std::to_string(b) + "] is " +
+                                                     std::to_string(len) + ", expected 0.." + std::to_string(seq));
+      lengths[static_cast<size_t>(b)] = len;
+    }
+  }
+
+  const int num_outputs = static_cast<int>(ctx.outputs.size());
+  float* y = num_outputs > 0 && ctx.outputs[0] ? ctx.Out(0).data<float>() : nullptr;
+  float* y_h = num_outputs > 1 && ctx.outputs[1] ? ctx.Out(1).data<float>() : nullptr;
+  float* y_c = lstm && num_outputs > 2 && ctx.outputs[2] ? ctx.Out(2).data<float>() : nullptr;
+  if (y) std::fill(y, y + ctx.Out(0).numel(), 0.f);
+
+  // Work space: the input projection of every step of one direction (a Tensor, so the host memory limit applies).
+  const int64_t rows = seq * batch;
+  Tensor projection(DType::kF32, Shape{rows, gh});
+  float* xw = projection.data<float>();
+
+  for (int64_t d = 0; d < dims.dirs; ++d) {
+    const float* wd = w.data<float>() + d * gh * dims.input;
+    const float* rd = r.data<float>() + d * gh * hidden;
+    const float* wb = ctx.HasIn(3) ? ctx.In(3).data<float>() + d * 2 * gh : nullptr;
+    const float* rb = wb ? wb + gh : nullptr;
+    const float* peep = lstm && ctx.HasIn(7) ? ctx.In(7).data<float>() + d * 3 * hidden : nullptr;
+    // Biases that add onto X·W^T directly: Wb + Rb, except GRU's Rbh with linear_before_reset (it is scaled by r).
+    std::vector<float> input_bias(static_cast<size_t>(gh), 0.f);
+    for (int64_t g = 0; g < gh; ++g) {
+      const bool inside_reset = gru && spec.linear_before_reset && g >= 2 * hidden;
+      input_bias[static_cast<size_t>(g)] = (wb ? wb[g] : 0.f) + (rb && !inside_reset ? rb[g] : 0.f);
+    }
+    for (int64_t row = 0; row < rows; ++row) std::copy(input_bias.begin(), input_bias.end(), xw + row * gh);
+    gemm(x.data<float>(), wd, xw, rows, gh, dims.input);
+    const bool reverse = spec.reverse || d == 1;
+    const int di = static_cast<int>(d);
+
+#pragma omp parallel for schedule(static) if (batch > 1 && seq * gh * hidden >= (int64_t{1} << 16))
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<float> h(static_cast<size_t>(hidden), 0.f), c(static_cast<size_t>(hidden), 0.f);
+      std::vector<float> gates(static_cast<size_t>(gh)), scratch(static_cast<size_t>(hidden));
+      const int64_t state = dims.StateOffset(d, b);
+      if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
+      if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
+      const int64_t len = lengths[static_cast<size_t>(b)];
+      for (int64_t step = 0; step < len; ++step) {
+        const int64_t t = reverse ? len - 1 - step : step;
+        const float* xw_t = xw + dims.XRow(t, b) * gh;
+        if (gru) {
+          // z and r: f(xw + h·R^T); h gate: g(xw + (r*h)·Rh^T) or, with linear_before_reset, g(xw + r*(h·Rh^T + Rbh)).
+          const RecurrentActivation& f = spec.Activation(di, 0);
+          const RecurrentActivation& g = spec.Activation(di, 1);
+          std::copy(xw_t, xw_t + 2 * hidden, gates.data());
+          gemm(h.data(), rd, gates.data(), 1, 2 * hidden, hidden);
+          for (int64_t k = 0; k < 2 * hidden; ++k) gates[k] = f.Apply(Clip(gates[k], spec.clip));
+          const float* z = gates.data();
+          const float* reset = gates.data() + hidden;
+          const float* rh = rd + 2 * hidden * hidden;
+          float* cand = gates.data() + 2 * hidden;
+          if (spec.linear_before_reset) {
+            for (int64_t k = 0; k < hidden; ++k) scratch[k] = rb ? rb[2 * hidden + k] : 0.f;
+            gemm(h.data(), rh, scratch.data(), 1, hidden, hidden);
+            for (int64_t k = 0; k < hidden; ++k)
+              cand[k] = g.Apply(Clip(xw_t[2 * hidden + k] + reset[k] * scratch[k], spec.clip));
+          } else {
+            for (int64_t k = 0; k < hidden; ++k) scratch[k] = reset[k] * h[k];
+            std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, cand);
+            gemm(scratch.data(), rh, cand, 1, hidden, hidden);
+            for (int64_t k = 0; k < hidden; ++k) cand[k] = g.Apply(Clip(cand[k], spec.clip));
+          }
+          for (int64_t k = 0; k < hidden; ++k) h[k] = (1.f - z[k]) * cand[k] + z[k] * h[k];
+        } else if (lstm) {
+          const RecurrentActivation& f = spec.Activation(di, 0);
+          const RecurrentActivation& g = spec.Activation(di, 1);
+          const RecurrentActivation& act_h = spec.Activation(di, 2);
+          std::copy(xw_t, xw_t + gh, gates.data());
+          gemm(h.data(), rd, gates.data(), 1, gh, hidden);
+          const float* gi = gates.data();
+          const float* go = gates.data() + hidden;
+          const float* gf = gates.data() + 2 * hidden;
+          const float* gc = gates.data() + 3 * hidden;
+          for (int64_t k = 0; k < hidden; ++k) {
+            const float i_gate = f.Apply(Clip(gi[k] + (peep ? peep[k] * c[k] : 0.f), spec.clip));
+            const float f_gate = spec.input_forget
+                                     ? 1.f - i_gate
+                                     : f.Apply(Clip(gf[k] + (peep ? peep[2 * hidden + k] * c[k] : 0.f), spec.clip));
+            const float candidate = g.Apply(Clip(gc[k], spec.clip));
+            c[k] = f_gate * c[k] + i_gate * candidate;
+            const float o_gate = f.Apply(Clip(go[k] + (peep ? peep[hidden + k] * c[k] : 0.f), spec.clip));
+            h[k] = o_gate * act_h.Apply(c[k]);
+          }
+        } else {
+          const RecurrentActivation& f = spec.Activation(di, 0);
+          std::copy(xw_t, xw_t + hidden, scratch.data());
+          gemm(h.data(), rd, scratch.data(), 1, hidden, hidden);
+          for (int64_t k = 0; k < hidden; ++k) h[k] = f.Apply(Clip(scratch[k], spec.clip));
+        }
+        if (y) std::copy(h.begin(), h.end(), y + dims.YOffset(t, d, b));
+      }
+      if (y_h) std::copy(h.begin(), h.end(), y_h + state);
+      if (y_c) std::copy(c.begin(), c.end(), y_c + state);
+    }
+  }
+}
+
+}  // namespace osprey
