@@ -80,8 +80,7 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
         dim.symbol = "?";
       } else if (d.has_dim_value()) {
         if (d.dim_value() < 0)
-          Bad(what + " has dim " + std::to_string(d.dim_value()) +
-              "; a dim must be >= 0, or -1 for a dynamic dim");
+          Bad(what + " has dim " + std::to_string(d.dim_value()) + "; a dim must be >= 0, or -1 for a dynamic dim");
         dim.value = d.dim_value();
       } else if (d.has_dim_param() && !d.dim_param().empty()) {
         dim.symbol = d.dim_param();

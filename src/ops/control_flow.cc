@@ -38,9 +38,10 @@ void CheckIfNode(const Node& node) {
                                                    std::to_string(g.outputs.size()) + " outputs, expected " +
                                                    std::to_string(node.outputs.size()) + " (one per If output)");
     if (g.inputs.size() + 1 != node.inputs.size())
-      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + branch + " reads " +
-                                                   std::to_string(g.inputs.size()) + " outer values, but the node has " +
-                                                   std::to_string(node.inputs.size() - 1) + " inputs after the condition");
+      throw Error(ErrorCode::kInvalidArgument,
+                  node.Describe() + ": " + branch + " reads " + std::to_string(g.inputs.size()) +
+                      " outer values, but the node has " + std::to_string(node.inputs.size() - 1) +
+                      " inputs after the condition");
   }
 }
 

@@ -73,73 +73,71 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
     for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
     return;
   }
-  {
-    const OpSchema* schema = registry.Find(node.op_type);
-    OSPREY_CHECK(schema != nullptr);  // ValidateOps ran first
-    for (int v : node.inputs)
-      if (v >= 0 && !st.values[v].typed)
-        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input '" +
-                                                     (v < st.graph->num_values() ? st.graph->value_names[v] : "?") +
-                                                     "' has no value (it is neither a graph input, a constant, nor "
-                                                     "produced by an earlier node)");
-    InferContext ic = MakeInferContext(st, node);
-    schema->infer(ic);
-    if (ic.output_shapes.size() < node.outputs.size()) {
-      // Optional outputs the schema did not describe are not produced.
-      for (size_t i = ic.output_shapes.size(); i < node.outputs.size(); ++i)
-        throw Error(ErrorCode::kUnsupported, node.Describe() + ": optional output " + std::to_string(i) +
-                                                 " is not supported");
-    }
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      CompileValue& out = st.values[node.outputs[i]];
-      out.typed = true;
-      out.dtype = ic.output_dtypes[i];
-      out.shape = ic.output_shapes[i];
-    }
-    // Shape and Size only need shapes, which are concrete here.
-    bool all_known = true;
-    for (int v : node.inputs)
-      if (v >= 0 && !st.values[v].known) all_known = false;
-    bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
-    int64_t out_bytes = 0;
-    for (size_t i = 0; i < node.outputs.size(); ++i)
-      out_bytes = CheckedAdd(out_bytes, NumBytes(ic.output_dtypes[i], ic.output_shapes[i]), node.Describe());
-    bool foldable = (all_known || shape_only) && out_bytes <= kMaxFoldBytes && node.op_type != "Dropout";
-    if (!foldable) {
-      st.nodes.push_back(node);
-      return;
-    }
-    ReferenceKernel kernel = FindReferenceKernel(node.op_type);
-    if (!kernel) throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
-    std::vector<Tensor> outs;
-    outs.reserve(node.outputs.size());
-    for (size_t i = 0; i < node.outputs.size(); ++i) outs.emplace_back(ic.output_dtypes[i], ic.output_shapes[i]);
-    KernelContext kc{node, st.opset};
-    for (int v : node.inputs) kc.inputs.push_back(v >= 0 && st.values[v].known ? &st.values[v].value : nullptr);
-    if (shape_only && !all_known) {
-      // Compute Shape/Size directly from the concrete shape.
-      const Shape& in = st.values[node.inputs[0]].shape;
-      Tensor& out = outs[0];
-      if (node.op_type == "Size") {
-        out.data<int64_t>()[0] = NumElements(in);
-      } else {
-        int64_t rank = static_cast<int64_t>(in.size());
-        int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
-        if (start < 0) start += rank;
-        if (end < 0) end += rank;
-        start = std::clamp<int64_t>(start, 0, rank);
-        end = std::clamp<int64_t>(end, 0, rank);
-        for (int64_t i = start; i < end; ++i) out.data<int64_t>()[i - start] = in[i];
-      }
+  const OpSchema* schema = registry.Find(node.op_type);
+  OSPREY_CHECK(schema != nullptr);  // ValidateOps ran first
+  for (int v : node.inputs)
+    if (v >= 0 && !st.values[v].typed)
+      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input '" +
+                                                   (v < st.graph->num_values() ? st.graph->value_names[v] : "?") +
+                                                   "' has no value (it is neither a graph input, a constant, nor "
+                                                   "produced by an earlier node)");
+  InferContext ic = MakeInferContext(st, node);
+  schema->infer(ic);
+  if (ic.output_shapes.size() < node.outputs.size()) {
+    // Optional outputs the schema did not describe are not produced.
+    for (size_t i = ic.output_shapes.size(); i < node.outputs.size(); ++i)
+      throw Error(ErrorCode::kUnsupported,
+                  node.Describe() + ": optional output " + std::to_string(i) + " is not supported");
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    CompileValue& out = st.values[node.outputs[i]];
+    out.typed = true;
+    out.dtype = ic.output_dtypes[i];
+    out.shape = ic.output_shapes[i];
+  }
+  // Shape and Size only need shapes, which are concrete here.
+  bool all_known = true;
+  for (int v : node.inputs)
+    if (v >= 0 && !st.values[v].known) all_known = false;
+  bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
+  int64_t out_bytes = 0;
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    out_bytes = CheckedAdd(out_bytes, NumBytes(ic.output_dtypes[i], ic.output_shapes[i]), node.Describe());
+  bool foldable = (all_known || shape_only) && out_bytes <= kMaxFoldBytes && node.op_type != "Dropout";
+  if (!foldable) {
+    st.nodes.push_back(node);
+    return;
+  }
+  ReferenceKernel kernel = FindReferenceKernel(node.op_type);
+  if (!kernel) throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
+  std::vector<Tensor> outs;
+  outs.reserve(node.outputs.size());
+  for (size_t i = 0; i < node.outputs.size(); ++i) outs.emplace_back(ic.output_dtypes[i], ic.output_shapes[i]);
+  KernelContext kc{node, st.opset};
+  for (int v : node.inputs) kc.inputs.push_back(v >= 0 && st.values[v].known ? &st.values[v].value : nullptr);
+  if (shape_only && !all_known) {
+    // Compute Shape/Size directly from the concrete shape.
+    const Shape& in = st.values[node.inputs[0]].shape;
+    Tensor& out = outs[0];
+    if (node.op_type == "Size") {
+      out.data<int64_t>()[0] = NumElements(in);
     } else {
-      for (Tensor& t : outs) kc.outputs.push_back(&t);
-      kernel(kc);
+      int64_t rank = static_cast<int64_t>(in.size());
+      int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+      if (start < 0) start += rank;
+      if (end < 0) end += rank;
+      start = std::clamp<int64_t>(start, 0, rank);
+      end = std::clamp<int64_t>(end, 0, rank);
+      for (int64_t i = start; i < end; ++i) out.data<int64_t>()[i - start] = in[i];
     }
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      CompileValue& out = st.values[node.outputs[i]];
-      out.known = true;
-      out.value = std::move(outs[i]);
-    }
+  } else {
+    for (Tensor& t : outs) kc.outputs.push_back(&t);
+    kernel(kc);
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    CompileValue& out = st.values[node.outputs[i]];
+    out.known = true;
+    out.value = std::move(outs[i]);
   }
 }
 

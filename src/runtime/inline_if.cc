@@ -19,22 +19,34 @@ std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
                                                  ShapeToString(cond.value.shape()));
   bool taken = false;
   switch (cond.value.dtype()) {
-    case DType::kBool: taken = cond.value.data<bool>()[0]; break;
-    case DType::kF32: taken = cond.value.data<float>()[0] != 0.f; break;
-    case DType::kI32: taken = cond.value.data<int32_t>()[0] != 0; break;
-    case DType::kI64: taken = cond.value.data<int64_t>()[0] != 0; break;
-    case DType::kI8: taken = cond.value.data<int8_t>()[0] != 0; break;
-    case DType::kU8: taken = cond.value.data<uint8_t>()[0] != 0; break;
+    case DType::kBool:
+      taken = cond.value.data<bool>()[0];
+      break;
+    case DType::kF32:
+      taken = cond.value.data<float>()[0] != 0.f;
+      break;
+    case DType::kI32:
+      taken = cond.value.data<int32_t>()[0] != 0;
+      break;
+    case DType::kI64:
+      taken = cond.value.data<int64_t>()[0] != 0;
+      break;
+    case DType::kI8:
+      taken = cond.value.data<int8_t>()[0] != 0;
+      break;
+    case DType::kU8:
+      taken = cond.value.data<uint8_t>()[0] != 0;
+      break;
     default:
-      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the condition must be bool, got " +
-                                                   DTypeName(cond.value.dtype()));
+      throw Error(ErrorCode::kInvalidArgument,
+                  node.Describe() + ": the condition must be bool, got " + DTypeName(cond.value.dtype()));
   }
   const char* branch_name = taken ? "then_branch" : "else_branch";
   const Graph& branch = *node.attrs.at(branch_name).g;
   for (size_t i = 1; i < node.inputs.size(); ++i)
     if (node.inputs[i] < 0 || !st.values[node.inputs[i]].typed)
-      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": outer value " + std::to_string(i) +
-                                                   " read by the branches has no value");
+      throw Error(ErrorCode::kInvalidArgument,
+                  node.Describe() + ": outer value " + std::to_string(i) + " read by the branches has no value");
 
   // Branch value id -> id in `st`. Outer values first, then constants, then node outputs (new values).
   std::unordered_map<int, int> id_of;

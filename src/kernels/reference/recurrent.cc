@@ -15,7 +15,7 @@ namespace {
 void GemmTransB(const float* a, const float* b, float* c, int64_t rows, int64_t cols, int64_t depth) {
   constexpr int64_t kRowBlock = 16, kColBlock = 64;
   const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static) if (rows > 1 && static_cast<double>(rows) * cols * depth >= 1e6)
+#pragma omp parallel for schedule(static) if (rows > 1 && static_cast <double>(rows) * cols * depth >= 1e6)
   for (int64_t rb = 0; rb < row_blocks; ++rb) {
     const int64_t r_end = std::min(rows, (rb + 1) * kRowBlock);
     for (int64_t c0 = 0; c0 < cols; c0 += kColBlock) {

@@ -7,12 +7,12 @@
 namespace osprey {
 namespace {
 
+using testing::kFastAtol;
+using testing::kFastRtol;
+using testing::MakeBuildContext;
 using testing::MakeNode;
 using testing::RandomTensor;
-using testing::MakeBuildContext;
 using testing::RunKernel;
-using testing::kFastRtol;
-using testing::kFastAtol;
 
 // Compares every output of the fast kernel with the reference kernel's, over two runs.
 void ExpectAllOutputsMatch(const Node& node, const std::vector<Tensor>& inputs, const std::string& name) {
@@ -41,9 +41,9 @@ struct Case {
 
 TEST(RecurrentKernels, FastMatchesReference) {
   const int64_t seq = 6, batch = 3;
-  for (const Case& c : {Case{"LSTM", 4, "bidirectional", 0}, Case{"LSTM", 4, "reverse", 1},
-                        Case{"GRU", 3, "bidirectional", 1}, Case{"GRU", 3, "forward", 0},
-                        Case{"RNN", 1, "reverse", 0}, Case{"RNN", 1, "bidirectional", 1}}) {
+  for (const Case& c :
+       {Case{"LSTM", 4, "bidirectional", 0}, Case{"LSTM", 4, "reverse", 1}, Case{"GRU", 3, "bidirectional", 1},
+        Case{"GRU", 3, "forward", 0}, Case{"RNN", 1, "reverse", 0}, Case{"RNN", 1, "bidirectional", 1}}) {
     for (int64_t hidden : {5, 13}) {
       const int64_t input = hidden == 5 ? 3 : 7, dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
       const bool lstm = std::string(c.op) == "LSTM";
@@ -53,10 +53,12 @@ TEST(RecurrentKernels, FastMatchesReference) {
       if (std::string(c.op) == "GRU") attrs["linear_before_reset"] = Attribute::Int(hidden == 13);
       const Shape x_shape = c.layout == 0 ? Shape{seq, batch, input} : Shape{batch, seq, input};
       const Shape state = c.layout == 0 ? Shape{dirs, batch, hidden} : Shape{batch, dirs, hidden};
-      std::vector<Tensor> inputs = {RandomTensor(x_shape, 1), RandomTensor({dirs, c.gates * hidden, input}, 2),
+      std::vector<Tensor> inputs = {RandomTensor(x_shape, 1),
+                                    RandomTensor({dirs, c.gates * hidden, input}, 2),
                                     RandomTensor({dirs, c.gates * hidden, hidden}, 3),
                                     RandomTensor({dirs, 2 * c.gates * hidden}, 4),
-                                    Tensor::FromVector<int32_t>({batch}, {6, 2, 0}), RandomTensor(state, 5)};
+                                    Tensor::FromVector<int32_t>({batch}, {6, 2, 0}),
+                                    RandomTensor(state, 5)};
       if (lstm) {
         inputs.push_back(RandomTensor(state, 6));
         inputs.push_back(RandomTensor({dirs, 3 * hidden}, 7));

@@ -554,7 +554,12 @@ TEST(OnnxImport, MinusOneDimIsDynamicOtherNegativeDimsAreRefused) {
   onnx::ModelProto m = AddReluModel(true);
   auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
   shape->mutable_dim(0)->set_dim_value(-1);
-  m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)
+  m.mutable_graph()
+      ->mutable_output(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
       ->set_dim_value(-1);
   Graph g = Parse(m);
   EXPECT_EQ(g.input_infos[0].dims[0].value, -1);

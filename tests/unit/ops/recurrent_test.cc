@@ -22,7 +22,8 @@ float Sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 // RNN, one unit, W = 1, R = 0.5, Relu: h_t = relu(x_t + 0.5 h_{t-1}).
 AttributeMap ReluRnn(const std::string& direction) {
-  return {{"activations", Attribute::Strings({"Relu"})}, {"direction", Attribute::String(direction)},
+  return {{"activations", Attribute::Strings({"Relu"})},
+          {"direction", Attribute::String(direction)},
           {"hidden_size", Attribute::Int(1)}};
 }
 
