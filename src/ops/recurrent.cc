@@ -109,7 +109,12 @@ void InferRecurrent(InferContext& ctx) {
     ctx.Fail("input P must have shape " + ShapeToString(Shape{dirs, 3 * hidden}) + ", got " +
              ShapeToString(ctx.input_shapes[7]));
   // The kernel's work space holds X·W^T for every step: [S, N, G * H] per direction; it must pass the size rule too.
-  (void)NumBytes(DType::kF32, Shape{seq, batch, gh, dirs});
+  try {
+    (void)NumBytes(DType::kF32, Shape{seq, batch, gh, dirs});
+  } catch (const Error& e) {
+    ctx.Fail(std::string("the input projection of every step, [") + Str(seq) + " * " + Str(batch) + ", " + Str(gh) +
+             "] per direction: " + e.what());
+  }
   const Shape y = spec.layout == 0 ? Shape{seq, dirs, batch, hidden} : Shape{batch, seq, dirs, hidden};
   const int num_outputs = static_cast<int>(node.outputs.size());
   for (int o = 0; o < num_outputs; ++o) ctx.SetOutput(o, DType::kF32, o == 0 ? y : state);

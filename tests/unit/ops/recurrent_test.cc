@@ -132,5 +132,23 @@ TEST(Recurrent, BadShapesAndAttributesAreErrorsNamingTheNode) {
   ExpectInvalid(MakeNode("RNN", 5, 2), {x, w, r, Tensor(), long_lens}, "sequence_lens[0] is 3");
 }
 
+TEST(Recurrent, OutputsPastTheSizeRuleAreRefusedBeforeAnythingIsAllocated) {
+  // Shapes only (no values): a sequence of 2^40 steps with 2^10 hidden units would need 2^52 floats for Y.
+  Node node = MakeNode("LSTM", 3, 1);
+  InferContext ic{node, 17};
+  const int64_t seq = int64_t{1} << 40, hidden = 1024;
+  ic.present = {true, true, true};
+  ic.input_dtypes = {DType::kF32, DType::kF32, DType::kF32};
+  ic.input_shapes = {{seq, 1, 1}, {1, 4 * hidden, 1}, {1, 4 * hidden, hidden}};
+  ic.input_values = {nullptr, nullptr, nullptr};
+  try {
+    OpRegistry::Get().Find("LSTM")->infer(ic);
+    FAIL() << "expected the size rule to refuse the output";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("LSTM 'test_LSTM'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace osprey
