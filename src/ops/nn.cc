@@ -235,8 +235,10 @@ void InferConvTranspose(InferContext& c) {
 
 // ---------------------------------------------------------------- pools
 
-void InferPool(InferContext& c, bool has_ceil_mode) {
-  RequireF32(c, 0, "X");
+void InferPool(InferContext& c, bool has_ceil_mode, bool allow_8bit = false) {
+  // MaxPool takes int8 and uint8 too (opset 12; ONNX Runtime's QOperator models pool quantised tensors).
+  const bool eight_bit = allow_8bit && c.Has(0) && (c.input_dtypes[0] == DType::kI8 || c.input_dtypes[0] == DType::kU8);
+  if (!eight_bit) RequireF32(c, 0, "X");
   const Shape& x = c.input_shapes[0];
   int n = SpatialRank(c, x);
   if (!c.node.Has("kernel_shape")) c.Fail("attribute 'kernel_shape' is required");
@@ -247,11 +249,11 @@ void InferPool(InferContext& c, bool has_ceil_mode) {
   std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, ceil_mode != 0);
   Shape y = {x[0], x[1]};
   y.insert(y.end(), spatial.begin(), spatial.end());
-  c.SetOutput(0, DType::kF32, y);
+  c.SetOutput(0, c.input_dtypes[0], y);
 }
 
 void InferMaxPool(InferContext& c) {
-  InferPool(c, true);
+  InferPool(c, true, /*allow_8bit=*/true);
   int64_t storage_order = c.node.GetInt("storage_order", 0);
   if (storage_order != 0 && storage_order != 1)
     c.Fail("attribute 'storage_order' should be 0 or 1, got " + std::to_string(storage_order));

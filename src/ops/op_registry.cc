@@ -45,6 +45,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterInternalOps(r);
     RegisterRecurrentOps(r);
     RegisterControlFlowOps(r);
+    RegisterQuantizeOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;
@@ -97,7 +98,12 @@ void ValidateOps(const Graph& graph) {
   int num_unknown = 0;
   const OpRegistry& registry = OpRegistry::Get();
   for (const Node& n : graph.nodes) {
-    const bool known_domain = n.domain.empty() || n.domain == "ai.onnx" || n.domain == kOspreyDomain;
+    // ORT's contrib ops (QLinearAdd, QGemm, ...) exist only in com.microsoft; Q/DQ are in both domains.
+    const bool contrib_only = IsMicrosoftDomainOp(n.op_type) && n.op_type != "QuantizeLinear" &&
+                              n.op_type != "DequantizeLinear";
+    const bool default_or_osprey = n.domain.empty() || n.domain == "ai.onnx" || n.domain == kOspreyDomain;
+    const bool known_domain =
+        n.domain == kMicrosoftDomain ? IsMicrosoftDomainOp(n.op_type) : default_or_osprey && !contrib_only;
     const OpSchema* schema = known_domain ? registry.Find(n.op_type) : nullptr;
     if (!schema) {
       unknown << (num_unknown++ ? ", " : "") << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << " (node '"

@@ -128,15 +128,7 @@ void RunGemms(const std::vector<GemmOperands>& ops, int64_t m, int64_t n, int64_
 
 // ---------------------------------------------------------------- window geometry
 
-// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
-// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
-struct Window3 {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
-  int64_t pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
-  int64_t InVol() const { return in[0] * in[1] * in[2]; }
-  int64_t OutVol() const { return out[0] * out[1] * out[2]; }
-  int64_t KVol() const { return k[0] * k[1] * k[2]; }
-};
+}  // namespace
 
 // Geometry for Conv and the pools: same pad rules as the schema (explicit pads, VALID, or SAME split of the
 // total padding with the odd unit at the end for SAME_UPPER and at the start for SAME_LOWER).
@@ -166,6 +158,8 @@ Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::
   }
   return g;
 }
+
+namespace {
 
 // ---------------------------------------------------------------- Conv
 
@@ -403,7 +397,27 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
   }
 }
 
-void MaxPoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kMax); }
+// int8 / uint8 MaxPool: the float pool on an exact float copy (every 8-bit value is a float), converted back.
+template <class T>
+void MaxPool8BitRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  Tensor& y = ctx.Out(0);
+  Tensor xf(DType::kF32, x.shape()), yf(DType::kF32, y.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) xf.data<float>()[i] = x.data<T>()[i];
+  KernelContext fctx{ctx.node, ctx.opset, {&xf}, {&yf}};
+  if (ctx.outputs.size() > 1) fctx.outputs.push_back(ctx.outputs[1]);
+  PoolRef(fctx, PoolKind::kMax);
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<T>()[i] = static_cast<T>(yf.data<float>()[i]);
+}
+
+void MaxPoolRef(KernelContext& ctx) {
+  if (ctx.In(0).dtype() == DType::kI8)
+    MaxPool8BitRef<int8_t>(ctx);
+  else if (ctx.In(0).dtype() == DType::kU8)
+    MaxPool8BitRef<uint8_t>(ctx);
+  else
+    PoolRef(ctx, PoolKind::kMax);
+}
 void AveragePoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kAverage); }
 void LpPoolRef(KernelContext& ctx) { PoolRef(ctx, PoolKind::kLp); }
 

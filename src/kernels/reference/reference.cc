@@ -16,6 +16,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddAugmentReferenceKernels(t);
     AddInternalReferenceKernels(t);
     AddRecurrentReferenceKernels(t);
+    AddQuantizeReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

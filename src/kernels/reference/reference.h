@@ -20,6 +20,21 @@ void AddImageReferenceKernels(ReferenceKernelTable& t);
 void AddAugmentReferenceKernels(ReferenceKernelTable& t);
 void AddInternalReferenceKernels(ReferenceKernelTable& t);  // internal.cc: ops made by fusion (_ChannelShuffle)
 void AddRecurrentReferenceKernels(ReferenceKernelTable& t);  // recurrent.cc: RNN, GRU, LSTM
+void AddQuantizeReferenceKernels(ReferenceKernelTable& t);  // quantize.cc: QuantizeLinear, QLinearConv, ...
+
+/// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
+/// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
+struct Window3 {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
+  int64_t pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  int64_t InVol() const { return in[0] * in[1] * in[2]; }
+  int64_t OutVol() const { return out[0] * out[1] * out[2]; }
+  int64_t KVol() const { return k[0] * k[1] * k[2]; }
+};
+
+/// Geometry of Conv and the pools (nn.cc): explicit pads, VALID, or SAME split of the total padding with the odd
+/// unit at the end for SAME_UPPER and at the start for SAME_LOWER. x and y are [N, C, D1, ...]; `kernel` is D1...
+Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel);
 
 /// Applies the fused activation described by a node's internal attributes (_activation, _alpha, _beta) in place.
 /// Used by the reference Conv/Gemm/MatMul when the fusion pass has folded an activation into them.

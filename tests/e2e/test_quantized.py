@@ -1,0 +1,162 @@
+"""Models quantised by ONNX Runtime's quantiser run through `osprey run` and agree with ONNX Runtime (issue 11).
+
+Model: the trained ResNet-18 on scikit-learn's handwritten digits (tools/make_trained_resnet.py: real scans, a
+held-out split, 10 classes), quantised with `onnxruntime.quantization.quantize_static` at default settings (int8
+activations and weights, per-tensor, MinMax) in both formats (tools/quantize_models.py), calibrated on 32 held-out
+images and evaluated on 96 others. The quantised models are cached beside the test models
+(~/.cache/osprey/models/resnet18_digits.{qdq,qoperator}.onnx), so only the first run pays the ~15 s of quantisation.
+
+Oracle: ONNX Runtime 1.20 on the same model and images. Bounds, in units of the output's quantisation step (the scale
+of the DequantizeLinear that writes the logits, ~0.25 here):
+- QDQ against ORT with graph optimisations off (the graph's own arithmetic: DequantizeLinear -> float Conv ->
+  QuantizeLinear): the two differ only in the float summation order inside each Conv, which can move a value across
+  a rounding boundary of the next QuantizeLinear by one step; measured: 14 of 640 logits differ, by one step. Bound:
+  2 steps, same top-1 on every image.
+- QDQ against ORT's default (optimised) session: ORT then fuses DQ -> Conv -> Q into its own int8 kernels, which round
+  differently again; ORT's two sessions differ from each other by 1.24 (5 steps) with 63/64 top-1 agreement. Bound:
+  osprey is no farther from ORT-optimised than ORT-unoptimised is, plus one step; top-1 agreement >= 95%.
+- QOperator (QLinearConv, com.microsoft QLinearAdd / QLinearGlobalAveragePool / QGemm) against ORT's default session:
+  integer accumulation on both sides, float requantisation; measured 2 of 640 logits differ by one step. Bound: 2
+  steps, same top-1 on every image.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+import make_trained_resnet  # noqa: E402
+import quantize_models  # noqa: E402
+
+CALIBRATION = slice(0, 32)
+EVALUATION = slice(100, 196)
+TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def digits(model_cache):
+    paths = make_trained_resnet.ensure(model_cache)
+    images = np.load(paths["images"])
+    labels = np.load(paths["labels"])
+    return {"onnx": paths["onnx"], "images": images, "labels": labels}
+
+
+def output_step(model_path: Path) -> float:
+    """Scale of the DequantizeLinear that writes the model's first output."""
+    model = onnx.load(str(model_path))
+    out = model.graph.output[0].name
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if out in node.output:
+            assert node.op_type == "DequantizeLinear", f"output written by {node.op_type}"
+            return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
+    raise AssertionError(f"no node writes {out}")
+
+
+def run_osprey(run_cli, model: Path, images: np.ndarray, work_dir: Path) -> np.ndarray:
+    np.save(work_dir / "x.npy", images)
+    r = run_cli("run", model, "--input", f"input={work_dir / 'x.npy'}", "--output-dir", work_dir / "out",
+                timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    return np.load(work_dir / "out" / "logits.npy")
+
+
+def run_ort(model: Path, images: np.ndarray, optimise: bool) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    if not optimise:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"]).run(None, {"input": images})[0]
+
+
+def quantized(digits, fmt):
+    return quantize_models.ensure_quantized(digits["onnx"], digits["images"][CALIBRATION], fmt)
+
+
+def report(name, got, ref, step, labels):
+    diff = np.abs(got - ref)
+    print(f"{name}: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
+          f"{int((diff > 0).sum())}/{diff.size} logits differ, top-1 agreement "
+          f"{(got.argmax(1) == ref.argmax(1)).mean():.4f}, accuracy osprey {(got.argmax(1) == labels).mean():.4f} "
+          f"reference {(ref.argmax(1) == labels).mean():.4f}")
+
+
+def test_qdq_matches_onnxruntime(digits, run_cli, work_dir):
+    model = quantized(digits, "qdq")
+    x = digits["images"][EVALUATION]
+    labels = digits["labels"][EVALUATION]
+    step = output_step(model)
+    got = run_osprey(run_cli, model, x, work_dir)
+    literal = run_ort(model, x, optimise=False)
+    fused = run_ort(model, x, optimise=True)
+    report("qdq vs ORT unoptimised", got, literal, step, labels)
+    report("qdq vs ORT optimised", got, fused, step, labels)
+    assert np.abs(got - literal).max() <= 2 * step + 1e-6
+    assert (got.argmax(1) == literal.argmax(1)).all()
+    ort_self = np.abs(literal - fused).max()
+    assert np.abs(got - fused).max() <= ort_self + step + 1e-6
+    assert (got.argmax(1) == fused.argmax(1)).mean() >= 0.95
+
+
+def test_qoperator_matches_onnxruntime(digits, run_cli, work_dir):
+    model = quantized(digits, "qoperator")
+    ops = {(n.domain, n.op_type) for n in onnx.load(str(model)).graph.node}
+    assert ("", "QLinearConv") in ops and ("com.microsoft", "QLinearAdd") in ops  # what the format is meant to test
+    x = digits["images"][EVALUATION]
+    labels = digits["labels"][EVALUATION]
+    step = output_step(model)
+    got = run_osprey(run_cli, model, x, work_dir)
+    ref = run_ort(model, x, optimise=True)
+    report("qoperator vs ORT", got, ref, step, labels)
+    assert np.abs(got - ref).max() <= 2 * step + 1e-6
+    assert (got.argmax(1) == ref.argmax(1)).all()
+
+
+def save(graph, path: Path, opset: int = 13) -> Path:
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return path
+
+
+def test_per_axis_scale_of_the_wrong_length_is_refused(run_cli, work_dir):
+    x = helper.make_tensor_value_info("x", TensorProto.INT8, [1, 3, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2, 2])
+    scale = numpy_helper.from_array(np.ones(5, np.float32), "scale")
+    node = helper.make_node("DequantizeLinear", ["x", "scale"], ["y"], name="dq", axis=1)
+    model = save(helper.make_graph([node], "g", [x], [y], [scale]), work_dir / "bad.onnx")
+    r = run_cli("run", model, "--random-inputs", "--output-dir", work_dir / "out")
+    assert r.returncode == 1
+    assert "per-axis scale should have shape [3]" in r.stderr and "got [5]" in r.stderr, r.stderr
+
+
+def test_contrib_op_outside_its_domain_is_unsupported(run_cli, work_dir):
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [4])
+    s = numpy_helper.from_array(np.ones((), np.float32), "s")
+    z = numpy_helper.from_array(np.zeros((), np.uint8), "z")
+    node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], name="add")
+    model = save(helper.make_graph([node], "g", [a], [y], [s, z]), work_dir / "default_domain.onnx")
+    r = run_cli("run", model, "--random-inputs", "--output-dir", work_dir / "out")
+    assert r.returncode == 1 and "unsupported op" in r.stderr and "QLinearAdd" in r.stderr, r.stderr
+
+
+def test_quantize_rounds_half_to_even_and_saturates(run_cli, work_dir):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT8, [8])
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "scale")
+    zp = numpy_helper.from_array(np.array(1, np.int8), "zp")
+    node = helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], name="q")
+    model = save(helper.make_graph([node], "g", [x], [y], [scale, zp]), work_dir / "q.onnx")
+    values = np.array([0.25, 0.75, -0.25, -0.75, 1.25, 100.0, -100.0, 0.0], np.float32)
+    np.save(work_dir / "x.npy", values)
+    r = run_cli("run", model, "--input", f"x={work_dir / 'x.npy'}", "--output-dir", work_dir / "out")
+    assert r.returncode == 0, r.stderr
+    # x / 0.5 = 0.5, 1.5, -0.5, -1.5, 2.5 -> 0, 2, 0, -2, 2 (half to even); + 1; 200 and -200 saturate.
+    expected = np.array([1, 3, 1, -1, 3, 127, -128, 1], np.int8)
+    np.testing.assert_array_equal(np.load(work_dir / "out" / "y.npy"), expected)

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Quantises a float ONNX model with ONNX Runtime's quantiser (`onnxruntime.quantization.quantize_static`, default
+settings: int8 activations and weights, per-tensor, MinMax calibration) and caches the result beside the test models.
+
+Usage: tools/quantize_models.py MODEL.onnx CALIBRATION.npy [--format qdq|qoperator] [--out OUT.onnx] [--samples N]
+
+Formats: "qdq" (QuantizeLinear/DequantizeLinear pairs around float ops, what ORT recommends on x64) and "qoperator"
+(QLinearConv, QLinearMatMul and the com.microsoft ops QLinearAdd, QLinearGlobalAveragePool, QGemm).
+The calibration reader feeds the first N images of CALIBRATION.npy ([n, C, H, W] float32, already normalised) one at
+a time. The output is written to a temporary name and renamed, so an interrupted run never leaves a half-written
+model that a later run would take for a cached one. Seeded by construction (MinMax calibration has no randomness).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+FORMATS = ("qdq", "qoperator")
+
+
+def quantized_path(model: Path, fmt: str, out_dir: Path = None) -> Path:
+    model = Path(model)
+    out_dir = Path(out_dir) if out_dir is not None else model.parent
+    return out_dir / f"{model.stem}.{fmt}.onnx"
+
+
+def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, samples: int = 32,
+                     force: bool = False) -> Path:
+    """Path of MODEL quantised in `fmt`; quantises it first when the cached file is missing (or force).
+    `calibration`: a [n, C, H, W] float32 array or the path of a .npy holding one."""
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    model = Path(model)
+    out = Path(out) if out is not None else quantized_path(model, fmt)
+    if out.exists() and not force:
+        return out
+    images = np.load(calibration) if isinstance(calibration, (str, Path)) else calibration
+    input_name = onnx.load(str(model), load_external_data=False).graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{input_name: images[i:i + 1].astype(np.float32)} for i in range(min(samples, len(images)))])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp.onnx", dir=out.parent)
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    try:
+        quantize_static(str(model), tmp, Reader(),
+                        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("calibration", type=Path, help=".npy of normalised [n, C, H, W] float32 images")
+    ap.add_argument("--format", choices=FORMATS, default="qdq")
+    ap.add_argument("--out", type=Path, default=None, help="default: MODEL's folder, MODEL.<format>.onnx")
+    ap.add_argument("--samples", type=int, default=32, help="calibration images (default 32)")
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args(argv)
+    print(ensure_quantized(args.model, args.calibration, args.format, args.out, args.samples, args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
