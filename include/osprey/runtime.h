@@ -131,9 +131,20 @@ class WeightStore {
   void Hold(const Tensor& t);
   void Unhold(const Tensor& t);
   int Holders(const Tensor& t) const;
-  /// Bytes of live unique weights held through this store.
+  /// A buffer derived from the stored tensor `source` (its weights reordered into the layout a kernel prefers, say),
+  /// named by `key` (the derivation: layouts, scale). The first call's `fill` writes `bytes` into a new buffer charged
+  /// to this store; while that buffer lives, every call with the same source buffer and key gets it, so the plans,
+  /// batch sizes and models that share a weight share its packed forms too.
+  std::shared_ptr<Buffer> Derive(const Tensor& source, const std::string& key, size_t bytes,
+                                 const std::function<void(void* data)>& fill);
+  /// Bytes of live unique weights and their derived (packed) forms held through this store.
   int64_t BytesLive() const { return account_->BytesLive(); }
   size_t NumLive() const;
+  /// Bytes the constants of `graph` would add if interned now: those without a live equal tensor here (what loading
+  /// a model that shares a backbone with loaded ones really costs). Hashes every constant; stores nothing.
+  int64_t BytesNotStored(const Graph& graph) const;
+  /// Live derived buffers (for tests and statistics).
+  size_t NumDerivedLive() const;
 
  private:
   mutable std::mutex mu_;
@@ -146,6 +157,13 @@ class WeightStore {
   std::unordered_multimap<uint64_t, Entry> entries_;
   std::unordered_map<const Buffer*, int> holders_;
   size_t interns_since_sweep_ = 0;
+  struct DerivedEntry {
+    std::weak_ptr<Buffer> source;  // identity of the source: an address reused by a later buffer never matches
+    std::weak_ptr<Buffer> derived;
+  };
+  std::unordered_map<std::string, DerivedEntry> derived_;
+  bool FindLocked(uint64_t key, const Tensor& t, std::shared_ptr<Buffer>* found) const;
+  size_t derives_since_sweep_ = 0;
 };
 
 struct ModelOptions {

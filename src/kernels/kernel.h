@@ -2,6 +2,7 @@
 // The kernel interface shared by reference and fast (oneDNN) kernels.
 // Life cycle (after XNNPACK): a factory creates and prepares a kernel for concrete shapes at compile time; Run is
 // called per execution with buffers and must not allocate large memory.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ struct KernelBuildContext {
   /// CompileOptions::precision == kBf16: Conv/Gemm/MatMul factories compute in bfloat16 (fp32 in and out) where
   /// oneDNN offers it, and fall back to float32 otherwise.
   bool bf16 = false;
+  /// Shares what a factory derives from a constant input (prepacked weights) across plans, batch sizes and models:
+  /// returns the live buffer derived from `source` under `key`, or a new accounted one of `bytes` written by `fill`.
+  /// Empty when compiling without a weight store; the factory then allocates its own.
+  std::function<std::shared_ptr<Buffer>(const Tensor& source, const std::string& key, size_t bytes,
+                                        const std::function<void(void* data)>& fill)>
+      derive_weight;
   /// Layout of each input / output. Empty means all kPlain. A factory must honour these exactly (or return nullptr
   /// when they are all kPlain and it declines).
   std::vector<Layout> input_layouts;

@@ -163,6 +163,13 @@ KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, in
   }
   bc.num_threads = num_threads;
   bc.bf16 = bf16;
+  if (st.weights) {
+    WeightStore* store = st.weights;
+    bc.derive_weight = [store](const Tensor& source, const std::string& key, size_t bytes,
+                               const std::function<void(void*)>& fill) {
+      return store->Derive(source, key, bytes, fill);
+    };
+  }
   return bc;
 }
 

@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <cstring>
+#include <set>
+
 #include "core/hash.h"
 #include "osprey/runtime.h"
 
@@ -16,17 +20,24 @@ uint64_t ContentHash(const Tensor& t) {
 }
 }  // namespace
 
-Tensor WeightStore::Intern(const Tensor& t) {
-  const uint64_t key = ContentHash(t);
-  std::lock_guard<std::mutex> lock(mu_);
+bool WeightStore::FindLocked(uint64_t key, const Tensor& t, std::shared_ptr<Buffer>* found) const {
   auto range = entries_.equal_range(key);
   for (auto it = range.first; it != range.second; ++it) {
     std::shared_ptr<Buffer> buf = it->second.buffer.lock();
     if (!buf || it->second.dtype != t.dtype() || it->second.shape != t.shape()) continue;
     // Equal hashes are confirmed byte by byte, so a collision can never alias two different weights.
     if (t.nbytes() && std::memcmp(buf->data(), t.raw(), t.nbytes()) != 0) continue;
-    return Tensor::View(t.dtype(), t.shape(), buf, 0);
+    *found = std::move(buf);
+    return true;
   }
+  return false;
+}
+
+Tensor WeightStore::Intern(const Tensor& t) {
+  const uint64_t key = ContentHash(t);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Buffer> found;
+  if (FindLocked(key, t, &found)) return Tensor::View(t.dtype(), t.shape(), found, 0);
   Tensor copy = t.Clone(account_);
   entries_.emplace(key, Entry{copy.buffer(), t.dtype(), t.shape()});
   // Drop entries whose weights died, now and then, so the table stays proportional to live weights.
@@ -36,6 +47,57 @@ Tensor WeightStore::Intern(const Tensor& t) {
       it = it->second.buffer.expired() ? entries_.erase(it) : std::next(it);
   }
   return copy;
+}
+
+int64_t WeightStore::BytesNotStored(const Graph& graph) const {
+  int64_t bytes = 0;
+  std::set<const void*> seen;
+  for (const auto& [id, t] : graph.constants) {
+    if (!seen.insert(t.raw()).second) continue;
+    const uint64_t key = ContentHash(t);
+    std::shared_ptr<Buffer> found;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!FindLocked(key, t, &found)) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+std::shared_ptr<Buffer> WeightStore::Derive(const Tensor& source, const std::string& key, size_t bytes,
+                                            const std::function<void(void* data)>& fill) {
+  const std::shared_ptr<Buffer>& source_buffer = source.buffer();
+  OSPREY_CHECK(source_buffer != nullptr);
+  const auto offset = static_cast<const char*>(source.raw()) - static_cast<const char*>(source_buffer->data());
+  const std::string full_key = std::to_string(reinterpret_cast<uintptr_t>(source_buffer.get())) + "+" +
+                               std::to_string(offset) + "/" + key;
+  auto find_live = [&]() -> std::shared_ptr<Buffer> {
+    auto it = derived_.find(full_key);
+    if (it == derived_.end() || it->second.source.lock() != source_buffer) return nullptr;
+    return it->second.derived.lock();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto hit = find_live()) return hit;
+  }
+  // Filled outside the lock: packing a large weight takes milliseconds and must not serialise other models' compiles.
+  // Two compiles racing on one key both fill; the first to finish is kept.
+  std::shared_ptr<Buffer> made = Allocator::Host().Allocate(std::max<size_t>(bytes, 64), account_);
+  fill(made->data());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto hit = find_live()) return hit;
+  derived_[full_key] = DerivedEntry{source_buffer, made};
+  if (++derives_since_sweep_ >= 256 && derives_since_sweep_ >= derived_.size()) {
+    derives_since_sweep_ = 0;
+    for (auto it = derived_.begin(); it != derived_.end();)
+      it = it->second.derived.expired() ? derived_.erase(it) : std::next(it);
+  }
+  return made;
+}
+
+size_t WeightStore::NumDerivedLive() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [k, e] : derived_) n += !e.derived.expired();
+  return n;
 }
 
 size_t WeightStore::NumLive() const {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -288,15 +289,32 @@ struct ModelManager::Impl {
   // Loads `e` (status already kLoading, lock released by the caller). Returns with the lock held and status set.
   void LoadLocked(std::unique_lock<std::mutex>& lock, Entry& e) {
     const fs::path name_dir = fs::path(options.repository) / e.name;
-    std::error_code ec;
-    const auto file_bytes = fs::file_size(name_dir / e.version / "model.onnx", ec);
-    const int64_t estimate = ec ? 0 : static_cast<int64_t>(file_bytes);
+    log::Event(log::Level::kInfo, "model_loading", "loading model '" + e.name + "' version " + e.version,
+               {{"model", e.name}, {"version", e.version}});
+    const auto load_start = Clock::now();
+    // Read first, outside the lock: a model costs the bytes of its weights that no loaded model shares, known only
+    // once they are read (a tenant on a loaded backbone costs its head, not its file size). Evicting for the file size
+    // would push out the very models it shares with.
+    lock.unlock();
+    std::optional<ModelDirectory> parsed;
+    std::string failure;
+    int64_t estimate = 0;
+    try {
+      parsed = OpenForServing(name_dir, e.version);
+      // Twice: the kernels pack (reorder) most weights into a second copy at the first request.
+      estimate = 2 * weight_store->BytesNotStored(parsed->graph);
+    } catch (const std::exception& ex) {
+      failure = ex.what();
+      if (failure.empty()) failure = "unknown error";
+    }
+    lock.lock();
     bool evicted = false;
-    if (!MakeRoomLocked(estimate, &e, &evicted)) {
+    if (parsed && !MakeRoomLocked(estimate, &e, &evicted)) {
       const int64_t accounted = AccountedLocked();
       e.status = ModelStatus::kUnavailable;
       e.cv.notify_all();
       lock.unlock();
+      parsed.reset();
       if (evicted) ReturnMemoryToOs();
       lock.lock();
       throw Error(ErrorCode::kResourceExhausted,
@@ -308,14 +326,12 @@ struct ModelManager::Impl {
     reserved_bytes += estimate;
     lock.unlock();
     if (evicted) ReturnMemoryToOs();
-    log::Event(log::Level::kInfo, "model_loading", "loading model '" + e.name + "' version " + e.version,
-               {{"model", e.name}, {"version", e.version}});
-    const auto load_start = Clock::now();
 
     std::shared_ptr<LoadedModel> loaded;
-    std::string failure;
     try {
-      ModelDirectory md = OpenForServing(name_dir, e.version);
+      if (!parsed) throw std::runtime_error(failure);
+      ModelDirectory md = std::move(*parsed);
+      parsed.reset();
       const inference::ModelConfig declared = ReadDeclaredConfig(name_dir);
       ApplyBatching(declared, &md);
       auto config = std::make_shared<const inference::ModelConfig>(
@@ -360,7 +376,7 @@ struct ModelManager::Impl {
       e.reason.clear();
       ++stats.loads;
       Touch(e);
-      // The estimate was the file size; the real figure may be larger. Others go if the budget is now exceeded.
+      // The estimate may be short (arenas come at the first request). Others go if the budget is now exceeded.
       bool evicted_after = false;
       MakeRoomLocked(0, &e, &evicted_after);
       if (evicted_after) {
@@ -492,6 +508,16 @@ struct ModelManager::Impl {
       lock.lock();
       if (stopping) break;
       unloaded = trimmed > 0;
+      // Plans compiled by requests since the last load (packed weights, arenas) can push the accounted bytes over the
+      // budget: the least recently used models go, never the most recent one (it would only be loaded again).
+      if (options.memory_budget_bytes > 0 && AccountedLocked() > options.memory_budget_bytes) {
+        const Entry* newest = nullptr;
+        for (const auto& [key, e] : entries)
+          if (e->loaded && (!newest || e->lru_tick > newest->lru_tick)) newest = e.get();
+        bool evicted = false;
+        MakeRoomLocked(0, newest, &evicted);
+        unloaded = unloaded || evicted;
+      }
       if (idle <= 0) {
         if (unloaded) {
           lock.unlock();

@@ -92,11 +92,15 @@ X = np.random.default_rng(3).standard_normal((2, IN)).astype(np.float32)
 def test_lru_eviction_and_reload(start_repo, tmp_path):
     repo = tmp_path / "repo"
     w = {n: write_model(repo, n, 10 + i, 20 + i) for i, n in enumerate("ABC")}
-    # One model's accounted bytes, measured on an unbudgeted server.
+    # One model's accounted bytes after a request (weights, their packed forms, the arena), measured on an
+    # unbudgeted server.
     probe = start_repo(repo)
     assert probe.request("POST", "/v2/repository/models/A/load")[0] == 200
+    loaded = metric(probe, "osprey_accounted_bytes_total")
+    assert loaded >= IN * HIDDEN * 4
+    assert infer(probe, "A", X)[0] == 200
     one = metric(probe, "osprey_accounted_bytes_total")
-    assert one >= IN * HIDDEN * 4
+    assert one > loaded, "the packed weights and the arena of the first request are accounted"
     probe.kill()
 
     server = start_repo(repo, "--memory-budget", int(2.5 * one))
@@ -181,11 +185,17 @@ def test_shared_backbone_counted_once(start_repo, tmp_path):
     repo = tmp_path / "repo"
     names = [f"t{i}" for i in range(5)]
     w = {n: write_model(repo, n, 42, 300 + i) for i, n in enumerate(names)}  # same backbone seed, own head
-    server = start_repo(repo)
+    # Each tenant has run (so its kernels have packed their weights, and its arena exists): the backbone's packed
+    # form is shared like the backbone itself, and both are accounted.
+    server = start_repo(repo, "--arena-idle", 0)
     assert server.request("POST", f"/v2/repository/models/{names[0]}/load")[0] == 200
+    loaded = metric(server, "osprey_accounted_bytes_total")
+    assert infer(server, names[0], X)[0] == 200
     one = metric(server, "osprey_accounted_bytes_total")
+    assert one >= loaded + IN * HIDDEN * 4, ("the backbone's packed form is accounted", loaded, one)
     for n in names[1:]:
         assert server.request("POST", f"/v2/repository/models/{n}/load")[0] == 200
+        assert infer(server, n, X)[0] == 200
     total = metric(server, "osprey_accounted_bytes_total")
     print(f"accounted bytes: one model {one:.0f}, five sharing a backbone {total:.0f} ({total / one:.3f}x)")
     assert total <= 1.15 * one, (one, total)

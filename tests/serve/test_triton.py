@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from onnx import numpy_helper
 from tritonclient.utils import InferenceServerException
 
 RNG = np.random.default_rng(13)
@@ -198,8 +200,15 @@ def test_eviction_and_idle_reasons_are_logged(tmp_path, demo_model, start_repo):
     repo = tmp_path / "repo"
     for name in ("a", "b"):
         copy_model(repo, name, demo_model)
+    # b's weights differ from a's (identical copies would share their weights and both fit).
+    b = onnx.load(str(repo / "b" / "1" / "model.onnx"))
+    for init in b.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.001 if init.data_type == 1 else
+                                              numpy_helper.to_array(init), init.name))
+    onnx.save(b, str(repo / "b" / "1" / "model.onnx"))
     size = (demo_model / "1" / "model.onnx").stat().st_size
-    server = start_repo(repo, "--memory-budget", int(size * 1.6), "--idle-unload", 1)
+    # Room for one model (its weights and their packed copy), not two.
+    server = start_repo(repo, "--memory-budget", int(size * 2.6), "--idle-unload", 1)
     x = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 32, 32], "data": [0.0] * 1024}]}
     assert server.request("POST", "/v2/models/a/infer", x)[0] == 200
     assert server.request("POST", "/v2/models/b/infer", x)[0] == 200

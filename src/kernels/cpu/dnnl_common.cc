@@ -129,17 +129,59 @@ bool IsReferenceImpl(const dnnl::primitive_desc_base& pd) {
   return impl == nullptr || std::strncmp(impl, "ref", 3) == 0;
 }
 
-PackedWeight PackWeight(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to, float scale) {
+namespace {
+// Everything that decides where a weight element lands in a plain or blocked descriptor, as bytes; empty for other
+// format kinds (Winograd, packed RNN weights), whose packs are then not shared.
+std::string BlockedDescKey(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return {};
+  std::string key;
+  auto put = [&key](const auto& value) { key.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
+  put(d.ndims);
+  put(d.data_type);
+  put(d.offset0);
+  for (int i = 0; i < d.ndims; ++i) {
+    put(d.dims[i]);
+    put(d.padded_dims[i]);
+    put(d.padded_offsets[i]);
+    put(d.format_desc.blocking.strides[i]);
+  }
+  put(d.format_desc.blocking.inner_nblks);
+  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i) {
+    put(d.format_desc.blocking.inner_blks[i]);
+    put(d.format_desc.blocking.inner_idxs[i]);
+  }
+  put(d.extra.flags);
+  put(d.extra.compensation_mask);
+  put(d.extra.scale_adjust);
+  put(d.extra.asymm_compensation_mask);
+  return key;
+}
+}  // namespace
+
+PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
+                        const dnnl::memory::desc& to, float scale) {
+  auto fill = [&](void* data) {
+    dnnl::memory src = WrapMemory(from, source.raw());
+    dnnl::memory dst(to, CpuEngine(), data);
+    dnnl::primitive_attr attr;
+    if (scale != 1.f) attr.set_output_scales(0, {scale});
+    dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, attr);
+    dnnl::stream& stream = ThreadStream();
+    dnnl::reorder(pd).execute(stream, src, dst);
+    stream.wait();
+  };
   PackedWeight packed;
-  packed.buffer = Allocator::Host().Allocate(std::max<size_t>(to.get_size(), 64));
+  const std::string from_key = BlockedDescKey(from), to_key = BlockedDescKey(to);
+  if (ctx.derive_weight && source.buffer() && !from_key.empty() && !to_key.empty()) {
+    std::string key = "dnnl:" + from_key + "->" + to_key;
+    key.append(reinterpret_cast<const char*>(&scale), sizeof(scale));
+    packed.buffer = ctx.derive_weight(source, key, to.get_size(), fill);
+  } else {
+    packed.buffer = Allocator::Host().Allocate(std::max<size_t>(to.get_size(), 64));
+    fill(packed.buffer->data());
+  }
   packed.memory = dnnl::memory(to, CpuEngine(), packed.buffer->data());
-  dnnl::memory src = WrapMemory(from, data);
-  dnnl::primitive_attr attr;
-  if (scale != 1.f) attr.set_output_scales(0, {scale});
-  dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, attr);
-  dnnl::stream& stream = ThreadStream();
-  dnnl::reorder(pd).execute(stream, src, packed.memory);
-  stream.wait();
   return packed;
 }
 

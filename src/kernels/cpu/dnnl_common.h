@@ -80,16 +80,18 @@ bool ResolveAutoPad(const std::string& auto_pad, int64_t in, int64_t k_eff, int6
 /// kernel is then at least as good, so the factory declines.
 bool IsReferenceImpl(const dnnl::primitive_desc_base& pd);
 
-/// A weight reordered into the layout a primitive prefers, held in an accounted host buffer.
+/// A weight reordered into the layout a primitive prefers, in a host buffer shared through the weight store when the
+/// build context has one (charged to it) and private otherwise.
 struct PackedWeight {
   std::shared_ptr<Buffer> buffer;
   dnnl::memory memory;
 };
 
-/// Reorders `data` (described by `from`) into a new buffer laid out as `to`, multiplying by `scale` on the way.
-/// Runs on the calling thread at kernel creation.
-PackedWeight PackWeight(const dnnl::memory::desc& from, const void* data, const dnnl::memory::desc& to,
-                        float scale = 1.f);
+/// The constant `source` (described by `from`) reordered into the layout `to`, multiplied by `scale` on the way: the
+/// live pack of the same weight buffer, layouts and scale when the weight store has one (another plan, batch size or
+/// model made it), else a new one. Runs on the calling thread at kernel creation.
+PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
+                        const dnnl::memory::desc& to, float scale = 1.f);
 
 /// Scratchpad bytes the primitive needs per execution (user scratchpad mode).
 inline size_t ScratchpadBytes(const dnnl::primitive_desc_base& pd) { return pd.scratchpad_desc().get_size(); }

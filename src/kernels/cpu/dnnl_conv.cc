@@ -208,7 +208,7 @@ class DnnlConvKernel final : public Kernel {
     conv_src_md_ = pd_.src_desc();
     conv_ = dnnl::convolution_forward(pd_);
 
-    weight_ = PackWeight(WeightDesc(g, true), ctx.input_values[1]->raw(), pd_.weights_desc());
+    weight_ = PackWeight(ctx, WeightDesc(g, true), *ctx.input_values[1], pd_.weights_desc());
 
     reorder_src_ = conv_src_md_ != user_src_md_;
     reorder_dst_ = conv_dst_md_ != user_dst_md_;

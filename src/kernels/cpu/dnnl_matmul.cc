@@ -24,7 +24,7 @@ class DnnlMatMulKernel final : public Kernel {
   memory::desc a_md, b_md, dst_md;    // user layouts (b_md also describes a constant B before packing)
   Shape a_shape, b_shape, out_shape;  // run-time tensor shapes (ONNX shapes, before 1-D promotion)
   Source b_source = Source::kInput;
-  const void* b_constant = nullptr;
+  const Tensor* b_constant = nullptr;
   float b_scale = 1.f;       // folded into a constant B while packing
   float linear_alpha = 1.f;  // post-op scale when it cannot be folded
   Source bias_source = Source::kNone, add_source = Source::kNone;
@@ -34,12 +34,13 @@ class DnnlMatMulKernel final : public Kernel {
 
   // Creates the primitive: with `bf16` and a constant B, a bf16 one (A reordered to bf16 per run, B packed as bf16
   // once, fp32 accumulation, bias and output) when oneDNN has a fast one, else fp32.
-  bool Finish(const Node& node, bool bf16 = false) {
-    if (bf16 && b_source == Source::kConstant && FinishWith(node, true)) return true;
-    return FinishWith(node, false);
+  bool Finish(const KernelBuildContext& ctx) {
+    if (ctx.bf16 && b_source == Source::kConstant && FinishWith(ctx, true)) return true;
+    return FinishWith(ctx, false);
   }
 
-  bool FinishWith(const Node& node, bool bf16) {
+  bool FinishWith(const KernelBuildContext& ctx, bool bf16) {
+    const Node& node = ctx.node;
     const memory::data_type type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     const memory::desc src_md = WithDataType(a_md, type);
     dnnl::primitive_attr attr = BaseAttr();
@@ -68,7 +69,7 @@ class DnnlMatMulKernel final : public Kernel {
       name_ = bf16_name_;
     }
     matmul_ = dnnl::matmul(pd);
-    if (b_source == Source::kConstant) packed_b_ = PackWeight(b_md, b_constant, pd.weights_desc(), b_scale);
+    if (b_source == Source::kConstant) packed_b_ = PackWeight(ctx, b_md, *b_constant, pd.weights_desc(), b_scale);
     if (bias_source == Source::kConstant) bias_mem_ = memory(bias_md, CpuEngine(), c_constant->data());
     if (add_source == Source::kConstant) add_mem_ = memory(add_md, CpuEngine(), c_constant->data());
     scratch_md_ = pd.scratchpad_desc();
@@ -189,7 +190,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
   kernel->out_shape = ctx.output_shapes[0];
   if (IsConstant(ctx, 1)) {
     kernel->b_source = Source::kConstant;
-    kernel->b_constant = ctx.input_values[1]->raw();
+    kernel->b_constant = ctx.input_values[1];
   }
   if (has_bias) {
     if (b.size() < 2 || ctx.input_shapes[2] != Shape{n}) return nullptr;
@@ -205,7 +206,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
       std::memcpy(kernel->c_constant->data(), ctx.input_values[2]->raw(), n * sizeof(float));
     }
   }
-  if (!kernel->Finish(ctx.node, ctx.bf16)) return nullptr;
+  if (!kernel->Finish(ctx)) return nullptr;
   return kernel;
 }
 
@@ -232,7 +233,7 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
   kernel->out_shape = {m, n};
   if (IsConstant(ctx, 1)) {
     kernel->b_source = Source::kConstant;
-    kernel->b_constant = ctx.input_values[1]->raw();
+    kernel->b_constant = ctx.input_values[1];
     kernel->b_scale = alpha;
   } else {
     kernel->linear_alpha = alpha;
@@ -272,7 +273,7 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx) {
       kernel->add_md = PlainDesc(ToDims(c2));
     }
   }
-  if (!kernel->Finish(node, ctx.bf16)) return nullptr;
+  if (!kernel->Finish(ctx)) return nullptr;
   return kernel;
 }
 

@@ -238,6 +238,38 @@ TEST(Runtime, SharedWeightsCountedOnceAndFreedOnDrop) {
   EXPECT_EQ(Allocator::Host().BytesLive(), before) << "dropping the models returns every accounted byte";
 }
 
+// Oracle: the store's byte count and its live derived entries. Two models with a bit-identical conv and matmul
+// weight, each run once, hold one packed form of each (the second model's kernels reuse the first's), and their
+// outputs equal what a private store gives.
+TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
+  auto make = [] {
+    GraphBuilder b("packed", 13);
+    auto x = b.Input("x", DType::kF32, {2, 16, 12, 12});
+    auto conv = b.Op("Conv", {x, b.Constant(RandomTensor({32, 16, 3, 3}, 11))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+    auto pooled = b.Op("Flatten", {b.Op("GlobalAveragePool", {conv})});
+    b.Output(b.Op("MatMul", {pooled, b.Constant(RandomTensor({32, 24}, 12))}), "y");
+    return b.Finish();
+  };
+  auto store = std::make_shared<WeightStore>();
+  ModelOptions opts;
+  opts.weight_store = store;
+  const Tensor x = RandomTensor({2, 16, 12, 12}, 5);
+  Model a(make(), opts), b(make(), opts);
+  const int64_t weights_only = store->BytesLive();
+  const Tensor ya = a.Run({{"x", x}})[0].second;
+  const int64_t after_a = store->BytesLive();
+  const size_t packs = store->NumDerivedLive();
+  EXPECT_GE(packs, 1u) << "the conv or matmul weight is packed through the store";
+  EXPECT_GT(after_a, weights_only) << "packed weights are charged to the store";
+  const Tensor yb = b.Run({{"x", x}})[0].second;
+  EXPECT_EQ(store->NumDerivedLive(), packs) << "the second model reuses the first's packs";
+  EXPECT_EQ(store->BytesLive(), after_a) << "and adds no bytes";
+  ASSERT_EQ(ya.nbytes(), yb.nbytes());
+  EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  Model alone(make());
+  ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
+}
+
 TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
   // The TF1 failure: a new small graph per item. Here each graph is a value; memory returns to the baseline.
   const int64_t before = Allocator::Host().BytesLive();
