@@ -191,20 +191,35 @@ COMPILE_TIME_RE = re.compile(r"(\S+) '([^']*)': input (\d+) must be known when t
 MAX_CONSTANTIFY_ROUNDS = 6
 
 
+def _scoped_nodes(graph, prefix: str = "") -> list:
+    """(osprey's name, node, inner) for every node, If branches included: the importer names an unnamed node
+    <op>_<index in its graph>, and a node inlined from a folded If '<if name>/<then_branch|else_branch>/<its name>';
+    `inner` lists the nodes of the If branches under the node (empty for other nodes)."""
+    found = []
+    for i, n in enumerate(graph.node):
+        name = prefix + (n.name or f"{n.op_type}_{i}")
+        inner = []
+        for attr in n.attribute:
+            if n.op_type == "If" and attr.type == onnx.AttributeProto.GRAPH:
+                inner += _scoped_nodes(attr.g, f"{name}/{attr.name}/")
+        found.append((name, n, [m for _, m, _ in inner]))
+        found += inner
+    return found
+
+
 def _graph_inputs_feeding(model: onnx.ModelProto, message: str, feeds: dict) -> set:
     """Graph inputs that the value named in a `must be known when the model is compiled` error is computed from."""
     match = COMPILE_TIME_RE.search(message)
     if not match:
         return set()
     op_type, node_name, index = match.group(1), match.group(2), int(match.group(3))
-    nodes = list(model.graph.node)
-    node = next((n for n in nodes if n.name and n.name == node_name), None)
-    unnamed = re.fullmatch(re.escape(op_type) + r"_(\d+)", node_name)
-    if node is None and unnamed and int(unnamed.group(1)) < len(nodes):
-        node = nodes[int(unnamed.group(1))]  # the importer names unnamed nodes <op>_<index in the node list>
+    scoped = _scoped_nodes(model.graph)
+    node = next((n for name, n, _ in scoped if name == node_name), None)
     if node is None or node.op_type != op_type or index >= len(node.input):
         return set()
-    producers = {out: n for n in nodes for out in n.output}
+    # Value names are unique across an ONNX model's scopes, so one map serves the branches too. A value an If
+    # computes depends on its condition and on every value its branches read.
+    producers = {out: (n, inner) for _, n, inner in scoped for out in n.output}
     found, pending, seen = set(), [node.input[index]], set()
     while pending:
         value = pending.pop()
@@ -214,7 +229,10 @@ def _graph_inputs_feeding(model: onnx.ModelProto, message: str, feeds: dict) -> 
         if value in feeds:
             found.add(value)
         elif value in producers:
-            pending.extend(producers[value].input)
+            producer, inner = producers[value]
+            pending.extend(producer.input)
+            for m in inner:
+                pending.extend(m.input)
     return found
 
 
