@@ -8,6 +8,7 @@
 // item's own sequence length, so a reverse direction starts at each item's last valid step. Steps past an item's
 // length leave zeros in Y; Y_h / Y_c hold the state after the item's last processed step.
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,16 @@ namespace osprey {
 
 /// c[m, n] += sum_k a[m * depth + k] * b[n * depth + k] for m < rows, n < cols (row-major, b transposed).
 using RecurrentGemm = void (*)(const float* a, const float* b, float* c, int64_t rows, int64_t cols, int64_t depth);
+/// data[i] = act(clip(data[i])) for i < n, where clip(x) bounds x to [-clip, clip] when clip > 0.
+using RecurrentActivate = void (*)(const RecurrentActivation& act, float* data, int64_t n, float clip);
+
+/// RecurrentActivate with RecurrentActivation::Apply (libm), one element at a time: the reference.
+inline void ApplyRecurrentActivation(const RecurrentActivation& act, float* data, int64_t n, float clip) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = clip > 0.f ? std::min(std::max(data[i], -clip), clip) : data[i];
+    data[i] = act.Apply(x);
+  }
+}
 
 namespace recurrent_detail {
 
@@ -32,14 +43,12 @@ struct Dims {
   int64_t StateOffset(int64_t d, int64_t b) const { return (layout == 0 ? d * batch + b : b * dirs + d) * hidden; }
 };
 
-inline float Clip(float x, float clip) { return clip > 0.f ? std::min(std::max(x, -clip), clip) : x; }
-
 }  // namespace recurrent_detail
 
 /// Runs the RNN, GRU or LSTM node of `ctx` (inputs and outputs as the schema in src/ops/recurrent.cc checked them)
-/// with `gemm` for every matrix product. Items of the batch run in parallel (OpenMP) when there is enough work.
-inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm) {
-  using recurrent_detail::Clip;
+/// with `gemm` for every matrix product and `activate` for every activation. Items of the batch run in parallel
+/// (OpenMP) when there is enough work.
+inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate) {
   const Node& node = ctx.node;
   const RecurrentSpec spec = ParseRecurrentSpec(node);
   const bool gru = node.op_type == "GRU", lstm = node.op_type == "LSTM";
@@ -74,94 +83,109 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm) {
   float* y_c = lstm && num_outputs > 2 && ctx.outputs[2] ? ctx.Out(2).data<float>() : nullptr;
   if (y) std::fill(y, y + ctx.Out(0).numel(), 0.f);
 
-  // Work space: the input projection of every step of one direction (a Tensor, so the host memory limit applies).
+  // Work space: the input projection of every step, per direction (a Tensor, so the host memory limit applies).
   const int64_t rows = seq * batch;
-  Tensor projection(DType::kF32, Shape{rows, gh});
-  float* xw = projection.data<float>();
-
+  Tensor projection(DType::kF32, Shape{dims.dirs, rows, gh});
   for (int64_t d = 0; d < dims.dirs; ++d) {
-    const float* wd = w.data<float>() + d * gh * dims.input;
-    const float* rd = r.data<float>() + d * gh * hidden;
     const float* wb = ctx.HasIn(3) ? ctx.In(3).data<float>() + d * 2 * gh : nullptr;
     const float* rb = wb ? wb + gh : nullptr;
-    const float* peep = lstm && ctx.HasIn(7) ? ctx.In(7).data<float>() + d * 3 * hidden : nullptr;
     // Biases that add onto X·W^T directly: Wb + Rb, except GRU's Rbh with linear_before_reset (it is scaled by r).
     std::vector<float> input_bias(static_cast<size_t>(gh), 0.f);
     for (int64_t g = 0; g < gh; ++g) {
       const bool inside_reset = gru && spec.linear_before_reset && g >= 2 * hidden;
       input_bias[static_cast<size_t>(g)] = (wb ? wb[g] : 0.f) + (rb && !inside_reset ? rb[g] : 0.f);
     }
+    float* xw = projection.data<float>() + d * rows * gh;
     for (int64_t row = 0; row < rows; ++row) std::copy(input_bias.begin(), input_bias.end(), xw + row * gh);
-    gemm(x.data<float>(), wd, xw, rows, gh, dims.input);
-    const bool reverse = spec.reverse || d == 1;
-    const int di = static_cast<int>(d);
+    gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
+  }
 
-#pragma omp parallel for schedule(static) if (batch > 1 && seq * gh * hidden >= (int64_t{1} << 16))
+  // The recurrence: directions and items are independent, so (direction, item) pairs run in parallel. An exception
+  // may not leave an OpenMP region: the first one is kept and rethrown after it.
+  std::exception_ptr failure;
+#pragma omp parallel for collapse(2) schedule(static) if (dims.dirs * batch > 1 && seq * gh * hidden >= (1 << 16))
+  for (int64_t d = 0; d < dims.dirs; ++d) {
     for (int64_t b = 0; b < batch; ++b) {
-      std::vector<float> h(static_cast<size_t>(hidden), 0.f), c(static_cast<size_t>(hidden), 0.f);
-      std::vector<float> gates(static_cast<size_t>(gh)), scratch(static_cast<size_t>(hidden));
-      const int64_t state = dims.StateOffset(d, b);
-      if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
-      if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
-      const int64_t len = lengths[static_cast<size_t>(b)];
-      for (int64_t step = 0; step < len; ++step) {
-        const int64_t t = reverse ? len - 1 - step : step;
-        const float* xw_t = xw + dims.XRow(t, b) * gh;
-        if (gru) {
-          // z and r: f(xw + h·R^T); h gate: g(xw + (r*h)·Rh^T) or, with linear_before_reset, g(xw + r*(h·Rh^T + Rbh)).
-          const RecurrentActivation& f = spec.Activation(di, 0);
-          const RecurrentActivation& g = spec.Activation(di, 1);
-          std::copy(xw_t, xw_t + 2 * hidden, gates.data());
-          gemm(h.data(), rd, gates.data(), 1, 2 * hidden, hidden);
-          for (int64_t k = 0; k < 2 * hidden; ++k) gates[k] = f.Apply(Clip(gates[k], spec.clip));
-          const float* z = gates.data();
-          const float* reset = gates.data() + hidden;
-          const float* rh = rd + 2 * hidden * hidden;
-          float* cand = gates.data() + 2 * hidden;
-          if (spec.linear_before_reset) {
-            for (int64_t k = 0; k < hidden; ++k) scratch[k] = rb ? rb[2 * hidden + k] : 0.f;
-            gemm(h.data(), rh, scratch.data(), 1, hidden, hidden);
-            for (int64_t k = 0; k < hidden; ++k)
-              cand[k] = g.Apply(Clip(xw_t[2 * hidden + k] + reset[k] * scratch[k], spec.clip));
+      try {
+        const float* xw = projection.data<float>() + d * rows * gh;
+        const float* rd = r.data<float>() + d * gh * hidden;
+        const float* rb = ctx.HasIn(3) ? ctx.In(3).data<float>() + d * 2 * gh + gh : nullptr;
+        const float* peep = lstm && ctx.HasIn(7) ? ctx.In(7).data<float>() + d * 3 * hidden : nullptr;
+        const bool reverse = spec.reverse || d == 1;
+        const int di = static_cast<int>(d);
+        std::vector<float> h(static_cast<size_t>(hidden), 0.f), c(static_cast<size_t>(hidden), 0.f);
+        std::vector<float> gates(static_cast<size_t>(gh)), scratch(static_cast<size_t>(hidden));
+        const int64_t state = dims.StateOffset(d, b);
+        if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
+        if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
+        const int64_t len = lengths[static_cast<size_t>(b)];
+        for (int64_t step = 0; step < len; ++step) {
+          const int64_t t = reverse ? len - 1 - step : step;
+          const float* xw_t = xw + dims.XRow(t, b) * gh;
+          if (gru) {
+            // z and r: f(xw + h·R^T); h gate: g(xw + (r*h)·Rh^T) or, with linear_before_reset,
+            // g(xw + r*(h·Rh^T + Rbh)).
+            std::copy(xw_t, xw_t + 2 * hidden, gates.data());
+            gemm(h.data(), rd, gates.data(), 1, 2 * hidden, hidden);
+            activate(spec.Activation(di, 0), gates.data(), 2 * hidden, spec.clip);
+            const float* z = gates.data();
+            const float* reset = gates.data() + hidden;
+            const float* rh = rd + 2 * hidden * hidden;
+            float* cand = gates.data() + 2 * hidden;
+            if (spec.linear_before_reset) {
+              for (int64_t k = 0; k < hidden; ++k) scratch[k] = rb ? rb[2 * hidden + k] : 0.f;
+              gemm(h.data(), rh, scratch.data(), 1, hidden, hidden);
+              for (int64_t k = 0; k < hidden; ++k) cand[k] = xw_t[2 * hidden + k] + reset[k] * scratch[k];
+            } else {
+              for (int64_t k = 0; k < hidden; ++k) scratch[k] = reset[k] * h[k];
+              std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, cand);
+              gemm(scratch.data(), rh, cand, 1, hidden, hidden);
+            }
+            activate(spec.Activation(di, 1), cand, hidden, spec.clip);
+            for (int64_t k = 0; k < hidden; ++k) h[k] = (1.f - z[k]) * cand[k] + z[k] * h[k];
+          } else if (lstm) {
+            const RecurrentActivation& f = spec.Activation(di, 0);
+            std::copy(xw_t, xw_t + gh, gates.data());
+            gemm(h.data(), rd, gates.data(), 1, gh, hidden);
+            float* gi = gates.data();
+            float* go = gates.data() + hidden;
+            float* gf = gates.data() + 2 * hidden;
+            float* gc = gates.data() + 3 * hidden;
+            if (peep) {
+              for (int64_t k = 0; k < hidden; ++k) gi[k] += peep[k] * c[k];
+              for (int64_t k = 0; k < hidden; ++k) gf[k] += peep[2 * hidden + k] * c[k];
+            }
+            activate(f, gi, hidden, spec.clip);
+            if (spec.input_forget) {
+              for (int64_t k = 0; k < hidden; ++k) gf[k] = 1.f - gi[k];
+            } else {
+              activate(f, gf, hidden, spec.clip);
+            }
+            activate(spec.Activation(di, 1), gc, hidden, spec.clip);
+            for (int64_t k = 0; k < hidden; ++k) c[k] = gf[k] * c[k] + gi[k] * gc[k];
+            if (peep)
+              for (int64_t k = 0; k < hidden; ++k) go[k] += peep[hidden + k] * c[k];
+            activate(f, go, hidden, spec.clip);
+            std::copy(c.begin(), c.end(), scratch.begin());
+            activate(spec.Activation(di, 2), scratch.data(), hidden, 0.f);
+            for (int64_t k = 0; k < hidden; ++k) h[k] = go[k] * scratch[k];
           } else {
-            for (int64_t k = 0; k < hidden; ++k) scratch[k] = reset[k] * h[k];
-            std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, cand);
-            gemm(scratch.data(), rh, cand, 1, hidden, hidden);
-            for (int64_t k = 0; k < hidden; ++k) cand[k] = g.Apply(Clip(cand[k], spec.clip));
+            std::copy(xw_t, xw_t + hidden, scratch.data());
+            gemm(h.data(), rd, scratch.data(), 1, hidden, hidden);
+            activate(spec.Activation(di, 0), scratch.data(), hidden, spec.clip);
+            std::copy(scratch.begin(), scratch.end(), h.begin());
           }
-          for (int64_t k = 0; k < hidden; ++k) h[k] = (1.f - z[k]) * cand[k] + z[k] * h[k];
-        } else if (lstm) {
-          const RecurrentActivation& f = spec.Activation(di, 0);
-          const RecurrentActivation& g = spec.Activation(di, 1);
-          const RecurrentActivation& act_h = spec.Activation(di, 2);
-          std::copy(xw_t, xw_t + gh, gates.data());
-          gemm(h.data(), rd, gates.data(), 1, gh, hidden);
-          const float* gi = gates.data();
-          const float* go = gates.data() + hidden;
-          const float* gf = gates.data() + 2 * hidden;
-          const float* gc = gates.data() + 3 * hidden;
-          for (int64_t k = 0; k < hidden; ++k) {
-            const float i_gate = f.Apply(Clip(gi[k] + (peep ? peep[k] * c[k] : 0.f), spec.clip));
-            const float f_gate = spec.input_forget
-                                     ? 1.f - i_gate
-                                     : f.Apply(Clip(gf[k] + (peep ? peep[2 * hidden + k] * c[k] : 0.f), spec.clip));
-            const float candidate = g.Apply(Clip(gc[k], spec.clip));
-            c[k] = f_gate * c[k] + i_gate * candidate;
-            const float o_gate = f.Apply(Clip(go[k] + (peep ? peep[hidden + k] * c[k] : 0.f), spec.clip));
-            h[k] = o_gate * act_h.Apply(c[k]);
-          }
-        } else {
-          const RecurrentActivation& f = spec.Activation(di, 0);
-          std::copy(xw_t, xw_t + hidden, scratch.data());
-          gemm(h.data(), rd, scratch.data(), 1, hidden, hidden);
-          for (int64_t k = 0; k < hidden; ++k) h[k] = f.Apply(Clip(scratch[k], spec.clip));
+          if (y) std::copy(h.begin(), h.end(), y + dims.YOffset(t, d, b));
         }
-        if (y) std::copy(h.begin(), h.end(), y + dims.YOffset(t, d, b));
+        if (y_h) std::copy(h.begin(), h.end(), y_h + state);
+        if (y_c) std::copy(c.begin(), c.end(), y_c + state);
+      } catch (...) {
+#pragma omp critical(osprey_recurrent_failure)
+        if (!failure) failure = std::current_exception();
       }
-      if (y_h) std::copy(h.begin(), h.end(), y_h + state);
-      if (y_c) std::copy(c.begin(), c.end(), y_c + state);
     }
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace osprey

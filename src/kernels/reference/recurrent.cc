@@ -33,7 +33,7 @@ void GemmTransB(const float* a, const float* b, float* c, int64_t rows, int64_t 
   }
 }
 
-void RecurrentKernel(KernelContext& ctx) { RunRecurrent(ctx, GemmTransB); }
+void RecurrentKernel(KernelContext& ctx) { RunRecurrent(ctx, GemmTransB, ApplyRecurrentActivation); }
 
 }  // namespace
 
