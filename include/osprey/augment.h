@@ -104,6 +104,9 @@ class Pipeline {
 
   /// Images one application needs: 4 when the pipeline starts with Mosaic, else 1.
   int images_needed() const;
+  /// True when the pipeline ends in Normalize: Apply then returns a float32 [H, W, C] image whenever that step fires
+  /// (uint8 when it does not, as in Albumentations). Normalize anywhere else is refused when the pipeline is parsed.
+  bool returns_float() const;
   /// Box filtering rules from the spec's bbox_params (defaults: keep everything with positive area).
   const BoxFilter& box_filter() const;
   /// One line per transform, indented by nesting (for --help-style output and logs).

@@ -14,7 +14,8 @@ controls it. `mask=` (one array) and `masks=` (a list) of uint8 [H, W] or [H, W,
 neighbour, 0 outside for constant borders), as Albumentations' defaults do. One call uses one thread, so DataLoader
 workers do not oversubscribe the CPU; the GIL is released while it runs. `keypoints=` in keypoint_params' format
 'xy' or 'yx' (extra values per point travel along) move with the warp; those that leave the image are removed
-(remove_invisible) with their keypoint label fields. Not supported: angle/scale keypoint formats, Mosaic (needs four
+(remove_invisible) with their keypoint label fields. A pipeline that ends in Normalize returns a float32 image (uint8
+when that step does not fire, as in Albumentations). Not supported: angle/scale keypoint formats, Mosaic (needs four
 images: use `osprey augment`).
 """
 from __future__ import annotations

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "augment/transforms.h"
 #include "osprey/error.h"
 
 namespace osprey::augment {
@@ -190,6 +191,97 @@ int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std
     }
     o.polygons = std::move(polys);
     MoveKeypoints(o.keypoints, forward, clip);
+    kept.push_back(std::move(o));
+  }
+  const int64_t removed = static_cast<int64_t>(objects.size() - kept.size());
+  objects = std::move(kept);
+  return removed;
+}
+
+namespace {
+
+// Inverse of a non-decreasing pixel map at a continuous coordinate: the continuous output coordinate whose pixel
+// samples it (linear between neighbouring pixels); false when it lies outside what the map reaches.
+bool InverseMap(const std::vector<float>& map, double coord, double* out) {
+  const double u = coord - 0.5;  // pixel-index position
+  const size_t n = map.size();
+  if (n == 0 || u < map[0] || u > map[n - 1]) return false;
+  const size_t hi = static_cast<size_t>(std::lower_bound(map.begin(), map.end(), u) - map.begin());
+  if (hi == 0) {
+    *out = 0.5;
+    return true;
+  }
+  const double a = map[hi - 1], b = map[hi];
+  *out = double(hi - 1) + (b > a ? (u - a) / (b - a) : 0.0) + 0.5;
+  return true;
+}
+
+bool InverseRemap(const SeparableRemap& r, double x, double y, double* ox, double* oy) {
+  return InverseMap(r.map_x, x, ox) && InverseMap(r.map_y, y, oy);
+}
+
+// Output pixel range [first, last] whose nearest source index (cv2.remap INTER_NEAREST rounds) lies in [lo, hi]; false
+// when none does.
+bool MaskSpan(const std::vector<float>& map, int64_t lo, int64_t hi, int64_t* first, int64_t* last) {
+  *first = -1;
+  for (size_t i = 0; i < map.size(); ++i) {
+    const int64_t src = static_cast<int64_t>(std::nearbyint(map[i]));
+    if (src < lo || src > hi) continue;
+    if (*first < 0) *first = static_cast<int64_t>(i);
+    *last = static_cast<int64_t>(i);
+  }
+  return *first >= 0;
+}
+
+void RemapKeypoints(std::vector<double>& keypoints, const SeparableRemap& r, double w, double h) {
+  for (size_t i = 0; i + 2 < keypoints.size(); i += 3) {
+    if (keypoints[i + 2] <= 0) continue;
+    double x, y;
+    if (InverseRemap(r, keypoints[i], keypoints[i + 1], &x, &y) && x >= 0 && x < w && y >= 0 && y < h) {
+      keypoints[i] = x, keypoints[i + 1] = y;
+    } else {
+      keypoints[i] = keypoints[i + 1] = keypoints[i + 2] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoints, const SeparableRemap& remap,
+                     int64_t w, int64_t h, const BoxFilter& filter) {
+  RemapKeypoints(keypoints, remap, double(w), double(h));
+  std::vector<Object> kept;
+  kept.reserve(objects.size());
+  for (Object& o : objects) {
+    auto index = [](double v, int64_t n) {
+      return std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(v)), 0, n - 1);
+    };
+    int64_t c0, c1, r0, r1;
+    if (!MaskSpan(remap.map_x, index(o.x0, w), index(o.x1, w), &c0, &c1) ||
+        !MaskSpan(remap.map_y, index(o.y0, h), index(o.y1, h), &r0, &r1))
+      continue;
+    const double bw = double(c1 - c0), bh = double(r1 - r0);
+    if (!(bw > 0 && bh > 0) || bw * bh < filter.min_area || bw < filter.min_width || bh < filter.min_height) continue;
+    o.x0 = double(c0), o.y0 = double(r0), o.x1 = double(c1), o.y1 = double(r1);
+    std::vector<std::vector<double>> polys;
+    for (const std::vector<double>& flat : o.polygons) {
+      Poly p;
+      for (size_t i = 0; i + 1 < flat.size(); i += 2) {
+        double x, y;
+        // A vertex beyond the field's reach (the map does not cover the whole image) stays at the nearest edge.
+        if (!InverseRemap(remap, flat[i], flat[i + 1], &x, &y)) {
+          x = std::clamp(flat[i], 0.0, double(w)), y = std::clamp(flat[i + 1], 0.0, double(h));
+        }
+        p.push_back({x, y});
+      }
+      p = ClipToRect(std::move(p), {0, 0, double(w), double(h)});
+      if (p.size() < 3) continue;
+      std::vector<double> out;
+      for (const auto& q : p) out.push_back(q[0]), out.push_back(q[1]);
+      polys.push_back(std::move(out));
+    }
+    o.polygons = std::move(polys);
+    RemapKeypoints(o.keypoints, remap, double(w), double(h));
     kept.push_back(std::move(o));
   }
   const int64_t removed = static_cast<int64_t>(objects.size() - kept.size());

@@ -40,6 +40,15 @@ void MoveKeypoints(std::vector<double>& keypoints, const Mat3& forward, const st
 int64_t MoveObjects(std::vector<Object>& objects, const Mat3& forward, const std::array<double, 4>& clip,
                     const BoxFilter& filter);
 
+struct SeparableRemap;
+/// Moves objects and free keypoints through a separable displacement field (GridDistortion) on a w x h image, as
+/// Albumentations 2.x: a box becomes the bounds of its pixel mask (columns round(x0) .. round(x1), rows likewise)
+/// remapped nearest-neighbour, in its pixel-index convention; points (polygons, keypoints) move through the field's
+/// inverse (each map is non-decreasing), polygons clipped, keypoints outside become 0, 0, 0. Objects whose mask
+/// vanishes or whose box fails `filter` are removed; returns how many.
+int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoints, const SeparableRemap& remap,
+                     int64_t w, int64_t h, const BoxFilter& filter);
+
 /// For a warp whose border reflects (border_mode 2 or 4), what Albumentations adds: each object mirrored into
 /// every cell of the reflection grid around the w x h source image that the output [0, ow] x [0, oh] reaches through
 /// `forward` (cells alternate flipped and unflipped, as the reflected pixels do). Copies keep the category and

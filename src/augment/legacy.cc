@@ -81,7 +81,8 @@ json FromAlbumentations13(const std::string& type, const json& j, const std::str
 
 // Albumentations 2.x writes every parameter, including new ones at values that change nothing. Those are dropped;
 // the same parameters at values that would change the result are refused by name. With `major` >= 2 the parameters
-// whose meaning changed get an internal marker (GaussianBlur: "_kernel_rule": "sigma", 2.x's size-from-sigma rule).
+// whose meaning changed get an internal marker (GaussianBlur: "_kernel_rule": "sigma", 2.x's size-from-sigma rule;
+// MotionBlur: "_kernel_rule": "v2", 2.x's line).
 json FromAlbumentations2(const std::string& type, const json& j, const std::string& path, int major) {
   if (!j.is_object()) return j;
   json out = j;
@@ -108,6 +109,7 @@ json FromAlbumentations2(const std::string& type, const json& j, const std::stri
       return true;
     }, "explicit padding amounts; osprey pads to min_height/min_width");
   if (major >= 2 && type == "GaussianBlur") out["_kernel_rule"] = "sigma";
+  if (major >= 2 && type == "MotionBlur") out["_kernel_rule"] = "v2";  // 2.x draws the kernel's line differently
   return out;
 }
 

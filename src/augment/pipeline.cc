@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "augment/filters.h"
 #include "augment/transforms.h"
 #include "osprey/dataset.h"
 #include "osprey/error.h"
@@ -61,6 +61,7 @@ struct Pipeline::Impl {
   // Mask settings the pipeline asks for that osprey does not apply (masks move nearest-neighbour, 0 outside, untouched
   // by photometric steps): Apply refuses masks when there are any, instead of doing something else silently.
   std::vector<std::string> mask_problems;
+  bool returns_float = false;  // ends in Normalize
 };
 
 namespace {
@@ -152,6 +153,19 @@ class Executor {
   }
 
   void AddGeo(const GeoStep& s) {
+    if (s.remap) {
+      // A displacement field is no matrix: the pending warp runs first, then the field on the host (filters.h).
+      FlushGeo();
+      RunGraph();
+      inputs_ = {RemapSeparable(inputs_[0], *s.remap, s.remap->interpolation)};
+      SeparableRemap mask_remap = *s.remap;
+      mask_remap.fill = 0;  // masks: 0 outside, nearest-neighbour
+      for (Tensor& mask : masks_) mask = RemapSeparable(mask, mask_remap, 0);
+      const int64_t dropped = RemapObjects(objects_, keypoints_, *s.remap, w_, h_, filter_);
+      if (report_) report_->objects_dropped += dropped, ++report_->warps;
+      StartGraph();
+      return;
+    }
     // Parameters are checked against the image before anything allocates: a resize or pad to an absurd size is a
     // clear error, not a multi-gigabyte buffer.
     constexpr int64_t kMaxPixels = int64_t{1} << 28;
@@ -169,6 +183,12 @@ class Executor {
 
   void AddPhoto(const PhotoStep& s) {
     FlushGeo();
+    if (s.host) {
+      RunGraph();
+      inputs_ = {s.host(inputs_[0])};
+      StartGraph();
+      return;
+    }
     if (s.op.empty()) {
       RunGraph();
       Tensor img = inputs_[0];
@@ -212,7 +232,7 @@ class Executor {
   void StartGraph() {
     const Tensor& img = inputs_[0];
     b_ = std::make_unique<GraphBuilder>("augment");
-    x_ = b_->Input("image", DType::kU8, {img.dim(0), img.dim(1), img.dim(2)});
+    x_ = b_->Input("image", img.dtype(), {img.dim(0), img.dim(1), img.dim(2)});
     has_ops_ = false;
     w_ = gw_ = img.dim(1), h_ = gh_ = img.dim(0), c_ = static_cast<int>(img.dim(2));
   }
@@ -272,7 +292,7 @@ class Executor {
     for (osprey::Node& n : g.nodes)
       if (n.op_type != "Concat") n.domain = "osprey";
     std::vector<TensorSpec> specs;
-    for (const Tensor& t : inputs_) specs.push_back(TensorSpec{DType::kU8, t.shape()});
+    for (const Tensor& t : inputs_) specs.push_back(TensorSpec{t.dtype(), t.shape()});
     CompileOptions opts;
     opts.num_threads = 1;
     std::shared_ptr<const Plan> plan = Compile(g, specs, opts);
@@ -397,9 +417,33 @@ void FindMaskSettings(const nlohmann::json& node, const std::string& path, std::
 
 }  // namespace
 
+namespace {
+
+// Normalize makes the image float32, which the steps after it (uint8 lookup tables, colour ops, encoders) do not take:
+// it may only be the last step of the top-level Compose. Returns whether the pipeline has it there.
+bool CheckNormalizeLast(const PipelineNode& node, const std::string& path, bool is_root, bool last_top_level) {
+  if (node.kind == PipelineNode::kLeaf) {
+    if (node.name != "Normalize") return false;
+    if (!last_top_level)
+      throw Error(ErrorCode::kUnsupported,
+                  "pipeline: " + path +
+                      ": Normalize must be the last step of the top-level "
+                      "Compose (it makes the image float32, which the other steps do not take)");
+    return true;
+  }
+  bool found = false;
+  for (size_t i = 0; i < node.children.size(); ++i)
+    found |= CheckNormalizeLast(node.children[i], path + ".transforms[" + std::to_string(i) + "]", false,
+                                is_root && node.kind == PipelineNode::kCompose && i + 1 == node.children.size());
+  return found;
+}
+
+}  // namespace
+
 Pipeline Pipeline::FromJson(const std::string& json_text) {
   auto impl = std::make_unique<Impl>();
   impl->parsed = ParsePipelineJson(json_text);  // validates the text first
+  impl->returns_float = CheckNormalizeLast(impl->parsed.root, "transform", true, false);
   const nlohmann::json doc = nlohmann::json::parse(json_text);
   FindMaskSettings(doc.contains("transform") ? doc["transform"] : doc, "transform", &impl->mask_problems);
   return Pipeline(std::move(impl));
@@ -456,6 +500,7 @@ Pipeline Pipeline::FromFile(const std::string& path) {
 }
 
 int Pipeline::images_needed() const { return impl_->parsed.mosaic ? 4 : 1; }
+bool Pipeline::returns_float() const { return impl_->returns_float; }
 const BoxFilter& Pipeline::box_filter() const { return impl_->parsed.filter; }
 
 std::string Pipeline::Describe() const {

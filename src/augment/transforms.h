@@ -2,6 +2,7 @@
 // Internal to src/augment: the parsed pipeline tree and the transforms' sampling interface.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -21,21 +22,33 @@ struct View {
   std::vector<std::array<double, 4>> boxes;  // current boxes (x0, y0, x1, y1), clipped to the image
 };
 
-/// One geometric step: the forward map of continuous coordinates and the output size.
+/// A displacement field that is separable, as GridDistortion's: output pixel (col, row) samples the input at pixel
+/// position (map_x[col], map_y[row]) (pixel indices, cv2.remap's maps); same size in and out.
+struct SeparableRemap {
+  std::vector<float> map_x, map_y;
+  int interpolation = 1;  // 0 nearest, 1 bilinear
+  int border = 0;         // OpenCV border code (0, 1, 2, 4)
+  double fill = 0;
+};
+
+/// One geometric step: the forward map of continuous coordinates and the output size, or a displacement field.
 struct GeoStep {
   Mat3 forward;
   int64_t width = 0, height = 0;
   int interpolation = -1;  // -1: no resampling of its own (flips, crops, pads); 0 nearest; 1 bilinear
   int border = -1;         // -1: introduces no border; else an OpenCV border code (0, 1, 2, 4)
   double fill = 0;
+  std::shared_ptr<const SeparableRemap> remap;  // set: a displacement-field step (forward unused), run on its own
 };
 
-/// One photometric step: an osprey op appended to the image graph, or a host step (encode/decode round trip).
+/// One photometric step: an osprey op appended to the image graph, or a host step run between two graphs (an
+/// encode/decode round trip, or a function of the image for work that has no op: filters.h).
 struct PhotoStep {
   std::string op;  // empty for a host step
   AttributeMap attrs;
   std::string codec;  // host step: "jpeg" or "webp"
   int quality = 0;
+  std::function<Tensor(const Tensor&)> host;  // host step: the image in, the new image out
 };
 
 class Transform {

@@ -303,6 +303,62 @@ void AddGeometricTransforms(std::map<std::string, Factory>& f) {
       return s;
     });
   };
+  f["GridDistortion"] = [](Params& ps) {
+    // Albumentations' grid: num_steps + 1 cells per axis, each stretched by 1 + U(distort_limit), optionally
+    // normalised to span the image; a separable field (SeparableRemap). 1.4.24 always used a constant 0 border
+    // (its border_mode had no effect) and does not write one; 2.x writes border_mode and fill.
+    const int64_t steps = ps.Int("num_steps", 5);
+    // The field is two maps of the image's width and height, whatever num_steps is; this bound only keeps the draw
+    // loop finite and within the image (width // num_steps must be at least 1, checked per image).
+    if (steps < 1 || steps > 4096) Bad(ps.At("num_steps"), "expected 1..4096, found " + std::to_string(steps));
+    const Range dl = ps.Rng2("distort_limit", {-0.3, 0.3}, Params::kSymmetric);
+    if (dl.first < -1 || dl.second > 1) Bad(ps.At("distort_limit"), "must lie in [-1, 1]");
+    const bool normalized = ps.Bool("normalized", true);
+    const int interpolation = ps.Interpolation();
+    const int border = ps.Border(0);
+    const double fill = ps.Fill();
+    ps.Ignore("keypoint_remapping_method");  // osprey moves points through the field's exact inverse either way
+    return Geo("GridDistortion", [=](Rng& rng, const View& v) {
+      if (v.width < steps || v.height < steps)
+        throw Error(ErrorCode::kInvalidArgument, "GridDistortion: num_steps " + std::to_string(steps) +
+                                                     " is more than the " + std::to_string(v.width) + "x" +
+                                                     std::to_string(v.height) + " image's side");
+      std::vector<double> sx(steps + 1), sy(steps + 1);
+      for (double& s : sx) s = 1 + rng.Uniform(dl.first, dl.second);
+      for (double& s : sy) s = 1 + rng.Uniform(dl.first, dl.second);
+      auto make = [&](std::vector<double>& st, int64_t size) {
+        const int64_t step = size / steps;
+        if (normalized) {
+          const int64_t last = std::min(size, (steps + 1) * step) - steps * step;
+          st.back() *= double(last) / double(step);
+          double total = 0;
+          for (double x : st) total += x;
+          const double t = double(size) / double(size / steps);
+          for (double& x : st) x *= t / total;
+        }
+        std::vector<float> map(static_cast<size_t>(size), 0.0f);
+        double prev = 0;
+        for (int64_t i = 0; i <= steps; ++i) {
+          const int64_t start = i * step, end = std::min(start + step, size);
+          const double cur = prev + double(step) * st[i];
+          const int64_t n = end - start;
+          for (int64_t k = 0; k < n; ++k)  // np.linspace(prev, cur, n)
+            map[start + k] = static_cast<float>(
+                k == n - 1 && n > 1 ? cur : prev + (cur - prev) * double(k) / double(std::max<int64_t>(n - 1, 1)));
+          prev = cur;
+        }
+        return map;
+      };
+      auto field = std::make_shared<SeparableRemap>();
+      field->map_x = make(sx, v.width);
+      field->map_y = make(sy, v.height);
+      field->interpolation = interpolation, field->border = border, field->fill = fill;
+      GeoStep s;
+      s.width = v.width, s.height = v.height;
+      s.remap = std::move(field);
+      return s;
+    });
+  };
 }
 
 }  // namespace osprey::augment

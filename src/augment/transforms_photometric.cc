@@ -2,6 +2,7 @@
 // (or a host step) per application.
 #include <algorithm>
 
+#include "augment/filters.h"
 #include "augment/params.h"
 
 namespace osprey::augment {
@@ -178,6 +179,151 @@ void AddPhotometricTransforms(std::map<std::string, Factory>& f) {
       }
       if (rects.empty()) return;
       out.push_back(Op("FillRects", {{"rects", Attribute::Ints(rects)}, {"fill", Attribute::Floats({float(fill)})}}));
+    });
+  };
+  f["Normalize"] = [](Params& ps) {
+    // "standard": (x - mean * max_pixel_value) / (std * max_pixel_value), the NormalizeImage op; the per-image modes
+    // use this image's statistics (filters.cc). Either way the image becomes float32 (Pipeline::returns_float).
+    const std::string mode = ps.Str("normalization", "standard");
+    if (mode != "standard" && mode != "image" && mode != "image_per_channel" && mode != "min_max" &&
+        mode != "min_max_per_channel")
+      Bad(ps.At("normalization"),
+          "expected \"standard\", \"image\", \"image_per_channel\", \"min_max\" or "
+          "\"min_max_per_channel\", found \"" +
+              mode + "\"");
+    auto values = [&](const std::string& k, std::vector<float> def) {
+      const json* v = ps.Get(k);
+      if (!v) return def;
+      std::vector<float> out;
+      if (v->is_number()) out.push_back(v->get<float>());
+      if (v->is_array())
+        for (const json& e : *v) {
+          if (!e.is_number()) Bad(ps.At(k), "expected numbers, found " + v->dump());
+          out.push_back(e.get<float>());
+        }
+      if (out.empty() || out.size() > 4) Bad(ps.At(k), "expected a number or 1 to 4 numbers, found " + v->dump());
+      for (float x : out)
+        if (!std::isfinite(x)) Bad(ps.At(k), "must be finite");
+      return out;
+    };
+    const std::vector<float> mean = values("mean", {0.485f, 0.456f, 0.406f});
+    std::vector<float> sd = values("std", {0.229f, 0.224f, 0.225f});
+    const double max_pixel = ps.Num("max_pixel_value", 255.0);
+    if (mode == "standard") {
+      if (!(max_pixel > 0)) Bad(ps.At("max_pixel_value"), "must be positive");
+      for (float x : sd)
+        if (x == 0) Bad(ps.At("std"), "must not contain 0");
+    }
+    return Photo("Normalize", [=](Rng&, const View& v, std::vector<PhotoStep>& out) {
+      if (mode != "standard") {
+        PhotoStep s;
+        s.host = [mode](const Tensor& img) { return NormalizePerImage(img, mode); };
+        out.push_back(s);
+        return;
+      }
+      for (const auto* list : {&mean, &sd})
+        if (list->size() != 1 && static_cast<int>(list->size()) != v.channels)
+          throw Error(ErrorCode::kInvalidArgument, "Normalize: mean and std need one value per channel (" +
+                                                       std::to_string(v.channels) + ") or one value, found " +
+                                                       std::to_string(list->size()));
+      out.push_back(Op("NormalizeImage", {{"scale", Attribute::Float(static_cast<float>(1.0 / max_pixel))},
+                                          {"mean", Attribute::Floats(mean)},
+                                          {"std", Attribute::Floats(sd)},
+                                          {"layout", Attribute::String("HWC")}}));
+    });
+  };
+  f["MotionBlur"] = [](Params& ps) {
+    // Kernel sizes as Albumentations' sample_odd_from_range: odd, an even bound moved up by one, at least 3; a single
+    // number x means (3, x). The kernel's line is 2.x's in files written by 2.x, 1.4's otherwise (filters.h).
+    const bool v2 = ps.Str("_kernel_rule", "") == "v2";
+    const json* bl = ps.Get("blur_limit");
+    Range k{3, 7};
+    if (bl)
+      k = bl->is_number() ? Range{3, bl->get<double>()} : Params::FromJson(*bl, ps.At("blur_limit"), Params::kFixed);
+    if (k.first != std::floor(k.first) || k.second != std::floor(k.second) || k.first < 3 || k.second > 255)
+      Bad(ps.At("blur_limit"), "kernel sizes must be integers in 3..255");
+    const int64_t k0 = std::llround(k.first) | 1, k1 = std::max<int64_t>(k0, std::llround(k.second) | 1);
+    const Range angle = ps.Rng2("angle_range", {0, 360}, Params::kFixed);
+    const Range dir = ps.Rng2("direction_range", {-1, 1}, Params::kFixed);
+    const bool shifted = ps.Bool("allow_shifted", true);
+    if (angle.first < 0 || angle.second > 360) Bad(ps.At("angle_range"), "must lie in [0, 360]");
+    if (dir.first < -1 || dir.second > 1) Bad(ps.At("direction_range"), "must lie in [-1, 1]");
+    return Photo("MotionBlur", [=](Rng& rng, const View&, std::vector<PhotoStep>& out) {
+      const int64_t ks = k0 + 2 * rng.Int(0, (k1 - k0) / 2);
+      const double a = rng.Uniform(angle.first, angle.second), d = rng.Uniform(dir.first, dir.second);
+      const double half = static_cast<double>(ks / 2);
+      double sx = 0, sy = 0;
+      if (shifted) sx = rng.Uniform(-1, 1) * half / 2, sy = rng.Uniform(-1, 1) * half / 2;
+      PhotoStep s;
+      s.host = [taps = MotionKernel(ks, a, d, sx, sy, v2)](const Tensor& img) { return CorrelateSparse(img, taps); };
+      out.push_back(s);
+    });
+  };
+  f["CLAHE"] = [](Params& ps) {
+    // clip_limit: a number x means (1, x), as Albumentations.
+    const json* cl = ps.Get("clip_limit");
+    Range clip{1, 4};
+    if (cl)
+      clip = cl->is_number() ? Range{1, cl->get<double>()} : Params::FromJson(*cl, ps.At("clip_limit"), Params::kFixed);
+    if (clip.first < 0 || clip.first > clip.second) Bad(ps.At("clip_limit"), "expected a range of non-negative limits");
+    Range tiles{8, 8};  // (across, down): a size, not a range
+    if (const json* t = ps.Get("tile_grid_size")) {
+      if (!t->is_array() || t->size() != 2 || !(*t)[0].is_number() || !(*t)[1].is_number())
+        Bad(ps.At("tile_grid_size"), "expected [tiles across, tiles down], found " + t->dump());
+      tiles = {(*t)[0].get<double>(), (*t)[1].get<double>()};
+    }
+    // Each tile keeps a 256-entry table: a 256 x 256 grid (16 MiB) is far past any useful setting.
+    if (tiles.first != std::floor(tiles.first) || tiles.second != std::floor(tiles.second) || tiles.first < 1 ||
+        tiles.second < 1 || tiles.first > 256 || tiles.second > 256)
+      Bad(ps.At("tile_grid_size"), "expected two integers in 1..256 (tiles across, tiles down)");
+    const int64_t tx = std::llround(tiles.first), ty = std::llround(tiles.second);
+    return Photo("CLAHE", [=](Rng& rng, const View&, std::vector<PhotoStep>& out) {
+      const double limit = rng.Uniform(clip.first, clip.second);
+      PhotoStep s;
+      s.host = [=](const Tensor& img) { return Clahe(img, limit, tx, ty); };
+      out.push_back(s);
+    });
+  };
+  f["RandomShadow"] = [](Params& ps) {
+    std::array<double, 4> roi = {0, 0.5, 1, 1};
+    if (const json* r = ps.Get("shadow_roi")) {
+      if (!r->is_array() || r->size() != 4)
+        Bad(ps.At("shadow_roi"), "expected [x_min, y_min, x_max, y_max], found " + r->dump());
+      for (int i = 0; i < 4; ++i) {
+        if (!(*r)[i].is_number()) Bad(ps.At("shadow_roi"), "expected numbers, found " + r->dump());
+        roi[i] = (*r)[i].get<double>();
+      }
+    }
+    if (!(0 <= roi[0] && roi[0] <= roi[2] && roi[2] <= 1 && 0 <= roi[1] && roi[1] <= roi[3] && roi[3] <= 1))
+      Bad(ps.At("shadow_roi"), "expected 0 <= x_min <= x_max <= 1 and 0 <= y_min <= y_max <= 1");
+    Range n = ps.Rng2("num_shadows_limit", {1, 2}, Params::kFixed);
+    n.first = static_cast<double>(ps.Int("num_shadows_lower", std::llround(n.first)));  // 1.4's deprecated names
+    n.second = static_cast<double>(ps.Int("num_shadows_upper", std::llround(n.second)));
+    // Each shadow is a polygon scan-converted over the image: more than this is a typo, not an augmentation.
+    constexpr double kMaxShadows = 100;
+    if (n.first < 1 || n.first > n.second || n.second > kMaxShadows || n.first != std::floor(n.first) ||
+        n.second != std::floor(n.second))
+      Bad(ps.At("num_shadows_limit"), "expected integers 1 <= lower <= upper <= 100, found [" +
+                                          std::to_string(n.first) + ", " + std::to_string(n.second) + "]");
+    const int64_t dim = ps.Int("shadow_dimension", 5);
+    if (dim < 3 || dim > 1000)
+      Bad(ps.At("shadow_dimension"), "expected 3..1000 vertices, found " + std::to_string(dim));
+    const Range in = ps.Rng2("shadow_intensity_range", {0.5, 0.5}, Params::kFixed);
+    if (in.first < 0 || in.second > 1) Bad(ps.At("shadow_intensity_range"), "must lie in [0, 1]");
+    return Photo("RandomShadow", [=](Rng& rng, const View& v, std::vector<PhotoStep>& out) {
+      const int64_t shadows = rng.Int(std::llround(n.first), std::llround(n.second));
+      const int64_t x0 = static_cast<int64_t>(roi[0] * v.width), x1 = static_cast<int64_t>(roi[2] * v.width);
+      const int64_t y0 = static_cast<int64_t>(roi[1] * v.height), y1 = static_cast<int64_t>(roi[3] * v.height);
+      std::vector<std::vector<std::array<int64_t, 2>>> polygons(static_cast<size_t>(shadows));
+      std::vector<double> intensities;
+      // Vertices as numpy's integers(lo, hi): hi excluded.
+      for (auto& poly : polygons)
+        for (int64_t i = 0; i < dim; ++i)
+          poly.push_back({rng.Int(x0, std::max(x0, x1 - 1)), rng.Int(y0, std::max(y0, y1 - 1))});
+      for (int64_t i = 0; i < shadows; ++i) intensities.push_back(rng.Uniform(in.first, in.second));
+      PhotoStep s;
+      s.host = [polygons, intensities](const Tensor& img) { return AddShadows(img, polygons, intensities); };
+      out.push_back(s);
     });
   };
 }

@@ -213,6 +213,13 @@ int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
   // Everything that can be wrong with the request is checked before any work starts.
   const Shard shard = ParseShard(o.shard);
   const Pipeline pipeline = Pipeline::FromFile(o.pipeline);
+  if (pipeline.returns_float())
+    throw Error(ErrorCode::kUnsupported,
+                "--pipeline " + o.pipeline +
+                    ": the pipeline ends in Normalize, which makes "
+                    "float32 images, and osprey augment writes jpeg, png or webp (uint8) files; "
+                    "remove Normalize to write a dataset, or normalize when training (the Python "
+                    "osprey.augment.Pipeline returns the float32 array)");
   Dataset ds = augment::ReadDataset(o.input, o.format);
   const std::string out_format = o.output_format == "same" ? ds.format : o.output_format;
   if (fs::exists(o.output) && !fs::is_directory(o.output))

@@ -1,7 +1,8 @@
 """Runs Albumentations for the tests, in whichever venv runs this file (the project's .venv has 1.4.24,
 .venv-alb2 has 2.x): `python albumentations_oracle.py JOB.json`. The job: {"transform": name, "params": {...},
 "save": path} to save a one-step Compose as Albumentations' JSON; with "image" (a PNG), "boxes" ([[x0, y0, x1, y1]])
-and "out_image"/"out_json" it also applies the pipeline and writes the image and the boxes."""
+and "out_image"/"out_json" it also applies the pipeline and writes the image (an .npy "out_image" gets the array as
+it is, for float results) and the boxes."""
 
 import json
 import os
@@ -32,7 +33,10 @@ def main():
         image = cv2.cvtColor(cv2.imread(job["image"], cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
         boxes = job.get("boxes", [])
         out = pipe(image=image, bboxes=boxes, labels=list(range(len(boxes))))
-        cv2.imwrite(job["out_image"], cv2.cvtColor(np.ascontiguousarray(out["image"]), cv2.COLOR_RGB2BGR))
+        if job["out_image"].endswith(".npy"):  # float results (Normalize): the array as it is
+            np.save(job["out_image"], out["image"])
+        else:
+            cv2.imwrite(job["out_image"], cv2.cvtColor(np.ascontiguousarray(out["image"]), cv2.COLOR_RGB2BGR))
         json.dump({"boxes": [list(map(float, b)) for b in out["bboxes"]], "version": A.__version__},
                   open(job["out_json"], "w"))
 

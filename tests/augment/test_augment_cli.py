@@ -215,11 +215,11 @@ def test_albumentations_serialised_pipeline_runs(augment, coco_dataset, tmp_path
 def test_unknown_transform_is_named_before_any_work(augment, coco_dataset, tmp_path):
     import albumentations as A
     path = tmp_path / "alb.json"
-    A.save(A.Compose([A.HorizontalFlip(), A.MotionBlur()]), str(path), data_format="json")
+    A.save(A.Compose([A.HorizontalFlip(), A.Emboss()]), str(path), data_format="json")
     out = tmp_path / "out"
     r = augment("--pipeline", path, "--input", coco_dataset(n=2), "--output", out)
     assert r.returncode != 0
-    assert "MotionBlur" in r.stderr and "not supported" in r.stderr, r.stderr
+    assert "Emboss" in r.stderr and "not supported" in r.stderr, r.stderr
     assert not out.exists()
     (tmp_path / "bad.json").write_text('{"type": "Compose", "transforms": [{"type": "Rotate", "limit": "x"}')
     r = augment("--pipeline", tmp_path / "bad.json", "--input", coco_dataset(n=2), "--output", out)
