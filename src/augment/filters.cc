@@ -145,13 +145,21 @@ Tensor CorrelateSparse(const Tensor& img, const std::vector<Tap>& taps) {
   Tensor out(DType::kU8, img.shape());
   const uint8_t* src = img.data<uint8_t>();
   uint8_t* dst = out.data<uint8_t>();
-  std::vector<int64_t> cols(static_cast<size_t>(w));
   std::vector<float> acc(static_cast<size_t>(w * c));
   for (int64_t y = 0; y < h; ++y) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (const Tap& t : taps) {
       const uint8_t* row = src + Reflect101(y + t.dy, h) * w * c;
+      // Columns whose source x + dx is inside the image read directly; only the edges reflect.
+      const int64_t x0 = std::clamp<int64_t>(-t.dx, 0, w), x1 = std::clamp<int64_t>(w - t.dx, x0, w);
       for (int64_t x = 0; x < w; ++x) {
+        if (x == x0 && x1 > x0) {
+          const uint8_t* p = row + (x0 + t.dx) * c;
+          float* a = &acc[x0 * c];
+          for (int64_t i = 0; i < (x1 - x0) * c; ++i) a[i] += t.weight * p[i];
+          x = x1 - 1;
+          continue;
+        }
         const uint8_t* p = row + Reflect101(x + t.dx, w) * c;
         for (int64_t k = 0; k < c; ++k) acc[x * c + k] += t.weight * p[k];
       }

@@ -306,8 +306,8 @@ void AddPhotometricTransforms(std::map<std::string, Factory>& f) {
       Bad(ps.At("num_shadows_limit"), "expected integers 1 <= lower <= upper <= 100, found [" +
                                           std::to_string(n.first) + ", " + std::to_string(n.second) + "]");
     const int64_t dim = ps.Int("shadow_dimension", 5);
-    if (dim < 3 || dim > 1000)
-      Bad(ps.At("shadow_dimension"), "expected 3..1000 vertices, found " + std::to_string(dim));
+    // Every row of the image crosses every edge of every polygon: 100 vertices is already far past a shadow's shape.
+    if (dim < 3 || dim > 100) Bad(ps.At("shadow_dimension"), "expected 3..100 vertices, found " + std::to_string(dim));
     const Range in = ps.Rng2("shadow_intensity_range", {0.5, 0.5}, Params::kFixed);
     if (in.first < 0 || in.second > 1) Bad(ps.At("shadow_intensity_range"), "must lie in [0, 1]");
     return Photo("RandomShadow", [=](Rng& rng, const View& v, std::vector<PhotoStep>& out) {
