@@ -480,6 +480,7 @@ void FoldZeroPadIntoConsumer(CompileState& st) {
 }  // namespace
 
 void RunFusionPasses(CompileState& state) {
+  FuseQuantizeDequantizePairs(state);
   FuseResizeCrop(state);
   EliminateIdentities(state);
   SwapPadTranspose(state);

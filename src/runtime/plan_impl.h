@@ -114,6 +114,10 @@ void FuseDataMovementPatterns(CompileState& state);
 /// Transposes sunk below elementwise ops and cancelled against their inverse.
 void FuseTfExportPatterns(CompileState& state);
 
+/// QDQ models (fusion_qdq.cc): a per-tensor QuantizeLinear -> DequantizeLinear pair on a float activation becomes
+/// Div -> Round -> Clip -> Mul, bit-identical, vectorised and channels-last capable.
+void FuseQuantizeDequantizePairs(CompileState& state);
+
 void RunFusionPasses(CompileState& state);
 
 }  // namespace osprey

@@ -39,7 +39,7 @@ namespace {
 
 enum class UnaryOp {
   kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kErf, kExp, kNeg, kAbs,
-  kSqrt, kReciprocal
+  kSqrt, kReciprocal, kRound
 };
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
@@ -69,6 +69,7 @@ constexpr UnaryTraits kUnary[] = {
     {"Abs", UnaryOp::kAbs, "AbsF32Fast", false},
     {"Sqrt", UnaryOp::kSqrt, "SqrtF32Fast", false},
     {"Reciprocal", UnaryOp::kReciprocal, "ReciprocalF32Fast", false},
+    {"Round", UnaryOp::kRound, "RoundF32Fast", false},
 };
 
 struct BinaryTraits {
@@ -140,6 +141,10 @@ struct Reciprocal {
   [[gnu::always_inline]] float operator()(float x) const { return 1.f / x; }
 };
 
+struct Round {  // half to even: rint in the default rounding mode, as std::nearbyint in the reference kernel
+  [[gnu::always_inline]] float operator()(float x) const { return __builtin_rintf(x); }
+};
+
 struct Add {
   [[gnu::always_inline]] float operator()(float a, float b) const { return a + b; }
 };
@@ -190,6 +195,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const
     case UnaryOp::kAbs: return MapRow(x, y, n, Abs{});
     case UnaryOp::kSqrt: return MapRow(x, y, n, Sqrt{});
     case UnaryOp::kReciprocal: return MapRow(x, y, n, Reciprocal{});
+    case UnaryOp::kRound: return MapRow(x, y, n, Round{});
   }
 }
 

@@ -76,6 +76,7 @@ const std::vector<UnaryCase>& UnaryCases() {
       {"Abs", {}, true},
       {"Sqrt", {}, true},
       {"Reciprocal", {}, true},
+      {"Round", {}, true},
       {"Sigmoid", {}, false},
       {"Tanh", {}, false},
       {"Erf", {}, false},
@@ -99,6 +100,19 @@ TEST(ElementwiseF32, UnaryOpsMatchReference) {
                     std::string(c.op) + "F32Fast", c.exact, opset);
     }
   }
+}
+
+TEST(ElementwiseF32, RoundTakesHalvesToEven) {
+  // Oracle: the reference kernel (std::nearbyint) and ONNX's rule, by hand: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2.
+  std::vector<float> halves;
+  for (int i = -300; i <= 300; ++i) halves.push_back(i + 0.5f);
+  ExpectMatches(MakeNode("Round", 1, 1), {Tensor::FromVector<float>({601}, halves)}, {false}, "RoundF32Fast", true);
+  std::vector<Tensor> out =
+      RunReferenceNode(MakeNode("Round", 1, 1), {Tensor::FromVector<float>({4}, {0.5f, 1.5f, 2.5f, -2.5f})}, 17);
+  EXPECT_EQ(out[0].data<float>()[0], 0.f);
+  EXPECT_EQ(out[0].data<float>()[1], 2.f);
+  EXPECT_EQ(out[0].data<float>()[2], 2.f);
+  EXPECT_EQ(out[0].data<float>()[3], -2.f);
 }
 
 TEST(ElementwiseF32, ClipBoundsConstantOrAttributes) {
