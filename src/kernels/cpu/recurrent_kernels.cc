@@ -1,6 +1,10 @@
 // RNN, GRU and LSTM on CPU: the reference computation (kernels/recurrent_cell.h) with oneDNN's sgemm for its matrix
 // products (the input projection of all steps at once, [S*N, I] x [I, G*H], and each step's h·R^T) and
 // vectorised sigmoid/tanh. Within 1e-4 of the reference (tests/unit/kernels/recurrent_test.cc).
+// Float comparisons cannot trap here, which lets GCC turn the selects in vector_math.h into blends (as in
+// elementwise_kernels.cc), so the activation loops vectorise.
+#pragma GCC optimize("no-trapping-math")
+
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -23,16 +27,21 @@ void DnnlGemmTransB(const float* a, const float* b, float* c, int64_t rows, int6
                                           std::to_string(depth) + ", " + std::to_string(cols) + "]");
 }
 
-// Sigmoid and Tanh (the default activations) with vector_math.h's polynomials, so the loops vectorise; the others
-// as the reference computes them.
-void FastActivate(const RecurrentActivation& act, float* data, int64_t n, float clip) {
-  if (clip > 0.f)
-    for (int64_t i = 0; i < n; ++i) data[i] = std::min(std::max(data[i], -clip), clip);
+// Sigmoid and Tanh (the default activations) with vector_math.h's polynomials in `omp simd` loops compiled for
+// AVX-512/AVX2/baseline (as the elementwise kernels); the others as the reference computes them.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FastActivate(const RecurrentActivation& act,
+                                                                               float* data, int64_t n, float clip) {
+  if (clip > 0.f) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) data[i] = data[i] < -clip ? -clip : (data[i] > clip ? clip : data[i]);
+  }
   switch (act.kind) {
     case RecurrentActivation::Kind::kSigmoid:
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) data[i] = cpu::vmath::Sigmoid(data[i]);
       return;
     case RecurrentActivation::Kind::kTanh:
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) data[i] = cpu::vmath::Tanh(data[i]);
       return;
     default:
