@@ -39,19 +39,42 @@ constexpr double kXn = 0.950456, kZn = 1.088754;
 
 double SrgbToLinear(double v) { return v <= 0.04045 ? v / 12.92 : std::pow((v + 0.055) / 1.055, 2.4); }
 double LinearToSrgb(double v) { return v <= 0.0031308 ? 12.92 * v : 1.055 * std::pow(v, 1 / 2.4) - 0.055; }
-double LabF(double t) { return t > 0.008856 ? std::cbrt(t) : 7.787 * t + 16.0 / 116.0; }
 
-// uint8 RGB -> uint8 L, a, b (L scaled by 255/100, a and b offset by 128), as cv2.COLOR_RGB2LAB on uint8.
-void RgbToLab8(const uint8_t* rgb, uint8_t* lab, const double* lin) {
-  const double r = lin[rgb[0]], g = lin[rgb[1]], b = lin[rgb[2]];
-  const double x = (0.412453 * r + 0.357580 * g + 0.180423 * b) / kXn;
-  const double y = 0.212671 * r + 0.715160 * g + 0.072169 * b;
-  const double z = (0.019334 * r + 0.119193 * g + 0.950227 * b) / kZn;
-  const double fx = LabF(x), fy = LabF(y), fz = LabF(z);
-  const double l = y > 0.008856 ? 116.0 * fy - 16.0 : 903.3 * y;
-  lab[0] = SaturateRound(static_cast<float>(l * 255.0 / 100.0));
-  lab[1] = SaturateRound(static_cast<float>(500.0 * (fx - fy) + 128.0));
-  lab[2] = SaturateRound(static_cast<float>(200.0 * (fy - fz) + 128.0));
+// uint8 RGB -> uint8 L, a, b (L scaled by 255/100, a and b offset by 128), as cv2.COLOR_RGB2LAB on uint8: OpenCV's
+// fixed-point path (gamma table with 3 fractional bits, XYZ coefficients with 12, a cube-root table with 15), so L is
+// bit-exact — CLAHE's steep tables would turn a 1-level difference in L into several.
+struct LabTables {
+  std::array<int64_t, 256> gamma;
+  std::vector<int64_t> cbrt;
+  std::array<int64_t, 9> coeffs;
+  LabTables() : cbrt(256 * 3 / 2 * 8) {
+    for (int i = 0; i < 256; ++i) {
+      const float x = static_cast<float>(i) / 255.0f;
+      const float g = static_cast<float>(SrgbToLinear(x));
+      gamma[i] = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(255.0f * 8.0f * g)), 0, 65535);
+    }
+    for (size_t i = 0; i < cbrt.size(); ++i) {
+      const double x = static_cast<double>(i) * (1.0 / (255.0 * 8));
+      cbrt[i] = static_cast<int64_t>(
+          std::nearbyint(32768.0 * (x < 0.008856 ? x * 7.787 + 0.13793103448275862 : std::cbrt(x))));
+    }
+    const double m[9] = {0.412453, 0.357580, 0.180423, 0.212671, 0.715160, 0.072169, 0.019334, 0.119193, 0.950227};
+    const double white[3] = {kXn, 1.0, kZn};
+    for (int k = 0; k < 9; ++k) coeffs[k] = static_cast<int64_t>(std::nearbyint(4096.0 * m[k] / white[k / 3]));
+  }
+};
+
+void RgbToLab8(const uint8_t* rgb, uint8_t* lab) {
+  static const LabTables t;
+  auto descale = [](int64_t x, int n) { return (x + (int64_t{1} << (n - 1))) >> n; };
+  const int64_t r = t.gamma[rgb[0]], g = t.gamma[rgb[1]], b = t.gamma[rgb[2]];
+  const int64_t fx = t.cbrt[descale(r * t.coeffs[0] + g * t.coeffs[1] + b * t.coeffs[2], 12)];
+  const int64_t fy = t.cbrt[descale(r * t.coeffs[3] + g * t.coeffs[4] + b * t.coeffs[5], 12)];
+  const int64_t fz = t.cbrt[descale(r * t.coeffs[6] + g * t.coeffs[7] + b * t.coeffs[8], 12)];
+  constexpr int64_t kLScale = (116 * 255 + 50) / 100, kLShift = -((16 * 255 * (int64_t{1} << 15) + 50) / 100);
+  lab[0] = static_cast<uint8_t>(std::clamp<int64_t>(descale(kLScale * fy + kLShift, 15), 0, 255));
+  lab[1] = static_cast<uint8_t>(std::clamp<int64_t>(descale(500 * (fx - fy) + 128 * (int64_t{1} << 15), 15), 0, 255));
+  lab[2] = static_cast<uint8_t>(std::clamp<int64_t>(descale(200 * (fy - fz) + 128 * (int64_t{1} << 15), 15), 0, 255));
 }
 
 void LabToRgb8(const uint8_t* lab, uint8_t* rgb) {
@@ -75,10 +98,12 @@ void LabToRgb8(const uint8_t* lab, uint8_t* rgb) {
 // cv::CLAHE_Impl::apply for one uint8 plane (stride 1).
 void ClahePlane(const uint8_t* src, uint8_t* dst, int64_t h, int64_t w, double clip_limit, int64_t tiles_x,
                 int64_t tiles_y) {
-  // OpenCV pads the image (BORDER_REFLECT_101) to a multiple of the grid to build the histograms, then interpolates
+  // OpenCV pads the image (BORDER_REFLECT_101) to build the histograms when either side is not a multiple of the grid,
+  // then by tiles - side % tiles on both axes (a whole extra tile on an axis that was a multiple), and interpolates
   // over the unpadded image with the padded tile size.
-  const int64_t tile_w = (w + (tiles_x - w % tiles_x) % tiles_x) / tiles_x;
-  const int64_t tile_h = (h + (tiles_y - h % tiles_y) % tiles_y) / tiles_y;
+  const bool pad = w % tiles_x != 0 || h % tiles_y != 0;
+  const int64_t tile_w = pad ? (w + tiles_x - w % tiles_x) / tiles_x : w / tiles_x;
+  const int64_t tile_h = pad ? (h + tiles_y - h % tiles_y) / tiles_y : h / tiles_y;
   const int64_t tile_area = tile_w * tile_h;
   const float lut_scale = 255.0f / static_cast<float>(tile_area);
   int64_t limit = 0;
@@ -208,12 +233,10 @@ Tensor Clahe(const Tensor& img, double clip_limit, int64_t tiles_x, int64_t tile
     ClahePlane(img.data<uint8_t>(), out.data<uint8_t>(), h, w, clip_limit, tiles_x, tiles_y);
     return out;
   }
-  double lin[256];
-  for (int i = 0; i < 256; ++i) lin[i] = SrgbToLinear(i / 255.0);
   const uint8_t* src = img.data<uint8_t>();
   std::vector<uint8_t> lab(static_cast<size_t>(h * w * 3)), l(static_cast<size_t>(h * w)), l2(l.size());
   for (int64_t i = 0; i < h * w; ++i) {
-    RgbToLab8(src + 3 * i, &lab[3 * i], lin);
+    RgbToLab8(src + 3 * i, &lab[3 * i]);
     l[i] = lab[3 * i];
   }
   ClahePlane(l.data(), l2.data(), h, w, clip_limit, tiles_x, tiles_y);
