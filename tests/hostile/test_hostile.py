@@ -435,3 +435,83 @@ def test_augment_absurd_output_size(osprey_bin, tmp_path):
                                                                    "width": 200000, "p": 1.0}]}))
     r = cli_runner(osprey_bin, 60)("augment", "--pipeline", pipe, "--input", ann, "--output", tmp_path / "out")
     assert r.returncode == 1 and "268 megapixels" in (r.stderr + r.stdout), r.stderr + r.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 5. Models with the ops real exporters brought in (If subgraphs, recurrent and quantised ops): hostile attribute values,
+# nesting and sizes get a clear error from the CLI, never a crash, a hang or an allocation past the limits.
+
+def nested_if(depth: int):
+    """y = x through `depth` nested If nodes whose conditions are constants (each level folds)."""
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [out])
+    branch = leaf
+    for level in range(depth):
+        cond = helper.make_node("Constant", [], [f"c{level}"], value=numpy_helper.from_array(np.array(True), "v"))
+        # Only the then branch nests (both would double the file at every level).
+        node = helper.make_node("If", [f"c{level}"], ["y"], then_branch=branch, else_branch=leaf)
+        branch = helper.make_graph([cond, node], f"level{level}", [], [out])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    return helper.make_graph(list(branch.node), "nested", [x], [out])
+
+
+def recurrent_model(op, hidden, seq=2, batch=1, width=3, **attrs):
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1, gates * hidden, width)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, gates * hidden, hidden)).astype(np.float32), "R")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node(op, ["x", "W", "R"], ["y"], hidden_size=attrs.pop("hidden_size", hidden), **attrs)
+    return helper.make_graph([node], op.lower(), [x], [y], [w, r])
+
+
+def hostile_new_op_models(root: Path) -> dict:
+    paths = {}
+    # 30 nested Ifs (as deep as the onnx package can write): past osprey's nesting limit, refused by name.
+    paths["if_nested_30"] = save(root / "if_nested_30", nested_if(30), opset=13)
+    # An If whose condition depends on the input: refused by name, with the reason.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "b", [], [out])
+    nodes = [helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array([0], np.float32), "z")),
+             helper.make_node("Greater", ["x", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], name="data_if", then_branch=branch, else_branch=branch)]
+    paths["if_on_data"] = save(root / "if_on_data", helper.make_graph(nodes, "g", [x], [out]), opset=13)
+    # hidden_size attribute that disagrees with W and R (2^40), negative, and zero.
+    for name, h in (("lstm_hidden_2_40", 1 << 40), ("lstm_hidden_negative", -4), ("gru_hidden_zero", 0)):
+        op = "GRU" if name.startswith("gru") else "LSTM"
+        paths[name] = save(root / name, recurrent_model(op, 4, hidden_size=h), opset=14)
+    # An unknown activation name and a direction that is not one of the three.
+    paths["lstm_bad_activation"] = save(root / "lstm_bad_activation",
+                                        recurrent_model("LSTM", 4, activations=["Sigmoid", "Evil", "Tanh"]), opset=14)
+    paths["rnn_bad_direction"] = save(root / "rnn_bad_direction", recurrent_model("RNN", 4, direction="sideways"),
+                                      opset=14)
+    # Quantisation parameters: a per-axis scale of the wrong length, an axis out of range, a zero block size.
+    xq = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    yq = helper.make_tensor_value_info("y", TensorProto.INT8, None)
+    scale5 = numpy_helper.from_array(np.ones(5, np.float32), "s")
+    zp5 = numpy_helper.from_array(np.zeros(5, np.int8), "zp")
+    paths["quantize_scale_length"] = save(root / "quantize_scale_length", helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], axis=1)], "g", [xq], [yq], [scale5, zp5]),
+        opset=13)
+    paths["quantize_axis_range"] = save(root / "quantize_axis_range", helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], axis=7)], "g", [xq], [yq], [scale5, zp5]),
+        opset=13)
+    xd = helper.make_tensor_value_info("x", TensorProto.INT8, [2, 4])
+    yd = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    paths["dequantize_block_zero"] = save(root / "dequantize_block_zero", helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=0)], "g", [xd], [yd],
+        [numpy_helper.from_array(np.ones((2, 1), np.float32), "s")]), opset=21)
+    return paths
+
+
+def test_hostile_models_with_new_ops(osprey_bin, tmp_path):
+    run = cli_runner(osprey_bin, 120)
+    for name, path in hostile_new_op_models(tmp_path).items():
+        r = run("run", path, "--random-inputs", "--output-dir", tmp_path / "out" / name)
+        assert r.returncode in (0, 1), (name, r.returncode, r.stderr[-2000:])  # a signal or abort is a crash
+        assert r.returncode == 1, (name, r.stdout[-500:])
+        assert "osprey: error:" in r.stderr and "bad_alloc" not in r.stderr, (name, r.stderr)
+    r = run("run", tmp_path / "if_on_data" / "model.onnx", "--random-inputs", "--output-dir", tmp_path / "o2")
+    assert "data_if" in r.stderr, r.stderr
