@@ -359,7 +359,7 @@ QuantParams ResolveQuantParams(const Node& node, int opset, const Shape& x, cons
   }
   // Blocked (opset 21): scale has x's shape with the axis dim divided by block_size, rounded up.
   Shape expected = x;
-  expected[p.axis] = (x[p.axis] + block_size - 1) / block_size;
+  expected[p.axis] = x[p.axis] == 0 ? 0 : (x[p.axis] - 1) / block_size + 1;  // no overflow for a huge block_size
   if (scale != expected)
     fail("blocked scale (block_size " + Str(block_size) + ", axis " + Str(p.axis) + ") should have shape " +
          ShapeToString(expected) + " for x " + ShapeToString(x) + ", got " + ShapeToString(scale));
@@ -376,7 +376,7 @@ int64_t QuantParams::Index(int64_t i) const {
       return (i / inner) % axis_dim;
     case Kind::kBlocked: {
       const int64_t outer = i / (inner * axis_dim), a = (i / inner) % axis_dim, in = i % inner;
-      const int64_t blocks = (axis_dim + block_size - 1) / block_size;
+      const int64_t blocks = (axis_dim - 1) / block_size + 1;  // axis_dim >= 1: x has element i
       return (outer * blocks + a / block_size) * inner + in;
     }
   }

@@ -222,6 +222,7 @@ void QLinearConvRef(KernelContext& ctx) {
   std::vector<int32_t> bias;
   for (int64_t m = 0; m < out_channels; ++m) multiplier[m] = Scale(ctx, 1, 0) * Scale(ctx, 4, m) / Scale(ctx, 6, 0);
   if (ctx.HasIn(8)) bias.assign(ctx.In(8).data<int32_t>(), ctx.In(8).data<int32_t>() + out_channels);
+  if (y.numel() == 0) return;
   Requantize(acc, bias, multiplier, out_channels, y.numel() / (y.dim(0) * out_channels), ZeroPoint(ctx, 7, 0), y);
 }
 
