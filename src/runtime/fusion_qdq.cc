@@ -1,4 +1,5 @@
-// Fusion pass for models quantised in the QDQ format (ONNX Runtime's quantize_static; issue 11).
+// Fusion pass for models quantised by ONNX Runtime's quantize_static (issue 11): QDQ pairs, and QLinearConv
+// lowered to a float Conv between DequantizeLinear and QuantizeLinear (LowerQLinearConv, below).
 //
 // A QDQ model keeps float ops and wraps their inputs in QuantizeLinear -> DequantizeLinear pairs. Constant weights
 // need nothing here: DequantizeLinear of an int8 initializer is known at compile time, so infer-and-fold already
@@ -53,10 +54,77 @@ bool KnownZeroPoint(const CompileState& st, const Node& n, int32_t* zp) {
   return true;
 }
 
+// QLinearConv with constant weights (QOperator models) becomes DequantizeLinear -> fp32 Conv -> QuantizeLinear, so it
+// runs on oneDNN's fp32 kernel instead of the integer reference kernel. W' = (w - w_zp[m]) * w_scale[m] and
+// B' = B[m] * x_scale * w_scale[m] (the bias's own scale) are exact in float32; the result differs from the integer
+// kernel only where float rounding moves a value across the output's rounding boundary (one step, rarely).
+void LowerQLinearConv(CompileState& st) {
+  std::vector<std::vector<Node>> replace(st.nodes.size());
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& n = st.nodes[i];
+    if (n.op_type != "QLinearConv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 8) continue;
+    bool known = true;
+    for (size_t k = 1; k < n.inputs.size(); ++k)
+      known = known && (k == 3 || n.inputs[k] < 0 || st.values[n.inputs[k]].known);
+    const int w = n.inputs[3], out = n.outputs[0];
+    if (!known || w < 0 || out < 0 || !st.values[w].known || n.inputs[1] < 0 || n.inputs[6] < 0) continue;
+    const Tensor& wt = st.values[w].value;
+    const Tensor& ws = st.values[n.inputs[4]].value;
+    if (wt.dtype() != DType::kI8 && wt.dtype() != DType::kU8) continue;
+    if (ws.dtype() != DType::kF32 || st.values[n.inputs[1]].value.dtype() != DType::kF32) continue;
+    const float x_scale = st.values[n.inputs[1]].value.data<float>()[0];
+    const int64_t out_channels = wt.dim(0), per_channel = out_channels > 0 ? wt.numel() / out_channels : 0;
+    const Tensor* wzp = n.inputs[5] >= 0 ? &st.values[n.inputs[5]].value : nullptr;
+    auto int_at = [](const Tensor& t, int64_t j) -> int32_t {
+      return t.dtype() == DType::kI8 ? t.data<int8_t>()[j] : t.data<uint8_t>()[j];
+    };
+    Tensor wf(DType::kF32, wt.shape());
+    std::vector<float> bias(out_channels, 0.f);
+    const bool has_bias = n.inputs.size() > 8 && n.inputs[8] >= 0;
+    if (has_bias && st.values[n.inputs[8]].value.dtype() != DType::kI32) continue;
+    for (int64_t m = 0; m < out_channels; ++m) {
+      const float scale = ws.data<float>()[ws.numel() == 1 ? 0 : m];
+      const int32_t zp = wzp == nullptr ? 0 : int_at(*wzp, wzp->numel() == 1 ? 0 : m);
+      for (int64_t j = 0; j < per_channel; ++j)
+        wf.data<float>()[m * per_channel + j] = static_cast<float>(int_at(wt, m * per_channel + j) - zp) * scale;
+      if (has_bias) bias[m] = static_cast<float>(st.values[n.inputs[8]].value.data<int32_t>()[m]) * (x_scale * scale);
+    }
+    const Shape x_shape = st.values[n.inputs[0]].shape, y_shape = st.values[out].shape;  // copies: values grow
+    const int x_float = st.AddValue(DType::kF32, x_shape);
+    const int y_float = st.AddValue(DType::kF32, y_shape);
+    const int w_value = st.AddConstant(std::move(wf));
+    const int b_value = st.AddConstant(Tensor::FromVector<float>({out_channels}, bias));
+    Node dq, conv, q;
+    dq.op_type = "DequantizeLinear";
+    dq.name = n.name + "/dequantize";
+    dq.inputs = {n.inputs[0], n.inputs[1], n.inputs[2]};
+    dq.outputs = {x_float};
+    conv.op_type = "Conv";
+    conv.name = n.name;
+    conv.attrs = n.attrs;
+    conv.inputs = {x_float, w_value, b_value};
+    conv.outputs = {y_float};
+    q.op_type = "QuantizeLinear";
+    q.name = n.name + "/quantize";
+    q.inputs = {y_float, n.inputs[6], n.inputs[7]};
+    q.outputs = {out};
+    replace[i] = {std::move(dq), std::move(conv), std::move(q)};
+  }
+  std::vector<Node> nodes;
+  for (size_t k = 0; k < st.nodes.size(); ++k) {
+    if (replace[k].empty())
+      nodes.push_back(std::move(st.nodes[k]));
+    else
+      for (Node& r : replace[k]) nodes.push_back(std::move(r));
+  }
+  st.nodes = std::move(nodes);
+}
+
 }  // namespace
 
 void FuseQuantizeDequantizePairs(CompileState& st) {
   if (st.opset < 11) return;  // Round and Clip's bound inputs are opset 11
+  LowerQLinearConv(st);
   const auto consumers = ConsumersOf(st);
   std::vector<char> drop(st.nodes.size(), 0);
   std::vector<std::vector<Node>> replace(st.nodes.size());

@@ -114,7 +114,8 @@ void FuseDataMovementPatterns(CompileState& state);
 /// Transposes sunk below elementwise ops and cancelled against their inverse.
 void FuseTfExportPatterns(CompileState& state);
 
-/// QDQ models (fusion_qdq.cc): a per-tensor QuantizeLinear -> DequantizeLinear pair on a float activation becomes
+/// Quantised models (fusion_qdq.cc): a QLinearConv with constant weights becomes DequantizeLinear -> fp32 Conv ->
+/// QuantizeLinear; then a per-tensor QuantizeLinear -> DequantizeLinear pair on a float activation becomes
 /// Div -> Round -> Clip -> Mul, bit-identical, vectorised and channels-last capable.
 void FuseQuantizeDequantizePairs(CompileState& state);
 
