@@ -1,0 +1,112 @@
+// Quantised graphs compiled (src/runtime/fusion_qdq.cc): a QuantizeLinear -> DequantizeLinear pair on an activation
+// becomes Div -> Round -> Clip -> Mul and must stay bit-identical; a QLinearConv with constant weights becomes a float
+// Conv between DequantizeLinear and QuantizeLinear and may differ from the integer kernel by one output step.
+// Oracle: the same graph compiled without fusion and with reference kernels only.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::RandomTensor;
+
+const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+
+std::vector<Tensor> RunPlan(const Graph& graph, const Tensor& x, const CompileOptions& options,
+                            std::vector<OpProfile>* profile = nullptr) {
+  return Compile(graph, {{x.dtype(), x.shape()}}, options)->Run({x}, profile);
+}
+
+Graph QdqConvGraph(DType q_type) {
+  GraphBuilder b("qdq", 13);
+  auto x = b.Input("x", DType::kF32, {1, 8, 10, 10});
+  auto scale = b.Constant(Tensor::Scalar<float>(0.05f));
+  auto zp = q_type == DType::kI8 ? b.Constant(Tensor::Scalar<int8_t>(-3)) : b.Constant(Tensor::Scalar<uint8_t>(120));
+  auto q = b.Op("QuantizeLinear", {x, scale, zp});
+  auto dq = b.Op("DequantizeLinear", {q, scale, zp});
+  auto y = b.Op("Conv", {dq, b.Constant(RandomTensor({8, 8, 3, 3}, 5, -0.3f, 0.3f))},
+                {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto q2 = b.Op("QuantizeLinear", {y, scale, zp});
+  b.Output(b.Op("DequantizeLinear", {q2, scale, zp}), "y");
+  return b.Finish();
+}
+
+TEST(QdqFusion, QdqConvChainWithinOneStepOfReference) {
+  // Values beyond the int8 range on purpose: saturation must survive the rewrite; halves of the scale test rounding.
+  Tensor x = RandomTensor({1, 8, 10, 10}, 3, -9.f, 9.f);
+  for (int64_t i = 0; i < 40; ++i) x.data<float>()[i] = 0.025f * static_cast<float>(i - 20);
+  for (DType t : {DType::kI8, DType::kU8}) {
+    SCOPED_TRACE(DTypeName(t));
+    const Graph g = QdqConvGraph(t);
+    const Tensor expected = RunPlan(g, x, kOracle)[0];
+    std::vector<OpProfile> profile;
+    const Tensor got = RunPlan(g, x, CompileOptions{.num_threads = 2, .fast_kernels = true, .fuse = true}, &profile)[0];
+    bool rewritten = false;
+    for (const OpProfile& p : profile) {
+      EXPECT_NE(p.op_type, "QuantizeLinear");
+      EXPECT_NE(p.op_type, "DequantizeLinear");
+      rewritten = rewritten || p.kernel == "RoundF32Fast";
+    }
+    EXPECT_TRUE(rewritten);
+    // The Conv's summation order differs between the reference and oneDNN (PairAloneIsExact checks the pair alone):
+    // equal wherever no rounding boundary of the second pair was crossed, else one step.
+    ASSERT_EQ(got.numel(), expected.numel());
+    int64_t off_by_one = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const float d = std::abs(got.data<float>()[i] - expected.data<float>()[i]);
+      EXPECT_LE(d, 0.05f * 1.0001f) << i;
+      off_by_one += d > 0;
+    }
+    EXPECT_LE(off_by_one, got.numel() / 50);
+  }
+}
+
+TEST(QdqFusion, PairAloneIsExact) {
+  GraphBuilder b("pair", 13);
+  auto x = b.Input("x", DType::kF32, {2, 3, 4, 5});
+  auto scale = b.Constant(Tensor::Scalar<float>(0.1f));
+  auto zp = b.Constant(Tensor::Scalar<int8_t>(7));
+  auto q = b.Op("QuantizeLinear", {x, scale, zp});
+  b.Output(b.Op("Relu", {b.Op("DequantizeLinear", {q, scale, zp})}), "y");
+  const Graph g = b.Finish();
+  Tensor x_value = RandomTensor({2, 3, 4, 5}, 9, -20.f, 20.f);
+  for (int64_t i = 0; i < 20; ++i) x_value.data<float>()[i] = 0.05f * static_cast<float>(i - 10);  // halves
+  const Tensor expected = RunPlan(g, x_value, kOracle)[0];
+  const Tensor got = RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = true, .fuse = true})[0];
+  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+}
+
+TEST(QdqFusion, QLinearConvWithConstantWeightsRunsAsFloatConv) {
+  GraphBuilder b("qlinearconv", 13);
+  auto x = b.Input("x", DType::kU8, {1, 6, 9, 9});
+  Tensor w(DType::kI8, {4, 6, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>((i * 37) % 255 - 127);
+  Tensor w_scale = Tensor::FromVector<float>({4}, {0.01f, 0.02f, 0.005f, 0.03f});
+  Tensor bias = Tensor::FromVector<int32_t>({4}, {100, -2000, 0, 5000});
+  auto y = b.Op("QLinearConv",
+                {x, b.Constant(Tensor::Scalar<float>(0.02f)), b.Constant(Tensor::Scalar<uint8_t>(128)), b.Constant(w),
+                 b.Constant(w_scale), b.Constant(Tensor::Zeros(DType::kI8, {4})),
+                 b.Constant(Tensor::Scalar<float>(0.5f)), b.Constant(Tensor::Scalar<uint8_t>(100)), b.Constant(bias)},
+                {{"pads", Attribute::Ints({1, 1, 1, 1})}, {"strides", Attribute::Ints({2, 2})}});
+  b.Output(y, "y");
+  const Graph g = b.Finish();
+  Tensor x_value(DType::kU8, {1, 6, 9, 9});
+  for (int64_t i = 0; i < x_value.numel(); ++i) x_value.data<uint8_t>()[i] = static_cast<uint8_t>((i * 91) % 256);
+  const Tensor expected = RunPlan(g, x_value, kOracle)[0];
+  std::vector<OpProfile> profile;
+  const Tensor got =
+      RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = true, .fuse = true}, &profile)[0];
+  bool float_conv = false;
+  for (const OpProfile& p : profile) float_conv = float_conv || (p.op_type == "Conv" && p.kernel == "ConvF32Dnnl");
+  EXPECT_TRUE(float_conv);
+  ASSERT_EQ(got.dtype(), DType::kU8);
+  for (int64_t i = 0; i < got.numel(); ++i)
+    EXPECT_LE(std::abs(int{got.data<uint8_t>()[i]} - int{expected.data<uint8_t>()[i]}), 1) << i;
+}
+
+}  // namespace
+}  // namespace osprey
