@@ -125,7 +125,12 @@ PipelineNode ParseNode(const json& j, const std::string& path, std::optional<Mos
   const json spec = FromAlbumentations2(n.name, FromAlbumentations13(n.name, j, path), path, t_albumentations_major);
   Params ps(spec, path, n.name);
   n.kind = PipelineNode::kLeaf;
-  n.p = ReadP(j, path, 0.5);
+  // Without "p" (osprey's own files; Albumentations always writes it), Albumentations' default: 1 for the transforms
+  // that size, crop or normalise an image, 0.5 for the rest.
+  static const std::set<std::string> kAlwaysByDefault = {
+      "Normalize", "Resize", "LongestMaxSize", "SmallestMaxSize", "PadIfNeeded", "CenterCrop", "Crop",
+      "RandomCrop", "RandomResizedCrop", "RandomSizedCrop", "RandomSizedBBoxSafeCrop"};
+  n.p = ReadP(j, path, kAlwaysByDefault.count(n.name) ? 1.0 : 0.5);
   n.leaf = it->second(ps);
   ps.Done();
   return n;
