@@ -86,6 +86,13 @@ void QuantizeLinearRef(KernelContext& ctx) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
     T* yd = y.data<T>();
+    if (p.kind == QuantParams::Kind::kPerTensor && x.dtype() == DType::kF32) {  // the common case, without lookups
+      const float* xd = x.data<float>();
+      const float s = ScaleAt(scale, 0);
+      const int32_t zp = ctx.HasIn(2) ? IntAt(ctx.In(2), 0) : 0;
+      for (int64_t i = 0; i < x.numel(); ++i) yd[i] = Quantize<T>(xd[i] / s, zp);
+      return;
+    }
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t q = p.Index(i);
       yd[i] = Quantize<T>(ValueAsFloat(x, i) / ScaleAt(scale, q), ctx.HasIn(2) ? IntAt(ctx.In(2), q) : 0);
@@ -103,6 +110,16 @@ void DequantizeLinearRef(KernelContext& ctx) {
   Tensor& y = ctx.Out(0);
   const QuantParams p = ResolveQuantParams(ctx.node, ctx.opset, x.shape(), scale.shape());
   const bool half = y.dtype() == DType::kF16;
+  if (p.kind == QuantParams::Kind::kPerTensor && !half && x.dtype() != DType::kI32) {  // the common case
+    const float s = ScaleAt(scale, 0);
+    const int32_t zp = ctx.HasIn(2) ? IntAt(ctx.In(2), 0) : 0;
+    float* yd = y.data<float>();
+    if (x.dtype() == DType::kI8)
+      for (int64_t i = 0; i < x.numel(); ++i) yd[i] = static_cast<float>(x.data<int8_t>()[i] - zp) * s;
+    else
+      for (int64_t i = 0; i < x.numel(); ++i) yd[i] = static_cast<float>(x.data<uint8_t>()[i] - zp) * s;
+    return;
+  }
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t q = p.Index(i);
     const int32_t zp = ctx.HasIn(2) ? IntAt(ctx.In(2), q) : 0;
@@ -314,6 +331,12 @@ void QLinearAddRef(KernelContext& ctx) {
     const T* ad = a.data<T>();
     const T* bd = b.data<T>();
     T* yd = y.data<T>();
+    if (a.shape() == ys && b.shape() == ys) {  // no broadcasting (residual adds): no index arithmetic
+      for (int64_t i = 0; i < y.numel(); ++i)
+        yd[i] =
+            Quantize<T>(ratio_a * static_cast<float>(ad[i] - a_zp) + ratio_b * static_cast<float>(bd[i] - b_zp), y_zp);
+      return;
+    }
     for (int64_t i = 0; i < y.numel(); ++i) {
       int64_t rem = i, ia = 0, ib = 0;
       for (size_t d = rank; d-- > 0;) {
@@ -376,14 +399,19 @@ void QGemmRef(KernelContext& ctx) {
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j) acc[r * n + j] = c.data<int32_t>()[(cr == 1 ? 0 : r) * cc + (cc == 1 ? 0 : j)];
   }
+  // Zero points subtracted once, into A' [m, k] and B'^T [n, k], so the products are contiguous dot products.
+  std::vector<int32_t> aq(static_cast<size_t>(m * k)), bq(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t kk = 0; kk < k; ++kk) aq[r * k + kk] = IntAt(a, trans_a ? kk * m + r : r * k + kk) - a_zp;
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t b_zp = ZeroPoint(ctx, 5, j);
+    for (int64_t kk = 0; kk < k; ++kk) bq[j * k + kk] = IntAt(b, trans_b ? j * k + kk : kk * n + j) - b_zp;
+  }
 #pragma omp parallel for if (m * n * k >= kMinParallelWork)
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j) {
-      const int32_t b_zp = ZeroPoint(ctx, 5, j);
       int32_t sum = 0;
-      for (int64_t kk = 0; kk < k; ++kk)
-        sum +=
-            (IntAt(a, trans_a ? kk * m + r : r * k + kk) - a_zp) * (IntAt(b, trans_b ? j * k + kk : kk * n + j) - b_zp);
+      for (int64_t kk = 0; kk < k; ++kk) sum += aq[r * k + kk] * bq[j * k + kk];
       acc[r * n + j] += sum;
     }
   const float alpha = ctx.node.GetFloat("alpha", 1.f);
