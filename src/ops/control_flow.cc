@@ -46,14 +46,7 @@ void CheckIfNode(const Node& node) {
 }
 
 void RegisterControlFlowOps(OpRegistry& r) {
-  OpSchema s;
-  s.op_type = "If";
-  s.min_inputs = 1;
-  s.max_inputs = kManyValues;
-  s.min_outputs = 1;
-  s.max_outputs = kManyValues;
-  s.infer = InferIf;
-  r.Add(std::move(s));
+  r.Add("If", 1, kManyValues, 1, kManyValues, InferIf);
 }
 
 }  // namespace osprey

@@ -64,14 +64,7 @@ void InferChannelShuffle(InferContext& ctx) {
 }  // namespace
 
 void RegisterInternalOps(OpRegistry& r) {
-  OpSchema s;
-  s.op_type = kChannelShuffleOp;
-  s.min_inputs = 1;
-  s.max_inputs = kManyValues;
-  s.min_outputs = 1;
-  s.max_outputs = kManyValues;
-  s.infer = InferChannelShuffle;
-  r.Add(std::move(s));
+  r.Add(kChannelShuffleOp, 1, kManyValues, 1, kManyValues, InferChannelShuffle);
 }
 
 }  // namespace osprey

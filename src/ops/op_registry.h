@@ -49,6 +49,10 @@ class OpRegistry {
   const OpSchema* Find(const std::string& op_type) const;
   std::vector<std::string> Names() const;
   void Add(OpSchema schema);
+  /// Adds `op_type` taking min..max inputs and outputs, its shapes from `infer`.
+  void Add(std::string op_type, int min_inputs, int max_inputs, int min_outputs, int max_outputs, InferFn infer) {
+    Add(OpSchema{std::move(op_type), min_inputs, max_inputs, min_outputs, max_outputs, std::move(infer)});
+  }
 
  private:
   std::vector<OpSchema> schemas_;

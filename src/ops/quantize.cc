@@ -325,14 +325,7 @@ void InferQGemm(InferContext& c) {
 }
 
 OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn infer) {
-  OpSchema s;
-  s.op_type = op_type;
-  s.min_inputs = min_in;
-  s.max_inputs = max_in;
-  s.min_outputs = min_out;
-  s.max_outputs = max_out;
-  s.infer = std::move(infer);
-  return s;
+  return OpSchema{op_type, min_in, max_in, min_out, max_out, std::move(infer)};
 }
 
 }  // namespace

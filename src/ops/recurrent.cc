@@ -121,14 +121,7 @@ void InferRecurrent(InferContext& ctx) {
 }
 
 OpSchema Schema(const char* op_type, int max_inputs, int max_outputs) {
-  OpSchema s;
-  s.op_type = op_type;
-  s.min_inputs = 3;
-  s.max_inputs = max_inputs;
-  s.min_outputs = 0;
-  s.max_outputs = max_outputs;
-  s.infer = InferRecurrent;
-  return s;
+  return OpSchema{op_type, 3, max_inputs, 0, max_outputs, InferRecurrent};
 }
 
 }  // namespace

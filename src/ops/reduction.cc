@@ -132,14 +132,7 @@ void InferTopK(InferContext& ctx) {
 }
 
 void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_inputs, InferFn infer, int num_outputs = 1) {
-  OpSchema s;
-  s.op_type = op_type;
-  s.min_inputs = min_inputs;
-  s.max_inputs = max_inputs;
-  s.min_outputs = num_outputs;
-  s.max_outputs = num_outputs;
-  s.infer = std::move(infer);
-  r.Add(std::move(s));
+  r.Add(op_type, min_inputs, max_inputs, num_outputs, num_outputs, std::move(infer));
 }
 
 }  // namespace
