@@ -340,7 +340,7 @@ int RunAugment(const AugmentOptions& o, std::ostream& out, std::ostream& err) {
           ++written;
           dropped += report.objects_dropped;
           objects_in += report.objects_in;
-          if (t < preview_count) {
+          if (static_cast<int64_t>(t) < preview_count) {
             std::lock_guard<std::mutex> lock(fail_mu);
             previews[t] = {res.image, res.objects};
           }
