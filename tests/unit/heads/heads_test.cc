@@ -47,7 +47,9 @@ TEST(FindHead, EachClassifierKind) {
     EXPECT_EQ(h.classes, 5);
     EXPECT_EQ(h.feature_dim, 8);
     EXPECT_EQ(h.output, "probs");
-    if (kind != "Conv") EXPECT_EQ(h.feature, g.value_names[g.nodes[0].outputs[0]]);  // the Relu's output
+    if (kind != "Conv") {
+      EXPECT_EQ(h.feature, g.value_names[g.nodes[0].outputs[0]]);  // the Relu's output
+    }
   }
   EXPECT_TRUE(FindHead(Classifier("Gemm")).transposed);
   EXPECT_FALSE(FindHead(Classifier("MatMul+Add")).transposed);

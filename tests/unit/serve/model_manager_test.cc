@@ -352,7 +352,9 @@ TEST_F(ModelManagerTest, UnloadEverythingReturnsAccountedBytesToZero) {
   for (const auto& e : m.Index()) {
     if (e.name == "not_a_model") continue;
     EXPECT_EQ(e.status, ModelStatus::kUnavailable) << e.name;
-    if (e.name != "broken") EXPECT_EQ(e.reason, "unloaded: by request") << e.name;
+    if (e.name != "broken") {
+      EXPECT_EQ(e.reason, "unloaded: by request") << e.name;
+    }
   }
   EXPECT_EQ(CodeOf([&] { m.Unload("a"); }), ErrorCode::kNotFound);
 }
