@@ -159,6 +159,37 @@ Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::
   return g;
 }
 
+MatMulBatches BatchedMatMul(const Shape& a, const Shape& b) {
+  Shape as = a, bs = b;
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  MatMulBatches mm;
+  mm.m = as[as.size() - 2];
+  mm.k = as.back();
+  mm.n = bs.back();
+  const size_t batch_rank = std::max(as.size(), bs.size()) - 2;
+  // Batch dims right-aligned and padded with 1 on the left.
+  Shape a_batch(batch_rank, 1), b_batch(batch_rank, 1), batch(batch_rank);
+  std::copy(as.begin(), as.end() - 2, a_batch.end() - (as.size() - 2));
+  std::copy(bs.begin(), bs.end() - 2, b_batch.end() - (bs.size() - 2));
+  for (size_t d = 0; d < batch_rank; ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
+  const int64_t count = NumElements(batch);
+  mm.offsets.resize(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rem = i, a_off = 0, b_off = 0, a_stride = mm.m * mm.k, b_stride = mm.k * mm.n;
+    for (int64_t d = static_cast<int64_t>(batch_rank) - 1; d >= 0; --d) {
+      const int64_t coord = rem % batch[d];
+      rem /= batch[d];
+      if (a_batch[d] != 1) a_off += coord * a_stride;
+      if (b_batch[d] != 1) b_off += coord * b_stride;
+      a_stride *= a_batch[d];
+      b_stride *= b_batch[d];
+    }
+    mm.offsets[i] = {a_off, b_off};
+  }
+  return mm;
+}
+
 namespace {
 
 // ---------------------------------------------------------------- Conv
@@ -548,33 +579,14 @@ void MatMulRef(KernelContext& ctx) {
   const Tensor& a = ctx.In(0);
   const Tensor& b = ctx.In(1);
   Tensor& y = ctx.Out(0);
-  Shape as = a.shape(), bs = b.shape();
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
-  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-  const size_t batch_rank = std::max(as.size(), bs.size()) - 2;
-  // Batch dims right-aligned and padded with 1 on the left.
-  Shape a_batch(batch_rank, 1), b_batch(batch_rank, 1), batch(batch_rank);
-  std::copy(as.begin(), as.end() - 2, a_batch.end() - (as.size() - 2));
-  std::copy(bs.begin(), bs.end() - 2, b_batch.end() - (bs.size() - 2));
-  for (size_t d = 0; d < batch_rank; ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
-  const int64_t count = NumElements(batch);
+  const MatMulBatches mm = BatchedMatMul(a.shape(), b.shape());
+  const int64_t m = mm.m, k = mm.k, n = mm.n;
   const float* ad = a.data<float>();
   const float* bd = b.data<float>();
   float* yd = y.data<float>();
-  std::vector<GemmOperands> ops(count);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t rem = i, a_off = 0, b_off = 0, a_stride = m * k, b_stride = k * n;
-    for (int64_t d = static_cast<int64_t>(batch_rank) - 1; d >= 0; --d) {
-      const int64_t coord = rem % batch[d];
-      rem /= batch[d];
-      if (a_batch[d] != 1) a_off += coord * a_stride;
-      if (b_batch[d] != 1) b_off += coord * b_stride;
-      a_stride *= a_batch[d];
-      b_stride *= b_batch[d];
-    }
-    ops[i] = {ad + a_off, bd + b_off, yd + i * m * n};
-  }
+  std::vector<GemmOperands> ops(mm.offsets.size());
+  for (size_t i = 0; i < ops.size(); ++i)
+    ops[i] = {ad + mm.offsets[i].first, bd + mm.offsets[i].second, yd + static_cast<int64_t>(i) * m * n};
   RunGemms(ops, m, n, k, k, n, n);
   if (ctx.node.GetInt("_bias", 0) != 0 && ctx.HasIn(2)) {
     // Fused bias (see the MatMul schema): a [N] row added to every row, before the fused activation.

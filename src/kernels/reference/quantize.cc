@@ -250,32 +250,16 @@ int64_t MatMulAccumulate(const KernelContext& ctx, int a_in, int b_in, int a_zp_
                          std::vector<int32_t>& acc) {
   const Tensor& a = ctx.In(a_in);
   const Tensor& b = ctx.In(b_in);
-  Shape as = a.shape(), bs = b.shape();
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
-  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-  const size_t batch_rank = std::max(as.size(), bs.size()) - 2;
-  Shape a_batch(batch_rank, 1), b_batch(batch_rank, 1), batch(batch_rank);
-  std::copy(as.begin(), as.end() - 2, a_batch.end() - (as.size() - 2));
-  std::copy(bs.begin(), bs.end() - 2, b_batch.end() - (bs.size() - 2));
-  for (size_t d = 0; d < batch_rank; ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
-  const int64_t count = NumElements(batch);
+  const MatMulBatches mm = BatchedMatMul(a.shape(), b.shape());
+  const int64_t m = mm.m, k = mm.k, n = mm.n;
 
   std::vector<int32_t> aq(static_cast<size_t>(a.numel())), bq(static_cast<size_t>(b.numel()));
   for (int64_t i = 0; i < a.numel(); ++i) aq[i] = IntAt(a, i) - ZeroPoint(ctx, a_zp_in, (i / k) % m);
   for (int64_t i = 0; i < b.numel(); ++i) bq[i] = IntAt(b, i) - ZeroPoint(ctx, b_zp_in, i % n);
   acc.assign(static_cast<size_t>(y.numel()), 0);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t rem = i, a_off = 0, b_off = 0, a_stride = m * k, b_stride = k * n;
-    for (int64_t d = static_cast<int64_t>(batch_rank) - 1; d >= 0; --d) {
-      const int64_t coord = rem % batch[d];
-      rem /= batch[d];
-      if (a_batch[d] != 1) a_off += coord * a_stride;
-      if (b_batch[d] != 1) b_off += coord * b_stride;
-      a_stride *= a_batch[d];
-      b_stride *= b_batch[d];
-    }
-    int32_t* out = acc.data() + i * m * n;
+  for (size_t i = 0; i < mm.offsets.size(); ++i) {
+    const auto [a_off, b_off] = mm.offsets[i];
+    int32_t* out = acc.data() + static_cast<int64_t>(i) * m * n;
     for (int64_t r = 0; r < m; ++r)
       for (int64_t kk = 0; kk < k; ++kk) {
         const int32_t av = aq[a_off + r * k + kk];

@@ -24,6 +24,15 @@ void AddQuantizeReferenceKernels(ReferenceKernelTable& t);  // quantize.cc: Quan
 
 /// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
 /// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
+/// The matrices of a numpy-style batched MatMul A [..., M, K] x B [..., K, N] (1-D operands promoted as ONNX says):
+/// M, K, N, and for each output batch item (row-major over the broadcast batch dims) the element offsets of its A and
+/// B matrices.
+struct MatMulBatches {
+  int64_t m = 0, k = 0, n = 0;
+  std::vector<std::pair<int64_t, int64_t>> offsets;  // (A offset, B offset) per output matrix
+};
+MatMulBatches BatchedMatMul(const Shape& a, const Shape& b);
+
 struct Window3 {
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
   int64_t pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
