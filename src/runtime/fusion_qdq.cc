@@ -9,8 +9,9 @@
 //     Clip(Round(x / s), lo - z, hi - z) * s
 // (Round is half to even as QuantizeLinear's; the integers involved are exact in float32), and each of these four
 // ops has a vectorised kernel and runs on channels-last data in place of a reorder. The result is bit-identical to
-// the reference kernels of the pair. The Conv itself stays fp32: an int8 oneDNN convolution would be about 2x faster
-// on this project's AVX2 machines (bench/int8_conv_dnnl.cc, docs/performance.md) but is not implemented yet.
+// the reference kernels of the pair. Before that, FuseInt8Conv (below) turns each DQ -> Conv -> Q -> DQ chain with
+// int8 weights into one Conv on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc), so the pairs left are
+// those around the residual Adds, pooling and the stem.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -120,11 +121,197 @@ void LowerQLinearConv(CompileState& st) {
   st.nodes = std::move(nodes);
 }
 
+
+// DequantizeLinear(x_q) -> Conv(W = DequantizeLinear(int8 constant), B) [-> Relu] -> QuantizeLinear -> y_q, each
+// y_q read only by DequantizeLinears, as ONNX Runtime's QDQ quantiser writes it: one Conv with `_int8` attributes
+// (scales, zero points, signedness of x and y, the weight scales) that computes the whole chain, DequantizeLinear of y_q
+// included, on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc). Its input is the float value the
+// QuantizeLinear that wrote x_q reads (quantising it again gives x_q) or x_q's dequantised value; its output replaces
+// every DequantizeLinear of y_q. Activations stay float32 between the convolutions (the residual Adds and pooling
+// and the channels-last layout pass are unchanged) but the convolutions run on 8-bit data. Conditions: 2-D, group 1,
+// per-tensor activation scales and zero points (known), symmetric int8 weights (per-tensor or per-output-channel
+// scale, axis 0), a bias that is an int32 multiple of x_scale * w_scale[m] (ORT quantises it so), and a Relu only
+// where the output's zero point is its type's minimum (the saturation is the Relu). Infer-and-fold has already folded
+// the weight's DequantizeLinear into a float constant (w_q * w_scale, exact); its scales come from the graph's node.
+struct Int8Conv {
+  int conv = -1, relu = -1, q = -1, dq = -1;
+  float x_scale = 0, y_scale = 0;
+  int32_t x_zp = 0, y_zp = 0;
+  bool x_signed = false, y_signed = false;
+  std::vector<float> w_scale;
+  std::vector<int> y_dqs;  // node indices of the DequantizeLinears of y_q
+};
+
+void FuseInt8Conv(CompileState& st) {
+  const auto consumers = ConsumersOf(st);
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int v : st.nodes[i].outputs)
+      if (v >= 0) producer[v] = static_cast<int>(i);
+  std::vector<const Node*> graph_producer(st.values.size(), nullptr);
+  for (const Node& n : st.graph->nodes)
+    for (int v : n.outputs)
+      if (v >= 0 && v < static_cast<int>(graph_producer.size())) graph_producer[v] = &n;
+  auto per_tensor = [&](const Node& n, bool* is_signed, float* scale, int32_t* zp, int value) {
+    const DType t = st.values[value].dtype;
+    if (t != DType::kI8 && t != DType::kU8) return false;
+    *is_signed = t == DType::kI8;
+    *scale = KnownScale(st, n, 1);
+    return *scale > 0.f && std::isfinite(*scale) && KnownZeroPoint(st, n, zp);
+  };
+
+  std::vector<Int8Conv> found;
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& c = st.nodes[i];
+    if (c.op_type != "Conv" || !c.domain.empty() || c.outputs.size() != 1 || c.inputs.size() < 2) continue;
+    if (c.GetInt("group", 1) != 1 || c.Has("_activation") || c.Has("_residual")) continue;
+    const int xf = c.inputs[0], wf = c.inputs[1], yf = c.outputs[0];
+    if (xf < 0 || wf < 0 || yf < 0 || st.values[xf].shape.size() != 4 || producer[xf] < 0) continue;
+    // Few input channels (an image's 3): the int8 kernel is slower than fp32 there (ResNet-50's 7x7 3->64 stem:
+    // 5.5 ms vs 3.1 ms, one thread); the convolution stays on the fp32 path.
+    if (st.values[xf].shape[1] < 16) continue;
+    Int8Conv f;
+    f.conv = static_cast<int>(i);
+    f.dq = producer[xf];
+    const Node& dq = st.nodes[f.dq];
+    if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.empty() || dq.inputs[0] < 0) continue;
+    if (st.values[dq.inputs[0]].known || !per_tensor(dq, &f.x_signed, &f.x_scale, &f.x_zp, dq.inputs[0])) continue;
+    // Weight: a folded DequantizeLinear of a constant int8 tensor, symmetric.
+    if (!st.values[wf].known || wf >= static_cast<int>(graph_producer.size()) || !graph_producer[wf]) continue;
+    const Node& wdq = *graph_producer[wf];
+    if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) continue;
+    const CompileValue& wq = st.values[wdq.inputs[0]];
+    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != 4) continue;
+    const int64_t out_c = wq.value.dim(0);
+    const CompileValue& ws = st.values[wdq.inputs[1]];
+    if (!ws.known || ws.dtype != DType::kF32) continue;
+    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && wdq.GetInt("axis", 1) == 0)) continue;
+    bool symmetric = true;
+    if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
+      const CompileValue& wz = st.values[wdq.inputs[2]];
+      symmetric = wz.known && wz.dtype == DType::kI8;
+      for (int64_t k = 0; symmetric && k < wz.value.numel(); ++k) symmetric = wz.value.data<int8_t>()[k] == 0;
+    }
+    if (!symmetric) continue;
+    f.w_scale.assign(ws.value.data<float>(), ws.value.data<float>() + ws.value.numel());
+    // Bias: an int32 multiple of x_scale * w_scale[m] (the kernel's own test, so that it never declines a node fused
+    // here: the reference Conv would ignore the quantisation).
+    bool bias_ok = true;
+    if (c.inputs.size() > 2 && c.inputs[2] >= 0) {
+      const CompileValue& b = st.values[c.inputs[2]];
+      bias_ok = b.known && b.dtype == DType::kF32 && b.value.numel() == out_c;
+      for (int64_t m = 0; bias_ok && m < out_c; ++m) {
+        const double step = static_cast<double>(f.x_scale) * f.w_scale[f.w_scale.size() == 1 ? 0 : m];
+        const double v = b.value.data<float>()[m], q = std::nearbyint(v / step);
+        bias_ok = std::fabs(q) <= 2e9 && std::fabs(q * step - v) <= 1e-3 * step + 1e-6 * std::fabs(v);
+      }
+    }
+    if (!bias_ok) continue;
+    // Output: [Relu ->] QuantizeLinear, per-tensor, the only consumer; y_q read only by matching DequantizeLinears.
+    if (st.is_graph_output[yf] || consumers[yf].size() != 1) continue;
+    f.q = consumers[yf][0];
+    if (st.nodes[f.q].op_type == "Relu") {
+      f.relu = f.q;
+      const int r = st.nodes[f.relu].outputs[0];
+      if (r < 0 || st.is_graph_output[r] || consumers[r].size() != 1) continue;
+      f.q = consumers[r][0];
+    }
+    const Node& q = st.nodes[f.q];
+    if (q.op_type != "QuantizeLinear" || !QdqDomain(q) || q.outputs.size() != 1 || q.outputs[0] < 0) continue;
+    const int yq = q.outputs[0];
+    if (!per_tensor(q, &f.y_signed, &f.y_scale, &f.y_zp, yq) || st.is_graph_output[yq]) continue;
+    if (f.relu >= 0 && f.y_zp != (f.y_signed ? -128 : 0)) continue;
+    bool ok = !consumers[yq].empty();
+    for (int k : consumers[yq]) {
+      const Node& d = st.nodes[k];
+      float s = 0;
+      int32_t z = 0;
+      bool sg = false;
+      ok = ok && d.op_type == "DequantizeLinear" && QdqDomain(d) && d.inputs[0] == yq && d.outputs.size() == 1 &&
+           d.outputs[0] >= 0 && !st.is_graph_output[d.outputs[0]] && per_tensor(d, &sg, &s, &z, yq) &&
+           s == f.y_scale && z == f.y_zp;
+      f.y_dqs.push_back(k);
+    }
+    if (!ok) continue;
+    found.push_back(std::move(f));
+  }
+  if (found.empty()) return;
+
+  std::vector<char> fused_q(st.nodes.size(), 0), drop(st.nodes.size(), 0);
+  for (const Int8Conv& f : found) fused_q[f.q] = 1;
+  std::vector<int> rename(st.values.size(), -1);
+  std::vector<Node> replaced(st.nodes.size());
+  std::vector<char> has_replaced(st.nodes.size(), 0);
+  for (const Int8Conv& f : found) {
+    const Node& c = st.nodes[f.conv];
+    const Node& dq = st.nodes[f.dq];
+    Node n = c;
+    // Input: the float the QuantizeLinear of x_q reads, unless that QuantizeLinear is itself fused (then x_q's
+    // DequantizeLinear output, renamed below to the fused convolution's output).
+    int input = c.inputs[0];
+    const int xp = producer[dq.inputs[0]];
+    if (xp >= 0 && !fused_q[xp]) {
+      const Node& qx = st.nodes[xp];
+      float s = 0;
+      int32_t z = 0;
+      bool sg = false;
+      if (qx.op_type == "QuantizeLinear" && QdqDomain(qx) && !qx.inputs.empty() && qx.inputs[0] >= 0 &&
+          st.values[qx.inputs[0]].dtype == DType::kF32 && per_tensor(qx, &sg, &s, &z, dq.inputs[0]) &&
+          s == f.x_scale && z == f.x_zp)
+        input = qx.inputs[0];
+    }
+    n.inputs[0] = input;
+    n.attrs["_int8"] = Attribute::Int(1);
+    n.attrs["_activation"] = Attribute::String("");  // no later Relu or residual fusion (FuseActivation, FuseResidualAdd)
+    n.attrs["_int8_x_scale"] = Attribute::Float(f.x_scale);
+    n.attrs["_int8_x_zero_point"] = Attribute::Int(f.x_zp);
+    n.attrs["_int8_x_signed"] = Attribute::Int(f.x_signed);
+    n.attrs["_int8_y_scale"] = Attribute::Float(f.y_scale);
+    n.attrs["_int8_y_zero_point"] = Attribute::Int(f.y_zp);
+    n.attrs["_int8_y_signed"] = Attribute::Int(f.y_signed);
+    n.attrs["_int8_w_scale"] = Attribute::Floats(f.w_scale);
+    const int out = st.nodes[f.y_dqs[0]].outputs[0];
+    n.outputs = {out};
+    for (int k : f.y_dqs) {
+      rename[st.nodes[k].outputs[0]] = out;
+      drop[k] = 1;
+    }
+    drop[f.q] = 1;
+    if (f.relu >= 0) drop[f.relu] = 1;
+    replaced[f.conv] = std::move(n);
+    has_replaced[f.conv] = 1;
+  }
+  std::vector<Node> nodes;
+  for (size_t k = 0; k < st.nodes.size(); ++k) {
+    if (has_replaced[k])
+      nodes.push_back(std::move(replaced[k]));
+    else if (!drop[k])
+      nodes.push_back(std::move(st.nodes[k]));
+  }
+  for (Node& n : nodes)
+    for (int& v : n.inputs)
+      if (v >= 0 && v < static_cast<int>(rename.size()) && rename[v] >= 0) v = rename[v];
+  st.nodes = std::move(nodes);
+  // QuantizeLinear / DequantizeLinear nodes left without consumers (x_q read only by fused convolutions).
+  for (bool changed = true; changed;) {
+    changed = false;
+    const auto uses = ConsumersOf(st);
+    std::vector<Node> live;
+    for (Node& n : st.nodes) {
+      const bool dead = (n.op_type == "DequantizeLinear" || n.op_type == "QuantizeLinear") && n.outputs.size() == 1 &&
+                        n.outputs[0] >= 0 && uses[n.outputs[0]].empty() && !st.is_graph_output[n.outputs[0]];
+      changed = changed || dead;
+      if (!dead) live.push_back(std::move(n));
+    }
+    st.nodes = std::move(live);
+  }
+}
 }  // namespace
 
 void FuseQuantizeDequantizePairs(CompileState& st) {
   if (st.opset < 11) return;  // Round and Clip's bound inputs are opset 11
   LowerQLinearConv(st);
+  if (st.opset >= 10) FuseInt8Conv(st);
   const auto consumers = ConsumersOf(st);
   std::vector<char> drop(st.nodes.size(), 0);
   std::vector<std::vector<Node>> replace(st.nodes.size());

@@ -17,6 +17,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   }
   if (!ctx.node.domain.empty()) return nullptr;
   try {
+    if (op == "Conv" && ctx.node.Has("_int8")) return cpu::CreateDnnlConvInt8(ctx);
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
@@ -43,6 +44,7 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (!ctx.node.domain.empty()) return false;
   try {
+    if (op == "Conv" && ctx.node.Has("_int8")) return cpu::DnnlConvInt8SupportsNhwc(ctx);
     if (op == "Conv") return cpu::DnnlConvSupportsNhwc(ctx);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::DnnlPoolSupportsNhwc(ctx);

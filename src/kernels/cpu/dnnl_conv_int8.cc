@@ -1,0 +1,427 @@
+// Int8 convolution for QDQ models (src/runtime/fusion_qdq.cc, FuseInt8Conv): a Conv node carrying `_int8` attributes
+// computes DequantizeLinear(QuantizeLinear(Conv(DequantizeLinear(QuantizeLinear(x)), W, B))) with oneDNN's u8 x s8
+// convolution. Activations in and out are float32 (plain or channels last), holding exact multiples of their scales,
+// so everything around the convolution (residual Adds, pooling, the layout pass) is unchanged.
+//
+// Per run: x is quantised into a u8 NHWC buffer (round half to even of x / x_scale, plus zero point, saturated: what
+// QuantizeLinear computes; an s8 activation is stored + 128 with its zero point + 128); the primitive sums
+// (x_q - zp) * w_q in int32, adds the int32 bias, scales by x_scale * w_scale[m] / y_scale, rounds half to even,
+// clips to the output type's range less its zero point and multiplies by y_scale: DequantizeLinear(QuantizeLinear(.))
+// of the convolution, in post-ops.
+//
+// AVX2 without VNNI: oneDNN sums pairs of u8 x s8 products in 16 bits (vpmaddubsw), which saturates when two adjacent
+// input channels (one pair) carry large same-signed weights and large activations (255 * 127 * 2 > 32767). For s8
+// activations oneDNN would halve the weights instead (rounding every odd weight: about 9% of outputs one step off in
+// the unit test). This kernel keeps the arithmetic exact: it always feeds u8 and places input channels in pairs whose
+// same-signed weight magnitudes sum to at most 128 for every output channel and tap (255 * 128 < 32768), giving a
+// channel with no such partner a zero channel. The placement is the quantising copy's gather, so it costs nothing
+// extra at run time; the extra channels cost K.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/dnnl_common.h"
+
+namespace osprey::cpu {
+namespace {
+
+using dnnl::memory;
+constexpr const char* kName = "ConvInt8Dnnl";
+
+// Whether weights channels a and b may share a vpmaddubsw pair: for every (output channel, tap) the positive parts
+// and the negative parts of the two weights each sum to at most 128.
+bool PairSafe(const std::vector<int8_t>& wt, int64_t per_channel, int64_t a, int64_t b) {
+  const int8_t* wa = wt.data() + a * per_channel;
+  const int8_t* wb = wt.data() + b * per_channel;
+  for (int64_t k = 0; k < per_channel; ++k) {
+    const int x = wa[k], y = wb[k];
+    if (std::max(x, 0) + std::max(y, 0) > 128 || std::max(-x, 0) + std::max(-y, 0) > 128) return false;
+  }
+  return true;
+}
+
+// 8 floats -> 8 quantised bytes (round half to even of x / s, plus zp, clamped to [0, 255]), AVX2.
+__attribute__((target("avx2"))) inline void Quantise8(const float* x, uint8_t* out, int64_t n, float s, float zp) {
+  const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_setzero_ps(),
+               vhi = _mm256_set1_ps(255.f);
+  int64_t j = 0;
+  // x * (1 / s) instead of x / s: the two differ by an ulp or two of the quotient, which changes the rounding only
+  // next to a half-integer; a vector with a quotient that close is divided instead, so the result is QuantizeLinear's.
+  const __m256 vr = _mm256_set1_ps(1.f / s), half = _mm256_set1_ps(0.5f), near = _mm256_set1_ps(1.f / 4096.f),
+               abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (; j + 8 <= n; j += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + j);
+    __m256 y = _mm256_mul_ps(xv, vr);
+    __m256 q = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_and_ps(_mm256_sub_ps(y, q), abs_mask);
+    const __m256 tie = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(frac, half), abs_mask), near, _CMP_LT_OQ);
+    if (_mm256_movemask_ps(tie) != 0)
+      q = _mm256_round_ps(_mm256_div_ps(xv, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, vzp), vlo), vhi);
+    const __m256i i32 = _mm256_cvtps_epi32(q);
+    const __m128i lo = _mm256_castsi256_si128(i32), hi = _mm256_extracti128_si256(i32, 1);
+    const __m128i i16 = _mm_packs_epi32(lo, hi);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + j), _mm_packus_epi16(i16, i16));
+  }
+  for (; j < n; ++j) {
+    const float q = std::nearbyint(x[j] / s) + zp;
+    out[j] = static_cast<uint8_t>(std::min(std::max(q, 0.f), 255.f));
+  }
+}
+
+class ConvInt8Kernel final : public Kernel {
+ public:
+  const char* Name() const override { return kName; }
+  const char* Implementation() const { return pd_.impl_info_str(); }
+
+  bool Build(const KernelBuildContext& ctx) {
+    const Node& node = ctx.node;
+    if (ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1) return false;
+    for (size_t i = 0; i < ctx.input_layouts.size(); ++i)
+      if (i != 0 && ctx.input_layouts[i] != Layout::kPlain) return false;
+    x_ = ctx.input_shapes[0];
+    y_ = ctx.output_shapes[0];
+    threads_ = std::max(1, ctx.num_threads);
+    const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
+    const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
+    const Tensor* b = has_bias && ctx.input_values.size() > 2 ? ctx.input_values[2] : nullptr;
+    if (w == nullptr || w->raw() == nullptr || (has_bias && (b == nullptr || b->raw() == nullptr))) return false;
+    if (ctx.input_dtypes[0] != DType::kF32 || w->dtype() != DType::kF32 || ctx.output_dtypes[0] != DType::kF32)
+      return false;
+    if (node.GetInt("group", 1) != 1 || !node.GetString("_activation", "").empty() || node.Has("_residual"))
+      return false;
+    const Shape ws = w->shape();
+    if (x_.size() != 4 || ws.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != ws[0] || y_[0] != x_[0])
+      return false;
+    const int64_t out_c = ws[0], in_c = ws[1], taps = ws[2] * ws[3];
+    x_scale_ = node.GetFloat("_int8_x_scale", 0.f);
+    const float y_scale = node.GetFloat("_int8_y_scale", 0.f);
+    const int32_t x_zp = static_cast<int32_t>(node.GetInt("_int8_x_zero_point", 0));
+    const int32_t y_zp = static_cast<int32_t>(node.GetInt("_int8_y_zero_point", 0));
+    x_signed_ = node.GetInt("_int8_x_signed", 0) != 0;
+    const bool y_signed = node.GetInt("_int8_y_signed", 0) != 0;
+    const std::vector<float> w_scale = node.GetFloats("_int8_w_scale", {});
+    if (!(x_scale_ > 0.f) || !(y_scale > 0.f) || (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != out_c))
+      return false;
+    // u8 storage of the quantised input: q + 128 for s8.
+    zp_u8_ = x_zp + (x_signed_ ? 128 : 0);
+    if (zp_u8_ < 0 || zp_u8_ > 255) return false;
+
+    // Geometry.
+    std::vector<int64_t> strides = node.GetInts("strides", {1, 1}), dil = node.GetInts("dilations", {1, 1}),
+                         pads = node.GetInts("pads", {0, 0, 0, 0});
+    std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2], ws[3]});
+    if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || kernel.size() != 2) return false;
+    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+    memory::dims st, di, pl, pr;
+    for (int i = 0; i < 2; ++i) {
+      const int64_t in = x_[2 + i], k = ws[2 + i], s = strides[i], d = dil[i];
+      if (kernel[i] != k || s <= 0 || d <= 0) return false;
+      const int64_t k_eff = (k - 1) * d + 1;
+      int64_t l = pads[i], r = pads[2 + i];
+      if (!ResolveAutoPad(auto_pad, in, k_eff, s, &l, &r)) return false;
+      const int64_t span = in + l + r - k_eff;
+      if (span < 0 || span / s + 1 != y_[2 + i]) return false;
+      st.push_back(s);
+      di.push_back(d - 1);
+      pl.push_back(l);
+      pr.push_back(r);
+    }
+
+    // The int8 weights (W = w_q * w_scale[m] exactly) in [C][M * taps] order for the pairing test, and the bias.
+    std::vector<int8_t> by_channel(static_cast<size_t>(in_c * out_c * taps));
+    const float* wf = w->data<float>();
+    for (int64_t m = 0; m < out_c; ++m) {
+      const float s = w_scale[w_scale.size() == 1 ? 0 : m];
+      for (int64_t c = 0; c < in_c; ++c)
+        for (int64_t t = 0; t < taps; ++t) {
+          const float v = wf[(m * in_c + c) * taps + t];
+          const float q = std::nearbyint(v / s);
+          if (q < -128.f || q > 127.f || std::fabs(q * s - v) > 1e-6f * std::fabs(v) + 1e-30f) return false;
+          by_channel[(c * out_c + m) * taps + t] = static_cast<int8_t>(q);
+        }
+    }
+    std::vector<int32_t> bias_q(static_cast<size_t>(out_c), 0);
+    if (b) {
+      for (int64_t m = 0; m < out_c; ++m) {
+        const double step = static_cast<double>(x_scale_) * w_scale[w_scale.size() == 1 ? 0 : m];
+        const double v = b->data<float>()[m], q = std::nearbyint(v / step);
+        if (std::fabs(q) > 2e9 || std::fabs(q * step - v) > 1e-3 * step + 1e-6 * std::fabs(v)) return false;
+        bias_q[m] = static_cast<int32_t>(q);
+      }
+    }
+
+    // Channel placement: pairs of channels that are safe together, found greedily (the channel with the largest
+    // weights first, partners tried from the smallest up; a bound on each channel's largest positive and negative
+    // weight accepts most pairs without the full test), else a zero partner. Consecutive channels keep their order
+    // when they are safe together, so the copy stays a run where the weights allow.
+    const int64_t per_channel = out_c * taps;
+    std::vector<int> pos_max(in_c, 0), neg_max(in_c, 0);
+    for (int64_t c = 0; c < in_c; ++c)
+      for (int64_t k = 0; k < per_channel; ++k) {
+        const int v = by_channel[c * per_channel + k];
+        pos_max[c] = std::max(pos_max[c], v);
+        neg_max[c] = std::max(neg_max[c], -v);
+      }
+    auto safe = [&](int64_t a, int64_t b) {
+      if (pos_max[a] + pos_max[b] <= 128 && neg_max[a] + neg_max[b] <= 128) return true;
+      return PairSafe(by_channel, per_channel, a, b);
+    };
+    slot_channel_.clear();
+    std::vector<char> placed(in_c, 0);
+    std::vector<int64_t> order(in_c);
+    for (int64_t c = 0; c < in_c; ++c) order[c] = c;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return std::max(pos_max[a], neg_max[a]) > std::max(pos_max[b], neg_max[b]);
+    });
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    // Natural pairs first (runs for the copy), then a matching of the rest.
+    for (int64_t c = 0; c + 1 < in_c; c += 2)
+      if (safe(c, c + 1)) {
+        pairs.push_back({c, c + 1});
+        placed[c] = placed[c + 1] = 1;
+      }
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t a = order[i];
+      if (placed[a]) continue;
+      placed[a] = 1;
+      int64_t partner = -1;
+      int tries = 0;
+      for (size_t j = order.size(); j-- > i + 1 && tries < 64;) {
+        const int64_t b = order[j];
+        if (placed[b]) continue;
+        ++tries;
+        if (safe(a, b)) {
+          partner = b;
+          break;
+        }
+      }
+      if (partner >= 0) placed[partner] = 1;
+      pairs.push_back({a, partner});
+    }
+    std::sort(pairs.begin(), pairs.end());
+    for (const auto& [a, b] : pairs) {
+      slot_channel_.push_back(static_cast<int32_t>(a));
+      slot_channel_.push_back(static_cast<int32_t>(b));
+    }
+    const int64_t slots = static_cast<int64_t>(slot_channel_.size());
+    // Runs of consecutive channels in consecutive slots, for the vectorised quantising copy.
+    runs_.clear();
+    for (int64_t s = 0; s < slots; ++s) {
+      if (slot_channel_[s] < 0) continue;
+      if (!runs_.empty() && runs_.back().slot + runs_.back().length == s &&
+          runs_.back().channel + runs_.back().length == slot_channel_[s])
+        ++runs_.back().length;
+      else
+        runs_.push_back({s, slot_channel_[s], 1});
+    }
+    slots_ = slots;
+    gather_ = static_cast<int64_t>(runs_.size()) * 16 > slots;
+    gather_index_.resize(static_cast<size_t>(slots));
+    for (int64_t k = 0; k < slots; ++k) gather_index_[k] = slot_channel_[k] < 0 ? static_cast<int32_t>(in_c) : slot_channel_[k];
+
+    // Weights [M, slots, kh, kw], zero in empty slots.
+    Tensor wq(DType::kI8, {out_c, slots, ws[2], ws[3]});
+    std::memset(wq.raw(), 0, static_cast<size_t>(wq.numel()));
+    for (int64_t m = 0; m < out_c; ++m)
+      for (int64_t s = 0; s < slots; ++s) {
+        if (slot_channel_[s] < 0) continue;
+        for (int64_t t = 0; t < taps; ++t)
+          wq.data<int8_t>()[(m * slots + s) * taps + t] = by_channel[(slot_channel_[s] * out_c + m) * taps + t];
+      }
+
+    const memory::dims src_dims{x_[0], slots, x_[2], x_[3]};
+    src_md_ = memory::desc(src_dims, memory::data_type::u8, memory::format_tag::nhwc);
+    dst_layout_ = ctx.OutLayout(0);
+    src_layout_ = ctx.InLayout(0);
+    user_dst_md_ = ActivationDesc(y_, dst_layout_);
+    conv_dst_md_ = memory::desc(ToDims(y_), memory::data_type::f32, memory::format_tag::nhwc);
+    const memory::desc w_any({out_c, slots, ws[2], ws[3]}, memory::data_type::s8, memory::format_tag::any);
+    bias_md_ = memory::desc({out_c}, memory::data_type::s32, memory::format_tag::x);
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md_, w_any, bias_md_, conv_dst_md_, st, di, pl, pr);
+    std::vector<float> scales(w_scale.size());
+    for (size_t m = 0; m < w_scale.size(); ++m) scales[m] = x_scale_ * w_scale[m] / y_scale;
+    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
+    for (int runtime = 0; runtime < 2 && !pd_; ++runtime) {
+      dnnl::primitive_attr attr = BaseAttr();
+      attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+      if (zp_u8_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {runtime ? DNNL_RUNTIME_S32_VAL : zp_u8_});
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, lo, hi);
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, y_scale, 0.f);
+      attr.set_post_ops(ops);
+      try {
+        dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
+        if (pd && !IsReferenceImpl(pd)) {
+          pd_ = pd;
+          runtime_zp_ = runtime != 0;
+        }
+      } catch (const dnnl::error&) {
+      }
+    }
+    if (!pd_) return false;
+    conv_ = dnnl::convolution_forward(pd_);
+    const memory::desc w_plain({out_c, slots, ws[2], ws[3]}, memory::data_type::s8, memory::format_tag::oihw);
+    weight_ = PackWeight(ctx, w_plain, wq, pd_.weights_desc());
+    bias_ = Tensor::FromVector<int32_t>({out_c}, bias_q);
+    reorder_dst_ = user_dst_md_ != conv_dst_md_;
+    if (reorder_dst_)
+      dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), conv_dst_md_, CpuEngine(), user_dst_md_));
+    src_bytes_ = ThreadScratch::Align(src_md_.get_size());
+    dst_bytes_ = reorder_dst_ ? ThreadScratch::Align(conv_dst_md_.get_size()) : 0;
+    scratch_md_ = pd_.scratchpad_desc();
+    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
+    return true;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Node& node = ctx.node;
+    CheckActivation(node, kName, "input", ctx.In(0), x_, src_layout_);
+    CheckActivation(node, kName, "output", ctx.Out(0), y_, dst_layout_);
+    RunDnnl(node, kName, [&] {
+      dnnl::stream& stream = ThreadStream();
+      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_);
+      Quantise(ctx.In(0).data<float>(), reinterpret_cast<uint8_t*>(scratch));
+      memory src(src_md_, CpuEngine(), scratch);
+      memory user_dst = WrapMemory(user_dst_md_, ctx.Out(0).raw());
+      memory dst = reorder_dst_ ? memory(conv_dst_md_, CpuEngine(), scratch + src_bytes_) : user_dst;
+      memory scratchpad(scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                           {DNNL_ARG_WEIGHTS, weight_.memory},
+                                           {DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw())},
+                                           {DNNL_ARG_DST, dst},
+                                           {DNNL_ARG_SCRATCHPAD, scratchpad}};
+      int32_t zp = zp_u8_;
+      if (runtime_zp_ && zp_u8_ != 0)
+        args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
+                     WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp));
+      conv_.execute(stream, args);
+      if (reorder_dst_) dst_reorder_.execute(stream, dst, user_dst);
+      stream.wait();
+    });
+  }
+
+ private:
+  struct Span {
+    int64_t slot, channel, length;
+  };
+
+  // x (float32, plain or NHWC) -> u8 NHWC with slots_ channels: QuantizeLinear's round(x / scale) + zero point,
+  // saturated to the activation type, stored + 128 for s8; empty slots 0.
+  void Quantise(const float* x, uint8_t* out) const {
+    const int64_t n = x_[0], c = x_[1], hw = x_[2] * x_[3];
+    const float lo = 0.f, hi = 255.f;  // u8 storage (s8 shifted by 128)
+    const float zp = static_cast<float>(zp_u8_);
+    const float s = x_scale_;
+    auto one = [&](float v) -> uint8_t {
+      const float q = std::nearbyint(v / s) + zp;
+      return static_cast<uint8_t>(std::min(std::max(q, lo), hi));
+    };
+    const bool nhwc = src_layout_ == Layout::kNhwc;
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    const __m128 vs = _mm_set1_ps(s), vzp = _mm_set1_ps(zp), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
+    // Pixels split between the plan's threads (the primitive runs on them too) in blocks of 64.
+    const int64_t blocks = n * ((hw + 63) / 64), per_image = (hw + 63) / 64;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n * hw * c >= (1 << 15))
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      std::vector<uint8_t> tmp(static_cast<size_t>(c + 1), 0);
+      const int64_t b = blk / per_image, p0 = (blk % per_image) * 64, p1 = std::min(hw, p0 + 64);
+      const float* xb = x + b * c * hw;
+      uint8_t* ob = out + b * slots_ * hw;
+      for (int64_t p = p0; p < p1; ++p) {
+        uint8_t* o = ob + p * slots_;
+        if (slots_ != c && !gather_) std::memset(o, 0, static_cast<size_t>(slots_));
+        if (!nhwc) {
+          for (const Span& r : runs_)
+            for (int64_t j = 0; j < r.length; ++j) o[r.slot + j] = one(xb[(r.channel + j) * hw + p]);
+          continue;
+        }
+        const float* xp = xb + p * c;
+        if (gather_) {  // short runs: quantise the pixel in order, then place the bytes
+          uint8_t* t = tmp.data();
+          if (avx2) {
+            Quantise8(xp, t, c, s, zp);
+          } else {
+            for (int64_t j = 0; j < c; ++j) t[j] = one(xp[j]);
+          }
+          for (int64_t k = 0; k < slots_; ++k) o[k] = t[gather_index_[k]];
+          continue;
+        }
+        for (const Span& r : runs_) {
+          const float* src = xp + r.channel;
+          uint8_t* dst = o + r.slot;
+          if (avx2) {
+            Quantise8(src, dst, r.length, s, zp);
+            continue;
+          }
+          int64_t j = 0;
+          for (; j + 4 <= r.length; j += 4) {
+            __m128 q = _mm_div_ps(_mm_loadu_ps(src + j), vs);
+            q = _mm_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm_min_ps(_mm_max_ps(_mm_add_ps(q, vzp), vlo), vhi);
+            const __m128i i32 = _mm_cvtps_epi32(q);
+            const __m128i u8 = _mm_packus_epi16(_mm_packs_epi32(i32, i32), i32);
+            const int32_t bytes = _mm_cvtsi128_si32(u8);
+            std::memcpy(dst + j, &bytes, 4);
+          }
+          for (; j < r.length; ++j) dst[j] = one(src[j]);
+        }
+      }
+    }
+  }
+
+  Shape x_, y_;
+  int threads_ = 1;
+  float x_scale_ = 1.f;
+  bool x_signed_ = false, runtime_zp_ = false, reorder_dst_ = false;
+  int32_t zp_u8_ = 0;
+  int64_t slots_ = 0;
+  std::vector<int32_t> slot_channel_, gather_index_;
+  bool gather_ = false;
+  std::vector<Span> runs_;
+  Layout src_layout_ = Layout::kPlain, dst_layout_ = Layout::kPlain;
+  dnnl::convolution_forward::primitive_desc pd_;
+  dnnl::convolution_forward conv_;
+  dnnl::reorder dst_reorder_;
+  memory::desc src_md_, user_dst_md_, conv_dst_md_, bias_md_, scratch_md_;
+  PackedWeight weight_;
+  Tensor bias_;
+  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateDnnlConvInt8(const KernelBuildContext& ctx) {
+  OmpThreadsGuard threads(ctx.num_threads);
+  auto kernel = std::make_unique<ConvInt8Kernel>();
+  try {
+    if (!kernel->Build(ctx)) return nullptr;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  return kernel;
+}
+
+bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx) {
+  if (ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 4) return false;
+  KernelBuildContext nhwc = ctx;
+  nhwc.input_layouts.assign(ctx.input_shapes.size(), Layout::kPlain);
+  nhwc.input_layouts[0] = Layout::kNhwc;
+  nhwc.output_layouts = {Layout::kNhwc};
+  return CreateDnnlConvInt8(nhwc) != nullptr;
+}
+
+const char* DnnlConvInt8Implementation(const Kernel& kernel) {
+  const auto* k = dynamic_cast<const ConvInt8Kernel*>(&kernel);
+  return k ? k->Implementation() : "";
+}
+
+}  // namespace osprey::cpu

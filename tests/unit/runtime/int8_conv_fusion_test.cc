@@ -1,0 +1,88 @@
+// QDQ convolutions as ONNX Runtime's quantiser writes them (DequantizeLinear of int8 weights and int32 bias, Relu
+// before the output's QuantizeLinear) compiled into int8 convolutions (src/runtime/fusion_qdq.cc FuseInt8Conv,
+// src/kernels/cpu/dnnl_conv_int8.cc). Oracle: the same graph compiled without fusion, reference kernels only.
+// Bound: one output step (the int32 sum is requantised once where the graph rounds a float sum; rare).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::RandomTensor;
+
+Tensor RandomInt8(const Shape& shape, uint32_t seed) {
+  Tensor t(DType::kI8, shape);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-127, 127);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int8_t>()[i] = static_cast<int8_t>(d(rng));
+  return t;
+}
+
+// x -> Q/DQ -> Conv 3x3 16->16 (per-tensor weights, bias) -> Relu -> Q/DQ -> Conv 1x1 16->24 (per-channel weights)
+// -> Q/DQ -> Mul 1 -> y.
+Graph Int8ConvGraph() {
+  GraphBuilder b("int8conv", 13);
+  auto x = b.Input("x", DType::kF32, {1, 16, 10, 10});
+  auto xs = b.Constant(Tensor::Scalar<float>(0.05f));
+  auto xz = b.Constant(Tensor::Scalar<int8_t>(-3));
+  auto x_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {x, xs, xz}), xs, xz});
+  auto w1s = b.Constant(Tensor::Scalar<float>(0.004f));
+  auto w1 = b.Op("DequantizeLinear", {b.Constant(RandomInt8({16, 16, 3, 3}, 7)), w1s, b.Constant(Tensor::Scalar<int8_t>(0))});
+  std::vector<int32_t> bias(16);
+  for (int i = 0; i < 16; ++i) bias[i] = 300 * i - 2000;
+  auto b1 = b.Op("DequantizeLinear", {b.Constant(Tensor::FromVector<int32_t>({16}, bias)),
+                                      b.Constant(Tensor::Scalar<float>(0.05f * 0.004f)),
+                                      b.Constant(Tensor::Scalar<int32_t>(0))});
+  auto y1 = b.Op("Relu", {b.Op("Conv", {x_dq, w1, b1}, {{"pads", Attribute::Ints({1, 1, 1, 1})}})});
+  auto ys = b.Constant(Tensor::Scalar<float>(0.08f));
+  auto yz = b.Constant(Tensor::Scalar<int8_t>(-128));
+  auto y1_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {y1, ys, yz}), ys, yz});
+  std::vector<float> w2_scales(24);
+  for (int i = 0; i < 24; ++i) w2_scales[i] = 0.002f + 0.0003f * static_cast<float>(i % 5);
+  Tensor w2_zp(DType::kI8, {24});
+  for (int i = 0; i < 24; ++i) w2_zp.data<int8_t>()[i] = 0;
+  auto w2 = b.Op("DequantizeLinear",
+                 {b.Constant(RandomInt8({24, 16, 1, 1}, 9)), b.Constant(Tensor::FromVector<float>({24}, w2_scales)),
+                  b.Constant(w2_zp)},
+                 {{"axis", Attribute::Int(0)}});
+  auto y2 = b.Op("Conv", {y1_dq, w2});
+  auto zs = b.Constant(Tensor::Scalar<float>(0.1f));
+  auto zz = b.Constant(Tensor::Scalar<int8_t>(4));
+  auto z = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {y2, zs, zz}), zs, zz});
+  b.Output(b.Op("Mul", {z, b.Constant(Tensor::Scalar<float>(1.f))}), "y");
+  return b.Finish();
+}
+
+TEST(Int8ConvFusion, QdqConvsRunOnInt8KernelWithinOneStep) {
+  const Graph g = Int8ConvGraph();
+  Tensor x = RandomTensor({1, 16, 10, 10}, 3, -6.f, 6.f);
+  auto run = [&](const CompileOptions& o, std::vector<OpProfile>* profile) {
+    return Compile(g, {{x.dtype(), x.shape()}}, o)->Run({x}, profile)[0];
+  };
+  const Tensor expected = run({.num_threads = 2, .fast_kernels = false, .fuse = false}, nullptr);
+  std::vector<OpProfile> profile;
+  const Tensor got = run({.num_threads = 2, .fast_kernels = true, .fuse = true}, &profile);
+  int int8_convs = 0;
+  for (const OpProfile& p : profile) {
+    int8_convs += p.kernel == "ConvInt8Dnnl";
+    EXPECT_NE(p.op_type, "QuantizeLinear");
+    EXPECT_NE(p.op_type, "DequantizeLinear");
+  }
+  EXPECT_EQ(int8_convs, 2);
+  ASSERT_EQ(got.numel(), expected.numel());
+  int64_t off = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float d = std::fabs(got.data<float>()[i] - expected.data<float>()[i]);
+    EXPECT_LE(d, 0.1f * 1.001f) << i;
+    off += d > 0.05f;
+  }
+  EXPECT_LE(off, got.numel() / 50);
+}
+
+}  // namespace
+}  // namespace osprey
