@@ -227,11 +227,29 @@ void Im2Col(const float* x, int64_t channels, const Window3& g, float* col) {
   }
 }
 
+// QuantizeLinear then DequantizeLinear of v (per tensor): round half to even, saturate to the 8-bit range.
+float QuantizeDequantize(float v, float scale, int64_t zero_point, bool is_signed) {
+  const float lo = is_signed ? -128.f : 0.f, hi = is_signed ? 127.f : 255.f;
+  const float q = std::clamp(std::nearbyint(v / scale) + static_cast<float>(zero_point), lo, hi);
+  return (q - static_cast<float>(zero_point)) * scale;
+}
+
 void ConvRef(KernelContext& ctx) {
   const Node& node = ctx.node;
-  const Tensor& x = ctx.In(0);
+  Tensor x = ctx.In(0);
   const Tensor& w = ctx.In(1);
   Tensor& y = ctx.Out(0);
+  // A Conv made by FuseInt8Conv (runtime/fusion_qdq.cc) stands for DQ(Q(x)) -> Conv -> Q -> DQ: the same arithmetic
+  // in float (weights are the dequantised int8 values already), so it agrees with the int8 kernel within a step.
+  const bool int8 = node.GetInt("_int8", 0) != 0;
+  if (int8) {
+    x = x.Clone();
+    const float scale = node.GetFloat("_int8_x_scale", 1.f);
+    const int64_t zero_point = node.GetInt("_int8_x_zero_point", 0);
+    const bool is_signed = node.GetInt("_int8_x_signed", 0) != 0;
+    float* xs = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) xs[i] = QuantizeDequantize(xs[i], scale, zero_point, is_signed);
+  }
   const int64_t batch = x.dim(0), channels = x.dim(1), out_channels = w.dim(0);
   const int64_t group = node.GetInt("group", 1);
   const int64_t group_out = out_channels / group;
@@ -276,6 +294,12 @@ void ConvRef(KernelContext& ctx) {
     }
   }
   ApplyFusedActivation(node, yd, y.numel());
+  if (int8) {
+    const float scale = node.GetFloat("_int8_y_scale", 1.f);
+    const int64_t zero_point = node.GetInt("_int8_y_zero_point", 0);
+    const bool is_signed = node.GetInt("_int8_y_signed", 0) != 0;
+    for (int64_t i = 0; i < y.numel(); ++i) yd[i] = QuantizeDequantize(yd[i], scale, zero_point, is_signed);
+  }
 }
 
 // ---------------------------------------------------------------- ConvTranspose

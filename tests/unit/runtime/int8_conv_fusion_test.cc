@@ -82,6 +82,21 @@ TEST(Int8ConvFusion, QdqConvsRunOnInt8KernelWithinOneStep) {
     off += d > 0.05f;
   }
   EXPECT_LE(off, got.numel() / 50);
+
+  // The fused nodes through the reference kernels (fast_kernels off, fusion on): the reference Conv honours the
+  // int8 attributes, so it agrees with the unfused graph too.
+  const Tensor fused_reference = run({.num_threads = 2, .fast_kernels = false, .fuse = true}, nullptr);
+  ASSERT_EQ(fused_reference.numel(), expected.numel());
+  int64_t ref_off = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const float d = std::fabs(fused_reference.data<float>()[i] - expected.data<float>()[i]);
+    EXPECT_LE(d, 0.1f * 1.001f) << i;
+    ref_off += d > 0.05f;
+    // Requantised: on the output's grid (scale 0.1), as the last Q/DQ pair puts it.
+    const float steps = fused_reference.data<float>()[i] / 0.1f;
+    EXPECT_NEAR(steps, std::nearbyint(steps), 1e-3f) << i;
+  }
+  EXPECT_LE(ref_off, expected.numel() / 50);
 }
 
 }  // namespace
