@@ -146,28 +146,33 @@ Shape MatMulShape(const InferContext& c, int a, int b) {
   return mm.output_shapes.at(0);
 }
 
+// The quantisation inputs QLinearConv and QLinearMatMul share (a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+// y_scale, y_zero_point): per-tensor for a and y, per tensor or per one of `b_channels` for b. Returns y's type.
+DType RequireQLinearParams(const InferContext& c, const std::string& a, const std::string& b, int64_t b_channels) {
+  const std::string a_scale = a + "_scale", a_zp = a + "_zero_point", b_scale = b + "_scale", b_zp = b + "_zero_point";
+  RequireScale(c, 1, a_scale.c_str());
+  RequireScale(c, 4, b_scale.c_str());
+  RequireScale(c, 6, "y_scale");
+  RequirePerTensor(c, 1, a_scale.c_str());
+  RequirePerTensor(c, 2, a_zp.c_str());
+  RequirePerTensorOrChannel(c, 4, b_scale.c_str(), b_channels);
+  RequirePerTensorOrChannel(c, 5, b_zp.c_str(), b_channels);
+  RequirePerTensor(c, 6, "y_scale");
+  RequirePerTensor(c, 7, "y_zero_point");
+  RequireZeroPointDType(c, 2, a_zp.c_str(), c.input_dtypes[0]);
+  RequireZeroPointDType(c, 5, b_zp.c_str(), c.input_dtypes[3]);
+  if (!c.Has(7)) return c.input_dtypes[0];
+  if (!IsQuantized(c.input_dtypes[7])) FailDType(c, 7, "y_zero_point", "int8 or uint8");
+  return c.input_dtypes[7];
+}
+
 // QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B?)
 void InferQLinearConv(InferContext& c) {
   RequireQuantized(c, 0, "x");
   RequireQuantized(c, 3, "w");
   Shape y = ConvShape(c, 0, 3);
   const int64_t out_channels = c.input_shapes[3][0];
-  RequireScale(c, 1, "x_scale");
-  RequireScale(c, 4, "w_scale");
-  RequireScale(c, 6, "y_scale");
-  RequirePerTensor(c, 1, "x_scale");
-  RequirePerTensor(c, 2, "x_zero_point");
-  RequirePerTensorOrChannel(c, 4, "w_scale", out_channels);
-  RequirePerTensorOrChannel(c, 5, "w_zero_point", out_channels);
-  RequirePerTensor(c, 6, "y_scale");
-  RequirePerTensor(c, 7, "y_zero_point");
-  RequireZeroPointDType(c, 2, "x_zero_point", c.input_dtypes[0]);
-  RequireZeroPointDType(c, 5, "w_zero_point", c.input_dtypes[3]);
-  DType out = c.input_dtypes[0];
-  if (c.Has(7)) {
-    if (!IsQuantized(c.input_dtypes[7])) FailDType(c, 7, "y_zero_point", "int8 or uint8");
-    out = c.input_dtypes[7];
-  }
+  const DType out = RequireQLinearParams(c, "x", "w", out_channels);
   if (c.Has(8)) {
     if (c.input_dtypes[8] != DType::kI32) FailDType(c, 8, "B", "int32");
     if (c.input_shapes[8] != Shape{out_channels})
@@ -211,24 +216,7 @@ void InferQLinearMatMul(InferContext& c) {
   RequireQuantized(c, 0, "a");
   RequireQuantized(c, 3, "b");
   Shape y = MatMulShape(c, 0, 3);
-  const int64_t columns = MatMulColumns(c.input_shapes[3]);
-  RequireScale(c, 1, "a_scale");
-  RequireScale(c, 4, "b_scale");
-  RequireScale(c, 6, "y_scale");
-  RequirePerTensor(c, 1, "a_scale");
-  RequirePerTensor(c, 2, "a_zero_point");
-  RequirePerTensorOrChannel(c, 4, "b_scale", columns);
-  RequirePerTensorOrChannel(c, 5, "b_zero_point", columns);
-  RequirePerTensor(c, 6, "y_scale");
-  RequirePerTensor(c, 7, "y_zero_point");
-  RequireZeroPointDType(c, 2, "a_zero_point", c.input_dtypes[0]);
-  RequireZeroPointDType(c, 5, "b_zero_point", c.input_dtypes[3]);
-  DType out = c.input_dtypes[0];
-  if (c.Has(7)) {
-    if (!IsQuantized(c.input_dtypes[7])) FailDType(c, 7, "y_zero_point", "int8 or uint8");
-    out = c.input_dtypes[7];
-  }
-  c.SetOutput(0, out, y);
+  c.SetOutput(0, RequireQLinearParams(c, "a", "b", MatMulColumns(c.input_shapes[3])), y);
 }
 
 // ---------------------------------------------------------------- com.microsoft ops ONNX Runtime's quantiser writes
