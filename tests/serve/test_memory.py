@@ -121,6 +121,45 @@ def test_lru_eviction_and_reload(start_repo, tmp_path):
     assert metric(server, "osprey_model_loads_total") == 4
 
 
+def write_weightless(repo, name, width=4096):
+    """y = (relu(x) + sigmoid(relu(x))) * sigmoid(relu(x)) for x FP32 [N, width]: no weights, only execution memory."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Mul", ["c", "b"], ["y"])]
+    d = repo / name / "1"
+    d.mkdir(parents=True)
+    onnx.save(helper.make_model(helper.make_graph(nodes, name, [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(d / "model.onnx"))
+
+
+def test_budget_enforced_after_requests_grow_memory(start_repo, tmp_path):
+    # Loading these models costs nothing (no weights), so no load evicts; their requests' arenas (kept: --arena-idle
+    # 0) push the accounted bytes over the budget afterwards, and the housekeeping thread evicts the least recently
+    # used model, not the one just used.
+    repo = tmp_path / "repo"
+    for name in "AB":
+        write_weightless(repo, name)
+    x = np.random.default_rng(5).standard_normal((16, 4096)).astype(np.float32)
+    probe = start_repo(repo, "--arena-idle", 0)
+    assert infer(probe, "A", x)[0] == 200
+    one = metric(probe, "osprey_accounted_bytes_total")
+    assert one > 0, "a request's arena is accounted"
+    probe.kill()
+
+    server = start_repo(repo, "--arena-idle", 0, "--memory-budget", int(1.5 * one))
+    assert infer(server, "A", x)[0] == 200
+    assert infer(server, "B", x)[0] == 200  # loads without evicting A (its estimate is 0), then grows past the budget
+    deadline = time.monotonic() + 10
+    while states(server)["A"]["state"] == "READY":
+        assert time.monotonic() < deadline, "A still READY 10 s after the accounted bytes passed the budget"
+        time.sleep(0.05)
+    s = states(server)
+    assert s["A"]["reason"].startswith("evicted: memory budget"), s
+    assert s["B"]["state"] == "READY", s
+    assert metric(server, "osprey_accounted_bytes_total") <= 1.5 * one
+
+
 def test_idle_unload(start_repo, tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "A", 1, 2, hidden=64)
