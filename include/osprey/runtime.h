@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "osprey/device.h"
 #include "osprey/graph.h"
 #include "osprey/tensor.h"
 
@@ -20,7 +21,8 @@ namespace osprey {
 /// Arithmetic of the compute-heavy kernels. kBf16 runs Conv, Gemm and MatMul with a constant B in bfloat16 (inputs
 /// rounded to bf16 per run, weights packed as bf16 once, fp32 accumulation and fp32 outputs); every other kernel and
 /// every activation between kernels stays float32. Needs a CPU with AVX512_BF16 (Compile throws kUnsupported).
-enum class Precision : uint8_t { kFp32, kBf16 };
+/// kFp16 is for devices (CUDA: Conv, Gemm and MatMul on Tensor Cores in float16, fp32 in and out); the CPU refuses it.
+enum class Precision : uint8_t { kFp32, kBf16, kFp16 };
 
 /// "fp32" / "bf16".
 const char* PrecisionName(Precision p);
@@ -37,6 +39,9 @@ struct CompileOptions {
   bool fuse = true;
   /// Compute precision of the fast Conv/Gemm/MatMul kernels (ignored with fast_kernels = false).
   Precision precision = Precision::kFp32;
+  /// Where the plan runs. On a device each step whose op the backend has a kernel for runs there and the rest on the
+  /// host, with copies between (Plan::num_device_steps, the profile's kernel names say which).
+  DeviceSpec device;
   std::string Key() const;
 };
 

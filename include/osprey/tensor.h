@@ -67,8 +67,10 @@ int64_t NumBytes(DType dtype, const Shape& shape);
 /// "[1, 3, 224, 224]".
 std::string ShapeToString(const Shape& shape);
 
-enum class Device : uint8_t { kHost = 0 };
-constexpr int kNumDevices = 1;
+/// Where a buffer's bytes are: host memory, or an accelerator's (include/osprey/device.h). Only host tensors may be
+/// read through data<T>(); device tensors are handed to device kernels and copied with the backend.
+enum class Device : uint8_t { kHost = 0, kCuda = 1 };
+constexpr int kNumDevices = 2;
 
 /// Live-byte counter for one owner (a model, a plan, a weight store). Thread-safe.
 class MemoryAccount {
@@ -94,6 +96,8 @@ class Buffer {
   void* data() const { return data_; }
   size_t size() const { return size_; }
   Device device() const { return device_; }
+  /// Which device of its kind (CUDA ordinal); 0 on the host.
+  int ordinal() const { return ordinal_; }
   /// True when the block came from mmap (freeing it returns pages to the OS at once).
   bool mmapped() const { return mmapped_; }
   /// A block owned by someone else (e.g. a NumPy array handed to a Python call): nothing is allocated, accounted or
@@ -108,6 +112,7 @@ class Buffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   Device device_ = Device::kHost;
+  int ordinal_ = 0;
   bool mmapped_ = false;
   bool borrowed_ = false;
   std::shared_ptr<MemoryAccount> account_;
@@ -135,6 +140,10 @@ class Allocator {
   static Allocator& Host();
   /// Uninitialised block. `account` (may be null) is charged until the buffer is freed.
   std::shared_ptr<Buffer> Allocate(size_t bytes, std::shared_ptr<MemoryAccount> account = nullptr);
+  /// Uninitialised block on device `ordinal` of `kind` through its backend (GetDeviceBackend); kHost is Allocate.
+  /// Device blocks are counted per kind like host ones (BytesLive(kCuda)) and charged to `account`.
+  std::shared_ptr<Buffer> AllocateOn(Device kind, int ordinal, size_t bytes,
+                                     std::shared_ptr<MemoryAccount> account = nullptr);
   /// Bytes live on `device` across every owner.
   int64_t BytesLive(Device device = Device::kHost) const { return live_[static_cast<int>(device)].load(); }
   /// Most bytes live on `device` at once since the last ResetPeak (for tests and tools: how much a call allocated).

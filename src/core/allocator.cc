@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "osprey/device.h"
 #include "osprey/tensor.h"
 
 namespace osprey {
@@ -84,6 +85,31 @@ std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<Memory
   return buffer;
 }
 
+std::shared_ptr<Buffer> Allocator::AllocateOn(Device kind, int ordinal, size_t bytes,
+                                             std::shared_ptr<MemoryAccount> account) {
+  if (kind == Device::kHost) return Allocate(bytes, std::move(account));
+  if (bytes > static_cast<size_t>(kMaxBytes))
+    throw Error(ErrorCode::kInvalidArgument, "cannot allocate " + std::to_string(bytes) +
+                                                 " bytes: larger than osprey's limit of 2^48 bytes per buffer");
+  DeviceBackend* backend = GetDeviceBackend(kind);
+  if (backend == nullptr) throw Error(ErrorCode::kUnsupported, "no backend for this device kind");
+  size_t rounded = (bytes + 255) / 256 * 256;  // CUDA's own allocation granularity; also keeps 64-byte alignment
+  if (rounded == 0) rounded = 256;
+  std::shared_ptr<Buffer> buffer(new Buffer());
+  buffer->data_ = backend->Malloc(ordinal, rounded);  // throws kResourceExhausted
+  buffer->size_ = rounded;
+  buffer->device_ = kind;
+  buffer->ordinal_ = ordinal;
+  buffer->account_ = std::move(account);
+  const int d = static_cast<int>(kind);
+  const int64_t now = live_[d].fetch_add(static_cast<int64_t>(rounded)) + static_cast<int64_t>(rounded);
+  int64_t peak = peak_[d].load(std::memory_order_relaxed);
+  while (now > peak && !peak_[d].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  if (buffer->account_) buffer->account_->Add(static_cast<int64_t>(rounded));
+  return buffer;
+}
+
 std::shared_ptr<Buffer> Buffer::Borrow(void* data, size_t size, std::shared_ptr<void> keep_alive) {
   std::shared_ptr<Buffer> buffer(new Buffer());
   buffer->data_ = data;
@@ -100,7 +126,10 @@ void Allocator::Release(Buffer* buffer) {
     buffer->data_ = nullptr;
     return;
   }
-  if (buffer->mmapped_) {
+  if (buffer->device_ != Device::kHost) {
+    DeviceBackend* backend = GetDeviceBackend(buffer->device_);
+    if (backend) backend->Free(buffer->ordinal_, buffer->data_);
+  } else if (buffer->mmapped_) {
     munmap(buffer->data_, buffer->size_);
   } else {
     std::free(buffer->data_);

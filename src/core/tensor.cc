@@ -176,6 +176,7 @@ Tensor Tensor::Reshaped(Shape shape) const {
 }
 
 Tensor Tensor::Clone(std::shared_ptr<MemoryAccount> account) const {
+  OSPREY_CHECK(!buffer_ || buffer_->device() == Device::kHost);  // device tensors are copied by their backend
   Tensor t(dtype_, shape_, std::move(account));
   if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
   return t;

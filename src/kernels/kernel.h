@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "osprey/device.h"
 #include "osprey/graph.h"
 
 namespace osprey {
@@ -20,6 +21,10 @@ struct KernelContext {
   const Tensor& In(int i) const { return *inputs[i]; }
   bool HasIn(int i) const { return i < static_cast<int>(inputs.size()) && inputs[i] != nullptr; }
   Tensor& Out(int i) const { return *outputs[i]; }
+  /// Device steps: the run's stream (DeviceBackend::AcquireStream; work is queued on it, not waited for) and
+  /// Kernel::WorkspaceBytes() of scratch device memory reserved for this step in the run's arena. Host steps: null.
+  void* stream = nullptr;
+  void* workspace = nullptr;
 };
 
 /// A reference kernel: plain, obviously-correct C++. The oracle for every fast kernel.
@@ -43,6 +48,13 @@ struct KernelBuildContext {
   /// CompileOptions::precision == kBf16: Conv/Gemm/MatMul factories compute in bfloat16 (fp32 in and out) where
   /// oneDNN offers it, and fall back to float32 otherwise.
   bool bf16 = false;
+  /// Where the kernel runs. For a device (DeviceBackend::CreateKernel) every input and output of the step is a
+  /// device tensor at run time, constants included (uploaded once); input_values still gives constants' host copies,
+  /// for reading shapes, axes and scales at build time. Device steps are always kPlain (row-major, ONNX order).
+  DeviceSpec device;
+  /// Device kernels: compute Conv/Gemm/MatMul in float16 (fp32 in and out, fp32 accumulation where the library
+  /// allows). CompileOptions::precision == kFp16.
+  bool fp16 = false;
   /// Shares what a factory derives from a constant input (prepacked weights) across plans, batch sizes and models:
   /// returns the live buffer derived from `source` under `key`, or a new accounted one of `bytes` written by `fill`.
   /// Empty when compiling without a weight store; the factory then allocates its own.
@@ -66,6 +78,9 @@ class Kernel {
   virtual void Run(KernelContext& ctx) = 0;
   /// Name saying op, dtype and path, e.g. "ConvF32Dnnl".
   virtual const char* Name() const = 0;
+  /// Device kernels: scratch bytes each run needs (given as KernelContext::workspace, planned in the run's arena so
+  /// concurrent runs never share it). Must not allocate or synchronise in Run.
+  virtual size_t WorkspaceBytes() const { return 0; }
 };
 
 }  // namespace osprey

@@ -1,0 +1,2 @@
+# CUDA backend (issue 16). Placeholder until src/kernels/cuda lands: CUDA off.
+set(OSPREY_HAVE_CUDA OFF)
