@@ -86,11 +86,12 @@ class Check:
     # ---------------------------------------------------------------- bookkeeping
     def phase_deadline(self, phase: str, cap: float) -> float:
         later = self.phases[self.phases.index(phase) + 1:] if phase in self.phases else []
-        keep = sum(RESERVE.get(p, 0) for p in later)
+        # The later phases' reserves, but never more than 60% of the time left (a short --budget scales down).
+        keep = min(sum(RESERVE.get(p, 0) for p in later), 0.6 * max(0.0, self.deadline - now()))
         return min(now() + cap, self.deadline - keep)
 
     def problem(self, where: str, what: str):
-        line = f"{where}: {what}".strip()
+        line = " | ".join(x.strip() for x in f"{where}: {what}".strip().splitlines() if x.strip())
         with self.lock:
             self.r["problems"].append(line[:600])
         print(f"  PROBLEM {line[:600]}", flush=True)
@@ -112,7 +113,7 @@ class Check:
             cmd += ["--device", device]
         if precision and precision != "fp32":
             cmd += ["--precision", precision]
-        return run(cmd, timeout)
+        return run(cmd, timeout, env=osprey_env())
 
     # ---------------------------------------------------------------- export
     def start_export(self):
@@ -121,12 +122,12 @@ class Check:
         self.r["phases"]["export"] = {"status": "running"}
         cmd = [sys.executable, str(HERE / "gpu_zoo.py"), "export", "--out", str(self.zoo), "--models",
                ",".join(self.models), "--jobs", str(self.args.export_jobs), "--deadline",
-               str(self.phase_deadline("export", self.args.export_cap) - 20)]
+               str(self.phase_deadline("export", self.args.export_cap) - 5)]
         print(f"== export (background): {' '.join(cmd)}", flush=True)
         log = open(self.out / "export.log", "w")
         self.export_started = now()
-        self.export_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                            start_new_session=True)
+        self.export_proc = track(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                                  start_new_session=True))
 
         def reader():
             for line in self.export_proc.stdout:
@@ -188,7 +189,7 @@ class Check:
         print(f"== gpu_tests ({int(limit)} s at most)", flush=True)
         report = self.work / "gpu_tests.json"
         report.unlink(missing_ok=True)
-        rc, out, err, secs = run([binary, f"--gtest_output=json:{report}"], max(5, limit))
+        rc, out, err, secs = run([binary, f"--gtest_output=json:{report}"], max(5, limit), env=osprey_env())
         (self.out / "gpu_tests.log").write_text(out + "\n" + err)
         res = {"rc": rc, "seconds": round(secs, 1)}
         if report.exists():
@@ -268,14 +269,17 @@ class Check:
 
         reading("before the server starts", -1)
         log = open(self.out / "serve.log", "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = track(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      env=osprey_env()))
         res["pid"] = proc.pid
         base = f"http://127.0.0.1:{port}"
         try:
             ready_by = min(now() + 30, phase_end)
             while now() < ready_by:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"server exited with {proc.returncode} before it was ready (serve.log)")
+                    log.flush()
+                    why = tail((self.out / "serve.log").read_text(errors="replace"), 400)
+                    raise RuntimeError(f"server exited with {proc.returncode} before it was ready: {why}")
                 if http_ok(base + "/v2/health/ready"):
                     break
                 time.sleep(0.2)
@@ -517,18 +521,26 @@ class TorchWorker:
         self.check = check
         self.phase_end = phase_end
         self.proc = None
-        self.log = open(check.out / "torch_bench.log", "a")
+        self.failed_starts = 0
+        self.log_path = check.out / "torch_bench.log"
+        self.log = open(self.log_path, "a")
 
     def _start(self):
         device = self.check.args.device
         cmd = [sys.executable, str(HERE / "gpu_zoo.py"), "bench-server", "--device",
                "cpu" if device == "cpu" else device, "--ref-dir", str(self.check.zoo)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     bufsize=1, start_new_session=True)
+        self.proc = track(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                           text=True, bufsize=1, start_new_session=True))
         hello = self._read(min(90, max(1, self.phase_end - now())))
         if hello is None or not hello.get("ready"):
             self.close()
-            raise RuntimeError(f"PyTorch bench worker did not start: {hello}")
+            self.failed_starts += 1
+            self.log.flush()
+            try:
+                why = " | ".join([x for x in self.log_path.read_text(errors="replace").splitlines() if x.strip()][-3:])
+            except OSError:
+                why = ""
+            raise RuntimeError(f"PyTorch bench worker did not start ({self.failed_starts}x): {why}")
         self.check.r["meta"]["torch"] = {k: v for k, v in hello.items() if k != "ready"}
         print(f"  PyTorch: {self.check.r['meta']['torch']}", flush=True)
 
@@ -552,6 +564,8 @@ class TorchWorker:
     def request(self, req: dict, timeout: float) -> dict:
         try:
             if self.proc is None or self.proc.poll() is not None:
+                if self.failed_starts >= 2:
+                    return {"error": "PyTorch bench worker failed to start twice; not retried"}
                 self._start()
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
@@ -578,10 +592,32 @@ class TorchWorker:
 
 
 # -------------------------------------------------------------------- helpers
-def run(cmd, timeout):
+CHILDREN_FILE = None  # WORK/children.pids: process groups started here, for scripts/gpu-check to reap
+
+
+def track(proc):
+    """Records a process started in its own session, so scripts/gpu-check can kill its group if this script is
+    itself killed (the device tool does not end processes in another session when a command returns)."""
+    if CHILDREN_FILE is not None:
+        with open(CHILDREN_FILE, "a") as f:
+            f.write(f"{proc.pid}\n")
+    return proc
+
+
+def osprey_env():
+    """The environment of osprey's processes: OSPREY_LD_LIBRARY_PATH (set by scripts/gpu-check: the pack's lib/ and
+    the CUDA libraries of PyTorch's venv) as LD_LIBRARY_PATH, for them alone."""
+    env = dict(os.environ)
+    if os.environ.get("OSPREY_LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = os.environ["OSPREY_LD_LIBRARY_PATH"]
+    return env
+
+
+def run(cmd, timeout, env=None):
     t = now()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, timeout), start_new_session=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, timeout), start_new_session=True,
+                           env=env)
         return p.returncode, p.stdout, p.stderr, now() - t
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -775,7 +811,7 @@ def render_markdown(r) -> str:
     lines = ["# osprey gpu-check" + (" (CPU DRY RUN: plumbing only, no GPU figures)" if m.get("dry_run") else ""), ""]
     gpu = m.get("gpu") or {}
     torch = m.get("torch") or {}
-    lines.append(f"- started {m.get('started')}, {m.get('elapsed_s')} s so far/total; device `{m.get('device')}`"
+    lines.append(f"- started {m.get('started')}, {m.get('elapsed_s')} s elapsed at this writing; device `{m.get('device')}`"
                  f"{'; GPU ' + gpu.get('name', '') + ', driver ' + gpu.get('driver', '') if gpu else ''}")
     lines.append(f"- osprey: {m.get('osprey_version', '?')}; PyTorch {torch.get('torch', '?')}, cuDNN "
                  f"{torch.get('cudnn', '?')}, cudnn.benchmark {torch.get('cudnn_benchmark', '?')}, TF32 "
@@ -853,6 +889,19 @@ def render_markdown(r) -> str:
         lines.append("| **geomean** | " + " | ".join(
             (f"**{geomean(ratios[c]):.3f}** (n={len(ratios[c])})" if geomean(ratios[c]) else "-") for c in cols) + " |")
         lines.append("")
+        # Steps that ran on the host (ops without a CUDA kernel), as `osprey bench --json` reports them.
+        host = []
+        for model, cells in r["speed"].items():
+            for c, cellv in cells.items():
+                ob = cellv.get("osprey") or {}
+                hs = ob.get("host_steps")
+                ds = ob.get("device_steps")
+                n = len(hs) if isinstance(hs, (list, dict)) else hs
+                nd = len(ds) if isinstance(ds, (list, dict)) else ds
+                if n:
+                    host.append(f"{model} {c}: {n} host steps (device steps: {fmt(nd)})")
+        if host:
+            lines += ["Steps on the host (CPU fallback) in the timed plans: " + "; ".join(host[:20]), ""]
 
     # Idle
     idle = r.get("idle") or {}
@@ -930,6 +979,10 @@ def main() -> int:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--meta", action="append", default=[], help="KEY=JSON added to meta (preflight facts)")
     args = p.parse_args()
+    global CHILDREN_FILE
+    CHILDREN_FILE = Path(args.work) / "children.pids"
+    # Killed by the script's timeout: SIGTERM becomes SystemExit, so the phases' finally blocks stop their servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     check = Check(args)
     for kv in args.meta:
         k, _, v = kv.partition("=")
@@ -937,7 +990,7 @@ def main() -> int:
             check.r["meta"][k] = json.loads(v)
         except ValueError:
             check.r["meta"][k] = v
-    rc, out, err, _ = run([args.osprey, "--version"], 20)
+    rc, out, err, _ = run([args.osprey, "--version"], 20, env=osprey_env())
     check.r["meta"]["osprey_version"] = (out or err).strip()[:200]
     if not args.dry_run:
         rc, out, _, _ = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
