@@ -444,25 +444,42 @@ class Check:
                     if phase_end - now() < 6:
                         cell["skipped"] = "out of time"
                         continue
-                    tq = torch.request({"model": m, "batch": batch, "precision": precision,
-                                        "warmup": self.args.warmup, "iters": self.args.iters,
-                                        "target_s": self.args.target_s},
-                                       timeout=min(self.args.call_cap, phase_end - now() - 3))
+
+                    def torch_cell():
+                        return torch.request({"model": m, "batch": batch, "precision": precision,
+                                              "warmup": self.args.warmup, "iters": self.args.iters,
+                                              "target_s": self.args.target_s},
+                                             timeout=min(self.args.call_cap, phase_end - now() - 3))
+
+                    def osprey_cell(iters):
+                        left = phase_end - now()
+                        if left < 4:
+                            return {"error": "skipped: out of time"}
+                        rc, out, err, secs = self.osprey(
+                            "bench", str(self.zoo / f"{m}.onnx"), "--batch", str(batch), "--iters", str(iters),
+                            "--warmup", str(self.args.warmup), "--json", timeout=min(self.args.call_cap, left),
+                            device=self.args.device, precision=precision)
+                        ob = parse_json_line(out) if rc == 0 else None
+                        if ob is None:
+                            ob = {"error": ("timed out" if rc == 124 else f"exit {rc}") + ": "
+                                  + tail(err.strip() or out, 600)}
+                            self.problem(f"speed {m} {key} osprey", ob["error"])
+                        ob["seconds"] = round(secs, 2)
+                        return ob
+
+                    # Where `osprey run` already failed on this model and precision, osprey goes first and PyTorch
+                    # is timed only if osprey's bench works: a broken backend does not spend the lease on PyTorch.
+                    failed_before = "error" in (self.r["correctness"].get(m, {}).get(precision) or {})
+                    if failed_before:
+                        iters = self.args.iters or 30
+                        ob = osprey_cell(iters)
+                        tq = ({"skipped": "osprey failed here and in the correctness phase"} if "error" in ob
+                              else torch_cell())
+                    else:
+                        tq = torch_cell()
+                        iters = tq.get("iters") or self.args.iters or 30
+                        ob = osprey_cell(iters)
                     cell["torch"] = tq
-                    iters = tq.get("iters") or self.args.iters or 30
-                    left = phase_end - now()
-                    if left < 4:
-                        cell["osprey"] = {"error": "skipped: out of time"}
-                        continue
-                    rc, out, err, secs = self.osprey(
-                        "bench", str(self.zoo / f"{m}.onnx"), "--batch", str(batch), "--iters", str(iters),
-                        "--warmup", str(self.args.warmup), "--json", timeout=min(self.args.call_cap, left),
-                        device=self.args.device, precision=precision)
-                    ob = parse_json_line(out) if rc == 0 else None
-                    if ob is None:
-                        ob = {"error": ("timed out" if rc == 124 else f"exit {rc}") + ": " + tail(err.strip() or out, 600)}
-                        self.problem(f"speed {m} {key} osprey", ob["error"])
-                    ob["seconds"] = round(secs, 2)
                     cell["osprey"] = ob
                     if "error" in tq:
                         self.problem(f"speed {m} {key} torch", str(tq["error"])[:400])
@@ -977,6 +994,7 @@ def main() -> int:
     p.add_argument("--correctness-cap", type=float, default=150)
     p.add_argument("--call-cap", type=float, default=90, help="most seconds one osprey or torch call may take")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--keep-going", action="store_true", help="run the phases even when osprey --version fails")
     p.add_argument("--meta", action="append", default=[], help="KEY=JSON added to meta (preflight facts)")
     args = p.parse_args()
     global CHILDREN_FILE
@@ -992,6 +1010,13 @@ def main() -> int:
             check.r["meta"][k] = v
     rc, out, err, _ = run([args.osprey, "--version"], 20, env=osprey_env())
     check.r["meta"]["osprey_version"] = (out or err).strip()[:200]
+    if rc != 0 and not args.keep_going:
+        check.problem("osprey", f"`osprey --version` fails (exit {rc}): {tail((err or out).strip(), 600)}; stopped "
+                                "before the phases so the lease is not spent (--keep-going runs them anyway)")
+        for phase in check.phases:
+            check.r["phases"][phase] = {"status": "skipped", "note": "osprey does not start"}
+        check.save()
+        return 3
     if not args.dry_run:
         rc, out, _, _ = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                              "--format=csv,noheader,nounits"], 20)
