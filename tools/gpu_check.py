@@ -189,7 +189,9 @@ class Check:
         print(f"== gpu_tests ({int(limit)} s at most)", flush=True)
         report = self.work / "gpu_tests.json"
         report.unlink(missing_ok=True)
-        rc, out, err, secs = run([binary, f"--gtest_output=json:{report}"], max(5, limit), env=osprey_env())
+        env = osprey_env()
+        env.setdefault("OSPREY_REPO", str(HERE.parent))  # as ctest sets it
+        rc, out, err, secs = run([binary, f"--gtest_output=json:{report}"], max(5, limit), env=env)
         (self.out / "gpu_tests.log").write_text(out + "\n" + err)
         res = {"rc": rc, "seconds": round(secs, 1)}
         if report.exists():
