@@ -65,7 +65,9 @@ if(OSPREY_HAVE_CUDA)
   add_library(osprey_kernels_cuda STATIC ${osprey_cuda_srcs})
   target_include_directories(osprey_kernels_cuda PUBLIC $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>
                                                         $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/src> $<INSTALL_INTERFACE:include>)
-  target_include_directories(osprey_kernels_cuda PRIVATE ${OSPREY_CUDNN_INCLUDE_DIR} ${OSPREY_CUBLAS_INCLUDE_DIR})
+  # cuDNN/cuBLAS headers: for the backend's internal headers (tests include them too); not installed.
+  target_include_directories(osprey_kernels_cuda PUBLIC $<BUILD_INTERFACE:${OSPREY_CUDNN_INCLUDE_DIR}>
+                                                        $<BUILD_INTERFACE:${OSPREY_CUBLAS_INCLUDE_DIR}>)
   set_target_properties(osprey_kernels_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                        CUDA_RUNTIME_LIBRARY Static)
   target_compile_options(osprey_kernels_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)

@@ -175,7 +175,7 @@ class CudaBackend final : public DeviceBackend {
     if (!d.allocations.empty()) {
       size_t live = 0;
       for (const auto& [p, n] : d.allocations) live += n;
-      throw Error(ErrorCode::kInternal, DeviceName(ordinal) + ": cannot release the CUDA context: osprey still holds " +
+      throw Error(ErrorCode::kUnavailable, DeviceName(ordinal) + ": cannot release the CUDA context: osprey still holds " +
                                             std::to_string(d.allocations.size()) + " device buffer(s) of " +
                                             std::to_string(live) + " bytes (free them first)");
     }
