@@ -903,7 +903,8 @@ def render_markdown(r) -> str:
                 elif cellv.get("skipped"):
                     row.append("skipped")
                 else:
-                    row.append(f"{fmt(o) if o else 'ERR'} / {fmt(t) if t else 'ERR'}")
+                    t_skip = (cellv.get("torch") or {}).get("skipped")
+                    row.append(f"{fmt(o) if o else 'ERR'} / {fmt(t) if t else ('-' if t_skip else 'ERR')}")
             lines.append(f"| {model} | " + " | ".join(row) + " |")
         lines.append("| **geomean** | " + " | ".join(
             (f"**{geomean(ratios[c]):.3f}** (n={len(ratios[c])})" if geomean(ratios[c]) else "-") for c in cols) + " |")
