@@ -61,7 +61,7 @@ struct Options {
   int opset = 17;
   Tolerance tol = kExact;
   bool fp16 = false;
-  std::string name;          // expected Kernel::Name() when not empty
+  std::string name;           // expected Kernel::Name() when not empty
   bool needs_device = false;  // the factory itself needs the device (cuDNN, cuBLAS): skipped in a dry run
 };
 
@@ -281,6 +281,18 @@ TEST(CudaBackend, ReleaseContextAndRecreate) {
   b->ReleaseStream(0, s2);
   InstallDeviceBackend(Device::kCuda, b);
   ExpectCuda(MakeNode("Relu", 1, 1), {Uniform({3, 5}, 1, -1.f, 1.f)}, {false});
+  // cuDNN and cuBLAS in the new context (their handles were destroyed with the old one).
+  ExpectCuda(MakeNode("Conv", 3, 1, {{"pads", A::Ints({1, 1, 1, 1})}}),
+             {Uniform({1, 4, 6, 6}, 2, -1.f, 1.f), Uniform({8, 4, 3, 3}, 3, -1.f, 1.f), Uniform({8}, 4, -1.f, 1.f)},
+             {false, true, true}, Options{.tol = kSums});
+  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({2, 4, 5}, 5, -1.f, 1.f), Uniform({5, 3}, 6, -1.f, 1.f)},
+             {false, true}, Options{.tol = kSums});
+  // And once more: release after kernels ran, then use again.
+  b->ReleaseContext(0);
+  EXPECT_FALSE(b->ContextActive(0));
+  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({3, 7}, 7, -1.f, 1.f), Uniform({7, 2}, 8, -1.f, 1.f)},
+             {false, true}, Options{.tol = kSums});
+  EXPECT_EQ(b->ContextsCreated(), created + 2);
   InstallDeviceBackend(Device::kCuda, nullptr);
 }
 
@@ -335,16 +347,16 @@ struct BroadcastCase {
 };
 
 const std::vector<BroadcastCase> kBroadcasts = {
-    {{2, 3, 4, 5}, {2, 3, 4, 5}},        // same shape
-    {{2, 3, 4, 5}, {5}},                 // row
-    {{2, 3, 4, 5}, {3, 1, 1}},           // per channel
-    {{1, 3, 1, 5}, {2, 1, 4, 1}},        // both ways
-    {{4, 1}, {1, 6}},                    // outer product
-    {{2, 3, 4, 5}, {}},                  // scalar
-    {{}, {2, 3}},                        // scalar first
+    {{2, 3, 4, 5}, {2, 3, 4, 5}},                    // same shape
+    {{2, 3, 4, 5}, {5}},                             // row
+    {{2, 3, 4, 5}, {3, 1, 1}},                       // per channel
+    {{1, 3, 1, 5}, {2, 1, 4, 1}},                    // both ways
+    {{4, 1}, {1, 6}},                                // outer product
+    {{2, 3, 4, 5}, {}},                              // scalar
+    {{}, {2, 3}},                                    // scalar first
     {{2, 1, 3, 1, 2, 1, 2}, {1, 2, 1, 2, 1, 3, 1}},  // rank 7, alternating
-    {{1, 197, 768}, {768}},              // ViT bias
-    {{8, 1, 1}, {8, 16, 16}},            // SE scale
+    {{1, 197, 768}, {768}},                          // ViT bias
+    {{8, 1, 1}, {8, 16, 16}},                        // SE scale
 };
 
 // Whether `from` broadcasts to `to` unidirectionally.
@@ -392,8 +404,8 @@ TEST_F(CudaTest, BinaryConstantScalarsAndPow) {
   ExpectCuda(MakeNode("Sum", 2, 1), {x, signed_x}, {false, false});
   ExpectCuda(MakeNode("Mod", 2, 1, {{"fmod", A::Int(1)}}), {signed_x, Uniform({11}, 23, 0.5f, 2.f)}, {false, false});
   // Integer data and three-input Sum: declined.
-  ExpectDeclined(MakeNode("Add", 2, 1), {Tensor::FromVector<int32_t>({2}, {1, 2}), Tensor::FromVector<int32_t>({2}, {3, 4})},
-                 {false, false});
+  ExpectDeclined(MakeNode("Add", 2, 1),
+                 {Tensor::FromVector<int32_t>({2}, {1, 2}), Tensor::FromVector<int32_t>({2}, {3, 4})}, {false, false});
   ExpectDeclined(MakeNode("Sum", 3, 1), {x, x, x}, {false, false, false});
 }
 
@@ -436,7 +448,10 @@ struct ConvCase {
 
 const std::vector<ConvCase> kConvs = {
     {"3x3 pad 1", {2, 8, 10, 10}, {16, 8, 3, 3}, {{"pads", A::Ints({1, 1, 1, 1})}}},
-    {"stem 7x7 stride 2", {1, 3, 32, 32}, {8, 3, 7, 7}, {{"pads", A::Ints({3, 3, 3, 3})}, {"strides", A::Ints({2, 2})}}},
+    {"stem 7x7 stride 2",
+     {1, 3, 32, 32},
+     {8, 3, 7, 7},
+     {{"pads", A::Ints({3, 3, 3, 3})}, {"strides", A::Ints({2, 2})}}},
     {"1x1 no bias", {2, 16, 7, 9}, {12, 16, 1, 1}, {}, false},
     {"1x1 stride 2", {1, 16, 8, 8}, {32, 16, 1, 1}, {{"strides", A::Ints({2, 2})}}},
     {"grouped", {2, 8, 9, 9}, {12, 2, 3, 3}, {{"group", A::Int(4)}, {"pads", A::Ints({1, 1, 1, 1})}}},
@@ -447,8 +462,10 @@ const std::vector<ConvCase> kConvs = {
     {"depthwise 5x5", {2, 8, 12, 12}, {8, 1, 5, 5}, {{"group", A::Int(8)}, {"pads", A::Ints({2, 2, 2, 2})}}},
     {"dilated", {1, 4, 16, 16}, {6, 4, 3, 3}, {{"dilations", A::Ints({2, 2})}, {"pads", A::Ints({2, 2, 2, 2})}}},
     {"asymmetric pads", {1, 4, 11, 13}, {6, 4, 3, 3}, {{"pads", A::Ints({0, 1, 2, 0})}}},
-    {"SAME_UPPER stride 2 (TF)", {1, 4, 16, 16}, {8, 4, 3, 3}, {{"auto_pad", A::String("SAME_UPPER")},
-                                                                  {"strides", A::Ints({2, 2})}}},
+    {"SAME_UPPER stride 2 (TF)",
+     {1, 4, 16, 16},
+     {8, 4, 3, 3},
+     {{"auto_pad", A::String("SAME_UPPER")}, {"strides", A::Ints({2, 2})}}},
     {"SAME_LOWER", {1, 4, 9, 10}, {8, 4, 4, 4}, {{"auto_pad", A::String("SAME_LOWER")}}},
     {"VALID rectangular kernel", {2, 3, 12, 10}, {5, 3, 3, 5}, {{"auto_pad", A::String("VALID")}}},
     {"1-D", {2, 4, 20}, {6, 4, 5}, {{"pads", A::Ints({2, 2})}, {"strides", A::Ints({2})}}},
@@ -557,9 +574,9 @@ TEST_F(CudaTest, MatMul) {
                                          {{2, 1, 4, 5}, {3, 5, 6}},     // broadcast batch dims
                                          {{2, 1, 4, 5}, {1, 3, 5, 6}},  // both broadcast
                                          {{3, 1, 4, 5}, {3, 2, 5, 6}},
-                                         {{5}, {5, 6}},                 // 1-D A
-                                         {{2, 4, 5}, {5}},              // 1-D B
-                                         {{5}, {5}},                    // dot
+                                         {{5}, {5, 6}},     // 1-D A
+                                         {{2, 4, 5}, {5}},  // 1-D B
+                                         {{5}, {5}},        // dot
                                          {{2, 12, 197, 64}, {2, 12, 64, 197}}}) {
     SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b));
     ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform(c.a, ++seed, -1.f, 1.f), Uniform(c.b, ++seed, -1.f, 1.f)},
@@ -593,10 +610,11 @@ TEST_F(CudaTest, Pools) {
              {false});
   ExpectCuda(MakeNode("MaxPool", 1, 1, {{"kernel_shape", A::Ints({2, 3})}, {"pads", A::Ints({1, 0, 0, 2})}}), {x},
              {false});
-  ExpectCuda(MakeNode("MaxPool", 1, 1,
-                      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})},
-                       {"auto_pad", A::String("SAME_UPPER")}}),
-             {x}, {false});
+  ExpectCuda(
+      MakeNode(
+          "MaxPool", 1, 1,
+          {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"auto_pad", A::String("SAME_UPPER")}}),
+      {x}, {false});
   ExpectCuda(MakeNode("MaxPool", 1, 1, {{"kernel_shape", A::Ints({3})}, {"strides", A::Ints({2})}}),
              {Uniform({2, 4, 21}, 201, -1.f, 1.f)}, {false});
   ExpectCuda(MakeNode("MaxPool", 1, 1, {{"kernel_shape", A::Ints({2, 2, 2})}, {"strides", A::Ints({2, 2, 2})}}),
@@ -609,14 +627,16 @@ TEST_F(CudaTest, Pools) {
     avg["ceil_mode"] = A::Int(1);
     ExpectCuda(MakeNode("AveragePool", 1, 1, avg), {x}, {false});
     ExpectCuda(MakeNode("AveragePool", 1, 1,
-                        {{"kernel_shape", A::Ints({3, 3})}, {"pads", A::Ints({0, 1, 2, 1})},
+                        {{"kernel_shape", A::Ints({3, 3})},
+                         {"pads", A::Ints({0, 1, 2, 1})},
                          {"count_include_pad", A::Int(include)}}),
                {x}, {false});
   }
   // Inception's 3x3 stride-1 average pool, and a 2x2 stride-2 one (DenseNet transitions).
-  ExpectCuda(MakeNode("AveragePool", 1, 1,
-                      {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({1, 1})}, {"pads", A::Ints({1, 1, 1, 1})}}),
-             {x}, {false});
+  ExpectCuda(
+      MakeNode("AveragePool", 1, 1,
+               {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({1, 1})}, {"pads", A::Ints({1, 1, 1, 1})}}),
+      {x}, {false});
   ExpectCuda(MakeNode("AveragePool", 1, 1, {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}}), {x},
              {false});
   ExpectCuda(MakeNode("LpPool", 1, 1, {{"kernel_shape", A::Ints({2, 2})}, {"p", A::Int(2)}}), {x}, {false});
@@ -640,8 +660,9 @@ TEST_F(CudaTest, BatchNormalization) {
   for (const Shape& s : std::vector<Shape>{{2, 8, 5, 7}, {4, 16}, {1, 3, 10}}) {
     SCOPED_TRACE(ShapeToString(s));
     const int64_t c = s[1];
-    const std::vector<Tensor> in{Uniform(s, 220, -2.f, 2.f), Uniform({c}, 221, 0.5f, 1.5f), Uniform({c}, 222, -1.f, 1.f),
-                                 Uniform({c}, 223, -0.5f, 0.5f), Uniform({c}, 224, 0.1f, 2.f)};
+    const std::vector<Tensor> in{Uniform(s, 220, -2.f, 2.f), Uniform({c}, 221, 0.5f, 1.5f),
+                                 Uniform({c}, 222, -1.f, 1.f), Uniform({c}, 223, -0.5f, 0.5f),
+                                 Uniform({c}, 224, 0.1f, 2.f)};
     const std::vector<bool> constant{false, true, true, true, true};
     ExpectCuda(MakeNode("BatchNormalization", 5, 1), in, constant, Options{.name = "BatchNormalizationF32Cuda"});
     ExpectCuda(MakeNode("BatchNormalization", 5, 1, {{"epsilon", A::Float(1e-3f)}, {"_activation", A::String("Relu")}}),
@@ -670,14 +691,15 @@ TEST_F(CudaTest, LayerNormalization) {
   ExpectCuda(MakeNode("LayerNormalization", 3, 1),
              {Uniform({2, 197, 768}, 240, -2.f, 2.f), Uniform({768}, 241, 0.5f, 1.5f), Uniform({768}, 242, -1.f, 1.f)},
              {false, true, true}, o);
-  ExpectCuda(MakeNode("LayerNormalization", 3, 1, {{"axis", A::Int(1)}, {"epsilon", A::Float(1e-6f)}}),
-             {Uniform({2, 3, 4, 5}, 243, -2.f, 2.f), Uniform({3, 4, 5}, 244, 0.5f, 1.5f), Uniform({3, 4, 5}, 245, -1.f, 1.f)},
-             {false, true, true}, o);
+  ExpectCuda(
+      MakeNode("LayerNormalization", 3, 1, {{"axis", A::Int(1)}, {"epsilon", A::Float(1e-6f)}}),
+      {Uniform({2, 3, 4, 5}, 243, -2.f, 2.f), Uniform({3, 4, 5}, 244, 0.5f, 1.5f), Uniform({3, 4, 5}, 245, -1.f, 1.f)},
+      {false, true, true}, o);
   ExpectCuda(MakeNode("LayerNormalization", 2, 1), {Uniform({6, 10}, 246, -2.f, 2.f), Uniform({10}, 247, 0.5f, 1.5f)},
              {false, true}, o);
   // Mean / inverse std outputs used: declined.
-  ExpectDeclined(MakeNode("LayerNormalization", 2, 3), {Uniform({6, 10}, 246, -2.f, 2.f), Uniform({10}, 247, 0.5f, 1.5f)},
-                 {false, true});
+  ExpectDeclined(MakeNode("LayerNormalization", 2, 3),
+                 {Uniform({6, 10}, 246, -2.f, 2.f), Uniform({10}, 247, 0.5f, 1.5f)}, {false, true});
 }
 
 TEST_F(CudaTest, Reductions) {
@@ -699,15 +721,14 @@ TEST_F(CudaTest, Reductions) {
 
 TEST_F(CudaTest, Transpose) {
   const Tensor x = Uniform({2, 3, 4, 5}, 300, -1.f, 1.f);
-  for (const std::vector<int64_t>& perm : std::vector<std::vector<int64_t>>{{0, 2, 3, 1}, {0, 3, 1, 2}, {3, 1, 0, 2},
-                                                                           {0, 1, 3, 2}, {0, 1, 2, 3}})
-    ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints(perm)}}), {x}, {false},
-               Options{.name = "TransposeCuda"});
+  for (const std::vector<int64_t>& perm :
+       std::vector<std::vector<int64_t>>{{0, 2, 3, 1}, {0, 3, 1, 2}, {3, 1, 0, 2}, {0, 1, 3, 2}, {0, 1, 2, 3}})
+    ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints(perm)}}), {x}, {false}, Options{.name = "TransposeCuda"});
   ExpectCuda(MakeNode("Transpose", 1, 1), {x}, {false});  // reversed dims
   ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({1, 0})}}), {I64({2, 3}, {1, 2, 3, 4, 5, 6})}, {false});
   // ViT's head split: [1, 197, 12, 64] -> [1, 12, 197, 64].
-  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 2, 1, 3})}}), {Uniform({1, 197, 12, 64}, 301, -1.f, 1.f)},
-             {false});
+  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 2, 1, 3})}}),
+             {Uniform({1, 197, 12, 64}, 301, -1.f, 1.f)}, {false});
 }
 
 TEST_F(CudaTest, Slice) {
@@ -721,10 +742,10 @@ TEST_F(CudaTest, Slice) {
   };
   slice({1}, {3}, {0}, {1});
   slice({0, 2}, {6, 7}, {1, 2}, {2, 3});
-  slice({-1}, {-1000}, {2}, {-1});                  // reversed axis
-  slice({5, 3}, {0, -100}, {1, -1}, {-2, -3});      // negative steps on two axes
+  slice({-1}, {-1000}, {2}, {-1});              // reversed axis
+  slice({5, 3}, {0, -100}, {1, -1}, {-2, -3});  // negative steps on two axes
   slice({0}, {std::numeric_limits<int64_t>::max()}, {-2}, {1});
-  slice({2}, {2}, {0}, {1});                        // empty
+  slice({2}, {2}, {0}, {1});  // empty
   ExpectCuda(MakeNode("Slice", 3, 1), {x, I64s({1, 1}), I64s({3, 5})}, {false, true, true}, Options{.opset = 13});
   // opset 9: attributes.
   ExpectCuda(MakeNode("Slice", 1, 1, {{"starts", A::Ints({1})}, {"ends", A::Ints({-1})}, {"axes", A::Ints({2})}}), {x},
@@ -769,13 +790,12 @@ TEST_F(CudaTest, Pad) {
   const Tensor x = Uniform({1, 3, 5, 6}, 340, -1.f, 1.f);
   const Options o{.opset = 13, .name = "PadCuda"};
   ExpectCuda(MakeNode("Pad", 2, 1), {x, I64s({0, 0, 1, 2, 0, 0, 3, 1})}, {false, true}, o);
-  ExpectCuda(MakeNode("Pad", 3, 1), {x, I64s({0, 0, 1, 1, 0, 0, 1, 1}), Tensor::Scalar(-3.5f)}, {false, true, true},
-             o);
+  ExpectCuda(MakeNode("Pad", 3, 1), {x, I64s({0, 0, 1, 1, 0, 0, 1, 1}), Tensor::Scalar(-3.5f)}, {false, true, true}, o);
   ExpectCuda(MakeNode("Pad", 2, 1), {x, I64s({0, 0, -1, 2, 0, 0, 1, -2})}, {false, true}, o);  // crop + pad
   for (const char* mode : {"reflect", "edge", "wrap"}) {
     SCOPED_TRACE(mode);
-    ExpectCuda(MakeNode("Pad", 2, 1, {{"mode", A::String(mode)}}), {x, I64s({0, 0, 2, 3, 0, 0, 4, 1})},
-               {false, true}, Options{.opset = 19});
+    ExpectCuda(MakeNode("Pad", 2, 1, {{"mode", A::String(mode)}}), {x, I64s({0, 0, 2, 3, 0, 0, 4, 1})}, {false, true},
+               Options{.opset = 19});
   }
   ExpectCuda(MakeNode("Pad", 2, 1, {{"mode", A::String("reflect")}}), {x, I64s({0, 0, 7, 0, 0, 0, 0, 9})},
              {false, true}, Options{.opset = 13});  // pads longer than the axis
@@ -805,7 +825,8 @@ TEST_F(CudaTest, Resize) {
   };
   // Nearest: the default (half_pixel, round_prefer_floor), PaddleOCR/torch's asymmetric + floor, round_prefer_ceil.
   with_scales({{"mode", A::String("nearest")}}, {1, 1, 2, 2});
-  with_scales({{"mode", A::String("nearest")}, {"coordinate_transformation_mode", A::String("asymmetric")},
+  with_scales({{"mode", A::String("nearest")},
+               {"coordinate_transformation_mode", A::String("asymmetric")},
                {"nearest_mode", A::String("floor")}},
               {1, 1, 2, 3});
   with_scales({{"mode", A::String("nearest")}, {"nearest_mode", A::String("round_prefer_ceil")}}, {1, 1, 0.5f, 0.6f});
@@ -819,10 +840,10 @@ TEST_F(CudaTest, Resize) {
              {1, 2, 1, 11});
   with_scales({{"mode", A::String("linear")}, {"coordinate_transformation_mode", A::String("asymmetric")}},
               {1, 1, 3, 0.7f});
-  ExpectCuda(MakeNode("Resize", 3, 1,
-                      {{"mode", A::String("linear")},
-                       {"coordinate_transformation_mode", A::String("half_pixel_symmetric")}}),
-             {x, Tensor(), F32s({1, 1, 1.5f, 2.2f})}, {false, true, true}, Options{.opset = 19});
+  ExpectCuda(
+      MakeNode("Resize", 3, 1,
+               {{"mode", A::String("linear")}, {"coordinate_transformation_mode", A::String("half_pixel_symmetric")}}),
+      {x, Tensor(), F32s({1, 1, 1.5f, 2.2f})}, {false, true, true}, Options{.opset = 19});
   // Legacy: Upsample (opset 9) and Resize-10.
   ExpectCuda(MakeNode("Upsample", 2, 1, {{"mode", A::String("nearest")}}), {x, F32s({1, 1, 2, 2})}, {false, true},
              Options{.opset = 9});

@@ -87,8 +87,7 @@ class CudaBackend final : public DeviceBackend {
       cudaGetLastError();
       size_t free_bytes = 0, total = 0;
       std::string room;
-      if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
-        room = ": " + MiB(free_bytes) + " free of " + MiB(total);
+      if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) room = ": " + MiB(free_bytes) + " free of " + MiB(total);
       cudaGetLastError();
       throw Error(e == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal,
                   DeviceName(ordinal) + ": cannot allocate " + std::to_string(bytes) + " bytes (" + MiB(bytes) +
@@ -175,9 +174,10 @@ class CudaBackend final : public DeviceBackend {
     if (!d.allocations.empty()) {
       size_t live = 0;
       for (const auto& [p, n] : d.allocations) live += n;
-      throw Error(ErrorCode::kUnavailable, DeviceName(ordinal) + ": cannot release the CUDA context: osprey still holds " +
-                                            std::to_string(d.allocations.size()) + " device buffer(s) of " +
-                                            std::to_string(live) + " bytes (free them first)");
+      throw Error(ErrorCode::kUnavailable, DeviceName(ordinal) +
+                                               ": cannot release the CUDA context: osprey still holds " +
+                                               std::to_string(d.allocations.size()) + " device buffer(s) of " +
+                                               std::to_string(live) + " bytes (free them first)");
     }
     cudaSetDevice(ordinal);
     cudaDeviceSynchronize();
@@ -270,12 +270,12 @@ class CudaBackend final : public DeviceBackend {
   void CheckOrdinal(int ordinal) {
     const int n = DeviceCount();
     if (ordinal < 0 || ordinal >= n)
-      throw Error(ErrorCode::kInvalidArgument, DeviceName(ordinal) + ": no such CUDA device (" + std::to_string(n) +
-                                                   " present)");
+      throw Error(ErrorCode::kInvalidArgument,
+                  DeviceName(ordinal) + ": no such CUDA device (" + std::to_string(n) + " present)");
   }
 
-  void Sync(int ordinal, cudaStream_t stream, const char* what) {
-    cudaError_t e = cudaStreamSynchronize(stream);
+  void Sync(int ordinal, cudaStream_t stream, const char* what, bool device = false) {
+    cudaError_t e = device ? cudaDeviceSynchronize() : cudaStreamSynchronize(stream);
     if (e != cudaSuccess) {
       cudaGetLastError();
       throw Error(ErrorCode::kInternal, DeviceName(ordinal) + ": " + what + ": " + cudaGetErrorString(e));
@@ -287,13 +287,15 @@ class CudaBackend final : public DeviceBackend {
     if (bytes == 0) return;
     Use(ordinal);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    // No stream: synchronous with everything queued on the device (the backend's streams are non-blocking, so the
+    // legacy default stream alone would not wait for them), and complete when this returns.
+    if (s == nullptr) Sync(ordinal, nullptr, "copy", /*device=*/true);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
     if (e != cudaSuccess) {
       cudaGetLastError();
       throw Error(ErrorCode::kInternal, DeviceName(ordinal) + ": copy of " + std::to_string(bytes) + " bytes " + what +
                                             " failed: " + cudaGetErrorString(e));
     }
-    // No stream: synchronous (the copy is complete when this returns).
     if (s == nullptr) Sync(ordinal, nullptr, "copy");
   }
 

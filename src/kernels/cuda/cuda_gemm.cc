@@ -25,7 +25,7 @@ struct GemmCall {
 
 struct GemmShape {
   cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;  // applied to the row-major A / B buffers' transposes
-  int m = 0, n = 0, k = 0;                                    // row-major M, N, K
+  int m = 0, n = 0, k = 0;                                   // row-major M, N, K
   int lda = 0, ldb = 0;
   int64_t stride_a = 0, stride_b = 0, stride_y = 0;
 };
@@ -61,15 +61,14 @@ class GemmKernel final : public CudaKernel {
     for (const GemmCall& c : calls) {
       cublasStatus_t s;
       if (fp16_) {
-        s = api_->GemmStridedBatchedEx(handle, shape.op_b, shape.op_a, shape.n, shape.m, shape.k, &alpha,
-                                       b + c.b_offset, CUDA_R_32F, shape.ldb, shape.stride_b, a + c.a_offset,
-                                       CUDA_R_32F, shape.lda, shape.stride_a, &beta_eff, y + c.y_offset, CUDA_R_32F,
-                                       shape.n, shape.stride_y, c.count, CUBLAS_COMPUTE_32F_FAST_16F,
-                                       CUBLAS_GEMM_DEFAULT);
+        s = api_->GemmStridedBatchedEx(
+            handle, shape.op_b, shape.op_a, shape.n, shape.m, shape.k, &alpha, b + c.b_offset, CUDA_R_32F, shape.ldb,
+            shape.stride_b, a + c.a_offset, CUDA_R_32F, shape.lda, shape.stride_a, &beta_eff, y + c.y_offset,
+            CUDA_R_32F, shape.n, shape.stride_y, c.count, CUBLAS_COMPUTE_32F_FAST_16F, CUBLAS_GEMM_DEFAULT);
       } else {
-        s = api_->SgemmStridedBatched(handle, shape.op_b, shape.op_a, shape.n, shape.m, shape.k, &alpha,
-                                      b + c.b_offset, shape.ldb, shape.stride_b, a + c.a_offset, shape.lda,
-                                      shape.stride_a, &beta_eff, y + c.y_offset, shape.n, shape.stride_y, c.count);
+        s = api_->SgemmStridedBatched(handle, shape.op_b, shape.op_a, shape.n, shape.m, shape.k, &alpha, b + c.b_offset,
+                                      shape.ldb, shape.stride_b, a + c.a_offset, shape.lda, shape.stride_a, &beta_eff,
+                                      y + c.y_offset, shape.n, shape.stride_y, c.count);
       }
       if (s != CUBLAS_STATUS_SUCCESS)
         throw Error(ErrorCode::kInternal, std::string(Name()) + ": cuBLAS GEMM: " + api_->GetStatusString(s));
@@ -89,7 +88,9 @@ bool PresentF32(const KernelBuildContext& bc, int i) {
   return i < static_cast<int>(bc.present.size()) && bc.present[i] && bc.input_dtypes[i] == DType::kF32;
 }
 
-std::string NameFor(const KernelBuildContext& bc) { return bc.node.op_type + (bc.fp16 ? "F32CublasFp16" : "F32Cublas"); }
+std::string NameFor(const KernelBuildContext& bc) {
+  return bc.node.op_type + (bc.fp16 ? "F32CublasFp16" : "F32Cublas");
+}
 
 }  // namespace
 
@@ -177,8 +178,7 @@ std::unique_ptr<Kernel> CreateMatMulKernel(const KernelBuildContext& bc) {
   };
   const int64_t sa0 = batch > 1 ? mm.offsets[1].first - mm.offsets[0].first : 0;
   const int64_t sb0 = batch > 1 ? mm.offsets[1].second - mm.offsets[0].second : 0;
-  if (batch >= 1 && strided(0, batch, sa0, sb0) && sb0 == 0 && (batch == 1 || sa0 == m * k) &&
-      FitsInt(batch * m)) {
+  if (batch >= 1 && strided(0, batch, sa0, sb0) && sb0 == 0 && (batch == 1 || sa0 == m * k) && FitsInt(batch * m)) {
     s.m = static_cast<int>(batch * m);
     s.stride_a = s.stride_b = 0;
     s.stride_y = 0;

@@ -200,37 +200,58 @@ bool UnaryOpFor(const KernelBuildContext& bc, Activation* a) {
   const Node& node = bc.node;
   const std::string& op = node.op_type;
   *a = Activation{};
-  if (op == "Relu") a->op = kUnaryRelu;
+  if (op == "Relu")
+    a->op = kUnaryRelu;
   else if (op == "LeakyRelu") {
     a->op = kUnaryLeakyRelu;
     a->alpha = node.GetFloat("alpha", 0.01f);
-  } else if (op == "Sigmoid") a->op = kUnarySigmoid;
-  else if (op == "Tanh") a->op = kUnaryTanh;
-  else if (op == "Exp") a->op = kUnaryExp;
-  else if (op == "Log") a->op = kUnaryLog;
-  else if (op == "Sqrt") a->op = kUnarySqrt;
-  else if (op == "Reciprocal") a->op = kUnaryReciprocal;
-  else if (op == "Neg") a->op = kUnaryNeg;
-  else if (op == "Abs") a->op = kUnaryAbs;
-  else if (op == "Erf") a->op = kUnaryErf;
-  else if (op == "Gelu") a->op = node.GetString("approximate", "none") == "tanh" ? kUnaryGeluTanh : kUnaryGelu;
+  } else if (op == "Sigmoid")
+    a->op = kUnarySigmoid;
+  else if (op == "Tanh")
+    a->op = kUnaryTanh;
+  else if (op == "Exp")
+    a->op = kUnaryExp;
+  else if (op == "Log")
+    a->op = kUnaryLog;
+  else if (op == "Sqrt")
+    a->op = kUnarySqrt;
+  else if (op == "Reciprocal")
+    a->op = kUnaryReciprocal;
+  else if (op == "Neg")
+    a->op = kUnaryNeg;
+  else if (op == "Abs")
+    a->op = kUnaryAbs;
+  else if (op == "Erf")
+    a->op = kUnaryErf;
+  else if (op == "Gelu")
+    a->op = node.GetString("approximate", "none") == "tanh" ? kUnaryGeluTanh : kUnaryGelu;
   else if (op == "HardSigmoid") {
     a->op = kUnaryHardSigmoid;
     a->alpha = node.GetFloat("alpha", 0.2f);
     a->beta = node.GetFloat("beta", 0.5f);
-  } else if (op == "HardSwish") a->op = kUnaryHardSwish;
-  else if (op == "Floor") a->op = kUnaryFloor;
-  else if (op == "Ceil") a->op = kUnaryCeil;
-  else if (op == "Round") a->op = kUnaryRound;
-  else if (op == "Sin") a->op = kUnarySin;
-  else if (op == "Cos") a->op = kUnaryCos;
-  else if (op == "Softplus") a->op = kUnarySoftplus;
-  else if (op == "Softsign") a->op = kUnarySoftsign;
+  } else if (op == "HardSwish")
+    a->op = kUnaryHardSwish;
+  else if (op == "Floor")
+    a->op = kUnaryFloor;
+  else if (op == "Ceil")
+    a->op = kUnaryCeil;
+  else if (op == "Round")
+    a->op = kUnaryRound;
+  else if (op == "Sin")
+    a->op = kUnarySin;
+  else if (op == "Cos")
+    a->op = kUnaryCos;
+  else if (op == "Softplus")
+    a->op = kUnarySoftplus;
+  else if (op == "Softsign")
+    a->op = kUnarySoftsign;
   else if (op == "Elu") {
     a->op = kUnaryElu;
     a->alpha = node.GetFloat("alpha", 1.f);
-  } else if (op == "Mish") a->op = kUnaryMish;
-  else if (op == "Sign") a->op = kUnarySign;
+  } else if (op == "Mish")
+    a->op = kUnaryMish;
+  else if (op == "Sign")
+    a->op = kUnarySign;
   else if (op == "Clip") {
     a->op = kUnaryClip;
     float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
@@ -259,24 +280,33 @@ std::unique_ptr<Kernel> CreateUnary(const KernelBuildContext& bc) {
   if (!UnaryOpFor(bc, &a) || !InF32(bc, 0) || !OutIs(bc, 0, DType::kF32)) return nullptr;
   if (NumElements(bc.input_shapes[0]) != NumElements(bc.output_shapes[0])) return nullptr;
   const int64_t n = NumElements(bc.output_shapes[0]);
-  return Make(bc, "F32Cuda", [a, n](KernelContext& ctx, cudaStream_t s) {
-    return LaunchUnary(s, InF(ctx, 0), OutF(ctx), n, a);
-  });
+  return Make(bc, "F32Cuda",
+              [a, n](KernelContext& ctx, cudaStream_t s) { return LaunchUnary(s, InF(ctx, 0), OutF(ctx), n, a); });
 }
 
 std::unique_ptr<Kernel> CreateBinary(const KernelBuildContext& bc) {
   const std::string& op = bc.node.op_type;
   int code;
-  if (op == "Add" || op == "Sum") code = kBinAdd;
-  else if (op == "Sub") code = kBinSub;
-  else if (op == "Mul") code = kBinMul;
-  else if (op == "Div") code = kBinDiv;
-  else if (op == "Pow") code = kBinPow;
-  else if (op == "Max") code = kBinMax;
-  else if (op == "Min") code = kBinMin;
-  else if (op == "PRelu") code = kBinPRelu;
-  else if (op == "Mod") code = kBinMod;
-  else return nullptr;
+  if (op == "Add" || op == "Sum")
+    code = kBinAdd;
+  else if (op == "Sub")
+    code = kBinSub;
+  else if (op == "Mul")
+    code = kBinMul;
+  else if (op == "Div")
+    code = kBinDiv;
+  else if (op == "Pow")
+    code = kBinPow;
+  else if (op == "Max")
+    code = kBinMax;
+  else if (op == "Min")
+    code = kBinMin;
+  else if (op == "PRelu")
+    code = kBinPRelu;
+  else if (op == "Mod")
+    code = kBinMod;
+  else
+    return nullptr;
   if (bc.node.inputs.size() != 2 || !Present(bc, 0) || !Present(bc, 1)) return nullptr;  // variadic: two only
   if (!InF32(bc, 0) || !OutIs(bc, 0, DType::kF32)) return nullptr;
   const Shape& out = bc.output_shapes[0];
@@ -287,15 +317,14 @@ std::unique_ptr<Kernel> CreateBinary(const KernelBuildContext& bc) {
                          (code == kBinPow && (b_const->dtype() == DType::kI64 || b_const->dtype() == DType::kI32)));
   if (!b_scalar && !InF32(bc, 1)) return nullptr;
   if (b_scalar && bc.input_shapes[0] == out) {
-    const float value = b_const->dtype() == DType::kF32 ? b_const->data<float>()[0]
-                                                        : static_cast<float>(b_const->GetAsInt(0));
+    const float value =
+        b_const->dtype() == DType::kF32 ? b_const->data<float>()[0] : static_cast<float>(b_const->GetAsInt(0));
     const int64_t n = NumElements(out);
     if (code == kBinPow && (value == 2.f || value == 1.f)) {  // the reference's exact forms
       Activation a;
       a.op = value == 2.f ? kUnarySquare : kUnaryIdentity;
-      return Make(bc, "F32Cuda", [a, n](KernelContext& ctx, cudaStream_t s) {
-        return LaunchUnary(s, InF(ctx, 0), OutF(ctx), n, a);
-      });
+      return Make(bc, "F32Cuda",
+                  [a, n](KernelContext& ctx, cudaStream_t s) { return LaunchUnary(s, InF(ctx, 0), OutF(ctx), n, a); });
     }
     BroadcastGeometry g;
     if (!MakeBroadcast(out, {bc.input_shapes[0], Shape{}}, &g)) return nullptr;
@@ -315,12 +344,18 @@ std::unique_ptr<Kernel> CreateBinary(const KernelBuildContext& bc) {
 std::unique_ptr<Kernel> CreateCompare(const KernelBuildContext& bc) {
   const std::string& op = bc.node.op_type;
   int code;
-  if (op == "Equal") code = kCmpEqual;
-  else if (op == "Less") code = kCmpLess;
-  else if (op == "Greater") code = kCmpGreater;
-  else if (op == "LessOrEqual") code = kCmpLessOrEqual;
-  else if (op == "GreaterOrEqual") code = kCmpGreaterOrEqual;
-  else return nullptr;
+  if (op == "Equal")
+    code = kCmpEqual;
+  else if (op == "Less")
+    code = kCmpLess;
+  else if (op == "Greater")
+    code = kCmpGreater;
+  else if (op == "LessOrEqual")
+    code = kCmpLessOrEqual;
+  else if (op == "GreaterOrEqual")
+    code = kCmpGreaterOrEqual;
+  else
+    return nullptr;
   if (!InF32(bc, 0) || !InF32(bc, 1) || !OutIs(bc, 0, DType::kBool)) return nullptr;
   BroadcastGeometry g;
   if (!MakeBroadcast(bc.output_shapes[0], {bc.input_shapes[0], bc.input_shapes[1]}, &g)) return nullptr;
@@ -385,9 +420,8 @@ std::unique_ptr<Kernel> CreatePool(const KernelBuildContext& bc) {
     g.d[i] = w.d[i];
     g.pb[i] = w.pb[i];
   }
-  return Make(bc, "F32Cuda", [g](KernelContext& ctx, cudaStream_t s) {
-    return LaunchPool(s, g, InF(ctx, 0), OutF(ctx));
-  });
+  return Make(bc, "F32Cuda",
+              [g](KernelContext& ctx, cudaStream_t s) { return LaunchPool(s, g, InF(ctx, 0), OutF(ctx)); });
 }
 
 std::unique_ptr<Kernel> CreateGlobalPool(const KernelBuildContext& bc) {
@@ -449,9 +483,12 @@ std::unique_ptr<Kernel> CreateLayerNorm(const KernelBuildContext& bc) {
   // Scale and bias of the normalised shape (or one value); other broadcasts run on the host.
   auto stride_of = [size](const Shape& p, int64_t* stride) {
     const int64_t n = NumElements(p);
-    if (n == size) *stride = 1;
-    else if (n == 1) *stride = 0;
-    else return false;
+    if (n == size)
+      *stride = 1;
+    else if (n == 1)
+      *stride = 0;
+    else
+      return false;
     return true;
   };
   int64_t scale_stride = 1, shift_stride = 0;
@@ -793,11 +830,16 @@ std::unique_ptr<Kernel> CreatePad(const KernelBuildContext& bc) {
   if (rank == 0 || rank > kMaxRank) return nullptr;
   const std::string mode = bc.node.GetString("mode", "constant");
   PadGeometry g;
-  if (mode == "constant") g.mode = kPadConstant;
-  else if (mode == "edge") g.mode = kPadEdge;
-  else if (mode == "reflect") g.mode = kPadReflect;
-  else if (mode == "wrap") g.mode = kPadWrap;
-  else return nullptr;
+  if (mode == "constant")
+    g.mode = kPadConstant;
+  else if (mode == "edge")
+    g.mode = kPadEdge;
+  else if (mode == "reflect")
+    g.mode = kPadReflect;
+  else if (mode == "wrap")
+    g.mode = kPadWrap;
+  else
+    return nullptr;
   std::vector<int64_t> pads, axes;
   if (bc.opset < 11) {
     pads = bc.node.GetInts("pads");
@@ -887,19 +929,31 @@ std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& bc) {
     scales = s;
   } else {
     const std::string coord = node.GetString("coordinate_transformation_mode", "half_pixel");
-    if (coord == "half_pixel") g.coord = kCoordHalfPixel;
-    else if (coord == "asymmetric") g.coord = kCoordAsymmetric;
-    else if (coord == "align_corners") g.coord = kCoordAlignCorners;
-    else if (coord == "pytorch_half_pixel") g.coord = kCoordPytorchHalfPixel;
-    else if (coord == "tf_half_pixel_for_nn") g.coord = kCoordTfHalfPixelForNn;
-    else if (coord == "half_pixel_symmetric") g.coord = kCoordHalfPixelSymmetric;
-    else return nullptr;  // tf_crop_and_resize
+    if (coord == "half_pixel")
+      g.coord = kCoordHalfPixel;
+    else if (coord == "asymmetric")
+      g.coord = kCoordAsymmetric;
+    else if (coord == "align_corners")
+      g.coord = kCoordAlignCorners;
+    else if (coord == "pytorch_half_pixel")
+      g.coord = kCoordPytorchHalfPixel;
+    else if (coord == "tf_half_pixel_for_nn")
+      g.coord = kCoordTfHalfPixelForNn;
+    else if (coord == "half_pixel_symmetric")
+      g.coord = kCoordHalfPixelSymmetric;
+    else
+      return nullptr;  // tf_crop_and_resize
     const std::string nearest = node.GetString("nearest_mode", "round_prefer_floor");
-    if (nearest == "round_prefer_floor") g.nearest_mode = kNearestRoundPreferFloor;
-    else if (nearest == "round_prefer_ceil") g.nearest_mode = kNearestRoundPreferCeil;
-    else if (nearest == "floor") g.nearest_mode = kNearestFloor;
-    else if (nearest == "ceil") g.nearest_mode = kNearestCeil;
-    else return nullptr;
+    if (nearest == "round_prefer_floor")
+      g.nearest_mode = kNearestRoundPreferFloor;
+    else if (nearest == "round_prefer_ceil")
+      g.nearest_mode = kNearestRoundPreferCeil;
+    else if (nearest == "floor")
+      g.nearest_mode = kNearestFloor;
+    else if (nearest == "ceil")
+      g.nearest_mode = kNearestCeil;
+    else
+      return nullptr;
     std::vector<int64_t> axes;
     if (node.Has("axes")) {
       for (int64_t a : node.GetInts("axes")) {
@@ -938,9 +992,8 @@ std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& bc) {
     g.in_strides[d] = strides[d];
     g.scales[d] = scales[d];
   }
-  return Make(bc, "F32Cuda", [g](KernelContext& ctx, cudaStream_t s) {
-    return LaunchResize(s, g, InF(ctx, 0), OutF(ctx));
-  });
+  return Make(bc, "F32Cuda",
+              [g](KernelContext& ctx, cudaStream_t s) { return LaunchResize(s, g, InF(ctx, 0), OutF(ctx)); });
 }
 
 }  // namespace

@@ -17,15 +17,15 @@ constexpr int kMaxRank = 8;
 enum UnaryOp : int {
   kUnaryIdentity = 0,
   kUnaryRelu,
-  kUnaryLeakyRelu,    // alpha
-  kUnaryClip,         // alpha = min, beta = max
+  kUnaryLeakyRelu,  // alpha
+  kUnaryClip,       // alpha = min, beta = max
   kUnarySigmoid,
   kUnaryTanh,
   kUnaryHardSigmoid,  // alpha, beta
   kUnaryHardSwish,
   kUnarySilu,
-  kUnaryGelu,         // erf form
-  kUnaryGeluTanh,     // approximate = "tanh"
+  kUnaryGelu,      // erf form
+  kUnaryGeluTanh,  // approximate = "tanh"
   kUnaryExp,
   kUnaryLog,
   kUnarySqrt,
@@ -40,11 +40,11 @@ enum UnaryOp : int {
   kUnaryCos,
   kUnarySoftplus,
   kUnarySoftsign,
-  kUnaryElu,          // alpha
+  kUnaryElu,  // alpha
   kUnaryMish,
   kUnarySign,
-  kUnarySquare,       // Pow(x, 2)
-  kUnaryPowScalar,    // powf(x, alpha)
+  kUnarySquare,     // Pow(x, 2)
+  kUnaryPowScalar,  // powf(x, alpha)
 };
 
 /// A unary function with its parameters (also: a node's fused activation; op kUnaryIdentity = none).
@@ -80,8 +80,8 @@ cudaError_t LaunchWhere(cudaStream_t stream, const BroadcastGeometry& g, const u
                         const float* y, float* out);
 /// y[i] = act(y[i] + bias[(i / spatial) % channels] + residual[i]); bias and residual may be null.
 /// Conv epilogue (spatial = H*W) and MatMul/Gemm bias (spatial = 1, channels = N).
-cudaError_t LaunchBiasResidualAct(cudaStream_t stream, float* y, const float* bias, const float* residual, int64_t total,
-                                  int64_t channels, int64_t spatial, Activation act);
+cudaError_t LaunchBiasResidualAct(cudaStream_t stream, float* y, const float* bias, const float* residual,
+                                  int64_t total, int64_t channels, int64_t spatial, Activation act);
 
 // ---------------------------------------------------------------- data movement (any dtype: element_size 1/2/4/8)
 

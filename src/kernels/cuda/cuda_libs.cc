@@ -28,8 +28,8 @@ std::vector<std::string> SearchDirs() {
 
 struct Loaded {
   void* handle = nullptr;
-  std::string path;    // what was opened
-  std::string tried;   // what failed, for the message
+  std::string path;   // what was opened
+  std::string tried;  // what failed, for the message
 };
 
 // Opens the first of `names` found: in $OSPREY_CUDA_LIBRARY_PATH, by the linker's search, in /usr/local/cuda/lib64.

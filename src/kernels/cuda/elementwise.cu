@@ -140,8 +140,8 @@ cudaError_t LaunchWhere(cudaStream_t stream, const BroadcastGeometry& g, const u
   return LaunchResult();
 }
 
-cudaError_t LaunchBiasResidualAct(cudaStream_t stream, float* y, const float* bias, const float* residual, int64_t total,
-                                  int64_t channels, int64_t spatial, Activation act) {
+cudaError_t LaunchBiasResidualAct(cudaStream_t stream, float* y, const float* bias, const float* residual,
+                                  int64_t total, int64_t channels, int64_t spatial, Activation act) {
   if (total <= 0) return cudaSuccess;
   if (channels <= 0) channels = 1;
   if (spatial <= 0) spatial = 1;

@@ -89,13 +89,13 @@ cudaError_t GatherTyped(cudaStream_t stream, const void* data, const void* indic
                         int64_t outer, int64_t axis_dim, int64_t num_indices, int64_t inner) {
   const int64_t total = outer * num_indices * inner;
   if (indices64)
-    GatherKernel<T, int64_t><<<GridFor(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(data), static_cast<const int64_t*>(indices), static_cast<T*>(out), outer, axis_dim,
-        num_indices, inner);
+    GatherKernel<T, int64_t>
+        <<<GridFor(total), kBlock, 0, stream>>>(static_cast<const T*>(data), static_cast<const int64_t*>(indices),
+                                                static_cast<T*>(out), outer, axis_dim, num_indices, inner);
   else
-    GatherKernel<T, int32_t><<<GridFor(total), kBlock, 0, stream>>>(
-        static_cast<const T*>(data), static_cast<const int32_t*>(indices), static_cast<T*>(out), outer, axis_dim,
-        num_indices, inner);
+    GatherKernel<T, int32_t>
+        <<<GridFor(total), kBlock, 0, stream>>>(static_cast<const T*>(data), static_cast<const int32_t*>(indices),
+                                                static_cast<T*>(out), outer, axis_dim, num_indices, inner);
   return LaunchResult();
 }
 
