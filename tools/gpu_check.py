@@ -219,6 +219,8 @@ class Check:
                             res[key] = int(line[len(tag):].split()[0])
                         except (ValueError, IndexError):
                             pass
+        if not self.args.dry_run and res.get("skipped") and not res.get("passed"):
+            self.problem("gpu_tests", f"all {res['skipped']} tests skipped: the binary saw no device (gpu_tests.log)")
         if rc == 124:
             self.problem("gpu_tests", f"timed out after {int(limit)} s (see gpu_tests.log)")
         elif rc != 0:
