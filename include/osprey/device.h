@@ -57,7 +57,7 @@ class DeviceBackend {
   virtual bool ContextActive(int ordinal) = 0;
   /// Frees everything the backend holds on device `ordinal` (streams, library handles, caches) and destroys the
   /// context, so the process holds no device memory. Callers free their buffers first (osprey's own live device bytes
-  /// must be 0: kFailedPrecondition otherwise). The next call that needs the device creates a new context.
+  /// must be 0: kUnavailable otherwise). The next call that needs the device creates a new context.
   virtual void ReleaseContext(int ordinal) = 0;
   /// How many contexts this backend has created (for statistics and tests of the idle sequence).
   virtual int64_t ContextsCreated() const = 0;

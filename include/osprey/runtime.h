@@ -72,6 +72,11 @@ class Plan {
   size_t arena_bytes() const;
   /// Number of steps run by fast kernels.
   size_t num_fast_steps() const;
+  /// Device plans: steps run on the device (copies to it included), copies between host and device, and bytes of one
+  /// device arena (values and workspaces). 0 for host plans.
+  size_t num_device_steps() const;
+  size_t num_copy_steps() const;
+  size_t device_arena_bytes() const;
   /// Frees the pooled execution arenas that no run has used for `idle_seconds` (0 = every idle one); returns the
   /// bytes freed. Runs in progress keep theirs. A server calls it periodically so that a burst of large requests does
   /// not pin its arenas.
@@ -140,10 +145,14 @@ class WeightStore {
   /// named by `key` (the derivation: layouts, scale). The first call's `fill` writes `bytes` into a new buffer charged
   /// to this store; while that buffer lives, every call with the same source buffer and key gets it, so the plans,
   /// batch sizes and models that share a weight share its packed forms too.
+  /// With `where` a device, the buffer is device memory (`fill` gets a device pointer and uploads into it): five
+  /// models on one backbone hold one device copy of it, as they hold one host copy.
   std::shared_ptr<Buffer> Derive(const Tensor& source, const std::string& key, size_t bytes,
-                                 const std::function<void(void* data)>& fill);
-  /// Bytes of live unique weights and their derived (packed) forms held through this store.
+                                 const std::function<void(void* data)>& fill, const DeviceSpec& where = {});
+  /// Bytes of live unique weights and their derived (packed) forms held through this store, on the host.
   int64_t BytesLive() const { return account_->BytesLive(); }
+  /// Device bytes of the weights' device copies held through this store (every device together).
+  int64_t DeviceBytesLive() const { return device_account_->BytesLive(); }
   size_t NumLive() const;
   /// Bytes the constants of `graph` would add if interned now: those without a live equal tensor here (what loading
   /// a model that shares a backbone with loaded ones really costs). Hashes every constant; stores nothing.
@@ -154,6 +163,7 @@ class WeightStore {
  private:
   mutable std::mutex mu_;
   std::shared_ptr<MemoryAccount> account_;
+  std::shared_ptr<MemoryAccount> device_account_ = std::make_shared<MemoryAccount>("weights (device)");
   struct Entry {
     std::weak_ptr<Buffer> buffer;
     DType dtype;
@@ -214,6 +224,10 @@ class Model {
   std::vector<Tensor> held_weights_;  // one per distinct interned buffer
   PlanCache plan_cache_;
 };
+
+/// Registers the built-in device backends (CUDA when built with it). Compile calls it; call it before using
+/// GetDeviceBackend directly.
+void InitDevices();
 
 /// Sets the default intra-op thread count used when CompileOptions::num_threads is 0.
 int DefaultNumThreads();

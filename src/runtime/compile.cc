@@ -10,8 +10,21 @@
 #include "ops/op_registry.h"
 #include "runtime/inline_if.h"
 #include "runtime/plan_impl.h"
+#ifdef OSPREY_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace osprey {
+
+void InitDevices() {
+#ifdef OSPREY_WITH_CUDA
+  static const bool once = [] {
+    SetBuiltinDeviceBackend(Device::kCuda, cuda::Backend());
+    return true;
+  }();
+  (void)once;
+#endif
+}
 
 int DefaultNumThreads() {
   static const int n = [] {
@@ -23,15 +36,20 @@ int DefaultNumThreads() {
 
 std::string CompileOptions::Key() const {
   return "t" + std::to_string(num_threads) + (fast_kernels ? "f" : "r") + (fuse ? "u" : "n") +
-         (precision == Precision::kBf16 ? "b" : "");
+         (precision == Precision::kBf16 ? "b" : precision == Precision::kFp16 ? "h" : "") +
+         (device.kind == Device::kHost ? "" : "@" + DeviceSpecName(device));
 }
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* PrecisionName(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : p == Precision::kFp16 ? "fp16" : "fp32";
+}
 
 Precision ParsePrecision(const std::string& text, const std::string& what) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
-  throw Error(ErrorCode::kInvalidArgument, what + " must be \"fp32\" or \"bf16\", got \"" + text + "\"");
+  if (text == "fp16") return Precision::kFp16;
+  throw Error(ErrorCode::kInvalidArgument,
+              what + " must be \"fp32\", \"bf16\" or \"fp16\" (GPU only), got \"" + text + "\"");
 }
 
 int CompileState::AddConstant(Tensor t) {
@@ -273,7 +291,15 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
                                     std::shared_ptr<MemoryAccount> account) {
   graph.Validate();
   ValidateOps(graph);
-  const bool bf16 = options.fast_kernels && options.precision == Precision::kBf16;
+  InitDevices();
+  const bool on_device = options.device.kind != Device::kHost;
+  DeviceBackend* backend = on_device ? &RequireDevice(options.device) : nullptr;
+  if (options.precision == Precision::kFp16 && !on_device)
+    throw Error(ErrorCode::kUnsupported, "precision fp16 runs on a GPU (--device cuda); on the CPU use fp32 or bf16");
+  if (options.precision == Precision::kBf16 && on_device)
+    throw Error(ErrorCode::kUnsupported, "precision bf16 is for the CPU; on a GPU use fp32 or fp16");
+  const bool fp16 = on_device && options.fast_kernels && options.precision == Precision::kFp16;
+  const bool bf16 = !on_device && options.fast_kernels && options.precision == Precision::kBf16;
   if (bf16) {
     std::string cpu;
     if (!cpu::CpuSupportsBf16(&cpu))
@@ -307,7 +333,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   InferAndFold(st);
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
-  if (options.fast_kernels) {
+  if (options.fast_kernels && !on_device) {
     AssignLayouts(st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16)); });
   } else {
     st.layouts.assign(st.values.size(), Layout::kPlain);
@@ -318,6 +344,8 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   impl->opset = st.opset;
   impl->num_threads = nthreads;
   impl->account = std::move(account);
+  impl->device = options.device;
+  impl->backend = backend;
 
   // Slots: one per value the plan touches.
   std::vector<int> slot_of(st.values.size(), -1);
@@ -378,7 +406,14 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
       // The fast elementwise kernels classify broadcasts from the (physical, viewed) tensors they get at run time.
       if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16));
     } else {
-      if (options.fast_kernels) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16));
+      if (on_device && options.fast_kernels) {
+        KernelBuildContext bc = MakeBuildContext(st, node, nthreads, false);
+        bc.device = options.device;
+        bc.fp16 = fp16;
+        step.fast = backend->CreateKernel(bc);
+        step.on_device = step.fast != nullptr;
+      }
+      if (options.fast_kernels && !step.fast) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16));
       if (!step.fast) {
         if (any_nhwc)
           throw Error(ErrorCode::kInternal, node.Describe() + ": a channels-last kernel promised by "
@@ -397,6 +432,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     impl->output_slots.push_back(s);
     impl->output_specs.push_back({impl->slots[s].dtype, impl->slots[s].shape});
   }
+  if (on_device) PlaceOnDevice(*impl, weights);
 
   // Memory plan: arena offsets by liveness, first fit. The output of a layout copy (a Transpose between NHWC-stored
   // [N, C, H, W] and plain [N, H, W, C]) shares its input's bytes when both live in the arena: values are never
@@ -417,14 +453,21 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     for (int s : impl->steps[i].outputs)
       if (last_use[root[s]] < static_cast<int>(i)) last_use[root[s]] = static_cast<int>(i);
   }
-  ArenaPlanner planner;
+  ArenaPlanner host_planner, device_planner;
+  auto planner_for = [&](const Slot& slot) -> ArenaPlanner& {
+    return slot.device == Device::kHost ? host_planner : device_planner;
+  };
   for (size_t i = 0; i < impl->steps.size(); ++i) {
     for (int s : impl->steps[i].outputs) {
       Slot& slot = impl->slots[s];
       if (slot.kind != Slot::Kind::kArena) continue;
-      slot.offset = root[s] == s ? planner.Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)))
+      slot.offset = root[s] == s ? planner_for(slot).Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)))
                                  : impl->slots[root[s]].offset;
     }
+    // A device step's workspace lives for that step only (steps run in order on one stream).
+    Step& step = impl->steps[i];
+    const size_t workspace = step.on_device && step.fast ? step.fast->WorkspaceBytes() : 0;
+    if (workspace) step.workspace_offset = device_planner.Allocate(workspace);
     std::vector<int> done;
     for (int s : impl->steps[i].inputs)
       if (s >= 0 && root[s] == s && last_use[s] == static_cast<int>(i)) done.push_back(s);
@@ -435,10 +478,12 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     for (int s : done) {
       Slot& slot = impl->slots[s];
       if (slot.kind == Slot::Kind::kArena)
-        planner.Free(slot.offset, static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
+        planner_for(slot).Free(slot.offset, static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
     }
+    if (workspace) device_planner.Free(step.workspace_offset, workspace);
   }
-  impl->arena_bytes = planner.size();
+  impl->arena_bytes = host_planner.size();
+  impl->device_arena_bytes = device_planner.size();
   return std::make_shared<const Plan>(std::move(impl));
 }
 

@@ -19,19 +19,31 @@ size_t Plan::TrimArenas(double idle_seconds) const {
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(impl_->arena_mu);
-    auto& pool = impl_->free_arenas;
-    for (auto it = pool.begin(); it != pool.end();) {
-      if (it->released <= cutoff) {
-        bytes += it->buffer->size();
-        dropped.push_back(std::move(it->buffer));
-        it = pool.erase(it);
-      } else {
-        ++it;
+    for (auto* pool : {&impl_->free_arenas, &impl_->free_device_arenas}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        if (it->released <= cutoff) {
+          bytes += it->buffer->size();
+          dropped.push_back(std::move(it->buffer));
+          it = pool->erase(it);
+        } else {
+          ++it;
+        }
       }
     }
   }
   return bytes;
 }
+size_t Plan::num_device_steps() const {
+  size_t n = 0;
+  for (const Step& s : impl_->steps) n += s.on_device;
+  return n;
+}
+size_t Plan::num_copy_steps() const {
+  size_t n = 0;
+  for (const Step& s : impl_->steps) n += IsDeviceCopy(s);
+  return n;
+}
+size_t Plan::device_arena_bytes() const { return impl_->device_arena_bytes; }
 const std::vector<TensorSpec>& Plan::output_specs() const { return impl_->output_specs; }
 size_t Plan::num_fast_steps() const {
   size_t n = 0;
@@ -50,6 +62,43 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
     }
   }
   if (!arena) arena = Allocator::Host().Allocate(p.arena_bytes, p.account);
+  // Device plans: a device arena and a stream for this run, returned to their pools at the end (after the stream is
+  // drained, so no queued kernel still uses the arena).
+  std::shared_ptr<Buffer> device_arena;
+  void* stream = nullptr;
+  if (p.backend) {
+    {
+      std::lock_guard<std::mutex> lock(p.arena_mu);
+      if (!p.free_device_arenas.empty()) {
+        device_arena = std::move(p.free_device_arenas.back().buffer);
+        p.free_device_arenas.pop_back();
+      }
+    }
+    try {
+      if (!device_arena)
+        device_arena = Allocator::Host().AllocateOn(p.device.kind, p.device.ordinal, p.device_arena_bytes);
+      stream = p.backend->AcquireStream(p.device.ordinal);
+    } catch (...) {
+      p.ReturnArena(std::move(arena));
+      if (device_arena) p.ReturnDeviceArena(std::move(device_arena));
+      throw;
+    }
+  }
+  auto finish = [&](bool ok) {
+    if (p.backend) {
+      if (ok) {
+        p.backend->Synchronize(p.device.ordinal, stream);
+      } else {
+        try {
+          p.backend->Synchronize(p.device.ordinal, stream);
+        } catch (...) {
+        }
+      }
+      p.backend->ReleaseStream(p.device.ordinal, stream);
+      p.ReturnDeviceArena(std::move(device_arena));
+    }
+    p.ReturnArena(std::move(arena));
+  };
 
   std::vector<Tensor> values(p.slots.size());
   for (size_t i = 0; i < p.slots.size(); ++i) {
@@ -62,7 +111,8 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         values[i] = inputs[s.input_index];
         break;
       case Slot::Kind::kArena:
-        values[i] = Tensor::View(s.dtype, PhysicalShape(s.shape, s.layout), arena, s.offset);
+        values[i] = Tensor::View(s.dtype, PhysicalShape(s.shape, s.layout),
+                                 s.device == Device::kHost ? arena : device_arena, s.offset);
         break;
       case Slot::Kind::kOutput: values[i] = Tensor(s.dtype, s.shape); break;
     }
@@ -86,19 +136,33 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         }
       }
       for (int s : step.outputs) ctx.outputs.push_back(&values[s]);
+      if (p.backend) {
+        ctx.stream = stream;
+        if (step.on_device) ctx.workspace = static_cast<char*>(device_arena->data()) + step.workspace_offset;
+      }
       auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       if (step.fast)
         step.fast->Run(ctx);
       else
         step.reference(ctx);
+      // Profiling times each device step to its end, not its launch.
+      if (profile && step.on_device) p.backend->Synchronize(p.device.ordinal, stream);
       if (profile) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         profile->push_back({step.node.name, step.node.op_type, step.fast ? step.fast->Name() : "reference", ms});
       }
     }
   } catch (...) {
-    p.ReturnArena(std::move(arena));
+    finish(false);
     throw;
+  }
+  if (p.backend) {
+    try {
+      p.backend->Synchronize(p.device.ordinal, stream);
+    } catch (...) {
+      finish(false);
+      throw;
+    }
   }
 
   std::vector<Tensor> outputs;
@@ -114,7 +178,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       outputs.push_back(values[s].Clone());
     seen.push_back(s);
   }
-  p.ReturnArena(std::move(arena));
+  finish(true);
   return outputs;
 }
 

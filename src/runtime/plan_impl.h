@@ -18,6 +18,7 @@ struct Slot {
   DType dtype = DType::kF32;
   Shape shape;           // logical
   Layout layout = Layout::kPlain;  // kNhwc: stored as [N, H, W, C]
+  Device device = Device::kHost;   // kArena slots on a device live in the run's device arena
   Tensor constant;       // kConstant
   int input_index = -1;  // kInput
   size_t offset = 0;     // kArena: byte offset in the arena
@@ -33,6 +34,10 @@ struct Step {
   std::vector<char> has_view;
   ReferenceKernel reference = nullptr;
   std::unique_ptr<Kernel> fast;
+  // Runs on the plan's device (its fast kernel came from DeviceBackend::CreateKernel, or it is a copy to the device);
+  // its workspace is [workspace_offset, + fast->WorkspaceBytes()) of the device arena.
+  bool on_device = false;
+  size_t workspace_offset = 0;
 };
 
 struct Plan::Impl {
@@ -55,7 +60,26 @@ struct Plan::Impl {
     std::lock_guard<std::mutex> lock(arena_mu);
     free_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
   }
+  // Device plans (CompileOptions::device): the device, its backend and one device arena per concurrent run (values on
+  // the device and device steps' workspaces), pooled and trimmed like the host arenas.
+  DeviceSpec device;
+  DeviceBackend* backend = nullptr;
+  size_t device_arena_bytes = 0;
+  mutable std::vector<PooledArena> free_device_arenas;
+  void ReturnDeviceArena(std::shared_ptr<Buffer> arena) const {
+    std::lock_guard<std::mutex> lock(arena_mu);
+    free_device_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
+  }
 };
+
+/// Device placement (device_plan.cc): after kernels are created, every input a step reads on the other side gets a
+/// copy — constants uploaded once at compile time (shared through `weights` when given), other values by a copy step
+/// inserted before their first reader there — and a device step's graph output is written to the device and copied
+/// back into the host output slot. Steps' order is otherwise kept.
+void PlaceOnDevice(Plan::Impl& impl, WeightStore* weights);
+
+/// Whether a step is one of the copies PlaceOnDevice inserts.
+bool IsDeviceCopy(const Step& step);
 
 /// A value during compilation: its type, and its contents when known at compile time.
 struct CompileValue {

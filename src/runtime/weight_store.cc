@@ -63,12 +63,12 @@ int64_t WeightStore::BytesNotStored(const Graph& graph) const {
 }
 
 std::shared_ptr<Buffer> WeightStore::Derive(const Tensor& source, const std::string& key, size_t bytes,
-                                            const std::function<void(void* data)>& fill) {
+                                            const std::function<void(void* data)>& fill, const DeviceSpec& where) {
   const std::shared_ptr<Buffer>& source_buffer = source.buffer();
   OSPREY_CHECK(source_buffer != nullptr);
   const auto offset = static_cast<const char*>(source.raw()) - static_cast<const char*>(source_buffer->data());
   const std::string full_key = std::to_string(reinterpret_cast<uintptr_t>(source_buffer.get())) + "+" +
-                               std::to_string(offset) + "/" + key;
+                               std::to_string(offset) + "/" + DeviceSpecName(where) + "/" + key;
   auto find_live = [&]() -> std::shared_ptr<Buffer> {
     auto it = derived_.find(full_key);
     if (it == derived_.end() || it->second.source.lock() != source_buffer) return nullptr;
@@ -80,7 +80,10 @@ std::shared_ptr<Buffer> WeightStore::Derive(const Tensor& source, const std::str
   }
   // Filled outside the lock: packing a large weight takes milliseconds and must not serialise other models' compiles.
   // Two compiles racing on one key both fill; the first to finish is kept.
-  std::shared_ptr<Buffer> made = Allocator::Host().Allocate(std::max<size_t>(bytes, 64), account_);
+  std::shared_ptr<Buffer> made =
+      where.kind == Device::kHost
+          ? Allocator::Host().Allocate(std::max<size_t>(bytes, 64), account_)
+          : Allocator::Host().AllocateOn(where.kind, where.ordinal, std::max<size_t>(bytes, 64), device_account_);
   fill(made->data());
   std::lock_guard<std::mutex> lock(mu_);
   if (auto hit = find_live()) return hit;

@@ -1,0 +1,220 @@
+// Device placement on a fake device (tests/fake_device.h): which steps run where, the copies between, device weights
+// shared through the WeightStore, arenas and streams returned, and the context released only with nothing live.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "fake_device.h"
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::ExpectTensorNear;
+using testing::FakeDevice;
+using testing::RandomTensor;
+using testing::ScopedFakeDevice;
+
+// x[N, 3, 8, 8] -> Conv -> Relu -> Softmax(axis 1) -> Add(conv) -> MaxPool -> Flatten -> Gemm -> y; the Relu output is
+// a second graph output (read by later steps too).
+Graph SmallNet(uint32_t seed = 1) {
+  GraphBuilder b("small");
+  auto x = b.Input("x", DType::kF32, {-1, 3, 8, 8});
+  auto w = b.Constant(RandomTensor({4, 3, 3, 3}, seed));
+  auto bias = b.Constant(RandomTensor({4}, seed + 1));
+  auto conv = b.Op("Conv", {x, w, bias}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto relu = b.Op("Relu", {conv});
+  auto soft = b.Op("Softmax", {relu}, {{"axis", Attribute::Int(1)}});
+  auto sum = b.Op("Add", {soft, conv});
+  auto pool = b.Op("MaxPool", {sum}, {{"kernel_shape", Attribute::Ints({2, 2})}, {"strides", Attribute::Ints({2, 2})}});
+  auto flat = b.Op("Flatten", {pool});
+  auto gw = b.Constant(RandomTensor({64, 5}, seed + 2));
+  auto gb = b.Constant(RandomTensor({5}, seed + 3));
+  b.Output(b.Op("Gemm", {flat, gw, gb}), "y");
+  b.Output(relu, "relu");
+  return b.Finish();
+}
+
+CompileOptions OnDevice() {
+  CompileOptions o;
+  o.device = {Device::kCuda, 0};
+  o.fuse = false;  // keep Relu a node of its own, so placement splits the graph where the test says
+  return o;
+}
+
+std::vector<Tensor> RunHost(const Graph& g, const Tensor& x) {
+  CompileOptions o;
+  o.fast_kernels = false;
+  o.fuse = false;
+  return Compile(g, {{DType::kF32, x.shape()}}, o)->Run({x});
+}
+
+TEST(DevicePlan, MixedPlacementMatchesTheHostAndCopiesOnlyAtBoundaries) {
+  ScopedFakeDevice device({"Conv", "Relu", "Add", "Gemm", "Flatten"});
+  const Graph g = SmallNet();
+  const Tensor x = RandomTensor({2, 3, 8, 8}, 7);
+  const auto want = RunHost(g, x);
+  {
+    auto plan = Compile(g, {{DType::kF32, {2, 3, 8, 8}}}, OnDevice());
+    // Device: Conv, Relu, Add, Flatten, Gemm and the copies to the device: x, Softmax's output, MaxPool's output.
+    // Host: Softmax, MaxPool and the copies back: Relu's (a graph output, which Softmax reads too: one copy serves
+    // both), Add's for MaxPool, Gemm's (the graph output y). Add reads Conv's output where it is, on the device.
+    EXPECT_EQ(plan->num_device_steps(), 5u + 3u);
+    EXPECT_EQ(plan->num_copy_steps(), 3u + 3u);
+    EXPECT_GT(plan->device_arena_bytes(), 0u);
+    std::vector<OpProfile> profile;
+    auto got = plan->Run({x}, &profile);
+    ASSERT_EQ(got.size(), 2u);
+    ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+    ExpectTensorNear(got[1], want[1], 1e-6f, 1e-6f);
+    int copies = 0, fake = 0;
+    for (const OpProfile& p : profile) {
+      copies += p.kernel == "CopyToDevice" || p.kernel == "CopyToHost";
+      fake += p.kernel == "FakeDevice";
+    }
+    EXPECT_EQ(copies, 6);
+    EXPECT_EQ(fake, 5);
+    EXPECT_EQ(device->streams_out(), 0);
+    EXPECT_GT(device->bytes_used(), 0);  // the weights' device copies and the pooled device arena
+  }
+  EXPECT_EQ(device->bytes_used(), 0) << "dropping the plan frees its device memory";
+}
+
+TEST(DevicePlan, EverythingOnTheDeviceCopiesOnlyInputsAndOutputs) {
+  ScopedFakeDevice device({"Conv", "Relu", "Softmax", "Add", "MaxPool", "Flatten", "Gemm"});
+  const Graph g = SmallNet(3);
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 9);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  EXPECT_EQ(plan->num_copy_steps(), 3u);  // x up; y and relu down
+  auto got = plan->Run({x});
+  const auto want = RunHost(g, x);
+  ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+  ExpectTensorNear(got[1], want[1], 1e-6f, 1e-6f);
+}
+
+TEST(DevicePlan, NothingOnTheDeviceIsAHostPlan) {
+  ScopedFakeDevice device({});
+  const Graph g = SmallNet(5);
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 11);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  EXPECT_EQ(plan->num_device_steps(), 0u);
+  EXPECT_EQ(plan->num_copy_steps(), 0u);
+  ExpectTensorNear(plan->Run({x})[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+}
+
+TEST(DevicePlan, ConcurrentRunsEachGetTheirOwnArenaAndStream) {
+  ScopedFakeDevice device({"Conv", "Relu", "Add", "Gemm", "Flatten"});
+  const Graph g = SmallNet(2);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const Tensor x = RandomTensor({1, 3, 8, 8}, 100 + t * 20 + i);
+        auto got = plan->Run({x});
+        auto want = RunHost(g, x);
+        bool same = got[0].numel() == want[0].numel();
+        for (int64_t k = 0; same && k < got[0].numel(); ++k)
+          same = std::fabs(got[0].data<float>()[k] - want[0].data<float>()[k]) <= 1e-4f;
+        ok[t] += same;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[t], 20) << "thread " << t;
+  EXPECT_EQ(device->streams_out(), 0);
+}
+
+TEST(DevicePlan, TenantsOnOneBackboneHoldOneDeviceCopyOfItsWeights) {
+  ScopedFakeDevice device({"Conv", "Relu", "Softmax", "Add", "MaxPool", "Flatten", "Gemm"});
+  auto store = std::make_shared<WeightStore>();
+  ModelOptions mo;
+  mo.compile = OnDevice();
+  mo.weight_store = store;
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 4);
+  auto first = std::make_unique<Model>(SmallNet(8), mo);
+  first->Run({{"x", x}});
+  const int64_t device_weights = store->DeviceBytesLive();
+  EXPECT_GE(device_weights, (4 * 3 * 3 * 3 + 4 + 64 * 5 + 5) * 4);
+  std::vector<std::unique_ptr<Model>> tenants;
+  for (int i = 0; i < 4; ++i) {
+    tenants.push_back(std::make_unique<Model>(SmallNet(8), mo));
+    tenants.back()->Run({{"x", x}});
+  }
+  EXPECT_EQ(store->DeviceBytesLive(), device_weights) << "four more models on the same weights upload none";
+  tenants.clear();
+  first.reset();
+  EXPECT_EQ(store->DeviceBytesLive(), 0);
+  EXPECT_EQ(device->bytes_used(), 0);
+}
+
+TEST(DevicePlan, TheContextIsReleasedOnlyWithNothingLiveAndComesBack) {
+  ScopedFakeDevice device({"Conv", "Relu", "Gemm", "Flatten"});
+  const Graph g = SmallNet(6);
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 5);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  plan->Run({x});
+  EXPECT_TRUE(device->ContextActive(0));
+  EXPECT_EQ(device->ContextsCreated(), 1);
+  try {
+    device->ReleaseContext(0);
+    FAIL() << "released a context with live device buffers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+  }
+  plan.reset();
+  device->ReleaseContext(0);
+  EXPECT_FALSE(device->ContextActive(0));
+  plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  ExpectTensorNear(plan->Run({x})[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+  EXPECT_EQ(device->ContextsCreated(), 2);
+}
+
+TEST(DevicePlan, DeviceOutOfMemoryIsAClearErrorAndLeaksNothing) {
+  ScopedFakeDevice device({"Conv", "Relu", "Gemm", "Flatten"}, /*capacity=*/4000);  // weights fit, arena does not
+  const Graph g = SmallNet(6);
+  try {
+    auto plan = Compile(g, {{DType::kF32, {64, 3, 8, 8}}}, OnDevice());
+    plan->Run({RandomTensor({64, 3, 8, 8}, 1)});
+    FAIL() << "ran past the device's capacity";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+  }
+  EXPECT_EQ(device->bytes_used(), 0);
+  EXPECT_EQ(device->streams_out(), 0);
+}
+
+TEST(DevicePlan, RefusedClearly) {
+  {
+    CompileOptions o;
+    o.precision = Precision::kFp16;
+    try {
+      Compile(SmallNet(), {{DType::kF32, {1, 3, 8, 8}}}, o);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    }
+  }
+  InitDevices();
+  DeviceBackend* builtin = GetDeviceBackend(Device::kCuda);
+  if (builtin == nullptr || builtin->DeviceCount() == 0) {
+    // This machine has no usable CUDA device (or osprey was built without CUDA): the error says so and what to do.
+    try {
+      Compile(SmallNet(), {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(DeviceSpecName(ParseDevice("cuda")), "cuda:0");
+  EXPECT_EQ(DeviceSpecName(ParseDevice("cuda:3")), "cuda:3");
+  EXPECT_EQ(ParseDevice("cpu").kind, Device::kHost);
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:99999", "CUDA"})
+    EXPECT_THROW(ParseDevice(bad), Error) << bad;
+}
+
+}  // namespace
+}  // namespace osprey
