@@ -285,13 +285,13 @@ TEST(CudaBackend, ReleaseContextAndRecreate) {
   ExpectCuda(MakeNode("Conv", 3, 1, {{"pads", A::Ints({1, 1, 1, 1})}}),
              {Uniform({1, 4, 6, 6}, 2, -1.f, 1.f), Uniform({8, 4, 3, 3}, 3, -1.f, 1.f), Uniform({8}, 4, -1.f, 1.f)},
              {false, true, true}, Options{.tol = kSums});
-  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({2, 4, 5}, 5, -1.f, 1.f), Uniform({5, 3}, 6, -1.f, 1.f)},
-             {false, true}, Options{.tol = kSums});
+  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({2, 4, 5}, 5, -1.f, 1.f), Uniform({5, 3}, 6, -1.f, 1.f)}, {false, true},
+             Options{.tol = kSums});
   // And once more: release after kernels ran, then use again.
   b->ReleaseContext(0);
   EXPECT_FALSE(b->ContextActive(0));
-  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({3, 7}, 7, -1.f, 1.f), Uniform({7, 2}, 8, -1.f, 1.f)},
-             {false, true}, Options{.tol = kSums});
+  ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({3, 7}, 7, -1.f, 1.f), Uniform({7, 2}, 8, -1.f, 1.f)}, {false, true},
+             Options{.tol = kSums});
   EXPECT_EQ(b->ContextsCreated(), created + 2);
   InstallDeviceBackend(Device::kCuda, nullptr);
 }
@@ -527,6 +527,35 @@ TEST_F(CudaTest, ConvFp16) {
                                Uniform({32}, 7, -1.f, 1.f)};
   ExpectCuda(MakeNode("Conv", 3, 1, {{"pads", A::Ints({1, 1, 1, 1})}}), in, {false, true, true},
              Options{.tol = kFp16, .fp16 = true, .name = "ConvF32CudnnFp16", .needs_device = true});
+}
+
+TEST_F(CudaTest, ConvTranspose) {
+  struct Case {
+    std::string what;
+    Shape x, w;
+    AttributeMap attrs;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {"2x2 stride 2 (PaddleOCR DB head)", {1, 8, 6, 7}, {8, 4, 2, 2}, {{"strides", A::Ints({2, 2})}}, true},
+      {"3x3 stride 2 pad 1 output_padding 1",
+       {2, 4, 5, 5},
+       {4, 6, 3, 3},
+       {{"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}, {"output_padding", A::Ints({1, 1})}},
+       true},
+      {"grouped", {1, 6, 4, 4}, {6, 2, 3, 3}, {{"group", A::Int(3)}, {"pads", A::Ints({1, 1, 1, 1})}}, false},
+      {"dilated", {1, 3, 5, 6}, {3, 2, 3, 3}, {{"dilations", A::Ints({2, 2})}}, true},
+      {"1-D", {2, 4, 9}, {4, 3, 4}, {{"strides", A::Ints({2})}, {"pads", A::Ints({1, 1})}}, true},
+  };
+  uint32_t seed = 150;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<Tensor> in{Uniform(c.x, ++seed, -1.f, 1.f), Uniform(c.w, ++seed, -1.f, 1.f)};
+    if (c.bias)
+      in.push_back(Uniform({c.w[1] * (c.attrs.count("group") ? c.attrs.at("group").i : 1)}, ++seed, -1.f, 1.f));
+    ExpectCuda(MakeNode("ConvTranspose", static_cast<int>(in.size()), 1, c.attrs), in, {false, true, true},
+               Options{.tol = kSums, .name = "ConvTransposeF32Cudnn", .needs_device = true});
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -812,6 +841,19 @@ TEST_F(CudaTest, ExpandAndTile) {
   ExpectCuda(MakeNode("Expand", 2, 1), {Uniform({1, 4}, 351, -1.f, 1.f), I64s({3, 1})}, {false, true});
   ExpectCuda(MakeNode("Tile", 2, 1), {Uniform({2, 3}, 352, -1.f, 1.f), I64s({2, 3})}, {false, true},
              Options{.name = "TileCuda"});
+}
+
+TEST_F(CudaTest, ChannelShuffle) {
+  // ShuffleNet: two branches of C/2 channels, groups 2, split into two halves (or one output).
+  const Tensor a = Uniform({2, 6, 3, 4}, 370, -1.f, 1.f), b = Uniform({2, 6, 3, 4}, 371, -1.f, 1.f);
+  ExpectCuda(MakeNode(kChannelShuffleOp, 2, 2, {{"groups", A::Int(2)}, {"split", A::Ints({6, 6})}}), {a, b},
+             {false, false}, Options{.name = "ChannelShuffleCuda"});
+  ExpectCuda(MakeNode(kChannelShuffleOp, 2, 1, {{"groups", A::Int(2)}}), {a, b}, {false, false});
+  // Uneven inputs and outputs, three groups.
+  ExpectCuda(
+      MakeNode(kChannelShuffleOp, 3, 3, {{"groups", A::Int(3)}, {"split", A::Ints({5, 1, 6})}}),
+      {Uniform({1, 4, 5}, 372, -1.f, 1.f), Uniform({1, 7, 5}, 373, -1.f, 1.f), Uniform({1, 1, 5}, 374, -1.f, 1.f)},
+      {false, false, false});
 }
 
 TEST_F(CudaTest, Resize) {

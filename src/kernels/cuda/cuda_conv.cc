@@ -230,6 +230,176 @@ class ConvKernel final : public CudaKernel {
   int64_t channels_ = 1, spatial_ = 1, total_ = 0;
 };
 
+// ConvTranspose as cuDNN's backward-data convolution: the ONNX input is the forward convolution's output gradient
+// ("dy"), the ONNX output its input gradient ("dx"), and ONNX's weight [C_in, C_out / group, k...] is exactly the
+// forward filter [K = C_in, C = C_out / group, k...]. Output element o sums inputs i with o = i * s - pad_begin + k * d
+// (the reference's rule); cuDNN accepts the shapes when the forward convolution of the output gives back the input's
+// shape (checked here: explicit symmetric pads with output_padding < stride, the exports' case). Bias runs as the
+// epilogue.
+class ConvTransposeKernel final : public CudaKernel {
+ public:
+  ConvTransposeKernel(const KernelBuildContext& bc, const CudnnApi* api)
+      : CudaKernel(bc.fp16 ? "ConvTransposeF32CudnnFp16" : "ConvTransposeF32Cudnn", bc.device.ordinal), api_(api) {}
+
+  ~ConvTransposeKernel() override {
+    if (x_desc_) api_->DestroyTensorDescriptor(x_desc_);
+    if (y_desc_) api_->DestroyTensorDescriptor(y_desc_);
+    if (w_desc_) api_->DestroyFilterDescriptor(w_desc_);
+    if (conv_desc_) api_->DestroyConvolutionDescriptor(conv_desc_);
+  }
+
+  bool Build(const KernelBuildContext& bc) {
+    const Node& node = bc.node;
+    const Shape& x = bc.input_shapes[0];
+    const Shape& w = bc.input_shapes[1];
+    const Shape& y = bc.output_shapes[0];
+    const int rank = static_cast<int>(x.size());
+    if (rank < 3 || rank > 5 || w.size() != x.size() || y.size() != x.size()) return false;
+    const int64_t group = node.GetInt("group", 1);
+    if (group < 1 || x[1] % group != 0 || w[0] != x[1] || y[1] != w[1] * group) return false;
+    for (const Shape* s : {&x, &y, &w}) {
+      for (int64_t d : *s)
+        if (!FitsInt(d) || d == 0) return false;
+      if (!FitsInt(NumElements(*s))) return false;
+    }
+    const int n = rank - 2;
+    const std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
+    const std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
+    const std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(n, 0));
+    const std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
+    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+    if (static_cast<int>(strides.size()) != n || static_cast<int>(dilations.size()) != n ||
+        static_cast<int>(output_padding.size()) != n || static_cast<int>(pads.size()) != 2 * n)
+      return false;
+    // Pad at the start of each axis, as MakeTransposeWindow (kernels/reference/nn.cc) computes it.
+    std::vector<int64_t> pb(n, 0);
+    for (int i = 0; i < n; ++i) {
+      if (auto_pad == "NOTSET") {
+        pb[i] = pads[i];
+      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        const int64_t total =
+            strides[i] * (x[2 + i] - 1) + output_padding[i] + (w[2 + i] - 1) * dilations[i] + 1 - y[2 + i];
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor division
+        pb[i] = auto_pad == "SAME_UPPER" ? half : total - half;
+      }
+      if (pb[i] < 0 || strides[i] < 1 || dilations[i] < 1 || !FitsInt(pb[i])) return false;
+    }
+    // 1-D as 2-D with a leading spatial dim of 1.
+    const int sp = std::max(n, 2);
+    const int lead = sp - n;
+    std::vector<int> x_dims = {static_cast<int>(x[0]), static_cast<int>(x[1])};
+    std::vector<int> y_dims = {static_cast<int>(y[0]), static_cast<int>(y[1])};
+    std::vector<int> w_dims = {static_cast<int>(w[0]), static_cast<int>(w[1])};
+    std::vector<int> pad(sp, 0), stride(sp, 1), dil(sp, 1);
+    for (int i = 0; i < lead; ++i) {
+      x_dims.push_back(1);
+      y_dims.push_back(1);
+      w_dims.push_back(1);
+    }
+    for (int i = 0; i < n; ++i) {
+      x_dims.push_back(static_cast<int>(x[2 + i]));
+      y_dims.push_back(static_cast<int>(y[2 + i]));
+      w_dims.push_back(static_cast<int>(w[2 + i]));
+      pad[lead + i] = static_cast<int>(pb[i]);
+      stride[lead + i] = static_cast<int>(strides[i]);
+      dil[lead + i] = static_cast<int>(dilations[i]);
+    }
+    const int nd = sp + 2;
+    auto ok = [](cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; };
+    if (!ok(api_->CreateTensorDescriptor(&x_desc_)) || !ok(api_->CreateTensorDescriptor(&y_desc_)) ||
+        !ok(api_->CreateFilterDescriptor(&w_desc_)) || !ok(api_->CreateConvolutionDescriptor(&conv_desc_)))
+      return false;
+    const std::vector<int> x_strides = ContiguousStridesInt(x_dims), y_strides = ContiguousStridesInt(y_dims);
+    if (!ok(api_->SetTensorNdDescriptor(x_desc_, CUDNN_DATA_FLOAT, nd, x_dims.data(), x_strides.data())) ||
+        !ok(api_->SetTensorNdDescriptor(y_desc_, CUDNN_DATA_FLOAT, nd, y_dims.data(), y_strides.data())) ||
+        !ok(api_->SetFilterNdDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, w_dims.data())) ||
+        !ok(api_->SetConvolutionNdDescriptor(conv_desc_, sp, pad.data(), stride.data(), dil.data(),
+                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
+        !ok(api_->SetConvolutionGroupCount(conv_desc_, static_cast<int>(group))) ||
+        !ok(api_->SetConvolutionMathType(conv_desc_, bc.fp16 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH)))
+      return false;
+    // The forward convolution of the output must give the input's shape back.
+    std::vector<int> fwd(nd, 0);
+    if (!ok(api_->GetConvolutionNdForwardOutputDim(conv_desc_, y_desc_, w_desc_, nd, fwd.data())) || fwd != x_dims)
+      return false;
+
+    cudnnHandle_t handle = DnnHandle(ordinal(), nullptr);
+    if (handle == nullptr) return false;
+    static std::mutex build_mu;
+    std::lock_guard<std::mutex> lock(build_mu);
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int returned = 0;
+    if (!ok(api_->GetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_, x_desc_, conv_desc_, y_desc_,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf)))
+      returned = 0;
+    bool chosen = false;
+    for (int i = 0; i < returned && !chosen; ++i) {
+      const cudnnConvolutionBwdDataAlgoPerf_t& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS) continue;
+      if (!bc.fp16) {
+        if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+        if (p.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || p.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+            p.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED)
+          continue;
+      }
+      if (!ok(api_->SetConvolutionMathType(conv_desc_, bc.fp16 ? p.mathType : CUDNN_FMA_MATH))) continue;
+      size_t bytes = 0;
+      if (!ok(api_->GetConvolutionBackwardDataWorkspaceSize(handle, w_desc_, x_desc_, conv_desc_, y_desc_, p.algo,
+                                                            &bytes)) ||
+          bytes > kMaxConvWorkspace)
+        continue;
+      algo_ = p.algo;
+      cudnn_workspace_ = bytes;
+      chosen = true;
+    }
+    if (!chosen) {
+      if (!ok(api_->SetConvolutionMathType(conv_desc_, bc.fp16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH))) return false;
+      size_t bytes = 0;
+      algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+      if (!ok(api_->GetConvolutionBackwardDataWorkspaceSize(handle, w_desc_, x_desc_, conv_desc_, y_desc_, algo_,
+                                                            &bytes)) ||
+          bytes > kMaxConvWorkspace)
+        return false;
+      cudnn_workspace_ = bytes;
+    }
+    workspace_bytes_ = AlignUp(cudnn_workspace_);
+    has_bias_ = bc.present.size() > 2 && bc.present[2];
+    if (has_bias_ && (bc.input_dtypes[2] != DType::kF32 || NumElements(bc.input_shapes[2]) != y[1])) return false;
+    channels_ = y[1];
+    spatial_ = 1;
+    for (size_t i = 2; i < y.size(); ++i) spatial_ *= y[i];
+    total_ = NumElements(y);
+    return true;
+  }
+
+ protected:
+  void RunOn(KernelContext& ctx, cudaStream_t stream) override {
+    cudnnHandle_t handle = DnnHandle(ordinal(), stream);
+    if (handle == nullptr) throw Error(ErrorCode::kInternal, std::string(Name()) + ": cuDNN is not available");
+    const float one = 1.f, zero = 0.f;
+    float* y = static_cast<float*>(ctx.Out(0).raw());
+    const cudnnStatus_t s = api_->ConvolutionBackwardData(
+        handle, &one, w_desc_, ctx.In(1).raw(), x_desc_, ctx.In(0).raw(), conv_desc_, algo_,
+        cudnn_workspace_ > 0 ? ctx.workspace : nullptr, cudnn_workspace_, &zero, y_desc_, y);
+    if (s != CUDNN_STATUS_SUCCESS)
+      throw Error(ErrorCode::kInternal,
+                  std::string(Name()) + ": cudnnConvolutionBackwardData: " + api_->GetErrorString(s));
+    if (has_bias_)
+      Check(LaunchBiasResidualAct(stream, y, static_cast<const float*>(ctx.In(2).raw()), nullptr, total_, channels_,
+                                  spatial_, Activation{}));
+  }
+
+ private:
+  const CudnnApi* api_;
+  cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
+  cudnnFilterDescriptor_t w_desc_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_desc_ = nullptr;
+  cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  size_t cudnn_workspace_ = 0;
+  bool has_bias_ = false;
+  int64_t channels_ = 1, spatial_ = 1, total_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<Kernel> CreateConvKernel(const KernelBuildContext& bc) {
@@ -241,6 +411,19 @@ std::unique_ptr<Kernel> CreateConvKernel(const KernelBuildContext& bc) {
   const CudnnApi* api = Cudnn();
   if (api == nullptr) return nullptr;
   auto kernel = std::make_unique<ConvKernel>(bc, api);
+  if (!kernel->Build(bc)) return nullptr;
+  return kernel;
+}
+
+std::unique_ptr<Kernel> CreateConvTransposeKernel(const KernelBuildContext& bc) {
+  const Node& node = bc.node;
+  if (node.Has("_activation")) return nullptr;  // the reference ConvTranspose applies none
+  if (bc.input_dtypes.size() < 2 || bc.input_dtypes[0] != DType::kF32 || bc.input_dtypes[1] != DType::kF32 ||
+      bc.output_dtypes[0] != DType::kF32 || !bc.present[0] || !bc.present[1])
+    return nullptr;
+  const CudnnApi* api = Cudnn();
+  if (api == nullptr) return nullptr;
+  auto kernel = std::make_unique<ConvTransposeKernel>(bc, api);
   if (!kernel->Build(bc)) return nullptr;
   return kernel;
 }

@@ -27,11 +27,13 @@ void UseDevice(int ordinal);
 /// The fused activation of a node (_activation, _alpha, _beta). Returns false for an unknown name.
 bool FusedActivation(const Node& node, Activation* act);
 
-/// Kernel factories (cuda_kernels.cc, cuda_conv.cc, cuda_gemm.cc). nullptr: the step runs on the host.
+/// Kernel factories (cuda_kernels.cc, cuda_conv.cc, cuda_gemm.cc, cuda_shuffle.cc). nullptr: the step runs on the host.
 std::unique_ptr<Kernel> CreateCudaKernel(const KernelBuildContext& bc);
 std::unique_ptr<Kernel> CreateConvKernel(const KernelBuildContext& bc);
+std::unique_ptr<Kernel> CreateConvTransposeKernel(const KernelBuildContext& bc);
 std::unique_ptr<Kernel> CreateGemmKernel(const KernelBuildContext& bc);
 std::unique_ptr<Kernel> CreateMatMulKernel(const KernelBuildContext& bc);
+std::unique_ptr<Kernel> CreateChannelShuffleKernel(const KernelBuildContext& bc);
 
 /// Base of the CUDA kernels: name, workspace, and the device its build context named.
 class CudaKernel : public Kernel {

@@ -1010,6 +1010,7 @@ std::unique_ptr<Kernel> CreateCudaKernel(const KernelBuildContext& bc) {
   if (bc.input_shapes.size() != bc.present.size() || bc.input_dtypes.size() != bc.present.size()) return nullptr;
 
   if (op == "Conv") return CreateConvKernel(bc);
+  if (op == "ConvTranspose") return CreateConvTransposeKernel(bc);
   if (op == "Gemm") return CreateGemmKernel(bc);
   if (op == "MatMul") return CreateMatMulKernel(bc);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Max" || op == "Min" ||
@@ -1035,6 +1036,7 @@ std::unique_ptr<Kernel> CreateCudaKernel(const KernelBuildContext& bc) {
   if (op == "Gather") return CreateGather(bc);
   if (op == "Pad") return CreatePad(bc);
   if (op == "Resize" || op == "Upsample") return CreateResize(bc);
+  if (op == kChannelShuffleOp) return CreateChannelShuffleKernel(bc);
   return CreateUnary(bc);
 }
 

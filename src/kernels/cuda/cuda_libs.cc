@@ -121,6 +121,9 @@ const CudnnState& LoadCudnn() {
     Bind(h, "cudnnGetConvolutionForwardAlgorithm_v7", a.GetConvolutionForwardAlgorithm_v7, missing);
     Bind(h, "cudnnGetConvolutionForwardWorkspaceSize", a.GetConvolutionForwardWorkspaceSize, missing);
     Bind(h, "cudnnConvolutionForward", a.ConvolutionForward, missing);
+    Bind(h, "cudnnGetConvolutionBackwardDataAlgorithm_v7", a.GetConvolutionBackwardDataAlgorithm_v7, missing);
+    Bind(h, "cudnnGetConvolutionBackwardDataWorkspaceSize", a.GetConvolutionBackwardDataWorkspaceSize, missing);
+    Bind(h, "cudnnConvolutionBackwardData", a.ConvolutionBackwardData, missing);
     if (!missing.empty()) {
       s.status = "cuDNN at " + lib.path + " lacks " + missing;
       return s;

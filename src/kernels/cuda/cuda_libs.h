@@ -39,6 +39,9 @@ struct CudnnApi {
   decltype(&cudnnGetConvolutionForwardAlgorithm_v7) GetConvolutionForwardAlgorithm_v7;
   decltype(&cudnnGetConvolutionForwardWorkspaceSize) GetConvolutionForwardWorkspaceSize;
   decltype(&cudnnConvolutionForward) ConvolutionForward;
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) GetConvolutionBackwardDataAlgorithm_v7;
+  decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) GetConvolutionBackwardDataWorkspaceSize;
+  decltype(&cudnnConvolutionBackwardData) ConvolutionBackwardData;  // ConvTranspose
 };
 #pragma GCC diagnostic pop
 
