@@ -67,6 +67,8 @@ struct ClassifierOptions {
   /// Images per model run (the model's fixed batch dim, when it has one, wins).
   int64_t batch_size = 32;
   size_t plan_cache_capacity = 32;
+  /// Where the model runs (preprocessing stays on the CPU).
+  DeviceSpec device;
 };
 
 /// Result for one image: classes, or the error that stopped it.

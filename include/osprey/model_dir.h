@@ -81,6 +81,8 @@ struct ModelDirectory {
   BatchingSpec batching;
   /// config.json "precision": "fp32" (default) or "bf16" (CompileOptions::precision).
   std::string precision = "fp32";
+  /// config.json "device": "cpu", "cuda" or "cuda:N"; empty = the server's --device (CompileOptions::device).
+  std::string device;
   /// True when there is no config.json and the preprocessing was derived from the model's input shape.
   bool derived = false;
   Graph graph;
@@ -110,9 +112,10 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph);
 
 /// Parses config.json text (`source` names it in messages) over the values already in `preprocess`/`postprocess`
 /// (the derived defaults): fields present replace them, absent ones keep them. Batching fields go to `batching`
-/// (checked and dropped when it is null); "precision" ("fp32" | "bf16") to `precision` when it is non-null.
+/// (checked and dropped when it is null); "precision" ("fp32" | "bf16" | "fp16") to `precision` and "device" to
+/// `device` when they are non-null.
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
                       PostprocessSpec* postprocess, BatchingSpec* batching = nullptr,
-                      std::string* precision = nullptr);
+                      std::string* precision = nullptr, std::string* device = nullptr);
 
 }  // namespace osprey

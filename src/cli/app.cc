@@ -38,9 +38,10 @@ int RunCommandLine(int argc, char** argv) {
       ->check(CLI::Range(0, INT_MAX))
       ->capture_default_str();
   run->add_flag("--reference", run_options.reference, "Use reference kernels only, no graph fusion");
-  run->add_option("--precision", run_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  run->add_option("--precision", run_options.precision, kPrecisionHelp)
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  run->add_option("--device", run_options.device, kDeviceHelp)->capture_default_str();
 
   BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time a model on random inputs");
@@ -63,9 +64,10 @@ int RunCommandLine(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
   bench
-      ->add_option("--precision", bench_options.precision, "Conv/Gemm/MatMul compute precision (bf16: AVX512_BF16 CPUs)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->add_option("--precision", bench_options.precision, kPrecisionHelp)
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  bench->add_option("--device", bench_options.device, kDeviceHelp)->capture_default_str();
 
   CLI::App* decode = AddDecodeCommand(app);
   CLI::App* serve = AddServeCommand(app);
@@ -87,6 +89,7 @@ int RunCommandLine(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   classify->add_option("--model-version", classify_options.version, "Version directory (default: the highest)");
+  classify->add_option("--device", classify_options.device, kDeviceHelp)->capture_default_str();
 
   try {
     app.parse(argc, argv);

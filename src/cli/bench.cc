@@ -134,6 +134,8 @@ int RunStreams(Model& model, const std::map<std::string, Tensor>& inputs, const 
     for (double m : medians) per.push_back(Round3(m));
     j["stream_median_ms"] = per;
     j["reference"] = options.reference;
+    j["precision"] = options.precision;
+    j["device"] = options.device;
     out << j.dump() << "\n";
     return 0;
   }
@@ -172,6 +174,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   ModelOptions model_options;
   model_options.compile.num_threads = options.threads;
   model_options.compile.precision = ParsePrecision(options.precision, "--precision");
+  model_options.compile.device = ParseDevice(options.device, "--device");
   if (options.reference) {
     model_options.compile.fast_kernels = false;
     model_options.compile.fuse = false;
@@ -241,6 +244,13 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     j["mean_ms"] = Round3(mean);
     j["images_per_s"] = Round3(images_per_s);
     j["reference"] = options.reference;
+    j["precision"] = options.precision;
+    j["device"] = DeviceSpecName(model_options.compile.device);
+    if (auto plan = model.PlanFor(inputs)) {
+      j["steps"] = plan->num_steps();
+      j["device_steps"] = plan->num_device_steps();
+      j["copy_steps"] = plan->num_copy_steps();
+    }
     if (options.profile) {
       nlohmann::json types = nlohmann::json::array();
       for (const auto& [op, ms] : by_type)
@@ -261,7 +271,12 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   out << "model:       " << options.model << "\n";
   out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
       << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "")
-      << (options.precision == "bf16" ? "   precision: bf16" : "") << "\n";
+      << (options.precision != "fp32" ? "   precision: " + options.precision : "") << "\n";
+  if (model_options.compile.device.kind != Device::kHost) {
+    auto plan = model.PlanFor(inputs);
+    out << "device:      " << DeviceSpecName(model_options.compile.device) << "   steps: " << plan->num_steps()
+        << " (on the device: " << plan->num_device_steps() << ", copies: " << plan->num_copy_steps() << ")\n";
+  }
   out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
   out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min " << Fixed(min, 3)
       << " ms   mean " << Fixed(mean, 3) << " ms\n";

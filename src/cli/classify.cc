@@ -17,6 +17,7 @@ int RunClassify(const ClassifyOptions& options, std::ostream& out, std::ostream&
   const int top_k = options.top_k > 0 ? options.top_k : directory.postprocess.top_k;
   ClassifierOptions classifier_options;
   classifier_options.num_threads = options.threads;
+  classifier_options.device = ParseDevice(options.device, "--device");
   classifier_options.batch_size = options.batch_size;
   Classifier classifier(std::move(directory), classifier_options);
   std::vector<ImageClassification> results = classifier.ClassifyFiles(options.images, top_k);

@@ -14,6 +14,7 @@ struct ClassifyOptions {
   int threads = 0;
   int64_t batch_size = 32;
   std::string version;  // "" = the highest numeric version
+  std::string device = "cpu";
 };
 /// Classifies the images and prints top-k labels per image (a text table, or one JSON object with --json). Returns
 /// 1 when any image failed (each failure is reported with its file), else 0.

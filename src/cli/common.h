@@ -37,7 +37,8 @@ struct RunOptions {
   std::string output_dir;
   int threads = 0;
   bool reference = false;
-  std::string precision = "fp32";  // "fp32" | "bf16" (CompileOptions::precision)
+  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16" (CompileOptions::precision)
+  std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
 };
 /// Runs the model once and writes <output_dir>/<output name>.npy for each output.
 int RunRun(const RunOptions& options, std::ostream& out);
@@ -53,7 +54,8 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::vector<std::string> dims;  // "SYMBOL=N"
   bool reference = false;
-  std::string precision = "fp32";  // "fp32" | "bf16" (CompileOptions::precision)
+  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16" (CompileOptions::precision)
+  std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
   int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
 };
 /// Times the model on random inputs.
@@ -63,6 +65,14 @@ int RunBench(const BenchOptions& options, std::ostream& out);
 
 /// Parses "KEY=VALUE" into its two halves (split at the first '='); throws kInvalidArgument naming `flag`.
 std::pair<std::string, std::string> SplitAssignment(const std::string& text, const std::string& flag);
+
+/// The help text of every --device flag (run, bench, classify, serve).
+inline constexpr const char* kDeviceHelp =
+    "Where to run: cpu, cuda (= cuda:0) or cuda:N; on a GPU, ops without a CUDA kernel run on the CPU with copies "
+    "between (bench --profile shows which)";
+/// The help text of every --precision flag.
+inline constexpr const char* kPrecisionHelp =
+    "Conv/Gemm/MatMul compute precision: fp32, bf16 (CPUs with AVX512_BF16) or fp16 (GPU, Tensor Cores)";
 
 /// Parses --dims "SYMBOL=N" entries (N >= 0).
 std::map<std::string, int64_t> ParseDimOverrides(const std::vector<std::string>& entries);

@@ -47,6 +47,7 @@ int RunRun(const RunOptions& options, std::ostream& out) {
   ModelOptions model_options;
   model_options.compile.num_threads = options.threads;
   model_options.compile.precision = ParsePrecision(options.precision, "--precision");
+  model_options.compile.device = ParseDevice(options.device, "--device");
   if (options.reference) {
     model_options.compile.fast_kernels = false;
     model_options.compile.fuse = false;

@@ -33,6 +33,8 @@ struct ServeCommandOptions {
   int port = 8000;
   int grpc_port = -1;
   std::string memory_budget = "0";
+  std::string gpu_memory_budget = "0";
+  std::string device = "cpu";
   double idle_unload = 0;
   double arena_idle = 2;
   std::vector<std::string> load;
@@ -133,6 +135,13 @@ void AddServeOptions(CLI::App* serve) {
       ->capture_default_str();
   serve->add_option("--memory-budget", o.memory_budget, "Accounted bytes of loaded models, e.g. 512M, 2G (0 = none)")
       ->capture_default_str();
+  serve->add_option("--device", o.device,
+                    "Where models run unless their config.json says \"device\": cpu, cuda (= cuda:0) or cuda:N. A GPU "
+                    "no loaded model uses is given back (its CUDA context released: 0 MiB held)")
+      ->capture_default_str();
+  serve->add_option("--gpu-memory-budget", o.gpu_memory_budget,
+                    "GPU bytes of loaded models, e.g. 8G (0 = none): least recently used GPU models are unloaded past it")
+      ->capture_default_str();
   serve->add_option("--idle-unload", o.idle_unload, "Unload models unused for this many seconds (0 = never)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
@@ -217,6 +226,8 @@ int RunServeCommand(std::ostream& out) {
   manager_options.repository = o.repository;
   manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
   manager_options.idle_unload_seconds = o.idle_unload;
+  manager_options.device = ParseDevice(o.device, "--device");
+  manager_options.gpu_memory_budget_bytes = ParseByteSize(o.gpu_memory_budget, "--gpu-memory-budget");
   manager_options.arena_idle_seconds = o.arena_idle;
   manager_options.threads = o.threads;
   manager_options.max_batch_size = o.limits.max_batch_size;
@@ -226,6 +237,7 @@ int RunServeCommand(std::ostream& out) {
                      {"host", o.host},
                      {"port", o.port},
                      {"memory_budget", manager_options.memory_budget_bytes},
+                     {"device", o.device},
                      {"idle_unload_s", o.idle_unload},
                      {"threads", o.threads},
                      {"streams", o.streams},

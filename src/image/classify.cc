@@ -68,6 +68,7 @@ Classifier::Classifier(ModelDirectory directory, ClassifierOptions options)
   preprocessor_ = std::make_unique<ImagePreprocessor>(directory_.preprocess, compile, options_.plan_cache_capacity);
   ModelOptions model_options;
   model_options.compile = compile;
+  model_options.compile.device = options_.device;
   model_ = std::make_unique<Model>(directory_.graph, model_options);
 }
 

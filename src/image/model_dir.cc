@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "osprey/device.h"
 #include "osprey/onnx.h"
 
 namespace osprey {
@@ -248,7 +249,8 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph) {
 }
 
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
-                      PostprocessSpec* postprocess, BatchingSpec* batching, std::string* precision) {
+                      PostprocessSpec* postprocess, BatchingSpec* batching, std::string* precision,
+                      std::string* device) {
   json root;
   try {
     root = json::parse(text);
@@ -258,10 +260,20 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   FieldReader top{source, ""};
   if (!root.is_object()) throw Error(ErrorCode::kInvalidArgument, source + ": expected a JSON object at the top level");
   top.CheckKnown(root, {"input", "description", "preprocess", "postprocess", "batching", "max_batch_size",
-                        "max_queue_delay_us", "precision", "warmup"});
+                        "max_queue_delay_us", "precision", "warmup", "device"});
+  if (root.contains("device")) {
+    const std::string d = top.String(root["device"], "device", {});
+    try {
+      ParseDevice(d, "device");
+    } catch (const Error& e) {
+      top.Fail("device", e.what());
+    }
+    if (device) *device = d;
+  }
   if (root.contains("precision")) {
     const std::string p = top.String(root["precision"], "precision", {});
-    if (p != "fp32" && p != "bf16") top.Fail("precision", "expected \"fp32\" or \"bf16\", found \"" + p + "\"");
+    if (p != "fp32" && p != "bf16" && p != "fp16")
+      top.Fail("precision", "expected \"fp32\", \"bf16\" (CPU) or \"fp16\" (GPU), found \"" + p + "\"");
     if (precision) *precision = p;
   }
   if (root.contains("description")) top.String(root["description"], "description", {});
@@ -509,7 +521,7 @@ ModelDirectory OpenModelDirectory(const std::string& path, const std::string& ve
       md.preprocess = PreprocessSpec{};
     }
     ParseModelConfig(ReadTextFile(config), md.config_path, &md.preprocess, &md.postprocess, &md.batching,
-                     &md.precision);
+                     &md.precision, &md.device);
     if (md.preprocess.input.empty()) {
       if (md.graph.input_infos.size() == 1)
         md.preprocess.input = md.graph.input_infos[0].name;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "osprey/device.h"
 #include "osprey/error.h"
 #include "serve/log.h"
 #include "serve/model_config.h"
@@ -258,17 +259,30 @@ struct ModelManager::Impl {
   }
 
   // The least recently used ready model that no request holds, other than `keep`; null when there is none.
-  Entry* EvictionCandidateLocked(const Entry* keep) {
+  Entry* EvictionCandidateLocked(const Entry* keep, bool on_device_only = false) {
     Entry* best = nullptr;
     for (auto& [key, e] : entries) {
       if (e.get() == keep || e->status != ModelStatus::kReady || !e->loaded || e->loaded.use_count() > 1) continue;
+      if (on_device_only && e->loaded->device.kind == Device::kHost) continue;
       if (!best || e->lru_tick < best->lru_tick) best = e.get();
     }
     return best;
   }
 
-  // Evicts until `extra_bytes` more fit the budget. Returns false when models in use leave no room.
+  // Evicts until `extra_bytes` more fit the budget, and until osprey's device bytes fit --gpu-memory-budget (models
+  // on a device go, least recently used first; a model's device bytes are known once its plans exist, so this runs
+  // after loads and in housekeeping). Returns false when models in use leave no room.
   bool MakeRoomLocked(int64_t extra_bytes, const Entry* keep, bool* evicted) {
+    if (options.gpu_memory_budget_bytes > 0) {
+      while (Allocator::Host().BytesLive(Device::kCuda) > options.gpu_memory_budget_bytes) {
+        Entry* victim = EvictionCandidateLocked(keep, /*on_device_only=*/true);
+        if (!victim) break;  // the models in use hold it; the next housekeeping pass tries again
+        UnloadLocked(*victim, "evicted: GPU memory budget (--gpu-memory-budget " +
+                                  std::to_string(options.gpu_memory_budget_bytes) + " bytes)");
+        ++stats.evictions;
+        *evicted = true;
+      }
+    }
     if (options.memory_budget_bytes <= 0) return true;
     while (AccountedLocked() + reserved_bytes + extra_bytes > options.memory_budget_bytes) {
       Entry* victim = EvictionCandidateLocked(keep);
@@ -279,6 +293,37 @@ struct ModelManager::Impl {
       *evicted = true;
     }
     return true;
+  }
+
+  // Idle release (issue 16): a device that no loaded or loading model uses gets its context released, so the process
+  // holds no memory on it (CUDA: the primary context is reset). Only when osprey holds no device bytes at all: a
+  // request may still run an unloaded model; the housekeeping pass tries again. The next model placed there creates
+  // a new context (Compile).
+  void ReleaseUnusedDevicesLocked() {
+    DeviceBackend* backend = GetDeviceBackend(Device::kCuda);
+    if (backend == nullptr) return;
+    std::set<int> used;
+    for (const auto& [key, e] : entries) {
+      if (e->status == ModelStatus::kLoading) return;  // it may be compiling on a device now
+      if (e->loaded && e->loaded->device.kind == Device::kCuda) used.insert(e->loaded->device.ordinal);
+    }
+    if (Allocator::Host().BytesLive(Device::kCuda) != 0) return;
+    const int count = backend->DeviceCount();
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      if (used.count(ordinal) || !backend->ContextActive(ordinal)) continue;
+      try {
+        backend->ReleaseContext(ordinal);
+        ++stats.device_releases;
+        log::Event(log::Level::kInfo, "device_released",
+                   "cuda:" + std::to_string(ordinal) + " released (no loaded model uses it): the server holds no "
+                   "memory on it until the next model placed there",
+                   {{"device", "cuda:" + std::to_string(ordinal)}});
+      } catch (const std::exception& ex) {
+        log::Event(log::Level::kWarning, "device_release_failed",
+                   "cuda:" + std::to_string(ordinal) + " could not be released: " + ex.what(),
+                   {{"device", "cuda:" + std::to_string(ordinal)}, {"error", std::string(ex.what())}});
+      }
+    }
   }
 
   void Touch(Entry& e) {
@@ -339,6 +384,13 @@ struct ModelManager::Impl {
       ModelOptions model_options;
       model_options.compile.num_threads = options.threads;
       model_options.compile.precision = ParsePrecision(md.precision, md.config_path + ": precision");
+      const DeviceSpec device =
+          md.device.empty() ? options.device : ParseDevice(md.device, md.config_path + ": device");
+      if (device.kind != Device::kHost) {
+        InitDevices();
+        RequireDevice(device);  // no GPU, or osprey built without CUDA: the load fails saying so
+      }
+      model_options.compile.device = device;
       model_options.weight_store = weight_store;
       auto model = std::make_unique<Model>(std::move(md.graph), model_options);
       // The directory keeps the graph with the interned weights (the same buffers as the model's): no second copy.
@@ -355,6 +407,7 @@ struct ModelManager::Impl {
       loaded->directory = std::move(md);
       loaded->model = std::move(model);
       loaded->config = std::move(config);
+      loaded->device = model_options.compile.device;
     } catch (const std::exception& ex) {
       failure = ex.what();
       if (failure.empty()) failure = "unknown error";
@@ -510,7 +563,10 @@ struct ModelManager::Impl {
       unloaded = trimmed > 0;
       // Plans compiled by requests since the last load (packed weights, arenas) can push the accounted bytes over the
       // budget: the least recently used models go, never the most recent one (it would only be loaded again).
-      if (options.memory_budget_bytes > 0 && AccountedLocked() > options.memory_budget_bytes) {
+      const bool over_host = options.memory_budget_bytes > 0 && AccountedLocked() > options.memory_budget_bytes;
+      const bool over_device = options.gpu_memory_budget_bytes > 0 &&
+                               Allocator::Host().BytesLive(Device::kCuda) > options.gpu_memory_budget_bytes;
+      if (over_host || over_device) {
         const Entry* newest = nullptr;
         for (const auto& [key, e] : entries)
           if (e->loaded && (!newest || e->lru_tick > newest->lru_tick)) newest = e.get();
@@ -518,6 +574,7 @@ struct ModelManager::Impl {
         MakeRoomLocked(0, newest, &evicted);
         unloaded = unloaded || evicted;
       }
+      ReleaseUnusedDevicesLocked();
       if (idle <= 0) {
         if (unloaded) {
           lock.unlock();
@@ -537,6 +594,7 @@ struct ModelManager::Impl {
           unloaded = true;
         }
       }
+      if (unloaded) ReleaseUnusedDevicesLocked();
       if (unloaded) {
         lock.unlock();
         ReturnMemoryToOs();
@@ -579,6 +637,7 @@ void ModelManager::Unload(const std::string& name) {
       impl_->UnloadLocked(*e, "unloaded: by request");
       found = true;
     }
+    if (found) impl_->ReleaseUnusedDevicesLocked();
   }
   if (!found) throw Error(ErrorCode::kNotFound, "model '" + name + "' is not loaded");
   ReturnMemoryToOs();
@@ -688,6 +747,7 @@ ManagerStats ModelManager::Stats() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   ManagerStats s = impl_->stats;
   s.accounted_bytes = impl_->AccountedLocked();
+  s.device_bytes = Allocator::Host().BytesLive(Device::kCuda);
   return s;
 }
 

@@ -26,6 +26,8 @@ struct ManagerOptions {
                                      // <= 0 keeps them (no first-touch cost after a pause, memory stays pinned)
   int64_t max_batch_size = 0;        // the server's --max-batch-size, reported in each model's configuration
   int streams = 1;                   // the server's --streams, reported as the instance count
+  DeviceSpec device;                 // where models run unless their config.json says "device" (--device)
+  int64_t gpu_memory_budget_bytes = 0;  // 0 = unlimited. Device bytes of loaded models kept under this (LRU).
 };
 
 /// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.
@@ -35,6 +37,7 @@ struct LoadedModel {
   ModelDirectory directory;
   std::unique_ptr<Model> model;
   std::shared_ptr<const inference::ModelConfig> config;  // Triton's view of it (config.pbtxt + the model)
+  DeviceSpec device;                                     // where it runs
 };
 
 /// What metadata and config answers need, without loading the model (no weights, no plans).
@@ -62,6 +65,8 @@ struct ModelIndexEntry {
 struct ManagerStats {
   uint64_t loads = 0, unloads = 0, evictions = 0, load_failures = 0;
   int64_t accounted_bytes = 0;  // unique weight bytes + runtime bytes of loaded models
+  int64_t device_bytes = 0;     // osprey's live device (GPU) bytes: weights' device copies, device arenas
+  uint64_t device_releases = 0;  // times a device's context was released because no loaded model used it
 };
 
 class ModelManager {

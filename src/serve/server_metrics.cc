@@ -81,7 +81,13 @@ std::string InferenceServer::MetricsText() {
   }
   out << "# HELP osprey_accounted_bytes_total Accounted bytes of all loaded models, shared weights counted once.\n"
       << "# TYPE osprey_accounted_bytes_total gauge\n"
-      << "osprey_accounted_bytes_total " << stats.accounted_bytes << "\n";
+      << "osprey_accounted_bytes_total " << stats.accounted_bytes << "\n"
+      << "# HELP osprey_device_bytes GPU bytes osprey holds (weights' device copies, device arenas).\n"
+      << "# TYPE osprey_device_bytes gauge\n"
+      << "osprey_device_bytes " << stats.device_bytes << "\n"
+      << "# HELP osprey_device_releases_total GPU contexts released because no loaded model used the device.\n"
+      << "# TYPE osprey_device_releases_total counter\n"
+      << "osprey_device_releases_total " << stats.device_releases << "\n";
   out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       << "# TYPE process_resident_memory_bytes gauge\n"
       << "process_resident_memory_bytes " << ResidentBytes() << "\n";

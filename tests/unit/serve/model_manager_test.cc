@@ -361,3 +361,104 @@ TEST_F(ModelManagerTest, UnloadEverythingReturnsAccountedBytesToZero) {
 
 }  // namespace
 }  // namespace osprey::serve
+
+// ---- GPU models on a fake device (tests/fake_device.h; issue 16) ----
+
+
+#include "fake_device.h"
+
+namespace osprey::serve {
+namespace {
+
+using osprey::testing::ScopedFakeDevice;
+
+Tensor RunOnes(LoadedModel& model) {
+  Tensor x = Tensor::Zeros(DType::kF32, Shape({kRows, kCols}));
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
+  return model.model->Run({{"x", x}})[0].second;
+}
+
+void WaitFor(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+TEST_F(ModelManagerTest, GpuContextIsReleasedWhenNoLoadedModelUsesItAndComesBack) {
+  ScopedFakeDevice device({"Add"});  // first: outlives the manager
+  ManagerOptions o = Options(0, 0.2);
+  o.device = {Device::kCuda, 0};
+  ModelManager m(o);
+  {
+    auto a = m.Acquire("a");
+    EXPECT_EQ(a->device.kind, Device::kCuda);
+    Tensor y = RunOnes(*a);
+    for (int64_t i : {int64_t{0}, int64_t{777}, kRows * kCols - 1}) EXPECT_FLOAT_EQ(y.data<float>()[i], 1.f + WeightValue(1, i));
+    EXPECT_GE(m.Stats().device_bytes, kWeightBytes);  // the weight's device copy (plus the device arena)
+    EXPECT_TRUE(device->ContextActive(0));
+  }
+  // Idle unload, then the context goes: nothing on the device, one release.
+  WaitFor([&] { return !device->ContextActive(0); });
+  EXPECT_FALSE(device->ContextActive(0));
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(m.Stats().device_bytes, 0);
+  EXPECT_EQ(device->bytes_used(), 0);
+  EXPECT_EQ(m.Stats().device_releases, 1u);
+  // The next request loads it again on a new context, with the same answer.
+  auto again = m.Acquire("a");
+  EXPECT_FLOAT_EQ(RunOnes(*again).data<float>()[5], 1.f + WeightValue(1, 5));
+  EXPECT_EQ(device->ContextsCreated(), 2);
+}
+
+TEST_F(ModelManagerTest, ExplicitUnloadOfTheLastGpuModelReleasesTheDevice) {
+  ScopedFakeDevice device({"Add"});
+  ManagerOptions o = Options();
+  o.device = {Device::kCuda, 0};
+  ModelManager m(o);
+  RunOnes(*m.Acquire("a"));
+  RunOnes(*m.Acquire("b"));
+  m.Unload("a");
+  EXPECT_TRUE(device->ContextActive(0)) << "b still runs there";
+  auto held = m.Acquire("b");
+  m.Unload("b");  // a request still holds b: its device memory lives until it drops it
+  EXPECT_TRUE(device->ContextActive(0));
+  held.reset();
+  WaitFor([&] { return !device->ContextActive(0); });  // the housekeeping pass releases it
+  EXPECT_FALSE(device->ContextActive(0));
+  EXPECT_EQ(device->bytes_used(), 0);
+}
+
+TEST_F(ModelManagerTest, GpuBudgetEvictsLeastRecentlyUsedGpuModels) {
+  ScopedFakeDevice device({"Add"});
+  ManagerOptions o = Options();
+  o.device = {Device::kCuda, 0};
+  // One model's device bytes: its weight (1 MiB) and a device arena holding its input copy and output (2 MiB); two fit.
+  o.gpu_memory_budget_bytes = 7 * kWeightBytes;
+  ModelManager m(o);
+  RunOnes(*m.Acquire("a"));
+  RunOnes(*m.Acquire("b"));
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kReady);
+  RunOnes(*m.Acquire("c"));  // a third pushes the device past the budget: the least recently used (a) goes
+  WaitFor([&] { return StatusOf(m, "a") == ModelStatus::kUnavailable; });
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kReady);
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
+  EXPECT_LE(m.Stats().device_bytes, o.gpu_memory_budget_bytes);
+  EXPECT_NE(Find(m.Index(), "a")->reason.find("--gpu-memory-budget"), std::string::npos);
+}
+
+TEST_F(ModelManagerTest, GpuModelWithoutADeviceFailsToLoadSayingWhy) {
+  // No fake installed: this machine's CUDA backend (none, or no GPU) answers.
+  InitDevices();
+  DeviceBackend* builtin = GetDeviceBackend(Device::kCuda);
+  if (builtin && builtin->DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  ManagerOptions o = Options();
+  o.device = {Device::kCuda, 0};
+  ModelManager m(o);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { m.Acquire("a"); }, &message), ErrorCode::kUnavailable);
+  EXPECT_NE(message.find("--device cpu"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace osprey::serve
