@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -311,9 +312,23 @@ CudaBackend* Instance() {
   return backend;
 }
 
+std::atomic<bool> g_host_emulation{false};
+
 }  // namespace
 
 DeviceBackend* Backend() { return Instance(); }
+
+void SetHostEmulation(bool on) { g_host_emulation.store(on); }
+bool HostEmulation() { return g_host_emulation.load(std::memory_order_relaxed); }
+
+cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || dst == src) return cudaSuccess;
+  if (HostEmulation()) {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+}
 
 void CheckCuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;

@@ -1,10 +1,20 @@
 #pragma once
 // Device-side helpers shared by the .cu files: launch sizes, the one unary/activation function, block reductions.
+// Per-element code is OSPREY_HD (__host__ __device__) so the launchers' host emulation (cuda_launch.h) runs it too.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/cuda_launch.h"
+
+#define OSPREY_HD __host__ __device__ __forceinline__
+
+// for (i over n) distributed over the grid.
+#define OSPREY_GRID_STRIDE(i, n)                                                         \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 namespace osprey::cuda {
 
@@ -20,19 +30,21 @@ inline unsigned GridFor(int64_t n, int block = kBlock) {
 inline cudaError_t LaunchResult() { return cudaGetLastError(); }
 
 // std::max / std::min as the reference kernels use them (a NaN first operand passes through).
-__device__ __forceinline__ float StdMax(float a, float b) { return a < b ? b : a; }
-__device__ __forceinline__ float StdMin(float a, float b) { return b < a ? b : a; }
+OSPREY_HD float StdMax(float a, float b) { return a < b ? b : a; }
+OSPREY_HD float StdMin(float a, float b) { return b < a ? b : a; }
 
-__device__ __forceinline__ float SigmoidOf(float x) {
+OSPREY_HD float QuietNaN() { return nanf(""); }
+
+OSPREY_HD float SigmoidOf(float x) {
   if (x >= 0.f) return 1.f / (1.f + expf(-x));
   const float e = expf(x);
   return e / (1.f + e);
 }
 
-__device__ __forceinline__ float SoftplusOf(float x) { return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+OSPREY_HD float SoftplusOf(float x) { return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
 
 // The unary functions and fused activations (cuda_launch.h, UnaryOp), as the reference kernels write them.
-__device__ __forceinline__ float ApplyUnary(float x, const Activation& a) {
+OSPREY_HD float ApplyUnary(float x, const Activation& a) {
   switch (a.op) {
     case kUnaryIdentity:
       return x;

@@ -42,7 +42,7 @@ class CudaKernel : public Kernel {
   const char* Name() const override { return name_.c_str(); }
   size_t WorkspaceBytes() const override { return workspace_bytes_; }
   void Run(KernelContext& ctx) final {
-    UseDevice(ordinal_);
+    if (!HostEmulation()) UseDevice(ordinal_);
     RunOn(ctx, static_cast<cudaStream_t>(ctx.stream));
   }
 

@@ -184,12 +184,11 @@ bool MakeCopy(const Shape& dims, const std::vector<int64_t>& src, const std::vec
   return true;
 }
 
-// Runs a strided copy: one cudaMemcpyAsync when both sides are contiguous.
+// Runs a strided copy: one device memcpy when both sides are contiguous.
 cudaError_t RunCopy(cudaStream_t stream, const StridedCopyGeometry& g, const void* src, void* dst, size_t es) {
   if (g.total <= 0) return cudaSuccess;
   if (g.rank == 0 || (g.rank == 1 && g.src_strides[0] == 1 && g.dst_strides[0] == 1)) {
-    if (src == dst) return cudaSuccess;
-    return cudaMemcpyAsync(dst, src, static_cast<size_t>(g.total) * es, cudaMemcpyDeviceToDevice, stream);
+    return MemcpyAsync(dst, src, static_cast<size_t>(g.total) * es, stream);
   }
   return LaunchStridedCopy(stream, g, src, dst, static_cast<int>(es));
 }
@@ -391,8 +390,7 @@ std::unique_ptr<Kernel> CreateDeviceCopy(const KernelBuildContext& bc) {
   return Make(bc, "Cuda", [bytes](KernelContext& ctx, cudaStream_t s) -> cudaError_t {
     const void* src = ctx.In(0).raw();
     void* dst = ctx.Out(0).raw();
-    if (bytes == 0 || src == dst) return cudaSuccess;
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
+    return MemcpyAsync(dst, src, bytes, s);
   });
 }
 

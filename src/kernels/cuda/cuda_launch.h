@@ -12,6 +12,15 @@ namespace osprey::cuda {
 
 constexpr int kMaxRank = 8;
 
+/// Host emulation (tests on machines without a GPU: tests/gpu with OSPREY_CUDA_TEST_DRY_RUN=1): when on, every Launch*
+/// and MemcpyAsync below runs synchronously on the host, on host pointers, through the same per-element code as the
+/// device kernels (__host__ __device__), so the kernels' geometry and arithmetic are checked without a device. Off by
+/// default; process-wide; never turn it on in a process that uses a real device.
+void SetHostEmulation(bool on);
+bool HostEmulation();
+/// cudaMemcpyAsync device to device on `stream` (a host memmove under emulation).
+cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 // Unary functions: the elementwise unary ops and the fused activations (_activation) are the same table, applied by
 // one device function (ApplyUnary in cuda_device.cuh). Formulas are the reference kernels' (kernels/reference).
 enum UnaryOp : int {

@@ -6,80 +6,99 @@ namespace osprey::cuda {
 namespace {
 
 template <class T>
+OSPREY_HD void StridedCopyElement(int64_t i, const StridedCopyGeometry& g, const T* src, T* dst) {
+  int64_t rem = i, s = 0, d = 0;
+  for (int k = g.rank - 1; k >= 0; --k) {
+    const int64_t c = rem % g.dims[k];
+    rem /= g.dims[k];
+    s += c * g.src_strides[k];
+    d += c * g.dst_strides[k];
+  }
+  dst[d] = src[s];
+}
+
+template <class T>
 __global__ void StridedCopyKernel(const __grid_constant__ StridedCopyGeometry g, const T* src, T* dst) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rem = i, s = 0, d = 0;
-    for (int k = g.rank - 1; k >= 0; --k) {
-      const int64_t c = rem % g.dims[k];
-      rem /= g.dims[k];
-      s += c * g.src_strides[k];
-      d += c * g.dst_strides[k];
+  OSPREY_GRID_STRIDE(i, g.total) StridedCopyElement(i, g, src, dst);
+}
+
+template <class T>
+OSPREY_HD void PadElement(int64_t i, const PadGeometry& g, const T* src, T* dst) {
+  int64_t rem = i, offset = 0;
+  bool use_fill = false;
+  for (int k = g.rank - 1; k >= 0; --k) {
+    const int64_t o = rem % g.out_dims[k];
+    rem /= g.out_dims[k];
+    const int64_t kept = g.kept[k];
+    int64_t c = o - g.pad_begin[k];
+    if (c < 0 || c >= kept) {
+      if (g.mode == kPadConstant || kept == 0) {
+        use_fill = true;
+        break;
+      } else if (g.mode == kPadEdge) {
+        c = c < 0 ? 0 : kept - 1;
+      } else if (g.mode == kPadWrap) {
+        c = ((c % kept) + kept) % kept;
+      } else {  // reflect, repeated when the pad exceeds the axis
+        const int64_t period = 2 * (kept - 1);
+        if (period == 0) {
+          c = 0;
+        } else {
+          c = ((c % period) + period) % period;
+          if (c >= kept) c = period - c;
+        }
+      }
     }
-    dst[d] = src[s];
+    offset += (c + g.crop_begin[k]) * g.in_strides[k];
+  }
+  if (use_fill) {
+    T fill;
+    memcpy(&fill, &g.fill, sizeof(T));
+    dst[i] = fill;
+  } else {
+    dst[i] = src[offset];
   }
 }
 
 template <class T>
 __global__ void PadKernel(const __grid_constant__ PadGeometry g, const T* src, T* dst) {
-  T fill;
-  memcpy(&fill, &g.fill, sizeof(T));
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rem = i, offset = 0;
-    bool use_fill = false;
-    for (int k = g.rank - 1; k >= 0; --k) {
-      const int64_t o = rem % g.out_dims[k];
-      rem /= g.out_dims[k];
-      const int64_t kept = g.kept[k];
-      int64_t c = o - g.pad_begin[k];
-      if (c < 0 || c >= kept) {
-        if (g.mode == kPadConstant || kept == 0) {
-          use_fill = true;
-          break;
-        } else if (g.mode == kPadEdge) {
-          c = c < 0 ? 0 : kept - 1;
-        } else if (g.mode == kPadWrap) {
-          c = ((c % kept) + kept) % kept;
-        } else {  // reflect, repeated when the pad exceeds the axis
-          const int64_t period = 2 * (kept - 1);
-          if (period == 0) {
-            c = 0;
-          } else {
-            c = ((c % period) + period) % period;
-            if (c >= kept) c = period - c;
-          }
-        }
-      }
-      offset += (c + g.crop_begin[k]) * g.in_strides[k];
-    }
-    dst[i] = use_fill ? fill : src[offset];
-  }
+  OSPREY_GRID_STRIDE(i, g.total) PadElement(i, g, src, dst);
+}
+
+template <class T, class I>
+OSPREY_HD void GatherElement(int64_t i, const T* data, const I* indices, T* out, int64_t axis_dim, int64_t num_indices,
+                             int64_t inner) {
+  const int64_t in = i % inner;
+  const int64_t j = (i / inner) % num_indices;
+  const int64_t o = i / (inner * num_indices);
+  int64_t v = static_cast<int64_t>(indices[j]);
+  if (v < 0) v += axis_dim;
+  out[i] = data[(o * axis_dim + v) * inner + in];
 }
 
 template <class T, class I>
 __global__ void GatherKernel(const T* data, const I* indices, T* out, int64_t outer, int64_t axis_dim,
                              int64_t num_indices, int64_t inner) {
   const int64_t total = outer * num_indices * inner;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t in = i % inner;
-    const int64_t j = (i / inner) % num_indices;
-    const int64_t o = i / (inner * num_indices);
-    int64_t v = static_cast<int64_t>(indices[j]);
-    if (v < 0) v += axis_dim;
-    out[i] = data[(o * axis_dim + v) * inner + in];
-  }
+  OSPREY_GRID_STRIDE(i, total) GatherElement(i, data, indices, out, axis_dim, num_indices, inner);
 }
 
 template <class T>
 cudaError_t StridedCopyTyped(cudaStream_t stream, const StridedCopyGeometry& g, const void* src, void* dst) {
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < g.total; ++i) StridedCopyElement(i, g, static_cast<const T*>(src), static_cast<T*>(dst));
+    return cudaSuccess;
+  }
   StridedCopyKernel<T><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src), static_cast<T*>(dst));
   return LaunchResult();
 }
 
 template <class T>
 cudaError_t PadTyped(cudaStream_t stream, const PadGeometry& g, const void* src, void* dst) {
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < g.total; ++i) PadElement(i, g, static_cast<const T*>(src), static_cast<T*>(dst));
+    return cudaSuccess;
+  }
   PadKernel<T><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src), static_cast<T*>(dst));
   return LaunchResult();
 }
@@ -88,6 +107,17 @@ template <class T>
 cudaError_t GatherTyped(cudaStream_t stream, const void* data, const void* indices, bool indices64, void* out,
                         int64_t outer, int64_t axis_dim, int64_t num_indices, int64_t inner) {
   const int64_t total = outer * num_indices * inner;
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < total; ++i) {
+      if (indices64)
+        GatherElement(i, static_cast<const T*>(data), static_cast<const int64_t*>(indices), static_cast<T*>(out),
+                      axis_dim, num_indices, inner);
+      else
+        GatherElement(i, static_cast<const T*>(data), static_cast<const int32_t*>(indices), static_cast<T*>(out),
+                      axis_dim, num_indices, inner);
+    }
+    return cudaSuccess;
+  }
   if (indices64)
     GatherKernel<T, int64_t>
         <<<GridFor(total), kBlock, 0, stream>>>(static_cast<const T*>(data), static_cast<const int64_t*>(indices),
@@ -102,7 +132,7 @@ cudaError_t GatherTyped(cudaStream_t stream, const void* data, const void* indic
 // ---------------------------------------------------------------- Resize
 
 // The reference's OriginalCoordinate (without tf_crop_and_resize, which the host declines).
-__device__ double OriginalCoordinate(int coord, double x, double scale, int64_t in, int64_t out_int) {
+OSPREY_HD double OriginalCoordinate(int coord, double x, double scale, int64_t in, int64_t out_int) {
   const double in_f = static_cast<double>(in);
   const double out_f = scale * in_f;
   switch (coord) {
@@ -124,11 +154,10 @@ __device__ double OriginalCoordinate(int coord, double x, double scale, int64_t 
   }
 }
 
-__device__ __forceinline__ int64_t ClampIndex(int64_t i, int64_t n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
+OSPREY_HD int64_t ClampIndex(int64_t i, int64_t n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
 
-__global__ void ResizeKernel(const __grid_constant__ ResizeGeometry g, const float* x, float* y) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+OSPREY_HD void ResizeElement(int64_t i, const ResizeGeometry& g, const float* x, float* y) {
+  {
     // Per axis: up to two taps (element offset, weight).
     int64_t off0[kMaxRank], off1[kMaxRank];
     double w0[kMaxRank], w1[kMaxRank];
@@ -181,7 +210,7 @@ __global__ void ResizeKernel(const __grid_constant__ ResizeGeometry g, const flo
       int64_t off = 0;
       for (int d = 0; d < g.rank; ++d) off += off0[d];
       y[i] = x[off];
-      continue;
+      return;
     }
     // Tensor product over the axes with two taps (usually H and W).
     double sum = 0;
@@ -202,6 +231,10 @@ __global__ void ResizeKernel(const __grid_constant__ ResizeGeometry g, const flo
     }
     y[i] = static_cast<float>(sum);
   }
+}
+
+__global__ void ResizeKernel(const __grid_constant__ ResizeGeometry g, const float* x, float* y) {
+  OSPREY_GRID_STRIDE(i, g.total) ResizeElement(i, g, x, y);
 }
 
 }  // namespace
@@ -258,6 +291,10 @@ cudaError_t LaunchGather(cudaStream_t stream, const void* data, const void* indi
 
 cudaError_t LaunchResize(cudaStream_t stream, const ResizeGeometry& g, const float* x, float* y) {
   if (g.total <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < g.total; ++i) ResizeElement(i, g, x, y);
+    return cudaSuccess;
+  }
   ResizeKernel<<<GridFor(g.total), kBlock, 0, stream>>>(g, x, y);
   return LaunchResult();
 }

@@ -5,14 +5,12 @@
 namespace osprey::cuda {
 namespace {
 
-// One thread per output element of every plane.
-__global__ void PoolKernel(const __grid_constant__ PoolGeometry g, const float* __restrict__ x, float* __restrict__ y) {
+// One output element of one plane.
+OSPREY_HD void PoolElement(int64_t i, const PoolGeometry& g, const float* x, float* y) {
   const int64_t out_vol = g.out[0] * g.out[1] * g.out[2];
   const int64_t in_vol = g.in[0] * g.in[1] * g.in[2];
   const int64_t kvol = g.k[0] * g.k[1] * g.k[2];
-  const int64_t total = g.planes * out_vol;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  {
     const int64_t plane = i / out_vol;
     int64_t r = i % out_vol;
     const int64_t ox = r % g.out[2];
@@ -61,6 +59,11 @@ __global__ void PoolKernel(const __grid_constant__ PoolGeometry g, const float* 
   }
 }
 
+__global__ void PoolKernel(const __grid_constant__ PoolGeometry g, const float* __restrict__ x, float* __restrict__ y) {
+  const int64_t total = g.planes * g.out[0] * g.out[1] * g.out[2];
+  OSPREY_GRID_STRIDE(i, total) PoolElement(i, g, x, y);
+}
+
 // One block per plane.
 __global__ void GlobalPoolKernel(const float* __restrict__ x, float* __restrict__ y, int64_t size, bool is_max) {
   __shared__ float shared[32];
@@ -76,16 +79,19 @@ __global__ void GlobalPoolKernel(const float* __restrict__ x, float* __restrict_
   }
 }
 
+OSPREY_HD void BatchNormElement(int64_t i, const float* x, float* y, const float* scale, const float* shift,
+                                const float* mean, const float* var, float epsilon, int64_t channels, int64_t spatial,
+                                const Activation& act) {
+  const int64_t c = (i / spatial) % channels;
+  const float a = scale[c] / sqrtf(var[c] + epsilon);
+  const float b = shift[c] - mean[c] * a;
+  y[i] = ApplyUnary(x[i] * a + b, act);
+}
+
 __global__ void BatchNormKernel(const float* __restrict__ x, float* __restrict__ y, const float* scale,
                                 const float* shift, const float* mean, const float* var, float epsilon, int64_t total,
                                 int64_t channels, int64_t spatial, Activation act) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / spatial) % channels;
-    const float a = scale[c] / sqrtf(var[c] + epsilon);
-    const float b = shift[c] - mean[c] * a;
-    y[i] = ApplyUnary(x[i] * a + b, act);
-  }
+  OSPREY_GRID_STRIDE(i, total) BatchNormElement(i, x, y, scale, shift, mean, var, epsilon, channels, spatial, act);
 }
 
 // inner == 1: one block per row.
@@ -108,12 +114,9 @@ __global__ void SoftmaxRowKernel(const float* __restrict__ x, float* __restrict_
   }
 }
 
-// inner > 1: one thread per (outer, inner) column.
-__global__ void SoftmaxColumnKernel(const float* __restrict__ x, float* __restrict__ y, int64_t outer, int64_t len,
-                                    int64_t inner, int kind) {
-  const int64_t columns = outer * inner;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < columns;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+// One (outer, inner) column: inner > 1 on the device, every row under the host emulation.
+OSPREY_HD void SoftmaxColumn(int64_t t, const float* x, float* y, int64_t len, int64_t inner, int kind) {
+  {
     const int64_t base = (t / inner) * len * inner + t % inner;
     const float* xp = x + base;
     float* yp = y + base;
@@ -129,6 +132,27 @@ __global__ void SoftmaxColumnKernel(const float* __restrict__ x, float* __restri
       for (int64_t i = 0; i < len; ++i) yp[i * inner] = xp[i * inner] - m - log_sum;
     }
   }
+}
+
+__global__ void SoftmaxColumnKernel(const float* __restrict__ x, float* __restrict__ y, int64_t outer, int64_t len,
+                                    int64_t inner, int kind) {
+  OSPREY_GRID_STRIDE(t, outer * inner) SoftmaxColumn(t, x, y, len, inner, kind);
+}
+
+// LayerNorm of one row, sequentially (the host emulation's version of LayerNormKernel).
+void LayerNormRowHost(int64_t r, const float* x, float* y, const float* scale, int64_t scale_stride, const float* shift,
+                      int64_t shift_stride, int64_t size, float epsilon) {
+  const float* xr = x + r * size;
+  float* yr = y + r * size;
+  float s = 0.f;
+  for (int64_t i = 0; i < size; ++i) s += xr[i];
+  const float mean = size > 0 ? s / static_cast<float>(size) : 0.f;
+  float q = 0.f;
+  for (int64_t i = 0; i < size; ++i) q += (xr[i] - mean) * (xr[i] - mean);
+  const float var = size > 0 ? q / static_cast<float>(size) : 0.f;
+  const float inv_std = 1.f / sqrtf(var + epsilon);
+  for (int64_t i = 0; i < size; ++i)
+    yr[i] = (xr[i] - mean) * inv_std * scale[i * scale_stride] + (shift ? shift[i * shift_stride] : 0.f);
 }
 
 // One block per row; two passes (mean, then the centred sum of squares) as the reference.
@@ -154,13 +178,11 @@ __global__ void LayerNormKernel(const float* __restrict__ x, float* __restrict__
   }
 }
 
-__device__ __forceinline__ float ReduceInit(int kind) {
-  return kind == kReduceMax ? -INFINITY : kind == kReduceMin ? INFINITY : 0.f;
-}
-__device__ __forceinline__ float ReduceStep(int kind, float a, float v) {
+OSPREY_HD float ReduceInit(int kind) { return kind == kReduceMax ? -INFINITY : kind == kReduceMin ? INFINITY : 0.f; }
+OSPREY_HD float ReduceStep(int kind, float a, float v) {
   return kind == kReduceMax ? fmaxf(a, v) : kind == kReduceMin ? fminf(a, v) : a + v;
 }
-__device__ __forceinline__ float ReduceFinish(int kind, float a, int64_t count) {
+OSPREY_HD float ReduceFinish(int kind, float a, int64_t count) {
   return kind == kReduceMean ? a / static_cast<float>(count) : a;
 }
 
@@ -174,17 +196,17 @@ __global__ void ReduceRowKernel(const float* __restrict__ x, float* __restrict__
   if (threadIdx.x == 0) y[blockIdx.x] = ReduceFinish(kind, a, reduce);
 }
 
-// inner > 1: one thread per output.
+// One output: inner > 1 on the device, every output under the host emulation.
+OSPREY_HD void ReduceColumn(int64_t t, const float* x, float* y, int64_t reduce, int64_t inner, int kind) {
+  const float* xp = x + (t / inner) * reduce * inner + t % inner;
+  float a = ReduceInit(kind);
+  for (int64_t r = 0; r < reduce; ++r) a = ReduceStep(kind, a, xp[r * inner]);
+  y[t] = ReduceFinish(kind, a, reduce);
+}
+
 __global__ void ReduceColumnKernel(const float* __restrict__ x, float* __restrict__ y, int64_t outer, int64_t reduce,
                                    int64_t inner, int kind) {
-  const int64_t total = outer * inner;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* xp = x + (t / inner) * reduce * inner + t % inner;
-    float a = ReduceInit(kind);
-    for (int64_t r = 0; r < reduce; ++r) a = ReduceStep(kind, a, xp[r * inner]);
-    y[t] = ReduceFinish(kind, a, reduce);
-  }
+  OSPREY_GRID_STRIDE(t, outer * inner) ReduceColumn(t, x, y, reduce, inner, kind);
 }
 
 constexpr int64_t kMaxBlocks = 2147483647;
@@ -194,12 +216,24 @@ constexpr int64_t kMaxBlocks = 2147483647;
 cudaError_t LaunchPool(cudaStream_t stream, const PoolGeometry& g, const float* x, float* y) {
   const int64_t total = g.planes * g.out[0] * g.out[1] * g.out[2];
   if (total <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < total; ++i) PoolElement(i, g, x, y);
+    return cudaSuccess;
+  }
   PoolKernel<<<GridFor(total), kBlock, 0, stream>>>(g, x, y);
   return LaunchResult();
 }
 
 cudaError_t LaunchGlobalPool(cudaStream_t stream, const float* x, float* y, int64_t planes, int64_t size, bool is_max) {
   if (planes <= 0) return cudaSuccess;
+  if (HostEmulation()) {  // sums in order (the device sums as a tree)
+    for (int64_t p = 0; p < planes; ++p) {
+      float v = is_max ? -INFINITY : 0.f;
+      for (int64_t i = 0; i < size; ++i) v = is_max ? fmaxf(v, x[p * size + i]) : v + x[p * size + i];
+      y[p] = size == 0 ? 0.f : (is_max ? v : v / static_cast<float>(size));
+    }
+    return cudaSuccess;
+  }
   if (planes > kMaxBlocks) return cudaErrorInvalidConfiguration;
   const int block = size >= 1024 ? 256 : size >= 128 ? 128 : 32;
   GlobalPoolKernel<<<static_cast<unsigned>(planes), block, 0, stream>>>(x, y, size, is_max);
@@ -211,6 +245,11 @@ cudaError_t LaunchBatchNorm(cudaStream_t stream, const float* x, float* y, const
                             int64_t spatial, Activation act) {
   const int64_t total = batch * channels * spatial;
   if (total <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t i = 0; i < total; ++i)
+      BatchNormElement(i, x, y, scale, shift, mean, var, epsilon, channels, spatial, act);
+    return cudaSuccess;
+  }
   BatchNormKernel<<<GridFor(total), kBlock, 0, stream>>>(x, y, scale, shift, mean, var, epsilon, total, channels,
                                                          spatial, act);
   return LaunchResult();
@@ -219,6 +258,10 @@ cudaError_t LaunchBatchNorm(cudaStream_t stream, const float* x, float* y, const
 cudaError_t LaunchSoftmax(cudaStream_t stream, const float* x, float* y, int64_t outer, int64_t len, int64_t inner,
                           int kind) {
   if (outer <= 0 || len <= 0 || inner <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t t = 0; t < outer * inner; ++t) SoftmaxColumn(t, x, y, len, inner, kind);
+    return cudaSuccess;
+  }
   if (inner == 1) {
     if (outer > kMaxBlocks) return cudaErrorInvalidConfiguration;
     const int block = len >= 1024 ? 256 : len >= 128 ? 128 : 32;
@@ -232,6 +275,11 @@ cudaError_t LaunchSoftmax(cudaStream_t stream, const float* x, float* y, int64_t
 cudaError_t LaunchLayerNorm(cudaStream_t stream, const float* x, float* y, const float* scale, int64_t scale_stride,
                             const float* shift, int64_t shift_stride, int64_t rows, int64_t size, float epsilon) {
   if (rows <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t r = 0; r < rows; ++r)
+      LayerNormRowHost(r, x, y, scale, scale_stride, shift, shift_stride, size, epsilon);
+    return cudaSuccess;
+  }
   if (rows > kMaxBlocks) return cudaErrorInvalidConfiguration;
   const int block = size >= 1024 ? 256 : size >= 128 ? 128 : 32;
   LayerNormKernel<<<static_cast<unsigned>(rows), block, 0, stream>>>(x, y, scale, scale_stride, shift, shift_stride,
@@ -242,6 +290,10 @@ cudaError_t LaunchLayerNorm(cudaStream_t stream, const float* x, float* y, const
 cudaError_t LaunchReduce(cudaStream_t stream, const float* x, float* y, int64_t outer, int64_t reduce, int64_t inner,
                          int kind) {
   if (outer <= 0 || inner <= 0) return cudaSuccess;
+  if (HostEmulation()) {
+    for (int64_t t = 0; t < outer * inner; ++t) ReduceColumn(t, x, y, reduce, inner, kind);
+    return cudaSuccess;
+  }
   if (inner == 1) {
     if (outer > kMaxBlocks) return cudaErrorInvalidConfiguration;
     const int block = reduce >= 1024 ? 256 : reduce >= 128 ? 128 : 32;
