@@ -7,8 +7,22 @@
 namespace osprey::cuda {
 namespace {
 
+// Operand offsets of output element i. Every operand is at most the output's size, so when the output has fewer than
+// 2^31 elements the index arithmetic runs in 32 bits (64-bit division costs several times more on the GPU).
 template <int kOperands>
 OSPREY_HD void BroadcastOffsets(const BroadcastGeometry& g, int64_t i, int64_t* off) {
+  if (g.total <= 0x7fffffff) {
+    uint32_t r = static_cast<uint32_t>(i), o[kOperands];
+    for (int k = 0; k < kOperands; ++k) o[k] = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const uint32_t dim = static_cast<uint32_t>(g.dims[d]);
+      const uint32_t c = r % dim;
+      r /= dim;
+      for (int k = 0; k < kOperands; ++k) o[k] += c * static_cast<uint32_t>(g.strides[k][d]);
+    }
+    for (int k = 0; k < kOperands; ++k) off[k] = o[k];
+    return;
+  }
   for (int k = 0; k < kOperands; ++k) off[k] = 0;
   for (int d = g.rank - 1; d >= 0; --d) {
     const int64_t dim = g.dims[d];
