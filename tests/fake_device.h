@@ -5,6 +5,8 @@
 // comparing with the host plan fails. Its kernels are the reference kernels of the ops in `ops`, run on decoded
 // copies. Thread-safe.
 #include <cstdlib>
+#include <functional>
+#include <vector>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -74,6 +76,42 @@ class FakeDevice : public DeviceBackend {
     std::lock_guard<std::mutex> lock(mu_);
     return created_;
   }
+  // Graphs: while capturing, fake kernels record closures instead of running; Replay runs them.
+  bool BeginCapture(int, void*) override {
+    if (!graphs_) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    OSPREY_CHECK(!capturing_);
+    capturing_ = true;
+    recorded_ = std::make_shared<std::vector<std::function<void()>>>();
+    return true;
+  }
+  std::shared_ptr<void> EndCapture(int, void*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = false;
+    ++captures_;
+    return std::move(recorded_);
+  }
+  void Replay(int, void* graph, void*) override {
+    for (auto& f : *static_cast<std::vector<std::function<void()>>*>(graph)) f();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++replays_;
+  }
+  // True (and the closure kept) when a capture is recording.
+  bool Record(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!capturing_) return false;
+    recorded_->push_back(std::move(f));
+    return true;
+  }
+  void set_graphs(bool on) { graphs_ = on; }
+  int captures() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return captures_;
+  }
+  int replays() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return replays_;
+  }
   int64_t bytes_used() const {
     std::lock_guard<std::mutex> lock(mu_);
     return used_;
@@ -106,40 +144,62 @@ class FakeDevice : public DeviceBackend {
   bool active_ = false;
   int64_t created_ = 0;
   int stream_token_ = 0;
+  bool graphs_ = true;
+  bool capturing_ = false;
+  std::shared_ptr<std::vector<std::function<void()>>> recorded_;
+  int captures_ = 0, replays_ = 0;
 };
 
-// Runs the reference kernel on decoded host copies of its device inputs and encodes its outputs back.
+// Runs the reference kernel on decoded host copies of its device inputs and encodes its outputs back. Under graph
+// capture it records what a replay must do instead: the same device addresses, read and written then.
 class FakeDeviceKernel : public Kernel {
  public:
-  explicit FakeDeviceKernel(ReferenceKernel ref) : ref_(ref) {}
+  FakeDeviceKernel(FakeDevice* device, ReferenceKernel ref) : device_(device), ref_(ref) {}
   const char* Name() const override { return "FakeDevice"; }
   size_t WorkspaceBytes() const override { return 256; }
   void Run(KernelContext& ctx) override {
     OSPREY_CHECK(ctx.stream != nullptr && ctx.workspace != nullptr);
-    std::vector<Tensor> ins(ctx.inputs.size()), outs;
-    KernelContext host{ctx.node, ctx.opset};
-    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-      if (!ctx.inputs[i]) {
-        host.inputs.push_back(nullptr);
-        continue;
-      }
-      const Tensor& d = *ctx.inputs[i];
-      OSPREY_CHECK(!d.buffer() || d.buffer()->device() == Device::kCuda);
-      ins[i] = Tensor(d.dtype(), d.shape());
-      FakeDevice::Invert(ins[i].raw(), d.raw(), d.nbytes());
-      host.inputs.push_back(&ins[i]);
+    std::vector<View> ins, outs;
+    for (const Tensor* t : ctx.inputs) {
+      OSPREY_CHECK(!t || !t->buffer() || t->buffer()->device() == Device::kCuda);
+      ins.push_back(t ? View{true, t->dtype(), t->shape(), const_cast<void*>(t->raw())} : View{});
     }
-    outs.reserve(ctx.outputs.size());
-    for (Tensor* d : ctx.outputs) {
-      OSPREY_CHECK(d->buffer()->device() == Device::kCuda);
-      outs.emplace_back(d->dtype(), d->shape());
+    for (Tensor* t : ctx.outputs) {
+      OSPREY_CHECK(t->buffer()->device() == Device::kCuda);
+      outs.push_back({true, t->dtype(), t->shape(), t->raw()});
     }
-    for (Tensor& t : outs) host.outputs.push_back(&t);
-    ref_(host);
-    for (size_t i = 0; i < outs.size(); ++i) FakeDevice::Invert(ctx.outputs[i]->raw(), outs[i].raw(), outs[i].nbytes());
+    const Node* node = &ctx.node;  // the plan's step: lives as long as the plan and its graphs
+    const int opset = ctx.opset;
+    if (device_->Record([this, ins, outs, node, opset] { Execute(*node, opset, ins, outs); })) return;
+    Execute(*node, opset, ins, outs);
   }
 
  private:
+  struct View {
+    bool present = false;
+    DType dtype = DType::kF32;
+    Shape shape;
+    void* data = nullptr;
+  };
+  void Execute(const Node& node, int opset, const std::vector<View>& ins, const std::vector<View>& outs) const {
+    std::vector<Tensor> host_in(ins.size()), host_out;
+    KernelContext host{node, opset};
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i].present) {
+        host.inputs.push_back(nullptr);
+        continue;
+      }
+      host_in[i] = Tensor(ins[i].dtype, ins[i].shape);
+      FakeDevice::Invert(host_in[i].raw(), ins[i].data, host_in[i].nbytes());
+      host.inputs.push_back(&host_in[i]);
+    }
+    host_out.reserve(outs.size());
+    for (const View& v : outs) host_out.emplace_back(v.dtype, v.shape);
+    for (Tensor& t : host_out) host.outputs.push_back(&t);
+    ref_(host);
+    for (size_t i = 0; i < outs.size(); ++i) FakeDevice::Invert(outs[i].data, host_out[i].raw(), host_out[i].nbytes());
+  }
+  FakeDevice* device_;
   ReferenceKernel ref_;
 };
 
@@ -151,7 +211,7 @@ inline std::unique_ptr<Kernel> FakeDevice::CreateKernel(const KernelBuildContext
   OSPREY_CHECK(bc.device.kind == Device::kCuda);
   if (!ops_.count(bc.node.op_type)) return nullptr;
   ReferenceKernel ref = FindReferenceKernel(bc.node.op_type);
-  return ref ? std::make_unique<FakeDeviceKernel>(ref) : nullptr;
+  return ref ? std::make_unique<FakeDeviceKernel>(this, ref) : nullptr;
 }
 
 /// Installs a fake device as the CUDA backend for the scope of a test.

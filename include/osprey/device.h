@@ -61,6 +61,14 @@ class DeviceBackend {
   virtual void ReleaseContext(int ordinal) = 0;
   /// How many contexts this backend has created (for statistics and tests of the idle sequence).
   virtual int64_t ContextsCreated() const = 0;
+
+  /// Graph capture (CUDA Graphs): between BeginCapture and EndCapture the work queued on `stream` is recorded, not
+  /// run; EndCapture returns the replayable graph, or nullptr when capture failed (the recorded work is discarded and
+  /// the caller runs it normally). A backend without graphs returns false from BeginCapture. Replay queues the whole
+  /// graph on `stream`; it reads and writes the same device addresses as the captured work did.
+  virtual bool BeginCapture(int ordinal, void* stream) { return false; }
+  virtual std::shared_ptr<void> EndCapture(int ordinal, void* stream) { return nullptr; }
+  virtual void Replay(int ordinal, void* graph, void* stream) {}
 };
 
 /// The backend for `kind`: the one installed by InstallDeviceBackend, else the built-in one (CUDA when osprey was

@@ -137,7 +137,38 @@ void PlaceOnDevice(Plan::Impl& impl, WeightStore* weights) {
     placed.push_back(std::move(step));
     for (Step& a : after) placed.push_back(std::move(a));
   }
-  impl.steps = std::move(placed);
+
+  // Uploads of graph inputs go first and downloads into graph outputs nobody else reads go last, so that a plan run
+  // wholly on the device is [uploads][device kernels][downloads] and its kernels can be replayed as one graph.
+  std::vector<char> read(impl.slots.size(), 0);
+  for (const Step& s : placed)
+    for (int in : s.inputs)
+      if (in >= 0) read[in] = 1;
+  auto is_upload = [&](const Step& s) {
+    return IsDeviceCopy(s) && s.on_device && impl.slots[s.inputs[0]].kind == Slot::Kind::kInput;
+  };
+  auto is_download = [&](const Step& s) {
+    return IsDeviceCopy(s) && !s.on_device && impl.slots[s.outputs[0]].kind == Slot::Kind::kOutput &&
+           !read[s.outputs[0]];
+  };
+  // 0: upload of a graph input, 1: the rest, 2: download into a graph output nobody else reads.
+  std::vector<int> group(placed.size());
+  for (size_t i = 0; i < placed.size(); ++i) group[i] = is_upload(placed[i]) ? 0 : is_download(placed[i]) ? 2 : 1;
+  std::vector<Step> ordered;
+  ordered.reserve(placed.size());
+  size_t begin = 0, end = 0;
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < placed.size(); ++i)
+      if (group[i] == g) ordered.push_back(std::move(placed[i]));
+    if (g == 0) begin = ordered.size();
+    if (g == 1) end = ordered.size();
+  }
+  impl.steps = std::move(ordered);
+  bool graphable = end > begin;
+  for (size_t i = begin; i < end && graphable; ++i)
+    graphable = impl.steps[i].on_device && !IsDeviceCopy(impl.steps[i]);
+  impl.graph_begin = graphable ? begin : 0;
+  impl.graph_end = graphable ? end : 0;
 }
 
 }  // namespace osprey

@@ -1,6 +1,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <functional>
 
 #include "runtime/plan_impl.h"
 
@@ -23,6 +24,7 @@ size_t Plan::TrimArenas(double idle_seconds) const {
       for (auto it = pool->begin(); it != pool->end();) {
         if (it->released <= cutoff) {
           bytes += it->buffer->size();
+          impl_->arena_graphs.erase(it->buffer.get());
           dropped.push_back(std::move(it->buffer));
           it = pool->erase(it);
         } else {
@@ -50,6 +52,58 @@ size_t Plan::num_fast_steps() const {
   for (const Step& s : impl_->steps) n += s.fast != nullptr;
   return n;
 }
+
+namespace {
+
+// The device kernels of a run, [graph_begin, graph_end): replayed as this arena's graph when it has one; captured at
+// the arena's second run (the first warmed the libraries up: cuDNN and cuBLAS load lazily); else run step by step.
+void RunDeviceGraph(const Plan::Impl& p, const Buffer* arena, void* stream, const std::function<void()>& run_kernels) {
+  const int ordinal = p.device.ordinal;
+  std::shared_ptr<void> graph;
+  bool capture = false;
+  {
+    std::lock_guard<std::mutex> lock(p.arena_mu);
+    Plan::Impl::ArenaGraph& entry = p.arena_graphs[arena];
+    graph = entry.graph;
+    capture = !graph && entry.runs++ >= 1;
+  }
+  if (graph) {
+    p.backend->Replay(ordinal, graph.get(), stream);
+    return;
+  }
+  if (!capture) {
+    run_kernels();
+    return;
+  }
+  if (!p.backend->BeginCapture(ordinal, stream)) {
+    p.graphs_off.store(true);  // this backend has no graphs
+    run_kernels();
+    return;
+  }
+  std::shared_ptr<void> made;
+  try {
+    run_kernels();  // recorded, not run
+    made = p.backend->EndCapture(ordinal, stream);
+  } catch (...) {
+    try {
+      p.backend->EndCapture(ordinal, stream);  // end the capture; what it recorded is dropped
+    } catch (...) {
+    }
+    made = nullptr;
+  }
+  if (!made) {
+    p.graphs_off.store(true);  // run step by step from now on (the error, if any, comes again there)
+    run_kernels();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(p.arena_mu);
+    p.arena_graphs[arena].graph = made;
+  }
+  p.backend->Replay(ordinal, made.get(), stream);
+}
+
+}  // namespace
 
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const {
   const Impl& p = *impl_;
@@ -120,8 +174,9 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
 
   omp_set_num_threads(p.num_threads);
   std::vector<Tensor> views;
-  try {
-    for (const Step& step : p.steps) {
+  auto run_steps = [&](size_t from, size_t to) {
+    for (size_t si = from; si < to; ++si) {
+      const Step& step = p.steps[si];
       KernelContext ctx{step.node, p.opset};
       ctx.inputs.reserve(step.inputs.size());
       views.clear();
@@ -151,6 +206,16 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         profile->push_back({step.node.name, step.node.op_type, step.fast ? step.fast->Name() : "reference", ms});
       }
+    }
+  };
+  try {
+    const size_t gb = p.graph_begin, ge = p.graph_end;
+    if (!p.backend || ge <= gb || profile || p.graphs_off.load(std::memory_order_relaxed)) {
+      run_steps(0, p.steps.size());
+    } else {
+      run_steps(0, gb);
+      RunDeviceGraph(p, device_arena.get(), stream, [&] { run_steps(gb, ge); });
+      run_steps(ge, p.steps.size());
     }
   } catch (...) {
     finish(false);

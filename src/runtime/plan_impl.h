@@ -1,7 +1,9 @@
 #pragma once
 #include <chrono>
 // Internal layout of a compiled Plan, shared by compile.cc (builds it) and plan.cc (runs it).
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -66,6 +68,16 @@ struct Plan::Impl {
   DeviceBackend* backend = nullptr;
   size_t device_arena_bytes = 0;
   mutable std::vector<PooledArena> free_device_arenas;
+  // CUDA Graphs: steps [graph_begin, graph_end) are device kernels only (PlaceOnDevice puts uploads before them and
+  // downloads after); each device arena gets its own graph of them (the addresses differ), captured at the arena's
+  // second run (the first warms the libraries up) and replayed after. Empty range: no graphs. Under arena_mu.
+  size_t graph_begin = 0, graph_end = 0;
+  struct ArenaGraph {
+    int runs = 0;
+    std::shared_ptr<void> graph;
+  };
+  mutable std::map<const Buffer*, ArenaGraph> arena_graphs;
+  mutable std::atomic<bool> graphs_off{false};  // a capture failed: run step by step from now on
   void ReturnDeviceArena(std::shared_ptr<Buffer> arena) const {
     std::lock_guard<std::mutex> lock(arena_mu);
     free_device_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});

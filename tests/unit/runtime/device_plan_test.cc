@@ -218,3 +218,55 @@ TEST(DevicePlan, RefusedClearly) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+TEST(DevicePlan, AllDeviceRunsReplayOneGraphPerArena) {
+  ScopedFakeDevice device({"Conv", "Relu", "Softmax", "Add", "MaxPool", "Flatten", "Gemm"});
+  const Graph g = SmallNet(4);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  // Run 1 warms up, run 2 captures (and replays what it recorded), runs 3.. replay: each with new input values, which
+  // the uploads before the graph put at the addresses the graph reads.
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = RandomTensor({1, 3, 8, 8}, 40 + i);
+    auto got = plan->Run({x});
+    auto want = RunHost(g, x);
+    ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+    ExpectTensorNear(got[1], want[1], 1e-6f, 1e-6f);
+  }
+  EXPECT_EQ(device->captures(), 1);
+  EXPECT_EQ(device->replays(), 4);
+  // Profiling runs step by step (per-kernel times), and still agrees.
+  std::vector<OpProfile> profile;
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 99);
+  ExpectTensorNear(plan->Run({x}, &profile)[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+  EXPECT_EQ(device->replays(), 4);
+  // Trimming the idle arena drops its graph: the next arena warms up and captures again.
+  plan->TrimArenas(0);
+  for (int i = 0; i < 3; ++i) ExpectTensorNear(plan->Run({x})[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+  EXPECT_EQ(device->captures(), 2);
+}
+
+TEST(DevicePlan, MixedPlansAndBackendsWithoutGraphsRunStepByStep) {
+  {
+    ScopedFakeDevice device({"Conv", "Relu", "Add", "Gemm", "Flatten"});  // Softmax, MaxPool on the host
+    const Graph g = SmallNet(4);
+    auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+    const Tensor x = RandomTensor({1, 3, 8, 8}, 3);
+    for (int i = 0; i < 3; ++i) ExpectTensorNear(plan->Run({x})[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+    EXPECT_EQ(device->captures(), 0);
+  }
+  {
+    ScopedFakeDevice device({"Conv", "Relu", "Softmax", "Add", "MaxPool", "Flatten", "Gemm"});
+    device->set_graphs(false);
+    const Graph g = SmallNet(4);
+    auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+    const Tensor x = RandomTensor({1, 3, 8, 8}, 3);
+    for (int i = 0; i < 3; ++i) ExpectTensorNear(plan->Run({x})[0], RunHost(g, x)[0], 1e-5f, 1e-5f);
+    EXPECT_EQ(device->replays(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace osprey
