@@ -51,7 +51,7 @@ check: build
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (any UB fails its test), in their own build folder.
 check-sanitize: setup
-	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSPREY_SANITIZE=ON >/dev/null
+	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOSPREY_SANITIZE=ON -DOSPREY_CUDA=OFF >/dev/null
 	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target unit_tests
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest -L unit -j $(JOBS) --output-on-failure

@@ -37,11 +37,12 @@ class TensorInfo(NamedTuple):
 
 
 class Model:
-    """An ONNX model compiled for this machine's CPU.
+    """An ONNX model compiled for this machine (its CPU, or a GPU).
 
     `source` is a `.onnx` file, a model directory (`<name>` or `<name>/<version>`, docs/model-directory.md) or the
     bytes of a serialized ONNX model. `threads` is the number of threads one run uses (0 = all cores); `precision` is
-    "fp32" or "bf16" (Conv/Gemm/MatMul in bfloat16, CPUs with AVX512_BF16); `device` is "cpu".
+    "fp32", "bf16" (Conv/Gemm/MatMul in bfloat16, CPUs with AVX512_BF16) or "fp16" (GPU); `device` is "cpu", "cuda"
+    or "cuda:N" (an osprey built with CUDA, on a machine with an NVIDIA GPU; ops without a CUDA kernel run on the CPU).
 
     `run` is safe to call from several Python threads at once (the GIL is released while it runs). A plan is compiled
     on the first run of each input shape and cached.

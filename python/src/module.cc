@@ -183,14 +183,17 @@ nb::object DimsToPython(const ValueInfo& info) {
 class PyModel {
  public:
   PyModel(nb::handle source, int threads, const std::string& precision, const std::string& device) {
-    if (device != "cpu")
-      throw Error(ErrorCode::kUnsupported, "device \"" + device +
-                                               "\": this build of osprey runs on the CPU only; use device=\"cpu\"");
+    const DeviceSpec where = ParseDevice(device, "device");
+    if (where.kind != Device::kHost) {
+      InitDevices();
+      RequireDevice(where);  // built without CUDA, or no GPU: says so (kUnsupported)
+    }
     if (threads < 0) throw Error(ErrorCode::kInvalidArgument, "threads must be >= 0 (0 = all cores), got " +
                                                                    std::to_string(threads));
     ModelOptions options;
     options.compile.num_threads = threads;
     options.compile.precision = ParsePrecision(precision);
+    options.compile.device = where;
     Graph graph;
     if (nb::isinstance<nb::bytes>(source)) {
       nb::bytes b = nb::borrow<nb::bytes>(source);
