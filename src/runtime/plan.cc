@@ -138,15 +138,12 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       throw;
     }
   }
-  auto finish = [&](bool ok) {
+  // Returns the arenas and the stream; never throws (a successful run synchronised before it).
+  auto finish = [&](bool /*ok*/) {
     if (p.backend) {
-      if (ok) {
+      try {
         p.backend->Synchronize(p.device.ordinal, stream);
-      } else {
-        try {
-          p.backend->Synchronize(p.device.ordinal, stream);
-        } catch (...) {
-        }
+      } catch (...) {
       }
       p.backend->ReleaseStream(p.device.ordinal, stream);
       p.ReturnDeviceArena(std::move(device_arena));

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_libs.h"
 #include "kernels/kernel.h"
@@ -200,6 +201,10 @@ class CudaBackend final : public DeviceBackend {
   }
 
   int64_t ContextsCreated() const override { return contexts_created_.load(); }
+
+  bool BeginCapture(int ordinal, void* stream) override { return BeginGraphCapture(ordinal, stream); }
+  std::shared_ptr<void> EndCapture(int ordinal, void* stream) override { return EndGraphCapture(ordinal, stream); }
+  void Replay(int ordinal, void* graph, void* stream) override { ReplayGraph(ordinal, graph, stream); }
 
   // ------------------------------------------------------------ internal (cuda_internal.h)
 
