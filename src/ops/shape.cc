@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ops/op_registry.h"
+#include "ops/slice.h"
 
 namespace osprey {
 namespace {
@@ -163,63 +164,25 @@ void InferSplit(InferContext& ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Number of elements a slice of an axis of size `dim` selects, after ONNX's clamping rules.
-int64_t SliceCount(int64_t dim, int64_t start, int64_t end, int64_t step) {
-  if (dim == 0) return 0;
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    int64_t diff = end - start;
-    return diff <= 0 ? 0 : 1 + (diff - 1) / step;
-  }
-  start = std::clamp<int64_t>(start, 0, dim - 1);
-  end = std::clamp<int64_t>(end, -1, dim - 1);
-  int64_t diff = start - end;
-  int64_t abs_step = step == INT64_MIN ? INT64_MAX : -step;
-  return diff <= 0 ? 0 : 1 + (diff - 1) / abs_step;
-}
-
 void InferSlice(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
-  int64_t rank = static_cast<int64_t>(in.size());
-  std::vector<int64_t> starts, ends, axes, steps;
+  SliceArgs args;
   if (ctx.opset < 10) {
     if (ctx.num_inputs() > 1) ctx.Fail("before opset 10 Slice takes starts/ends/axes as attributes, not inputs");
     RequireAttr(ctx, "starts");
     RequireAttr(ctx, "ends");
-    starts = ctx.node.GetInts("starts");
-    ends = ctx.node.GetInts("ends");
-    if (ctx.node.Has("axes")) axes = ctx.node.GetInts("axes");
+    args.starts = ctx.node.GetInts("starts");
+    args.ends = ctx.node.GetInts("ends");
+    if (ctx.node.Has("axes")) args.axes = ctx.node.GetInts("axes");
   } else {
     if (!ctx.Has(1) || !ctx.Has(2)) ctx.Fail("inputs 'starts' and 'ends' are required");
-    starts = IntInput(ctx, 1, "starts");
-    ends = IntInput(ctx, 2, "ends");
-    if (ctx.Has(3)) axes = IntInput(ctx, 3, "axes");
-    if (ctx.Has(4)) steps = IntInput(ctx, 4, "steps");
+    args.starts = IntInput(ctx, 1, "starts");
+    args.ends = IntInput(ctx, 2, "ends");
+    if (ctx.Has(3)) args.axes = IntInput(ctx, 3, "axes");
+    if (ctx.Has(4)) args.steps = IntInput(ctx, 4, "steps");
+    if (ctx.Has(3) && args.axes.empty() && !args.starts.empty()) ctx.Fail("axes is empty but starts is not");
   }
-  size_t n = starts.size();
-  if (ends.size() != n)
-    ctx.Fail("starts " + IntsToString(starts) + " and ends " + IntsToString(ends) + " differ in length");
-  bool axes_given = ctx.opset < 10 ? ctx.node.Has("axes") : ctx.Has(3);
-  if (!axes_given) {
-    if (static_cast<int64_t>(n) > rank)
-      ctx.Fail(Str(n) + " starts given for an input of rank " + Str(rank) + " " + ShapeToString(in));
-    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-  }
-  if (axes.size() != n)
-    ctx.Fail("axes " + IntsToString(axes) + " and starts " + IntsToString(starts) + " differ in length");
-  if (ctx.opset < 10 || !ctx.Has(4)) steps.assign(n, 1);
-  if (steps.size() != n)
-    ctx.Fail("steps " + IntsToString(steps) + " and starts " + IntsToString(starts) + " differ in length");
-  axes = NormalizeAxes(ctx, axes, rank);
-  Shape out = in;
-  for (size_t i = 0; i < n; ++i) {
-    if (steps[i] == 0) ctx.Fail("steps " + IntsToString(steps) + " contain 0");
-    out[axes[i]] = SliceCount(in[axes[i]], starts[i], ends[i], steps[i]);
-  }
-  ctx.SetOutput(0, ctx.input_dtypes[0], out);
+  ctx.SetOutput(0, ctx.input_dtypes[0], ResolveSlice(in, args, ctx.node).out);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

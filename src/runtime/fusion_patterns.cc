@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ops/op_registry.h"
+#include "ops/slice.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -353,26 +354,16 @@ bool ChannelSliceOf(const CompileState& st, const Node& slice, int z, int64_t* f
   const Shape& in = st.values[z].shape;
   const Shape& out = st.values[slice.outputs[0]].shape;
   if (in.size() != 4 || out.size() != 4 || out[0] != in[0] || out[2] != in[2] || out[3] != in[3]) return false;
-  std::vector<int64_t> starts, axes, steps;
-  if (st.opset < 10) {
-    starts = slice.GetInts("starts");
-    axes = slice.GetInts("axes");
-  } else {
-    auto value = [&](size_t k) { return k < slice.inputs.size() && slice.inputs[k] >= 0; };
-    if (!value(1)) return false;
-    starts = st.values[slice.inputs[1]].value.ToInt64Vector();
-    if (value(3)) axes = st.values[slice.inputs[3]].value.ToInt64Vector();
-    if (value(4)) steps = st.values[slice.inputs[4]].value.ToInt64Vector();
-  }
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (axes.size() != starts.size()) return false;
-  for (int64_t s : steps)
+  SliceArgs args;
+  auto input = [&](int k) -> const Tensor* {
+    return k < static_cast<int>(slice.inputs.size()) && slice.inputs[k] >= 0 ? &st.values[slice.inputs[k]].value
+                                                                               : nullptr;
+  };
+  if (!ReadSliceArgs(slice, st.opset, input, &args)) return false;
+  for (int64_t s : args.steps)
     if (s != 1) return false;
-  int64_t start = 0;
-  for (size_t i = 0; i < axes.size(); ++i)
-    if (axes[i] == 1 || axes[i] == -3)
-      start = std::clamp<int64_t>(starts[i] < 0 ? starts[i] + in[1] : starts[i], 0, in[1]);
+  const SliceRange range = ResolveSlice(in, args, slice);
+  const int64_t start = range.first[1];
   *first = start;
   *count = out[1];
   return start + out[1] <= in[1];

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/slice.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
@@ -580,62 +581,25 @@ std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& bc) {
   if (!ElementSizeOk(es)) return nullptr;
   const Shape& in = bc.input_shapes[0];
   const int64_t rank = static_cast<int64_t>(in.size());
-  std::vector<int64_t> starts, ends, axes, steps;
-  bool axes_given, steps_given = false;
-  if (bc.opset < 10) {
-    starts = bc.node.GetInts("starts");
-    ends = bc.node.GetInts("ends");
-    axes_given = bc.node.Has("axes");
-    axes = bc.node.GetInts("axes");
-  } else {
-    const Tensor* t_starts = Constant(bc, 1);
-    const Tensor* t_ends = Constant(bc, 2);
-    if (!t_starts || !t_ends) return nullptr;
-    starts = t_starts->ToInt64Vector();
-    ends = t_ends->ToInt64Vector();
-    axes_given = Present(bc, 3);
-    if (axes_given) {
-      if (!Constant(bc, 3)) return nullptr;
-      axes = Constant(bc, 3)->ToInt64Vector();
-    }
-    steps_given = Present(bc, 4);
-    if (steps_given) {
-      if (!Constant(bc, 4)) return nullptr;
-      steps = Constant(bc, 4)->ToInt64Vector();
-    }
+  SliceArgs args;
+  bool constant = true;  // every argument given is a constant (run-time arguments: the host runs it)
+  auto input = [&](int i) -> const Tensor* {
+    if (!Present(bc, i)) return nullptr;
+    if (!Constant(bc, i)) constant = false;
+    return Constant(bc, i);
+  };
+  if (!ReadSliceArgs(bc.node, bc.opset, input, &args) || !constant) return nullptr;
+  SliceRange range;
+  try {
+    range = ResolveSlice(in, args, bc.node);
+  } catch (const Error&) {
+    return nullptr;
   }
-  const size_t n = starts.size();
-  if (!axes_given)
-    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-  if (!steps_given) steps.assign(n, 1);
-  if (ends.size() != n || axes.size() != n || steps.size() != n) return nullptr;
-  std::vector<int64_t> first(rank, 0), step(rank, 1);
-  Shape expected = in;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t a = Axis(axes[i], rank);
-    if (a < 0 || a >= rank) return nullptr;
-    int64_t dim = in[a], s = starts[i], e = ends[i], st = steps[i];
-    if (st == 0 || st == INT64_MIN) return nullptr;
-    step[a] = st;
-    if (dim == 0) {
-      expected[a] = 0;
-      continue;
-    }
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      const int64_t diff = e - s;
-      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / st;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      const int64_t diff = s - e;
-      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / -st;
-    }
-    first[a] = s;
-  }
+  for (int64_t st : range.step)
+    if (st == INT64_MIN) return nullptr;
+  const std::vector<int64_t>& first = range.first;
+  const std::vector<int64_t>& step = range.step;
+  const Shape& expected = range.out;
   if (expected != bc.output_shapes[0]) return nullptr;
   std::vector<int64_t> strides = ContiguousStrides(in);
   int64_t base = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/slice.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
 
@@ -214,56 +215,14 @@ void SplitKernel(KernelContext& ctx) {
 void SliceKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
   Tensor& out = ctx.Out(0);
-  int64_t rank = in.rank();
-  std::vector<int64_t> starts, ends, axes, steps;
-  bool axes_given, steps_given = false;
-  if (ctx.opset < 10) {
-    starts = ctx.node.GetInts("starts");
-    ends = ctx.node.GetInts("ends");
-    axes_given = ctx.node.Has("axes");
-    axes = ctx.node.GetInts("axes");
-  } else {
-    starts = ctx.In(1).ToInt64Vector();
-    ends = ctx.In(2).ToInt64Vector();
-    axes_given = ctx.HasIn(3);
-    if (axes_given) axes = ctx.In(3).ToInt64Vector();
-    steps_given = ctx.HasIn(4);
-    if (steps_given) steps = ctx.In(4).ToInt64Vector();
-  }
-  size_t n = starts.size();
-  if (!axes_given)
-    for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-  if (!steps_given) steps.assign(n, 1);
-  if (ends.size() != n || axes.size() != n || steps.size() != n)
-    Internal(ctx.node, "starts/ends/axes/steps lengths differ");
-  std::vector<int64_t> first(rank, 0), step(rank, 1);
-  Shape expected = in.shape();
-  for (size_t i = 0; i < n; ++i) {
-    int64_t a = NormalizeAxis(axes[i], rank, ctx.node);
-    int64_t dim = in.dim(a), s = starts[i], e = ends[i], st = steps[i];
-    if (st == 0) throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": steps contain 0");
-    step[a] = st;
-    if (dim == 0) {
-      expected[a] = 0;
-      continue;
-    }
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    int64_t diff;
-    if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      diff = e - s;
-      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / st;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      diff = s - e;
-      int64_t abs_step = st == INT64_MIN ? INT64_MAX : -st;
-      expected[a] = diff <= 0 ? 0 : 1 + (diff - 1) / abs_step;
-    }
-    first[a] = s;
-  }
+  const int64_t rank = in.rank();
+  SliceArgs args;
+  if (!ReadSliceArgs(ctx.node, ctx.opset, [&](int i) { return ctx.HasIn(i) ? &ctx.In(i) : nullptr; }, &args))
+    Internal(ctx.node, "starts/ends missing");
+  const SliceRange range = ResolveSlice(in.shape(), args, ctx.node);
+  const std::vector<int64_t>& first = range.first;
+  const std::vector<int64_t>& step = range.step;
+  const Shape& expected = range.out;
   CheckOutput(ctx, 0, expected);
   if (out.numel() == 0) return;
   std::vector<int64_t> strides = Strides(in.shape());
