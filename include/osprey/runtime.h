@@ -1,5 +1,6 @@
 #pragma once
 /// Compiling and running graphs: Plan, PlanCache, WeightStore, Model.
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -77,6 +78,9 @@ class Plan {
   size_t num_device_steps() const;
   size_t num_copy_steps() const;
   size_t device_arena_bytes() const;
+  /// Device plans: the op types of the steps that run on the host because the device has no kernel for them (their
+  /// dtype, attributes or op), with their counts; empty for host plans and for plans wholly on the device.
+  std::map<std::string, int> HostFallbackOps() const;
   /// Frees the pooled execution arenas that no run has used for `idle_seconds` (0 = every idle one); returns the
   /// bytes freed. Runs in progress keep theirs. A server calls it periodically so that a burst of large requests does
   /// not pin its arenas.
@@ -136,6 +140,10 @@ class WeightStore {
   WeightStore();
   /// Returns the stored tensor equal to `t` (sharing its buffer), storing a copy first if none is live.
   Tensor Intern(const Tensor& t);
+  /// Intern for a tensor the caller gives up, whose bytes' digest it already has (`digest` = Graph::ContentDigest(t)):
+  /// the bytes are not hashed again, and when no equal tensor is live and `t` is the only holder of a buffer it spans
+  /// from its start, the store keeps that buffer (charged to the store) instead of a copy. Model uses it at load.
+  Tensor InternOwned(Tensor t, const std::array<uint64_t, 2>& digest);
   /// Holder counting, for "shared" statistics: a model calls Hold once per distinct weight buffer it keeps and Unhold
   /// when it drops it. Holders(t) is the number of current holders of t's buffer.
   void Hold(const Tensor& t);
@@ -178,6 +186,7 @@ class WeightStore {
   };
   std::unordered_map<std::string, DerivedEntry> derived_;
   bool FindLocked(uint64_t key, const Tensor& t, std::shared_ptr<Buffer>* found) const;
+  Tensor InternKeyed(const Tensor& t, uint64_t key, bool adopt);
   size_t derives_since_sweep_ = 0;
 };
 

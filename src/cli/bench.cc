@@ -250,6 +250,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       j["steps"] = plan->num_steps();
       j["device_steps"] = plan->num_device_steps();
       j["copy_steps"] = plan->num_copy_steps();
+      j["host_fallback_ops"] = plan->HostFallbackOps();
     }
     if (options.profile) {
       nlohmann::json types = nlohmann::json::array();
@@ -276,6 +277,12 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     auto plan = model.PlanFor(inputs);
     out << "device:      " << DeviceSpecName(model_options.compile.device) << "   steps: " << plan->num_steps()
         << " (on the device: " << plan->num_device_steps() << ", copies: " << plan->num_copy_steps() << ")\n";
+    const auto fallback = plan->HostFallbackOps();
+    if (!fallback.empty()) {
+      out << "on the CPU:  ";
+      for (const auto& [op, n] : fallback) out << op << " x" << n << "  ";
+      out << "(no CUDA kernel for their dtype, attributes or op)\n";
+    }
   }
   out << "first run:   " << Fixed(first_run_ms, 2) << " ms (compile + run)\n";
   out << "latency:     median " << Fixed(median, 3) << " ms   p90 " << Fixed(p90, 3) << " ms   min " << Fixed(min, 3)

@@ -46,6 +46,13 @@ size_t Plan::num_copy_steps() const {
   return n;
 }
 size_t Plan::device_arena_bytes() const { return impl_->device_arena_bytes; }
+std::map<std::string, int> Plan::HostFallbackOps() const {
+  std::map<std::string, int> ops;
+  if (!impl_->backend) return ops;
+  for (const Step& s : impl_->steps)
+    if (!s.on_device && !IsDeviceCopy(s)) ++ops[s.node.op_type];
+  return ops;
+}
 const std::vector<TensorSpec>& Plan::output_specs() const { return impl_->output_specs; }
 size_t Plan::num_fast_steps() const {
   size_t n = 0;

@@ -63,6 +63,7 @@ TEST(DevicePlan, MixedPlacementMatchesTheHostAndCopiesOnlyAtBoundaries) {
     EXPECT_EQ(plan->num_device_steps(), 5u + 3u);
     EXPECT_EQ(plan->num_copy_steps(), 3u + 3u);
     EXPECT_GT(plan->device_arena_bytes(), 0u);
+    EXPECT_EQ(plan->HostFallbackOps(), (std::map<std::string, int>{{"MaxPool", 1}, {"Softmax", 1}}));
     std::vector<OpProfile> profile;
     auto got = plan->Run({x}, &profile);
     ASSERT_EQ(got.size(), 2u);
@@ -87,6 +88,7 @@ TEST(DevicePlan, EverythingOnTheDeviceCopiesOnlyInputsAndOutputs) {
   const Tensor x = RandomTensor({1, 3, 8, 8}, 9);
   auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
   EXPECT_EQ(plan->num_copy_steps(), 3u);  // x up; y and relu down
+  EXPECT_TRUE(plan->HostFallbackOps().empty());
   auto got = plan->Run({x});
   const auto want = RunHost(g, x);
   ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
