@@ -1,6 +1,8 @@
 #pragma once
 /// Graph IR and the builder API. A Graph is a plain value: build one, compile/run it, drop it. There is no default
 /// graph and no global scope, so two graphs with the same node or value names never interact.
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +100,12 @@ struct Graph {
   void Validate() const;
   /// 128-bit fingerprint (hex) of structure, attributes and constant contents.
   std::string Fingerprint() const;
+  /// Digest (128 bits, as two words) of a tensor's bytes: what the fingerprint and the WeightStore hash for a constant.
+  using Digest = std::array<uint64_t, 2>;
+  static Digest ContentDigest(const Tensor& t);
+  /// Fingerprint() from digests the caller already computed: `digests` maps every constant id to ContentDigest of its
+  /// tensor, so the weights' bytes are not read again (Model hashes each weight once, for interning and this).
+  std::string Fingerprint(const std::unordered_map<int, Digest>& digests) const;
   /// Sum of constant bytes.
   int64_t ConstantBytes() const;
 };

@@ -66,6 +66,31 @@ void Hasher::Update(const void* data, size_t n) {
   }
 }
 
+Hash128 HashBytes(const void* data, size_t n) {
+  // xxHash64's stripe round on four lanes; the multiplies of different lanes overlap.
+  constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL;
+  constexpr uint64_t kP2 = 0xc2b2ae3d27d4eb4fULL;
+  uint64_t v0 = 0x60ea27eeadc0b5d6ULL, v1 = 0xc2b2ae3d27d4eb4fULL, v2 = 0, v3 = 0x61c8864e7a143579ULL;
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  const size_t stripes = n / 32;
+  for (size_t i = 0; i < stripes; ++i, p += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p, 32);
+    v0 = Rotl(v0 + w[0] * kP2, 31) * kP1;
+    v1 = Rotl(v1 + w[1] * kP2, 31) * kP1;
+    v2 = Rotl(v2 + w[2] * kP2, 31) * kP1;
+    v3 = Rotl(v3 + w[3] * kP2, 31) * kP1;
+  }
+  Hasher h;
+  h.UpdateU64(n);
+  h.UpdateU64(v0);
+  h.UpdateU64(v1);
+  h.UpdateU64(v2);
+  h.UpdateU64(v3);
+  h.Update(p, n % 32);
+  return h.Finish();
+}
+
 Hash128 Hasher::Finish() const {
   uint64_t a = a_ ^ length_ ^ Fmix(tail_ + tail_bytes_);
   uint64_t b = b_ ^ length_;

@@ -34,6 +34,11 @@ class Hasher {
   uint64_t length_ = 0;
 };
 
+/// Digest of a block of bytes, for bulk data (weights): four independent 64-bit lanes over 32-byte stripes, so it
+/// runs at memory speed (~10 GB/s) where feeding a Hasher goes at ~1.7 GB/s; the lanes and the tail then go through
+/// a Hasher. Not the same value as Hasher::Update of the same bytes.
+Hash128 HashBytes(const void* data, size_t n);
+
 struct Hash128Hasher {
   size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ULL)); }
 };

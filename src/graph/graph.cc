@@ -120,7 +120,18 @@ int64_t Graph::ConstantBytes() const {
   return total;
 }
 
+Graph::Digest Graph::ContentDigest(const Tensor& t) {
+  const Hash128 h = HashBytes(t.raw(), t.nbytes());
+  return {h.lo, h.hi};
+}
+
 std::string Graph::Fingerprint() const {
+  std::unordered_map<int, Digest> digests;
+  for (const auto& [id, t] : constants) digests.emplace(id, ContentDigest(t));
+  return Fingerprint(digests);
+}
+
+std::string Graph::Fingerprint(const std::unordered_map<int, Digest>& digests) const {
   Hasher h;
   h.UpdateU64(opset);
   h.UpdateU64(value_names.size());
@@ -152,7 +163,9 @@ std::string Graph::Fingerprint() const {
       if (a.kind == Attribute::Kind::kTensor && a.t.numel() > 0) {
         h.UpdateU64(static_cast<uint64_t>(a.t.dtype()));
         for (int64_t d : a.t.shape()) h.UpdateU64(static_cast<uint64_t>(d));
-        h.Update(a.t.raw(), a.t.nbytes());
+        const Digest d = ContentDigest(a.t);
+        h.UpdateU64(d[0]);
+        h.UpdateU64(d[1]);
       }
       if (a.kind == Attribute::Kind::kGraph && a.g) h.Update(a.g->Fingerprint());
     }
@@ -167,7 +180,10 @@ std::string Graph::Fingerprint() const {
     h.UpdateU64(static_cast<uint64_t>(t.dtype()));
     h.UpdateU64(t.shape().size());
     for (int64_t d : t.shape()) h.UpdateU64(static_cast<uint64_t>(d));
-    if (t.nbytes()) h.Update(t.raw(), t.nbytes());
+    auto it = digests.find(id);
+    const Digest d = it != digests.end() ? it->second : ContentDigest(t);
+    h.UpdateU64(d[0]);
+    h.UpdateU64(d[1]);
   }
   return h.Finish().ToHex();
 }

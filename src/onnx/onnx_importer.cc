@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/onnx_pb.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +13,10 @@
 #include <queue>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
+#include "onnx/onnx_wire.h"
 #include "ops/control_flow.h"
 #include "ops/op_registry.h"
 #include "osprey/onnx.h"
@@ -21,7 +24,8 @@
 namespace osprey {
 
 // Defined in onnx_tensor.cc.
-Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what);
+Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what,
+                       const std::string_view* raw_data);
 
 namespace {
 
@@ -102,9 +106,16 @@ class Importer {
   // `gp` is consumed: initializer bytes are released as they are converted, to keep peak memory near 1x. `depth` is
   // 0 for the model's graph and counts the If branches around a subgraph; `problems` collects unsupported attributes
   // across all of them.
+  // `raw_spans` (the model's graph only; may be null): per initializer, its raw_data in the model bytes when the
+  // parse left it out (onnx_wire.h).
   Importer(onnx::GraphProto& gp, int opset, std::string base_dir, const OnnxImportOptions& options, int depth,
-           std::vector<std::string>* problems)
-      : gp_(gp), base_dir_(std::move(base_dir)), options_(options), depth_(depth), problems_(*problems) {
+           std::vector<std::string>* problems, const std::vector<onnx_wire::RawSpan>* raw_spans = nullptr)
+      : gp_(gp),
+        base_dir_(std::move(base_dir)),
+        options_(options),
+        depth_(depth),
+        problems_(*problems),
+        raw_spans_(raw_spans) {
     graph_.opset = opset;
   }
 
@@ -135,11 +146,16 @@ class Importer {
   }
 
   void ImportInitializers(onnx::GraphProto& gp) {
-    for (auto& tp : *gp.mutable_initializer()) {
+    for (int index = 0; index < gp.initializer_size(); ++index) {
+      onnx::TensorProto& tp = *gp.mutable_initializer(index);
       if (tp.name().empty()) Bad("an initializer has no name");
       if (ids_.count(tp.name())) Bad("initializer '" + tp.name() + "' is defined twice");
       int id = ValueId(tp.name());
-      graph_.constants[id] = TensorFromProto(tp, base_dir_, "initializer '" + tp.name() + "'");
+      std::string_view raw;
+      const onnx_wire::RawSpan* span = raw_spans_ ? &(*raw_spans_)[index] : nullptr;
+      if (span && span->present) raw = std::string_view(span->data, span->size);
+      graph_.constants[id] =
+          TensorFromProto(tp, base_dir_, "initializer '" + tp.name() + "'", span && span->present ? &raw : nullptr);
       std::string().swap(*tp.mutable_raw_data());
       tp.clear_float_data();
       tp.clear_int32_data();
@@ -196,7 +212,7 @@ class Importer {
         return Attribute::String(ap.s());
       case onnx::AttributeProto_AttributeType_TENSOR:
         return Attribute::TensorValue(
-            TensorFromProto(ap.t(), base_dir_, node.Describe() + " attribute '" + ap.name() + "'"));
+            TensorFromProto(ap.t(), base_dir_, node.Describe() + " attribute '" + ap.name() + "'", nullptr));
       case onnx::AttributeProto_AttributeType_FLOATS:
         return Attribute::Floats(std::vector<float>(ap.floats().begin(), ap.floats().end()));
       case onnx::AttributeProto_AttributeType_INTS:
@@ -427,12 +443,14 @@ class Importer {
   Graph graph_;
   std::unordered_map<std::string, int> ids_;
   std::set<int> input_ids_;
+  const std::vector<onnx_wire::RawSpan>* raw_spans_ = nullptr;
 };
 
-Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const OnnxImportOptions& options) {
+Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const OnnxImportOptions& options,
+                  const std::vector<onnx_wire::RawSpan>* raw_spans = nullptr) {
   if (!model.has_graph()) Bad("ONNX model has no graph");
   std::vector<std::string> problems;
-  return Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems).Import();
+  return Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems, raw_spans).Import();
 }
 
 void ParseModelProto(const void* data, size_t size, const std::string& source, onnx::ModelProto* model) {
@@ -442,20 +460,38 @@ void ParseModelProto(const void* data, size_t size, const std::string& source, o
     throw Error(ErrorCode::kInvalidArgument, source + " is not a valid ONNX model (protobuf parse failed)");
 }
 
+// Parses the model in `data` without copying its initializers' raw_data into the message: protobuf reads the
+// structure (onnx_wire.h), and `spans` says where each initializer's bytes are in `data`, which must outlive the
+// import. Falls back to parsing `data` whole (spans empty) when the split does not apply, so malformed models get the
+// usual error.
+void ParseModelProtoSplit(const void* data, size_t size, const std::string& source, onnx::ModelProto* model,
+                          std::vector<onnx_wire::RawSpan>* spans) {
+  if (size <= static_cast<size_t>(INT_MAX)) {
+    std::string stripped;
+    if (onnx_wire::StripInitializerData(static_cast<const char*>(data), size, &stripped, spans) &&
+        stripped.size() <= static_cast<size_t>(INT_MAX) && model->ParseFromString(stripped) &&
+        static_cast<size_t>(model->graph().initializer_size()) == spans->size())
+      return;
+  }
+  spans->clear();
+  model->Clear();
+  ParseModelProto(data, size, source, model);
+}
+
 }  // namespace
 
 Graph ParseOnnxModel(const void* data, size_t size, const std::string& base_dir, const OnnxImportOptions& options) {
   onnx::ModelProto model;
-  ParseModelProto(data, size, "the data", &model);
-  return ImportModel(model, base_dir, options);
+  std::vector<onnx_wire::RawSpan> spans;
+  ParseModelProtoSplit(data, size, "the data", &model, &spans);
+  return ImportModel(model, base_dir, options, spans.empty() ? nullptr : &spans);
 }
 
 Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is a directory, not an ONNX model file");
-  // Parse straight from the file (protobuf reads it in blocks), so the file bytes never sit in memory beside the
-  // parsed model.
+  // The file bytes never sit in anonymous memory beside the parsed model: they are mapped (page cache) or streamed.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(ErrorCode::kNotFound, "cannot open model file '" + path + "': " + std::strerror(errno));
   struct stat st;
@@ -467,7 +503,27 @@ Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
     ::close(fd);
     throw Error(ErrorCode::kUnsupported, "'" + path + "' is larger than 2 GiB; store its weights as external data");
   }
+  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  if (base_dir.empty()) base_dir = ".";
   onnx::ModelProto model;
+  // A regular file is mapped (pages shared with the page cache, prefaulted in one call) and parsed without its
+  // weights' bytes; each initializer is then copied once, from the mapping into its tensor. Anything else (a pipe, a
+  // failed mapping) is parsed straight from the descriptor, as protobuf reads it in blocks.
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* mapped = S_ISREG(st.st_mode) && size > 0
+                     ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0)
+                     : MAP_FAILED;
+  if (mapped != MAP_FAILED) {
+    ::close(fd);
+    struct Unmap {
+      void* p;
+      size_t n;
+      ~Unmap() { ::munmap(p, n); }
+    } unmap{mapped, size};
+    std::vector<onnx_wire::RawSpan> spans;
+    ParseModelProtoSplit(mapped, size, "'" + path + "'", &model, &spans);
+    return ImportModel(model, base_dir, options, spans.empty() ? nullptr : &spans);
+  }
   bool parsed;
   {
     google::protobuf::io::FileInputStream stream(fd);
@@ -476,8 +532,6 @@ Graph LoadOnnxModel(const std::string& path, const OnnxImportOptions& options) {
   }
   if (!parsed)
     throw Error(ErrorCode::kInvalidArgument, "'" + path + "' is not a valid ONNX model (protobuf parse failed)");
-  std::string base_dir = std::filesystem::path(path).parent_path().string();
-  if (base_dir.empty()) base_dir = ".";
   return ImportModel(model, base_dir, options);
 }
 

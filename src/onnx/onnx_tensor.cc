@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string_view>
+
+#include "core/memory_advice.h"
 
 #include "osprey/onnx.h"
 
@@ -131,7 +134,10 @@ void CheckCount(const std::string& what, const Shape& shape, int64_t numel, cons
 }  // namespace
 
 // Shared with onnx_importer.cc (declared there; no header so the protobuf types stay out of every header).
-Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what) {
+// `raw_data`, when given, is the tensor's raw_data payload read from the model bytes directly (onnx_wire.h: the
+// importer leaves it out of the parsed message); it replaces tp.raw_data().
+Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what,
+                       const std::string_view* raw_data) {
   if (tp.has_segment()) throw Error(ErrorCode::kUnsupported, what + ": segmented tensors are not supported");
   DType dtype;
   try {
@@ -150,12 +156,14 @@ Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir,
     return ReadExternal(tp, dtype, shape, numel, base_dir, what);
 
   if (tp.has_raw_data()) {
-    const std::string& raw = tp.raw_data();
+    const std::string_view raw = raw_data ? *raw_data : std::string_view(tp.raw_data());
     const int64_t needed = CheckedMul(numel, static_cast<int64_t>(DTypeSize(dtype)), what);
     if (static_cast<uint64_t>(needed) != raw.size())
       BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " + std::to_string(needed) +
                           " bytes but raw_data has " + std::to_string(raw.size()));
     Tensor t(dtype, shape);
+    // Weights live as long as the model: large ones on huge pages (a third of the page-fault time of the copy).
+    AdviseHugePages(t);
     // ONNX raw_data is little-endian, as is every machine osprey builds for.
     if (dtype == DType::kBool) {
       auto* p = t.data<uint8_t>();
@@ -222,7 +230,7 @@ Tensor TensorFromOnnxBytes(const void* data, size_t size) {
   onnx::TensorProto tp;
   if (!tp.ParseFromArray(data, static_cast<int>(size)))
     throw Error(ErrorCode::kInvalidArgument, "data is not a valid ONNX TensorProto (protobuf parse failed)");
-  return TensorFromProto(tp, "", "tensor '" + tp.name() + "'");
+  return TensorFromProto(tp, "", "tensor '" + tp.name() + "'", nullptr);
 }
 
 }  // namespace osprey

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "ops/op_registry.h"
 #include "osprey/runtime.h"
@@ -91,15 +92,21 @@ Model::Model(Graph graph, ModelOptions options)
       plan_cache_(options_.plan_cache_capacity) {
   graph_.Validate();
   ValidateOps(graph_);
-  fingerprint_ = graph_.Fingerprint();
+  // Each weight's bytes are read once: their digest keys the weight in the store and stands for the bytes in the
+  // fingerprint. The store keeps the imported buffers themselves when nothing else holds them (no copy).
+  std::unordered_map<int, Graph::Digest> digests;
+  digests.reserve(graph_.constants.size());
   std::set<const Buffer*> held;
   for (auto& [id, t] : graph_.constants) {
-    t = weight_store_->Intern(t);
+    const Graph::Digest digest = Graph::ContentDigest(t);
+    digests.emplace(id, digest);
+    t = weight_store_->InternOwned(std::move(t), digest);
     if (held.insert(t.buffer().get()).second) {
       weight_store_->Hold(t);
       held_weights_.push_back(t);
     }
   }
+  fingerprint_ = graph_.Fingerprint(digests);
 }
 
 Model::~Model() {

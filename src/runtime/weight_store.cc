@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/hash.h"
+#include "core/memory_advice.h"
 #include "osprey/runtime.h"
 
 namespace osprey {
@@ -10,14 +11,28 @@ namespace osprey {
 WeightStore::WeightStore() : account_(std::make_shared<MemoryAccount>("weights")) {}
 
 namespace {
-uint64_t ContentHash(const Tensor& t) {
+// The store's key: dtype, shape and the bytes' digest (Graph::ContentDigest, which the fingerprint uses too).
+uint64_t ContentKey(const Tensor& t, const Graph::Digest& digest) {
   Hasher h;
   h.UpdateU64(static_cast<uint64_t>(t.dtype()));
   h.UpdateU64(t.shape().size());
   for (int64_t d : t.shape()) h.UpdateU64(static_cast<uint64_t>(d));
-  if (t.nbytes()) h.Update(t.raw(), t.nbytes());
+  h.UpdateU64(digest[0]);
+  h.UpdateU64(digest[1]);
   return h.Finish().lo;
 }
+
+uint64_t ContentHash(const Tensor& t) { return ContentKey(t, Graph::ContentDigest(t)); }
+
+// Keeps an adopted buffer alive and charged to the store's account while the store's view of it lives.
+struct AdoptedBuffer {
+  AdoptedBuffer(std::shared_ptr<Buffer> b, std::shared_ptr<MemoryAccount> a) : buffer(std::move(b)), account(std::move(a)) {
+    account->Add(static_cast<int64_t>(buffer->size()));
+  }
+  ~AdoptedBuffer() { account->Add(-static_cast<int64_t>(buffer->size())); }
+  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<MemoryAccount> account;
+};
 }  // namespace
 
 bool WeightStore::FindLocked(uint64_t key, const Tensor& t, std::shared_ptr<Buffer>* found) const {
@@ -33,20 +48,37 @@ bool WeightStore::FindLocked(uint64_t key, const Tensor& t, std::shared_ptr<Buff
   return false;
 }
 
-Tensor WeightStore::Intern(const Tensor& t) {
-  const uint64_t key = ContentHash(t);
+Tensor WeightStore::Intern(const Tensor& t) { return InternKeyed(t, ContentHash(t), /*adopt=*/false); }
+
+Tensor WeightStore::InternOwned(Tensor t, const std::array<uint64_t, 2>& digest) {
+  return InternKeyed(t, ContentKey(t, digest), /*adopt=*/true);
+}
+
+Tensor WeightStore::InternKeyed(const Tensor& t, uint64_t key, bool adopt) {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Buffer> found;
   if (FindLocked(key, t, &found)) return Tensor::View(t.dtype(), t.shape(), found, 0);
-  Tensor copy = t.Clone(account_);
-  entries_.emplace(key, Entry{copy.buffer(), t.dtype(), t.shape()});
+  const std::shared_ptr<Buffer>& source = t.buffer();
+  Tensor stored;
+  // InternOwned's by-value tensor is the buffer's only holder when use_count is 1: keep the buffer itself. Its view
+  // is a borrowed Buffer whose keep-alive charges the bytes to the store, as a copy made here would be charged.
+  if (adopt && source && source.use_count() == 1 && source->device() == Device::kHost && !source->borrowed() &&
+      t.raw() == source->data()) {
+    auto holder = std::make_shared<AdoptedBuffer>(source, account_);
+    stored = Tensor::View(t.dtype(), t.shape(), Buffer::Borrow(source->data(), source->size(), holder), 0);
+  } else {
+    stored = Tensor(t.dtype(), t.shape(), account_);
+    AdviseHugePages(stored);
+    if (t.nbytes()) std::memcpy(stored.raw(), t.raw(), t.nbytes());
+  }
+  entries_.emplace(key, Entry{stored.buffer(), t.dtype(), t.shape()});
   // Drop entries whose weights died, now and then, so the table stays proportional to live weights.
   if (++interns_since_sweep_ >= 256 && interns_since_sweep_ >= entries_.size()) {
     interns_since_sweep_ = 0;
     for (auto it = entries_.begin(); it != entries_.end();)
       it = it->second.buffer.expired() ? entries_.erase(it) : std::next(it);
   }
-  return copy;
+  return stored;
 }
 
 int64_t WeightStore::BytesNotStored(const Graph& graph) const {
@@ -84,6 +116,7 @@ std::shared_ptr<Buffer> WeightStore::Derive(const Tensor& source, const std::str
       where.kind == Device::kHost
           ? Allocator::Host().Allocate(std::max<size_t>(bytes, 64), account_)
           : Allocator::Host().AllocateOn(where.kind, where.ordinal, std::max<size_t>(bytes, 64), device_account_);
+  AdviseHugePages(made);  // host only; before the first write
   fill(made->data());
   std::lock_guard<std::mutex> lock(mu_);
   if (auto hit = find_live()) return hit;

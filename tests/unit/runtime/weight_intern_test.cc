@@ -1,0 +1,117 @@
+// Loading a model reads each weight once: Graph::ContentDigest keys it in the WeightStore and stands for its bytes
+// in the fingerprint, and the store keeps an imported buffer nobody else holds instead of copying it. Oracles: the
+// plain Intern / Fingerprint() paths, buffer addresses and the store's and allocator's byte counts.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/hash.h"
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::RandomTensor;
+
+Graph Affine(const Tensor& w, const Tensor& b) {
+  GraphBuilder g("affine", 13);
+  auto x = g.Input("x", DType::kF32, {2, w.shape()[0]});
+  g.Output(g.Op("Add", {g.Op("MatMul", {x, g.Constant(w)}), g.Constant(b)}), "y");
+  return g.Finish();
+}
+
+TEST(WeightIntern, OwnedTensorIsKeptNotCopied) {
+  const int64_t before = Allocator::Host().BytesLive();
+  {
+    WeightStore store;
+    Tensor t = RandomTensor({300, 300}, 1);
+    const void* data = t.raw();
+    const size_t bytes = t.buffer()->size();
+    const Graph::Digest digest = Graph::ContentDigest(t);
+    Tensor stored = store.InternOwned(std::move(t), digest);
+    EXPECT_EQ(stored.raw(), data) << "the sole holder's buffer is kept";
+    EXPECT_EQ(store.BytesLive(), static_cast<int64_t>(bytes)) << "and charged to the store";
+    EXPECT_EQ(Allocator::Host().BytesLive() - before, static_cast<int64_t>(bytes)) << "once";
+    // An equal tensor interned later (either way) is the stored one.
+    Tensor again = RandomTensor({300, 300}, 1);
+    EXPECT_EQ(store.Intern(again).raw(), data);
+    Tensor owned_again = RandomTensor({300, 300}, 1);
+    EXPECT_EQ(store.InternOwned(std::move(owned_again), digest).raw(), data);
+    stored = Tensor();
+    EXPECT_EQ(store.BytesLive(), 0) << "the charge ends with the last holder";
+  }
+  EXPECT_EQ(Allocator::Host().BytesLive(), before);
+}
+
+TEST(WeightIntern, SharedTensorIsCopied) {
+  WeightStore store;
+  Tensor t = RandomTensor({64, 64}, 2);
+  Tensor caller_copy = t;  // someone else holds the buffer: the store must not alias it
+  Tensor stored = store.InternOwned(std::move(t), Graph::ContentDigest(caller_copy));
+  EXPECT_NE(stored.raw(), caller_copy.raw());
+  EXPECT_EQ(std::memcmp(stored.raw(), caller_copy.raw(), caller_copy.nbytes()), 0);
+  caller_copy.data<float>()[0] = 1000.f;
+  EXPECT_NE(stored.data<float>()[0], 1000.f);
+  // A view that does not start its buffer is copied too.
+  Tensor big = RandomTensor({2, 64}, 3);
+  Tensor second_row = Tensor::View(DType::kF32, {64}, big.buffer(), 64 * sizeof(float));
+  big = Tensor();
+  Tensor row_stored = store.InternOwned(second_row, Graph::ContentDigest(second_row));
+  EXPECT_NE(row_stored.raw(), second_row.raw());
+}
+
+TEST(WeightIntern, FingerprintFromDigestsEqualsFingerprint) {
+  const Tensor w = RandomTensor({8, 4}, 4), b = RandomTensor({4}, 5);
+  Graph g = Affine(w, b);
+  std::unordered_map<int, Graph::Digest> digests;
+  for (const auto& [id, t] : g.constants) digests.emplace(id, Graph::ContentDigest(t));
+  EXPECT_EQ(g.Fingerprint(digests), g.Fingerprint());
+  // The Model's fingerprint is that one, and one changed weight value changes it.
+  Model model(Affine(w, b));
+  EXPECT_EQ(model.fingerprint(), g.Fingerprint());
+  Tensor w2 = w.Clone();
+  w2.data<float>()[31] += 1e-6f;
+  EXPECT_NE(Model(Affine(w2, b)).fingerprint(), model.fingerprint());
+}
+
+TEST(WeightIntern, ModelsShareAndFreeAdoptedWeights) {
+  auto store = std::make_shared<WeightStore>();
+  ModelOptions options;
+  options.weight_store = store;
+  const Tensor x = RandomTensor({2, 8}, 6);
+  const int64_t before = Allocator::Host().BytesLive();
+  {
+    Model a(Affine(RandomTensor({8, 4}, 7), RandomTensor({4}, 8)), options);
+    const int64_t one = store->BytesLive();
+    Model b(Affine(RandomTensor({8, 4}, 7), RandomTensor({4}, 8)), options);
+    EXPECT_EQ(store->BytesLive(), one) << "the second model's equal weights are the first's";
+    EXPECT_EQ(a.SharedWeightBytes(), b.SharedWeightBytes());
+    EXPECT_GT(a.SharedWeightBytes(), 0);
+    const Tensor ya = a.Run({{"x", x}})[0].second, yb = b.Run({{"x", x}})[0].second;
+    EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  }
+  EXPECT_EQ(store->BytesLive(), 0);
+  EXPECT_EQ(Allocator::Host().BytesLive(), before);
+}
+
+TEST(WeightIntern, HashBytesCoversEveryByteAndLength) {
+  std::vector<unsigned char> data(200);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 7 + 1);
+  std::vector<Hash128> seen;
+  for (size_t n = 0; n <= 100; ++n) {
+    const Hash128 h = HashBytes(data.data(), n);
+    EXPECT_EQ(h, HashBytes(data.data(), n));
+    for (const Hash128& other : seen) EXPECT_FALSE(h == other) << "length " << n;
+    seen.push_back(h);
+  }
+  const Hash128 full = HashBytes(data.data(), 100);
+  for (size_t i = 0; i < 100; ++i) {
+    data[i] ^= 1;
+    EXPECT_FALSE(HashBytes(data.data(), 100) == full) << "byte " << i;
+    data[i] ^= 1;
+  }
+}
+
+}  // namespace
+}  // namespace osprey
