@@ -403,4 +403,126 @@ Tensor NormalizePerImage(const Tensor& img, const std::string& mode) {
   return out;
 }
 
+namespace {
+
+// Source index along one axis under an OpenCV border code (0 constant, 1 replicate, 2 reflect, 4 reflect_101) for
+// any offset; -1: the constant fill.
+int64_t BorderIndex(int64_t i, int64_t n, int border) {
+  if (i >= 0 && i < n) return i;
+  switch (border) {
+    case 1:
+      return std::clamp<int64_t>(i, 0, n - 1);
+    case 2: {  // fedcba|abcdef|fedcba
+      const int64_t period = 2 * n;
+      int64_t k = i % period;
+      if (k < 0) k += period;
+      return k < n ? k : period - 1 - k;
+    }
+    case 4:
+      return Reflect101(i, n);
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+Tensor RemapDense(const Tensor& img, const DenseRemap& remap, int interpolation) {
+  RequireU8Image(img, "ElasticTransform", false);
+  const int64_t h = img.dim(0), w = img.dim(1), c = img.dim(2);
+  if (remap.width != w || remap.height != h || static_cast<int64_t>(remap.map_x.size()) != w * h ||
+      static_cast<int64_t>(remap.map_y.size()) != w * h)
+    throw Error(ErrorCode::kInvalidArgument, "ElasticTransform: the field is " + std::to_string(remap.width) + "x" +
+                                                 std::to_string(remap.height) + ", the image " + std::to_string(w) +
+                                                 "x" + std::to_string(h));
+  Tensor out(DType::kU8, img.shape());
+  const uint8_t* src = img.data<uint8_t>();
+  uint8_t* dst = out.data<uint8_t>();
+  const float fill = static_cast<float>(std::clamp(std::nearbyint(remap.fill), 0.0, 255.0));
+  const int border = remap.border;
+  for (int64_t y = 0; y < h; ++y) {
+    for (int64_t x = 0; x < w; ++x) {
+      const size_t at = static_cast<size_t>(y * w + x);
+      uint8_t* q = dst + at * c;
+      if (interpolation == 0) {
+        const int64_t sx = BorderIndex(static_cast<int64_t>(std::nearbyint(remap.map_x[at])), w, border);
+        const int64_t sy = BorderIndex(static_cast<int64_t>(std::nearbyint(remap.map_y[at])), h, border);
+        for (int64_t k = 0; k < c; ++k)
+          q[k] = sx < 0 || sy < 0 ? static_cast<uint8_t>(fill) : src[(sy * w + sx) * c + k];
+        continue;
+      }
+      // OpenCV's 1/32 pixel grid for the source position; weights in floating point (within 1 of OpenCV).
+      const int64_t fx = static_cast<int64_t>(std::nearbyint(double(remap.map_x[at]) * 32));
+      const int64_t fy = static_cast<int64_t>(std::nearbyint(double(remap.map_y[at]) * 32));
+      const int64_t ix = fx >> 5, iy = fy >> 5;  // floor for negatives too
+      const float ax = static_cast<float>(fx & 31) / 32.0f, ay = static_cast<float>(fy & 31) / 32.0f;
+      const int64_t x0 = BorderIndex(ix, w, border), x1 = BorderIndex(ix + 1, w, border);
+      const int64_t y0 = BorderIndex(iy, h, border), y1 = BorderIndex(iy + 1, h, border);
+      for (int64_t k = 0; k < c; ++k) {
+        auto at_px = [&](int64_t yy, int64_t xx) -> float {
+          return yy < 0 || xx < 0 ? fill : float(src[(yy * w + xx) * c + k]);
+        };
+        const float top = at_px(y0, x0) * (1 - ax) + at_px(y0, x1) * ax;
+        const float bottom = at_px(y1, x0) * (1 - ax) + at_px(y1, x1) * ax;
+        q[k] = SaturateRound(top * (1 - ay) + bottom * ay);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> GaussianKernel(int64_t size, double sigma) {
+  std::vector<double> k(static_cast<size_t>(size));
+  const double scale = -0.5 / (sigma * sigma);
+  double sum = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    const double x = double(i) - double(size - 1) * 0.5;
+    k[i] = std::exp(scale * x * x);
+    sum += k[i];
+  }
+  for (double& v : k) v /= sum;
+  return k;
+}
+
+void BlurPlane(std::vector<float>& plane, int64_t rows, int64_t cols, const std::vector<double>& kernel, int border) {
+  const int64_t size = static_cast<int64_t>(kernel.size()), r = size / 2;
+  std::vector<float> k(kernel.begin(), kernel.end());
+  // Rows: each row padded by r on both sides, then out[x] = sum_t k[t] * padded[x + t] (t outer: vectorises over x).
+  std::vector<float> padded(static_cast<size_t>(cols + 2 * r)), acc(static_cast<size_t>(cols));
+  for (int64_t y = 0; y < rows; ++y) {
+    float* row = plane.data() + y * cols;
+    for (int64_t i = 0; i < cols + 2 * r; ++i) padded[i] = row[BorderIndex(i - r, cols, border)];
+    // The kernel is symmetric: taps t and size - 1 - t share a weight.
+    {
+      const float kc = k[r];
+      const float* p = padded.data() + r;
+      for (int64_t x = 0; x < cols; ++x) acc[x] = kc * p[x];
+    }
+    for (int64_t t = 0; t < r; ++t) {
+      const float kt = k[t];
+      const float *p = padded.data() + t, *q = padded.data() + size - 1 - t;
+      float* a = acc.data();
+      for (int64_t x = 0; x < cols; ++x) a[x] += kt * (p[x] + q[x]);
+    }
+    std::copy(acc.begin(), acc.end(), row);
+  }
+  // Columns: out row y = sum_t k[t] * row(border(y + t - r)).
+  std::vector<float> out(plane.size());
+  for (int64_t y = 0; y < rows; ++y) {
+    float* a = out.data() + y * cols;
+    {
+      const float kc = k[r];
+      const float* p = plane.data() + y * cols;
+      for (int64_t x = 0; x < cols; ++x) a[x] = kc * p[x];
+    }
+    for (int64_t t = 0; t < r; ++t) {
+      const float kt = k[t];
+      const float* p = plane.data() + BorderIndex(y + t - r, rows, border) * cols;
+      const float* q = plane.data() + BorderIndex(y + r - t, rows, border) * cols;
+      for (int64_t x = 0; x < cols; ++x) a[x] += kt * (p[x] + q[x]);
+    }
+  }
+  plane.swap(out);
+}
+
 }  // namespace osprey::augment

@@ -49,4 +49,16 @@ Tensor NormalizePerImage(const Tensor& img, const std::string& mode);
 /// computed in floating point (within 1 of OpenCV). uint8, any C.
 Tensor RemapSeparable(const Tensor& img, const SeparableRemap& remap, int interpolation);
 
+/// cv2.remap(img, map_x, map_y, INTER_NEAREST or INTER_LINEAR, border, fill) for a dense field (DenseRemap), with the
+/// same arithmetic as RemapSeparable. uint8, any C.
+Tensor RemapDense(const Tensor& img, const DenseRemap& remap, int interpolation);
+
+/// OpenCV's getGaussianKernel(size, sigma) (sigma > 0), in double.
+std::vector<double> GaussianKernel(int64_t size, double sigma);
+
+/// cv2.GaussianBlur of a float32 plane (`rows` x `cols`, row-major, in place) with a square `kernel` (odd size), border
+/// 1 (BORDER_REPLICATE) or 4 (BORDER_REFLECT_101): separable, rows first, float accumulation (symmetric taps paired). Cost O(rows * cols *
+/// kernel size).
+void BlurPlane(std::vector<float>& plane, int64_t rows, int64_t cols, const std::vector<double>& kernel, int border);
+
 }  // namespace osprey::augment

@@ -233,11 +233,14 @@ bool MaskSpan(const std::vector<float>& map, int64_t lo, int64_t hi, int64_t* fi
   return *first >= 0;
 }
 
-void RemapKeypoints(std::vector<double>& keypoints, const SeparableRemap& r, double w, double h) {
+// Moves points through `inverse` (source continuous coordinates -> output ones; false: not reached); keypoints whose
+// image falls outside the w x h output become 0, 0, 0.
+template <typename Inverse>
+void RemapKeypointsWith(std::vector<double>& keypoints, const Inverse& inverse, double w, double h) {
   for (size_t i = 0; i + 2 < keypoints.size(); i += 3) {
     if (keypoints[i + 2] <= 0) continue;
     double x, y;
-    if (InverseRemap(r, keypoints[i], keypoints[i + 1], &x, &y) && x >= 0 && x < w && y >= 0 && y < h) {
+    if (inverse(keypoints[i], keypoints[i + 1], &x, &y) && x >= 0 && x < w && y >= 0 && y < h) {
       keypoints[i] = x, keypoints[i + 1] = y;
     } else {
       keypoints[i] = keypoints[i + 1] = keypoints[i + 2] = 0;
@@ -245,31 +248,31 @@ void RemapKeypoints(std::vector<double>& keypoints, const SeparableRemap& r, dou
   }
 }
 
-}  // namespace
-
-int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoints, const SeparableRemap& remap,
-                     int64_t w, int64_t h, const BoxFilter& filter) {
-  RemapKeypoints(keypoints, remap, double(w), double(h));
+// The object loop shared by the displacement fields: `span(c0, c1, r0, r1, out)` gives the output pixel bounds
+// (x0, y0, x1, y1, pixel indices) of the box's source pixel mask, false when nothing of it remains; `inverse` moves
+// points (RemapKeypointsWith).
+template <typename Span, typename Inverse>
+int64_t RemapObjectsWith(std::vector<Object>& objects, std::vector<double>& keypoints, int64_t w, int64_t h,
+                         const BoxFilter& filter, const Span& span, const Inverse& inverse) {
+  RemapKeypointsWith(keypoints, inverse, double(w), double(h));
   std::vector<Object> kept;
   kept.reserve(objects.size());
   for (Object& o : objects) {
     auto index = [](double v, int64_t n) {
       return std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(v)), 0, n - 1);
     };
-    int64_t c0, c1, r0, r1;
-    if (!MaskSpan(remap.map_x, index(o.x0, w), index(o.x1, w), &c0, &c1) ||
-        !MaskSpan(remap.map_y, index(o.y0, h), index(o.y1, h), &r0, &r1))
-      continue;
-    const double bw = double(c1 - c0), bh = double(r1 - r0);
+    std::array<int64_t, 4> b;
+    if (!span(index(o.x0, w), index(o.x1, w), index(o.y0, h), index(o.y1, h), &b)) continue;
+    const double bw = double(b[2] - b[0]), bh = double(b[3] - b[1]);
     if (!(bw > 0 && bh > 0) || bw * bh < filter.min_area || bw < filter.min_width || bh < filter.min_height) continue;
-    o.x0 = double(c0), o.y0 = double(r0), o.x1 = double(c1), o.y1 = double(r1);
+    o.x0 = double(b[0]), o.y0 = double(b[1]), o.x1 = double(b[2]), o.y1 = double(b[3]);
     std::vector<std::vector<double>> polys;
     for (const std::vector<double>& flat : o.polygons) {
       Poly p;
       for (size_t i = 0; i + 1 < flat.size(); i += 2) {
         double x, y;
         // A vertex beyond the field's reach (the map does not cover the whole image) stays at the nearest edge.
-        if (!InverseRemap(remap, flat[i], flat[i + 1], &x, &y)) {
+        if (!inverse(flat[i], flat[i + 1], &x, &y)) {
           x = std::clamp(flat[i], 0.0, double(w)), y = std::clamp(flat[i + 1], 0.0, double(h));
         }
         p.push_back({x, y});
@@ -281,12 +284,108 @@ int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoint
       polys.push_back(std::move(out));
     }
     o.polygons = std::move(polys);
-    RemapKeypoints(o.keypoints, remap, double(w), double(h));
+    RemapKeypointsWith(o.keypoints, inverse, double(w), double(h));
     kept.push_back(std::move(o));
   }
   const int64_t removed = static_cast<int64_t>(objects.size() - kept.size());
   objects = std::move(kept);
   return removed;
+}
+
+// Bilinear value of a dense map at pixel-index position (u, v), clamped to the grid.
+double SampleMap(const std::vector<float>& map, int64_t w, int64_t h, double u, double v) {
+  u = std::clamp(u, 0.0, double(w - 1)), v = std::clamp(v, 0.0, double(h - 1));
+  const int64_t x0 = std::min<int64_t>(static_cast<int64_t>(u), w - 1), y0 = std::min<int64_t>(static_cast<int64_t>(v), h - 1);
+  const int64_t x1 = std::min(x0 + 1, w - 1), y1 = std::min(y0 + 1, h - 1);
+  const double a = u - double(x0), b = v - double(y0);
+  auto at = [&](int64_t y, int64_t x) { return double(map[static_cast<size_t>(y * w + x)]); };
+  return (at(y0, x0) * (1 - a) + at(y0, x1) * a) * (1 - b) + (at(y1, x0) * (1 - a) + at(y1, x1) * a) * b;
+}
+
+// Inverse of a dense field at a continuous source point: the continuous output point whose bilinearly interpolated
+// map reaches it (within 0.05 pixel). Starts at the nearest output pixel centre (searched within max_shift), then
+// moves by the residual (halving the step when it does not shrink); false when no output point reaches it.
+bool InverseDense(const DenseRemap& r, double x, double y, double* ox, double* oy) {
+  const double u = x - 0.5, v = y - 0.5;  // pixel-index position
+  const int64_t w = r.width, h = r.height, reach = static_cast<int64_t>(std::ceil(r.max_shift)) + 1;
+  // Starting points: the output pixels whose map lands within 3 pixels of the point, nearest first (where the field
+  // folds, Newton from the nearest may stall; the next start usually converges).
+  std::vector<std::array<double, 3>> starts;
+  const int64_t cu = static_cast<int64_t>(std::floor(u)), cv = static_cast<int64_t>(std::floor(v));
+  for (int64_t j = std::max<int64_t>(0, cv - reach); j <= std::min(h - 1, cv + reach + 1); ++j)
+    for (int64_t i = std::max<int64_t>(0, cu - reach); i <= std::min(w - 1, cu + reach + 1); ++i) {
+      const size_t at = static_cast<size_t>(j * w + i);
+      const double du = r.map_x[at] - u, dv = r.map_y[at] - v, d = du * du + dv * dv;
+      if (d < 9) starts.push_back({d, double(i), double(j)});
+    }
+  std::sort(starts.begin(), starts.end());
+  auto residual = [&](double a, double b, double* ru, double* rv) {
+    *ru = u - SampleMap(r.map_x, w, h, a, b), *rv = v - SampleMap(r.map_y, w, h, a, b);
+    return *ru * *ru + *rv * *rv;
+  };
+  for (size_t s = 0; s < std::min<size_t>(starts.size(), 8); ++s) {
+    double best = starts[s][0], qu = starts[s][1], qv = starts[s][2];
+    // Newton steps with the map's Jacobian (finite differences of the bilinear map), halved until the residual
+    // shrinks.
+    for (int it = 0; it < 40 && best > 1e-8; ++it) {
+      double ru, rv;
+      residual(qu, qv, &ru, &rv);
+      constexpr double e = 1e-3;
+      const double jxx = (SampleMap(r.map_x, w, h, qu + e, qv) - SampleMap(r.map_x, w, h, qu - e, qv)) / (2 * e);
+      const double jxy = (SampleMap(r.map_x, w, h, qu, qv + e) - SampleMap(r.map_x, w, h, qu, qv - e)) / (2 * e);
+      const double jyx = (SampleMap(r.map_y, w, h, qu + e, qv) - SampleMap(r.map_y, w, h, qu - e, qv)) / (2 * e);
+      const double jyy = (SampleMap(r.map_y, w, h, qu, qv + e) - SampleMap(r.map_y, w, h, qu, qv - e)) / (2 * e);
+      const double det = jxx * jyy - jxy * jyx;
+      double du = ru, dv = rv;  // a flat spot: move by the residual instead
+      if (std::fabs(det) > 1e-6) du = (jyy * ru - jxy * rv) / det, dv = (jxx * rv - jyx * ru) / det;
+      bool moved = false;
+      for (double step = 1; step > 1e-3 && !moved; step *= 0.5) {
+        const double nu = std::clamp(qu + step * du, -0.5, double(w) - 0.5);
+        const double nv = std::clamp(qv + step * dv, -0.5, double(h) - 0.5);
+        double eu, ev;
+        const double err = residual(nu, nv, &eu, &ev);
+        if (err < best) best = err, qu = nu, qv = nv, moved = true;
+      }
+      if (!moved) break;
+    }
+    if (best <= 0.05 * 0.05) {
+      *ox = qu + 0.5, *oy = qv + 0.5;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoints, const SeparableRemap& remap,
+                     int64_t w, int64_t h, const BoxFilter& filter) {
+  auto span = [&](int64_t c0, int64_t c1, int64_t r0, int64_t r1, std::array<int64_t, 4>* b) {
+    return MaskSpan(remap.map_x, c0, c1, &(*b)[0], &(*b)[2]) && MaskSpan(remap.map_y, r0, r1, &(*b)[1], &(*b)[3]);
+  };
+  auto inverse = [&](double x, double y, double* ox, double* oy) { return InverseRemap(remap, x, y, ox, oy); };
+  return RemapObjectsWith(objects, keypoints, w, h, filter, span, inverse);
+}
+
+int64_t RemapObjectsDense(std::vector<Object>& objects, std::vector<double>& keypoints, const DenseRemap& remap,
+                          const BoxFilter& filter) {
+  const int64_t w = remap.width, h = remap.height, reach = static_cast<int64_t>(std::ceil(remap.max_shift)) + 1;
+  // The output pixels whose nearest source pixel (cv2.remap INTER_NEAREST) lies in the box's mask, searched within
+  // max_shift of the box.
+  auto span = [&](int64_t c0, int64_t c1, int64_t r0, int64_t r1, std::array<int64_t, 4>* b) {
+    *b = {w, h, -1, -1};
+    for (int64_t y = std::max<int64_t>(0, r0 - reach); y <= std::min(h - 1, r1 + reach); ++y)
+      for (int64_t x = std::max<int64_t>(0, c0 - reach); x <= std::min(w - 1, c1 + reach); ++x) {
+        const size_t at = static_cast<size_t>(y * w + x);
+        const int64_t sx = static_cast<int64_t>(std::nearbyint(remap.map_x[at]));
+        const int64_t sy = static_cast<int64_t>(std::nearbyint(remap.map_y[at]));
+        if (sx < c0 || sx > c1 || sy < r0 || sy > r1) continue;
+        *b = {std::min((*b)[0], x), std::min((*b)[1], y), std::max((*b)[2], x), std::max((*b)[3], y)};
+      }
+    return (*b)[2] >= 0;
+  };
+  auto inverse = [&](double x, double y, double* ox, double* oy) { return InverseDense(remap, x, y, ox, oy); };
+  return RemapObjectsWith(objects, keypoints, w, h, filter, span, inverse);
 }
 
 uint64_t Rng::Next() {

@@ -49,6 +49,14 @@ struct SeparableRemap;
 int64_t RemapObjects(std::vector<Object>& objects, std::vector<double>& keypoints, const SeparableRemap& remap,
                      int64_t w, int64_t h, const BoxFilter& filter);
 
+struct DenseRemap;
+/// The same for a dense displacement field (ElasticTransform) on its image: a box becomes the bounds of the output
+/// pixels whose nearest source pixel (cv2.remap INTER_NEAREST) lies in its pixel mask, as Albumentations 2.x; points
+/// move through the field's numerical inverse (the output point whose bilinearly interpolated map reaches them within
+/// 0.05 pixel; a point no output reaches is treated as outside).
+int64_t RemapObjectsDense(std::vector<Object>& objects, std::vector<double>& keypoints, const DenseRemap& remap,
+                          const BoxFilter& filter);
+
 /// For a warp whose border reflects (border_mode 2 or 4), what Albumentations adds: each object mirrored into
 /// every cell of the reflection grid around the w x h source image that the output [0, ow] x [0, oh] reaches through
 /// `forward` (cells alternate flipped and unflipped, as the reflected pixels do). Copies keep the category and

@@ -166,6 +166,20 @@ class Executor {
       StartGraph();
       return;
     }
+    if (s.dense) {
+      FlushGeo();
+      RunGraph();
+      inputs_ = {RemapDense(inputs_[0], *s.dense, s.dense->interpolation)};
+      if (!masks_.empty()) {
+        DenseRemap mask_remap = *s.dense;
+        mask_remap.fill = 0;  // masks: 0 outside, nearest-neighbour
+        for (Tensor& mask : masks_) mask = RemapDense(mask, mask_remap, 0);
+      }
+      const int64_t dropped = RemapObjectsDense(objects_, keypoints_, *s.dense, filter_);
+      if (report_) report_->objects_dropped += dropped, ++report_->warps;
+      StartGraph();
+      return;
+    }
     // Parameters are checked against the image before anything allocates: a resize or pad to an absurd size is a
     // clear error, not a multi-gigabyte buffer.
     constexpr int64_t kMaxPixels = int64_t{1} << 28;

@@ -31,6 +31,18 @@ struct SeparableRemap {
   double fill = 0;
 };
 
+/// A dense displacement field, as ElasticTransform's: output pixel (col, row) samples the input at pixel position
+/// (map_x[row * width + col], map_y[row * width + col]) (cv2.remap's maps); same size in and out. `max_shift` bounds
+/// |map - identity| on either axis (pixels), so searches for where a source pixel went stay local.
+struct DenseRemap {
+  int64_t width = 0, height = 0;
+  std::vector<float> map_x, map_y;
+  double max_shift = 0;
+  int interpolation = 1;  // 0 nearest, 1 bilinear
+  int border = 0;         // OpenCV border code (0, 1, 2, 4)
+  double fill = 0;
+};
+
 /// One geometric step: the forward map of continuous coordinates and the output size, or a displacement field.
 struct GeoStep {
   Mat3 forward;
@@ -39,6 +51,7 @@ struct GeoStep {
   int border = -1;         // -1: introduces no border; else an OpenCV border code (0, 1, 2, 4)
   double fill = 0;
   std::shared_ptr<const SeparableRemap> remap;  // set: a displacement-field step (forward unused), run on its own
+  std::shared_ptr<const DenseRemap> dense;      // set: a dense displacement-field step, likewise
 };
 
 /// One photometric step: an osprey op appended to the image graph, or a host step run between two graphs (an

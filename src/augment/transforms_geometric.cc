@@ -2,6 +2,7 @@
 // projective map and an output size) per application.
 #include <algorithm>
 
+#include "augment/filters.h"
 #include "augment/params.h"
 
 namespace osprey::augment {
@@ -356,6 +357,74 @@ void AddGeometricTransforms(std::map<std::string, Factory>& f) {
       GeoStep s;
       s.width = v.width, s.height = v.height;
       s.remap = std::move(field);
+      return s;
+    });
+  };
+  f["ElasticTransform"] = [](Params& ps) {
+    // Albumentations' construction with osprey's random source: noise per pixel (one plane, or two without
+    // same_dxdy), Gaussian-smoothed with sigma, scaled by alpha, added to the identity map (a dense field). Files from
+    // 2.x: the noise is float32 N(0, 1) divided by its largest magnitude (or U(-1, 1)), the planes stacked vertically
+    // and blurred as one image with BORDER_REPLICATE, a 17 x 17 kernel when approximate, else OpenCV's size from
+    // sigma. 1.4.x (and osprey's spelling): each plane blurred on its own (BORDER_REFLECT_101), no division, and the
+    // kernel sizes the other way round (17 x 17 unless approximate: 1.4.24's own inversion).
+    const double alpha = ps.Num("alpha", 1);
+    if (alpha < 0) Bad(ps.At("alpha"), "must be >= 0, found " + std::to_string(alpha));
+    const double sigma = ps.Num("sigma", 50);
+    // The kernel is 8 sigma + 1 taps (OpenCV's float rule) on every pixel: 512 is past any useful smoothing and keeps
+    // the cost bounded.
+    if (sigma < 1 || sigma > 512) Bad(ps.At("sigma"), "expected 1..512, found " + std::to_string(sigma));
+    const int interpolation = ps.Interpolation();
+    const int border = ps.Border(0);  // 1.4.24 always used a constant 0 border (its border_mode had no effect)
+    const double fill = ps.Fill();
+    const bool approximate = ps.Bool("approximate", false), same = ps.Bool("same_dxdy", false);
+    const std::string noise = ps.Str("noise_distribution", "gaussian");
+    if (noise != "gaussian" && noise != "uniform")
+      Bad(ps.At("noise_distribution"), "expected \"gaussian\" or \"uniform\", found \"" + noise + "\"");
+    ps.Require("alpha_affine", 0);  // Albumentations 1.3's affine part
+    ps.Ignore("keypoint_remapping_method");  // osprey moves points through the field's inverse either way
+    const bool v2 = t_albumentations_major >= 2;
+    const bool full_kernel = v2 ? !approximate : approximate;
+    const int64_t ksize = full_kernel ? (static_cast<int64_t>(std::nearbyint(sigma * 4 * 2 + 1)) | 1) : 17;
+    const std::vector<double> kernel = GaussianKernel(ksize, sigma);
+    return Geo("ElasticTransform", [=](Rng& rng, const View& v) {
+      const int64_t w = v.width, h = v.height, n = w * h, planes = same ? 1 : 2;
+      std::vector<float> field(static_cast<size_t>(planes * n));
+      for (float& x : field)
+        x = noise == "gaussian" ? static_cast<float>(rng.Normal()) : static_cast<float>(rng.Uniform(-1, 1));
+      if (v2) {
+        if (noise == "gaussian") {
+          float top = 0;
+          for (float x : field) top = std::max(top, std::fabs(x));
+          if (top > 1e-6f)
+            for (float& x : field) x /= top;
+        }
+        BlurPlane(field, planes * h, w, kernel, 1);
+      } else {
+        std::vector<float> plane(static_cast<size_t>(n));
+        for (int64_t k = 0; k < planes; ++k) {
+          std::copy(field.begin() + k * n, field.begin() + (k + 1) * n, plane.begin());
+          BlurPlane(plane, h, w, kernel, 4);
+          std::copy(plane.begin(), plane.end(), field.begin() + k * n);
+        }
+      }
+      auto d = std::make_shared<DenseRemap>();
+      d->width = w, d->height = h;
+      d->map_x.resize(static_cast<size_t>(n));
+      d->map_y.resize(static_cast<size_t>(n));
+      const float* dy = field.data() + (planes - 1) * n;
+      double shift = 0;
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) {
+          const size_t at = static_cast<size_t>(y * w + x);
+          const float ddx = static_cast<float>(field[at] * alpha), ddy = static_cast<float>(dy[at] * alpha);
+          d->map_x[at] = static_cast<float>(x) + ddx, d->map_y[at] = static_cast<float>(y) + ddy;
+          shift = std::max({shift, double(std::fabs(ddx)), double(std::fabs(ddy))});
+        }
+      d->max_shift = shift;
+      d->interpolation = interpolation, d->border = border, d->fill = fill;
+      GeoStep s;
+      s.width = w, s.height = h;
+      s.dense = std::move(d);
       return s;
     });
   };
