@@ -57,6 +57,39 @@ double ReadP(const json& j, const std::string& path, double def) {
   return p;
 }
 
+// Albumentations 2.x's Mosaic is a different transform from osprey's: a grid_yx grid of cell_shape cells, each image
+// scaled to cover (or contain) its cell and cut to the part the output window shows, the window (target_size) centred
+// at a point drawn within the grid, the primary image in the largest visible cell, and the partner images taken from
+// the call's `metadata_key` entry (which a saved pipeline does not carry; missing partners are copies of the primary).
+// The refusal says so and writes out the nearest osprey Mosaic for the file's values.
+std::string Albumentations2MosaicMessage(const json& m, const std::string& path) {
+  auto pair = [&](const char* k, const std::string& def) -> std::string {
+    if (!m.contains(k) || !m.at(k).is_array() || m.at(k).size() != 2) return def;
+    return m.at(k)[0].dump() + ", " + m.at(k)[1].dump();
+  };
+  const std::string size = pair("target_size", "512, 512");
+  const std::string hw = size.substr(0, size.find(',')), w = size.substr(size.find(',') + 2);
+  std::string fill = "0";
+  if (m.contains("fill") && m.at("fill").is_number()) fill = m.at("fill").dump();
+  std::string key = "mosaic_metadata";
+  if (m.contains("metadata_key") && m.at("metadata_key").is_string()) key = m.at("metadata_key").get<std::string>();
+  const std::string grid = pair("grid_yx", "2, 2");
+  std::string msg =
+      "pipeline: " + path + ": Albumentations 2.x's Mosaic is not supported: it takes its partner images from the "
+      "\"" + key + "\" entry (metadata_key) that the caller passes with each image, which a saved pipeline does not "
+      "carry, and lays them out differently from osprey's Mosaic (a " + grid + " grid of cell_shape [" +
+      pair("cell_shape", "512, 512") + "] cells, each image scaled to " +
+      (m.contains("fit_mode") && m.at("fit_mode").is_string() ? m.at("fit_mode").get<std::string>() : "cover") +
+      " its cell, the primary image in the largest visible cell). osprey's own Mosaic always combines 4 images (the "
+      "item at a random quadrant and 3 others that osprey augment picks from the dataset with the item's seed), each "
+      "scaled to fit the whole canvas and placed with its corner at a random centre; it must be the first step. The "
+      "nearest osprey step for this file: {\"type\": \"Mosaic\", \"height\": " + hw + ", \"width\": " + w +
+      ", \"center_range\": [" + pair("center_range", "0.3, 0.7") + "], \"fill\": " + fill + ", \"p\": " +
+      (m.contains("p") && m.at("p").is_number() ? m.at("p").dump() : "0.5") + "} (docs/augment.md, Mosaic)";
+  if (grid != "2, 2") msg += "; grid_yx [" + grid + "] has no osprey equivalent (always 2 x 2)";
+  return msg;
+}
+
 PipelineNode ParseNode(const json& j, const std::string& path, std::optional<MosaicSpec>* mosaic, bool top_first);
 
 std::vector<PipelineNode> ParseChildren(const json& j, const std::string& path, std::optional<MosaicSpec>* mosaic, bool top) {
@@ -66,11 +99,9 @@ std::vector<PipelineNode> ParseChildren(const json& j, const std::string& path, 
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string p = path + ".transforms[" + std::to_string(i) + "]";
     if (TypeOf(ts[i], p) == "Mosaic" && ts[i].is_object() &&
-        (ts[i].contains("grid_yx") || ts[i].contains("cell_shape") || ts[i].contains("target_size")))
-      throw Error(ErrorCode::kUnsupported,
-                  "pipeline: " + p + ": Albumentations 2.x's Mosaic (grid_yx, cell_shape, target_size, fit_mode) is not "
-                  "supported; osprey's own Mosaic takes height, width, center_range and fill, as the first step "
-                  "(docs/augment.md)");
+        (ts[i].contains("grid_yx") || ts[i].contains("cell_shape") || ts[i].contains("target_size") ||
+         ts[i].contains("metadata_key") || ts[i].contains("fit_mode")))
+      throw Error(ErrorCode::kUnsupported, Albumentations2MosaicMessage(ts[i], p));
     if (top && i == 0 && TypeOf(ts[i], p) == "Mosaic") {
       Params ps(ts[i], p, "Mosaic");
       MosaicSpec m;
