@@ -1,4 +1,8 @@
 // The osprey binary: the command line lives in app.cc (shared with `python -m osprey`).
 #include "cli/common.h"
+#include "cli/omp_env.h"
 
-int main(int argc, char** argv) { return osprey::cli::RunCommandLine(argc, argv); }
+int main(int argc, char** argv) {
+  osprey::cli::ApplyOmpWaitDefault(argv);  // may re-exec this binary once (libgomp reads its environment at load)
+  return osprey::cli::RunCommandLine(argc, argv);
+}

@@ -4,10 +4,12 @@
 #include <iostream>
 #include <new>
 
+#include "cli/omp_env.h"
 #include "cli/serve.h"
 #include "osprey/error.h"
 
 int main(int argc, char** argv) {
+  osprey::cli::ApplyOmpWaitDefault(argv);  // may re-exec this binary once (libgomp reads its environment at load)
   CLI::App app{"osprey-server: serve a model repository (KServe v2 REST and gRPC, Triton extensions, classify)"};
   osprey::cli::AddServeOptions(&app);
   try {

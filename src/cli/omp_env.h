@@ -1,0 +1,56 @@
+// osprey's default OpenMP wait policy for its binaries (docs/performance.md, "Under CPU contention").
+//
+// libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when the library is loaded, before main() runs; setting them
+// in main() is too late. So `osprey` and `osprey-server` call ApplyOmpWaitDefault(argv) first thing in main(): when
+// the user has set neither variable, the process re-executes itself once (/proc/self/exe, the same argv) with the
+// default (GOMP_SPINCOUNT=1000) set, and OSPREY_OMP_DEFAULT=<value> marks the re-executed process (no loop; it also
+// says the default came from osprey, not the user). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins; OSPREY_OMP_DEFAULT=0 turns the
+// re-exec off (libgomp's own default: spin ~300,000 iterations, then sleep). If the re-exec fails the process carries
+// on as it is. Nothing is printed on stdout; OSPREY_OMP_DEBUG=1 prints the setting in force on stderr.
+//
+// Header-only because osprey-server links only serve.cc/version.cc of src/cli (CMakeLists.txt).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace osprey::cli {
+
+// The default: bounded spinning. An idle OpenMP thread spins ~1,000 iterations (some microseconds), then sleeps on a
+// futex, instead of libgomp's ~300,000 (milliseconds), which collapses when other processes hold the cores. Chosen by
+// bench/contention (docs/performance.md): near passive under contention, near libgomp's default on a quiet host.
+inline constexpr const char* kOmpDefaultVar = "GOMP_SPINCOUNT";
+inline constexpr const char* kOmpDefaultValue = "1000";
+inline constexpr const char* kOmpMarkerVar = "OSPREY_OMP_DEFAULT";
+
+inline void ApplyOmpWaitDefault(char** argv) {
+  const char* marker = std::getenv(kOmpMarkerVar);
+  const bool user_set = std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr;
+  bool exec_failed = false;
+  if (marker == nullptr && !user_set) {
+    // Not yet re-executed and the user left the wait policy to us.
+    if (setenv(kOmpDefaultVar, kOmpDefaultValue, 1) == 0 && setenv(kOmpMarkerVar, kOmpDefaultValue, 1) == 0) {
+      std::fflush(nullptr);
+      execv("/proc/self/exe", argv);
+    }
+    // execv failed (no /proc, say): carry on with libgomp's default.
+    unsetenv(kOmpDefaultVar);
+    unsetenv(kOmpMarkerVar);
+    exec_failed = true;
+  }
+  if (const char* debug = std::getenv("OSPREY_OMP_DEBUG"); debug != nullptr && std::strcmp(debug, "0") != 0) {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    const char* source = exec_failed ? "libgomp default: re-exec failed"
+                         : marker == nullptr ? "user"
+                         : std::strcmp(marker, "0") == 0 ? (user_set ? "user" : "libgomp default: OSPREY_OMP_DEFAULT=0")
+                         : "osprey default";
+    std::fprintf(stderr, "osprey: openmp: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (%s)\n", policy ? policy : "(unset)",
+                 spin ? spin : "(unset)", source);
+  }
+}
+
+}  // namespace osprey::cli

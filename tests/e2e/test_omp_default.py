@@ -1,0 +1,108 @@
+"""osprey's default OpenMP wait policy (src/cli/omp_env.h, docs/performance.md "Under CPU contention"): the binaries
+re-execute themselves once with GOMP_SPINCOUNT=1000 (bounded spin, then sleep) when the user set neither
+OMP_WAIT_POLICY nor GOMP_SPINCOUNT; a user's setting is kept. Observed through libgomp itself (OMP_DISPLAY_ENV=verbose
+makes it print the values it read at load, on stderr) and through the running process's environment
+(/proc/<pid>/environ)."""
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OSPREY_OMP_DEFAULT", "OSPREY_OMP_DEBUG", "OMP_DISPLAY_ENV")
+LIBGOMP_DEFAULT_SPIN = "300000"
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    env.update(extra)
+    return env
+
+
+def libgomp_spincount(stderr):
+    """GOMP_SPINCOUNT as libgomp read it in the last process that loaded it (the re-executed one), and how many
+    processes loaded libgomp (2 after a re-exec)."""
+    counts = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", stderr)
+    assert counts, f"libgomp printed no environment (OMP_DISPLAY_ENV=verbose): {stderr!r}"
+    return counts[-1], len(counts)
+
+
+def run(binary, *args, **env):
+    return subprocess.run([str(binary), *args], env=clean_env(**env), capture_output=True, text=True, timeout=60)
+
+
+def test_default_is_bounded_spin_and_stdout_unchanged(osprey_bin):
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1")
+    assert proc.returncode == 0, proc.stderr
+    assert libgomp_spincount(proc.stderr) == ("1000", 2)
+    assert "OMP_WAIT_POLICY=(unset) GOMP_SPINCOUNT=1000 (osprey default)" in proc.stderr
+    # Same stdout (argv kept across the re-exec, nothing extra printed) as without the default.
+    plain = run(osprey_bin, "--version", OSPREY_OMP_DEFAULT="0")
+    assert proc.stdout == plain.stdout and proc.stdout.strip()
+
+
+@pytest.mark.parametrize("var,value,spin", [("OMP_WAIT_POLICY", "active", "30000000000"),
+                                            ("OMP_WAIT_POLICY", "passive", "0"),
+                                            ("GOMP_SPINCOUNT", "10000", "10000")])
+def test_user_setting_wins(osprey_bin, var, value, spin):
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1", **{var: value})
+    assert proc.returncode == 0, proc.stderr
+    assert f"{var}={value}" in proc.stderr and "(user)" in proc.stderr
+    assert libgomp_spincount(proc.stderr) == (spin, 1)  # libgomp loaded once: no re-exec
+
+
+def test_opt_out(osprey_bin):
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEFAULT="0")
+    assert proc.returncode == 0, proc.stderr
+    assert libgomp_spincount(proc.stderr) == (LIBGOMP_DEFAULT_SPIN, 1)
+
+
+def test_bench_runs_with_default(osprey_bin, tmp_path):
+    """A real run through the re-exec: `bench --json` on stdout still parses."""
+    import json
+
+    from test_cli import conv_model
+    model = conv_model(tmp_path / "small.onnx")
+    proc = run(osprey_bin, "bench", str(model), "--threads", "2", "--iters", "2", "--warmup", "1", "--json",
+               OSPREY_OMP_DEBUG="1")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["iters"] == 2
+    assert "(osprey default)" in proc.stderr
+
+
+def environ_of(pid):
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+@pytest.mark.parametrize("name", ["osprey", "osprey-server"])
+def test_running_server_environment(osprey_bin, tmp_path, name):
+    """A long-running process (the server) keeps its pid and binary across the re-exec and runs with the default."""
+    binary = osprey_bin.parent / name
+    if not binary.exists():
+        pytest.skip(f"{binary} not built")
+    args = ["serve"] if name == "osprey" else []
+    (tmp_path / "models").mkdir()
+    args += ["--model-repository", str(tmp_path / "models"), "--port", "0", "--grpc-port", "-1"]
+    proc = subprocess.Popen([str(binary), *args], env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        env = {}
+        while time.time() < deadline and proc.poll() is None:
+            env = environ_of(proc.pid)
+            if "OSPREY_OMP_DEFAULT" in env:
+                break
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"{name} exited {proc.returncode}: {err}")
+        assert env.get("GOMP_SPINCOUNT") == "1000" and env.get("OSPREY_OMP_DEFAULT") == "1000", env
+        assert "OMP_WAIT_POLICY" not in env
+        assert Path(f"/proc/{proc.pid}/exe").resolve() == binary.resolve()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
