@@ -19,8 +19,31 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _osprey
-from ._osprey import (Error, Internal, InvalidArgument, NotFound, ResourceExhausted, Unavailable,  # noqa: F401
+
+def _omp_wait_default() -> Optional[str]:
+    """Sets osprey's default OpenMP wait policy (docs/performance.md) for the libgomp the native module is about to
+    load, when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT and no libgomp is loaded yet (libgomp reads its
+    environment once, at load). Returns the variable it set (removed again once the module is loaded, so child
+    processes see the user's environment), or None."""
+    if os.environ.get("OSPREY_OMP_DEFAULT") == "0" or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return None
+    try:
+        with open("/proc/self/maps") as maps:
+            if any("/libgomp" in line for line in maps):
+                return None  # already initialised (by another package): too late to change it
+    except OSError:
+        return None
+    os.environ["GOMP_SPINCOUNT"] = "1000"  # as the binaries (src/cli/omp_env.h)
+    return "GOMP_SPINCOUNT"
+
+
+_omp_set = _omp_wait_default()
+try:
+    from . import _osprey
+finally:
+    if _omp_set is not None:
+        os.environ.pop(_omp_set, None)
+from ._osprey import (Error, Internal, InvalidArgument, NotFound, ResourceExhausted, Unavailable,  # noqa: F401,E402
                       Unsupported)
 
 __version__: str = _osprey.__version__

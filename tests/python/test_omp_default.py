@@ -1,0 +1,57 @@
+"""`import osprey` applies osprey's default OpenMP wait (GOMP_SPINCOUNT=1000, python/osprey/__init__.py) to the libgomp
+its native module loads, unless the user set OMP_WAIT_POLICY/GOMP_SPINCOUNT or a libgomp is already loaded; the
+variable does not stay in os.environ. Observed through libgomp itself: OMP_DISPLAY_ENV=verbose makes it print the
+values it read when it was loaded (on stderr). Each case runs in a fresh interpreter."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import BUILD
+
+OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OSPREY_OMP_DEFAULT", "OMP_DISPLAY_ENV")
+SCRIPT = """
+import os, sys
+if sys.argv[1] == "preload":
+    import ctypes
+    ctypes.CDLL("libgomp.so.1")
+import osprey
+print(os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+def import_osprey(preload="no", **extra):
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    env.update(OMP_DISPLAY_ENV="verbose", PYTHONPATH=str(BUILD / "python"), **extra)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, preload], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    counts = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", proc.stderr)
+    assert len(counts) == 1, proc.stderr
+    return counts[0], proc.stdout.split()
+
+
+def test_default_applied_and_removed_from_environ():
+    spin, after = import_osprey()
+    assert spin == "1000"
+    assert after == ["None", "None"]  # subprocesses of the user's program see the user's environment
+
+
+@pytest.mark.parametrize("var,value,spin", [("GOMP_SPINCOUNT", "20000", "20000"),
+                                            ("OMP_WAIT_POLICY", "active", "30000000000")])
+def test_user_setting_wins(var, value, spin):
+    got, after = import_osprey(**{var: value})
+    assert got == spin
+    assert value in after
+
+
+def test_not_applied_when_libgomp_already_loaded():
+    spin, _ = import_osprey("preload")
+    assert spin == "300000"  # libgomp's own default: it was initialised before osprey could set anything
+
+
+def test_opt_out():
+    spin, _ = import_osprey(OSPREY_OMP_DEFAULT="0")
+    assert spin == "300000"
