@@ -4,9 +4,10 @@
 // in main() is too late. So `osprey` and `osprey-server` call ApplyOmpWaitDefault(argv) first thing in main(): when
 // the user has set neither variable, the process re-executes itself once (/proc/self/exe, the same argv) with the
 // default (GOMP_SPINCOUNT=1000) set, and OSPREY_OMP_DEFAULT=<value> marks the re-executed process (no loop; it also
-// says the default came from osprey, not the user). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins; OSPREY_OMP_DEFAULT=0 turns the
-// re-exec off (libgomp's own default: spin ~300,000 iterations, then sleep). If the re-exec fails the process carries
-// on as it is. Nothing is printed on stdout; OSPREY_OMP_DEBUG=1 prints the setting in force on stderr.
+// says the default came from osprey, not the user). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins;
+// OSPREY_OMP_DEFAULT=0 turns the re-exec off (libgomp's own default: spin ~300,000 iterations, then sleep). If the
+// re-exec fails the process carries on as it is. Nothing is printed on stdout; OSPREY_OMP_DEBUG=1 prints the setting in
+// force on stderr.
 //
 // Header-only because osprey-server links only serve.cc/version.cc of src/cli (CMakeLists.txt).
 #pragma once
@@ -44,10 +45,10 @@ inline void ApplyOmpWaitDefault(char** argv) {
   if (const char* debug = std::getenv("OSPREY_OMP_DEBUG"); debug != nullptr && std::strcmp(debug, "0") != 0) {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
-    const char* source = exec_failed ? "libgomp default: re-exec failed"
-                         : marker == nullptr ? "user"
+    const char* source = exec_failed                     ? "libgomp default: re-exec failed"
+                         : marker == nullptr             ? "user"
                          : std::strcmp(marker, "0") == 0 ? (user_set ? "user" : "libgomp default: OSPREY_OMP_DEFAULT=0")
-                         : "osprey default";
+                                                         : "osprey default";
     std::fprintf(stderr, "osprey: openmp: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (%s)\n", policy ? policy : "(unset)",
                  spin ? spin : "(unset)", source);
   }
