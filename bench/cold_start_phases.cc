@@ -1,6 +1,6 @@
 // Cold start of one model in this (fresh) process, by phase: what `osprey bench`'s load and first run are made of.
 //
-//   osprey_cold_start MODEL.onnx [--threads T] [--batch B] [--warm N] [--json]
+//   osprey_cold_start MODEL.onnx [--threads T] [--batch B] [--warm N] [--second-batch B2] [--json]
 //
 // Phases are timed without touching the engine's code: the linker wraps the functions at the phase boundaries
 // (-Wl,--wrap=<mangled name>, see CMakeLists.txt), so compile.cc's own Compile() runs, and its internal steps are read
@@ -18,6 +18,8 @@
 //               CreateLayoutReorderKernel, pack = inside cpu::PackWeight)
 //   first_exec  the first Plan::Run (arena, page faults, oneDNN's first executions)
 //   warm        median of N more runs
+//   second.*    with --second-batch: a second plan (batch B2) compiled and run in the now warm process, which shows how
+//               much of first_exec - warm each new plan pays again (arena pages, new primitives' first run)
 // first_run_ms = compile + first_exec (+ input checks): what `osprey bench --json` reports as first_run_ms.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -295,7 +297,9 @@ int main(int argc, char** argv) {
   int threads = 0, warm = 5;
   int64_t batch = 1;
   bool json = false;
+  int64_t second_batch = 0;
   app.add_option("model", model_path, "ONNX model file")->required();
+  app.add_option("--second-batch", second_batch, "then compile and run a second plan for this batch size (0: none)");
   app.add_option("--threads", threads, "intra-op threads (0 = all cores)");
   app.add_option("--batch", batch, "batch size for symbolic leading dims");
   app.add_option("--warm", warm, "warm runs after the first (median reported)");
@@ -364,6 +368,26 @@ int main(int argc, char** argv) {
   }
   out.emplace_back("warm_ms", median);
   out.emplace_back("total_ms", Ms(t_load, t_firsted));
+
+  if (second_batch > 0) {
+    // A second plan in the now warm process: what of first_exec - warm is per plan (arena, scratch, oneDNN's first
+    // run of new primitives) rather than per process (thread pool, libraries' lazy set-up).
+    std::map<std::string, Tensor> inputs2 = Inputs(model.graph(), second_batch);
+    const auto s = Clock::now();
+    model.Run(inputs2);
+    const auto e = Clock::now();
+    out.emplace_back("second.compile_ms", Ms(g_marks.start, g_marks.end));
+    out.emplace_back("second.first_exec_ms", Ms(g_marks.end, e));
+    out.emplace_back("second.first_run_ms", Ms(s, e));
+    std::vector<double> t2;
+    for (int i = 0; i < std::max(warm, 1); ++i) {
+      const auto a = Clock::now();
+      model.Run(inputs2);
+      t2.push_back(Ms(a, Clock::now()));
+    }
+    std::sort(t2.begin(), t2.end());
+    out.emplace_back("second.warm_ms", t2[t2.size() / 2]);
+  }
 
   if (json) {
     std::string s = "{";

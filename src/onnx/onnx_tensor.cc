@@ -162,8 +162,7 @@ Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir,
       BadTensor(what, "shape " + ShapeToString(shape) + " of " + DTypeName(dtype) + " needs " + std::to_string(needed) +
                           " bytes but raw_data has " + std::to_string(raw.size()));
     Tensor t(dtype, shape);
-    // Weights live as long as the model: large ones on huge pages (a third of the page-fault time of the copy).
-    AdviseHugePages(t);
+    PrepareForFill(t, /*huge_pages=*/true);  // pages populated in one call, not faulted one by one
     // ONNX raw_data is little-endian, as is every machine osprey builds for.
     if (dtype == DType::kBool) {
       auto* p = t.data<uint8_t>();

@@ -68,7 +68,7 @@ Tensor WeightStore::InternKeyed(const Tensor& t, uint64_t key, bool adopt) {
     stored = Tensor::View(t.dtype(), t.shape(), Buffer::Borrow(source->data(), source->size(), holder), 0);
   } else {
     stored = Tensor(t.dtype(), t.shape(), account_);
-    AdviseHugePages(stored);
+    PrepareForFill(stored, /*huge_pages=*/true);
     if (t.nbytes()) std::memcpy(stored.raw(), t.raw(), t.nbytes());
   }
   entries_.emplace(key, Entry{stored.buffer(), t.dtype(), t.shape()});
@@ -116,7 +116,8 @@ std::shared_ptr<Buffer> WeightStore::Derive(const Tensor& source, const std::str
       where.kind == Device::kHost
           ? Allocator::Host().Allocate(std::max<size_t>(bytes, 64), account_)
           : Allocator::Host().AllocateOn(where.kind, where.ordinal, std::max<size_t>(bytes, 64), device_account_);
-  AdviseHugePages(made);  // host only; before the first write
+  // Populated in one call; ordinary pages even with OSPREY_HUGEPAGES=1 (packing was bimodal on huge pages here).
+  if (where.kind == Device::kHost) PrepareForFill(made, /*huge_pages=*/false);
   fill(made->data());
   std::lock_guard<std::mutex> lock(mu_);
   if (auto hit = find_live()) return hit;

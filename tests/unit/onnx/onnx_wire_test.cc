@@ -209,5 +209,63 @@ TEST(OnnxWire, MalformedBytesAreLeftToProtobuf) {
   EXPECT_TRUE(spans.empty());
 }
 
+TEST(OnnxWire, MutatedModelsSplitExactlyAsProtobufParses) {
+  // Property over mutated bytes: whenever the split succeeds, protobuf parses the whole bytes too, to the same model
+  // with the same raw_data per initializer; when the split declines, the importer falls back to that whole parse.
+  const std::string original = TestModel(24).SerializeAsString();
+  uint64_t rng = 12345;
+  auto next = [&] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  int split = 0, declined = 0;
+  for (int iter = 0; iter < 4000; ++iter) {
+    std::string bytes = original;
+    const int edits = 1 + static_cast<int>(next() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = next() % bytes.size();
+      switch (next() % 3) {
+        case 0:
+          bytes[at] = static_cast<char>(next());
+          break;
+        case 1:
+          bytes.erase(at, 1 + next() % 8);
+          break;
+        default:
+          bytes.insert(at, 1, static_cast<char>(next()));
+          break;
+      }
+      if (bytes.empty()) bytes = original;
+    }
+    std::string stripped;
+    std::vector<RawSpan> spans;
+    onnx::ModelProto parts;
+    const bool ok = StripInitializerData(bytes.data(), bytes.size(), &stripped, &spans) &&
+                    parts.ParseFromString(stripped) &&
+                    static_cast<size_t>(parts.graph().initializer_size()) == spans.size();
+    onnx::ModelProto whole;
+    const bool whole_ok = whole.ParseFromString(bytes);
+    if (!ok) {
+      ++declined;
+      continue;
+    }
+    ++split;
+    ASSERT_TRUE(whole_ok) << "iteration " << iter << ": the split accepted bytes protobuf rejects";
+    ASSERT_EQ(whole.graph().initializer_size(), parts.graph().initializer_size()) << iter;
+    for (int i = 0; i < whole.graph().initializer_size(); ++i) {
+      if (!spans[i].present) continue;
+      ASSERT_EQ(whole.graph().initializer(i).raw_data(), std::string(spans[i].data, spans[i].size)) << iter;
+      ASSERT_TRUE(parts.graph().initializer(i).has_raw_data()) << iter;
+      ASSERT_TRUE(parts.graph().initializer(i).raw_data().empty()) << iter;
+      whole.mutable_graph()->mutable_initializer(i)->set_raw_data("");
+    }
+    ASSERT_EQ(whole.SerializeAsString(), parts.SerializeAsString()) << iter;
+  }
+  EXPECT_GT(split, 100);
+  EXPECT_GT(declined, 100);
+}
+
 }  // namespace
 }  // namespace osprey
