@@ -29,6 +29,27 @@ int64_t Reflect101(int64_t i, int64_t n) {
   return i < n ? i : period - i;
 }
 
+// Source index along one axis under an OpenCV border code (0 constant, 1 replicate, 2 reflect, 4 reflect_101) for
+// any offset; -1: the constant fill.
+int64_t BorderIndex(int64_t i, int64_t n, int border) {
+  if (i >= 0 && i < n) return i;
+  switch (border) {
+    case 1:
+      return std::clamp<int64_t>(i, 0, n - 1);
+    case 2: {  // fedcba|abcdef|fedcba
+      const int64_t period = 2 * n;
+      int64_t k = i % period;
+      if (k < 0) k += period;
+      return k < n ? k : period - 1 - k;
+    }
+    case 4:
+      return Reflect101(i, n);
+    default:
+      return -1;
+  }
+}
+
+
 uint8_t SaturateRound(float v) {
   const float r = std::nearbyint(v);  // ties to even, as cvRound
   return static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
@@ -313,23 +334,7 @@ Tensor RemapSeparable(const Tensor& img, const SeparableRemap& remap, int interp
   uint8_t* dst = out.data<uint8_t>();
   const uint8_t fill = static_cast<uint8_t>(std::clamp(std::nearbyint(remap.fill), 0.0, 255.0));
   // Source index along one axis under the border mode; -1: the constant fill.
-  auto border = [&](int64_t i, int64_t n) -> int64_t {
-    if (i >= 0 && i < n) return i;
-    switch (remap.border) {
-      case 1:
-        return std::clamp<int64_t>(i, 0, n - 1);
-      case 2: {  // fedcba|abcdef|fedcba
-        const int64_t period = 2 * n;
-        int64_t k = i % period;
-        if (k < 0) k += period;
-        return k < n ? k : period - 1 - k;
-      }
-      case 4:
-        return Reflect101(i, n);
-      default:
-        return -1;
-    }
-  };
+  auto border = [&](int64_t i, int64_t n) { return BorderIndex(i, n, remap.border); };
   // Per axis: the two source indices and the weight of the second, on OpenCV's 1/32 pixel grid.
   struct Axis {
     int64_t i0, i1;
@@ -403,29 +408,6 @@ Tensor NormalizePerImage(const Tensor& img, const std::string& mode) {
   return out;
 }
 
-namespace {
-
-// Source index along one axis under an OpenCV border code (0 constant, 1 replicate, 2 reflect, 4 reflect_101) for
-// any offset; -1: the constant fill.
-int64_t BorderIndex(int64_t i, int64_t n, int border) {
-  if (i >= 0 && i < n) return i;
-  switch (border) {
-    case 1:
-      return std::clamp<int64_t>(i, 0, n - 1);
-    case 2: {  // fedcba|abcdef|fedcba
-      const int64_t period = 2 * n;
-      int64_t k = i % period;
-      if (k < 0) k += period;
-      return k < n ? k : period - 1 - k;
-    }
-    case 4:
-      return Reflect101(i, n);
-    default:
-      return -1;
-  }
-}
-
-}  // namespace
 
 Tensor RemapDense(const Tensor& img, const DenseRemap& remap, int interpolation) {
   RequireU8Image(img, "ElasticTransform", false);
