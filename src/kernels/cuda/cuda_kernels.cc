@@ -704,27 +704,17 @@ std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& bc) {
   if (axis < 0 || axis >= rank) return nullptr;
   const int64_t n = static_cast<int64_t>(bc.node.outputs.size());
   const int64_t dim = in[axis];
+  // The parts' sizes are the outputs' sizes along the axis, which the shape rule (ops/shape.cc) already resolved
+  // from `split` / `num_outputs`.
+  if (static_cast<int64_t>(bc.output_shapes.size()) != n) return nullptr;
   std::vector<int64_t> split;
-  if (bc.opset < 13) {
-    split = bc.node.GetInts("split");
-  } else if (Present(bc, 1)) {
-    const Tensor* t = Constant(bc, 1);
-    if (t == nullptr) return nullptr;
-    split = t->ToInt64Vector();
-  }
-  if (split.empty()) {
-    if (n == 0) return nullptr;
-    if (bc.opset >= 18 && bc.node.Has("num_outputs")) {
-      const int64_t chunk = (dim + n - 1) / n;
-      split.assign(n, chunk);
-      split.back() = dim - chunk * (n - 1);
-    } else {
-      split.assign(n, dim / n);
-    }
-  }
   int64_t sum = 0;
-  for (int64_t v : split) sum += v;
-  if (static_cast<int64_t>(split.size()) != n || sum != dim) return nullptr;
+  for (const Shape& o : bc.output_shapes) {
+    if (static_cast<int64_t>(o.size()) != rank) return nullptr;
+    split.push_back(o[axis]);
+    sum += o[axis];
+  }
+  if (sum != dim) return nullptr;
   const int64_t outer = Product(in, 0, axis), inner = Product(in, axis + 1, in.size());
   struct Part {
     StridedCopyGeometry g;
