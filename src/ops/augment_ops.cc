@@ -138,6 +138,23 @@ std::vector<double> GaussianKernel1D(int64_t size, double sigma) {
   return k;
 }
 
+std::vector<double> FixedPointTaps256(const std::vector<double>& taps) {
+  // OpenCV's GaussianBlur on CV_8U (getGaussianKernelFixedPoint_ED): from each end toward the centre, every tap is
+  // rounded (half to even) after adding the rounding error carried from its outer neighbour; the centre takes what
+  // makes the sum exactly 256.
+  const size_t n = taps.size(), half = n / 2;
+  std::vector<double> out(n);
+  double err = 0, sum = 0;
+  for (size_t i = 0; i < half; ++i) {
+    const double adjusted = taps[i] * 256.0 + err, v = std::nearbyint(adjusted);
+    err = adjusted - v;
+    out[i] = out[n - 1 - i] = v / 256.0;
+    sum += 2 * v;
+  }
+  out[half] = (256.0 - sum) / 256.0;
+  return out;
+}
+
 GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8) {
   if (node.op_type == "BoxBlur") {  // cv2.blur: equal taps
     const int64_t kx = std::clamp<int64_t>(node.GetInt("ksize_x", 1), 1, kMaxBlurKernel);
@@ -148,7 +165,9 @@ GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8) {
   const double sy = sy_attr > 0 ? sy_attr : sx;
   const int64_t kx = GaussianBlurKernelSize(node.GetInt("ksize_x", 0), sx, is_u8);
   const int64_t ky = GaussianBlurKernelSize(node.GetInt("ksize_y", 0), sy, is_u8);
-  return {GaussianKernel1D(kx, std::max(sx, 0.0)), GaussianKernel1D(ky, std::max(sy, 0.0))};
+  GaussianBlurTaps taps{GaussianKernel1D(kx, std::max(sx, 0.0)), GaussianKernel1D(ky, std::max(sy, 0.0))};
+  if (is_u8) taps = {FixedPointTaps256(taps.x), FixedPointTaps256(taps.y)};
+  return taps;
 }
 
 namespace {

@@ -102,8 +102,12 @@ std::vector<double> GaussianKernel1D(int64_t size, double sigma);
 struct GaussianBlurTaps {
   std::vector<double> x, y;
 };
-/// The separable taps of a validated GaussianBlur node (OpenCV's rules) or BoxBlur node (equal taps, cv2.blur): the
-/// one place both blurs' reference and fast kernels get them.
+/// OpenCV's 8-bit GaussianBlur taps: `taps` (odd count, sum 1) in whole 1/256ths, rounded with error diffusion from
+/// the ends inward, the centre making the sum exactly 1.
+std::vector<double> FixedPointTaps256(const std::vector<double>& taps);
+/// The separable taps of a validated GaussianBlur node (OpenCV's rules; uint8 images get FixedPointTaps256, as
+/// cv2.GaussianBlur computes 8-bit images in fixed point) or BoxBlur node (equal taps, cv2.blur): the one place both
+/// blurs' reference and fast kernels get them.
 GaussianBlurTaps GaussianBlurKernels(const Node& node, bool is_u8);
 /// The 'fill' values of a validated FillRects node (written as floats or ints).
 std::vector<float> FillRectsValues(const Node& node);

@@ -2,8 +2,8 @@
 // fast kernels: WarpPerspective in augment_warp_axis.cc (uint8, axis-aligned matrices: resize, crop, flip, pad, a
 // separable blend) and augment_warp_general.cc (other matrices), the uint8 colour ops and LookupTable in
 // augment_color_kernels.cc. The reference kernels in src/kernels/reference/augment.cc are the oracle and state the
-// arithmetic. GaussianBlur uint8 with taps that are multiples of 1/256 (OpenCV's fixed tables) is exact integer
-// arithmetic (AVX2 when the CPU has it); other taps accumulate in float where the reference uses double. Augmentation
+// arithmetic. GaussianBlur uint8 (taps in 1/256, as OpenCV) is exact integer arithmetic (AVX2 when the CPU has it);
+// float images and BoxBlur accumulate in float where the reference uses double. Augmentation
 // runs one image per thread, so the kernels are single-threaded; per-call buffers come from the thread's scratch block.
 #include <algorithm>
 #include <cmath>
@@ -133,7 +133,7 @@ class GaussianBlurKernel final : public Kernel {
   std::vector<int64_t> ext_cols_;
 };
 
-// uint8 taps that are all multiples of 1/256 (OpenCV's fixed tables: ksize <= 9 with sigma 0, and ksize 1). Then the
+// uint8 taps that are all multiples of 1/256 (every uint8 GaussianBlur: FixedPointTaps256, as OpenCV). Then the
 // reference's double sums are exact: the horizontal pass is an integer in 1/256 (at most 255 * 256, so uint16), the
 // vertical one an integer in 1/65536 (uint32), and the reference's round-half-up is (v + 32768) >> 16. This kernel
 // computes those integers, so it is bit-identical to the reference (and to OpenCV's bit-exact fixed point).
@@ -146,7 +146,7 @@ bool FixedPointTaps(const std::vector<double>& taps, std::vector<uint32_t>& out)
     out.push_back(static_cast<uint32_t>(scaled));
     sum += out.back();
   }
-  return sum == 256 && out.size() <= 9;
+  return sum == 256;
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -156,18 +156,24 @@ bool HaveAvx2() {
   return avx2;
 }
 
+// The row functions take the tap count as the template argument kTaps (sizes up to 9, unrolled) or, with kTaps 0, as
+// the run-time argument `taps`.
+constexpr int TapCount(int k_taps, int taps) { return k_taps > 0 ? k_taps : taps; }
+
 // 16 elements per step: bytes widened to uint16, multiplied by the tap, summed (no overflow: see above).
 template <int kTaps>
 __attribute__((target("avx2"))) int64_t BlurRowHorizontalAvx2(const uint8_t* ext, int64_t n, int64_t c,
-                                                              const uint32_t* k, uint16_t* out) {
-  __m256i w[kTaps];
-  for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
+                                                              const uint32_t* k, int taps, uint16_t* out) {
+  __m256i w[kTaps > 0 ? kTaps : 1];
+  if constexpr (kTaps > 0)
+    for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256i acc = _mm256_setzero_si256();
-    for (int t = 0; t < kTaps; ++t) {
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) {
       const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ext + i + t * c)));
-      acc = _mm256_add_epi16(acc, _mm256_mullo_epi16(x, w[t]));
+      const __m256i wt = kTaps > 0 ? w[t] : _mm256_set1_epi16(static_cast<int16_t>(k[t]));
+      acc = _mm256_add_epi16(acc, _mm256_mullo_epi16(x, wt));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), acc);
   }
@@ -177,16 +183,18 @@ __attribute__((target("avx2"))) int64_t BlurRowHorizontalAvx2(const uint8_t* ext
 // 16 elements per step: 32-bit products from the low and high halves of the 16 x 16-bit multiply.
 template <int kTaps>
 __attribute__((target("avx2"))) int64_t BlurRowVerticalAvx2(const uint16_t* const* rows, int64_t n, const uint32_t* k,
-                                                            uint8_t* out) {
-  __m256i w[kTaps];
-  for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
+                                                            int taps, uint8_t* out) {
+  __m256i w[kTaps > 0 ? kTaps : 1];
+  if constexpr (kTaps > 0)
+    for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
   const __m256i half = _mm256_set1_epi32(1 << 15);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256i acc_lo = half, acc_hi = half;
-    for (int t = 0; t < kTaps; ++t) {
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) {
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t] + i));
-      const __m256i lo = _mm256_mullo_epi16(x, w[t]), hi = _mm256_mulhi_epu16(x, w[t]);
+      const __m256i wt = kTaps > 0 ? w[t] : _mm256_set1_epi16(static_cast<int16_t>(k[t]));
+      const __m256i lo = _mm256_mullo_epi16(x, wt), hi = _mm256_mulhi_epu16(x, wt);
       acc_lo = _mm256_add_epi32(acc_lo, _mm256_unpacklo_epi16(lo, hi));
       acc_hi = _mm256_add_epi32(acc_hi, _mm256_unpackhi_epi16(lo, hi));
     }
@@ -199,41 +207,44 @@ __attribute__((target("avx2"))) int64_t BlurRowVerticalAvx2(const uint16_t* cons
 #endif
 
 template <int kTaps>
-void BlurRowHorizontalU16(const uint8_t* ext, int64_t n, int64_t c, const uint32_t* k, uint16_t* out) {
+void BlurRowHorizontalU16(const uint8_t* ext, int64_t n, int64_t c, const uint32_t* k, int taps, uint16_t* out) {
   int64_t i = 0;
 #ifdef OSPREY_BLUR_AVX2
-  if (HaveAvx2()) i = BlurRowHorizontalAvx2<kTaps>(ext, n, c, k, out);
+  if (HaveAvx2()) i = BlurRowHorizontalAvx2<kTaps>(ext, n, c, k, taps, out);
 #endif
   for (; i < n; ++i) {
     uint32_t v = 0;
-    for (int t = 0; t < kTaps; ++t) v += k[t] * ext[i + t * c];
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) v += k[t] * ext[i + t * c];
     out[i] = static_cast<uint16_t>(v);
   }
 }
 
 template <int kTaps>
-void BlurRowVerticalU8(const uint16_t* const* rows, int64_t n, const uint32_t* k, uint8_t* out) {
+void BlurRowVerticalU8(const uint16_t* const* rows, int64_t n, const uint32_t* k, int taps, uint8_t* out) {
   int64_t i = 0;
 #ifdef OSPREY_BLUR_AVX2
-  if (HaveAvx2()) i = BlurRowVerticalAvx2<kTaps>(rows, n, k, out);
+  if (HaveAvx2()) i = BlurRowVerticalAvx2<kTaps>(rows, n, k, taps, out);
 #endif
   for (; i < n; ++i) {
     uint32_t v = 1u << 15;
-    for (int t = 0; t < kTaps; ++t) v += k[t] * static_cast<uint32_t>(rows[t][i]);
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) v += k[t] * static_cast<uint32_t>(rows[t][i]);
     out[i] = static_cast<uint8_t>(v >> 16);
   }
 }
 
-using BlurHorizontalFn = void (*)(const uint8_t*, int64_t, int64_t, const uint32_t*, uint16_t*);
-using BlurVerticalFn = void (*)(const uint16_t* const*, int64_t, const uint32_t*, uint8_t*);
+using BlurHorizontalFn = void (*)(const uint8_t*, int64_t, int64_t, const uint32_t*, int, uint16_t*);
+using BlurVerticalFn = void (*)(const uint16_t* const*, int64_t, const uint32_t*, int, uint8_t*);
 
+// The unrolled row functions for 1 to 9 taps, else the run-time-count ones.
 template <int kTaps>
 void PickBlurRows(size_t taps, BlurHorizontalFn* h, BlurVerticalFn* v) {
-  if (taps == kTaps) {
+  if (taps == kTaps || kTaps == 0) {
     if (h) *h = BlurRowHorizontalU16<kTaps>;
     if (v) *v = BlurRowVerticalU8<kTaps>;
+    return;
   }
   if constexpr (kTaps > 1) PickBlurRows<kTaps - 2>(taps, h, v);
+  else PickBlurRows<0>(taps, h, v);
 }
 
 // Same structure as GaussianBlurKernel (ring of horizontally filtered rows), in integers.
@@ -279,12 +290,12 @@ class GaussianBlurU8FixedKernel final : public Kernel {
               std::memcpy(ext + (rx_ + d_.w + k2) * c, s + right_cols_[k2] * c, c);
             }
             std::memcpy(ext + rx_ * c, s, row);
-            horizontal_(ext, row, c, kx_.data(), slot(r));
+            horizontal_(ext, row, c, kx_.data(), static_cast<int>(kx_.size()), slot(r));
             slot_row[r % ring] = r;
           }
           rows[k] = slot(r);
         }
-        vertical_(rows, row, ky_.data(), dst + y * row);
+        vertical_(rows, row, ky_.data(), static_cast<int>(ky_.size()), dst + y * row);
       }
     }
   }

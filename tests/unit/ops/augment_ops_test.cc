@@ -362,6 +362,16 @@ TEST(AugmentOps, GaussianBlurKernelRules) {
   double sum = 0;
   for (double v : k11) sum += v;
   EXPECT_NEAR(sum, 1.0, 1e-12);
+  // uint8 taps in 1/256 (OpenCV's fixed point), size 5, sigma 1.3: x 256 = 25.286, 61.427, 82.575, ...; error
+  // diffusion gives 25 (carry +0.286), 62 (61.713), centre 256 - 2 * 87 = 82 (plain rounding: 25, 61, 84). cv2 agrees:
+  // GaussianBlur of a 255 impulse with ksize (5, 1), sigma 1.3 gives 25 62 82 62 25.
+  const std::vector<double> q = FixedPointTaps256(GaussianKernel1D(5, 1.3));
+  const double tq[5] = {25, 62, 82, 62, 25};
+  for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(q[i] * 256, tq[i]);
+  std::vector<uint8_t> impulse(9, 0);
+  impulse[4] = 255;
+  EXPECT_EQ(Bytes(RunRef(Blur(5, 1, 1.3f, 1.3f), U8({1, 9, 1}, impulse))),
+            (std::vector<uint8_t>{0, 0, 25, 62, 82, 62, 25, 0, 0}));
 }
 
 TEST(AugmentOps, GaussianBlurHandComputed) {
@@ -397,22 +407,22 @@ TEST(AugmentOps, GaussianBlurFastMatchesReference) {
         SCOPED_TRACE("ksize " + std::to_string(kx) + "x" + std::to_string(ky) + " sigma " + std::to_string(sx) + "," +
                      std::to_string(sy));
         const Node node = Blur(kx, ky, sx, sy);
-        // OpenCV's fixed taps (ksize <= 9, sigma 0) are multiples of 1/256: the integer kernel is exact.
-        if (sx == 0 && sy == 0 && kx <= 9 && ky <= 9)
-          ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8FixedPoint", 0);
-        else
-          ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8Separable", 1);
+        // uint8 taps are multiples of 1/256 (OpenCV's fixed point): the integer kernel is exact, unrolled up to 9
+        // taps, a run-time count beyond.
+        ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8FixedPoint", 0);
         ExpectFastMatches(node, RandomTensor({h, w, c}, ++seed, 0.f, 1.f), "GaussianBlurF32Separable", 1);
       }
   ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8FixedPoint", 0);
-  ExpectFastMatches(Blur(0, 0, 1.f, 0), RandomU8({3, 9, 11, 3}, 98), "GaussianBlurU8Separable", 1);
+  ExpectFastMatches(Blur(0, 0, 1.f, 0), RandomU8({3, 9, 11, 3}, 98), "GaussianBlurU8FixedPoint", 0);
   // Extremes of the 16-bit horizontal sums: all 255 stays 255, a checkerboard of 0 / 255.
   std::vector<uint8_t> white(20 * 37 * 3, 255), checker(20 * 37 * 3);
   for (size_t i = 0; i < checker.size(); ++i) checker[i] = (i / 3 + i / (37 * 3)) % 2 ? 255 : 0;
-  for (int64_t k : {1, 3, 5, 7, 9}) {
+  for (int64_t k : {1, 3, 5, 7, 9, 13, 21}) {
     ExpectFastMatches(Blur(k, k, 0, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
-    ExpectFastMatches(Blur(k, 9 - k + 1, 0, 0), U8({20, 37, 3}, checker), "GaussianBlurU8FixedPoint", 0);
+    ExpectFastMatches(Blur(k, std::max<int64_t>(1, 9 - k + 1), 0, 0), U8({20, 37, 3}, checker),
+                      "GaussianBlurU8FixedPoint", 0);
   }
+  ExpectFastMatches(Blur(0, 0, 6.f, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
 }
 
 TEST(AugmentOps, LookupTable) {
