@@ -89,11 +89,16 @@ struct HsvDivTables {
 // The reference builds tab = {v, v (1 - s), v t2, v t3} with t2 = 1 - s hh, t3 = 1 - s (1 - hh) and picks (b, g, r)
 // by sector; exactly one of t2, t3 appears per sector, so a pixel needs v, p = v (1 - s) and t = v (1 - s frac) with
 // frac = hh or 1 - hh (frac[h]), and a byte order (order[h]: bytes 0..2 = source of R, G, B among v = 0, p = 1, t = 2).
+// When the shifted hue of every h < 180 is (h + hue_shift) mod 180 (always, short of rounding at the fmod), the SIMD
+// kernels compute frac and order from the hue's sector (6 of them) with in-register permutes instead of gathers:
+// sector_order and sector_t3 (all ones where the sector uses t3, so frac = 1 - hh) per sector.
 struct HsvShiftTables {
   alignas(32) float frac[256];
   alignas(32) int32_t order[256];
   uint8_t order_bytes[256][3];
   int sat = 0, val = 0;
+  int hue_shift = -1;  // -1: not a rotation; use the tables
+  alignas(32) int32_t sector_order[8] = {}, sector_t3[8] = {};
 };
 
 HsvShiftTables MakeHsvShiftTables(double hue, float saturation, float value) {
@@ -103,10 +108,12 @@ HsvShiftTables MakeHsvShiftTables(double hue, float saturation, float value) {
   // |shift| <= 1e6 (schema); clamping to +-512 keeps clamp(x + shift, 0, 255) unchanged for x in [0, 255].
   t.sat = std::clamp(static_cast<int>(std::trunc(saturation)), -512, 512);
   t.val = std::clamp(static_cast<int>(std::trunc(value)), -512, 512);
+  int shifted[256];
   for (int v = 0; v < 256; ++v) {
     double h = std::fmod(v + hue, 180.0);
     if (h < 0) h += 180.0;
-    const float hf = static_cast<float>(static_cast<uint8_t>(std::min(std::floor(h), 179.0)));
+    shifted[v] = static_cast<uint8_t>(std::min(std::floor(h), 179.0));
+    const float hf = static_cast<float>(shifted[v]);
     float hh = hf * (6.f / 180.f);
     int sector = static_cast<int>(std::floor(hh));
     hh -= static_cast<float>(sector);
@@ -118,7 +125,12 @@ HsvShiftTables MakeHsvShiftTables(double hue, float saturation, float value) {
     t.order_bytes[v][1] = static_cast<uint8_t>(kSource[tab[1]]);
     t.order_bytes[v][2] = static_cast<uint8_t>(kSource[tab[0]]);
     t.order[v] = t.order_bytes[v][0] | t.order_bytes[v][1] << 8 | t.order_bytes[v][2] << 16 | 0x80 << 24;
+    t.sector_order[sector] = t.order[v];
+    t.sector_t3[sector] = uses_t3 ? -1 : 0;
   }
+  t.hue_shift = shifted[0];
+  for (int v = 0; v < 180; ++v)
+    if (shifted[v] != (v + shifted[0]) % 180) t.hue_shift = -1;
   return t;
 }
 
@@ -141,7 +153,7 @@ void ShiftHsvScalar(const HsvDivTables& div, const HsvShiftTables& t, const uint
 }
 
 #ifdef OSPREY_AUGMENT_AVX2
-__attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvDivTables& div, const HsvShiftTables& t,
+__attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t,
                                                      const uint8_t* src, uint8_t* dst, int64_t n) {
   const __m256i round = _mm256_set1_epi32(1 << 11), c180 = _mm256_set1_epi32(180), zero = _mm256_setzero_si256();
   const __m256i sat = _mm256_set1_epi32(t.sat), val = _mm256_set1_epi32(t.val);
@@ -150,25 +162,48 @@ __attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvDivTables& div, co
   // pshufb works within 128-bit lanes: the order bytes of pixel k index bytes 4k..4k+2 of its lane.
   const __m256i lane_offsets =
       _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+  // The division tables by float division, rounded to nearest: equal to sdiv / hdiv for every index 1..255 (float
+  // quotients are within 0.06 of the exact ones, and none of these lies within 0.06 of a rounding tie); index 0 (where
+  // the product is 0 anyway) divides by 1. Divisions are cheaper than gathers.
+  const __m256 sdiv_num = _mm256_set1_ps(255 << 12), hdiv_num = _mm256_set1_ps((180 << 12) / 6);
+  const __m256i one_i = _mm256_set1_epi32(1), hue_shift = _mm256_set1_epi32(t.hue_shift);
+  const __m256 sixth = _mm256_set1_ps(6.f / 180.f);
+  const __m256i sector_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_order));
+  const __m256i sector_t3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_t3));
+  const bool rotation = t.hue_shift >= 0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i r, g, b;
     LoadRgb8(src + i * 3, r, g, b);
     const __m256i v = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
     const __m256i diff = _mm256_sub_epi32(v, _mm256_min_epi32(_mm256_min_epi32(r, g), b));
-    const __m256i s = _mm256_srai_epi32(
-        _mm256_add_epi32(_mm256_mullo_epi32(diff, _mm256_i32gather_epi32(div.sdiv, v, 4)), round), 12);
+    const __m256i sdiv = _mm256_cvtps_epi32(_mm256_div_ps(sdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(v, one_i))));
+    const __m256i hdiv = _mm256_cvtps_epi32(_mm256_div_ps(hdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(diff, one_i))));
+    const __m256i s = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(diff, sdiv), round), 12);
     const __m256i h_r = _mm256_sub_epi32(g, b);
     const __m256i h_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), _mm256_add_epi32(diff, diff));
     const __m256i h_b = _mm256_add_epi32(_mm256_sub_epi32(r, g), _mm256_slli_epi32(diff, 2));
     __m256i h =
         _mm256_blendv_epi8(_mm256_blendv_epi8(h_b, h_g, _mm256_cmpeq_epi32(v, g)), h_r, _mm256_cmpeq_epi32(v, r));
-    h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, _mm256_i32gather_epi32(div.hdiv, diff, 4)), round),
-                          12);
+    h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, hdiv), round), 12);
     h = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), c180));
     const __m256 vf = _mm256_mul_ps(_mm256_cvtepi32_ps(Clamp255(_mm256_add_epi32(v, val))), inv255);
     const __m256 sf = _mm256_mul_ps(_mm256_cvtepi32_ps(Clamp255(_mm256_add_epi32(s, sat))), inv255);
-    const __m256 frac = _mm256_i32gather_ps(t.frac, h, 4);
+    __m256 frac;
+    __m256i order;
+    if (rotation) {  // the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes
+      __m256i hs = _mm256_add_epi32(h, hue_shift);
+      hs = _mm256_sub_epi32(hs, _mm256_and_si256(_mm256_cmpgt_epi32(hs, _mm256_set1_epi32(179)), c180));
+      const __m256 hh = _mm256_mul_ps(_mm256_cvtepi32_ps(hs), sixth);
+      const __m256i sector = _mm256_cvttps_epi32(hh);
+      const __m256 within = _mm256_sub_ps(hh, _mm256_cvtepi32_ps(sector));
+      frac = _mm256_blendv_ps(within, _mm256_sub_ps(one_f, within),
+                              _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(sector_t3, sector)));
+      order = _mm256_permutevar8x32_epi32(sector_order, sector);
+    } else {
+      frac = _mm256_i32gather_ps(t.frac, h, 4);
+      order = _mm256_i32gather_epi32(t.order, h, 4);
+    }
     // t = float(1 - double(s) * frac): the product is exact in double, as in the reference.
     const __m128 t_lo =
         _mm256_cvtpd_ps(_mm256_sub_pd(one_d, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(sf)),
@@ -181,8 +216,7 @@ __attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvDivTables& div, co
     const __m256i cp = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255)));
     const __m256i ct = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255)));
     const __m256i sources = _mm256_or_si256(cv, _mm256_or_si256(_mm256_slli_epi32(cp, 8), _mm256_slli_epi32(ct, 16)));
-    const __m256i order = _mm256_add_epi8(_mm256_i32gather_epi32(t.order, h, 4), lane_offsets);
-    StoreRgb8(dst + i * 3, _mm256_shuffle_epi8(sources, order));
+    StoreRgb8(dst + i * 3, _mm256_shuffle_epi8(sources, _mm256_add_epi8(order, lane_offsets)));
   }
   return i;
 }
@@ -284,7 +318,7 @@ class ShiftHsvKernel final : public Kernel {
     if (simd_ >= kSimdAvx512)
       done = ShiftHsvAvx512(div, tables_, src, dst, n);
     else if (simd_ >= kSimdAvx2)
-      done = ShiftHsvAvx2(div, tables_, src, dst, n);
+      done = ShiftHsvAvx2(tables_, src, dst, n);
 #endif
     ShiftHsvScalar(div, tables_, src + done * 3, dst + done * 3, n - done);
   }

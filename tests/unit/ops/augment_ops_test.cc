@@ -544,7 +544,8 @@ TEST(AugmentOps, ColourFastMatchesReference) {
   const std::vector<Tensor> images = {RandomU8({1, 1, 3}, 1), RandomU8({7, 13, 3}, 2), RandomU8({33, 31, 3}, 3),
                                       RandomU8({2, 5, 9, 3}, 4)};
   const std::vector<std::tuple<float, float, float>> shifts = {{12.6f, 0, 0},  {-17.3f, 25.9f, -30.2f}, {180, 0, 0},
-                                                               {0, -40.5f, 0}, {-359.5f, 300, 1},       {0.25f, 0, 0}};
+                                                               {0, -40.5f, 0}, {-359.5f, 300, 1},       {0.25f, 0, 0},
+                                                               {-1e-30f, 0, 0}};  // not a rotation: gathers
   for (const std::string& level : kSimdLevels) {
     const ScopedSimdCap cap(level);
     SCOPED_TRACE("simd '" + level + "'");
