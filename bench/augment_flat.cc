@@ -12,8 +12,8 @@
 #include <iostream>
 #include <random>
 
-#include "cli/augment.h"
 #include "osprey/augment.h"
+#include "osprey/dataset.h"
 
 using namespace osprey;
 using namespace osprey::augment;
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   app.add_option("--window", window, "Images per measured window")->check(CLI::Range(int64_t{1}, int64_t{1000000}))->capture_default_str();
   app.add_option("--seed", seed, "Run seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  osprey::cli::UseHeapForImageBuffers();  // as `osprey augment` does
+  osprey::augment::UseHeapForImageBuffers();  // as `osprey augment` does
   if (2 * window > items) window = items / 2;
 
   const Pipeline pipeline = Pipeline::FromJson(kPipeline);

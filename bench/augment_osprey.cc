@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <thread>
 
-#include "cli/augment.h"
 #include "osprey/augment.h"
 #include "osprey/dataset.h"
 #include "osprey/image.h"
@@ -24,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
   app.add_option("--repeats", repeats, "Passes over the dataset")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
-  osprey::cli::UseHeapForImageBuffers();  // as `osprey augment` does
+  osprey::augment::UseHeapForImageBuffers();  // as `osprey augment` does
   try {
     const Pipeline pipeline = Pipeline::FromFile(pipeline_path);
     Dataset ds = ReadDataset(input);

@@ -1,7 +1,8 @@
 #pragma once
-/// Detection datasets on disk (COCO and YOLO) for `osprey augment`, image encoding, and preview drawing.
-/// See docs/augment.md for the layouts read and written.
+/// Detection datasets on disk (COCO and YOLO) for `osprey augment`, image encoding, preview drawing, and the dataset
+/// runner behind `osprey augment` (RunDataset). See docs/augment.md for the layouts read and written.
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -103,5 +104,34 @@ class DatasetWriter {
 Tensor DrawObjects(const Tensor& image, const std::vector<Object>& objects);
 /// Tiles images into a grid (cols = ceil(sqrt(n))), each scaled to fit a `cell` x `cell` square, uint8 RGB.
 Tensor ContactSheet(const std::vector<Tensor>& images, int64_t cell = 320);
+
+/// What `osprey augment` does, as options (docs/augment.md, "The CLI": each field is the option of the same name).
+struct RunOptions {
+  std::string pipeline;
+  std::string input;
+  std::string format = "auto";         // input: auto | coco | yolo
+  std::string output;
+  std::string output_format = "same";  // same | coco | yolo
+  std::string image_format = "same";   // same | jpeg | png | webp
+  int quality = 95;
+  int64_t copies = 1;
+  uint64_t seed = 0;
+  int threads = 0;  // 0 = all cores
+  std::string shard;  // "I/N", 0 <= I < N
+  bool resume = false;
+  int64_t preview = 0;
+  std::string progress = "auto";  // auto | bar | lines | none
+};
+
+/// Augments a dataset (docs/augment.md): every (image, copy) through the pipeline on `threads` threads, resumable and
+/// shardable, byte-identical output for a given seed. Progress and per-item problems go to `err`, the summary to
+/// `out`. Returns 0 when every item was written without problems, 1 when any item failed or had annotation problems.
+/// Throws osprey::Error for problems found before work starts (bad pipeline, unreadable dataset, bad options).
+/// Calls UseHeapForImageBuffers.
+int RunDataset(const RunOptions& options, std::ostream& out, std::ostream& err);
+
+/// Process policy for augmentation runs: image-sized buffers come from malloc's heap (reused per item) instead of
+/// per-buffer mappings (page faults per item). Called by RunDataset; the augmentation benchmarks call it too.
+void UseHeapForImageBuffers();
 
 }  // namespace osprey::augment
