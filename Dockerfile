@@ -8,7 +8,7 @@ FROM debian:12 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config ca-certificates \
       libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev nlohmann-json3-dev libcli11-dev \
-      libturbojpeg0-dev libspng-dev libwebp-dev libboost-dev libspdlog-dev libgrpc++-dev protobuf-compiler-grpc \
+      libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev libboost-dev libspdlog-dev libgrpc++-dev protobuf-compiler-grpc \
       libgtest-dev libgmock-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -25,7 +25,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(
 FROM debian:12 AS runtime
 # The runtime halves of the -dev packages above: exactly what `ldd osprey-server` lists.
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libdnnl2 libprotobuf32 libonnx1 libturbojpeg0 libspng0 libwebp7 libspdlog1.10 libfmt9 libgrpc++1.51 \
+      libdnnl2 libprotobuf32 libonnx1 libturbojpeg0 libjpeg62-turbo libspng0 libwebp7 libspdlog1.10 libfmt9 libgrpc++1.51 \
       libgrpc29 libabsl20220623 libc-ares2 libre2-9 libssl3 ocl-icd-libopencl1 libgomp1 curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin osprey

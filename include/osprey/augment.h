@@ -44,6 +44,10 @@ struct Sample {
   /// moved by geometric steps, never dropped by the box filter; one that leaves the image becomes 0, 0, 0. Not with
   /// Mosaic.
   std::vector<double> keypoints;
+  /// When `image` is only a window of the source image (Pipeline::SourceWindow): the source's size and the window's
+  /// top-left pixel; objects and keypoints stay in source coordinates. 0 x 0 (the default): `image` is the whole
+  /// source. Not with masks or Mosaic.
+  int64_t source_width = 0, source_height = 0, window_x = 0, window_y = 0;
 };
 
 /// Box conventions seen at the edges (files, the library API). Internally boxes are always absolute x0, y0, x1, y1.
@@ -111,6 +115,14 @@ class Pipeline {
   const BoxFilter& box_filter() const;
   /// One line per transform, indented by nesting (for --help-style output and logs).
   std::string Describe() const;
+
+  /// The part of a `width` x `height` source image (with `channels` and `objects`) that Apply with `seed` reads: when
+  /// the pipeline starts with geometric steps whose composed warp is affine and reads less than the whole image, sets
+  /// `window` to {x0, y0, x1, y1} (pixel columns [x0, x1), rows [y0, y1)) and returns true; else returns false (read
+  /// the whole image). Applying the pipeline to that window (Sample::source_width etc.) gives the very same bytes as
+  /// applying it to the whole image, so a decoder can skip the rest (osprey augment decodes JPEG windows this way).
+  bool SourceWindow(int64_t width, int64_t height, int channels, const std::vector<Object>& objects, uint64_t seed,
+                    std::array<int64_t, 4>* window) const;
 
   /// Applies the pipeline to `sample` with every random choice drawn from `seed`. `others` supplies extra samples
   /// for Mosaic (called with 0, 1, 2 for the three other tiles, after the random choice of whether Mosaic fires);

@@ -33,6 +33,12 @@ struct DecodeOptions {
   int64_t min_height = 0;
   /// Apply the JPEG EXIF orientation tag (1..8) as Pillow's ImageOps.exif_transpose does.
   bool apply_exif_orientation = true;
+  /// Decode only this window of the image: columns [region_x, region_x + region_width) and rows [region_y, region_y +
+  /// region_height) of what a full decode gives (orientation applied). Width and height 0 (the default) mean the whole
+  /// image. The pixels equal the full decode's; JPEGs stored upright (no EXIF rotation) decode only the rows and the
+  /// (iMCU-aligned) columns the window needs, other images decode whole and are cropped. A window outside the image,
+  /// or one combined with min_width / min_height, is refused (kInvalidArgument).
+  int64_t region_x = 0, region_y = 0, region_width = 0, region_height = 0;
 };
 
 /// What a decode did; filled on request.
@@ -52,6 +58,11 @@ struct DecodeInfo {
 /// Throws Error kInvalidArgument for unknown, malformed, truncated or too-large images (the message says which),
 /// kUnsupported for valid files using features not handled (e.g. RLE BMP, animated WebP).
 Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options = {}, DecodeInfo* info = nullptr);
+
+/// The width and height a full decode of `data` with `options` gives (EXIF orientation applied as the options say),
+/// from the header alone. JPEG only: returns false for other formats and for headers it cannot read (decode those to
+/// learn their size; the decoder reports what is wrong).
+bool PeekImageSize(const void* data, size_t size, const DecodeOptions& options, int64_t* width, int64_t* height);
 
 /// Reads and decodes an image file. Errors as DecodeImage with the path prefixed; kNotFound when it cannot be opened.
 Tensor ReadImageFile(const std::string& path, const DecodeOptions& options = {}, DecodeInfo* info = nullptr);

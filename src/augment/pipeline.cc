@@ -81,6 +81,9 @@ std::vector<float> MatrixAttr(const Mat3& m) {
   return v;
 }
 
+// Thrown by a dry run (Executor::StartDry) at the first step that is not part of the leading geometric run.
+struct DryRunEnd {};
+
 // The image work of one application: a chain of graphs (split only by encode/decode round trips) plus the pending
 // geometric run and the objects.
 class Executor {
@@ -93,6 +96,65 @@ class Executor {
     masks_ = s.masks;
     keypoints_ = s.keypoints;
     StartGraph();
+    if (s.source_width > 0 || s.source_height > 0) {  // a window of the source: the geometry sees the whole source
+      if (!s.masks.empty())
+        throw Error(ErrorCode::kInvalidArgument, "augment: a sample that is a window of its source cannot have masks");
+      if (s.window_x < 0 || s.window_y < 0 || s.window_x + w_ > s.source_width || s.window_y + h_ > s.source_height)
+        throw Error(ErrorCode::kInvalidArgument, "augment: the " + std::to_string(w_) + "x" + std::to_string(h_) +
+                                                     " window at (" + std::to_string(s.window_x) + ", " +
+                                                     std::to_string(s.window_y) + ") is not inside the " +
+                                                     std::to_string(s.source_width) + "x" +
+                                                     std::to_string(s.source_height) + " source");
+      w_ = gw_ = s.source_width, h_ = gh_ = s.source_height;
+      window_x_ = s.window_x, window_y_ = s.window_y;
+      window_pending_ = true;
+    }
+  }
+
+  // Geometry only, no pixels: the walk runs until the first step that is not part of the leading geometric run
+  // (DryRunEnd), so Window() sees the composed warp Apply will run first.
+  void StartDry(int64_t width, int64_t height, int channels, const std::vector<Object>& objects) {
+    dry_ = true;
+    objects_ = objects;
+    w_ = gw_ = width, h_ = gh_ = height, c_ = channels;
+  }
+
+  // The source pixels the pending warp reads (Pipeline::SourceWindow); false when that is all of them or cannot be
+  // bounded exactly (perspective warps).
+  bool Window(std::array<int64_t, 4>* window) const {
+    if (!geo_pending_ || (m_.IsIdentity() && w_ == gw_ && h_ == gh_)) return false;
+    const std::vector<float> a = MatrixAttr(PixelInverseMap(m_));
+    if (a[6] != 0.f || a[7] != 0.f || a[8] != 1.f) return false;
+    // The kernels read the taps at floor(p) and floor(p) + 1 of each output pixel's source position p, which is
+    // affine in the output pixel: its extremes are at the corners. Two pixels of margin on each side.
+    const double xs[2] = {0.0, double(w_ - 1)}, ys[2] = {0.0, double(h_ - 1)};
+    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY};
+    for (double x : xs)
+      for (double y : ys)
+        for (int k = 0; k < 2; ++k) {
+          const double p = double(a[3 * k]) * x + double(a[3 * k + 1]) * y + double(a[3 * k + 2]);
+          lo[k] = std::min(lo[k], p), hi[k] = std::max(hi[k], p);
+        }
+    const int64_t size[2] = {gw_, gh_};
+    int64_t begin[2], end[2];
+    for (int k = 0; k < 2; ++k) {
+      if (!(lo[k] > -1e9 && hi[k] < 1e9)) return false;
+      const int64_t b = static_cast<int64_t>(std::floor(lo[k])) - 2, e = static_cast<int64_t>(std::floor(hi[k])) + 4;
+      begin[k] = std::clamp<int64_t>(b, 0, size[k]), end[k] = std::clamp<int64_t>(e, 0, size[k]);
+      // Reads beyond an edge take border pixels: constant and replicate borders see the same edge in the window
+      // (the window reaches that edge); reflecting ones mirror back inside, which the window must then cover.
+      if (border_ == 2 || border_ == 4) {
+        if (b < 0) end[k] = std::max(end[k], std::min(size[k], -b + 2));
+        if (e > size[k]) begin[k] = std::min(begin[k], std::max<int64_t>(0, 2 * size[k] - e - 2));
+      }
+      if (begin[k] >= end[k]) return false;
+      // The window's matrix is the source's with the offset taken from its translation, which must stay exact.
+      const float t = a[3 * k + 2];
+      if (double(t - float(begin[k])) != double(t) - double(begin[k])) return false;
+    }
+    if (begin[0] == 0 && begin[1] == 0 && end[0] == gw_ && end[1] == gh_) return false;
+    *window = {begin[0], begin[1], end[0], end[1]};
+    return true;
   }
 
   // Mosaic: four images, each warped into its cell of the canvas by `forward[i]`, cells concatenated.
@@ -153,6 +215,7 @@ class Executor {
   }
 
   void AddGeo(const GeoStep& s) {
+    if (dry_ && (s.remap || s.dense)) throw DryRunEnd{};
     if (s.remap) {
       // A displacement field is no matrix: the pending warp runs first, then the field on the host (filters.h).
       FlushGeo();
@@ -196,6 +259,7 @@ class Executor {
   }
 
   void AddPhoto(const PhotoStep& s) {
+    if (dry_) throw DryRunEnd{};
     FlushGeo();
     if (s.host) {
       RunGraph();
@@ -252,11 +316,19 @@ class Executor {
   }
 
   void FlushGeo() {
-    if (!geo_pending_) return;
+    if (!geo_pending_ && !window_pending_) return;
     geo_pending_ = false;
-    if (!(m_.IsIdentity() && w_ == gw_ && h_ == gh_)) {
+    if (!(m_.IsIdentity() && w_ == gw_ && h_ == gh_) || window_pending_) {
+      std::vector<float> matrix = MatrixAttr(PixelInverseMap(m_));
+      if (window_pending_) {  // the image is a window of the source: source pixel (x, y) is its (x - wx, y - wy)
+        if (matrix[6] != 0.f || matrix[7] != 0.f || matrix[8] != 1.f)
+          throw Error(ErrorCode::kInvalidArgument, "augment: a window of the source needs an affine first warp "
+                                                   "(use Pipeline::SourceWindow to choose windows)");
+        matrix[2] -= static_cast<float>(window_x_), matrix[5] -= static_cast<float>(window_y_);
+        window_pending_ = false;
+      }
       x_ = b_->Op("WarpPerspective", {x_},
-                  {{"matrix", Attribute::Floats(MatrixAttr(PixelInverseMap(m_)))},
+                  {{"matrix", Attribute::Floats(matrix)},
                    {"height", Attribute::Int(h_)},
                    {"width", Attribute::Int(w_)},
                    {"mode", Attribute::String(interp_ == 1 ? "bilinear" : "nearest")},
@@ -329,6 +401,9 @@ class Executor {
   int c_ = 3;
   Mat3 m_;
   bool geo_pending_ = false;
+  bool dry_ = false;             // StartDry: geometry only
+  bool window_pending_ = false;  // Start with a window: the first warp reads it at (window_x_, window_y_)
+  int64_t window_x_ = 0, window_y_ = 0;
   int interp_ = -1, border_ = -1;
   double fill_ = 0;
 };
@@ -525,6 +600,20 @@ std::string Pipeline::Describe() const {
   return os.str();
 }
 
+bool Pipeline::SourceWindow(int64_t width, int64_t height, int channels, const std::vector<Object>& objects,
+                            uint64_t seed, std::array<int64_t, 4>* window) const {
+  const ParsedPipeline& p = impl_->parsed;
+  if (p.mosaic || width < 1 || height < 1) return false;
+  Rng rng(seed);  // the same draws, in the same order, as Apply's walk up to the first non-geometric step
+  Executor ex(p.filter, nullptr);
+  ex.StartDry(width, height, channels, objects);
+  try {
+    Walk(p.root, rng, ex, false, nullptr);
+  } catch (const DryRunEnd&) {
+  }
+  return ex.Window(window);
+}
+
 Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<Sample(int)>& others,
                        ApplyReport* report) const {
   const Tensor& img = sample.image;
@@ -551,9 +640,9 @@ Sample Pipeline::Apply(const Sample& sample, uint64_t seed, const std::function<
   Rng rng(seed);
   Executor ex(p.filter, report);
   if (p.mosaic && rng.Chance(p.mosaic->p)) {
-    if (!sample.masks.empty() || !sample.keypoints.empty())
-      throw Error(ErrorCode::kUnsupported,
-                  "augment: Mosaic with masks or free keypoints is not supported; drop them or the Mosaic");
+    if (!sample.masks.empty() || !sample.keypoints.empty() || sample.source_width > 0)
+      throw Error(ErrorCode::kUnsupported, "augment: Mosaic with masks, free keypoints or a window of the source is "
+                                           "not supported; drop them or the Mosaic");
     if (!others)
       throw Error(ErrorCode::kInvalidArgument, "augment: the pipeline starts with Mosaic, which needs 3 more images");
     const MosaicSpec& m = *p.mosaic;

@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <mutex>
@@ -140,12 +142,54 @@ class FileLock {
   int fd_ = -1;
 };
 
-Sample LoadSample(const DatasetItem& item) {
+// Windowed decoding (Pipeline::SourceWindow) is on unless OSPREY_AUGMENT_WINDOWS=0 (for measurements; the output is
+// the same either way).
+bool WindowsEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSPREY_AUGMENT_WINDOWS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// The source image of an item with its objects. When `pipeline` is given and every application in `seeds` starts with
+// a warp that reads only part of a JPEG, only the union of those parts is decoded (a window: the same output bytes,
+// less decoding); otherwise the whole image.
+Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr, const std::vector<uint64_t>& seeds = {}) {
   DecodeOptions opts;
   opts.channels = 3;
   Sample s;
-  s.image = ReadImageFile(item.image_path, opts);
   DatasetItem copy = item;
+  if (pipeline != nullptr && !seeds.empty() && WindowsEnabled()) {
+    std::ifstream file(item.image_path, std::ios::binary | std::ios::ate);
+    const std::streamoff length = file ? static_cast<std::streamoff>(file.tellg()) : -1;
+    std::string bytes(length > 0 ? static_cast<size_t>(length) : 0, '\0');
+    int64_t width = 0, height = 0;
+    if (length > 0 && file.seekg(0) && file.read(bytes.data(), length) &&
+        PeekImageSize(bytes.data(), bytes.size(), opts, &width, &height) && width * height <= opts.max_pixels) {
+      if (copy.normalized) ResolveYolo(copy, width, height);
+      std::array<int64_t, 4> all = {width, height, 0, 0}, one{};
+      bool windowed = true;
+      for (uint64_t seed : seeds) {
+        windowed = windowed && pipeline->SourceWindow(width, height, 3, copy.objects, seed, &one);
+        if (!windowed) break;
+        all = {std::min(all[0], one[0]), std::min(all[1], one[1]), std::max(all[2], one[2]), std::max(all[3], one[3])};
+      }
+      if (windowed) {
+        opts.region_x = all[0], opts.region_y = all[1];
+        opts.region_width = all[2] - all[0], opts.region_height = all[3] - all[1];
+        s.source_width = width, s.source_height = height, s.window_x = all[0], s.window_y = all[1];
+      }
+      try {
+        s.image = DecodeImage(bytes.data(), bytes.size(), opts);
+      } catch (const Error& e) {
+        throw Error(e.code(), item.image_path + ": " + e.what());
+      }
+      s.objects = std::move(copy.objects);
+      return s;
+    }
+  }
+  s.image = ReadImageFile(item.image_path, opts);
   if (copy.normalized) ResolveYolo(copy, s.image.dim(1), s.image.dim(0));
   s.objects = std::move(copy.objects);
   return s;
@@ -261,7 +305,10 @@ int RunDataset(const RunOptions& o, std::ostream& out, std::ostream& err) {
         try {
           if (!source && source_error.empty()) {
             try {
-              source = LoadSample(item);
+              std::vector<uint64_t> seeds;  // every copy of this image still to do
+              for (size_t u = t; u < groups[g].second; ++u)
+                seeds.push_back(ItemSeed(o.seed, static_cast<uint64_t>(i), static_cast<uint64_t>(todo[u] % k)));
+              source = LoadSample(item, &pipeline, seeds);
             } catch (const std::exception& e) {
               source_error = e.what();
             }

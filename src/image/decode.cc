@@ -167,7 +167,35 @@ Tensor ApplyOrientation(const Tensor& image, int orientation) {
   return out;
 }
 
+bool CheckRegion(const DecodeOptions& o, int64_t width, int64_t height) {
+  if (o.region_width == 0 && o.region_height == 0 && o.region_x == 0 && o.region_y == 0) return false;
+  if (o.min_width > 0 || o.min_height > 0)
+    throw Error(ErrorCode::kInvalidArgument, "DecodeOptions: a region cannot be combined with min_width/min_height");
+  if (o.region_x < 0 || o.region_y < 0 || o.region_width < 1 || o.region_height < 1 ||
+      o.region_width > width - o.region_x || o.region_height > height - o.region_y)
+    throw Error(ErrorCode::kInvalidArgument,
+                "DecodeOptions: region " + std::to_string(o.region_width) + "x" + std::to_string(o.region_height) +
+                    " at (" + std::to_string(o.region_x) + ", " + std::to_string(o.region_y) + ") is not inside the " +
+                    std::to_string(width) + "x" + std::to_string(height) + " image");
+  return true;
+}
+
+Tensor CropToRegion(const Tensor& image, const DecodeOptions& o) {
+  const int64_t h = image.dim(0), w = image.dim(1), c = image.dim(2);
+  if (!CheckRegion(o, w, h)) return image;
+  Tensor out(DType::kU8, {o.region_height, o.region_width, c});
+  for (int64_t r = 0; r < o.region_height; ++r)
+    std::memcpy(out.data<uint8_t>() + r * o.region_width * c,
+                image.data<uint8_t>() + ((o.region_y + r) * w + o.region_x) * c, o.region_width * c);
+  return out;
+}
+
 }  // namespace image_internal
+
+bool PeekImageSize(const void* data, size_t size, const DecodeOptions& options, int64_t* width, int64_t* height) {
+  if (data == nullptr || DetectImageFormat(data, size) != ImageFormat::kJpeg) return false;
+  return image_internal::PeekJpegSize(static_cast<const uint8_t*>(data), size, options, width, height);
+}
 
 Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options, DecodeInfo* info) {
   image_internal::CheckChannels(options);
@@ -185,11 +213,11 @@ Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options, 
     case ImageFormat::kJpeg:
       return image_internal::DecodeJpeg(bytes, size, options, out_info);
     case ImageFormat::kPng:
-      return image_internal::DecodePng(bytes, size, options, out_info);
+      return image_internal::CropToRegion(image_internal::DecodePng(bytes, size, options, out_info), options);
     case ImageFormat::kWebp:
-      return image_internal::DecodeWebp(bytes, size, options, out_info);
+      return image_internal::CropToRegion(image_internal::DecodeWebp(bytes, size, options, out_info), options);
     case ImageFormat::kBmp:
-      return image_internal::DecodeBmp(bytes, size, options, out_info);
+      return image_internal::CropToRegion(image_internal::DecodeBmp(bytes, size, options, out_info), options);
     default:
       break;
   }

@@ -33,6 +33,15 @@ JpegMarkers ScanJpegMarkers(const uint8_t* data, size_t size);
 /// Orientation tag (0x0112) of IFD0 in a TIFF-structured EXIF block; 1 when absent, out of range or malformed.
 int ParseExifOrientation(const uint8_t* tiff, size_t size);
 
+/// Validates the options' region (DecodeOptions::region_*) against a width x height decode; true when one is set.
+bool CheckRegion(const DecodeOptions& options, int64_t width, int64_t height);
+/// The options' region of a fully decoded image (the image itself when no region is set).
+Tensor CropToRegion(const Tensor& image, const DecodeOptions& options);
+
+/// Width and height of a JPEG as DecodeJpeg would return them (orientation per the options); false when the header
+/// cannot be read.
+bool PeekJpegSize(const uint8_t* data, size_t size, const DecodeOptions& options, int64_t* width, int64_t* height);
+
 Tensor DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options, DecodeInfo* info);
 Tensor DecodePng(const uint8_t* data, size_t size, const DecodeOptions& options, DecodeInfo* info);
 Tensor DecodeWebp(const uint8_t* data, size_t size, const DecodeOptions& options, DecodeInfo* info);

@@ -1,10 +1,17 @@
 // JPEG through libjpeg-turbo's TurboJPEG API: header first (limits before allocation), optional DCT-domain
-// downscaling, grayscale and CMYK/YCCK sources, EXIF orientation applied after decoding.
+// downscaling, grayscale and CMYK/YCCK sources, EXIF orientation applied after decoding. A window of an upright image
+// (DecodeOptions::region_*) goes through libjpeg-turbo's libjpeg API instead, which can skip rows and crop columns.
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+
+#include <jerror.h>
+#include <jpeglib.h>
 
 #include "image/decode_internal.h"
 
@@ -56,7 +63,94 @@ void CmykToRgb(const uint8_t* cmyk, int64_t pixels, uint8_t* rgb) {
   }
 }
 
+// libjpeg reports errors through a callback that must not return: it longjmps back to DecodeWindow, which keeps no
+// C++ object alive across the jump (the output buffer belongs to the caller, the row buffer to libjpeg's pool).
+struct WindowErrors {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  bool truncated;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void WindowErrorExit(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<WindowErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings (level -1) are corrupt data libjpeg works around. As in DecodeJpeg (TurboJPEG keeps the first warning's
+// text), the image is refused when the first warning is a premature end (the rest filled with grey).
+void WindowMessage(j_common_ptr cinfo, int level) {
+  auto* e = reinterpret_cast<WindowErrors*>(cinfo->err);
+  if (level >= 0 || cinfo->err->num_warnings++ > 0) return;
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    e->truncated = true;
+    (*cinfo->err->format_message)(cinfo, e->message);
+  }
+}
+
+// Rows [y, y + h) and columns [x, x + w) of a JPEG as RGB (channels 3) or gray (1) into `out` (h * w * channels
+// bytes): jpeg_skip_scanlines over the rows above and below, jpeg_crop_scanline to the iMCU columns around the window.
+// Returns false with errors->message (and errors->truncated) on failure.
+bool DecodeWindow(const uint8_t* data, size_t size, JDIMENSION x, JDIMENSION y, JDIMENSION w, JDIMENSION h,
+                  int channels, uint8_t* out, WindowErrors* errors) {
+  jpeg_decompress_struct cinfo;
+  cinfo.err = jpeg_std_error(&errors->pub);
+  errors->pub.error_exit = WindowErrorExit;
+  errors->pub.emit_message = WindowMessage;
+  errors->truncated = false;
+  errors->message[0] = '\0';
+  jpeg_create_decompress(&cinfo);
+  if (setjmp(errors->jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  // Fancy (smooth) chroma upsampling reads the neighbouring chroma samples, which a crop edge replaces with copies of
+  // its own: decoding one more iMCU column (at most 32 pixels) on each side keeps the window's pixels exact.
+  const JDIMENSION margin = 32;
+  JDIMENSION left = x > margin ? x - margin : 0;
+  JDIMENSION width = std::min<JDIMENSION>(cinfo.output_width, x + w + margin) - left;
+  jpeg_crop_scanline(&cinfo, &left, &width);
+  bool ok = y == 0 || jpeg_skip_scanlines(&cinfo, y) == y;
+  // Rows in groups of rec_outbuf_height: fewer make libjpeg upsample into a spare row and copy it.
+  const JDIMENSION group = std::max(1, cinfo.rec_outbuf_height);
+  JSAMPARRAY rows = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                               cinfo.output_width * cinfo.output_components, group);
+  for (JDIMENSION r = 0; ok && r < h;) {
+    const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, std::min(group, h - r));
+    ok = got > 0;
+    for (JDIMENSION k = 0; k < got; ++k, ++r)
+      std::memcpy(out + static_cast<size_t>(r) * w * channels, rows[k] + (x - left) * channels, w * channels);
+  }
+  // The rows below are skipped too (entropy-decoded only), so a file that is truncated or corrupt anywhere is refused
+  // as the full decode refuses it, whatever the window.
+  // (Skipping to the very end would return at once without reading anything: the last row is read instead.)
+  const JDIMENSION below = cinfo.output_height - cinfo.output_scanline;
+  if (ok && below > 1) ok = jpeg_skip_scanlines(&cinfo, below - 1) == below - 1;
+  if (ok && below > 0) ok = jpeg_read_scanlines(&cinfo, rows, group) == 1;
+  if (!ok) std::snprintf(errors->message, sizeof errors->message, "the image data ended early");
+  if (ok) jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return ok && !errors->truncated;
+}
+
 }  // namespace
+
+bool PeekJpegSize(const uint8_t* data, size_t size, const DecodeOptions& options, int64_t* width, int64_t* height) {
+  TjHandle handle(tjInitDecompress());
+  int w = 0, h = 0, subsampling = 0, colorspace = 0;
+  if (!handle || size > static_cast<size_t>(~0ul) ||
+      tjDecompressHeader3(handle.get(), data, static_cast<unsigned long>(size), &w, &h, &subsampling, &colorspace) != 0)
+    return false;
+  const bool swap = options.apply_exif_orientation && ScanJpegMarkers(data, size).exif_orientation >= 5;
+  *width = swap ? h : w;
+  *height = swap ? w : h;
+  return true;
+}
 
 Tensor DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options, DecodeInfo* info) {
   TjHandle handle(tjInitDecompress());
@@ -95,6 +189,16 @@ Tensor DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
   const int64_t out_w = TJSCALED(width, scale), out_h = TJSCALED(height, scale);
 
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const int64_t oriented_w = swap_axes ? out_h : out_w, oriented_h = swap_axes ? out_w : out_h;
+  if (CheckRegion(options, oriented_w, oriented_h) && orientation == 1 && !cmyk && options.channels != 4) {
+    Tensor window(DType::kU8, {options.region_height, options.region_width, options.channels});
+    WindowErrors errors;
+    // A damaged file goes on to the full decode below, which accepts or refuses it exactly as without a window.
+    if (DecodeWindow(data, size, static_cast<JDIMENSION>(options.region_x), static_cast<JDIMENSION>(options.region_y),
+                     static_cast<JDIMENSION>(options.region_width), static_cast<JDIMENSION>(options.region_height),
+                     options.channels, window.data<uint8_t>(), &errors))
+      return window;
+  }
   int pixel_format;
   int64_t decoded_channels;
   if (cmyk) {
@@ -128,7 +232,7 @@ Tensor DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
     decoded = ApplyOrientation(decoded, orientation);
     info->orientation_applied = true;
   }
-  return ConvertChannels(decoded, options.channels);
+  return CropToRegion(ConvertChannels(decoded, options.channels), options);
 }
 
 }  // namespace osprey::image_internal
