@@ -1,7 +1,8 @@
 // Fast kernels of the uint8 colour ops ShiftHSV, AdjustSaturation, AdjustContrast and of LookupTable
 // (docs/augment.md). The reference kernels in src/kernels/reference/augment.cc state the arithmetic (OpenCV's integer
 // RGB -> HSV, float HSV -> RGB, cv2.addWeighted, albucore's float32 tables); these kernels perform the same integer and
-// IEEE float/double operations in the same order, 8 pixels at a time with AVX2 (LookupTable: 64 bytes with
+// IEEE float/double operations in the same order (ShiftHSV's one fused multiply-add aside, proven equal on every
+// input it can see), 8 pixels at a time with AVX2 (LookupTable: 64 bytes with
 // AVX512-VBMI) where the CPU has it (chosen at run time; the build targets x86-64-v2), so the results are
 // bit-identical to the reference. No libm calls per pixel.
 #include <algorithm>
@@ -153,12 +154,11 @@ void ShiftHsvScalar(const HsvDivTables& div, const HsvShiftTables& t, const uint
 }
 
 #ifdef OSPREY_AUGMENT_AVX2
-__attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t,
+__attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t,
                                                      const uint8_t* src, uint8_t* dst, int64_t n) {
   const __m256i round = _mm256_set1_epi32(1 << 11), c180 = _mm256_set1_epi32(180), zero = _mm256_setzero_si256();
   const __m256i sat = _mm256_set1_epi32(t.sat), val = _mm256_set1_epi32(t.val);
   const __m256 inv255 = _mm256_set1_ps(1.f / 255.f), c255 = _mm256_set1_ps(255.f), one_f = _mm256_set1_ps(1.f);
-  const __m256d one_d = _mm256_set1_pd(1.0);
   // pshufb works within 128-bit lanes: the order bytes of pixel k index bytes 4k..4k+2 of its lane.
   const __m256i lane_offsets =
       _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
@@ -204,14 +204,10 @@ __attribute__((target("avx2"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t,
       frac = _mm256_i32gather_ps(t.frac, h, 4);
       order = _mm256_i32gather_epi32(t.order, h, 4);
     }
-    // t = float(1 - double(s) * frac): the product is exact in double, as in the reference.
-    const __m128 t_lo =
-        _mm256_cvtpd_ps(_mm256_sub_pd(one_d, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(sf)),
-                                                           _mm256_cvtps_pd(_mm256_castps256_ps128(frac)))));
-    const __m128 t_hi =
-        _mm256_cvtpd_ps(_mm256_sub_pd(one_d, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(sf, 1)),
-                                                           _mm256_cvtps_pd(_mm256_extractf128_ps(frac, 1)))));
-    const __m256 tf = _mm256_insertf128_ps(_mm256_castps128_ps256(t_lo), t_hi, 1);
+    // t = float(1 - double(s) * frac) is 1 - s * frac rounded once to float, which is what the fused multiply-add
+    // gives: equal for every s (256 values) and frac (hh and 1 - hh of the 180 hues), 92,160 pairs, all checked
+    // (AugmentOps.ShiftHsvFusedStepIsTheDoubleStep).
+    const __m256 tf = _mm256_fnmadd_ps(sf, frac, one_f);
     const __m256i cv = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(vf, c255)));
     const __m256i cp = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255)));
     const __m256i ct = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255)));
@@ -317,7 +313,7 @@ class ShiftHsvKernel final : public Kernel {
 #ifdef OSPREY_AUGMENT_AVX2
     if (simd_ >= kSimdAvx512)
       done = ShiftHsvAvx512(div, tables_, src, dst, n);
-    else if (simd_ >= kSimdAvx2)
+    else if (simd_ >= kSimdAvx2 && fma_)
       done = ShiftHsvAvx2(tables_, src, dst, n);
 #endif
     ShiftHsvScalar(div, tables_, src + done * 3, dst + done * 3, n - done);
@@ -326,6 +322,9 @@ class ShiftHsvKernel final : public Kernel {
  private:
   Shape shape_;
   int simd_ = AugmentSimdLevel();
+#ifdef OSPREY_AUGMENT_AVX2
+  bool fma_ = __builtin_cpu_supports("fma");
+#endif
   bool identity_ = false;
   HsvShiftTables tables_;
 };

@@ -529,6 +529,23 @@ TEST(AugmentOps, ShiftHsv) {
   EXPECT_EQ(shift(gray, 33, 0, 0), Bytes(gray));
 }
 
+// The AVX2 ShiftHSV computes the reference's t = float(1 - double(s) * frac) as one fused multiply-add (1 - s * frac
+// rounded once): equal for every saturation s = k / 255 and every frac the kernel meets (hh and 1 - hh of the 180
+// hues' sectors), so the kernel stays bit-identical.
+TEST(AugmentOps, ShiftHsvFusedStepIsTheDoubleStep) {
+  int differ = 0;
+  for (int hs = 0; hs < 180; ++hs) {
+    float hh = static_cast<float>(hs) * (6.f / 180.f);
+    hh -= std::floor(hh);
+    for (float frac : {hh, 1.f - hh})
+      for (int k = 0; k < 256; ++k) {
+        const float s = static_cast<float>(k) * (1.f / 255.f);
+        differ += static_cast<float>(1.0 - static_cast<double>(s) * frac) != std::fmaf(-s, frac, 1.f);
+      }
+  }
+  EXPECT_EQ(differ, 0);
+}
+
 // Every RGB colour (4096 x 4096 pixels, so every SIMD block and no tail), then odd-sized images (loop tails), a batch.
 Tensor AllColours() {
   Tensor t(DType::kU8, {4096, 4096, 3});
