@@ -1,4 +1,5 @@
-// libFuzzer target: DecodeImage on arbitrary bytes must either return an image or throw osprey::Error.
+// libFuzzer target: DecodeImage on arbitrary bytes must either return an image or throw osprey::Error; with a window
+// (DecodeOptions::region_*, chosen from the bytes' size as PeekImageSize reports it) too.
 #include <cstddef>
 #include <cstdint>
 
@@ -13,6 +14,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.channels = knobs % 3 == 0 ? 1 : knobs % 3 == 1 ? 3 : 4;
     if (knobs & 4) options.min_width = options.min_height = 8;
     options.apply_exif_orientation = (knobs & 8) == 0;
+  }
+  int64_t width = 0, height = 0;
+  if (size > 1 && (data[size - 2] & 1) && (data[size - 1] & 4) == 0 &&
+      osprey::PeekImageSize(data, size, options, &width, &height) && width > 0 && height > 0) {
+    const uint8_t k = data[size - 2];
+    options.region_x = (k >> 1) % width, options.region_y = (k >> 4) % height;
+    options.region_width = 1 + (width - options.region_x - 1) * (k & 6) / 6;
+    options.region_height = 1 + (height - options.region_y - 1) * (k & 96) / 96;
   }
   try {
     osprey::Tensor image = osprey::DecodeImage(data, size, options);
