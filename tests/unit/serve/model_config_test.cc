@@ -1,7 +1,11 @@
-// config.pbtxt reading and the version policy (serve/model_config.h). Oracles: the text written here.
+// config.pbtxt reading and the version policy (serve/model_config.h), and config.json's "device" field
+// (ParseModelConfig). Oracles: the text written here.
 #include "serve/model_config.h"
 
 #include <gtest/gtest.h>
+
+#include "osprey/error.h"
+#include "osprey/model_dir.h"
 
 #include <filesystem>
 #include <fstream>
@@ -59,6 +63,29 @@ TEST(ConfigPbtxt, VersionPolicy) {
   inference::ModelConfig all;
   all.mutable_version_policy()->mutable_all();
   EXPECT_TRUE(VersionAllowed(all, "1", on_disk));
+}
+
+// config.json "device": checked when the file is read (before any load), the message naming the file and the field.
+TEST(ModelConfigJson, DeviceIsCheckedWhenRead) {
+  PreprocessSpec pre;
+  PostprocessSpec post;
+  std::string device;
+  ParseModelConfig(R"({"device": "cuda:1"})", "m/config.json", &pre, &post, nullptr, nullptr, &device);
+  EXPECT_EQ(device, "cuda:1");
+  for (const char* bad : {R"({"device": "gpu"})", R"({"device": "cuda:-1"})", R"({"device": "cuda:x"})",
+                          R"({"device": 0})", R"({"device": ["cpu"]})"}) {
+    SCOPED_TRACE(bad);
+    device.clear();
+    try {
+      ParseModelConfig(bad, "m/config.json", &pre, &post, nullptr, nullptr, &device);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("m/config.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("device"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(device, "");  // nothing taken from a refused file
+  }
 }
 
 }  // namespace
