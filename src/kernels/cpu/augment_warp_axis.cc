@@ -307,6 +307,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
   struct GatherRun {
     int64_t begin, end;  // output columns
     int32_t offset;      // byte offset of the first source pixel, -1: border value
+    int32_t step;        // bytes from one source pixel to the next: c, or -c (a mirrored run: flips); 0 when one pixel
   };
   // A column outside the direct run: its two source pixel indices (-1: border value) and fraction.
   struct BorderColumn {
@@ -385,16 +386,50 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
       const int32_t o = col_offset_[x];
       if (!gather_runs_.empty()) {
         GatherRun& last = gather_runs_.back();
-        const int32_t next = last.offset < 0 ? -1 : static_cast<int32_t>(last.offset + (x - last.begin) * c);
-        if ((o < 0 && last.offset < 0) || (o >= 0 && o == next)) {
+        if (o < 0 && last.offset < 0) {
           last.end = x + 1;
           continue;
         }
+        if (o >= 0 && last.offset >= 0) {
+          if (last.step == 0 && (o == last.offset + c || o == last.offset - c))
+            last.step = o - last.offset;  // a run's second pixel sets its direction
+          if (last.step != 0 && o == last.offset + (x - last.begin) * last.step) {
+            last.end = x + 1;
+            continue;
+          }
+        }
       }
-      gather_runs_.push_back({x, x + 1, o});
+      gather_runs_.push_back({x, x + 1, o, 0});
     }
-    // Short runs (flips, resizes) gather pixel by pixel instead.
+    // Short runs (resizes) gather pixel by pixel instead.
     if (static_cast<int64_t>(gather_runs_.size()) * 16 > out_.w) gather_runs_.clear();
+  }
+
+  // n pixels from `last` backwards (last, last - 1 pixel, ...) to d forwards.
+  void MirrorCopy(const uint8_t* last, int64_t n, uint8_t* d) const {
+    switch (in_.c) {
+      case 1:
+        for (int64_t k = 0; k < n; ++k) d[k] = last[-k];
+        return;
+      case 3: {
+        int64_t k = 0;
+#ifdef __SSSE3__
+        // Five pixels per step: the 16 bytes ending one byte past `last`'s pixel (the row has slack past its end)
+        // with the pixel order reversed; the 16th byte stored is overwritten by the next step (while 6 pixels remain).
+        const __m128i mirror = _mm_setr_epi8(12, 13, 14, 9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2, -1);
+        for (; k + 6 <= n; k += 5, d += 15, last -= 15)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(d),
+                           _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(last - 12)), mirror));
+#endif
+        for (; k < n; ++k, d += 3, last -= 3) d[0] = last[0], d[1] = last[1], d[2] = last[2];
+        return;
+      }
+      case 4:
+        for (int64_t k = 0; k < n; ++k) std::memcpy(d + 4 * k, last - 4 * k, 4);
+        return;
+      default:
+        for (int64_t k = 0; k < n; ++k) std::memcpy(d + k * in_.c, last - k * in_.c, in_.c);
+    }
   }
 
   void GatherRow(const uint8_t* s, uint8_t* d) const {
@@ -403,8 +438,10 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
       for (const GatherRun& run : gather_runs_) {
         if (run.offset < 0) {
           std::memset(d + run.begin * c, border_value_, (run.end - run.begin) * c);
-        } else {
+        } else if (run.step >= 0) {
           std::memcpy(d + run.begin * c, s + run.offset, (run.end - run.begin) * c);
+        } else {
+          MirrorCopy(s + run.offset, run.end - run.begin, d + run.begin * c);
         }
       }
       return;
