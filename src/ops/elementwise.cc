@@ -48,9 +48,15 @@ void CheckSameDType(const InferContext& ctx, int i, int j) {
              DTypeName(ctx.input_dtypes[i]) + " and " + DTypeName(ctx.input_dtypes[j]));
 }
 
-void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_inputs, InferFn infer, int num_outputs = 1) {
-  r.Add(op_type, min_inputs, max_inputs, num_outputs, num_outputs, std::move(infer));
+void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_inputs, InferFn infer,
+               OpTraits traits = {}) {
+  r.Add(op_type, min_inputs, max_inputs, 1, 1, std::move(infer), traits);
 }
+
+// Traits (op_registry.h) of the elementwise families.
+constexpr OpTraits kTransparent{.layout_transparent = true};
+constexpr OpTraits kFusableActivation{.layout_transparent = true, .fusable_activation = true};
+constexpr OpTraits kBroadcastTransparent{.layout_transparent_broadcast = true};
 
 // Output has the input's dtype and shape. `check_attrs` reads attributes so a wrong kind fails at compile time.
 InferFn UnaryInfer(uint32_t allowed, std::function<void(const InferContext&)> check_attrs = nullptr) {
@@ -225,22 +231,29 @@ void ReadAlphaBeta(const InferContext& ctx) {
 void RegisterElementwiseOps(OpRegistry& r) {
   // Float-only unary math.
   for (const char* op :
-       {"Sqrt", "Exp", "Log",  "Erf",  "Tanh", "Sigmoid", "Reciprocal", "Floor",    "Ceil",     "Round",     "Sin",
-        "Cos",  "Tan", "Asin", "Acos", "Atan", "Sinh",    "Cosh",       "Softplus", "Softsign", "HardSwish", "Mish"})
+       {"Sqrt", "Exp", "Log", "Erf", "Reciprocal", "Floor", "Ceil", "Round", "Softplus", "Softsign", "Mish"})
+    AddSchema(r, op, 1, 1, UnaryInfer(kFloat), kTransparent);
+  for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat));
-  for (const char* op : {"LeakyRelu", "Elu", "Selu", "ThresholdedRelu", "HardSigmoid"})
-    AddSchema(r, op, 1, 1, UnaryInfer(kFloat, ReadAlphaBeta));
-  AddSchema(r, "Celu", 1, 1, UnaryInfer(kFloat, CheckAlphaNonZero));
-  AddSchema(r, "Gelu", 1, 1, UnaryInfer(kFloat, CheckGelu));
+  for (const char* op : {"Tanh", "Sigmoid", "HardSwish"})
+    AddSchema(r, op, 1, 1, UnaryInfer(kFloat), kFusableActivation);
+  for (const char* op : {"Elu", "Selu"}) AddSchema(r, op, 1, 1, UnaryInfer(kFloat, ReadAlphaBeta), kTransparent);
+  AddSchema(r, "ThresholdedRelu", 1, 1, UnaryInfer(kFloat, ReadAlphaBeta));
+  for (const char* op : {"LeakyRelu", "HardSigmoid"})
+    AddSchema(r, op, 1, 1, UnaryInfer(kFloat, ReadAlphaBeta), kFusableActivation);
+  AddSchema(r, "Celu", 1, 1, UnaryInfer(kFloat, CheckAlphaNonZero), kTransparent);
+  AddSchema(r, "Gelu", 1, 1, UnaryInfer(kFloat, CheckGelu), kFusableActivation);  // approximate = "none" fuses
   // Unary ops that are also defined on signed integers.
-  for (const char* op : {"Neg", "Abs", "Sign", "Relu"}) AddSchema(r, op, 1, 1, UnaryInfer(kFloat | kSignedInts));
+  for (const char* op : {"Neg", "Abs", "Sign"}) AddSchema(r, op, 1, 1, UnaryInfer(kFloat | kSignedInts), kTransparent);
+  AddSchema(r, "Relu", 1, 1, UnaryInfer(kFloat | kSignedInts), kFusableActivation);
   AddSchema(r, "Not", 1, 1, UnaryInfer(kBool));
   AddSchema(r, "IsNaN", 1, 1, PredicateInfer(kFloat));
   AddSchema(r, "IsInf", 1, 1, PredicateInfer(kFloat));
 
-  for (const char* op : {"Add", "Sub", "Mul", "Div"}) AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, false));
+  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+    AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, false), kBroadcastTransparent);
   AddSchema(r, "Mod", 2, 2, BinaryInfer(kNumeric, false, CheckModAttrs));
-  AddSchema(r, "Pow", 2, 2, InferPow);
+  AddSchema(r, "Pow", 2, 2, InferPow, kBroadcastTransparent);
   AddSchema(r, "PRelu", 2, 2, InferPRelu);
   AddSchema(r, "BitShift", 2, 2, BinaryInfer(Bit(DType::kU8), false, CheckBitShiftAttrs));
   AddSchema(r, "Equal", 2, 2, BinaryInfer(kNumeric | kBool, true));
@@ -248,13 +261,14 @@ void RegisterElementwiseOps(OpRegistry& r) {
     AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, true));
   for (const char* op : {"And", "Or", "Xor"}) AddSchema(r, op, 2, 2, BinaryInfer(kBool, true));
 
-  AddSchema(r, "Min", 1, kUnboundedInputs, VariadicInfer(kNumeric));
-  AddSchema(r, "Max", 1, kUnboundedInputs, VariadicInfer(kNumeric));
-  AddSchema(r, "Sum", 1, kUnboundedInputs, VariadicInfer(kFloat | Bit(DType::kI32) | Bit(DType::kI64)));
-  AddSchema(r, "Mean", 1, kUnboundedInputs, VariadicInfer(kFloat));
+  AddSchema(r, "Min", 1, kUnboundedInputs, VariadicInfer(kNumeric), kBroadcastTransparent);
+  AddSchema(r, "Max", 1, kUnboundedInputs, VariadicInfer(kNumeric), kBroadcastTransparent);
+  AddSchema(r, "Sum", 1, kUnboundedInputs, VariadicInfer(kFloat | Bit(DType::kI32) | Bit(DType::kI64)),
+            kBroadcastTransparent);
+  AddSchema(r, "Mean", 1, kUnboundedInputs, VariadicInfer(kFloat), kBroadcastTransparent);
 
   AddSchema(r, "Where", 3, 3, InferWhere);
-  AddSchema(r, "Clip", 1, 3, InferClip);
+  AddSchema(r, "Clip", 1, 3, InferClip, kFusableActivation);  // min and max: scalars
   AddSchema(r, "Cast", 1, 1, InferCast);
   AddSchema(r, "CastLike", 2, 2, InferCastLike);
 }

@@ -1,10 +1,10 @@
 // Schemas (arity, attribute checks, shape/dtype inference) for the neural-network op family: convolutions, pools,
 // normalisations, MatMul/Gemm and the softmax family. ONNX semantics for opsets 7..21, float32 only.
 #include <algorithm>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -38,12 +38,9 @@ bool HasOutput(const InferContext& c, int i) {
 }
 
 void CheckFusedActivation(const InferContext& c) {
-  static const std::set<std::string> kActivations = {"Relu",        "LeakyRelu", "Clip", "Sigmoid", "Tanh",
-                                                     "HardSigmoid", "HardSwish", "Silu", "Gelu"};
-  std::string act = c.node.GetString("_activation", "");
-  if (!act.empty() && !kActivations.count(act)) c.Fail("unknown fused activation '" + act + "'");
-  c.node.GetFloat("_alpha", 0.f);
-  c.node.GetFloat("_beta", 0.f);
+  Activation act;  // reads _alpha and _beta too, so a wrong kind fails here
+  if (!Activation::FromFusedNode(c.node, &act))
+    c.Fail("unknown fused activation '" + c.node.GetString("_activation", "") + "'");
 }
 
 // Spatial rank of an [N, C, D1..Dn] input, checked against what the reference kernels implement.

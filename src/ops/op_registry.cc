@@ -68,6 +68,12 @@ std::vector<std::string> OpRegistry::Names() const {
 
 void OpRegistry::Add(OpSchema schema) { schemas_.push_back(std::move(schema)); }
 
+const OpTraits& OpRegistry::TraitsOf(const std::string& op_type) {
+  static const OpTraits kNone;
+  const OpSchema* schema = Get().Find(op_type);
+  return schema ? schema->traits : kNone;
+}
+
 int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= std::max<int64_t>(rank, 1))

@@ -33,6 +33,23 @@ struct InferContext {
 
 using InferFn = std::function<void(InferContext&)>;
 
+/// What compile passes may assume about an op without naming it; set where the op is registered (src/ops/*.cc).
+struct OpTraits {
+  /// Elementwise on input 0, any further inputs being scalar parameters (Clip's min and max): the value at each
+  /// position depends on the input at that position only, so the op runs as is on any memory layout. The layout pass
+  /// keeps channels-last data through it (runtime/layout.cc) and a channel Transpose sinks below it (fusion_tf.cc).
+  bool layout_transparent = false;
+  /// Elementwise over all its inputs with numpy broadcasting (Add, Max, Sum, Pow, ...): exact on channels-last data
+  /// when every operand is viewed the same way (runtime/layout.cc).
+  bool layout_transparent_broadcast = false;
+  /// May become the fused activation (post-op) of the Conv, Gemm, MatMul or BatchNormalization that feeds it, as the
+  /// ops/activation.h Activation that ActivationOfNode reads from it (runtime/fusion.cc).
+  bool fusable_activation = false;
+  /// The output depends on the input's shape only (Shape, Size): computed when the model is compiled even when the
+  /// input's value is not known (runtime/compile.cc).
+  bool shape_only = false;
+};
+
 struct OpSchema {
   std::string op_type;
   int min_inputs = 1;
@@ -40,6 +57,7 @@ struct OpSchema {
   int min_outputs = 1;
   int max_outputs = 1;
   InferFn infer;
+  OpTraits traits;
 };
 
 /// Immutable table of every op osprey knows. Built once on first use from the per-family Register* functions.
@@ -50,9 +68,12 @@ class OpRegistry {
   std::vector<std::string> Names() const;
   void Add(OpSchema schema);
   /// Adds `op_type` taking min..max inputs and outputs, its shapes from `infer`.
-  void Add(std::string op_type, int min_inputs, int max_inputs, int min_outputs, int max_outputs, InferFn infer) {
-    Add(OpSchema{std::move(op_type), min_inputs, max_inputs, min_outputs, max_outputs, std::move(infer)});
+  void Add(std::string op_type, int min_inputs, int max_inputs, int min_outputs, int max_outputs, InferFn infer,
+           OpTraits traits = {}) {
+    Add(OpSchema{std::move(op_type), min_inputs, max_inputs, min_outputs, max_outputs, std::move(infer), traits});
   }
+  /// The traits of `op_type`; all false for an op osprey does not know.
+  static const OpTraits& TraitsOf(const std::string& op_type);
 
  private:
   std::vector<OpSchema> schemas_;

@@ -683,8 +683,9 @@ void InferSpaceToDepth(InferContext& ctx) {
   ctx.SetOutput(0, ctx.input_dtypes[0], out);
 }
 
-void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn) {
-  r.Add(OpSchema{op_type, min_in, max_in, min_out, max_out, std::move(fn)});
+void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn,
+         OpTraits traits = {}) {
+  r.Add(OpSchema{op_type, min_in, max_in, min_out, max_out, std::move(fn), traits});
 }
 
 }  // namespace
@@ -705,12 +706,12 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Pad", 1, 4, 1, 1, InferPad);
   Add(r, "Resize", 1, 4, 1, 1, InferResize);
   Add(r, "Upsample", 1, 2, 1, 1, InferUpsample);
-  Add(r, "Shape", 1, 1, 1, 1, InferShape);
-  Add(r, "Size", 1, 1, 1, 1, InferSize);
+  Add(r, "Shape", 1, 1, 1, 1, InferShape, {.shape_only = true});
+  Add(r, "Size", 1, 1, 1, 1, InferSize, {.shape_only = true});
   Add(r, "Constant", 0, 0, 1, 1, InferConstant);
   Add(r, "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape);
   Add(r, "Range", 3, 3, 1, 1, InferRange);
-  Add(r, "Identity", 1, 1, 1, 1, InferIdentity);
+  Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true});
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth);

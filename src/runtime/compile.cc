@@ -113,11 +113,11 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
     out.dtype = ic.output_dtypes[i];
     out.shape = ic.output_shapes[i];
   }
-  // Shape and Size only need shapes, which are concrete here.
+  // Shape and Size (OpTraits::shape_only) only need shapes, which are concrete here.
   bool all_known = true;
   for (int v : node.inputs)
     if (v >= 0 && !st.values[v].known) all_known = false;
-  bool shape_only = node.op_type == "Shape" || node.op_type == "Size";
+  const bool shape_only = schema->traits.shape_only;
   int64_t out_bytes = 0;
   for (size_t i = 0; i < node.outputs.size(); ++i)
     out_bytes = CheckedAdd(out_bytes, NumBytes(ic.output_dtypes[i], ic.output_shapes[i]), node.Describe());

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/activation.h"
+#include "ops/op_registry.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -158,51 +160,6 @@ void FoldConvAffine(CompileState& st) {
   }
 }
 
-// Returns the fused-activation spec for a unary node, or false.
-bool ActivationOf(const CompileState& st, const Node& n, std::string* act, float* alpha, float* beta) {
-  const std::string& op = n.op_type;
-  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") {
-    *act = op;
-    return true;
-  }
-  if (op == "Gelu" && n.GetString("approximate", "none") == "none") {
-    *act = op;
-    return true;
-  }
-  if (op == "LeakyRelu") {
-    *act = op;
-    *alpha = n.GetFloat("alpha", 0.01f);
-    return true;
-  }
-  if (op == "HardSigmoid") {
-    *act = op;
-    *alpha = n.GetFloat("alpha", 0.2f);
-    *beta = n.GetFloat("beta", 0.5f);
-    return true;
-  }
-  if (op == "Clip") {
-    float lo = -INFINITY, hi = INFINITY;
-    if (st.opset < 11) {
-      lo = n.GetFloat("min", lo);
-      hi = n.GetFloat("max", hi);
-    } else {
-      if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
-        if (!IsF32Known(st, n.inputs[1])) return false;
-        lo = st.values[n.inputs[1]].value.data<float>()[0];
-      }
-      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-        if (!IsF32Known(st, n.inputs[2])) return false;
-        hi = st.values[n.inputs[2]].value.data<float>()[0];
-      }
-    }
-    *act = op;
-    *alpha = lo;
-    *beta = hi;
-    return true;
-  }
-  return false;
-}
-
 bool Fusable(const Node& n) {
   return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "BatchNormalization") &&
          n.outputs.size() == 1 && !n.Has("_activation");
@@ -261,12 +218,9 @@ void FuseActivation(CompileState& st) {
     const auto& cons = u.consumers[y];
     if (cons.size() == 1) {
       Node& a = st.nodes[cons[0]];
-      std::string act;
-      float alpha = 0, beta = 0;
-      if (a.inputs.empty() || a.inputs[0] != y || !ActivationOf(st, a, &act, &alpha, &beta)) continue;
-      n.attrs["_activation"] = Attribute::String(act);
-      n.attrs["_alpha"] = Attribute::Float(alpha);
-      n.attrs["_beta"] = Attribute::Float(beta);
+      Activation act;
+      if (a.inputs.empty() || a.inputs[0] != y || !FusableActivationOf(st, a, &act)) continue;
+      act.WriteTo(n);
       n.outputs[0] = a.outputs[0];
       dead[cons[0]] = 1;
     } else if (cons.size() == 2) {
@@ -281,9 +235,7 @@ void FuseActivation(CompileState& st) {
       const Node& mul = st.nodes[mi];
       if (!Private(st, u, s_out) || u.consumers[s_out][0] != mi) continue;
       if (!((mul.inputs[0] == y && mul.inputs[1] == s_out) || (mul.inputs[1] == y && mul.inputs[0] == s_out))) continue;
-      n.attrs["_activation"] = Attribute::String("Silu");
-      n.attrs["_alpha"] = Attribute::Float(1.f);
-      n.attrs["_beta"] = Attribute::Float(0.f);
+      Activation{ActivationKind::kSilu, 1.f, 0.f}.WriteTo(n);
       n.outputs[0] = mul.outputs[0];
       dead[si] = dead[mi] = 1;
     }
@@ -478,6 +430,14 @@ void FoldZeroPadIntoConsumer(CompileState& st) {
 }
 
 }  // namespace
+
+bool FusableActivationOf(const CompileState& st, const Node& n, Activation* act) {
+  if (!OpRegistry::TraitsOf(n.op_type).fusable_activation) return false;
+  std::vector<const Tensor*> values(n.inputs.size(), nullptr);
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    if (IsF32Known(st, n.inputs[k])) values[k] = &st.values[n.inputs[k]].value;
+  return ActivationOfNode(n, st.opset, values, act);
+}
 
 void RunFusionPasses(CompileState& state) {
   FuseQuantizeDequantizePairs(state);

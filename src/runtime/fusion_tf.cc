@@ -2,16 +2,18 @@
 // - hard-swish and hard-sigmoid as Keras spells them, x * (Clip(x + 3, 0, 6) * (1/6)) and Clip(x + 3, 0, 6) * (1/6)
 //   (or / 6), become one HardSwish / HardSigmoid(alpha 1/6, beta 0.5) node, which the fast kernels run in one pass
 //   and FuseActivation can put into the producing Conv;
-// - NCHW -> NHWC Transposes (perm 0, 2, 3, 1) sink below the elementwise ops that follow them (unary ops, and binary
-//   ops with a constant that varies along the channels only, re-shaped to [C, 1, 1]), and a sunk Transpose that
-//   meets its inverse (perm 0, 3, 1, 2) cancels with it. When tf2onnx's own transpose optimiser gives up (MobileNetV3)
-//   every convolution sits between such a pair, with its batch normalisation and activation inside; sunk, those meet
-//   the Conv and fold into it (FoldConvAffine, FuseActivation) and the pair disappears. A ReduceMean over H and W
-//   (keepdims) behind such a Transpose (a squeeze-excite block) becomes a GlobalAveragePool in front of it.
+// - NCHW -> NHWC Transposes (perm 0, 2, 3, 1) sink below the elementwise ops that follow them (unary ops, those whose
+//   schema has OpTraits::layout_transparent, and binary ops with a constant that varies along the channels only,
+//   re-shaped to [C, 1, 1]), and a sunk Transpose that meets its inverse (perm 0, 3, 1, 2) cancels with it. When
+//   tf2onnx's own transpose optimiser gives up (MobileNetV3) every convolution sits between such a pair, with its
+//   batch normalisation and activation inside; sunk, those meet the Conv and fold into it (FoldConvAffine,
+//   FuseActivation) and the pair disappears. A ReduceMean over H and W (keepdims) behind such a Transpose (a
+//   squeeze-excite block) becomes a GlobalAveragePool in front of it.
 #include <algorithm>
 #include <cmath>
-#include <set>
 
+#include "ops/activation.h"
+#include "ops/op_registry.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -33,20 +35,6 @@ bool PrivateValue(const CompileState& st, const std::vector<std::vector<int>>& c
 float ScalarOf(const CompileState& st, int v) {
   if (v < 0 || !st.values[v].known || st.values[v].dtype != DType::kF32 || st.values[v].value.numel() != 1) return NAN;
   return st.values[v].value.data<float>()[0];
-}
-
-// Clip bounds (opset < 11: attributes; else constant inputs), or false.
-bool ClipBounds(const CompileState& st, const Node& n, float* lo, float* hi) {
-  *lo = -INFINITY;
-  *hi = INFINITY;
-  if (st.opset < 11) {
-    *lo = n.GetFloat("min", *lo);
-    *hi = n.GetFloat("max", *hi);
-    return true;
-  }
-  if (n.inputs.size() > 1 && n.inputs[1] >= 0) *lo = ScalarOf(st, n.inputs[1]);
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0) *hi = ScalarOf(st, n.inputs[2]);
-  return !std::isnan(*lo) && !std::isnan(*hi);
 }
 
 // The other input of binary node n when one input is v, or -1.
@@ -78,9 +66,9 @@ void FuseHardActivations(CompileState& st) {
     if (!PrivateValue(st, c, a)) continue;
     const int ci = c[a][0];
     const Node& clip = st.nodes[ci];
-    float lo, hi;
-    if (dead[ci] || clip.op_type != "Clip" || clip.inputs[0] != a || !ClipBounds(st, clip, &lo, &hi) || lo != 0.f ||
-        hi != 6.f)
+    Activation clip6;  // Clip(a, 0, 6), its bounds attributes or constant inputs
+    if (dead[ci] || clip.op_type != "Clip" || clip.inputs[0] != a || !FusableActivationOf(st, clip, &clip6) ||
+        clip6.alpha != 0.f || clip6.beta != 6.f)
       continue;
     const int cl = clip.outputs[0];
     if (!PrivateValue(st, c, cl)) continue;
@@ -122,13 +110,6 @@ void FuseHardActivations(CompileState& st) {
     dead[i] = dead[ci] = 1;
   }
   DropDead(st, dead);
-}
-
-const std::set<std::string>& SinkableUnary() {
-  static const std::set<std::string> ops = {"Relu",     "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid",
-                                            "HardSwish", "Gelu",     "Erf",  "Exp",     "Neg",  "Abs",
-                                            "Sqrt",     "Reciprocal", "Elu", "Softplus"};
-  return ops;
 }
 
 bool IsPerm(const Node& n, const std::vector<int64_t>& perm) {
@@ -215,7 +196,7 @@ void SinkChannelTransposes(CompileState& st) {
       }
       if (e.outputs.size() != 1 || st.values[e.outputs[0]].shape != st.values[y].shape) continue;
       Node moved = e;
-      if (SinkableUnary().count(e.op_type) && e.inputs[0] == y) {
+      if (OpRegistry::TraitsOf(e.op_type).layout_transparent && e.inputs[0] == y) {
         bool constant_rest = true;
         for (size_t k = 1; k < e.inputs.size(); ++k)
           constant_rest = constant_rest && (e.inputs[k] < 0 || st.values[e.inputs[k]].known);

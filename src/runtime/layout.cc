@@ -1,14 +1,16 @@
 // Channels-last layout assignment. oneDNN's fastest convolutions on this CPU read and write NHWC; reordering around
 // every convolution costs as much as a depthwise convolution itself. So rank-4 float32 activations stay NHWC from
-// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops between them are "transparent": they
-// run their reference kernel on physical shapes ([N, H, W, C]), which is exact because elementwise maths does not
-// care about memory order as long as every operand is viewed the same way. Data-movement nodes along the channel
-// axis (Concat on axis 1, channel Slice/Split, _ChannelShuffle) "follow": when all their tensor inputs are
-// channels-last, so are their outputs, and their fast kernel (kernels/cpu/channel_kernels.cc) copies channel runs
-// pixel by pixel. A reorder is inserted only where channels-last data meets a node that needs plain data.
-#include <set>
+// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops between them are "transparent" (their
+// schemas have OpTraits::layout_transparent or layout_transparent_broadcast): they run their reference kernel on
+// physical shapes ([N, H, W, C]), which is exact because elementwise maths does not care about memory order as long
+// as every operand is viewed the same way. Data-movement nodes along the channel axis (Concat on axis 1, channel
+// Slice/Split, _ChannelShuffle) "follow": when all their tensor inputs are channels-last, so are their outputs, and
+// their fast kernel (kernels/cpu/channel_kernels.cc) copies channel runs pixel by pixel. A reorder is inserted only
+// where channels-last data meets a node that needs plain data.
+#include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "ops/op_registry.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -25,18 +27,6 @@ int CompileState::AddValue(DType dtype, Shape shape) {
 }
 
 namespace {
-
-const std::set<std::string>& UnaryTransparentOps() {
-  static const std::set<std::string> ops = {
-      "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu", "Softplus",
-      "Softsign", "Gelu", "Erf", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Identity", "Mish", "Floor", "Ceil",
-      "Round", "Sign"};
-  return ops;
-}
-const std::set<std::string>& BinaryTransparentOps() {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Pow"};
-  return ops;
-}
 
 bool IsNhwcCandidate(const CompileValue& v) {
   return v.dtype == DType::kF32 && v.shape.size() == 4 && v.shape[2] * v.shape[3] > 1;
@@ -134,8 +124,9 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
       }
       continue;
     }
-    const bool unary = UnaryTransparentOps().count(n.op_type) != 0;
-    const bool binary = BinaryTransparentOps().count(n.op_type) != 0;
+    const OpTraits& traits = OpRegistry::TraitsOf(n.op_type);
+    const bool unary = traits.layout_transparent;
+    const bool binary = traits.layout_transparent_broadcast;
     if (!(unary || binary) || n.outputs.size() != 1) continue;
     bool any_nhwc = false, ok = true;
     for (size_t k = 0; k < n.inputs.size(); ++k) {

@@ -157,4 +157,9 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
+struct Activation;  // ops/activation.h
+/// The activation a live unary node computes when it may be fused into its producer (OpTraits::fusable_activation
+/// and ActivationOfNode, with the compile-time values of its inputs), else false (fusion.cc).
+bool FusableActivationOf(const CompileState& state, const Node& node, Activation* act);
+
 }  // namespace osprey

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/vector_math.h"
+#include "ops/activation.h"
 
 namespace osprey::cpu {
 namespace {
@@ -26,30 +27,8 @@ constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 // Elements handed to one call of the row loop: large enough to amortise the call, small enough to split well.
 constexpr int64_t kBlockElements = int64_t{1} << 13;
 
-enum class Activation { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kSilu, kGelu };
-
-bool ParseActivation(const std::string& name, Activation& act) {
-  static const std::pair<const char*, Activation> kNames[] = {{"", Activation::kNone},
-                                                              {"Relu", Activation::kRelu},
-                                                              {"LeakyRelu", Activation::kLeakyRelu},
-                                                              {"Clip", Activation::kClip},
-                                                              {"Sigmoid", Activation::kSigmoid},
-                                                              {"Tanh", Activation::kTanh},
-                                                              {"HardSigmoid", Activation::kHardSigmoid},
-                                                              {"HardSwish", Activation::kHardSwish},
-                                                              {"Silu", Activation::kSilu},
-                                                              {"Gelu", Activation::kGelu}};
-  for (const auto& [n, a] : kNames) {
-    if (name == n) {
-      act = a;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The activations, each an inlined functor so the row loops vectorise around them. They follow
-// ApplyFusedActivation (kernels/reference) formula for formula, including how NaN passes through std::max/min.
+// The activations (ops/activation.h), each an inlined functor so the row loops vectorise around them. They follow
+// Activation::Apply formula for formula, including how NaN passes through std::max/min.
 struct Identity {
   [[gnu::always_inline]] float operator()(float v) const { return v; }
 };
@@ -95,7 +74,6 @@ struct RowParams {
   int64_t inner;
   bool nhwc;
   Activation act;
-  float alpha, beta;
 };
 
 template <class F>
@@ -126,26 +104,26 @@ template <class F>
 // Rows [begin, end) of y = act(x * a + b).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void BatchNormRows(const RowParams& p, const float* x,
                                                                                 float* y, int64_t begin, int64_t end) {
-  switch (p.act) {
-    case Activation::kNone:
+  switch (p.act.kind) {
+    case ActivationKind::kNone:
       return AffineRows(p, x, y, begin, end, Identity{});
-    case Activation::kRelu:
+    case ActivationKind::kRelu:
       return AffineRows(p, x, y, begin, end, Relu{});
-    case Activation::kLeakyRelu:
-      return AffineRows(p, x, y, begin, end, LeakyRelu{p.alpha});
-    case Activation::kClip:
-      return AffineRows(p, x, y, begin, end, Clip{p.alpha, p.beta});
-    case Activation::kSigmoid:
+    case ActivationKind::kLeakyRelu:
+      return AffineRows(p, x, y, begin, end, LeakyRelu{p.act.alpha});
+    case ActivationKind::kClip:
+      return AffineRows(p, x, y, begin, end, Clip{p.act.alpha, p.act.beta});
+    case ActivationKind::kSigmoid:
       return AffineRows(p, x, y, begin, end, Sigmoid{});
-    case Activation::kTanh:
+    case ActivationKind::kTanh:
       return AffineRows(p, x, y, begin, end, Tanh{});
-    case Activation::kHardSigmoid:
-      return AffineRows(p, x, y, begin, end, HardSigmoid{p.alpha, p.beta});
-    case Activation::kHardSwish:
+    case ActivationKind::kHardSigmoid:
+      return AffineRows(p, x, y, begin, end, HardSigmoid{p.act.alpha, p.act.beta});
+    case ActivationKind::kHardSwish:
       return AffineRows(p, x, y, begin, end, HardSwish{});
-    case Activation::kSilu:
+    case ActivationKind::kSilu:
       return AffineRows(p, x, y, begin, end, Silu{});
-    case Activation::kGelu:
+    case ActivationKind::kGelu:
       return AffineRows(p, x, y, begin, end, Gelu{});
   }
 }
@@ -154,8 +132,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BatchNormRows(
 // node (the reference kernel then runs it).
 struct BatchNormSetup {
   Shape x;
-  Activation act = Activation::kNone;
-  float alpha = 0.f, beta = 0.f, epsilon = 1e-5f;
+  Activation act;
+  float epsilon = 1e-5f;
   const Tensor* params[4] = {};  // scale, B, mean, var
 };
 
@@ -177,9 +155,7 @@ bool PrepareBatchNorm(const KernelBuildContext& ctx, BatchNormSetup& s) {
     if (s.x[1] > 0 && t->raw() == nullptr) return false;
     s.params[i - 1] = t;
   }
-  if (!ParseActivation(node.GetString("_activation", ""), s.act)) return false;
-  s.alpha = node.GetFloat("_alpha", 0.f);
-  s.beta = node.GetFloat("_beta", 0.f);
+  if (!Activation::FromFusedNode(node, &s.act)) return false;
   s.epsilon = node.GetFloat("epsilon", 1e-5f);
   return true;
 }
@@ -203,7 +179,7 @@ class BatchNormKernel final : public Kernel {
       b_[c] = shift[c] - mean[c] * a_[c];
     }
     numel_ = NumElements(s.x);
-    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act, s.alpha, s.beta};
+    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act};
     if (params_.nhwc) {
       rows_ = channels > 0 ? numel_ / channels : 0;
     } else {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/bf16_support.h"
+#include "ops/activation.h"
 
 namespace osprey::cpu {
 
@@ -70,33 +71,42 @@ dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims) {
 }
 
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
-  std::string act = node.GetString("_activation", "");
-  if (act.empty()) return true;
-  float alpha = node.GetFloat("_alpha", 0.f);
-  float beta = node.GetFloat("_beta", 0.f);
+  Activation act;
+  if (!Activation::FromFusedNode(node, &act)) return false;
+  const float alpha = act.alpha, beta = act.beta;
   using dnnl::algorithm;
-  if (act == "Relu") {
-    ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-  } else if (act == "LeakyRelu") {
-    ops.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
-  } else if (act == "Clip") {
-    ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, alpha, beta);
-  } else if (act == "Sigmoid") {
-    ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
-  } else if (act == "Tanh") {
-    ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-  } else if (act == "HardSigmoid") {
-    // oneDNN 2.6 has no hardsigmoid: clip(alpha * x + beta, 0, 1) as two post-ops.
-    ops.append_eltwise(1.f, algorithm::eltwise_linear, alpha, beta);
-    ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, 0.f, 1.f);
-  } else if (act == "HardSwish") {
-    ops.append_eltwise(1.f, algorithm::eltwise_hardswish, 0.f, 0.f);  // x * clip(x / 6 + 1/2, 0, 1)
-  } else if (act == "Silu") {
-    ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.f, 0.f);
-  } else if (act == "Gelu") {
-    ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
-  } else {
-    return false;
+  switch (act.kind) {
+    case ActivationKind::kNone:
+      break;
+    case ActivationKind::kRelu:
+      ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      break;
+    case ActivationKind::kLeakyRelu:
+      ops.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
+      break;
+    case ActivationKind::kClip:
+      ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, alpha, beta);
+      break;
+    case ActivationKind::kSigmoid:
+      ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+      break;
+    case ActivationKind::kTanh:
+      ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+      break;
+    case ActivationKind::kHardSigmoid:
+      // oneDNN 2.6 has no hardsigmoid: clip(alpha * x + beta, 0, 1) as two post-ops.
+      ops.append_eltwise(1.f, algorithm::eltwise_linear, alpha, beta);
+      ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, 0.f, 1.f);
+      break;
+    case ActivationKind::kHardSwish:
+      ops.append_eltwise(1.f, algorithm::eltwise_hardswish, 0.f, 0.f);  // x * clip(x / 6 + 1/2, 0, 1)
+      break;
+    case ActivationKind::kSilu:
+      ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.f, 0.f);
+      break;
+    case ActivationKind::kGelu:
+      ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      break;
   }
   return true;
 }

@@ -63,9 +63,9 @@ inline dnnl::memory WrapMemory(const dnnl::memory::desc& desc, const void* data)
   return dnnl::memory(desc, CpuEngine(), const_cast<void*>(data));
 }
 
-/// Appends the post-ops for the node's fused activation (`_activation`, `_alpha`, `_beta`; see
-/// docs/architecture.md). Returns false when the node names an activation this file does not map, so the caller can
-/// fall back to the reference kernel.
+/// Appends the post-ops for the node's fused activation (`_activation`, `_alpha`, `_beta`: ops/activation.h, see
+/// docs/architecture.md). Returns false when `_activation` names no activation, so the caller can fall back to the
+/// reference kernel.
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops);
 
 /// True when every present input and every output is float32.

@@ -14,38 +14,54 @@
 #include "ops/slice.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/reference/reference.h"
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 
 namespace osprey::cuda {
 
-bool FusedActivation(const Node& node, Activation* act) {
-  const std::string name = node.GetString("_activation", "");
+namespace {
+
+// The device code of an activation (kUnaryIdentity for kNone).
+int UnaryCodeOf(ActivationKind kind) {
+  switch (kind) {
+    case ActivationKind::kNone:
+      return kUnaryIdentity;
+    case ActivationKind::kRelu:
+      return kUnaryRelu;
+    case ActivationKind::kLeakyRelu:
+      return kUnaryLeakyRelu;
+    case ActivationKind::kClip:
+      return kUnaryClip;
+    case ActivationKind::kSigmoid:
+      return kUnarySigmoid;
+    case ActivationKind::kTanh:
+      return kUnaryTanh;
+    case ActivationKind::kHardSigmoid:
+      return kUnaryHardSigmoid;
+    case ActivationKind::kHardSwish:
+      return kUnaryHardSwish;
+    case ActivationKind::kSilu:
+      return kUnarySilu;
+    case ActivationKind::kGelu:
+      return kUnaryGelu;
+  }
+  return kUnaryIdentity;
+}
+
+Activation ToDevice(const osprey::Activation& act) {
   Activation a;
-  a.alpha = node.GetFloat("_alpha", 0.f);
-  a.beta = node.GetFloat("_beta", 0.f);
-  if (name.empty())
-    a.op = kUnaryIdentity;
-  else if (name == "Relu")
-    a.op = kUnaryRelu;
-  else if (name == "LeakyRelu")
-    a.op = kUnaryLeakyRelu;
-  else if (name == "Clip")
-    a.op = kUnaryClip;
-  else if (name == "Sigmoid")
-    a.op = kUnarySigmoid;
-  else if (name == "Tanh")
-    a.op = kUnaryTanh;
-  else if (name == "HardSigmoid")
-    a.op = kUnaryHardSigmoid;
-  else if (name == "HardSwish")
-    a.op = kUnaryHardSwish;
-  else if (name == "Silu")
-    a.op = kUnarySilu;
-  else if (name == "Gelu")
-    a.op = kUnaryGelu;
-  else
-    return false;
-  *act = a;
+  a.op = UnaryCodeOf(act.kind);
+  a.alpha = act.alpha;
+  a.beta = act.beta;
+  return a;
+}
+
+}  // namespace
+
+bool FusedActivation(const Node& node, Activation* act) {
+  osprey::Activation fused;
+  if (!osprey::Activation::FromFusedNode(node, &fused)) return false;
+  *act = ToDevice(fused);
   return true;
 }
 
@@ -200,16 +216,14 @@ bool UnaryOpFor(const KernelBuildContext& bc, Activation* a) {
   const Node& node = bc.node;
   const std::string& op = node.op_type;
   *a = Activation{};
-  if (op == "Relu")
-    a->op = kUnaryRelu;
-  else if (op == "LeakyRelu") {
-    a->op = kUnaryLeakyRelu;
-    a->alpha = node.GetFloat("alpha", 0.01f);
-  } else if (op == "Sigmoid")
-    a->op = kUnarySigmoid;
-  else if (op == "Tanh")
-    a->op = kUnaryTanh;
-  else if (op == "Exp")
+  // The activations with their parameters (ops/activation.h), but Clip: an absent bound is lowest() / max() here, as
+  // in the reference Clip kernel, where a fused Clip has -inf / inf.
+  osprey::Activation act;
+  if (op != "Clip" && OpRegistry::TraitsOf(op).fusable_activation && ActivationOfNode(node, bc.opset, {}, &act)) {
+    *a = ToDevice(act);
+    return true;
+  }
+  if (op == "Exp")
     a->op = kUnaryExp;
   else if (op == "Log")
     a->op = kUnaryLog;
@@ -223,14 +237,8 @@ bool UnaryOpFor(const KernelBuildContext& bc, Activation* a) {
     a->op = kUnaryAbs;
   else if (op == "Erf")
     a->op = kUnaryErf;
-  else if (op == "Gelu")
-    a->op = node.GetString("approximate", "none") == "tanh" ? kUnaryGeluTanh : kUnaryGelu;
-  else if (op == "HardSigmoid") {
-    a->op = kUnaryHardSigmoid;
-    a->alpha = node.GetFloat("alpha", 0.2f);
-    a->beta = node.GetFloat("beta", 0.5f);
-  } else if (op == "HardSwish")
-    a->op = kUnaryHardSwish;
+  else if (op == "Gelu")  // approximate = "tanh"; "none" is the activation above
+    a->op = kUnaryGeluTanh;
   else if (op == "Floor")
     a->op = kUnaryFloor;
   else if (op == "Ceil")

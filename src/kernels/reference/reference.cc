@@ -1,7 +1,8 @@
 #include "kernels/reference/reference.h"
 
 #include <algorithm>
-#include <cmath>
+
+#include "ops/activation.h"
 
 namespace osprey {
 
@@ -27,31 +28,11 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
 }
 
 void ApplyFusedActivation(const Node& node, float* data, int64_t n) {
-  std::string act = node.GetString("_activation", "");
-  if (act.empty()) return;
-  float alpha = node.GetFloat("_alpha", 0.f);
-  float beta = node.GetFloat("_beta", 0.f);
-  if (act == "Relu") {
-    for (int64_t i = 0; i < n; ++i) data[i] = std::max(data[i], 0.f);
-  } else if (act == "LeakyRelu") {
-    for (int64_t i = 0; i < n; ++i) data[i] = data[i] >= 0 ? data[i] : data[i] * alpha;
-  } else if (act == "Clip") {
-    for (int64_t i = 0; i < n; ++i) data[i] = std::min(std::max(data[i], alpha), beta);
-  } else if (act == "Sigmoid") {
-    for (int64_t i = 0; i < n; ++i) data[i] = 1.f / (1.f + std::exp(-data[i]));
-  } else if (act == "Tanh") {
-    for (int64_t i = 0; i < n; ++i) data[i] = std::tanh(data[i]);
-  } else if (act == "HardSigmoid") {
-    for (int64_t i = 0; i < n; ++i) data[i] = std::min(std::max(alpha * data[i] + beta, 0.f), 1.f);
-  } else if (act == "HardSwish") {
-    for (int64_t i = 0; i < n; ++i) data[i] = data[i] * std::min(std::max(data[i] / 6.f + 0.5f, 0.f), 1.f);
-  } else if (act == "Silu") {  // x * sigmoid(x): Mul(x, Sigmoid(x)) fused
-    for (int64_t i = 0; i < n; ++i) data[i] = data[i] / (1.f + std::exp(-data[i]));
-  } else if (act == "Gelu") {
-    for (int64_t i = 0; i < n; ++i) data[i] = 0.5f * data[i] * (1.f + std::erf(data[i] * 0.70710678118654752f));
-  } else {
-    throw Error(ErrorCode::kInternal, node.Describe() + ": unknown fused activation '" + act + "'");
-  }
+  Activation act;
+  if (!Activation::FromFusedNode(node, &act))
+    throw Error(ErrorCode::kInternal,
+                node.Describe() + ": unknown fused activation '" + node.GetString("_activation", "") + "'");
+  act.Apply(data, n);
 }
 
 }  // namespace osprey

@@ -1,0 +1,135 @@
+#include "ops/activation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "osprey/graph.h"
+
+namespace osprey {
+namespace {
+
+struct NamedKind {
+  const char* name;
+  ActivationKind kind;
+};
+constexpr NamedKind kNames[] = {
+    {"", ActivationKind::kNone},
+    {"Relu", ActivationKind::kRelu},
+    {"LeakyRelu", ActivationKind::kLeakyRelu},
+    {"Clip", ActivationKind::kClip},
+    {"Sigmoid", ActivationKind::kSigmoid},
+    {"Tanh", ActivationKind::kTanh},
+    {"HardSigmoid", ActivationKind::kHardSigmoid},
+    {"HardSwish", ActivationKind::kHardSwish},
+    {"Silu", ActivationKind::kSilu},
+    {"Gelu", ActivationKind::kGelu},
+};
+
+// Runs `f` on every value of data[0, n): one loop per kind, the kind chosen once.
+template <class F>
+void ForEach(float* data, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) data[i] = f(data[i]);
+}
+
+// Calls `visit` with the formula of `a` as a callable float -> float (identity for kNone).
+template <class Visit>
+void WithFormula(const Activation& a, Visit visit) {
+  const float alpha = a.alpha, beta = a.beta;
+  switch (a.kind) {
+    case ActivationKind::kNone:
+      return visit([](float x) { return x; });
+    case ActivationKind::kRelu:
+      return visit([](float x) { return std::max(x, 0.f); });
+    case ActivationKind::kLeakyRelu:
+      return visit([alpha](float x) { return x >= 0 ? x : x * alpha; });
+    case ActivationKind::kClip:
+      return visit([alpha, beta](float x) { return std::min(std::max(x, alpha), beta); });
+    case ActivationKind::kSigmoid:
+      return visit([](float x) { return 1.f / (1.f + std::exp(-x)); });
+    case ActivationKind::kTanh:
+      return visit([](float x) { return std::tanh(x); });
+    case ActivationKind::kHardSigmoid:
+      return visit([alpha, beta](float x) { return std::min(std::max(alpha * x + beta, 0.f), 1.f); });
+    case ActivationKind::kHardSwish:
+      return visit([](float x) { return x * std::min(std::max(x / 6.f + 0.5f, 0.f), 1.f); });
+    case ActivationKind::kSilu:
+      return visit([](float x) { return x / (1.f + std::exp(-x)); });
+    case ActivationKind::kGelu:
+      return visit([](float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); });
+  }
+}
+
+}  // namespace
+
+const char* ActivationName(ActivationKind kind) {
+  for (const NamedKind& e : kNames)
+    if (e.kind == kind) return e.name;
+  return "";
+}
+
+bool ParseActivationName(const std::string& name, ActivationKind* kind) {
+  for (const NamedKind& e : kNames) {
+    if (name == e.name) {
+      *kind = e.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Activation::FromFusedNode(const Node& node, Activation* out) {
+  Activation a;
+  if (!ParseActivationName(node.GetString("_activation", ""), &a.kind)) return false;
+  a.alpha = node.GetFloat("_alpha", 0.f);
+  a.beta = node.GetFloat("_beta", 0.f);
+  *out = a;
+  return true;
+}
+
+void Activation::WriteTo(Node& node) const {
+  node.attrs["_activation"] = Attribute::String(ActivationName(kind));
+  node.attrs["_alpha"] = Attribute::Float(alpha);
+  node.attrs["_beta"] = Attribute::Float(beta);
+}
+
+float Activation::Apply(float x) const {
+  float y = x;
+  WithFormula(*this, [&](auto f) { y = f(x); });
+  return y;
+}
+
+void Activation::Apply(float* data, int64_t n) const {
+  if (kind == ActivationKind::kNone) return;
+  WithFormula(*this, [&](auto f) { ForEach(data, n, f); });
+}
+
+bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>& values, Activation* out) {
+  Activation a;
+  if (n.op_type == "Gelu" && n.GetString("approximate", "none") != "none") return false;
+  if (!ParseActivationName(n.op_type, &a.kind) || a.kind == ActivationKind::kNone || a.kind == ActivationKind::kSilu)
+    return false;
+  if (a.kind == ActivationKind::kLeakyRelu) {
+    a.alpha = n.GetFloat("alpha", 0.01f);
+  } else if (a.kind == ActivationKind::kHardSigmoid) {
+    a.alpha = n.GetFloat("alpha", 0.2f);
+    a.beta = n.GetFloat("beta", 0.5f);
+  } else if (a.kind == ActivationKind::kClip) {
+    a.alpha = -INFINITY;
+    a.beta = INFINITY;
+    if (opset < 11) {
+      a.alpha = n.GetFloat("min", a.alpha);
+      a.beta = n.GetFloat("max", a.beta);
+    } else {
+      for (size_t k = 1; k <= 2; ++k) {
+        if (n.inputs.size() <= k || n.inputs[k] < 0) continue;
+        const Tensor* v = k < values.size() ? values[k] : nullptr;
+        if (v == nullptr || v->dtype() != DType::kF32) return false;
+        (k == 1 ? a.alpha : a.beta) = v->data<float>()[0];
+      }
+    }
+  }
+  *out = a;
+  return true;
+}
+
+}  // namespace osprey

@@ -1,0 +1,56 @@
+#pragma once
+// The fused activation (post-op) of a Conv, ConvTranspose, Gemm, MatMul or BatchNormalization: which activations
+// exist, how the fusion pass reads one from an activation node, how a fused node carries it (the `_activation`,
+// `_alpha` and `_beta` attributes, docs/architecture.md) and its reference formula. Every kernel library maps
+// ActivationKind to its own form (oneDNN post-ops, the CUDA unary codes, the hand-written BatchNormalization).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace osprey {
+
+struct Node;
+class Tensor;
+
+enum class ActivationKind : uint8_t {
+  kNone,         // no activation (`_activation` absent or "")
+  kRelu,         // max(x, 0)
+  kLeakyRelu,    // x >= 0 ? x : alpha * x
+  kClip,         // min(max(x, alpha), beta): alpha = min, beta = max
+  kSigmoid,      // 1 / (1 + exp(-x))
+  kTanh,         // tanh(x)
+  kHardSigmoid,  // min(max(alpha * x + beta, 0), 1)
+  kHardSwish,    // x * min(max(x / 6 + 1/2, 0), 1)
+  kSilu,         // x / (1 + exp(-x)): Mul(x, Sigmoid(x)) fused; no ONNX op of its own
+  kGelu,         // 0.5 x (1 + erf(x / sqrt 2)) (Gelu with approximate = "none")
+};
+
+struct Activation {
+  ActivationKind kind = ActivationKind::kNone;
+  float alpha = 0.f;
+  float beta = 0.f;
+
+  /// The fused activation of a node (`_activation`, `_alpha`, `_beta`). False when `_activation` names none.
+  static bool FromFusedNode(const Node& node, Activation* out);
+  /// Writes `_activation`, `_alpha` and `_beta` (the name "" for kNone).
+  void WriteTo(Node& node) const;
+
+  /// The activation's formula on one value (the reference kernels' numerics, which the fast kernels follow).
+  float Apply(float x) const;
+  /// Apply on data[0, n), in place.
+  void Apply(float* data, int64_t n) const;
+};
+
+/// The `_activation` name of a kind: the ONNX op's name ("Silu" for kSilu, "" for kNone).
+const char* ActivationName(ActivationKind kind);
+/// The kind named `name` (as ActivationName writes it); false for an unknown name.
+bool ParseActivationName(const std::string& name, ActivationKind* kind);
+
+/// The activation that unary node `n` (an op whose schema has OpTraits::fusable_activation) computes, its
+/// parameters from its attributes (LeakyRelu alpha, HardSigmoid alpha and beta, Clip min and max before opset 11)
+/// or, for Clip from opset 11 on, its min and max inputs: `values[k]` is input k's float32 value when it is known at
+/// compile time, else null (or `values` shorter). False when the node is none (Gelu with approximate = "tanh") or a
+/// Clip bound it has is not known.
+bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>& values, Activation* out);
+
+}  // namespace osprey
