@@ -39,6 +39,10 @@ struct DecodeOptions {
   /// (iMCU-aligned) columns the window needs, other images decode whole and are cropped. A window outside the image,
   /// or one combined with min_width / min_height, is refused (kInvalidArgument).
   int64_t region_x = 0, region_y = 0, region_width = 0, region_height = 0;
+  /// With a region: the decoder may return a wider window (JPEG: the whole columns it decoded around the region, saving
+  /// a copy), whose top-left DecodeInfo::region_x / region_y give. The region's pixels are exact; the extra columns
+  /// (up to about 100 pixels) may differ from a full decode.
+  bool region_may_widen = false;
 };
 
 /// What a decode did; filled on request.
@@ -52,6 +56,7 @@ struct DecodeInfo {
   int scale_denom = 1;
   int exif_orientation = 1;  // orientation tag found (1 when none); applied only if orientation_applied
   bool orientation_applied = false;
+  int64_t region_x = 0, region_y = 0;  // with DecodeOptions::region_*: where the returned pixels start in the image
 };
 
 /// Decodes an encoded image held in memory into a new uint8 tensor [H, W, channels]. `data` is not retained.

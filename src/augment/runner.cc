@@ -175,15 +175,20 @@ Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr, c
         if (!windowed) break;
         all = {std::min(all[0], one[0]), std::min(all[1], one[1]), std::max(all[2], one[2]), std::max(all[3], one[3])};
       }
-      if (windowed) {
+      if (windowed) {  // the decoder may hand back whole columns around the window (no copy): info says where
         opts.region_x = all[0], opts.region_y = all[1];
         opts.region_width = all[2] - all[0], opts.region_height = all[3] - all[1];
-        s.source_width = width, s.source_height = height, s.window_x = all[0], s.window_y = all[1];
+        opts.region_may_widen = true;
       }
+      DecodeInfo info;
       try {
-        s.image = DecodeImage(bytes.data(), bytes.size(), opts);
+        s.image = DecodeImage(bytes.data(), bytes.size(), opts, &info);
       } catch (const Error& e) {
         throw Error(e.code(), item.image_path + ": " + e.what());
+      }
+      if (windowed) {
+        s.source_width = width, s.source_height = height;
+        s.window_x = info.region_x, s.window_y = info.region_y;
       }
       s.objects = std::move(copy.objects);
       return s;

@@ -213,10 +213,13 @@ Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options, 
     case ImageFormat::kJpeg:
       return image_internal::DecodeJpeg(bytes, size, options, out_info);
     case ImageFormat::kPng:
+      out_info->region_x = options.region_x, out_info->region_y = options.region_y;
       return image_internal::CropToRegion(image_internal::DecodePng(bytes, size, options, out_info), options);
     case ImageFormat::kWebp:
+      out_info->region_x = options.region_x, out_info->region_y = options.region_y;
       return image_internal::CropToRegion(image_internal::DecodeWebp(bytes, size, options, out_info), options);
     case ImageFormat::kBmp:
+      out_info->region_x = options.region_x, out_info->region_y = options.region_y;
       return image_internal::CropToRegion(image_internal::DecodeBmp(bytes, size, options, out_info), options);
     default:
       break;

@@ -91,9 +91,12 @@ void WindowMessage(j_common_ptr cinfo, int level) {
 
 // Rows [y, y + h) and columns [x, x + w) of a JPEG as RGB (channels 3) or gray (1) into `out` (h * w * channels
 // bytes): jpeg_skip_scanlines over the rows above and below, jpeg_crop_scanline to the iMCU columns around the window.
-// Returns false with errors->message (and errors->truncated) on failure.
+// With `wide` (room for h rows of `capacity` pixels at out), the decoded columns [*left, *left + *width) go to out
+// as they are, without the copy into the exact window. Returns false with errors->message (and errors->truncated) on
+// failure.
 bool DecodeWindow(const uint8_t* data, size_t size, JDIMENSION x, JDIMENSION y, JDIMENSION w, JDIMENSION h,
-                  int channels, uint8_t* out, WindowErrors* errors) {
+                  int channels, uint8_t* out, bool wide, JDIMENSION capacity, JDIMENSION* left_out,
+                  JDIMENSION* width_out, WindowErrors* errors) {
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&errors->pub);
   errors->pub.error_exit = WindowErrorExit;
@@ -115,13 +118,24 @@ bool DecodeWindow(const uint8_t* data, size_t size, JDIMENSION x, JDIMENSION y, 
   JDIMENSION left = x > margin ? x - margin : 0;
   JDIMENSION width = std::min<JDIMENSION>(cinfo.output_width, x + w + margin) - left;
   jpeg_crop_scanline(&cinfo, &left, &width);
-  bool ok = y == 0 || jpeg_skip_scanlines(&cinfo, y) == y;
+  *left_out = left, *width_out = width;
+  bool ok = (!wide || width <= capacity) && (y == 0 || jpeg_skip_scanlines(&cinfo, y) == y);
   // Rows in groups of rec_outbuf_height: fewer make libjpeg upsample into a spare row and copy it.
   const JDIMENSION group = std::max(1, cinfo.rec_outbuf_height);
   JSAMPARRAY rows = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
                                                cinfo.output_width * cinfo.output_components, group);
+  JSAMPARRAY direct = reinterpret_cast<JSAMPARRAY>(
+      (*cinfo.mem->alloc_small)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE, group * sizeof(JSAMPROW)));
   for (JDIMENSION r = 0; ok && r < h;) {
-    const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, std::min(group, h - r));
+    const JDIMENSION n = std::min(group, h - r);
+    if (wide) {
+      for (JDIMENSION k = 0; k < n; ++k) direct[k] = out + static_cast<size_t>(r + k) * width * channels;
+      const JDIMENSION got = jpeg_read_scanlines(&cinfo, direct, n);
+      ok = got > 0;
+      r += got;
+      continue;
+    }
+    const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, n);
     ok = got > 0;
     for (JDIMENSION k = 0; k < got; ++k, ++r)
       std::memcpy(out + static_cast<size_t>(r) * w * channels, rows[k] + (x - left) * channels, w * channels);
@@ -190,14 +204,24 @@ Tensor DecodeJpeg(const uint8_t* data, size_t size, const DecodeOptions& options
 
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   const int64_t oriented_w = swap_axes ? out_h : out_w, oriented_h = swap_axes ? out_w : out_h;
+  info->region_x = options.region_x, info->region_y = options.region_y;
   if (CheckRegion(options, oriented_w, oriented_h) && orientation == 1 && !cmyk && options.channels != 4) {
-    Tensor window(DType::kU8, {options.region_height, options.region_width, options.channels});
+    // Wide: room for the iMCU-aligned columns around the window (32 pixels of margin each side, plus alignment).
+    const int64_t capacity = options.region_may_widen ? std::min(oriented_w, options.region_width + 96)
+                                                      : options.region_width;
+    Tensor window(DType::kU8, {options.region_height, capacity, options.channels});
     WindowErrors errors;
+    JDIMENSION left = 0, width = 0;
     // A damaged file goes on to the full decode below, which accepts or refuses it exactly as without a window.
     if (DecodeWindow(data, size, static_cast<JDIMENSION>(options.region_x), static_cast<JDIMENSION>(options.region_y),
                      static_cast<JDIMENSION>(options.region_width), static_cast<JDIMENSION>(options.region_height),
-                     options.channels, window.data<uint8_t>(), &errors))
-      return window;
+                     options.channels, window.data<uint8_t>(), options.region_may_widen,
+                     static_cast<JDIMENSION>(capacity), &left, &width, &errors)) {
+      if (!options.region_may_widen) return window;
+      info->region_x = left;
+      return Tensor::View(DType::kU8, {options.region_height, static_cast<int64_t>(width), options.channels},
+                          window.buffer(), 0);
+    }
   }
   int pixel_format;
   int64_t decoded_channels;

@@ -60,7 +60,10 @@ std::pair<int, double> CheckWindows(const Pipeline& p, int seeds) {
     area += double(win[2] - win[0]) * double(win[3] - win[1]) / (331.0 * 247.0);
     EXPECT_TRUE(win[0] >= 0 && win[1] >= 0 && win[2] <= 331 && win[3] <= 247 && win[0] < win[2] && win[1] < win[3]);
     const Sample whole = p.Apply(source, seed);
-    const Sample part = p.Apply(Window(source, win), seed);
+    // The window itself, or any larger one (a decoder may return whole columns around it), gives the same bytes.
+    const std::array<int64_t, 4> wider = {std::max<int64_t>(0, win[0] - 21), win[1], std::min<int64_t>(331, win[2] + 9),
+                                          win[3]};
+    const Sample part = p.Apply(Window(source, seed % 2 ? win : wider), seed);
     EXPECT_EQ(whole.image.shape(), part.image.shape());
     if (whole.image.shape() != part.image.shape()) continue;
     EXPECT_EQ(std::memcmp(whole.image.data<uint8_t>(), part.image.data<uint8_t>(), whole.image.numel()), 0);

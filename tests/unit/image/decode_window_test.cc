@@ -75,6 +75,14 @@ TEST(DecodeWindow, EqualsTheFullDecodeCropped) {
           DecodeOptions o = full;
           o.region_x = x, o.region_y = y, o.region_width = w, o.region_height = h;
           EXPECT_TRUE(Same(DecodeImage(jpeg.data(), jpeg.size(), o), Crop(whole, x, y, w, h)));
+          // Allowed to widen: whole decoded columns around the window come back; the window inside them is exact.
+          o.region_may_widen = true;
+          DecodeInfo info;
+          const Tensor wide = DecodeImage(jpeg.data(), jpeg.size(), o, &info);
+          EXPECT_EQ(info.region_y, y);
+          EXPECT_EQ(wide.dim(0), h);
+          ASSERT_TRUE(info.region_x <= x && info.region_x + wide.dim(1) >= x + w && info.region_x + wide.dim(1) <= W);
+          EXPECT_TRUE(Same(Crop(wide, x - info.region_x, 0, w, h), Crop(whole, x, y, w, h)));
         }
       }
     }
