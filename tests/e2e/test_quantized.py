@@ -110,7 +110,9 @@ def test_qdq_matches_onnxruntime(digits, run_cli, work_dir):
 def test_qoperator_matches_onnxruntime(digits, run_cli, work_dir):
     model = quantized(digits, "qoperator")
     ops = {(n.domain, n.op_type) for n in onnx.load(str(model)).graph.node}
-    assert ("", "QLinearConv") in ops and ("com.microsoft", "QLinearAdd") in ops  # what the format is meant to test
+    # What the format is meant to test: every QOperator op osprey implements is in this model.
+    assert {("", "QLinearConv"), ("com.microsoft", "QLinearAdd"), ("com.microsoft", "QLinearGlobalAveragePool"),
+            ("com.microsoft", "QGemm")} <= ops, ops
     x = digits["images"][EVALUATION]
     labels = digits["labels"][EVALUATION]
     step = output_step(model)

@@ -126,6 +126,22 @@ def test_gaussian_blur_matches_opencv(run_op, image, kx, ky, sx, sy):
     assert absdiff(ours_f, expected_f.reshape(ours_f.shape)).max() <= 1e-5
 
 
+@pytest.mark.parametrize("kx,ky", [(3, 3), (5, 5), (1, 7), (9, 4), (15, 15)])
+def test_box_blur_matches_opencv(run_op, kx, ky):
+    # cv2.blur: the window mean, BORDER_REFLECT_101. uint8: osprey sums in float, OpenCV in integers with a fixed-point
+    # scale, so a value may round the other way: within 1, no bias. float32: 1e-5.
+    image = photo("astronaut", 120, 150)
+    ours = run_op("BoxBlur", image, ksize_x=kx, ksize_y=ky)
+    expected = cv2.blur(image, (kx, ky), borderType=cv2.BORDER_REFLECT_101).reshape(ours.shape)
+    diff = ours.astype(np.int64) - expected
+    assert np.abs(diff).max() <= 1 and abs(diff.mean()) <= 0.01
+    f = image.astype(np.float32) / 255
+    ours_f = run_op("BoxBlur", f, ksize_x=kx, ksize_y=ky)
+    expected_f = cv2.blur(f, (kx, ky), borderType=cv2.BORDER_REFLECT_101).reshape(ours_f.shape)
+    assert absdiff(ours_f, expected_f).max() <= 1e-5
+    np.testing.assert_array_equal(run_op("BoxBlur", image, reference=True, ksize_x=kx, ksize_y=ky), ours)
+
+
 def test_gaussian_blur_reference_kernel_matches_opencv(run_op):
     image = photo("coffee", 60, 90)
     for kx, ky, sx, sy in [(5, 5, 0, 0), (0, 0, 1.7, 0)]:

@@ -365,12 +365,15 @@ std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx) {
     if (std::unique_ptr<Kernel> k = CreateWarpAxisAlignedU8Kernel(ctx, m)) return k;
     return CreateWarpGeneralKernel(ctx);
   }
+  const GaussianBlurTaps taps = GaussianBlurKernels(ctx.node, ctx.input_dtypes[0] == DType::kU8);
   if (ctx.input_dtypes[0] == DType::kU8) {
-    const GaussianBlurTaps taps = GaussianBlurKernels(ctx.node, true);
     std::vector<uint32_t> kx, ky;
     if (FixedPointTaps(taps.x, kx) && FixedPointTaps(taps.y, ky))
       return std::make_unique<GaussianBlurU8FixedKernel>(ctx, std::move(kx), std::move(ky));
   }
+  // The float kernel pairs symmetric taps around a centre: odd sizes only. Even BoxBlur sizes (cv2.blur's anchor at
+  // size / 2) run the reference kernel.
+  if (taps.x.size() % 2 == 0 || taps.y.size() % 2 == 0) return nullptr;
   return ByDType<GaussianBlurKernel>(ctx);
 }
 
