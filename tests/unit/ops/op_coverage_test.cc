@@ -86,6 +86,7 @@ TEST(OpCoverage, EveryOpHasAReferenceKernel) {
 
 TEST(OpCoverage, EveryOpHasATest) {
   const std::vector<std::string> node_tests = NodeTests();
+  if (node_tests.empty()) GTEST_SKIP() << "onnx's backend node tests not found in " << Repo() << "/.venv (make setup)";
   const std::string sources = TestSources();
   ASSERT_GT(sources.size(), 100000u) << "test sources not found under " << Repo() << "/tests (set OSPREY_REPO)";
   std::vector<std::string> untested;
@@ -101,7 +102,7 @@ TEST(OpCoverage, EveryOpHasATest) {
   }
   EXPECT_TRUE(untested.empty()) << "ops that no ONNX node test and no test under tests/ names: "
                                 << ::testing::PrintToString(untested);
-  if (!node_tests.empty()) EXPECT_GT(by_node_test, 100);  // the conformance suite covers most standard ops
+  EXPECT_GT(by_node_test, 100);  // the conformance suite covers most standard ops
 }
 
 }  // namespace
