@@ -5,13 +5,12 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/conv_window.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
 namespace {
 
-// Window attributes are bounded so that (k - 1) * d + 1, in + pads and (out - 1) * s + dk cannot overflow int64.
-constexpr int64_t kMaxWindowAttr = int64_t{1} << 31;
 constexpr int kMaxSpatialRank = 3;
 
 std::string IntsToString(const std::vector<int64_t>& v) { return ShapeToString(v); }
@@ -54,63 +53,6 @@ int SpatialRank(const InferContext& c, const Shape& x) {
   return n;
 }
 
-// A per-spatial-dim ints attribute of length n; `fallback` fills it when absent. Values must lie in [lo, kMax].
-std::vector<int64_t> SpatialInts(const InferContext& c, const std::string& name, size_t n, int64_t fallback,
-                                 int64_t lo) {
-  std::vector<int64_t> v = c.node.GetInts(name, std::vector<int64_t>(n, fallback));
-  if (v.size() != n)
-    c.Fail("attribute '" + name + "' should have " + std::to_string(n) + " values, got " + IntsToString(v));
-  for (int64_t e : v)
-    if (e < lo || e > kMaxWindowAttr)
-      c.Fail("attribute '" + name + "' values should be in [" + std::to_string(lo) + ", 2^31], got " + IntsToString(v));
-  return v;
-}
-
-std::string AutoPad(const InferContext& c) {
-  std::string auto_pad = c.node.GetString("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
-    c.Fail("attribute 'auto_pad' should be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" + auto_pad + "'");
-  return auto_pad;
-}
-
-// Output spatial dims of a sliding window (Conv and the pools), ONNX rules incl. auto_pad and ceil_mode.
-std::vector<int64_t> WindowOutputDims(const InferContext& c, const Shape& x, const std::vector<int64_t>& kernel,
-                                      bool ceil_mode) {
-  size_t n = kernel.size();
-  std::vector<int64_t> strides = SpatialInts(c, "strides", n, 1, 1);
-  std::vector<int64_t> dilations = SpatialInts(c, "dilations", n, 1, 1);
-  std::string auto_pad = AutoPad(c);
-  std::vector<int64_t> pads(2 * n, 0);
-  if (auto_pad == "NOTSET") pads = SpatialInts(c, "pads", 2 * n, 0, 0);
-  std::vector<int64_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t in = x[2 + i];
-    int64_t dk = (kernel[i] - 1) * dilations[i] + 1;
-    int64_t s = strides[i];
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out[i] = (in + s - 1) / s;
-    } else if (auto_pad == "VALID") {
-      out[i] = in >= dk ? (in - dk) / s + 1 : 0;
-    } else {
-      int64_t span = in + pads[i] + pads[n + i] - dk;
-      if (span < 0) {
-        out[i] = 0;
-      } else {
-        out[i] = span / s + 1;
-        if (ceil_mode && span % s != 0) {
-          ++out[i];
-          // A window that would start inside the end padding is dropped (PyTorch and ONNX Runtime agree).
-          if ((out[i] - 1) * s >= in + pads[i]) --out[i];
-        }
-      }
-    }
-    if (out[i] < 1)
-      c.Fail("window of size " + std::to_string(dk) + " (kernel " + IntsToString(kernel) + ", dilations " +
-             IntsToString(dilations) + ") does not fit input " + ShapeToString(x) + " with pads " + IntsToString(pads));
-  }
-  return out;
-}
-
 // ---------------------------------------------------------------- Conv / ConvTranspose
 
 void InferConv(InferContext& c) {
@@ -148,7 +90,7 @@ void InferConv(InferContext& c) {
       c.Fail("bias B should have shape [" + std::to_string(out_channels) + "], got " +
              ShapeToString(c.input_shapes[2]));
   }
-  std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, /*ceil_mode=*/false);
+  const std::vector<int64_t> spatial = ResolveConvWindow(c.node, x, kernel, /*ceil_mode=*/false).out;
   Shape y = {x[0], out_channels};
   y.insert(y.end(), spatial.begin(), spatial.end());
   bool residual = c.node.GetInt("_residual", 0) != 0;
@@ -170,7 +112,7 @@ void InferConvTranspose(InferContext& c) {
   RequireF32(c, 1, "W");
   const Shape& x = c.input_shapes[0];
   const Shape& w = c.input_shapes[1];
-  int n = SpatialRank(c, x);
+  SpatialRank(c, x);
   if (w.size() != x.size())
     c.Fail("W should have rank " + std::to_string(x.size()) + " like X " + ShapeToString(x) + ", got shape " +
            ShapeToString(w));
@@ -198,33 +140,7 @@ void InferConvTranspose(InferContext& c) {
       c.Fail("bias B should have shape [" + std::to_string(out_channels) + "], got " +
              ShapeToString(c.input_shapes[2]));
   }
-  std::vector<int64_t> strides = SpatialInts(c, "strides", n, 1, 1);
-  std::vector<int64_t> dilations = SpatialInts(c, "dilations", n, 1, 1);
-  std::vector<int64_t> output_padding = SpatialInts(c, "output_padding", n, 0, 0);
-  std::string auto_pad = AutoPad(c);
-  std::vector<int64_t> pads(2 * n, 0);
-  if (auto_pad == "NOTSET") pads = SpatialInts(c, "pads", 2 * n, 0, 0);
-  std::vector<int64_t> spatial(n);
-  if (c.node.Has("output_shape")) {
-    std::vector<int64_t> os = c.node.GetInts("output_shape");
-    if (os.size() == static_cast<size_t>(n) + 2) os.erase(os.begin(), os.begin() + 2);
-    if (os.size() != static_cast<size_t>(n))
-      c.Fail("attribute 'output_shape' should have " + std::to_string(n) + " values, got " + IntsToString(os));
-    for (int64_t v : os)
-      if (v < 1 || v > kMaxWindowAttr) c.Fail("attribute 'output_shape' has a bad value: " + IntsToString(os));
-    spatial = os;
-  } else {
-    for (int i = 0; i < n; ++i) {
-      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-        spatial[i] = x[2 + i] * strides[i];
-      else
-        spatial[i] = strides[i] * (x[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - pads[i] -
-                     pads[n + i];
-      if (spatial[i] < 1)
-        c.Fail("output spatial dim " + std::to_string(i) + " would be " + std::to_string(spatial[i]) + " for input " +
-               ShapeToString(x) + ", pads " + IntsToString(pads));
-    }
-  }
+  const std::vector<int64_t> spatial = ResolveConvTransposeWindow(c.node, x, kernel).out;
   Shape y = {x[0], out_channels};
   y.insert(y.end(), spatial.begin(), spatial.end());
   c.SetOutput(0, DType::kF32, y);
@@ -239,11 +155,11 @@ void InferPool(InferContext& c, bool has_ceil_mode, bool allow_8bit = false) {
   const Shape& x = c.input_shapes[0];
   int n = SpatialRank(c, x);
   if (!c.node.Has("kernel_shape")) c.Fail("attribute 'kernel_shape' is required");
-  std::vector<int64_t> kernel = SpatialInts(c, "kernel_shape", n, 1, 1);
+  std::vector<int64_t> kernel = ReadWindowInts(c.node, "kernel_shape", n, 1, 1);
   int64_t ceil_mode = has_ceil_mode ? c.node.GetInt("ceil_mode", 0) : 0;
   if (ceil_mode != 0 && ceil_mode != 1)
     c.Fail("attribute 'ceil_mode' should be 0 or 1, got " + std::to_string(ceil_mode));
-  std::vector<int64_t> spatial = WindowOutputDims(c, x, kernel, ceil_mode != 0);
+  const std::vector<int64_t> spatial = ResolveConvWindow(c.node, x, kernel, ceil_mode != 0).out;
   Shape y = {x[0], x[1]};
   y.insert(y.end(), spatial.begin(), spatial.end());
   c.SetOutput(0, c.input_dtypes[0], y);

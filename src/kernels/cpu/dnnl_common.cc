@@ -111,19 +111,6 @@ bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
   return true;
 }
 
-bool ResolveAutoPad(const std::string& auto_pad, int64_t in, int64_t k_eff, int64_t s, int64_t* pl, int64_t* pr) {
-  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    const int64_t total = std::max<int64_t>(0, ((in + s - 1) / s - 1) * s + k_eff - in);
-    *pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    *pr = total - *pl;
-  } else if (auto_pad == "VALID") {
-    *pl = *pr = 0;
-  } else if (auto_pad != "NOTSET") {
-    return false;
-  }
-  return *pl >= 0 && *pr >= 0;
-}
-
 bool AllFloat32(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_dtypes.size(); ++i) {
     bool present = i < ctx.present.size() && ctx.present[i];

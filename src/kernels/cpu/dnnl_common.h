@@ -71,11 +71,6 @@ bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops);
 /// True when every present input and every output is float32.
 bool AllFloat32(const KernelBuildContext& ctx);
 
-/// ONNX auto_pad for one spatial axis of a window op (input size `in`, effective kernel `k_eff`, stride `s`):
-/// SAME_UPPER / SAME_LOWER / VALID replace the explicit pads *pl, *pr; NOTSET keeps them. False for an unknown
-/// auto_pad or negative pads (the caller then leaves the node to the reference kernel).
-bool ResolveAutoPad(const std::string& auto_pad, int64_t in, int64_t k_eff, int64_t s, int64_t* pl, int64_t* pr);
-
 /// True when the primitive oneDNN picked is one of its slow reference implementations; osprey's own reference
 /// kernel is then at least as good, so the factory declines.
 bool IsReferenceImpl(const dnnl::primitive_desc_base& pd);

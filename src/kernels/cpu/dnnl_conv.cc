@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_window.h"
 
 namespace osprey::cpu {
 namespace {
@@ -45,20 +46,14 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   for (int64_t d : g.w)
     if (d <= 0) return false;
 
-  std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
-  std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
-  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
   std::vector<int64_t> kernel = node.GetInts("kernel_shape", std::vector<int64_t>(g.w.begin() + 2, g.w.end()));
-  if (static_cast<int64_t>(strides.size()) != spatial || static_cast<int64_t>(dilations.size()) != spatial ||
-      static_cast<int64_t>(pads.size()) != 2 * spatial || static_cast<int64_t>(kernel.size()) != spatial)
-    return false;
-  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (kernel != std::vector<int64_t>(g.w.begin() + 2, g.w.end())) return false;
+  const ConvWindow win = ResolveConvWindow(node, g.x, kernel, /*ceil_mode=*/false);
   for (int64_t i = 0; i < spatial; ++i) {
-    const int64_t in = g.x[2 + i], k = g.w[2 + i], s = strides[i], d = dilations[i];
-    if (kernel[i] != k || s <= 0 || d <= 0) return false;
-    const int64_t k_eff = (k - 1) * d + 1;
-    int64_t pl = pads[i], pr = pads[spatial + i];
-    if (!ResolveAutoPad(auto_pad, in, k_eff, s, &pl, &pr)) return false;
+    const int64_t in = g.x[2 + i], s = win.strides[i], d = win.dilations[i];
+    const int64_t k_eff = win.EffectiveKernel(i);
+    const int64_t pl = win.pad_begin[i], pr = win.pad_end[i];
+    if (pl < 0 || pr < 0) return false;
     const int64_t span = in + pl + pr - k_eff;
     if (span < 0 || span / s + 1 != g.y[2 + i]) return false;
     g.strides.push_back(s);

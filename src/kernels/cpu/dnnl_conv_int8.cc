@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_window.h"
 
 namespace osprey::cpu {
 namespace {
@@ -114,18 +115,15 @@ class ConvInt8Kernel final : public Kernel {
     if (zp_u8_ < 0 || zp_u8_ > 255) return false;
 
     // Geometry.
-    std::vector<int64_t> strides = node.GetInts("strides", {1, 1}), dil = node.GetInts("dilations", {1, 1}),
-                         pads = node.GetInts("pads", {0, 0, 0, 0});
-    std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2], ws[3]});
-    if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || kernel.size() != 2) return false;
-    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+    const std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2], ws[3]});
+    if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
+    const ConvWindow win = ResolveConvWindow(node, x_, kernel, /*ceil_mode=*/false);
     memory::dims st, di, pl, pr;
     for (int i = 0; i < 2; ++i) {
-      const int64_t in = x_[2 + i], k = ws[2 + i], s = strides[i], d = dil[i];
-      if (kernel[i] != k || s <= 0 || d <= 0) return false;
-      const int64_t k_eff = (k - 1) * d + 1;
-      int64_t l = pads[i], r = pads[2 + i];
-      if (!ResolveAutoPad(auto_pad, in, k_eff, s, &l, &r)) return false;
+      const int64_t in = x_[2 + i], s = win.strides[i], d = win.dilations[i];
+      const int64_t k_eff = win.EffectiveKernel(i);
+      const int64_t l = win.pad_begin[i], r = win.pad_end[i];
+      if (l < 0 || r < 0) return false;
       const int64_t span = in + l + r - k_eff;
       if (span < 0 || span / s + 1 != y_[2 + i]) return false;
       st.push_back(s);

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_window.h"
 
 namespace osprey::cpu {
 namespace {
@@ -132,22 +133,19 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
     }
     return true;
   }
-  std::vector<int64_t> k = node.GetInts("kernel_shape");
-  std::vector<int64_t> s = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
-  std::vector<int64_t> d = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
-  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
-  if (static_cast<int64_t>(k.size()) != spatial || static_cast<int64_t>(s.size()) != spatial ||
-      static_cast<int64_t>(d.size()) != spatial || static_cast<int64_t>(pads.size()) != 2 * spatial)
-    return false;
+  const std::vector<int64_t> k = node.GetInts("kernel_shape");
+  if (static_cast<int64_t>(k.size()) != spatial) return false;
   const bool count_include_pad = !is_max && node.GetInt("count_include_pad", 0) != 0;
   if (count_include_pad) p.algorithm = dnnl::algorithm::pooling_avg_include_padding;
-  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  // The pads do not depend on ceil_mode; the output sizes are y's.
+  const ConvWindow win = ResolveConvWindow(node, x, k, /*ceil_mode=*/false);
+  const std::vector<int64_t>& s = win.strides;
+  const std::vector<int64_t>& d = win.dilations;
   for (int64_t i = 0; i < spatial; ++i) {
     const int64_t in = x[2 + i], out = y[2 + i];
-    if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0) return false;
-    const int64_t k_eff = (k[i] - 1) * d[i] + 1;
-    int64_t pl = pads[i], pr = pads[spatial + i];
-    if (!ResolveAutoPad(auto_pad, in, k_eff, s[i], &pl, &pr)) return false;
+    const int64_t k_eff = win.EffectiveKernel(i);
+    int64_t pl = win.pad_begin[i], pr = win.pad_end[i];
+    if (pl < 0 || pr < 0) return false;
     // oneDNN sizes the output with floor division. ceil_mode's extra window (and any other rounding the schema
     // chose) is expressed by growing padding_r until the floor formula gives the inferred output size.
     const int64_t span = in + pl + pr - k_eff;

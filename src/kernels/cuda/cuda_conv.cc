@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_libs.h"
 #include "kernels/reference/reference.h"
+#include "ops/conv_window.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -263,27 +264,13 @@ class ConvTransposeKernel final : public CudaKernel {
       if (!FitsInt(NumElements(*s))) return false;
     }
     const int n = rank - 2;
-    const std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
-    const std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
-    const std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(n, 0));
-    const std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
-    const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
-    if (static_cast<int>(strides.size()) != n || static_cast<int>(dilations.size()) != n ||
-        static_cast<int>(output_padding.size()) != n || static_cast<int>(pads.size()) != 2 * n)
-      return false;
-    // Pad at the start of each axis, as MakeTransposeWindow (kernels/reference/nn.cc) computes it.
-    std::vector<int64_t> pb(n, 0);
-    for (int i = 0; i < n; ++i) {
-      if (auto_pad == "NOTSET") {
-        pb[i] = pads[i];
-      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-        const int64_t total =
-            strides[i] * (x[2 + i] - 1) + output_padding[i] + (w[2 + i] - 1) * dilations[i] + 1 - y[2 + i];
-        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor division
-        pb[i] = auto_pad == "SAME_UPPER" ? half : total - half;
-      }
-      if (pb[i] < 0 || strides[i] < 1 || dilations[i] < 1 || !FitsInt(pb[i])) return false;
-    }
+    // Only the pad at the start of each axis goes to cuDNN; the output size (y) crops the end.
+    const ConvWindow win = ResolveConvTransposeWindow(node, x, std::vector<int64_t>(w.begin() + 2, w.end()));
+    const std::vector<int64_t>& strides = win.strides;
+    const std::vector<int64_t>& dilations = win.dilations;
+    const std::vector<int64_t>& pb = win.pad_begin;
+    for (int i = 0; i < n; ++i)
+      if (pb[i] < 0 || !FitsInt(pb[i])) return false;
     // 1-D as 2-D with a leading spatial dim of 1.
     const int sp = std::max(n, 2);
     const int lead = sp - n;

@@ -25,7 +25,6 @@ int64_t Product(const Shape& s, size_t begin, size_t end) {
   return p;
 }
 
-int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 bool HasOut(const KernelContext& ctx, int i, int64_t numel) {
   return i < static_cast<int>(ctx.outputs.size()) && ctx.outputs[i] != nullptr && ctx.outputs[i]->numel() == numel;
@@ -130,33 +129,26 @@ void RunGemms(const std::vector<GemmOperands>& ops, int64_t m, int64_t n, int64_
 
 }  // namespace
 
-// Geometry for Conv and the pools: same pad rules as the schema (explicit pads, VALID, or SAME split of the
-// total padding with the odd unit at the end for SAME_UPPER and at the start for SAME_LOWER).
-Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
-  const int n = static_cast<int>(x.size()) - 2;
+Window3 ToWindow3(const ConvWindow& w, const Shape& y) {
+  const int n = static_cast<int>(w.in.size());
   const int off = 3 - n;
-  std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
-  std::string auto_pad = node.GetString("auto_pad", "NOTSET");
   Window3 g;
   for (int i = 0; i < n; ++i) {
     const int j = off + i;
-    g.in[j] = x[2 + i];
+    g.in[j] = w.in[i];
     g.out[j] = y[2 + i];
-    g.k[j] = kernel[i];
-    g.s[j] = strides[i];
-    g.d[j] = dilations[i];
-    if (auto_pad == "NOTSET") {
-      g.pb[j] = pads[i];
-      g.pe[j] = pads[n + i];
-    } else if (auto_pad != "VALID") {
-      int64_t total = std::max<int64_t>(0, (g.out[j] - 1) * g.s[j] + (g.k[j] - 1) * g.d[j] + 1 - g.in[j]);
-      g.pb[j] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      g.pe[j] = total - g.pb[j];
-    }
+    g.k[j] = w.kernel[i];
+    g.s[j] = w.strides[i];
+    g.d[j] = w.dilations[i];
+    g.pb[j] = w.pad_begin[i];
+    g.pe[j] = w.pad_end[i];
   }
   return g;
+}
+
+Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
+  // ceil_mode changes only the output sizes, which come from y.
+  return ToWindow3(ResolveConvWindow(node, x, kernel, /*ceil_mode=*/false), y);
 }
 
 MatMulBatches BatchedMatMul(const Shape& a, const Shape& b) {
@@ -304,34 +296,6 @@ void ConvRef(KernelContext& ctx) {
 
 // ---------------------------------------------------------------- ConvTranspose
 
-// ConvTranspose pads follow the ONNX reference: explicit pads (default 0) unless auto_pad is SAME_*, in which case
-// the total padding implied by the output shape is split with floor division (SAME_UPPER: the smaller half first).
-Window3 MakeTransposeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
-  const int n = static_cast<int>(x.size()) - 2;
-  const int off = 3 - n;
-  std::vector<int64_t> strides = node.GetInts("strides", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> dilations = node.GetInts("dilations", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> output_padding = node.GetInts("output_padding", std::vector<int64_t>(n, 0));
-  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * n, 0));
-  std::string auto_pad = node.GetString("auto_pad", "NOTSET");
-  Window3 g;
-  for (int i = 0; i < n; ++i) {
-    const int j = off + i;
-    g.in[j] = x[2 + i];
-    g.out[j] = y[2 + i];
-    g.k[j] = kernel[i];
-    g.s[j] = strides[i];
-    g.d[j] = dilations[i];
-    if (auto_pad == "NOTSET") {
-      g.pb[j] = pads[i];
-    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      int64_t total = g.s[j] * (g.in[j] - 1) + output_padding[i] + (g.k[j] - 1) * g.d[j] + 1 - g.out[j];
-      g.pb[j] = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
-    }
-  }
-  return g;
-}
-
 void ConvTransposeRef(KernelContext& ctx) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.In(0);
@@ -340,7 +304,7 @@ void ConvTransposeRef(KernelContext& ctx) {
   const int64_t batch = x.dim(0), channels = x.dim(1), group = node.GetInt("group", 1);
   const int64_t group_in = channels / group, group_out = w.dim(1), out_channels = group_out * group;
   std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-  const Window3 g = MakeTransposeWindow(node, x.shape(), y.shape(), kernel);
+  const Window3 g = ToWindow3(ResolveConvTransposeWindow(node, x.shape(), kernel), y.shape());
   const int64_t kvol = g.KVol(), rows = group_out * kvol, in_vol = g.InVol(), out_vol = g.OutVol();
   // W is [C, M/group, k...]; per group the GEMM needs its transpose [M/group * k, C/group].
   const float* wd = w.data<float>();

@@ -1,6 +1,7 @@
 #pragma once
 // Reference kernels, one per op. Looked up by op type.
 #include "kernels/kernel.h"
+#include "ops/conv_window.h"
 
 namespace osprey {
 
@@ -41,9 +42,12 @@ struct Window3 {
   int64_t KVol() const { return k[0] * k[1] * k[2]; }
 };
 
-/// Geometry of Conv and the pools (nn.cc): explicit pads, VALID, or SAME split of the total padding with the odd
-/// unit at the end for SAME_UPPER and at the start for SAME_LOWER. x and y are [N, C, D1, ...]; `kernel` is D1...
+/// Geometry of Conv and the pools (nn.cc): the pads of ResolveConvWindow (ops/conv_window.h), the output sizes of y.
+/// x and y are [N, C, D1, ...]; `kernel` is D1...
 Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel);
+
+/// A resolved window (ops/conv_window.h) laid out as a Window3, with the output sizes of y ([N, C, D1, ...]).
+Window3 ToWindow3(const ConvWindow& w, const Shape& y);
 
 /// Applies the fused activation described by a node's internal attributes (_activation, _alpha, _beta) in place.
 /// Used by the reference Conv/Gemm/MatMul when the fusion pass has folded an activation into them.
