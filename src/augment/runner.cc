@@ -155,23 +155,30 @@ bool WindowsEnabled() {
 // The source image of an item with its objects. When `pipeline` is given and every application in `seeds` starts with
 // a warp that reads only part of a JPEG, only the union of those parts is decoded (a window: the same output bytes,
 // less decoding); otherwise the whole image.
-Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr, const std::vector<uint64_t>& seeds = {}) {
+Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr,
+                  const std::vector<uint64_t>& seeds = {}) {
   DecodeOptions opts;
   opts.channels = 3;
   Sample s;
   DatasetItem copy = item;
+  std::string bytes;
   if (pipeline != nullptr && !seeds.empty() && WindowsEnabled()) {
     std::ifstream file(item.image_path, std::ios::binary | std::ios::ate);
     const std::streamoff length = file ? static_cast<std::streamoff>(file.tellg()) : -1;
-    std::string bytes(length > 0 ? static_cast<size_t>(length) : 0, '\0');
+    if (length > 0) bytes.resize(static_cast<size_t>(length));
+    if (length <= 0 || !file.seekg(0) || !file.read(bytes.data(), length)) bytes.clear();
+  }
+  if (bytes.empty()) {  // no windows: the plain read, with its messages for missing and unreadable files
+    s.image = ReadImageFile(item.image_path, opts);
+  } else {
     int64_t width = 0, height = 0;
-    if (length > 0 && file.seekg(0) && file.read(bytes.data(), length) &&
-        PeekImageSize(bytes.data(), bytes.size(), opts, &width, &height) && width * height <= opts.max_pixels) {
+    bool windowed = PeekImageSize(bytes.data(), bytes.size(), opts, &width, &height) &&
+                    width * height <= opts.max_pixels;
+    if (windowed) {
       if (copy.normalized) ResolveYolo(copy, width, height);
       std::array<int64_t, 4> all = {width, height, 0, 0}, one{};
-      bool windowed = true;
       for (uint64_t seed : seeds) {
-        windowed = windowed && pipeline->SourceWindow(width, height, 3, copy.objects, seed, &one);
+        windowed = pipeline->SourceWindow(width, height, 3, copy.objects, seed, &one);
         if (!windowed) break;
         all = {std::min(all[0], one[0]), std::min(all[1], one[1]), std::max(all[2], one[2]), std::max(all[3], one[3])};
       }
@@ -180,21 +187,18 @@ Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr, c
         opts.region_width = all[2] - all[0], opts.region_height = all[3] - all[1];
         opts.region_may_widen = true;
       }
-      DecodeInfo info;
-      try {
-        s.image = DecodeImage(bytes.data(), bytes.size(), opts, &info);
-      } catch (const Error& e) {
-        throw Error(e.code(), item.image_path + ": " + e.what());
-      }
-      if (windowed) {
-        s.source_width = width, s.source_height = height;
-        s.window_x = info.region_x, s.window_y = info.region_y;
-      }
-      s.objects = std::move(copy.objects);
-      return s;
+    }
+    DecodeInfo info;
+    try {
+      s.image = DecodeImage(bytes.data(), bytes.size(), opts, &info);
+    } catch (const Error& e) {
+      throw Error(e.code(), item.image_path + ": " + e.what());
+    }
+    if (windowed) {
+      s.source_width = width, s.source_height = height;
+      s.window_x = info.region_x, s.window_y = info.region_y;
     }
   }
-  s.image = ReadImageFile(item.image_path, opts);
   if (copy.normalized) ResolveYolo(copy, s.image.dim(1), s.image.dim(0));
   s.objects = std::move(copy.objects);
   return s;

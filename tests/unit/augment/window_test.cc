@@ -105,11 +105,14 @@ TEST(SourceWindow, NoWindowWhenTheWholeImageIsRead) {
   const Sample s = Source();
   std::array<int64_t, 4> win{};
   auto window = [&](const Pipeline& p) { return p.SourceWindow(331, 247, 3, s.objects, 3, &win); };
-  EXPECT_FALSE(window(Pipeline::FromSteps({{"ColorJitter", 1.0}, {"RandomCrop", 1.0, R"({"height": 50, "width": 50})"}})));
-  EXPECT_FALSE(window(Pipeline::FromSteps({{"HorizontalFlip", 1.0}, {"Resize", 1.0, R"({"height": 50, "width": 50})"}})));
+  EXPECT_FALSE(
+      window(Pipeline::FromSteps({{"ColorJitter", 1.0}, {"RandomCrop", 1.0, R"({"height": 50, "width": 50})"}})));
+  EXPECT_FALSE(
+      window(Pipeline::FromSteps({{"HorizontalFlip", 1.0}, {"Resize", 1.0, R"({"height": 50, "width": 50})"}})));
   EXPECT_FALSE(window(Pipeline::FromSteps({{"Perspective", 1.0, R"({"scale": [0.05, 0.1]})"}})));  // not affine
   EXPECT_TRUE(window(Pipeline::FromSteps({{"CenterCrop", 1.0, R"({"height": 50, "width": 60})"}})));
-  EXPECT_EQ(win[2] - win[0], 60 + 5);  // the crop, two columns of margin left, three right ([floor(lo) - 2, floor(hi) + 4))
+  EXPECT_EQ(win[2] - win[0],
+            60 + 5);  // the crop, two columns of margin left, three right ([floor(lo) - 2, floor(hi) + 4))
 }
 
 TEST(SourceWindow, BadWindowsAreRefused) {

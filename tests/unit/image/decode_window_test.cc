@@ -46,7 +46,8 @@ Tensor Crop(const Tensor& img, int64_t x, int64_t y, int64_t w, int64_t h) {
   const int64_t c = img.dim(2), W = img.dim(1);
   Tensor out(DType::kU8, {h, w, c});
   for (int64_t r = 0; r < h; ++r)
-    for (int64_t i = 0; i < w * c; ++i) out.data<uint8_t>()[r * w * c + i] = img.data<uint8_t>()[((y + r) * W + x) * c + i];
+    for (int64_t i = 0; i < w * c; ++i)
+      out.data<uint8_t>()[r * w * c + i] = img.data<uint8_t>()[((y + r) * W + x) * c + i];
   return out;
 }
 
@@ -58,9 +59,9 @@ TEST(DecodeWindow, EqualsTheFullDecodeCropped) {
   const int subsamplings[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_411, TJSAMP_GRAY};
   const int64_t W = 203, H = 157;
   // x, y, w, h: the whole image, corners, single pixels, odd offsets off the 8/16-pixel grid, full rows and columns.
-  const std::vector<std::array<int64_t, 4>> windows = {{0, 0, W, H},       {0, 0, 1, 1},      {W - 1, H - 1, 1, 1},
-                                                       {17, 9, 100, 61},   {33, 0, 7, H},     {0, 77, W, 3},
-                                                       {150, 100, 53, 57}, {8, 16, 16, 16},   {1, 1, W - 2, H - 2}};
+  const std::vector<std::array<int64_t, 4>> windows = {{0, 0, W, H},       {0, 0, 1, 1},    {W - 1, H - 1, 1, 1},
+                                                       {17, 9, 100, 61},   {33, 0, 7, H},   {0, 77, W, 3},
+                                                       {150, 100, 53, 57}, {8, 16, 16, 16}, {1, 1, W - 2, H - 2}};
   for (int sub : subsamplings)
     for (bool progressive : {false, true}) {
       const std::string jpeg = Jpeg(static_cast<int>(W), static_cast<int>(H), sub, progressive);
