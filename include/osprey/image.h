@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "osprey/tensor.h"
 
@@ -71,5 +72,8 @@ bool PeekImageSize(const void* data, size_t size, const DecodeOptions& options, 
 
 /// Reads and decodes an image file. Errors as DecodeImage with the path prefixed; kNotFound when it cannot be opened.
 Tensor ReadImageFile(const std::string& path, const DecodeOptions& options = {}, DecodeInfo* info = nullptr);
+/// The bytes of an image file, for a caller that looks at them first (PeekImageSize) and then decodes. Throws as
+/// ReadImageFile for a file that cannot be opened or read.
+std::vector<char> ReadImageBytes(const std::string& path);
 
 }  // namespace osprey

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <map>
 #include <mutex>
@@ -161,43 +160,34 @@ Sample LoadSample(const DatasetItem& item, const Pipeline* pipeline = nullptr,
   opts.channels = 3;
   Sample s;
   DatasetItem copy = item;
-  std::string bytes;
-  if (pipeline != nullptr && !seeds.empty() && WindowsEnabled()) {
-    std::ifstream file(item.image_path, std::ios::binary | std::ios::ate);
-    const std::streamoff length = file ? static_cast<std::streamoff>(file.tellg()) : -1;
-    if (length > 0) bytes.resize(static_cast<size_t>(length));
-    if (length <= 0 || !file.seekg(0) || !file.read(bytes.data(), length)) bytes.clear();
+  const std::vector<char> bytes = ReadImageBytes(item.image_path);
+  int64_t width = 0, height = 0;
+  bool windowed = pipeline != nullptr && !seeds.empty() && WindowsEnabled() &&
+                  PeekImageSize(bytes.data(), bytes.size(), opts, &width, &height) &&
+                  width * height <= opts.max_pixels;
+  if (windowed) {
+    if (copy.normalized) ResolveYolo(copy, width, height);
+    std::array<int64_t, 4> all = {width, height, 0, 0}, one{};
+    for (uint64_t seed : seeds) {
+      windowed = pipeline->SourceWindow(width, height, 3, copy.objects, seed, &one);
+      if (!windowed) break;
+      all = {std::min(all[0], one[0]), std::min(all[1], one[1]), std::max(all[2], one[2]), std::max(all[3], one[3])};
+    }
+    if (windowed) {  // the decoder may hand back whole columns around the window (no copy): info says where
+      opts.region_x = all[0], opts.region_y = all[1];
+      opts.region_width = all[2] - all[0], opts.region_height = all[3] - all[1];
+      opts.region_may_widen = true;
+    }
   }
-  if (bytes.empty()) {  // no windows: the plain read, with its messages for missing and unreadable files
-    s.image = ReadImageFile(item.image_path, opts);
-  } else {
-    int64_t width = 0, height = 0;
-    bool windowed = PeekImageSize(bytes.data(), bytes.size(), opts, &width, &height) &&
-                    width * height <= opts.max_pixels;
-    if (windowed) {
-      if (copy.normalized) ResolveYolo(copy, width, height);
-      std::array<int64_t, 4> all = {width, height, 0, 0}, one{};
-      for (uint64_t seed : seeds) {
-        windowed = pipeline->SourceWindow(width, height, 3, copy.objects, seed, &one);
-        if (!windowed) break;
-        all = {std::min(all[0], one[0]), std::min(all[1], one[1]), std::max(all[2], one[2]), std::max(all[3], one[3])};
-      }
-      if (windowed) {  // the decoder may hand back whole columns around the window (no copy): info says where
-        opts.region_x = all[0], opts.region_y = all[1];
-        opts.region_width = all[2] - all[0], opts.region_height = all[3] - all[1];
-        opts.region_may_widen = true;
-      }
-    }
-    DecodeInfo info;
-    try {
-      s.image = DecodeImage(bytes.data(), bytes.size(), opts, &info);
-    } catch (const Error& e) {
-      throw Error(e.code(), item.image_path + ": " + e.what());
-    }
-    if (windowed) {
-      s.source_width = width, s.source_height = height;
-      s.window_x = info.region_x, s.window_y = info.region_y;
-    }
+  DecodeInfo info;
+  try {
+    s.image = DecodeImage(bytes.data(), bytes.size(), opts, &info);
+  } catch (const Error& e) {
+    throw Error(e.code(), item.image_path + ": " + e.what());
+  }
+  if (windowed) {
+    s.source_width = width, s.source_height = height;
+    s.window_x = info.region_x, s.window_y = info.region_y;
   }
   if (copy.normalized) ResolveYolo(copy, s.image.dim(1), s.image.dim(0));
   s.objects = std::move(copy.objects);

@@ -234,7 +234,7 @@ Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options, 
               "not an image: unknown format (first bytes " + first + "); expected JPEG, PNG, WebP or BMP");
 }
 
-Tensor ReadImageFile(const std::string& path, const DecodeOptions& options, DecodeInfo* info) {
+std::vector<char> ReadImageBytes(const std::string& path) {
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file) throw Error(ErrorCode::kNotFound, path + ": cannot open image file");
   std::streamoff length = file.tellg();
@@ -243,6 +243,11 @@ Tensor ReadImageFile(const std::string& path, const DecodeOptions& options, Deco
   file.seekg(0);
   if (length > 0 && !file.read(bytes.data(), length))
     throw Error(ErrorCode::kUnavailable, path + ": cannot read image file");
+  return bytes;
+}
+
+Tensor ReadImageFile(const std::string& path, const DecodeOptions& options, DecodeInfo* info) {
+  const std::vector<char> bytes = ReadImageBytes(path);
   try {
     return DecodeImage(bytes.data(), bytes.size(), options, info);
   } catch (const Error& e) {
