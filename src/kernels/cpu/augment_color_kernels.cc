@@ -572,8 +572,85 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupPerChannelVbmi
 }
 #endif
 
+// A 256-entry uint8 table that is an affine map, clamped and floored: table[x] = clamp((x * m + b) >> shift, 0, 255)
+// with int32 arithmetic that cannot overflow for x in 0..255 (what brightness, brightness/contrast and value-shift
+// tables are). FitAffineLut finds such (m, b), or says there is none: every entry is checked, so a table that only
+// looks affine keeps the table lookup.
+struct AffineLut {
+  int32_t m = 0, b = 0;
+  int shift = 0;
+};
+
+bool FitAffineLutAt(const uint8_t* table, int shift, AffineLut& out) {
+  const int64_t one = int64_t{1} << shift;
+  // Bounds on x * m + b per entry: [lo, hi]. Entry 0 only says "at most 0" and 255 "at least 255" (the clamp).
+  int64_t lo[256], hi[256];
+  constexpr int64_t kInf = int64_t{1} << 40;
+  for (int x = 0; x < 256; ++x) {
+    lo[x] = table[x] == 0 ? -kInf : table[x] * one;
+    hi[x] = table[x] == 255 ? kInf : table[x] * one + one - 1;
+  }
+  // For a slope m, b must lie in [max(lo - x m), min(hi - x m)]; the gap max - min is convex in m (a maximum of lines
+  // minus a minimum of lines), so an integer ternary search finds its smallest value.
+  const int64_t m_limit = (int64_t{1} << 30) / 255;  // |x m| < 2^30
+  const int64_t b_limit = int64_t{1} << 30;           // |x m + b| < 2^31
+  auto gap = [&](int64_t m, int64_t& b_lo, int64_t& b_hi) {
+    b_lo = -kInf * 2, b_hi = kInf * 2;
+    for (int x = 0; x < 256; ++x) b_lo = std::max(b_lo, lo[x] - x * m), b_hi = std::min(b_hi, hi[x] - x * m);
+    return b_lo - b_hi;
+  };
+  int64_t a = -m_limit, z = m_limit, b_lo, b_hi;
+  while (z - a > 2) {
+    const int64_t m1 = a + (z - a) / 3, m2 = z - (z - a) / 3;
+    if (gap(m1, b_lo, b_hi) <= gap(m2, b_lo, b_hi))
+      z = m2;
+    else
+      a = m1;
+  }
+  for (int64_t m = a; m <= z; ++m) {
+    if (gap(m, b_lo, b_hi) > 0) continue;
+    // Any b in [b_lo, b_hi] fits; take the one nearest 0 so the sum stays small.
+    const int64_t b = std::clamp<int64_t>(0, b_lo, b_hi);
+    if (b < -b_limit || b > b_limit) continue;
+    out.m = static_cast<int32_t>(m), out.b = static_cast<int32_t>(b), out.shift = shift;
+    for (int x = 0; x < 256; ++x)  // the kernel's own arithmetic, entry by entry
+      if (std::clamp((x * out.m + out.b) >> shift, 0, 255) != table[x]) return false;
+    return true;
+  }
+  return false;
+}
+
+bool FitAffineLut(const uint8_t* table, AffineLut& out) {
+  for (int shift : {20, 16})  // the finer grid first (slopes below 4), then slopes up to 64
+    if (FitAffineLutAt(table, shift, out)) return true;
+  return false;
+}
+
+#ifdef OSPREY_AUGMENT_AVX2
+// The affine table computed, 32 bytes at a time (what FitAffineLut checked entry by entry).
+__attribute__((target("avx2"))) int64_t LookupAffineAvx2(const AffineLut& f, const uint8_t* src, uint8_t* dst,
+                                                         int64_t n) {
+  const __m256i m = _mm256_set1_epi32(f.m), b = _mm256_set1_epi32(f.b);
+  const __m128i shift = _mm_cvtsi32_si128(f.shift);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i + 8 * k)));
+      q[k] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_mullo_epi32(x, m), b), shift);
+    }
+    // |q| < 2^15: the int16 pack is exact, the uint8 pack clamps to 0..255.
+    const __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permutevar8x32_epi32(packed, order));
+  }
+  return i;
+}
+#endif
+
 // uint8 y = table[x] (one table, or one per channel when the table holds 256 * C values and C > 1, as the reference).
-// AVX512-VBMI byte permutes when the CPU has them, else scalar loops.
+// AVX512-VBMI byte permutes when the CPU has them; else, for one table that is an affine map (FitAffineLut), the map
+// computed with AVX2; else scalar loops.
 class LookupTableU8Kernel final : public Kernel {
  public:
   explicit LookupTableU8Kernel(const KernelBuildContext& ctx) : shape_(ctx.input_shapes[0]) {
@@ -581,14 +658,17 @@ class LookupTableU8Kernel final : public Kernel {
     c_ = shape_.back();
     per_channel_ = static_cast<int64_t>(table.size()) == 256 * c_ && c_ > 1;
     lut_.assign(table.begin(), table.end());
+    affine_ = !per_channel_ && simd_ == kSimdAvx2 && FitAffineLut(lut_.data(), affine_lut_);
   }
-  const char* Name() const override { return per_channel_ ? "LookupTableU8PerChannel" : "LookupTableU8"; }
+  const char* Name() const override {
+    return per_channel_ ? "LookupTableU8PerChannel" : affine_ ? "LookupTableU8Affine" : "LookupTableU8";
+  }
 
   void Run(KernelContext& ctx) override {
     CheckShape(ctx, shape_, Name());
     const uint8_t* src = ctx.In(0).data<uint8_t>();
     uint8_t* dst = ctx.Out(0).data<uint8_t>();
-    const int64_t n = ctx.In(0).numel();
+    int64_t n = ctx.In(0).numel();
     const uint8_t* lut = lut_.data();
 #ifdef OSPREY_AUGMENT_AVX2
     if (simd_ >= kSimdAvx512 && (!per_channel_ || c_ <= 4)) {
@@ -597,6 +677,10 @@ class LookupTableU8Kernel final : public Kernel {
       else
         LookupSharedVbmi(lut, src, dst, n);
       return;
+    }
+    if (affine_) {
+      const int64_t done = LookupAffineAvx2(affine_lut_, src, dst, n);
+      src += done, dst += done, n -= done;  // the tail: the table
     }
 #endif
     if (!per_channel_) {
@@ -627,6 +711,8 @@ class LookupTableU8Kernel final : public Kernel {
   int simd_ = AugmentSimdLevel();
   int64_t c_ = 1;
   bool per_channel_ = false;
+  bool affine_ = false;
+  AffineLut affine_lut_;
   std::vector<uint8_t> lut_;
 };
 

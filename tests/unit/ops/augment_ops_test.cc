@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -431,6 +432,7 @@ TEST(AugmentOps, GaussianBlurFastMatchesReference) {
 TEST(AugmentOps, LookupTable) {
   std::vector<int64_t> invert(256), per_channel(512);
   for (int v = 0; v < 256; ++v) invert[v] = 255 - v, per_channel[v] = v / 2, per_channel[256 + v] = 255;
+  invert[128] = 7;  // not affine, so the lookup kernels run (LookupTableAffine tests the affine path)
   const Tensor img = U8({1, 2, 2}, {0, 10, 200, 255});
   const Node shared = AugNode("LookupTable", {{"table", Attribute::Ints(invert)}});
   EXPECT_EQ(Bytes(RunRef(shared, img)), (std::vector<uint8_t>{255, 245, 55, 0}));
@@ -458,6 +460,54 @@ TEST(AugmentOps, LookupTable) {
       }
     }
   }
+}
+
+// Tables that are affine maps (clamped, truncated) run as their formula with AVX2 (LookupTableU8Affine), bit-identical
+// to the table: ColorJitter's brightness x * f, RandomBrightnessContrast's x * a + b, HueSaturationValue's gray value
+// shift x + v, and an inversion (tables as augment's LutFrom builds them: double arithmetic, clamp, truncate). A table
+// that is not affine (gamma, random) keeps the lookup.
+TEST(AugmentOps, LookupTableAffine) {
+  const ScopedSimdCap cap("avx2");
+  auto table_of = [](const std::function<double(int)>& f) {
+    std::vector<int64_t> t(256);
+    for (int x = 0; x < 256; ++x) t[x] = static_cast<int64_t>(std::clamp(f(x), 0.0, 255.0));
+    return t;
+  };
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<std::vector<int64_t>> affine = {table_of([](int x) { return 255.0 - x; }),
+                                              table_of([](int x) { return x + 17.0; }),
+                                              table_of([](int x) { return x - 40.0; }),
+                                              table_of([](int x) { return x * 1.2; }),
+                                              table_of([](int) { return 99.0; })};
+  for (int k = 0; k < 300; ++k) {
+    const double f = 0.5 + unit(rng), a = 0.6 + 0.8 * unit(rng), b = (unit(rng) - 0.5) * 102;
+    affine.push_back(table_of([&](int x) { return x * f; }));
+    affine.push_back(table_of([&](int x) { return x * a + b; }));
+  }
+  int fitted = 0;
+  for (const std::vector<int64_t>& table : affine) {
+    const Node node = AugNode("LookupTable", {{"table", Attribute::Ints(table)}});
+    std::vector<Tensor> outputs;
+    const Tensor img = RandomU8({19, 23, 3}, static_cast<uint32_t>(fitted));
+    KernelBuildContext bc = MakeBuildContext(node, {img}, {false}, outputs);
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    ASSERT_NE(kernel, nullptr);
+    if (std::string(kernel->Name()) != "LookupTableU8Affine") continue;  // counted below
+    ++fitted;
+    // Every byte value, then a random image with a loop tail (19 * 23 * 3 = 1311 bytes).
+    std::vector<uint8_t> all(256);
+    for (int v = 0; v < 256; ++v) all[v] = static_cast<uint8_t>(v);
+    ExpectFastMatches(node, U8({1, 256, 1}, all), "LookupTableU8Affine", 0);
+    ExpectFastMatches(node, img, "LookupTableU8Affine", 0);
+  }
+  // The AVX2 path exists only where the CPU has AVX2; where it does, every one of these tables fits.
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_EQ(fitted, static_cast<int>(affine.size()));
+  }
+  const std::vector<int64_t> gamma = table_of([](int x) { return std::pow(x / 255.0, 0.7) * 255.0; });
+  const Node node = AugNode("LookupTable", {{"table", Attribute::Ints(gamma)}});
+  ExpectFastMatches(node, RandomU8({7, 9, 3}, 1), "LookupTableU8", 0);
 }
 
 TEST(AugmentOps, FillRects) {
