@@ -57,7 +57,19 @@ inline int RoundToInt(double v) {
 
 // ---------------------------------------------------------------- WarpPerspective
 
+// 8 bytes at base + byte offset (unaligned).
+inline long long Load64(const long long* base, int32_t offset) {
+  long long v;
+  std::memcpy(&v, reinterpret_cast<const char*>(base) + offset, sizeof v);
+  return v;
+}
+
 #ifdef OSPREY_WARP_AVX2
+// The 8-byte rows at four of the offsets, as one vector.
+__attribute__((target("avx2"))) inline __m256i Rows4(const long long* base, const int32_t* offs, int a, int b, int c,
+                                                     int e) {
+  return _mm256_setr_epi64x(Load64(base, offs[a]), Load64(base, offs[b]), Load64(base, offs[c]), Load64(base, offs[e]));
+}
 // rows: per 32-bit lane a (top, bottom) pair of 16-bit horizontal blends; weights: per pixel the 16-bit pair
 // (32 - ay, ay), spread to the lanes by `index`. Returns (top (32 - ay) + bottom ay + 512) >> 10 per lane.
 __attribute__((target("avx2"))) inline __m256i BlendRowsAvx2(__m256i rows, __m256i weights, __m256i index) {
@@ -279,8 +291,7 @@ class WarpPerspectiveKernel final : public Kernel {
       // Per 64-bit tap row (R G B R G B x x): the (left, right) byte pairs of R, G, B, then a zero pair.
       const __m256i pair_cols = _mm256_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, 8, 11, 9, 12, 10, 13, -1, -1, 0, 3, 1, 4, 2,
                                                  5, -1, -1, 8, 11, 9, 12, 10, 13, -1, -1);
-      // Gather A holds pixels 0, 1 | 4, 5 (128-bit lanes), gather B 2, 3 | 6, 7, so that the final packs give 0..7.
-      const __m256i gather_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+      // Rows A hold pixels 0, 1 | 4, 5 (128-bit lanes), rows B 2, 3 | 6, 7, so that the final packs give 0..7.
       const __m256i wx_a = _mm256_setr_epi32(0, 0, 1, 1, 4, 4, 5, 5), wx_b = _mm256_setr_epi32(2, 2, 3, 3, 6, 6, 7, 7);
       const __m256i wy_a0 = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4),
                     wy_a1 = _mm256_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5);
@@ -322,8 +333,9 @@ class WarpPerspectiveKernel final : public Kernel {
           for (int k = 0; k < 8; ++k) SamplePixel<3>(image, qx[x + k], qy[x + k], out + k * 3);
           continue;
         }
-        const __m256i offsets = _mm256_permutevar8x32_epi32(_mm256_and_si256(o, inside), gather_order);
-        const __m128i off_a = _mm256_castsi256_si128(offsets), off_b = _mm256_extracti128_si256(offsets, 1);
+        // The taps' 8-byte rows by scalar loads: cheaper than vpgatherdq where gathers are microcoded (AMD Zen).
+        alignas(32) int32_t offs[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(offs), _mm256_and_si256(o, inside));
         const __m256i ax = _mm256_and_si256(vx, mask31), ay = _mm256_and_si256(vy, mask31);
         // Bytes (32 - ax, ax) are the 16-bit value 32 + 255 ax, repeated in both halves of a lane; 16-bit halves
         // (32 - ay, ay) are the 32-bit value 32 + 65535 ay.
@@ -331,14 +343,10 @@ class WarpPerspectiveKernel final : public Kernel {
         const __m256i wx = _mm256_or_si256(wx16, _mm256_slli_epi32(wx16, 16));
         const __m256i wy = _mm256_add_epi32(c32, _mm256_sub_epi32(_mm256_slli_epi32(ay, 16), ay));
         const __m256i wxa = _mm256_permutevar8x32_epi32(wx, wx_a), wxb = _mm256_permutevar8x32_epi32(wx, wx_b);
-        const __m256i ha_top =
-            _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_i32gather_epi64(top, off_a, 1), pair_cols), wxa);
-        const __m256i ha_bot =
-            _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_i32gather_epi64(bottom, off_a, 1), pair_cols), wxa);
-        const __m256i hb_top =
-            _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_i32gather_epi64(top, off_b, 1), pair_cols), wxb);
-        const __m256i hb_bot =
-            _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_i32gather_epi64(bottom, off_b, 1), pair_cols), wxb);
+        const __m256i ha_top = _mm256_maddubs_epi16(_mm256_shuffle_epi8(Rows4(top, offs, 0, 1, 4, 5), pair_cols), wxa);
+        const __m256i ha_bot = _mm256_maddubs_epi16(_mm256_shuffle_epi8(Rows4(bottom, offs, 0, 1, 4, 5), pair_cols), wxa);
+        const __m256i hb_top = _mm256_maddubs_epi16(_mm256_shuffle_epi8(Rows4(top, offs, 2, 3, 6, 7), pair_cols), wxb);
+        const __m256i hb_bot = _mm256_maddubs_epi16(_mm256_shuffle_epi8(Rows4(bottom, offs, 2, 3, 6, 7), pair_cols), wxb);
         const __m256i pa = _mm256_packs_epi32(BlendRowsAvx2(_mm256_unpacklo_epi16(ha_top, ha_bot), wy, wy_a0),
                                               BlendRowsAvx2(_mm256_unpackhi_epi16(ha_top, ha_bot), wy, wy_a1));
         const __m256i pb = _mm256_packs_epi32(BlendRowsAvx2(_mm256_unpacklo_epi16(hb_top, hb_bot), wy, wy_b0),
