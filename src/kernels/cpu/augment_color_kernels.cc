@@ -154,8 +154,10 @@ void ShiftHsvScalar(const HsvDivTables& div, const HsvShiftTables& t, const uint
 }
 
 #ifdef OSPREY_AUGMENT_AVX2
-__attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t,
-                                                     const uint8_t* src, uint8_t* dst, int64_t n) {
+// kShifts: saturation or value shifts to add (false: both are 0, as for ColorJitter's hue).
+template <bool kShifts>
+__attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t, const uint8_t* src, uint8_t* dst,
+                                                         int64_t n) {
   const __m256i round = _mm256_set1_epi32(1 << 11), c180 = _mm256_set1_epi32(180), zero = _mm256_setzero_si256();
   const __m256i sat = _mm256_set1_epi32(t.sat), val = _mm256_set1_epi32(t.val);
   const __m256 inv255 = _mm256_set1_ps(1.f / 255.f), c255 = _mm256_set1_ps(255.f), one_f = _mm256_set1_ps(1.f);
@@ -187,8 +189,8 @@ __attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t
         _mm256_blendv_epi8(_mm256_blendv_epi8(h_b, h_g, _mm256_cmpeq_epi32(v, g)), h_r, _mm256_cmpeq_epi32(v, r));
     h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, hdiv), round), 12);
     h = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), c180));
-    const __m256 vf = _mm256_mul_ps(_mm256_cvtepi32_ps(Clamp255(_mm256_add_epi32(v, val))), inv255);
-    const __m256 sf = _mm256_mul_ps(_mm256_cvtepi32_ps(Clamp255(_mm256_add_epi32(s, sat))), inv255);
+    const __m256 vf = _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(v, val)) : v), inv255);
+    const __m256 sf = _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(s, sat)) : s), inv255);
     __m256 frac;
     __m256i order;
     if (rotation) {  // the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes
@@ -208,9 +210,11 @@ __attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t
     // gives: equal for every s (256 values) and frac (hh and 1 - hh of the 180 hues), 92,160 pairs, all checked
     // (AugmentOps.ShiftHsvFusedStepIsTheDoubleStep).
     const __m256 tf = _mm256_fnmadd_ps(sf, frac, one_f);
-    const __m256i cv = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(vf, c255)));
-    const __m256i cp = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255)));
-    const __m256i ct = Clamp255(_mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255)));
+    // vf, sf, 1 - sf and tf lie in [0, 1] (k / 255 rounds to at most 1 + 2^-23), so each product times 255 truncates
+    // to 0..255: the reference's clamp changes nothing.
+    const __m256i cv = _mm256_cvttps_epi32(_mm256_mul_ps(vf, c255));
+    const __m256i cp = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255));
+    const __m256i ct = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255));
     const __m256i sources = _mm256_or_si256(cv, _mm256_or_si256(_mm256_slli_epi32(cp, 8), _mm256_slli_epi32(ct, 16)));
     StoreRgb8(dst + i * 3, _mm256_shuffle_epi8(sources, _mm256_add_epi8(order, lane_offsets)));
   }
@@ -314,7 +318,8 @@ class ShiftHsvKernel final : public Kernel {
     if (simd_ >= kSimdAvx512)
       done = ShiftHsvAvx512(div, tables_, src, dst, n);
     else if (simd_ >= kSimdAvx2 && fma_)
-      done = ShiftHsvAvx2(tables_, src, dst, n);
+      done = tables_.sat == 0 && tables_.val == 0 ? ShiftHsvAvx2<false>(tables_, src, dst, n)
+                                                  : ShiftHsvAvx2<true>(tables_, src, dst, n);
 #endif
     ShiftHsvScalar(div, tables_, src + done * 3, dst + done * 3, n - done);
   }
