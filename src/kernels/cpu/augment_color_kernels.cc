@@ -413,6 +413,96 @@ class AdjustSaturationKernel final : public Kernel {
   float alpha_ = 1.f, beta_ = 0.f;
 };
 
+// ---------------------------------------------------------------- Affine tables (LookupTable, AdjustContrast)
+
+// A 256-entry uint8 table that is an affine map, clamped and floored: table[x] = clamp((x * m + b) >> shift, 0, 255)
+// with int32 arithmetic that cannot overflow for x in 0..255 (what brightness, brightness/contrast and value-shift
+// tables are). FitAffineLut finds such (m, b), or says there is none: every entry is checked, so a table that only
+// looks affine keeps the table lookup.
+struct AffineLut {
+  int32_t m = 0, b = 0;
+  int shift = 0;
+};
+
+bool FitAffineLutAt(const uint8_t* table, int shift, AffineLut& out) {
+  const int64_t one = int64_t{1} << shift;
+  // Bounds on x * m + b per entry: [lo, hi]. Entry 0 only says "at most 0" and 255 "at least 255" (the clamp).
+  int64_t lo[256], hi[256];
+  constexpr int64_t kInf = int64_t{1} << 40;
+  for (int x = 0; x < 256; ++x) {
+    lo[x] = table[x] == 0 ? -kInf : table[x] * one;
+    hi[x] = table[x] == 255 ? kInf : table[x] * one + one - 1;
+  }
+  // For a slope m, b must lie in [max(lo - x m), min(hi - x m)]; the gap max - min is convex in m (a maximum of lines
+  // minus a minimum of lines), so an integer ternary search finds its smallest value.
+  const int64_t m_limit = (int64_t{1} << 30) / 255;  // |x m| < 2^30
+  const int64_t b_limit = int64_t{1} << 30;           // |x m + b| < 2^31
+  auto gap = [&](int64_t m, int64_t& b_lo, int64_t& b_hi) {
+    b_lo = -kInf * 2, b_hi = kInf * 2;
+    for (int x = 0; x < 256; ++x) b_lo = std::max(b_lo, lo[x] - x * m), b_hi = std::min(b_hi, hi[x] - x * m);
+    return b_lo - b_hi;
+  };
+  int64_t a = -m_limit, z = m_limit, b_lo, b_hi;
+  // Entries strictly inside (0, 255) bound the slope: floor is off by less than 1 at each end, so the slope is within
+  // 2 / (last - first) of (table[last] - table[first]) / (last - first). A narrower search, not a different answer.
+  int first = -1, last = -1;
+  for (int x = 0; x < 256; ++x)
+    if (table[x] > 0 && table[x] < 255) last = x, first = first < 0 ? x : first;
+  if (last - first >= 8) {
+    const double span = last - first, scale = static_cast<double>(one);
+    const double estimate = (table[last] - table[first]) / span * scale, reach = 2.0 / span * scale + 2.0;
+    a = std::max(a, static_cast<int64_t>(std::floor(estimate - reach)));
+    z = std::min(z, static_cast<int64_t>(std::ceil(estimate + reach)));
+    if (a > z) return false;
+  }
+  while (z - a > 2) {
+    const int64_t m1 = a + (z - a) / 3, m2 = z - (z - a) / 3;
+    if (gap(m1, b_lo, b_hi) <= gap(m2, b_lo, b_hi))
+      z = m2;
+    else
+      a = m1;
+  }
+  for (int64_t m = a; m <= z; ++m) {
+    if (gap(m, b_lo, b_hi) > 0) continue;
+    // Any b in [b_lo, b_hi] fits; take the one nearest 0 so the sum stays small.
+    const int64_t b = std::clamp<int64_t>(0, b_lo, b_hi);
+    if (b < -b_limit || b > b_limit) continue;
+    out.m = static_cast<int32_t>(m), out.b = static_cast<int32_t>(b), out.shift = shift;
+    for (int x = 0; x < 256; ++x)  // the kernel's own arithmetic, entry by entry
+      if (std::clamp((x * out.m + out.b) >> shift, 0, 255) != table[x]) return false;
+    return true;
+  }
+  return false;
+}
+
+bool FitAffineLut(const uint8_t* table, AffineLut& out) {
+  for (int shift : {20, 16})  // the finer grid first (slopes below 4), then slopes up to 64
+    if (FitAffineLutAt(table, shift, out)) return true;
+  return false;
+}
+
+#ifdef OSPREY_AUGMENT_AVX2
+// The affine table computed, 32 bytes at a time (what FitAffineLut checked entry by entry).
+__attribute__((target("avx2"))) int64_t LookupAffineAvx2(const AffineLut& f, const uint8_t* src, uint8_t* dst,
+                                                         int64_t n) {
+  const __m256i m = _mm256_set1_epi32(f.m), b = _mm256_set1_epi32(f.b);
+  const __m128i shift = _mm_cvtsi32_si128(f.shift);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i + 8 * k)));
+      q[k] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_mullo_epi32(x, m), b), shift);
+    }
+    // |q| < 2^15: the int16 pack is exact, the uint8 pack clamps to 0..255.
+    const __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permutevar8x32_epi32(packed, order));
+  }
+  return i;
+}
+#endif
+
 // ---------------------------------------------------------------- AdjustContrast
 
 // Sum of the uint8 gray values of n RGB pixels (C = 3), or of the n bytes (C = 1).
@@ -501,7 +591,14 @@ class AdjustContrastKernel final : public Kernel {
       const float factor = static_cast<float>(factor_), offset = static_cast<float>(mean * (1.0 - factor_));
       int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-      if (simd_ >= kSimdAvx2) done = ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
+      if (simd_ >= kSimdAvx2) {
+        // The table is almost always an affine map (FitAffineLut), computed in integers: cheaper than the float form.
+        uint8_t table[256];
+        for (int v = 0; v < 256; ++v) table[v] = ContrastValue(v, factor, offset);
+        AffineLut affine;
+        done = FitAffineLut(table, affine) ? LookupAffineAvx2(affine, src, dst, pixels * c)
+                                           : ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
+      }
 #endif
       uint8_t lut[256];
       for (int v = 0; v < 256; ++v) lut[v] = ContrastValue(v, factor, offset);
@@ -574,82 +671,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupPerChannelVbmi
     _mm512_mask_storeu_epi8(dst + i, tail,
                             LookupChannels64(t, c, masks[i % c], _mm512_maskz_loadu_epi8(tail, src + i)));
   }
-}
-#endif
-
-// A 256-entry uint8 table that is an affine map, clamped and floored: table[x] = clamp((x * m + b) >> shift, 0, 255)
-// with int32 arithmetic that cannot overflow for x in 0..255 (what brightness, brightness/contrast and value-shift
-// tables are). FitAffineLut finds such (m, b), or says there is none: every entry is checked, so a table that only
-// looks affine keeps the table lookup.
-struct AffineLut {
-  int32_t m = 0, b = 0;
-  int shift = 0;
-};
-
-bool FitAffineLutAt(const uint8_t* table, int shift, AffineLut& out) {
-  const int64_t one = int64_t{1} << shift;
-  // Bounds on x * m + b per entry: [lo, hi]. Entry 0 only says "at most 0" and 255 "at least 255" (the clamp).
-  int64_t lo[256], hi[256];
-  constexpr int64_t kInf = int64_t{1} << 40;
-  for (int x = 0; x < 256; ++x) {
-    lo[x] = table[x] == 0 ? -kInf : table[x] * one;
-    hi[x] = table[x] == 255 ? kInf : table[x] * one + one - 1;
-  }
-  // For a slope m, b must lie in [max(lo - x m), min(hi - x m)]; the gap max - min is convex in m (a maximum of lines
-  // minus a minimum of lines), so an integer ternary search finds its smallest value.
-  const int64_t m_limit = (int64_t{1} << 30) / 255;  // |x m| < 2^30
-  const int64_t b_limit = int64_t{1} << 30;           // |x m + b| < 2^31
-  auto gap = [&](int64_t m, int64_t& b_lo, int64_t& b_hi) {
-    b_lo = -kInf * 2, b_hi = kInf * 2;
-    for (int x = 0; x < 256; ++x) b_lo = std::max(b_lo, lo[x] - x * m), b_hi = std::min(b_hi, hi[x] - x * m);
-    return b_lo - b_hi;
-  };
-  int64_t a = -m_limit, z = m_limit, b_lo, b_hi;
-  while (z - a > 2) {
-    const int64_t m1 = a + (z - a) / 3, m2 = z - (z - a) / 3;
-    if (gap(m1, b_lo, b_hi) <= gap(m2, b_lo, b_hi))
-      z = m2;
-    else
-      a = m1;
-  }
-  for (int64_t m = a; m <= z; ++m) {
-    if (gap(m, b_lo, b_hi) > 0) continue;
-    // Any b in [b_lo, b_hi] fits; take the one nearest 0 so the sum stays small.
-    const int64_t b = std::clamp<int64_t>(0, b_lo, b_hi);
-    if (b < -b_limit || b > b_limit) continue;
-    out.m = static_cast<int32_t>(m), out.b = static_cast<int32_t>(b), out.shift = shift;
-    for (int x = 0; x < 256; ++x)  // the kernel's own arithmetic, entry by entry
-      if (std::clamp((x * out.m + out.b) >> shift, 0, 255) != table[x]) return false;
-    return true;
-  }
-  return false;
-}
-
-bool FitAffineLut(const uint8_t* table, AffineLut& out) {
-  for (int shift : {20, 16})  // the finer grid first (slopes below 4), then slopes up to 64
-    if (FitAffineLutAt(table, shift, out)) return true;
-  return false;
-}
-
-#ifdef OSPREY_AUGMENT_AVX2
-// The affine table computed, 32 bytes at a time (what FitAffineLut checked entry by entry).
-__attribute__((target("avx2"))) int64_t LookupAffineAvx2(const AffineLut& f, const uint8_t* src, uint8_t* dst,
-                                                         int64_t n) {
-  const __m256i m = _mm256_set1_epi32(f.m), b = _mm256_set1_epi32(f.b);
-  const __m128i shift = _mm_cvtsi32_si128(f.shift);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i + 8 * k)));
-      q[k] = _mm256_sra_epi32(_mm256_add_epi32(_mm256_mullo_epi32(x, m), b), shift);
-    }
-    // |q| < 2^15: the int16 pack is exact, the uint8 pack clamps to 0..255.
-    const __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permutevar8x32_epi32(packed, order));
-  }
-  return i;
 }
 #endif
 
