@@ -27,11 +27,18 @@ inline constexpr const char* kOmpDefaultVar = "GOMP_SPINCOUNT";
 inline constexpr const char* kOmpDefaultValue = "1000";
 inline constexpr const char* kOmpMarkerVar = "OSPREY_OMP_DEFAULT";
 
+// Subcommands that never start an OpenMP team, so the wait policy cannot matter and the re-exec (~20-30 ms of
+// start-up) is skipped: `augment` runs every plan with one thread (its parallelism is its own --threads workers).
+inline bool NeedsNoOpenMp(char** argv) {
+  return argv[0] != nullptr && argv[1] != nullptr && std::strcmp(argv[1], "augment") == 0;
+}
+
 inline void ApplyOmpWaitDefault(char** argv) {
   const char* marker = std::getenv(kOmpMarkerVar);
   const bool user_set = std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr;
+  const bool skipped = marker == nullptr && !user_set && NeedsNoOpenMp(argv);
   bool exec_failed = false;
-  if (marker == nullptr && !user_set) {
+  if (marker == nullptr && !user_set && !skipped) {
     // Not yet re-executed and the user left the wait policy to us.
     if (setenv(kOmpDefaultVar, kOmpDefaultValue, 1) == 0 && setenv(kOmpMarkerVar, kOmpDefaultValue, 1) == 0) {
       std::fflush(nullptr);
@@ -45,7 +52,8 @@ inline void ApplyOmpWaitDefault(char** argv) {
   if (const char* debug = std::getenv("OSPREY_OMP_DEBUG"); debug != nullptr && std::strcmp(debug, "0") != 0) {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
-    const char* source = exec_failed                     ? "libgomp default: re-exec failed"
+    const char* source = skipped                         ? "libgomp default: this command runs no OpenMP team"
+                         : exec_failed                   ? "libgomp default: re-exec failed"
                          : marker == nullptr             ? "user"
                          : std::strcmp(marker, "0") == 0 ? (user_set ? "user" : "libgomp default: OSPREY_OMP_DEFAULT=0")
                                                          : "osprey default";

@@ -54,6 +54,14 @@ def test_user_setting_wins(osprey_bin, var, value, spin):
     assert libgomp_spincount(proc.stderr) == (spin, 1)  # libgomp loaded once: no re-exec
 
 
+def test_augment_skips_the_reexec(osprey_bin):
+    """`osprey augment` runs its plans on one thread each (no OpenMP team), so it starts without the re-exec."""
+    proc = run(osprey_bin, "augment", "--help", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1")
+    assert proc.returncode == 0, proc.stderr
+    assert libgomp_spincount(proc.stderr) == (LIBGOMP_DEFAULT_SPIN, 1)
+    assert "this command runs no OpenMP team" in proc.stderr
+
+
 def test_opt_out(osprey_bin):
     proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEFAULT="0")
     assert proc.returncode == 0, proc.stderr
