@@ -1,8 +1,7 @@
 // Fast kernels of the osprey-domain image ops, built for concrete shapes at compile time. Rows run in parallel
 // (OpenMP); every per-pixel decision that depends only on shapes and attributes (resampling taps, lookup tables)
-// is made once at creation. The reference kernels in src/kernels/reference/image.cc are the oracle and state the
-// resampling rules; the tap computation below follows them exactly (it is duplicated because the two kernel
-// libraries do not link each other).
+// is made once at creation. The reference kernels in src/kernels/reference/image.cc are the oracle; both take their
+// resampling taps from src/ops/resize_taps.h (the rules are stated there).
 //
 // Resize is separable, Pillow-style: a horizontal pass over the needed source rows into a float buffer, then a
 // vertical pass, each with a precomputed table of K taps per output index (K = filter support in source pixels,
@@ -17,6 +16,7 @@
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/image_common.h"
 #include "ops/op_registry.h"
+#include "ops/resize_taps.h"
 
 namespace osprey {
 namespace {
@@ -26,69 +26,6 @@ using namespace image_kernels;
 constexpr int64_t kMinParallelElements = int64_t{1} << 14;
 
 // ---------------------------------------------------------------- resize
-
-double CubicWeight(double x, double a) {
-  x = std::fabs(x);
-  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
-  return 0.0;
-}
-
-// Source taps (index, weight) of output index `o`; the rules are stated in src/kernels/reference/image.cc.
-void AddTaps(const std::string& mode, bool antialias, bool area_shrinks, int64_t in, int64_t out, int64_t o,
-             std::vector<std::pair<int64_t, double>>& taps) {
-  taps.clear();
-  const double scale = static_cast<double>(in) / static_cast<double>(out);
-  if (mode == "nearest") {
-    taps.push_back({std::min<int64_t>(static_cast<int64_t>(std::floor((o + 0.5) * scale)), in - 1), 1.0});
-  } else if (mode == "area" && area_shrinks) {
-    const double lo = o * scale, hi = (o + 1) * scale;
-    for (int64_t i = static_cast<int64_t>(std::floor(lo)); i < in && i < hi; ++i) {
-      const double overlap = std::min<double>(hi, i + 1) - std::max<double>(lo, i);
-      if (overlap > 1e-12) taps.push_back({i, overlap / scale});
-    }
-  } else if (mode == "area") {
-    // OpenCV's exact arithmetic (position from the inverse of out / in), so ties break the same way.
-    const double inv_scale = static_cast<double>(out) / static_cast<double>(in);
-    const int64_t s = static_cast<int64_t>(std::floor(o * (1.0 / inv_scale)));
-    double f = (o + 1) - (s + 1) * inv_scale;
-    f = f <= 0 ? 0.0 : f - std::floor(f);
-    if (s >= in - 1) {
-      taps.push_back({in - 1, 1.0});
-    } else {
-      taps.push_back({s, 1.0 - f});
-      taps.push_back({s + 1, f});
-    }
-  } else if (antialias) {
-    const bool cubic = mode == "bicubic";
-    const double filter_scale = std::max(scale, 1.0);
-    const double support = (cubic ? 2.0 : 1.0) * filter_scale;
-    const double center = (o + 0.5) * scale;
-    const int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    const int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
-    double sum = 0.0;
-    for (int64_t i = lo; i < hi; ++i) {
-      const double x = std::fabs((i - center + 0.5) / filter_scale);
-      const double w = cubic ? CubicWeight(x, -0.5) : (x < 1.0 ? 1.0 - x : 0.0);
-      taps.push_back({i, w});
-      sum += w;
-    }
-    if (sum != 0.0)
-      for (auto& t : taps) t.second /= sum;
-  } else {
-    const double f = (o + 0.5) * scale - 0.5;
-    int64_t s = static_cast<int64_t>(std::floor(f));
-    double t = f - s;
-    if (mode == "bilinear") {
-      if (s < 0) s = 0, t = 0.0;
-      if (s >= in - 1) s = in - 1, t = 0.0;
-      taps.push_back({s, 1.0 - t});
-      taps.push_back({std::min(s + 1, in - 1), t});
-    } else {
-      for (int k = -1; k <= 2; ++k) taps.push_back({std::clamp<int64_t>(s + k, 0, in - 1), CubicWeight(t - k, -0.75)});
-    }
-  }
-}
 
 // One axis of a separable resize: output index o reads source [start[o], start[o] + taps) with weights
 // weights[o * taps ...]. Repeated (clamped) indices are merged, and zero-weight ends trimmed, so `taps` is the
@@ -100,19 +37,19 @@ struct AxisTable {
 };
 
 AxisTable BuildAxisTable(const std::string& mode, bool antialias, bool area_shrinks, int64_t in, int64_t out) {
-  std::vector<std::pair<int64_t, double>> taps;
+  std::vector<ResizeTap> taps;
   std::vector<int64_t> lo(out), hi(out);
   std::vector<std::vector<double>> windows(out);
   int64_t k_max = 1;
   for (int64_t o = 0; o < out; ++o) {
-    AddTaps(mode, antialias, area_shrinks, in, out, o, taps);
+    ResizeTaps(mode, antialias, area_shrinks, in, out, o, taps);
     int64_t a = in, b = 0;
-    for (const auto& t : taps)
-      if (t.second != 0.0) a = std::min(a, t.first), b = std::max(b, t.first + 1);
-    if (a >= b) a = std::min<int64_t>(taps.empty() ? 0 : taps[0].first, in - 1), b = a + 1;
+    for (const ResizeTap& t : taps)
+      if (t.weight != 0.0) a = std::min(a, t.index), b = std::max(b, t.index + 1);
+    if (a >= b) a = std::min<int64_t>(taps.empty() ? 0 : taps[0].index, in - 1), b = a + 1;
     windows[o].assign(b - a, 0.0);
-    for (const auto& t : taps)
-      if (t.second != 0.0) windows[o][t.first - a] += t.second;
+    for (const ResizeTap& t : taps)
+      if (t.weight != 0.0) windows[o][t.index - a] += t.weight;
     lo[o] = a;
     k_max = std::max(k_max, b - a);
   }
@@ -254,14 +191,14 @@ class ResizeNearestKernel final : public Kernel {
     const int64_t top = ctx.node.GetInt("roi_top", 0), left = ctx.node.GetInt("roi_left", 0);
     if (top < 0 || left < 0 || top + out_.h > full_h || left + out_.w > full_w)
       throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi outside the resized image");
-    std::vector<std::pair<int64_t, double>> taps;
+    std::vector<ResizeTap> taps;
     for (int64_t y = 0; y < out_.h; ++y) {
-      AddTaps("nearest", false, false, in_.h, full_h, top + y, taps);
-      src_rows_.push_back(taps[0].first);
+      ResizeTaps("nearest", false, false, in_.h, full_h, top + y, taps);
+      src_rows_.push_back(taps[0].index);
     }
     for (int64_t x = 0; x < out_.w; ++x) {
-      AddTaps("nearest", false, false, in_.w, full_w, left + x, taps);
-      src_cols_.push_back(taps[0].first);
+      ResizeTaps("nearest", false, false, in_.w, full_w, left + x, taps);
+      src_cols_.push_back(taps[0].index);
     }
   }
   const char* Name() const override { return "ResizeImageNearest"; }

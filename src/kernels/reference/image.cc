@@ -2,16 +2,8 @@
 // the oracle for the fast kernels in src/kernels/cpu/image_kernels.cc. Shapes and attributes were validated by the
 // schemas in src/ops/image.cc.
 //
-// Resampling rules (one-dimensional taps per axis; a 2-D output pixel is the weighted sum over the product of the
-// row taps and column taps):
-// - nearest: source index floor((o + 0.5) * in / out) (half-pixel centres, as Pillow NEAREST and OpenCV
-//   INTER_NEAREST_EXACT).
-// - bilinear / bicubic with antialias = 1: Pillow's resampling. The filter (triangle, or Keys cubic with a = -0.5) is
-//   stretched by the downscale factor, taps outside the image are dropped and the weights renormalised.
-// - bilinear / bicubic with antialias = 0: OpenCV's INTER_LINEAR / INTER_CUBIC (cubic a = -0.75); source coordinate
-//   (o + 0.5) * in / out - 0.5, taps outside the image clamped to the edge.
-// - area: OpenCV's INTER_AREA. When neither axis grows, each output pixel averages the source area it covers
-//   (fractional overlaps weighted); otherwise OpenCV's area-upscaling linear weights.
+// Resampling: one-dimensional taps per axis (the rules in src/ops/resize_taps.h, shared with the fast kernels); a
+// 2-D output pixel is the weighted sum over the product of the row taps and column taps.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,14 +12,10 @@
 
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "ops/resize_taps.h"
 
 namespace osprey {
 namespace {
-
-struct Tap {
-  int64_t index;
-  double weight;
-};
 
 // Geometry of an HWC / NHWC tensor.
 struct ImageDims {
@@ -50,77 +38,6 @@ T StoreAs(double v) {
   }
 }
 
-double CubicWeight(double x, double a) {
-  x = std::fabs(x);
-  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
-  return 0.0;
-}
-
-double TriangleWeight(double x) {
-  x = std::fabs(x);
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-// Taps of output index `o` along an axis resized from `in` to `out`. `area_shrinks` says whether OpenCV's INTER_AREA
-// takes its averaging path (no axis grows).
-std::vector<Tap> ResizeTaps(const std::string& mode, bool antialias, bool area_shrinks, int64_t in, int64_t out,
-                            int64_t o) {
-  const double scale = static_cast<double>(in) / static_cast<double>(out);
-  std::vector<Tap> taps;
-  if (mode == "nearest") {
-    taps.push_back({std::min<int64_t>(static_cast<int64_t>(std::floor((o + 0.5) * scale)), in - 1), 1.0});
-  } else if (mode == "area" && area_shrinks) {
-    const double lo = o * scale, hi = (o + 1) * scale;
-    for (int64_t i = static_cast<int64_t>(std::floor(lo)); i < in && i < hi; ++i) {
-      const double overlap = std::min<double>(hi, i + 1) - std::max<double>(lo, i);
-      if (overlap > 1e-12) taps.push_back({i, overlap / scale});
-    }
-  } else if (mode == "area") {
-    // OpenCV's exact arithmetic (position from the inverse of out / in), so ties break the same way.
-    const double inv_scale = static_cast<double>(out) / static_cast<double>(in);
-    const int64_t s = static_cast<int64_t>(std::floor(o * (1.0 / inv_scale)));
-    double f = (o + 1) - (s + 1) * inv_scale;
-    f = f <= 0 ? 0.0 : f - std::floor(f);
-    if (s >= in - 1) {
-      taps.push_back({in - 1, 1.0});
-    } else {
-      taps.push_back({s, 1.0 - f});
-      taps.push_back({s + 1, f});
-    }
-  } else if (antialias) {
-    const bool cubic = mode == "bicubic";
-    const double filter_scale = std::max(scale, 1.0);
-    const double support = (cubic ? 2.0 : 1.0) * filter_scale;
-    const double center = (o + 0.5) * scale;
-    const int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    const int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
-    double sum = 0.0;
-    for (int64_t i = lo; i < hi; ++i) {
-      const double x = (i - center + 0.5) / filter_scale;
-      const double w = cubic ? CubicWeight(x, -0.5) : TriangleWeight(x);
-      taps.push_back({i, w});
-      sum += w;
-    }
-    if (sum != 0.0)
-      for (Tap& t : taps) t.weight /= sum;
-  } else {
-    const double f = (o + 0.5) * scale - 0.5;
-    int64_t s = static_cast<int64_t>(std::floor(f));
-    double t = f - s;
-    if (mode == "bilinear") {
-      if (s < 0) s = 0, t = 0.0;
-      if (s >= in - 1) s = in - 1, t = 0.0;
-      taps.push_back({s, 1.0 - t});
-      taps.push_back({std::min(s + 1, in - 1), t});
-    } else {
-      for (int k = -1; k <= 2; ++k)
-        taps.push_back({std::clamp<int64_t>(s + k, 0, in - 1), CubicWeight(t - k, -0.75)});
-    }
-  }
-  return taps;
-}
-
 template <class T>
 void ResizeRef(KernelContext& ctx) {
   const Node& node = ctx.node;
@@ -131,9 +48,9 @@ void ResizeRef(KernelContext& ctx) {
   const int64_t full_h = node.GetInt("height", out.h), full_w = node.GetInt("width", out.w);
   const int64_t top = node.GetInt("roi_top", 0), left = node.GetInt("roi_left", 0);
   const bool area_shrinks = in.h >= full_h && in.w >= full_w;
-  std::vector<std::vector<Tap>> row_taps(out.h), col_taps(out.w);
-  for (int64_t y = 0; y < out.h; ++y) row_taps[y] = ResizeTaps(mode, antialias, area_shrinks, in.h, full_h, top + y);
-  for (int64_t x = 0; x < out.w; ++x) col_taps[x] = ResizeTaps(mode, antialias, area_shrinks, in.w, full_w, left + x);
+  std::vector<std::vector<ResizeTap>> row_taps(out.h), col_taps(out.w);
+  for (int64_t y = 0; y < out.h; ++y) ResizeTaps(mode, antialias, area_shrinks, in.h, full_h, top + y, row_taps[y]);
+  for (int64_t x = 0; x < out.w; ++x) ResizeTaps(mode, antialias, area_shrinks, in.w, full_w, left + x, col_taps[x]);
   const T* src = ctx.In(0).data<T>();
   T* dst = ctx.Out(0).data<T>();
   const int64_t c = in.c;
@@ -143,8 +60,8 @@ void ResizeRef(KernelContext& ctx) {
       for (int64_t x = 0; x < out.w; ++x)
         for (int64_t ch = 0; ch < c; ++ch) {
           double sum = 0.0;
-          for (const Tap& ty : row_taps[y])
-            for (const Tap& tx : col_taps[x])
+          for (const ResizeTap& ty : row_taps[y])
+            for (const ResizeTap& tx : col_taps[x])
               sum += ty.weight * tx.weight * static_cast<double>(image[(ty.index * in.w + tx.index) * c + ch]);
           dst[((b * out.h + y) * out.w + x) * c + ch] = StoreAs<T>(sum);
         }
