@@ -1,7 +1,8 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm (transA/transB, alpha, beta, C broadcast)
 // on oneDNN's matmul primitive. A constant B is reordered once into the layout oneDNN prefers (with Gemm's alpha
-// folded in); a constant C becomes a bias (row vector) or a binary-add post-op; `_activation` is a post-op. A MatMul
-// with `_bias` = 1 (fused by the runtime from MatMul + Add) takes its [N] input 2 as oneDNN's bias.
+// folded in; plain rows a multiple of 256 elements long get a padded stride, PaddedRows); a constant C becomes a bias
+// (row vector) or a binary-add post-op; `_activation` is a post-op. A MatMul with `_bias` = 1 (fused by the runtime
+// from MatMul + Add) takes its [N] input 2 as oneDNN's bias.
 #include <cstring>
 #include <unordered_map>
 
@@ -11,6 +12,30 @@ namespace osprey::cpu {
 namespace {
 
 using dnnl::memory;
+
+// For a plain (row-major, dense) weights layout whose row stride is a multiple of 256 elements, the same layout with
+// 16 more elements per row (rows stay 64-byte aligned); else an empty desc.
+memory::desc PaddedRows(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.ndims < 2 || d.offset0 != 0)
+    return {};
+  const int n = d.ndims;
+  const memory::dim* strides = d.format_desc.blocking.strides;
+  memory::dim expected = 1;
+  for (int i = n - 1; i >= 0; --i) {  // dense row-major: each stride is the product of the dims inside it
+    if (strides[i] != expected || d.padded_dims[i] != d.dims[i]) return {};
+    expected *= d.dims[i];
+  }
+  const memory::dim row = d.dims[n - 1];
+  if (row < 256 || row % 256 != 0 || d.dims[n - 2] < 2) return {};
+  memory::dims dims(d.dims, d.dims + n), padded(n);
+  memory::dim stride = 1;
+  for (int i = n - 1; i >= 0; --i) {
+    padded[i] = stride;
+    stride *= i == n - 1 ? row + 16 : d.dims[i];
+  }
+  return memory::desc(dims, static_cast<memory::data_type>(d.data_type), padded);
+}
 
 // Where a second operand (B, bias, addend) comes from at run time.
 enum class Source { kNone, kConstant, kInput };
@@ -52,14 +77,27 @@ class DnnlMatMulKernel final : public Kernel {
     }
     if (!AppendFusedActivation(node, ops)) return false;
     attr.set_post_ops(ops);
-    memory::desc weights_md = b_source == Source::kConstant
-                                  ? memory::desc(b_md.dims(), type, memory::format_tag::any)
-                                  : b_md;
+    memory::desc weights_md =
+        b_source == Source::kConstant ? memory::desc(b_md.dims(), type, memory::format_tag::any) : b_md;
     dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(src_md, weights_md, bias_md, dst_md)
                                                            : dnnl::matmul::desc(src_md, weights_md, dst_md);
     dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
     if (!pd || IsReferenceImpl(pd)) return false;
     if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return false;
+    if (b_source == Source::kConstant) {
+      // A plain row-major B whose rows are a multiple of 1 KiB apart (N a multiple of 256 floats: 768, 3072, 4096...)
+      // puts the rows the GEMM packs together into the same few cache sets (the classic power-of-two leading dimension
+      // slowdown): on a 2-vCPU EPYC, 197x768 by 768x3072 took 24 ms instead of 11 ms on one thread. The packed copy
+      // gets 16 spare floats per row instead; the arithmetic is unchanged.
+      const memory::desc padded = PaddedRows(pd.weights_desc());
+      if (padded) {
+        dnnl::matmul::desc padded_desc = bias_source != Source::kNone
+                                             ? dnnl::matmul::desc(src_md, padded, bias_md, dst_md)
+                                             : dnnl::matmul::desc(src_md, padded, dst_md);
+        dnnl::matmul::primitive_desc padded_pd(padded_desc, attr, CpuEngine(), /*allow_empty=*/true);
+        if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) pd = padded_pd;
+      }
+    }
     if (bf16) {
       dnnl::reorder::primitive_desc rpd(CpuEngine(), a_md, CpuEngine(), src_md, BaseAttr());
       a_reorder_ = dnnl::reorder(rpd);

@@ -33,6 +33,35 @@ TEST(DnnlMatMul, OneDimensionalOperands) {
   ExpectMatMul({13}, {13, 7}, true);
 }
 
+// A constant B with rows a multiple of 256 long is packed with padded rows (PaddedRows): the same values, in 2-D,
+// batched, Gemm transB (B arrives as [N, K]) and with a fused bias.
+TEST(DnnlMatMul, ConstantBWithRowsMultipleOf256) {
+  ExpectMatMul({5, 33}, {33, 256}, true);
+  ExpectMatMul({3, 7, 17}, {17, 512}, true);
+  ExpectMatMul({2, 5, 9}, {2, 9, 256}, true);
+  ExpectMatMul({1, 768}, {768, 768}, true);
+  Node node = MakeNode("Gemm", 3, 1, {{"transB", Attribute::Int(1)}});
+  ExpectFastMatchesReference(node, {RandomTensor({4, 40}, 3), RandomTensor({768, 40}, 4), RandomTensor({768}, 5)},
+                             {false, true, true}, "GemmF32Dnnl");
+  // The packed sizes the kernel asks for: 16 spare floats per row at 256 and 768, none at 255 or 1000.
+  for (const auto& [n, row] :
+       std::vector<std::pair<int64_t, int64_t>>{{256, 272}, {768, 784}, {255, 255}, {1000, 1000}}) {
+    const Node mm = MakeNode("MatMul", 2, 1, {});
+    const std::vector<Tensor> in{RandomTensor({3, 9}, 1), RandomTensor({9, n}, 2)};
+    std::vector<Tensor> outputs;
+    KernelBuildContext bc = MakeBuildContext(mm, in, {false, true}, outputs);
+    size_t asked = 0;
+    bc.derive_weight = [&](const Tensor&, const std::string&, size_t bytes, const std::function<void(void*)>& fill) {
+      asked = bytes;
+      std::shared_ptr<Buffer> b = Allocator::Host().Allocate(bytes);
+      fill(b->data());
+      return b;
+    };
+    ASSERT_NE(CreateCpuKernel(bc), nullptr);
+    EXPECT_EQ(asked, static_cast<size_t>(9 * row * 4)) << "N = " << n;
+  }
+}
+
 TEST(DnnlMatMul, FusedActivation) {
   ExpectMatMul({3, 5, 13}, {13, 7}, true, {{"_activation", Attribute::String("Gelu")}});
   ExpectMatMul({5, 13}, {13, 7}, false, {{"_activation", Attribute::String("Relu")}});
