@@ -70,6 +70,25 @@ __attribute__((target("avx2"))) inline void StoreRgb8(uint8_t* p, __m256i px) {
 __attribute__((target("avx2"))) inline __m256i Clamp255(__m256i v) {
   return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_setzero_si256()), _mm256_set1_epi32(255));
 }
+
+// 8 pixels as one int32 lane each per channel (values 0..255): the form the per-pixel steps below work on.
+struct Rgb8 {
+  __m256i r, g, b;
+};
+
+// Lanes R | G << 8 | B << 16 (what StoreRgb8 stores).
+__attribute__((target("avx2"), always_inline)) inline __m256i PackRgb8(const Rgb8& p) {
+  return _mm256_or_si256(p.r, _mm256_or_si256(_mm256_slli_epi32(p.g, 8), _mm256_slli_epi32(p.b, 16)));
+}
+
+// GrayU8 of 8 pixels.
+__attribute__((target("avx2"), always_inline)) inline __m256i Gray8(const Rgb8& p) {
+  return _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(p.r, _mm256_set1_epi32(9798)),
+                                        _mm256_mullo_epi32(p.g, _mm256_set1_epi32(19235))),
+                       _mm256_add_epi32(_mm256_mullo_epi32(p.b, _mm256_set1_epi32(3735)), _mm256_set1_epi32(1 << 14))),
+      15);
+}
 #endif
 
 // ---------------------------------------------------------------- ShiftHSV
@@ -154,12 +173,12 @@ void ShiftHsvScalar(const HsvDivTables& div, const HsvShiftTables& t, const uint
 }
 
 #ifdef OSPREY_AUGMENT_AVX2
-// kShifts: saturation or value shifts to add (false: both are 0, as for ColorJitter's hue).
+// One ShiftHSV step on 8 pixels; returns them packed (PackRgb8's form). kShifts: saturation or value shifts to add
+// (false: both are 0, as for ColorJitter's hue). The rotation test is loop-invariant.
 template <bool kShifts>
-__attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t, const uint8_t* src, uint8_t* dst,
-                                                         int64_t n) {
+__attribute__((target("avx2,fma"), always_inline)) inline __m256i ShiftHsv8(const HsvShiftTables& t, __m256i r,
+                                                                            __m256i g, __m256i b) {
   const __m256i round = _mm256_set1_epi32(1 << 11), c180 = _mm256_set1_epi32(180), zero = _mm256_setzero_si256();
-  const __m256i sat = _mm256_set1_epi32(t.sat), val = _mm256_set1_epi32(t.val);
   const __m256 inv255 = _mm256_set1_ps(1.f / 255.f), c255 = _mm256_set1_ps(255.f), one_f = _mm256_set1_ps(1.f);
   // pshufb works within 128-bit lanes: the order bytes of pixel k index bytes 4k..4k+2 of its lane.
   const __m256i lane_offsets =
@@ -168,55 +187,60 @@ __attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t
   // quotients are within 0.06 of the exact ones, and none of these lies within 0.06 of a rounding tie); index 0 (where
   // the product is 0 anyway) divides by 1. Divisions are cheaper than gathers.
   const __m256 sdiv_num = _mm256_set1_ps(255 << 12), hdiv_num = _mm256_set1_ps((180 << 12) / 6);
-  const __m256i one_i = _mm256_set1_epi32(1), hue_shift = _mm256_set1_epi32(t.hue_shift);
-  const __m256 sixth = _mm256_set1_ps(6.f / 180.f);
-  const __m256i sector_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_order));
-  const __m256i sector_t3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_t3));
-  const bool rotation = t.hue_shift >= 0;
+  const __m256i one_i = _mm256_set1_epi32(1);
+  const __m256i v = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
+  const __m256i diff = _mm256_sub_epi32(v, _mm256_min_epi32(_mm256_min_epi32(r, g), b));
+  const __m256i sdiv = _mm256_cvtps_epi32(_mm256_div_ps(sdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(v, one_i))));
+  const __m256i hdiv = _mm256_cvtps_epi32(_mm256_div_ps(hdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(diff, one_i))));
+  const __m256i s = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(diff, sdiv), round), 12);
+  const __m256i h_r = _mm256_sub_epi32(g, b);
+  const __m256i h_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), _mm256_add_epi32(diff, diff));
+  const __m256i h_b = _mm256_add_epi32(_mm256_sub_epi32(r, g), _mm256_slli_epi32(diff, 2));
+  __m256i h = _mm256_blendv_epi8(_mm256_blendv_epi8(h_b, h_g, _mm256_cmpeq_epi32(v, g)), h_r, _mm256_cmpeq_epi32(v, r));
+  h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, hdiv), round), 12);
+  h = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), c180));
+  const __m256 vf =
+      _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(v, _mm256_set1_epi32(t.val))) : v), inv255);
+  const __m256 sf =
+      _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(s, _mm256_set1_epi32(t.sat))) : s), inv255);
+  __m256 frac;
+  __m256i order;
+  if (t.hue_shift >=
+      0) {  // a rotation: the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes
+    __m256i hs = _mm256_add_epi32(h, _mm256_set1_epi32(t.hue_shift));
+    hs = _mm256_sub_epi32(hs, _mm256_and_si256(_mm256_cmpgt_epi32(hs, _mm256_set1_epi32(179)), c180));
+    const __m256 hh = _mm256_mul_ps(_mm256_cvtepi32_ps(hs), _mm256_set1_ps(6.f / 180.f));
+    const __m256i sector = _mm256_cvttps_epi32(hh);
+    const __m256 within = _mm256_sub_ps(hh, _mm256_cvtepi32_ps(sector));
+    const __m256i sector_t3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_t3));
+    frac = _mm256_blendv_ps(within, _mm256_sub_ps(one_f, within),
+                            _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(sector_t3, sector)));
+    order = _mm256_permutevar8x32_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_order)), sector);
+  } else {
+    frac = _mm256_i32gather_ps(t.frac, h, 4);
+    order = _mm256_i32gather_epi32(t.order, h, 4);
+  }
+  // t = float(1 - double(s) * frac) is 1 - s * frac rounded once to float, which is what the fused multiply-add
+  // gives: equal for every s (256 values) and frac (hh and 1 - hh of the 180 hues), 92,160 pairs, all checked
+  // (AugmentOps.ShiftHsvFusedStepIsTheDoubleStep).
+  const __m256 tf = _mm256_fnmadd_ps(sf, frac, one_f);
+  // vf, sf, 1 - sf and tf lie in [0, 1] (k / 255 rounds to at most 1 + 2^-23), so each product times 255 truncates
+  // to 0..255: the reference's clamp changes nothing.
+  const __m256i cv = _mm256_cvttps_epi32(_mm256_mul_ps(vf, c255));
+  const __m256i cp = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255));
+  const __m256i ct = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255));
+  const __m256i sources = _mm256_or_si256(cv, _mm256_or_si256(_mm256_slli_epi32(cp, 8), _mm256_slli_epi32(ct, 16)));
+  return _mm256_shuffle_epi8(sources, _mm256_add_epi8(order, lane_offsets));
+}
+
+template <bool kShifts>
+__attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t, const uint8_t* src, uint8_t* dst,
+                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i r, g, b;
     LoadRgb8(src + i * 3, r, g, b);
-    const __m256i v = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
-    const __m256i diff = _mm256_sub_epi32(v, _mm256_min_epi32(_mm256_min_epi32(r, g), b));
-    const __m256i sdiv = _mm256_cvtps_epi32(_mm256_div_ps(sdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(v, one_i))));
-    const __m256i hdiv = _mm256_cvtps_epi32(_mm256_div_ps(hdiv_num, _mm256_cvtepi32_ps(_mm256_max_epi32(diff, one_i))));
-    const __m256i s = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(diff, sdiv), round), 12);
-    const __m256i h_r = _mm256_sub_epi32(g, b);
-    const __m256i h_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), _mm256_add_epi32(diff, diff));
-    const __m256i h_b = _mm256_add_epi32(_mm256_sub_epi32(r, g), _mm256_slli_epi32(diff, 2));
-    __m256i h =
-        _mm256_blendv_epi8(_mm256_blendv_epi8(h_b, h_g, _mm256_cmpeq_epi32(v, g)), h_r, _mm256_cmpeq_epi32(v, r));
-    h = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(h, hdiv), round), 12);
-    h = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), c180));
-    const __m256 vf = _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(v, val)) : v), inv255);
-    const __m256 sf = _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(s, sat)) : s), inv255);
-    __m256 frac;
-    __m256i order;
-    if (rotation) {  // the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes
-      __m256i hs = _mm256_add_epi32(h, hue_shift);
-      hs = _mm256_sub_epi32(hs, _mm256_and_si256(_mm256_cmpgt_epi32(hs, _mm256_set1_epi32(179)), c180));
-      const __m256 hh = _mm256_mul_ps(_mm256_cvtepi32_ps(hs), sixth);
-      const __m256i sector = _mm256_cvttps_epi32(hh);
-      const __m256 within = _mm256_sub_ps(hh, _mm256_cvtepi32_ps(sector));
-      frac = _mm256_blendv_ps(within, _mm256_sub_ps(one_f, within),
-                              _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(sector_t3, sector)));
-      order = _mm256_permutevar8x32_epi32(sector_order, sector);
-    } else {
-      frac = _mm256_i32gather_ps(t.frac, h, 4);
-      order = _mm256_i32gather_epi32(t.order, h, 4);
-    }
-    // t = float(1 - double(s) * frac) is 1 - s * frac rounded once to float, which is what the fused multiply-add
-    // gives: equal for every s (256 values) and frac (hh and 1 - hh of the 180 hues), 92,160 pairs, all checked
-    // (AugmentOps.ShiftHsvFusedStepIsTheDoubleStep).
-    const __m256 tf = _mm256_fnmadd_ps(sf, frac, one_f);
-    // vf, sf, 1 - sf and tf lie in [0, 1] (k / 255 rounds to at most 1 + 2^-23), so each product times 255 truncates
-    // to 0..255: the reference's clamp changes nothing.
-    const __m256i cv = _mm256_cvttps_epi32(_mm256_mul_ps(vf, c255));
-    const __m256i cp = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, _mm256_sub_ps(one_f, sf)), c255));
-    const __m256i ct = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(vf, tf), c255));
-    const __m256i sources = _mm256_or_si256(cv, _mm256_or_si256(_mm256_slli_epi32(cp, 8), _mm256_slli_epi32(ct, 16)));
-    StoreRgb8(dst + i * 3, _mm256_shuffle_epi8(sources, _mm256_add_epi8(order, lane_offsets)));
+    StoreRgb8(dst + i * 3, ShiftHsv8<kShifts>(t, r, g, b));
   }
   return i;
 }
@@ -354,29 +378,26 @@ void AdjustSaturationScalar(float alpha, float beta, const uint8_t* src, uint8_t
 #ifdef OSPREY_AUGMENT_AVX2
 // One channel: round(clamp(c * alpha + gray_part, 0, 255)). max(x, 0) first: a NaN gives 0, as the reference's
 // saturating lrint does.
-__attribute__((target("avx2"))) inline __m256i SaturationChannel(__m256i c, __m256 alpha, __m256 gray_part) {
+__attribute__((target("avx2"), always_inline)) inline __m256i SaturationChannel(__m256i c, __m256 alpha,
+                                                                                __m256 gray_part) {
   const __m256 x = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), alpha), gray_part);
   return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(x, _mm256_setzero_ps()), _mm256_set1_ps(255.f)));
 }
 
+// One AdjustSaturation step on 8 pixels.
+__attribute__((target("avx2"), always_inline)) inline Rgb8 Saturation8(float alpha, float beta, const Rgb8& p) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  const __m256 gp = _mm256_mul_ps(_mm256_cvtepi32_ps(Gray8(p)), _mm256_set1_ps(beta));
+  return {SaturationChannel(p.r, a, gp), SaturationChannel(p.g, a, gp), SaturationChannel(p.b, a, gp)};
+}
+
 __attribute__((target("avx2"))) int64_t AdjustSaturationAvx2(float alpha, float beta, const uint8_t* src, uint8_t* dst,
                                                              int64_t n) {
-  const __m256 a = _mm256_set1_ps(alpha), bt = _mm256_set1_ps(beta);
-  const __m256i wr = _mm256_set1_epi32(9798), wg = _mm256_set1_epi32(19235), wb = _mm256_set1_epi32(3735);
-  const __m256i half = _mm256_set1_epi32(1 << 14);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256i r, g, b;
-    LoadRgb8(src + i * 3, r, g, b);
-    const __m256i gray =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(r, wr), _mm256_mullo_epi32(g, wg)),
-                                           _mm256_add_epi32(_mm256_mullo_epi32(b, wb), half)),
-                          15);
-    const __m256 gp = _mm256_mul_ps(_mm256_cvtepi32_ps(gray), bt);
-    const __m256i px = _mm256_or_si256(SaturationChannel(r, a, gp),
-                                       _mm256_or_si256(_mm256_slli_epi32(SaturationChannel(g, a, gp), 8),
-                                                       _mm256_slli_epi32(SaturationChannel(b, a, gp), 16)));
-    StoreRgb8(dst + i * 3, px);
+    Rgb8 p;
+    LoadRgb8(src + i * 3, p.r, p.g, p.b);
+    StoreRgb8(dst + i * 3, PackRgb8(Saturation8(alpha, beta, p)));
   }
   return i;
 }
@@ -436,7 +457,7 @@ bool FitAffineLutAt(const uint8_t* table, int shift, AffineLut& out) {
   // For a slope m, b must lie in [max(lo - x m), min(hi - x m)]; the gap max - min is convex in m (a maximum of lines
   // minus a minimum of lines), so an integer ternary search finds its smallest value.
   const int64_t m_limit = (int64_t{1} << 30) / 255;  // |x m| < 2^30
-  const int64_t b_limit = int64_t{1} << 30;           // |x m + b| < 2^31
+  const int64_t b_limit = int64_t{1} << 30;          // |x m + b| < 2^31
   auto gap = [&](int64_t m, int64_t& b_lo, int64_t& b_hi) {
     b_lo = -kInf * 2, b_hi = kInf * 2;
     for (int x = 0; x < 256; ++x) b_lo = std::max(b_lo, lo[x] - x * m), b_hi = std::min(b_hi, hi[x] - x * m);
@@ -519,21 +540,15 @@ inline uint8_t ContrastValue(int v, float factor, float offset) {
 
 #ifdef OSPREY_AUGMENT_AVX2
 __attribute__((target("avx2"))) int64_t GraySumRgbAvx2(const uint8_t* src, int64_t n, int64_t& done) {
-  const __m256i wr = _mm256_set1_epi32(9798), wg = _mm256_set1_epi32(19235), wb = _mm256_set1_epi32(3735);
-  const __m256i half = _mm256_set1_epi32(1 << 14);
   int64_t total = 0, i = 0;
   while (i + 8 <= n) {
     // Blocks of up to 8 * 4096 pixels: an int32 lane sums at most 4096 values of 255.
     const int64_t end = std::min(n - n % 8, i + 8 * 4096);
     __m256i acc = _mm256_setzero_si256();
     for (; i < end; i += 8) {
-      __m256i r, g, b;
-      LoadRgb8(src + i * 3, r, g, b);
-      acc = _mm256_add_epi32(
-          acc,
-          _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(r, wr), _mm256_mullo_epi32(g, wg)),
-                                             _mm256_add_epi32(_mm256_mullo_epi32(b, wb), half)),
-                            15));
+      Rgb8 p;
+      LoadRgb8(src + i * 3, p.r, p.g, p.b);
+      acc = _mm256_add_epi32(acc, Gray8(p));
     }
     alignas(32) int32_t lanes[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
