@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -172,6 +173,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs per engine and worker count; the best is kept")
     ap.add_argument("--bin", default=os.environ.get("OSPREY_BIN", str(REPO / "build" / "bin" / "osprey")))
     ap.add_argument("--keep", help="keep the dataset and outputs in this folder")
+    ap.add_argument("--load", type=int, default=0,
+                    help="CPU-bound processes (`while True: pass`) running beside while measuring (default 0)")
     args = ap.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="osprey-bench-augment-"))
@@ -184,7 +187,8 @@ def main():
         print(f"bench/augment: {args.images} JPEG images ~{width}x{height}, pipeline (Albumentations {A.__version__}, "
               f"read by osprey from {pipe_json.name}):")
         print("  RandomResizedCrop(800) -> HorizontalFlip -> Affine -> ColorJitter -> GaussianBlur -> Resize(640)")
-        print("  best of", args.repeats, "runs per row\n")
+        print("  best of", args.repeats, "runs per row;", args.load, "CPU-bound processes beside\n")
+        load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
         print("| measurement | workers | Albumentations images/s | osprey images/s | osprey / Albumentations |")
         print("|---|---|---|---|---|")
         bench_bin = Path(args.bin).parent / "osprey_augment_bench"
@@ -203,6 +207,8 @@ def main():
             print(f"| end to end (decode, augment, encode JPEG, write) | {t} | {ra:.1f} | {ro:.1f} | {ro / ra:.2f}x |",
                   flush=True)
     finally:
+        for p in locals().get("load", []):
+            p.kill()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
