@@ -205,8 +205,8 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256i ShiftHsv8(cons
       _mm256_mul_ps(_mm256_cvtepi32_ps(kShifts ? Clamp255(_mm256_add_epi32(s, _mm256_set1_epi32(t.sat))) : s), inv255);
   __m256 frac;
   __m256i order;
-  if (t.hue_shift >=
-      0) {  // a rotation: the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes
+  // A rotation: the table entries' arithmetic (MakeHsvShiftTables) on the shifted hue, as lanes.
+  if (t.hue_shift >= 0) {
     __m256i hs = _mm256_add_epi32(h, _mm256_set1_epi32(t.hue_shift));
     hs = _mm256_sub_epi32(hs, _mm256_and_si256(_mm256_cmpgt_epi32(hs, _mm256_set1_epi32(179)), c180));
     const __m256 hh = _mm256_mul_ps(_mm256_cvtepi32_ps(hs), _mm256_set1_ps(6.f / 180.f));
