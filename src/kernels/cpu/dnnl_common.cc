@@ -159,8 +159,11 @@ std::string BlockedDescKey(const dnnl::memory::desc& md) {
 PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                         const dnnl::memory::desc& to, float scale) {
   auto fill = [&](void* data) {
-    // A layout with gaps (padded row strides) gets zeros there, so the bytes of a packed weight are always defined.
-    if (to.get_size() > static_cast<size_t>(source.nbytes())) std::memset(data, 0, to.get_size());
+    // A plain layout with gaps (padded row strides, dnnl_matmul.cc) gets zeros there, so the bytes of a packed weight
+    // are always defined (blocked layouts' padding is zeroed by the reorder itself).
+    if (to.data.format_kind == dnnl_blocked && to.data.format_desc.blocking.inner_nblks == 0 &&
+        to.get_size() > static_cast<size_t>(source.nbytes()))
+      std::memset(data, 0, to.get_size());
     dnnl::memory src = WrapMemory(from, source.raw());
     dnnl::memory dst(to, CpuEngine(), data);
     dnnl::primitive_attr attr;
