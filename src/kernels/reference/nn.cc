@@ -25,7 +25,6 @@ int64_t Product(const Shape& s, size_t begin, size_t end) {
   return p;
 }
 
-
 bool HasOut(const KernelContext& ctx, int i, int64_t numel) {
   return i < static_cast<int>(ctx.outputs.size()) && ctx.outputs[i] != nullptr && ctx.outputs[i]->numel() == numel;
 }
