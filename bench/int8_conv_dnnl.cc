@@ -1,12 +1,13 @@
 // Does int8 pay on this CPU? oneDNN convolutions of ResNet-50's shapes at batch 1, fp32 vs u8s8 (u8 out, per-tensor
 // output scale, fused ReLU), channels-last activations, weights in oneDNN's chosen layout (prepacked, untimed): whether
 // osprey's QDQ path should run int8 convolutions. Figures in docs/performance.md.
-// Usage: g++ -O2 -std=c++17 bench/int8_conv_dnnl.cc -ldnnl -o /tmp/int8_conv_dnnl && OMP_NUM_THREADS=1 /tmp/int8_conv_dnnl
-//        [iters]. One thread gives clean figures on a shared machine; with two, a descheduled thread stalls every run.
+// Usage (oneDNN 3 from scripts/setup's .venv): g++ -O2 -std=c++17 bench/int8_conv_dnnl.cc -I.venv/include -L.venv/lib
+//        -Wl,-rpath,$PWD/.venv/lib -ldnnl -o /tmp/int8_conv_dnnl && OMP_NUM_THREADS=1 /tmp/int8_conv_dnnl [iters]. One thread gives clean figures on a shared machine; with two, a descheduled thread stalls every run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -30,14 +31,13 @@ double Time(engine& eng, stream& s, const Shape& sh, bool int8, int iters) {
   memory::desc dst({1, sh.k, out_hw, out_hw}, src_t, memory::format_tag::nhwc);
   memory::desc wei({sh.k, sh.c, sh.r, sh.r}, wei_t, memory::format_tag::any);
   memory::desc bias({sh.k}, bias_t, memory::format_tag::x);
-  convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct, src, wei, bias, dst,
-                              {sh.stride, sh.stride}, {pad, pad}, {pad, pad});
   primitive_attr attr;
-  if (int8) attr.set_output_scales(0, {0.01f});
+  if (int8) attr.set_scales_mask(DNNL_ARG_DST, 0);
   post_ops po;
-  po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+  po.append_eltwise(algorithm::eltwise_relu, 0.f, 0.f);
   attr.set_post_ops(po);
-  convolution_forward::primitive_desc pd(d, attr, eng);
+  convolution_forward::primitive_desc pd(eng, prop_kind::forward_inference, algorithm::convolution_direct, src, wei,
+                                         bias, dst, {sh.stride, sh.stride}, {pad, pad}, {pad, pad}, attr);
   memory m_src(pd.src_desc(), eng), m_dst(pd.dst_desc(), eng), m_wei(pd.weights_desc(), eng), m_bias(bias, eng);
   std::fill_n(static_cast<char*>(m_src.get_data_handle()), pd.src_desc().get_size(), 3);
   std::fill_n(static_cast<char*>(m_wei.get_data_handle()), pd.weights_desc().get_size(), 1);
@@ -45,6 +45,8 @@ double Time(engine& eng, stream& s, const Shape& sh, bool int8, int iters) {
   convolution_forward conv(pd);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, m_src}, {DNNL_ARG_WEIGHTS, m_wei}, {DNNL_ARG_BIAS, m_bias}, {DNNL_ARG_DST, m_dst}};
+  float dst_scale = 100.f;  // dst = conv / 100
+  if (int8) args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, memory({{1}, memory::data_type::f32, memory::format_tag::x}, eng, &dst_scale));
   std::vector<double> times;
   for (int i = 0; i < iters + 3; ++i) {
     auto t0 = std::chrono::steady_clock::now();

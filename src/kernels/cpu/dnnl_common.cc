@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/cpu/bf16_support.h"
 #include "ops/activation.h"
@@ -79,33 +82,31 @@ bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
     case ActivationKind::kNone:
       break;
     case ActivationKind::kRelu:
-      ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      ops.append_eltwise(algorithm::eltwise_relu, 0.f, 0.f);
       break;
     case ActivationKind::kLeakyRelu:
-      ops.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
+      ops.append_eltwise(algorithm::eltwise_relu, alpha, 0.f);
       break;
     case ActivationKind::kClip:
-      ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, alpha, beta);
+      ops.append_eltwise(algorithm::eltwise_clip_v2, alpha, beta);
       break;
     case ActivationKind::kSigmoid:
-      ops.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+      ops.append_eltwise(algorithm::eltwise_logistic, 0.f, 0.f);
       break;
     case ActivationKind::kTanh:
-      ops.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+      ops.append_eltwise(algorithm::eltwise_tanh, 0.f, 0.f);
       break;
     case ActivationKind::kHardSigmoid:
-      // oneDNN 2.6 has no hardsigmoid: clip(alpha * x + beta, 0, 1) as two post-ops.
-      ops.append_eltwise(1.f, algorithm::eltwise_linear, alpha, beta);
-      ops.append_eltwise(1.f, algorithm::eltwise_clip_v2, 0.f, 1.f);
+      ops.append_eltwise(algorithm::eltwise_hardsigmoid, alpha, beta);  // clip(alpha * x + beta, 0, 1)
       break;
     case ActivationKind::kHardSwish:
-      ops.append_eltwise(1.f, algorithm::eltwise_hardswish, 0.f, 0.f);  // x * clip(x / 6 + 1/2, 0, 1)
+      ops.append_eltwise(algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f);  // x * clip(x / 6 + 1/2, 0, 1)
       break;
     case ActivationKind::kSilu:
-      ops.append_eltwise(1.f, algorithm::eltwise_swish, 1.f, 0.f);
+      ops.append_eltwise(algorithm::eltwise_swish, 1.f, 0.f);
       break;
     case ActivationKind::kGelu:
-      ops.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      ops.append_eltwise(algorithm::eltwise_gelu_erf, 0.f, 0.f);
       break;
   }
   return true;
@@ -126,51 +127,48 @@ bool IsReferenceImpl(const dnnl::primitive_desc_base& pd) {
   return impl == nullptr || std::strncmp(impl, "ref", 3) == 0;
 }
 
-namespace {
 // Everything that decides where a weight element lands in a plain or blocked descriptor, as bytes; empty for other
-// format kinds (Winograd, packed RNN weights), whose packs are then not shared.
+// format kinds (Winograd, packed RNN weights), whose packs are then not shared. oneDNN 3 does not expose a
+// descriptor's extra flags (int8 compensation); they change its size, which is part of the key.
 std::string BlockedDescKey(const dnnl::memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked) return {};
+  if (md.get_format_kind() != dnnl::memory::format_kind::blocked) return {};
   std::string key;
   auto put = [&key](const auto& value) { key.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
-  put(d.ndims);
-  put(d.data_type);
-  put(d.offset0);
-  for (int i = 0; i < d.ndims; ++i) {
-    put(d.dims[i]);
-    put(d.padded_dims[i]);
-    put(d.padded_offsets[i]);
-    put(d.format_desc.blocking.strides[i]);
-  }
-  put(d.format_desc.blocking.inner_nblks);
-  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i) {
-    put(d.format_desc.blocking.inner_blks[i]);
-    put(d.format_desc.blocking.inner_idxs[i]);
-  }
-  put(d.extra.flags);
-  put(d.extra.compensation_mask);
-  put(d.extra.scale_adjust);
-  put(d.extra.asymm_compensation_mask);
+  auto put_all = [&put](const auto& values) {
+    put(values.size());
+    for (const auto& v : values) put(v);
+  };
+  put(md.get_data_type());
+  put(md.get_size());
+  put(md.get_submemory_offset());
+  put_all(md.get_dims());
+  put_all(md.get_padded_dims());
+  put_all(md.get_padded_offsets());
+  put_all(md.get_strides());
+  put_all(md.get_inner_blks());
+  put_all(md.get_inner_idxs());
   return key;
 }
-}  // namespace
 
 PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                         const dnnl::memory::desc& to, float scale) {
   auto fill = [&](void* data) {
     // A plain layout with gaps (padded row strides, dnnl_matmul.cc) gets zeros there, so the bytes of a packed weight
     // are always defined (blocked layouts' padding is zeroed by the reorder itself).
-    if (to.data.format_kind == dnnl_blocked && to.data.format_desc.blocking.inner_nblks == 0 &&
+    if (to.get_format_kind() == dnnl::memory::format_kind::blocked && to.get_inner_nblks() == 0 &&
         to.get_size() > static_cast<size_t>(source.nbytes()))
       std::memset(data, 0, to.get_size());
     dnnl::memory src = WrapMemory(from, source.raw());
     dnnl::memory dst(to, CpuEngine(), data);
     dnnl::primitive_attr attr;
-    if (scale != 1.f) attr.set_output_scales(0, {scale});
+    if (scale != 1.f) attr.set_scales_mask(DNNL_ARG_SRC, 0);  // dst = scale * src
     dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, attr);
     dnnl::stream& stream = ThreadStream();
-    dnnl::reorder(pd).execute(stream, src, dst);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+    if (scale != 1.f)
+      args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC,
+                   WrapMemory(dnnl::memory::desc({1}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::x), &scale));
+    dnnl::reorder(pd).execute(stream, args);
     stream.wait();
   };
   PackedWeight packed;
@@ -185,6 +183,103 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
   }
   packed.memory = dnnl::memory(to, CpuEngine(), packed.buffer->data());
   return packed;
+}
+
+// ------------------------------------------------------------------------------------- choosing implementations
+// oneDNN lists several implementations for most operations and takes the first that applies, by rules fixed when it
+// was built, not by speed on this machine. On the 2-vCPU AMD EPYC (AVX2) build machine, oneDNN 3.2's first choices
+// for convolutions (brgconv, brgconv_1x1, brdgmm_dw) took up to 1.6x as long as its jit:avx2 / jit_1x1 / jit_dw
+// kernels on some layers and half as long on others (docs/performance.md). So kernels time the candidates once per
+// distinct operation and thread count, at build time, on zero-filled tensors, and keep the fastest. Candidates:
+// the first choice and every other implementation reading and writing the same source and destination layouts,
+// except the reference and SSE4.1 ones and im2col+GEMM convolutions (never faster where a JIT kernel exists). OSPREY_TUNE=0 keeps
+// oneDNN's first choice (for comparisons).
+namespace {
+
+bool TuningEnabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("OSPREY_TUNE");
+    return !(e && std::string(e) == "0");
+  }();
+  return enabled;
+}
+
+bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_desc& first) {
+  const std::string impl = pd.impl_info_str() ? pd.impl_info_str() : "";
+  if (impl.rfind("ref", 0) == 0 || impl.find("sse41") != std::string::npos) return false;
+  if (pd.get_kind() == dnnl::primitive::kind::convolution && impl.find("gemm") != std::string::npos) return false;
+  return pd.src_desc() == first.src_desc() && pd.dst_desc() == first.dst_desc();
+}
+
+// Best of `runs` timed executions (after one untimed) of the primitive `pd` describes, in milliseconds, every
+// argument it takes zero-filled; stops early once a run takes longer than `give_up_ms`.
+double TimePd(const dnnl::primitive_desc& pd, int runs, double give_up_ms) {
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<int> kinds{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+  for (int i = 0; i < 4; ++i) kinds.push_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1);
+  for (int kind : kinds) {
+    const dnnl::memory::desc md = pd.query_md(dnnl::query::exec_arg_md, kind);
+    if (md.get_size() == 0) continue;
+    dnnl::memory m(md, CpuEngine());
+    std::memset(m.get_data_handle(), 0, md.get_size());
+    args.emplace(kind, m);
+  }
+  dnnl::primitive primitive(pd.get());
+  dnnl::stream& stream = ThreadStream();
+  double best = 1e30;
+  for (int i = 0; i <= runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    primitive.execute(stream, args);
+    stream.wait();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) best = std::min(best, ms);
+    if (ms > give_up_ms) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
+  if (!TuningEnabled()) return 0;
+  struct Choice {
+    int position;
+    std::string name;
+  };
+  static std::mutex mutex;
+  static std::unordered_map<std::string, Choice> chosen;
+  const std::string full_key = key + "@" + std::to_string(omp_get_max_threads());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = chosen.find(full_key);
+    if (it != chosen.end()) {
+      // The key describes the operation completely, so the list is the same; checked anyway (a stale position would
+      // name another implementation).
+      dnnl::primitive_desc check = make();
+      for (int i = 0; i < it->second.position && check.next_impl(); ++i) {
+      }
+      return it->second.name == check.impl_info_str() ? it->second.position : 0;
+    }
+  }
+  const dnnl::primitive_desc first = make();
+  dnnl::primitive_desc probe = make();
+  double best_ms = 1e30;
+  int position = 0, index = 0;
+  std::string name = first.impl_info_str();
+  do {
+    if (index == 0 || IsTuningCandidate(probe, first)) {
+      const double ms = TimePd(probe, 3, 2 * best_ms);
+      if (ms < best_ms) {
+        best_ms = ms;
+        position = index;
+        name = probe.impl_info_str();
+      }
+    }
+    ++index;
+  } while (probe.next_impl());
+  std::lock_guard<std::mutex> lock(mutex);
+  chosen.emplace(full_key, Choice{position, name});
+  return position;
 }
 
 dnnl::primitive_attr BaseAttr() {
@@ -251,10 +346,6 @@ const char* IsaName(dnnl::cpu_isa isa) {
       return "avx2";
     case dnnl::cpu_isa::avx2_vnni:
       return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_mic:
-      return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops:
-      return "avx512_mic_4ops";
     case dnnl::cpu_isa::avx512_core:
       return "avx512_core";
     case dnnl::cpu_isa::avx512_core_vnni:

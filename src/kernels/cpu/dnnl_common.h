@@ -5,6 +5,7 @@
 // Thread-safety: oneDNN primitives are immutable once created and may be executed from several threads at once.
 // Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or per call.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -51,11 +52,10 @@ dnnl::memory::dims ToDims(const Shape& shape);
 /// Dense row-major float32 descriptor for `dims` (the layout of every osprey tensor).
 dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims);
 
-/// `md` with its element type replaced (same dims and strides / format), e.g. the bf16 twin of an fp32 descriptor.
+/// `md` (a strided descriptor, no inner blocks) with its element type replaced, e.g. the bf16 twin of an fp32
+/// descriptor.
 inline dnnl::memory::desc WithDataType(const dnnl::memory::desc& md, dnnl::memory::data_type type) {
-  dnnl_memory_desc_t d = md.data;
-  d.data_type = static_cast<dnnl_data_type_t>(type);
-  return dnnl::memory::desc(d);
+  return dnnl::memory::desc(md.get_dims(), type, md.get_strides());
 }
 
 /// Wraps a caller-owned buffer (no copy). oneDNN takes a non-const handle; read-only inputs are never written.
@@ -87,6 +87,28 @@ struct PackedWeight {
 /// model made it), else a new one. Runs on the calling thread at kernel creation.
 PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                         const dnnl::memory::desc& to, float scale = 1.f);
+
+/// Position of the fastest of oneDNN's implementations of the operation `make()` describes (0: oneDNN's first
+/// choice), timed on this machine at the calling thread's OpenMP thread count; remembered per `key` (which must
+/// describe the operation, its attributes and layouts completely) and thread count for the life of the process.
+/// `make` returns a new primitive descriptor each call (only a new one can step through the list). See
+/// dnnl_common.cc.
+int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);
+
+/// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation
+/// (FastestImplPosition); empty when `make()` is.
+template <class Pd, class Make>
+Pd FastestImpl(const Make& make, const std::string& key) {
+  Pd pd = make();
+  if (!pd) return pd;
+  const int position = FastestImplPosition([&make] { return dnnl::primitive_desc(make()); }, key);
+  for (int i = 0; i < position; ++i)
+    if (!pd.next_impl()) return make();  // cannot happen: the list does not change
+  return pd;
+}
+
+/// Bytes describing a blocked or plain descriptor (dims, type, layout), for keys; empty for other format kinds.
+std::string BlockedDescKey(const dnnl::memory::desc& md);
 
 /// Scratchpad bytes the primitive needs per execution (user scratchpad mode).
 inline size_t ScratchpadBytes(const dnnl::primitive_desc_base& pd) { return pd.scratchpad_desc().get_size(); }

@@ -151,10 +151,6 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
       break;
   }
   const memory::desc bias_md = has_bias ? PlainDesc({g.w[0]}) : memory::desc();
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, src_md,
-                                       WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates, g.pad_l,
-                                       g.pad_r);
-
   // The residual joins before the activation as a sum post-op: the residual is first copied (same layout) or
   // reordered (any other layout) into the destination buffer. A binary-add post-op reading the residual tensor
   // directly would save that copy, but oneDNN 2.6 runs it only in its im2col+GEMM convolution and applies it there
@@ -165,9 +161,31 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   if (residual) ops.append_sum(1.f);
   if (!AppendFusedActivation(node, ops)) return {};
   attr.set_post_ops(ops);
-  dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
+  dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, algorithm, src_md,
+                                               WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates,
+                                               g.pad_l, g.pad_r, attr, /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
   return pd;
+}
+
+std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, ConvLayout layout) {
+  std::string key;
+  auto put_dims = [&key](const auto& dims) {
+    for (auto d : dims) key += std::to_string(d) + ",";
+    key += ";";
+  };
+  put_dims(g.x);
+  put_dims(g.w);
+  put_dims(g.y);
+  put_dims(g.strides);
+  put_dims(g.dilates);
+  put_dims(g.pad_l);
+  put_dims(g.pad_r);
+  key += std::to_string(g.group) + ";" + std::to_string(static_cast<int>(layout)) + ";" +
+         std::to_string(ctx.num_threads) + ";" + std::to_string(ctx.present.size() > 2 && ctx.present[2]) + ";" +
+         std::to_string(ctx.node.GetInt("_residual", 0)) + ";" + ctx.node.GetString("_activation", "") + ";" +
+         std::to_string(ctx.node.GetFloat("_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_beta", 0.f));
+  return key;
 }
 
 // User tensors (input 0, residual input 3, output 0) are plain or NHWC as the build context says; the primitive
@@ -186,7 +204,10 @@ class DnnlConvKernel final : public Kernel {
       pd_ = MakeConvPd(ctx, g, ConvLayout::kPreferred, /*bf16=*/false, dnnl::algorithm::convolution_winograd);
       if (pd_) name_ = kConvWinogradName;
     }
-    if (!pd_) pd_ = MakeConvPd(ctx, g, layout);
+    if (!pd_) {
+      pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>([&] { return MakeConvPd(ctx, g, layout); },
+                                                                   "conv:" + ConvTuningKey(ctx, g, layout));
+    }
     if (!pd_) return false;
     x_shape_ = g.x;
     y_shape_ = g.y;

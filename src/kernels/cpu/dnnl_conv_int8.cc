@@ -5,7 +5,7 @@
 //
 // Per run: x is quantised into a u8 NHWC buffer (round half to even of x / x_scale, plus zero point, saturated: what
 // QuantizeLinear computes; an s8 activation is stored + 128 with its zero point + 128); the primitive sums
-// (x_q - zp) * w_q in int32, adds the int32 bias, scales by x_scale * w_scale[m] / y_scale, rounds half to even,
+// (x_q - zp) * w_q in int32, scales by x_scale * w_scale[m] / y_scale, adds the bias scaled alike, rounds half to even,
 // clips to the output type's range less its zero point and multiplies by y_scale: DequantizeLinear(QuantizeLinear(.))
 // of the convolution, in post-ops.
 //
@@ -241,35 +241,35 @@ class ConvInt8Kernel final : public Kernel {
     user_dst_md_ = ActivationDesc(y_, dst_layout_);
     conv_dst_md_ = memory::desc(ToDims(y_), memory::data_type::f32, memory::format_tag::nhwc);
     const memory::desc w_any({out_c, slots, ws[2], ws[3]}, memory::data_type::s8, memory::format_tag::any);
-    bias_md_ = memory::desc({out_c}, memory::data_type::s32, memory::format_tag::x);
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         src_md_, w_any, bias_md_, conv_dst_md_, st, di, pl, pr);
-    std::vector<float> scales(w_scale.size());
-    for (size_t m = 0; m < w_scale.size(); ++m) scales[m] = x_scale_ * w_scale[m] / y_scale;
+    bias_md_ = memory::desc({out_c}, memory::data_type::f32, memory::format_tag::x);
+    // oneDNN 3 scales the int32 sum (weights' scales, per output channel: x_scale * w_scale[m] / y_scale), then adds
+    // the bias in float: the int32 bias is scaled the same way here.
+    scales_.resize(w_scale.size());
+    for (size_t m = 0; m < w_scale.size(); ++m) scales_[m] = x_scale_ * w_scale[m] / y_scale;
+    std::vector<float> bias_f(static_cast<size_t>(out_c));
+    for (int64_t m = 0; m < out_c; ++m)
+      bias_f[m] = static_cast<float>(bias_q[m]) * scales_[scales_.size() == 1 ? 0 : m];
+    bias_ = Tensor::FromVector<float>({out_c}, bias_f);
     const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
-    for (int runtime = 0; runtime < 2 && !pd_; ++runtime) {
-      dnnl::primitive_attr attr = BaseAttr();
-      attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-      if (zp_u8_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {runtime ? DNNL_RUNTIME_S32_VAL : zp_u8_});
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, lo, hi);
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, y_scale, 0.f);
-      attr.set_post_ops(ops);
-      try {
-        dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
-        if (pd && !IsReferenceImpl(pd)) {
-          pd_ = pd;
-          runtime_zp_ = runtime != 0;
-        }
-      } catch (const dnnl::error&) {
-      }
+    dnnl::primitive_attr attr = BaseAttr();
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 0);
+    if (zp_u8_ != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_round, 0.f, 0.f);
+    ops.append_eltwise(dnnl::algorithm::eltwise_clip, lo, hi);
+    ops.append_eltwise(dnnl::algorithm::eltwise_linear, y_scale, 0.f);
+    attr.set_post_ops(ops);
+    try {
+      dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference,
+                                                   dnnl::algorithm::convolution_direct, src_md_, w_any, bias_md_,
+                                                   conv_dst_md_, st, di, pl, pr, attr, /*allow_empty=*/true);
+      if (pd && !IsReferenceImpl(pd)) pd_ = pd;
+    } catch (const dnnl::error&) {
     }
     if (!pd_) return false;
     conv_ = dnnl::convolution_forward(pd_);
     const memory::desc w_plain({out_c, slots, ws[2], ws[3]}, memory::data_type::s8, memory::format_tag::oihw);
     weight_ = PackWeight(ctx, w_plain, wq, pd_.weights_desc());
-    bias_ = Tensor::FromVector<int32_t>({out_c}, bias_q);
     reorder_dst_ = user_dst_md_ != conv_dst_md_;
     if (reorder_dst_)
       dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(CpuEngine(), conv_dst_md_, CpuEngine(), user_dst_md_));
@@ -298,9 +298,13 @@ class ConvInt8Kernel final : public Kernel {
                                            {DNNL_ARG_DST, dst},
                                            {DNNL_ARG_SCRATCHPAD, scratchpad}};
       int32_t zp = zp_u8_;
-      if (runtime_zp_ && zp_u8_ != 0)
+      if (zp_u8_ != 0)
         args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
                      WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp));
+      args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+                   WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
+                                           memory::format_tag::x),
+                              scales_.data()));
       conv_.execute(stream, args);
       if (reorder_dst_) dst_reorder_.execute(stream, dst, user_dst);
       stream.wait();
@@ -379,7 +383,7 @@ class ConvInt8Kernel final : public Kernel {
   Shape x_, y_;
   int threads_ = 1;
   float x_scale_ = 1.f;
-  bool x_signed_ = false, runtime_zp_ = false, reorder_dst_ = false;
+  bool x_signed_ = false, reorder_dst_ = false;
   int32_t zp_u8_ = 0;
   int64_t slots_ = 0;
   std::vector<int32_t> slot_channel_, gather_index_;
@@ -392,6 +396,7 @@ class ConvInt8Kernel final : public Kernel {
   memory::desc src_md_, user_dst_md_, conv_dst_md_, bias_md_, scratch_md_;
   PackedWeight weight_;
   Tensor bias_;
+  std::vector<float> scales_;  // per output channel (or one): x_scale * w_scale[m] / y_scale
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0;
 };
 

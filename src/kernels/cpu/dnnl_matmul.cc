@@ -16,25 +16,25 @@ using dnnl::memory;
 // For a plain (row-major, dense) weights layout whose row stride is a multiple of 256 elements, the same layout with
 // 16 more elements per row (rows stay 64-byte aligned); else an empty desc.
 memory::desc PaddedRows(const memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.ndims < 2 || d.offset0 != 0)
+  if (md.get_format_kind() != memory::format_kind::blocked || md.get_inner_nblks() != 0 || md.get_ndims() < 2 ||
+      md.get_submemory_offset() != 0)
     return {};
-  const int n = d.ndims;
-  const memory::dim* strides = d.format_desc.blocking.strides;
+  const int n = md.get_ndims();
+  const memory::dims dims = md.get_dims(), strides = md.get_strides(), padded_dims = md.get_padded_dims();
   memory::dim expected = 1;
   for (int i = n - 1; i >= 0; --i) {  // dense row-major: each stride is the product of the dims inside it
-    if (strides[i] != expected || d.padded_dims[i] != d.dims[i]) return {};
-    expected *= d.dims[i];
+    if (strides[i] != expected || padded_dims[i] != dims[i]) return {};
+    expected *= dims[i];
   }
-  const memory::dim row = d.dims[n - 1];
-  if (row < 256 || row % 256 != 0 || d.dims[n - 2] < 2) return {};
-  memory::dims dims(d.dims, d.dims + n), padded(n);
+  const memory::dim row = dims[n - 1];
+  if (row < 256 || row % 256 != 0 || dims[n - 2] < 2) return {};
+  memory::dims padded(n);
   memory::dim stride = 1;
   for (int i = n - 1; i >= 0; --i) {
     padded[i] = stride;
-    stride *= i == n - 1 ? row + 16 : d.dims[i];
+    stride *= i == n - 1 ? row + 16 : dims[i];
   }
-  return memory::desc(dims, static_cast<memory::data_type>(d.data_type), padded);
+  return memory::desc(dims, md.get_data_type(), padded);
 }
 
 // Where a second operand (B, bias, addend) comes from at run time.
@@ -70,7 +70,7 @@ class DnnlMatMulKernel final : public Kernel {
     const memory::desc src_md = WithDataType(a_md, type);
     dnnl::primitive_attr attr = BaseAttr();
     dnnl::post_ops ops;
-    if (linear_alpha != 1.f) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, linear_alpha, 0.f);
+    if (linear_alpha != 1.f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, linear_alpha, 0.f);
     if (add_source != Source::kNone) {
       add_post_op_index_ = ops.len();
       ops.append_binary(dnnl::algorithm::binary_add, add_md);
@@ -78,10 +78,13 @@ class DnnlMatMulKernel final : public Kernel {
     if (!AppendFusedActivation(node, ops)) return false;
     attr.set_post_ops(ops);
     memory::desc weights_md =
-        b_source == Source::kConstant ? memory::desc(b_md.dims(), type, memory::format_tag::any) : b_md;
-    dnnl::matmul::desc desc = bias_source != Source::kNone ? dnnl::matmul::desc(src_md, weights_md, bias_md, dst_md)
-                                                           : dnnl::matmul::desc(src_md, weights_md, dst_md);
-    dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine(), /*allow_empty=*/true);
+        b_source == Source::kConstant ? memory::desc(b_md.get_dims(), type, memory::format_tag::any) : b_md;
+    auto make_pd = [&](const memory::desc& weights) {
+      return bias_source != Source::kNone
+                 ? dnnl::matmul::primitive_desc(CpuEngine(), src_md, weights, bias_md, dst_md, attr, /*allow_empty=*/true)
+                 : dnnl::matmul::primitive_desc(CpuEngine(), src_md, weights, dst_md, attr, /*allow_empty=*/true);
+    };
+    dnnl::matmul::primitive_desc pd = make_pd(weights_md);
     if (!pd || IsReferenceImpl(pd)) return false;
     if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return false;
     if (b_source == Source::kConstant) {
@@ -91,12 +94,17 @@ class DnnlMatMulKernel final : public Kernel {
       // gets 16 spare floats per row instead; the arithmetic is unchanged.
       const memory::desc padded = PaddedRows(pd.weights_desc());
       if (padded) {
-        dnnl::matmul::desc padded_desc = bias_source != Source::kNone
-                                             ? dnnl::matmul::desc(src_md, padded, bias_md, dst_md)
-                                             : dnnl::matmul::desc(src_md, padded, dst_md);
-        dnnl::matmul::primitive_desc padded_pd(padded_desc, attr, CpuEngine(), /*allow_empty=*/true);
-        if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) pd = padded_pd;
+        dnnl::matmul::primitive_desc padded_pd = make_pd(padded);
+        if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) weights_md = padded;
       }
+    }
+    {
+      std::string key = "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights_md) + BlockedDescKey(pd.weights_desc()) + "|" +
+                        BlockedDescKey(dst_md) + "|" + BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
+                        std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
+                        std::to_string(linear_alpha) + node.GetString("_activation", "") +
+                        std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f));
+      pd = FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, key);
     }
     if (bf16) {
       dnnl::reorder::primitive_desc rpd(CpuEngine(), a_md, CpuEngine(), src_md, BaseAttr());

@@ -169,10 +169,10 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
 
 // The pooling primitive with source and destination in `layout`, or an empty descriptor where oneDNN offers only its
 // reference implementation. Shared by the factory and the channels-last support test, so the two agree.
-dnnl::pooling_v2_forward::primitive_desc MakePoolPd(const PoolGeometry& p, Layout layout) {
-  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, p.algorithm, ActivationDesc(p.x, layout),
-                                      ActivationDesc(p.y, layout), p.strides, p.kernel, p.dilation, p.pad_l, p.pad_r);
-  dnnl::pooling_v2_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
+dnnl::pooling_forward::primitive_desc MakePoolPd(const PoolGeometry& p, Layout layout) {
+  dnnl::pooling_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, p.algorithm,
+                                           ActivationDesc(p.x, layout), ActivationDesc(p.y, layout), p.strides, p.kernel,
+                                           p.dilation, p.pad_l, p.pad_r, BaseAttr(), /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
   return pd;
 }
@@ -193,13 +193,13 @@ std::unique_ptr<Kernel> CreateNhwcPool(const KernelBuildContext& ctx) {
     ThrowUnsupportedLayouts(ctx.node, op, "this pooling node has no fast channels-last kernel");
   try {
     OmpThreadsGuard threads(ctx.num_threads);
-    dnnl::pooling_v2_forward::primitive_desc pd = MakePoolPd(p, Layout::kNhwc);
+    dnnl::pooling_forward::primitive_desc pd = MakePoolPd(p, Layout::kNhwc);
     if (!pd) ThrowUnsupportedLayouts(ctx.node, p.name, "oneDNN has only a reference implementation for it");
     // A global pool's [N, C, 1, 1] output has the same bytes in both layouts: the primitive writes it directly.
     memory::desc user_dst_md = p.global ? pd.dst_desc() : ActivationDesc(p.y, ctx.OutLayout(0));
     // Where one tensor is plain, the primitive still works on NHWC (a primitive reading one layout and writing the
     // other is a reference implementation in oneDNN 2.6) and a reorder converts that tensor.
-    return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_v2_forward(pd), pd, p.x, ctx.InLayout(0),
+    return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_forward(pd), pd, p.x, ctx.InLayout(0),
                                              ActivationDesc(p.x, ctx.InLayout(0)), p.y, ctx.OutLayout(0), user_dst_md);
   } catch (const dnnl::error& e) {
     ThrowUnsupportedLayouts(ctx.node, p.name, std::string("oneDNN failed: ") + e.what());
@@ -213,10 +213,10 @@ std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
   PoolGeometry p;
   if (!ComputePoolGeometry(ctx, p)) return nullptr;
   OmpThreadsGuard threads(ctx.num_threads);
-  dnnl::pooling_v2_forward::primitive_desc pd = MakePoolPd(p, Layout::kPlain);
+  dnnl::pooling_forward::primitive_desc pd = MakePoolPd(p, Layout::kPlain);
   if (!pd) return nullptr;
   const memory::desc src_md = PlainDesc(ToDims(p.x)), dst_md = PlainDesc(ToDims(p.y));
-  return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_v2_forward(pd), pd, p.x, Layout::kPlain, src_md, p.y,
+  return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_forward(pd), pd, p.x, Layout::kPlain, src_md, p.y,
                                            Layout::kPlain, dst_md);
 }
 
@@ -242,18 +242,13 @@ std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx) {
   const memory::desc md = PlainDesc(ToDims(x));
 
   OmpThreadsGuard threads(ctx.num_threads);
-  if (log) {
-    dnnl::logsoftmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
-    dnnl::logsoftmax_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
-    if (!pd || IsReferenceImpl(pd)) return nullptr;
-    return std::make_unique<DnnlUnaryKernel>("LogSoftmaxF32Dnnl", dnnl::logsoftmax_forward(pd), pd, x, Layout::kPlain,
-                                             md, x, Layout::kPlain, md);
-  }
-  dnnl::softmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, static_cast<int>(axis));
-  dnnl::softmax_forward::primitive_desc pd(desc, BaseAttr(), CpuEngine(), /*allow_empty=*/true);
+  dnnl::softmax_forward::primitive_desc pd(
+      CpuEngine(), dnnl::prop_kind::forward_inference,
+      log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, static_cast<int>(axis), BaseAttr(),
+      /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return nullptr;
-  return std::make_unique<DnnlUnaryKernel>("SoftmaxF32Dnnl", dnnl::softmax_forward(pd), pd, x, Layout::kPlain, md, x,
-                                           Layout::kPlain, md);
+  return std::make_unique<DnnlUnaryKernel>(log ? "LogSoftmaxF32Dnnl" : "SoftmaxF32Dnnl", dnnl::softmax_forward(pd), pd,
+                                           x, Layout::kPlain, md, x, Layout::kPlain, md);
 }
 
 }  // namespace osprey::cpu

@@ -66,11 +66,12 @@ inline void RunKernel(Kernel& kernel, const Node& node, const std::vector<Tensor
 }
 
 /// Creates the fast kernel through CreateCpuKernel (or `factory` when given), checks its name, runs it twice and
-/// compares output 0 with the reference kernel's.
+/// compares output 0 with the reference kernel's (within kFastRtol and `atol`).
 inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tensor>& inputs,
                                        const std::vector<bool>& constant, const std::string& expected_name,
                                        int opset = 17,
-                                       std::unique_ptr<Kernel> (*factory)(const KernelBuildContext&) = nullptr) {
+                                       std::unique_ptr<Kernel> (*factory)(const KernelBuildContext&) = nullptr,
+                                       float atol = kFastAtol) {
   std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
   std::vector<Tensor> outputs;
   KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
@@ -80,7 +81,7 @@ inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tenso
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     RunKernel(*kernel, node, inputs, outputs, opset);
-    ExpectTensorNear(outputs[0], expected[0], kFastRtol, kFastAtol);
+    ExpectTensorNear(outputs[0], expected[0], kFastRtol, atol);
   }
 }
 
