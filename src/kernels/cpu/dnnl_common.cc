@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 
 #include "kernels/cpu/bf16_support.h"
@@ -192,8 +195,14 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // kernels on some layers and half as long on others (docs/performance.md). So kernels time the candidates once per
 // distinct operation and thread count, at build time, on zero-filled tensors, and keep the fastest. Candidates:
 // the first choice and every other implementation reading and writing the same source and destination layouts,
-// except the reference and SSE4.1 ones and im2col+GEMM convolutions (never faster where a JIT kernel exists). OSPREY_TUNE=0 keeps
-// oneDNN's first choice (for comparisons).
+// except the reference and SSE4.1 ones and im2col+GEMM convolutions (never faster where a JIT kernel exists).
+// OSPREY_TUNE=0 keeps oneDNN's first choice (for comparisons).
+//
+// Timing costs compile time (ResNet-50: ~0.4 s on that machine), so choices are also kept on disk, one small file per
+// CPU model, oneDNN ISA and version: $OSPREY_TUNE_CACHE (a file; empty: none) or
+// ${XDG_CACHE_HOME:-~/.cache}/osprey/onednn-tuning-<id>.tsv. One line per choice: a hash of the operation's key and
+// thread count, the position in oneDNN's list and the implementation's name. A line is only trusted when the
+// implementation at that position still has that name; anything else is timed again.
 namespace {
 
 bool TuningEnabled() {
@@ -240,46 +249,111 @@ double TimePd(const dnnl::primitive_desc& pd, int runs, double give_up_ms) {
 
 }  // namespace
 
+namespace {
+
+std::string CpuBrand() {
+  unsigned regs[12] = {};
+  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000004u) return "unknown";
+  for (unsigned i = 0; i < 3; ++i) __cpuid(0x80000002u + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2], regs[4 * i + 3]);
+  return std::string(reinterpret_cast<const char*>(regs), sizeof(regs)).c_str();
+}
+
+std::string Hex64(const std::string& text) {  // FNV-1a, stable across runs and builds
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string TuningCachePath() {
+  if (const char* path = std::getenv("OSPREY_TUNE_CACHE")) return path;
+  std::string dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    dir = std::string(xdg) + "/osprey";
+  else if (const char* home = std::getenv("HOME"); home && *home)
+    dir = std::string(home) + "/.cache/osprey";
+  else
+    return "";
+  const dnnl_version_t* v = dnnl_version();
+  const std::string id = Hex64(CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) +
+                               "|" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                               std::to_string(v->patch) + "|" + v->hash);
+  return dir + "/onednn-tuning-" + id + ".tsv";
+}
+
+struct TuningChoice {
+  int position;
+  std::string name;
+};
+
+// The choices made so far (key hash -> choice), loaded from the cache file on first use. Guarded by TuningMutex().
+std::unordered_map<std::string, TuningChoice>& TuningChoices() {
+  static std::unordered_map<std::string, TuningChoice> choices = [] {
+    std::unordered_map<std::string, TuningChoice> loaded;
+    const std::string path = TuningCachePath();
+    if (path.empty()) return loaded;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string hash, name;
+      int position = -1;
+      if (fields >> hash >> position >> name && position >= 0 && position < 1000) loaded[hash] = {position, name};
+    }
+    return loaded;
+  }();
+  return choices;
+}
+
+std::mutex& TuningMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+void SaveTuningChoice(const std::string& hash, const TuningChoice& choice) {
+  const std::string path = TuningCachePath();
+  if (path.empty()) return;
+  std::error_code ignored;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  std::ofstream out(path, std::ios::app);  // one short line per append: concurrent processes do not interleave
+  out << hash + " " + std::to_string(choice.position) + " " + choice.name + "\n";
+}
+
+}  // namespace
+
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;
-  struct Choice {
-    int position;
-    std::string name;
-  };
-  static std::mutex mutex;
-  static std::unordered_map<std::string, Choice> chosen;
-  const std::string full_key = key + "@" + std::to_string(omp_get_max_threads());
+  const std::string hash = Hex64(key + "@" + std::to_string(omp_get_max_threads()));
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = chosen.find(full_key);
-    if (it != chosen.end()) {
-      // The key describes the operation completely, so the list is the same; checked anyway (a stale position would
-      // name another implementation).
+    std::lock_guard<std::mutex> lock(TuningMutex());
+    auto it = TuningChoices().find(hash);
+    if (it != TuningChoices().end()) {
       dnnl::primitive_desc check = make();
-      for (int i = 0; i < it->second.position && check.next_impl(); ++i) {
-      }
-      return it->second.name == check.impl_info_str() ? it->second.position : 0;
+      bool reached = true;
+      for (int i = 0; i < it->second.position && reached; ++i) reached = check.next_impl();
+      if (reached && it->second.name == check.impl_info_str()) return it->second.position;
     }
   }
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
   double best_ms = 1e30;
-  int position = 0, index = 0;
-  std::string name = first.impl_info_str();
+  TuningChoice best{0, first.impl_info_str()};
+  int index = 0;
   do {
     if (index == 0 || IsTuningCandidate(probe, first)) {
       const double ms = TimePd(probe, 3, 2 * best_ms);
       if (ms < best_ms) {
         best_ms = ms;
-        position = index;
-        name = probe.impl_info_str();
+        best = {index, probe.impl_info_str()};
       }
     }
     ++index;
   } while (probe.next_impl());
-  std::lock_guard<std::mutex> lock(mutex);
-  chosen.emplace(full_key, Choice{position, name});
-  return position;
+  std::lock_guard<std::mutex> lock(TuningMutex());
+  TuningChoices()[hash] = best;
+  SaveTuningChoice(hash, best);
+  return best.position;
 }
 
 dnnl::primitive_attr BaseAttr() {

@@ -2,6 +2,11 @@
 #include "kernels/cpu/dnnl_conv.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
 
 #include "kernel_test_util.h"
 
@@ -205,6 +210,54 @@ TEST(DnnlConv, WinogradLayersMatchReference) {
                              DepthAtol({64, 64, 3, 3}));
   // Large weights at batch 1 stay on direct convolution (bandwidth-bound, docs in dnnl_conv.cc).
   ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 512, 7, 7}, {512, 512, 3, 3}, false, 9, "ConvF32Dnnl");
+}
+
+// The kernel times oneDNN's implementations once per distinct convolution and keeps the fastest (dnnl_common.cc); the
+// choice goes to the cache file ($OSPREY_TUNE_CACHE), which a later build reads back. Each test is its own process
+// (gtest_discover_tests), so the environment set here is what the tuner sees first.
+std::string TempCachePath(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(getpid()) + ".tsv"))
+      .string();
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(DnnlTuning, RecordsTheChosenImplementation) {
+  const std::string path = TempCachePath("osprey-tune");
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
+  std::vector<Tensor> in{RandomTensor({1, 64, 14, 14}, 1), RandomTensor({64, 64, 3, 3}, 2), RandomTensor({64}, 3)};
+  ExpectFastMatchesReference(node, in, {false, true, true}, "ConvF32Dnnl", 17, nullptr, 4e-4f);
+  std::vector<Tensor> outputs;
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(MakeBuildContext(node, in, {false, true, true}, outputs));
+  ASSERT_NE(kernel, nullptr);
+  const std::vector<std::string> lines = Lines(path);
+  ASSERT_EQ(lines.size(), 1u) << "one line per distinct convolution: the second kernel reused the first choice";
+  std::istringstream fields(lines[0]);
+  std::string hash, name;
+  int position = -1;
+  ASSERT_TRUE(fields >> hash >> position >> name) << lines[0];
+  EXPECT_EQ(hash.size(), 16u);
+  EXPECT_GE(position, 0);
+  EXPECT_EQ(name, cpu::DnnlConvImplementation(*kernel));
+  std::filesystem::remove(path);
+}
+
+TEST(DnnlTuning, IgnoresAHostileCacheFile) {
+  const std::string path = TempCachePath("osprey-tune-hostile");
+  {
+    std::ofstream out(path);
+    out << "garbage\n0000000000000000 99999999 x\n\n" << std::string(5000, 'z') << " -1 y\n";
+  }
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 32, 9, 11}, {48, 32, 3, 3}, true, 5);
+  EXPECT_EQ(Lines(path).size(), 5u);  // the four lines written above and the new choice
+  std::filesystem::remove(path);
 }
 
 TEST(DnnlConv, DeclinesRuntimeWeights) {
