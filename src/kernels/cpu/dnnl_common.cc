@@ -420,14 +420,20 @@ const char* IsaName(dnnl::cpu_isa isa) {
       return "avx2";
     case dnnl::cpu_isa::avx2_vnni:
       return "avx2_vnni";
+    case dnnl::cpu_isa::avx2_vnni_2:
+      return "avx2_vnni_2";
     case dnnl::cpu_isa::avx512_core:
       return "avx512_core";
     case dnnl::cpu_isa::avx512_core_vnni:
       return "avx512_core_vnni";
     case dnnl::cpu_isa::avx512_core_bf16:
       return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_fp16:
+      return "avx512_core_fp16";
     case dnnl::cpu_isa::avx512_core_amx:
       return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_amx_fp16:
+      return "avx512_core_amx_fp16";
     default:
       return "unknown";
   }
