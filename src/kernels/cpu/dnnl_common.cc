@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/hash.h"
 #include "kernels/cpu/bf16_support.h"
 #include "ops/activation.h"
 
@@ -201,8 +202,9 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // Timing costs compile time (ResNet-50: ~0.4 s on that machine), so choices are also kept on disk, one small file per
 // CPU model, oneDNN ISA and version: $OSPREY_TUNE_CACHE (a file; empty: none) or
 // ${XDG_CACHE_HOME:-~/.cache}/osprey/onednn-tuning-<id>.tsv. One line per choice: a hash of the operation's key and
-// thread count, the position in oneDNN's list and the implementation's name. A line is only trusted when the
-// implementation at that position still has that name; anything else is timed again.
+// thread count, the position in oneDNN's list, the implementation's name and how many candidates were timed. A line
+// is only trusted when the implementation at that position still has that name; anything else is timed again. Files
+// over kMaxTuningCacheBytes are left alone (neither read nor extended).
 namespace {
 
 bool TuningEnabled() {
@@ -247,10 +249,6 @@ double TimePd(const dnnl::primitive_desc& pd, int runs, double give_up_ms) {
   return best;
 }
 
-}  // namespace
-
-namespace {
-
 std::string CpuBrand() {
   unsigned regs[12] = {};
   if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000004u) return "unknown";
@@ -258,13 +256,15 @@ std::string CpuBrand() {
   return std::string(reinterpret_cast<const char*>(regs), sizeof(regs)).c_str();
 }
 
-std::string Hex64(const std::string& text) {  // FNV-1a, stable across runs and builds
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  char out[17];
-  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
-  return out;
+std::string HashHex(const std::string& text) {
+  Hasher hasher;
+  hasher.Update(text);
+  return hasher.Finish().ToHex();
 }
+
+// A cache file larger than this is neither read nor extended (one line per distinct operation and thread count is
+// ~50 bytes: 1 MiB holds ~20,000 choices).
+constexpr std::uintmax_t kMaxTuningCacheBytes = 1 << 20;
 
 std::string TuningCachePath() {
   if (const char* path = std::getenv("OSPREY_TUNE_CACHE")) return path;
@@ -276,7 +276,7 @@ std::string TuningCachePath() {
   else
     return "";
   const dnnl_version_t* v = dnnl_version();
-  const std::string id = Hex64(CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) +
+  const std::string id = HashHex(CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) +
                                "|" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                                std::to_string(v->patch) + "|" + v->hash);
   return dir + "/onednn-tuning-" + id + ".tsv";
@@ -285,21 +285,31 @@ std::string TuningCachePath() {
 struct TuningChoice {
   int position;
   std::string name;
+  int candidates;  // implementations timed (for the record and tests)
 };
+
+bool CacheFileTooLarge(const std::string& path) {
+  std::error_code error;
+  const std::uintmax_t bytes = std::filesystem::file_size(path, error);
+  return !error && bytes > kMaxTuningCacheBytes;
+}
 
 // The choices made so far (key hash -> choice), loaded from the cache file on first use. Guarded by TuningMutex().
 std::unordered_map<std::string, TuningChoice>& TuningChoices() {
   static std::unordered_map<std::string, TuningChoice> choices = [] {
     std::unordered_map<std::string, TuningChoice> loaded;
     const std::string path = TuningCachePath();
-    if (path.empty()) return loaded;
+    if (path.empty() || CacheFileTooLarge(path)) return loaded;
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
       std::istringstream fields(line);
       std::string hash, name;
-      int position = -1;
-      if (fields >> hash >> position >> name && position >= 0 && position < 1000) loaded[hash] = {position, name};
+      int position = -1, candidates = 0;
+      if (fields >> hash >> position >> name && position >= 0 && position < 1000) {
+        fields >> candidates;
+        loaded[hash] = {position, name, candidates};
+      }
     }
     return loaded;
   }();
@@ -313,18 +323,19 @@ std::mutex& TuningMutex() {
 
 void SaveTuningChoice(const std::string& hash, const TuningChoice& choice) {
   const std::string path = TuningCachePath();
-  if (path.empty()) return;
+  if (path.empty() || CacheFileTooLarge(path)) return;
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   std::ofstream out(path, std::ios::app);  // one short line per append: concurrent processes do not interleave
-  out << hash + " " + std::to_string(choice.position) + " " + choice.name + "\n";
+  out << hash + " " + std::to_string(choice.position) + " " + choice.name + " " + std::to_string(choice.candidates) +
+             "\n";
 }
 
 }  // namespace
 
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;
-  const std::string hash = Hex64(key + "@" + std::to_string(omp_get_max_threads()));
+  const std::string hash = HashHex(key + "@" + std::to_string(omp_get_max_threads()));
   {
     std::lock_guard<std::mutex> lock(TuningMutex());
     auto it = TuningChoices().find(hash);
@@ -338,18 +349,20 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
   double best_ms = 1e30;
-  TuningChoice best{0, first.impl_info_str()};
-  int index = 0;
+  TuningChoice best{0, first.impl_info_str(), 0};
+  int index = 0, candidates = 0;
   do {
     if (index == 0 || IsTuningCandidate(probe, first)) {
+      ++candidates;
       const double ms = TimePd(probe, 3, 2 * best_ms);
       if (ms < best_ms) {
         best_ms = ms;
-        best = {index, probe.impl_info_str()};
+        best = {index, probe.impl_info_str(), 0};
       }
     }
     ++index;
   } while (probe.next_impl());
+  best.candidates = candidates;
   std::lock_guard<std::mutex> lock(TuningMutex());
   TuningChoices()[hash] = best;
   SaveTuningChoice(hash, best);
