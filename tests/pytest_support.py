@@ -26,14 +26,17 @@ def osprey_bin() -> Path:
 
 
 def cli_runner(binary: Path, default_timeout: float, *prefix):
-    """run(*args, timeout=default_timeout) -> CompletedProcess (text) of `binary *prefix *args`; a hang fails the
-    test (naming the command) instead of blocking the suite."""
+    """run(*args, timeout=default_timeout, env=None) -> CompletedProcess (text) of `binary *prefix *args` (`env`:
+    variables set on top of this process's environment); a hang fails the test (naming the command) instead of
+    blocking the suite."""
+    import os
     import subprocess
 
-    def run(*args, timeout=default_timeout):
+    def run(*args, timeout=default_timeout, env=None):
         cmd = [str(binary), *map(str, prefix), *map(str, args)]
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                                  env={**os.environ, **env} if env else None)
         except subprocess.TimeoutExpired:
             pytest.fail(f"`{' '.join(cmd)}` did not finish within {timeout} s", pytrace=False)
 

@@ -79,7 +79,7 @@ struct ModelDirectory {
   PreprocessSpec preprocess;
   PostprocessSpec postprocess;
   BatchingSpec batching;
-  /// config.json "precision": "fp32" (default) or "bf16" (CompileOptions::precision).
+  /// config.json "precision": "fp32" (default), "bf16", "auto" or "fp16" (CompileOptions::precision).
   std::string precision = "fp32";
   /// config.json "device": "cpu", "cuda" or "cuda:N"; empty = the server's --device (CompileOptions::device).
   std::string device;
@@ -112,7 +112,7 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph);
 
 /// Parses config.json text (`source` names it in messages) over the values already in `preprocess`/`postprocess`
 /// (the derived defaults): fields present replace them, absent ones keep them. Batching fields go to `batching`
-/// (checked and dropped when it is null); "precision" ("fp32" | "bf16" | "fp16") to `precision` and "device" to
+/// (checked and dropped when it is null); "precision" ("fp32" | "bf16" | "auto" | "fp16") to `precision` and "device" to
 /// `device` when they are non-null.
 void ParseModelConfig(const std::string& text, const std::string& source, PreprocessSpec* preprocess,
                       PostprocessSpec* postprocess, BatchingSpec* batching = nullptr,

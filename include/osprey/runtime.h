@@ -19,15 +19,19 @@
 
 namespace osprey {
 
-/// Arithmetic of the compute-heavy kernels. kBf16 runs Conv, Gemm and MatMul with a constant B in bfloat16 (inputs
-/// rounded to bf16 per run, weights packed as bf16 once, fp32 accumulation and fp32 outputs); every other kernel and
-/// every activation between kernels stays float32. Needs a CPU with AVX512_BF16 (Compile throws kUnsupported).
-/// kFp16 is for devices (CUDA: Conv, Gemm and MatMul on Tensor Cores in float16, fp32 in and out); the CPU refuses it.
-enum class Precision : uint8_t { kFp32, kBf16, kFp16 };
+/// Arithmetic of the compute-heavy kernels. kBf16 lets Conv, Gemm and MatMul with a constant B run in bfloat16
+/// (inputs rounded to bf16 per run, weights packed as bf16 once, fp32 accumulation and fp32 outputs) wherever that is
+/// faster on this machine: each kernel times its bf16 and fp32 forms at compile time (remembered on disk) and keeps the
+/// faster, bf16 only where its output agrees with fp32 on a test input (OSPREY_TUNE=0: bf16 wherever oneDNN has it,
+/// untimed). Every other kernel and every activation between kernels stays float32. Needs a CPU with AVX512_BF16
+/// (Compile throws kUnsupported). kAuto: the same choice where the CPU has AVX512_BF16, fp32 elsewhere and with
+/// OSPREY_TUNE=0, and fp32 on devices. kFp16 is for devices (CUDA: Conv, Gemm and MatMul on Tensor Cores in float16,
+/// fp32 in and out); the CPU refuses it.
+enum class Precision : uint8_t { kFp32, kBf16, kFp16, kAuto };
 
-/// "fp32" / "bf16".
+/// "fp32" / "bf16" / "fp16" / "auto".
 const char* PrecisionName(Precision p);
-/// Parses "fp32" or "bf16" (kInvalidArgument otherwise; `what` names the setting in the message).
+/// Parses "fp32", "bf16", "fp16" or "auto" (kInvalidArgument otherwise; `what` names the setting in the message).
 Precision ParsePrecision(const std::string& text, const std::string& what = "precision");
 
 /// Options that change what a Plan computes or how fast; part of the PlanCache key.
@@ -81,6 +85,9 @@ class Plan {
   /// Device plans: the op types of the steps that run on the host because the device has no kernel for them (their
   /// dtype, attributes or op), with their counts; empty for host plans and for plans wholly on the device.
   std::map<std::string, int> HostFallbackOps() const;
+  /// The fast kernels the steps run, by name (e.g. "ConvF32Dnnl", "ConvBf16Dnnl"), with their counts: what
+  /// CompileOptions::precision kBf16 / kAuto chose per kernel.
+  std::map<std::string, int> KernelCounts() const;
   /// Frees the pooled execution arenas that no run has used for `idle_seconds` (0 = every idle one); returns the
   /// bytes freed. Runs in progress keep theirs. A server calls it periodically so that a burst of large requests does
   /// not pin its arenas.

@@ -64,7 +64,8 @@ class Model:
 
     `source` is a `.onnx` file, a model directory (`<name>` or `<name>/<version>`, docs/model-directory.md) or the
     bytes of a serialized ONNX model. `threads` is the number of threads one run uses (0 = all cores); `precision` is
-    "fp32", "bf16" (Conv/Gemm/MatMul in bfloat16, CPUs with AVX512_BF16) or "fp16" (GPU); `device` is "cpu", "cuda"
+    "fp32", "bf16" (Conv/Gemm/MatMul in bfloat16 where that measures faster, CPUs with AVX512_BF16), "auto" (bf16 where
+    the CPU has it and it is faster, else fp32) or "fp16" (GPU); `device` is "cpu", "cuda"
     or "cuda:N" (an osprey built with CUDA, on a machine with an NVIDIA GPU; ops without a CUDA kernel run on the CPU).
 
     `run` is safe to call from several Python threads at once (the GIL is released while it runs). A plan is compiled

@@ -29,6 +29,19 @@ std::string Fixed(double v, int digits) {
 
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
+// "bf16 in 40 of 53 Conv/Gemm/MatMul kernels (the others fp32)": what --precision bf16 / auto chose, from the plan's
+// kernel names (the bf16 kernels are named *Bf16*, their fp32 twins *F32*).
+std::string Bf16Summary(const std::map<std::string, int>& kernels) {
+  int bf16 = 0, f32 = 0;
+  for (const auto& [name, n] : kernels) {
+    const bool family = name.rfind("Conv", 0) == 0 || name.rfind("Gemm", 0) == 0 || name.rfind("MatMul", 0) == 0;
+    if (family && name.find("Bf16Dnnl") != std::string::npos) bf16 += n;
+    if (family && name.find("F32Dnnl") != std::string::npos) f32 += n;
+  }
+  return "bf16 in " + std::to_string(bf16) + " of " + std::to_string(bf16 + f32) +
+         " Conv/Gemm/MatMul kernels (the others fp32: faster here, or no bf16 kernel)";
+}
+
 // Random inputs for every graph input, with `batch` in the first dim where that dim is symbolic.
 std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions& options, int64_t* batch_used) {
   std::map<std::string, int64_t> dims = ParseDimOverrides(options.dims);
@@ -251,6 +264,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       j["device_steps"] = plan->num_device_steps();
       j["copy_steps"] = plan->num_copy_steps();
       j["host_fallback_ops"] = plan->HostFallbackOps();
+      j["kernels"] = plan->KernelCounts();
     }
     if (options.profile) {
       nlohmann::json types = nlohmann::json::array();
@@ -273,6 +287,9 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
       << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "")
       << (options.precision != "fp32" ? "   precision: " + options.precision : "") << "\n";
+  if (options.precision == "bf16" || options.precision == "auto") {
+    if (auto plan = model.PlanFor(inputs)) out << "             " << Bf16Summary(plan->KernelCounts()) << "\n";
+  }
   if (model_options.compile.device.kind != Device::kHost) {
     auto plan = model.PlanFor(inputs);
     out << "device:      " << DeviceSpecName(model_options.compile.device) << "   steps: " << plan->num_steps()

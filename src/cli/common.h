@@ -37,7 +37,7 @@ struct RunOptions {
   std::string output_dir;
   int threads = 0;
   bool reference = false;
-  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16" (CompileOptions::precision)
+  std::string precision = "fp32";  // "fp32" | "bf16" | "auto" | "fp16" (CompileOptions::precision)
   std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
 };
 /// Runs the model once and writes <output_dir>/<output name>.npy for each output.
@@ -54,7 +54,7 @@ struct BenchOptions {
   uint64_t seed = 0;
   std::vector<std::string> dims;  // "SYMBOL=N"
   bool reference = false;
-  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16" (CompileOptions::precision)
+  std::string precision = "fp32";  // "fp32" | "bf16" | "auto" | "fp16" (CompileOptions::precision)
   std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
   int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
 };
@@ -72,7 +72,9 @@ inline constexpr const char* kDeviceHelp =
     "between (bench --profile shows which)";
 /// The help text of every --precision flag.
 inline constexpr const char* kPrecisionHelp =
-    "Conv/Gemm/MatMul compute precision: fp32, bf16 (CPUs with AVX512_BF16) or fp16 (GPU, Tensor Cores)";
+    "Conv/Gemm/MatMul compute precision: fp32, bf16 (CPUs with AVX512_BF16; each kernel keeps bf16 only where it "
+    "measures faster than fp32), auto (bf16 where the CPU has it and it is faster, else fp32) or fp16 (GPU, Tensor "
+    "Cores)";
 
 /// Parses --dims "SYMBOL=N" entries (N >= 0).
 std::map<std::string, int64_t> ParseDimOverrides(const std::vector<std::string>& entries);

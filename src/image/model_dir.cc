@@ -272,8 +272,8 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   }
   if (root.contains("precision")) {
     const std::string p = top.String(root["precision"], "precision", {});
-    if (p != "fp32" && p != "bf16" && p != "fp16")
-      top.Fail("precision", "expected \"fp32\", \"bf16\" (CPU) or \"fp16\" (GPU), found \"" + p + "\"");
+    if (p != "fp32" && p != "bf16" && p != "auto" && p != "fp16")
+      top.Fail("precision", "expected \"fp32\", \"bf16\" (CPU), \"auto\" or \"fp16\" (GPU), found \"" + p + "\"");
     if (precision) *precision = p;
   }
   if (root.contains("description")) top.String(root["description"], "description", {});

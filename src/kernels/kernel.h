@@ -34,6 +34,11 @@ using ReferenceKernel = void (*)(KernelContext& ctx);
 /// shape [N, C, H, W] is stored as [N, H, W, C] (channels last). Only rank-4 float32 activations are ever kNhwc.
 enum class Layout : uint8_t { kPlain, kNhwc };
 
+/// How a kernel may use bfloat16. kIfFaster: per kernel, whichever of its bf16 and fp32 forms is faster on this
+/// machine (timed at build time, including the conversion of its input to bf16) and, for bf16, agrees with fp32 on a
+/// test input (cpu::PreferBf16); kYes: bf16 wherever oneDNN has a fast bf16 kernel.
+enum class Bf16Use : uint8_t { kNo, kIfFaster, kYes };
+
 /// What a fast-kernel factory sees at compile time.
 struct KernelBuildContext {
   const Node& node;
@@ -45,9 +50,9 @@ struct KernelBuildContext {
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
   int num_threads = 1;
-  /// CompileOptions::precision == kBf16: Conv/Gemm/MatMul factories compute in bfloat16 (fp32 in and out) where
-  /// oneDNN offers it, and fall back to float32 otherwise.
-  bool bf16 = false;
+  /// Whether Conv/Gemm/MatMul factories may compute in bfloat16 (bf16 input and weights, fp32 accumulation, fp32 in
+  /// and out) where oneDNN offers it (CompileOptions::precision; compile.cc maps it).
+  Bf16Use bf16 = Bf16Use::kNo;
   /// Where the kernel runs. For a device (DeviceBackend::CreateKernel) every input and output of the step is a
   /// device tensor at run time, constants included (uploaded once); input_values still gives constants' host copies,
   /// for reading shapes, axes and scales at build time. Device steps are always kPlain (row-major, ONNX order).

@@ -36,20 +36,33 @@ int DefaultNumThreads() {
 
 std::string CompileOptions::Key() const {
   return "t" + std::to_string(num_threads) + (fast_kernels ? "f" : "r") + (fuse ? "u" : "n") +
-         (precision == Precision::kBf16 ? "b" : precision == Precision::kFp16 ? "h" : "") +
+         (precision == Precision::kBf16   ? "b"
+          : precision == Precision::kFp16 ? "h"
+          : precision == Precision::kAuto ? "a"
+                                          : "") +
          (device.kind == Device::kHost ? "" : "@" + DeviceSpecName(device));
 }
 
 const char* PrecisionName(Precision p) {
-  return p == Precision::kBf16 ? "bf16" : p == Precision::kFp16 ? "fp16" : "fp32";
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kAuto:
+      return "auto";
+    default:
+      return "fp32";
+  }
 }
 
 Precision ParsePrecision(const std::string& text, const std::string& what) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
   if (text == "fp16") return Precision::kFp16;
+  if (text == "auto") return Precision::kAuto;
   throw Error(ErrorCode::kInvalidArgument,
-              what + " must be \"fp32\", \"bf16\" or \"fp16\" (GPU only), got \"" + text + "\"");
+              what + " must be \"fp32\", \"bf16\", \"auto\" or \"fp16\" (GPU only), got \"" + text + "\"");
 }
 
 int CompileState::AddConstant(Tensor t) {
@@ -164,7 +177,7 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
-KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, bool bf16) {
+KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16) {
   KernelBuildContext bc{node, st.opset};
   for (int v : node.inputs) {
     bool present = v >= 0;
@@ -299,12 +312,17 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   if (options.precision == Precision::kBf16 && on_device)
     throw Error(ErrorCode::kUnsupported, "precision bf16 is for the CPU; on a GPU use fp32 or fp16");
   const bool fp16 = on_device && options.fast_kernels && options.precision == Precision::kFp16;
-  const bool bf16 = !on_device && options.fast_kernels && options.precision == Precision::kBf16;
-  if (bf16) {
+  Bf16Use bf16 = Bf16Use::kNo;
+  if (!on_device && options.fast_kernels && options.precision == Precision::kBf16) {
     std::string cpu;
     if (!cpu::CpuSupportsBf16(&cpu))
-      throw Error(ErrorCode::kUnsupported, "--precision bf16 needs a CPU with AVX512_BF16 (this CPU: " + cpu + ")");
+      throw Error(ErrorCode::kUnsupported, "--precision bf16 needs a CPU with AVX512_BF16 (this CPU: " + cpu +
+                                               "); --precision auto uses it where it is there and faster");
+    bf16 = cpu::TuningEnabled() ? Bf16Use::kIfFaster : Bf16Use::kYes;
   }
+  if (!on_device && options.fast_kernels && options.precision == Precision::kAuto && cpu::TuningEnabled() &&
+      cpu::CpuSupportsBf16())
+    bf16 = Bf16Use::kIfFaster;
   if (inputs.size() != graph.inputs.size())
     throw Error(ErrorCode::kInvalidArgument, "graph '" + graph.name + "' has " + std::to_string(graph.inputs.size()) +
                                                  " inputs, got " + std::to_string(inputs.size()));
@@ -407,7 +425,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
       if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16));
     } else {
       if (on_device && options.fast_kernels) {
-        KernelBuildContext bc = MakeBuildContext(st, node, nthreads, false);
+        KernelBuildContext bc = MakeBuildContext(st, node, nthreads, Bf16Use::kNo);
         bc.device = options.device;
         bc.fp16 = fp16;
         step.fast = backend->CreateKernel(bc);

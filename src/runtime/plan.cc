@@ -53,6 +53,12 @@ std::map<std::string, int> Plan::HostFallbackOps() const {
     if (!s.on_device && !IsDeviceCopy(s)) ++ops[s.node.op_type];
   return ops;
 }
+std::map<std::string, int> Plan::KernelCounts() const {
+  std::map<std::string, int> kernels;
+  for (const Step& s : impl_->steps)
+    if (s.fast) ++kernels[s.fast->Name()];
+  return kernels;
+}
 const std::vector<TensorSpec>& Plan::output_specs() const { return impl_->output_specs; }
 size_t Plan::num_fast_steps() const {
   size_t n = 0;

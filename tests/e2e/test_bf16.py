@@ -75,11 +75,13 @@ def input_name(model: Path) -> str:
 
 
 def run_logits(run_cli, work_dir: Path, model: Path, x: np.ndarray, precision: str) -> np.ndarray:
+    """The model's single output. "bf16" runs with OSPREY_TUNE=0: every Conv/Gemm/MatMul in bf16 whether or not it is
+    faster on this CPU (these tests check the bf16 arithmetic; test_auto_precision the timed choice)."""
     inp = work_dir / "x.npy"
     np.save(inp, x)
     out = work_dir / f"out-{precision}"
     r = run_cli("run", model, "--input", f"{input_name(model)}={inp}", "--output-dir", out, "--threads", THREADS,
-                "--precision", precision, timeout=TIMEOUT_S)
+                "--precision", precision, timeout=TIMEOUT_S, env={"OSPREY_TUNE": "0"} if precision == "bf16" else None)
     assert r.returncode == 0, r.stderr
     outputs = sorted(out.glob("*.npy"))
     assert len(outputs) == 1, outputs
@@ -228,6 +230,35 @@ def test_bf16_on_a_trained_resnet18_over_real_images(run_cli, work_dir, model_ca
     assert (fp32.argmax(1) == labels).mean() >= 0.95, report  # it really is trained
     assert cos.min() >= 0.999 and agree >= 0.99, report
     assert np.abs(a - b).max() > 1e-6 * np.abs(a).max(), report  # bf16 really ran
+
+
+def test_auto_precision_on_a_trained_resnet18(run_cli, work_dir, model_cache):
+    """`--precision auto`: each Conv/Gemm keeps whichever of bf16 and fp32 is faster on this CPU (timed at compile
+    time), so the logits are within bf16's accuracy of fp32's, or equal to them where every kernel stayed fp32 (always
+    on a CPU without AVX512_BF16, where auto is not refused); `bench` says how many kernels run bf16."""
+    import re
+
+    import make_trained_resnet
+
+    p = make_trained_resnet.ensure(model_cache)
+    x = np.load(p["images"])[:64]
+    fp32 = run_logits(run_cli, work_dir, p["onnx"], x, "fp32")
+    auto = run_logits(run_cli, work_dir, p["onnx"], x, "auto")
+    r = run_cli("bench", p["onnx"], "--precision", "auto", "--iters", 2, "--warmup", 0, "--threads", THREADS,
+                timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"bf16 in (\d+) of (\d+) Conv/Gemm/MatMul kernels", r.stdout)
+    assert m, r.stdout
+    n_bf16, n_kernels = int(m.group(1)), int(m.group(2))
+    assert n_kernels >= 21, r.stdout  # ResNet-18: 20 convolutions and the classifier
+    if not cpu_has_bf16():
+        assert n_bf16 == 0, r.stdout
+    if n_bf16 == 0:
+        np.testing.assert_allclose(auto, fp32, rtol=1e-5, atol=1e-5 * np.abs(fp32).max())
+    a, b = fp32.astype(np.float64), auto.astype(np.float64)
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    agree = (a.argmax(1) == b.argmax(1)).mean()
+    assert cos.min() >= 0.999 and agree >= 0.99, (r.stdout, cos.min(), agree)
 
 
 def test_bf16_bench_and_bad_precision(run_cli, model_cache):

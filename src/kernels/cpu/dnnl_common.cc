@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <sstream>
 #include <unordered_map>
 
@@ -205,8 +208,6 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // thread count, the position in oneDNN's list, the implementation's name and how many candidates were timed. A line
 // is only trusted when the implementation at that position still has that name; anything else is timed again. Files
 // over kMaxTuningCacheBytes are left alone (neither read nor extended).
-namespace {
-
 bool TuningEnabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("OSPREY_TUNE");
@@ -215,6 +216,8 @@ bool TuningEnabled() {
   return enabled;
 }
 
+namespace {
+
 bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_desc& first) {
   const std::string impl = pd.impl_info_str() ? pd.impl_info_str() : "";
   if (impl.rfind("ref", 0) == 0 || impl.find("sse41") != std::string::npos) return false;
@@ -222,9 +225,8 @@ bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_des
   return pd.src_desc() == first.src_desc() && pd.dst_desc() == first.dst_desc();
 }
 
-// Best of `runs` timed executions (after one untimed) of the primitive `pd` describes, in milliseconds, every
-// argument it takes zero-filled; stops early once a run takes longer than `give_up_ms`.
-double TimePd(const dnnl::primitive_desc& pd, int runs, double give_up_ms) {
+// Every argument the primitive `pd` takes, as new zero-filled memory.
+std::unordered_map<int, dnnl::memory> ZeroArgs(const dnnl::primitive_desc_base& pd) {
   std::unordered_map<int, dnnl::memory> args;
   std::vector<int> kinds{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
   for (int i = 0; i < 4; ++i) kinds.push_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1);
@@ -235,6 +237,13 @@ double TimePd(const dnnl::primitive_desc& pd, int runs, double give_up_ms) {
     std::memset(m.get_data_handle(), 0, md.get_size());
     args.emplace(kind, m);
   }
+  return args;
+}
+
+// Best of `runs` timed executions (after one untimed) of the primitive `pd` describes, in milliseconds, every
+// argument it takes zero-filled; stops early once a run takes longer than `give_up_ms`.
+double TimePd(const dnnl::primitive_desc_base& pd, int runs, double give_up_ms) {
+  std::unordered_map<int, dnnl::memory> args = ZeroArgs(pd);
   dnnl::primitive primitive(pd.get());
   dnnl::stream& stream = ThreadStream();
   double best = 1e30;
@@ -333,19 +342,37 @@ void SaveTuningChoice(const std::string& hash, const TuningChoice& choice) {
 
 }  // namespace
 
+namespace {
+
+// The choice remembered for `hash` when `still_valid` accepts it.
+std::optional<TuningChoice> RememberedChoice(const std::string& hash,
+                                             const std::function<bool(const TuningChoice&)>& still_valid) {
+  std::lock_guard<std::mutex> lock(TuningMutex());
+  auto it = TuningChoices().find(hash);
+  if (it == TuningChoices().end() || !still_valid(it->second)) return std::nullopt;
+  return it->second;
+}
+
+void Remember(const std::string& hash, const TuningChoice& choice) {
+  std::lock_guard<std::mutex> lock(TuningMutex());
+  TuningChoices()[hash] = choice;
+  SaveTuningChoice(hash, choice);
+}
+
+std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std::to_string(omp_get_max_threads())); }
+
+}  // namespace
+
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;
-  const std::string hash = HashHex(key + "@" + std::to_string(omp_get_max_threads()));
-  {
-    std::lock_guard<std::mutex> lock(TuningMutex());
-    auto it = TuningChoices().find(hash);
-    if (it != TuningChoices().end()) {
-      dnnl::primitive_desc check = make();
-      bool reached = true;
-      for (int i = 0; i < it->second.position && reached; ++i) reached = check.next_impl();
-      if (reached && it->second.name == check.impl_info_str()) return it->second.position;
-    }
-  }
+  const std::string hash = TuningHash(key);
+  const std::optional<TuningChoice> remembered = RememberedChoice(hash, [&make](const TuningChoice& choice) {
+    dnnl::primitive_desc check = make();
+    bool reached = true;
+    for (int i = 0; i < choice.position && reached; ++i) reached = check.next_impl();
+    return reached && choice.name == check.impl_info_str();
+  });
+  if (remembered) return remembered->position;
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
   double best_ms = 1e30;
@@ -363,10 +390,96 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
     ++index;
   } while (probe.next_impl());
   best.candidates = candidates;
-  std::lock_guard<std::mutex> lock(TuningMutex());
-  TuningChoices()[hash] = best;
-  SaveTuningChoice(hash, best);
+  Remember(hash, best);
   return best.position;
+}
+
+// ------------------------------------------------------------------------------------- bf16 or fp32, by timing
+// A bf16 primitive reads bf16 source and weights (half the bytes, and AVX512_BF16's dot products) but its kernel first
+// converts the float32 input. Whether that pays depends on the machine and the layer: on a Xeon without AMX the bf16
+// kernels were 1.5x slower than fp32 on ResNet-50, on another CPU 2.85x faster. So each kernel times both forms (the
+// primitives plus the reorders between the kernel's float32 tensors and each primitive's layouts) and keeps the
+// faster, remembered like the implementation choices above (name "bf16" or "fp32"). bf16 must also agree with fp32:
+// on a seeded random input with the real weights, the relative RMS difference of the outputs must be at most
+// kBf16Agreement. Rounding input and weights to 8 significant bits moves a sum of products by about 2^-9 of its RMS,
+// so a kernel further off than this is broken, not rounded; the check is not remembered (weights differ per model).
+namespace {
+
+constexpr double kBf16Agreement = 1e-2;
+
+// Milliseconds a reorder from `from` to `to` costs (0 when the layouts are the same).
+double ReorderMs(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  if (from == to) return 0;
+  return TimePd(dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to, BaseAttr()), 3, 1e30);
+}
+
+// What a kernel running `pd` between float32 tensors `user_src` and `user_dst` costs per run.
+double KernelMs(const dnnl::primitive_desc& pd, const dnnl::memory::desc& user_src,
+                const dnnl::memory::desc& user_dst) {
+  return ReorderMs(user_src, pd.src_desc()) + TimePd(pd, 3, 1e30) + ReorderMs(pd.dst_desc(), user_dst);
+}
+
+void Reorder(const dnnl::memory& from, const dnnl::memory& to) {
+  dnnl::reorder::primitive_desc pd(CpuEngine(), from.get_desc(), CpuEngine(), to.get_desc(), BaseAttr());
+  dnnl::memory scratch(pd.scratchpad_desc(), CpuEngine());
+  dnnl::reorder(pd).execute(ThreadStream(),
+                            {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch}});
+  ThreadStream().wait();
+}
+
+// The output (as `user_dst`) of `pd` on the float32 input `src` (as `user_src`) with the real weights, every other
+// argument zero.
+std::vector<float> RunOnce(const dnnl::primitive_desc& pd, const dnnl::memory& src,
+                           const dnnl::memory::desc& weights_plain, const void* weights,
+                           const dnnl::memory::desc& user_dst) {
+  std::unordered_map<int, dnnl::memory> args = ZeroArgs(pd);
+  Reorder(src, args.at(DNNL_ARG_SRC));
+  Reorder(WrapMemory(weights_plain, weights), args.at(DNNL_ARG_WEIGHTS));
+  dnnl::primitive(pd.get()).execute(ThreadStream(), args);
+  ThreadStream().wait();
+  std::vector<float> out(user_dst.get_size() / sizeof(float));
+  Reorder(args.at(DNNL_ARG_DST), dnnl::memory(user_dst, CpuEngine(), out.data()));
+  return out;
+}
+
+}  // namespace
+
+double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  if (want.size() != got.size()) return 1e30;
+  return norm > 0 ? std::sqrt(diff / norm) : (diff > 0 ? 1e30 : 0);
+}
+
+bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const dnnl::primitive_desc& bf16,
+                const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
+                const dnnl::memory::desc& weights_plain, const void* weights) {
+  const std::string hash = TuningHash("bf16?" + key);
+  bool faster;
+  if (const std::optional<TuningChoice> remembered = RememberedChoice(
+          hash, [](const TuningChoice& c) { return c.name == (c.position == 1 ? "bf16" : "fp32"); })) {
+    faster = remembered->position == 1;
+  } else {
+    // Alternate the two and keep each one's best, so a burst of load elsewhere does not decide alone.
+    double f32_ms = 1e30, bf16_ms = 1e30;
+    for (int round = 0; round < 2; ++round) {
+      f32_ms = std::min(f32_ms, KernelMs(f32, user_src, user_dst));
+      bf16_ms = std::min(bf16_ms, KernelMs(bf16, user_src, user_dst));
+    }
+    faster = bf16_ms < f32_ms;
+    Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2});
+  }
+  if (!faster) return false;
+  dnnl::memory src(user_src, CpuEngine());
+  std::mt19937 random(20261202);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  float* x = static_cast<float*>(src.get_data_handle());
+  for (size_t i = 0; i < user_src.get_size() / sizeof(float); ++i) x[i] = uniform(random);
+  return RelativeRmsDifference(RunOnce(f32, src, weights_plain, weights, user_dst),
+                               RunOnce(bf16, src, weights_plain, weights, user_dst)) <= kBf16Agreement;
 }
 
 dnnl::primitive_attr BaseAttr() {

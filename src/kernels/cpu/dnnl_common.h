@@ -107,6 +107,19 @@ Pd FastestImpl(const Make& make, const std::string& key) {
   return pd;
 }
 
+/// For Bf16Use::kIfFaster: whether a kernel should run `bf16` (a primitive reading bf16 source and weights) rather
+/// than `f32` (the same operation in float32). True when bf16 is faster on this machine, counting the reorders
+/// between the kernel's float32 tensors `user_src` / `user_dst` and each primitive's layouts (timed like
+/// FastestImplPosition and remembered under `key`), and when on a seeded random input with the real weights
+/// (`weights`, laid out as `weights_plain`) its output is within 1% relative RMS of the float32 one. See
+/// dnnl_common.cc.
+bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const dnnl::primitive_desc& bf16,
+                const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
+                const dnnl::memory::desc& weights_plain, const void* weights);
+
+/// sqrt(sum (got - want)^2 / sum want^2): 0 for equal vectors, huge when sizes differ or only `want` is all zero.
+double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got);
+
 /// Bytes describing a blocked or plain descriptor (dims, type, layout), for keys; empty for other format kinds.
 std::string BlockedDescKey(const dnnl::memory::desc& md);
 

@@ -194,11 +194,26 @@ class DnnlConvKernel final : public Kernel {
  public:
   const char* Name() const override { return name_; }
 
-  // Returns false when oneDNN only offers a reference implementation or a needed piece is missing. With ctx.bf16 a
-  // bf16 primitive is preferred, and an fp32 one used where oneDNN has no fast bf16 implementation.
+  // Returns false when oneDNN only offers a reference implementation or a needed piece is missing. `layout` is for a
+  // float32 primitive; with ctx.bf16 a bf16 one replaces it where oneDNN has a fast one and, for
+  // Bf16Use::kIfFaster, where it is faster and agrees (PreferBf16).
   bool Build(const KernelBuildContext& ctx, const ConvGeometry& g, ConvLayout layout) {
-    if (ctx.bf16) pd_ = MakeConvPd(ctx, g, layout, /*bf16=*/true);
-    if (pd_) name_ = kConvBf16Name;
+    // A bf16 primitive reorders a float32 input anyway, so it may as well pick its layout (unless all are NHWC).
+    const ConvLayout bf16_layout = layout == ConvLayout::kChannelsLast ? layout : ConvLayout::kPreferred;
+    src_layout_ = ctx.InLayout(0);
+    dst_layout_ = ctx.OutLayout(0);
+    user_src_md_ = ActivationDesc(g.x, src_layout_);
+    user_dst_md_ = ActivationDesc(g.y, dst_layout_);
+    dnnl::convolution_forward::primitive_desc bf16_pd;
+    if (ctx.bf16 != Bf16Use::kNo) {
+      const std::string key = "conv-bf16:" + ConvTuningKey(ctx, g, bf16_layout);
+      bf16_pd = FastestImpl<dnnl::convolution_forward::primitive_desc>(
+          [&] { return MakeConvPd(ctx, g, bf16_layout, /*bf16=*/true); }, key);
+    }
+    if (bf16_pd && ctx.bf16 == Bf16Use::kYes) {
+      pd_ = bf16_pd;
+      name_ = kConvBf16Name;
+    }
     if (!pd_ && UseWinograd(ctx, g)) {
       // Winograd works in oneDNN's blocked layout; the kernel reorders its NHWC/NCHW tensors around it.
       pd_ = MakeConvPd(ctx, g, ConvLayout::kPreferred, /*bf16=*/false, dnnl::algorithm::convolution_winograd);
@@ -208,16 +223,20 @@ class DnnlConvKernel final : public Kernel {
       pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>([&] { return MakeConvPd(ctx, g, layout); },
                                                                    "conv:" + ConvTuningKey(ctx, g, layout));
     }
+    if (bf16_pd && ctx.bf16 == Bf16Use::kIfFaster &&
+        (!pd_ || PreferBf16(ConvTuningKey(ctx, g, layout) + "|" + std::to_string(static_cast<int>(bf16_layout)) +
+                                "|" + name_,
+                            pd_, bf16_pd, user_src_md_, user_dst_md_, WeightDesc(g, true),
+                            ctx.input_values[1]->raw()))) {
+      pd_ = bf16_pd;
+      name_ = kConvBf16Name;
+    }
     if (!pd_) return false;
     x_shape_ = g.x;
     y_shape_ = g.y;
     has_bias_ = ctx.present.size() > 2 && ctx.present[2];
     residual_ = ctx.node.GetInt("_residual", 0) != 0;
-    src_layout_ = ctx.InLayout(0);
-    dst_layout_ = ctx.OutLayout(0);
     residual_layout_ = residual_ ? ctx.InLayout(3) : Layout::kPlain;
-    user_src_md_ = ActivationDesc(g.x, src_layout_);
-    user_dst_md_ = ActivationDesc(g.y, dst_layout_);
     user_residual_md_ = ActivationDesc(g.y, residual_layout_);
     bias_md_ = has_bias_ ? PlainDesc({g.w[0]}) : memory::desc();
     conv_dst_md_ = pd_.dst_desc();
@@ -357,7 +376,6 @@ namespace {
 // NCHW and writing NHWC (or the reverse) exists only as a reference implementation, so mixed layouts reorder.
 ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
   if (AnyNhwc(ctx)) return ConvLayout::kChannelsLast;
-  if (ctx.bf16) return ConvLayout::kPreferred;  // a bf16 primitive reorders its input anyway
   const Shape& w = ctx.input_shapes[1];
   bool pointwise = ctx.node.GetInt("group", 1) == 1;
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
@@ -382,7 +400,7 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;
   OmpThreadsGuard threads(ctx.num_threads);
-  return (ctx.bf16 && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
+  return (ctx.bf16 != Bf16Use::kNo && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
          static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
 }
 

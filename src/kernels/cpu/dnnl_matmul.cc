@@ -57,14 +57,23 @@ class DnnlMatMulKernel final : public Kernel {
   Shape c_shape;                       // run-time shape of input 2 (bias or addend)
   std::shared_ptr<Buffer> c_constant;  // beta * C when C is a constant
 
-  // Creates the primitive: with `bf16` and a constant B, a bf16 one (A reordered to bf16 per run, B packed as bf16
-  // once, fp32 accumulation, bias and output) when oneDNN has a fast one, else fp32.
+  // Creates the primitive: float32, or with ctx.bf16 and a constant B a bf16 one (A reordered to bf16 per run, B packed
+  // as bf16 once, fp32 accumulation, bias and output) where oneDNN has a fast one and, for Bf16Use::kIfFaster, where
+  // it is faster and agrees (PreferBf16).
   bool Finish(const KernelBuildContext& ctx) {
-    if (ctx.bf16 && b_source == Source::kConstant && FinishWith(ctx, true)) return true;
-    return FinishWith(ctx, false);
+    dnnl::matmul::primitive_desc bf16_pd;
+    std::string key;
+    if (ctx.bf16 != Bf16Use::kNo && b_source == Source::kConstant) bf16_pd = MakePd(ctx, true, &key);
+    if (bf16_pd && ctx.bf16 == Bf16Use::kYes) return Commit(ctx, bf16_pd, true);
+    dnnl::matmul::primitive_desc pd = MakePd(ctx, false, &key);
+    if (bf16_pd && (!pd || PreferBf16(key, pd, bf16_pd, a_md, dst_md, b_md, b_constant->raw())))
+      return Commit(ctx, bf16_pd, true);
+    return pd && Commit(ctx, pd, false);
   }
 
-  bool FinishWith(const KernelBuildContext& ctx, bool bf16) {
+  // The fastest primitive for this matmul in float32 or bf16 (empty when oneDNN has only a reference one); `key`
+  // receives its tuning key.
+  dnnl::matmul::primitive_desc MakePd(const KernelBuildContext& ctx, bool bf16, std::string* key) {
     const Node& node = ctx.node;
     const memory::data_type type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     const memory::desc src_md = WithDataType(a_md, type);
@@ -75,7 +84,7 @@ class DnnlMatMulKernel final : public Kernel {
       add_post_op_index_ = ops.len();
       ops.append_binary(dnnl::algorithm::binary_add, add_md);
     }
-    if (!AppendFusedActivation(node, ops)) return false;
+    if (!AppendFusedActivation(node, ops)) return {};
     attr.set_post_ops(ops);
     memory::desc weights_md =
         b_source == Source::kConstant ? memory::desc(b_md.get_dims(), type, memory::format_tag::any) : b_md;
@@ -85,8 +94,8 @@ class DnnlMatMulKernel final : public Kernel {
                  : dnnl::matmul::primitive_desc(CpuEngine(), src_md, weights, dst_md, attr, /*allow_empty=*/true);
     };
     dnnl::matmul::primitive_desc pd = make_pd(weights_md);
-    if (!pd || IsReferenceImpl(pd)) return false;
-    if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return false;
+    if (!pd || IsReferenceImpl(pd)) return {};
+    if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return {};
     if (b_source == Source::kConstant) {
       // A plain row-major B whose rows are a multiple of 1 KiB apart (N a multiple of 256 floats: 768, 3072, 4096...)
       // puts the rows the GEMM packs together into the same few cache sets (the classic power-of-two leading dimension
@@ -98,20 +107,21 @@ class DnnlMatMulKernel final : public Kernel {
         if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) weights_md = padded;
       }
     }
-    {
-      std::string key = "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights_md) + BlockedDescKey(pd.weights_desc()) + "|" +
-                        BlockedDescKey(dst_md) + "|" + BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
-                        std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
-                        std::to_string(linear_alpha) + node.GetString("_activation", "") +
-                        std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f));
-      pd = FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, key);
-    }
+    *key = "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights_md) + BlockedDescKey(pd.weights_desc()) +
+           "|" + BlockedDescKey(dst_md) + "|" + BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
+           std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
+           std::to_string(linear_alpha) + node.GetString("_activation", "") +
+           std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f));
+    return FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, *key);
+  }
+
+  bool Commit(const KernelBuildContext& ctx, const dnnl::matmul::primitive_desc& pd, bool bf16) {
     if (bf16) {
-      dnnl::reorder::primitive_desc rpd(CpuEngine(), a_md, CpuEngine(), src_md, BaseAttr());
+      dnnl::reorder::primitive_desc rpd(CpuEngine(), a_md, CpuEngine(), pd.src_desc(), BaseAttr());
       a_reorder_ = dnnl::reorder(rpd);
       a_reorder_scratch_md_ = rpd.scratchpad_desc();
-      a_bf16_md_ = src_md;
-      a_bf16_bytes_ = ThreadScratch::Align(src_md.get_size());
+      a_bf16_md_ = pd.src_desc();
+      a_bf16_bytes_ = ThreadScratch::Align(a_bf16_md_.get_size());
       name_ = bf16_name_;
     }
     matmul_ = dnnl::matmul(pd);

@@ -6,11 +6,17 @@
 //  - on the inputs rounded to bf16 by this test (round to nearest even), within the fp32 fast-kernel tolerance: bf16
 //    products are exact in fp32 and oneDNN accumulates in fp32, so this checks the kernel rounds and accumulates as
 //    documented rather than merely "close".
-#include <cmath>
-#include <cstring>
+#include <omp.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/hash.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/bf16_support.h"
+#include "kernels/cpu/dnnl_common.h"
 
 namespace osprey::testing {
 namespace {
@@ -57,7 +63,7 @@ void ExpectBf16(const Node& node, const std::vector<Tensor>& inputs, const std::
   std::vector<Tensor> want_rounded = RunReferenceNode(node, rounded_inputs);
   std::vector<Tensor> outputs;
   KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
-  bc.bf16 = true;
+  bc.bf16 = Bf16Use::kYes;
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel->Name()), expected_name);
@@ -135,7 +141,7 @@ TEST(Bf16MatMul, RunTimeBStaysFp32) {
   std::vector<Tensor> want = RunReferenceNode(node, in);
   std::vector<Tensor> outputs;
   KernelBuildContext bc = MakeBuildContext(node, in, {false, false}, outputs);
-  bc.bf16 = true;
+  bc.bf16 = Bf16Use::kYes;
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel->Name()), "MatMulF32Dnnl");
@@ -157,7 +163,7 @@ TEST(Bf16Gemm, TransposesBiasAndFullC) {
 }
 
 TEST(Bf16, Fp32WhenNotAsked) {
-  // bf16 = false (the default) keeps the exact fp32 kernels.
+  // Bf16Use::kNo (the default) keeps the exact fp32 kernels.
   std::vector<Tensor> outputs;
   Node node = MakeNode("MatMul", 2, 1);
   std::vector<Tensor> in{RandomTensor({5, 13}, 1), RandomTensor({13, 7}, 2)};
@@ -165,6 +171,119 @@ TEST(Bf16, Fp32WhenNotAsked) {
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel->Name()), "MatMulF32Dnnl");
+}
+
+// ------------------------------------------------------------------------ Bf16Use::kIfFaster (precision bf16 / auto)
+
+// The bf16-or-fp32 lines of a tuning cache file: their name field ("bf16" / "fp32").
+std::vector<std::string> PrecisionChoices(const std::string& path) {
+  std::vector<std::string> names;
+  for (const std::string& line : Lines(path)) {
+    std::istringstream fields(line);
+    std::string hash, name;
+    int position = -1;
+    if (fields >> hash >> position >> name && (name == "bf16" || name == "fp32")) names.push_back(name);
+  }
+  return names;
+}
+
+// Builds `node` with kIfFaster twice: the first build times both forms and records the choice in the cache file, the
+// second reuses it; the kernel is the recorded form and its output is right for that form.
+void ExpectTimedChoice(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                       bool nhwc, const std::string& bf16_name, const std::string& f32_name) {
+  if (!cpu::CpuSupportsBf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const std::string path = TempCachePath("osprey-tune-bf16");
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  std::vector<Tensor> want = RunReferenceNode(node, inputs), outputs;
+  for (int build = 0; build < 2; ++build) {
+    KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+    if (nhwc) {
+      bc.input_layouts = {Layout::kNhwc, Layout::kPlain, Layout::kPlain};
+      bc.output_layouts = {Layout::kNhwc};
+    }
+    bc.bf16 = Bf16Use::kIfFaster;
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    ASSERT_NE(kernel, nullptr);
+    const std::vector<std::string> choices = PrecisionChoices(path);
+    ASSERT_EQ(choices.size(), 1u) << "one timed choice, reused by the second build";
+    const std::string name = kernel->Name();
+    EXPECT_EQ(name, choices[0] == "bf16" ? bf16_name : f32_name) << "recorded " << choices[0];
+    if (nhwc) continue;  // (RunKernel feeds plain tensors)
+    RunKernel(*kernel, node, inputs, outputs);
+    if (name == bf16_name)
+      ExpectNearBf16(outputs[0], want[0]);
+    else
+      ExpectTensorNear(outputs[0], want[0], kFastRtol, kFastAtol);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Bf16IfFaster, ConvKeepsTheFasterForm) {
+  Node node = MakeNode("Conv", 3, 1, {{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
+  ExpectTimedChoice(node, {RandomTensor({1, 64, 14, 14}, 1), RandomTensor({64, 64, 3, 3}, 2), RandomTensor({64}, 3)},
+                    {false, true, true}, false, "ConvBf16Dnnl", "ConvF32Dnnl");
+}
+
+TEST(Bf16IfFaster, ChannelsLastConvKeepsTheFasterForm) {
+  Node node = MakeNode("Conv", 3, 1, {});
+  ExpectTimedChoice(node, {RandomTensor({1, 128, 14, 14}, 1), RandomTensor({256, 128, 1, 1}, 2), RandomTensor({256}, 3)},
+                    {false, true, true}, true, "ConvBf16Dnnl", "ConvF32Dnnl");
+}
+
+TEST(Bf16IfFaster, MatMulKeepsTheFasterForm) {
+  ExpectTimedChoice(MakeNode("MatMul", 2, 1), {RandomTensor({8, 512}, 1), RandomTensor({512, 256}, 2)},
+                    {false, true}, false, "MatMulBf16Dnnl", "MatMulF32Dnnl");
+}
+
+TEST(Bf16IfFaster, RelativeRmsDifference) {
+  EXPECT_EQ(cpu::RelativeRmsDifference({3, 4}, {3, 4}), 0);
+  EXPECT_NEAR(cpu::RelativeRmsDifference({3, 4}, {3, 5}), 0.2, 1e-12);  // |(0, 1)| / |(3, 4)|
+  EXPECT_NEAR(cpu::RelativeRmsDifference({3, 4}, {0, 0}), 1.0, 1e-12);
+  EXPECT_GT(cpu::RelativeRmsDifference({3, 4}, {3}), 1e20);
+  EXPECT_GT(cpu::RelativeRmsDifference({0, 0}, {0, 1}), 1e20);
+  EXPECT_EQ(cpu::RelativeRmsDifference({0, 0}, {0, 0}), 0);
+}
+
+// The agreement gate, with the timing verdict fixed by a cache file that says bf16 is faster: a bf16 primitive
+// computing the same convolution is taken, one computing something else (a Relu the float32 one does not apply) is
+// refused, and a recorded "fp32" is obeyed without running anything.
+TEST(Bf16IfFaster, RefusesABf16PrimitiveThatDisagrees) {
+  if (!cpu::CpuSupportsBf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  using dnnl::memory;
+  const std::string path = TempCachePath("osprey-tune-gate");
+  auto hash = [](const std::string& key) {
+    Hasher hasher;
+    hasher.Update("bf16?" + key + "@" + std::to_string(omp_get_max_threads()));
+    return hasher.Finish().ToHex();
+  };
+  {
+    std::ofstream out(path);
+    out << hash("gate-bf16") << " 1 bf16 2\n" << hash("gate-fp32") << " 0 fp32 2\n";
+  }
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  const memory::dims x{1, 16, 8, 8}, w{16, 16, 3, 3}, y{1, 16, 8, 8};
+  const memory::desc user_src(x, memory::data_type::f32, memory::format_tag::nchw);
+  const memory::desc user_dst(y, memory::data_type::f32, memory::format_tag::nchw);
+  const memory::desc weights_plain(w, memory::data_type::f32, memory::format_tag::oihw);
+  const Tensor weights = RandomTensor({16, 16, 3, 3}, 7);
+  auto conv = [&](memory::data_type type, bool relu) {
+    dnnl::primitive_attr attr = cpu::BaseAttr();
+    dnnl::post_ops ops;
+    if (relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+    return dnnl::convolution_forward::primitive_desc(
+        cpu::CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        memory::desc(x, type, memory::format_tag::any), memory::desc(w, type, memory::format_tag::any), memory::desc(),
+        memory::desc(y, memory::data_type::f32, memory::format_tag::any), {1, 1}, {0, 0}, {1, 1}, {1, 1}, attr);
+  };
+  const auto f32 = conv(memory::data_type::f32, false);
+  const auto bf16 = conv(memory::data_type::bf16, false);
+  const auto bf16_relu = conv(memory::data_type::bf16, true);
+  EXPECT_TRUE(cpu::PreferBf16("gate-bf16", f32, bf16, user_src, user_dst, weights_plain, weights.raw()));
+  EXPECT_FALSE(cpu::PreferBf16("gate-bf16", f32, bf16_relu, user_src, user_dst, weights_plain, weights.raw()));
+  EXPECT_FALSE(cpu::PreferBf16("gate-fp32", f32, bf16, user_src, user_dst, weights_plain, weights.raw()));
+  EXPECT_EQ(Lines(path).size(), 2u) << "remembered verdicts are not timed again";
+  std::filesystem::remove(path);
 }
 
 }  // namespace

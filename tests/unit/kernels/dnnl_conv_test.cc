@@ -215,18 +215,6 @@ TEST(DnnlConv, WinogradLayersMatchReference) {
 // The kernel times oneDNN's implementations once per distinct convolution and keeps the fastest (dnnl_common.cc); the
 // choice goes to the cache file ($OSPREY_TUNE_CACHE), which a later build reads back. Each test is its own process
 // (gtest_discover_tests), so the environment set here is what the tuner sees first.
-std::string TempCachePath(const char* name) {
-  return (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(getpid()) + ".tsv"))
-      .string();
-}
-
-std::vector<std::string> Lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 TEST(DnnlTuning, RecordsTheChosenImplementation) {
   const std::string path = TempCachePath("osprey-tune");
   setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);

@@ -7,11 +7,15 @@
 // float32 ulps relative to the result, far below 1e-4, while a wrong index or pad gives errors of order 0.1.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "test_util.h"
@@ -105,6 +109,20 @@ inline bool FastKernelDeclines(const Node& node, const std::vector<Tensor>& inpu
 }
 
 /// Scaled copy (to push pre-activation values across an activation's interesting range).
+/// A per-process file name in the temporary directory, e.g. for OSPREY_TUNE_CACHE.
+inline std::string TempCachePath(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(getpid()) + ".tsv"))
+      .string();
+}
+
+/// The lines of a text file (none when it does not exist).
+inline std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 inline Tensor Scaled(const Tensor& t, float factor) {
   Tensor out = t.Clone();
   float* p = out.data<float>();
