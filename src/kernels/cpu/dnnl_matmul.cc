@@ -96,23 +96,33 @@ class DnnlMatMulKernel final : public Kernel {
     dnnl::matmul::primitive_desc pd = make_pd(weights_md);
     if (!pd || IsReferenceImpl(pd)) return {};
     if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return {};
+    auto key_for = [&](const memory::desc& weights) {
+      return "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights) + "|" + BlockedDescKey(dst_md) + "|" +
+             BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" + std::to_string(static_cast<int>(bias_source)) +
+             std::to_string(static_cast<int>(add_source)) + std::to_string(linear_alpha) +
+             node.GetString("_activation", "") + std::to_string(node.GetFloat("_alpha", 0.f)) +
+             std::to_string(node.GetFloat("_beta", 0.f));
+    };
+    *key = key_for(weights_md);
+    pd = FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, *key);
     if (b_source == Source::kConstant) {
       // A plain row-major B whose rows are a multiple of 1 KiB apart (N a multiple of 256 floats: 768, 3072, 4096...)
       // puts the rows the GEMM packs together into the same few cache sets (the classic power-of-two leading dimension
-      // slowdown): on a 2-vCPU EPYC, 197x768 by 768x3072 took 24 ms instead of 11 ms on one thread. The packed copy
-      // gets 16 spare floats per row instead; the arithmetic is unchanged.
+      // slowdown): on a 2-vCPU EPYC, 197x768 by 768x3072 took 24 ms instead of 11 ms on one thread. Where the chosen
+      // implementation packs B row-major, the packed copy gets 16 spare floats per row instead (the arithmetic is
+      // unchanged), if oneDNN runs it on that stride.
       const memory::desc padded = PaddedRows(pd.weights_desc());
       if (padded) {
-        dnnl::matmul::primitive_desc padded_pd = make_pd(padded);
-        if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) weights_md = padded;
+        const std::string padded_key = key_for(padded);
+        dnnl::matmul::primitive_desc padded_pd =
+            FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(padded); }, padded_key);
+        if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) {
+          pd = padded_pd;
+          *key = padded_key;
+        }
       }
     }
-    *key = "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights_md) + BlockedDescKey(pd.weights_desc()) +
-           "|" + BlockedDescKey(dst_md) + "|" + BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
-           std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
-           std::to_string(linear_alpha) + node.GetString("_activation", "") +
-           std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f));
-    return FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, *key);
+    return pd;
   }
 
   bool Commit(const KernelBuildContext& ctx, const dnnl::matmul::primitive_desc& pd, bool bf16) {

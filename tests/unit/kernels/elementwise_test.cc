@@ -69,8 +69,10 @@ const std::vector<UnaryCase>& UnaryCases() {
   static const std::vector<UnaryCase> cases = {
       {"Relu", {}, true},
       {"LeakyRelu", {{"alpha", Attribute::Float(0.2f)}}, true},
-      {"HardSigmoid", {}, true},
-      {"HardSigmoid", {{"alpha", Attribute::Float(1.f / 6)}, {"beta", Attribute::Float(0.5f)}}, true},
+      // alpha * x + beta: the AVX-512 build of the fast kernel fuses it into one FMA (one rounding, not two), which
+      // differs from the reference by an ulp on some inputs.
+      {"HardSigmoid", {}, false},
+      {"HardSigmoid", {{"alpha", Attribute::Float(1.f / 6)}, {"beta", Attribute::Float(0.5f)}}, false},
       {"HardSwish", {}, true},
       {"Neg", {}, true},
       {"Abs", {}, true},

@@ -125,9 +125,8 @@ void ExpectConvEveryLayout(const Node& node, const Shape& x, const Shape& w, uin
   SCOPED_TRACE("oneDNN implementation " + impl);
   EXPECT_NE(impl.rfind("ref", 0), 0u);
   EXPECT_EQ(impl.find("gemm"), std::string::npos);  // im2col + GEMM is the slow general path
-  if (__builtin_cpu_supports("avx512f")) {
-    EXPECT_NE(impl.find("avx512"), std::string::npos);
-  }
+  // (Not necessarily an avx512 kernel on an AVX-512 machine: the tuner keeps whichever is fastest, and for 13 channels
+  // that can be jit:avx2.)
 }
 
 TEST(NhwcConv, PointwiseOneByOne) { ExpectConvEveryLayout(ConvNode({}), {2, 13, 7, 9}, {5, 13, 1, 1}, 1); }
