@@ -145,8 +145,11 @@ def test_errors_are_typed_with_cli_messages(tmp_path, run_cli):
         osprey.Model(b"not an onnx model")
     with pytest.raises(osprey.Unsupported, match="cpu"):
         osprey.Model(onnx_models.add_one(), device="cuda")
-    with pytest.raises(osprey.InvalidArgument):
+    with pytest.raises(osprey.InvalidArgument, match="auto"):  # the message lists the choices
         osprey.Model(onnx_models.add_one(), precision="fp8")
+    # "auto" is accepted on every CPU (bf16 only where the CPU has it and it measures faster; nothing to choose here).
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(osprey.Model(onnx_models.add_one(), precision="auto").run(x)["y"], x + 1)
 
 
 def test_python_m_osprey(ensure_model):
