@@ -117,6 +117,18 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
                 const dnnl::memory::desc& weights_plain, const void* weights);
 
+/// `fn()`, or a value-initialised result when oneDNN throws: building or measuring a bf16 primitive that fails (seen
+/// once: "could not create a memory object" while timing a batch-8 convolution) leaves the kernel on fp32 instead of
+/// failing the compile.
+template <class Fn>
+auto TryBf16(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
 /// sqrt(sum (got - want)^2 / sum want^2): 0 for equal vectors, huge when sizes differ or only `want` is all zero.
 double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got);
 

@@ -207,8 +207,10 @@ class DnnlConvKernel final : public Kernel {
     dnnl::convolution_forward::primitive_desc bf16_pd;
     if (ctx.bf16 != Bf16Use::kNo) {
       const std::string key = "conv-bf16:" + ConvTuningKey(ctx, g, bf16_layout);
-      bf16_pd = FastestImpl<dnnl::convolution_forward::primitive_desc>(
-          [&] { return MakeConvPd(ctx, g, bf16_layout, /*bf16=*/true); }, key);
+      bf16_pd = TryBf16([&] {
+        return FastestImpl<dnnl::convolution_forward::primitive_desc>(
+            [&] { return MakeConvPd(ctx, g, bf16_layout, /*bf16=*/true); }, key);
+      });
     }
     if (bf16_pd && ctx.bf16 == Bf16Use::kYes) {
       pd_ = bf16_pd;
@@ -224,10 +226,11 @@ class DnnlConvKernel final : public Kernel {
                                                                    "conv:" + ConvTuningKey(ctx, g, layout));
     }
     if (bf16_pd && ctx.bf16 == Bf16Use::kIfFaster &&
-        (!pd_ || PreferBf16(ConvTuningKey(ctx, g, layout) + "|" + std::to_string(static_cast<int>(bf16_layout)) +
-                                "|" + name_,
-                            pd_, bf16_pd, user_src_md_, user_dst_md_, WeightDesc(g, true),
-                            ctx.input_values[1]->raw()))) {
+        (!pd_ || TryBf16([&] {
+          return PreferBf16(ConvTuningKey(ctx, g, layout) + "|" + std::to_string(static_cast<int>(bf16_layout)) + "|" +
+                                name_,
+                            pd_, bf16_pd, user_src_md_, user_dst_md_, WeightDesc(g, true), ctx.input_values[1]->raw());
+        }))) {
       pd_ = bf16_pd;
       name_ = kConvBf16Name;
     }

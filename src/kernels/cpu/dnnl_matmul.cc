@@ -63,10 +63,11 @@ class DnnlMatMulKernel final : public Kernel {
   bool Finish(const KernelBuildContext& ctx) {
     dnnl::matmul::primitive_desc bf16_pd;
     std::string key;
-    if (ctx.bf16 != Bf16Use::kNo && b_source == Source::kConstant) bf16_pd = MakePd(ctx, true, &key);
+    if (ctx.bf16 != Bf16Use::kNo && b_source == Source::kConstant)
+      bf16_pd = TryBf16([&] { return MakePd(ctx, true, &key); });
     if (bf16_pd && ctx.bf16 == Bf16Use::kYes) return Commit(ctx, bf16_pd, true);
     dnnl::matmul::primitive_desc pd = MakePd(ctx, false, &key);
-    if (bf16_pd && (!pd || PreferBf16(key, pd, bf16_pd, a_md, dst_md, b_md, b_constant->raw())))
+    if (bf16_pd && (!pd || TryBf16([&] { return PreferBf16(key, pd, bf16_pd, a_md, dst_md, b_md, b_constant->raw()); })))
       return Commit(ctx, bf16_pd, true);
     return pd && Commit(ctx, pd, false);
   }
