@@ -294,6 +294,41 @@ struct BinaryPlan {
     return true;
   }
 
+  // Short runs of a repeated pattern against a contiguous operand (an NHWC image minus a per-channel mean: runs of 3,
+  // one call per pixel) cost a row call per few elements. Where one input repeats its innermost run on every row of
+  // the next dim and the other is contiguous across those rows, `k` rows are merged into one of k * inner elements
+  // and the repeating input (one run for the whole tensor) is read from `tile` (its run copied k times, at most
+  // kMaxTile floats). Returns which input now reads the tile (0: none, 1: a, 2: b).
+  static constexpr int64_t kMaxTile = 1024;
+  int Widen(const float* a, const float* b, float* tile) {
+    if (rank < 2) return 0;
+    const int64_t inner = dims[rank - 1], outer = dims[rank - 2];
+    if (inner >= 64) return 0;
+    int which = 0;
+    if (stride_a[rank - 1] == 1 && stride_a[rank - 2] == inner && stride_b[rank - 1] == 1 && stride_b[rank - 2] == 0)
+      which = 2;
+    else if (stride_b[rank - 1] == 1 && stride_b[rank - 2] == inner && stride_a[rank - 1] == 1 &&
+             stride_a[rank - 2] == 0)
+      which = 1;
+    if (which == 0) return 0;
+    const auto& pattern_strides = which == 2 ? stride_b : stride_a;
+    for (int d = 0; d < rank - 2; ++d)
+      if (pattern_strides[d] != 0) return 0;  // a different pattern per outer index
+    int64_t k = 1;  // the largest divisor of `outer` with k * inner <= kMaxTile
+    for (int64_t d = std::min<int64_t>(outer, kMaxTile / inner); d > 1; --d)
+      if (outer % d == 0) {
+        k = d;
+        break;
+      }
+    if (k == 1) return 0;
+    const float* pattern = which == 2 ? b : a;
+    for (int64_t i = 0; i < k; ++i) std::copy(pattern, pattern + inner, tile + i * inner);
+    dims[rank - 2] = outer / k;
+    dims[rank - 1] = k * inner;
+    (which == 2 ? stride_a : stride_b)[rank - 2] = k * inner;
+    return which;
+  }
+
   // Output runs [first, last) of `inner` elements each, starting at element `skip` of the first and `take` of each.
   void RunRows(BinaryOp op, const float* a, const float* b, float* y, int64_t first, int64_t last, int64_t skip,
                int64_t take) const {
@@ -381,6 +416,17 @@ class BinaryKernel final : public Kernel {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     float* py = out.data<float>();
+    alignas(64) float tile[BinaryPlan::kMaxTile];
+    switch (plan.Widen(pa, pb, tile)) {
+      case 1:
+        pa = tile;
+        break;
+      case 2:
+        pb = tile;
+        break;
+      default:
+        break;
+    }
     const BinaryOp op = traits_.op;
     const int64_t inner = plan.dims[plan.rank - 1];
     const int64_t rows = plan.total / inner;

@@ -152,6 +152,10 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
       {{2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast (outer product)
       {{4, 1, 100000}, {4, 3, 1}},         // long runs against a per-row value, threaded in pieces
       {{3, 197, 768}, {768}},              // transformer bias
+      {{1, 224, 224, 3}, {3}},             // NHWC image and per-channel mean (Keras Normalization): widened runs
+      {{3}, {8, 224, 224, 3}},             // the same, pattern first, threaded
+      {{1, 7, 11, 5}, {1, 1, 1, 5}},       // 77 pixels (prime factors only 7 and 11) of 5 channels
+      {{2, 30, 3}, {2, 1, 3}},             // a pattern per batch index: not widened
       {{1, 1, 1, 1}, {1, 1, 1, 1}},        // one element
       {{0, 3}, {3}},                       // empty
   };
