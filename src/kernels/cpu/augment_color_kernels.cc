@@ -245,24 +245,30 @@ __attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t
   return i;
 }
 
-// ShiftHsvAvx2 with AVX-512 (BW, VBMI), 16 pixels per step: the same integer and IEEE operations lane by lane. The
-// double step has no add after its multiply that could be fused, and 1 - s * frac would be the same fused (the
-// product of two floats is exact in double).
+// ShiftHsvAvx2 with AVX-512 (BW, VBMI), 16 pixels per step: the same integer and IEEE operations lane by lane as
+// ShiftHsv8 (divisions instead of table gathers, a hue rotation by arithmetic and permutes instead of gathers, the
+// fused 1 - s * frac, no clamps where the values cannot leave 0..255).
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
 // false positive).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(const HsvDivTables& div,
-                                                                              const HsvShiftTables& t,
+template <bool kShifts>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(const HsvShiftTables& t,
                                                                               const uint8_t* src, uint8_t* dst,
                                                                               int64_t n) {
   const __m512i round = _mm512_set1_epi32(1 << 11), c180 = _mm512_set1_epi32(180), zero = _mm512_setzero_si512();
-  const __m512i c255i = _mm512_set1_epi32(255);
+  const __m512i c255i = _mm512_set1_epi32(255), one_i = _mm512_set1_epi32(1), c179 = _mm512_set1_epi32(179);
   const __m512i sat = _mm512_set1_epi32(t.sat), val = _mm512_set1_epi32(t.val);
   const __m512 inv255 = _mm512_set1_ps(1.f / 255.f), c255 = _mm512_set1_ps(255.f), one_f = _mm512_set1_ps(1.f);
-  const __m512d one_d = _mm512_set1_pd(1.0);
+  const __m512 sdiv_num = _mm512_set1_ps(255 << 12), hdiv_num = _mm512_set1_ps((180 << 12) / 6);
+  const __m512 to_sector = _mm512_set1_ps(6.f / 180.f);
   const __m512i lane_offsets = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
+  const bool rotation = t.hue_shift >= 0;
+  const __m512i hue_shift = _mm512_set1_epi32(rotation ? t.hue_shift : 0);
+  const __m512i sector_t3 = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_t3)));
+  const __m512i sector_order =
+      _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_order)));
   // Byte permutes: R, G, B of pixel k (bytes 3k, 3k + 1, 3k + 2) to byte 0 of 32-bit lane k; and back, 48 bytes.
   alignas(64) uint8_t index[4][64] = {};
   for (int k = 0; k < 16; ++k)
@@ -279,38 +285,44 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(co
     const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
     const __m512i v = _mm512_max_epi32(_mm512_max_epi32(r, g), b);
     const __m512i diff = _mm512_sub_epi32(v, _mm512_min_epi32(_mm512_min_epi32(r, g), b));
-    const __m512i s = _mm512_srai_epi32(
-        _mm512_add_epi32(_mm512_mullo_epi32(diff, _mm512_i32gather_epi32(v, div.sdiv, 4)), round), 12);
+    const __m512i sdiv = _mm512_cvtps_epi32(_mm512_div_ps(sdiv_num, _mm512_cvtepi32_ps(_mm512_max_epi32(v, one_i))));
+    const __m512i hdiv =
+        _mm512_cvtps_epi32(_mm512_div_ps(hdiv_num, _mm512_cvtepi32_ps(_mm512_max_epi32(diff, one_i))));
+    const __m512i s = _mm512_srai_epi32(_mm512_add_epi32(_mm512_mullo_epi32(diff, sdiv), round), 12);
     const __m512i h_r = _mm512_sub_epi32(g, b);
     const __m512i h_g = _mm512_add_epi32(_mm512_sub_epi32(b, r), _mm512_add_epi32(diff, diff));
     const __m512i h_b = _mm512_add_epi32(_mm512_sub_epi32(r, g), _mm512_slli_epi32(diff, 2));
     __m512i h = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(h_b, _mm512_cmpeq_epi32_mask(v, g), h_g),
                                       _mm512_cmpeq_epi32_mask(v, r), h_r);
-    h = _mm512_srai_epi32(_mm512_add_epi32(_mm512_mullo_epi32(h, _mm512_i32gather_epi32(diff, div.hdiv, 4)), round),
-                          12);
+    h = _mm512_srai_epi32(_mm512_add_epi32(_mm512_mullo_epi32(h, hdiv), round), 12);
     h = _mm512_mask_add_epi32(h, _mm512_cmpgt_epi32_mask(zero, h), h, c180);
-    const __m512i vs = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, val), zero), c255i);
-    const __m512i ss = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(s, sat), zero), c255i);
+    const __m512i vs = kShifts ? _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, val), zero), c255i) : v;
+    const __m512i ss = kShifts ? _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(s, sat), zero), c255i) : s;
     const __m512 vf = _mm512_mul_ps(_mm512_cvtepi32_ps(vs), inv255);
     const __m512 sf = _mm512_mul_ps(_mm512_cvtepi32_ps(ss), inv255);
-    const __m512 frac = _mm512_i32gather_ps(h, t.frac, 4);
-    const __m256 t_lo =
-        _mm512_cvtpd_ps(_mm512_sub_pd(one_d, _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(sf)),
-                                                           _mm512_cvtps_pd(_mm512_castps512_ps256(frac)))));
-    const __m256 t_hi = _mm512_cvtpd_ps(_mm512_sub_pd(
-        one_d, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sf), 1))),
-                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(frac), 1))))));
-    const __m512 tf =
-        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(t_lo)), _mm256_castps_pd(t_hi), 1));
-    const __m512i cv = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(vf, c255)), zero), c255i);
-    const __m512i cp = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one_f, sf)), c255)), zero),
-        c255i);
-    const __m512i ct = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, tf), c255)), zero), c255i);
+    __m512 frac;
+    __m512i order;
+    if (rotation) {  // MakeHsvShiftTables' arithmetic on the shifted hue, as lanes (ShiftHsv8)
+      __m512i hs = _mm512_add_epi32(h, hue_shift);
+      hs = _mm512_mask_sub_epi32(hs, _mm512_cmpgt_epi32_mask(hs, c179), hs, c180);
+      const __m512 hh = _mm512_mul_ps(_mm512_cvtepi32_ps(hs), to_sector);
+      const __m512i sector = _mm512_cvttps_epi32(hh);
+      const __m512 within = _mm512_sub_ps(hh, _mm512_cvtepi32_ps(sector));
+      const __mmask16 third = _mm512_test_epi32_mask(_mm512_permutexvar_epi32(sector, sector_t3), _mm512_set1_epi32(-1));
+      frac = _mm512_mask_sub_ps(within, third, one_f, within);
+      order = _mm512_permutexvar_epi32(sector, sector_order);
+    } else {
+      frac = _mm512_i32gather_ps(h, t.frac, 4);
+      order = _mm512_i32gather_epi32(h, t.order, 4);
+    }
+    // 1 - s * frac rounded once (ShiftHsv8: equal to the reference's double step for every s and frac).
+    const __m512 tf = _mm512_fnmadd_ps(sf, frac, one_f);
+    const __m512i cv = _mm512_cvttps_epi32(_mm512_mul_ps(vf, c255));
+    const __m512i cp = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one_f, sf)), c255));
+    const __m512i ct = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, tf), c255));
     const __m512i sources = _mm512_or_si512(cv, _mm512_or_si512(_mm512_slli_epi32(cp, 8), _mm512_slli_epi32(ct, 16)));
-    const __m512i order = _mm512_add_epi8(_mm512_i32gather_epi32(h, t.order, 4), lane_offsets);
-    _mm512_mask_storeu_epi8(dst + i * 3, bytes48, _mm512_permutexvar_epi8(pack48, _mm512_shuffle_epi8(sources, order)));
+    _mm512_mask_storeu_epi8(dst + i * 3, bytes48,
+                            _mm512_permutexvar_epi8(pack48, _mm512_shuffle_epi8(sources, _mm512_add_epi8(order, lane_offsets))));
   }
   return i;
 }
@@ -339,11 +351,11 @@ class ShiftHsvKernel final : public Kernel {
     static const HsvDivTables div;
     int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-    if (simd_ >= kSimdAvx512)
-      done = ShiftHsvAvx512(div, tables_, src, dst, n);
+    const bool shifts = tables_.sat != 0 || tables_.val != 0;
+    if (simd_ >= kSimdAvx512 && fma_)
+      done = shifts ? ShiftHsvAvx512<true>(tables_, src, dst, n) : ShiftHsvAvx512<false>(tables_, src, dst, n);
     else if (simd_ >= kSimdAvx2 && fma_)
-      done = tables_.sat == 0 && tables_.val == 0 ? ShiftHsvAvx2<false>(tables_, src, dst, n)
-                                                  : ShiftHsvAvx2<true>(tables_, src, dst, n);
+      done = shifts ? ShiftHsvAvx2<true>(tables_, src, dst, n) : ShiftHsvAvx2<false>(tables_, src, dst, n);
 #endif
     ShiftHsvScalar(div, tables_, src + done * 3, dst + done * 3, n - done);
   }
