@@ -88,5 +88,27 @@ TEST(ModelConfigJson, DeviceIsCheckedWhenRead) {
   }
 }
 
+// config.json "precision": the four values the CLI takes, anything else refused naming the file and the field.
+TEST(ModelConfigJson, PrecisionIsCheckedWhenRead) {
+  PreprocessSpec pre;
+  PostprocessSpec post;
+  for (const char* ok : {"fp32", "bf16", "auto", "fp16"}) {
+    std::string precision;
+    ParseModelConfig(std::string(R"({"precision": ")") + ok + "\"}", "m/config.json", &pre, &post, nullptr,
+                     &precision);
+    EXPECT_EQ(precision, ok);
+  }
+  std::string precision;
+  try {
+    ParseModelConfig(R"({"precision": "int4"})", "m/config.json", &pre, &post, nullptr, &precision);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(precision, "");
+}
+
 }  // namespace
 }  // namespace osprey::serve
