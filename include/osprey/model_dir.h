@@ -79,8 +79,9 @@ struct ModelDirectory {
   PreprocessSpec preprocess;
   PostprocessSpec postprocess;
   BatchingSpec batching;
-  /// config.json "precision": "fp32" (default), "bf16", "auto" or "fp16" (CompileOptions::precision).
-  std::string precision = "fp32";
+  /// config.json "precision": "fp32", "bf16", "auto" or "fp16" (CompileOptions::precision); empty when the file does
+  /// not say (the caller's default: fp32, or the server's --precision).
+  std::string precision;
   /// config.json "device": "cpu", "cuda" or "cuda:N"; empty = the server's --device (CompileOptions::device).
   std::string device;
   /// True when there is no config.json and the preprocessing was derived from the model's input shape.

@@ -35,6 +35,7 @@ struct ServeCommandOptions {
   std::string memory_budget = "0";
   std::string gpu_memory_budget = "0";
   std::string device = "cpu";
+  std::string precision = "fp32";  // default of models whose config.json has no "precision"
   double idle_unload = 0;
   double arena_idle = 2;
   std::vector<std::string> load;
@@ -139,6 +140,10 @@ void AddServeOptions(CLI::App* serve) {
                     "Where models run unless their config.json says \"device\": cpu, cuda (= cuda:0) or cuda:N. A GPU "
                     "no loaded model uses is given back (its CUDA context released: 0 MiB held)")
       ->capture_default_str();
+  serve->add_option("--precision", o.precision,
+                    std::string("Models whose config.json does not say \"precision\": ") + kPrecisionHelp)
+      ->check(CLI::IsMember({"fp32", "bf16", "auto", "fp16"}))
+      ->capture_default_str();
   serve->add_option("--gpu-memory-budget", o.gpu_memory_budget,
                     "GPU bytes of loaded models, e.g. 8G (0 = none): least recently used GPU models are unloaded past it")
       ->capture_default_str();
@@ -227,6 +232,7 @@ int RunServeCommand(std::ostream& out) {
   manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
   manager_options.idle_unload_seconds = o.idle_unload;
   manager_options.device = ParseDevice(o.device, "--device");
+  manager_options.precision = ParsePrecision(o.precision, "--precision");
   manager_options.gpu_memory_budget_bytes = ParseByteSize(o.gpu_memory_budget, "--gpu-memory-budget");
   manager_options.arena_idle_seconds = o.arena_idle;
   manager_options.threads = o.threads;

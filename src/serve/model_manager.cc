@@ -59,13 +59,28 @@ std::vector<std::string> VersionsOf(const fs::path& name_dir) {
 
 // OpenModelDirectory, except that a model without config.json whose input is not an image (preprocessing cannot be
 // derived) still opens: the server serves any model through `infer`; only `classify` needs the preprocessing.
+// A tensor model (not an image classifier) may have a config.json that says nothing about images: only
+// "precision", "device", "batching", "warmup", "description". An image model's config.json ("input", "preprocess")
+// must load as one: its error stands.
+bool ConfigIsForImages(const std::string& text) {
+  const nlohmann::json root = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !root.is_object() || root.contains("input") || root.contains("preprocess") || root.contains("postprocess");
+}
+
 ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& version) {
   const fs::path version_dir = name_dir / version;
   try {
     return OpenModelDirectory(name_dir.string(), version);
   } catch (const Error& e) {
     std::error_code ec;
-    if (e.code() != ErrorCode::kInvalidArgument || fs::exists(version_dir / "config.json", ec)) throw;
+    const fs::path config = version_dir / "config.json";
+    const bool has_config = fs::exists(config, ec);
+    std::string config_text;
+    if (has_config) {
+      std::ifstream in(config, std::ios::binary);
+      config_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (e.code() != ErrorCode::kInvalidArgument || (has_config && ConfigIsForImages(config_text))) throw;
     ModelDirectory md;
     md.name = name_dir.filename().string();
     md.version = version;
@@ -75,6 +90,12 @@ ModelDirectory OpenForServing(const fs::path& name_dir, const std::string& versi
     md.graph = LoadOnnxModel(md.model_path, import_options);  // throws the import error when that was the problem
     md.derived = true;
     md.preprocess = PreprocessSpec{};
+    if (has_config) {
+      md.config_path = config.string();
+      PostprocessSpec unused;
+      ParseModelConfig(config_text, md.config_path, &md.preprocess, &unused, &md.batching, &md.precision, &md.device);
+      md.preprocess = PreprocessSpec{};
+    }
     md.preprocess.input.clear();
     FindLabels(md, version_dir.string(), name_dir.string());
     return md;
@@ -383,7 +404,8 @@ struct ModelManager::Impl {
           ServingConfig(md, declared, options.max_batch_size, options.streams));
       ModelOptions model_options;
       model_options.compile.num_threads = options.threads;
-      model_options.compile.precision = ParsePrecision(md.precision, md.config_path + ": precision");
+      model_options.compile.precision =
+          md.precision.empty() ? options.precision : ParsePrecision(md.precision, md.config_path + ": precision");
       const DeviceSpec device =
           md.device.empty() ? options.device : ParseDevice(md.device, md.config_path + ": device");
       if (device.kind != Device::kHost) {

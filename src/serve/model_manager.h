@@ -27,6 +27,7 @@ struct ManagerOptions {
   int64_t max_batch_size = 0;        // the server's --max-batch-size, reported in each model's configuration
   int streams = 1;                   // the server's --streams, reported as the instance count
   DeviceSpec device;                 // where models run unless their config.json says "device" (--device)
+  Precision precision = Precision::kFp32;  // unless their config.json says "precision" (--precision)
   int64_t gpu_memory_budget_bytes = 0;  // 0 = unlimited. Device bytes of loaded models kept under this (LRU).
 };
 
