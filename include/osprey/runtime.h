@@ -31,6 +31,8 @@ enum class Precision : uint8_t { kFp32, kBf16, kFp16, kAuto };
 
 /// "fp32" / "bf16" / "fp16" / "auto".
 const char* PrecisionName(Precision p);
+/// Every name ParsePrecision takes (for option checks and help).
+const std::vector<std::string>& PrecisionNames();
 /// Parses "fp32", "bf16", "fp16" or "auto" (kInvalidArgument otherwise; `what` names the setting in the message).
 Precision ParsePrecision(const std::string& text, const std::string& what = "precision");
 

@@ -39,7 +39,7 @@ int RunCommandLine(int argc, char** argv) {
       ->capture_default_str();
   run->add_flag("--reference", run_options.reference, "Use reference kernels only, no graph fusion");
   run->add_option("--precision", run_options.precision, kPrecisionHelp)
-      ->check(CLI::IsMember({"fp32", "bf16", "auto", "fp16"}))
+      ->check(CLI::IsMember(PrecisionNames()))
       ->capture_default_str();
   run->add_option("--device", run_options.device, kDeviceHelp)->capture_default_str();
 
@@ -65,7 +65,7 @@ int RunCommandLine(int argc, char** argv) {
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
   bench
       ->add_option("--precision", bench_options.precision, kPrecisionHelp)
-      ->check(CLI::IsMember({"fp32", "bf16", "auto", "fp16"}))
+      ->check(CLI::IsMember(PrecisionNames()))
       ->capture_default_str();
   bench->add_option("--device", bench_options.device, kDeviceHelp)->capture_default_str();
 

@@ -142,7 +142,7 @@ void AddServeOptions(CLI::App* serve) {
       ->capture_default_str();
   serve->add_option("--precision", o.precision,
                     std::string("Models whose config.json does not say \"precision\": ") + kPrecisionHelp)
-      ->check(CLI::IsMember({"fp32", "bf16", "auto", "fp16"}))
+      ->check(CLI::IsMember(PrecisionNames()))
       ->capture_default_str();
   serve->add_option("--gpu-memory-budget", o.gpu_memory_budget,
                     "GPU bytes of loaded models, e.g. 8G (0 = none): least recently used GPU models are unloaded past it")

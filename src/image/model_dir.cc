@@ -12,6 +12,7 @@
 
 #include "osprey/device.h"
 #include "osprey/onnx.h"
+#include "osprey/runtime.h"
 
 namespace osprey {
 
@@ -272,8 +273,11 @@ void ParseModelConfig(const std::string& text, const std::string& source, Prepro
   }
   if (root.contains("precision")) {
     const std::string p = top.String(root["precision"], "precision", {});
-    if (p != "fp32" && p != "bf16" && p != "auto" && p != "fp16")
-      top.Fail("precision", "expected \"fp32\", \"bf16\" (CPU), \"auto\" or \"fp16\" (GPU), found \"" + p + "\"");
+    try {
+      ParsePrecision(p, "precision");
+    } catch (const Error& e) {
+      top.Fail("precision", e.what());
+    }
     if (precision) *precision = p;
   }
   if (root.contains("description")) top.String(root["description"], "description", {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -43,26 +44,32 @@ std::string CompileOptions::Key() const {
          (device.kind == Device::kHost ? "" : "@" + DeviceSpecName(device));
 }
 
+namespace {
+// Every Precision and its name, in enum order (the one list PrecisionName, ParsePrecision and the CLI read).
+constexpr std::pair<Precision, const char*> kPrecisions[] = {
+    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}, {Precision::kAuto, "auto"}};
+}  // namespace
+
 const char* PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp16:
-      return "fp16";
-    case Precision::kAuto:
-      return "auto";
-    default:
-      return "fp32";
-  }
+  for (const auto& [value, name] : kPrecisions)
+    if (value == p) return name;
+  return "fp32";
+}
+
+const std::vector<std::string>& PrecisionNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& entry : kPrecisions) v.push_back(entry.second);
+    return v;
+  }();
+  return names;
 }
 
 Precision ParsePrecision(const std::string& text, const std::string& what) {
-  if (text == "fp32") return Precision::kFp32;
-  if (text == "bf16") return Precision::kBf16;
-  if (text == "fp16") return Precision::kFp16;
-  if (text == "auto") return Precision::kAuto;
+  for (const auto& [value, name] : kPrecisions)
+    if (text == name) return value;
   throw Error(ErrorCode::kInvalidArgument,
-              what + " must be \"fp32\", \"bf16\", \"auto\" or \"fp16\" (GPU only), got \"" + text + "\"");
+              what + " must be \"fp32\", \"bf16\" (CPU), \"auto\" or \"fp16\" (GPU), got \"" + text + "\"");
 }
 
 int CompileState::AddConstant(Tensor t) {
