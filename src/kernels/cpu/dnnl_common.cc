@@ -208,6 +208,13 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // thread count, the position in oneDNN's list, the implementation's name and how many candidates were timed. A line
 // is only trusted when the implementation at that position still has that name; anything else is timed again. Files
 // over kMaxTuningCacheBytes are left alone (neither read nor extended).
+//
+// A choice timed while other work competed for the CPUs (a server compiling a lazily loaded model under traffic, a
+// build beside) may be wrong, and a cache would keep it forever. So the tuner watches this process's run delay (time
+// its threads were runnable but waiting for a CPU, /proc/self/task/*/schedstat) while it times: above
+// kDisturbedShare of the wall time the choice is used but marked provisional ("provisional" as a fifth field); this
+// process reuses it for kProvisionalReuseSeconds, and a later process (or this one after that) times it again, until
+// a quiet timing makes it final.
 bool TuningEnabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("OSPREY_TUNE");
@@ -294,7 +301,43 @@ std::string TuningCachePath() {
 struct TuningChoice {
   int position;
   std::string name;
-  int candidates;  // implementations timed (for the record and tests)
+  int candidates;            // implementations timed (for the record and tests)
+  bool provisional = false;  // timed under load (see above)
+  std::chrono::steady_clock::time_point decided{};  // when this process decided it (epoch: read from the file)
+};
+
+constexpr double kDisturbedShare = 0.1;
+constexpr double kProvisionalReuseSeconds = 60;
+
+// Nanoseconds this process's threads have spent runnable but waiting for a CPU (the second field of
+// /proc/self/task/<tid>/schedstat, summed); -1 where the kernel does not expose it.
+int64_t ProcessRunDelayNs() {
+  std::error_code ec;
+  int64_t total = 0;
+  bool any = false;
+  for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) {
+    std::ifstream in(it->path() / "schedstat");
+    int64_t on_cpu = 0, delay = 0;
+    if (in >> on_cpu >> delay) total += delay, any = true;
+  }
+  return any ? total : -1;
+}
+
+// Whether the timings taken between construction and Disturbed() competed with other work for the CPUs.
+class LoadWatch {
+ public:
+  LoadWatch() : delay_ns_(ProcessRunDelayNs()), start_(std::chrono::steady_clock::now()) {}
+  bool Disturbed() const {
+    const int64_t delay_ns = ProcessRunDelayNs();
+    if (delay_ns < 0 || delay_ns_ < 0) return false;  // unknown: trust the timing, as before
+    const double wall_ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start_).count();
+    return static_cast<double>(delay_ns - delay_ns_) > kDisturbedShare * wall_ns;
+  }
+
+ private:
+  int64_t delay_ns_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 bool CacheFileTooLarge(const std::string& path) {
@@ -316,8 +359,9 @@ std::unordered_map<std::string, TuningChoice>& TuningChoices() {
       std::string hash, name;
       int position = -1, candidates = 0;
       if (fields >> hash >> position >> name && position >= 0 && position < 1000) {
-        fields >> candidates;
-        loaded[hash] = {position, name, candidates};
+        std::string flag;
+        fields >> candidates >> flag;
+        loaded[hash] = {position, name, candidates, flag == "provisional"};
       }
     }
     return loaded;
@@ -337,7 +381,7 @@ void SaveTuningChoice(const std::string& hash, const TuningChoice& choice) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   std::ofstream out(path, std::ios::app);  // one short line per append: concurrent processes do not interleave
   out << hash + " " + std::to_string(choice.position) + " " + choice.name + " " + std::to_string(choice.candidates) +
-             "\n";
+             (choice.provisional ? " provisional" : "") + "\n";
 }
 
 }  // namespace
@@ -350,10 +394,17 @@ std::optional<TuningChoice> RememberedChoice(const std::string& hash,
   std::lock_guard<std::mutex> lock(TuningMutex());
   auto it = TuningChoices().find(hash);
   if (it == TuningChoices().end() || !still_valid(it->second)) return std::nullopt;
+  if (it->second.provisional &&
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.decided).count() >
+          kProvisionalReuseSeconds)
+    return std::nullopt;  // timed under load, and not just now: time it again
   return it->second;
 }
 
-void Remember(const std::string& hash, const TuningChoice& choice) {
+// Remembers `choice`; `provisional` when it was timed under load (LoadWatch).
+void Remember(const std::string& hash, TuningChoice choice, bool provisional) {
+  choice.provisional = provisional;
+  choice.decided = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(TuningMutex());
   TuningChoices()[hash] = choice;
   SaveTuningChoice(hash, choice);
@@ -373,6 +424,7 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
     return reached && choice.name == check.impl_info_str();
   });
   if (remembered) return remembered->position;
+  const LoadWatch watch;
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
   double best_ms = 1e30;
@@ -390,7 +442,7 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
     ++index;
   } while (probe.next_impl());
   best.candidates = candidates;
-  Remember(hash, best);
+  Remember(hash, best, watch.Disturbed());
   return best.position;
 }
 
@@ -466,13 +518,14 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
     faster = remembered->position == 1;
   } else {
     // Alternate the two and keep each one's best, so a burst of load elsewhere does not decide alone.
+    const LoadWatch watch;
     double f32_ms = 1e30, bf16_ms = 1e30;
     for (int round = 0; round < 2; ++round) {
       f32_ms = std::min(f32_ms, KernelMs(f32, user_src, user_dst));
       bf16_ms = std::min(bf16_ms, KernelMs(bf16, user_src, user_dst));
     }
     faster = bf16_ms < f32_ms;
-    Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2});
+    Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2}, watch.Disturbed());
   }
   if (!faster) return false;
   // The agreement depends on the weights too: remembered per operation and weight content.
@@ -488,7 +541,7 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
   for (size_t i = 0; i < user_src.get_size() / sizeof(float); ++i) x[i] = uniform(random);
   const bool agrees = RelativeRmsDifference(RunOnce(f32, src, weights_plain, weights, user_dst),
                                             RunOnce(bf16, src, weights_plain, weights, user_dst)) <= kBf16Agreement;
-  Remember(agree_hash, {agrees ? 1 : 0, agrees ? "agrees" : "differs", 2});
+  Remember(agree_hash, {agrees ? 1 : 0, agrees ? "agrees" : "differs", 2}, /*provisional=*/false);  // not a timing
   return agrees;
 }
 
