@@ -2,8 +2,10 @@
 /// Detection datasets on disk (COCO and YOLO) for `osprey augment`, image encoding, preview drawing, and the dataset
 /// runner behind `osprey augment` (RunDataset). See docs/augment.md for the layouts read and written.
 #include <cstdint>
+#include <mutex>
 #include <ostream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "osprey/augment.h"
@@ -78,13 +80,17 @@ struct OutputItem {
 /// Writes an augmented dataset in COCO or YOLO layout (docs/augment.md):
 ///   COCO: OUT/images/<file_name>, OUT/annotations.json
 ///   YOLO: OUT/images/<file_name>, OUT/labels/<stem>.txt, OUT/classes.txt
-/// Crash-safe and resumable: each finished item is recorded in OUT/.osprey-augment/items/<image_id>.json (written
-/// after its image, via rename), so IsDone() is true only for complete items. Finish() writes the dataset-level
-/// files from all records present (COCO annotations.json sorted by image id). Thread-safe.
+/// Crash-safe and resumable: each finished item's record is appended to this writer's log in
+/// OUT/.osprey-augment/records/ after its image is renamed into place, so a record exists only for complete items.
+/// IsDone() answers from the records present when the writer was made plus those it wrote. Finish() writes the
+/// dataset-level files from all records present (COCO annotations.json sorted by image id). Thread-safe.
 class DatasetWriter {
  public:
   /// `format` "coco" or "yolo"; `categories` are written as given.
   DatasetWriter(std::string out_dir, std::string format, std::vector<Category> categories);
+  ~DatasetWriter();
+  DatasetWriter(const DatasetWriter&) = delete;
+  DatasetWriter& operator=(const DatasetWriter&) = delete;
   bool IsDone(int64_t image_id) const;
   /// Writes the encoded image bytes and the item's record.
   void Write(const OutputItem& item, const std::string& encoded_image);
@@ -95,8 +101,13 @@ class DatasetWriter {
   const std::string& out_dir() const { return out_dir_; }
 
  private:
+  void AppendRecord(const std::string& line);
+
   std::string out_dir_, format_;
   std::vector<Category> categories_;
+  mutable std::mutex mu_;           // guards log_fd_ and done_
+  int log_fd_ = -1;                 // this writer's record log, opened at the first Write
+  std::unordered_set<int64_t> done_;
 };
 
 /// Draws the objects onto a copy of `image` (boxes as 2-px rectangles in a colour per category, polygons as outlines,

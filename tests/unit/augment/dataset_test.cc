@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,11 +69,24 @@ std::string ReadText(const fs::path& path) {
 }
 
 // Every file under `dir` (relative path -> bytes).
+// Every file under `dir` but the writer's bookkeeping (.osprey-augment: record logs named by process and time).
 std::map<std::string, std::string> Snapshot(const fs::path& dir) {
   std::map<std::string, std::string> files;
-  for (const auto& entry : fs::recursive_directory_iterator(dir))
-    if (entry.is_regular_file()) files[entry.path().lexically_relative(dir).generic_string()] = ReadText(entry.path());
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    const std::string name = entry.path().lexically_relative(dir).generic_string();
+    if (entry.is_regular_file() && name.rfind(".osprey-augment/", 0) != 0) files[name] = ReadText(entry.path());
+  }
   return files;
+}
+
+// The record log lines under OUT/.osprey-augment/records (all logs).
+std::vector<std::string> RecordLines(const fs::path& out) {
+  std::vector<std::string> lines;
+  for (const auto& entry : fs::directory_iterator(out / ".osprey-augment" / "records")) {
+    std::istringstream text(ReadText(entry.path()));
+    for (std::string line; std::getline(text, line);) lines.push_back(line);
+  }
+  return lines;
 }
 
 Tensor Image(int64_t h, int64_t w, int64_t c, const std::function<uint8_t(int64_t, int64_t, int64_t)>& f) {
@@ -483,7 +497,8 @@ TEST(DatasetWriter, OutputBytesDoNotDependOnWriteOrder) {
     const auto files_a = Snapshot(a), files_b = Snapshot(b);
     EXPECT_EQ(files_a, files_b) << format;
     EXPECT_EQ(files_a.count(format == "coco" ? "annotations.json" : "classes.txt"), 1u) << format;
-    EXPECT_EQ(files_a.count(".osprey-augment/items/4.json"), 1u) << format;
+    EXPECT_EQ(RecordLines(a).size(), 3u) << format;
+    EXPECT_EQ(RecordLines(b).size(), 3u) << format;
     if (format == "yolo") {
       EXPECT_EQ(files_a.at("classes.txt"), "a\nclass1\nclass2\nd\n");  // missing ids get placeholders
     }
@@ -503,9 +518,10 @@ TEST(DatasetWriter, ResumeSkipsRecordedItemsOnly) {
     first.Write(items[0], PngBytes());
     first.Write(items[1], PngBytes());
   }
-  // A crash while writing item 9: its image and a temporary record exist, its record does not.
+  ASSERT_EQ(RecordLines(out).size(), 2u);
+  // A crash while writing item 9: its image exists, its record line was torn (no newline) in a log of its own.
   WriteText(out / "images" / "c.png", "partial");
-  WriteText(out / ".osprey-augment" / "items" / "9.json.tmp.123.0", "{");
+  WriteText(out / ".osprey-augment" / "records" / "123-1-0.jsonl", "{\"image_id\": 9, \"file_na");
   DatasetWriter second(out.string(), "coco", CocoCategories());
   EXPECT_TRUE(second.IsDone(7));
   EXPECT_TRUE(second.IsDone(2));
@@ -525,6 +541,25 @@ TEST(DatasetWriter, ResumeSkipsRecordedItemsOnly) {
   const fs::path fresh = FreshDir("fresh");
   WriteAll(fresh, "coco", {items[0], items[1], third}, false);
   EXPECT_EQ(ReadText(fresh / "annotations.json"), first_finish);
+}
+
+// A complete record line that is not a record (edited by hand, a disk error) is an error naming the log and line;
+// only a torn last line is skipped.
+TEST(DatasetWriter, CorruptRecordLineIsAClearError) {
+  const fs::path out = FreshDir("corrupt");
+  {
+    DatasetWriter writer(out.string(), "coco", CocoCategories());
+    writer.Write(CocoItems()[0], PngBytes());
+  }
+  const fs::path log = out / ".osprey-augment" / "records" / "1-1-0.jsonl";
+  WriteText(log, "{\"image_id\": 3}\n");
+  try {
+    DatasetWriter writer(out.string(), "coco", CocoCategories());
+    FAIL() << "a corrupt record was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1-1-0.jsonl line 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("delete that line"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DatasetWriter, RefusesPathsOutsideTheOutputAndBadArguments) {
