@@ -173,7 +173,8 @@ class Importer {
       int id = ValueId(vi.name());
       graph_.inputs.push_back(id);
       input_ids_.insert(id);
-      graph_.input_infos.push_back(InfoFromProto(vi, /*is_input=*/true));
+      // A subgraph's (Loop body's) inputs take their types from the node's inputs: a declared type is optional.
+      graph_.input_infos.push_back(InfoFromProto(vi, /*is_input=*/depth_ == 0));
     }
   }
 
@@ -222,10 +223,12 @@ class Importer {
       case onnx::AttributeProto_AttributeType_GRAPH:
         if (node.op_type == "If" && node.domain.empty() && (ap.name() == "then_branch" || ap.name() == "else_branch"))
           return Attribute::GraphValue(std::make_shared<const Graph>(ImportBranch(ap, node)));
+        if (node.op_type == "Loop" && node.domain.empty() && ap.name() == "body")
+          return Attribute::GraphValue(std::make_shared<const Graph>(ImportSubgraph(ap, node)));
         [[fallthrough]];
       case onnx::AttributeProto_AttributeType_GRAPHS:
         problems_.push_back(node.Describe() + " has subgraph attribute '" + ap.name() +
-                            "' (subgraphs are supported only as If branches)");
+                            "' (subgraphs are supported only as If branches and Loop bodies)");
         break;
       default: {
         std::string kind =
@@ -296,6 +299,7 @@ class Importer {
         if (keep) node.attrs.emplace(ap.name(), std::move(a));
       }
       if (node.op_type == "If" && node.domain.empty()) AddCapturedInputs(node);
+      if (node.op_type == "Loop" && node.domain.empty()) AddLoopCapturedInputs(node, np);
       if (FoldConstantNode(node)) continue;
       graph_.nodes.push_back(std::move(node));
     }
@@ -373,11 +377,17 @@ class Importer {
 
   // An If branch: a graph with no inputs of its own that may read values of the graphs around it by name.
   Graph ImportBranch(const onnx::AttributeProto& ap, const Node& node) {
-    if (depth_ + 1 > kMaxSubgraphDepth)
-      Bad(node.Describe() + ": If branches are nested more than " + std::to_string(kMaxSubgraphDepth) + " deep");
     if (ap.g().input_size() > 0)
       Bad(node.Describe() + ": " + ap.name() + " declares " + std::to_string(ap.g().input_size()) +
           " inputs; If branches take none");
+    return ImportSubgraph(ap, node);
+  }
+
+  // A subgraph (If branch, Loop body): its declared inputs first, then the outer values it reads (CaptureOuterValues).
+  Graph ImportSubgraph(const onnx::AttributeProto& ap, const Node& node) {
+    if (depth_ + 1 > kMaxSubgraphDepth)
+      Bad(node.Describe() + ": subgraphs (If branches, Loop bodies) are nested more than " +
+          std::to_string(kMaxSubgraphDepth) + " deep");
     onnx::GraphProto gp = ap.g();
     if (gp.name().empty()) gp.set_name(node.name + "/" + ap.name());
     return Importer(gp, graph_.opset, base_dir_, options_, depth_ + 1, &problems_).Import();
@@ -387,6 +397,7 @@ class Importer {
   // inputs, in name order.
   void CaptureOuterValues() {
     std::vector<char> defined(graph_.num_values(), 0);
+    for (int v : graph_.inputs) defined[v] = 1;
     for (const auto& [id, t] : graph_.constants) defined[id] = 1;
     for (const Node& n : graph_.nodes)
       for (int v : n.outputs) defined[v] = 1;
@@ -433,6 +444,28 @@ class Importer {
     node.inputs.resize(1);
     for (const std::string& name : names) node.inputs.push_back(ValueId(name));
     CheckIfNode(node);
+  }
+
+  // A Loop's body reads (iteration_num, cond, N carried values) and then the outer values CaptureOuterValues found;
+  // those become the node's inputs after (M, cond, N initial values), and `_carried` records N.
+  void AddLoopCapturedInputs(Node& node, const onnx::NodeProto& np) {
+    auto it = node.attrs.find("body");
+    if (it == node.attrs.end() || it->second.kind != Attribute::Kind::kGraph) return;  // reported as a problem
+    const Graph& body = *it->second.g;
+    int declared = 0;
+    for (const auto& ap : np.attribute())
+      if (ap.name() == "body") declared = ap.g().input_size();
+    if (declared < 2)
+      Bad(node.Describe() + ": the body must declare at least 2 inputs (iteration number, condition), it declares " +
+          std::to_string(declared));
+    while (node.inputs.size() < 2) node.inputs.push_back(-1);  // M and cond omitted at the end
+    if (static_cast<int>(node.inputs.size()) != declared)
+      Bad(node.Describe() + ": " + std::to_string(node.inputs.size() - 2) + " loop-carried inputs, but the body " +
+          "declares " + std::to_string(declared - 2));
+    for (size_t k = static_cast<size_t>(declared); k < body.inputs.size(); ++k)
+      node.inputs.push_back(ValueId(body.input_infos[k].name));
+    node.attrs[kLoopCarriedAttr] = Attribute::Int(declared - 2);
+    CheckLoopNode(node);
   }
 
   onnx::GraphProto& gp_;

@@ -6,6 +6,11 @@
 //   The importer lists the outer-scope values either branch reads as extra inputs after `cond`, in the same order
 //   as each branch graph's inputs (so they are ordinary dependencies for sorting and liveness); ONNX's If has only
 //   `cond`. Each branch graph has one output per If output.
+//
+// Loop(M, cond, v_initial_0..N-1, captured_0..C-1) -> (v_final_0..N-1, scan_0..K-1), attributes body (a graph) and
+//   _carried = N (added by the importer). Unrolled when compiled (src/runtime/inline_loop.cc) when its trip count
+//   and conditions are known then; the body's inputs are (iteration_num, cond, carried..., captured...), its outputs
+//   (cond, carried..., scan...).
 #include "ops/control_flow.h"
 
 #include <string>
@@ -45,8 +50,39 @@ void CheckIfNode(const Node& node) {
   }
 }
 
+void CheckLoopNode(const Node& node) {
+  auto body = node.attrs.find("body");
+  if (body == node.attrs.end() || body->second.kind != Attribute::Kind::kGraph || !body->second.g)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": attribute 'body' (a graph) is required");
+  auto carried = node.attrs.find(kLoopCarriedAttr);
+  if (carried == node.attrs.end() || carried->second.kind != Attribute::Kind::kInt)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the importer's attribute '_carried' is missing");
+  const Graph& g = *body->second.g;
+  const int64_t n = carried->second.i;
+  if (n < 0 || node.inputs.size() < static_cast<size_t>(2 + n) || static_cast<size_t>(n) > node.outputs.size())
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + std::to_string(node.inputs.size()) +
+                                                 " inputs and " + std::to_string(node.outputs.size()) +
+                                                 " outputs do not fit " + std::to_string(n) + " loop-carried values");
+  if (g.inputs.size() != node.inputs.size())
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the body takes " + std::to_string(g.inputs.size()) +
+                                                 " inputs (iteration number, condition, " + std::to_string(n) +
+                                                 " carried values and the outer values it reads), the node gives " +
+                                                 std::to_string(node.inputs.size()));
+  if (g.outputs.size() != node.outputs.size() + 1)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the body has " + std::to_string(g.outputs.size()) +
+                                                 " outputs, expected " + std::to_string(node.outputs.size() + 1) +
+                                                 " (the condition, then one per Loop output)");
+}
+
+static void InferLoop(InferContext& ctx) {
+  throw Error(ErrorCode::kUnsupported, ctx.node.Describe() +
+                                           ": osprey unrolls Loop when the model is compiled; its trip count or "
+                                           "condition depends on input data");
+}
+
 void RegisterControlFlowOps(OpRegistry& r) {
   r.Add("If", 1, kManyValues, 1, kManyValues, InferIf);
+  r.Add("Loop", 2, kManyValues, 1, kManyValues, InferLoop);
 }
 
 }  // namespace osprey

@@ -1,5 +1,5 @@
 #pragma once
-// If (src/ops/control_flow.cc): checks shared by the importer and the compile step that folds it.
+// If and Loop (src/ops/control_flow.cc): checks shared by the importer and the compile step that folds them.
 #include <string>
 
 #include "osprey/graph.h"
@@ -12,5 +12,12 @@ std::string IfConditionUnknownMessage(const Node& node);
 /// Checks an If node's branches: both present as graphs, one output per If output, one input per captured value
 /// (the node's inputs after the condition). Throws kInvalidArgument naming the node and the branch.
 void CheckIfNode(const Node& node);
+
+/// Attribute the importer adds to a Loop node: N, the number of loop-carried values (inputs 2..2+N-1).
+inline constexpr const char* kLoopCarriedAttr = "_carried";
+
+/// Checks a Loop node: a `body` graph, `_carried` = N, inputs (M, cond, N carried, captured...) one per body input,
+/// body outputs (cond, N carried, K scan outputs) one more than the node's (N + K). kInvalidArgument otherwise.
+void CheckLoopNode(const Node& node);
 
 }  // namespace osprey

@@ -10,6 +10,7 @@
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
 #include "runtime/inline_if.h"
+#include "runtime/inline_loop.h"
 #include "runtime/plan_impl.h"
 #ifdef OSPREY_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -104,11 +105,16 @@ InferContext MakeInferContext(const CompileState& st, const Node& node) {
 }
 
 // Infers one node's outputs; folds it when its inputs are all known, else appends it to the live nodes. An If is
-// replaced by the nodes of the branch its (known) condition picks (inline_if.cc).
+// replaced by the nodes of the branch its (known) condition picks (inline_if.cc), a Loop by its unrolled iterations
+// (inline_loop.cc).
 void InferAndFoldNode(CompileState& st, const Node& node) {
   const OpRegistry& registry = OpRegistry::Get();
   if (node.op_type == "If" && node.domain.empty()) {
     for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
+    return;
+  }
+  if (node.op_type == "Loop" && node.domain.empty()) {
+    InlineLoop(st, node, [&st](const Node& n) { InferAndFoldNode(st, n); });
     return;
   }
   const OpSchema* schema = registry.Find(node.op_type);

@@ -7,62 +7,44 @@
 
 namespace osprey {
 
-std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
-  CheckIfNode(node);
-  if (node.inputs.empty() || node.inputs[0] < 0)
-    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input 0 (the condition) is required");
-  const CompileValue& cond = st.values[node.inputs[0]];
-  if (!cond.typed) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the condition has no value");
-  if (!cond.known) throw Error(ErrorCode::kUnsupported, IfConditionUnknownMessage(node));
+bool KnownCondition(const Node& node, const CompileValue& cond, const std::string& what) {
+  if (!cond.typed) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " has no value");
+  if (!cond.known) throw Error(ErrorCode::kInternal, node.Describe() + ": " + what + " is not known");
   if (cond.value.numel() != 1)
-    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the condition must hold one value, got shape " +
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " must hold one value, got shape " +
                                                  ShapeToString(cond.value.shape()));
-  bool taken = false;
   switch (cond.value.dtype()) {
     case DType::kBool:
-      taken = cond.value.data<bool>()[0];
-      break;
+      return cond.value.data<bool>()[0];
     case DType::kF32:
-      taken = cond.value.data<float>()[0] != 0.f;
-      break;
+      return cond.value.data<float>()[0] != 0.f;
     case DType::kI32:
-      taken = cond.value.data<int32_t>()[0] != 0;
-      break;
+      return cond.value.data<int32_t>()[0] != 0;
     case DType::kI64:
-      taken = cond.value.data<int64_t>()[0] != 0;
-      break;
+      return cond.value.data<int64_t>()[0] != 0;
     case DType::kI8:
-      taken = cond.value.data<int8_t>()[0] != 0;
-      break;
+      return cond.value.data<int8_t>()[0] != 0;
     case DType::kU8:
-      taken = cond.value.data<uint8_t>()[0] != 0;
-      break;
+      return cond.value.data<uint8_t>()[0] != 0;
     default:
       throw Error(ErrorCode::kInvalidArgument,
-                  node.Describe() + ": the condition must be bool, got " + DTypeName(cond.value.dtype()));
+                  node.Describe() + ": " + what + " must be bool, got " + DTypeName(cond.value.dtype()));
   }
-  const char* branch_name = taken ? "then_branch" : "else_branch";
-  const Graph& branch = *node.attrs.at(branch_name).g;
-  for (size_t i = 1; i < node.inputs.size(); ++i)
-    if (node.inputs[i] < 0 || !st.values[node.inputs[i]].typed)
-      throw Error(ErrorCode::kInvalidArgument,
-                  node.Describe() + ": outer value " + std::to_string(i) + " read by the branches has no value");
+}
 
-  // Branch value id -> id in `st`. Outer values first, then constants, then node outputs (new values).
+std::vector<Node> CopySubgraph(CompileState& st, const Graph& graph, const std::vector<int>& input_ids,
+                               const std::vector<int>& output_ids, const std::string& prefix, std::vector<int>* outputs) {
+  // Subgraph value id -> id in `st`. Inputs first, then constants, then node outputs (new values).
   std::unordered_map<int, int> id_of;
-  for (size_t k = 0; k < branch.inputs.size(); ++k) id_of[branch.inputs[k]] = node.inputs[k + 1];
-  for (const auto& [id, t] : branch.constants) id_of[id] = st.AddConstant(t);
-  // A branch output computed by a branch node is written straight into the If output (each If output once).
+  for (size_t k = 0; k < graph.inputs.size() && k < input_ids.size(); ++k) id_of[graph.inputs[k]] = input_ids[k];
+  for (const auto& [id, t] : graph.constants) id_of[id] = st.AddConstant(t);
+  // An output computed by a subgraph node is written straight into output_ids[j] (each once) where that is given.
   std::unordered_map<int, int> produced;
-  for (const Node& n : branch.nodes)
+  for (const Node& n : graph.nodes)
     for (int v : n.outputs) produced[v] = 1;
-  std::vector<char> output_taken(node.outputs.size(), 0);
-  for (size_t j = 0; j < branch.outputs.size(); ++j) {
-    const int v = branch.outputs[j];
-    if (produced.count(v) && !id_of.count(v)) {
-      id_of[v] = node.outputs[j];
-      output_taken[j] = 1;
-    }
+  for (size_t j = 0; j < graph.outputs.size() && j < output_ids.size(); ++j) {
+    const int v = graph.outputs[j];
+    if (output_ids[j] >= 0 && produced.count(v) && !id_of.count(v)) id_of[v] = output_ids[j];
   }
   auto map_value = [&](int v) {
     if (v < 0) return -1;
@@ -74,23 +56,44 @@ std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
     id_of[v] = id;
     return id;
   };
-
   std::vector<Node> nodes;
-  nodes.reserve(branch.nodes.size() + branch.outputs.size());
-  const std::string prefix = node.name + "/" + branch_name + "/";
-  for (const Node& n : branch.nodes) {
+  nodes.reserve(graph.nodes.size());
+  for (const Node& n : graph.nodes) {
     Node copy = n;
     copy.name = prefix + n.name;
     for (int& v : copy.inputs) v = map_value(v);
     for (int& v : copy.outputs) v = map_value(v);
     nodes.push_back(std::move(copy));
   }
-  for (size_t j = 0; j < branch.outputs.size(); ++j) {
-    if (output_taken[j]) continue;
+  outputs->clear();
+  for (int v : graph.outputs) outputs->push_back(map_value(v));
+  return nodes;
+}
+
+std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
+  CheckIfNode(node);
+  if (node.inputs.empty() || node.inputs[0] < 0)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input 0 (the condition) is required");
+  const CompileValue& cond = st.values[node.inputs[0]];
+  if (cond.typed && !cond.known) throw Error(ErrorCode::kUnsupported, IfConditionUnknownMessage(node));
+  const bool taken = KnownCondition(node, cond, "the condition");
+  const char* branch_name = taken ? "then_branch" : "else_branch";
+  const Graph& branch = *node.attrs.at(branch_name).g;
+  for (size_t i = 1; i < node.inputs.size(); ++i)
+    if (node.inputs[i] < 0 || !st.values[node.inputs[i]].typed)
+      throw Error(ErrorCode::kInvalidArgument,
+                  node.Describe() + ": outer value " + std::to_string(i) + " read by the branches has no value");
+
+  std::vector<int> outputs;
+  const std::string prefix = node.name + "/" + branch_name + "/";
+  std::vector<int> inputs(node.inputs.begin() + 1, node.inputs.end());
+  std::vector<Node> nodes = CopySubgraph(st, branch, inputs, node.outputs, prefix, &outputs);
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    if (outputs[j] == node.outputs[j]) continue;
     Node identity;
     identity.op_type = "Identity";
     identity.name = prefix + "output_" + std::to_string(j);
-    identity.inputs = {map_value(branch.outputs[j])};
+    identity.inputs = {outputs[j]};
     identity.outputs = {node.outputs[j]};
     nodes.push_back(std::move(identity));
   }

@@ -110,6 +110,7 @@ struct CompileState {
   std::vector<Node> nodes;  // live (unfolded) nodes, in execution order
   std::vector<char> is_graph_output;
   WeightStore* weights = nullptr;
+  int64_t loop_nodes = 0;  // nodes copied by unrolling Loops so far, nested ones included (bounded: inline_loop.h)
   // Filled by AssignLayouts: per value, and per live node whether it runs on physical (channels-last) shapes
   // (kTransparentElementwise), or is a Transpose between NHWC-stored [N, C, H, W] and plain [N, H, W, C], which are
   // the same bytes (kTransparentCopy).
