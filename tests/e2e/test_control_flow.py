@@ -95,6 +95,17 @@ def test_if_on_input_data_is_refused_naming_the_node(osprey_bin, work_dir):
 
 # ---------------------------------------------------------------------------------------------------------------- Loop
 
+def _loop_body(name, nodes, carried_rank=2, scan_rank=0, p=""):
+    """A Loop body reading (p+i, p+c_in, p+h_in) and writing (p+c_out, p+h_out[, p+scan])."""
+    f, vi = TensorProto.FLOAT, helper.make_tensor_value_info
+    inputs = [vi(p + "i", TensorProto.INT64, []), vi(p + "c_in", TensorProto.BOOL, []),
+              vi(p + "h_in", f, [None] * carried_rank)]
+    outputs = [vi(p + "c_out", TensorProto.BOOL, []), vi(p + "h_out", f, [None] * carried_rank)]
+    if scan_rank:
+        outputs.append(vi(p + "scan", f, [None] * scan_rank))
+    return helper.make_graph(nodes, name, inputs, outputs)
+
+
 def loop_model(path, kind):
     """Loops over x [N, L] as exporters write them.
 
@@ -102,89 +113,54 @@ def loop_model(path, kind):
     shape: M = N (Shape -> Gather), the tf.map_fn form: row i of x (Gather on i), times 2 minus the running sum,
            scan output the rows -> [N, L], carried sum [L].
     while: no M, cond = i < 2 computed in the body (a while loop), carried h = h + 1 -> 3 iterations.
-    data:  M = the int64 of x's first element: refused.
+    data:  M = the int64 of x's maximum: refused.
     huge:  M = 10^9 with a constant condition: refused before unrolling more than the limit.
     nested: 5000 x 5000 iterations of a loop in a loop (25M nodes): refused at the model-wide node limit.
     """
-    f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    f, node = TensorProto.FLOAT, helper.make_node
     consts = [_const("bias", np.float32(0.25)), _const("half", np.float32(0.5)), _const("zero_i", np.int64(0)),
-              _const("true", np.bool_(True))]
-    nodes = []
+              _const("true", np.bool_(True)), _const("zero_f", np.float32(0)), _const("two", np.float32(2)),
+              _const("two_i", np.int64(2)), _const("one_f", np.float32(1))]
+    keep_cond = node("Identity", ["c_in"], ["c_out"], name="cond")
+    increment = [node("Add", ["h_in", "bias"], ["h_out"], name="inc"), keep_cond]
+    nodes, outputs, loop_inputs = [], {"h": 2}, ["M", "true", "x"]
     if kind == "count":
         consts.append(_const("M", np.int64(4)))
-        body = helper.make_graph(
-            [helper.make_node("Cast", ["i"], ["fi"], to=f, name="cast"),
-             helper.make_node("Mul", ["h_in", "half"], ["h_half"], name="half"),
-             helper.make_node("Add", ["h_half", "fi"], ["h_i"], name="add_i"),
-             helper.make_node("Add", ["h_i", "bias"], ["h_out"], name="add_bias"),
-             helper.make_node("Relu", ["h_out"], ["scan"], name="relu"),
-             helper.make_node("Identity", ["c_in"], ["c_out"], name="cond")],
-            "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
-                     helper.make_tensor_value_info("h_in", f, [None, None])],
-            [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("h_out", f, [None, None]),
-             helper.make_tensor_value_info("scan", f, [None, None])])
-        nodes.append(helper.make_node("Loop", ["M", "true", "x"], ["h", "y"], body=body, name="loop"))
+        body = _loop_body("body", [node("Cast", ["i"], ["fi"], to=f, name="cast"),
+                                   node("Mul", ["h_in", "half"], ["h_half"], name="half"),
+                                   node("Add", ["h_half", "fi"], ["h_i"], name="add_i"),
+                                   node("Add", ["h_i", "bias"], ["h_out"], name="add_bias"),
+                                   node("Relu", ["h_out"], ["scan"], name="relu"), keep_cond], scan_rank=2)
         outputs = {"h": 2, "y": 3}
     elif kind == "shape":
-        nodes += [helper.make_node("Shape", ["x"], ["x_shape"], name="shape"),
-                  helper.make_node("Gather", ["x_shape", "zero_i"], ["M"], axis=0, name="batch"),
-                  helper.make_node("ReduceMean", ["x"], ["zeros_l"], axes=[0], keepdims=0, name="mean0"),
-                  helper.make_node("Mul", ["zeros_l", "zero_f"], ["s0"], name="zeros")]
-        consts.append(_const("zero_f", np.float32(0)))
-        consts.append(_const("two", np.float32(2)))
-        body = helper.make_graph(
-            [helper.make_node("Gather", ["x", "i"], ["row"], axis=0, name="row"),
-             helper.make_node("Mul", ["row", "two"], ["row2"], name="double"),
-             helper.make_node("Sub", ["row2", "s_in"], ["scan"], name="minus_sum"),
-             helper.make_node("Add", ["s_in", "row"], ["s_out"], name="running_sum"),
-             helper.make_node("Identity", ["c_in"], ["c_out"], name="cond")],
-            "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
-                     helper.make_tensor_value_info("s_in", f, [None])],
-            [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("s_out", f, [None]),
-             helper.make_tensor_value_info("scan", f, [None])])
-        nodes.append(helper.make_node("Loop", ["M", "", "s0"], ["h", "y"], body=body, name="loop"))
-        outputs = {"h": 1, "y": 2}
+        nodes += [node("Shape", ["x"], ["x_shape"], name="shape"),
+                  node("Gather", ["x_shape", "zero_i"], ["M"], axis=0, name="batch"),
+                  node("ReduceMean", ["x"], ["mean_l"], axes=[0], keepdims=0, name="mean0"),
+                  node("Mul", ["mean_l", "zero_f"], ["s0"], name="zeros")]
+        body = _loop_body("body", [node("Gather", ["x", "i"], ["row"], axis=0, name="row"),
+                                   node("Mul", ["row", "two"], ["row2"], name="double"),
+                                   node("Sub", ["row2", "h_in"], ["scan"], name="minus_sum"),
+                                   node("Add", ["h_in", "row"], ["h_out"], name="running_sum"), keep_cond],
+                          carried_rank=1, scan_rank=1)
+        loop_inputs, outputs = ["M", "", "s0"], {"h": 1, "y": 2}
     elif kind == "while":
-        consts.append(_const("two_i", np.int64(2)))
-        consts.append(_const("one_f", np.float32(1)))
-        body = helper.make_graph(
-            [helper.make_node("Less", ["i", "two_i"], ["c_out"], name="less"),
-             helper.make_node("Add", ["h_in", "one_f"], ["h_out"], name="inc")],
-            "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
-                     helper.make_tensor_value_info("h_in", f, [None, None])],
-            [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("h_out", f, [None, None])])
-        nodes.append(helper.make_node("Loop", ["", "true", "x"], ["h"], body=body, name="loop"))
-        outputs = {"h": 2}
+        body = _loop_body("body", [node("Less", ["i", "two_i"], ["c_out"], name="less"),
+                                   node("Add", ["h_in", "one_f"], ["h_out"], name="inc")])
+        loop_inputs = ["", "true", "x"]
     elif kind == "nested":
         consts.append(_const("M", np.int64(5000)))
-        inner = helper.make_graph(
-            [helper.make_node("Add", ["g_in", "bias"], ["g_out"], name="inc"),
-             helper.make_node("Identity", ["d_in"], ["d_out"], name="cond")],
-            "inner", [helper.make_tensor_value_info("j", i64, []), helper.make_tensor_value_info("d_in", b, []),
-                      helper.make_tensor_value_info("g_in", f, [None, None])],
-            [helper.make_tensor_value_info("d_out", b, []), helper.make_tensor_value_info("g_out", f, [None, None])])
-        body = helper.make_graph(
-            [helper.make_node("Loop", ["M", "true", "h_in"], ["h_out"], body=inner, name="inner_loop"),
-             helper.make_node("Identity", ["c_in"], ["c_out"], name="cond")],
-            "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
-                     helper.make_tensor_value_info("h_in", f, [None, None])],
-            [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("h_out", f, [None, None])])
-        nodes.append(helper.make_node("Loop", ["M", "true", "x"], ["h"], body=body, name="loop"))
-        outputs = {"h": 2}
+        inner = _loop_body("inner", [node("Add", ["g_h_in", "bias"], ["g_h_out"], name="inc"),
+                                     node("Identity", ["g_c_in"], ["g_c_out"], name="cond")], p="g_")
+        body = _loop_body("body", [node("Loop", ["M", "true", "h_in"], ["h_out"], body=inner, name="inner_loop"),
+                                   keep_cond])
+    elif kind == "data":
+        nodes += [node("ReduceMax", ["x"], ["xmax"], keepdims=0, name="max"),
+                  node("Cast", ["xmax"], ["M"], to=TensorProto.INT64, name="count")]
+        body = _loop_body("body", increment)
     else:
-        if kind == "data":
-            nodes += [helper.make_node("ReduceMax", ["x"], ["xmax"], keepdims=0, name="max"),
-                      helper.make_node("Cast", ["xmax"], ["M"], to=i64, name="count")]
-        else:
-            consts.append(_const("M", np.int64(10**9)))
-        body = helper.make_graph(
-            [helper.make_node("Add", ["h_in", "bias"], ["h_out"], name="inc"),
-             helper.make_node("Identity", ["c_in"], ["c_out"], name="cond")],
-            "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
-                     helper.make_tensor_value_info("h_in", f, [None, None])],
-            [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("h_out", f, [None, None])])
-        nodes.append(helper.make_node("Loop", ["M", "true", "x"], ["h"], body=body, name="loop"))
-        outputs = {"h": 2}
+        consts.append(_const("M", np.int64(10**9)))
+        body = _loop_body("body", increment)
+    nodes.append(node("Loop", loop_inputs, list(outputs), body=body, name="loop"))
     graph = helper.make_graph(nodes, "loop_" + kind, [helper.make_tensor_value_info("x", f, ["N", "L"])],
                               [helper.make_tensor_value_info(o, f, [None] * r) for o, r in outputs.items()], consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
