@@ -223,12 +223,12 @@ class Importer {
       case onnx::AttributeProto_AttributeType_GRAPH:
         if (node.op_type == "If" && node.domain.empty() && (ap.name() == "then_branch" || ap.name() == "else_branch"))
           return Attribute::GraphValue(std::make_shared<const Graph>(ImportBranch(ap, node)));
-        if (node.op_type == "Loop" && node.domain.empty() && ap.name() == "body")
+        if ((node.op_type == "Loop" || node.op_type == "Scan") && node.domain.empty() && ap.name() == "body")
           return Attribute::GraphValue(std::make_shared<const Graph>(ImportSubgraph(ap, node)));
         [[fallthrough]];
       case onnx::AttributeProto_AttributeType_GRAPHS:
         problems_.push_back(node.Describe() + " has subgraph attribute '" + ap.name() +
-                            "' (subgraphs are supported only as If branches and Loop bodies)");
+                            "' (subgraphs are supported only as If branches and Loop and Scan bodies)");
         break;
       default: {
         std::string kind =
@@ -299,7 +299,7 @@ class Importer {
         if (keep) node.attrs.emplace(ap.name(), std::move(a));
       }
       if (node.op_type == "If" && node.domain.empty()) AddCapturedInputs(node);
-      if (node.op_type == "Loop" && node.domain.empty()) AddLoopCapturedInputs(node, np);
+      if ((node.op_type == "Loop" || node.op_type == "Scan") && node.domain.empty()) AddLoopCapturedInputs(node, np);
       if (FoldConstantNode(node)) continue;
       graph_.nodes.push_back(std::move(node));
     }
@@ -446,8 +446,8 @@ class Importer {
     CheckIfNode(node);
   }
 
-  // A Loop's body reads (iteration_num, cond, N carried values) and then the outer values CaptureOuterValues found;
-  // those become the node's inputs after (M, cond, N initial values), and `_carried` records N.
+  // A Loop's body reads (iteration_num, cond, N carried values), a Scan's (N states, M scan elements), and then the
+  // outer values CaptureOuterValues found; those become the node's inputs after its own, and `_carried` records N.
   void AddLoopCapturedInputs(Node& node, const onnx::NodeProto& np) {
     auto it = node.attrs.find("body");
     if (it == node.attrs.end() || it->second.kind != Attribute::Kind::kGraph) return;  // reported as a problem
@@ -455,17 +455,27 @@ class Importer {
     int declared = 0;
     for (const auto& ap : np.attribute())
       if (ap.name() == "body") declared = ap.g().input_size();
-    if (declared < 2)
-      Bad(node.Describe() + ": the body must declare at least 2 inputs (iteration number, condition), it declares " +
-          std::to_string(declared));
-    while (node.inputs.size() < 2) node.inputs.push_back(-1);  // M and cond omitted at the end
+    const bool scan = node.op_type == "Scan";
+    if (scan && graph_.opset < 9)
+      throw Error(ErrorCode::kUnsupported, node.Describe() + ": Scan before opset 9 (batched, with sequence_lens) is "
+                                                             "not supported; convert the model to opset 9 or newer "
+                                                             "(onnx.version_converter)");
+    // Inputs before the carried values: Loop's M and cond; none for Scan, whose scan inputs come after them.
+    const int before = scan ? 0 : 2, after = scan ? static_cast<int>(node.GetInt("num_scan_inputs", 0)) : 0;
+    if (declared < before + after)
+      Bad(node.Describe() + ": the body declares " + std::to_string(declared) + " inputs, fewer than " +
+          std::to_string(before + after) + (scan ? " (num_scan_inputs)" : " (iteration number, condition)"));
+    while (static_cast<int>(node.inputs.size()) < before) node.inputs.push_back(-1);  // M and cond omitted at the end
     if (static_cast<int>(node.inputs.size()) != declared)
-      Bad(node.Describe() + ": " + std::to_string(node.inputs.size() - 2) + " loop-carried inputs, but the body " +
-          "declares " + std::to_string(declared - 2));
+      Bad(node.Describe() + ": " + std::to_string(node.inputs.size()) + " inputs, but the body declares " +
+          std::to_string(declared));
     for (size_t k = static_cast<size_t>(declared); k < body.inputs.size(); ++k)
       node.inputs.push_back(ValueId(body.input_infos[k].name));
-    node.attrs[kLoopCarriedAttr] = Attribute::Int(declared - 2);
-    CheckLoopNode(node);
+    node.attrs[kLoopCarriedAttr] = Attribute::Int(declared - before - after);
+    if (scan)
+      CheckScanNode(node);
+    else
+      CheckLoopNode(node);
   }
 
   onnx::GraphProto& gp_;

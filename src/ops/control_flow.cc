@@ -11,6 +11,11 @@
 //   _carried = N (added by the importer). Unrolled when compiled (src/runtime/inline_loop.cc) when its trip count
 //   and conditions are known then; the body's inputs are (iteration_num, cond, carried..., captured...), its outputs
 //   (cond, carried..., scan...).
+//
+// Scan(states_0..N-1, scan_inputs_0..M-1, captured...) -> (final states, scan outputs 0..K-1), attributes body,
+//   num_scan_inputs = M, scan_input_axes / scan_input_directions / scan_output_axes / scan_output_directions and
+//   _carried = N (added by the importer). Unrolled when compiled (inline_loop.cc): the sequence length is a dim of the
+//   scan inputs, so it is always known then.
 #include "ops/control_flow.h"
 
 #include <string>
@@ -74,15 +79,43 @@ void CheckLoopNode(const Node& node) {
                                                  " (the condition, then one per Loop output)");
 }
 
-static void InferLoop(InferContext& ctx) {
-  throw Error(ErrorCode::kUnsupported, ctx.node.Describe() +
-                                           ": osprey unrolls Loop when the model is compiled; its trip count or "
-                                           "condition depends on input data");
+void CheckScanNode(const Node& node) {
+  auto body = node.attrs.find("body");
+  if (body == node.attrs.end() || body->second.kind != Attribute::Kind::kGraph || !body->second.g)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": attribute 'body' (a graph) is required");
+  const Graph& g = *body->second.g;
+  const int64_t m = node.GetInt("num_scan_inputs", 0), n = node.GetInt(kLoopCarriedAttr, -1);
+  if (m < 1) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": num_scan_inputs must be >= 1");
+  if (n < 0 || node.inputs.size() < static_cast<size_t>(n + m) || static_cast<size_t>(n) > node.outputs.size())
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + std::to_string(node.inputs.size()) +
+                                                 " inputs and " + std::to_string(node.outputs.size()) +
+                                                 " outputs do not fit " + std::to_string(n) + " states and " +
+                                                 std::to_string(m) + " scan inputs");
+  if (g.inputs.size() != node.inputs.size() || g.outputs.size() != node.outputs.size())
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": the body has " + std::to_string(g.inputs.size()) +
+                                                 " inputs and " + std::to_string(g.outputs.size()) +
+                                                 " outputs, the node " + std::to_string(node.inputs.size()) + " and " +
+                                                 std::to_string(node.outputs.size()));
+  const size_t k = node.outputs.size() - static_cast<size_t>(n);
+  for (const auto& [attr, count] : {std::pair<const char*, size_t>{"scan_input_axes", m},
+                                    {"scan_input_directions", m},
+                                    {"scan_output_axes", k},
+                                    {"scan_output_directions", k}})
+    if (node.Has(attr) && node.GetInts(attr).size() != count)
+      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + attr + " has " +
+                                                   std::to_string(node.GetInts(attr).size()) + " values, expected " +
+                                                   std::to_string(count));
+}
+
+// Loop and Scan are replaced by their unrolled iterations before inference reaches them (compile.cc).
+static void InferUnrolled(InferContext& ctx) {
+  throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": reached inference without being unrolled");
 }
 
 void RegisterControlFlowOps(OpRegistry& r) {
   r.Add("If", 1, kManyValues, 1, kManyValues, InferIf);
-  r.Add("Loop", 2, kManyValues, 1, kManyValues, InferLoop);
+  r.Add("Loop", 2, kManyValues, 1, kManyValues, InferUnrolled);
+  r.Add("Scan", 1, kManyValues, 1, kManyValues, InferUnrolled);
 }
 
 }  // namespace osprey

@@ -105,16 +105,17 @@ InferContext MakeInferContext(const CompileState& st, const Node& node) {
 }
 
 // Infers one node's outputs; folds it when its inputs are all known, else appends it to the live nodes. An If is
-// replaced by the nodes of the branch its (known) condition picks (inline_if.cc), a Loop by its unrolled iterations
-// (inline_loop.cc).
+// replaced by the nodes of the branch its (known) condition picks (inline_if.cc), a Loop or Scan by its unrolled
+// iterations (inline_loop.cc).
 void InferAndFoldNode(CompileState& st, const Node& node) {
   const OpRegistry& registry = OpRegistry::Get();
   if (node.op_type == "If" && node.domain.empty()) {
     for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
     return;
   }
-  if (node.op_type == "Loop" && node.domain.empty()) {
-    InlineLoop(st, node, [&st](const Node& n) { InferAndFoldNode(st, n); });
+  if ((node.op_type == "Loop" || node.op_type == "Scan") && node.domain.empty()) {
+    const auto fold = [&st](const Node& n) { InferAndFoldNode(st, n); };
+    node.op_type == "Loop" ? InlineLoop(st, node, fold) : InlineScan(st, node, fold);
     return;
   }
   const OpSchema* schema = registry.Find(node.op_type);

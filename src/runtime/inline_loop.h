@@ -1,5 +1,5 @@
 #pragma once
-// Unrolling Loop at compile time (docs/architecture.md, "If and Loop"): a copy of the body per iteration.
+// Unrolling Loop and Scan at compile time (docs/architecture.md, "Loop"): a copy of the body per iteration.
 #include <functional>
 
 #include "runtime/plan_impl.h"
@@ -13,6 +13,11 @@ namespace osprey {
 /// by all loops of the compile (nested ones multiply: `state.loop_nodes` counts them all), kUnsupported naming the
 /// node.
 void InlineLoop(CompileState& state, const Node& node, const std::function<void(const Node&)>& fold);
+
+/// The same for Scan (opset 9 and newer): one iteration per element of the scan inputs (their dim along
+/// scan_input_axes, so always known when compiling), each element a Gather (reversed for scan_input_directions 1),
+/// scan outputs stacked along scan_output_axes (reversed for scan_output_directions 1). Same limits as Loop.
+void InlineScan(CompileState& state, const Node& node, const std::function<void(const Node&)>& fold);
 
 inline constexpr int64_t kMaxLoopIterations = 10000;
 inline constexpr int64_t kMaxLoopNodes = 200000;

@@ -6,7 +6,7 @@ Each test ends up in one of three classes:
   failed           wrong values, wrong shape/dtype, a missing output, an error, a crash or a hang
   not implemented  osprey reports `unsupported op(s)`, or the test needs something osprey does not have by design:
                    dtypes without an osprey/.npy form (float64, strings, uint16/32/64, int16, complex, bfloat16,
-                   float8, int4), sequence/optional/map values, Loop/Scan subgraphs, an If whose condition depends
+                   float8, int4), sequence/optional/map values, an If whose condition depends
                    on input data (osprey folds If when it compiles, taking the branch its condition picks, so If
                    tests run and those whose condition is known then pass), model-local functions, non-default
                    domains, or an opset outside osprey's range.
@@ -123,7 +123,7 @@ def not_implemented_reason(model: onnx.ModelProto, newest_opset: int):
         if node.domain not in ("", "ai.onnx"):
             return f"domain {node.domain}"
         for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) and node.op_type not in ("If", "Loop"):
+            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) and node.op_type not in ("If", "Loop", "Scan"):
                 return "subgraph"
             if node.op_type == "Cast" and attr.name == "to" and attr.i not in SUPPORTED_DTYPES:
                 return f"dtype {_dtype_name(attr.i)}"

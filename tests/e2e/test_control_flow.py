@@ -1,7 +1,8 @@
 """If and Loop end to end: osprey folds an If whose condition is known when it compiles (here a comparison of the input's
 batch dim, as exporters emit for batch-dependent code) and refuses one whose condition depends on input data; it
 unrolls a Loop whose trip count and conditions are known then (a constant count, a count from the input's shape as
-tf.map_fn exports, a while-loop on the iteration number) and refuses a data-dependent or oversized one.
+tf.map_fn exports, a while-loop on the iteration number) and refuses a data-dependent or oversized one; it unrolls
+Scan (forward and reverse, scan axes other than 0, two scan inputs).
 
 Models are built with onnx.helper: the branches read an outer-scope value and hold their own initializers, and one
 branch holds a nested If on the sequence length. Oracle: ONNX Runtime (CPU EP) on the same file and inputs, float32
@@ -192,3 +193,60 @@ def test_loop_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir
     proc, _ = run_osprey(osprey_bin, path, np.full((2, 3), 3, np.float32), work_dir, kind)
     assert proc.returncode == 1, proc.stderr
     assert "Loop 'loop" in proc.stderr and message in proc.stderr, proc.stderr  # (nested: 'loop/iteration_19/inner_loop')
+
+
+# ---------------------------------------------------------------------------------------------------------------- Scan
+
+def scan_model(path, kind):
+    """Scan over x [N, L] (opset 16).
+
+    cumsum:  state s [L] (zeros), scan input x along axis 0: s += row, scan output s * bias -> [N, L].
+    reverse: scan input x along axis 1, reversed (columns last to first), state [N]; scan output the running sum
+             minus the column, stacked along axis 1 in reverse order -> [N, L]; a second scan input x * 2 (forward)
+             is added to the column.
+    """
+    f, node, vi = TensorProto.FLOAT, helper.make_node, helper.make_tensor_value_info
+    consts = [_const("bias", np.float32(0.5)), _const("zero_f", np.float32(0)), _const("two", np.float32(2))]
+    if kind == "cumsum":
+        nodes = [node("ReduceMean", ["x"], ["mean_l"], axes=[0], keepdims=0, name="mean0"),
+                 node("Mul", ["mean_l", "zero_f"], ["s0"], name="zeros")]
+        body = helper.make_graph(
+            [node("Add", ["s_in", "row"], ["s_out"], name="add"), node("Mul", ["s_out", "bias"], ["y"], name="scale")],
+            "body", [vi("s_in", f, [None]), vi("row", f, [None])], [vi("s_out", f, [None]), vi("y", f, [None])])
+        nodes.append(node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, name="scan"))
+        outputs = {"s": 1, "ys": 2}
+    else:
+        nodes = [node("ReduceMean", ["x"], ["mean_n"], axes=[1], keepdims=0, name="mean1"),
+                 node("Mul", ["mean_n", "zero_f"], ["s0"], name="zeros"),
+                 node("Mul", ["x", "two"], ["x2"], name="double")]
+        body = helper.make_graph(
+            [node("Add", ["col", "col2"], ["both"], name="both"),
+             node("Add", ["s_in", "both"], ["s_out"], name="add"),
+             node("Sub", ["s_out", "col"], ["y"], name="minus")],
+            "body", [vi("s_in", f, [None]), vi("col", f, [None]), vi("col2", f, [None])],
+            [vi("s_out", f, [None]), vi("y", f, [None])])
+        nodes.append(node("Scan", ["s0", "x", "x2"], ["s", "ys"], body=body, num_scan_inputs=2,
+                          scan_input_axes=[1, 1], scan_input_directions=[1, 0], scan_output_axes=[1],
+                          scan_output_directions=[1], name="scan"))
+        outputs = {"s": 1, "ys": 2}
+    graph = helper.make_graph(nodes, "scan_" + kind, [vi("x", f, ["N", "L"])],
+                              [vi(o, f, [None] * r) for o, r in outputs.items()], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    checker.check_model(model)
+    save(model, str(path))
+    return path, list(outputs)
+
+
+@pytest.mark.parametrize("kind", ["cumsum", "reverse"])
+@pytest.mark.parametrize("shape", [(1, 3), (4, 5)], ids=lambda s: "x".join(map(str, s)))
+def test_scan_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, shape):
+    path, outputs = scan_model(work_dir / f"scan_{kind}.onnx", kind)
+    x = np.random.default_rng(sum(shape) + 7).standard_normal(shape).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, f"scan_{kind}_" + "x".join(map(str, shape)))
+    assert proc.returncode == 0, proc.stderr
+    for name, w in zip(outputs, want):
+        got = np.load(out_dir / f"{name}.npy")
+        assert got.shape == w.shape, name
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=name)

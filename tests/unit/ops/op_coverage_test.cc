@@ -21,13 +21,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Ops that never reach a kernel: the compiler folds them (Constant*, If and Loop when known), or replaces them
+// Ops that never reach a kernel: the compiler folds them (Constant*, If, Loop and Scan when known), or replaces them
 // before kernels are made. Each is covered by the compile-time tests named.
 const std::set<std::string> kNoKernel = {
     "Constant",         // folded (tests/unit/runtime, conformance test_constant*)
     "ConstantOfShape",  // folded from the known shape
     "If",               // inlined when compiled (runtime/inline_if.cc; tests/e2e/test_control_flow.py)
     "Loop",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
+    "Scan",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
 };
 
 std::string Normalized(const std::string& s) {
