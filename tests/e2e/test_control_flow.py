@@ -10,6 +10,7 @@ within rtol 1e-5 + atol 1e-6 (the branch arithmetic is the same in both).
 """
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -250,3 +251,24 @@ def test_scan_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, sh
         got = np.load(out_dir / f"{name}.npy")
         assert got.shape == w.shape, name
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_tf2onnx_map_fn_and_while_loop_agree_with_onnxruntime(osprey_bin, work_dir, batch):
+    """TensorFlow control flow as another exporter writes it: tf.map_fn (a Loop whose trip count tf2onnx computes from
+    the input's shape, with a scan output) then tf.while_loop (no trip count, a condition computed in the body).
+    The model was exported by tools/export_tf_loops.py (TensorFlow 2.21, tf2onnx 1.17)."""
+    path = Path(__file__).resolve().parent / "data" / "tf2onnx_map_fn_while.onnx"
+    x = np.random.default_rng(batch).standard_normal((batch, 8, 8, 3)).astype(np.float32)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    inp = work_dir / "x.npy"
+    np.save(inp, x)
+    proc = subprocess.run([str(osprey_bin), "run", str(path), "--input", f"x={inp}", "--output-dir",
+                           str(work_dir / "out"), "--threads", "1"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted((work_dir / "out").glob("*.npy"))  # one output ('Identity:0', written under a safe file name)
+    assert len(files) == 1, files
+    got = np.load(files[0])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
