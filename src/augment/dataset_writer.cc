@@ -48,7 +48,8 @@ void MakeDirectories(const fs::path& dir) {
 constexpr const char* kTempDir = ".osprey-augment/tmp";
 
 // Writes `bytes` to a unique temporary file in OUT/.osprey-augment/tmp (made by the DatasetWriter) and renames it over
-// `path` (atomic on POSIX: same file system). A process killed mid-write leaves only that temporary, outside the dataset's folders.
+// `path` (atomic on POSIX: same file system). A process killed mid-write leaves only that temporary, outside the
+// dataset's folders.
 void WriteFileAtomic(const fs::path& out, const fs::path& path, const std::string& bytes) {
   static std::atomic<uint64_t> counter{0};
   if (std::error_code ec; !fs::is_directory(path.parent_path(), ec)) MakeDirectories(path.parent_path());

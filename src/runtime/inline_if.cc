@@ -33,7 +33,8 @@ bool KnownCondition(const Node& node, const CompileValue& cond, const std::strin
 }
 
 std::vector<Node> CopySubgraph(CompileState& st, const Graph& graph, const std::vector<int>& input_ids,
-                               const std::vector<int>& output_ids, const std::string& prefix, std::vector<int>* outputs) {
+                               const std::vector<int>& output_ids, const std::string& prefix,
+                               std::vector<int>* outputs) {
   // Subgraph value id -> id in `st`. Inputs first, then constants, then node outputs (new values).
   std::unordered_map<int, int> id_of;
   for (size_t k = 0; k < graph.inputs.size() && k < input_ids.size(); ++k) id_of[graph.inputs[k]] = input_ids[k];

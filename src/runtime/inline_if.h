@@ -22,6 +22,7 @@ bool KnownCondition(const Node& node, const CompileValue& cond, const std::strin
 /// `output_ids[j]` >= 0, is written straight into `output_ids[j]`. `*outputs` receives each graph output's id in
 /// `state`. Names get `prefix`. Shared by If and Loop (inline_loop.cc).
 std::vector<Node> CopySubgraph(CompileState& state, const Graph& graph, const std::vector<int>& input_ids,
-                               const std::vector<int>& output_ids, const std::string& prefix, std::vector<int>* outputs);
+                               const std::vector<int>& output_ids, const std::string& prefix,
+                               std::vector<int>* outputs);
 
 }  // namespace osprey

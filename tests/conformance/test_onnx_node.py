@@ -123,7 +123,8 @@ def not_implemented_reason(model: onnx.ModelProto, newest_opset: int):
         if node.domain not in ("", "ai.onnx"):
             return f"domain {node.domain}"
         for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) and node.op_type not in ("If", "Loop", "Scan"):
+            subgraph = attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            if subgraph and node.op_type not in ("If", "Loop", "Scan"):
                 return "subgraph"
             if node.op_type == "Cast" and attr.name == "to" and attr.i not in SUPPORTED_DTYPES:
                 return f"dtype {_dtype_name(attr.i)}"

@@ -1,5 +1,5 @@
-"""If and Loop end to end: osprey folds an If whose condition is known when it compiles (here a comparison of the input's
-batch dim, as exporters emit for batch-dependent code) and refuses one whose condition depends on input data; it
+"""If, Loop and Scan end to end: osprey folds an If whose condition is known when it compiles (here a comparison of the
+input's batch dim, as exporters emit for batch-dependent code) and refuses one whose condition depends on input data; it
 unrolls a Loop whose trip count and conditions are known then (a constant count, a count from the input's shape as
 tf.map_fn exports, a while-loop on the iteration number) and refuses a data-dependent or oversized one; it unrolls
 Scan (forward and reverse, scan axes other than 0, two scan inputs).
@@ -193,7 +193,8 @@ def test_loop_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir
     path, _ = loop_model(work_dir / f"loop_{kind}.onnx", kind)
     proc, _ = run_osprey(osprey_bin, path, np.full((2, 3), 3, np.float32), work_dir, kind)
     assert proc.returncode == 1, proc.stderr
-    assert "Loop 'loop" in proc.stderr and message in proc.stderr, proc.stderr  # (nested: 'loop/iteration_19/inner_loop')
+    # (a nested loop is named by its path: 'loop/iteration_19/inner_loop')
+    assert "Loop 'loop" in proc.stderr and message in proc.stderr, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------- Scan
