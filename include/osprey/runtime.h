@@ -46,6 +46,10 @@ struct CompileOptions {
   bool fuse = true;
   /// Compute precision of the fast Conv/Gemm/MatMul kernels (ignored with fast_kernels = false).
   Precision precision = Precision::kFp32;
+  /// Time oneDNN's implementations of each Conv/Gemm/MatMul and keep the fastest (remembered per machine; see
+  /// docs/architecture.md). false keeps oneDNN's first choice, as OSPREY_TUNE=0 does for the whole process: the same
+  /// kernels, so the same bits, in every process whatever the load (`heads train` uses it for reproducible features).
+  bool tune = true;
   /// Where the plan runs. On a device each step whose op the backend has a kernel for runs there and the rest on the
   /// host, with copies between (Plan::num_device_steps, the profile's kernel names say which).
   DeviceSpec device;
@@ -249,5 +253,13 @@ void InitDevices();
 
 /// Sets the default intra-op thread count used when CompileOptions::num_threads is 0.
 int DefaultNumThreads();
+
+/// The CPU kernels' implementation and bf16/fp32 choices made by timing (CompileOptions::tune) in this process so
+/// far: taken from the tuning cache, timed now on a quiet machine (final), timed now under load (provisional, timed
+/// again later), or timed again under load with the earlier provisional choice kept.
+struct TuningCounts {
+  int64_t cached = 0, timed = 0, provisional = 0, kept = 0;
+};
+TuningCounts KernelTuningCounts();
 
 }  // namespace osprey

@@ -266,6 +266,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       j["host_fallback_ops"] = plan->HostFallbackOps();
       j["kernels"] = plan->KernelCounts();
     }
+    const TuningCounts tc = KernelTuningCounts();
+    j["tuning"] = {{"cached", tc.cached}, {"timed", tc.timed}, {"provisional", tc.provisional}, {"kept", tc.kept}};
     if (options.profile) {
       nlohmann::json types = nlohmann::json::array();
       for (const auto& [op, ms] : by_type)
@@ -289,6 +291,13 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       << (options.precision != "fp32" ? "   precision: " + options.precision : "") << "\n";
   if (options.precision == "bf16" || options.precision == "auto") {
     if (auto plan = model.PlanFor(inputs)) out << "             " << Bf16Summary(plan->KernelCounts()) << "\n";
+  }
+  if (const TuningCounts tc = KernelTuningCounts(); tc.timed + tc.provisional + tc.kept > 0) {
+    out << "tuning:      " << tc.timed + tc.provisional + tc.kept << " kernel choices timed now, " << tc.cached
+        << " from the tuning cache";
+    if (tc.provisional + tc.kept > 0)
+      out << "; " << tc.provisional + tc.kept << " timed under CPU load (provisional: timed again next time)";
+    out << "\n";
   }
   if (model_options.compile.device.kind != Device::kHost) {
     auto plan = model.PlanFor(inputs);

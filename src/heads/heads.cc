@@ -195,6 +195,10 @@ TrainResult Train(const std::string& backbone, const std::string& data_dir, cons
   // Features: the backbone's preprocessing, then the graph truncated at the classifier's input.
   ModelOptions mo;
   mo.compile.num_threads = options.threads;
+  // oneDNN's first choice of each kernel, not the fastest by timing: timings differ between runs (more so under load,
+  // docs/architecture.md), and another kernel sums in another order, so the features (and the head) would differ in
+  // their last bits. Training is reproducible instead: the same data and seed give the same bytes.
+  mo.compile.tune = false;
   Model model(TruncateAt(md.graph, head.feature), mo);
   ImagePreprocessor pre(md.preprocess, mo.compile);
   const DecodeOptions decode = DecodeOptionsFor(md.preprocess);

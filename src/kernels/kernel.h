@@ -53,6 +53,9 @@ struct KernelBuildContext {
   /// Whether Conv/Gemm/MatMul factories may compute in bfloat16 (bf16 input and weights, fp32 accumulation, fp32 in
   /// and out) where oneDNN offers it (CompileOptions::precision; compile.cc maps it).
   Bf16Use bf16 = Bf16Use::kNo;
+  /// Whether Conv/Gemm/MatMul factories time oneDNN's implementations and keep the fastest (FastestImpl); false: its
+  /// first choice (CompileOptions::tune and OSPREY_TUNE=0).
+  bool tune = true;
   /// Where the kernel runs. For a device (DeviceBackend::CreateKernel) every input and output of the step is a
   /// device tensor at run time, constants included (uploaded once); input_values still gives constants' host copies,
   /// for reading shapes, axes and scales at build time. Device steps are always kPlain (row-major, ONNX order).

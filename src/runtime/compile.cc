@@ -42,7 +42,7 @@ std::string CompileOptions::Key() const {
           : precision == Precision::kFp16 ? "h"
           : precision == Precision::kAuto ? "a"
                                           : "") +
-         (device.kind == Device::kHost ? "" : "@" + DeviceSpecName(device));
+         (tune ? "" : "x") + (device.kind == Device::kHost ? "" : "@" + DeviceSpecName(device));
 }
 
 namespace {
@@ -191,7 +191,8 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
-KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16) {
+KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
+                                    bool tune) {
   KernelBuildContext bc{node, st.opset};
   for (int v : node.inputs) {
     bool present = v >= 0;
@@ -208,6 +209,7 @@ KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, in
   }
   bc.num_threads = num_threads;
   bc.bf16 = bf16;
+  bc.tune = tune;
   if (st.weights) {
     WeightStore* store = st.weights;
     bc.derive_weight = [store](const Tensor& source, const std::string& key, size_t bytes,
@@ -326,16 +328,16 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   if (options.precision == Precision::kBf16 && on_device)
     throw Error(ErrorCode::kUnsupported, "precision bf16 is for the CPU; on a GPU use fp32 or fp16");
   const bool fp16 = on_device && options.fast_kernels && options.precision == Precision::kFp16;
+  const bool tune = options.tune && cpu::TuningEnabled();
   Bf16Use bf16 = Bf16Use::kNo;
   if (!on_device && options.fast_kernels && options.precision == Precision::kBf16) {
     std::string cpu;
     if (!cpu::CpuSupportsBf16(&cpu))
       throw Error(ErrorCode::kUnsupported, "--precision bf16 needs a CPU with AVX512_BF16 (this CPU: " + cpu +
                                                "); --precision auto uses it where it is there and faster");
-    bf16 = cpu::TuningEnabled() ? Bf16Use::kIfFaster : Bf16Use::kYes;
+    bf16 = tune ? Bf16Use::kIfFaster : Bf16Use::kYes;
   }
-  if (!on_device && options.fast_kernels && options.precision == Precision::kAuto && cpu::TuningEnabled() &&
-      cpu::CpuSupportsBf16())
+  if (!on_device && options.fast_kernels && options.precision == Precision::kAuto && tune && cpu::CpuSupportsBf16())
     bf16 = Bf16Use::kIfFaster;
   if (inputs.size() != graph.inputs.size())
     throw Error(ErrorCode::kInvalidArgument, "graph '" + graph.name + "' has " + std::to_string(graph.inputs.size()) +
@@ -366,7 +368,8 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
   if (options.fast_kernels && !on_device) {
-    AssignLayouts(st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16)); });
+    AssignLayouts(st,
+                  [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });
   } else {
     st.layouts.assign(st.values.size(), Layout::kPlain);
     st.transparent.assign(st.nodes.size(), 0);
@@ -436,16 +439,17 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
         step.has_view.push_back(view);
       }
       // The fast elementwise kernels classify broadcasts from the (physical, viewed) tensors they get at run time.
-      if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16));
+      if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
     } else {
       if (on_device && options.fast_kernels) {
-        KernelBuildContext bc = MakeBuildContext(st, node, nthreads, Bf16Use::kNo);
+        KernelBuildContext bc = MakeBuildContext(st, node, nthreads, Bf16Use::kNo, tune);
         bc.device = options.device;
         bc.fp16 = fp16;
         step.fast = backend->CreateKernel(bc);
         step.on_device = step.fast != nullptr;
       }
-      if (options.fast_kernels && !step.fast) step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16));
+      if (options.fast_kernels && !step.fast)
+        step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
       if (!step.fast) {
         if (any_nhwc)
           throw Error(ErrorCode::kInternal, node.Describe() + ": a channels-last kernel promised by "

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 
 #include "core/hash.h"
+#include "osprey/runtime.h"
 #include "kernels/cpu/bf16_support.h"
 #include "ops/activation.h"
 
@@ -213,8 +215,8 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // build beside) may be wrong, and a cache would keep it forever. So the tuner watches this process's run delay (time
 // its threads were runnable but waiting for a CPU, /proc/self/task/*/schedstat) while it times: above
 // kDisturbedShare of the wall time the choice is used but marked provisional ("provisional" as a fifth field); this
-// process reuses it for kProvisionalReuseSeconds, and a later process (or this one after that) times it again, until
-// a quiet timing makes it final.
+// process reuses it for kProvisionalReuseSeconds, and a later process (or this one after that) times it again: a
+// quiet timing replaces it with a final choice, one under load again keeps it (Remember).
 bool TuningEnabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("OSPREY_TUNE");
@@ -388,26 +390,52 @@ void SaveTuningChoice(const std::string& hash, const TuningChoice& choice) {
 
 namespace {
 
-// The choice remembered for `hash` when `still_valid` accepts it.
-std::optional<TuningChoice> RememberedChoice(const std::string& hash,
-                                             const std::function<bool(const TuningChoice&)>& still_valid) {
+std::atomic<int64_t> g_cached{0}, g_timed{0}, g_provisional{0}, g_kept{0};  // KernelTuningCounts
+
+// The choice remembered for `hash` when `still_valid` accepts it, and whether it is to be used as it is (false: a
+// provisional choice older than kProvisionalReuseSeconds, to be timed again).
+struct Remembered {
+  TuningChoice choice;
+  bool use;
+};
+std::optional<Remembered> RememberedChoice(const std::string& hash,
+                                           const std::function<bool(const TuningChoice&)>& still_valid) {
   std::lock_guard<std::mutex> lock(TuningMutex());
   auto it = TuningChoices().find(hash);
   if (it == TuningChoices().end() || !still_valid(it->second)) return std::nullopt;
-  if (it->second.provisional &&
+  const bool stale =
+      it->second.provisional &&
       std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.decided).count() >
-          kProvisionalReuseSeconds)
-    return std::nullopt;  // timed under load, and not just now: time it again
-  return it->second;
+          kProvisionalReuseSeconds;
+  return Remembered{it->second, !stale};
 }
 
-// Remembers `choice`; `provisional` when it was timed under load (LoadWatch).
-void Remember(const std::string& hash, TuningChoice choice, bool provisional) {
-  choice.provisional = provisional;
-  choice.decided = std::chrono::steady_clock::now();
+// Remembers `choice`, timed now; `disturbed` when other load competed (LoadWatch). A choice timed under load again
+// does not replace an earlier provisional one (`earlier`): that one stays (no flip-flopping of kernels, so of results,
+// between runs on a busy host, and no new cache line per process start), reused for another kProvisionalReuseSeconds.
+// Returns the choice in force.
+TuningChoice Remember(const std::string& hash, TuningChoice choice, bool disturbed,
+                      const std::optional<Remembered>& earlier) {
   std::lock_guard<std::mutex> lock(TuningMutex());
+  if (disturbed && earlier) {
+    ++g_kept;
+    TuningChoice& kept = TuningChoices()[hash];
+    kept.decided = std::chrono::steady_clock::now();
+    return kept;
+  }
+  ++(disturbed ? g_provisional : g_timed);
+  choice.provisional = disturbed;
+  choice.decided = std::chrono::steady_clock::now();
   TuningChoices()[hash] = choice;
   SaveTuningChoice(hash, choice);
+  return choice;
+}
+
+// Remembers a verdict that is not a timing (final, not counted).
+void RememberVerdict(const std::string& hash, const TuningChoice& verdict) {
+  std::lock_guard<std::mutex> lock(TuningMutex());
+  TuningChoices()[hash] = verdict;
+  SaveTuningChoice(hash, verdict);
 }
 
 std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std::to_string(omp_get_max_threads())); }
@@ -417,13 +445,16 @@ std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std:
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;
   const std::string hash = TuningHash(key);
-  const std::optional<TuningChoice> remembered = RememberedChoice(hash, [&make](const TuningChoice& choice) {
+  const std::optional<Remembered> remembered = RememberedChoice(hash, [&make](const TuningChoice& choice) {
     dnnl::primitive_desc check = make();
     bool reached = true;
     for (int i = 0; i < choice.position && reached; ++i) reached = check.next_impl();
     return reached && choice.name == check.impl_info_str();
   });
-  if (remembered) return remembered->position;
+  if (remembered && remembered->use) {
+    ++g_cached;
+    return remembered->choice.position;
+  }
   const LoadWatch watch;
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
@@ -442,8 +473,7 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
     ++index;
   } while (probe.next_impl());
   best.candidates = candidates;
-  Remember(hash, best, watch.Disturbed());
-  return best.position;
+  return Remember(hash, best, watch.Disturbed(), remembered).position;
 }
 
 // ------------------------------------------------------------------------------------- bf16 or fp32, by timing
@@ -513,9 +543,11 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& weights_plain, const void* weights) {
   const std::string hash = TuningHash("bf16?" + key);
   bool faster;
-  if (const std::optional<TuningChoice> remembered = RememberedChoice(
-          hash, [](const TuningChoice& c) { return c.name == (c.position == 1 ? "bf16" : "fp32"); })) {
-    faster = remembered->position == 1;
+  const std::optional<Remembered> remembered =
+      RememberedChoice(hash, [](const TuningChoice& c) { return c.name == (c.position == 1 ? "bf16" : "fp32"); });
+  if (remembered && remembered->use) {
+    ++g_cached;
+    faster = remembered->choice.position == 1;
   } else {
     // Alternate the two and keep each one's best, so a burst of load elsewhere does not decide alone.
     const LoadWatch watch;
@@ -525,15 +557,15 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
       bf16_ms = std::min(bf16_ms, KernelMs(bf16, user_src, user_dst));
     }
     faster = bf16_ms < f32_ms;
-    Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2}, watch.Disturbed());
+    faster = Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2}, watch.Disturbed(), remembered).position == 1;
   }
   if (!faster) return false;
   // The agreement depends on the weights too: remembered per operation and weight content.
   const std::string agree_hash =
       TuningHash("bf16 agrees?" + key + "|" + HashBytes(weights, weights_plain.get_size()).ToHex());
-  if (const std::optional<TuningChoice> remembered = RememberedChoice(
+  if (const std::optional<Remembered> verdict = RememberedChoice(
           agree_hash, [](const TuningChoice& c) { return c.name == (c.position == 1 ? "agrees" : "differs"); }))
-    return remembered->position == 1;
+    return verdict->choice.position == 1;
   dnnl::memory src(user_src, CpuEngine());
   std::mt19937 random(20261202);
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
@@ -541,7 +573,7 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
   for (size_t i = 0; i < user_src.get_size() / sizeof(float); ++i) x[i] = uniform(random);
   const bool agrees = RelativeRmsDifference(RunOnce(f32, src, weights_plain, weights, user_dst),
                                             RunOnce(bf16, src, weights_plain, weights, user_dst)) <= kBf16Agreement;
-  Remember(agree_hash, {agrees ? 1 : 0, agrees ? "agrees" : "differs", 2}, /*provisional=*/false);  // not a timing
+  RememberVerdict(agree_hash, {agrees ? 1 : 0, agrees ? "agrees" : "differs", 2});
   return agrees;
 }
 
@@ -649,3 +681,11 @@ bool CpuSupportsBf16(std::string* description) {
 }
 
 }  // namespace osprey::cpu
+
+namespace osprey {
+
+TuningCounts KernelTuningCounts() {
+  return {cpu::g_cached.load(), cpu::g_timed.load(), cpu::g_provisional.load(), cpu::g_kept.load()};
+}
+
+}  // namespace osprey

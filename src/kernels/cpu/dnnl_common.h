@@ -96,16 +96,17 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);
 
 /// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation
-/// (FastestImplPosition); empty when `make()` is.
+/// (FastestImplPosition) when `ctx.tune`, else oneDNN's first choice; empty when `make()` is.
 template <class Pd, class Make>
-Pd FastestImpl(const Make& make, const std::string& key) {
+Pd FastestImpl(const KernelBuildContext& ctx, const Make& make, const std::string& key) {
   Pd pd = make();
-  if (!pd) return pd;
+  if (!pd || !ctx.tune) return pd;
   const int position = FastestImplPosition([&make] { return dnnl::primitive_desc(make()); }, key);
   for (int i = 0; i < position; ++i)
     if (!pd.next_impl()) return make();  // cannot happen: the list does not change
   return pd;
 }
+
 
 /// For Bf16Use::kIfFaster: whether a kernel should run `bf16` (a primitive reading bf16 source and weights) rather
 /// than `f32` (the same operation in float32). True when bf16 is faster on this machine, counting the reorders

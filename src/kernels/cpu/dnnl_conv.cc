@@ -209,7 +209,7 @@ class DnnlConvKernel final : public Kernel {
       const std::string key = "conv-bf16:" + ConvTuningKey(ctx, g, bf16_layout);
       bf16_pd = TryBf16([&] {
         return FastestImpl<dnnl::convolution_forward::primitive_desc>(
-            [&] { return MakeConvPd(ctx, g, bf16_layout, /*bf16=*/true); }, key);
+            ctx, [&] { return MakeConvPd(ctx, g, bf16_layout, /*bf16=*/true); }, key);
       });
     }
     if (bf16_pd && ctx.bf16 == Bf16Use::kYes) {
@@ -222,7 +222,7 @@ class DnnlConvKernel final : public Kernel {
       if (pd_) name_ = kConvWinogradName;
     }
     if (!pd_) {
-      pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>([&] { return MakeConvPd(ctx, g, layout); },
+      pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>(ctx, [&] { return MakeConvPd(ctx, g, layout); },
                                                                    "conv:" + ConvTuningKey(ctx, g, layout));
     }
     if (bf16_pd && ctx.bf16 == Bf16Use::kIfFaster &&

@@ -105,7 +105,7 @@ class DnnlMatMulKernel final : public Kernel {
              std::to_string(node.GetFloat("_beta", 0.f));
     };
     *key = key_for(weights_md);
-    pd = FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(weights_md); }, *key);
+    pd = FastestImpl<dnnl::matmul::primitive_desc>(ctx, [&] { return make_pd(weights_md); }, *key);
     if (b_source == Source::kConstant) {
       // A plain row-major B whose rows are a multiple of 1 KiB apart (N a multiple of 256 floats: 768, 3072, 4096...)
       // puts the rows the GEMM packs together into the same few cache sets (the classic power-of-two leading dimension
@@ -116,7 +116,7 @@ class DnnlMatMulKernel final : public Kernel {
       if (padded) {
         const std::string padded_key = key_for(padded);
         dnnl::matmul::primitive_desc padded_pd =
-            FastestImpl<dnnl::matmul::primitive_desc>([&] { return make_pd(padded); }, padded_key);
+            FastestImpl<dnnl::matmul::primitive_desc>(ctx, [&] { return make_pd(padded); }, padded_key);
         if (padded_pd && !IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) {
           pd = padded_pd;
           *key = padded_key;
