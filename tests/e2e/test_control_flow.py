@@ -155,6 +155,9 @@ def loop_model(path, kind):
                                      node("Identity", ["g_c_in"], ["g_c_out"], name="cond")], p="g_")
         body = _loop_body("body", [node("Loop", ["M", "true", "h_in"], ["h_out"], body=inner, name="inner_loop"),
                                    keep_cond])
+    elif kind == "endless":  # neither a trip count nor a condition
+        body = _loop_body("body", increment)
+        loop_inputs = ["", "", "x"]
     elif kind == "data":
         nodes += [node("ReduceMax", ["x"], ["xmax"], keepdims=0, name="max"),
                   node("Cast", ["xmax"], ["M"], to=TensorProto.INT64, name="count")]
@@ -177,8 +180,13 @@ def loop_model(path, kind):
 def test_loop_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, shape):
     path, outputs = loop_model(work_dir / f"loop_{kind}.onnx", kind)
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    expect_agreement(osprey_bin, work_dir, path, outputs, x, f"{kind}_" + "x".join(map(str, shape)))
+
+
+def expect_agreement(osprey_bin, work_dir, path, outputs, x, tag):
+    """osprey's outputs `outputs` of model `path` on x equal ONNX Runtime's (float32, rtol 1e-5 + atol 1e-6)."""
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, f"{kind}_" + "x".join(map(str, shape)))
+    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, tag)
     assert proc.returncode == 0, proc.stderr
     for name, w in zip(outputs, want):
         got = np.load(out_dir / f"{name}.npy")
@@ -188,7 +196,8 @@ def test_loop_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, sh
 
 @pytest.mark.parametrize("kind,message", [("data", "input 0 must be known when the model is compiled"),
                                           ("huge", "runs more than 10000 iterations"),
-                                          ("nested", "200000 nodes in all")])
+                                          ("nested", "200000 nodes in all"),
+                                          ("endless", "neither a trip count nor a condition")])
 def test_loop_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir, kind, message):
     path, _ = loop_model(work_dir / f"loop_{kind}.onnx", kind)
     proc, _ = run_osprey(osprey_bin, path, np.full((2, 3), 3, np.float32), work_dir, kind)
@@ -216,6 +225,16 @@ def scan_model(path, kind):
             [node("Add", ["s_in", "row"], ["s_out"], name="add"), node("Mul", ["s_out", "bias"], ["y"], name="scale")],
             "body", [vi("s_in", f, [None]), vi("row", f, [None])], [vi("s_out", f, [None]), vi("y", f, [None])])
         nodes.append(node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, name="scan"))
+        outputs = {"s": 1, "ys": 2}
+    elif kind == "unequal":  # x along axis 0 (N steps) and along axis 1 (L steps): refused when N != L
+        nodes = [node("ReduceMean", ["x"], ["mean_l"], axes=[0], keepdims=0, name="mean0"),
+                 node("Mul", ["mean_l", "zero_f"], ["s0"], name="zeros")]
+        body = helper.make_graph(
+            [node("Add", ["s_in", "row"], ["s_out"], name="add"), node("Add", ["s_out", "col"], ["y"], name="col")],
+            "body", [vi("s_in", f, [None]), vi("row", f, [None]), vi("col", f, [None])],
+            [vi("s_out", f, [None]), vi("y", f, [None])])
+        nodes.append(node("Scan", ["s0", "x", "x"], ["s", "ys"], body=body, num_scan_inputs=2,
+                          scan_input_axes=[0, 1], name="scan"))
         outputs = {"s": 1, "ys": 2}
     else:
         nodes = [node("ReduceMean", ["x"], ["mean_n"], axes=[1], keepdims=0, name="mean1"),
@@ -245,13 +264,18 @@ def scan_model(path, kind):
 def test_scan_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, shape):
     path, outputs = scan_model(work_dir / f"scan_{kind}.onnx", kind)
     x = np.random.default_rng(sum(shape) + 7).standard_normal(shape).astype(np.float32)
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, f"scan_{kind}_" + "x".join(map(str, shape)))
-    assert proc.returncode == 0, proc.stderr
-    for name, w in zip(outputs, want):
-        got = np.load(out_dir / f"{name}.npy")
-        assert got.shape == w.shape, name
-        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=name)
+    expect_agreement(osprey_bin, work_dir, path, outputs, x, f"scan_{kind}_" + "x".join(map(str, shape)))
+
+
+@pytest.mark.parametrize("kind,shape,message", [
+    ("cumsum", (10001, 2), "runs 10001 iterations"),        # the length is the scan input's dim: bounded all the same
+    ("unequal", (3, 4), "scan inputs of different lengths (3 and 4)"),
+])
+def test_scan_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir, kind, shape, message):
+    path, _ = scan_model(work_dir / f"scan_{kind}.onnx", kind)
+    proc, _ = run_osprey(osprey_bin, path, np.ones(shape, np.float32), work_dir, f"scan_{kind}_refused")
+    assert proc.returncode == 1, proc.stderr
+    assert "Scan 'scan'" in proc.stderr and message in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("batch", [1, 4])
