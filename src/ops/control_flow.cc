@@ -105,6 +105,11 @@ void CheckScanNode(const Node& node) {
       throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + attr + " has " +
                                                    std::to_string(node.GetInts(attr).size()) + " values, expected " +
                                                    std::to_string(count));
+  for (const char* attr : {"scan_input_directions", "scan_output_directions"})
+    for (int64_t direction : node.Has(attr) ? node.GetInts(attr) : std::vector<int64_t>{})
+      if (direction != 0 && direction != 1)
+        throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + attr + " holds " +
+                                                     std::to_string(direction) + " (0 = forward, 1 = reverse)");
 }
 
 // Loop and Scan are replaced by their unrolled iterations before inference reaches them (compile.cc).

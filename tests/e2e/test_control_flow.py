@@ -218,13 +218,14 @@ def scan_model(path, kind):
     """
     f, node, vi = TensorProto.FLOAT, helper.make_node, helper.make_tensor_value_info
     consts = [_const("bias", np.float32(0.5)), _const("zero_f", np.float32(0)), _const("two", np.float32(2))]
-    if kind == "cumsum":
+    if kind in ("cumsum", "direction2"):  # direction2: scan_input_directions = [2] (only 0 and 1 mean anything)
         nodes = [node("ReduceMean", ["x"], ["mean_l"], axes=[0], keepdims=0, name="mean0"),
                  node("Mul", ["mean_l", "zero_f"], ["s0"], name="zeros")]
         body = helper.make_graph(
             [node("Add", ["s_in", "row"], ["s_out"], name="add"), node("Mul", ["s_out", "bias"], ["y"], name="scale")],
             "body", [vi("s_in", f, [None]), vi("row", f, [None])], [vi("s_out", f, [None]), vi("y", f, [None])])
-        nodes.append(node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, name="scan"))
+        directions = {"scan_input_directions": [2]} if kind == "direction2" else {}
+        nodes.append(node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, name="scan", **directions))
         outputs = {"s": 1, "ys": 2}
     elif kind == "unequal":  # x along axis 0 (N steps) and along axis 1 (L steps): refused when N != L
         nodes = [node("ReduceMean", ["x"], ["mean_l"], axes=[0], keepdims=0, name="mean0"),
@@ -270,6 +271,7 @@ def test_scan_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, sh
 @pytest.mark.parametrize("kind,shape,message", [
     ("cumsum", (10001, 2), "runs 10001 iterations"),        # the length is the scan input's dim: bounded all the same
     ("unequal", (3, 4), "scan inputs of different lengths (3 and 4)"),
+    ("direction2", (3, 4), "scan_input_directions holds 2 (0 = forward, 1 = reverse)"),  # ONNX Runtime refuses it too
 ])
 def test_scan_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir, kind, shape, message):
     path, _ = scan_model(work_dir / f"scan_{kind}.onnx", kind)
