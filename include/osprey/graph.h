@@ -76,6 +76,7 @@ struct ValueInfo {
   DType dtype = DType::kF32;
   bool has_shape = false;
   std::vector<Dim> dims;
+  bool has_dtype = false;  // the model declared the element type (else `dtype` is a placeholder)
   std::string ShapeString() const;  // "[N, 3, 224, 224]" / "[?]"
 };
 

@@ -71,6 +71,7 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
   } else {
     try {
       info.dtype = DTypeFromOnnx(tt.elem_type());
+      info.has_dtype = true;
     } catch (const Error& e) {
       throw Error(e.code(), what + ": " + e.what());
     }

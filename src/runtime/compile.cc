@@ -191,6 +191,20 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
+// A graph output whose declared element type is not the one its graph computes: the model is inconsistent (ONNX
+// Runtime refuses it too), and serving it would report one type in the model's metadata and return another.
+void CheckDeclaredOutputTypes(const Graph& graph, const CompileState& st) {
+  for (size_t i = 0; i < graph.outputs.size() && i < graph.output_infos.size(); ++i) {
+    const ValueInfo& declared = graph.output_infos[i];
+    const CompileValue& computed = st.values[graph.outputs[i]];
+    if (declared.has_dtype && computed.typed && computed.dtype != declared.dtype)
+      throw Error(ErrorCode::kInvalidArgument, "graph output '" + declared.name + "' is declared " +
+                                                   DTypeName(declared.dtype) + " but the graph computes " +
+                                                   DTypeName(computed.dtype) +
+                                                   " (fix the output's type in the model; ONNX Runtime refuses it too)");
+  }
+}
+
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
                                     bool tune) {
   KernelBuildContext bc{node, st.opset};
@@ -365,6 +379,7 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   }
 
   InferAndFold(st);
+  CheckDeclaredOutputTypes(graph, st);
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
   if (options.fast_kernels && !on_device) {

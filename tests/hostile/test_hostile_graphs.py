@@ -62,6 +62,11 @@ def test_hostile_if_and_recurrent_models(osprey_bin, tmp_path):
         "hidden_size_lies": (lstm_graph([3, 1, 1], hidden_size_attr=1 << 40), "hidden_size"),
         "negative_hidden_size": (lstm_graph([3, 1, 1], hidden_size_attr=-1), "hidden_size"),
         "sequence_lens_past_the_sequence": (lstm_graph([3, 1, 1], lengths=[1 << 30]), "sequence_lens[0]"),
+        # An output declared int64 that computes float32: served, its metadata would say one type and its answers
+        # another (ONNX Runtime refuses the model too).
+        "output_type_lies": (helper.make_graph([helper.make_node("Identity", ["x"], ["y0"])], "g", [x],
+                                               [helper.make_tensor_value_info("y0", TensorProto.INT64, [1])]),
+                             "graph output 'y0' is declared int64 but the graph computes float32"),
     }
     for name, (graph, expected) in cases.items():
         path = save(tmp_path / f"{name}.onnx", graph)
