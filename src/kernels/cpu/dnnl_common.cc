@@ -478,8 +478,8 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
   int index = 0, candidates = 0;
   do {
     if (index == 0 || IsTuningCandidate(probe, first)) {
-      ++candidates;
       const std::optional<double> ms = TimePd(probe, 3, 2 * best_ms);
+      candidates += ms.has_value();
       if (ms && *ms < best_ms) {
         best_ms = *ms;
         best = {index, probe.impl_info_str(), 0};
@@ -487,6 +487,7 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
     }
     ++index;
   } while (probe.next_impl());
+  if (candidates == 0) return 0;  // none could be timed: oneDNN's first choice, nothing remembered
   best.candidates = candidates;
   return Remember(hash, best, watch.Disturbed(), remembered).position;
 }
@@ -533,7 +534,7 @@ std::vector<float> RunOnce(const dnnl::primitive_desc& pd, const dnnl::memory& s
                            const dnnl::memory::desc& user_dst) {
   std::vector<std::shared_ptr<Buffer>> buffers;
   std::optional<std::unordered_map<int, dnnl::memory>> zeroed = ZeroArgs(pd, buffers);
-  if (!zeroed) return {};  // no output: PreferBf16 then keeps fp32
+  if (!zeroed) return {};  // no output: PreferBf16 keeps fp32
   std::unordered_map<int, dnnl::memory>& args = *zeroed;
   Reorder(src, args.at(DNNL_ARG_SRC));
   Reorder(WrapMemory(weights_plain, weights), args.at(DNNL_ARG_WEIGHTS));
@@ -591,7 +592,8 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
   for (size_t i = 0; i < user_src.get_size() / sizeof(float); ++i) x[i] = uniform(random);
   const std::vector<float> want = RunOnce(f32, src, weights_plain, weights, user_dst);
   const std::vector<float> got = RunOnce(bf16, src, weights_plain, weights, user_dst);
-  const bool agrees = !want.empty() && !got.empty() && RelativeRmsDifference(want, got) <= kBf16Agreement;
+  if (want.empty() || got.empty()) return false;  // could not run one of them: fp32 this time, nothing remembered
+  const bool agrees = RelativeRmsDifference(want, got) <= kBf16Agreement;
   RememberVerdict(agree_hash, {agrees ? 1 : 0, agrees ? "agrees" : "differs", 2});
   return agrees;
 }

@@ -114,6 +114,27 @@ TEST(DnnlGemm, TransBWithBiasAlphaBeta) {
   ExpectGemm({.a = {3, 13}, .b = {7, 13}, .c = {1, 7}, .trans_b = true, .constant_c = false});
 }
 
+// The tuner times every candidate with all of its arguments, a binary post-op's second source included (a full C is
+// added as one). Oracle: the tuning cache's lines, whose fourth field counts the candidates actually timed (a
+// candidate oneDNN cannot run is skipped, and a choice with none timed is not written).
+TEST(DnnlGemm, TunerTimesCandidatesWithABinaryPostOp) {
+  const std::string cache = ::testing::TempDir() + "/osprey_tuning_binary_post_op.tsv";
+  std::filesystem::remove(cache);
+  setenv("OSPREY_TUNE_CACHE", cache.c_str(), 1);  // this test is its own process: read before any tuning
+  ExpectGemm({.a = {3, 13}, .b = {13, 7}, .c = {3, 7}, .activation = "Relu"});
+  ExpectGemm({.a = {3, 13}, .b = {13, 7}, .c = {3, 7}, .constant_c = false});
+  std::ifstream in(cache);
+  std::string hash, name;
+  int position = -1, candidates = 0, lines = 0;
+  while (in >> hash >> position >> name >> candidates) {
+    std::string rest;
+    std::getline(in, rest);
+    ++lines;
+    EXPECT_GE(candidates, 1) << name;
+  }
+  EXPECT_GE(lines, 2);
+}
+
 TEST(DnnlGemm, ClassifierHead) {
   ExpectGemm({.a = {1, 2048}, .b = {1000, 2048}, .c = {1000}, .trans_b = true});
   ExpectGemm({.a = {2, 512}, .b = {1000, 512}, .c = {1000}, .trans_b = true, .activation = "Relu"});
