@@ -57,7 +57,9 @@ ValueInfo InfoFromProto(const onnx::ValueInfoProto& vi, bool is_input) {
   std::string what = std::string(is_input ? "graph input '" : "graph output '") + vi.name() + "'";
   ValueInfo info;
   info.name = vi.name();
-  if (!vi.has_type()) {
+  // A TypeProto with no kind set says as little as no type at all (PyTorch's exporter writes such outputs in If
+  // branches, e.g. Silero VAD's); an output's type is inferred.
+  if (!vi.has_type() || vi.type().value_case() == onnx::TypeProto::VALUE_NOT_SET) {
     if (is_input) Bad(what + " has no type");
     return info;
   }

@@ -1,6 +1,7 @@
-// Schema of If. Osprey compiles a plan for concrete input shapes, so an If whose condition is known then (a constant,
-// or computed from shapes, as exporters emit for "if batch == 1") is replaced by the nodes of the branch it takes
-// (src/runtime/inline_if.cc); one whose condition depends on input data is refused.
+// Schema of If, Loop and Scan. Osprey compiles a plan for concrete input shapes, so an If whose condition is known
+// then (a constant, or computed from shapes, as exporters emit for "if batch == 1") is replaced by the nodes of the
+// branch it takes (src/runtime/inline_if.cc); one whose condition depends on input data has both branches compiled as
+// plans of their own, and the condition picks one at run time (src/runtime/runtime_if.cc).
 //
 // If(cond, captured_0, ..., captured_{k-1}) -> outputs, attributes then_branch / else_branch (graphs)
 //   The importer lists the outer-scope values either branch reads as extra inputs after `cond`, in the same order
@@ -27,15 +28,7 @@ namespace {
 
 constexpr int kManyValues = 1 << 20;
 
-void InferIf(InferContext& ctx) { throw Error(ErrorCode::kUnsupported, IfConditionUnknownMessage(ctx.node)); }
-
 }  // namespace
-
-std::string IfConditionUnknownMessage(const Node& node) {
-  return node.Describe() +
-         ": condition depends on input data; osprey folds If only when its condition is known when the model is "
-         "compiled";
-}
 
 void CheckIfNode(const Node& node) {
   for (const char* branch : {"then_branch", "else_branch"}) {
@@ -112,13 +105,14 @@ void CheckScanNode(const Node& node) {
                                                      std::to_string(direction) + " (0 = forward, 1 = reverse)");
 }
 
-// Loop and Scan are replaced by their unrolled iterations before inference reaches them (compile.cc).
+// If, Loop and Scan are replaced (by a branch, a compiled pair of branches, unrolled iterations) before inference
+// reaches them (compile.cc).
 static void InferUnrolled(InferContext& ctx) {
   throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": reached inference without being unrolled");
 }
 
 void RegisterControlFlowOps(OpRegistry& r) {
-  r.Add("If", 1, kManyValues, 1, kManyValues, InferIf);
+  r.Add("If", 1, kManyValues, 1, kManyValues, InferUnrolled);
   r.Add("Loop", 2, kManyValues, 1, kManyValues, InferUnrolled);
   r.Add("Scan", 1, kManyValues, 1, kManyValues, InferUnrolled);
 }

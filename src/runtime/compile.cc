@@ -110,7 +110,11 @@ InferContext MakeInferContext(const CompileState& st, const Node& node) {
 void InferAndFoldNode(CompileState& st, const Node& node) {
   const OpRegistry& registry = OpRegistry::Get();
   if (node.op_type == "If" && node.domain.empty()) {
-    for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
+    if (IfConditionKnown(st, node)) {
+      for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
+    } else {
+      st.nodes.push_back(CompileRuntimeIf(st, node));
+    }
     return;
   }
   if ((node.op_type == "Loop" || node.op_type == "Scan") && node.domain.empty()) {
@@ -332,6 +336,13 @@ class ArenaPlanner {
 std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<TensorSpec>& inputs,
                                     const CompileOptions& options, WeightStore* weights,
                                     std::shared_ptr<MemoryAccount> account) {
+  int64_t subgraph_nodes = 0;
+  return CompileSubgraph(graph, inputs, options, weights, std::move(account), &subgraph_nodes);
+}
+
+std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vector<TensorSpec>& inputs,
+                                            const CompileOptions& options, WeightStore* weights,
+                                            std::shared_ptr<MemoryAccount> account, int64_t* subgraph_nodes) {
   graph.Validate();
   ValidateOps(graph);
   InitDevices();
@@ -360,6 +371,8 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
   st.graph = &graph;
   st.opset = graph.opset;
   st.weights = weights;
+  st.options = options;
+  st.account = account;
   st.values.resize(graph.num_values());
   st.is_graph_output.assign(graph.num_values(), 0);
   for (int id : graph.outputs) st.is_graph_output[id] = 1;
@@ -378,7 +391,16 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     v.shape = inputs[i].shape;
   }
 
-  InferAndFold(st);
+  st.subgraph_nodes = *subgraph_nodes;
+  {
+    // The count is handed back even when the compile fails, so that failed branch compiles still use the budget.
+    struct HandBack {
+      const int64_t& from;
+      int64_t* to;
+      ~HandBack() { *to = from; }
+    } hand_back{st.subgraph_nodes, subgraph_nodes};
+    InferAndFold(st);
+  }
   CheckDeclaredOutputTypes(graph, st);
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
@@ -434,7 +456,12 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
     bool any_nhwc = false;
     for (int v : node.inputs) any_nhwc = any_nhwc || (v >= 0 && st.layouts[v] == Layout::kNhwc);
     for (int v : node.outputs) any_nhwc = any_nhwc || st.layouts[v] == Layout::kNhwc;
-    if (node.op_type == kLayoutReorderOp) {
+    if (node.op_type == "If" && node.Has(kRuntimeIfAttr)) {
+      const std::shared_ptr<const RuntimeIf>& branches = st.runtime_ifs.at(node.GetInt(kRuntimeIfAttr, -1));
+      step.fast = CreateRuntimeIfKernel(branches);
+      for (const auto& plan : branches->plans)
+        if (plan) impl->sub_plans.push_back(plan);
+    } else if (node.op_type == kLayoutReorderOp) {
       const Shape& shape = st.values[node.inputs[0]].shape;
       Layout from = static_cast<Layout>(node.GetInt("from", 0)), to = static_cast<Layout>(node.GetInt("to", 0));
       step.fast = CreateLayoutReorderKernel(shape, from, to, nthreads);

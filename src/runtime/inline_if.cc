@@ -7,29 +7,39 @@
 
 namespace osprey {
 
+bool ConditionValue(const Node& node, const Tensor& cond, const std::string& what) {
+  if (cond.numel() != 1)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " must hold one value, got shape " +
+                                                 ShapeToString(cond.shape()));
+  switch (cond.dtype()) {
+    case DType::kBool:
+      return cond.data<bool>()[0];
+    case DType::kF32:
+      return cond.data<float>()[0] != 0.f;
+    case DType::kI32:
+      return cond.data<int32_t>()[0] != 0;
+    case DType::kI64:
+      return cond.data<int64_t>()[0] != 0;
+    case DType::kI8:
+      return cond.data<int8_t>()[0] != 0;
+    case DType::kU8:
+      return cond.data<uint8_t>()[0] != 0;
+    default:
+      throw Error(ErrorCode::kInvalidArgument,
+                  node.Describe() + ": " + what + " must be bool, got " + DTypeName(cond.dtype()));
+  }
+}
+
 bool KnownCondition(const Node& node, const CompileValue& cond, const std::string& what) {
   if (!cond.typed) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " has no value");
   if (!cond.known) throw Error(ErrorCode::kInternal, node.Describe() + ": " + what + " is not known");
-  if (cond.value.numel() != 1)
-    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " must hold one value, got shape " +
-                                                 ShapeToString(cond.value.shape()));
-  switch (cond.value.dtype()) {
-    case DType::kBool:
-      return cond.value.data<bool>()[0];
-    case DType::kF32:
-      return cond.value.data<float>()[0] != 0.f;
-    case DType::kI32:
-      return cond.value.data<int32_t>()[0] != 0;
-    case DType::kI64:
-      return cond.value.data<int64_t>()[0] != 0;
-    case DType::kI8:
-      return cond.value.data<int8_t>()[0] != 0;
-    case DType::kU8:
-      return cond.value.data<uint8_t>()[0] != 0;
-    default:
-      throw Error(ErrorCode::kInvalidArgument,
-                  node.Describe() + ": " + what + " must be bool, got " + DTypeName(cond.value.dtype()));
-  }
+  return ConditionValue(node, cond.value, what);
+}
+
+bool IfConditionKnown(const CompileState& st, const Node& node) {
+  if (node.inputs.empty() || node.inputs[0] < 0) return true;
+  const CompileValue& cond = st.values[node.inputs[0]];
+  return !cond.typed || cond.known;
 }
 
 std::vector<Node> CopySubgraph(CompileState& st, const Graph& graph, const std::vector<int>& input_ids,
@@ -76,7 +86,6 @@ std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
   if (node.inputs.empty() || node.inputs[0] < 0)
     throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input 0 (the condition) is required");
   const CompileValue& cond = st.values[node.inputs[0]];
-  if (cond.typed && !cond.known) throw Error(ErrorCode::kUnsupported, IfConditionUnknownMessage(node));
   const bool taken = KnownCondition(node, cond, "the condition");
   const char* branch_name = taken ? "then_branch" : "else_branch";
   const Graph& branch = *node.attrs.at(branch_name).g;

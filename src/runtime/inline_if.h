@@ -1,5 +1,9 @@
 #pragma once
-// Folding If at compile time (docs/architecture.md, "If"): the taken branch's nodes replace the If node.
+// If (docs/architecture.md, "If"): folded at compile time when its condition is known then (the taken branch's nodes
+// replace the If node, inline_if.cc); otherwise both branches are compiled as plans of their own and the condition
+// picks one at run time (runtime_if.cc).
+#include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +16,37 @@ namespace osprey {
 /// outer values it reads mapped to the node's inputs, its outputs to the node's outputs), plus an Identity node for
 /// each branch output that is not computed by a branch node. Nested Ifs come back as If nodes, to be folded in turn.
 std::vector<Node> InlineIfBranch(CompileState& state, const Node& node);
+
+/// Whether If node `node`'s condition is known in `state` (a constant, or computed from shapes). A condition with no
+/// value at all also counts as known: InlineIfBranch then names the problem.
+bool IfConditionKnown(const CompileState& state, const Node& node);
+
+/// The two branches of an If whose condition is known only at run time, compiled for the shapes of the outer values
+/// they read: plans[0] for then_branch, plans[1] for else_branch. A branch that cannot be compiled for these shapes
+/// (or at all) has no plan and `refused` says why; taking it at run time throws that. `runtime_inputs` are the node
+/// inputs the plans take, in order (outer values known at compile time are constants of the plans).
+struct RuntimeIf {
+  std::string node;  // Node::Describe()
+  std::array<std::shared_ptr<const Plan>, 2> plans;
+  std::array<std::string, 2> refused;
+  std::vector<int> runtime_inputs;
+};
+
+/// Attribute of a live If node: its index in CompileState::runtime_ifs.
+inline constexpr const char* kRuntimeIfAttr = "_runtime_if";
+
+/// Compiles the branches of If node `node` (condition not known when compiling) with `state`'s options, types its
+/// outputs in `state` and returns the node to run, tagged with kRuntimeIfAttr. Both branches must give outputs of the
+/// same types and shapes (a plan's shapes are fixed when it is compiled), else kUnsupported; at least one must
+/// compile, else its error. The branches' nodes count against the model's subgraph node budget (kMaxLoopNodes).
+Node CompileRuntimeIf(CompileState& state, const Node& node);
+
+/// The kernel of such a node: evaluates the condition, runs the plan of the branch it picks and copies its outputs.
+std::unique_ptr<Kernel> CreateRuntimeIfKernel(std::shared_ptr<const RuntimeIf> branches);
+
+/// The value of a one-element condition tensor of `node` (bool or a number: non-zero is true); `what` names it in
+/// errors (kInvalidArgument for a non-scalar or non-numeric one).
+bool ConditionValue(const Node& node, const Tensor& cond, const std::string& what);
 
 /// The value of a known one-element condition (bool or a number: non-zero is true) of `node`; `what` names it in
 /// errors (kInvalidArgument for a missing, non-scalar or non-numeric one).

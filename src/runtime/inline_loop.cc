@@ -102,10 +102,10 @@ void InlineLoop(CompileState& st, const Node& node, const std::function<void(con
   const std::vector<int> captured(node.inputs.begin() + 2 + static_cast<long>(carried), node.inputs.end());
   std::vector<std::vector<int>> stacked(scans);
   for (int64_t i = 0; (!bounded || i < trips) && cond; ++i) {
-    if (i >= kMaxLoopIterations || st.loop_nodes + static_cast<int64_t>(body.nodes.size()) > kMaxLoopNodes)
+    if (i >= kMaxLoopIterations || st.subgraph_nodes + static_cast<int64_t>(body.nodes.size()) > kMaxLoopNodes)
       throw Error(ErrorCode::kUnsupported,
                   node.Describe() + ": runs more than " + std::to_string(i) + " iterations (" +
-                      std::to_string(st.loop_nodes) + " nodes unrolled in the model); osprey unrolls Loop when the "
+                      std::to_string(st.subgraph_nodes) + " nodes unrolled in the model); osprey unrolls Loop when the "
                       "model is compiled, up to " + std::to_string(kMaxLoopIterations) + " iterations per loop and " +
                       std::to_string(kMaxLoopNodes) + " nodes in all");
     std::vector<int> inputs{st.AddConstant(Tensor::Scalar<int64_t>(i)),
@@ -115,7 +115,7 @@ void InlineLoop(CompileState& st, const Node& node, const std::function<void(con
     std::vector<int> outputs;
     const std::vector<Node> nodes = CopySubgraph(st, body, inputs, std::vector<int>(body.outputs.size(), -1),
                                                  node.name + "/iteration_" + std::to_string(i) + "/", &outputs);
-    st.loop_nodes += static_cast<int64_t>(nodes.size());
+    st.subgraph_nodes += static_cast<int64_t>(nodes.size());
     for (const Node& n : nodes) fold(n);
     const CompileValue& c = st.values[outputs[0]];
     if (c.typed && !c.known)
@@ -170,10 +170,10 @@ void InlineScan(CompileState& st, const Node& node, const std::function<void(con
   const std::vector<int> captured(node.inputs.begin() + static_cast<long>(states + m), node.inputs.end());
   std::vector<std::vector<int>> stacked(scans);
   for (int64_t t = 0; t < length; ++t) {
-    if (t >= kMaxLoopIterations || st.loop_nodes + static_cast<int64_t>(body.nodes.size() + m) > kMaxLoopNodes)
+    if (t >= kMaxLoopIterations || st.subgraph_nodes + static_cast<int64_t>(body.nodes.size() + m) > kMaxLoopNodes)
       throw Error(ErrorCode::kUnsupported,
                   node.Describe() + ": runs " + std::to_string(length) + " iterations (" +
-                      std::to_string(st.loop_nodes) + " nodes unrolled in the model so far); osprey unrolls Scan " +
+                      std::to_string(st.subgraph_nodes) + " nodes unrolled in the model so far); osprey unrolls Scan " +
                       "when the model is compiled, up to " + std::to_string(kMaxLoopIterations) +
                       " iterations per loop and " + std::to_string(kMaxLoopNodes) + " nodes in all");
     const std::string prefix = node.name + "/iteration_" + std::to_string(t) + "/";
@@ -190,7 +190,7 @@ void InlineScan(CompileState& st, const Node& node, const std::function<void(con
     std::vector<int> outputs;
     const std::vector<Node> nodes =
         CopySubgraph(st, body, inputs, std::vector<int>(body.outputs.size(), -1), prefix, &outputs);
-    st.loop_nodes += static_cast<int64_t>(nodes.size() + m);
+    st.subgraph_nodes += static_cast<int64_t>(nodes.size() + m);
     for (const Node& n : nodes) fold(n);
     values.assign(outputs.begin(), outputs.begin() + static_cast<long>(states));
     for (size_t k = 0; k < scans; ++k) stacked[k].push_back(outputs[states + k]);

@@ -10,7 +10,7 @@ namespace osprey {
 /// and folds it, so the next iteration's condition is known) as it is made; then Identity nodes for the final
 /// carried values and Reshape + Concat nodes stacking each scan output. The trip count and the conditions must be
 /// known when compiling; otherwise, or beyond kMaxLoopIterations iterations of one loop or kMaxLoopNodes nodes copied
-/// by all loops of the compile (nested ones multiply: `state.loop_nodes` counts them all), kUnsupported naming the
+/// by all loops of the compile (nested ones multiply: `state.subgraph_nodes` counts them all), kUnsupported naming the
 /// node.
 void InlineLoop(CompileState& state, const Node& node, const std::function<void(const Node&)>& fold);
 

@@ -33,6 +33,7 @@ size_t Plan::TrimArenas(double idle_seconds) const {
       }
     }
   }
+  for (const auto& plan : impl_->sub_plans) bytes += plan->TrimArenas(idle_seconds);
   return bytes;
 }
 size_t Plan::num_device_steps() const {
@@ -57,6 +58,8 @@ std::map<std::string, int> Plan::KernelCounts() const {
   std::map<std::string, int> kernels;
   for (const Step& s : impl_->steps)
     if (s.fast) ++kernels[s.fast->Name()];
+  for (const auto& plan : impl_->sub_plans)
+    for (const auto& [name, count] : plan->KernelCounts()) kernels[name] += count;
   return kernels;
 }
 const std::vector<TensorSpec>& Plan::output_specs() const { return impl_->output_specs; }

@@ -78,11 +78,20 @@ struct Plan::Impl {
   };
   mutable std::map<const Buffer*, ArenaGraph> arena_graphs;
   mutable std::atomic<bool> graphs_off{false};  // a capture failed: run step by step from now on
+  // The plans of If branches chosen at run time (runtime_if.cc), for TrimArenas and KernelCounts.
+  std::vector<std::shared_ptr<const Plan>> sub_plans;
   void ReturnDeviceArena(std::shared_ptr<Buffer> arena) const {
     std::lock_guard<std::mutex> lock(arena_mu);
     free_device_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
   }
 };
+
+/// Compile() for a subgraph of a model being compiled: `*subgraph_nodes` is the model-wide count of subgraph nodes
+/// (CompileState::subgraph_nodes), read at the start and updated at the end, so that a model's loops and branches
+/// share one bound however they nest.
+std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vector<TensorSpec>& inputs,
+                                            const CompileOptions& options, WeightStore* weights,
+                                            std::shared_ptr<MemoryAccount> account, int64_t* subgraph_nodes);
 
 /// Device placement (device_plan.cc): after kernels are created, every input a step reads on the other side gets a
 /// copy — constants uploaded once at compile time (shared through `weights` when given), other values by a copy step
@@ -92,6 +101,8 @@ void PlaceOnDevice(Plan::Impl& impl, WeightStore* weights);
 
 /// Whether a step is one of the copies PlaceOnDevice inserts.
 bool IsDeviceCopy(const Step& step);
+
+struct RuntimeIf;  // inline_if.h
 
 /// A value during compilation: its type, and its contents when known at compile time.
 struct CompileValue {
@@ -110,7 +121,14 @@ struct CompileState {
   std::vector<Node> nodes;  // live (unfolded) nodes, in execution order
   std::vector<char> is_graph_output;
   WeightStore* weights = nullptr;
-  int64_t loop_nodes = 0;  // nodes copied by unrolling Loops so far, nested ones included (bounded: inline_loop.h)
+  // Nodes copied by unrolling Loops and Scans and compiled in If branches so far, nested ones and those of branch
+  // compiles included (bounded by kMaxLoopNodes, inline_loop.h: one budget for the whole model).
+  int64_t subgraph_nodes = 0;
+  // For an If whose condition is known only at run time (runtime_if.cc): this compile's options and memory account,
+  // with which its branches are compiled, and the compiled branches (a live If node's kRuntimeIfAttr indexes them).
+  CompileOptions options;
+  std::shared_ptr<MemoryAccount> account;
+  std::vector<std::shared_ptr<const RuntimeIf>> runtime_ifs;
   // Filled by AssignLayouts: per value, and per live node whether it runs on physical (channels-last) shapes
   // (kTransparentElementwise), or is a Transpose between NHWC-stored [N, C, H, W] and plain [N, H, W, C], which are
   // the same bytes (kTransparentCopy).

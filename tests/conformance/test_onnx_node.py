@@ -6,10 +6,8 @@ Each test ends up in one of three classes:
   failed           wrong values, wrong shape/dtype, a missing output, an error, a crash or a hang
   not implemented  osprey reports `unsupported op(s)`, or the test needs something osprey does not have by design:
                    dtypes without an osprey/.npy form (float64, strings, uint16/32/64, int16, complex, bfloat16,
-                   float8, int4), sequence/optional/map values, an If whose condition depends
-                   on input data (osprey folds If when it compiles, taking the branch its condition picks, so If
-                   tests run and those whose condition is known then pass), model-local functions, non-default
-                   domains, or an opset outside osprey's range.
+                   float8, int4), sequence/optional/map values, model-local functions, non-default domains, or
+                   an opset outside osprey's range.
 The pytest test fails when a test of an implemented op fails and is not listed in exclusions.txt. Not implemented
 tests never fail it; excluded tests that pass are reported so the exclusion can be removed.
 
@@ -184,7 +182,6 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray):
 
 
 UNSUPPORTED_OP_RE = re.compile(r"unsupported op", re.IGNORECASE)
-IF_ON_DATA_RE = re.compile(r"If '[^']*': condition depends on input data")
 OP_IN_MESSAGE_RE = re.compile(r"([A-Za-z0-9_.]+) \(node '")
 
 
@@ -306,8 +303,6 @@ def run_test(test_dir: Path, osprey_bin: Path, work_root: Path, newest_opset: in
                 missing = tuple(sorted(set(OP_IN_MESSAGE_RE.findall(stderr.split("unsupported op", 1)[-1]))))
                 return Result(**result, status="not implemented", detail="missing op " + ", ".join(missing or ("?",)),
                               missing_ops=missing)
-            if proc.returncode == 1 and IF_ON_DATA_RE.search(stderr):
-                return Result(**result, status="not implemented", detail="If condition depends on input data")
             if proc.returncode == 1:
                 kind = "unsupported" if re.search(r"unsupported|not supported", stderr, re.I) else "error"
             else:

@@ -1,5 +1,6 @@
 """If, Loop and Scan end to end: osprey folds an If whose condition is known when it compiles (here a comparison of the
-input's batch dim, as exporters emit for batch-dependent code) and refuses one whose condition depends on input data; it
+input's batch dim, as exporters emit for batch-dependent code); one whose condition depends on input data has both
+branches compiled and runs the one its condition picks (refused by name when the branches' output shapes differ); it
 unrolls a Loop whose trip count and conditions are known then (a constant count, a count from the input's shape as
 tf.map_fn exports, a while-loop on the iteration number) and refuses a data-dependent or oversized one; it unrolls
 Scan (forward and reverse, scan axes other than 0, two scan inputs).
@@ -87,12 +88,64 @@ def test_if_on_shape_folds_and_agrees_with_onnxruntime(osprey_bin, work_dir, sha
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_if_on_input_data_is_refused_naming_the_node(osprey_bin, work_dir):
+@pytest.mark.parametrize("shape,sign", [((1, 3), 1), ((1, 3), -1), ((2, 6), 1), ((2, 6), -1), ((2, 3), -1)],
+                         ids=["1x3+", "1x3-", "2x6+", "2x6-", "2x3-"])
+def test_if_on_input_data_runs_the_branch_its_condition_picks(osprey_bin, work_dir, shape, sign):
+    # cond = sum(x) > 0: then Relu(2x - 0.5), else (with L > 4 known when compiling) the row mean, else x - 1.
     path = if_model(work_dir / "if_data.onnx", data_condition=True)
-    proc, _ = run_osprey(osprey_bin, path, np.ones((2, 3), np.float32), work_dir, "data")
+    x = sign * np.abs(np.random.default_rng(sum(shape)).standard_normal(shape)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    tag = "x".join(map(str, shape)) + ("p" if sign > 0 else "n")
+    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, tag)
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(out_dir / "y.npy")
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _data_if_model(path, else_nodes, else_output):
+    """y = If(sum(x) > 0) then x * 2 else <else_nodes> for x [2, 3]."""
+    f = TensorProto.FLOAT
+    then_branch = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["then_y"], name="double")], "then", [],
+                                    [helper.make_tensor_value_info("then_y", f, None)], [_const("two", np.float32(2))])
+    else_branch = helper.make_graph(else_nodes, "else", [], [helper.make_tensor_value_info(else_output, f, None)],
+                                    [_const("new_shape", np.array([4], np.int64))])
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="total"),
+         helper.make_node("Greater", ["total", "zero_f"], ["cond"], name="positive"),
+         helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch, name="if_data")],
+        "data_if", [helper.make_tensor_value_info("x", f, [2, 3])], [helper.make_tensor_value_info("y", f, None)],
+        [_const("zero_f", np.float32(0))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    save(model, str(path))
+    return path
+
+
+def test_if_on_input_data_with_branches_of_different_shapes_is_refused(osprey_bin, work_dir):
+    # ONNX Runtime runs this (the output shape follows the data); osprey's plans have fixed shapes: a clear refusal.
+    path = _data_if_model(work_dir / "if_shapes.onnx",
+                          [helper.make_node("ReduceSum", ["x"], ["else_y"], keepdims=1, name="row_sums")], "else_y")
+    proc, _ = run_osprey(osprey_bin, path, np.ones((2, 3), np.float32), work_dir, "shapes")
     assert proc.returncode == 1, proc.stderr
-    assert "If 'if_batch': condition depends on input data" in proc.stderr, proc.stderr
-    assert "known when the model is compiled" in proc.stderr
+    assert "If 'if_data': output 0 is float32 [2, 3] from then_branch but float32 [1, 1] from else_branch" in \
+        proc.stderr, proc.stderr
+
+
+def test_if_on_input_data_with_a_branch_that_cannot_run_fails_only_when_taken(osprey_bin, work_dir):
+    # The else branch reshapes 6 values to [4]: ONNX Runtime fails only when it runs it, and so does osprey.
+    path = _data_if_model(work_dir / "if_bad.onnx",
+                          [helper.make_node("Reshape", ["x", "new_shape"], ["else_y"], name="bad_reshape")], "else_y")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, "bad_then")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(out_dir / "y.npy"), x * 2)
+    with pytest.raises(Exception):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": -x})
+    proc, _ = run_osprey(osprey_bin, path, -x, work_dir, "bad_else")
+    assert proc.returncode == 1, proc.stderr
+    assert "If 'if_data': the condition chose else_branch, which cannot run for these input shapes" in proc.stderr
+    assert "bad_reshape" in proc.stderr, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------- Loop

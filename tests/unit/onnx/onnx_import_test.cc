@@ -623,7 +623,8 @@ TEST(OnnxImport, IfWithAShapeConditionFoldsWhenCompiled) {
   EXPECT_EQ(two[0].second.ToFloatVector(), (std::vector<float>{1, -3, 4, 5}));
 }
 
-TEST(OnnxImport, IfOnInputDataIsRefusedNamingTheNode) {
+TEST(OnnxImport, IfOnInputDataRunsTheBranchItsConditionPicks) {
+  // Oracle: ONNX's If semantics by hand: sum(x) > 0 ? x * 2 : x. Both branches are compiled; one plan serves both.
   onnx::ModelProto m = IfOnBatchModel();
   auto* g = m.mutable_graph();
   // cond now compares a value of x, not its shape.
@@ -634,14 +635,12 @@ TEST(OnnxImport, IfOnInputDataIsRefusedNamingTheNode) {
   AddNode(g, "Greater", {"sum", "zero_f"}, {"data_cond"}, "greater");
   g->mutable_node(3)->set_input(0, "data_cond");
   Model model(Parse(m));
-  try {
-    model.Run({{"x", Tensor::FromVector<float>({1, 2}, {1, 2})}});
-    FAIL() << "expected the data-dependent If to be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("If 'if_batch_1': condition depends on input data"), std::string::npos)
-        << e.what();
-  }
+  auto positive = model.Run({{"x", Tensor::FromVector<float>({1, 2}, {1, 2})}});
+  EXPECT_EQ(positive[0].second.ToFloatVector(), (std::vector<float>{2, 4}));
+  auto negative = model.Run({{"x", Tensor::FromVector<float>({1, 2}, {1, -3})}});
+  EXPECT_EQ(negative[0].second.ToFloatVector(), (std::vector<float>{1, -3}));
+  auto again = model.Run({{"x", Tensor::FromVector<float>({1, 2}, {5, -3})}});
+  EXPECT_EQ(again[0].second.ToFloatVector(), (std::vector<float>{10, -6}));
 }
 
 TEST(OnnxImport, IfBranchesNestedTooDeepAreRefused) {
