@@ -103,6 +103,25 @@ def test_if_on_input_data_runs_the_branch_its_condition_picks(osprey_bin, work_d
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_if_branch_outputs_with_an_empty_type_are_inferred(osprey_bin, work_dir):
+    # PyTorch's exporter writes If branch outputs whose TypeProto has no kind set (Silero VAD): as good as no type.
+    import onnx
+    model = onnx.load(str(if_model(work_dir / "if_typed.onnx", data_condition=True)))
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                for output in attr.g.output:
+                    output.type.CopyFrom(onnx.TypeProto())
+                    assert output.HasField("type") and output.type.WhichOneof("value") is None
+    path = work_dir / "if_untyped.onnx"
+    onnx.save(model, str(path))
+    x = np.random.default_rng(7).standard_normal((2, 6)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    proc, out_dir = run_osprey(osprey_bin, path, x, work_dir, "untyped")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(out_dir / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
 def _data_if_model(path, else_nodes, else_output):
     """y = If(sum(x) > 0) then x * 2 else <else_nodes> for x [2, 3]."""
     f = TensorProto.FLOAT
