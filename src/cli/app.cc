@@ -44,7 +44,7 @@ int RunCommandLine(int argc, char** argv) {
   run->add_option("--device", run_options.device, kDeviceHelp)->capture_default_str();
 
   BenchOptions bench_options;
-  CLI::App* bench = app.add_subcommand("bench", "Time a model on random inputs");
+  CLI::App* bench = app.add_subcommand("bench", "Time a model on random inputs (or given ones)");
   bench->add_option("model", bench_options.model, "ONNX model file")->required();
   bench->add_option("--batch", bench_options.batch, "Batch size for a symbolic first dim (default 1)")
       ->check(CLI::Range(1, INT_MAX));
@@ -56,6 +56,8 @@ int RunCommandLine(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--iters", bench_options.iters, "Timed runs")->check(CLI::Range(1, INT_MAX))->capture_default_str();
   bench->add_option("--seed", bench_options.seed, "Seed for the random inputs")->capture_default_str();
+  bench->add_option("--input,-i", bench_options.inputs, "Input NAME=FILE.npy instead of a random one (repeatable)")
+      ->allow_extra_args(false);
   bench->add_option("--dims", bench_options.dims, "SYMBOL=N for other symbolic dims (default 1; repeatable)")
       ->allow_extra_args(false);
   bench->add_flag("--json", bench_options.json, "Print one JSON object");

@@ -42,10 +42,11 @@ std::string Bf16Summary(const std::map<std::string, int>& kernels) {
          " Conv/Gemm/MatMul kernels (the others fp32: faster here, or no bf16 kernel)";
 }
 
-// Random inputs for every graph input, with `batch` in the first dim where that dim is symbolic.
+// The inputs given as files (--input), and random ones for every other graph input, with `batch` in the first dim
+// where that dim is symbolic.
 std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions& options, int64_t* batch_used) {
   std::map<std::string, int64_t> dims = ParseDimOverrides(options.dims);
-  std::map<std::string, Tensor> inputs;
+  std::map<std::string, Tensor> inputs = ReadInputFiles(graph, options.inputs);
   uint64_t rng = options.seed;
   int64_t batch = options.batch > 0 ? options.batch : 0;
   // The batch symbol takes the batch size wherever it appears, so inputs that share it stay consistent.
@@ -54,6 +55,10 @@ std::map<std::string, Tensor> BenchInputs(const Graph& graph, const BenchOptions
       if (!info.dims.empty() && info.dims[0].value < 0 && info.dims[0].symbol != "?")
         dims.emplace(info.dims[0].symbol, options.batch);
   for (const ValueInfo& info : graph.input_infos) {
+    if (inputs.count(info.name)) {
+      if (batch == 0 && inputs[info.name].rank() > 0) batch = inputs[info.name].shape()[0];
+      continue;
+    }
     Shape shape = ConcreteInputShape(info, dims);
     if (!info.dims.empty()) {
       const Dim& first = info.dims[0];

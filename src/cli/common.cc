@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ops/op_registry.h"
+#include "osprey/npy.h"
 
 namespace osprey::cli {
 
@@ -111,6 +112,25 @@ std::string DescribeInputs(const Graph& graph) {
     s += "'" + info.name + "' (" + DTypeName(info.dtype) + " " + info.ShapeString() + ")";
   }
   return s.empty() ? "(none)" : s;
+}
+
+std::map<std::string, Tensor> ReadInputFiles(const Graph& graph, const std::vector<std::string>& entries) {
+  std::map<std::string, Tensor> inputs;
+  for (const std::string& entry : entries) {
+    auto [name, file] = SplitAssignment(entry, "--input");
+    bool declared = false;
+    for (const ValueInfo& info : graph.input_infos) declared = declared || info.name == name;
+    if (!declared)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--input '" + name + "': the model has no such input; its inputs are " + DescribeInputs(graph));
+    if (inputs.count(name)) throw Error(ErrorCode::kInvalidArgument, "--input '" + name + "' is given twice");
+    try {
+      inputs[name] = ReadNpy(file);
+    } catch (const Error& e) {
+      throw Error(e.code(), "--input '" + name + "': " + e.what());
+    }
+  }
+  return inputs;
 }
 
 }  // namespace osprey::cli

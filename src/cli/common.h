@@ -57,8 +57,9 @@ struct BenchOptions {
   std::string precision = "fp32";  // "fp32" | "bf16" | "auto" | "fp16" (CompileOptions::precision)
   std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
   int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
+  std::vector<std::string> inputs;  // "NAME=FILE.npy": inputs read from files instead of random ones
 };
-/// Times the model on random inputs.
+/// Times the model on random inputs (and those given as files).
 int RunBench(const BenchOptions& options, std::ostream& out);
 
 // ---- shared helpers ----
@@ -100,6 +101,9 @@ int EffectiveThreads(int requested);
 
 /// Comma-separated list of the model's input names, with dtypes and shapes, for error messages.
 std::string DescribeInputs(const Graph& graph);
+
+/// The inputs given as NAME=FILE.npy entries (run's and bench's --input), each a graph input named once.
+std::map<std::string, Tensor> ReadInputFiles(const Graph& graph, const std::vector<std::string>& entries);
 
 }  // namespace cli
 }  // namespace osprey

@@ -12,22 +12,7 @@ int RunRun(const RunOptions& options, std::ostream& out) {
   std::map<std::string, int64_t> dims = ParseDimOverrides(options.dims);
   Graph graph = LoadOnnxModel(options.model);
 
-  std::map<std::string, const ValueInfo*> declared;
-  for (const ValueInfo& info : graph.input_infos) declared[info.name] = &info;
-
-  std::map<std::string, Tensor> inputs;
-  for (const std::string& entry : options.inputs) {
-    auto [name, file] = SplitAssignment(entry, "--input");
-    if (!declared.count(name))
-      throw Error(ErrorCode::kInvalidArgument,
-                  "--input '" + name + "': the model has no such input; its inputs are " + DescribeInputs(graph));
-    if (inputs.count(name)) throw Error(ErrorCode::kInvalidArgument, "--input '" + name + "' is given twice");
-    try {
-      inputs[name] = ReadNpy(file);
-    } catch (const Error& e) {
-      throw Error(e.code(), "--input '" + name + "': " + e.what());
-    }
-  }
+  std::map<std::string, Tensor> inputs = ReadInputFiles(graph, options.inputs);
   uint64_t rng = options.seed;
   std::vector<std::string> missing;
   for (const ValueInfo& info : graph.input_infos) {

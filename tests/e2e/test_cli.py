@@ -294,6 +294,15 @@ def test_bench_json(run_cli, small_model):
     assert result["images_per_s"] > 0
 
 
+def test_bench_with_an_input_file(run_cli, small_model, good_input):
+    # The file's [2, 3, 8, 8] sets the batch; a name the model lacks is refused naming its inputs.
+    proc = run_cli("bench", small_model, "--input", f"x={good_input}", "--iters", 2, "--warmup", 0, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["batch"] == 2
+    proc = run_cli("bench", small_model, "--input", f"image={good_input}", "--iters", 1)
+    assert_clean_error(proc, "--input 'image'", "its inputs are 'x'")
+
+
 def test_bench_bad_batch(run_cli, small_model):
     proc = run_cli("bench", small_model, "--batch", -2, "--iters", 1)
     assert proc.returncode in (1, 2), f"exit {proc.returncode} (1: error, 2: usage error)\n{proc.stderr}"
