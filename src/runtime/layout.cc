@@ -41,10 +41,11 @@ bool PlainOperandCompatible(const Shape& s) {
   return r[1] == 1 || (r[2] == 1 && r[3] == 1);
 }
 
-// Tensor inputs of a following node: every input of Concat/_ChannelShuffle, input 0 of Slice/Split (the rest are
-// index constants).
+// Tensor inputs of a following node: every input of Concat/_ChannelShuffle, input 0 of Slice/Split/Resize/Upsample
+// (the rest are index, scale or size constants).
 size_t NumDataInputs(const Node& n) {
-  return n.op_type == "Slice" || n.op_type == "Split" ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
+  const bool first_only = n.op_type == "Slice" || n.op_type == "Split" || n.op_type == "Resize" || n.op_type == "Upsample";
+  return first_only ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
 }
 
 // Whether the node's fast kernel copies channels-last data as is (CpuKernelFollowsNhwc), asked with the node's

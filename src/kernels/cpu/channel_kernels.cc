@@ -462,6 +462,10 @@ std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx) {
   return nullptr;
 }
 
+namespace cpu {
+bool ResizeFollowsNhwc(const KernelBuildContext& ctx);  // resize_kernel.cc
+}  // namespace cpu
+
 bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (!ctx.node.domain.empty()) return false;
@@ -471,6 +475,7 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx) {
   if (op == kChannelShuffleOp) return IsChannelShuffleF32(ctx);
   if (op == "Slice") return SliceChannelRange(ctx, &first, &count);
   if (op == "Split") return SplitChannelRanges(ctx, &firsts, &counts);
+  if (op == "Resize" || op == "Upsample") return cpu::ResizeFollowsNhwc(ctx);
   return false;
 }
 

@@ -8,6 +8,9 @@ namespace osprey {
 std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ctx);  // layernorm.cc
 std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx);  // augment_kernels.cc
 std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx);  // recurrent_kernels.cc
+namespace cpu {
+std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& ctx);  // resize_kernel.cc
+}  // namespace cpu
 
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
@@ -27,6 +30,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "BatchNormalization") return cpu::CreateBatchNorm(ctx);
     if (op == "LayerNormalization") return CreateCpuLayerNormalization(ctx);
     if (op == "RNN" || op == "GRU" || op == "LSTM") return CreateRecurrentKernel(ctx);
+    if (op == "Resize" || op == "Upsample") return cpu::CreateResize(ctx);
     if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
     if (std::unique_ptr<Kernel> k = CreateElementwiseKernel(ctx)) return k;
   } catch (const dnnl::error&) {

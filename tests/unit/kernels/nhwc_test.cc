@@ -1,4 +1,4 @@
-// Channels-last (NHWC) support of the fast CPU kernels: Conv, pools, BatchNormalization and the layout reorder.
+// Channels-last (NHWC) support of the fast CPU kernels: Conv, pools, BatchNormalization, Resize and the layout reorder.
 // Oracle: the reference kernel on plain tensors. The test converts plain inputs to NHWC with its own index loop,
 // runs the fast kernel with the layouts the runtime's layout pass would ask for, converts the output back with the
 // inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C].
@@ -93,6 +93,89 @@ void ExpectEveryLayout(const Node& node, const std::vector<Tensor>& inputs, cons
                        const std::string& expected_name) {
   for (Layout in0 : kBoth)
     for (Layout out0 : kBoth) ExpectLayoutsMatchReference(node, inputs, constant, expected_name, in0, out0);
+}
+
+// ---- Resize / Upsample: they follow their input's layout (plain -> plain, channels-last -> channels-last).
+Tensor Floats(std::vector<float> v) { return Tensor::FromVector<float>({static_cast<int64_t>(v.size())}, v); }
+Tensor Int64s(std::vector<int64_t> v) { return Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v); }
+
+// `rest`: the node's inputs after X (roi, scales, sizes; a default Tensor where omitted), all constant.
+void ExpectResizeMatchesReference(const Node& node, const Shape& x, std::vector<Tensor> rest, int opset = 17) {
+  std::vector<Tensor> inputs{RandomTensor(x, 7)};
+  for (Tensor& t : rest) inputs.push_back(std::move(t));
+  std::vector<bool> constant(inputs.size(), true);
+  constant[0] = false;
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
+  for (Layout layout : kBoth) {
+    SCOPED_TRACE(LayoutName(layout));
+    std::vector<Tensor> outputs;
+    KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
+    EXPECT_TRUE(CpuKernelFollowsNhwc(bc));
+    bc.input_layouts.assign(inputs.size(), Layout::kPlain);
+    bc.input_layouts[0] = layout;
+    bc.output_layouts = {layout};
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_EQ(std::string(kernel->Name()), layout == Layout::kNhwc ? "ResizeF32Nhwc" : "ResizeF32");
+    std::vector<Tensor> run_inputs = inputs;
+    if (layout == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
+    std::vector<Tensor> run_outputs{NanTensor(Physical(expected[0].shape(), layout))};
+    RunKernel(*kernel, node, run_inputs, run_outputs, opset);
+    ExpectTensorNear(layout == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0], expected[0], 1e-5f, 1e-5f);
+  }
+}
+
+Node ResizeNode(AttributeMap attrs) { return MakeNode("Resize", 4, 1, std::move(attrs)); }
+Attribute Str(const char* s) { return Attribute::String(s); }
+
+TEST(Resize, NearestAsymmetricFloorTwiceAsPaddleFpnExports) {
+  ExpectResizeMatchesReference(
+      ResizeNode({{"mode", Str("nearest")}, {"coordinate_transformation_mode", Str("asymmetric")},
+                  {"nearest_mode", Str("floor")}}),
+      {1, 5, 7, 9}, {Tensor(), Floats({1, 1, 2, 2}), Tensor()});
+}
+
+TEST(Resize, NearestHalfPixelToSizesShrinkingHGrowingW) {
+  ExpectResizeMatchesReference(ResizeNode({{"mode", Str("nearest")}}), {2, 3, 11, 5},
+                               {Tensor(), Tensor(), Int64s({2, 3, 4, 13})});
+}
+
+TEST(Resize, LinearHalfPixelTwice) {
+  ExpectResizeMatchesReference(ResizeNode({{"mode", Str("linear")}}), {2, 3, 6, 5},
+                               {Tensor(), Floats({1, 1, 2, 2}), Tensor()});
+}
+
+TEST(Resize, LinearAlignCornersAndPytorchHalfPixelDownscale) {
+  ExpectResizeMatchesReference(
+      ResizeNode({{"mode", Str("linear")}, {"coordinate_transformation_mode", Str("align_corners")}}), {1, 4, 5, 6},
+      {Tensor(), Tensor(), Int64s({1, 4, 11, 3})});
+  ExpectResizeMatchesReference(
+      ResizeNode({{"mode", Str("linear")}, {"coordinate_transformation_mode", Str("pytorch_half_pixel")}}),
+      {1, 4, 9, 7}, {Tensor(), Tensor(), Int64s({1, 4, 3, 1})});
+}
+
+TEST(Resize, CubicExcludeOutside) {
+  ExpectResizeMatchesReference(
+      ResizeNode({{"mode", Str("cubic")}, {"cubic_coeff_a", Attribute::Float(-0.5f)},
+                  {"exclude_outside", Attribute::Int(1)}}),
+      {1, 3, 5, 4}, {Tensor(), Tensor(), Int64s({1, 3, 9, 7})});
+}
+
+TEST(Resize, UpsampleOpset9Nearest) {
+  ExpectResizeMatchesReference(MakeNode("Upsample", 2, 1, {{"mode", Str("nearest")}}), {1, 2, 3, 4},
+                               {Floats({1, 1, 2, 3})}, 9);
+}
+
+TEST(Resize, DeclinedWhereTheReferenceRuns) {
+  // Batch or channels resized, tf_crop_and_resize, or scales computed at run time: the reference kernel.
+  const Shape x{2, 3, 4, 4};
+  EXPECT_TRUE(FastKernelDeclines(ResizeNode({}), {RandomTensor(x, 1), Tensor(), Floats({1, 2, 2, 2}), Tensor()},
+                                 {false, true, true, true}));
+  EXPECT_TRUE(FastKernelDeclines(
+      ResizeNode({{"coordinate_transformation_mode", Str("tf_crop_and_resize")}}),
+      {RandomTensor(x, 1), Floats({0, 0, 0, 0, 1, 1, 1, 1}), Floats({1, 1, 2, 2}), Tensor()}, {false, true, true, true}));
+  EXPECT_TRUE(FastKernelDeclines(ResizeNode({}), {RandomTensor(x, 1), Tensor(), Floats({1, 1, 2, 2}), Tensor()},
+                                 {false, true, false, true}));
 }
 
 KernelBuildContext AllNhwcContext(const Node& node, const std::vector<Tensor>& inputs,

@@ -1,0 +1,182 @@
+// Fast ONNX Resize / Upsample for float32 rank-4 tensors resized along H and W only (N and C kept): nearest,
+// linear and cubic, every coordinate transformation but tf_crop_and_resize, with constant scales/sizes. Separable:
+// per output row, the source rows its H taps name are blended into one row (or used as they are when there is a
+// single weight-1 tap), then each output element blends that row at its W taps. The taps come from ops/onnx_resize.h,
+// the rules the reference kernel uses. Plain and channels-last data alike (a channels-last row is W pixels of C
+// floats, blended as vectors), so the layout pass keeps the detectors' FPN upsamples channels-last
+// (CpuKernelFollowsNhwc). Sums are float, not the reference's double: results agree within float rounding.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "ops/onnx_resize.h"
+
+namespace osprey {
+namespace {
+
+struct Taps1d {
+  std::vector<int> count;
+  std::vector<std::array<int64_t, 4>> index;
+  std::vector<std::array<float, 4>> weight;
+};
+
+struct ResizePlan {
+  int64_t n = 0, c = 0, ih = 0, iw = 0, oh = 0, ow = 0;
+  bool nearest = false;
+  Taps1d h, w;
+};
+
+// Whether every output index reads only its own source index with weights summing to 1 (pytorch_half_pixel on a
+// length-1 axis gives two half-weight taps, both clamped to index 0).
+bool Identity(const AxisTaps& t) {
+  for (size_t o = 0; o < t.count.size(); ++o) {
+    if (t.outside[o] || t.count[o] < 1) return false;
+    double sum = 0;
+    for (int k = 0; k < t.count[o]; ++k) {
+      if (t.offset[o][k] != static_cast<int64_t>(o)) return false;
+      sum += t.weight[o][k];
+    }
+    if (std::abs(sum - 1.0) > 1e-12) return false;
+  }
+  return true;
+}
+
+bool ToTaps1d(const AxisTaps& t, Taps1d* out) {
+  out->count = t.count;
+  out->index = t.offset;  // stride 1: offsets are indices
+  out->weight.resize(t.weight.size());
+  for (size_t o = 0; o < t.count.size(); ++o) {
+    if (t.outside[o] || t.count[o] < 1) return false;
+    for (int k = 0; k < 4; ++k) out->weight[o][k] = static_cast<float>(t.weight[o][k]);
+  }
+  return true;
+}
+
+// Whether this kernel handles the node; fills `plan`. Needs the roi/scales/sizes inputs known when compiling.
+bool PrepareResize(const KernelBuildContext& ctx, ResizePlan* plan) {
+  const Node& node = ctx.node;
+  if (!node.domain.empty() || (node.op_type != "Resize" && node.op_type != "Upsample")) return false;
+  if (ctx.input_dtypes.empty() || !ctx.present[0] || ctx.input_dtypes[0] != DType::kF32) return false;
+  if (ctx.output_shapes.size() != 1 || node.GetInt("antialias", 0) != 0) return false;
+  const Shape& x = ctx.input_shapes[0];
+  const Shape& y = ctx.output_shapes[0];
+  if (x.size() != 4 || y.size() != 4 || NumElements(y) == 0 || NumElements(x) == 0) return false;
+  const Tensor* inputs[3] = {nullptr, nullptr, nullptr};
+  for (size_t k = 1; k < ctx.present.size() && k <= 3; ++k) {
+    if (!ctx.present[k]) continue;
+    if (!ctx.input_values[k]) return false;  // computed at run time
+    inputs[k - 1] = ctx.input_values[k];
+  }
+  if (node.op_type == "Upsample" && ctx.opset < 9 && !node.Has("scales")) return false;
+  const ResizeParams params = GetResizeParams(node, ctx.opset, x, inputs[0], inputs[1], inputs[2]);
+  if (params.coord == "tf_crop_and_resize") return false;
+  if (params.mode != "nearest" && params.mode != "linear" && params.mode != "cubic") return false;
+  for (int64_t d = 0; d < 2; ++d)
+    if (x[d] != y[d] || !Identity(BuildTaps(params, d, x[d], y[d], 1))) return false;
+  plan->n = x[0];
+  plan->c = x[1];
+  plan->ih = x[2];
+  plan->iw = x[3];
+  plan->oh = y[2];
+  plan->ow = y[3];
+  plan->nearest = params.mode == "nearest";
+  return ToTaps1d(BuildTaps(params, 2, x[2], y[2], 1), &plan->h) &&
+         ToTaps1d(BuildTaps(params, 3, x[3], y[3], 1), &plan->w);
+}
+
+class ResizeF32Kernel final : public Kernel {
+ public:
+  ResizeF32Kernel(ResizePlan plan, bool nhwc, int num_threads)
+      : p_(std::move(plan)), nhwc_(nhwc), num_threads_(num_threads) {}
+  const char* Name() const override { return nhwc_ ? "ResizeF32Nhwc" : "ResizeF32"; }
+
+  void Run(KernelContext& ctx) override {
+    const float* x = ctx.In(0).data<float>();
+    float* y = ctx.Out(0).data<float>();
+    // A plane is one image channel (plain) or one image of C-float pixels (channels-last).
+    const int64_t planes = nhwc_ ? p_.n : p_.n * p_.c, ch = nhwc_ ? p_.c : 1;
+    const int64_t in_row = p_.iw * ch, out_row = p_.ow * ch, rows = planes * p_.oh;
+    const int64_t work = rows * out_row;
+    const bool parallel = num_threads_ > 1 && work >= (int64_t{1} << 15);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t plane = r / p_.oh, oy = r % p_.oh;
+      const float* src = x + plane * p_.ih * in_row;
+      float* dst = y + r * out_row;
+      const int hn = p_.h.count[oy];
+      const float* row = src + p_.h.index[oy][0] * in_row;
+      if (!(hn == 1 && p_.h.weight[oy][0] == 1.f)) {
+        float* blend = reinterpret_cast<float*>(cpu::ThreadScratch::Reserve(sizeof(float) * in_row));
+        const float w0 = p_.h.weight[oy][0];
+        for (int64_t i = 0; i < in_row; ++i) blend[i] = w0 * row[i];
+        for (int k = 1; k < hn; ++k) {
+          const float* other = src + p_.h.index[oy][k] * in_row;
+          const float wk = p_.h.weight[oy][k];
+          for (int64_t i = 0; i < in_row; ++i) blend[i] += wk * other[i];
+        }
+        row = blend;
+      }
+      if (ch == 1) {
+        if (p_.nearest) {
+          for (int64_t ox = 0; ox < p_.ow; ++ox) dst[ox] = row[p_.w.index[ox][0]];
+        } else {
+          for (int64_t ox = 0; ox < p_.ow; ++ox) {
+            const auto& idx = p_.w.index[ox];
+            const auto& wt = p_.w.weight[ox];
+            float v = wt[0] * row[idx[0]];
+            for (int k = 1; k < p_.w.count[ox]; ++k) v += wt[k] * row[idx[k]];
+            dst[ox] = v;
+          }
+        }
+        continue;
+      }
+      for (int64_t ox = 0; ox < p_.ow; ++ox) {
+        float* out = dst + ox * ch;
+        const auto& idx = p_.w.index[ox];
+        const auto& wt = p_.w.weight[ox];
+        if (p_.nearest) {
+          std::memcpy(out, row + idx[0] * ch, sizeof(float) * ch);
+          continue;
+        }
+        const float* a = row + idx[0] * ch;
+        const float w0 = wt[0];
+        for (int64_t i = 0; i < ch; ++i) out[i] = w0 * a[i];
+        for (int k = 1; k < p_.w.count[ox]; ++k) {
+          const float* b = row + idx[k] * ch;
+          const float wk = wt[k];
+          for (int64_t i = 0; i < ch; ++i) out[i] += wk * b[i];
+        }
+      }
+    }
+  }
+
+ private:
+  ResizePlan p_;
+  bool nhwc_;
+  int num_threads_;
+};
+
+}  // namespace
+
+namespace cpu {
+
+bool ResizeFollowsNhwc(const KernelBuildContext& ctx) {
+  ResizePlan plan;
+  return PrepareResize(ctx, &plan);
+}
+
+std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& ctx) {
+  ResizePlan plan;
+  if (!PrepareResize(ctx, &plan)) return nullptr;
+  const bool in_nhwc = !ctx.input_layouts.empty() && ctx.input_layouts[0] == Layout::kNhwc;
+  const bool out_nhwc = !ctx.output_layouts.empty() && ctx.output_layouts[0] == Layout::kNhwc;
+  if (in_nhwc != out_nhwc) return nullptr;  // the layout pass gives a following kernel one layout for both
+  return std::make_unique<ResizeF32Kernel>(std::move(plan), in_nhwc, ctx.num_threads);
+}
+
+}  // namespace cpu
+}  // namespace osprey
