@@ -22,6 +22,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   try {
     if (op == "Conv" && ctx.node.Has("_int8")) return cpu::CreateDnnlConvInt8(ctx);
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);
+    if (op == "ConvTranspose") return cpu::CreateDnnlDeconv(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
@@ -53,6 +54,7 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::DnnlPoolSupportsNhwc(ctx);
     if (op == "BatchNormalization") return cpu::BatchNormSupportsNhwc(ctx);
+    if (op == "ConvTranspose") return cpu::DnnlDeconvSupportsNhwc(ctx);
   } catch (const dnnl::error&) {
     return false;  // no primitive for this case: the factory would not build one either
   }

@@ -188,6 +188,8 @@ bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 const char* DnnlConvInt8Implementation(const Kernel& kernel);
 std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
+/// ConvTranspose on oneDNN's deconvolution (dnnl_deconv.cc).
+std::unique_ptr<Kernel> CreateDnnlDeconv(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx);
 /// Hand-written BatchNormalization (inference) with the fused activation; plain for rank >= 2, kNhwc for rank 4.
 std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx);
@@ -197,6 +199,7 @@ std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx);
 bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
+bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);
 
 /// The layout conversion kernel of CreateLayoutReorderKernel (cpu_kernels.h), a oneDNN reorder.
 std::unique_ptr<Kernel> CreateDnnlLayoutReorder(const Shape& shape, Layout from, Layout to, int num_threads);

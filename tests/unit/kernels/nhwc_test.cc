@@ -1,4 +1,5 @@
-// Channels-last (NHWC) support of the fast CPU kernels: Conv, pools, BatchNormalization, Resize and the layout reorder.
+// Channels-last (NHWC) support of the fast CPU kernels: Conv, ConvTranspose, pools, BatchNormalization, Resize and the
+// layout reorder.
 // Oracle: the reference kernel on plain tensors. The test converts plain inputs to NHWC with its own index loop,
 // runs the fast kernel with the layouts the runtime's layout pass would ask for, converts the output back with the
 // inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C].
@@ -93,6 +94,40 @@ void ExpectEveryLayout(const Node& node, const std::vector<Tensor>& inputs, cons
                        const std::string& expected_name) {
   for (Layout in0 : kBoth)
     for (Layout out0 : kBoth) ExpectLayoutsMatchReference(node, inputs, constant, expected_name, in0, out0);
+}
+
+// ---- ConvTranspose on oneDNN's deconvolution: every layout combination, as for Conv.
+void ExpectConvTransposeEveryLayout(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed) {
+  Node node = MakeNode("ConvTranspose", bias ? 3 : 2, 1, std::move(attrs));
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
+  if (bias) in.push_back(RandomTensor({w[1] * node.GetInt("group", 1)}, seed + 2));
+  ExpectEveryLayout(node, in, {false, true, true}, "ConvTransposeF32Dnnl");
+}
+
+TEST(NhwcConvTranspose, TwoByTwoStrideTwoAsPaddleOcrUpsamples) {
+  ExpectConvTransposeEveryLayout({{"strides", Ints({2, 2})}}, {1, 8, 5, 6}, {8, 6, 2, 2}, true, 11);
+}
+
+TEST(NhwcConvTranspose, ThreeByThreeStrideTwoPadsOutputPaddingTwoGroups) {
+  ExpectConvTransposeEveryLayout({{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})},
+                                  {"output_padding", Ints({1, 1})}, {"group", Attribute::Int(2)}},
+                                 {2, 4, 5, 5}, {4, 3, 3, 3}, true, 12);
+}
+
+TEST(NhwcConvTranspose, DilatedAsymmetricPadsNoBias) {
+  ExpectConvTransposeEveryLayout({{"dilations", Ints({2, 2})}, {"pads", Ints({0, 1, 1, 0})}}, {1, 5, 6, 7},
+                                 {5, 7, 3, 3}, false, 13);
+}
+
+TEST(NhwcConvTranspose, OneDimensionalPlainAndDeclinedCases) {
+  Node node = MakeNode("ConvTranspose", 3, 1, {{"strides", Ints({3})}, {"pads", Ints({1, 2})}});
+  ExpectFastMatchesReference(node, {RandomTensor({2, 4, 9}, 21), RandomTensor({4, 5, 4}, 22), RandomTensor({5}, 23)},
+                             {false, true, true}, "ConvTransposeF32Dnnl");
+  // Weights computed at run time, or output_shape growing the result past the full extent (a negative crop).
+  Node plain = MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({2, 2})}});
+  EXPECT_TRUE(FastKernelDeclines(plain, {RandomTensor({1, 3, 4, 4}, 1), RandomTensor({3, 2, 2, 2}, 2)}, {false, false}));
+  Node grown = MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({2, 2})}, {"output_shape", Ints({10, 10})}});
+  EXPECT_TRUE(FastKernelDeclines(grown, {RandomTensor({1, 3, 4, 4}, 1), RandomTensor({3, 2, 2, 2}, 2)}, {false, true}));
 }
 
 // ---- Resize / Upsample: they follow their input's layout (plain -> plain, channels-last -> channels-last).
