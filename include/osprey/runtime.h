@@ -83,6 +83,9 @@ class Plan {
   size_t arena_bytes() const;
   /// Number of steps run by fast kernels.
   size_t num_fast_steps() const;
+  /// Steps of a multi-thread plan that run on one thread: small convolutions, matrix products and recurrent layers
+  /// timed faster so when compiling (docs/architecture.md, "Threads per step").
+  size_t num_single_thread_steps() const;
   /// Device plans: steps run on the device (copies to it included), copies between host and device, and bytes of one
   /// device arena (values and workspaces). 0 for host plans.
   size_t num_device_steps() const;

@@ -270,6 +270,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       j["copy_steps"] = plan->num_copy_steps();
       j["host_fallback_ops"] = plan->HostFallbackOps();
       j["kernels"] = plan->KernelCounts();
+      j["single_thread_steps"] = plan->num_single_thread_steps();
     }
     const TuningCounts tc = KernelTuningCounts();
     j["tuning"] = {{"cached", tc.cached}, {"timed", tc.timed}, {"provisional", tc.provisional}, {"kept", tc.kept}};
@@ -304,6 +305,9 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       out << "; " << tc.provisional + tc.kept << " timed under CPU load (provisional: timed again next time)";
     out << "\n";
   }
+  if (auto plan = model.PlanFor(inputs); plan && plan->num_single_thread_steps() > 0)
+    out << "threads:     " << plan->num_single_thread_steps() << " small step(s) on one thread (timed faster than on "
+        << threads << ")\n";
   if (model_options.compile.device.kind != Device::kHost) {
     auto plan = model.PlanFor(inputs);
     out << "device:      " << DeviceSpecName(model_options.compile.device) << "   steps: " << plan->num_steps()

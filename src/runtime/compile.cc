@@ -1,6 +1,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -8,6 +13,7 @@
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
+#include "ops/op_cost.h"
 #include "ops/op_registry.h"
 #include "runtime/inline_if.h"
 #include "runtime/inline_loop.h"
@@ -280,6 +286,95 @@ class LayoutCopy : public Kernel {
   }
 };
 
+// Compute steps (convolutions, matrix products, recurrent layers) whose EstimatedWork (ops/op_cost.h) is below this
+// are built for one thread too and timed both ways when tuning (OneThreadFaster): oneDNN's parallel forms of small
+// problems can be several times slower than its serial ones (Silero VAD's single-step LSTM: 0.109 ms on two
+// threads, 0.015 ms on one), while CNN layers of the same size gain from the second thread.
+constexpr int64_t kMaxTimedWork = int64_t{1} << 23;
+
+bool ThreadCountMatters(const Node& node) {
+  static const char* const kOps[] = {"Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN"};
+  for (const char* op : kOps)
+    if (node.op_type == op) return node.domain.empty();
+  return false;
+}
+
+// What a parallel region costs to start when the team's other threads have gone to sleep (idle longer than OpenMP's
+// spin: GOMP_SPINCOUNT, which osprey bounds, docs/performance.md): a serial step that long makes the next parallel
+// step pay it. Measured once per thread count: a region started after 300 us of idling, median of 7.
+double WakePenaltyUs(int threads) {
+  static std::mutex mu;
+  static std::map<int, double> measured;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = measured.find(threads);
+  if (it != measured.end()) return it->second;
+  const int previous = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<double> us;
+  std::atomic<int> sink{0};
+  for (int i = 0; i < 8; ++i) {
+    const auto idle_until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+    while (std::chrono::steady_clock::now() < idle_until) {
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+    sink.fetch_add(1, std::memory_order_relaxed);
+    if (i > 0) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  omp_set_num_threads(previous);
+  std::sort(us.begin(), us.end());
+  return measured[threads] = us[us.size() / 2];
+}
+
+// Times `serial` (built for one thread) against `parallel` (built for `threads`) on this step's shapes, inputs zero
+// or their constant values, alternating runs; true when one thread is clearly faster: its median below 0.8x the
+// parallel one and below it by more than the wake-up a serial step causes (WakePenaltyUs; timed alone, a small
+// depthwise convolution is faster on one thread, but in MobileNetV2 its neighbours then pay more than it saves).
+// Anything a kernel throws here keeps the parallel one.
+bool OneThreadFaster(const CompileState& st, const Node& node, Kernel& serial, Kernel& parallel, int threads) {
+  std::vector<Tensor> inputs, outputs;
+  for (int v : node.inputs) {
+    if (v < 0) {
+      inputs.emplace_back();
+      continue;
+    }
+    const CompileValue& cv = st.values[v];
+    inputs.push_back(cv.known ? cv.value : Tensor::Zeros(cv.dtype, PhysicalShape(cv.shape, st.layouts[v])));
+  }
+  for (int v : node.outputs) outputs.emplace_back(st.values[v].dtype, PhysicalShape(st.values[v].shape, st.layouts[v]));
+  KernelContext ctx{node, st.opset};
+  for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] >= 0 ? &inputs[k] : nullptr);
+  for (Tensor& t : outputs) ctx.outputs.push_back(&t);
+  const int previous = omp_get_max_threads();
+  std::vector<double> one, many;
+  try {
+    for (int i = 0; i < 9; ++i) {
+      for (int which = 0; which < 2; ++which) {
+        omp_set_num_threads(which == 0 ? 1 : threads);
+        const auto t0 = std::chrono::steady_clock::now();
+        (which == 0 ? serial : parallel).Run(ctx);
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        if (i >= 2) (which == 0 ? one : many).push_back(us);  // two warm-up rounds
+      }
+    }
+  } catch (const std::exception&) {
+    omp_set_num_threads(previous);
+    return false;
+  }
+  omp_set_num_threads(previous);
+  std::sort(one.begin(), one.end());
+  std::sort(many.begin(), many.end());
+  const double serial_us = one[one.size() / 2], parallel_us = many[many.size() / 2];
+  return serial_us < 0.8 * parallel_us && serial_us + WakePenaltyUs(threads) < parallel_us;
+}
+
+int64_t StepWork(const CompileState& st, const Node& node) {
+  std::vector<Shape> in, out;
+  for (int v : node.inputs) in.push_back(v >= 0 ? st.values[v].shape : Shape{});
+  for (int v : node.outputs) out.push_back(st.values[v].shape);
+  return EstimatedWork(node, in, out);
+}
+
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // First-fit allocator over one arena, used at compile time to assign offsets by liveness.
@@ -451,6 +546,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   for (size_t ni = 0; ni < st.nodes.size(); ++ni) {
     Node& node = st.nodes[ni];
     Step step;
+    step.threads = nthreads;
     for (int v : node.inputs) step.inputs.push_back(slot_for(v));
     for (int v : node.outputs) step.outputs.push_back(slot_for(v));
     bool any_nhwc = false;
@@ -481,7 +577,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
         step.has_view.push_back(view);
       }
       // The fast elementwise kernels classify broadcasts from the (physical, viewed) tensors they get at run time.
-      if (options.fast_kernels) step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
+      if (options.fast_kernels)
+        step.fast = CreateElementwiseKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
     } else {
       if (on_device && options.fast_kernels) {
         KernelBuildContext bc = MakeBuildContext(st, node, nthreads, Bf16Use::kNo, tune);
@@ -492,6 +589,20 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       }
       if (options.fast_kernels && !step.fast)
         step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
+      // OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without
+      // timing (both for comparisons and tests); unset, the timing decides.
+      static const std::string step_threads_env = [] {
+        const char* env = std::getenv("OSPREY_STEP_THREADS");
+        return std::string(env ? env : "");
+      }();
+      if (step_threads_env != "0" && step.fast && !step.on_device && tune && nthreads > 1 &&
+          ThreadCountMatters(node) && StepWork(st, node) < kMaxTimedWork) {
+        std::unique_ptr<Kernel> serial = CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
+        if (serial && (step_threads_env == "1" || OneThreadFaster(st, node, *serial, *step.fast, nthreads))) {
+          step.fast = std::move(serial);
+          step.threads = 1;
+        }
+      }
       if (!step.fast) {
         if (any_nhwc)
           throw Error(ErrorCode::kInternal, node.Describe() + ": a channels-last kernel promised by "

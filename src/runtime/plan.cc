@@ -46,6 +46,12 @@ size_t Plan::num_copy_steps() const {
   for (const Step& s : impl_->steps) n += IsDeviceCopy(s);
   return n;
 }
+size_t Plan::num_single_thread_steps() const {
+  size_t n = 0;
+  for (const Step& s : impl_->steps) n += s.threads == 1 && impl_->num_threads > 1;
+  for (const auto& plan : impl_->sub_plans) n += plan->num_single_thread_steps();
+  return n;
+}
 size_t Plan::device_arena_bytes() const { return impl_->device_arena_bytes; }
 std::map<std::string, int> Plan::HostFallbackOps() const {
   std::map<std::string, int> ops;
@@ -185,11 +191,13 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
     }
   }
 
-  omp_set_num_threads(p.num_threads);
+  int threads = p.num_threads;
+  omp_set_num_threads(threads);
   std::vector<Tensor> views;
   auto run_steps = [&](size_t from, size_t to) {
     for (size_t si = from; si < to; ++si) {
       const Step& step = p.steps[si];
+      if (step.threads != threads) omp_set_num_threads(threads = step.threads);
       KernelContext ctx{step.node, p.opset};
       ctx.inputs.reserve(step.inputs.size());
       views.clear();
@@ -221,6 +229,14 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       }
     }
   };
+  // Steps may run on fewer threads (Step::threads); the caller's thread is left with the plan's count, as before.
+  struct RestoreThreads {
+    const int& current;
+    int plan;
+    ~RestoreThreads() {
+      if (current != plan) omp_set_num_threads(plan);
+    }
+  } restore{threads, p.num_threads};
   try {
     const size_t gb = p.graph_begin, ge = p.graph_end;
     if (!p.backend || ge <= gb || profile || p.graphs_off.load(std::memory_order_relaxed)) {

@@ -40,6 +40,8 @@ struct Step {
   // its workspace is [workspace_offset, + fast->WorkspaceBytes()) of the device arena.
   bool on_device = false;
   size_t workspace_offset = 0;
+  // OpenMP threads this step runs with (1 for steps too small to split: SerialWorkThreshold, compile.cc).
+  int threads = 1;
 };
 
 struct Plan::Impl {

@@ -8,6 +8,8 @@ Oracle: ONNX Runtime (CPU EP, graph optimisations off) on the same file and inpu
 rtol 1e-4 + atol 1e-5 (measured max abs error ~1e-6).
 """
 
+import json
+import os
 import subprocess
 
 import numpy as np
@@ -68,12 +70,13 @@ def recurrent_models(model_cache):
     return paths
 
 
-def run_osprey(osprey_bin, model_path, x, work_dir, tag):
+def run_osprey(osprey_bin, model_path, x, work_dir, tag, env=None):
     inp = work_dir / f"{tag}.x.npy"
     np.save(inp, x)
     out_dir = work_dir / f"{tag}.out"
     proc = subprocess.run([str(osprey_bin), "run", str(model_path), "--input", f"x={inp}", "--output-dir",
-                           str(out_dir), "--threads", "2"], capture_output=True, text=True, timeout=TIMEOUT_S)
+                           str(out_dir), "--threads", "2"], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=env)
     assert proc.returncode == 0, proc.stderr
     return out_dir
 
@@ -86,10 +89,10 @@ def run_ort(model_path, x):
     return dict(zip(names, session.run(None, {"x": x})))
 
 
-def assert_agrees(osprey_bin, model_path, work_dir, batch, seq, seed):
+def assert_agrees(osprey_bin, model_path, work_dir, batch, seq, seed, env=None):
     x = np.random.default_rng(seed).standard_normal((batch, seq, INPUT_SIZE)).astype(np.float32)
     expected = run_ort(model_path, x)
-    out_dir = run_osprey(osprey_bin, model_path, x, work_dir, f"{model_path.stem}.{batch}x{seq}")
+    out_dir = run_osprey(osprey_bin, model_path, x, work_dir, f"{model_path.stem}.{batch}x{seq}", env)
     for name, want in expected.items():
         got = np.load(out_dir / f"{name}.npy")
         assert got.shape == want.shape, f"{name}: shape {got.shape}, ONNX Runtime {want.shape}"
@@ -114,3 +117,18 @@ def test_input_dim_minus_one_is_dynamic(osprey_bin, recurrent_models, work_dir):
     onnx.save(model, str(path))
     for batch in (1, 4):
         assert_agrees(osprey_bin, path, work_dir, batch, 6, seed=batch)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_single_thread_steps_in_a_two_thread_plan_agree(osprey_bin, recurrent_models, work_dir, kind):
+    # OSPREY_STEP_THREADS=1 puts every small compute step (here the recurrent layers and the MatMuls/Gemms around
+    # them) on one thread without timing, so the plan switches thread counts between steps; =0 keeps all on two.
+    for setting, expect_single in (("1", True), ("0", False)):
+        env = {**os.environ, "OSPREY_STEP_THREADS": setting}
+        assert_agrees(osprey_bin, recurrent_models[kind], work_dir, 2, 5, seed=3, env=env)
+        proc = subprocess.run([str(osprey_bin), "bench", str(recurrent_models[kind]), "--threads", "2", "--dims",
+                               "seq=5", "--iters", "2", "--warmup", "0", "--json"], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, env=env)
+        assert proc.returncode == 0, proc.stderr
+        single = json.loads(proc.stdout)["single_thread_steps"]
+        assert (single > 0) == expect_single, f"OSPREY_STEP_THREADS={setting}: {single} single-thread steps"
