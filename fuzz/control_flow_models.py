@@ -1,9 +1,11 @@
-"""Random, often malformed Loop and Scan models against osprey, with ONNX Runtime as the oracle where osprey runs.
+"""Random, often malformed Loop, Scan and If models against osprey, with ONNX Runtime as the oracle where osprey runs.
 
 Each seed builds one model with onnx.helper (trip counts constant, from the input's shape, from input data, negative,
 huge or absent; conditions constant, computed, missing or of the wrong type; 0-3 carried values through Identity, Neg,
 Concat (doubling per iteration), Add, Unsqueeze, ReduceSum, Shape or Reshape; scan outputs of declared types right or
-wrong; bodies with a missing input or an extra output; Scan with random axes, directions and counts), runs
+wrong; bodies with a missing input or an extra output; Scan with random axes, directions and counts; If on input
+data, a shape, a constant or a wrong-typed/shaped condition, with branches that agree or not in type and shape,
+nest data-dependent Ifs, return an outer value, or have too many or no outputs), runs
 `osprey run` on it (30 s, 8 GiB address space) and sorts the outcome:
   CRASH                      a signal or a hang: always a bug
   both run: DIFFER           osprey and ONNX Runtime disagree (shape, or values beyond rtol 1e-5 + atol 1e-6)
@@ -11,7 +13,8 @@ wrong; bodies with a missing input or an extra output; Scan with random axes, di
   osprey refuses / both run: agree
 ONNX Runtime is asked only where osprey ran (on what osprey refuses it may run for ever: a 2^63 trip count).
 Usage: .venv/bin/python fuzz/control_flow_models.py [--first 0] [--count 200] [--work /tmp/osprey-cf]
-(300 seeds take ~3 minutes; the tenth session's run found Scan directions other than 0/1 accepted, now refused.)
+(300 seeds take ~3 minutes; the tenth session's run found Scan directions other than 0/1 accepted, now refused.
+Where a model has one, osprey and ONNX Runtime also run it on -x, so that a data-dependent If takes its other branch.)
 """
 
 import argparse
@@ -119,6 +122,92 @@ def scan_model(r):
                           [vi("x", F, [r.choice([0, 1, 3]), r.choice([1, 2])])], [vi(o, F, None) for o in outs])
     return g
 
+def if_branch(r, name, depth):
+    """A branch graph (no inputs; reads the outer x and outer) with 1 output, or a malformed one."""
+    kind = r.choice(["Identity", "Neg", "AddOuter", "ReduceSum", "Concat", "Flatten", "Cast", "Outer", "Relu",
+                     "Nested", "TwoOutputs", "NoOutput"])
+    o = f"{name}_y"
+    nodes = []
+    if kind == "Identity": nodes.append(helper.make_node("Identity", ["x"], [o]))
+    elif kind == "Neg": nodes.append(helper.make_node("Neg", ["x"], [o]))
+    elif kind == "AddOuter": nodes.append(helper.make_node("Add", ["x", "outer"], [o]))
+    elif kind == "ReduceSum": nodes.append(helper.make_node("ReduceSum", ["x"], [o], keepdims=r.choice([0, 1])))
+    elif kind == "Concat": nodes.append(helper.make_node("Concat", ["x", "x"], [o], axis=r.choice([0, 1])))
+    elif kind == "Flatten": nodes.append(helper.make_node("Flatten", ["x"], [o], axis=r.choice([0, 1, 2])))
+    elif kind == "Cast": nodes.append(helper.make_node("Cast", ["x"], [o], to=r.choice([I, F])))
+    elif kind == "Outer": o = "outer"
+    elif kind == "Relu": nodes.append(helper.make_node("Relu", ["x"], [o]))
+    elif kind == "Nested" and depth < 3:
+        nodes += [helper.make_node("ReduceMax", ["x"], [f"{name}_m"], keepdims=0),
+                  helper.make_node("Greater", [f"{name}_m", "half"], [f"{name}_c"]),
+                  helper.make_node("If", [f"{name}_c"], [o], then_branch=if_branch(r, name + "t", depth + 1),
+                                   else_branch=if_branch(r, name + "e", depth + 1))]
+    else: nodes.append(helper.make_node("Sigmoid", ["x"], [o]))
+    outputs = [vi(o, r.choice([F, F, F, I]) if r.random() < 0.1 else F, None)]
+    if kind == "TwoOutputs": outputs.append(vi(o, F, None))
+    if kind == "NoOutput": outputs = []
+    return helper.make_graph(nodes, name, [], outputs)
+
+
+def if_model(r):
+    """An If whose condition comes from input data (mostly), a shape, a constant, or a wrong-typed/shaped value."""
+    nodes = []
+    cmode = r.choice(["data", "data", "data", "shape", "const", "float", "vector", "int64"])
+    if cmode == "data":
+        nodes += [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                  helper.make_node("Greater", ["s", "zero"], ["cond"])]
+    elif cmode == "shape":
+        nodes += [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("ReduceProd", ["sh"], ["n"], keepdims=0),
+                  helper.make_node("Greater", ["n", "two"], ["cond"])]
+    elif cmode == "const": nodes.append(helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(r.random() < 0.5))))
+    elif cmode == "float": nodes.append(helper.make_node("ReduceSum", ["x"], ["cond"], keepdims=0))
+    elif cmode == "vector": nodes.append(helper.make_node("Greater", ["x", "zero"], ["cond"]))
+    else: nodes += [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Cast", ["s"], ["cond"], to=I)]
+    n_out = 1
+    then_b, else_b = if_branch(r, "then", 0), if_branch(r, "else", 0)
+    nodes.append(helper.make_node("If", ["cond"], ["y0"], then_branch=then_b, else_branch=else_b))
+    inits = [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.int64(2), "two"),
+             numpy_helper.from_array(np.float32(0.5), "half"),
+             numpy_helper.from_array(np.array([1.5, -2], np.float32), "outer")]
+    return helper.make_graph(nodes, "g", [vi("x", F, [r.choice([1, 2, 3]), 2])],
+                             [vi(f"y{k}", F, None) for k in range(n_out)], inits)
+
+
+def check(osprey_bin, ort, path, x, work, tag):
+    """Runs osprey (and, where it runs, ONNX Runtime) on model `path` with input x; returns (kind, rc, err, ort_err)."""
+    np.save(work / f"x{tag}.npy", x)
+    out = work / f"o{tag}"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    try:
+        p = subprocess.run([osprey_bin, "run", str(path), "-i", f"x={work / f'x{tag}.npy'}", "-o", str(out),
+                            "--threads", "1"], capture_output=True, text=True, timeout=30, preexec_fn=limit)
+        rc, err = p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        rc, err = "TIMEOUT", ""
+    ort_err, want = None, None
+    if rc == 0:
+        try:
+            options = ort.SessionOptions()
+            options.log_severity_level = 4
+            sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
+        except Exception as e:  # noqa: BLE001 (any refusal by the oracle)
+            ort_err = str(e).splitlines()[0][:160]
+    if rc not in (0, 1):
+        return "CRASH", rc, err, ort_err
+    if rc == 1:
+        return "osprey refuses", rc, err, ort_err
+    if ort_err:
+        return "osprey runs, ORT refuses", rc, err, ort_err
+    for name, w in want.items():
+        got = np.load(out / f"{name}.npy")
+        if got.shape != w.shape or not np.allclose(got, w, rtol=1e-5, atol=1e-6):
+            return "both run: DIFFER", rc, err, ort_err
+    return "both run: agree", rc, err, ort_err
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--first", type=int, default=0, help="first seed (default 0)")
@@ -132,48 +221,21 @@ def main():
     counts = {}
     for s in range(args.first, args.first + args.count):
         r = random.Random(s)
-        g = loop_model(r) if r.random() < 0.6 else scan_model(r)
+        pick = r.random()
+        g = loop_model(r) if pick < 0.4 else scan_model(r) if pick < 0.65 else if_model(r)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", r.choice([11, 13, 16, 19]))])
         m.ir_version = 8
         path = work / f"m{s}.onnx"
         save(m, str(path))
         dims = [d.dim_value for d in g.input[0].type.tensor_type.shape.dim]
         x = np.random.default_rng(s).standard_normal(dims).astype(np.float32)
-        np.save(work / f"x{s}.npy", x)
-        out = work / f"o{s}"
-
-        def limit():
-            resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
-        try:
-            p = subprocess.run([args.bin, "run", str(path), "-i", f"x={work / f'x{s}.npy'}", "-o", str(out),
-                                "--threads", "1"], capture_output=True, text=True, timeout=30, preexec_fn=limit)
-            rc, err = p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
-        except subprocess.TimeoutExpired:
-            rc, err = "TIMEOUT", ""
-        ort_err, want = None, None
-        if rc == 0:
-            try:
-                options = ort.SessionOptions()
-                options.log_severity_level = 4
-                sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
-            except Exception as e:  # noqa: BLE001 (any refusal by the oracle)
-                ort_err = str(e).splitlines()[0][:160]
-        if rc not in (0, 1):
-            kind = "CRASH"
-        elif rc == 1:
-            kind = "osprey refuses"
-        elif ort_err:
-            kind = "osprey runs, ORT refuses"
-        else:
-            kind = "both run: agree"
-            for name, w in want.items():
-                got = np.load(out / f"{name}.npy")
-                if got.shape != w.shape or not np.allclose(got, w, rtol=1e-5, atol=1e-6):
-                    kind = "both run: DIFFER"
-        counts[kind] = counts.get(kind, 0) + 1
-        if kind in ("CRASH", "both run: DIFFER", "osprey runs, ORT refuses"):
-            print(f"seed {s}: {kind} (osprey rc {rc}: {err[:150]}) ORT: {ort_err}  model {path}", flush=True)
+        is_if = any(n.op_type == "If" for n in g.node)
+        for variant, xv in enumerate([x, -x] if is_if else [x]):
+            tag = f"{s}" if variant == 0 else f"{s}n"
+            kind, rc, err, ort_err = check(args.bin, ort, path, xv, work, tag)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind in ("CRASH", "both run: DIFFER", "osprey runs, ORT refuses"):
+                print(f"seed {tag}: {kind} (osprey rc {rc}: {err[:150]}) ORT: {ort_err}  model {path}", flush=True)
     print(f"{args.count} models: {counts}")
     return 1 if counts.get("CRASH") or counts.get("both run: DIFFER") else 0
 

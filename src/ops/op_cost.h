@@ -1,8 +1,7 @@
 #pragma once
 // A rough single-thread cost of one node, in "work units" (multiply-adds count two, every other element touched
-// one), from its shapes alone: the runtime runs a step whose work is below a threshold on one thread, since
-// oneDNN's and OpenMP's parallel overheads then exceed what a second thread saves (docs/architecture.md,
-// "Threads per step").
+// one), from its shapes alone: the runtime times small compute steps on one thread against the plan's threads
+// (docs/architecture.md, "Threads per step"), and this says which are small.
 #include <cstdint>
 #include <vector>
 

@@ -117,7 +117,12 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
   const OpRegistry& registry = OpRegistry::Get();
   if (node.op_type == "If" && node.domain.empty()) {
     if (IfConditionKnown(st, node)) {
-      for (const Node& inlined : InlineIfBranch(st, node)) InferAndFoldNode(st, inlined);
+      const Graph* branch = nullptr;
+      for (const Node& inlined : InlineIfBranch(st, node, &branch)) InferAndFoldNode(st, inlined);
+      CheckDeclaredOutputTypes(st, *branch, node.outputs,
+                               node.Describe() + ": " + (branch == node.attrs.at("then_branch").g.get()
+                                                              ? "then_branch"
+                                                              : "else_branch"));
     } else {
       st.nodes.push_back(CompileRuntimeIf(st, node));
     }
@@ -199,20 +204,6 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
 // Infers every node's outputs in order; folds nodes whose inputs are all known.
 void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
-}
-
-// A graph output whose declared element type is not the one its graph computes: the model is inconsistent (ONNX
-// Runtime refuses it too), and serving it would report one type in the model's metadata and return another.
-void CheckDeclaredOutputTypes(const Graph& graph, const CompileState& st) {
-  for (size_t i = 0; i < graph.outputs.size() && i < graph.output_infos.size(); ++i) {
-    const ValueInfo& declared = graph.output_infos[i];
-    const CompileValue& computed = st.values[graph.outputs[i]];
-    if (declared.has_dtype && computed.typed && computed.dtype != declared.dtype)
-      throw Error(ErrorCode::kInvalidArgument, "graph output '" + declared.name + "' is declared " +
-                                                   DTypeName(declared.dtype) + " but the graph computes " +
-                                                   DTypeName(computed.dtype) +
-                                                   " (fix the output's type in the model; ONNX Runtime refuses it too)");
-  }
 }
 
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
@@ -297,6 +288,61 @@ bool ThreadCountMatters(const Node& node) {
   for (const char* op : kOps)
     if (node.op_type == op) return node.domain.empty();
   return false;
+}
+
+// Everything about a step that its timing depends on: op, attributes, input and output types, shapes, layouts, which
+// inputs are constant, thread count and bf16 use. The verdict is remembered per key for the process, so every plan
+// that has the step (other batch sizes' plans aside: other shapes) runs the same kernel and shares its packed weights.
+std::string StepTimingKey(const CompileState& st, const Node& node, int threads, Bf16Use bf16) {
+  std::string key = node.op_type + "|" + std::to_string(threads) + "|" + std::to_string(static_cast<int>(bf16));
+  auto put_shape = [&key](const Shape& s) {
+    for (int64_t d : s) key += std::to_string(d) + ",";
+  };
+  for (int v : node.inputs) {
+    key += "|i";
+    if (v < 0) continue;
+    key += std::to_string(static_cast<int>(st.values[v].dtype)) + (st.values[v].known ? "k" : "") +
+           std::to_string(static_cast<int>(st.layouts[v])) + ":";
+    put_shape(st.values[v].shape);
+  }
+  for (int v : node.outputs) {
+    key += "|o" + std::to_string(static_cast<int>(st.layouts[v])) + ":";
+    put_shape(st.values[v].shape);
+  }
+  for (const auto& [name, a] : node.attrs) {
+    key += "|" + name + "=";
+    switch (a.kind) {
+      case Attribute::Kind::kFloat: key += std::to_string(a.f); break;
+      case Attribute::Kind::kInt: key += std::to_string(a.i); break;
+      case Attribute::Kind::kString: key += a.s; break;
+      case Attribute::Kind::kFloats:
+        for (float f : a.floats) key += std::to_string(f) + ",";
+        break;
+      case Attribute::Kind::kInts:
+        for (int64_t i : a.ints) key += std::to_string(i) + ",";
+        break;
+      case Attribute::Kind::kStrings:
+        for (const std::string& s : a.strings) key += s + ",";
+        break;
+      case Attribute::Kind::kTensor: put_shape(a.t.shape()); break;
+      case Attribute::Kind::kGraph: break;
+    }
+  }
+  return key;
+}
+
+// The remembered verdict for `key`, or `decide()` (remembered).
+bool RememberedVerdict(const std::string& key, const std::function<bool()>& decide) {
+  static std::mutex mu;
+  static std::map<std::string, bool> verdicts;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = verdicts.find(key);
+    if (it != verdicts.end()) return it->second;
+  }
+  const bool verdict = decide();
+  std::lock_guard<std::mutex> lock(mu);
+  return verdicts.emplace(key, verdict).first->second;
 }
 
 // What a parallel region costs to start when the team's other threads have gone to sleep (idle longer than OpenMP's
@@ -496,7 +542,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     } hand_back{st.subgraph_nodes, subgraph_nodes};
     InferAndFold(st);
   }
-  CheckDeclaredOutputTypes(graph, st);
+  CheckDeclaredOutputTypes(st, graph, graph.outputs, "graph");
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
   if (options.fast_kernels && !on_device) {
@@ -597,8 +643,16 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       }();
       if (step_threads_env != "0" && step.fast && !step.on_device && tune && nthreads > 1 &&
           ThreadCountMatters(node) && StepWork(st, node) < kMaxTimedWork) {
-        std::unique_ptr<Kernel> serial = CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
-        if (serial && (step_threads_env == "1" || OneThreadFaster(st, node, *serial, *step.fast, nthreads))) {
+        std::unique_ptr<Kernel> serial;
+        auto build_serial = [&] {
+          if (!serial) serial = CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
+          return serial != nullptr;
+        };
+        const bool one_thread =
+            step_threads_env == "1" || RememberedVerdict(StepTimingKey(st, node, nthreads, bf16), [&] {
+              return build_serial() && OneThreadFaster(st, node, *serial, *step.fast, nthreads);
+            });
+        if (one_thread && build_serial()) {
           step.fast = std::move(serial);
           step.threads = 1;
         }

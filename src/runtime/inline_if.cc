@@ -81,7 +81,25 @@ std::vector<Node> CopySubgraph(CompileState& st, const Graph& graph, const std::
   return nodes;
 }
 
-std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
+void CheckDeclaredOutputTypes(const CompileState& st, const Graph& graph, const std::vector<int>& ids,
+                              const std::string& where) {
+  for (size_t i = 0; i < graph.outputs.size() && i < graph.output_infos.size() && i < ids.size(); ++i) {
+    const ValueInfo& declared = graph.output_infos[i];
+    if (ids[i] < 0) continue;
+    const CompileValue& computed = st.values[ids[i]];
+    if (declared.has_dtype && computed.typed) CheckDeclaredType(declared, computed.dtype, where);
+  }
+}
+
+void CheckDeclaredType(const ValueInfo& declared, DType computed, const std::string& where) {
+  if (declared.has_dtype && computed != declared.dtype)
+    throw Error(ErrorCode::kInvalidArgument, where + " output '" + declared.name + "' is declared " +
+                                                 DTypeName(declared.dtype) + " but the graph computes " +
+                                                 DTypeName(computed) +
+                                                 " (fix the output's type in the model; ONNX Runtime refuses it too)");
+}
+
+std::vector<Node> InlineIfBranch(CompileState& st, const Node& node, const Graph** taken_branch) {
   CheckIfNode(node);
   if (node.inputs.empty() || node.inputs[0] < 0)
     throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input 0 (the condition) is required");
@@ -89,6 +107,7 @@ std::vector<Node> InlineIfBranch(CompileState& st, const Node& node) {
   const bool taken = KnownCondition(node, cond, "the condition");
   const char* branch_name = taken ? "then_branch" : "else_branch";
   const Graph& branch = *node.attrs.at(branch_name).g;
+  if (taken_branch) *taken_branch = &branch;
   for (size_t i = 1; i < node.inputs.size(); ++i)
     if (node.inputs[i] < 0 || !st.values[node.inputs[i]].typed)
       throw Error(ErrorCode::kInvalidArgument,

@@ -15,7 +15,8 @@ namespace osprey {
 /// node): the taken branch's nodes with its values given new ids in `state` (its constants added as constants, the
 /// outer values it reads mapped to the node's inputs, its outputs to the node's outputs), plus an Identity node for
 /// each branch output that is not computed by a branch node. Nested Ifs come back as If nodes, to be folded in turn.
-std::vector<Node> InlineIfBranch(CompileState& state, const Node& node);
+/// `*taken` (when given) receives the taken branch.
+std::vector<Node> InlineIfBranch(CompileState& state, const Node& node, const Graph** taken = nullptr);
 
 /// Whether If node `node`'s condition is known in `state` (a constant, or computed from shapes). A condition with no
 /// value at all also counts as known: InlineIfBranch then names the problem.
@@ -51,6 +52,16 @@ bool ConditionValue(const Node& node, const Tensor& cond, const std::string& wha
 /// The value of a known one-element condition (bool or a number: non-zero is true) of `node`; `what` names it in
 /// errors (kInvalidArgument for a missing, non-scalar or non-numeric one).
 bool KnownCondition(const Node& node, const CompileValue& cond, const std::string& what);
+
+/// Throws kInvalidArgument when an output of `graph` declares an element type other than the one computed for it
+/// (`ids[j]` in `state`, for output j): "<where> output '<name>' is declared int64 but the graph computes float32
+/// (...)". `where` is "graph" for a model's graph, e.g. "If 'x': then_branch" or "Loop 'l': body" for subgraphs.
+/// ONNX Runtime refuses such models; serving one would report one type and return another.
+void CheckDeclaredOutputTypes(const CompileState& state, const Graph& graph, const std::vector<int>& ids,
+                              const std::string& where);
+
+/// The same for one output: its declared type (when it has one) against `computed`.
+void CheckDeclaredType(const ValueInfo& declared, DType computed, const std::string& where);
 
 /// The nodes of subgraph `graph` copied into `state` with new value ids: graph input k reads `input_ids[k]`, the
 /// graph's constants become constants of `state`, and graph output j, where a graph node computes it and

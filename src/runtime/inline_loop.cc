@@ -117,6 +117,7 @@ void InlineLoop(CompileState& st, const Node& node, const std::function<void(con
                                                  node.name + "/iteration_" + std::to_string(i) + "/", &outputs);
     st.subgraph_nodes += static_cast<int64_t>(nodes.size());
     for (const Node& n : nodes) fold(n);
+    CheckDeclaredOutputTypes(st, body, outputs, node.Describe() + ": body");
     const CompileValue& c = st.values[outputs[0]];
     if (c.typed && !c.known)
       throw Error(ErrorCode::kUnsupported, node.Describe() + ": osprey unrolls Loop when the model is compiled, so "
@@ -192,6 +193,7 @@ void InlineScan(CompileState& st, const Node& node, const std::function<void(con
         CopySubgraph(st, body, inputs, std::vector<int>(body.outputs.size(), -1), prefix, &outputs);
     st.subgraph_nodes += static_cast<int64_t>(nodes.size() + m);
     for (const Node& n : nodes) fold(n);
+    CheckDeclaredOutputTypes(st, body, outputs, node.Describe() + ": body");
     values.assign(outputs.begin(), outputs.begin() + static_cast<long>(states));
     for (size_t k = 0; k < scans; ++k) stacked[k].push_back(outputs[states + k]);
   }

@@ -96,12 +96,19 @@ Node CompileRuntimeIf(CompileState& st, const Node& node) {
                                              "compiles at most " + std::to_string(kMaxLoopNodes) + " in all");
   st.subgraph_nodes += nodes;
   for (int b = 0; b < 2; ++b) {
+    // Errors that depend on the shapes are raised when the branch is taken; a declared output type the branch does
+    // not compute is a defect of the model, refused now (checked here, not in the branch's compile, for that).
+    Graph g = StandaloneBranch(st, node, *graphs[b]);
+    for (ValueInfo& info : g.output_infos) info.has_dtype = false;
     try {
-      const Graph g = StandaloneBranch(st, node, *graphs[b]);
       branches->plans[b] = CompileSubgraph(g, specs, st.options, st.weights, st.account, &st.subgraph_nodes);
     } catch (const Error& e) {
       branches->refused[b] = e.what();
+      continue;
     }
+    const std::vector<TensorSpec>& computed = branches->plans[b]->output_specs();
+    for (size_t j = 0; j < computed.size() && j < graphs[b]->output_infos.size(); ++j)
+      CheckDeclaredType(graphs[b]->output_infos[j], computed[j].dtype, node.Describe() + ": " + kBranchNames[b]);
   }
   if (!branches->plans[0] && !branches->plans[1])
     throw Error(ErrorCode::kUnsupported, node.Describe() + ": neither branch compiles for these input shapes (" +
