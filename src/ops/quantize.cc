@@ -366,13 +366,19 @@ int64_t QuantParams::Index(int64_t i) const {
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
-         op_type == "QuantizeLinear" || op_type == "DequantizeLinear";
+         op_type == "QuantizeLinear" || op_type == "DequantizeLinear" || op_type == "DynamicQuantizeLSTM";
 }
 
 void RegisterQuantizeOps(OpRegistry& r) {
   r.Add(Schema("QuantizeLinear", 2, 3, 1, 1, InferQuantizeLinear));
   r.Add(Schema("DequantizeLinear", 2, 3, 1, 1, InferDequantizeLinear));
   r.Add(Schema("DynamicQuantizeLinear", 1, 1, 3, 3, InferDynamicQuantizeLinear));
+  // com.microsoft.DynamicQuantizeLSTM(X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?, W_scale,
+  // W_zero_point, R_scale, R_zero_point) -> (Y?, Y_h?, Y_c?): replaced by an LSTM on dequantized weights before
+  // inference (runtime/dynamic_quantize_lstm.cc).
+  r.Add(Schema("DynamicQuantizeLSTM", 12, 12, 0, 3, [](InferContext& c) {
+    c.Fail("internal: DynamicQuantizeLSTM reached inference without being replaced by an LSTM");
+  }));
   r.Add(Schema("QLinearConv", 8, 9, 1, 1, InferQLinearConv));
   r.Add(Schema("ConvInteger", 2, 4, 1, 1, InferConvInteger));
   r.Add(Schema("QLinearMatMul", 8, 8, 1, 1, InferQLinearMatMul));

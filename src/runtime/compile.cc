@@ -128,6 +128,10 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
     }
     return;
   }
+  if (node.op_type == "DynamicQuantizeLSTM" && node.domain == kMicrosoftDomain) {
+    InferAndFoldNode(st, DequantizedLstm(st, node));
+    return;
+  }
   if ((node.op_type == "Loop" || node.op_type == "Scan") && node.domain.empty()) {
     const auto fold = [&st](const Node& n) { InferAndFoldNode(st, n); };
     node.op_type == "Loop" ? InlineLoop(st, node, fold) : InlineScan(st, node, fold);

@@ -178,6 +178,10 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
+/// com.microsoft.DynamicQuantizeLSTM node `node` as the ONNX LSTM it approximates, its int8/uint8 weights (which must
+/// be constants) dequantized and transposed into new constants of `state` (dynamic_quantize_lstm.cc).
+Node DequantizedLstm(CompileState& state, const Node& node);
+
 struct Activation;  // ops/activation.h
 /// The activation a live unary node computes when it may be fused into its producer (OpTraits::fusable_activation
 /// and ActivationOfNode, with the compile-time values of its inputs), else false (fusion.cc).

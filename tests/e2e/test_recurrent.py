@@ -132,3 +132,28 @@ def test_single_thread_steps_in_a_two_thread_plan_agree(osprey_bin, recurrent_mo
         assert proc.returncode == 0, proc.stderr
         single = json.loads(proc.stdout)["single_thread_steps"]
         assert (single > 0) == expect_single, f"OSPREY_STEP_THREADS={setting}: {single} single-thread steps"
+
+
+def test_lstm_quantized_by_quantize_dynamic(osprey_bin, recurrent_models, work_dir):
+    # ONNX Runtime's quantize_dynamic turns the LSTM into com.microsoft.DynamicQuantizeLSTM (int8 weights, activations
+    # quantised on the fly). osprey runs it as the float LSTM on the dequantized weights, so it must be about as close
+    # to the float model as ONNX Runtime's quantised run is, and close to that run; a misplaced weight would be far.
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = work_dir / "lstm.dynamic.onnx"
+    quantize_dynamic(str(recurrent_models["lstm"]), str(quantized), op_types_to_quantize=["LSTM"],
+                     weight_type=QuantType.QInt8)
+    ops = {(n.domain, n.op_type) for n in onnx.load(str(quantized)).graph.node}
+    assert ("com.microsoft", "DynamicQuantizeLSTM") in ops, sorted(ops)
+    x = np.random.default_rng(5).standard_normal((2, 6, INPUT_SIZE)).astype(np.float32)
+    float_y = run_ort(recurrent_models["lstm"], x)
+    session = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
+    ort_q = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"x": x})))
+    out_dir = run_osprey(osprey_bin, quantized, x, work_dir, "lstm_dynamic")
+    for name, want in float_y.items():
+        got = np.load(out_dir / f"{name}.npy")
+        ort_error = np.abs(ort_q[name] - want).max()
+        assert ort_error > 0, "the quantised model should differ from the float one"
+        assert np.abs(got - want).max() <= 2 * ort_error + 1e-4, f"{name}: osprey {np.abs(got - want).max()}, " \
+                                                                f"ONNX Runtime {ort_error} from the float model"
+        assert np.abs(got - ort_q[name]).max() <= 3 * ort_error + 1e-4, name
