@@ -12,6 +12,7 @@ namespace osprey {
 /// Conv / ConvTranspose / ConvInteger / QLinearConv: 2 x multiply-adds; Gemm / MatMul (and integer forms): 2 x M x N
 /// x K; LSTM / GRU / RNN: 2 x the multiply-adds of every step's gates; any other op: the elements of its inputs and
 /// outputs. Saturates at INT64_MAX / 4.
-int64_t EstimatedWork(const Node& node, const std::vector<Shape>& input_shapes, const std::vector<Shape>& output_shapes);
+int64_t EstimatedWork(const Node& node, const std::vector<Shape>& input_shapes,
+                      const std::vector<Shape>& output_shapes);
 
 }  // namespace osprey

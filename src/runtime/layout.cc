@@ -44,7 +44,8 @@ bool PlainOperandCompatible(const Shape& s) {
 // Tensor inputs of a following node: every input of Concat/_ChannelShuffle, input 0 of Slice/Split/Resize/Upsample
 // (the rest are index, scale or size constants).
 size_t NumDataInputs(const Node& n) {
-  const bool first_only = n.op_type == "Slice" || n.op_type == "Split" || n.op_type == "Resize" || n.op_type == "Upsample";
+  const bool first_only =
+      n.op_type == "Slice" || n.op_type == "Split" || n.op_type == "Resize" || n.op_type == "Upsample";
   return first_only ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
 }
 

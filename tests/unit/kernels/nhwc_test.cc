@@ -125,7 +125,8 @@ TEST(NhwcConvTranspose, OneDimensionalPlainAndDeclinedCases) {
                              {false, true, true}, "ConvTransposeF32Dnnl");
   // Weights computed at run time, or output_shape growing the result past the full extent (a negative crop).
   Node plain = MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({2, 2})}});
-  EXPECT_TRUE(FastKernelDeclines(plain, {RandomTensor({1, 3, 4, 4}, 1), RandomTensor({3, 2, 2, 2}, 2)}, {false, false}));
+  EXPECT_TRUE(
+      FastKernelDeclines(plain, {RandomTensor({1, 3, 4, 4}, 1), RandomTensor({3, 2, 2, 2}, 2)}, {false, false}));
   Node grown = MakeNode("ConvTranspose", 2, 1, {{"strides", Ints({2, 2})}, {"output_shape", Ints({10, 10})}});
   EXPECT_TRUE(FastKernelDeclines(grown, {RandomTensor({1, 3, 4, 4}, 1), RandomTensor({3, 2, 2, 2}, 2)}, {false, true}));
 }
@@ -208,7 +209,8 @@ TEST(Resize, DeclinedWhereTheReferenceRuns) {
                                  {false, true, true, true}));
   EXPECT_TRUE(FastKernelDeclines(
       ResizeNode({{"coordinate_transformation_mode", Str("tf_crop_and_resize")}}),
-      {RandomTensor(x, 1), Floats({0, 0, 0, 0, 1, 1, 1, 1}), Floats({1, 1, 2, 2}), Tensor()}, {false, true, true, true}));
+      {RandomTensor(x, 1), Floats({0, 0, 0, 0, 1, 1, 1, 1}), Floats({1, 1, 2, 2}), Tensor()},
+      {false, true, true, true}));
   EXPECT_TRUE(FastKernelDeclines(ResizeNode({}), {RandomTensor(x, 1), Tensor(), Floats({1, 1, 2, 2}), Tensor()},
                                  {false, true, false, true}));
 }
