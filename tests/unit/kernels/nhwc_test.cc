@@ -202,6 +202,48 @@ TEST(Resize, UpsampleOpset9Nearest) {
                                {Floats({1, 1, 2, 3})}, 9);
 }
 
+TEST(Resize, RandomConfigurationsMatchTheReference) {
+  // 300 random modes, coordinate transformations, rounding modes, cubic coefficients and sizes (up, down, 1), in both
+  // layouts: whatever the fast kernel takes must equal the reference.
+  const char* modes[] = {"nearest", "linear", "cubic"};
+  const char* coords[] = {"half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn",
+                          "half_pixel_symmetric"};
+  const char* rounding[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  uint32_t s = 12345;
+  auto next = [&s](uint32_t n) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    return s % n;
+  };
+  int taken = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::string mode = modes[next(3)], coord = coords[next(6)];
+    if (coord == "tf_half_pixel_for_nn" && mode != "nearest") continue;  // defined for nearest only
+    AttributeMap attrs{{"mode", Str(mode.c_str())},
+                       {"coordinate_transformation_mode", Str(coord.c_str())},
+                       {"nearest_mode", Str(rounding[next(4)])},
+                       {"cubic_coeff_a", Attribute::Float(next(2) ? -0.75f : -0.5f)},
+                       {"exclude_outside", Attribute::Int(next(2))}};
+    const Shape x{1 + next(2), 1 + next(4), 1 + next(9), 1 + next(9)};
+    std::vector<Tensor> rest;
+    if (next(2)) {
+      rest = {Tensor(), Tensor(), Int64s({x[0], x[1], 1 + next(13), 1 + next(13)})};
+    } else {
+      const float scales[] = {0.5f, 0.75f, 1.f, 1.5f, 2.f, 3.f, 0.34f};
+      rest = {Tensor(), Floats({1, 1, scales[next(7)], scales[next(7)]}), Tensor()};
+    }
+    Node node = ResizeNode(attrs);
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + mode + " " + coord + " x " + ShapeToString(x));
+    std::vector<Tensor> probe_in{RandomTensor(x, 1)};
+    for (const Tensor& t : rest) probe_in.push_back(t);
+    if (FastKernelDeclines(node, probe_in, {false, true, true, true})) continue;
+    ExpectResizeMatchesReference(node, x, rest);
+    ++taken;
+  }
+  EXPECT_GT(taken, 200) << "the fast kernel should take most of these";
+}
+
 TEST(Resize, DeclinedWhereTheReferenceRuns) {
   // Batch or channels resized, tf_crop_and_resize, or scales computed at run time: the reference kernel.
   const Shape x{2, 3, 4, 4};
