@@ -7,6 +7,56 @@
 
 namespace osprey {
 
+std::shared_ptr<Buffer> OutputPool::Take(const std::shared_ptr<OutputPool>& pool, int slot, size_t bytes,
+                                         const std::shared_ptr<MemoryAccount>& account) {
+  std::shared_ptr<Buffer> block;
+  {
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    auto& idle = pool->idle_[slot];
+    for (auto it = idle.begin(); it != idle.end(); ++it)
+      if (it->buffer->size() >= bytes) {
+        block = std::move(it->buffer);
+        idle.erase(it);
+        break;
+      }
+  }
+  if (!block) block = Allocator::Host().Allocate(bytes, account);
+  Buffer* raw = block.get();
+  std::weak_ptr<OutputPool> weak = pool;
+  // The handle shares `block`'s lifetime with the tensors made from it; when the last goes, the block goes back.
+  return std::shared_ptr<Buffer>(raw, [weak, block, slot](Buffer*) mutable {
+    if (auto alive = weak.lock()) alive->Give(slot, std::move(block));
+  });
+}
+
+void OutputPool::Give(int slot, std::shared_ptr<Buffer> buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& idle = idle_[slot];
+  if (idle.size() < kMaxIdlePerSlot) idle.push_back({std::move(buffer), std::chrono::steady_clock::now()});
+}
+
+size_t OutputPool::Trim(double idle_seconds) {
+  const auto cutoff = std::chrono::steady_clock::now() -
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
+  std::vector<std::shared_ptr<Buffer>> dropped;  // freed outside the lock
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [slot, idle] : idle_)
+      for (auto it = idle.begin(); it != idle.end();) {
+        if (it->since <= cutoff) {
+          bytes += it->buffer->size();
+          dropped.push_back(std::move(it->buffer));
+          it = idle.erase(it);
+        } else {
+          ++it;
+        }
+      }
+  }
+  return bytes;
+}
+
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Plan::~Plan() = default;
 size_t Plan::num_steps() const { return impl_->steps.size(); }
@@ -33,6 +83,7 @@ size_t Plan::TrimArenas(double idle_seconds) const {
       }
     }
   }
+  bytes += impl_->output_pool->Trim(idle_seconds);
   for (const auto& plan : impl_->sub_plans) bytes += plan->TrimArenas(idle_seconds);
   return bytes;
 }
@@ -187,7 +238,14 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         values[i] = Tensor::View(s.dtype, PhysicalShape(s.shape, s.layout),
                                  s.device == Device::kHost ? arena : device_arena, s.offset);
         break;
-      case Slot::Kind::kOutput: values[i] = Tensor(s.dtype, s.shape); break;
+      case Slot::Kind::kOutput: {
+        const size_t bytes = static_cast<size_t>(NumBytes(s.dtype, s.shape));
+        values[i] = bytes >= Allocator::mmap_threshold()
+                        ? Tensor::View(s.dtype, s.shape,
+                                       OutputPool::Take(p.output_pool, static_cast<int>(i), bytes, p.account), 0)
+                        : Tensor(s.dtype, s.shape);
+        break;
+      }
     }
   }
 

@@ -270,6 +270,32 @@ TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
   ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
 }
 
+TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
+  // A 1 MiB output (above the mmap threshold) comes from the plan's output pool: the block a dropped result held is
+  // the next run's, a result still held keeps its own, and TrimArenas frees idle blocks.
+  GraphBuilder b("big_output");
+  auto x = b.Input("x", DType::kF32, {256, 1024});
+  b.Output(b.Op("Relu", {x}), "y");
+  Graph g = b.Finish();
+  auto plan = Compile(g, {{DType::kF32, {256, 1024}}});
+  const Tensor in = RandomTensor({256, 1024}, 3);
+  const void* first_data = nullptr;
+  {
+    std::vector<Tensor> first = plan->Run({in});
+    first_data = first[0].raw();
+    EXPECT_EQ(first[0].data<float>()[5], std::max(0.f, in.data<float>()[5]));
+  }
+  std::vector<Tensor> second = plan->Run({in});
+  EXPECT_EQ(second[0].raw(), first_data) << "the dropped result's block is reused";
+  std::vector<Tensor> third = plan->Run({in});
+  EXPECT_NE(third[0].raw(), second[0].raw()) << "a result still held is never handed out again";
+  for (int64_t i = 0; i < in.numel(); ++i) ASSERT_EQ(third[0].data<float>()[i], std::max(0.f, in.data<float>()[i]));
+  second.clear();
+  third.clear();
+  EXPECT_GE(plan->TrimArenas(0), size_t{2} << 20) << "both idle output blocks are freed";
+  EXPECT_EQ(plan->TrimArenas(0), 0u);
+}
+
 TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
   // The TF1 failure: a new small graph per item. Here each graph is a value; memory returns to the baseline.
   const int64_t before = Allocator::Host().BytesLive();
