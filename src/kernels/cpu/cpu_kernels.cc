@@ -23,7 +23,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Conv" && ctx.node.Has("_int8")) return cpu::CreateDnnlConvInt8(ctx);
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);
     if (op == "ConvTranspose") return cpu::CreateDnnlDeconv(ctx);
-    if (op == "ConvInteger" || op == "MatMulInteger") return cpu::CreateIntegerKernel(ctx);
+    if (op == "ConvInteger" || op == "MatMulInteger" || op == "DynamicQuantizeLinear")
+      return cpu::CreateIntegerKernel(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")

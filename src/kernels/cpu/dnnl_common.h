@@ -188,7 +188,8 @@ bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 const char* DnnlConvInt8Implementation(const Kernel& kernel);
 std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
-/// ConvInteger / MatMulInteger with constant weights on the float32 kernels above (integer_kernels.cc).
+/// ConvInteger / MatMulInteger with constant weights on the float32 kernels above, and DynamicQuantizeLinear
+/// (integer_kernels.cc).
 std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx);
 /// ConvTranspose on oneDNN's deconvolution (dnnl_deconv.cc).
 std::unique_ptr<Kernel> CreateDnnlDeconv(const KernelBuildContext& ctx);

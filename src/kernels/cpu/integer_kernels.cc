@@ -7,8 +7,11 @@
 // such models rounds to anyway. oneDNN's own int8 primitives would need signed 8-bit weights and no weight zero
 // point; quantize_dynamic writes uint8 weights with one (ddddocr's captcha model). The reference kernels ran that
 // model 40x slower than ONNX Runtime (docs/performance.md, "Eleventh session").
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/dnnl_common.h"
 
@@ -49,7 +52,9 @@ class IntegerAsFloatKernel final : public Kernel {
       throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name_ + " was built for input " +
                                             ShapeToString(x_shape_) + ", got " + ShapeToString(xq.shape()));
     const float zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? AsFloat(ctx.In(2), 0) : 0.f;
-    Tensor x(DType::kF32, x_shape_), y(DType::kF32, y_shape_);
+    Scratch scratch = TakeScratch();
+    Tensor& x = scratch.x;
+    Tensor& y = scratch.y;
     float* xf = x.data<float>();
     const int64_t n = x.numel();
     if (xq.dtype() == DType::kU8) {
@@ -70,6 +75,7 @@ class IntegerAsFloatKernel final : public Kernel {
     const int64_t m = y.numel();
 #pragma omp parallel for simd schedule(static) if (m >= (1 << 18))
     for (int64_t i = 0; i < m; ++i) out[i] = static_cast<int32_t>(std::nearbyint(yf[i]));
+    GiveScratch(std::move(scratch));
   }
 
  private:
@@ -78,6 +84,29 @@ class IntegerAsFloatKernel final : public Kernel {
   Tensor weight_;
   std::unique_ptr<Kernel> inner_;
   Shape x_shape_, y_shape_;
+
+  // The float copies of the activation and the result, kept between runs (one pair per concurrent run): fresh
+  // blocks of this size would be mapped and faulted in on every run (about as long as the convolution itself).
+  struct Scratch {
+    Tensor x, y;
+  };
+  std::mutex scratch_mu_;
+  std::vector<Scratch> scratch_;
+  Scratch TakeScratch() {
+    {
+      std::lock_guard<std::mutex> lock(scratch_mu_);
+      if (!scratch_.empty()) {
+        Scratch s = std::move(scratch_.back());
+        scratch_.pop_back();
+        return s;
+      }
+    }
+    return {Tensor(DType::kF32, x_shape_), Tensor(DType::kF32, y_shape_)};
+  }
+  void GiveScratch(Scratch s) {
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    if (scratch_.size() < 4) scratch_.push_back(std::move(s));
+  }
 };
 
 // The weight (input 1) less its zero point (input 3: one value, or one per `axis` index), as float32; nothing when
@@ -107,10 +136,57 @@ bool FloatWeight(const KernelBuildContext& ctx, int64_t axis, Tensor* out) {
   return true;
 }
 
+// DynamicQuantizeLinear(x float32) -> (y uint8, y_scale, y_zero_point): the reference's arithmetic (min/max with 0,
+// scale = (max - min) / 255, zero point and values rounded half to even and saturated, NaN -> zero point) in
+// vectorised loops; bit-identical (tests/unit/kernels/integer_test.cc).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void DynamicQuantize(const float* x, int64_t n,
+                                                                                  uint8_t* y, float* scale_out,
+                                                                                  uint8_t* zero_out) {
+  float lo = 0.f, hi = 0.f;
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    lo = v < lo ? v : lo;  // a NaN never replaces the running value, as in the reference's std::min
+    hi = v > hi ? v : hi;
+  }
+  const float scale = (hi - lo) / 255.f;
+  uint8_t zp = 0;
+  if (scale > 0.f) {
+    const float z = -lo / scale;
+    zp = z != z ? 0 : static_cast<uint8_t>(std::min(std::max(std::nearbyint(z), 0.f), 255.f));
+  }
+  const float zpf = static_cast<float>(zp);
+  if (scale > 0.f) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i] / scale;
+      const float r = v != v ? zpf : std::nearbyint(v) + zpf;
+      y[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(r, 0.f), 255.f)));
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = zp;
+  }
+  *scale_out = scale;
+  *zero_out = zp;
+}
+
+class DynamicQuantizeLinearF32 final : public Kernel {
+ public:
+  const char* Name() const override { return "DynamicQuantizeLinearF32"; }
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    DynamicQuantize(x.data<float>(), x.numel(), ctx.Out(0).data<uint8_t>(), ctx.Out(1).data<float>(),
+                    ctx.Out(2).data<uint8_t>());
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
+  if (node.domain.empty() && node.op_type == "DynamicQuantizeLinear" && ctx.input_dtypes.size() == 1 &&
+      ctx.input_dtypes[0] == DType::kF32)
+    return std::make_unique<DynamicQuantizeLinearF32>();
   if (!node.domain.empty() || (node.op_type != "ConvInteger" && node.op_type != "MatMulInteger")) return nullptr;
   const bool conv = node.op_type == "ConvInteger";
   if (!conv && ctx.input_shapes.size() > 1 && ctx.input_shapes[1].size() != 2) return nullptr;

@@ -1,5 +1,7 @@
 // ConvInteger / MatMulInteger on the float32 kernels (kernels/cpu/integer_kernels.cc). Oracle: the reference kernels'
 // exact int32 results; with these sizes every partial sum stays far below 2^24, so the fast results must be equal.
+#include <cstring>
+
 #include "kernel_test_util.h"
 
 namespace osprey::testing {
@@ -62,6 +64,32 @@ TEST(IntegerKernels, MatMulIntegerPerColumnZeroPointsBatched) {
   for (int i = 0; i < 9; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(100 + 5 * i);
   ExpectExact(node, {Bytes<uint8_t>({3, 4, 33}, 5), Bytes<uint8_t>({33, 9}, 6), Scalar8<uint8_t>(128), zp},
               {false, true, false, true}, "MatMulIntegerAsF32Dnnl");
+}
+
+TEST(IntegerKernels, DynamicQuantizeLinearBitIdentical) {
+  // Mixed signs, all positive, all negative, all zero, halves that round to even, and NaN/inf among them.
+  Node node = MakeNode("DynamicQuantizeLinear", 1, 3);
+  std::vector<Tensor> cases{RandomTensor({3, 1000}, 1, -2.f, 5.f), RandomTensor({517}, 2, 0.5f, 3.f),
+                            RandomTensor({64}, 3, -9.f, -1.f), Tensor::Zeros(DType::kF32, {40}),
+                            // scale 1: exact halves, which round to even
+                            Tensor::FromVector<float>({6}, {0.f, 0.5f, 1.5f, 2.5f, 3.5f, 255.f})};
+  Tensor odd = RandomTensor({300}, 4);
+  odd.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  odd.data<float>()[8] = std::numeric_limits<float>::infinity();
+  cases.push_back(odd);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    std::vector<Tensor> expected = RunReferenceNode(node, {cases[c]});
+    std::vector<Tensor> outputs;
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(MakeBuildContext(node, {cases[c]}, {false}, outputs));
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_STREQ(kernel->Name(), "DynamicQuantizeLinearF32");
+    RunKernel(*kernel, node, {cases[c]}, outputs);
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(outputs[k].nbytes(), expected[k].nbytes());
+      EXPECT_EQ(std::memcmp(outputs[k].raw(), expected[k].raw(), outputs[k].nbytes()), 0) << "output " << k;
+    }
+  }
 }
 
 TEST(IntegerKernels, DeclinedWhereTheReferenceRuns) {
