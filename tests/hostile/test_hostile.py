@@ -470,13 +470,15 @@ def hostile_new_op_models(root: Path) -> dict:
     paths = {}
     # 30 nested Ifs (as deep as the onnx package can write): past osprey's nesting limit, refused by name.
     paths["if_nested_30"] = save(root / "if_nested_30", nested_if(30), opset=13)
-    # An If whose condition depends on the input: refused by name, with the reason.
+    # An If whose condition depends on the input and whose branches give different shapes (osprey runs the branch
+    # the condition picks, from plans of fixed shapes): refused by name, with the reason.
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "b", [], [out])
+    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "b", [], [out])
+    else_branch = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["y"], axis=0)], "e", [], [out])
     nodes = [helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array([0], np.float32), "z")),
              helper.make_node("Greater", ["x", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], name="data_if", then_branch=branch, else_branch=branch)]
+             helper.make_node("If", ["c"], ["y"], name="data_if", then_branch=then_branch, else_branch=else_branch)]
     paths["if_on_data"] = save(root / "if_on_data", helper.make_graph(nodes, "g", [x], [out]), opset=13)
     # hidden_size attribute that disagrees with W and R (2^40), negative, and zero.
     for name, h in (("lstm_hidden_2_40", 1 << 40), ("lstm_hidden_negative", -4), ("gru_hidden_zero", 0)):
