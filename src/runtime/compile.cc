@@ -1,11 +1,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -13,7 +8,6 @@
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
-#include "ops/op_cost.h"
 #include "ops/op_registry.h"
 #include "runtime/inline_if.h"
 #include "runtime/inline_loop.h"
@@ -281,151 +275,6 @@ class LayoutCopy : public Kernel {
   }
 };
 
-// Matrix products and recurrent layers whose EstimatedWork (ops/op_cost.h) is below this are built for one thread
-// too and timed both ways when tuning (OneThreadFaster): oneDNN's parallel forms of small ones can be several times
-// slower than its serial ones (Silero VAD's single-step LSTM: 0.109 ms on two threads, 0.015 ms on one).
-// Convolutions are left out: timed alone, small ones often looked faster on one thread, but in MobileNetV2,
-// EfficientNet and ShuffleNet the networks did not get faster (within this host's noise, some slower).
-constexpr int64_t kMaxTimedWork = int64_t{1} << 23;
-
-bool ThreadCountMatters(const Node& node) {
-  static const char* const kOps[] = {"Gemm", "MatMul", "LSTM", "GRU", "RNN"};
-  for (const char* op : kOps)
-    if (node.op_type == op) return node.domain.empty();
-  return false;
-}
-
-// Everything about a step that its timing depends on: op, attributes, input and output types, shapes, layouts, which
-// inputs are constant, thread count and bf16 use. The verdict is remembered per key for the process, so every plan
-// that has the step (other batch sizes' plans aside: other shapes) runs the same kernel and shares its packed weights.
-std::string StepTimingKey(const CompileState& st, const Node& node, int threads, Bf16Use bf16) {
-  std::string key = node.op_type + "|" + std::to_string(threads) + "|" + std::to_string(static_cast<int>(bf16));
-  auto put_shape = [&key](const Shape& s) {
-    for (int64_t d : s) key += std::to_string(d) + ",";
-  };
-  for (int v : node.inputs) {
-    key += "|i";
-    if (v < 0) continue;
-    key += std::to_string(static_cast<int>(st.values[v].dtype)) + (st.values[v].known ? "k" : "") +
-           std::to_string(static_cast<int>(st.layouts[v])) + ":";
-    put_shape(st.values[v].shape);
-  }
-  for (int v : node.outputs) {
-    key += "|o" + std::to_string(static_cast<int>(st.layouts[v])) + ":";
-    put_shape(st.values[v].shape);
-  }
-  for (const auto& [name, a] : node.attrs) {
-    key += "|" + name + "=";
-    switch (a.kind) {
-      case Attribute::Kind::kFloat: key += std::to_string(a.f); break;
-      case Attribute::Kind::kInt: key += std::to_string(a.i); break;
-      case Attribute::Kind::kString: key += a.s; break;
-      case Attribute::Kind::kFloats:
-        for (float f : a.floats) key += std::to_string(f) + ",";
-        break;
-      case Attribute::Kind::kInts:
-        for (int64_t i : a.ints) key += std::to_string(i) + ",";
-        break;
-      case Attribute::Kind::kStrings:
-        for (const std::string& s : a.strings) key += s + ",";
-        break;
-      case Attribute::Kind::kTensor: put_shape(a.t.shape()); break;
-      case Attribute::Kind::kGraph: break;
-    }
-  }
-  return key;
-}
-
-// The remembered verdict for `key`, or `decide()` (remembered).
-bool RememberedVerdict(const std::string& key, const std::function<bool()>& decide) {
-  static std::mutex mu;
-  static std::map<std::string, bool> verdicts;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = verdicts.find(key);
-    if (it != verdicts.end()) return it->second;
-  }
-  const bool verdict = decide();
-  std::lock_guard<std::mutex> lock(mu);
-  return verdicts.emplace(key, verdict).first->second;
-}
-
-// What a parallel region costs to start when the team's other threads have gone to sleep (idle longer than OpenMP's
-// spin: GOMP_SPINCOUNT, which osprey bounds, docs/performance.md): a serial step that long makes the next parallel
-// step pay it. Measured once per thread count: a region started after 300 us of idling, median of 7.
-double WakePenaltyUs(int threads) {
-  static std::mutex mu;
-  static std::map<int, double> measured;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = measured.find(threads);
-  if (it != measured.end()) return it->second;
-  const int previous = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  std::vector<double> us;
-  std::atomic<int> sink{0};
-  for (int i = 0; i < 8; ++i) {
-    const auto idle_until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
-    while (std::chrono::steady_clock::now() < idle_until) {
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel
-    sink.fetch_add(1, std::memory_order_relaxed);
-    if (i > 0) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  omp_set_num_threads(previous);
-  std::sort(us.begin(), us.end());
-  return measured[threads] = us[us.size() / 2];
-}
-
-// Times `serial` (built for one thread) against `parallel` (built for `threads`) on this step's shapes, inputs zero
-// or their constant values, alternating runs; true when one thread is clearly faster: its median below half the
-// parallel one and below it by more than the wake-up a serial step causes (WakePenaltyUs; timed alone, a small
-// depthwise convolution is faster on one thread, but in MobileNetV2 its neighbours then pay more than it saves).
-// Anything a kernel throws here keeps the parallel one.
-bool OneThreadFaster(const CompileState& st, const Node& node, Kernel& serial, Kernel& parallel, int threads) {
-  std::vector<Tensor> inputs, outputs;
-  for (int v : node.inputs) {
-    if (v < 0) {
-      inputs.emplace_back();
-      continue;
-    }
-    const CompileValue& cv = st.values[v];
-    inputs.push_back(cv.known ? cv.value : Tensor::Zeros(cv.dtype, PhysicalShape(cv.shape, st.layouts[v])));
-  }
-  for (int v : node.outputs) outputs.emplace_back(st.values[v].dtype, PhysicalShape(st.values[v].shape, st.layouts[v]));
-  KernelContext ctx{node, st.opset};
-  for (size_t k = 0; k < node.inputs.size(); ++k) ctx.inputs.push_back(node.inputs[k] >= 0 ? &inputs[k] : nullptr);
-  for (Tensor& t : outputs) ctx.outputs.push_back(&t);
-  const int previous = omp_get_max_threads();
-  std::vector<double> one, many;
-  try {
-    for (int i = 0; i < 9; ++i) {
-      for (int which = 0; which < 2; ++which) {
-        omp_set_num_threads(which == 0 ? 1 : threads);
-        const auto t0 = std::chrono::steady_clock::now();
-        (which == 0 ? serial : parallel).Run(ctx);
-        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        if (i >= 2) (which == 0 ? one : many).push_back(us);  // two warm-up rounds
-      }
-    }
-  } catch (const std::exception&) {
-    omp_set_num_threads(previous);
-    return false;
-  }
-  omp_set_num_threads(previous);
-  std::sort(one.begin(), one.end());
-  std::sort(many.begin(), many.end());
-  const double serial_us = one[one.size() / 2], parallel_us = many[many.size() / 2];
-  return serial_us < 0.5 * parallel_us && serial_us + WakePenaltyUs(threads) < parallel_us;
-}
-
-int64_t StepWork(const CompileState& st, const Node& node) {
-  std::vector<Shape> in, out;
-  for (int v : node.inputs) in.push_back(v >= 0 ? st.values[v].shape : Shape{});
-  for (int v : node.outputs) out.push_back(st.values[v].shape);
-  return EstimatedWork(node, in, out);
-}
-
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // First-fit allocator over one arena, used at compile time to assign offsets by liveness.
@@ -640,24 +489,11 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       }
       if (options.fast_kernels && !step.fast)
         step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
-      // OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without
-      // timing (both for comparisons and tests); unset, the timing decides.
-      static const std::string step_threads_env = [] {
-        const char* env = std::getenv("OSPREY_STEP_THREADS");
-        return std::string(env ? env : "");
-      }();
-      if (step_threads_env != "0" && step.fast && !step.on_device && tune && nthreads > 1 &&
-          ThreadCountMatters(node) && StepWork(st, node) < kMaxTimedWork) {
-        std::unique_ptr<Kernel> serial;
-        auto build_serial = [&] {
-          if (!serial) serial = CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
-          return serial != nullptr;
-        };
-        const bool one_thread =
-            step_threads_env == "1" || RememberedVerdict(StepTimingKey(st, node, nthreads, bf16), [&] {
-              return build_serial() && OneThreadFaster(st, node, *serial, *step.fast, nthreads);
-            });
-        if (one_thread && build_serial()) {
+      if (step.fast && !step.on_device && tune && nthreads > 1) {
+        std::unique_ptr<Kernel> serial = SingleThreadKernelIfFaster(st, node, *step.fast, nthreads, bf16, [&] {
+          return CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
+        });
+        if (serial) {
           step.fast = std::move(serial);
           step.threads = 1;
         }

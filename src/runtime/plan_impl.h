@@ -201,6 +201,14 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
+/// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
+/// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine
+/// (timed once per step description and process; OSPREY_STEP_THREADS=0/1 forces never/always), else null
+/// (step_threads.cc).
+std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& state, const Node& node, Kernel& parallel,
+                                                   int threads, Bf16Use bf16,
+                                                   const std::function<std::unique_ptr<Kernel>()>& build_serial);
+
 /// com.microsoft.DynamicQuantizeLSTM node `node` as the ONNX LSTM it approximates, its int8/uint8 weights (which must
 /// be constants) dequantized and transposed into new constants of `state` (dynamic_quantize_lstm.cc).
 Node DequantizedLstm(CompileState& state, const Node& node);
