@@ -371,3 +371,56 @@ def test_tf2onnx_map_fn_and_while_loop_agree_with_onnxruntime(osprey_bin, work_d
     got = np.load(files[0])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_if_on_input_data_where_neither_branch_compiles_is_refused(osprey_bin, work_dir):
+    # Both branches reshape 6 values to [4]: no plan for either, so the model is refused when it loads, with both.
+    path = _data_if_model(work_dir / "if_neither.onnx",
+                          [helper.make_node("Reshape", ["x", "new_shape"], ["else_y"], name="bad_else")], "else_y")
+    import onnx
+    model = onnx.load(str(path))
+    if_node = next(n for n in model.graph.node if n.op_type == "If")
+    then_graph = next(a for a in if_node.attribute if a.name == "then_branch").g
+    then_graph.initializer.append(_const("new_shape", np.array([4], np.int64)))
+    del then_graph.node[:]
+    then_graph.node.append(helper.make_node("Reshape", ["x", "new_shape"], ["then_y"], name="bad_then"))
+    onnx.save(model, str(path))
+    proc, _ = run_osprey(osprey_bin, path, np.ones((2, 3), np.float32), work_dir, "neither")
+    assert proc.returncode == 1, proc.stderr
+    assert "If 'if_data': neither branch compiles" in proc.stderr and "bad_then" in proc.stderr and \
+        "bad_else" in proc.stderr, proc.stderr
+
+
+def test_data_if_inside_a_long_loop_hits_the_subgraph_budget(osprey_bin, work_dir):
+    # 9000 unrolled iterations, each with a data-dependent If whose branches hold 10 nodes each: every iteration
+    # compiles both branches, so the model-wide subgraph budget (shared with Loop unrolling) stops it by name.
+    f = TensorProto.FLOAT
+
+    def chain(prefix, out):
+        nodes, cur = [], "v"
+        for i in range(10):
+            nxt = out if i == 9 else f"{prefix}{i}"
+            nodes.append(helper.make_node("Relu", [cur], [nxt], name=f"{prefix}_relu{i}"))
+            cur = nxt
+        return helper.make_graph(nodes, prefix, [], [helper.make_tensor_value_info(out, f, None)])
+
+    body = helper.make_graph(
+        [helper.make_node("ReduceSum", ["v"], ["s"], keepdims=0, name="sum"),
+         helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+         helper.make_node("If", ["c"], ["v2"], then_branch=chain("t", "ty"), else_branch=chain("e", "ey"),
+                          name="inner_if"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going")],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("v", f, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v2", f, None)],
+        [_const("zero", np.float32(0))])
+    graph = helper.make_graph([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body, name="long_loop")], "g",
+                              [helper.make_tensor_value_info("x", f, [2, 3])], [helper.make_tensor_value_info("y", f, None)],
+                              [_const("M", np.int64(9000))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = work_dir / "loop_data_if.onnx"
+    save(model, str(path))
+    proc, _ = run_osprey(osprey_bin, path, np.ones((2, 3), np.float32), work_dir, "loop_if")
+    assert proc.returncode == 1, proc.stderr
+    assert "inner_if" in proc.stderr and "compiles at most 200000" in proc.stderr, proc.stderr

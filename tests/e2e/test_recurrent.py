@@ -157,3 +157,35 @@ def test_lstm_quantized_by_quantize_dynamic(osprey_bin, recurrent_models, work_d
         assert np.abs(got - want).max() <= 2 * ort_error + 1e-4, f"{name}: osprey {np.abs(got - want).max()}, " \
                                                                 f"ONNX Runtime {ort_error} from the float model"
         assert np.abs(got - ort_q[name]).max() <= 3 * ort_error + 1e-4, name
+
+
+def test_bad_dynamic_quantize_lstm_is_a_clear_error(osprey_bin, recurrent_models, work_dir):
+    # A W_scale of the wrong length, and weights computed at run time: named errors, never a crash.
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = work_dir / "lstm.dynamic.onnx"
+    quantize_dynamic(str(recurrent_models["lstm"]), str(quantized), op_types_to_quantize=["LSTM"],
+                     weight_type=QuantType.QInt8)
+    x = np.ones((1, 3, INPUT_SIZE), np.float32)
+    np.save(work_dir / "x.npy", x)
+    for case in ("scale_length", "runtime_weights"):
+        model = onnx.load(str(quantized))
+        node = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
+        if case == "scale_length":
+            init = next(i for i in model.graph.initializer if i.name == node.input[8])
+            init.CopyFrom(onnx.numpy_helper.from_array(np.ones(3, np.float32), init.name))
+        else:  # W becomes a graph input: known only when the model runs
+            init = next(i for i in model.graph.initializer if i.name == node.input[1])
+            np.save(work_dir / "w.npy", onnx.numpy_helper.to_array(init))
+            model.graph.input.append(onnx.helper.make_tensor_value_info("w_in", init.data_type, list(init.dims)))
+            node.input[1] = "w_in"
+        path = work_dir / f"{case}.onnx"
+        onnx.save(model, str(path))
+        inputs = ["--input", f"x={work_dir / 'x.npy'}"]
+        if case == "runtime_weights":
+            inputs += ["--input", f"w_in={work_dir / 'w.npy'}"]
+        proc = subprocess.run([str(osprey_bin), "run", str(path), *inputs, "--output-dir", str(work_dir / case)],
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 1, proc.stderr
+        want = "W's scale must be float32" if case == "scale_length" else "W must be a constant"
+        assert want in proc.stderr, proc.stderr

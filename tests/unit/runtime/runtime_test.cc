@@ -1,8 +1,11 @@
+#include <omp.h>
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "osprey/runtime.h"
+#include "kernels/cpu/bf16_support.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -294,6 +297,27 @@ TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
   third.clear();
   EXPECT_GE(plan->TrimArenas(0), size_t{2} << 20) << "both idle output blocks are freed";
   EXPECT_EQ(plan->TrimArenas(0), 0u);
+}
+
+TEST(Runtime, SingleThreadStepsRunOnOneThreadAndLeaveTheCallersCount) {
+  // OSPREY_STEP_THREADS=1 (read once per process; ctest runs each test in its own) puts the small Gemm on one thread
+  // untimed. The plan switches the OpenMP count around it and hands the caller back the plan's count.
+  setenv("OSPREY_STEP_THREADS", "1", 1);
+  GraphBuilder b("small_gemm");
+  auto x = b.Input("x", DType::kF32, {2, 16});
+  b.Output(b.Op("Gemm", {x, b.Constant(RandomTensor({16, 8}, 4))}), "y");  // the last step
+  Graph g = b.Finish();
+  CompileOptions options;
+  options.num_threads = 2;
+  auto plan = Compile(g, {{DType::kF32, {2, 16}}}, options);
+  if (!cpu::TuningEnabled()) GTEST_SKIP() << "OSPREY_TUNE=0: no per-step thread choice";
+  EXPECT_EQ(plan->num_single_thread_steps(), 1u);
+  omp_set_num_threads(2);
+  const Tensor in = RandomTensor({2, 16}, 5);
+  const Tensor y = plan->Run({in})[0];
+  EXPECT_EQ(omp_get_max_threads(), 2) << "the last step ran on one thread; the caller's count comes back";
+  Model reference(std::move(g), ModelOptions{});
+  ExpectTensorNear(y, reference.Run({{"x", in}})[0].second);
 }
 
 TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
