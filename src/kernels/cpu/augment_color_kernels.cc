@@ -413,6 +413,53 @@ __attribute__((target("avx2"))) int64_t AdjustSaturationAvx2(float alpha, float 
   }
   return i;
 }
+
+// AdjustSaturationAvx2 with AVX-512 (BW, VBMI), 16 pixels per step: byte permutes in and out (as ShiftHsvAvx512) and
+// Saturation8's float operations lane by lane, each rounded on its own (the _round_ forms are never contracted into
+// a fused multiply-add).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i SaturationChannel16(
+    __m512i c, __m512 alpha, __m512 gray_part) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 x =
+      _mm512_add_round_ps(_mm512_mul_round_ps(_mm512_cvtepi32_ps(c), alpha, kNearest), gray_part, kNearest);
+  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(x, _mm512_setzero_ps()), _mm512_set1_ps(255.f)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t AdjustSaturationAvx512(float alpha, float beta,
+                                                                                      const uint8_t* src,
+                                                                                      uint8_t* dst, int64_t n) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  alignas(64) uint8_t index[4][64] = {};
+  for (int k = 0; k < 16; ++k)
+    for (int ch = 0; ch < 3; ++ch)
+      index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch), index[3][3 * k + ch] = 4 * k + ch;
+  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
+  const __m512i pick_b = _mm512_load_si512(index[2]), pack48 = _mm512_load_si512(index[3]);
+  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
+  const __m512 a = _mm512_set1_ps(alpha), bt = _mm512_set1_ps(beta);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
+    const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
+    const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
+    const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
+    const __m512i gray = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(r, _mm512_set1_epi32(9798)),
+                                          _mm512_mullo_epi32(g, _mm512_set1_epi32(19235))),
+                         _mm512_add_epi32(_mm512_mullo_epi32(b, _mm512_set1_epi32(3735)), _mm512_set1_epi32(1 << 14))),
+        15);
+    const __m512 gp = _mm512_mul_round_ps(_mm512_cvtepi32_ps(gray), bt, kNearest);
+    const __m512i packed =
+        _mm512_or_si512(SaturationChannel16(r, a, gp), _mm512_or_si512(_mm512_slli_epi32(SaturationChannel16(g, a, gp), 8),
+                                                                      _mm512_slli_epi32(SaturationChannel16(b, a, gp), 16)));
+    _mm512_mask_storeu_epi8(dst + i * 3, bytes48, _mm512_permutexvar_epi8(pack48, packed));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
 #endif
 
 class AdjustSaturationKernel final : public Kernel {
@@ -435,7 +482,10 @@ class AdjustSaturationKernel final : public Kernel {
     }
     int64_t done = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-    if (simd_ >= kSimdAvx2) done = AdjustSaturationAvx2(alpha_, beta_, src, dst, n);
+    if (simd_ >= kSimdAvx512)
+      done = AdjustSaturationAvx512(alpha_, beta_, src, dst, n);
+    else if (simd_ >= kSimdAvx2)
+      done = AdjustSaturationAvx2(alpha_, beta_, src, dst, n);
 #endif
     AdjustSaturationScalar(alpha_, beta_, src + done * 3, dst + done * 3, n - done);
   }
@@ -593,52 +643,6 @@ __attribute__((target("avx2"))) int64_t ApplyContrastAvx2(float factor, float of
 }
 #endif
 
-class AdjustContrastKernel final : public Kernel {
- public:
-  explicit AdjustContrastKernel(const KernelBuildContext& ctx)
-      : shape_(ctx.input_shapes[0]), factor_(ctx.node.GetFloat("factor", 1.f)) {}
-  const char* Name() const override { return "AdjustContrastU8"; }
-
-  void Run(KernelContext& ctx) override {
-    CheckShape(ctx, shape_, Name());
-    const int64_t images = ImagesOf(shape_), pixels = PixelsOf(shape_) / images, c = shape_.back();
-    for (int64_t b = 0; b < images; ++b) {
-      const uint8_t* src = ctx.In(0).data<uint8_t>() + b * pixels * c;
-      uint8_t* dst = ctx.Out(0).data<uint8_t>() + b * pixels * c;
-      int64_t sum = 0, summed = 0;
-#ifdef OSPREY_AUGMENT_AVX2
-      if (c == 3 && simd_ >= kSimdAvx2) sum = GraySumRgbAvx2(src, pixels, summed);
-#endif
-      sum += GraySumScalar(src + summed * c, pixels - summed, c);
-      const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
-      if (factor_ == 0.0) {
-        std::memset(dst, static_cast<int>(mean + 0.5), pixels * c);
-        continue;
-      }
-      const float factor = static_cast<float>(factor_), offset = static_cast<float>(mean * (1.0 - factor_));
-      int64_t done = 0;
-#ifdef OSPREY_AUGMENT_AVX2
-      if (simd_ >= kSimdAvx2) {
-        // The table is almost always an affine map (FitAffineLut), computed in integers: cheaper than the float form.
-        uint8_t table[256];
-        for (int v = 0; v < 256; ++v) table[v] = ContrastValue(v, factor, offset);
-        AffineLut affine;
-        done = FitAffineLut(table, affine) ? LookupAffineAvx2(affine, src, dst, pixels * c)
-                                           : ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
-      }
-#endif
-      uint8_t lut[256];
-      for (int v = 0; v < 256; ++v) lut[v] = ContrastValue(v, factor, offset);
-      for (int64_t i = done; i < pixels * c; ++i) dst[i] = lut[src[i]];
-    }
-  }
-
- private:
-  Shape shape_;
-  int simd_ = AugmentSimdLevel();
-  double factor_ = 1.0;
-};
-
 // ---------------------------------------------------------------- LookupTable
 
 #ifdef OSPREY_AUGMENT_AVX2
@@ -700,6 +704,58 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupPerChannelVbmi
   }
 }
 #endif
+
+class AdjustContrastKernel final : public Kernel {
+ public:
+  explicit AdjustContrastKernel(const KernelBuildContext& ctx)
+      : shape_(ctx.input_shapes[0]), factor_(ctx.node.GetFloat("factor", 1.f)) {}
+  const char* Name() const override { return "AdjustContrastU8"; }
+
+  void Run(KernelContext& ctx) override {
+    CheckShape(ctx, shape_, Name());
+    const int64_t images = ImagesOf(shape_), pixels = PixelsOf(shape_) / images, c = shape_.back();
+    for (int64_t b = 0; b < images; ++b) {
+      const uint8_t* src = ctx.In(0).data<uint8_t>() + b * pixels * c;
+      uint8_t* dst = ctx.Out(0).data<uint8_t>() + b * pixels * c;
+      int64_t sum = 0, summed = 0;
+#ifdef OSPREY_AUGMENT_AVX2
+      if (c == 3 && simd_ >= kSimdAvx2) sum = GraySumRgbAvx2(src, pixels, summed);
+#endif
+      sum += GraySumScalar(src + summed * c, pixels - summed, c);
+      const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
+      if (factor_ == 0.0) {
+        std::memset(dst, static_cast<int>(mean + 0.5), pixels * c);
+        continue;
+      }
+      const float factor = static_cast<float>(factor_), offset = static_cast<float>(mean * (1.0 - factor_));
+      int64_t done = 0;
+#ifdef OSPREY_AUGMENT_AVX2
+      if (simd_ >= kSimdAvx512) {  // the table itself, 64 bytes per pair of byte permutes
+        uint8_t table[256];
+        for (int v = 0; v < 256; ++v) table[v] = ContrastValue(v, factor, offset);
+        LookupSharedVbmi(table, src, dst, pixels * c);
+        continue;
+      }
+      if (simd_ >= kSimdAvx2) {
+        // The table is almost always an affine map (FitAffineLut), computed in integers: cheaper than the float form.
+        uint8_t table[256];
+        for (int v = 0; v < 256; ++v) table[v] = ContrastValue(v, factor, offset);
+        AffineLut affine;
+        done = FitAffineLut(table, affine) ? LookupAffineAvx2(affine, src, dst, pixels * c)
+                                           : ApplyContrastAvx2(factor, offset, src, dst, pixels * c);
+      }
+#endif
+      uint8_t lut[256];
+      for (int v = 0; v < 256; ++v) lut[v] = ContrastValue(v, factor, offset);
+      for (int64_t i = done; i < pixels * c; ++i) dst[i] = lut[src[i]];
+    }
+  }
+
+ private:
+  Shape shape_;
+  int simd_ = AugmentSimdLevel();
+  double factor_ = 1.0;
+};
 
 // uint8 y = table[x] (one table, or one per channel when the table holds 256 * C values and C > 1, as the reference).
 // AVX512-VBMI byte permutes when the CPU has them; else, for one table that is an affine map (FitAffineLut), the map
