@@ -620,6 +620,43 @@ __attribute__((target("avx2"))) int64_t GraySumRgbAvx2(const uint8_t* src, int64
   return total;
 }
 
+// GraySumRgbAvx2 with AVX-512 (BW, VBMI): 16 pixels per step, byte permutes in (as AdjustSaturationAvx512).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t GraySumRgbAvx512(const uint8_t* src, int64_t n,
+                                                                                int64_t& done) {
+  alignas(64) uint8_t index[3][64] = {};
+  for (int k = 0; k < 16; ++k)
+    for (int ch = 0; ch < 3; ++ch) index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch);
+  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
+  const __m512i pick_b = _mm512_load_si512(index[2]);
+  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
+  int64_t total = 0, i = 0;
+  while (i + 16 <= n) {
+    // Blocks of up to 16 * 4096 pixels: an int32 lane sums at most 4096 values of 255.
+    const int64_t end = std::min(n - n % 16, i + 16 * 4096);
+    __m512i acc = _mm512_setzero_si512();
+    for (; i < end; i += 16) {
+      const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
+      const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
+      const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
+      const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
+      const __m512i gray = _mm512_srli_epi32(
+          _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(r, _mm512_set1_epi32(9798)),
+                                            _mm512_mullo_epi32(g, _mm512_set1_epi32(19235))),
+                           _mm512_add_epi32(_mm512_mullo_epi32(b, _mm512_set1_epi32(3735)),
+                                            _mm512_set1_epi32(1 << 14))),
+          15);
+      acc = _mm512_add_epi32(acc, gray);
+    }
+    total += _mm512_reduce_add_epi32(acc);
+  }
+  done = i;
+  return total;
+}
+#pragma GCC diagnostic pop
+
 // The table applied as its formula, 32 bytes at a time: the same float operations as ContrastValue.
 __attribute__((target("avx2"))) int64_t ApplyContrastAvx2(float factor, float offset, const uint8_t* src, uint8_t* dst,
                                                           int64_t n) {
@@ -719,7 +756,10 @@ class AdjustContrastKernel final : public Kernel {
       uint8_t* dst = ctx.Out(0).data<uint8_t>() + b * pixels * c;
       int64_t sum = 0, summed = 0;
 #ifdef OSPREY_AUGMENT_AVX2
-      if (c == 3 && simd_ >= kSimdAvx2) sum = GraySumRgbAvx2(src, pixels, summed);
+      if (c == 3 && simd_ >= kSimdAvx512)
+        sum = GraySumRgbAvx512(src, pixels, summed);
+      else if (c == 3 && simd_ >= kSimdAvx2)
+        sum = GraySumRgbAvx2(src, pixels, summed);
 #endif
       sum += GraySumScalar(src + summed * c, pixels - summed, c);
       const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
