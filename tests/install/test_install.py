@@ -32,6 +32,26 @@ def test_installed_layout(prefix):
         assert r.returncode == 0 and "--model-repository" in r.stdout and "--grpc-port" in r.stdout, r.stdout
 
 
+def runpath(binary: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if "(RUNPATH)" in line or "(RPATH)" in line:
+            return line.split("[", 1)[1].rsplit("]", 1)[0].split(":")
+    return []
+
+
+def test_runpath_has_no_relative_entries(prefix):
+    # An empty or relative RUNPATH entry makes the loader look for libraries in the current directory: a libz.so.1
+    # planted in a dataset folder would run inside `osprey augment`. CMake pads the build tree's RUNPATH with an empty
+    # entry when install has to edit it (CMakeLists.txt, BUILD_WITH_INSTALL_RPATH).
+    for binary in (BUILD / "bin" / "osprey", BUILD / "bin" / "osprey-server", prefix / "bin" / "osprey",
+                   prefix / "bin" / "osprey-server"):
+        entries = runpath(binary)
+        assert entries, f"{binary}: no RUNPATH"
+        bad = [e for e in entries if not (e.startswith("/") or e.startswith("$ORIGIN"))]
+        assert not bad, f"{binary}: RUNPATH {':'.join(entries)} has empty or relative entries {bad}"
+
+
 def test_find_package(prefix, tmp_path):
     build = tmp_path / "build"
     env = dict(os.environ, CCACHE_DISABLE="1")
