@@ -38,6 +38,9 @@
 #include "ops/op_registry.h"
 
 namespace osprey {
+
+int AugmentSimdLevel();  // augment_kernels.cc: 0 scalar, 1 AVX2, 2 AVX-512 with VBMI (OSPREY_AUGMENT_SIMD caps it)
+
 namespace {
 
 using namespace image_kernels;
@@ -159,6 +162,33 @@ __attribute__((target("avx2"))) int64_t HorizontalDirectC4Avx2(const uint8_t* ro
   }
   return k;
 }
+
+// Eight direct columns of an RGB row (C = 3) for HorizontalDirectC3Vbmi: their taps lie in the `mask` bytes from
+// `base`, and `index` picks (a0, b0, a1, b1, a2, b2) of each column from them, against `weights` (32 - ax, ax) x 3.
+struct VbmiColumns8 {
+  alignas(64) uint8_t index[64];
+  alignas(64) uint8_t weights[64];
+  int32_t base = 0;
+  uint64_t mask = 0;
+};
+
+// HorizontalDirectC3Avx2 with AVX-512 VBMI: one masked load, one byte permute and one multiply-add per 8 columns
+// (24 values); the 8 junk values past them are overwritten by the next store or the scalar passes. (GCC 12's VBMI
+// intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined: a known false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t HorizontalDirectC3Vbmi(
+    const uint8_t* row, const std::vector<VbmiColumns8>& groups, int64_t begin, int16_t* out) {
+  int16_t* o = out + begin * 3;
+  for (const VbmiColumns8& g : groups) {
+    const __m512i taps = _mm512_permutexvar_epi8(_mm512_load_si512(g.index), _mm512_maskz_loadu_epi8(g.mask, row + g.base));
+    _mm512_storeu_si512(o, _mm512_maddubs_epi16(taps, _mm512_load_si512(g.weights)));
+    o += 24;
+  }
+  return static_cast<int64_t>(groups.size()) * 8;
+}
+#pragma GCC diagnostic pop
 
 // 16 blended values (int16, in order) of h0[0..15] and h1[0..15]: (h0, h1) pairs against w = (32 - ay, ay) with
 // pmaddwd, + 512, >> 10.
@@ -344,6 +374,32 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
       uint8_t* w = c == 3 ? &direct_.weights[k / 2 * 16 + (k % 2) * 6] : &direct_.weights[k * (c == 1 ? 4 : 8)];
       for (int64_t ch = 0; ch < c; ++ch) w[2 * ch] = na, w[2 * ch + 1] = a;
     }
+#ifdef OSPREY_WARP_AXIS_AVX2
+    // RGB with VBMI: groups of 8 columns whose taps span at most 64 bytes (any scale down to 1/2.4); else AVX2.
+    if (c != 3 || AugmentSimdLevel() < 2) return;
+    for (int64_t k = 0; k + 8 <= n; k += 8) {
+      VbmiColumns8 g;
+      // Offsets rise along the run, or fall (flips).
+      g.base = std::min(direct_.offset[k], direct_.offset[k + 7]);
+      const int64_t span = std::max(direct_.offset[k], direct_.offset[k + 7]) + 6 - g.base;
+      if (span > 64) {
+        vbmi_columns_.clear();
+        return;
+      }
+      g.mask = span == 64 ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+      for (int j = 0; j < 8; ++j) {
+        const int32_t o = direct_.offset[k + j] - g.base;
+        const uint8_t a = direct_.frac[k + j], na = static_cast<uint8_t>(32 - a);
+        for (int ch = 0; ch < 3; ++ch) {
+          g.index[6 * j + 2 * ch] = static_cast<uint8_t>(o + ch), g.index[6 * j + 2 * ch + 1] = static_cast<uint8_t>(o + 3 + ch);
+          g.weights[6 * j + 2 * ch] = na, g.weights[6 * j + 2 * ch + 1] = a;
+        }
+      }
+      std::fill(g.index + 48, g.index + 64, uint8_t{0});
+      std::fill(g.weights + 48, g.weights + 64, uint8_t{0});
+      vbmi_columns_.push_back(g);
+    }
+#endif
   }
 
   void Horizontal(const uint8_t* row, int16_t* out) const {
@@ -357,7 +413,10 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
         break;
       case 3:
 #ifdef OSPREY_WARP_AXIS_AVX2
-        if (avx2_) done = HorizontalDirectC3Avx2(row, direct_, out);
+        if (!vbmi_columns_.empty())
+          done = HorizontalDirectC3Vbmi(row, vbmi_columns_, direct_.begin, out);
+        else if (avx2_)
+          done = HorizontalDirectC3Avx2(row, direct_, out);
 #endif
         HorizontalDirectScalar<3>(row, direct_, done, out);
         break;
@@ -487,6 +546,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
   std::vector<RowTaps> rows_;
   DirectColumns direct_;                   // bilinear
   std::vector<BorderColumn> border_cols_;  // bilinear
+  std::vector<VbmiColumns8> vbmi_columns_;  // bilinear RGB with VBMI: the direct run's whole groups of 8 columns
   // Gathers (nearest, or bilinear whose columns all have fraction 0): byte offset of each column's source pixel
   // (-1: border value), and its runs.
   bool integer_cols_ = true;

@@ -312,6 +312,17 @@ TEST(AugmentOps, WarpPerspectiveAxisAlignedMatchesReference) {
                     RandomU8({2, 7, 240, 1}, 9), "WarpPerspectiveU8BilinearAxisAligned", 0);
   ExpectFastMatches(Warp({-1, 0, 239, 0, 1, 0, 0, 0, 1}, 5, 240, "nearest"), RandomU8({2, 5, 240, 3}, 10),
                     "WarpPerspectiveU8NearestAxisAligned", 0);
+  // Wide RGB rows at every SIMD level (VBMI: groups of 8 columns from one 64-byte window; AVX2: 4 columns; scalar):
+  // rising and falling offsets (a flip), a downscale whose groups span more than 64 bytes (2.7: AVX2 instead), an
+  // upscale, a window that reaches the border.
+  for (const std::string& level : kSimdLevels) {
+    const ScopedSimdCap cap(level);
+    SCOPED_TRACE("simd '" + level + "'");
+    for (const auto& [sx, bx] : std::vector<std::pair<float, float>>{{1.25f, 0.1f}, {-1.25f, 229.3f}, {2.7f, 0.85f},
+                                                                     {0.43f, 3.2f}, {1.01f, 90.6f}})
+      ExpectFastMatches(Warp({sx, 0, bx, 0, 1.1f, 0.2f, 0, 0, 1}, 90, 150, "bilinear", "reflect101"),
+                        RandomU8({100, 230, 3}, 11), "WarpPerspectiveU8BilinearAxisAligned", 0);
+  }
 }
 
 // Hand-computed values through the separable kernel: a 2x horizontal upscale of one row (cv2.resize mapping
