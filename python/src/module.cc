@@ -536,7 +536,7 @@ int CliMain(const std::vector<std::string>& args) {
   for (std::string& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
   nb::gil_scoped_release release;
-  return cli::RunCommandLine(static_cast<int>(storage.size()), argv.data());
+  return cli::RunCommandLine(static_cast<int>(storage.size()), argv.data(), cli::InProcessServe());
 }
 
 }  // namespace

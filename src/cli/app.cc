@@ -1,5 +1,5 @@
 // The osprey command line: argument parsing (CLI11) and the error boundary. Subcommands live in src/cli/*.cc; main.cc
-// and the Python package's `python -m osprey` call RunCommandLine.
+// and the Python package's `python -m osprey` call RunCommandLine, each saying how `serve` runs (common.h).
 #include <CLI/CLI.hpp>
 #include <climits>
 #include <iostream>
@@ -10,11 +10,10 @@
 #include "cli/common.h"
 #include "cli/decode.h"
 #include "cli/heads.h"
-#include "cli/serve.h"
 
 namespace osprey::cli {
 
-int RunCommandLine(int argc, char** argv) {
+int RunCommandLine(int argc, char** argv, const ServeCommand& serve_command) {
   CLI::App app{"osprey: an ONNX inference engine for CPUs", "osprey"};
   app.set_version_flag("--version", std::string("osprey ") + osprey::kOspreyVersion);
   app.require_subcommand(1);
@@ -72,7 +71,7 @@ int RunCommandLine(int argc, char** argv) {
   bench->add_option("--device", bench_options.device, kDeviceHelp)->capture_default_str();
 
   CLI::App* decode = AddDecodeCommand(app);
-  CLI::App* serve = AddServeCommand(app);
+  CLI::App* serve = serve_command.add(app);
   CLI::App* augment = AddAugmentCommand(app);
   CLI::App* heads = AddHeadsCommand(app);
 
@@ -108,7 +107,7 @@ int RunCommandLine(int argc, char** argv) {
     if (*bench) return RunBench(bench_options, std::cout);
     if (*classify) return RunClassify(classify_options, std::cout, std::cerr);
     if (*decode) return RunDecodeCommand(std::cout);
-    if (*serve) return RunServeCommand(std::cout);
+    if (*serve) return serve_command.run();
     if (*augment) return RunAugmentCommand(std::cout, std::cerr);
     if (*heads) return RunHeadsCommand(std::cout, std::cerr);
   } catch (const osprey::Error& e) {

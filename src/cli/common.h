@@ -11,15 +11,29 @@
 #include "osprey/runtime.h"
 #include "osprey/tensor.h"
 
+namespace CLI {
+class App;
+}
+
 namespace osprey {
 
 extern const char* kOspreyVersion;  // src/cli/version.cc
 
 namespace cli {
 
+/// How `osprey serve` is provided: `add` registers the subcommand, `run` runs it once chosen (throws osprey::Error).
+/// The osprey binary executes osprey-server, installed beside it (ExecServe, serve_exec.cc), so the rest of the
+/// command line loads no server libraries; the Python package serves in its own process (InProcessServe, serve.cc).
+struct ServeCommand {
+  CLI::App* (*add)(CLI::App& app);
+  int (*run)();
+};
+ServeCommand ExecServe();
+ServeCommand InProcessServe();
+
 /// The whole `osprey` command line (argv[0] is the program name): parses, runs the subcommand, prints errors; returns
 /// the exit code (0 ok, 1 error, 2 usage). main.cc and `python -m osprey` call it.
-int RunCommandLine(int argc, char** argv);
+int RunCommandLine(int argc, char** argv, const ServeCommand& serve);
 
 struct InspectOptions {
   std::string model;

@@ -27,10 +27,12 @@ inline constexpr const char* kOmpDefaultVar = "GOMP_SPINCOUNT";
 inline constexpr const char* kOmpDefaultValue = "1000";
 inline constexpr const char* kOmpMarkerVar = "OSPREY_OMP_DEFAULT";
 
-// Subcommands that never start an OpenMP team, so the wait policy cannot matter and the re-exec (~20-30 ms of
-// start-up) is skipped: `augment` runs every plan with one thread (its parallelism is its own --threads workers).
+// Subcommands whose process never starts an OpenMP team, so the wait policy cannot matter and the re-exec is
+// skipped: `augment` runs every plan with one thread (its parallelism is its own --threads workers); `serve` executes
+// osprey-server, which applies the default itself.
 inline bool NeedsNoOpenMp(char** argv) {
-  return argv[0] != nullptr && argv[1] != nullptr && std::strcmp(argv[1], "augment") == 0;
+  return argv[0] != nullptr && argv[1] != nullptr &&
+         (std::strcmp(argv[1], "augment") == 0 || std::strcmp(argv[1], "serve") == 0);
 }
 
 inline void ApplyOmpWaitDefault(char** argv) {

@@ -117,6 +117,10 @@ int64_t ParseByteSize(const std::string& text, const std::string& flag) {
   return static_cast<int64_t>(bytes);
 }
 
+ServeCommand InProcessServe() {
+  return {AddServeCommand, [] { return RunServeCommand(std::cout); }};
+}
+
 CLI::App* AddServeCommand(CLI::App& app) {
   CLI::App* serve =
       app.add_subcommand("serve", "Serve a model repository (KServe v2 REST and gRPC, Triton extensions, classify)");

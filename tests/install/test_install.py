@@ -52,6 +52,24 @@ def test_runpath_has_no_relative_entries(prefix):
         assert not bad, f"{binary}: RUNPATH {':'.join(entries)} has empty or relative entries {bad}"
 
 
+def needed(binary: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].rsplit("]", 1)[0] for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def test_cli_loads_no_server_libraries(tmp_path):
+    # `osprey serve` executes osprey-server, so the other commands start without gRPC, TLS and Abseil (37 -> ~10 ms).
+    server_libs = ("libgrpc", "libssl", "libcrypto", "libabsl")
+    cli = needed(BUILD / "bin" / "osprey")
+    assert not [lib for lib in cli if lib.startswith(server_libs)], cli
+    assert [lib for lib in needed(BUILD / "bin" / "osprey-server") if lib.startswith("libgrpc")]
+    # Without osprey-server beside it, `osprey serve` says what is missing and how to get it.
+    shutil.copy(BUILD / "bin" / "osprey", tmp_path / "osprey")
+    r = subprocess.run([str(tmp_path / "osprey"), "serve", "--model-repository", str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "osprey-server" in r.stderr and "make build" in r.stderr, r.stderr
+
+
 def test_find_package(prefix, tmp_path):
     build = tmp_path / "build"
     env = dict(os.environ, CCACHE_DISABLE="1")
