@@ -1,7 +1,8 @@
 // Fusion passes for what TensorFlow exporters (tf2onnx) write (docs/architecture.md, compile pipeline):
 // - hard-swish and hard-sigmoid as Keras spells them, x * (Clip(x + 3, 0, 6) * (1/6)) and Clip(x + 3, 0, 6) * (1/6)
-//   (or / 6), become one HardSwish / HardSigmoid(alpha 1/6, beta 0.5) node, which the fast kernels run in one pass
-//   and FuseActivation can put into the producing Conv;
+//   (or / 6), and hard-swish as PaddlePaddle does, (x * Clip(x + 3, 0, 6)) / 6, become one HardSwish /
+//   HardSigmoid(alpha 1/6, beta 0.5) node, which the fast kernels run in one pass and FuseActivation can put into the
+//   producing Conv;
 // - NCHW -> NHWC Transposes (perm 0, 2, 3, 1) sink below the elementwise ops that follow them (unary ops, those whose
 //   schema has OpTraits::layout_transparent, and binary ops with a constant that varies along the channels only,
 //   re-shaped to [C, 1, 1]), and a sunk Transpose that meets its inverse (perm 0, 3, 1, 2) cancels with it. When
@@ -74,6 +75,27 @@ void FuseHardActivations(CompileState& st) {
     if (!PrivateValue(st, c, cl)) continue;
     const int si = c[cl][0];
     const Node& scale = st.nodes[si];
+    // PaddlePaddle's order (paddle2onnx): (x * Clip(x + 3, 0, 6)) / 6 (or * (1/6)) -> HardSwish(x).
+    if (!dead[si] && scale.op_type == "Mul" && scale.outputs.size() == 1 && OtherInput(scale, cl) == x &&
+        PrivateValue(st, c, scale.outputs[0])) {
+      const int m = scale.outputs[0];
+      const int di = c[m][0];
+      Node& div = st.nodes[di];
+      const bool by_six = div.op_type == "Div" && div.inputs.size() == 2 && div.inputs[0] == m &&
+                          ScalarOf(st, div.inputs[1]) == 6.f;
+      const bool by_sixth = div.op_type == "Mul" && std::fabs(ScalarOf(st, OtherInput(div, m)) - 1.f / 6.f) <= 1e-7f;
+      if (!dead[di] && (by_six || by_sixth) && div.outputs.size() == 1 &&
+          st.values[div.outputs[0]].shape == st.values[x].shape) {
+        Node hs;
+        hs.op_type = "HardSwish";
+        hs.name = div.name;
+        hs.inputs = {x};
+        hs.outputs = div.outputs;
+        div = std::move(hs);
+        dead[i] = dead[ci] = dead[si] = 1;
+        continue;
+      }
+    }
     bool sixth = false;
     if (scale.op_type == "Mul") {
       const float v = ScalarOf(st, OtherInput(scale, cl));

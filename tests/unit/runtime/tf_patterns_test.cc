@@ -23,7 +23,11 @@ void ExpectFusedSteps(const Graph& graph, const Shape& input, size_t fused_steps
   for (bool fast : {false, true}) {
     SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
     auto fused = Compile(graph, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true});
-    EXPECT_EQ(fused->num_steps(), fused_steps) << "unfused plan has " << oracle->num_steps() << " steps";
+    std::vector<OpProfile> profile;
+    fused->Run(std::vector<Tensor>{RandomTensor(input, 7, -2.f, 2.f)}, &profile);
+    std::string steps;
+    for (const OpProfile& p : profile) steps += " " + p.op_type;
+    EXPECT_EQ(fused->num_steps(), fused_steps) << "unfused plan has " << oracle->num_steps() << " steps; fused:" << steps;
     const std::vector<Tensor> got = fused->Run(inputs);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) ExpectTensorNear(got[i], expected[i], 1e-5f, 1e-5f);
@@ -108,6 +112,25 @@ TEST(TfPatterns, KerasHardSwishAndHardSigmoid) {
   b.Output(b.Op("Mul", {gate, scalar(2.f)}), "y");
   // Conv(HardSwish), Conv(HardSigmoid), Transpose, Mul.
   ExpectFusedSteps(b.Finish(), {1, 8, 10, 10}, 4);
+}
+
+TEST(TfPatterns, PaddleHardSwish) {
+  // PaddlePaddle's hard_swish as paddle2onnx writes it, (x * clip(x + 3, 0, 6)) / 6 (PP-OCR, PicoDet), and with
+  // * (1/6) instead of / 6: each becomes HardSwish and fuses into its Conv. A chain whose Mul reads another tensor
+  // than the Add's (x * clip(y + 3, 0, 6) / 6) is not a hard-swish and stays.
+  GraphBuilder b("paddle_hard", 11);
+  auto x = b.Input("x", DType::kF32, {1, 8, 10, 10});
+  auto scalar = [&](float v) { return b.Constant(Tensor::Scalar<float>(v)); };
+  auto relu6 = [&](ValueRef v) { return b.Op("Clip", {b.Op("Add", {v, scalar(3.f)}), scalar(0.f), scalar(6.f)}); };
+  auto c = Conv(b, x, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto hs = b.Op("Div", {b.Op("Mul", {c, relu6(c)}), scalar(6.f)});
+  auto c2 = Conv(b, hs, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2);
+  auto hs2 = b.Op("Mul", {b.Op("Mul", {relu6(c2), c2}), scalar(1.f / 6.f)});
+  auto c3 = Conv(b, hs2, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 3);
+  auto other = b.Op("Div", {b.Op("Mul", {c3, relu6(hs2)}), scalar(6.f)});
+  b.Output(Conv(b, other, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 4), "y");
+  // Conv(HardSwish), Conv(HardSwish), Conv; Add, Clip, Mul, Div of the last chain stay; Conv.
+  ExpectFusedSteps(b.Finish(), {1, 8, 10, 10}, 8);
 }
 
 }  // namespace
