@@ -30,6 +30,10 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 /// (physical channels-last shapes and [N, H, W, C] views of plain operands). nullptr for other ops or dtypes.
 std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx);
 
+/// Softmax / LogSoftmax (opset >= 13) over a non-last axis with at least 8 positions after it (softmax_kernel.cc), for
+/// when oneDNN has only its reference implementation; nullptr otherwise.
+std::unique_ptr<Kernel> CreateStridedSoftmax(const KernelBuildContext& ctx, int64_t axis);
+
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/conv_window.h"
 
@@ -246,7 +247,7 @@ std::unique_ptr<Kernel> CreateDnnlSoftmax(const KernelBuildContext& ctx) {
       CpuEngine(), dnnl::prop_kind::forward_inference,
       log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, static_cast<int>(axis), BaseAttr(),
       /*allow_empty=*/true);
-  if (!pd || IsReferenceImpl(pd)) return nullptr;
+  if (!pd || IsReferenceImpl(pd)) return CreateStridedSoftmax(ctx, axis);
   return std::make_unique<DnnlUnaryKernel>(log ? "LogSoftmaxF32Dnnl" : "SoftmaxF32Dnnl", dnnl::softmax_forward(pd), pd,
                                            x, Layout::kPlain, md, x, Layout::kPlain, md);
 }

@@ -114,6 +114,32 @@ TEST(DnnlSoftmax, OldOpsetLastAxisAndInnerAxis) {
   EXPECT_TRUE(FastKernelDeclines(flattened, {RandomTensor({2, 5, 7}, 3)}, {false}, /*opset=*/11));
 }
 
+TEST(DnnlSoftmax, StridedAxisWhereOneDnnHasOnlyItsReference) {
+  // YOLOv8's distribution-focal-loss softmax ([1, 16, 4, A] over axis 1) and other non-last axes with at least 8
+  // positions behind them: osprey's own kernel (blocks of 256 positions: a partial last block, several per row), one
+  // element along the axis, inputs large enough that the max must be subtracted first.
+  const std::vector<std::pair<Shape, int64_t>> cases = {{{1, 16, 4, 2100}, 1}, {{2, 3, 9}, 1}, {{3, 7, 5, 300}, 1},
+                                                        {{2, 4, 6, 50}, 2},    {{1, 1, 64}, 1}, {{2, 5, 8}, -2}};
+  for (const auto& [x, axis] : cases)
+    for (float scale : {8.f, 60.f}) {
+      SCOPED_TRACE(ShapeToString(x) + " axis " + std::to_string(axis) + " scale " + std::to_string(scale));
+      for (const char* op : {"Softmax", "LogSoftmax"}) {
+        const Node node = MakeNode(op, 1, 1, {{"axis", Attribute::Int(axis)}});
+        const std::vector<Tensor> inputs = {Scaled(RandomTensor(x, 11), scale)};
+        const Tensor expected = RunReferenceNode(node, inputs)[0];
+        std::vector<Tensor> outputs;
+        KernelBuildContext bc = MakeBuildContext(node, inputs, {false}, outputs);
+        std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+        ASSERT_NE(kernel, nullptr);
+        EXPECT_EQ(std::string(kernel->Name()), std::string(op) + "F32Strided");
+        RunKernel(*kernel, node, inputs, outputs);
+        // Float exp, sums, log and reciprocal against the reference's double arithmetic: within 2e-5 relative
+        // (measured up to about 7e-6) or 3e-7 absolute (log(sum) near 0), far tighter than the shared 1e-4.
+        ExpectTensorNear(outputs[0], expected, 2e-5f, 3e-7f);
+      }
+    }
+}
+
 TEST(DnnlSoftmax, InnerAxisFallsBackOrMatches) {
   // oneDNN 2.6 has only a reference softmax over a non-innermost axis of a plain tensor: the factory declines.
   Node node = MakeNode("Softmax", 1, 1, {{"axis", Attribute::Int(1)}});
