@@ -75,35 +75,33 @@ void FuseHardActivations(CompileState& st) {
     if (!PrivateValue(st, c, cl)) continue;
     const int si = c[cl][0];
     const Node& scale = st.nodes[si];
+    // `n` computes v / 6 or v * (1/6); replacing node `n` by HardSwish(x) keeps its outputs.
+    auto sixth_of = [&](const Node& n, int v) {
+      if (n.op_type == "Mul") return std::fabs(ScalarOf(st, OtherInput(n, v)) - 1.f / 6.f) <= 1e-7f;
+      return n.op_type == "Div" && n.inputs.size() == 2 && n.inputs[0] == v && ScalarOf(st, n.inputs[1]) == 6.f;
+    };
+    auto hard_swish = [&](Node& n) {
+      Node hs;
+      hs.op_type = "HardSwish";
+      hs.name = n.name;
+      hs.inputs = {x};
+      hs.outputs = n.outputs;
+      n = std::move(hs);
+      dead[i] = dead[ci] = dead[si] = 1;
+    };
     // PaddlePaddle's order (paddle2onnx): (x * Clip(x + 3, 0, 6)) / 6 (or * (1/6)) -> HardSwish(x).
     if (!dead[si] && scale.op_type == "Mul" && scale.outputs.size() == 1 && OtherInput(scale, cl) == x &&
         PrivateValue(st, c, scale.outputs[0])) {
       const int m = scale.outputs[0];
       const int di = c[m][0];
       Node& div = st.nodes[di];
-      const bool by_six = div.op_type == "Div" && div.inputs.size() == 2 && div.inputs[0] == m &&
-                          ScalarOf(st, div.inputs[1]) == 6.f;
-      const bool by_sixth = div.op_type == "Mul" && std::fabs(ScalarOf(st, OtherInput(div, m)) - 1.f / 6.f) <= 1e-7f;
-      if (!dead[di] && (by_six || by_sixth) && div.outputs.size() == 1 &&
+      if (!dead[di] && sixth_of(div, m) && div.outputs.size() == 1 &&
           st.values[div.outputs[0]].shape == st.values[x].shape) {
-        Node hs;
-        hs.op_type = "HardSwish";
-        hs.name = div.name;
-        hs.inputs = {x};
-        hs.outputs = div.outputs;
-        div = std::move(hs);
-        dead[i] = dead[ci] = dead[si] = 1;
+        hard_swish(div);
         continue;
       }
     }
-    bool sixth = false;
-    if (scale.op_type == "Mul") {
-      const float v = ScalarOf(st, OtherInput(scale, cl));
-      sixth = std::fabs(v - 1.f / 6.f) <= 1e-7f;
-    } else if (scale.op_type == "Div" && scale.inputs.size() == 2 && scale.inputs[0] == cl) {
-      sixth = ScalarOf(st, scale.inputs[1]) == 6.f;
-    }
-    if (dead[si] || !sixth || scale.outputs.size() != 1) continue;
+    if (dead[si] || !sixth_of(scale, cl) || scale.outputs.size() != 1) continue;
     const int s = scale.outputs[0];
     if (st.values[s].shape != st.values[x].shape) continue;
     // x * s -> HardSwish(x) when s feeds only that Mul; else s = HardSigmoid(x).
@@ -111,13 +109,7 @@ void FuseHardActivations(CompileState& st) {
       const int mi = c[s][0];
       Node& mul = st.nodes[mi];
       if (!dead[mi] && mul.op_type == "Mul" && OtherInput(mul, s) == x) {
-        Node hs;
-        hs.op_type = "HardSwish";
-        hs.name = mul.name;
-        hs.inputs = {x};
-        hs.outputs = mul.outputs;
-        mul = std::move(hs);
-        dead[i] = dead[ci] = dead[si] = 1;
+        hard_swish(mul);
         continue;
       }
     }

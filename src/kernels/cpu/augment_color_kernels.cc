@@ -245,6 +245,49 @@ __attribute__((target("avx2,fma"))) int64_t ShiftHsvAvx2(const HsvShiftTables& t
   return i;
 }
 
+// 16 RGB pixels as the low 48 bytes of a zmm (the AVX-512 loops below): byte permutes move R, G, B of pixel k (bytes
+// 3k, 3k + 1, 3k + 2) to byte 0 of 32-bit lane k (`pick`, with kLowBytes as the zeroing mask), and lanes
+// R | G << 8 | B << 16 back to 48 bytes (`pack`).
+struct Rgb16Index {
+  alignas(64) uint8_t pick[3][64];
+  alignas(64) uint8_t pack[64];
+};
+constexpr Rgb16Index MakeRgb16Index() {
+  Rgb16Index t{};
+  for (int k = 0; k < 16; ++k)
+    for (int ch = 0; ch < 3; ++ch)
+      t.pick[ch][4 * k] = static_cast<uint8_t>(3 * k + ch), t.pack[3 * k + ch] = static_cast<uint8_t>(4 * k + ch);
+  return t;
+}
+alignas(64) constexpr Rgb16Index kRgb16 = MakeRgb16Index();
+constexpr __mmask64 kLowBytes = 0x1111111111111111ULL, kBytes48 = (1ULL << 48) - 1;
+
+// 16 pixels at p (48 bytes) as three vectors of 16 int32 lanes (LoadRgb8 with AVX-512).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline void LoadRgb16(const uint8_t* p,
+                                                                                           __m512i& r, __m512i& g,
+                                                                                           __m512i& b) {
+  const __m512i in = _mm512_maskz_loadu_epi8(kBytes48, p);
+  r = _mm512_maskz_permutexvar_epi8(kLowBytes, _mm512_load_si512(kRgb16.pick[0]), in);
+  g = _mm512_maskz_permutexvar_epi8(kLowBytes, _mm512_load_si512(kRgb16.pick[1]), in);
+  b = _mm512_maskz_permutexvar_epi8(kLowBytes, _mm512_load_si512(kRgb16.pick[2]), in);
+}
+
+// Stores 16 pixels held as one int32 lane each, bytes (R, G, B, unused), as 48 bytes at p (StoreRgb8 with AVX-512).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline void StoreRgb16(uint8_t* p,
+                                                                                            __m512i px) {
+  _mm512_mask_storeu_epi8(p, kBytes48, _mm512_permutexvar_epi8(_mm512_load_si512(kRgb16.pack), px));
+}
+
+// GrayU8 of 16 pixels (Gray8 with AVX-512).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i Gray16(__m512i r, __m512i g,
+                                                                                           __m512i b) {
+  return _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(r, _mm512_set1_epi32(9798)),
+                                        _mm512_mullo_epi32(g, _mm512_set1_epi32(19235))),
+                       _mm512_add_epi32(_mm512_mullo_epi32(b, _mm512_set1_epi32(3735)), _mm512_set1_epi32(1 << 14))),
+      15);
+}
+
 // ShiftHsvAvx2 with AVX-512 (BW, VBMI), 16 pixels per step: the same integer and IEEE operations lane by lane as
 // ShiftHsv8 (divisions instead of table gathers, a hue rotation by arithmetic and permutes instead of gathers, the
 // fused 1 - s * frac, no clamps where the values cannot leave 0..255).
@@ -269,20 +312,10 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(co
   const __m512i sector_t3 = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_t3)));
   const __m512i sector_order =
       _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.sector_order)));
-  // Byte permutes: R, G, B of pixel k (bytes 3k, 3k + 1, 3k + 2) to byte 0 of 32-bit lane k; and back, 48 bytes.
-  alignas(64) uint8_t index[4][64] = {};
-  for (int k = 0; k < 16; ++k)
-    for (int ch = 0; ch < 3; ++ch)
-      index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch), index[3][3 * k + ch] = 4 * k + ch;
-  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
-  const __m512i pick_b = _mm512_load_si512(index[2]), pack48 = _mm512_load_si512(index[3]);
-  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
-    const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
-    const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
-    const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
+    __m512i r, g, b;
+    LoadRgb16(src + i * 3, r, g, b);
     const __m512i v = _mm512_max_epi32(_mm512_max_epi32(r, g), b);
     const __m512i diff = _mm512_sub_epi32(v, _mm512_min_epi32(_mm512_min_epi32(r, g), b));
     const __m512i sdiv = _mm512_cvtps_epi32(_mm512_div_ps(sdiv_num, _mm512_cvtepi32_ps(_mm512_max_epi32(v, one_i))));
@@ -321,8 +354,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t ShiftHsvAvx512(co
     const __m512i cp = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, _mm512_sub_ps(one_f, sf)), c255));
     const __m512i ct = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(vf, tf), c255));
     const __m512i sources = _mm512_or_si512(cv, _mm512_or_si512(_mm512_slli_epi32(cp, 8), _mm512_slli_epi32(ct, 16)));
-    _mm512_mask_storeu_epi8(dst + i * 3, bytes48,
-                            _mm512_permutexvar_epi8(pack48, _mm512_shuffle_epi8(sources, _mm512_add_epi8(order, lane_offsets))));
+    StoreRgb16(dst + i * 3, _mm512_shuffle_epi8(sources, _mm512_add_epi8(order, lane_offsets)));
   }
   return i;
 }
@@ -432,30 +464,16 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t AdjustSaturationA
                                                                                       const uint8_t* src,
                                                                                       uint8_t* dst, int64_t n) {
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  alignas(64) uint8_t index[4][64] = {};
-  for (int k = 0; k < 16; ++k)
-    for (int ch = 0; ch < 3; ++ch)
-      index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch), index[3][3 * k + ch] = 4 * k + ch;
-  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
-  const __m512i pick_b = _mm512_load_si512(index[2]), pack48 = _mm512_load_si512(index[3]);
-  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
   const __m512 a = _mm512_set1_ps(alpha), bt = _mm512_set1_ps(beta);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
-    const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
-    const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
-    const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
-    const __m512i gray = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(r, _mm512_set1_epi32(9798)),
-                                          _mm512_mullo_epi32(g, _mm512_set1_epi32(19235))),
-                         _mm512_add_epi32(_mm512_mullo_epi32(b, _mm512_set1_epi32(3735)), _mm512_set1_epi32(1 << 14))),
-        15);
-    const __m512 gp = _mm512_mul_round_ps(_mm512_cvtepi32_ps(gray), bt, kNearest);
+    __m512i r, g, b;
+    LoadRgb16(src + i * 3, r, g, b);
+    const __m512 gp = _mm512_mul_round_ps(_mm512_cvtepi32_ps(Gray16(r, g, b)), bt, kNearest);
     const __m512i packed =
         _mm512_or_si512(SaturationChannel16(r, a, gp), _mm512_or_si512(_mm512_slli_epi32(SaturationChannel16(g, a, gp), 8),
                                                                       _mm512_slli_epi32(SaturationChannel16(b, a, gp), 16)));
-    _mm512_mask_storeu_epi8(dst + i * 3, bytes48, _mm512_permutexvar_epi8(pack48, packed));
+    StoreRgb16(dst + i * 3, packed);
   }
   return i;
 }
@@ -626,29 +644,15 @@ __attribute__((target("avx2"))) int64_t GraySumRgbAvx2(const uint8_t* src, int64
 #pragma GCC diagnostic ignored "-Wuninitialized"
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t GraySumRgbAvx512(const uint8_t* src, int64_t n,
                                                                                 int64_t& done) {
-  alignas(64) uint8_t index[3][64] = {};
-  for (int k = 0; k < 16; ++k)
-    for (int ch = 0; ch < 3; ++ch) index[ch][4 * k] = static_cast<uint8_t>(3 * k + ch);
-  const __m512i pick_r = _mm512_load_si512(index[0]), pick_g = _mm512_load_si512(index[1]);
-  const __m512i pick_b = _mm512_load_si512(index[2]);
-  const __mmask64 low_bytes = 0x1111111111111111ULL, bytes48 = (1ULL << 48) - 1;
   int64_t total = 0, i = 0;
   while (i + 16 <= n) {
     // Blocks of up to 16 * 4096 pixels: an int32 lane sums at most 4096 values of 255.
     const int64_t end = std::min(n - n % 16, i + 16 * 4096);
     __m512i acc = _mm512_setzero_si512();
     for (; i < end; i += 16) {
-      const __m512i in = _mm512_maskz_loadu_epi8(bytes48, src + i * 3);
-      const __m512i r = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, in);
-      const __m512i g = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, in);
-      const __m512i b = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, in);
-      const __m512i gray = _mm512_srli_epi32(
-          _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(r, _mm512_set1_epi32(9798)),
-                                            _mm512_mullo_epi32(g, _mm512_set1_epi32(19235))),
-                           _mm512_add_epi32(_mm512_mullo_epi32(b, _mm512_set1_epi32(3735)),
-                                            _mm512_set1_epi32(1 << 14))),
-          15);
-      acc = _mm512_add_epi32(acc, gray);
+      __m512i r, g, b;
+      LoadRgb16(src + i * 3, r, g, b);
+      acc = _mm512_add_epi32(acc, Gray16(r, g, b));
     }
     total += _mm512_reduce_add_epi32(acc);
   }
