@@ -58,23 +58,22 @@ ServeCommandOptions& Options() {
   return options;
 }
 
-// The curl example for the start line: the demo model's sample when the repository has it, else a placeholder.
+// The curl example for the start line: the demo model's sample when the repository has it, else the first model's
+// metadata (MODEL when the repository is empty).
 std::string CurlExample(const std::string& url, const std::vector<serve::ModelIndexEntry>& index,
                         const std::string& repository) {
   namespace fs = std::filesystem;
-  std::string model = index.empty() ? "MODEL" : index.front().name;
-  std::string image = "IMAGE.png";
   std::error_code ec;
   for (const auto& entry : index) {
-    const fs::path samples = fs::path(repository) / entry.name / "samples";
-    if (entry.name == "digits" && fs::exists(samples / "3_0.png", ec)) {
-      model = entry.name;
-      image = (samples / "3_0.png").string();
-      break;
-    }
+    const fs::path sample = fs::path(repository) / entry.name / "samples" / "3_0.png";
+    if (entry.name == "digits" && fs::exists(sample, ec))  // the demo repository: a classification to paste
+      return "curl -s -H 'Content-Type: image/png' --data-binary @" + sample.string() + " " + url +
+             "/v2/models/digits/classify";
   }
-  return "curl -s -H 'Content-Type: image/png' --data-binary @" + image + " " + url + "/v2/models/" + model +
-         "/classify";
+  // Any other model may not be an image classifier: its KServe metadata (inputs, outputs) always answers.
+  const std::string model = index.empty() ? "MODEL" : index.front().name;
+  return "curl -s " + url + "/v2/models/" + model + " (its inputs and outputs; then POST tensors to .../infer, or "
+         "images to .../classify for a classifier)";
 }
 
 }  // namespace

@@ -88,7 +88,8 @@ def environ_of(pid):
 
 @pytest.mark.parametrize("name", ["osprey", "osprey-server"])
 def test_running_server_environment(osprey_bin, tmp_path, name):
-    """A long-running process (the server) keeps its pid and binary across the re-exec and runs with the default."""
+    """A long-running process (the server) keeps its pid across the re-exec and runs with the default; `osprey serve`
+    executes osprey-server in the same process (serve_exec.cc)."""
     binary = osprey_bin.parent / name
     if not binary.exists():
         pytest.skip(f"{binary} not built")
@@ -110,7 +111,7 @@ def test_running_server_environment(osprey_bin, tmp_path, name):
             pytest.fail(f"{name} exited {proc.returncode}: {err}")
         assert env.get("GOMP_SPINCOUNT") == "1000" and env.get("OSPREY_OMP_DEFAULT") == "1000", env
         assert "OMP_WAIT_POLICY" not in env
-        assert Path(f"/proc/{proc.pid}/exe").resolve() == binary.resolve()
+        assert Path(f"/proc/{proc.pid}/exe").resolve() == (osprey_bin.parent / "osprey-server").resolve()
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -95,6 +95,9 @@ def test_lru_eviction_and_reload(start_repo, tmp_path):
     # One model's accounted bytes after a request (weights, their packed forms, the arena), measured on an
     # unbudgeted server.
     probe = start_repo(repo)
+    # Not the demo repository: the start line's example asks for a model's metadata, which any model answers.
+    line = next(l for l in probe.output().splitlines() if "listening on" in l)
+    assert f"curl -s {probe.url}/v2/models/A " in line and "--data-binary" not in line, line
     assert probe.request("POST", "/v2/repository/models/A/load")[0] == 200
     loaded = metric(probe, "osprey_accounted_bytes_total")
     assert loaded >= IN * HIDDEN * 4
