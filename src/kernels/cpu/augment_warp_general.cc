@@ -370,8 +370,6 @@ class WarpPerspectiveKernel final : public Kernel {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-  // SampleRowU8C3Avx2 with AVX-512 (BW, VBMI), 16 output pixels per step, the same arithmetic; lane masks in mask
-  // registers and one masked 48-byte store.
   // Eight 8-byte loads at base + o[0..7] as one vector: scalar loads beat a gather on cores with slow gathers.
   __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline __m512i Load8Qwords(
       const uint8_t* base, const int32_t* o) {
@@ -385,6 +383,8 @@ class WarpPerspectiveKernel final : public Kernel {
     return _mm512_inserti32x4(r, pair(6), 3);
   }
 
+  // SampleRowU8C3Avx2 with AVX-512 (BW, VBMI), 16 output pixels per step, the same arithmetic; lane masks in mask
+  // registers and one masked 48-byte store.
   __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void SampleRowU8C3Avx512(const uint8_t* image,
                                                                                   const int32_t* qx, const int32_t* qy,
                                                                                   uint8_t* d) const {
@@ -448,15 +448,13 @@ class WarpPerspectiveKernel final : public Kernel {
           continue;
         }
         const __m512i offsets = _mm512_permutexvar_epi32(gather_order, _mm512_maskz_mov_epi32(inside, o));
-        const __m256i off_a = _mm512_castsi512_si256(offsets), off_b = _mm512_extracti64x4_epi64(offsets, 1);
         const __m512i ax = _mm512_and_si512(vx, mask31), ay = _mm512_and_si512(vy, mask31);
         const __m512i wx16 = _mm512_add_epi32(c32, _mm512_sub_epi32(_mm512_slli_epi32(ax, 8), ax));
         const __m512i wx = _mm512_or_si512(wx16, _mm512_slli_epi32(wx16, 16));
         const __m512i wy = _mm512_add_epi32(c32, _mm512_sub_epi32(_mm512_slli_epi32(ay, 16), ay));
         const __m512i wxa = _mm512_permutexvar_epi32(wx_a, wx), wxb = _mm512_permutexvar_epi32(wx_b, wx);
-        alignas(64) int32_t off[16];
+        alignas(64) int32_t off[16];  // gather A's 8 offsets, then B's
         _mm512_store_si512(off, offsets);
-        (void)off_a, (void)off_b;
         const __m512i ha_top = _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image, off), pair_cols), wxa);
         const __m512i ha_bot =
             _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image + stride, off), pair_cols), wxa);
