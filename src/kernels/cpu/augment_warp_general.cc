@@ -383,6 +383,49 @@ class WarpPerspectiveKernel final : public Kernel {
     return _mm512_inserti32x4(r, pair(6), 3);
   }
 
+  // The taps of 16 output pixels of an affine warp (all inside the image) without one load per pixel: their source
+  // positions lie on a line, so their columns span few bytes and their rows few rows. Each row of the span is read as
+  // 128 bytes from the leftmost column and byte-permuted into every pixel's (x0, x0 + 1) pairs; a pixel takes the
+  // permuted row that is its top (y0) or bottom (y0 + 1) row: the bytes Load8Qwords + pair_cols give (bytes 6 and 7
+  // of each pixel differ; they reach only the lanes the final pack drops). The caller checks that every pixel's taps
+  // are inside the image. False (nothing written) when the 16 pixels span more than 40 columns or 4 rows (more rows
+  // cost more than per-pixel loads), or the reads would leave the image.
+  __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline bool BlockTaps(
+      const uint8_t* image, const int32_t* qx, const int32_t* qy, __m512i vx, __m512i vy, int64_t stride,
+      __m512i gather_order, __m512i* ta_top, __m512i* ta_bot, __m512i* tb_top, __m512i* tb_bot) const {
+    if (!affine_) return false;
+    // Positions are monotonic along an affine row: the extremes are the first and the last pixel.
+    const int32_t xa = qx[0] >> 5, xb = qx[15] >> 5, ya = qy[0] >> 5, yb = qy[15] >> 5;
+    const int32_t x_lo = std::min(xa, xb), y_lo = std::min(ya, yb), y_hi = std::max(ya, yb);
+    if (std::max(xa, xb) - x_lo > 40 || y_hi - y_lo > 3 ||
+        (int64_t{y_hi} + 1) * stride + int64_t{x_lo} * 3 + 128 > in_.h * stride)
+      return false;
+    const __m512i rel = _mm512_permutexvar_epi32(
+        gather_order, _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_srai_epi32(vx, 5), _mm512_set1_epi32(x_lo)),
+                                         _mm512_set1_epi32(3)));
+    const __m512i y0 = _mm512_permutexvar_epi32(gather_order, _mm512_srai_epi32(vy, 5));
+    // Byte i of pixel j's qword: rel[j] + (0, 3, 1, 4, 2, 5, 6, 7)[i].
+    const __m512i spread = _mm512_set1_epi64(0x0706050204010300LL);
+    const __m512i low_byte = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8));
+    const __m512i bytes_a = _mm512_shuffle_epi8(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(rel)), low_byte);
+    const __m512i bytes_b = _mm512_shuffle_epi8(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(rel, 1)), low_byte);
+    const __m512i idx_a = _mm512_add_epi8(bytes_a, spread), idx_b = _mm512_add_epi8(bytes_b, spread);
+    const uint8_t* row = image + int64_t{y_lo} * stride + int64_t{x_lo} * 3;
+    __m512i at = _mm512_setzero_si512(), ab = at, bt = at, bb = at;
+    for (int32_t r = y_lo; r <= y_hi + 1; ++r, row += stride) {
+      const __m512i lo = _mm512_loadu_si512(row), hi = _mm512_loadu_si512(row + 64);
+      const __m512i pa = _mm512_permutex2var_epi8(lo, idx_a, hi), pb = _mm512_permutex2var_epi8(lo, idx_b, hi);
+      const __mmask16 top = _mm512_cmpeq_epi32_mask(y0, _mm512_set1_epi32(r));
+      const __mmask16 bot = _mm512_cmpeq_epi32_mask(y0, _mm512_set1_epi32(r - 1));
+      at = _mm512_mask_mov_epi64(at, static_cast<__mmask8>(top), pa);
+      bt = _mm512_mask_mov_epi64(bt, static_cast<__mmask8>(top >> 8), pb);
+      ab = _mm512_mask_mov_epi64(ab, static_cast<__mmask8>(bot), pa);
+      bb = _mm512_mask_mov_epi64(bb, static_cast<__mmask8>(bot >> 8), pb);
+    }
+    *ta_top = at, *ta_bot = ab, *tb_top = bt, *tb_bot = bb;
+    return true;
+  }
+
   // SampleRowU8C3Avx2 with AVX-512 (BW, VBMI), 16 output pixels per step, the same arithmetic; lane masks in mask
   // registers and one masked 48-byte store.
   __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void SampleRowU8C3Avx512(const uint8_t* image,
@@ -453,14 +496,20 @@ class WarpPerspectiveKernel final : public Kernel {
         const __m512i wx = _mm512_or_si512(wx16, _mm512_slli_epi32(wx16, 16));
         const __m512i wy = _mm512_add_epi32(c32, _mm512_sub_epi32(_mm512_slli_epi32(ay, 16), ay));
         const __m512i wxa = _mm512_permutexvar_epi32(wx_a, wx), wxb = _mm512_permutexvar_epi32(wx_b, wx);
-        alignas(64) int32_t off[16];  // gather A's 8 offsets, then B's
-        _mm512_store_si512(off, offsets);
-        const __m512i ha_top = _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image, off), pair_cols), wxa);
-        const __m512i ha_bot =
-            _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image + stride, off), pair_cols), wxa);
-        const __m512i hb_top = _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image, off + 8), pair_cols), wxb);
-        const __m512i hb_bot =
-            _mm512_maddubs_epi16(_mm512_shuffle_epi8(Load8Qwords(image + stride, off + 8), pair_cols), wxb);
+        // The taps of gather A and B (8 bytes per pixel: its two columns' channels paired as pair_cols pairs them),
+        // from the top and the bottom row.
+        __m512i ta_top, ta_bot, tb_top, tb_bot;
+        if (inside != 0xFFFF ||
+            !BlockTaps(image, qx + x, qy + x, vx, vy, stride, gather_order, &ta_top, &ta_bot, &tb_top, &tb_bot)) {
+          alignas(64) int32_t off[16];  // gather A's 8 offsets, then B's
+          _mm512_store_si512(off, offsets);
+          ta_top = _mm512_shuffle_epi8(Load8Qwords(image, off), pair_cols);
+          ta_bot = _mm512_shuffle_epi8(Load8Qwords(image + stride, off), pair_cols);
+          tb_top = _mm512_shuffle_epi8(Load8Qwords(image, off + 8), pair_cols);
+          tb_bot = _mm512_shuffle_epi8(Load8Qwords(image + stride, off + 8), pair_cols);
+        }
+        const __m512i ha_top = _mm512_maddubs_epi16(ta_top, wxa), ha_bot = _mm512_maddubs_epi16(ta_bot, wxa);
+        const __m512i hb_top = _mm512_maddubs_epi16(tb_top, wxb), hb_bot = _mm512_maddubs_epi16(tb_bot, wxb);
         const __m512i va0 = _mm512_srli_epi32(
             _mm512_add_epi32(
                 _mm512_madd_epi16(_mm512_unpacklo_epi16(ha_top, ha_bot), _mm512_permutexvar_epi32(wy_a0, wy)), round),

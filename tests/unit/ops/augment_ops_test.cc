@@ -218,6 +218,15 @@ TEST(AugmentOps, WarpPerspectiveRgbSimdMatchesReference) {
       {{0.98f, 0.02f, 1.4f, -0.02f, 0.97f, 0.3f, 0, 0, 1}, 30, 70, 30, 70},
       {{2e7f, 0.1f, -1e9f, 0.2f, 1.f, 0.f, 0, 0, 1}, 20, 40, 12, 200},  // x positions clamped in part of each row
       {{1.02f, 0.05f, -1.f, -0.03f, 0.97f, 0.5f, 0.004f, -0.003f, 1.f}, 35, 66, 35, 66},  // perspective
+      // The AVX-512 path's block reads (16 pixels spanning at most 40 columns and 4 rows, 128 bytes per row): a
+      // mirrored rotation (columns falling along the row, rows rising), 2.6x (39 columns per block: blocks) and
+      // 2.85x zoom-outs (43: per-pixel loads), a steep rotation (5 rows: per-pixel loads), taps in the last rows
+      // (128-byte reads would leave the image: per-pixel loads).
+      {{-0.97f, 0.12f, 118.f, 0.12f, 0.97f, 2.f, 0, 0, 1}, 64, 120, 60, 140},
+      {rotation(-2, 2.6, 90, 300, 36, 120), 90, 300, 36, 120},
+      {rotation(3, 2.85, 90, 300, 36, 120), 90, 300, 36, 120},
+      {rotation(17, 1, 61, 97, 61, 150), 61, 97, 61, 150},
+      {{0.9f, 0.03f, 2.2f, -0.02f, 0.5f, 28.4f, 0, 0, 1}, 40, 130, 22, 140},
   };
   int id = 0;
   for (const std::string& level : kSimdLevels) {
