@@ -22,6 +22,8 @@
 #include "ops/op_registry.h"
 
 namespace osprey {
+int AugmentSimdLevel();  // below: 0 scalar, 1 AVX2, 2 AVX-512 with VBMI (OSPREY_AUGMENT_SIMD caps it)
+
 namespace {
 
 using namespace image_kernels;
@@ -151,23 +153,17 @@ bool FixedPointTaps(const std::vector<double>& taps, std::vector<uint32_t>& out)
 
 #if defined(__x86_64__) || defined(__i386__)
 #define OSPREY_BLUR_AVX2 1
-bool HaveAvx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
-
 // The row functions take the tap count as the template argument kTaps (sizes up to 9, unrolled) or, with kTaps 0, as
-// the run-time argument `taps`.
+// the run-time argument `taps`; the SIMD ones start at element i and return where they stopped.
 constexpr int TapCount(int k_taps, int taps) { return k_taps > 0 ? k_taps : taps; }
 
 // 16 elements per step: bytes widened to uint16, multiplied by the tap, summed (no overflow: see above).
 template <int kTaps>
 __attribute__((target("avx2"))) int64_t BlurRowHorizontalAvx2(const uint8_t* ext, int64_t n, int64_t c,
-                                                              const uint32_t* k, int taps, uint16_t* out) {
+                                                              const uint32_t* k, int taps, uint16_t* out, int64_t i) {
   __m256i w[kTaps > 0 ? kTaps : 1];
   if constexpr (kTaps > 0)
     for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
-  int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256i acc = _mm256_setzero_si256();
     for (int t = 0; t < TapCount(kTaps, taps); ++t) {
@@ -183,12 +179,11 @@ __attribute__((target("avx2"))) int64_t BlurRowHorizontalAvx2(const uint8_t* ext
 // 16 elements per step: 32-bit products from the low and high halves of the 16 x 16-bit multiply.
 template <int kTaps>
 __attribute__((target("avx2"))) int64_t BlurRowVerticalAvx2(const uint16_t* const* rows, int64_t n, const uint32_t* k,
-                                                            int taps, uint8_t* out) {
+                                                            int taps, uint8_t* out, int64_t i) {
   __m256i w[kTaps > 0 ? kTaps : 1];
   if constexpr (kTaps > 0)
     for (int t = 0; t < kTaps; ++t) w[t] = _mm256_set1_epi16(static_cast<int16_t>(k[t]));
   const __m256i half = _mm256_set1_epi32(1 << 15);
-  int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256i acc_lo = half, acc_hi = half;
     for (int t = 0; t < TapCount(kTaps, taps); ++t) {
@@ -204,13 +199,64 @@ __attribute__((target("avx2"))) int64_t BlurRowVerticalAvx2(const uint16_t* cons
   }
   return i;
 }
+
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
+// false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// BlurRowHorizontalAvx2 with AVX-512 (BW): 32 elements per step.
+template <int kTaps>
+__attribute__((target("avx512f,avx512bw"))) int64_t BlurRowHorizontalAvx512(const uint8_t* ext, int64_t n, int64_t c,
+                                                                          const uint32_t* k, int taps, uint16_t* out, int64_t i) {
+  __m512i w[kTaps > 0 ? kTaps : 1];
+  if constexpr (kTaps > 0)
+    for (int t = 0; t < kTaps; ++t) w[t] = _mm512_set1_epi16(static_cast<int16_t>(k[t]));
+  for (; i + 32 <= n; i += 32) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) {
+      const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ext + i + t * c)));
+      const __m512i wt = kTaps > 0 ? w[t] : _mm512_set1_epi16(static_cast<int16_t>(k[t]));
+      acc = _mm512_add_epi16(acc, _mm512_mullo_epi16(x, wt));
+    }
+    _mm512_storeu_si512(out + i, acc);
+  }
+  return i;
+}
+
+// BlurRowVerticalAvx2 with AVX-512 (BW): 32 elements per step; the packs keep the order within each 128-bit lane, so
+// the words come out in order and vpmovwb narrows them.
+template <int kTaps>
+__attribute__((target("avx512f,avx512bw"))) int64_t BlurRowVerticalAvx512(const uint16_t* const* rows, int64_t n,
+                                                                        const uint32_t* k, int taps, uint8_t* out, int64_t i) {
+  __m512i w[kTaps > 0 ? kTaps : 1];
+  if constexpr (kTaps > 0)
+    for (int t = 0; t < kTaps; ++t) w[t] = _mm512_set1_epi16(static_cast<int16_t>(k[t]));
+  const __m512i half = _mm512_set1_epi32(1 << 15);
+  for (; i + 32 <= n; i += 32) {
+    __m512i acc_lo = half, acc_hi = half;
+    for (int t = 0; t < TapCount(kTaps, taps); ++t) {
+      const __m512i x = _mm512_loadu_si512(rows[t] + i);
+      const __m512i wt = kTaps > 0 ? w[t] : _mm512_set1_epi16(static_cast<int16_t>(k[t]));
+      const __m512i lo = _mm512_mullo_epi16(x, wt), hi = _mm512_mulhi_epu16(x, wt);
+      acc_lo = _mm512_add_epi32(acc_lo, _mm512_unpacklo_epi16(lo, hi));
+      acc_hi = _mm512_add_epi32(acc_hi, _mm512_unpackhi_epi16(lo, hi));
+    }
+    const __m512i words = _mm512_packus_epi32(_mm512_srli_epi32(acc_lo, 16), _mm512_srli_epi32(acc_hi, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi16_epi8(words));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
 #endif
 
-template <int kTaps>
+// kSimd: AugmentSimdLevel's 0 (scalar here), 1 (AVX2) or 2 (AVX-512; AVX2 and scalar for the tail).
+template <int kTaps, int kSimd>
 void BlurRowHorizontalU16(const uint8_t* ext, int64_t n, int64_t c, const uint32_t* k, int taps, uint16_t* out) {
   int64_t i = 0;
 #ifdef OSPREY_BLUR_AVX2
-  if (HaveAvx2()) i = BlurRowHorizontalAvx2<kTaps>(ext, n, c, k, taps, out);
+  if constexpr (kSimd >= 2) i = BlurRowHorizontalAvx512<kTaps>(ext, n, c, k, taps, out, i);
+  if constexpr (kSimd >= 1) i = BlurRowHorizontalAvx2<kTaps>(ext, n, c, k, taps, out, i);
 #endif
   for (; i < n; ++i) {
     uint32_t v = 0;
@@ -219,11 +265,12 @@ void BlurRowHorizontalU16(const uint8_t* ext, int64_t n, int64_t c, const uint32
   }
 }
 
-template <int kTaps>
+template <int kTaps, int kSimd>
 void BlurRowVerticalU8(const uint16_t* const* rows, int64_t n, const uint32_t* k, int taps, uint8_t* out) {
   int64_t i = 0;
 #ifdef OSPREY_BLUR_AVX2
-  if (HaveAvx2()) i = BlurRowVerticalAvx2<kTaps>(rows, n, k, taps, out);
+  if constexpr (kSimd >= 2) i = BlurRowVerticalAvx512<kTaps>(rows, n, k, taps, out, i);
+  if constexpr (kSimd >= 1) i = BlurRowVerticalAvx2<kTaps>(rows, n, k, taps, out, i);
 #endif
   for (; i < n; ++i) {
     uint32_t v = 1u << 15;
@@ -237,14 +284,18 @@ using BlurVerticalFn = void (*)(const uint16_t* const*, int64_t, const uint32_t*
 
 // The unrolled row functions for 1 to 9 taps, else the run-time-count ones.
 template <int kTaps>
-void PickBlurRows(size_t taps, BlurHorizontalFn* h, BlurVerticalFn* v) {
+void PickBlurRows(size_t taps, int simd, BlurHorizontalFn* h, BlurVerticalFn* v) {
   if (taps == kTaps || kTaps == 0) {
-    if (h) *h = BlurRowHorizontalU16<kTaps>;
-    if (v) *v = BlurRowVerticalU8<kTaps>;
+    if (h)
+      *h = simd >= 2   ? BlurRowHorizontalU16<kTaps, 2>
+           : simd == 1 ? BlurRowHorizontalU16<kTaps, 1>
+                       : BlurRowHorizontalU16<kTaps, 0>;
+    if (v)
+      *v = simd >= 2 ? BlurRowVerticalU8<kTaps, 2> : simd == 1 ? BlurRowVerticalU8<kTaps, 1> : BlurRowVerticalU8<kTaps, 0>;
     return;
   }
-  if constexpr (kTaps > 1) PickBlurRows<kTaps - 2>(taps, h, v);
-  else PickBlurRows<0>(taps, h, v);
+  if constexpr (kTaps > 1) PickBlurRows<kTaps - 2>(taps, simd, h, v);
+  else PickBlurRows<0>(taps, simd, h, v);
 }
 
 // Same structure as GaussianBlurKernel (ring of horizontally filtered rows), in integers.
@@ -255,8 +306,8 @@ class GaussianBlurU8FixedKernel final : public Kernel {
     d_ = DimsOf(shape_);
     rx_ = static_cast<int64_t>(kx_.size()) / 2;
     ry_ = static_cast<int64_t>(ky_.size()) / 2;
-    PickBlurRows<9>(kx_.size(), &horizontal_, nullptr);
-    PickBlurRows<9>(ky_.size(), nullptr, &vertical_);
+    PickBlurRows<9>(kx_.size(), AugmentSimdLevel(), &horizontal_, nullptr);
+    PickBlurRows<9>(ky_.size(), AugmentSimdLevel(), nullptr, &vertical_);
     for (int64_t k = 0; k < rx_; ++k) {
       left_cols_.push_back(BorderIndex(k - rx_, d_.w, Border::kReflect101));
       right_cols_.push_back(BorderIndex(d_.w + k, d_.w, Border::kReflect101));

@@ -432,21 +432,30 @@ TEST(AugmentOps, GaussianBlurFastMatchesReference) {
                      std::to_string(sy));
         const Node node = Blur(kx, ky, sx, sy);
         // uint8 taps are multiples of 1/256 (OpenCV's fixed point): the integer kernel is exact, unrolled up to 9
-        // taps, a run-time count beyond.
-        ExpectFastMatches(node, RandomU8({h, w, c}, ++seed), "GaussianBlurU8FixedPoint", 0);
+        // taps, a run-time count beyond; at every SIMD level (rows of 87 and 116 bytes: 32-, 16- and 1-element steps).
+        const Tensor img = RandomU8({h, w, c}, ++seed);
+        for (const std::string& level : kSimdLevels) {
+          const ScopedSimdCap cap(level);
+          SCOPED_TRACE("simd '" + level + "'");
+          ExpectFastMatches(node, img, "GaussianBlurU8FixedPoint", 0);
+        }
         ExpectFastMatches(node, RandomTensor({h, w, c}, ++seed, 0.f, 1.f), "GaussianBlurF32Separable", 1);
       }
-  ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8FixedPoint", 0);
-  ExpectFastMatches(Blur(0, 0, 1.f, 0), RandomU8({3, 9, 11, 3}, 98), "GaussianBlurU8FixedPoint", 0);
   // Extremes of the 16-bit horizontal sums: all 255 stays 255, a checkerboard of 0 / 255.
   std::vector<uint8_t> white(20 * 37 * 3, 255), checker(20 * 37 * 3);
   for (size_t i = 0; i < checker.size(); ++i) checker[i] = (i / 3 + i / (37 * 3)) % 2 ? 255 : 0;
-  for (int64_t k : {1, 3, 5, 7, 9, 13, 21}) {
-    ExpectFastMatches(Blur(k, k, 0, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
-    ExpectFastMatches(Blur(k, std::max<int64_t>(1, 9 - k + 1), 0, 0), U8({20, 37, 3}, checker),
-                      "GaussianBlurU8FixedPoint", 0);
+  for (const std::string& level : kSimdLevels) {
+    const ScopedSimdCap cap(level);
+    SCOPED_TRACE("simd '" + level + "'");
+    ExpectFastMatches(Blur(5, 5, 0, 0), RandomU8({3, 9, 11, 3}, 99), "GaussianBlurU8FixedPoint", 0);
+    ExpectFastMatches(Blur(0, 0, 1.f, 0), RandomU8({3, 9, 11, 3}, 98), "GaussianBlurU8FixedPoint", 0);
+    for (int64_t k : {1, 3, 5, 7, 9, 13, 21}) {
+      ExpectFastMatches(Blur(k, k, 0, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
+      ExpectFastMatches(Blur(k, std::max<int64_t>(1, 9 - k + 1), 0, 0), U8({20, 37, 3}, checker),
+                        "GaussianBlurU8FixedPoint", 0);
+    }
+    ExpectFastMatches(Blur(0, 0, 6.f, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
   }
-  ExpectFastMatches(Blur(0, 0, 6.f, 0), U8({20, 37, 3}, white), "GaussianBlurU8FixedPoint", 0);
 }
 
 TEST(AugmentOps, LookupTable) {
