@@ -92,11 +92,6 @@ void VerticalScalar(const int16_t* h0, const int16_t* h1, int ay, int64_t from, 
 }
 
 #ifdef OSPREY_WARP_AXIS_AVX2
-bool HaveAvx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
-
 // Two 8-byte loads per 128-bit lane: lane 0 holds the taps of columns k, k + 1, lane 1 those of k + 2, k + 3.
 __attribute__((target("avx2"))) inline __m256i LoadPairs4(const uint8_t* row, const int32_t* offset) {
   const __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + offset[0])),
@@ -213,6 +208,30 @@ __attribute__((target("avx2"))) int64_t VerticalAvx2(const int16_t* h0, const in
   }
   return i;
 }
+
+// VerticalAvx2 with AVX-512 (BW): 64 outputs per step. (GCC 12's -Wmaybe-uninitialized false positive, as above.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw"))) int64_t VerticalAvx512(const int16_t* h0, const int16_t* h1, int ay,
+                                                                   int64_t n, uint8_t* out) {
+  const __m512i w = _mm512_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(ay) << 16) | (32 - ay)));
+  const __m512i round = _mm512_set1_epi32(512);
+  // 32 blended values in order (each 128-bit lane's unpacks and pack keep its 8 values in place).
+  auto blend32 = [&](int64_t i) __attribute__((target("avx512f,avx512bw"), always_inline)) {
+    const __m512i a = _mm512_loadu_si512(h0 + i), b = _mm512_loadu_si512(h1 + i);
+    const __m512i lo = _mm512_srai_epi32(_mm512_add_epi32(_mm512_madd_epi16(_mm512_unpacklo_epi16(a, b), w), round), 10);
+    const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(_mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), w), round), 10);
+    return _mm512_packs_epi32(lo, hi);
+  };
+  // packus interleaves the two halves by 128-bit lane (qwords A0 B0 A1 B1 ...): put A's four first.
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512(out + i, _mm512_permutexvar_epi64(order, _mm512_packus_epi16(blend32(i), blend32(i + 32))));
+  return i;
+}
+#pragma GCC diagnostic pop
 #endif
 
 // ---------------------------------------------------------------- kernel
@@ -228,7 +247,8 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
     border_value_ = BorderValueU8(ctx.node.GetFloat("border_value", 0.f));
     name_ = std::string("WarpPerspectiveU8") + (nearest_ ? "Nearest" : "Bilinear") + "AxisAligned";
 #ifdef OSPREY_WARP_AXIS_AVX2
-    avx2_ = HaveAvx2();
+    simd_ = AugmentSimdLevel();
+    avx2_ = simd_ >= 1;
 #endif
     const double unit = nearest_ ? 1.0 : 32.0;
     const double sx = m[0] * unit, bxs = m[2] * unit;
@@ -319,7 +339,8 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
         }
         int64_t done = 0;
 #ifdef OSPREY_WARP_AXIS_AVX2
-        if (avx2_) done = VerticalAvx2(slots[s0], slots[s1], t.ay, out_row, d);
+        if (simd_ >= 2) done = VerticalAvx512(slots[s0], slots[s1], t.ay, out_row, d);
+        if (avx2_) done += VerticalAvx2(slots[s0] + done, slots[s1] + done, t.ay, out_row - done, d + done);
 #endif
         VerticalScalar(slots[s0], slots[s1], t.ay, done, out_row, d);
       }
@@ -540,6 +561,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
   Shape in_shape_, out_shape_;
   ImageDims in_{}, out_{};
   bool nearest_ = false, avx2_ = false;
+  int simd_ = 0;  // AugmentSimdLevel()
   Border border_ = Border::kConstant;
   uint8_t border_value_ = 0;
   std::string name_;
