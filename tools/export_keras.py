@@ -30,9 +30,16 @@ MODELS = {
     "densenet121": ("DenseNet121", 224),
     "nasnet_mobile": ("NASNetMobile", 224),
     "xception": ("Xception", 299),
+    "inception_v3": ("InceptionV3", 299),
+    "resnet50_v2": ("ResNet50V2", 224),
+    "efficientnet_v2_b0": ("EfficientNetV2B0", 224),
+    "efficientnet_b1": ("EfficientNetB1", 240),
+    "mobilenet": ("MobileNet", 224),
 }
 # ConvNeXtTiny does not convert with TF 2.21 / tf2onnx 1.17 (nested StatefulPartitionedCall left after freezing, Erfc).
-DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50"]
+DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50",
+                  "mobilenet", "densenet121", "nasnet_mobile", "xception", "inception_v3", "resnet50_v2",
+                  "efficientnet_v2_b0", "efficientnet_b1"]
 SEED = 11
 
 
