@@ -45,7 +45,8 @@ bool PlainOperandCompatible(const Shape& s) {
 // (the rest are index, scale or size constants).
 size_t NumDataInputs(const Node& n) {
   const bool first_only =
-      n.op_type == "Slice" || n.op_type == "Split" || n.op_type == "Resize" || n.op_type == "Upsample";
+      n.op_type == "Slice" || n.op_type == "Split" || n.op_type == "Resize" || n.op_type == "Upsample" ||
+      n.op_type == "Pad";
   return first_only ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
 }
 

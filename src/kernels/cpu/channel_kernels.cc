@@ -476,6 +476,7 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx) {
   if (op == "Slice") return SliceChannelRange(ctx, &first, &count);
   if (op == "Split") return SplitChannelRanges(ctx, &firsts, &counts);
   if (op == "Resize" || op == "Upsample") return cpu::ResizeFollowsNhwc(ctx);
+  if (op == "Pad") return PadFollowsNhwc(ctx);
   return false;
 }
 

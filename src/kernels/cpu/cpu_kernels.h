@@ -20,8 +20,8 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 
 /// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
 /// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat
-/// on axis 1, Slice/Split of channels, _ChannelShuffle; Resize/Upsample along H and W, resize_kernel.cc; rank-4
-/// float32). Such kernels take one layout for all their
+/// on axis 1, Slice/Split of channels, _ChannelShuffle; Resize/Upsample along H and W, resize_kernel.cc; constant
+/// Pad along H and W, pad_kernel.cc; rank-4 float32). Such kernels take one layout for all their
 /// tensors, so the layout pass makes their outputs channels-last exactly when all their tensor inputs are.
 bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 
@@ -36,6 +36,11 @@ std::unique_ptr<Kernel> CreateStridedSoftmax(const KernelBuildContext& ctx, int6
 
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
+
+/// Pad in constant mode with compile-time pads, value and axes, none negative (pad_kernel.cc): any dtype and rank
+/// plain, or rank-4 float32 padded along H and W on channels-last data (PadFollowsNhwc); nullptr otherwise.
+std::unique_ptr<Kernel> CreatePadKernel(const KernelBuildContext& ctx);
+bool PadFollowsNhwc(const KernelBuildContext& ctx);
 
 /// A kernel converting a float32 rank-4 tensor of logical shape `shape` between kPlain and kNhwc (input 0 -> output
 /// 0). Inserted by the runtime's layout pass where a channels-last value meets a node that needs plain input.

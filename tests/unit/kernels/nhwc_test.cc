@@ -257,6 +257,70 @@ TEST(Resize, DeclinedWhereTheReferenceRuns) {
                                  {false, true, false, true}));
 }
 
+// ---- Pad (constant, compile-time pads): plain for any dtype and rank; rank-4 float32 padded along H and W only also
+// follows channels-last. Exact copies, so compared bit for bit with the reference kernel.
+void ExpectPadMatchesReference(const Node& node, const Tensor& x, std::vector<Tensor> rest, int opset, bool follows) {
+  std::vector<Tensor> inputs{x};
+  for (Tensor& t : rest) inputs.push_back(std::move(t));
+  std::vector<bool> constant(inputs.size(), true);
+  constant[0] = false;
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
+  for (Layout layout : kBoth) {
+    SCOPED_TRACE(LayoutName(layout));
+    std::vector<Tensor> outputs;
+    KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
+    EXPECT_EQ(CpuKernelFollowsNhwc(bc), follows);
+    if (layout == Layout::kNhwc && !follows) continue;
+    bc.input_layouts.assign(inputs.size(), Layout::kPlain);
+    bc.input_layouts[0] = layout;
+    bc.output_layouts = {layout};
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_EQ(std::string(kernel->Name()), layout == Layout::kNhwc ? "PadConstantNhwc" : "PadConstant");
+    std::vector<Tensor> run_inputs = inputs;
+    if (layout == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
+    Tensor out(expected[0].dtype(), Physical(expected[0].shape(), layout));
+    std::memset(out.raw(), 0xA5, out.nbytes());  // any byte the kernel forgets to write shows
+    std::vector<Tensor> run_outputs{out};
+    RunKernel(*kernel, node, run_inputs, run_outputs, opset);
+    const Tensor got = layout == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
+    ASSERT_EQ(got.shape(), expected[0].shape());
+    EXPECT_EQ(std::memcmp(got.raw(), expected[0].raw(), got.nbytes()), 0);
+  }
+}
+
+Node PadNode(int inputs, AttributeMap attrs = {}) { return MakeNode("Pad", inputs, 1, std::move(attrs)); }
+
+TEST(Pad, SpatialPadsFollowChannelsLast) {
+  // TF "same" padding before a stride-2 MaxPool (bottom/right only) and ResNetV2's stem (1 on every side), zero and
+  // non-zero fill, axes given negative (opset 18).
+  ExpectPadMatchesReference(PadNode(2), RandomTensor({2, 5, 7, 6}, 1), {Int64s({0, 0, 0, 0, 0, 0, 1, 1})}, 17, true);
+  ExpectPadMatchesReference(PadNode(3), RandomTensor({1, 3, 4, 9}, 2),
+                            {Int64s({0, 0, 1, 2, 0, 0, 3, 0}), Floats({1.5f})}, 17, true);
+  ExpectPadMatchesReference(PadNode(4), RandomTensor({1, 4, 5, 5}, 3), {Int64s({2, 1, 0, 2}), Floats({-2.f}),
+                            Int64s({-1, -2})}, 18, true);
+}
+
+TEST(Pad, PlainAnyRankDtypeAndAxis) {
+  // Batch and channels padded (plain only), rank 3 and 1, int64 and uint8, the opset 2 attribute form.
+  ExpectPadMatchesReference(PadNode(2), RandomTensor({2, 3, 4, 5}, 4), {Int64s({1, 2, 0, 1, 0, 1, 2, 0})}, 17, false);
+  ExpectPadMatchesReference(PadNode(3), Tensor::FromVector<int64_t>({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}),
+                            {Int64s({1, 0, 2, 0, 3, 1}), Int64s({-7})}, 13, false);
+  ExpectPadMatchesReference(PadNode(2), Tensor::FromVector<uint8_t>({5}, {1, 2, 3, 4, 5}), {Int64s({3, 2})}, 13, false);
+  ExpectPadMatchesReference(PadNode(1, {{"pads", Attribute::Ints({0, 1, 1, 0})}, {"value", Attribute::Float(0.25f)}}),
+                            RandomTensor({3, 4}, 5), {}, 2, false);
+  ExpectPadMatchesReference(PadNode(2), RandomTensor({1, 2, 3, 3}, 6), {Int64s({0, 0, 0, 0, 0, 0, 0, 0})}, 17, true);
+}
+
+TEST(Pad, DeclinedWhereTheReferenceRuns) {
+  // Other modes, negative pads (crops), pads known only at run time.
+  const Tensor x = RandomTensor({1, 2, 4, 4}, 7);
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})},
+                                 {false, true}));
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})}, {false, true}));
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
+}
+
 KernelBuildContext AllNhwcContext(const Node& node, const std::vector<Tensor>& inputs,
                                   const std::vector<bool>& constant) {
   std::vector<Tensor> outputs;

@@ -1,0 +1,171 @@
+// Pad, constant mode, with pads known at compile time (the reference kernel copies element by element): rows of
+// the output are a run of the fill value, one memcpy of the input row and another run of the fill. Any dtype and rank;
+// rank-4 float32 padded along H and W only also runs on channels-last data (the layout pass keeps such a Pad between
+// a convolution and the pooling after it channels-last: TF's "same" padding before a MaxPool, ResNetV2's stem).
+#include <omp.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "ops/op_registry.h"
+
+namespace osprey {
+namespace {
+
+constexpr int64_t kMinParallelBytes = int64_t{1} << 18;
+
+// Begin and end pads per axis (ONNX order) of a constant-mode Pad whose pads, value and axes are compile-time
+// constants, none negative; false otherwise.
+bool ConstantPads(const KernelBuildContext& ctx, std::vector<int64_t>* begin, std::vector<int64_t>* end,
+                  std::vector<char>* fill) {
+  if (ctx.input_shapes.empty() || !ctx.present[0] || ctx.output_shapes.size() != 1) return false;
+  if (ctx.node.GetString("mode", "constant") != "constant") return false;
+  const int64_t rank = static_cast<int64_t>(ctx.input_shapes[0].size());
+  const size_t es = DTypeSize(ctx.input_dtypes[0]);
+  if (rank < 1 || es == 0 || es > 8) return false;
+  std::vector<int64_t> pads, axes;
+  fill->assign(es, 0);
+  auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
+  if (ctx.opset < 11) {
+    pads = ctx.node.GetInts("pads");
+    const float value = ctx.node.GetFloat("value", 0.f);
+    if (ctx.input_dtypes[0] != DType::kF32 && value != 0.f) return false;
+    std::memcpy(fill->data(), &value, std::min(es, sizeof value));
+  } else {
+    for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+      if (known(i) && ctx.input_values[i] == nullptr) return false;
+    if (!known(1)) return false;
+    pads = ctx.input_values[1]->ToInt64Vector();
+    if (known(2) && ctx.input_values[2]->numel() > 0) {
+      if (ctx.input_values[2]->dtype() != ctx.input_dtypes[0]) return false;
+      std::memcpy(fill->data(), ctx.input_values[2]->raw(), es);
+    }
+    if (known(3))
+      for (int64_t a : ctx.input_values[3]->ToInt64Vector()) axes.push_back(a < 0 ? a + rank : a);
+  }
+  if (axes.empty() && !(ctx.opset >= 11 && known(3)))
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  const size_t n = axes.size();
+  if (pads.size() != 2 * n) return false;
+  begin->assign(rank, 0), end->assign(rank, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (axes[i] < 0 || axes[i] >= rank || pads[i] < 0 || pads[i + n] < 0) return false;
+    (*begin)[axes[i]] = pads[i], (*end)[axes[i]] = pads[i + n];
+  }
+  const Shape& in = ctx.input_shapes[0];
+  const Shape& out = ctx.output_shapes[0];
+  if (static_cast<int64_t>(out.size()) != rank) return false;
+  for (int64_t d = 0; d < rank; ++d)
+    if (out[d] != in[d] + (*begin)[d] + (*end)[d]) return false;
+  return true;
+}
+
+// Rank-4 float32 padded along H and W only: the same copy on the channels-last bytes.
+bool SpatialOnly(const KernelBuildContext& ctx, const std::vector<int64_t>& begin, const std::vector<int64_t>& end) {
+  return ctx.input_dtypes[0] == DType::kF32 && begin.size() == 4 && begin[0] == 0 && end[0] == 0 && begin[1] == 0 &&
+         end[1] == 0;
+}
+
+// The copy on a physical shape: dims after the last padded one are one contiguous block; each output row along the
+// last padded dim is fill, the input row, fill; rows whose outer index lies in a pad are all fill.
+class PadConstantKernel final : public Kernel {
+ public:
+  PadConstantKernel(const char* name, const Shape& in, std::vector<int64_t> begin, std::vector<int64_t> end,
+                    std::vector<char> fill)
+      : name_(name), in_(in), begin_(std::move(begin)), end_(std::move(end)), fill_(std::move(fill)) {
+    const int64_t rank = static_cast<int64_t>(in_.size());
+    last_ = rank - 1;
+    while (last_ > 0 && begin_[last_] == 0 && end_[last_] == 0) --last_;
+    block_ = static_cast<int64_t>(fill_.size());
+    for (int64_t d = last_ + 1; d < rank; ++d) block_ *= in_[d];
+    zero_fill_ = true;
+    for (char c : fill_) zero_fill_ = zero_fill_ && c == 0;
+    outer_ = 1;
+    in_bytes_ = out_bytes_ = static_cast<int64_t>(fill_.size());
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d < last_) outer_ *= in_[d] + begin_[d] + end_[d];
+      in_bytes_ *= in_[d], out_bytes_ *= in_[d] + begin_[d] + end_[d];
+    }
+  }
+  const char* Name() const override { return name_; }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    Tensor& y = ctx.Out(0);
+    if (static_cast<int64_t>(x.nbytes()) != in_bytes_ || static_cast<int64_t>(y.nbytes()) != out_bytes_)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name_ + ": tensor sizes changed");
+    if (out_bytes_ == 0) return;
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(y.raw());
+    const int64_t row_in = in_[last_] * block_, head = begin_[last_] * block_, tail = end_[last_] * block_;
+    const int64_t row_out = head + row_in + tail;
+#pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && outer_ > 1)
+    for (int64_t o = 0; o < outer_; ++o) {
+      // The input row of output row o, or -1 when o lies in a pad of an outer dim.
+      int64_t rest = o, row = 0, stride = 1;
+      bool inside = true;
+      for (int64_t d = last_ - 1; d >= 0; --d) {
+        const int64_t size = in_[d] + begin_[d] + end_[d], i = rest % size - begin_[d];
+        rest /= size;
+        inside = inside && i >= 0 && i < in_[d];
+        row += i * stride;
+        stride *= in_[d];
+      }
+      char* out = dst + o * row_out;
+      if (!inside) {
+        Fill(out, row_out);
+        continue;
+      }
+      Fill(out, head);
+      if (row_in) std::memcpy(out + head, src + row * row_in, row_in);
+      Fill(out + head + row_in, tail);
+    }
+  }
+
+ private:
+  void Fill(char* p, int64_t bytes) const {
+    if (bytes <= 0) return;
+    if (zero_fill_) {
+      std::memset(p, 0, bytes);
+      return;
+    }
+    const int64_t es = static_cast<int64_t>(fill_.size());
+    for (int64_t i = 0; i < bytes; i += es) std::memcpy(p + i, fill_.data(), es);
+  }
+
+  const char* name_;
+  Shape in_;  // physical
+  std::vector<int64_t> begin_, end_;
+  std::vector<char> fill_;
+  int64_t last_ = 0, block_ = 0, outer_ = 1, in_bytes_ = 0, out_bytes_ = 0;
+  bool zero_fill_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreatePadKernel(const KernelBuildContext& ctx) {
+  std::vector<int64_t> begin, end;
+  std::vector<char> fill;
+  if (!ConstantPads(ctx, &begin, &end, &fill)) return nullptr;
+  const bool nhwc_in = ctx.InLayout(0) == Layout::kNhwc, nhwc_out = ctx.OutLayout(0) == Layout::kNhwc;
+  if (nhwc_in != nhwc_out) return nullptr;
+  if (!nhwc_in)
+    return std::make_unique<PadConstantKernel>("PadConstant", ctx.input_shapes[0], std::move(begin), std::move(end),
+                                               std::move(fill));
+  if (!SpatialOnly(ctx, begin, end)) return nullptr;
+  const Shape& s = ctx.input_shapes[0];
+  return std::make_unique<PadConstantKernel>("PadConstantNhwc", Shape{s[0], s[2], s[3], s[1]},
+                                             std::vector<int64_t>{0, begin[2], begin[3], 0},
+                                             std::vector<int64_t>{0, end[2], end[3], 0}, std::move(fill));
+}
+
+bool PadFollowsNhwc(const KernelBuildContext& ctx) {
+  std::vector<int64_t> begin, end;
+  std::vector<char> fill;
+  return ConstantPads(ctx, &begin, &end, &fill) && SpatialOnly(ctx, begin, end);
+}
+
+}  // namespace osprey
