@@ -270,7 +270,7 @@ class LayoutCopy : public Kernel {
     const int64_t n = static_cast<int64_t>(ctx.Out(0).nbytes());
     constexpr int64_t kBlock = int64_t{1} << 16;
     const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= 4 * kBlock)
+#pragma omp parallel for schedule(static) if (n >= 64 * kBlock)
     for (int64_t b = 0; b < blocks; ++b) std::memcpy(dst + b * kBlock, src + b * kBlock, std::min(kBlock, n - b * kBlock));
   }
 };
