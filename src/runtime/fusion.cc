@@ -32,6 +32,23 @@ bool Private(const CompileState& st, const Uses& u, int v) {
   return u.consumers[v].size() == 1 && !st.is_graph_output[v];
 }
 
+// The values of constant k per channel of a tensor of shape ys (rank >= 3, channels on axis 1), when k broadcasts
+// against it along the channel axis only ([C, 1, 1], [1, C, 1, 1] or a single value); false otherwise.
+bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vector<float>* values) {
+  if (!IsF32Known(st, k) || ys.size() < 3) return false;
+  const Tensor& kv = st.values[k].value;
+  const Shape& ks = kv.shape();
+  if (ks.size() > ys.size()) return false;
+  for (size_t d = 0; d < ks.size(); ++d)
+    if (ks[d] != 1 && ys.size() - ks.size() + d != 1) return false;
+  const int64_t c = ys[1];
+  if (kv.numel() != 1 && kv.numel() != c) return false;
+  const float* kp = kv.data<float>();
+  values->resize(c);
+  for (int64_t i = 0; i < c; ++i) (*values)[i] = kp[kv.numel() == 1 ? 0 : i];
+  return true;
+}
+
 // BatchNormalization(Conv(x, W, B)) -> Conv(x, W', B') with W' = W * s, B' = (B - mean) * s + beta,
 // s = gamma / sqrt(var + eps), per output channel.
 void FoldBatchNorm(CompileState& st) {
@@ -117,19 +134,10 @@ void FoldConvAffine(CompileState& st) {
       if (nb >= 3 && conv.inputs[2] >= 0 && !IsF32Known(st, conv.inputs[2])) continue;
       const Tensor& w = st.values[conv.inputs[1]].value;
       const Shape& ys = st.values[y].shape;
-      const Tensor& kv = st.values[k].value;
       const int64_t cout = w.dim(0);
-      // The constant must vary along the channel axis (1) only.
-      const Shape& ks = kv.shape();
-      if (ks.size() > ys.size() || ys.size() < 3 || ys[1] != cout) continue;
-      bool per_channel = true;
-      for (size_t d = 0; d < ks.size(); ++d) {
-        const size_t axis = ys.size() - ks.size() + d;
-        if (ks[d] != 1 && axis != 1) per_channel = false;
-      }
-      if (!per_channel || (kv.numel() != 1 && kv.numel() != cout)) continue;
-      const float* kp = kv.data<float>();
-      auto kval = [&](int64_t c) { return kp[kv.numel() == 1 ? 0 : c]; };
+      std::vector<float> kv;
+      if (ys.size() < 3 || ys[1] != cout || !PerChannelConstant(st, k, ys, &kv)) continue;
+      auto kval = [&](int64_t c) { return kv[c]; };
       const float* bias = nb >= 3 && conv.inputs[2] >= 0 ? st.values[conv.inputs[2]].value.data<float>() : nullptr;
       Tensor b2(DType::kF32, {cout});
       float* bp = b2.data<float>();
@@ -158,6 +166,83 @@ void FoldConvAffine(CompileState& st) {
       if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
     st.nodes = std::move(kept);
   }
+}
+
+// Mul, Add or Sub of a per-channel constant on a rank-4 float32 tensor that is not a convolution's output (pre-activation
+// batch norm as TF exporters write it: DenseNet, ResNetV2), together with a per-channel Add or Sub right after a Mul,
+// -> one BatchNormalization (scale s, bias b, mean 0, variance 1, epsilon 0: x * s + b), when there were two steps or
+// a fusable activation follows: FuseActivation then makes the chain one pass over the data instead of two or three.
+void AffineToBatchNorm(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  // The constant side of an elementwise Mul/Add/Sub node with data input x (x - k only for Sub), or -1.
+  auto affine = [&](const Node& n, int* x) {
+    const bool sub = n.op_type == "Sub";
+    if ((n.op_type != "Mul" && n.op_type != "Add" && !sub) || n.NumInputs() != 2 || n.outputs.size() != 1) return -1;
+    for (int side = 0; side < (sub ? 1 : 2); ++side) {
+      const int a = n.inputs[side], k = n.inputs[1 - side];
+      if (a < 0 || k < 0 || IsF32Known(st, a) || !IsF32Known(st, k)) continue;
+      const CompileValue& av = st.values[a];
+      if (av.dtype != DType::kF32 || av.shape.size() != 4 || st.values[n.outputs[0]].shape != av.shape) continue;
+      *x = a;
+      return k;
+    }
+    return -1;
+  };
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    if (dead[i]) continue;
+    int x = -1;
+    const int k = affine(st.nodes[i], &x);
+    const Shape& shape = x >= 0 ? st.values[x].shape : Shape{};
+    std::vector<float> kv;
+    if (k < 0 || !PerChannelConstant(st, k, shape, &kv)) continue;
+    const int64_t c = shape[1];
+    std::vector<float> scale(c, 1.f), bias(c, 0.f);
+    const std::string& op = st.nodes[i].op_type;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      if (op == "Mul") scale[ch] = kv[ch];
+      else bias[ch] = op == "Add" ? kv[ch] : -kv[ch];
+    }
+    int out = st.nodes[i].outputs[0], steps = 1;
+    if (op == "Mul" && Private(st, u, out)) {  // x * s + b
+      const int j = u.consumers[out][0];
+      int y = -1;
+      const int k2 = dead[j] ? -1 : affine(st.nodes[j], &y);
+      std::vector<float> bv;
+      if (k2 >= 0 && y == out && st.nodes[j].op_type != "Mul" && PerChannelConstant(st, k2, shape, &bv)) {
+        for (int64_t ch = 0; ch < c; ++ch) bias[ch] = st.nodes[j].op_type == "Add" ? bv[ch] : -bv[ch];
+        out = st.nodes[j].outputs[0];
+        dead[j] = 1;
+        ++steps;
+      }
+    }
+    bool activation_follows = false;
+    if (Private(st, u, out)) {
+      Activation act;
+      const int j = u.consumers[out][0];
+      activation_follows = !dead[j] && FusableActivationOf(st, st.nodes[j], &act);
+    }
+    if (steps == 1 && !activation_follows) continue;
+    Node bn;
+    bn.op_type = "BatchNormalization";
+    bn.name = st.nodes[i].name;
+    auto constant = [&](const std::vector<float>& v) {
+      return st.AddConstant(Tensor::FromVector<float>({c}, v));
+    };
+    bn.inputs = {x, constant(scale), constant(bias), constant(std::vector<float>(c, 0.f)),
+                 constant(std::vector<float>(c, 1.f))};
+    bn.outputs = {out};
+    bn.attrs["epsilon"] = Attribute::Float(0.f);
+    st.nodes[i] = std::move(bn);
+    changed = true;
+    u.consumers.resize(st.values.size());
+  }
+  if (!changed) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
 }
 
 bool Fusable(const Node& n) {
@@ -450,6 +535,7 @@ void RunFusionPasses(CompileState& state) {
   FuseDataMovementPatterns(state);
   FoldBatchNorm(state);
   FoldConvAffine(state);
+  AffineToBatchNorm(state);
   FuseResidualAdd(state);
   FuseActivation(state);
 }

@@ -55,6 +55,39 @@ TEST(TfPatterns, DepthwiseConvMulAddClipBecomesOneConv) {
   ExpectFusedSteps(b.Finish(), {1, 16, 12, 12}, 2);
 }
 
+TEST(TfPatterns, PreActivationAffineBecomesBatchNorm) {
+  // DenseNet / ResNetV2 as tf2onnx writes them: batch norm as Mul and Add of per-channel constants before a Relu,
+  // not after a Conv, so nothing folds; it becomes one BatchNormalization step with the Relu fused. Forms: s * x + b,
+  // x - m (Sub) before Clip, x * s alone before Relu. Not converted: a second constant that varies along W (not per
+  // channel), a lone Mul with no activation after it.
+  const Shape shape{2, 6, 5, 7};
+  auto per_channel = [&](GraphBuilder& b, uint32_t seed) {
+    return b.Constant(RandomTensor({1, 6, 1, 1}, seed, 0.5f, 1.5f));
+  };
+  {
+    GraphBuilder b("pre_act", 13);
+    auto x = b.Input("x", DType::kF32, shape);
+    auto y = b.Op("Relu", {b.Op("Add", {b.Op("Mul", {per_channel(b, 1), x}), b.Constant(RandomTensor({6, 1, 1}, 2))})});
+    auto pool = [&](ValueRef v) { return b.Op("MaxPool", {v}, {{"kernel_shape", Attribute::Ints({1, 1})}}); };
+    y = pool(Conv(b, y, 6, 6, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}));
+    y = b.Op("Clip", {b.Op("Sub", {y, per_channel(b, 3)}), b.Constant(Tensor::Scalar<float>(0.f)),
+                      b.Constant(Tensor::Scalar<float>(1.f))});
+    y = b.Op("Relu", {b.Op("Mul", {pool(y), per_channel(b, 4)})});
+    b.Output(y, "y");
+    // BatchNorm(Relu), Conv, MaxPool, BatchNorm(Clip), MaxPool, BatchNorm(Relu).
+    ExpectFusedSteps(b.Finish(), shape, 6);
+  }
+  {
+    GraphBuilder b("not_per_channel", 13);
+    auto x = b.Input("x", DType::kF32, shape);
+    auto y = b.Op("Relu", {b.Op("Add", {b.Op("Mul", {x, per_channel(b, 5)}), b.Constant(RandomTensor({7}, 6))})});
+    y = b.Op("Mul", {b.Op("MaxPool", {y}, {{"kernel_shape", Attribute::Ints({1, 1})}}), per_channel(b, 7)});
+    b.Output(b.Op("MaxPool", {y}, {{"kernel_shape", Attribute::Ints({1, 1})}}), "y");
+    // Mul, Add, Relu, MaxPool, Mul, MaxPool: nothing to gain, nothing converted.
+    ExpectFusedSteps(b.Finish(), shape, 6);
+  }
+}
+
 TEST(TfPatterns, ConstantFirstSubAndScalarForms) {
   // Mul by a scalar and by [C, 1, 1] fold; Sub with the conv output second (c - conv) does not.
   GraphBuilder b("affine_forms", 13);
@@ -129,8 +162,9 @@ TEST(TfPatterns, PaddleHardSwish) {
   auto c3 = Conv(b, hs2, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 3);
   auto other = b.Op("Div", {b.Op("Mul", {c3, relu6(hs2)}), scalar(6.f)});
   b.Output(Conv(b, other, 8, 8, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 4), "y");
-  // Conv(HardSwish), Conv(HardSwish), Conv; Add, Clip, Mul, Div of the last chain stay; Conv.
-  ExpectFusedSteps(b.Finish(), {1, 8, 10, 10}, 8);
+  // Conv(HardSwish), Conv(HardSwish), Conv; of the last chain, Add + Clip become one BatchNormalization step with the
+  // Clip fused (AffineToBatchNorm), Mul and Div stay; Conv.
+  ExpectFusedSteps(b.Finish(), {1, 8, 10, 10}, 7);
 }
 
 }  // namespace
