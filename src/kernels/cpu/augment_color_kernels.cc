@@ -22,10 +22,6 @@
 
 namespace osprey {
 
-// SIMD levels of AugmentSimdLevel() (augment_kernels.cc).
-constexpr int kSimdAvx2 = 1, kSimdAvx512 = 2;
-int AugmentSimdLevel();
-
 namespace {
 
 int64_t PixelsOf(const Shape& s) { return s.size() == 4 ? s[0] * s[1] * s[2] : s[0] * s[1]; }

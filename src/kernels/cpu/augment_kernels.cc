@@ -22,8 +22,6 @@
 #include "ops/op_registry.h"
 
 namespace osprey {
-int AugmentSimdLevel();  // below: 0 scalar, 1 AVX2, 2 AVX-512 with VBMI (OSPREY_AUGMENT_SIMD caps it)
-
 namespace {
 
 using namespace image_kernels;
@@ -287,11 +285,13 @@ template <int kTaps>
 void PickBlurRows(size_t taps, int simd, BlurHorizontalFn* h, BlurVerticalFn* v) {
   if (taps == kTaps || kTaps == 0) {
     if (h)
-      *h = simd >= 2   ? BlurRowHorizontalU16<kTaps, 2>
-           : simd == 1 ? BlurRowHorizontalU16<kTaps, 1>
+      *h = simd >= kSimdAvx512  ? BlurRowHorizontalU16<kTaps, 2>
+           : simd == kSimdAvx2 ? BlurRowHorizontalU16<kTaps, 1>
                        : BlurRowHorizontalU16<kTaps, 0>;
     if (v)
-      *v = simd >= 2 ? BlurRowVerticalU8<kTaps, 2> : simd == 1 ? BlurRowVerticalU8<kTaps, 1> : BlurRowVerticalU8<kTaps, 0>;
+      *v = simd >= kSimdAvx512  ? BlurRowVerticalU8<kTaps, 2>
+           : simd == kSimdAvx2 ? BlurRowVerticalU8<kTaps, 1>
+                               : BlurRowVerticalU8<kTaps, 0>;
     return;
   }
   if constexpr (kTaps > 1) PickBlurRows<kTaps - 2>(taps, simd, h, v);
@@ -370,16 +370,14 @@ std::unique_ptr<Kernel> ByDType(const KernelBuildContext& ctx) {
 
 }  // namespace
 
-/// The widest SIMD the augmentation kernels (augment_*.cc) may use, as kSimd* below: what the CPU has, capped by the
-/// environment variable OSPREY_AUGMENT_SIMD ("sse4", "avx2"; for tests and measurements of the narrower paths, which
-/// give the same results). Kernels read it when they are built.
+// cpu_kernels.h
 int AugmentSimdLevel() {
   static const int cpu = [] {
 #if defined(__x86_64__) || defined(__i386__)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx2"))
-      return 2;
-    if (__builtin_cpu_supports("avx2")) return 1;
+      return kSimdAvx512;
+    if (__builtin_cpu_supports("avx2")) return kSimdAvx2;
 #endif
     return 0;
   }();
@@ -387,7 +385,7 @@ int AugmentSimdLevel() {
   if (!cap) return cpu;
   const std::string name = cap;
   if (name == "sse4") return 0;
-  if (name == "avx2") return std::min(cpu, 1);
+  if (name == "avx2") return std::min(cpu, kSimdAvx2);
   return cpu;
 }
 

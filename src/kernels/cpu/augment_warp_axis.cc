@@ -39,7 +39,6 @@
 
 namespace osprey {
 
-int AugmentSimdLevel();  // augment_kernels.cc: 0 scalar, 1 AVX2, 2 AVX-512 with VBMI (OSPREY_AUGMENT_SIMD caps it)
 
 namespace {
 
@@ -248,7 +247,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
     name_ = std::string("WarpPerspectiveU8") + (nearest_ ? "Nearest" : "Bilinear") + "AxisAligned";
 #ifdef OSPREY_WARP_AXIS_AVX2
     simd_ = AugmentSimdLevel();
-    avx2_ = simd_ >= 1;
+    avx2_ = simd_ >= kSimdAvx2;
 #endif
     const double unit = nearest_ ? 1.0 : 32.0;
     const double sx = m[0] * unit, bxs = m[2] * unit;
@@ -339,7 +338,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
         }
         int64_t done = 0;
 #ifdef OSPREY_WARP_AXIS_AVX2
-        if (simd_ >= 2) done = VerticalAvx512(slots[s0], slots[s1], t.ay, out_row, d);
+        if (simd_ >= kSimdAvx512) done = VerticalAvx512(slots[s0], slots[s1], t.ay, out_row, d);
         if (avx2_) done += VerticalAvx2(slots[s0] + done, slots[s1] + done, t.ay, out_row - done, d + done);
 #endif
         VerticalScalar(slots[s0], slots[s1], t.ay, done, out_row, d);
@@ -397,7 +396,7 @@ class WarpAxisAlignedU8Kernel final : public Kernel {
     }
 #ifdef OSPREY_WARP_AXIS_AVX2
     // RGB with VBMI: groups of 8 columns whose taps span at most 64 bytes (any scale down to 1/2.4); else AVX2.
-    if (c != 3 || AugmentSimdLevel() < 2) return;
+    if (c != 3 || AugmentSimdLevel() < kSimdAvx512) return;
     for (int64_t k = 0; k + 8 <= n; k += 8) {
       VbmiColumns8 g;
       // Offsets rise along the run, or fall (flips).

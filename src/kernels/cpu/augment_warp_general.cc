@@ -37,10 +37,6 @@
 
 namespace osprey {
 
-// SIMD levels of AugmentSimdLevel() (augment_kernels.cc).
-constexpr int kSimdAvx2 = 1, kSimdAvx512 = 2;
-int AugmentSimdLevel();
-
 namespace {
 
 using namespace image_kernels;

@@ -34,6 +34,12 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx);
 /// when oneDNN has only its reference implementation; nullptr otherwise.
 std::unique_ptr<Kernel> CreateStridedSoftmax(const KernelBuildContext& ctx, int64_t axis);
 
+/// The widest SIMD the augmentation kernels (augment_*.cc) may use: 0 (SSE4.1 or scalar), kSimdAvx2, kSimdAvx512 (F
+/// and BW with VBMI): what the CPU has, capped by the environment variable OSPREY_AUGMENT_SIMD ("sse4", "avx2"; for
+/// tests and measurements of the narrower paths, which give the same results). Kernels read it when they are built.
+constexpr int kSimdAvx2 = 1, kSimdAvx512 = 2;
+int AugmentSimdLevel();
+
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 
