@@ -135,10 +135,11 @@ TEST(NhwcConvTranspose, OneDimensionalPlainAndDeclinedCases) {
 Tensor Floats(std::vector<float> v) { return Tensor::FromVector<float>({static_cast<int64_t>(v.size())}, v); }
 Tensor Int64s(std::vector<int64_t> v) { return Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v); }
 
-// `rest`: the node's inputs after X (roi, scales, sizes; a default Tensor where omitted), all constant.
-void ExpectResizeMatchesReference(const Node& node, const Shape& x, std::vector<Tensor> rest, int opset = 17) {
-  std::vector<Tensor> inputs{RandomTensor(x, 7)};
-  for (Tensor& t : rest) inputs.push_back(std::move(t));
+// The fast kernel of a node whose kernel follows its input's layout, in both layouts (channels-last only when
+// `follows`), against the reference kernel: input 0 is data, the rest constants; the output starts as NaN (float32)
+// or 0xA5 bytes, so an element the kernel forgets shows. `tolerance` < 0: bit for bit.
+void ExpectFollowingKernelMatchesReference(const Node& node, const std::vector<Tensor>& inputs, int opset, bool follows,
+                                           const std::string& name, float tolerance) {
   std::vector<bool> constant(inputs.size(), true);
   constant[0] = false;
   std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
@@ -146,19 +147,35 @@ void ExpectResizeMatchesReference(const Node& node, const Shape& x, std::vector<
     SCOPED_TRACE(LayoutName(layout));
     std::vector<Tensor> outputs;
     KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
-    EXPECT_TRUE(CpuKernelFollowsNhwc(bc));
+    EXPECT_EQ(CpuKernelFollowsNhwc(bc), follows);
+    if (layout == Layout::kNhwc && !follows) continue;
     bc.input_layouts.assign(inputs.size(), Layout::kPlain);
     bc.input_layouts[0] = layout;
     bc.output_layouts = {layout};
     std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
     ASSERT_NE(kernel, nullptr);
-    EXPECT_EQ(std::string(kernel->Name()), layout == Layout::kNhwc ? "ResizeF32Nhwc" : "ResizeF32");
+    EXPECT_EQ(std::string(kernel->Name()), layout == Layout::kNhwc ? name + "Nhwc" : name);
     std::vector<Tensor> run_inputs = inputs;
     if (layout == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
-    std::vector<Tensor> run_outputs{NanTensor(Physical(expected[0].shape(), layout))};
+    const Shape physical = Physical(expected[0].shape(), layout);
+    Tensor out = expected[0].dtype() == DType::kF32 ? NanTensor(physical) : Tensor(expected[0].dtype(), physical);
+    if (expected[0].dtype() != DType::kF32) std::memset(out.raw(), 0xA5, out.nbytes());
+    std::vector<Tensor> run_outputs{out};
     RunKernel(*kernel, node, run_inputs, run_outputs, opset);
-    ExpectTensorNear(layout == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0], expected[0], 1e-5f, 1e-5f);
+    const Tensor got = layout == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
+    ASSERT_EQ(got.shape(), expected[0].shape());
+    if (tolerance < 0)
+      EXPECT_EQ(std::memcmp(got.raw(), expected[0].raw(), got.nbytes()), 0);
+    else
+      ExpectTensorNear(got, expected[0], tolerance, tolerance);
   }
+}
+
+// `rest`: the node's inputs after X (roi, scales, sizes; a default Tensor where omitted), all constant.
+void ExpectResizeMatchesReference(const Node& node, const Shape& x, std::vector<Tensor> rest, int opset = 17) {
+  std::vector<Tensor> inputs{RandomTensor(x, 7)};
+  for (Tensor& t : rest) inputs.push_back(std::move(t));
+  ExpectFollowingKernelMatchesReference(node, inputs, opset, true, "ResizeF32", 1e-5f);
 }
 
 Node ResizeNode(AttributeMap attrs) { return MakeNode("Resize", 4, 1, std::move(attrs)); }
@@ -262,31 +279,7 @@ TEST(Resize, DeclinedWhereTheReferenceRuns) {
 void ExpectPadMatchesReference(const Node& node, const Tensor& x, std::vector<Tensor> rest, int opset, bool follows) {
   std::vector<Tensor> inputs{x};
   for (Tensor& t : rest) inputs.push_back(std::move(t));
-  std::vector<bool> constant(inputs.size(), true);
-  constant[0] = false;
-  std::vector<Tensor> expected = RunReferenceNode(node, inputs, opset);
-  for (Layout layout : kBoth) {
-    SCOPED_TRACE(LayoutName(layout));
-    std::vector<Tensor> outputs;
-    KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs, opset);
-    EXPECT_EQ(CpuKernelFollowsNhwc(bc), follows);
-    if (layout == Layout::kNhwc && !follows) continue;
-    bc.input_layouts.assign(inputs.size(), Layout::kPlain);
-    bc.input_layouts[0] = layout;
-    bc.output_layouts = {layout};
-    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
-    ASSERT_NE(kernel, nullptr);
-    EXPECT_EQ(std::string(kernel->Name()), layout == Layout::kNhwc ? "PadConstantNhwc" : "PadConstant");
-    std::vector<Tensor> run_inputs = inputs;
-    if (layout == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
-    Tensor out(expected[0].dtype(), Physical(expected[0].shape(), layout));
-    std::memset(out.raw(), 0xA5, out.nbytes());  // any byte the kernel forgets to write shows
-    std::vector<Tensor> run_outputs{out};
-    RunKernel(*kernel, node, run_inputs, run_outputs, opset);
-    const Tensor got = layout == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
-    ASSERT_EQ(got.shape(), expected[0].shape());
-    EXPECT_EQ(std::memcmp(got.raw(), expected[0].raw(), got.nbytes()), 0);
-  }
+  ExpectFollowingKernelMatchesReference(node, inputs, opset, follows, "PadConstant", -1.f);
 }
 
 Node PadNode(int inputs, AttributeMap attrs = {}) { return MakeNode("Pad", inputs, 1, std::move(attrs)); }
