@@ -6,17 +6,21 @@
 //             channels, so the kernels copy (or, for the shuffle, interleave) channel runs pixel by pixel.
 // Mixed layouts are not handled: the layout pass (src/runtime/layout.cc) makes these nodes channels-last only when
 // every tensor input is, and CpuKernelFollowsNhwc says which nodes qualify. Work is split over OpenMP threads by
-// batch items (plain) or pixels (NHWC) once a copy is large enough to pay for the parallel region.
+// batch items (plain) or pixels (NHWC) once a copy is large enough to pay for the parallel region. A Slice that cuts
+// H, W or the batch too (unit steps: crops such as Keras' Cropping2D) follows channels-last as well, copying one run
+// per output row (SliceBoxNhwc); plain, it is the reference kernel's row copies.
 #include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/op_registry.h"
+#include "ops/slice.h"
 
 namespace osprey {
 namespace {
@@ -345,6 +349,64 @@ bool SliceChannelRange(const KernelBuildContext& ctx, int64_t* first, int64_t* c
   return start + out[1] <= in[1];
 }
 
+// The box a Slice of a rank-4 float32 tensor reads, when every step is 1: the first index and the count per axis (ONNX
+// order), from the arguments' compile-time values. False when one is known only at run time, or a step is not 1.
+bool SliceBox(const KernelBuildContext& ctx, std::array<int64_t, 4>* first, std::array<int64_t, 4>* count) {
+  if (ctx.input_shapes.empty() || ctx.output_shapes.size() != 1 || !ctx.present[0]) return false;
+  const Shape& in = ctx.input_shapes[0];
+  if (!IsF32Rank4(ctx.input_dtypes[0], in)) return false;
+  auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
+  for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+    if (known(i) && ctx.input_values[i] == nullptr) return false;
+  SliceArgs args;
+  if (!ReadSliceArgs(ctx.node, ctx.opset, [&](int i) { return known(i) ? ctx.input_values[i] : nullptr; }, &args))
+    return false;
+  SliceRange range;
+  try {
+    range = ResolveSlice(in, args, ctx.node);
+  } catch (const Error&) {
+    return false;  // the reference kernel reports it
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (range.step[d] != 1 || range.out[d] < 1) return false;
+    (*first)[d] = range.first[d], (*count)[d] = range.out[d];
+  }
+  return range.out == ctx.output_shapes[0];
+}
+
+// A Slice box (SliceBox) of channels-last data: per output row (n, y), one run of w * C floats when every channel is
+// kept, else w runs of the kept channels.
+class SliceBoxNhwc final : public Kernel {
+ public:
+  SliceBoxNhwc(Shape in, std::array<int64_t, 4> first, std::array<int64_t, 4> count)
+      : in_(std::move(in)), first_(first), count_(count) {}
+  const char* Name() const override { return "SliceF32Nhwc"; }
+  void Run(KernelContext& ctx) override {
+    const int64_t c = in_[1], h = in_[2], w = in_[3];
+    const int64_t oc = count_[1], oh = count_[2], ow = count_[3], rows = count_[0] * oh;
+    CheckBytes(ctx.node, Name(), "input", ctx.In(0), in_[0] * c * h * w * sizeof(float));
+    CheckBytes(ctx.node, Name(), "output", ctx.Out(0), rows * ow * oc * sizeof(float));
+    const float* src = ctx.In(0).data<float>();
+    float* dst = ctx.Out(0).data<float>();
+    const bool parallel = rows * ow * oc * static_cast<int64_t>(sizeof(float)) >= kMinParallelBytes;
+#pragma omp parallel for schedule(static) if (parallel && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = first_[0] + r / oh, y = first_[2] + r % oh;
+      const float* s = src + ((n * h + y) * w + first_[3]) * c + first_[1];
+      float* d = dst + r * ow * oc;
+      if (oc == c) {
+        std::memcpy(d, s, static_cast<size_t>(ow * c) * sizeof(float));
+        continue;
+      }
+      for (int64_t x = 0; x < ow; ++x) std::memcpy(d + x * oc, s + x * c, static_cast<size_t>(oc) * sizeof(float));
+    }
+  }
+
+ private:
+  Shape in_;
+  std::array<int64_t, 4> first_, count_;
+};
+
 // Channel ranges of a Split along axis 1 of a rank-4 float32 tensor with every output present.
 bool SplitChannelRanges(const KernelBuildContext& ctx, std::vector<int64_t>* first, std::vector<int64_t>* count) {
   if (ctx.input_shapes.empty() || !ctx.present[0]) return false;
@@ -437,9 +499,15 @@ std::unique_ptr<Kernel> CreateChannelShuffle(const KernelBuildContext& ctx) {
 std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& ctx) {
   bool nhwc = false;
   int64_t first = 0, count = 0;
-  if (!UniformLayout(ctx, 1, &nhwc) || !SliceChannelRange(ctx, &first, &count)) return nullptr;
-  return std::make_unique<ChannelRanges>(nhwc ? "SliceChannelsF32Nhwc" : "SliceChannelsF32", nhwc, ctx.input_shapes[0],
-                                         std::vector<int64_t>{first}, std::vector<int64_t>{count});
+  if (!UniformLayout(ctx, 1, &nhwc)) return nullptr;
+  if (SliceChannelRange(ctx, &first, &count))
+    return std::make_unique<ChannelRanges>(nhwc ? "SliceChannelsF32Nhwc" : "SliceChannelsF32", nhwc,
+                                           ctx.input_shapes[0], std::vector<int64_t>{first},
+                                           std::vector<int64_t>{count});
+  // Other boxes: channels-last only (a plain one is the reference kernel's row copies).
+  std::array<int64_t, 4> box_first{}, box_count{};
+  if (!nhwc || !SliceBox(ctx, &box_first, &box_count)) return nullptr;
+  return std::make_unique<SliceBoxNhwc>(ctx.input_shapes[0], box_first, box_count);
 }
 
 std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& ctx) {
@@ -473,7 +541,8 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx) {
   std::vector<int64_t> firsts, counts;
   if (op == "Concat") return IsChannelConcat(ctx);
   if (op == kChannelShuffleOp) return IsChannelShuffleF32(ctx);
-  if (op == "Slice") return SliceChannelRange(ctx, &first, &count);
+  std::array<int64_t, 4> box_first{}, box_count{};
+  if (op == "Slice") return SliceChannelRange(ctx, &first, &count) || SliceBox(ctx, &box_first, &box_count);
   if (op == "Split") return SplitChannelRanges(ctx, &firsts, &counts);
   if (op == "Resize" || op == "Upsample") return cpu::ResizeFollowsNhwc(ctx);
   if (op == "Pad") return PadFollowsNhwc(ctx);

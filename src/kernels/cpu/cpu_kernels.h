@@ -20,7 +20,8 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 
 /// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
 /// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat
-/// on axis 1, Slice/Split of channels, _ChannelShuffle; Resize/Upsample along H and W, resize_kernel.cc; constant
+/// on axis 1, Slice/Split of channels, a Slice box with unit steps, _ChannelShuffle; Resize/Upsample along H and W,
+/// resize_kernel.cc; constant
 /// Pad along H and W, pad_kernel.cc; rank-4 float32). Such kernels take one layout for all their
 /// tensors, so the layout pass makes their outputs channels-last exactly when all their tensor inputs are.
 bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);

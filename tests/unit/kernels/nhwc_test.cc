@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/dnnl_conv.h"
@@ -312,6 +313,51 @@ TEST(Pad, DeclinedWhereTheReferenceRuns) {
                                  {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})}, {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
+}
+
+// ---- Slice boxes other than channel ranges (steps 1): channels-last only, the reference kernel for plain data.
+// `args`: starts, ends, axes[, steps] (constants unless `constant` says otherwise).
+void ExpectSliceBoxNhwc(const Shape& x, std::vector<Tensor> args, bool follows, std::vector<bool> constant = {}) {
+  const Node node = MakeNode("Slice", static_cast<int>(args.size()) + 1, 1);
+  std::vector<Tensor> inputs{RandomTensor(x, 9)};
+  for (Tensor& t : args) inputs.push_back(std::move(t));
+  if (constant.empty()) constant.assign(inputs.size(), true);
+  constant[0] = false;
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+  EXPECT_EQ(CpuKernelFollowsNhwc(bc), follows);
+  if (!follows) return;
+  const Tensor expected = RunReferenceNode(node, inputs)[0];
+  bc.input_layouts.assign(inputs.size(), Layout::kPlain);
+  bc.input_layouts[0] = Layout::kNhwc;
+  bc.output_layouts = {Layout::kNhwc};
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(std::string(kernel->Name()), "SliceF32Nhwc");
+  std::vector<Tensor> run_inputs = inputs;
+  run_inputs[0] = ToNhwc(inputs[0]);
+  std::vector<Tensor> run_outputs{NanTensor(Physical(expected.shape(), Layout::kNhwc))};
+  RunKernel(*kernel, node, run_inputs, run_outputs);
+  const Tensor got = FromNhwc(run_outputs[0]);
+  ASSERT_EQ(got.shape(), expected.shape());
+  EXPECT_EQ(std::memcmp(got.raw(), expected.raw(), got.nbytes()), 0);
+}
+
+TEST(SliceBox, SpatialAndMixedBoxesFollowChannelsLast) {
+  // NASNet's Cropping2D (drop the first row and column), a centre crop with negative ends and INT64_MAX, a box in
+  // every axis (batch, channels, H, W), explicit unit steps.
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  ExpectSliceBoxNhwc({1, 6, 9, 8}, {Int64s({1, 1}), Int64s({big, big}), Int64s({2, 3})}, true);
+  ExpectSliceBoxNhwc({2, 5, 10, 7}, {Int64s({2, 1}), Int64s({-2, -1}), Int64s({-2, -1})}, true);
+  ExpectSliceBoxNhwc({3, 6, 5, 7}, {Int64s({1, 2, 1, 0}), Int64s({3, 5, 4, 6}), Int64s({0, 1, 2, 3}),
+                                    Int64s({1, 1, 1, 1})}, true);
+}
+
+TEST(SliceBox, DeclinedWhereTheReferenceRuns) {
+  // A step of 2 (YOLOv5's Focus), starts known only at run time, an empty box.
+  ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({0}), Int64s({8}), Int64s({2}), Int64s({2})}, false);
+  ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({1}), Int64s({8}), Int64s({2})}, false, {false, false, true, true});
+  ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({5}), Int64s({3}), Int64s({2})}, false);
 }
 
 KernelBuildContext AllNhwcContext(const Node& node, const std::vector<Tensor>& inputs,
