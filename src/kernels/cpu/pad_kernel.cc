@@ -4,6 +4,7 @@
 // a convolution and the pooling after it channels-last: TF's "same" padding before a MaxPool, ResNetV2's stem).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/op_registry.h"
+#include "ops/pad.h"
 
 namespace osprey {
 namespace {
@@ -18,7 +20,7 @@ namespace {
 constexpr int64_t kMinParallelBytes = int64_t{1} << 18;
 
 // Begin and end pads per axis (ONNX order) of a constant-mode Pad whose pads, value and axes are compile-time
-// constants, none negative; false otherwise.
+// constants (ops/pad.h reads them), none negative, and its fill value's bytes; false otherwise.
 bool ConstantPads(const KernelBuildContext& ctx, std::vector<int64_t>* begin, std::vector<int64_t>* end,
                   std::vector<char>* fill) {
   if (ctx.input_shapes.empty() || !ctx.present[0] || ctx.output_shapes.size() != 1) return false;
@@ -26,40 +28,32 @@ bool ConstantPads(const KernelBuildContext& ctx, std::vector<int64_t>* begin, st
   const int64_t rank = static_cast<int64_t>(ctx.input_shapes[0].size());
   const size_t es = DTypeSize(ctx.input_dtypes[0]);
   if (rank < 1 || es == 0 || es > 8) return false;
-  std::vector<int64_t> pads, axes;
-  fill->assign(es, 0);
   auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
+  for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+    if (known(i) && ctx.input_values[i] == nullptr) return false;
+  fill->assign(es, 0);
   if (ctx.opset < 11) {
-    pads = ctx.node.GetInts("pads");
     const float value = ctx.node.GetFloat("value", 0.f);
     if (ctx.input_dtypes[0] != DType::kF32 && value != 0.f) return false;
     std::memcpy(fill->data(), &value, std::min(es, sizeof value));
-  } else {
-    for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
-      if (known(i) && ctx.input_values[i] == nullptr) return false;
-    if (!known(1)) return false;
-    pads = ctx.input_values[1]->ToInt64Vector();
-    if (known(2) && ctx.input_values[2]->numel() > 0) {
-      if (ctx.input_values[2]->dtype() != ctx.input_dtypes[0]) return false;
-      std::memcpy(fill->data(), ctx.input_values[2]->raw(), es);
-    }
-    if (known(3))
-      for (int64_t a : ctx.input_values[3]->ToInt64Vector()) axes.push_back(a < 0 ? a + rank : a);
+  } else if (known(2) && ctx.input_values[2]->numel() > 0) {
+    if (ctx.input_values[2]->dtype() != ctx.input_dtypes[0]) return false;
+    std::memcpy(fill->data(), ctx.input_values[2]->raw(), es);
   }
-  if (axes.empty() && !(ctx.opset >= 11 && known(3)))
-    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
-  const size_t n = axes.size();
-  if (pads.size() != 2 * n) return false;
-  begin->assign(rank, 0), end->assign(rank, 0);
-  for (size_t i = 0; i < n; ++i) {
-    if (axes[i] < 0 || axes[i] >= rank || pads[i] < 0 || pads[i + n] < 0) return false;
-    (*begin)[axes[i]] = pads[i], (*end)[axes[i]] = pads[i + n];
+  PadAmounts pads;
+  try {
+    if (!ReadPadAmounts(ctx.node, ctx.opset, rank, [&](int i) { return known(i) ? ctx.input_values[i] : nullptr; },
+                        &pads))
+      return false;
+  } catch (const Error&) {
+    return false;  // the reference kernel reports it
   }
   const Shape& in = ctx.input_shapes[0];
   const Shape& out = ctx.output_shapes[0];
   if (static_cast<int64_t>(out.size()) != rank) return false;
   for (int64_t d = 0; d < rank; ++d)
-    if (out[d] != in[d] + (*begin)[d] + (*end)[d]) return false;
+    if (pads.begin[d] < 0 || pads.end[d] < 0 || out[d] != in[d] + pads.begin[d] + pads.end[d]) return false;
+  *begin = std::move(pads.begin), *end = std::move(pads.end);
   return true;
 }
 

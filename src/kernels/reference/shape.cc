@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/pad.h"
 #include "ops/slice.h"
 #include "kernels/reference/reference.h"
 #include "ops/onnx_resize.h"
@@ -368,29 +369,18 @@ void PadKernel(KernelContext& ctx) {
   int64_t rank = in.rank();
   size_t es = DTypeSize(in.dtype());
   std::string mode = ctx.node.GetString("mode", "constant");
-  std::vector<int64_t> pads, axes;
   std::array<char, 8> fill{};
   if (ctx.opset < 11) {
-    pads = ctx.node.GetInts("pads");
     fill = ValuePattern(in.dtype(), ctx.node.GetFloat("value", 0.f));
-  } else {
-    pads = ctx.In(1).ToInt64Vector();
-    if (ctx.HasIn(2) && ctx.In(2).numel() > 0) {
-      if (ctx.In(2).dtype() != in.dtype()) Internal(ctx.node, "constant_value dtype differs from data");
-      std::memcpy(fill.data(), ctx.In(2).raw(), es);
-    }
-    if (ctx.HasIn(3))
-      for (int64_t a : ctx.In(3).ToInt64Vector()) axes.push_back(NormalizeAxis(a, rank, ctx.node));
+  } else if (ctx.HasIn(2) && ctx.In(2).numel() > 0) {
+    if (ctx.In(2).dtype() != in.dtype()) Internal(ctx.node, "constant_value dtype differs from data");
+    std::memcpy(fill.data(), ctx.In(2).raw(), es);
   }
-  if (axes.empty() && !(ctx.opset >= 11 && ctx.HasIn(3)))
-    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
-  int64_t n = static_cast<int64_t>(axes.size());
-  if (static_cast<int64_t>(pads.size()) != 2 * n) Internal(ctx.node, "pads length");
-  std::vector<int64_t> begin(rank, 0), end(rank, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    begin[axes[i]] = pads[i];
-    end[axes[i]] = pads[i + n];
-  }
+  PadAmounts pads;
+  if (!ReadPadAmounts(ctx.node, ctx.opset, rank, [&](int i) { return ctx.HasIn(i) ? &ctx.In(i) : nullptr; }, &pads))
+    Internal(ctx.node, "pads missing");
+  const std::vector<int64_t>& begin = pads.begin;
+  const std::vector<int64_t>& end = pads.end;
   // Per axis and output coordinate: the input coordinate it reads, or -1 for the fill value. Negative pads crop
   // first; the remaining pads then extend the cropped region.
   std::vector<std::vector<int64_t>> source(rank);

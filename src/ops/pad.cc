@@ -1,0 +1,44 @@
+#include "ops/pad.h"
+
+#include <string>
+
+namespace osprey {
+
+bool ReadPadAmounts(const Node& node, int opset, int64_t rank, const std::function<const Tensor*(int)>& input,
+                    PadAmounts* out) {
+  auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what);
+  };
+  std::vector<int64_t> pads, axes;
+  if (opset < 11) {
+    if (!node.Has("pads")) return false;
+    pads = node.GetInts("pads");
+  } else {
+    const Tensor* p = input(1);
+    if (!p) return false;
+    pads = p->ToInt64Vector();
+    if (node.inputs.size() > 3 && node.inputs[3] >= 0) {
+      const Tensor* a = input(3);
+      if (!a) return false;
+      axes = a->ToInt64Vector();
+    } else {
+      for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    }
+  }
+  if (opset < 11)
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  const size_t n = axes.size();
+  if (pads.size() != 2 * n)
+    fail("pads has " + std::to_string(pads.size()) + " entries, expected 2 x " + std::to_string(n) + " axes");
+  out->begin.assign(rank, 0), out->end.assign(rank, 0);
+  std::vector<char> seen(rank, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank) fail("axis " + std::to_string(axes[i]) + " is out of range for rank " + std::to_string(rank));
+    if (seen[a]++) fail("axis " + std::to_string(axes[i]) + " is repeated");
+    out->begin[a] = pads[i], out->end[a] = pads[i + n];
+  }
+  return true;
+}
+
+}  // namespace osprey
