@@ -411,6 +411,10 @@ void InferPad(InferContext& ctx) {
   Shape out = in;
   for (int64_t i = 0; i < n; ++i) {
     int64_t d = axes[i], begin = pads[i], end = pads[i + n];
+    // Pads near the int64 limits would overflow the sums below: osprey's tensor size limit refuses far less.
+    constexpr int64_t kMaxPad = int64_t{1} << 48;
+    if (begin > kMaxPad || end > kMaxPad || begin < -kMaxPad || end < -kMaxPad)
+      ctx.Fail("pads " + IntsToString(pads) + " exceed +/-2^48 on axis " + Str(d) + " (no tensor that size fits)");
     int64_t kept = in[d] - std::max<int64_t>(0, -begin) - std::max<int64_t>(0, -end);
     if (kept < 0)
       ctx.Fail("pads " + IntsToString(pads) + " crop more than the " + Str(in[d]) + " elements of axis " + Str(d));

@@ -2,6 +2,7 @@
 // by hand in each test (or by explicit index loops written independently of the kernels).
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "test_util.h"
@@ -42,12 +43,13 @@ Tensor Run1(const Node& node, const std::vector<Tensor>& inputs, int opset = 17)
   return outs.at(0);
 }
 
-void ExpectError(const std::function<void()>& fn, ErrorCode code) {
+void ExpectError(const std::function<void()>& fn, ErrorCode code, const std::string& message = "") {
   try {
     fn();
     ADD_FAILURE() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
   }
 }
 
@@ -391,6 +393,12 @@ TEST(ShapeOpsPad, NegativePadsCrop) {
         RunReferenceNode(MakeNode("Pad", 2, 1), {x, Ints({0, -3, 0, -3})}, 13);
       },
       ErrorCode::kInvalidArgument);
+  // Pads near the int64 limits: refused by name before any sum could overflow (UBSan checks the arithmetic).
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  for (const std::vector<int64_t>& pads : std::vector<std::vector<int64_t>>{{0, 0, 0, big}, {0, small + 1, 0, -5},
+                                                                           {0, big, 0, big}})
+    ExpectError([&] { RunReferenceNode(MakeNode("Pad", 2, 1), {x, Ints(pads)}, 13); }, ErrorCode::kInvalidArgument,
+                "exceed +/-2^48");
 }
 
 TEST(ShapeOpsPad, Opset2AttributesAndOpset18Axes) {
