@@ -39,7 +39,6 @@
 
 namespace osprey {
 
-
 namespace {
 
 using namespace image_kernels;

@@ -310,45 +310,6 @@ class ChannelShuffle final : public Kernel {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// Channel ranges [first, first + count) read by a Slice whose only cut is along axis 1 of a rank-4 float32 tensor,
-// with step 1. False for any other Slice.
-bool SliceChannelRange(const KernelBuildContext& ctx, int64_t* first, int64_t* count) {
-  if (ctx.input_shapes.empty() || ctx.output_shapes.size() != 1 || !ctx.present[0]) return false;
-  const Shape& in = ctx.input_shapes[0];
-  const Shape& out = ctx.output_shapes[0];
-  if (!IsF32Rank4(ctx.input_dtypes[0], in) || out.size() != 4) return false;
-  for (int d : {0, 2, 3})
-    if (out[d] != in[d]) return false;
-  std::vector<int64_t> starts, axes, steps;
-  if (ctx.opset < 10) {
-    starts = ctx.node.GetInts("starts");
-    axes = ctx.node.GetInts("axes");
-  } else {
-    auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
-    for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
-      if (known(i) && ctx.input_values[i] == nullptr) return false;
-    if (!known(1)) return false;
-    starts = ctx.input_values[1]->ToInt64Vector();
-    if (known(3)) axes = ctx.input_values[3]->ToInt64Vector();
-    if (known(4)) steps = ctx.input_values[4]->ToInt64Vector();
-  }
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (axes.size() != starts.size()) return false;
-  for (int64_t s : steps)
-    if (s != 1) return false;
-  int64_t start = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t axis = axes[i] < 0 ? axes[i] + 4 : axes[i];
-    if (axis != 1) continue;  // other axes keep their full extent (checked above), so their start is 0
-    start = starts[i] < 0 ? starts[i] + in[1] : starts[i];
-    start = std::clamp<int64_t>(start, 0, in[1]);
-  }
-  *first = start;
-  *count = out[1];
-  return start + out[1] <= in[1];
-}
-
 // The box a Slice of a rank-4 float32 tensor reads, when every step is 1: the first index and the count per axis (ONNX
 // order), from the arguments' compile-time values. False when one is known only at run time, or a step is not 1.
 bool SliceBox(const KernelBuildContext& ctx, std::array<int64_t, 4>* first, std::array<int64_t, 4>* count) {
@@ -372,6 +333,18 @@ bool SliceBox(const KernelBuildContext& ctx, std::array<int64_t, 4>* first, std:
     (*first)[d] = range.first[d], (*count)[d] = range.out[d];
   }
   return range.out == ctx.output_shapes[0];
+}
+
+// Channel ranges [first, first + count) read by a Slice whose only cut is along axis 1 of a rank-4 float32 tensor
+// (SliceBox with the batch, H and W whole). False for any other Slice.
+bool SliceChannelRange(const KernelBuildContext& ctx, int64_t* first, int64_t* count) {
+  std::array<int64_t, 4> box_first{}, box_count{};
+  if (!SliceBox(ctx, &box_first, &box_count)) return false;
+  const Shape& in = ctx.input_shapes[0];
+  for (int d : {0, 2, 3})
+    if (box_first[d] != 0 || box_count[d] != in[d]) return false;
+  *first = box_first[1], *count = box_count[1];
+  return true;
 }
 
 // A Slice box (SliceBox) of channels-last data: per output row (n, y), one run of w * C floats when every channel is
