@@ -6,6 +6,7 @@
 
 #include "ops/activation.h"
 #include "ops/conv_window.h"
+#include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -54,6 +55,34 @@ int SpatialRank(const InferContext& c, const Shape& x) {
 }
 
 // ---------------------------------------------------------------- Conv / ConvTranspose
+
+// The output shape of a Conv with a fused depthwise convolution (ops/fused_depthwise.h) whose pointwise part gives
+// `pointwise_y`.
+Shape InferFusedDepthwise(InferContext& c, const Shape& pointwise_y) {
+  if (c.node.GetInt("_residual", 0) != 0 || c.node.GetInt("_int8", 0) != 0)
+    c.Fail("a fused depthwise convolution (_dw_strides) takes no residual and is not int8");
+  const std::vector<int64_t> strides = c.node.GetInts("_dw_strides");
+  if (pointwise_y.size() != 4 || strides.size() != 2)
+    c.Fail("a fused depthwise convolution needs a 2-D convolution and two _dw_strides, got output " +
+           ShapeToString(pointwise_y) + " and " + IntsToString(strides));
+  const int64_t channels = pointwise_y[1];
+  RequireF32(c, kDwWeightInput, "depthwise W");
+  if (c.input_shapes[kDwWeightInput] != Shape{channels, 1, 3, 3})
+    c.Fail("depthwise W (input 4) should have shape [" + std::to_string(channels) + ", 1, 3, 3], got " +
+           ShapeToString(c.input_shapes[kDwWeightInput]));
+  if (c.Has(kDwBiasInput)) {
+    RequireF32(c, kDwBiasInput, "depthwise B");
+    if (c.input_shapes[kDwBiasInput] != Shape{channels})
+      c.Fail("depthwise bias (input 5) should have shape [" + std::to_string(channels) + "], got " +
+             ShapeToString(c.input_shapes[kDwBiasInput]));
+  }
+  const Node part = FusedDepthwisePart(c.node, channels);
+  Activation act;
+  if (!Activation::FromFusedNode(part, &act))
+    c.Fail("unknown fused depthwise activation '" + c.node.GetString("_dw_activation", "") + "'");
+  const std::vector<int64_t> spatial = ResolveConvWindow(part, pointwise_y, {3, 3}, /*ceil_mode=*/false).out;
+  return {pointwise_y[0], channels, spatial[0], spatial[1]};
+}
 
 void InferConv(InferContext& c) {
   RequireF32(c, 0, "X");
@@ -104,6 +133,11 @@ void InferConv(InferContext& c) {
     c.Fail("input 3 is only allowed on a fused node with _residual = 1");
   }
   CheckFusedActivation(c);
+  if (HasFusedDepthwise(c.node)) {
+    y = InferFusedDepthwise(c, y);
+  } else if (c.Has(kDwWeightInput) || c.Has(kDwBiasInput)) {
+    c.Fail("inputs 4 and 5 are only allowed on a fused node with _dw_strides");
+  }
   c.SetOutput(0, DType::kF32, y);
 }
 
@@ -349,7 +383,7 @@ OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int ma
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Add(Schema("Conv", 2, 4, 1, 1, InferConv));  // input 3: fused residual (internal)
+  r.Add(Schema("Conv", 2, 6, 1, 1, InferConv));  // 3: fused residual; 4, 5: fused depthwise (internal)
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));

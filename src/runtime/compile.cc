@@ -204,6 +204,15 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
+// Pointwise + depthwise convolution fusion (FuseConvDepthwise) is on unless OSPREY_FUSE_DW=0 (for comparisons).
+bool FuseDepthwiseEnabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("OSPREY_FUSE_DW");
+    return !(e && std::string(e) == "0");
+  }();
+  return enabled;
+}
+
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
                                     bool tune) {
   KernelBuildContext bc{node, st.opset};
@@ -399,6 +408,10 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   CheckDeclaredOutputTypes(st, graph, graph.outputs, "graph");
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
+  if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo && FuseDepthwiseEnabled())
+    FuseConvDepthwise(st, [&](const Node& n) {
+      return CpuKernelFusesDepthwise(MakeBuildContext(st, n, nthreads, bf16, tune));
+    });
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });

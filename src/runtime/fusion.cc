@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "ops/activation.h"
+#include "ops/conv_window.h"
+#include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
 #include "runtime/plan_impl.h"
 
@@ -290,6 +292,64 @@ void FuseResidualAdd(CompileState& st) {
     if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
   st.nodes = std::move(kept);
 }
+
+// Whether `n` is a plain 2-D float32 Conv (no fused residual, depthwise or int8 part) with a constant weight of
+// `kernel` x `kernel` and constant or absent bias, whose window resolves to `strides` in {1, 2} (both equal) and
+// equal pads of `pad` with dilation 1.
+bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, int64_t pad, int64_t* stride) {
+  if (n.op_type != "Conv" || n.outputs.size() != 1 || n.Has("_residual") || n.Has("_dw_strides") ||
+      n.Has("_int8") || n.inputs.size() < 2 || n.inputs[0] < 0 || !IsF32Known(st, n.inputs[1]))
+    return false;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0 && !IsF32Known(st, n.inputs[2])) return false;
+  const Shape& x = st.values[n.inputs[0]].shape;
+  const Shape& w = st.values[n.inputs[1]].shape;
+  if (x.size() != 4 || w.size() != 4 || w[2] != kernel || w[3] != kernel) return false;
+  if (st.values[n.inputs[0]].dtype != DType::kF32) return false;
+  const ConvWindow win = ResolveConvWindow(n, x, {kernel, kernel}, /*ceil_mode=*/false);
+  for (int i = 0; i < 2; ++i)
+    if (win.dilations[i] != 1 || win.pad_begin[i] != pad || win.pad_end[i] != pad ||
+        win.strides[i] != win.strides[0] || win.strides[i] > 2)
+      return false;
+  *stride = win.strides[0];
+  return true;
+}
+
+}  // namespace
+
+// A pointwise Conv whose output only a 3x3 depthwise Conv reads -> one Conv with the depthwise part fused
+// (ops/fused_depthwise.h), where `fast_kernel_takes` says the fused node has a fast kernel (oneDNN's fused 1x1 +
+// depthwise convolution exists for some shapes only; elsewhere the pair stays two nodes).
+void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
+  Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& dw = st.nodes[j];
+    int64_t dw_stride = 0, pw_stride = 0;
+    if (dead[j] || !SimpleConv2d(st, dw, 3, 1, &dw_stride)) continue;
+    const int v = dw.inputs[0];
+    const Shape& mid = st.values[v].shape;
+    if (dw.GetInt("group", 1) != mid[1] || st.values[dw.inputs[1]].shape[0] != mid[1] || !Private(st, u, v)) continue;
+    int pi = -1;
+    for (int i = static_cast<int>(j) - 1; i >= 0 && pi < 0; --i)
+      if (!dead[i] && !st.nodes[i].outputs.empty() && st.nodes[i].outputs[0] == v) pi = i;
+    if (pi < 0) continue;
+    const Node& pw = st.nodes[pi];
+    if (!SimpleConv2d(st, pw, 1, 0, &pw_stride) || pw_stride != 1 || pw.GetInt("group", 1) != 1) continue;
+    Node fused = FuseDepthwiseInto(pw, dw);
+    if (!fast_kernel_takes(fused)) continue;
+    st.nodes[pi] = std::move(fused);
+    dead[j] = 1;
+    changed = true;
+  }
+  if (!changed) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
+namespace {
 
 // Conv/Gemm/MatMul followed by a unary activation (or x * Sigmoid(x)) -> one node with _activation.
 void FuseActivation(CompileState& st) {

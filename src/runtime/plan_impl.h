@@ -201,6 +201,11 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
+/// A pointwise Conv whose output only a 3x3 depthwise Conv (stride 1 or 2, pads 1) reads becomes one Conv carrying
+/// the depthwise part (ops/fused_depthwise.h), where `fast_kernel_takes(fused node)`; for plans on the CPU's fast
+/// kernels (fusion.cc).
+void FuseConvDepthwise(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+
 /// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
 /// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine
 /// (timed once per step description and process; OSPREY_STEP_THREADS=0/1 forces never/always), else null

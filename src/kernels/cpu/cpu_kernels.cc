@@ -64,6 +64,14 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
   return false;
 }
 
+bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx) {
+  try {
+    return cpu::DnnlConvFusesDepthwise(ctx);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads) {
   return cpu::CreateDnnlLayoutReorder(shape, from, to, num_threads);
 }

@@ -18,6 +18,10 @@ std::unique_ptr<Kernel> CreateImageKernel(const KernelBuildContext& ctx);
 /// the runtime asks for. The runtime's layout pass keeps channels-last activations between such nodes.
 bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 
+/// True when `ctx.node`, a Conv carrying a fused depthwise convolution (ops/fused_depthwise.h), gets a fast fused
+/// kernel (oneDNN's 1x1 + depthwise convolution, which exists for some shapes and ISAs only).
+bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx);
+
 /// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
 /// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat
 /// on axis 1, Slice/Split of channels, a Slice box with unit steps, _ChannelShuffle; Resize/Upsample along H and W,

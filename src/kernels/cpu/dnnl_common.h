@@ -200,6 +200,9 @@ std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx);
 // Channels-last support tests behind CpuKernelSupportsNhwc: true when the factory above builds a kernel for this node
 // that honours kNhwc on input 0 (Conv: and input 3, the residual) and output 0 in every combination.
 bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx);
+/// Whether a Conv carrying a fused depthwise convolution (ops/fused_depthwise.h) gets oneDNN's fused kernel (not its
+/// reference implementation, which runs the two convolutions one after the other) on NHWC tensors.
+bool DnnlConvFusesDepthwise(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/conv_window.h"
+#include "ops/fused_depthwise.h"
 
 namespace osprey::cpu {
 namespace {
@@ -20,9 +21,12 @@ constexpr const char* kConvBf16Name = "ConvBf16Dnnl";
 constexpr const char* kConvWinogradName = "ConvF32DnnlWinograd";
 
 struct ConvGeometry {
-  Shape x, w, y;
+  Shape x, w, y;  // y: the convolution's output (with a fused depthwise convolution, the pointwise part's)
   int64_t group = 1;
   memory::dims strides, dilates, pad_l, pad_r;  // oneDNN conventions: dilation d is passed as d - 1
+  // A fused depthwise convolution (ops/fused_depthwise.h): its stride (0: none) and the node's output.
+  int64_t dw_stride = 0;
+  Shape out;
 };
 
 // Fills `g` from the node and shapes; false for anything this kernel does not take (the schema has already
@@ -32,11 +36,24 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   if (ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1) return false;
   g.x = ctx.input_shapes[0];
   g.w = ctx.input_shapes[1];
-  g.y = ctx.output_shapes[0];
+  g.y = g.out = ctx.output_shapes[0];
   const int64_t rank = static_cast<int64_t>(g.x.size());
   if (rank < 3 || rank > 5 || static_cast<int64_t>(g.w.size()) != rank || static_cast<int64_t>(g.y.size()) != rank)
     return false;
   const int64_t spatial = rank - 2;
+  if (HasFusedDepthwise(node)) {
+    // oneDNN's depthwise post-op: 3x3, pads 1, equal strides of 1 or 2, after a 2-D convolution; the shape rule has
+    // checked the rest. g.y becomes the pointwise part's output.
+    const std::vector<int64_t> dw_strides = node.GetInts("_dw_strides");
+    if (rank != 4 || dw_strides.size() != 2 || dw_strides[0] != dw_strides[1] || dw_strides[0] < 1 ||
+        dw_strides[0] > 2 || ctx.input_shapes.size() <= kDwWeightInput)
+      return false;
+    g.dw_stride = dw_strides[0];
+    std::vector<int64_t> kernel(g.w.begin() + 2, g.w.end());
+    const std::vector<int64_t> pointwise =
+        ResolveConvWindow(FusedPointwisePart(node), g.x, kernel, /*ceil_mode=*/false).out;
+    g.y = {g.x[0], g.w[0], pointwise[0], pointwise[1]};
+  }
   g.group = node.GetInt("group", 1);
   const int64_t in_c = g.x[1], out_c = g.w[0];
   if (g.group <= 0 || in_c % g.group != 0 || out_c % g.group != 0 || g.w[1] * g.group != in_c) return false;
@@ -150,7 +167,9 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
       dst_md = memory::desc(ToDims(g.y), memory::data_type::f32, memory::format_tag::any);
       break;
   }
-  const memory::desc bias_md = has_bias ? PlainDesc({g.w[0]}) : memory::desc();
+  // oneDNN 3.2's fused depthwise kernel crashes (segfault in its JIT code) when the pointwise convolution has no
+  // bias: the kernel then passes zeros.
+  const memory::desc bias_md = has_bias || g.dw_stride > 0 ? PlainDesc({g.w[0]}) : memory::desc();
   // The residual joins before the activation as a sum post-op: the residual is first copied (same layout) or
   // reordered (any other layout) into the destination buffer. A binary-add post-op reading the residual tensor
   // directly would save that copy, but oneDNN 2.6 runs it only in its im2col+GEMM convolution and applies it there
@@ -160,6 +179,16 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   dnnl::post_ops ops;
   if (residual) ops.append_sum(1.f);
   if (!AppendFusedActivation(node, ops)) return {};
+  if (g.dw_stride > 0) {
+    // The depthwise convolution runs on the activated output rows as they are made, then its own activation.
+    const Tensor* dw_weight = ctx.input_values.size() > kDwWeightInput ? ctx.input_values[kDwWeightInput] : nullptr;
+    if (bf16 || residual || dw_weight == nullptr || dw_weight->raw() == nullptr) return {};
+    const bool dw_bias = ctx.present.size() > kDwBiasInput && ctx.present[kDwBiasInput];
+    const Tensor* dw_bias_value = dw_bias ? ctx.input_values[kDwBiasInput] : nullptr;
+    if (dw_bias && (dw_bias_value == nullptr || dw_bias_value->raw() == nullptr)) return {};
+    ops.append_dw(memory::data_type::f32, memory::data_type::f32, memory::data_type::f32, 3, g.dw_stride, 1);
+    if (!AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
+  }
   attr.set_post_ops(ops);
   dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, algorithm, src_md,
                                                WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates,
@@ -185,6 +214,9 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
          std::to_string(ctx.num_threads) + ";" + std::to_string(ctx.present.size() > 2 && ctx.present[2]) + ";" +
          std::to_string(ctx.node.GetInt("_residual", 0)) + ";" + ctx.node.GetString("_activation", "") + ";" +
          std::to_string(ctx.node.GetFloat("_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_beta", 0.f));
+  if (g.dw_stride > 0)
+    key += ";dw" + std::to_string(g.dw_stride) + ";" + ctx.node.GetString("_dw_activation", "") + ";" +
+           std::to_string(ctx.node.GetFloat("_dw_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_dw_beta", 0.f));
   return key;
 }
 
@@ -203,9 +235,9 @@ class DnnlConvKernel final : public Kernel {
     src_layout_ = ctx.InLayout(0);
     dst_layout_ = ctx.OutLayout(0);
     user_src_md_ = ActivationDesc(g.x, src_layout_);
-    user_dst_md_ = ActivationDesc(g.y, dst_layout_);
+    user_dst_md_ = ActivationDesc(g.out, dst_layout_);
     dnnl::convolution_forward::primitive_desc bf16_pd;
-    if (ctx.bf16 != Bf16Use::kNo) {
+    if (ctx.bf16 != Bf16Use::kNo && g.dw_stride == 0) {
       const std::string key = "conv-bf16:" + ConvTuningKey(ctx, g, bf16_layout);
       bf16_pd = TryBf16([&] {
         return FastestImpl<dnnl::convolution_forward::primitive_desc>(
@@ -236,17 +268,31 @@ class DnnlConvKernel final : public Kernel {
     }
     if (!pd_) return false;
     x_shape_ = g.x;
-    y_shape_ = g.y;
+    y_shape_ = g.out;
     has_bias_ = ctx.present.size() > 2 && ctx.present[2];
+    if (g.dw_stride > 0 && !has_bias_) zero_bias_.assign(static_cast<size_t>(g.w[0]), 0.f);  // see MakeConvPd
     residual_ = ctx.node.GetInt("_residual", 0) != 0;
     residual_layout_ = residual_ ? ctx.InLayout(3) : Layout::kPlain;
     user_residual_md_ = ActivationDesc(g.y, residual_layout_);
-    bias_md_ = has_bias_ ? PlainDesc({g.w[0]}) : memory::desc();
+    bias_md_ = has_bias_ || !zero_bias_.empty() ? PlainDesc({g.w[0]}) : memory::desc();
     conv_dst_md_ = pd_.dst_desc();
     conv_src_md_ = pd_.src_desc();
     conv_ = dnnl::convolution_forward(pd_);
 
     weight_ = PackWeight(ctx, WeightDesc(g, true), *ctx.input_values[1], pd_.weights_desc());
+    if (g.dw_stride > 0) {
+      const int64_t channels = g.w[0];
+      dw_weight_ = PackWeight(ctx, PlainDesc({channels, 1, 1, 3, 3}), *ctx.input_values[kDwWeightInput],
+                              pd_.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS));
+      dw_bias_.assign(static_cast<size_t>(channels), 0.f);
+      if (ctx.present.size() > kDwBiasInput && ctx.present[kDwBiasInput]) {
+        const float* b = ctx.input_values[kDwBiasInput]->data<float>();
+        std::copy(b, b + channels, dw_bias_.begin());
+      }
+      dw_bias_md_ = pd_.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+      if (dw_bias_md_.get_size() != dw_bias_.size() * sizeof(float)) return false;
+      fused_dw_ = true;
+    }
 
     reorder_src_ = conv_src_md_ != user_src_md_;
     reorder_dst_ = conv_dst_md_ != user_dst_md_;
@@ -300,6 +346,11 @@ class DnnlConvKernel final : public Kernel {
                                            {DNNL_ARG_DST, dst},
                                            {DNNL_ARG_SCRATCHPAD, scratchpad}};
       if (has_bias_) args.emplace(DNNL_ARG_BIAS, WrapMemory(bias_md_, ctx.In(2).raw()));
+      if (!zero_bias_.empty()) args.emplace(DNNL_ARG_BIAS, WrapMemory(bias_md_, zero_bias_.data()));
+      if (fused_dw_) {
+        args.emplace(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, dw_weight_.memory);
+        args.emplace(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, WrapMemory(dw_bias_md_, dw_bias_.data()));
+      }
       if (reorder_src_) reorder(src_reorder_, user_src, src);
       // Same layout: a (parallel) copy; otherwise a reorder into the layout the primitive writes.
       if (residual_ && !residual_in_place) reorder(residual_reorder_, WrapMemory(user_residual_md_, residual), dst);
@@ -321,6 +372,11 @@ class DnnlConvKernel final : public Kernel {
   memory::desc user_src_md_, user_dst_md_, user_residual_md_, conv_src_md_, conv_dst_md_, bias_md_, scratch_md_,
       reorder_scratch_md_;
   PackedWeight weight_;
+  // A fused depthwise convolution's packed weights and bias (zeros when the node has none).
+  bool fused_dw_ = false;
+  PackedWeight dw_weight_;
+  std::vector<float> dw_bias_, zero_bias_;
+  memory::desc dw_bias_md_;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
 };
 
@@ -378,7 +434,7 @@ namespace {
 // oneDNN 2.6 then picks brgconv_1x1 / brgconv / brdgmm_dw (depthwise) / jit (grouped) on AVX-512. A primitive reading
 // NCHW and writing NHWC (or the reverse) exists only as a reference implementation, so mixed layouts reorder.
 ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
-  if (AnyNhwc(ctx)) return ConvLayout::kChannelsLast;
+  if (AnyNhwc(ctx) || HasFusedDepthwise(ctx.node)) return ConvLayout::kChannelsLast;
   const Shape& w = ctx.input_shapes[1];
   bool pointwise = ctx.node.GetInt("group", 1) == 1;
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
@@ -405,6 +461,14 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   OmpThreadsGuard threads(ctx.num_threads);
   return (ctx.bf16 != Bf16Use::kNo && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
          static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
+}
+
+bool DnnlConvFusesDepthwise(const KernelBuildContext& ctx) {
+  if (!HasFusedDepthwise(ctx.node) || ctx.input_shapes.size() < 2 || !AllFloat32(ctx)) return false;
+  ConvGeometry g;
+  if (!ComputeGeometry(ctx, g)) return false;
+  OmpThreadsGuard threads(ctx.num_threads);
+  return static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
 }
 
 }  // namespace osprey::cpu

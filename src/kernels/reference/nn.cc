@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/reference/reference.h"
+#include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -225,7 +226,30 @@ float QuantizeDequantize(float v, float scale, int64_t zero_point, bool is_signe
   return (q - static_cast<float>(zero_point)) * scale;
 }
 
+void ConvRef(KernelContext& ctx);
+
+// A Conv with a fused depthwise convolution (ops/fused_depthwise.h): its two parts, one after the other.
+void FusedDepthwiseConvRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const Tensor& w = ctx.In(1);
+  const Node pointwise = FusedPointwisePart(ctx.node);
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  Shape mid_shape = {x.dim(0), w.dim(0)};
+  for (int64_t d : ResolveConvWindow(pointwise, x.shape(), kernel, /*ceil_mode=*/false).out) mid_shape.push_back(d);
+  Tensor mid(DType::kF32, mid_shape);
+  KernelContext first{pointwise, ctx.opset};
+  first.inputs = {ctx.inputs[0], ctx.inputs[1], ctx.HasIn(2) ? ctx.inputs[2] : nullptr};
+  first.outputs = {&mid};
+  ConvRef(first);
+  const Node depthwise = FusedDepthwisePart(ctx.node, w.dim(0));
+  KernelContext second{depthwise, ctx.opset};
+  second.inputs = {&mid, ctx.inputs[kDwWeightInput], ctx.HasIn(kDwBiasInput) ? ctx.inputs[kDwBiasInput] : nullptr};
+  second.outputs = {ctx.outputs[0]};
+  ConvRef(second);
+}
+
 void ConvRef(KernelContext& ctx) {
+  if (HasFusedDepthwise(ctx.node)) return FusedDepthwiseConvRef(ctx);
   const Node& node = ctx.node;
   Tensor x = ctx.In(0);
   const Tensor& w = ctx.In(1);
