@@ -29,7 +29,7 @@ Node FusedDepthwisePart(const Node& fused, int64_t channels) {
   part.outputs = fused.outputs;
   part.attrs["group"] = Attribute::Int(channels);
   part.attrs["kernel_shape"] = Attribute::Ints({3, 3});
-  part.attrs["pads"] = Attribute::Ints({1, 1, 1, 1});
+  part.attrs["pads"] = Attribute::Ints(fused.GetInts("_dw_pads", {1, 1, 1, 1}));
   part.attrs["strides"] = Attribute::Ints(fused.GetInts("_dw_strides"));
   for (int i = 0; i < 3; ++i) {
     auto it = fused.attrs.find(kDwActivationAttrs[i]);
@@ -38,7 +38,7 @@ Node FusedDepthwisePart(const Node& fused, int64_t channels) {
   return part;
 }
 
-Node FuseDepthwiseInto(const Node& pointwise, const Node& depthwise) {
+Node FuseDepthwiseInto(const Node& pointwise, const Node& depthwise, const std::vector<int64_t>& depthwise_pads) {
   Node fused = pointwise;
   fused.name = pointwise.name + "+" + depthwise.name;
   fused.inputs.resize(6, -1);
@@ -46,6 +46,7 @@ Node FuseDepthwiseInto(const Node& pointwise, const Node& depthwise) {
   fused.inputs[kDwBiasInput] = depthwise.inputs.size() > 2 ? depthwise.inputs[2] : -1;
   fused.outputs = depthwise.outputs;
   fused.attrs["_dw_strides"] = Attribute::Ints(depthwise.GetInts("strides", {1, 1}));
+  fused.attrs["_dw_pads"] = Attribute::Ints(depthwise_pads);
   for (int i = 0; i < 3; ++i) {
     auto it = depthwise.attrs.find(kActivationAttrs[i]);
     if (it != depthwise.attrs.end()) fused.attrs[kDwActivationAttrs[i]] = it->second;

@@ -7,8 +7,9 @@
 //   input 3     absent (no residual);
 //   input 4     the depthwise weights [M, 1, 3, 3] (M = the pointwise convolution's output channels);
 //   input 5     the depthwise bias [M] (optional);
-//   `_dw_strides` [s, s] marks the node as fused; the depthwise convolution has pads 1, dilation 1 and group M, and
-//   its activation is `_dw_activation` / `_dw_alpha` / `_dw_beta` (as `_activation` / `_alpha` / `_beta`).
+//   `_dw_strides` [s, s] marks the node as fused; `_dw_pads` [top, left, bottom, right] are the depthwise
+//   convolution's pads (default 1 each; TensorFlow's "same" padding at stride 2 is [0, 0, 1, 1]); it has dilation 1
+//   and group M, and its activation is `_dw_activation` / `_dw_alpha` / `_dw_beta` (as `_activation` / ...).
 // Result = dw_activation(depthwise(activation(pointwise(X)))). The shape rule (ops/nn.cc), the reference kernel and
 // the oneDNN kernel all read the node through the two parts below.
 #include "osprey/graph.h"
@@ -25,11 +26,13 @@ bool HasFusedDepthwise(const Node& conv);
 Node FusedPointwisePart(const Node& fused);
 
 /// The depthwise convolution of a fused node as a Conv of its own: inputs {input 0 (stands for the pointwise output),
-/// input 4, input 5}, group `channels`, kernel 3x3, pads 1, strides `_dw_strides`, `_activation` from `_dw_*`.
+/// input 4, input 5}, group `channels`, kernel 3x3, pads `_dw_pads`, strides `_dw_strides`, `_activation` from
+/// `_dw_*`.
 Node FusedDepthwisePart(const Node& fused, int64_t channels);
 
 /// Makes `pointwise` (a Conv, possibly with `_activation`) the fused node of it and `depthwise` (a Conv whose input 0
-/// is pointwise's output): `_dw_*` attributes, inputs 4 and 5, depthwise's output. The caller checks the pattern.
-Node FuseDepthwiseInto(const Node& pointwise, const Node& depthwise);
+/// is pointwise's output): `_dw_*` attributes (`depthwise_pads`: its resolved pads, auto_pad included), inputs 4 and
+/// 5, depthwise's output. The caller checks the pattern.
+Node FuseDepthwiseInto(const Node& pointwise, const Node& depthwise, const std::vector<int64_t>& depthwise_pads);
 
 }  // namespace osprey

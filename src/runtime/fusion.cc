@@ -294,9 +294,8 @@ void FuseResidualAdd(CompileState& st) {
 }
 
 // Whether `n` is a plain 2-D float32 Conv (no fused residual, depthwise or int8 part) with a constant weight of
-// `kernel` x `kernel` and constant or absent bias, whose window resolves to `strides` in {1, 2} (both equal) and
-// equal pads of `pad` with dilation 1.
-bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, int64_t pad, int64_t* stride) {
+// `kernel` x `kernel`, a constant or absent bias, dilation 1 and equal strides of 1 or 2; `win` receives its window.
+bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, ConvWindow* win) {
   if (n.op_type != "Conv" || n.outputs.size() != 1 || n.Has("_residual") || n.Has("_dw_strides") ||
       n.Has("_int8") || n.inputs.size() < 2 || n.inputs[0] < 0 || !IsF32Known(st, n.inputs[1]))
     return false;
@@ -305,12 +304,9 @@ bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, int64_t
   const Shape& w = st.values[n.inputs[1]].shape;
   if (x.size() != 4 || w.size() != 4 || w[2] != kernel || w[3] != kernel) return false;
   if (st.values[n.inputs[0]].dtype != DType::kF32) return false;
-  const ConvWindow win = ResolveConvWindow(n, x, {kernel, kernel}, /*ceil_mode=*/false);
+  *win = ResolveConvWindow(n, x, {kernel, kernel}, /*ceil_mode=*/false);
   for (int i = 0; i < 2; ++i)
-    if (win.dilations[i] != 1 || win.pad_begin[i] != pad || win.pad_end[i] != pad ||
-        win.strides[i] != win.strides[0] || win.strides[i] > 2)
-      return false;
-  *stride = win.strides[0];
+    if (win->dilations[i] != 1 || win->strides[i] != win->strides[0] || win->strides[i] > 2) return false;
   return true;
 }
 
@@ -325,8 +321,11 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
   bool changed = false;
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     const Node& dw = st.nodes[j];
-    int64_t dw_stride = 0, pw_stride = 0;
-    if (dead[j] || !SimpleConv2d(st, dw, 3, 1, &dw_stride)) continue;
+    ConvWindow dw_win, pw_win;
+    if (dead[j] || !SimpleConv2d(st, dw, 3, &dw_win)) continue;
+    // oneDNN's depthwise post-op takes one begin pad for both axes (0 or 1; the end pads follow from the output size,
+    // which the kernel checks).
+    if (dw_win.pad_begin[0] != dw_win.pad_begin[1] || dw_win.pad_begin[0] > 1) continue;
     const int v = dw.inputs[0];
     const Shape& mid = st.values[v].shape;
     if (dw.GetInt("group", 1) != mid[1] || st.values[dw.inputs[1]].shape[0] != mid[1] || !Private(st, u, v)) continue;
@@ -335,8 +334,11 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
       if (!dead[i] && !st.nodes[i].outputs.empty() && st.nodes[i].outputs[0] == v) pi = i;
     if (pi < 0) continue;
     const Node& pw = st.nodes[pi];
-    if (!SimpleConv2d(st, pw, 1, 0, &pw_stride) || pw_stride != 1 || pw.GetInt("group", 1) != 1) continue;
-    Node fused = FuseDepthwiseInto(pw, dw);
+    if (!SimpleConv2d(st, pw, 1, &pw_win) || pw_win.strides[0] != 1 || pw.GetInt("group", 1) != 1) continue;
+    bool no_pads = true;
+    for (int i = 0; i < 2; ++i) no_pads = no_pads && pw_win.pad_begin[i] == 0 && pw_win.pad_end[i] == 0;
+    if (!no_pads) continue;
+    Node fused = FuseDepthwiseInto(pw, dw, {dw_win.pad_begin[0], dw_win.pad_begin[1], dw_win.pad_end[0], dw_win.pad_end[1]});
     if (!fast_kernel_takes(fused)) continue;
     st.nodes[pi] = std::move(fused);
     dead[j] = 1;

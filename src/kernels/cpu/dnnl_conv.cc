@@ -24,8 +24,8 @@ struct ConvGeometry {
   Shape x, w, y;  // y: the convolution's output (with a fused depthwise convolution, the pointwise part's)
   int64_t group = 1;
   memory::dims strides, dilates, pad_l, pad_r;  // oneDNN conventions: dilation d is passed as d - 1
-  // A fused depthwise convolution (ops/fused_depthwise.h): its stride (0: none) and the node's output.
-  int64_t dw_stride = 0;
+  // A fused depthwise convolution (ops/fused_depthwise.h): its stride (0: none), begin pad and the node's output.
+  int64_t dw_stride = 0, dw_pad = 1;
   Shape out;
 };
 
@@ -49,6 +49,9 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
         dw_strides[0] > 2 || ctx.input_shapes.size() <= kDwWeightInput)
       return false;
     g.dw_stride = dw_strides[0];
+    const std::vector<int64_t> dw_pads = node.GetInts("_dw_pads", {1, 1, 1, 1});
+    if (dw_pads.size() != 4 || dw_pads[0] != dw_pads[1] || dw_pads[0] < 0 || dw_pads[0] > 1) return false;
+    g.dw_pad = dw_pads[0];
     std::vector<int64_t> kernel(g.w.begin() + 2, g.w.end());
     const std::vector<int64_t> pointwise =
         ResolveConvWindow(FusedPointwisePart(node), g.x, kernel, /*ceil_mode=*/false).out;
@@ -186,7 +189,7 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
     const bool dw_bias = ctx.present.size() > kDwBiasInput && ctx.present[kDwBiasInput];
     const Tensor* dw_bias_value = dw_bias ? ctx.input_values[kDwBiasInput] : nullptr;
     if (dw_bias && (dw_bias_value == nullptr || dw_bias_value->raw() == nullptr)) return {};
-    ops.append_dw(memory::data_type::f32, memory::data_type::f32, memory::data_type::f32, 3, g.dw_stride, 1);
+    ops.append_dw(memory::data_type::f32, memory::data_type::f32, memory::data_type::f32, 3, g.dw_stride, g.dw_pad);
     if (!AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
   }
   attr.set_post_ops(ops);
@@ -194,6 +197,8 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
                                                WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates,
                                                g.pad_l, g.pad_r, attr, /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
+  // oneDNN derives the depthwise part's end pads from its begin pad; the output must be the node's.
+  if (g.dw_stride > 0 && pd.dst_desc().get_dims() != ToDims(g.out)) return {};
   return pd;
 }
 

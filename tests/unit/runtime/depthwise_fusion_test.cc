@@ -23,6 +23,7 @@ struct Pair {
   bool pointwise_bias = true, depthwise_bias = true;
   std::string pointwise_act = "Clip", depthwise_act = "Clip";  // "" for none, or an ONNX activation op
   bool pointwise_output_too = false;                           // the pointwise output is also a graph output
+  std::vector<int64_t> dw_pads{1, 1, 1, 1};                    // TensorFlow's "same" at stride 2: {0, 0, 1, 1}
 };
 
 ValueRef Activate(GraphBuilder& b, ValueRef v, const std::string& act) {
@@ -42,7 +43,7 @@ Graph PairGraph(const Pair& p) {
   if (p.depthwise_bias) dw_in.push_back(b.Constant(RandomTensor({p.mid_c}, 4)));
   auto y = b.Op("Conv", dw_in,
                 {{"group", Attribute::Int(p.mid_c)},
-                 {"pads", Attribute::Ints({1, 1, 1, 1})},
+                 {"pads", Attribute::Ints(p.dw_pads)},
                  {"strides", Attribute::Ints({p.stride, p.stride})}});
   b.Output(Activate(b, y, p.depthwise_act), "y");
   if (p.pointwise_output_too) b.Output(mid, "mid");
@@ -73,12 +74,13 @@ bool FusesHere(const Pair& p) {
   fused.inputs = {0, 1, p.pointwise_bias ? 2 : -1, -1, 3, p.depthwise_bias ? 4 : -1};
   fused.outputs = {5};
   fused.attrs["_dw_strides"] = Attribute::Ints({p.stride, p.stride});
+  fused.attrs["_dw_pads"] = Attribute::Ints(p.dw_pads);
   const Tensor w = RandomTensor({p.mid_c, p.in_c, 1, 1}, 1), b = RandomTensor({p.mid_c}, 2),
                dw = RandomTensor({p.mid_c, 1, 3, 3}, 3), dwb = RandomTensor({p.mid_c}, 4);
   KernelBuildContext ctx{fused, 13};
   ctx.present = {true, true, p.pointwise_bias, false, true, p.depthwise_bias};
   ctx.input_dtypes.assign(6, DType::kF32);
-  const int64_t out = (p.size - 1) / p.stride + 1;
+  const int64_t out = (p.size + p.dw_pads[0] + p.dw_pads[2] - 3) / p.stride + 1;
   ctx.input_shapes = {{1, p.in_c, p.size, p.size}, w.shape(), b.shape(), {}, dw.shape(), dwb.shape()};
   ctx.input_values = {nullptr, &w, &b, nullptr, &dw, &dwb};
   ctx.output_dtypes = {DType::kF32};
@@ -95,6 +97,17 @@ TEST(DepthwiseFusion, MobileNetV2ExpandThenDepthwiseBecomesOneStep) {
     if (!FusesHere(p)) GTEST_SKIP() << "oneDNN offers no fused 1x1 + depthwise kernel for this shape on this CPU";
     ExpectPair(p, 1);
   }
+}
+
+TEST(DepthwiseFusion, TensorFlowSamePaddingAtStrideTwo) {
+  // Keras exports pad a stride-2 depthwise convolution at the bottom and right only ({0, 0, 1, 1}).
+  Pair p;
+  p.dw_pads = {0, 0, 1, 1};
+  if (!FusesHere(p)) GTEST_SKIP() << "oneDNN offers no fused 1x1 + depthwise kernel for this shape on this CPU";
+  ExpectPair(p, 1);
+  // Begin pads of 2 (or unequal ones) are not oneDNN's: two steps.
+  p.dw_pads = {2, 2, 0, 0};
+  ExpectPair(p, 2);
 }
 
 TEST(DepthwiseFusion, PointwiseWithoutBiasAndOtherActivations) {
@@ -125,11 +138,13 @@ TEST(DepthwiseFusion, SharedIntermediateOrSmallShapesStayTwoSteps) {
 
 // ---- The fused node itself (what the fusion pass writes), on reference kernels: against the two Convs.
 
-Graph FusedNodeGraph(int64_t stride, bool bias, const Tensor& dw_weight, AttributeMap extra = {}) {
+Graph FusedNodeGraph(int64_t stride, bool bias, const Tensor& dw_weight, AttributeMap extra = {},
+                     std::vector<int64_t> pads = {1, 1, 1, 1}) {
   GraphBuilder b("fused", 13);
   auto x = b.Input("x", DType::kF32, {2, 5, 9, 8});
   AttributeMap attrs{{"_activation", Attribute::String("Relu")},
                      {"_dw_strides", Attribute::Ints({stride, stride})},
+                     {"_dw_pads", Attribute::Ints(pads)},
                      {"_dw_activation", Attribute::String("Clip")},
                      {"_dw_alpha", Attribute::Float(-1.f)},
                      {"_dw_beta", Attribute::Float(1.f)}};
@@ -141,7 +156,7 @@ Graph FusedNodeGraph(int64_t stride, bool bias, const Tensor& dw_weight, Attribu
   return b.Finish();
 }
 
-Graph TwoConvsGraph(int64_t stride, bool bias) {
+Graph TwoConvsGraph(int64_t stride, bool bias, std::vector<int64_t> pads = {1, 1, 1, 1}) {
   GraphBuilder b("two", 13);
   auto x = b.Input("x", DType::kF32, {2, 5, 9, 8});
   auto mid = b.Op("Conv", {x, b.Constant(RandomTensor({6, 5, 1, 1}, 1)), b.Constant(RandomTensor({6}, 2))},
@@ -150,7 +165,7 @@ Graph TwoConvsGraph(int64_t stride, bool bias) {
   if (bias) in.push_back(b.Constant(RandomTensor({6}, 4)));
   b.Output(b.Op("Conv", in,
                 {{"group", Attribute::Int(6)},
-                 {"pads", Attribute::Ints({1, 1, 1, 1})},
+                 {"pads", Attribute::Ints(pads)},
                  {"strides", Attribute::Ints({stride, stride})},
                  {"_activation", Attribute::String("Clip")},
                  {"_alpha", Attribute::Float(-1.f)},
@@ -173,6 +188,12 @@ TEST(DepthwiseFusion, FusedNodeReferenceMatchesTwoConvs) {
       ExpectTensorNear(got[0], expected[0], 1e-6f, 1e-6f);
     }
   }
+  const std::vector<int64_t> same{0, 0, 1, 1};
+  const std::vector<Tensor> expected = Compile(TwoConvsGraph(2, true, same), specs, kOracle)->Run(inputs);
+  const std::vector<Tensor> got =
+      Compile(FusedNodeGraph(2, true, RandomTensor({6, 1, 3, 3}, 3), {}, same), specs, kOracle)->Run(inputs);
+  EXPECT_EQ(got[0].shape(), (Shape{2, 6, 4, 4}));
+  ExpectTensorNear(got[0], expected[0], 1e-6f, 1e-6f);
 }
 
 TEST(DepthwiseFusion, FusedNodeShapeRuleRefusesBadParts) {
