@@ -211,6 +211,15 @@ TEST(DepthwiseFusion, FusedNodeShapeRuleRefusesBadParts) {
                "two _dw_strides");
   expect_error(FusedNodeGraph(1, true, RandomTensor({6, 1, 3, 3}, 3), {{"_dw_activation", Attribute::String("Nope")}}),
                "depthwise activation");
+  expect_error(FusedNodeGraph(1, true, RandomTensor({6, 1, 3, 3}, 3), {{"_residual", Attribute::Int(1)}}),
+               "residual");
+  // A model that hands a plain Conv five inputs: refused, not silently ignored.
+  GraphBuilder b("five", 13);
+  auto x = b.Input("x", DType::kF32, {2, 5, 9, 8});
+  b.Output(b.Op("Conv", {x, b.Constant(RandomTensor({6, 5, 1, 1}, 1)), ValueRef{}, ValueRef{},
+                         b.Constant(RandomTensor({6, 1, 3, 3}, 3))}),
+           "y");
+  expect_error(b.Finish(), "only allowed on a fused node with _dw_strides");
 }
 
 }  // namespace
