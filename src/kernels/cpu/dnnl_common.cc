@@ -199,7 +199,8 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // was built, not by speed on this machine. On the 2-vCPU AMD EPYC (AVX2) build machine, oneDNN 3.2's first choices
 // for convolutions (brgconv, brgconv_1x1, brdgmm_dw) took up to 1.6x as long as its jit:avx2 / jit_1x1 / jit_dw
 // kernels on some layers and half as long on others (docs/performance.md). So kernels time the candidates once per
-// distinct operation and thread count, at build time, on zero-filled tensors, and keep the fastest. Candidates:
+// distinct operation and thread count, at build time, on zero-filled tensors (one set of buffers shared by all),
+// round-robin (one untimed run each, then three timed rounds of one run each), and keep the fastest. Candidates:
 // the first choice and every other implementation reading and writing the same source and destination layouts,
 // except the reference and SSE4.1 ones and im2col+GEMM convolutions (never faster where a JIT kernel exists).
 // OSPREY_TUNE=0 keeps oneDNN's first choice (for comparisons).
@@ -234,27 +235,59 @@ bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_des
   return pd.src_desc() == first.src_desc() && pd.dst_desc() == first.dst_desc();
 }
 
-// Every argument the primitive `pd` takes, as zero-filled memory in buffers held by `buffers`; empty when a
-// descriptor is not believable. Only post-ops that exist are asked for their second source: oneDNN 3.2 answered the
-// query for a post-op index past the end with a descriptor of garbage size now and then (8.8e18 bytes; seen as
-// "could not create a memory object" from its own allocation, ~1 compile of MobileNetV2 in 200 under CPU load).
-std::optional<std::unordered_map<int, dnnl::memory>> ZeroArgs(const dnnl::primitive_desc_base& pd,
-                                                              std::vector<std::shared_ptr<Buffer>>& buffers) {
+// Every argument the primitive `pd` takes, as (kind, descriptor); empty when a descriptor is not believable. Only
+// post-ops that exist are asked for their second source: oneDNN 3.2 answered the query for a post-op index past the
+// end with a descriptor of garbage size now and then (8.8e18 bytes; seen as "could not create a memory object" from
+// its own allocation, ~1 compile of MobileNetV2 in 200 under CPU load).
+std::optional<std::vector<std::pair<int, dnnl::memory::desc>>> ArgDescs(const dnnl::primitive_desc_base& pd) {
   constexpr size_t kMaxBytes = size_t{1} << 36;  // far above any real operation's argument
   std::vector<int> kinds{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
   const dnnl::post_ops ops = pd.get_primitive_attr().get_post_ops();
-  for (int i = 0; i < ops.len(); ++i)
+  for (int i = 0; i < ops.len(); ++i) {
     if (ops.kind(i) == dnnl::primitive::kind::binary) kinds.push_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1);
-  std::unordered_map<int, dnnl::memory> args;
+    if (ops.kind(i) == dnnl::primitive::kind::convolution) {  // a fused depthwise convolution's weights and bias
+      kinds.push_back(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+      kinds.push_back(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+    }
+  }
+  std::vector<std::pair<int, dnnl::memory::desc>> descs;
   for (int kind : kinds) {
     const dnnl::memory::desc md = pd.query_md(dnnl::query::exec_arg_md, kind);
     if (md.get_size() == 0) continue;
     if (md.get_size() > kMaxBytes) return std::nullopt;
-    buffers.push_back(Allocator::Host().Allocate(md.get_size()));
-    std::memset(buffers.back()->data(), 0, md.get_size());
-    args.emplace(kind, dnnl::memory(md, CpuEngine(), buffers.back()->data()));
+    descs.emplace_back(kind, md);
   }
+  return descs;
+}
+
+// Zero-filled memory for every argument in `sets` (one set per primitive, all run one at a time), in buffers held by
+// `buffers`: one buffer per argument kind, as large as that kind's largest descriptor, shared by every set (zeros are
+// zeros in any layout). So timing several candidates side by side costs the memory of one.
+std::vector<std::unordered_map<int, dnnl::memory>> ZeroArgs(
+    const std::vector<std::vector<std::pair<int, dnnl::memory::desc>>>& sets,
+    std::vector<std::shared_ptr<Buffer>>& buffers) {
+  std::unordered_map<int, size_t> bytes;
+  for (const auto& set : sets)
+    for (const auto& [kind, md] : set) bytes[kind] = std::max(bytes[kind], md.get_size());
+  std::unordered_map<int, void*> data;
+  for (const auto& [kind, size] : bytes) {
+    buffers.push_back(Allocator::Host().Allocate(size));
+    std::memset(buffers.back()->data(), 0, size);
+    data[kind] = buffers.back()->data();
+  }
+  std::vector<std::unordered_map<int, dnnl::memory>> args(sets.size());
+  for (size_t i = 0; i < sets.size(); ++i)
+    for (const auto& [kind, md] : sets[i]) args[i].emplace(kind, dnnl::memory(md, CpuEngine(), data[kind]));
   return args;
+}
+
+// Every argument the primitive `pd` takes, as zero-filled memory in buffers held by `buffers`; empty when a
+// descriptor is not believable (ArgDescs).
+std::optional<std::unordered_map<int, dnnl::memory>> ZeroArgs(const dnnl::primitive_desc_base& pd,
+                                                              std::vector<std::shared_ptr<Buffer>>& buffers) {
+  std::optional<std::vector<std::pair<int, dnnl::memory::desc>>> descs = ArgDescs(pd);
+  if (!descs) return std::nullopt;
+  return ZeroArgs({*descs}, buffers)[0];
 }
 
 // Best of `runs` timed executions (after one untimed) of the primitive `pd` describes, in milliseconds, every
@@ -473,20 +506,72 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
   const LoadWatch watch;
   const dnnl::primitive_desc first = make();
   dnnl::primitive_desc probe = make();
-  double best_ms = 1e30;
-  TuningChoice best{0, first.impl_info_str(), 0};
-  int index = 0, candidates = 0;
+  // Every candidate is created first, then they are timed round-robin (one untimed run each, then kTimedRounds timed
+  // runs, one candidate after the other): a slow stretch of a shared host (a VM's neighbours, which the run delay
+  // above does not see) then slows every candidate alike instead of all the runs of one. A candidate slower than
+  // twice the best after the first timed round is not run again.
+  struct Candidate {
+    int index;
+    std::string name;
+    dnnl::primitive primitive;
+    std::unordered_map<int, dnnl::memory> args;
+    double best_ms = 1e30;
+    bool live = true;
+  };
+  std::vector<Candidate> timed;
+  std::vector<std::vector<std::pair<int, dnnl::memory::desc>>> descs;
+  int index = 0;
   do {
     if (index == 0 || IsTuningCandidate(probe, first)) {
-      const std::optional<double> ms = TimePd(probe, 3, 2 * best_ms);
-      candidates += ms.has_value();
-      if (ms && *ms < best_ms) {
-        best_ms = *ms;
-        best = {index, probe.impl_info_str(), 0};
+      try {
+        std::optional<std::vector<std::pair<int, dnnl::memory::desc>>> d = ArgDescs(probe);
+        if (d) {
+          timed.push_back({index, probe.impl_info_str(), dnnl::primitive(probe.get()), {}});
+          descs.push_back(std::move(*d));
+        }
+      } catch (const dnnl::error&) {
+        // oneDNN could not create it: not a candidate
       }
     }
     ++index;
   } while (probe.next_impl());
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<std::unordered_map<int, dnnl::memory>> args = ZeroArgs(descs, buffers);
+  for (size_t i = 0; i < timed.size(); ++i) timed[i].args = std::move(args[i]);
+  constexpr int kTimedRounds = 3;
+  dnnl::stream& stream = ThreadStream();
+  for (int round = 0; round <= kTimedRounds; ++round) {
+    double best_ms = 1e30;
+    for (const Candidate& c : timed) best_ms = std::min(best_ms, c.best_ms);
+    for (Candidate& c : timed) {
+      if (!c.live) continue;
+      if (round > 1 && c.best_ms > 2 * best_ms) {  // timed once at least: it keeps that time and stops here
+        c.live = false;
+        continue;
+      }
+      try {
+        const auto start = std::chrono::steady_clock::now();
+        c.primitive.execute(stream, c.args);
+        stream.wait();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (round > 0) c.best_ms = std::min(c.best_ms, ms);
+      } catch (const dnnl::error&) {
+        c.live = false;
+        c.best_ms = 1e30;
+      }
+    }
+  }
+  TuningChoice best{0, first.impl_info_str(), 0};
+  double best_ms = 1e30;
+  int candidates = 0;
+  for (const Candidate& c : timed) {
+    if (c.best_ms >= 1e30) continue;
+    ++candidates;
+    if (c.best_ms < best_ms) {
+      best_ms = c.best_ms;
+      best = {c.index, c.name, 0};
+    }
+  }
   if (candidates == 0) return 0;  // none could be timed: oneDNN's first choice, nothing remembered
   best.candidates = candidates;
   return Remember(hash, best, watch.Disturbed(), remembered).position;
