@@ -342,9 +342,11 @@ std::string TuningCachePath() {
   else
     return "";
   const dnnl_version_t* v = dnnl_version();
-  const std::string id = HashHex(CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) +
-                               "|" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                               std::to_string(v->patch) + "|" + v->hash);
+  // "rr": choices timed round-robin (FastestImplPosition); files of the earlier one-after-the-other timing are left.
+  const std::string id =
+      HashHex("rr|" + CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) + "|" +
+              std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "|" +
+              v->hash);
   return dir + "/onednn-tuning-" + id + ".tsv";
 }
 
