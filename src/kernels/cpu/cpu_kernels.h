@@ -35,6 +35,13 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 /// (physical channels-last shapes and [N, H, W, C] views of plain operands). nullptr for other ops or dtypes.
 std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx);
 
+/// SiLU (x / (1 + e^-x)) on data[0, n) in place, on up to `threads` OpenMP threads, for kernels that apply it to their
+/// own output instead of oneDNN's slower swish post-op (elementwise_kernels.cc). FastSiluAvailable(): whether the
+/// fast (AVX-512) pass exists on this CPU; elsewhere SiluInPlace is a plain loop and oneDNN's post-op is the better
+/// choice.
+bool FastSiluAvailable();
+void SiluInPlace(float* data, int64_t n, int threads);
+
 /// Softmax / LogSoftmax (opset >= 13) over a non-last axis with at least 8 positions after it (softmax_kernel.cc), for
 /// when oneDNN has only its reference implementation; nullptr otherwise.
 std::unique_ptr<Kernel> CreateStridedSoftmax(const KernelBuildContext& ctx, int64_t axis);

@@ -3,12 +3,16 @@
 // channels-last (NHWC) activations when the runtime's layout pass asks for them (KernelBuildContext layouts).
 #include "kernels/cpu/dnnl_conv.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/activation.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
 
@@ -139,6 +143,18 @@ memory::format_tag ChannelsLastTag(size_t rank) {
   }
 }
 
+// Whether the kernel applies the node's last activation itself (SiluInPlace, after the primitive) instead of as a
+// oneDNN post-op: SiLU where the fast pass exists, ~2.3x cheaper than oneDNN's swish post-op per element (a 1x1
+// 16 -> 96 convolution on 112x112: 0.20 ms + 0.20 ms against 0.64 ms with the post-op, 2 threads). The last
+// activation is the depthwise part's for a node with one fused (ops/fused_depthwise.h); the pointwise part's stays a
+// post-op, since the depthwise convolution reads it inside the primitive.
+bool OwnSilu(const Node& node, const ConvGeometry& g) {
+  Activation act;
+  const bool ok = g.dw_stride > 0 ? Activation::FromFusedNode(FusedDepthwisePart(node, g.w[0]), &act)
+                                  : Activation::FromFusedNode(node, &act);
+  return ok && act.kind == ActivationKind::kSilu && FastSiluAvailable();
+}
+
 // The convolution primitive for `layout` with the node's post-ops, or an empty descriptor when a needed piece is
 // missing (run-time weight, odd bias or residual) or oneDNN offers only a reference implementation. Shared by the
 // factory and the channels-last support test, so the two agree. With `bf16` the primitive reads bf16 source and
@@ -181,7 +197,8 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   dnnl::primitive_attr attr = BaseAttr();
   dnnl::post_ops ops;
   if (residual) ops.append_sum(1.f);
-  if (!AppendFusedActivation(node, ops)) return {};
+  const bool own_silu = OwnSilu(node, g);
+  if (!(g.dw_stride == 0 && own_silu) && !AppendFusedActivation(node, ops)) return {};
   if (g.dw_stride > 0) {
     // The depthwise convolution runs on the activated output rows as they are made, then its own activation.
     const Tensor* dw_weight = ctx.input_values.size() > kDwWeightInput ? ctx.input_values[kDwWeightInput] : nullptr;
@@ -190,7 +207,7 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
     const Tensor* dw_bias_value = dw_bias ? ctx.input_values[kDwBiasInput] : nullptr;
     if (dw_bias && (dw_bias_value == nullptr || dw_bias_value->raw() == nullptr)) return {};
     ops.append_dw(memory::data_type::f32, memory::data_type::f32, memory::data_type::f32, 3, g.dw_stride, g.dw_pad);
-    if (!AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
+    if (!own_silu && !AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
   }
   attr.set_post_ops(ops);
   dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, algorithm, src_md,
@@ -219,6 +236,7 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
          std::to_string(ctx.num_threads) + ";" + std::to_string(ctx.present.size() > 2 && ctx.present[2]) + ";" +
          std::to_string(ctx.node.GetInt("_residual", 0)) + ";" + ctx.node.GetString("_activation", "") + ";" +
          std::to_string(ctx.node.GetFloat("_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_beta", 0.f));
+  if (OwnSilu(ctx.node, g)) key += ";own-silu";
   if (g.dw_stride > 0)
     key += ";dw" + std::to_string(g.dw_stride) + ";" + ctx.node.GetString("_dw_activation", "") + ";" +
            std::to_string(ctx.node.GetFloat("_dw_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_dw_beta", 0.f));
@@ -274,6 +292,8 @@ class DnnlConvKernel final : public Kernel {
     if (!pd_) return false;
     x_shape_ = g.x;
     y_shape_ = g.out;
+    own_silu_ = OwnSilu(ctx.node, g);
+    num_threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
     has_bias_ = ctx.present.size() > 2 && ctx.present[2];
     if (g.dw_stride > 0 && !has_bias_) zero_bias_.assign(static_cast<size_t>(g.w[0]), 0.f);  // see MakeConvPd
     residual_ = ctx.node.GetInt("_residual", 0) != 0;
@@ -363,12 +383,15 @@ class DnnlConvKernel final : public Kernel {
       if (reorder_dst_) reorder(dst_reorder_, dst, user_dst);
       stream.wait();
     });
+    if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
   }
 
  private:
   const char* name_ = kConvName;
   Shape x_shape_, y_shape_;
   bool has_bias_ = false, residual_ = false;
+  bool own_silu_ = false;  // the last activation, SiLU, applied after the primitive (OwnSilu)
+  int num_threads_ = 1;
   bool reorder_src_ = false, reorder_dst_ = false;
   Layout src_layout_ = Layout::kPlain, dst_layout_ = Layout::kPlain, residual_layout_ = Layout::kPlain;
   dnnl::convolution_forward::primitive_desc pd_;

@@ -18,12 +18,14 @@
 // scalar ("control flow in loop"). Nothing here reads FP exception flags: allowed for this whole file (set before
 // any include, so inlined library code gets the same setting and inlines).
 #pragma GCC optimize("no-trapping-math")
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -529,6 +531,61 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
     return std::make_unique<UnaryKernel>(t, p, ctx.num_threads);
   }
   return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SiLU in place, for kernels that apply it to their own output (dnnl_conv.cc): oneDNN's swish post-op cost ~0.37 ns
+// per element inside its convolutions on the 2-vCPU Zen 4 (a 1x1 16 -> 96 convolution on 112x112: 0.20 ms without,
+// 0.64 ms with it); this pass costs ~0.16 ns per element there. exp(-x) as vmath::Exp (clamped argument, degree-6
+// polynomial, 2^n by scalef), then x * 1 / (1 + e) with the reciprocal from rcp14 and one Newton step instead of a
+// division: relative error ~2e-7 against x / (1 + std::exp(-x)).
+namespace {
+
+__attribute__((target("avx512f"))) void SiluAvx512(float* x, int64_t n) {
+  const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f), log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  const __m512 one = _mm512_set1_ps(1.f), two = _mm512_set1_ps(2.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
+    const __m512 a = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), v), lo), hi);
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(a, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(k, ln2_lo, _mm512_fnmadd_ps(k, ln2_hi, a));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
+    const __m512 d = _mm512_add_ps(one, _mm512_scalef_ps(p, k));
+    __m512 y = _mm512_rcp14_ps(d);
+    y = _mm512_mul_ps(y, _mm512_fnmadd_ps(d, y, two));
+    _mm512_mask_storeu_ps(x + i, mask, _mm512_mul_ps(v, y));
+  }
+}
+
+}  // namespace
+
+// OSPREY_OWN_SILU=0 leaves SiLU to oneDNN's post-op everywhere (for comparisons).
+bool FastSiluAvailable() {
+  static const bool available = [] {
+    const char* e = std::getenv("OSPREY_OWN_SILU");
+    return __builtin_cpu_supports("avx512f") && !(e && std::string(e) == "0");
+  }();
+  return available;
+}
+
+void SiluInPlace(float* data, int64_t n, int threads) {
+  if (!FastSiluAvailable()) {
+    for (int64_t i = 0; i < n; ++i) data[i] = data[i] / (1.f + vmath::Exp(-data[i]));
+    return;
+  }
+  constexpr int64_t kBlock = int64_t{1} << 14;  // floats per task: whole 64-byte lines, enough to split well
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+  for (int64_t b = 0; b < blocks; ++b) SiluAvx512(data + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
 }  // namespace osprey

@@ -185,5 +185,32 @@ TEST(ElementwiseF32, DeclinesOtherDtypes) {
   EXPECT_TRUE(FastKernelDeclines(MakeNode("Abs", 1, 1), {i32}, {false}));
 }
 
+// SiluInPlace (the convolution kernel's own SiLU pass, rcp14 + one Newton step on AVX-512) against x / (1 + e^-x) in
+// double: lengths 1..40 (masked tails), large arguments of both signs, zeros, and on two threads a long run.
+TEST(SiluInPlace, MatchesTheFormulaWithTailsAndLargeArguments) {
+  auto check = [](std::vector<float> x, int threads) {
+    const std::vector<float> in = x;
+    SiluInPlace(x.data(), static_cast<int64_t>(x.size()), threads);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = in[i], want = v / (1.0 + std::exp(-v));
+      // The exponent is clamped as in vmath::Exp (e^88.3 at most), so below x = -88.3 the result is x * ~4.5e-39
+      // instead of underflowing to 0 (the other fast kernels' SiLU does the same).
+      EXPECT_NEAR(x[i], want, 4e-7 * std::fabs(want) + 1e-38 * std::fabs(v) + 1e-37)
+          << "x = " << v << " at " << i << " of " << x.size();
+    }
+  };
+  for (int n = 1; n <= 40; ++n) {
+    std::vector<float> x(n);
+    for (int i = 0; i < n; ++i) x[i] = (i % 2 ? -1.f : 1.f) * 0.37f * static_cast<float>(i * i % 23);
+    check(x, 1);
+  }
+  check({0.f, -0.f, 1e-20f, -1e-20f, 80.f, -80.f, 87.f, -87.f, 100.f, -100.f, 1e30f, -1e30f, 5.5f, -5.5f, 17.f, -17.f,
+         0.25f},
+        1);
+  std::vector<float> big(100003);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(static_cast<int64_t>(i % 4001) - 2000) / 97.f;
+  check(big, 2);
+}
+
 }  // namespace
 }  // namespace osprey::testing
