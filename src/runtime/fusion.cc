@@ -338,7 +338,8 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
     bool no_pads = true;
     for (int i = 0; i < 2; ++i) no_pads = no_pads && pw_win.pad_begin[i] == 0 && pw_win.pad_end[i] == 0;
     if (!no_pads) continue;
-    Node fused = FuseDepthwiseInto(pw, dw, {dw_win.pad_begin[0], dw_win.pad_begin[1], dw_win.pad_end[0], dw_win.pad_end[1]});
+    Node fused =
+        FuseDepthwiseInto(pw, dw, {dw_win.pad_begin[0], dw_win.pad_begin[1], dw_win.pad_end[0], dw_win.pad_end[1]});
     if (!fast_kernel_takes(fused)) continue;
     st.nodes[pi] = std::move(fused);
     dead[j] = 1;

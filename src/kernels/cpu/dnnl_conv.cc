@@ -238,8 +238,9 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
          std::to_string(ctx.node.GetFloat("_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_beta", 0.f));
   if (OwnSilu(ctx.node, g)) key += ";own-silu";
   if (g.dw_stride > 0)
-    key += ";dw" + std::to_string(g.dw_stride) + ";" + ctx.node.GetString("_dw_activation", "") + ";" +
-           std::to_string(ctx.node.GetFloat("_dw_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_dw_beta", 0.f));
+    key += ";dw" + std::to_string(g.dw_stride) + ";" + std::to_string(g.dw_pad) + ";" +
+           ctx.node.GetString("_dw_activation", "") + ";" + std::to_string(ctx.node.GetFloat("_dw_alpha", 0.f)) + ";" +
+           std::to_string(ctx.node.GetFloat("_dw_beta", 0.f));
   return key;
 }
 

@@ -28,7 +28,8 @@ struct Pair {
 
 ValueRef Activate(GraphBuilder& b, ValueRef v, const std::string& act) {
   if (act.empty()) return v;
-  if (act == "Clip") return b.Op("Clip", {v, b.Constant(Tensor::Scalar<float>(0.f)), b.Constant(Tensor::Scalar<float>(6.f))});
+  if (act == "Clip")
+    return b.Op("Clip", {v, b.Constant(Tensor::Scalar<float>(0.f)), b.Constant(Tensor::Scalar<float>(6.f))});
   return b.Op(act, {v});
 }
 
