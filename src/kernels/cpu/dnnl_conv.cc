@@ -1,6 +1,7 @@
 // Conv (1-D, 2-D, 3-D) on oneDNN: groups and depthwise, strides, dilations, asymmetric and auto pads, bias, and the
-// fused residual add and activation of docs/architecture.md as post-ops. 2-D convolutions also read and write
-// channels-last (NHWC) activations when the runtime's layout pass asks for them (KernelBuildContext layouts).
+// fused residual add, activation and 3x3 depthwise convolution of docs/architecture.md as post-ops (a last SiLU the
+// kernel applies itself, OwnSilu). 2-D convolutions also read and write channels-last (NHWC) activations when the
+// runtime's layout pass asks for them (KernelBuildContext layouts).
 #include "kernels/cpu/dnnl_conv.h"
 
 #include <omp.h>

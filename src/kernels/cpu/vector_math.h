@@ -11,18 +11,25 @@ namespace osprey::cpu::vmath {
 // exp(x): x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact n ln2), a degree-6 polynomial for exp(r)
 // (Taylor coefficients refined for the interval) and 2^n built in the exponent bits. Relative error about 2 ulp. The
 // argument is clamped to [-87.3, 88.3], so results below 2^-126 are not produced (error < 1.2e-38) and large arguments
-// give 2^127.4 rather than inf; ExpFull adds the overflow.
+// give 2^127.4 rather than inf; ExpFull adds the overflow. The constants are shared with the intrinsics version in
+// elementwise_kernels.cc (SiluInPlace).
+namespace exp_constants {
+inline constexpr float kMinArg = -87.3f, kMaxArg = 88.3f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = 2.12194440e-4f;  // ln2 = kLn2Hi - kLn2Lo
+// exp(r) ~ 1 + r + r^2 (kP[5] + r (kP[4] + ... r kP[0])): kP[0] is the highest power's coefficient.
+inline constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_constants
+
 [[gnu::always_inline]] inline float Exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);  // NaN passes through (std::max/min return their first argument)
+  using namespace exp_constants;
+  x = std::min(std::max(x, kMinArg), kMaxArg);  // NaN passes through (std::max/min return their first argument)
   // Round to nearest by adding and subtracting 1.5 * 2^23 (no -ffast-math, so the compiler keeps both).
-  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float n = (x * kLog2e + 12582912.f) - 12582912.f;
+  const float r = (x - n * kLn2Hi) + n * kLn2Lo;
+  float p = kP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kP[i];
   p = p * r * r + r + 1.f;
   const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
   return p * scale;

@@ -30,6 +30,7 @@ ValueRef Activate(GraphBuilder& b, ValueRef v, const std::string& act) {
   if (act.empty()) return v;
   if (act == "Clip")
     return b.Op("Clip", {v, b.Constant(Tensor::Scalar<float>(0.f)), b.Constant(Tensor::Scalar<float>(6.f))});
+  if (act == "Silu") return b.Op("Mul", {v, b.Op("Sigmoid", {v})});  // fused as SiLU
   return b.Op(act, {v});
 }
 
@@ -123,6 +124,11 @@ TEST(DepthwiseFusion, PointwiseWithoutBiasAndOtherActivations) {
   p.pointwise_act = "";
   p.depthwise_act = "HardSwish";
   ExpectPair(p, 1);
+  // SiLU on both parts: the pointwise one stays oneDNN's post-op (the depthwise part reads it inside the primitive),
+  // the last one the kernel applies itself where it has its fast pass (dnnl_conv.cc OwnSilu).
+  p.pointwise_act = "Silu";
+  p.depthwise_act = "Silu";
+  ExpectPair(p, 1);
 }
 
 TEST(DepthwiseFusion, SharedIntermediateOrSmallShapesStayTwoSteps) {
@@ -214,6 +220,10 @@ TEST(DepthwiseFusion, FusedNodeShapeRuleRefusesBadParts) {
                "depthwise activation");
   expect_error(FusedNodeGraph(1, true, RandomTensor({6, 1, 3, 3}, 3), {{"_residual", Attribute::Int(1)}}),
                "residual");
+  expect_error(FusedNodeGraph(1, true, RandomTensor({6, 1, 3, 3}, 3), {{"_int8", Attribute::Int(1)}}), "not int8");
+  expect_error(FusedNodeGraph(0, true, RandomTensor({6, 1, 3, 3}, 3)), "strides");
+  expect_error(FusedNodeGraph(1, true, RandomTensor({6, 1, 3, 3}, 3), {}, {1, 1, 1}), "pads");
+  expect_error(FusedNodeGraph(int64_t{1} << 40, true, RandomTensor({6, 1, 3, 3}, 3)), "strides");
   // A model that hands a plain Conv five inputs: refused, not silently ignored.
   GraphBuilder b("five", 13);
   auto x = b.Input("x", DType::kF32, {2, 5, 9, 8});
