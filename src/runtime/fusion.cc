@@ -318,6 +318,12 @@ bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, ConvWin
 void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   Uses u = CountUses(st);
   std::vector<char> dead(st.nodes.size(), 0);
+  // Value -> the node writing it, built once: a search per candidate would make a graph of many depthwise
+  // convolutions quadratic to compile.
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int out : st.nodes[i].outputs)
+      if (out >= 0) producer[out] = static_cast<int>(i);
   bool changed = false;
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     const Node& dw = st.nodes[j];
@@ -329,10 +335,8 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
     const int v = dw.inputs[0];
     const Shape& mid = st.values[v].shape;
     if (dw.GetInt("group", 1) != mid[1] || st.values[dw.inputs[1]].shape[0] != mid[1] || !Private(st, u, v)) continue;
-    int pi = -1;
-    for (int i = static_cast<int>(j) - 1; i >= 0 && pi < 0; --i)
-      if (!dead[i] && !st.nodes[i].outputs.empty() && st.nodes[i].outputs[0] == v) pi = i;
-    if (pi < 0) continue;
+    const int pi = producer[v];
+    if (pi < 0 || dead[pi]) continue;
     const Node& pw = st.nodes[pi];
     if (!SimpleConv2d(st, pw, 1, &pw_win) || pw_win.strides[0] != 1 || pw.GetInt("group", 1) != 1) continue;
     bool no_pads = true;
@@ -341,6 +345,8 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
     Node fused =
         FuseDepthwiseInto(pw, dw, {dw_win.pad_begin[0], dw_win.pad_begin[1], dw_win.pad_end[0], dw_win.pad_end[1]});
     if (!fast_kernel_takes(fused)) continue;
+    for (int out : dw.outputs)
+      if (out >= 0) producer[out] = pi;
     st.nodes[pi] = std::move(fused);
     dead[j] = 1;
     changed = true;
