@@ -169,11 +169,9 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& st, const
                                                    int threads, Bf16Use bf16,
                                                    const std::function<std::unique_ptr<Kernel>()>& build_serial) {
   // OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without
-  // timing (both for comparisons and tests); unset, the timing decides.
-  static const std::string env = [] {
-    const char* v = std::getenv("OSPREY_STEP_THREADS");
-    return std::string(v ? v : "");
-  }();
+  // timing (both for comparisons and tests); unset, the timing decides. Read at every compile.
+  const char* value = std::getenv("OSPREY_STEP_THREADS");
+  const std::string env = value ? value : "";
   if (env == "0" || threads <= 1 || !ThreadCountMatters(node) || StepWork(st, node) >= kMaxTimedWork) return nullptr;
   std::unique_ptr<Kernel> serial;
   auto built = [&] {

@@ -398,26 +398,29 @@ bool CacheFileTooLarge(const std::string& path) {
   return !error && bytes > kMaxTuningCacheBytes;
 }
 
-// The choices made so far (key hash -> choice), loaded from the cache file on first use. Guarded by TuningMutex().
+// The choices made so far (key hash -> choice), loaded from the cache file on first use and again whenever the file's
+// path changes ($OSPREY_TUNE_CACHE set later in the process, e.g. by a test or an embedding program): the choices in
+// memory are always those of the file new ones are appended to. Guarded by TuningMutex().
 std::unordered_map<std::string, TuningChoice>& TuningChoices() {
-  static std::unordered_map<std::string, TuningChoice> choices = [] {
-    std::unordered_map<std::string, TuningChoice> loaded;
-    const std::string path = TuningCachePath();
-    if (path.empty() || CacheFileTooLarge(path)) return loaded;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string hash, name;
-      int position = -1, candidates = 0;
-      if (fields >> hash >> position >> name && position >= 0 && position < 1000) {
-        std::string flag;
-        fields >> candidates >> flag;
-        loaded[hash] = {position, name, candidates, flag == "provisional"};
-      }
+  static std::unordered_map<std::string, TuningChoice> choices;
+  static std::optional<std::string> loaded_from;
+  const std::string path = TuningCachePath();
+  if (loaded_from == path) return choices;
+  loaded_from = path;
+  choices.clear();
+  if (path.empty() || CacheFileTooLarge(path)) return choices;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string hash, name;
+    int position = -1, candidates = 0;
+    if (fields >> hash >> position >> name && position >= 0 && position < 1000) {
+      std::string flag;
+      fields >> candidates >> flag;
+      choices[hash] = {position, name, candidates, flag == "provisional"};
     }
-    return loaded;
-  }();
+  }
   return choices;
 }
 

@@ -223,8 +223,8 @@ TEST(DnnlConv, WinogradLayersMatchReference) {
 }
 
 // The kernel times oneDNN's implementations once per distinct convolution and keeps the fastest (dnnl_common.cc); the
-// choice goes to the cache file ($OSPREY_TUNE_CACHE), which a later build reads back. Each test is its own process
-// (gtest_discover_tests), so the environment set here is what the tuner sees first.
+// choice goes to the cache file ($OSPREY_TUNE_CACHE), which a later build reads back. The tuner reloads its choices
+// when the path changes, so each test's file is what it sees, in its own process (ctest) or one after another.
 TEST(DnnlTuning, RecordsTheChosenImplementation) {
   const std::string path = TempCachePath("osprey-tune");
   setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
@@ -276,6 +276,19 @@ TEST(DnnlTuning, IgnoresAHostileCacheFile) {
   ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 32, 9, 11}, {48, 32, 3, 3}, true, 5);
   EXPECT_EQ(Lines(path).size(), 5u);  // the four lines written above and the new choice
   std::filesystem::remove(path);
+}
+
+TEST(DnnlTuning, FollowsAChangedCacheFile) {
+  const std::string first = TempCachePath("osprey-tune-first"), second = TempCachePath("osprey-tune-second");
+  setenv("OSPREY_TUNE_CACHE", first.c_str(), 1);
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 24, 7, 9}, {40, 24, 3, 3}, true, 4);
+  EXPECT_EQ(Lines(first).size(), 1u);
+  setenv("OSPREY_TUNE_CACHE", second.c_str(), 1);
+  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 24, 7, 9}, {40, 24, 3, 3}, true, 4);
+  EXPECT_EQ(Lines(second).size(), 1u) << "the choice is timed again for the new file, not taken from the old one";
+  EXPECT_EQ(Lines(first).size(), 1u);
+  std::filesystem::remove(first);
+  std::filesystem::remove(second);
 }
 
 TEST(DnnlConv, DeclinesRuntimeWeights) {

@@ -300,8 +300,7 @@ TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
 }
 
 TEST(Runtime, SingleThreadStepsRunOnOneThreadAndLeaveTheCallersCount) {
-  // OSPREY_STEP_THREADS=1 (read once per process; ctest runs each test in its own) puts the small Gemm on one thread
-  // untimed. The plan switches the OpenMP count around it and hands the caller back the plan's count.
+  // OSPREY_STEP_THREADS=1 (read at each compile) puts the small Gemm on one thread untimed. The plan switches the OpenMP count around it and hands the caller back the plan's count.
   setenv("OSPREY_STEP_THREADS", "1", 1);
   GraphBuilder b("small_gemm");
   auto x = b.Input("x", DType::kF32, {2, 16});
@@ -310,6 +309,7 @@ TEST(Runtime, SingleThreadStepsRunOnOneThreadAndLeaveTheCallersCount) {
   CompileOptions options;
   options.num_threads = 2;
   auto plan = Compile(g, {{DType::kF32, {2, 16}}}, options);
+  unsetenv("OSPREY_STEP_THREADS");  // later compiles in this process (one binary run) time their steps again
   if (!cpu::TuningEnabled()) GTEST_SKIP() << "OSPREY_TUNE=0: no per-step thread choice";
   EXPECT_EQ(plan->num_single_thread_steps(), 1u);
   omp_set_num_threads(2);
