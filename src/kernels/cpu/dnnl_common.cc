@@ -332,8 +332,8 @@ std::string HashHex(const std::string& text) {
 // ~50 bytes: 1 MiB holds ~20,000 choices).
 constexpr std::uintmax_t kMaxTuningCacheBytes = 1 << 20;
 
-std::string TuningCachePath() {
-  if (const char* path = std::getenv("OSPREY_TUNE_CACHE")) return path;
+// The cache file when $OSPREY_TUNE_CACHE is not set (computed once: it hashes the CPU's and oneDNN's identity).
+std::string DefaultTuningCachePath() {
   std::string dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
     dir = std::string(xdg) + "/osprey";
@@ -348,6 +348,12 @@ std::string TuningCachePath() {
               std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "|" +
               v->hash);
   return dir + "/onednn-tuning-" + id + ".tsv";
+}
+
+std::string TuningCachePath() {
+  if (const char* path = std::getenv("OSPREY_TUNE_CACHE")) return path;
+  static const std::string default_path = DefaultTuningCachePath();
+  return default_path;
 }
 
 struct TuningChoice {

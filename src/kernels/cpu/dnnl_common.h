@@ -3,10 +3,12 @@
 // memory descriptors, fused-activation post-ops and weight prepacking.
 //
 // Thread-safety: oneDNN primitives are immutable once created and may be executed from several threads at once.
-// Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or per call.
+// Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or lent to one
+// call at a time (PerCaller).
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -62,6 +64,82 @@ inline dnnl::memory::desc WithDataType(const dnnl::memory::desc& md, dnnl::memor
 inline dnnl::memory WrapMemory(const dnnl::memory::desc& desc, const void* data) {
   return dnnl::memory(desc, CpuEngine(), const_cast<void*>(data));
 }
+
+/// A memory of `desc` with no buffer yet: a kernel's run state points it at each run's buffer with Point.
+inline dnnl::memory UnboundMemory(const dnnl::memory::desc& desc) {
+  return dnnl::memory(desc, CpuEngine(), DNNL_MEMORY_NONE);
+}
+
+/// Points `memory` at `data` for this run (no allocation; oneDNN's handle is non-const, inputs are never written).
+inline void Point(const dnnl::memory& memory, const void* data) { memory.set_data_handle(const_cast<void*>(data)); }
+
+/// The arguments of one primitive execution, put together once: the memories a kernel's run state points at each
+/// run's buffers (Point), and fixed ones (packed weights). Execute passes them to oneDNN as a ready array. Making the
+/// dnnl::memory objects and the argument map per run cost an aligned allocation and a descriptor copy per argument,
+/// 1.5 us of a small convolution's 2.6 us step (docs/performance.md, "Fifteenth session").
+class ExecArgs {
+ public:
+  ExecArgs& Add(int arg, const dnnl::memory& memory) {
+    memories_.push_back(memory);
+    args_.push_back({arg, memory.get()});
+    return *this;
+  }
+  void Execute(const dnnl::primitive& primitive, const dnnl::stream& stream) const {
+    dnnl::error::wrap_c_api(
+        dnnl_primitive_execute(primitive.get(), stream.get(), static_cast<int>(args_.size()), args_.data()),
+        "could not execute a primitive");
+  }
+
+ private:
+  std::vector<dnnl::memory> memories_;  // keeps the handles in args_ alive
+  std::vector<dnnl_exec_arg_t> args_;
+};
+
+/// State a kernel keeps from run to run, one T per concurrent caller (one plan may serve several threads at once):
+/// Acquire lends a free one, made by `make()` when none is free, until the lease ends. Grows to the most callers
+/// seen at once.
+template <class T>
+class PerCaller {
+ public:
+  class Lease {
+   public:
+    Lease(PerCaller* owner, std::unique_ptr<T> item) : owner_(owner), item_(std::move(item)) {}
+    Lease(Lease&&) noexcept = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (item_) owner_->Return(std::move(item_));
+    }
+    T& operator*() const { return *item_; }
+    T* operator->() const { return item_.get(); }
+
+   private:
+    PerCaller* owner_;
+    std::unique_ptr<T> item_;
+  };
+
+  template <class Make>
+  Lease Acquire(const Make& make) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        std::unique_ptr<T> item = std::move(free_.back());
+        free_.pop_back();
+        return Lease(this, std::move(item));
+      }
+    }
+    return Lease(this, std::make_unique<T>(make()));
+  }
+
+ private:
+  void Return(std::unique_ptr<T> item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(item));
+  }
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<T>> free_;
+};
 
 /// Appends the post-ops for the node's fused activation (`_activation`, `_alpha`, `_beta`: ops/activation.h, see
 /// docs/architecture.md). Returns false when `_activation` names no activation, so the caller can fall back to the

@@ -155,31 +155,51 @@ class DnnlMatMulKernel final : public Kernel {
       dnnl::stream& stream = ThreadStream();
       const size_t scratch_bytes = ThreadScratch::Align(scratch_md_.get_size());
       char* scratch = ThreadScratch::Reserve(a_bf16_bytes_ + scratch_bytes + a_reorder_scratch_md_.get_size());
-      memory src = WrapMemory(a_md, ctx.In(0).raw());
+      const auto run = runs_.Acquire([this] { return MakeRunState(); });
+      Point(run->user_a, ctx.In(0).raw());
+      Point(run->scratchpad, scratch);
+      Point(run->dst, ctx.Out(0).raw());
+      if (b_source == Source::kInput) Point(run->b, ctx.In(1).raw());
+      if (bias_source == Source::kInput) Point(run->bias, ctx.In(2).raw());
+      if (add_source == Source::kInput) Point(run->add, ctx.In(2).raw());
       if (a_bf16_bytes_ > 0) {
-        memory src_bf16(a_bf16_md_, CpuEngine(), scratch + scratch_bytes);
-        memory reorder_scratch(a_reorder_scratch_md_, CpuEngine(), scratch + scratch_bytes + a_bf16_bytes_);
-        a_reorder_.execute(stream,
-                           {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, src_bf16}, {DNNL_ARG_SCRATCHPAD, reorder_scratch}});
-        src = src_bf16;
+        Point(run->a, scratch + scratch_bytes);
+        Point(run->reorder_scratchpad, scratch + scratch_bytes + a_bf16_bytes_);
+        run->a_reorder.Execute(a_reorder_, stream);
       }
-      std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, src},
-          {DNNL_ARG_WEIGHTS, b_source == Source::kConstant ? packed_b_.memory : WrapMemory(b_md, ctx.In(1).raw())},
-          {DNNL_ARG_DST, WrapMemory(dst_md, ctx.Out(0).raw())},
-          {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}};
-      if (bias_source != Source::kNone)
-        args.emplace(DNNL_ARG_BIAS,
-                     bias_source == Source::kConstant ? bias_mem_ : WrapMemory(bias_md, ctx.In(2).raw()));
-      if (add_source != Source::kNone)
-        args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(add_post_op_index_) | DNNL_ARG_SRC_1,
-                     add_source == Source::kConstant ? add_mem_ : WrapMemory(add_md, ctx.In(2).raw()));
-      matmul_.execute(stream, args);
+      run->matmul.Execute(matmul_, stream);
       stream.wait();
     });
   }
 
  private:
+  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller); `a` is A itself unless
+  // the kernel reorders it to bf16.
+  struct RunState {
+    memory user_a, a, b, bias, add, dst, scratchpad, reorder_scratchpad;
+    ExecArgs a_reorder, matmul;
+  };
+  RunState MakeRunState() const {
+    RunState r;
+    r.user_a = UnboundMemory(a_md);
+    r.a = a_bf16_bytes_ > 0 ? UnboundMemory(a_bf16_md_) : r.user_a;
+    r.dst = UnboundMemory(dst_md);
+    r.scratchpad = UnboundMemory(scratch_md_);
+    if (a_bf16_bytes_ > 0) {
+      r.reorder_scratchpad = UnboundMemory(a_reorder_scratch_md_);
+      r.a_reorder.Add(DNNL_ARG_FROM, r.user_a).Add(DNNL_ARG_TO, r.a).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
+    }
+    r.b = b_source == Source::kConstant ? packed_b_.memory : UnboundMemory(b_md);
+    r.matmul.Add(DNNL_ARG_SRC, r.a).Add(DNNL_ARG_WEIGHTS, r.b).Add(DNNL_ARG_DST, r.dst).Add(DNNL_ARG_SCRATCHPAD,
+                                                                                            r.scratchpad);
+    if (bias_source != Source::kNone)
+      r.matmul.Add(DNNL_ARG_BIAS, r.bias = bias_source == Source::kConstant ? bias_mem_ : UnboundMemory(bias_md));
+    if (add_source != Source::kNone)
+      r.matmul.Add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(add_post_op_index_) | DNNL_ARG_SRC_1,
+                   r.add = add_source == Source::kConstant ? add_mem_ : UnboundMemory(add_md));
+    return r;
+  }
+
   const char* name_;
   const char* bf16_name_;
   dnnl::matmul matmul_;
@@ -190,6 +210,7 @@ class DnnlMatMulKernel final : public Kernel {
   memory bias_mem_, add_mem_;
   memory::desc scratch_md_;
   int add_post_op_index_ = 0;
+  PerCaller<RunState> runs_;
 };
 
 bool AllPositive(const Shape& s) {

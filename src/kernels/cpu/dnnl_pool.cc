@@ -58,25 +58,42 @@ class DnnlUnaryKernel final : public Kernel {
     RunDnnl(ctx.node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
-      memory user_src = WrapMemory(user_src_md_, ctx.In(0).raw());
-      memory user_dst = WrapMemory(user_dst_md_, ctx.Out(0).raw());
-      memory src = reorder_src_ ? memory(src_md_, CpuEngine(), scratch) : user_src;
-      memory dst = reorder_dst_ ? memory(dst_md_, CpuEngine(), scratch + src_bytes_) : user_dst;
-      memory reorder_scratchpad(reorder_scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_ + scratch_bytes_);
-      auto reorder = [&](const dnnl::reorder& r, const memory& from, const memory& to) {
-        r.execute(stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, reorder_scratchpad}});
-      };
-      if (reorder_src_) reorder(src_reorder_, user_src, src);
-      primitive_.execute(stream,
-                         {{DNNL_ARG_SRC, src},
-                          {DNNL_ARG_DST, dst},
-                          {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_)}});
-      if (reorder_dst_) reorder(dst_reorder_, dst, user_dst);
+      const auto run = runs_.Acquire([this] { return MakeRunState(); });
+      Point(run->user_src, ctx.In(0).raw());
+      Point(run->user_dst, ctx.Out(0).raw());
+      if (reorder_src_) Point(run->src, scratch);
+      if (reorder_dst_) Point(run->dst, scratch + src_bytes_);
+      Point(run->scratchpad, scratch + src_bytes_ + dst_bytes_);
+      Point(run->reorder_scratchpad, scratch + src_bytes_ + dst_bytes_ + scratch_bytes_);
+      if (reorder_src_) run->src_reorder.Execute(src_reorder_, stream);
+      run->primitive.Execute(primitive_, stream);
+      if (reorder_dst_) run->dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
   }
 
  private:
+  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller).
+  struct RunState {
+    memory user_src, user_dst, src, dst, scratchpad, reorder_scratchpad;
+    ExecArgs src_reorder, primitive, dst_reorder;
+  };
+  RunState MakeRunState() const {
+    RunState r;
+    r.user_src = UnboundMemory(user_src_md_);
+    r.user_dst = UnboundMemory(user_dst_md_);
+    r.src = reorder_src_ ? UnboundMemory(src_md_) : r.user_src;
+    r.dst = reorder_dst_ ? UnboundMemory(dst_md_) : r.user_dst;
+    r.scratchpad = UnboundMemory(scratch_md_);
+    r.reorder_scratchpad = UnboundMemory(reorder_scratch_md_);
+    if (reorder_src_)
+      r.src_reorder.Add(DNNL_ARG_FROM, r.user_src).Add(DNNL_ARG_TO, r.src).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
+    r.primitive.Add(DNNL_ARG_SRC, r.src).Add(DNNL_ARG_DST, r.dst).Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
+    if (reorder_dst_)
+      r.dst_reorder.Add(DNNL_ARG_FROM, r.dst).Add(DNNL_ARG_TO, r.user_dst).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
+    return r;
+  }
+
   const char* name_;
   dnnl::primitive primitive_;
   dnnl::reorder src_reorder_, dst_reorder_;
@@ -85,6 +102,7 @@ class DnnlUnaryKernel final : public Kernel {
   Layout in_layout_, out_layout_;
   bool reorder_src_ = false, reorder_dst_ = false;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
+  PerCaller<RunState> runs_;
 };
 
 bool AllPositive(const Shape& s) {

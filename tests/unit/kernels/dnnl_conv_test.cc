@@ -299,6 +299,26 @@ TEST(DnnlConv, DeclinesRuntimeWeights) {
 }
 
 // Several threads run one kernel at once on different inputs (one compiled plan serving concurrent requests).
+// Run state (memories, argument arrays) is lent to one caller at a time: two callers at once get two objects, and a
+// returned one is lent again instead of a new one being made.
+TEST(PerCaller, LendsOneObjectPerCallerAndReusesReturnedOnes) {
+  cpu::PerCaller<int> pool;
+  int made = 0;
+  auto make = [&made] { return ++made; };
+  {
+    auto first = pool.Acquire(make);
+    auto second = pool.Acquire(make);
+    EXPECT_NE(&*first, &*second);
+    EXPECT_EQ(made, 2);
+  }
+  auto again = pool.Acquire(make);
+  auto and_again = pool.Acquire(make);
+  EXPECT_EQ(made, 2) << "both returned objects are lent again";
+  EXPECT_NE(&*again, &*and_again);
+  auto third = pool.Acquire(make);
+  EXPECT_EQ(*third, 3);
+}
+
 TEST(DnnlConv, ConcurrentRunsFromSeveralThreads) {
   Node node = ConvNode(
       {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
