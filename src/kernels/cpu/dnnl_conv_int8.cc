@@ -288,30 +288,46 @@ class ConvInt8Kernel final : public Kernel {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_);
       Quantise(ctx.In(0).data<float>(), reinterpret_cast<uint8_t*>(scratch));
-      memory src(src_md_, CpuEngine(), scratch);
-      memory user_dst = WrapMemory(user_dst_md_, ctx.Out(0).raw());
-      memory dst = reorder_dst_ ? memory(conv_dst_md_, CpuEngine(), scratch + src_bytes_) : user_dst;
-      memory scratchpad(scratch_md_, CpuEngine(), scratch + src_bytes_ + dst_bytes_);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
-                                           {DNNL_ARG_WEIGHTS, weight_.memory},
-                                           {DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw())},
-                                           {DNNL_ARG_DST, dst},
-                                           {DNNL_ARG_SCRATCHPAD, scratchpad}};
-      int32_t zp = zp_u8_;
-      if (zp_u8_ != 0)
-        args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
-                     WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp));
-      args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
-                   WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
-                                           memory::format_tag::x),
-                              scales_.data()));
-      conv_.execute(stream, args);
-      if (reorder_dst_) dst_reorder_.execute(stream, dst, user_dst);
+      const auto run = run_states_.Acquire([this] { return MakeRunState(); });
+      Point(run->src, scratch);
+      Point(run->user_dst, ctx.Out(0).raw());
+      if (reorder_dst_) Point(run->dst, scratch + src_bytes_);
+      Point(run->scratchpad, scratch + src_bytes_ + dst_bytes_);
+      run->conv.Execute(conv_, stream);
+      if (reorder_dst_) run->dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
   }
 
  private:
+  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller). The zero point and the
+  // scales are the kernel's own (fixed) buffers.
+  struct RunState {
+    memory src, user_dst, dst, scratchpad;
+    ExecArgs conv, dst_reorder;
+  };
+  RunState MakeRunState() const {
+    RunState r;
+    r.src = UnboundMemory(src_md_);
+    r.user_dst = UnboundMemory(user_dst_md_);
+    r.dst = reorder_dst_ ? UnboundMemory(conv_dst_md_) : r.user_dst;
+    r.scratchpad = UnboundMemory(scratch_md_);
+    r.conv.Add(DNNL_ARG_SRC, r.src)
+        .Add(DNNL_ARG_WEIGHTS, weight_.memory)
+        .Add(DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw()))
+        .Add(DNNL_ARG_DST, r.dst)
+        .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
+    if (zp_u8_ != 0)
+      r.conv.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
+                 WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp_u8_));
+    r.conv.Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+               WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
+                                       memory::format_tag::x),
+                          scales_.data()));
+    if (reorder_dst_) r.dst_reorder.Add(DNNL_ARG_FROM, r.dst).Add(DNNL_ARG_TO, r.user_dst);
+    return r;
+  }
+
   struct Span {
     int64_t slot, channel, length;
   };
@@ -398,6 +414,7 @@ class ConvInt8Kernel final : public Kernel {
   Tensor bias_;
   std::vector<float> scales_;  // per output channel (or one): x_scale * w_scale[m] / y_scale
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0;
+  PerCaller<RunState> run_states_;
 };
 
 }  // namespace

@@ -132,23 +132,39 @@ class DnnlDeconvKernel final : public Kernel {
     RunDnnl(ctx.node, Name(), [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(ThreadScratch::Align(scratch_md_.get_size()));
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, WrapMemory(src_md_, ctx.In(0).raw())},
-                                           {DNNL_ARG_WEIGHTS, weight_.memory},
-                                           {DNNL_ARG_DST, WrapMemory(dst_md_, ctx.Out(0).raw())},
-                                           {DNNL_ARG_SCRATCHPAD, memory(scratch_md_, CpuEngine(), scratch)}};
-      if (bias_.defined() && bias_.numel() > 0) args[DNNL_ARG_BIAS] = WrapMemory(bias_md_, bias_.raw());
-      primitive_.execute(stream, args);
+      const auto run = runs_.Acquire([this] { return MakeRunState(); });
+      Point(run->src, ctx.In(0).raw());
+      Point(run->dst, ctx.Out(0).raw());
+      Point(run->scratchpad, scratch);
+      run->args.Execute(primitive_, stream);
       stream.wait();
     });
   }
 
  private:
+  // The memories and argument array of one run (one set per concurrent caller, PerCaller).
+  struct RunState {
+    memory src, dst, scratchpad;
+    ExecArgs args;
+  };
+  RunState MakeRunState() const {
+    RunState r;
+    r.src = UnboundMemory(src_md_);
+    r.dst = UnboundMemory(dst_md_);
+    r.scratchpad = UnboundMemory(scratch_md_);
+    r.args.Add(DNNL_ARG_SRC, r.src).Add(DNNL_ARG_WEIGHTS, weight_.memory).Add(DNNL_ARG_DST, r.dst).Add(
+        DNNL_ARG_SCRATCHPAD, r.scratchpad);
+    if (bias_.defined() && bias_.numel() > 0) r.args.Add(DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw()));
+    return r;
+  }
+
   dnnl::deconvolution_forward primitive_;
   memory::desc src_md_, dst_md_, scratch_md_, bias_md_;
   PackedWeight weight_;
   Tensor bias_;
   Shape x_, y_;
   Layout in_layout_, out_layout_;
+  PerCaller<RunState> runs_;
 };
 
 }  // namespace

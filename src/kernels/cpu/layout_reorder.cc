@@ -40,19 +40,31 @@ class LayoutReorderKernel final : public Kernel {
     RunDnnl(node, kReorderName, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(scratch_md_.get_size());
-      reorder_.execute(stream, {{DNNL_ARG_FROM, WrapMemory(from_md_, ctx.In(0).raw())},
-                                {DNNL_ARG_TO, WrapMemory(to_md_, ctx.Out(0).raw())},
-                                {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md_, CpuEngine(), scratch)}});
+      const auto run = runs_.Acquire([this] {
+        RunState r{UnboundMemory(from_md_), UnboundMemory(to_md_), UnboundMemory(scratch_md_), {}};
+        r.args.Add(DNNL_ARG_FROM, r.from).Add(DNNL_ARG_TO, r.to).Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
+        return r;
+      });
+      Point(run->from, ctx.In(0).raw());
+      Point(run->to, ctx.Out(0).raw());
+      Point(run->scratchpad, scratch);
+      run->args.Execute(reorder_, stream);
       stream.wait();
     });
   }
 
  private:
+  // The memories and argument array of one run (one set per concurrent caller, PerCaller).
+  struct RunState {
+    dnnl::memory from, to, scratchpad;
+    ExecArgs args;
+  };
   Shape shape_;
   Layout from_, to_;
   int64_t numel_;
   dnnl::memory::desc from_md_, to_md_, scratch_md_;
   dnnl::reorder reorder_;
+  PerCaller<RunState> runs_;
 };
 
 }  // namespace

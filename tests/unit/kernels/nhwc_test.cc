@@ -75,16 +75,24 @@ void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& in
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel->Name()), expected_name);
 
-  std::vector<Tensor> run_inputs = inputs;
-  if (in0 == Layout::kNhwc) run_inputs[0] = ToNhwc(inputs[0]);
-  if (node.op_type == "Conv" && inputs.size() > 3 && in3 == Layout::kNhwc) run_inputs[3] = ToNhwc(inputs[3]);
+  // Run 1 reads other buffers holding other values (the run-time float inputs scaled by -0.5) and writes a fresh
+  // output: a kernel keeping a buffer of its first run fails.
   const Shape logical = expected[0].shape();
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
+    std::vector<Tensor> logical_inputs = inputs;
+    for (size_t i = 0; run == 1 && i < inputs.size(); ++i)
+      if (inputs[i].buffer() && !(i < constant.size() && constant[i]) && inputs[i].dtype() == DType::kF32)
+        logical_inputs[i] = Scaled(inputs[i], -0.5f);
+    const std::vector<Tensor> want = run == 0 ? expected : RunReferenceNode(node, logical_inputs);
+    std::vector<Tensor> run_inputs = logical_inputs;
+    if (in0 == Layout::kNhwc) run_inputs[0] = ToNhwc(logical_inputs[0]);
+    if (node.op_type == "Conv" && inputs.size() > 3 && in3 == Layout::kNhwc)
+      run_inputs[3] = ToNhwc(logical_inputs[3]);
     std::vector<Tensor> run_outputs{NanTensor(Physical(logical, out0))};
     RunKernel(*kernel, node, run_inputs, run_outputs);
     Tensor got = out0 == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
-    ExpectTensorNear(got, expected[0], kFastRtol, kFastAtol);
+    ExpectTensorNear(got, want[0], kFastRtol, kFastAtol);
   }
 }
 
@@ -688,6 +696,11 @@ TEST(LayoutReorder, RoundTripIsExact) {
   std::vector<Tensor> back{NanTensor(shape)};
   RunKernel(*to_plain, node, nhwc, back);
   EXPECT_EQ(std::memcmp(back[0].raw(), plain.raw(), plain.nbytes()), 0);
+  // Again on other buffers with other values: nothing of the first run is kept.
+  const Tensor other = RandomTensor(shape, 19);
+  std::vector<Tensor> other_nhwc{NanTensor({2, 7, 9, 13})};
+  RunKernel(*to_nhwc, node, {other}, other_nhwc);
+  EXPECT_EQ(std::memcmp(other_nhwc[0].raw(), ToNhwc(other).raw(), other.nbytes()), 0);
 }
 
 TEST(LayoutReorder, LargeTensorAndBadShapes) {
