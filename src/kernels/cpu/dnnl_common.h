@@ -95,6 +95,42 @@ class ExecArgs {
   std::vector<dnnl_exec_arg_t> args_;
 };
 
+/// The memories around a primitive that reads a kernel's input 0 and writes its output 0 through reorders where their
+/// layouts differ from the primitive's (Conv, pools): the user tensors, the primitive's src/dst (the user tensors
+/// themselves without a reorder), its scratchpad and the reorders', laid out in the thread's scratch as
+/// [src | dst | scratchpad | reorder scratchpad] (sizes rounded with ThreadScratch::Align); and the reorders'
+/// arguments.
+struct ReorderedIo {
+  ReorderedIo(const dnnl::memory::desc& user_src_md, const dnnl::memory::desc& src_md,
+              const dnnl::memory::desc& user_dst_md, const dnnl::memory::desc& dst_md,
+              const dnnl::memory::desc& scratch_md, const dnnl::memory::desc& reorder_scratch_md)
+      : reorder_src(src_md != user_src_md), reorder_dst(dst_md != user_dst_md) {
+    user_src = UnboundMemory(user_src_md);
+    user_dst = UnboundMemory(user_dst_md);
+    src = reorder_src ? UnboundMemory(src_md) : user_src;
+    dst = reorder_dst ? UnboundMemory(dst_md) : user_dst;
+    scratchpad = UnboundMemory(scratch_md);
+    reorder_scratchpad = UnboundMemory(reorder_scratch_md);
+    if (reorder_src)
+      src_reorder.Add(DNNL_ARG_FROM, user_src).Add(DNNL_ARG_TO, src).Add(DNNL_ARG_SCRATCHPAD, reorder_scratchpad);
+    if (reorder_dst)
+      dst_reorder.Add(DNNL_ARG_FROM, dst).Add(DNNL_ARG_TO, user_dst).Add(DNNL_ARG_SCRATCHPAD, reorder_scratchpad);
+  }
+  /// Points every memory at this run's buffers: `in`, `out` and the regions of `scratch`.
+  void Point(const void* in, void* out, char* scratch, size_t src_bytes, size_t dst_bytes, size_t scratch_bytes) const {
+    cpu::Point(user_src, in);
+    cpu::Point(user_dst, out);
+    if (reorder_src) cpu::Point(src, scratch);
+    if (reorder_dst) cpu::Point(dst, scratch + src_bytes);
+    cpu::Point(scratchpad, scratch + src_bytes + dst_bytes);
+    cpu::Point(reorder_scratchpad, scratch + src_bytes + dst_bytes + scratch_bytes);
+  }
+
+  bool reorder_src, reorder_dst;
+  dnnl::memory user_src, user_dst, src, dst, scratchpad, reorder_scratchpad;
+  ExecArgs src_reorder, dst_reorder;
+};
+
 /// State a kernel keeps from run to run, one T per concurrent caller (one plan may serve several threads at once):
 /// Acquire lends a free one, made by `make()` when none is free, until the lease ends. Grows to the most callers
 /// seen at once.

@@ -360,59 +360,45 @@ class DnnlConvKernel final : public Kernel {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
-      Point(run->user_src, ctx.In(0).raw());
-      Point(run->user_dst, ctx.Out(0).raw());
-      if (reorder_src_) Point(run->src, scratch);
-      if (reorder_dst_) Point(run->dst, scratch + src_bytes_);
-      Point(run->scratchpad, scratch + src_bytes_ + dst_bytes_);
-      Point(run->reorder_scratchpad, scratch + src_bytes_ + dst_bytes_ + scratch_bytes_);
+      run->io.Point(ctx.In(0).raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
       if (has_bias_) Point(run->bias, ctx.In(2).raw());
-      if (reorder_src_) run->src_reorder.Execute(src_reorder_, stream);
+      if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
       // Same layout: a (parallel) copy; otherwise a reorder into the layout the primitive writes.
       if (residual_ && !residual_in_place) {
         Point(run->residual, residual);
         run->residual_reorder.Execute(residual_reorder_, stream);
       }
       run->conv.Execute(conv_, stream);
-      if (reorder_dst_) run->dst_reorder.Execute(dst_reorder_, stream);
+      if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
     if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
   }
 
  private:
-  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller): src/dst are the user
-  // tensors themselves unless a reorder bridges their layout and the primitive's.
+  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller).
   struct RunState {
-    memory user_src, user_dst, src, dst, scratchpad, reorder_scratchpad, bias, residual;
-    ExecArgs conv, src_reorder, dst_reorder, residual_reorder;
+    ReorderedIo io;
+    memory bias, residual;
+    ExecArgs conv, residual_reorder;
   };
   RunState MakeRunState() const {
-    RunState r;
-    r.user_src = UnboundMemory(user_src_md_);
-    r.user_dst = UnboundMemory(user_dst_md_);
-    r.src = reorder_src_ ? UnboundMemory(conv_src_md_) : r.user_src;
-    r.dst = reorder_dst_ ? UnboundMemory(conv_dst_md_) : r.user_dst;
-    r.scratchpad = UnboundMemory(scratch_md_);
-    r.reorder_scratchpad = UnboundMemory(reorder_scratch_md_);
-    r.conv.Add(DNNL_ARG_SRC, r.src)
+    RunState r{ReorderedIo(user_src_md_, conv_src_md_, user_dst_md_, conv_dst_md_, scratch_md_, reorder_scratch_md_),
+               {}, {}, {}, {}};
+    r.conv.Add(DNNL_ARG_SRC, r.io.src)
         .Add(DNNL_ARG_WEIGHTS, weight_.memory)
-        .Add(DNNL_ARG_DST, r.dst)
-        .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
+        .Add(DNNL_ARG_DST, r.io.dst)
+        .Add(DNNL_ARG_SCRATCHPAD, r.io.scratchpad);
     if (has_bias_) r.conv.Add(DNNL_ARG_BIAS, r.bias = UnboundMemory(bias_md_));
     if (!zero_bias_.empty()) r.conv.Add(DNNL_ARG_BIAS, WrapMemory(bias_md_, zero_bias_.data()));
     if (fused_dw_) {
       r.conv.Add(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, dw_weight_.memory);
       r.conv.Add(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, WrapMemory(dw_bias_md_, dw_bias_.data()));
     }
-    if (reorder_src_)
-      r.src_reorder.Add(DNNL_ARG_FROM, r.user_src).Add(DNNL_ARG_TO, r.src).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
-    if (reorder_dst_)
-      r.dst_reorder.Add(DNNL_ARG_FROM, r.dst).Add(DNNL_ARG_TO, r.user_dst).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
     if (residual_) {
       r.residual = UnboundMemory(user_residual_md_);
-      r.residual_reorder.Add(DNNL_ARG_FROM, r.residual).Add(DNNL_ARG_TO, r.dst).Add(DNNL_ARG_SCRATCHPAD,
-                                                                                   r.reorder_scratchpad);
+      r.residual_reorder.Add(DNNL_ARG_FROM, r.residual).Add(DNNL_ARG_TO, r.io.dst).Add(DNNL_ARG_SCRATCHPAD,
+                                                                                      r.io.reorder_scratchpad);
     }
     return r;
   }

@@ -59,15 +59,10 @@ class DnnlUnaryKernel final : public Kernel {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
-      Point(run->user_src, ctx.In(0).raw());
-      Point(run->user_dst, ctx.Out(0).raw());
-      if (reorder_src_) Point(run->src, scratch);
-      if (reorder_dst_) Point(run->dst, scratch + src_bytes_);
-      Point(run->scratchpad, scratch + src_bytes_ + dst_bytes_);
-      Point(run->reorder_scratchpad, scratch + src_bytes_ + dst_bytes_ + scratch_bytes_);
-      if (reorder_src_) run->src_reorder.Execute(src_reorder_, stream);
+      run->io.Point(ctx.In(0).raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
+      if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
       run->primitive.Execute(primitive_, stream);
-      if (reorder_dst_) run->dst_reorder.Execute(dst_reorder_, stream);
+      if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
   }
@@ -75,22 +70,12 @@ class DnnlUnaryKernel final : public Kernel {
  private:
   // The memories and argument arrays of one run (one set per concurrent caller, PerCaller).
   struct RunState {
-    memory user_src, user_dst, src, dst, scratchpad, reorder_scratchpad;
-    ExecArgs src_reorder, primitive, dst_reorder;
+    ReorderedIo io;
+    ExecArgs primitive;
   };
   RunState MakeRunState() const {
-    RunState r;
-    r.user_src = UnboundMemory(user_src_md_);
-    r.user_dst = UnboundMemory(user_dst_md_);
-    r.src = reorder_src_ ? UnboundMemory(src_md_) : r.user_src;
-    r.dst = reorder_dst_ ? UnboundMemory(dst_md_) : r.user_dst;
-    r.scratchpad = UnboundMemory(scratch_md_);
-    r.reorder_scratchpad = UnboundMemory(reorder_scratch_md_);
-    if (reorder_src_)
-      r.src_reorder.Add(DNNL_ARG_FROM, r.user_src).Add(DNNL_ARG_TO, r.src).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
-    r.primitive.Add(DNNL_ARG_SRC, r.src).Add(DNNL_ARG_DST, r.dst).Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
-    if (reorder_dst_)
-      r.dst_reorder.Add(DNNL_ARG_FROM, r.dst).Add(DNNL_ARG_TO, r.user_dst).Add(DNNL_ARG_SCRATCHPAD, r.reorder_scratchpad);
+    RunState r{ReorderedIo(user_src_md_, src_md_, user_dst_md_, dst_md_, scratch_md_, reorder_scratch_md_), {}};
+    r.primitive.Add(DNNL_ARG_SRC, r.io.src).Add(DNNL_ARG_DST, r.io.dst).Add(DNNL_ARG_SCRATCHPAD, r.io.scratchpad);
     return r;
   }
 
