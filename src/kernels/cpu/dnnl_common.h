@@ -301,6 +301,9 @@ bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 /// The oneDNN implementation a CreateDnnlConvInt8 kernel runs ("" for another kernel).
 const char* DnnlConvInt8Implementation(const Kernel& kernel);
 std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
+/// One row times a constant matrix (MatMul / Gemm with one row, a 1x1 Conv on a 1x1 image; no activation): the
+/// batch-1 classifier, with weights packed in 64-column panels (gemv_kernel.cc); nullptr otherwise or without AVX-512.
+std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
 /// ConvInteger / MatMulInteger with constant weights on the float32 kernels above, and DynamicQuantizeLinear
 /// (integer_kernels.cc).

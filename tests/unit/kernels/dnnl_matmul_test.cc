@@ -5,10 +5,16 @@
 namespace osprey::testing {
 namespace {
 
-void ExpectMatMul(const Shape& a, const Shape& b, bool constant_b, AttributeMap attrs = {}) {
+void ExpectMatMul(const Shape& a, const Shape& b, bool constant_b, AttributeMap attrs = {},
+                  const std::string& name = "MatMulF32Dnnl") {
   SCOPED_TRACE(ShapeToString(a) + " x " + ShapeToString(b) + (constant_b ? " (constant B)" : ""));
   Node node = MakeNode("MatMul", 2, 1, std::move(attrs));
-  ExpectFastMatchesReference(node, {RandomTensor(a, 1), RandomTensor(b, 2)}, {false, constant_b}, "MatMulF32Dnnl");
+  ExpectFastMatchesReference(node, {RandomTensor(a, 1), RandomTensor(b, 2)}, {false, constant_b}, name);
+}
+
+// One row times a constant matrix runs GemvF32 where the CPU has AVX-512 (gemv_kernel.cc), oneDNN elsewhere.
+std::string OneRowKernel(const std::string& otherwise) {
+  return __builtin_cpu_supports("avx512f") ? "GemvF32" : otherwise;
 }
 
 TEST(DnnlMatMul, TwoDimensional) {
@@ -40,7 +46,7 @@ TEST(DnnlMatMul, ConstantBWithRowsMultipleOf256) {
   ExpectMatMul({5, 33}, {33, 256}, true);
   ExpectMatMul({3, 7, 17}, {17, 512}, true);
   ExpectMatMul({2, 5, 9}, {2, 9, 256}, true);
-  ExpectMatMul({1, 768}, {768, 768}, true);
+  ExpectMatMul({1, 768}, {768, 768}, true, {}, OneRowKernel("MatMulF32Dnnl"));
   Node node = MakeNode("Gemm", 3, 1, {{"transB", Attribute::Int(1)}});
   ExpectFastMatchesReference(node, {RandomTensor({4, 40}, 3), RandomTensor({768, 40}, 4), RandomTensor({768}, 5)},
                              {false, true, true}, "GemmF32Dnnl");
@@ -89,6 +95,7 @@ struct GemmCase {
   float alpha = 1.f, beta = 1.f;
   bool constant_b = true, constant_c = true;
   std::string activation;
+  std::string name = "GemmF32Dnnl";
 };
 
 void ExpectGemm(const GemmCase& g) {
@@ -105,7 +112,7 @@ void ExpectGemm(const GemmCase& g) {
   Node node = MakeNode("Gemm", has_c ? 3 : 2, 1, attrs);
   std::vector<Tensor> in{RandomTensor(g.a, 3), RandomTensor(g.b, 4)};
   if (has_c) in.push_back(RandomTensor(g.c, 5));
-  ExpectFastMatchesReference(node, in, {false, g.constant_b, g.constant_c}, "GemmF32Dnnl");
+  ExpectFastMatchesReference(node, in, {false, g.constant_b, g.constant_c}, g.name);
 }
 
 TEST(DnnlGemm, TransBWithBiasAlphaBeta) {
@@ -136,7 +143,7 @@ TEST(DnnlGemm, TunerTimesCandidatesWithABinaryPostOp) {
 }
 
 TEST(DnnlGemm, ClassifierHead) {
-  ExpectGemm({.a = {1, 2048}, .b = {1000, 2048}, .c = {1000}, .trans_b = true});
+  ExpectGemm({.a = {1, 2048}, .b = {1000, 2048}, .c = {1000}, .trans_b = true, .name = OneRowKernel("GemmF32Dnnl")});
   ExpectGemm({.a = {2, 512}, .b = {1000, 512}, .c = {1000}, .trans_b = true, .activation = "Relu"});
 }
 
@@ -165,6 +172,41 @@ TEST(DnnlGemm, DeclinesRuntimeCWithBeta) {
   std::vector<Tensor> in{RandomTensor({3, 13}, 1), RandomTensor({13, 7}, 2), RandomTensor({7}, 3)};
   EXPECT_TRUE(FastKernelDeclines(node, in, {false, true, false}));
   EXPECT_FALSE(FastKernelDeclines(node, in, {false, true, true}));
+}
+
+// The batch-1 classifier shapes on GemvF32: odd K (the k loop's tail), N not a multiple of the 64-column panel, each
+// way of giving the bias, a 1x1 Conv on a 1x1 image with and without bias. Oracle: the reference kernels.
+TEST(Gemv, OneRowTimesAConstantMatrix) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "GemvF32 needs AVX-512; oneDNN runs these shapes elsewhere";
+  ExpectMatMul({1, 1280}, {1280, 1000}, true, {}, "GemvF32");
+  ExpectMatMul({1, 37}, {37, 70}, true, {}, "GemvF32");
+  Node biased = MakeNode("MatMul", 3, 1, {{"_bias", Attribute::Int(1)}});
+  ExpectFastMatchesReference(biased, {RandomTensor({1, 37}, 1), RandomTensor({37, 130}, 2), RandomTensor({130}, 3)},
+                             {false, true, true}, "GemvF32");
+  ExpectFastMatchesReference(biased, {RandomTensor({1, 37}, 1), RandomTensor({37, 130}, 2), RandomTensor({130}, 3)},
+                             {false, true, false}, "GemvF32");  // a bias computed at run time
+  ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {1, 129}, .name = "GemvF32"});
+  ExpectGemm({.a = {1, 65}, .b = {129, 65}, .c = {129}, .trans_b = true, .name = "GemvF32"});
+  ExpectGemm({.a = {1, 65}, .b = {129, 65}, .trans_b = true, .name = "GemvF32"});
+  for (bool bias : {true, false}) {
+    Node conv = MakeNode("Conv", bias ? 3 : 2, 1, {});
+    std::vector<Tensor> in{RandomTensor({1, 48, 1, 1}, 4), RandomTensor({100, 48, 1, 1}, 5)};
+    if (bias) in.push_back(RandomTensor({100}, 6));
+    ExpectFastMatchesReference(conv, in, {false, true, true}, "GemvF32");
+  }
+}
+
+TEST(Gemv, LeavesOtherCasesToOneDnn) {
+  // An activation, two rows, alpha, a run-time B, a padded Conv (3x3 output): not one row times a constant matrix.
+  ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {129}, .activation = "Relu"});
+  ExpectGemm({.a = {2, 64}, .b = {64, 129}, .c = {129}});
+  ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {129}, .alpha = 0.5f});
+  ExpectMatMul({1, 37}, {37, 70}, false);
+  Node padded = MakeNode("Conv", 2, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  std::vector<Tensor> outputs;
+  std::vector<Tensor> in{RandomTensor({1, 8, 1, 1}, 7), RandomTensor({16, 8, 1, 1}, 8)};
+  KernelBuildContext bc = MakeBuildContext(padded, in, {false, true}, outputs);
+  EXPECT_EQ(cpu::CreateGemv(bc), nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,147 @@
+// One row times a constant matrix: the classifier of a network at batch 1 (MatMul [1, K] x [K, N], Gemm with one
+// row, a 1x1 Conv on a 1x1 image), y = x W + bias. The weights, several MB, are read once per run and no longer sit
+// in the caches when the last layer comes; oneDNN's gemm:jit read them at ~15 GB/s in EfficientNetB0 (0.29-0.35 ms for
+// 1280 x 1000). Here they are packed once into panels of 64 columns (K rows each, contiguous: oneDNN's aBdc64b on dims
+// {1, N, 1, K}, through PackWeight, so shared and counted like every packed weight) and both threads stream their
+// panels: 0.25 ms cold, 0.04 hot, against oneDNN's 0.36 and 0.056 (docs/performance.md, "Fifteenth session").
+// AVX-512 only; elsewhere, and for anything else (an activation, a second row, alpha or beta), oneDNN runs it.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/dnnl_common.h"
+
+namespace osprey::cpu {
+namespace {
+
+constexpr int64_t kPanel = 64;  // output columns per panel: four zmm accumulators (two sets, for two k at a time)
+
+// y[0..63] = x[0..K) times one panel (K rows of 64).
+__attribute__((target("avx512f"))) void PanelTimesRow(const float* x, const float* panel, int64_t k_size, float* y) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  int64_t k = 0;
+  for (; k + 2 <= k_size; k += 2) {
+    const float* r = panel + k * kPanel;
+    const __m512 u = _mm512_set1_ps(x[k]), v = _mm512_set1_ps(x[k + 1]);
+    a0 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r), a0);
+    a1 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 16), a1);
+    a2 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 32), a2);
+    a3 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 48), a3);
+    b0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(r + 64), b0);
+    b1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(r + 80), b1);
+    b2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(r + 96), b2);
+    b3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(r + 112), b3);
+  }
+  if (k < k_size) {
+    const float* r = panel + k * kPanel;
+    const __m512 u = _mm512_set1_ps(x[k]);
+    a0 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r), a0);
+    a1 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 16), a1);
+    a2 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 32), a2);
+    a3 = _mm512_fmadd_ps(u, _mm512_loadu_ps(r + 48), a3);
+  }
+  _mm512_storeu_ps(y, _mm512_add_ps(a0, b0));
+  _mm512_storeu_ps(y + 16, _mm512_add_ps(a1, b1));
+  _mm512_storeu_ps(y + 32, _mm512_add_ps(a2, b2));
+  _mm512_storeu_ps(y + 48, _mm512_add_ps(a3, b3));
+}
+
+class GemvKernel final : public Kernel {
+ public:
+  const char* Name() const override { return "GemvF32"; }
+
+  // `w_strides`: where W(k, n) lies in the weight tensor, as strides of n and k.
+  bool Build(const KernelBuildContext& ctx, int weight_input, int64_t k_size, int64_t n_size, int64_t n_stride,
+             int64_t k_stride, bool has_bias) {
+    k_ = k_size;
+    n_ = n_size;
+    has_bias_ = has_bias;
+    threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+    const dnnl::memory::dims dims{1, n_, 1, k_};
+    const dnnl::memory::desc from(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{n_ * k_, n_stride, 1, k_stride});
+    const dnnl::memory::desc to(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::aBdc64b);
+    packed_ = PackWeight(ctx, from, *ctx.input_values[weight_input], to);
+    return packed_.memory.get_data_handle() != nullptr;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Node& node = ctx.node;
+    if (ctx.In(0).numel() != k_ || ctx.Out(0).numel() != n_ || (has_bias_ && ctx.In(2).numel() != n_))
+      throw Error(ErrorCode::kInternal, node.Describe() + ": GemvF32 was built for " + std::to_string(k_) + " -> " +
+                                            std::to_string(n_) + " values");
+    const float* x = ctx.In(0).data<float>();
+    const float* bias = has_bias_ ? ctx.In(2).data<float>() : nullptr;
+    float* y = ctx.Out(0).data<float>();
+    const float* w = static_cast<const float*>(packed_.memory.get_data_handle());
+    const int64_t panels = (n_ + kPanel - 1) / kPanel;
+    const int team = n_ * k_ >= (int64_t{1} << 16) ? std::max(1, std::min<int>(threads_, static_cast<int>(panels))) : 1;
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+    for (int64_t p = 0; p < panels; ++p) {
+      alignas(64) float out[kPanel];
+      PanelTimesRow(x, w + p * kPanel * k_, k_, out);
+      const int64_t n0 = p * kPanel, width = std::min(kPanel, n_ - n0);
+      for (int64_t j = 0; j < width; ++j) y[n0 + j] = out[j] + (bias ? bias[n0 + j] : 0.f);
+    }
+  }
+
+ private:
+  int64_t k_ = 0, n_ = 0;
+  bool has_bias_ = false;
+  int threads_ = 1;
+  PackedWeight packed_;
+};
+
+bool Float32Everywhere(const KernelBuildContext& ctx) {
+  for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)
+    if (ctx.present[i] && ctx.input_dtypes[i] != DType::kF32) return false;
+  return ctx.output_dtypes.size() == 1 && ctx.output_dtypes[0] == DType::kF32;
+}
+
+bool IsConstant(const KernelBuildContext& ctx, size_t i) {
+  return i < ctx.input_values.size() && ctx.input_values[i] != nullptr && ctx.input_values[i]->raw() != nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const Node& node = ctx.node;
+  if (!avx512 || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2) return nullptr;
+  if (!node.GetString("_activation", "").empty()) return nullptr;
+  const Shape& a = ctx.input_shapes[0];
+  const Shape& w = ctx.input_shapes[1];
+  const bool third = ctx.present.size() > 2 && ctx.present[2];
+  int64_t k = 0, n = 0, n_stride = 0, k_stride = 0;
+  if (node.op_type == "MatMul") {
+    const bool bias = node.GetInt("_bias", 0) != 0;
+    if (a.size() != 2 || a[0] != 1 || w.size() != 2 || (third && !bias)) return nullptr;
+    k = w[0], n = w[1], n_stride = 1, k_stride = n;
+  } else if (node.op_type == "Gemm") {
+    if (a.size() != 2 || w.size() != 2 || node.GetInt("transA", 0) != 0 || node.GetFloat("alpha", 1.f) != 1.f ||
+        (third && node.GetFloat("beta", 1.f) != 1.f))
+      return nullptr;
+    const bool trans_b = node.GetInt("transB", 0) != 0;
+    if (a[0] != 1) return nullptr;
+    k = trans_b ? w[1] : w[0], n = trans_b ? w[0] : w[1];
+    n_stride = trans_b ? k : 1, k_stride = trans_b ? 1 : n;
+    if (third && NumElements(ctx.input_shapes[2]) != n) return nullptr;  // C broadcast other than a row: oneDNN
+  } else if (node.op_type == "Conv") {
+    if (node.Has("_residual") || node.Has("_int8") || node.Has("_dw_strides") || node.GetInt("group", 1) != 1 ||
+        a.size() != 4 || w.size() != 4 || a[0] != 1 || a[2] != 1 || a[3] != 1 || w[2] != 1 || w[3] != 1 ||
+        ctx.output_shapes.empty() || ctx.output_shapes[0] != Shape{1, w[0], 1, 1})
+      return nullptr;
+    k = w[1], n = w[0], n_stride = k, k_stride = 1;
+  } else {
+    return nullptr;
+  }
+  if (!IsConstant(ctx, 1) || k != a[1] || k <= 0 || n <= 0 ||
+      NumElements(ctx.output_shapes[0]) != n)
+    return nullptr;
+  auto kernel = std::make_unique<GemvKernel>();
+  if (!kernel->Build(ctx, 1, k, n, n_stride, k_stride, third)) return nullptr;
+  return kernel;
+}
+
+}  // namespace osprey::cpu
