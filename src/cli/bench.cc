@@ -30,13 +30,14 @@ std::string Fixed(double v, int digits) {
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
 // "bf16 in 40 of 53 Conv/Gemm/MatMul kernels (the others fp32)": what --precision bf16 / auto chose, from the plan's
-// kernel names (the bf16 kernels are named *Bf16*, their fp32 twins *F32*).
+// kernel names (the bf16 kernels are named *Bf16*, their fp32 twins *F32*; GemvF32, the one-row product, is fp32).
 std::string Bf16Summary(const std::map<std::string, int>& kernels) {
   int bf16 = 0, f32 = 0;
   for (const auto& [name, n] : kernels) {
-    const bool family = name.rfind("Conv", 0) == 0 || name.rfind("Gemm", 0) == 0 || name.rfind("MatMul", 0) == 0;
+    const bool family = name.rfind("Conv", 0) == 0 || name.rfind("Gemm", 0) == 0 || name.rfind("MatMul", 0) == 0 ||
+                        name == "GemvF32";
     if (family && name.find("Bf16Dnnl") != std::string::npos) bf16 += n;
-    if (family && name.find("F32Dnnl") != std::string::npos) f32 += n;
+    if (family && name.find("F32") != std::string::npos) f32 += n;
   }
   return "bf16 in " + std::to_string(bf16) + " of " + std::to_string(bf16 + f32) +
          " Conv/Gemm/MatMul kernels (the others fp32: faster here, or no bf16 kernel)";
