@@ -9,7 +9,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/cpu/dnnl_common.h"
 
@@ -52,7 +51,7 @@ class GemvKernel final : public Kernel {
  public:
   const char* Name() const override { return "GemvF32"; }
 
-  // `w_strides`: where W(k, n) lies in the weight tensor, as strides of n and k.
+  // W(k, n) lies at n * n_stride + k * k_stride in input `weight_input` (a constant).
   bool Build(const KernelBuildContext& ctx, int weight_input, int64_t k_size, int64_t n_size, int64_t n_stride,
              int64_t k_stride, bool has_bias) {
     k_ = k_size;
@@ -60,7 +59,8 @@ class GemvKernel final : public Kernel {
     has_bias_ = has_bias;
     threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
     const dnnl::memory::dims dims{1, n_, 1, k_};
-    const dnnl::memory::desc from(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{n_ * k_, n_stride, 1, k_stride});
+    const dnnl::memory::desc from(dims, dnnl::memory::data_type::f32,
+                                  dnnl::memory::dims{n_ * k_, n_stride, 1, k_stride});
     const dnnl::memory::desc to(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::aBdc64b);
     packed_ = PackWeight(ctx, from, *ctx.input_values[weight_input], to);
     return packed_.memory.get_data_handle() != nullptr;
@@ -76,7 +76,8 @@ class GemvKernel final : public Kernel {
     float* y = ctx.Out(0).data<float>();
     const float* w = static_cast<const float*>(packed_.memory.get_data_handle());
     const int64_t panels = (n_ + kPanel - 1) / kPanel;
-    const int team = n_ * k_ >= (int64_t{1} << 16) ? std::max(1, std::min<int>(threads_, static_cast<int>(panels))) : 1;
+    const int team =
+        n_ * k_ >= (int64_t{1} << 16) ? std::max(1, std::min<int>(threads_, static_cast<int>(panels))) : 1;
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
     for (int64_t p = 0; p < panels; ++p) {
       alignas(64) float out[kPanel];
@@ -95,7 +96,7 @@ class GemvKernel final : public Kernel {
 
 bool Float32Everywhere(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)
-    if (ctx.present[i] && ctx.input_dtypes[i] != DType::kF32) return false;
+    if (i < ctx.present.size() && ctx.present[i] && ctx.input_dtypes[i] != DType::kF32) return false;
   return ctx.output_dtypes.size() == 1 && ctx.output_dtypes[0] == DType::kF32;
 }
 
@@ -136,9 +137,7 @@ std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   } else {
     return nullptr;
   }
-  if (!IsConstant(ctx, 1) || k != a[1] || k <= 0 || n <= 0 ||
-      NumElements(ctx.output_shapes[0]) != n)
-    return nullptr;
+  if (!IsConstant(ctx, 1) || k != a[1] || k <= 0 || n <= 0 || NumElements(ctx.output_shapes[0]) != n) return nullptr;
   auto kernel = std::make_unique<GemvKernel>();
   if (!kernel->Build(ctx, 1, k, n, n_stride, k_stride, third)) return nullptr;
   return kernel;

@@ -209,5 +209,21 @@ TEST(Gemv, LeavesOtherCasesToOneDnn) {
   EXPECT_EQ(cpu::CreateGemv(bc), nullptr);
 }
 
+// Tensors of another size than the kernel was built for are refused with an error, not read or written past.
+TEST(Gemv, RefusesTensorsOfAnotherSize) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "GemvF32 needs AVX-512";
+  Node node = MakeNode("MatMul", 2, 1, {});
+  const std::vector<Tensor> in{RandomTensor({1, 37}, 1), RandomTensor({37, 70}, 2)};
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, in, {false, true}, outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  ASSERT_EQ(std::string(kernel->Name()), "GemvF32");
+  std::vector<Tensor> small_out{Tensor(DType::kF32, {1, 69})};
+  EXPECT_THROW(RunKernel(*kernel, node, in, small_out), Error);
+  std::vector<Tensor> fine_out{Tensor(DType::kF32, {1, 70})};
+  EXPECT_THROW(RunKernel(*kernel, node, {RandomTensor({1, 36}, 1), in[1]}, fine_out), Error);
+}
+
 }  // namespace
 }  // namespace osprey::testing

@@ -77,6 +77,19 @@ inline Tensor Scaled(const Tensor& t, float factor) {
   return out;
 }
 
+/// `inputs` for a kernel's second run: new buffers, the float32 run-time ones (not flagged `constant`) with other
+/// values (scaled by -0.5), so a kernel reading a buffer of its first run gives a wrong result.
+inline std::vector<Tensor> OtherRuntimeInputs(const std::vector<Tensor>& inputs, const std::vector<bool>& constant) {
+  std::vector<Tensor> other;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool runtime = inputs[i].buffer() && !(i < constant.size() && constant[i]);
+    other.push_back(!runtime                              ? inputs[i]
+                    : inputs[i].dtype() == DType::kF32 ? Scaled(inputs[i], -0.5f)
+                                                        : inputs[i].Clone());
+  }
+  return other;
+}
+
 /// Creates the fast kernel through CreateCpuKernel (or `factory` when given), checks its name, runs it twice and
 /// compares output 0 with the reference kernel's (within kFastRtol and `atol`). The second run reads other buffers
 /// holding other values (the float32 run-time inputs scaled by -0.5) and writes a fresh output, so a kernel that
@@ -97,13 +110,7 @@ inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tenso
     RunKernel(*kernel, node, inputs, outputs, opset);
     ExpectTensorNear(outputs[0], expected[0], kFastRtol, atol);
   }
-  std::vector<Tensor> second_inputs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const bool runtime = inputs[i].buffer() && !(i < constant.size() && constant[i]);
-    second_inputs.push_back(!runtime ? inputs[i]
-                            : inputs[i].dtype() == DType::kF32 ? Scaled(inputs[i], -0.5f)
-                                                                : inputs[i].Clone());
-  }
+  const std::vector<Tensor> second_inputs = OtherRuntimeInputs(inputs, constant);
   std::vector<Tensor> second_expected = RunReferenceNode(node, second_inputs, opset);
   std::vector<Tensor> second_outputs;
   MakeBuildContext(node, second_inputs, constant, second_outputs, opset);  // fresh NaN-filled outputs

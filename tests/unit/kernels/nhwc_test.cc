@@ -80,10 +80,7 @@ void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& in
   const Shape logical = expected[0].shape();
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
-    std::vector<Tensor> logical_inputs = inputs;
-    for (size_t i = 0; run == 1 && i < inputs.size(); ++i)
-      if (inputs[i].buffer() && !(i < constant.size() && constant[i]) && inputs[i].dtype() == DType::kF32)
-        logical_inputs[i] = Scaled(inputs[i], -0.5f);
+    const std::vector<Tensor> logical_inputs = run == 0 ? inputs : OtherRuntimeInputs(inputs, constant);
     const std::vector<Tensor> want = run == 0 ? expected : RunReferenceNode(node, logical_inputs);
     std::vector<Tensor> run_inputs = logical_inputs;
     if (in0 == Layout::kNhwc) run_inputs[0] = ToNhwc(logical_inputs[0]);
@@ -400,6 +397,14 @@ void ExpectConvEveryLayout(const Node& node, const Shape& x, const Shape& w, uin
   EXPECT_EQ(impl.find("gemm"), std::string::npos);  // im2col + GEMM is the slow general path
   // (Not necessarily an avx512 kernel on an AVX-512 machine: the tuner keeps whichever is fastest, and for 13 channels
   // that can be jit:avx2.)
+}
+
+// A 1x1 Conv on a 1x1 image (Keras MobileNet heads) runs GemvF32 in every layout: NHWC and NCHW are the same bytes.
+TEST(NhwcConv, ClassifierHeadOnOnePixel) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "GemvF32 needs AVX-512";
+  Node node = ConvNode({});
+  std::vector<Tensor> in{RandomTensor({1, 40, 1, 1}, 3), RandomTensor({70, 40, 1, 1}, 4), RandomTensor({70}, 5)};
+  ExpectEveryLayout(node, in, {false, true, true}, "GemvF32");
 }
 
 TEST(NhwcConv, PointwiseOneByOne) { ExpectConvEveryLayout(ConvNode({}), {2, 13, 7, 9}, {5, 13, 1, 1}, 1); }
