@@ -5,10 +5,13 @@
 // {1, N, 1, K}, through PackWeight, so shared and counted like every packed weight) and both threads stream their
 // panels: 0.25 ms cold, 0.04 hot, against oneDNN's 0.36 and 0.056 (docs/performance.md, "Fifteenth session").
 // AVX-512 only; elsewhere, and for anything else (an activation, a second row, alpha or beta), oneDNN runs it.
+// OSPREY_GEMV=0 turns it off.
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cpu/dnnl_common.h"
 
@@ -107,7 +110,11 @@ bool IsConstant(const KernelBuildContext& ctx, size_t i) {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  // OSPREY_GEMV=0 leaves these products to oneDNN (for comparisons).
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && [] {
+    const char* e = std::getenv("OSPREY_GEMV");
+    return !(e && std::string(e) == "0");
+  }();
   const Node& node = ctx.node;
   if (!avx512 || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2) return nullptr;
   if (!node.GetString("_activation", "").empty()) return nullptr;
