@@ -1,0 +1,590 @@
+// osprey's OpenMP runtime: the part of GNU libgomp's ABI that osprey and oneDNN call, with a wait policy of our own.
+//
+// Why (docs/performance.md, "Sixteenth session"): libgomp's idle threads spin GOMP_SPINCOUNT `pause`s, then sleep on
+// a futex. On a VM a sleeping vCPU takes 50-150 us to wake, so at batch 1 one late thread starts a cascade: the
+// other spins out at the next barrier, sleeps, and is woken late in turn; MobileNetV2 slept ~7 times per inference.
+// Spinning longer (GOMP_SPINCOUNT=10000) removed it (1.1-1.17x faster quiet) but burnt the cores other processes
+// needed (2-4x slower with two servers on two cores). Here a waiting thread spins briefly, then yields the CPU in a
+// loop (sched_yield: free when nothing else is runnable, the vCPU stays awake; another process's thread runs at once
+// when there is one), and sleeps on a futex only after OSPREY_OMP_YIELD_US; a waker calls futex_wake only when a
+// thread sleeps (libgomp wakes at every barrier).
+//
+// How it takes over: the executables link this object and export its symbols (CMakeLists.txt), so the dynamic linker
+// binds libdnnl's GOMP_* / omp_* references to them before libgomp's, and the static linker binds osprey's own. The
+// Python module does not link it (it keeps libgomp, which other packages in the process may share).
+// OSPREY_OMP_RUNTIME=libgomp forwards every entry point to libgomp instead (for comparisons, or as an escape hatch).
+//
+// Semantics kept (those osprey and oneDNN rely on): a team per region from a pool of threads owned by the calling
+// thread (several application threads run regions at once, each with its own pool); nested regions run on one thread
+// (max-active-levels 1) with omp_in_parallel() true; the nthreads ICV per thread, inherited by a team; barriers;
+// static (blocked or chunked) and dynamic loop work-sharing, nowait allowed; named critical sections.
+#include <dlfcn.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "threads/team.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- wait policy ------------------------------------------------------------------------------------------------
+
+struct Policy {
+  long spin_ns = 20'000;     // pause-spin this long (a quick reply costs no syscall)
+  long yield_ns = 1'000'000; // then sched_yield until this long since the wait began, then sleep
+  // A yield or a spin that came back this much later lost the CPU to another thread for a time slice: for the next
+  // contended_for_ns every wait of the process spins at most contended_spin_ns, then sleeps (a woken thread is
+  // scheduled ahead of CPU-bound ones; a spinning or yielding one waits for their slice to end).
+  long preempted_ns = 500'000;
+  long contended_for_ns = 200'000'000;
+  long contended_spin_ns = 25'000;
+  bool use_libgomp = false;
+};
+
+long EnvMicros(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long us = std::strtol(v, &end, 10);
+  if (*end || us < 0 || us > 10'000'000) {
+    std::fprintf(stderr, "osprey: ignoring %s=%s (want microseconds, 0..10000000)\n", name, v);
+    return fallback;
+  }
+  return us * 1000;
+}
+
+const Policy& GetPolicy() {
+  static const Policy policy = [] {
+    Policy p;
+    const char* rt = std::getenv("OSPREY_OMP_RUNTIME");
+    p.use_libgomp = rt && std::strcmp(rt, "libgomp") == 0;
+    if (const char* w = std::getenv("OMP_WAIT_POLICY")) {
+      if (strcasecmp(w, "passive") == 0) p.spin_ns = p.yield_ns = 0;
+      if (strcasecmp(w, "active") == 0) p.spin_ns = p.yield_ns = 200'000'000;
+    }
+    p.spin_ns = EnvMicros("OSPREY_OMP_SPIN_US", p.spin_ns);
+    p.yield_ns = std::max(p.spin_ns, EnvMicros("OSPREY_OMP_YIELD_US", p.yield_ns));
+    return p;
+  }();
+  return policy;
+}
+
+void FutexWait(std::atomic<uint32_t>& word, uint32_t seen) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+}
+void FutexWakeAll(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// What OSPREY_OMP_DEBUG=1 prints at exit.
+struct Stats {
+  std::atomic<long> regions{0}, sleeps{0}, contended{0};
+  ~Stats() {
+    const char* d = std::getenv("OSPREY_OMP_DEBUG");
+    if (d && d[0] == '1')
+      std::fprintf(stderr, "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost\n",
+                   regions.load(), sleeps.load(), contended.load());
+  }
+} stats;
+
+// A word that waiters watch for a change, and the count of those asleep on it.
+struct Signal {
+  std::atomic<uint32_t> word{0};
+  std::atomic<int> sleepers{0};
+
+  uint32_t Load() const { return word.load(std::memory_order_acquire); }
+  // Changes the word; wakes sleepers (seq_cst on both sides: a waiter counts itself, then the kernel checks the word).
+  void Publish() {
+    word.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(word);
+  }
+  // Returns once the word is not `seen`.
+  void WaitChange(uint32_t seen) {
+    if (Load() != seen) return;
+    const Policy& p = GetPolicy();
+    const int64_t start = NowNs();
+    const bool contended = start < contended_until.load(std::memory_order_relaxed);
+    const int64_t limit = contended ? std::min(p.spin_ns, p.contended_spin_ns) : p.yield_ns;
+    int64_t last = start;
+    for (int i = 1;; ++i) {
+      if (Load() != seen) return;
+      if ((i & 31) == 0) {
+        const int64_t now = NowNs();
+        if (now - last > p.preempted_ns) {  // another thread had this CPU for a time slice: the cores are busy
+          contended_until.store(now + p.contended_for_ns, std::memory_order_relaxed);
+          stats.contended.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        last = now;
+        if (now - start >= limit) break;
+        if (now - start >= p.spin_ns) sched_yield();
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    stats.sleeps.fetch_add(1, std::memory_order_relaxed);
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    while (word.load(std::memory_order_seq_cst) == seen) FutexWait(word, seen);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  }
+  // Until when the waits of this process keep short: set when a waiting thread found it had lost its CPU.
+  static inline std::atomic<int64_t> contended_until{0};
+};
+
+// ---- teams ------------------------------------------------------------------------------------------------------
+
+constexpr int kMaxThreads = 256;
+constexpr int kWorkShares = 4;  // loops a thread may run ahead of the slowest (nowait) before it waits
+
+long TripCount(long start, long end, long incr) {
+  if (incr > 0) return end > start ? (end - start + incr - 1) / incr : 0;
+  return start > end ? (start - end - incr - 1) / -incr : 0;
+}
+
+struct WorkShare {
+  std::mutex mu;
+  long seq = -1;      // which construct of the region uses this slot
+  int remaining = 0;  // threads that have not ended it
+  long start = 0, incr = 1, chunk = 1, trip = 0;
+  std::atomic<long> next{0};
+
+  void Init(long s, long end, long inc, long c, long sequence, int threads) {
+    seq = sequence;
+    remaining = threads;
+    start = s;
+    incr = inc;
+    chunk = std::max(1L, c);
+    trip = TripCount(s, end, inc);
+    next.store(0, std::memory_order_relaxed);
+  }
+};
+
+// The loop of a combined `parallel for` (GOMP_parallel_loop_*): work-shared from the region's start.
+struct Loop {
+  enum Kind { kNone, kStatic, kDynamic } kind = kNone;
+  long start = 0, end = 0, incr = 1, chunk = 0;
+};
+
+struct Team {
+  int n = 1;
+  int active_levels = 1;  // of the team's threads
+  int icv = 1;            // the nthreads ICV the team's threads inherit
+  Loop loop;
+  void (*fn)(void*) = nullptr;
+  void* data = nullptr;
+  std::atomic<int> bar_count{0};
+  Signal bar;
+  WorkShare ws[kWorkShares];
+
+  // Before the region starts (no thread of the team runs).
+  void Reset(int threads, int levels, int icv_value, const Loop& l) {
+    n = threads;
+    active_levels = levels;
+    icv = icv_value;
+    loop = l;
+    bar_count.store(0, std::memory_order_relaxed);
+    for (WorkShare& w : ws) {
+      w.seq = -1;
+      w.remaining = 0;
+    }
+    if (loop.kind == Loop::kDynamic) ws[0].Init(loop.start, loop.end, loop.incr, loop.chunk, 0, n);
+  }
+};
+
+struct ThreadState {
+  Team* team = nullptr;  // innermost region's team (a region of one has one too)
+  int tid = 0;
+  int active_levels = 0;
+  int icv = 0;  // 0: not set yet (DefaultThreads)
+  // The loop this thread is in.
+  long ws_seq = 0;  // constructs met in this region
+  WorkShare* ws = nullptr;
+  long s_start = 0, s_incr = 1, s_chunk = 0, s_trip = 0, s_next_chunk = 0;
+
+  void StartStatic(long start, long end, long incr, long chunk) {
+    ++ws_seq;
+    ws = nullptr;
+    s_start = start;
+    s_incr = incr;
+    s_chunk = chunk;
+    s_trip = TripCount(start, end, incr);
+    s_next_chunk = 0;
+  }
+};
+thread_local ThreadState ts;
+
+// Makes the calling thread thread `tid` of `team`.
+void EnterTeam(Team* team, int tid) {
+  ts = ThreadState{};
+  ts.team = team;
+  ts.tid = tid;
+  ts.active_levels = team->active_levels;
+  ts.icv = team->icv;
+  if (team->loop.kind == Loop::kStatic) ts.StartStatic(team->loop.start, team->loop.end, team->loop.incr,
+                                                       team->loop.chunk);
+  if (team->loop.kind == Loop::kDynamic) {
+    ts.ws_seq = 1;
+    ts.ws = &team->ws[0];
+  }
+}
+
+int DefaultThreads() {
+  static const int n = [] {
+    if (const char* v = std::getenv("OMP_NUM_THREADS")) {
+      const int k = std::atoi(v);  // first entry of a list
+      if (k > 0) return std::min(k, kMaxThreads);
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return n;
+}
+int Icv() { return ts.icv > 0 ? ts.icv : DefaultThreads(); }
+
+// Threads owned by one application thread; its regions run on them. Each worker has its own start signal, so a
+// region of fewer threads leaves the others asleep and untouched.
+class Pool {
+ public:
+  ~Pool() {
+    stop_.store(true, std::memory_order_relaxed);
+    for (auto& w : workers_) w->start.Publish();
+    for (auto& w : workers_) w->thread.join();
+  }
+  // Starts fn on threads 1..n-1 (the caller then runs it as thread 0, and Join()s).
+  Team* Begin(int n, void (*fn)(void*), void* data, const Loop& loop) {
+    while (static_cast<int>(workers_.size()) < n - 1) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker* w = workers_.back().get();
+      const int index = static_cast<int>(workers_.size());
+      w->thread = std::thread([this, w, index] { WorkerLoop(*w, index); });
+    }
+    team_.Reset(n, ts.active_levels + 1, Icv(), loop);
+    team_.fn = fn;
+    team_.data = data;
+    running_.store(n - 1, std::memory_order_relaxed);
+    for (int i = 0; i < n - 1; ++i) workers_[i]->start.Publish();
+    return &team_;
+  }
+  void Join() {
+    while (running_.load(std::memory_order_acquire) != 0) {
+      const uint32_t seen = done_.Load();
+      if (running_.load(std::memory_order_acquire) == 0) break;
+      done_.WaitChange(seen);
+    }
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    Signal start;
+  };
+  void WorkerLoop(Worker& self, int index) {
+    uint32_t seen = 0;
+    for (;;) {
+      self.start.WaitChange(seen);
+      seen = self.start.Load();
+      if (stop_.load(std::memory_order_relaxed)) return;
+      EnterTeam(&team_, index);
+      team_.fn(team_.data);
+      ts = ThreadState{};
+      if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.Publish();
+    }
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  Team team_;
+  Signal done_;
+  std::atomic<int> running_{0};
+  std::atomic<bool> stop_{false};
+};
+
+thread_local std::unique_ptr<Pool> pool;
+thread_local std::vector<ThreadState> saved;  // states of the regions this thread started (nesting)
+thread_local std::vector<std::unique_ptr<Team>> solo_teams;
+
+// Enters a region of `requested` threads (0: the ICV); the caller becomes its thread 0.
+void ParallelBegin(void (*fn)(void*), void* data, unsigned requested, const Loop& loop = {}) {
+  int n = requested ? static_cast<int>(std::min<unsigned>(requested, kMaxThreads)) : Icv();
+  if (ts.active_levels > 0) n = 1;  // nested: max-active-levels is 1
+  saved.push_back(ts);
+  Team* team;
+  if (n == 1) {
+    while (solo_teams.size() < saved.size()) solo_teams.push_back(std::make_unique<Team>());
+    team = solo_teams[saved.size() - 1].get();
+    team->Reset(1, ts.active_levels, Icv(), loop);
+  } else {
+    if (!pool) pool = std::make_unique<Pool>();
+    stats.regions.fetch_add(1, std::memory_order_relaxed);
+    team = pool->Begin(n, fn, data, loop);
+  }
+  EnterTeam(team, 0);
+}
+
+void ParallelEnd() {
+  Team* team = ts.team;
+  if (team && team->n > 1) pool->Join();
+  ts = saved.back();
+  saved.pop_back();
+}
+
+void Barrier() {
+  Team* team = ts.team;
+  if (!team || team->n == 1) return;
+  const uint32_t seen = team->bar.Load();
+  if (team->bar_count.fetch_add(1, std::memory_order_acq_rel) + 1 == team->n) {
+    team->bar_count.store(0, std::memory_order_relaxed);
+    team->bar.Publish();
+  } else {
+    team->bar.WaitChange(seen);
+  }
+}
+
+bool StaticNext(long* istart, long* iend) {
+  const Team* team = ts.team;
+  const long n = team ? team->n : 1;
+  const long tid = ts.tid;
+  long first, count;
+  if (ts.s_chunk <= 0) {  // one block per thread, the remainder spread over the first threads
+    if (ts.s_next_chunk > 0) return false;
+    const long q = ts.s_trip / n, r = ts.s_trip % n;
+    first = tid * q + std::min(tid, r);
+    count = q + (tid < r ? 1 : 0);
+  } else {  // chunks dealt round-robin
+    first = (ts.s_next_chunk * n + tid) * ts.s_chunk;
+    count = std::min(ts.s_chunk, ts.s_trip - first);
+  }
+  ++ts.s_next_chunk;
+  if (count <= 0 || first >= ts.s_trip) return false;
+  *istart = ts.s_start + first * ts.s_incr;
+  *iend = ts.s_start + (first + count) * ts.s_incr;
+  return true;
+}
+
+bool DynamicNext(long* istart, long* iend) {
+  WorkShare* w = ts.ws;
+  if (!w) return false;
+  const long first = w->next.fetch_add(w->chunk, std::memory_order_relaxed);
+  if (first >= w->trip) return false;
+  *istart = w->start + first * w->incr;
+  *iend = w->start + std::min(first + w->chunk, w->trip) * w->incr;
+  return true;
+}
+
+void DynamicStart(long start, long end, long incr, long chunk) {
+  Team* team = ts.team;
+  thread_local Team none;  // a loop outside any region: a team of one of its own
+  if (!team) team = &none;
+  const long seq = ts.ws_seq++;
+  WorkShare& w = team->ws[seq % kWorkShares];
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(w.mu);
+      if (w.seq == seq) break;
+      if (w.remaining == 0) {  // free: the previous construct in this slot has been ended by every thread
+        w.Init(start, end, incr, chunk, seq, team->n);
+        break;
+      }
+    }
+    sched_yield();
+  }
+  ts.ws = &w;
+}
+
+void LoopEnd() {
+  if (ts.ws) {
+    std::lock_guard<std::mutex> lock(ts.ws->mu);
+    --ts.ws->remaining;
+  }
+  ts.ws = nullptr;
+}
+
+std::mutex& CriticalMutex(const void* name) {
+  static std::mutex table[64];
+  return table[(reinterpret_cast<uintptr_t>(name) >> 4) % 64];
+}
+
+// libgomp's functions, for OSPREY_OMP_RUNTIME=libgomp.
+template <class F>
+F Real(const char* name) {
+  void* f = dlsym(RTLD_NEXT, name);
+  if (!f) {
+    std::fprintf(stderr, "osprey: OSPREY_OMP_RUNTIME=libgomp but %s is not in libgomp\n", name);
+    std::abort();
+  }
+  return reinterpret_cast<F>(f);
+}
+#define OSPREY_FORWARD(name, type, ...)                                 \
+  if (GetPolicy().use_libgomp) {                                      \
+    static const auto real = Real<type>(#name);                        \
+    return real(__VA_ARGS__);                                          \
+  }
+
+}  // namespace
+
+namespace osprey::threads {
+long RegionsStarted() { return stats.regions.load(std::memory_order_relaxed); }
+bool UsingLibgomp() { return GetPolicy().use_libgomp; }
+const char* Describe() {
+  static const std::string text = [] {
+    const Policy& p = GetPolicy();
+    if (p.use_libgomp) return std::string("libgomp (OSPREY_OMP_RUNTIME=libgomp)");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "osprey runtime: spin %ld us, yield until %ld us, then sleep", p.spin_ns / 1000,
+                  p.yield_ns / 1000);
+    return std::string(buf);
+  }();
+  return text.c_str();
+}
+}  // namespace osprey::threads
+
+extern "C" {
+
+int omp_get_max_threads() {
+  OSPREY_FORWARD(omp_get_max_threads, int (*)());
+  return Icv();
+}
+void omp_set_num_threads(int n) {
+  OSPREY_FORWARD(omp_set_num_threads, void (*)(int), n);
+  ts.icv = std::clamp(n, 1, kMaxThreads);
+}
+int omp_get_num_threads() {
+  OSPREY_FORWARD(omp_get_num_threads, int (*)());
+  return ts.team ? ts.team->n : 1;
+}
+int omp_get_thread_num() {
+  OSPREY_FORWARD(omp_get_thread_num, int (*)());
+  return ts.tid;
+}
+int omp_in_parallel() {
+  OSPREY_FORWARD(omp_in_parallel, int (*)());
+  return ts.active_levels > 0;
+}
+
+void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
+  OSPREY_FORWARD(GOMP_parallel, void (*)(void (*)(void*), void*, unsigned, unsigned), fn, data, num_threads, flags);
+  ParallelBegin(fn, data, num_threads);
+  fn(data);
+  ParallelEnd();
+}
+// Combined `parallel for`: the loop is work-shared from the start; fn calls only the *_next functions.
+void GOMP_parallel_loop_nonmonotonic_dynamic(void (*fn)(void*), void* data, unsigned num_threads, long start,
+                                             long end, long incr, long chunk, unsigned flags) {
+  OSPREY_FORWARD(GOMP_parallel_loop_nonmonotonic_dynamic,
+                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
+                 start, end, incr, chunk, flags);
+  ParallelBegin(fn, data, num_threads, Loop{Loop::kDynamic, start, end, incr, chunk});
+  fn(data);
+  ParallelEnd();
+}
+void GOMP_parallel_loop_dynamic(void (*fn)(void*), void* data, unsigned num_threads, long start, long end, long incr,
+                                long chunk, unsigned flags) {
+  OSPREY_FORWARD(GOMP_parallel_loop_dynamic,
+                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
+                 start, end, incr, chunk, flags);
+  ParallelBegin(fn, data, num_threads, Loop{Loop::kDynamic, start, end, incr, chunk});
+  fn(data);
+  ParallelEnd();
+}
+void GOMP_parallel_loop_static(void (*fn)(void*), void* data, unsigned num_threads, long start, long end, long incr,
+                               long chunk, unsigned flags) {
+  OSPREY_FORWARD(GOMP_parallel_loop_static,
+                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
+                 start, end, incr, chunk, flags);
+  ParallelBegin(fn, data, num_threads, Loop{Loop::kStatic, start, end, incr, chunk});
+  fn(data);
+  ParallelEnd();
+}
+void GOMP_parallel_start(void (*fn)(void*), void* data, unsigned num_threads) {
+  OSPREY_FORWARD(GOMP_parallel_start, void (*)(void (*)(void*), void*, unsigned), fn, data, num_threads);
+  ParallelBegin(fn, data, num_threads);
+}
+void GOMP_parallel_end() {
+  OSPREY_FORWARD(GOMP_parallel_end, void (*)());
+  ParallelEnd();
+}
+void GOMP_barrier() {
+  OSPREY_FORWARD(GOMP_barrier, void (*)());
+  Barrier();
+}
+
+bool GOMP_loop_static_start(long start, long end, long incr, long chunk, long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_static_start, bool (*)(long, long, long, long, long*, long*), start, end, incr, chunk,
+                 istart, iend);
+  ts.StartStatic(start, end, incr, chunk);
+  return StaticNext(istart, iend);
+}
+bool GOMP_loop_static_next(long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_static_next, bool (*)(long*, long*), istart, iend);
+  return StaticNext(istart, iend);
+}
+bool GOMP_loop_nonmonotonic_dynamic_start(long start, long end, long incr, long chunk, long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_nonmonotonic_dynamic_start, bool (*)(long, long, long, long, long*, long*), start, end,
+                 incr, chunk, istart, iend);
+  DynamicStart(start, end, incr, chunk);
+  return DynamicNext(istart, iend);
+}
+bool GOMP_loop_nonmonotonic_dynamic_next(long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_nonmonotonic_dynamic_next, bool (*)(long*, long*), istart, iend);
+  return DynamicNext(istart, iend);
+}
+bool GOMP_loop_dynamic_start(long start, long end, long incr, long chunk, long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_dynamic_start, bool (*)(long, long, long, long, long*, long*), start, end, incr, chunk,
+                 istart, iend);
+  DynamicStart(start, end, incr, chunk);
+  return DynamicNext(istart, iend);
+}
+bool GOMP_loop_dynamic_next(long* istart, long* iend) {
+  OSPREY_FORWARD(GOMP_loop_dynamic_next, bool (*)(long*, long*), istart, iend);
+  return DynamicNext(istart, iend);
+}
+void GOMP_loop_end_nowait() {
+  OSPREY_FORWARD(GOMP_loop_end_nowait, void (*)());
+  LoopEnd();
+}
+void GOMP_loop_end() {
+  OSPREY_FORWARD(GOMP_loop_end, void (*)());
+  LoopEnd();
+  Barrier();
+}
+
+void GOMP_critical_name_start(void** name) {
+  OSPREY_FORWARD(GOMP_critical_name_start, void (*)(void**), name);
+  CriticalMutex(name).lock();
+}
+void GOMP_critical_name_end(void** name) {
+  OSPREY_FORWARD(GOMP_critical_name_end, void (*)(void**), name);
+  CriticalMutex(name).unlock();
+}
+void GOMP_critical_start() {
+  OSPREY_FORWARD(GOMP_critical_start, void (*)());
+  CriticalMutex(nullptr).lock();
+}
+void GOMP_critical_end() {
+  OSPREY_FORWARD(GOMP_critical_end, void (*)());
+  CriticalMutex(nullptr).unlock();
+}
+
+}  // extern "C"

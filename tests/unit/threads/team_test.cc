@@ -1,0 +1,257 @@
+// osprey's OpenMP runtime (src/threads/team.cc) against the OpenMP semantics osprey and oneDNN rely on; expected
+// values are computed by hand from the OpenMP specification (thread numbers, static schedules), not by the runtime.
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "threads/team.h"
+
+extern "C" {
+bool GOMP_loop_static_start(long start, long end, long incr, long chunk, long* istart, long* iend);
+bool GOMP_loop_static_next(long* istart, long* iend);
+void GOMP_loop_end_nowait();
+void GOMP_parallel_start(void (*fn)(void*), void* data, unsigned num_threads);
+void GOMP_parallel_end();
+}
+
+namespace {
+
+// Runs the test body with `threads` in the ICV and restores it.
+struct WithThreads {
+  explicit WithThreads(int n) : previous(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~WithThreads() { omp_set_num_threads(previous); }
+  int previous;
+};
+
+TEST(OmpTeam, IsTheRuntimeInUse) {
+  ASSERT_FALSE(osprey::threads::UsingLibgomp()) << "OSPREY_OMP_RUNTIME=libgomp is set";
+  // The dynamic linker resolves the names libdnnl looks up to this executable's definitions, not libgomp's.
+  void* self = dlopen(nullptr, RTLD_NOW);
+  void* found = dlsym(self, "GOMP_parallel_start");
+  void* gomp = dlsym(RTLD_NEXT, "GOMP_parallel_start");
+  EXPECT_EQ(found, reinterpret_cast<void*>(&GOMP_parallel_start));
+  EXPECT_NE(found, gomp);
+}
+
+TEST(OmpTeam, RegionRunsOnTheRequestedThreads) {
+  WithThreads with(3);
+  EXPECT_FALSE(omp_in_parallel());
+  std::vector<std::pair<int, int>> seen(3, {-1, -1});
+  std::atomic<int> in_parallel{0};
+  const long before = osprey::threads::RegionsStarted();
+#pragma omp parallel
+  {
+    seen[omp_get_thread_num()] = {omp_get_thread_num(), omp_get_num_threads()};
+    in_parallel += omp_in_parallel() ? 1 : 0;
+  }
+  EXPECT_EQ(osprey::threads::RegionsStarted(), before + 1);
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(seen[t], std::make_pair(t, 3));
+  EXPECT_EQ(in_parallel.load(), 3);
+  EXPECT_EQ(omp_get_num_threads(), 1);
+  EXPECT_EQ(omp_get_thread_num(), 0);
+
+  std::atomic<int> count{0};
+#pragma omp parallel num_threads(2)
+  count += omp_get_num_threads();
+  EXPECT_EQ(count.load(), 4);
+}
+
+TEST(OmpTeam, TeamsInheritTheIcvAndNestedRegionsRunOnOneThread) {
+  WithThreads with(2);
+  std::atomic<int> inner_threads{0}, inner_in_parallel{0}, inner_ids{0}, icv{0};
+#pragma omp parallel
+  {
+    icv += omp_get_max_threads();
+#pragma omp parallel num_threads(4)
+    {
+      inner_threads += omp_get_num_threads();
+      inner_ids += omp_get_thread_num();
+      inner_in_parallel += omp_in_parallel() ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(icv.load(), 4);             // both threads see 2
+  EXPECT_EQ(inner_threads.load(), 2);   // one thread per inner region, two inner regions
+  EXPECT_EQ(inner_ids.load(), 0);
+  EXPECT_EQ(inner_in_parallel.load(), 2);
+
+  // A region of one thread is inactive: a region inside it gets a team.
+  std::atomic<int> inner{0};
+#pragma omp parallel num_threads(1)
+  {
+    EXPECT_FALSE(omp_in_parallel());
+#pragma omp parallel num_threads(2)
+    inner += omp_get_num_threads();
+  }
+  EXPECT_EQ(inner.load(), 4);
+}
+
+// The static schedule of GOMP_loop_static_start (what oneDNN calls): (start, end, incr, chunk) -> per thread, the
+// [begin, end) pieces in order.
+std::map<int, std::vector<std::pair<long, long>>> StaticPieces(int threads, long start, long end, long incr,
+                                                               long chunk) {
+  std::map<int, std::vector<std::pair<long, long>>> pieces;
+  std::vector<std::vector<std::pair<long, long>>> per(threads);
+  struct Args {
+    std::vector<std::vector<std::pair<long, long>>>* per;
+    long start, end, incr, chunk;
+  } args{&per, start, end, incr, chunk};
+  GOMP_parallel_start(
+      [](void* p) {
+        auto& a = *static_cast<Args*>(p);
+        long b, e;
+        auto& mine = (*a.per)[omp_get_thread_num()];
+        for (bool more = GOMP_loop_static_start(a.start, a.end, a.incr, a.chunk, &b, &e); more;
+             more = GOMP_loop_static_next(&b, &e))
+          mine.push_back({b, e});
+        GOMP_loop_end_nowait();
+      },
+      &args, threads);
+  {
+    auto& mine = per[0];
+    long b, e;
+    for (bool more = GOMP_loop_static_start(start, end, incr, chunk, &b, &e); more; more = GOMP_loop_static_next(&b, &e))
+      mine.push_back({b, e});
+    GOMP_loop_end_nowait();
+  }
+  GOMP_parallel_end();
+  for (int t = 0; t < threads; ++t)
+    if (!per[t].empty()) pieces[t] = per[t];
+  return pieces;
+}
+
+TEST(OmpTeam, StaticScheduleBlockedAndChunked) {
+  using P = std::vector<std::pair<long, long>>;
+  // Blocked: 10 iterations on 3 threads: 4, 3, 3.
+  auto blocked = StaticPieces(3, 0, 10, 1, 0);
+  EXPECT_EQ(blocked[0], (P{{0, 4}}));
+  EXPECT_EQ(blocked[1], (P{{4, 7}}));
+  EXPECT_EQ(blocked[2], (P{{7, 10}}));
+  // Chunks of 3 dealt round-robin: t0 gets 0-2 and 9, t1 3-5, t2 6-8.
+  auto chunked = StaticPieces(3, 0, 10, 1, 3);
+  EXPECT_EQ(chunked[0], (P{{0, 3}, {9, 10}}));
+  EXPECT_EQ(chunked[1], (P{{3, 6}}));
+  EXPECT_EQ(chunked[2], (P{{6, 9}}));
+  // Counting down by 2 from 10 to 1 (10, 8, 6, 4, 2) on 2 threads: 3 and 2 iterations.
+  auto down = StaticPieces(2, 10, 1, -2, 0);
+  EXPECT_EQ(down[0], (P{{10, 4}}));
+  EXPECT_EQ(down[1], (P{{4, 0}}));
+  // Fewer iterations than threads; and none.
+  auto few = StaticPieces(4, 5, 7, 1, 0);
+  EXPECT_EQ(few.size(), 2u);
+  EXPECT_EQ(few[0], (P{{5, 6}}));
+  EXPECT_EQ(few[1], (P{{6, 7}}));
+  EXPECT_TRUE(StaticPieces(3, 7, 7, 1, 0).empty());
+}
+
+TEST(OmpTeam, DynamicLoopsWithoutBarriersCoverEveryIterationOnce) {
+  WithThreads with(2);
+  constexpr int kLoops = 9, kIters = 1000;  // more loops in a row than the runtime has work-share slots
+  std::vector<std::atomic<int>> hits(kLoops * kIters);
+#pragma omp parallel
+  {
+    for (int l = 0; l < kLoops; ++l) {
+#pragma omp for schedule(dynamic, 7) nowait
+      for (int i = 0; i < kIters; ++i) hits[l * kIters + i]++;
+    }
+  }
+  for (int i = 0; i < kLoops * kIters; ++i) ASSERT_EQ(hits[i].load(), 1) << "iteration " << i;
+}
+
+TEST(OmpTeam, BarrierSeparatesPhases) {
+  WithThreads with(3);
+  std::vector<int> value(3, 0);
+  std::atomic<int> wrong{0};
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num();
+    for (int phase = 1; phase <= 50; ++phase) {
+      value[t] = phase;
+#pragma omp barrier
+      for (int u = 0; u < 3; ++u)
+        if (value[u] != phase) ++wrong;
+#pragma omp barrier
+    }
+  }
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(OmpTeam, CriticalSectionsExclude) {
+  WithThreads with(2);
+  long counter = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = 0; i < 20000; ++i) {
+#pragma omp critical(osprey_team_test)
+    counter += 1;
+  }
+  EXPECT_EQ(counter, 20000);
+}
+
+TEST(OmpTeam, SeveralApplicationThreadsRunRegionsAtOnce) {
+  // Each has a pool of its own (a server's request threads).
+  std::vector<std::thread> callers;
+  std::vector<long> sums(4, 0);
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([c, &sums] {
+      omp_set_num_threads(2);
+      for (int r = 0; r < 300; ++r) {
+        long sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(dynamic, 16)
+        for (int i = 0; i < 1000; ++i) sum += i;
+        sums[c] += sum;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (long s : sums) EXPECT_EQ(s, 300L * 499500);
+}
+
+TEST(OmpTeam, ThreadsThatSleptAnswerTheNextRegion) {
+  // Idle past the spin and yield phases (1 ms by default), the workers sleep; a region must still get them all.
+  WithThreads with(2);
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::set<int> ids;
+    std::atomic<int> n{0};
+#pragma omp parallel
+    {
+#pragma omp critical(osprey_team_ids)
+      ids.insert(omp_get_thread_num());
+      n += 1;
+    }
+    EXPECT_EQ(ids, (std::set<int>{0, 1}));
+    EXPECT_EQ(n.load(), 2);
+  }
+}
+
+TEST(OmpTeam, OneDnnRunsItsRegionsHere) {
+  WithThreads with(2);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const dnnl::memory::dims dims{1, 64, 128, 128};
+  dnnl::memory src({dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw}, engine);
+  dnnl::memory dst({dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc}, engine);
+  float* s = static_cast<float*>(src.get_data_handle());
+  const long n = 64L * 128 * 128;
+  for (long i = 0; i < n; ++i) s[i] = static_cast<float>(i % 1000);
+  const long before = osprey::threads::RegionsStarted();
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+  EXPECT_GT(osprey::threads::RegionsStarted(), before);
+  // And it computed the transpose: dst[h][w][c] = src[c][h][w].
+  const float* d = static_cast<const float*>(dst.get_data_handle());
+  for (long c : {0L, 5L, 63L})
+    for (long h : {0L, 77L, 127L})
+      for (long w : {0L, 1L, 127L}) EXPECT_EQ(d[(h * 128 + w) * 64 + c], s[(c * 128 + h) * 128 + w]);
+}
+
+}  // namespace
