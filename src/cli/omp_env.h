@@ -1,13 +1,15 @@
-// osprey's default OpenMP wait policy for its binaries (docs/performance.md, "Under CPU contention").
+// The OpenMP wait policy of osprey's binaries (docs/performance.md, "Under CPU contention").
 //
-// libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when the library is loaded, before main() runs; setting them
-// in main() is too late. So `osprey` and `osprey-server` call ApplyOmpWaitDefault(argv) first thing in main(): when
-// the user has set neither variable, the process re-executes itself once (/proc/self/exe, the same argv) with the
-// default (GOMP_SPINCOUNT=1000) set, and OSPREY_OMP_DEFAULT=<value> marks the re-executed process (no loop; it also
-// says the default came from osprey, not the user). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins;
+// The binaries run their parallel regions on osprey's own OpenMP runtime (src/threads/team.cc), whose waits need no
+// setting made before start-up. OSPREY_OMP_RUNTIME=libgomp hands them to libgomp instead, which reads
+// OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when the library is loaded, before main() runs; setting them in main() is too
+// late. So then `osprey` and `osprey-server` call ApplyOmpWaitDefault(argv) first thing in main(): when the user has
+// set neither variable, the process re-executes itself once (/proc/self/exe, the same argv) with libgomp's bounded
+// spin (GOMP_SPINCOUNT=1000) set, and OSPREY_OMP_DEFAULT=<value> marks the re-executed process (no loop; it also says
+// the default came from osprey, not the user). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT always wins;
 // OSPREY_OMP_DEFAULT=0 turns the re-exec off (libgomp's own default: spin ~300,000 iterations, then sleep). If the
 // re-exec fails the process carries on as it is. Nothing is printed on stdout; OSPREY_OMP_DEBUG=1 prints the setting in
-// force on stderr.
+// force on stderr (and, at exit, what osprey's runtime did).
 //
 // Header-only because osprey-server links only serve.cc/version.cc of src/cli (CMakeLists.txt).
 #pragma once
@@ -18,11 +20,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "threads/team.h"
+
 namespace osprey::cli {
 
-// The default: bounded spinning. An idle OpenMP thread spins ~1,000 iterations (some microseconds), then sleeps on a
-// futex, instead of libgomp's ~300,000 (milliseconds), which collapses when other processes hold the cores. Chosen by
-// bench/contention (docs/performance.md): near passive under contention, near libgomp's default on a quiet host.
+// libgomp's default here: bounded spinning. An idle OpenMP thread spins ~1,000 iterations (some microseconds), then
+// sleeps on a futex, instead of libgomp's ~300,000 (milliseconds), which collapses when other processes hold the
+// cores. Chosen by bench/contention (docs/performance.md): near passive under contention, near libgomp's default on a
+// quiet host.
 inline constexpr const char* kOmpDefaultVar = "GOMP_SPINCOUNT";
 inline constexpr const char* kOmpDefaultValue = "1000";
 inline constexpr const char* kOmpMarkerVar = "OSPREY_OMP_DEFAULT";
@@ -36,6 +41,11 @@ inline bool NeedsNoOpenMp(char** argv) {
 }
 
 inline void ApplyOmpWaitDefault(char** argv) {
+  if (!threads::UsingLibgomp()) {
+    if (const char* debug = std::getenv("OSPREY_OMP_DEBUG"); debug != nullptr && std::strcmp(debug, "0") != 0)
+      std::fprintf(stderr, "osprey: openmp: %s\n", threads::Describe());
+    return;
+  }
   const char* marker = std::getenv(kOmpMarkerVar);
   const bool user_set = std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr;
   const bool skipped = marker == nullptr && !user_set && NeedsNoOpenMp(argv);

@@ -98,7 +98,7 @@ struct Stats {
   std::atomic<long> regions{0}, sleeps{0}, contended{0};
   ~Stats() {
     const char* d = std::getenv("OSPREY_OMP_DEBUG");
-    if (d && d[0] == '1')
+    if (d && d[0] == '1' && regions.load() + sleeps.load() > 0)
       std::fprintf(stderr, "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost\n",
                    regions.load(), sleeps.load(), contended.load());
   }

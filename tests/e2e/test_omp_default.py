@@ -1,8 +1,9 @@
-"""osprey's default OpenMP wait policy (src/cli/omp_env.h, docs/performance.md "Under CPU contention"): the binaries
-re-execute themselves once with GOMP_SPINCOUNT=1000 (bounded spin, then sleep) when the user set neither
-OMP_WAIT_POLICY nor GOMP_SPINCOUNT; a user's setting is kept. Observed through libgomp itself (OMP_DISPLAY_ENV=verbose
-makes it print the values it read at load, on stderr) and through the running process's environment
-(/proc/<pid>/environ)."""
+"""The OpenMP runtime and wait policy of the binaries (src/cli/omp_env.h, src/threads/team.cc, docs/performance.md
+"Under CPU contention"). By default their regions run on osprey's own runtime, with no re-exec. With
+OSPREY_OMP_RUNTIME=libgomp they re-execute themselves once with GOMP_SPINCOUNT=1000 (bounded spin, then sleep) when the
+user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT; a user's setting is kept. Observed through libgomp itself
+(OMP_DISPLAY_ENV=verbose makes it print the values it read at load, on stderr), through OSPREY_OMP_DEBUG=1's lines and
+through the running process's environment (/proc/<pid>/environ)."""
 
 import os
 import re
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OSPREY_OMP_DEFAULT", "OSPREY_OMP_DEBUG", "OMP_DISPLAY_ENV")
+OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OSPREY_OMP_DEFAULT", "OSPREY_OMP_DEBUG", "OMP_DISPLAY_ENV",
+            "OSPREY_OMP_RUNTIME", "OSPREY_OMP_SPIN_US", "OSPREY_OMP_YIELD_US")
+LIBGOMP = {"OSPREY_OMP_RUNTIME": "libgomp"}
 LIBGOMP_DEFAULT_SPIN = "300000"
 
 
@@ -34,13 +37,24 @@ def run(binary, *args, **env):
     return subprocess.run([str(binary), *args], env=clean_env(**env), capture_output=True, text=True, timeout=60)
 
 
-def test_default_is_bounded_spin_and_stdout_unchanged(osprey_bin):
+def test_default_is_osprey_runtime_without_reexec(osprey_bin):
     proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1")
+    assert proc.returncode == 0, proc.stderr
+    assert libgomp_spincount(proc.stderr)[1] == 1  # loaded (libdnnl needs it) once: no re-exec
+    assert "osprey: openmp: osprey runtime: spin 20 us, yield until 1000 us, then sleep" in proc.stderr
+    proc = run(osprey_bin, "--version", OSPREY_OMP_DEBUG="1", OSPREY_OMP_SPIN_US="5", OSPREY_OMP_YIELD_US="300")
+    assert "spin 5 us, yield until 300 us" in proc.stderr
+    proc = run(osprey_bin, "--version", OSPREY_OMP_DEBUG="1", OMP_WAIT_POLICY="passive")
+    assert "spin 0 us, yield until 0 us" in proc.stderr
+
+
+def test_libgomp_default_is_bounded_spin_and_stdout_unchanged(osprey_bin):
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1", **LIBGOMP)
     assert proc.returncode == 0, proc.stderr
     assert libgomp_spincount(proc.stderr) == ("1000", 2)
     assert "OMP_WAIT_POLICY=(unset) GOMP_SPINCOUNT=1000 (osprey default)" in proc.stderr
     # Same stdout (argv kept across the re-exec, nothing extra printed) as without the default.
-    plain = run(osprey_bin, "--version", OSPREY_OMP_DEFAULT="0")
+    plain = run(osprey_bin, "--version", OSPREY_OMP_DEFAULT="0", **LIBGOMP)
     assert proc.stdout == plain.stdout and proc.stdout.strip()
 
 
@@ -48,7 +62,7 @@ def test_default_is_bounded_spin_and_stdout_unchanged(osprey_bin):
                                             ("OMP_WAIT_POLICY", "passive", "0"),
                                             ("GOMP_SPINCOUNT", "10000", "10000")])
 def test_user_setting_wins(osprey_bin, var, value, spin):
-    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1", **{var: value})
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1", **{var: value}, **LIBGOMP)
     assert proc.returncode == 0, proc.stderr
     assert f"{var}={value}" in proc.stderr and "(user)" in proc.stderr
     assert libgomp_spincount(proc.stderr) == (spin, 1)  # libgomp loaded once: no re-exec
@@ -56,29 +70,35 @@ def test_user_setting_wins(osprey_bin, var, value, spin):
 
 def test_augment_skips_the_reexec(osprey_bin):
     """`osprey augment` runs its plans on one thread each (no OpenMP team), so it starts without the re-exec."""
-    proc = run(osprey_bin, "augment", "--help", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1")
+    proc = run(osprey_bin, "augment", "--help", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEBUG="1", **LIBGOMP)
     assert proc.returncode == 0, proc.stderr
     assert libgomp_spincount(proc.stderr) == (LIBGOMP_DEFAULT_SPIN, 1)
     assert "this command runs no OpenMP team" in proc.stderr
 
 
 def test_opt_out(osprey_bin):
-    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEFAULT="0")
+    proc = run(osprey_bin, "--version", OMP_DISPLAY_ENV="verbose", OSPREY_OMP_DEFAULT="0", **LIBGOMP)
     assert proc.returncode == 0, proc.stderr
     assert libgomp_spincount(proc.stderr) == (LIBGOMP_DEFAULT_SPIN, 1)
 
 
-def test_bench_runs_with_default(osprey_bin, tmp_path):
-    """A real run through the re-exec: `bench --json` on stdout still parses."""
+@pytest.mark.parametrize("runtime", ["osprey", "libgomp"])
+def test_bench_runs_with_default(osprey_bin, tmp_path, runtime):
+    """A real run (through the re-exec with libgomp): `bench --json` on stdout still parses; on osprey's runtime its
+    regions (oneDNN's and osprey's) ran there."""
     import json
 
     from test_cli import conv_model
     model = conv_model(tmp_path / "small.onnx")
     proc = run(osprey_bin, "bench", str(model), "--threads", "2", "--iters", "2", "--warmup", "1", "--json",
-               OSPREY_OMP_DEBUG="1")
+               OSPREY_OMP_DEBUG="1", **(LIBGOMP if runtime == "libgomp" else {}))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["iters"] == 2
-    assert "(osprey default)" in proc.stderr
+    if runtime == "libgomp":
+        assert "(osprey default)" in proc.stderr and "regions" not in proc.stderr
+    else:
+        regions = re.search(r"osprey: openmp: (\d+) regions", proc.stderr)
+        assert regions and int(regions.group(1)) > 0, proc.stderr
 
 
 def environ_of(pid):
@@ -88,15 +108,15 @@ def environ_of(pid):
 
 @pytest.mark.parametrize("name", ["osprey", "osprey-server"])
 def test_running_server_environment(osprey_bin, tmp_path, name):
-    """A long-running process (the server) keeps its pid across the re-exec and runs with the default; `osprey serve`
-    executes osprey-server in the same process (serve_exec.cc)."""
+    """With libgomp, a long-running process (the server) keeps its pid across the re-exec and runs with the default;
+    `osprey serve` executes osprey-server in the same process (serve_exec.cc)."""
     binary = osprey_bin.parent / name
     if not binary.exists():
         pytest.skip(f"{binary} not built")
     args = ["serve"] if name == "osprey" else []
     (tmp_path / "models").mkdir()
     args += ["--model-repository", str(tmp_path / "models"), "--port", "0", "--grpc-port", "-1"]
-    proc = subprocess.Popen([str(binary), *args], env=clean_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(binary), *args], env=clean_env(**LIBGOMP), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 20
@@ -115,3 +135,20 @@ def test_running_server_environment(osprey_bin, tmp_path, name):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_binaries_take_every_openmp_entry_point_from_osprey(osprey_bin):
+    """Every GOMP_*/omp_* function a binary calls is defined by osprey's runtime (src/threads/team.cc): one the
+    runtime lacks would be taken from libgomp, whose teams know nothing of osprey's (a new OpenMP construct in the code,
+    say `omp single`, needs its entry point added there)."""
+    checked = 0
+    for binary in sorted(osprey_bin.parent.iterdir()):
+        if not binary.is_file() or not os.access(binary, os.X_OK):
+            continue
+        undefined = subprocess.run(["nm", "-D", "--undefined-only", str(binary)], capture_output=True, text=True)
+        if undefined.returncode != 0:
+            continue
+        missing = sorted(set(re.findall(r"\b((?:GOMP|omp)_[a-z_0-9]+)@", undefined.stdout)))
+        assert not missing, f"{binary.name} takes {missing} from libgomp"
+        checked += 1
+    assert checked >= 3
