@@ -20,6 +20,7 @@
 // static (blocked or chunked) and dynamic loop work-sharing, nowait allowed; named critical sections.
 #include <dlfcn.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -322,6 +323,13 @@ class Pool {
 };
 
 thread_local std::unique_ptr<Pool> pool;
+
+// A child of fork() has only the forking thread: its pool's workers are gone, so it forgets the pool (leaked: its
+// threads cannot be joined) and starts a new one at its first region. (libgomp hangs there.)
+[[maybe_unused]] const bool fork_handler_installed = [] {
+  pthread_atfork(nullptr, nullptr, [] { (void)pool.release(); });
+  return true;
+}();
 thread_local std::vector<ThreadState> saved;  // states of the regions this thread started (nesting)
 thread_local std::vector<std::unique_ptr<Team>> solo_teams;
 
@@ -460,6 +468,8 @@ const char* Describe() {
 }
 }  // namespace osprey::threads
 
+// Default visibility: a shared object that links this (a Python module built with hidden symbols) exports them too.
+#pragma GCC visibility push(default)
 extern "C" {
 
 int omp_get_max_threads() {
@@ -588,3 +598,4 @@ void GOMP_critical_end() {
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

@@ -55,3 +55,44 @@ def test_not_applied_when_libgomp_already_loaded():
 def test_opt_out():
     spin, _ = import_osprey(OSPREY_OMP_DEFAULT="0")
     assert spin == "300000"
+
+
+RUN_SCRIPT = """
+import ctypes, os, sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+if sys.argv[1] == "global":
+    ctypes.CDLL("libgomp.so.1", mode=os.RTLD_GLOBAL)  # as a package that puts libgomp in the global scope would
+elif sys.argv[1] == "local":
+    ctypes.CDLL("libgomp.so.1")
+import osprey
+w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)
+graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64, 64])],
+                          [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+model = osprey.Model(onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
+                     threads=2)
+x = np.ones((1, 16, 64, 64), np.float32)
+y = model.run(x)["y"]
+expected = w.sum(axis=(1, 2, 3))  # the centre pixel sees every tap of a ones input
+assert np.allclose(y[0, :, 32, 32], expected, rtol=1e-4), (y[0, :, 32, 32], expected)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("preload,ours", [("no", True), ("local", True), ("global", False)])
+def test_module_runs_on_osprey_runtime(preload, ours):
+    """The native module carries osprey's OpenMP runtime (src/threads) and exports it, so its libdnnl binds to it; a
+    libgomp loaded privately (ctypes' default) changes nothing; one already in the global scope takes both."""
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    env.update(PYTHONPATH=str(BUILD / "python"), OSPREY_OMP_DEBUG="1")
+    proc = subprocess.run([sys.executable, "-c", RUN_SCRIPT, preload], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    regions = re.search(r"osprey: openmp: (\d+) regions", proc.stderr)
+    if ours:
+        assert regions and int(regions.group(1)) > 0, proc.stderr
+    else:
+        assert regions is None, proc.stderr

@@ -1,6 +1,8 @@
 // osprey's OpenMP runtime (src/threads/team.cc) against the OpenMP semantics osprey and oneDNN rely on; expected
 // values are computed by hand from the OpenMP specification (thread numbers, static schedules), not by the runtime.
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <omp.h>
 
 #include <atomic>
@@ -231,6 +233,27 @@ TEST(OmpTeam, ThreadsThatSleptAnswerTheNextRegion) {
     EXPECT_EQ(ids, (std::set<int>{0, 1}));
     EXPECT_EQ(n.load(), 2);
   }
+}
+
+TEST(OmpTeam, AChildOfForkRunsRegions) {
+  // The child has none of the parent's worker threads; it must start its own rather than wait for them.
+  WithThreads with(2);
+  std::atomic<int> n{0};
+#pragma omp parallel
+  n += 1;
+  ASSERT_EQ(n.load(), 2);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);  // a hang ends the child with SIGALRM
+    std::atomic<int> m{0};
+#pragma omp parallel
+    m += omp_get_num_threads();
+    _exit(m.load() == 4 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 TEST(OmpTeam, OneDnnRunsItsRegionsHere) {
