@@ -45,9 +45,10 @@ int RunnableThreads() {
   return p ? std::atoi(p) : -1;
 }
 
-// Threads for one run under CPU contention (docs/performance.md, "Under CPU contention"). libgomp's threads
-// spin-wait between parallel regions, which makes back-to-back kernels fast on idle cores; when other processes keep
-// the cores busy, a spinning or descheduled thread stalls every barrier and latency collapses (2-10x on 2 cores).
+// Threads for one run under CPU contention (docs/performance.md, "Under CPU contention"). OpenMP threads wait for
+// the next parallel region by spinning (osprey's runtime, src/threads: briefly, then yielding), which makes
+// back-to-back kernels fast on idle cores; when other processes keep the cores busy, a descheduled thread stalls
+// every barrier (2-10x on 2 cores with libgomp's default spin; osprey's runtime then shortens its waits).
 // So a run can look at how many threads are runnable on the machine (sampled at most every 20 ms) and, when the
 // planned threads would not each get a free core, uses a plan compiled for as many threads as are free (at least 1;
 // compiled on first use and cached like any plan), where no thread waits for another. The run's own threads are
