@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -277,10 +278,17 @@ class Pool {
   // Starts fn on threads 1..n-1 (the caller then runs it as thread 0, and Join()s).
   Team* Begin(int n, void (*fn)(void*), void* data, const Loop& loop) {
     while (static_cast<int>(workers_.size()) < n - 1) {
-      workers_.push_back(std::make_unique<Worker>());
-      Worker* w = workers_.back().get();
-      const int index = static_cast<int>(workers_.size());
-      w->thread = std::thread([this, w, index] { WorkerLoop(*w, index); });
+      auto w = std::make_unique<Worker>();
+      const int index = static_cast<int>(workers_.size()) + 1;
+      try {
+        w->thread = std::thread([this, raw = w.get(), index] { WorkerLoop(*raw, index); });
+      } catch (const std::system_error& e) {  // no more threads (limits): run on those there are, as OpenMP allows
+        static std::once_flag said;
+        std::call_once(said, [&] { std::fprintf(stderr, "osprey: openmp: cannot start a thread (%s)\n", e.what()); });
+        n = static_cast<int>(workers_.size()) + 1;
+        break;
+      }
+      workers_.push_back(std::move(w));
     }
     team_.Reset(n, ts.active_levels + 1, Icv(), loop);
     team_.fn = fn;
