@@ -46,6 +46,9 @@ def test_default_is_osprey_runtime_without_reexec(osprey_bin):
     assert "spin 5 us, yield until 300 us" in proc.stderr
     proc = run(osprey_bin, "--version", OSPREY_OMP_DEBUG="1", OMP_WAIT_POLICY="passive")
     assert "spin 0 us, yield until 0 us" in proc.stderr
+    proc = run(osprey_bin, "--version", OSPREY_OMP_DEBUG="1", OSPREY_OMP_SPIN_US="5ms")
+    assert proc.returncode == 0 and "ignoring OSPREY_OMP_SPIN_US=5ms (want microseconds" in proc.stderr
+    assert "spin 20 us" in proc.stderr
 
 
 def test_libgomp_default_is_bounded_spin_and_stdout_unchanged(osprey_bin):
