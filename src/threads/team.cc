@@ -366,6 +366,12 @@ void ParallelEnd() {
   saved.pop_back();
 }
 
+void RunRegion(void (*fn)(void*), void* data, unsigned requested, const Loop& loop) {
+  ParallelBegin(fn, data, requested, loop);
+  fn(data);
+  ParallelEnd();
+}
+
 void Barrier() {
   Team* team = ts.team;
   if (!team || team->n == 1) return;
@@ -503,38 +509,20 @@ int omp_in_parallel() {
 
 void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
   OSPREY_FORWARD(GOMP_parallel, void (*)(void (*)(void*), void*, unsigned, unsigned), fn, data, num_threads, flags);
-  ParallelBegin(fn, data, num_threads);
-  fn(data);
-  ParallelEnd();
+  RunRegion(fn, data, num_threads, Loop{});
 }
 // Combined `parallel for`: the loop is work-shared from the start; fn calls only the *_next functions.
-void GOMP_parallel_loop_nonmonotonic_dynamic(void (*fn)(void*), void* data, unsigned num_threads, long start,
-                                             long end, long incr, long chunk, unsigned flags) {
-  OSPREY_FORWARD(GOMP_parallel_loop_nonmonotonic_dynamic,
-                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
-                 start, end, incr, chunk, flags);
-  ParallelBegin(fn, data, num_threads, Loop{Loop::kDynamic, start, end, incr, chunk});
-  fn(data);
-  ParallelEnd();
-}
-void GOMP_parallel_loop_dynamic(void (*fn)(void*), void* data, unsigned num_threads, long start, long end, long incr,
-                                long chunk, unsigned flags) {
-  OSPREY_FORWARD(GOMP_parallel_loop_dynamic,
-                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
-                 start, end, incr, chunk, flags);
-  ParallelBegin(fn, data, num_threads, Loop{Loop::kDynamic, start, end, incr, chunk});
-  fn(data);
-  ParallelEnd();
-}
-void GOMP_parallel_loop_static(void (*fn)(void*), void* data, unsigned num_threads, long start, long end, long incr,
-                               long chunk, unsigned flags) {
-  OSPREY_FORWARD(GOMP_parallel_loop_static,
-                 void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, num_threads,
-                 start, end, incr, chunk, flags);
-  ParallelBegin(fn, data, num_threads, Loop{Loop::kStatic, start, end, incr, chunk});
-  fn(data);
-  ParallelEnd();
-}
+#define OSPREY_PARALLEL_LOOP(name, kind)                                                                          \
+  void name(void (*fn)(void*), void* data, unsigned num_threads, long start, long end, long incr, long chunk,    \
+            unsigned flags) {                                                                                   \
+    OSPREY_FORWARD(name, void (*)(void (*)(void*), void*, unsigned, long, long, long, long, unsigned), fn, data, \
+                   num_threads, start, end, incr, chunk, flags);                                                \
+    RunRegion(fn, data, num_threads, Loop{kind, start, end, incr, chunk});                                      \
+  }
+OSPREY_PARALLEL_LOOP(GOMP_parallel_loop_nonmonotonic_dynamic, Loop::kDynamic)
+OSPREY_PARALLEL_LOOP(GOMP_parallel_loop_dynamic, Loop::kDynamic)
+OSPREY_PARALLEL_LOOP(GOMP_parallel_loop_static, Loop::kStatic)
+#undef OSPREY_PARALLEL_LOOP
 void GOMP_parallel_start(void (*fn)(void*), void* data, unsigned num_threads) {
   OSPREY_FORWARD(GOMP_parallel_start, void (*)(void (*)(void*), void*, unsigned), fn, data, num_threads);
   ParallelBegin(fn, data, num_threads);
@@ -558,26 +546,21 @@ bool GOMP_loop_static_next(long* istart, long* iend) {
   OSPREY_FORWARD(GOMP_loop_static_next, bool (*)(long*, long*), istart, iend);
   return StaticNext(istart, iend);
 }
-bool GOMP_loop_nonmonotonic_dynamic_start(long start, long end, long incr, long chunk, long* istart, long* iend) {
-  OSPREY_FORWARD(GOMP_loop_nonmonotonic_dynamic_start, bool (*)(long, long, long, long, long*, long*), start, end,
-                 incr, chunk, istart, iend);
-  DynamicStart(start, end, incr, chunk);
-  return DynamicNext(istart, iend);
-}
-bool GOMP_loop_nonmonotonic_dynamic_next(long* istart, long* iend) {
-  OSPREY_FORWARD(GOMP_loop_nonmonotonic_dynamic_next, bool (*)(long*, long*), istart, iend);
-  return DynamicNext(istart, iend);
-}
-bool GOMP_loop_dynamic_start(long start, long end, long incr, long chunk, long* istart, long* iend) {
-  OSPREY_FORWARD(GOMP_loop_dynamic_start, bool (*)(long, long, long, long, long*, long*), start, end, incr, chunk,
-                 istart, iend);
-  DynamicStart(start, end, incr, chunk);
-  return DynamicNext(istart, iend);
-}
-bool GOMP_loop_dynamic_next(long* istart, long* iend) {
-  OSPREY_FORWARD(GOMP_loop_dynamic_next, bool (*)(long*, long*), istart, iend);
-  return DynamicNext(istart, iend);
-}
+// schedule(dynamic): GCC calls the nonmonotonic pair for a plain `dynamic`, the monotonic one when asked to.
+#define OSPREY_DYNAMIC_LOOP(start_name, next_name)                                                             \
+  bool start_name(long start, long end, long incr, long chunk, long* istart, long* iend) {                    \
+    OSPREY_FORWARD(start_name, bool (*)(long, long, long, long, long*, long*), start, end, incr, chunk, istart, \
+                   iend);                                                                                      \
+    DynamicStart(start, end, incr, chunk);                                                                     \
+    return DynamicNext(istart, iend);                                                                          \
+  }                                                                                                            \
+  bool next_name(long* istart, long* iend) {                                                                   \
+    OSPREY_FORWARD(next_name, bool (*)(long*, long*), istart, iend);                                           \
+    return DynamicNext(istart, iend);                                                                          \
+  }
+OSPREY_DYNAMIC_LOOP(GOMP_loop_nonmonotonic_dynamic_start, GOMP_loop_nonmonotonic_dynamic_next)
+OSPREY_DYNAMIC_LOOP(GOMP_loop_dynamic_start, GOMP_loop_dynamic_next)
+#undef OSPREY_DYNAMIC_LOOP
 void GOMP_loop_end_nowait() {
   OSPREY_FORWARD(GOMP_loop_end_nowait, void (*)());
   LoopEnd();
