@@ -7,11 +7,13 @@
 // needed (2-4x slower with two servers on two cores). Here a waiting thread spins briefly, then yields the CPU in a
 // loop (sched_yield: free when nothing else is runnable, the vCPU stays awake; another process's thread runs at once
 // when there is one), and sleeps on a futex only after OSPREY_OMP_YIELD_US; a waker calls futex_wake only when a
-// thread sleeps (libgomp wakes at every barrier).
+// thread sleeps (libgomp wakes at every barrier). Beside CPU-bound processes a yielding thread waits for their whole
+// time slice, so once a wait finds it lost its CPU that long, the process's waits stay short for a while (Policy).
 //
 // How it takes over: the executables link this object and export its symbols (CMakeLists.txt), so the dynamic linker
 // binds libdnnl's GOMP_* / omp_* references to them before libgomp's, and the static linker binds osprey's own. The
-// Python module does not link it (it keeps libgomp, which other packages in the process may share).
+// Python module links and exports it too; there a libgomp already in the process's global scope (loaded with
+// RTLD_GLOBAL before osprey) comes first and takes both libdnnl's calls and the module's.
 // OSPREY_OMP_RUNTIME=libgomp forwards every entry point to libgomp instead (for comparisons, or as an escape hatch).
 //
 // Semantics kept (those osprey and oneDNN rely on): a team per region from a pool of threads owned by the calling
