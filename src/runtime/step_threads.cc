@@ -87,9 +87,9 @@ bool RememberedVerdict(const std::string& key, const std::function<bool()>& deci
   return verdicts.emplace(key, verdict).first->second;
 }
 
-// What a parallel region costs to start when the team's other threads have gone to sleep (idle longer than OpenMP's
-// spin: GOMP_SPINCOUNT, which osprey bounds, docs/performance.md): a serial step that long makes the next parallel
-// step pay it. Measured once per thread count: a region started after 300 us of idling, median of 7.
+// What a parallel region costs to start after the team idled 300 us: a serial step that long makes the next parallel
+// step pay it. Under libgomp's bounded spin (GOMP_SPINCOUNT) the team is asleep by then (tens of us, more on a VM);
+// osprey's runtime (src/threads) keeps it yielding for 1 ms, so ~1 us. Measured once per thread count, median of 7.
 double WakePenaltyUs(int threads) {
   static std::mutex mu;
   static std::map<int, double> measured;

@@ -68,6 +68,26 @@ TEST(OmpTeam, RegionRunsOnTheRequestedThreads) {
   EXPECT_EQ(count.load(), 4);
 }
 
+TEST(OmpTeam, ThreadCountsOutOfRangeAreClamped) {
+  // Below 1 means 1 (as libgomp); above 256 means 256, so a huge --threads cannot start that many threads per caller.
+  WithThreads with(-3);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  std::atomic<int> n{0};
+#pragma omp parallel
+  n += 1;
+  EXPECT_EQ(n.load(), 1);
+  omp_set_num_threads(1 << 20);
+  EXPECT_EQ(omp_get_max_threads(), 256);
+  std::atomic<int> size{0}, members{0};
+#pragma omp parallel num_threads(100000)
+  {
+    members += 1;
+    if (omp_get_thread_num() == 0) size = omp_get_num_threads();
+  }
+  EXPECT_EQ(size.load(), 256);
+  EXPECT_EQ(members.load(), 256);
+}
+
 TEST(OmpTeam, TeamsInheritTheIcvAndNestedRegionsRunOnOneThread) {
   WithThreads with(2);
   std::atomic<int> inner_threads{0}, inner_in_parallel{0}, inner_ids{0}, icv{0};
