@@ -641,7 +641,36 @@ std::vector<float> RunOnce(const dnnl::primitive_desc& pd, const dnnl::memory& s
   return out;
 }
 
+// Whether `first` is faster than `second` (each returns ms per run): timed alternately, twice each, keeping each one's
+// best, so a burst of load elsewhere does not decide alone; remembered under `hash` (names `first_name` /
+// `second_name`, position 1 for the first).
+bool FirstIsFaster(const std::string& hash, const char* first_name, const char* second_name,
+                   const std::function<double()>& first, const std::function<double()>& second) {
+  const std::optional<Remembered> remembered = RememberedChoice(hash, [&](const TuningChoice& c) {
+    return c.name == (c.position == 1 ? first_name : second_name);
+  });
+  if (remembered && remembered->use) {
+    ++g_cached;
+    return remembered->choice.position == 1;
+  }
+  const LoadWatch watch;
+  double first_ms = 1e30, second_ms = 1e30;
+  for (int round = 0; round < 2; ++round) {
+    second_ms = std::min(second_ms, second());
+    first_ms = std::min(first_ms, first());
+  }
+  const bool faster = first_ms < second_ms;
+  return Remember(hash, {faster ? 1 : 0, faster ? first_name : second_name, 2}, watch.Disturbed(), remembered)
+             .position == 1;
+}
+
 }  // namespace
+
+bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
+                     const dnnl::primitive_desc_base& pd) {
+  return FirstIsFaster(TuningHash("own?" + key), "own", "onednn", time_own,
+                       [&pd] { return TimePd(pd, 3, 1e30).value_or(1e30); });
+}
 
 double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got) {
   double diff = 0, norm = 0;
@@ -656,24 +685,9 @@ double RelativeRmsDifference(const std::vector<float>& want, const std::vector<f
 bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const dnnl::primitive_desc& bf16,
                 const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
                 const dnnl::memory::desc& weights_plain, const void* weights) {
-  const std::string hash = TuningHash("bf16?" + key);
-  bool faster;
-  const std::optional<Remembered> remembered =
-      RememberedChoice(hash, [](const TuningChoice& c) { return c.name == (c.position == 1 ? "bf16" : "fp32"); });
-  if (remembered && remembered->use) {
-    ++g_cached;
-    faster = remembered->choice.position == 1;
-  } else {
-    // Alternate the two and keep each one's best, so a burst of load elsewhere does not decide alone.
-    const LoadWatch watch;
-    double f32_ms = 1e30, bf16_ms = 1e30;
-    for (int round = 0; round < 2; ++round) {
-      f32_ms = std::min(f32_ms, KernelMs(f32, user_src, user_dst));
-      bf16_ms = std::min(bf16_ms, KernelMs(bf16, user_src, user_dst));
-    }
-    faster = bf16_ms < f32_ms;
-    faster = Remember(hash, {faster ? 1 : 0, faster ? "bf16" : "fp32", 2}, watch.Disturbed(), remembered).position == 1;
-  }
+  const bool faster = FirstIsFaster(
+      TuningHash("bf16?" + key), "bf16", "fp32", [&] { return KernelMs(bf16, user_src, user_dst); },
+      [&] { return KernelMs(f32, user_src, user_dst); });
   if (!faster) return false;
   // The agreement depends on the weights too: remembered per operation and weight content.
   const std::string agree_hash =

@@ -232,6 +232,13 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
                 const dnnl::memory::desc& weights_plain, const void* weights);
 
+/// Whether a kernel of osprey's own is faster on this machine than the oneDNN primitive `pd` doing the same operation:
+/// `time_own` returns its milliseconds per run (the best of a few on zero-filled tensors, as PrimitiveMs times `pd`);
+/// the two are timed alternately, twice each, and the verdict remembered under `key` like the implementation choices
+/// (names "own" / "onednn"; a verdict timed under load is provisional). See dnnl_common.cc.
+bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
+                     const dnnl::primitive_desc_base& pd);
+
 /// `fn()`, or a value-initialised result when oneDNN throws: building or measuring a bf16 primitive that fails (seen
 /// once: "could not create a memory object" while timing a batch-8 convolution) leaves the kernel on fp32 instead of
 /// failing the compile.

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/winograd_conv.h"
 #include "ops/activation.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
@@ -23,7 +24,6 @@ namespace {
 using dnnl::memory;
 constexpr const char* kConvName = "ConvF32Dnnl";
 constexpr const char* kConvBf16Name = "ConvBf16Dnnl";
-constexpr const char* kConvWinogradName = "ConvF32DnnlWinograd";
 
 struct ConvGeometry {
   Shape x, w, y;  // y: the convolution's output (with a fused depthwise convolution, the pointwise part's)
@@ -89,39 +89,6 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   return true;
 }
 
-// Winograd (oneDNN's F(2,3) at batch 1, F(4,3) at larger batches; fp32, AVX-512) for 3x3 stride-1 undilated dense
-// "same"-padded convolutions with >= 32 input and >= 64 output channels. It works in oneDNN's blocked layout; the
-// kernel reorders its NHWC tensors around it, and the figures below include those reorders. Measured on this CPU:
-// ResNet-50's 64->64 on 56x56 0.64 + 2 x 0.03 ms vs 1.11 ms direct (1 thread, batch 1), 4.6 + 2 x 1.2 vs 9.3 ms at
-// batch 8; SqueezeNet's 32->128 on 54x54 batch 8 3.7 vs 5.2 ms and 48->192 on 27x27 1.7 vs 2.7 ms; Inception's
-// 64->96 on 35x35 batch 1 0.27 vs 0.39 ms (2 threads). It loses with 16 input channels (16->64 on 54x54 batch 8: 2.0
-// vs 1.3 ms) and on DenseNet's 128->32 at batch 1. Relative error ~2e-6 against direct convolution.
-// OSPREY_WINOGRAD=0 turns it off (for comparisons).
-bool UseWinograd(const KernelBuildContext& ctx, const ConvGeometry& g) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("OSPREY_WINOGRAD");
-    return !(e && std::string(e) == "0");
-  }();
-  if (!enabled || g.x.size() != 4 || g.group != 1) return false;
-  if (g.w[2] != 3 || g.w[3] != 3) return false;
-  for (int64_t s : g.strides)
-    if (s != 1) return false;
-  for (int64_t d : g.dilates)
-    if (d != 0) return false;
-  const int64_t in_c = g.x[1], out_c = g.w[0];
-  if (in_c % 16 != 0 || out_c % 16 != 0 || in_c < 32 || out_c < 64 || g.y[2] < 7 || g.y[3] < 7) return false;
-  // "Same" padding only: without it oneDNN's Winograd gains nothing (Inception's 80->192 on 73x73, pad 0: 3.66 vs 3.51
-  // ms) and the reorders make it a loss (5.8 vs 3.9 ms in the model). Few channels on a large image: the reorders of
-  // the big activations cost what Winograd saves (Inception's 32->64 on 147x147: 2.53 vs 2.44 ms).
-  for (size_t i = 0; i < g.pad_l.size(); ++i)
-    if (g.pad_l[i] != 1 || g.pad_r[i] != 1) return false;
-  if (in_c * out_c < 64 * 64) return false;
-  // At batch 1 a layer with large weights is bound by reading them, and Winograd's transformed weights are 16/9
-  // larger: ResNet-50's 512->512 on 7x7 is no faster (2 threads 1.03 vs 0.99 ms; 1 thread 2.08 vs 1.93), while
-  // 256->256 on 14x14 is (2 threads 0.54 vs 0.68 ms).
-  return g.x[0] >= 4 || in_c * out_c <= 256 * 256;
-}
-
 memory::desc WeightDesc(const ConvGeometry& g, bool plain, memory::data_type type = memory::data_type::f32) {
   memory::dims dims = ToDims(g.w);
   if (g.group > 1) {
@@ -161,8 +128,7 @@ bool OwnSilu(const Node& node, const ConvGeometry& g) {
 // factory and the channels-last support test, so the two agree. With `bf16` the primitive reads bf16 source and
 // weights (fp32 accumulation, fp32 bias and destination); the kernel reorders its fp32 input to bf16 per run.
 dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                                     ConvLayout layout, bool bf16 = false,
-                                                     dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct) {
+                                                     ConvLayout layout, bool bf16 = false) {
   const Node& node = ctx.node;
   const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
   const bool residual = node.GetInt("_residual", 0) != 0;
@@ -211,7 +177,7 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
     if (!own_silu && !AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
   }
   attr.set_post_ops(ops);
-  dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, algorithm, src_md,
+  dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
                                                WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates,
                                                g.pad_l, g.pad_r, attr, /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
@@ -272,11 +238,6 @@ class DnnlConvKernel final : public Kernel {
     if (bf16_pd && ctx.bf16 == Bf16Use::kYes) {
       pd_ = bf16_pd;
       name_ = kConvBf16Name;
-    }
-    if (!pd_ && UseWinograd(ctx, g)) {
-      // Winograd works in oneDNN's blocked layout; the kernel reorders its NHWC/NCHW tensors around it.
-      pd_ = MakeConvPd(ctx, g, ConvLayout::kPreferred, /*bf16=*/false, dnnl::algorithm::convolution_winograd);
-      if (pd_) name_ = kConvWinogradName;
     }
     if (!pd_) {
       pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>(ctx, [&] { return MakeConvPd(ctx, g, layout); },
@@ -343,6 +304,8 @@ class DnnlConvKernel final : public Kernel {
 
   /// The oneDNN implementation chosen, e.g. "brgconv:avx512_core" (for tests and measurements).
   const char* Implementation() const { return pd_.impl_info_str(); }
+  const dnnl::convolution_forward::primitive_desc& Pd() const { return pd_; }
+  bool Bf16() const { return name_ == kConvBf16Name; }
 
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
@@ -434,6 +397,48 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
 }
 
+// osprey's Winograd F(4x4, 3x3) (winograd_conv.cc) instead of oneDNN's direct convolution `direct`, for 3x3 stride-1
+// undilated dense float32 convolutions on channels-last tensors with channel counts multiples of 16. It wins where
+// there are enough channels (ResNet-50's 3x3 layers at batch 8: 1.5-2.2x; 64 -> 128 on 28x28 at batch 1: 2.2x) and
+// loses where there are few (32 -> 32 on 112x112: 1.9x slower; its transforms move more bytes than the direct
+// convolution computes) or the weights dominate (512 -> 512 on 7x7 at batch 1: 1.08x slower), so: by timing both on
+// this machine when tuning (PreferOwnKernel, remembered), else for >= 64 input and output channels and, at batch 1,
+// weights up to 256 x 256. OSPREY_WINOGRAD=0 never takes it, =1 wherever it applies (for comparisons and tests).
+std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                      std::unique_ptr<DnnlConvKernel> direct) {
+  const char* setting = std::getenv("OSPREY_WINOGRAD");
+  const std::string mode = setting ? setting : "";
+  const bool residual = ctx.node.GetInt("_residual", 0) != 0;
+  WinogradConvGeometry wg;
+  if (mode == "0" || direct->Bf16() || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || g.w[2] != 3 ||
+      g.w[3] != 3 || g.strides != memory::dims{1, 1} || g.dilates != memory::dims{0, 0} ||
+      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
+      (residual && ctx.InLayout(3) != Layout::kNhwc) || !Activation::FromFusedNode(ctx.node, &wg.activation))
+    return direct;
+  wg.batch = g.x[0];
+  wg.in_c = g.x[1];
+  wg.in_h = g.x[2];
+  wg.in_w = g.x[3];
+  wg.out_c = g.w[0];
+  wg.out_h = g.y[2];
+  wg.out_w = g.y[3];
+  wg.pad_top = g.pad_l[0];
+  wg.pad_left = g.pad_l[1];
+  wg.bias = ctx.present.size() > 2 && ctx.present[2];
+  wg.residual = residual;
+  if (!WinogradConvApplies(wg)) return direct;
+  const bool worth_timing = wg.in_c * wg.out_c >= 32 * 32;
+  const bool by_rule = wg.in_c >= 64 && wg.out_c >= 64 && (wg.batch > 1 || wg.in_c * wg.out_c <= 256 * 256);
+  if (mode != "1" && !(ctx.tune ? worth_timing : by_rule)) return direct;
+  std::unique_ptr<WinogradConvKernel> winograd = CreateWinogradConv(ctx, wg);
+  if (!winograd) return direct;
+  if (mode != "1" && ctx.tune &&
+      !PreferOwnKernel("winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast),
+                       [&] { return winograd->TimeMs(3); }, direct->Pd()))
+    return direct;
+  return winograd;
+}
+
 std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
   if (!AllFloat32(ctx)) return nullptr;
   ConvGeometry g;
@@ -441,7 +446,7 @@ std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLay
   OmpThreadsGuard threads(ctx.num_threads);
   auto kernel = std::make_unique<DnnlConvKernel>();
   if (!kernel->Build(ctx, g, layout)) return nullptr;
-  return kernel;
+  return MaybeWinograd(ctx, g, std::move(kernel));
 }
 
 }  // namespace

@@ -185,41 +185,11 @@ TEST(DnnlConv, EveryLayoutMatchesReference) {
   }
 }
 
-// oneDNN has fp32 Winograd kernels only on some AVX-512 machines (3.2: not on AVX2, nor where it has bf16 kernels, as
-// on AMD Zen 4); elsewhere the kernel falls back to direct convolution, which must then give the same results. Asks
-// oneDNN whether it offers one for a 64->64 3x3 convolution.
-const char* WinogradName() {
-  using dnnl::memory;
-  auto md = [](memory::dims dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); };
-  dnnl::convolution_forward::primitive_desc pd(
-      cpu::CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
-      md({1, 64, 28, 28}), md({64, 64, 3, 3}), md({64}), md({1, 64, 28, 28}), {1, 1}, {0, 0}, {1, 1}, {1, 1},
-      dnnl::primitive_attr(), /*allow_empty=*/true);
-  return pd ? "ConvF32DnnlWinograd" : "ConvF32Dnnl";
-}
-
 TEST(DnnlConv, ResNetSizedLayersMatchReference) {
   ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}), {1, 64, 28, 28},
-             {64, 64, 3, 3}, true, 1, WinogradName());
+             {64, 64, 3, 3}, true, 1);
   ExpectConv(ConvNode({{"strides", Ints({2, 2})}, {"pads", Ints({3, 3, 3, 3})}}), {1, 3, 32, 32}, {64, 3, 7, 7}, true);
   ExpectConv(ConvNode({}), {1, 256, 14, 14}, {64, 256, 1, 1}, true);
-}
-
-// 3x3 stride-1 layers with >= 64 channels run oneDNN's Winograd (F(2,3) at batch 1, F(4,3) at batch >= 4) with
-// reorders to its blocked layout around it; results stay within the fast-kernel tolerance of the reference.
-TEST(DnnlConv, WinogradLayersMatchReference) {
-  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {4, 64, 14, 14}, {80, 64, 3, 3}, true, 7, WinogradName());
-  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 128, 9, 11}, {128, 128, 3, 3}, false, 8,
-             WinogradName());
-  // Residual + activation post-ops.
-  Node node = ConvNode(
-      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
-  std::vector<Tensor> in{RandomTensor({4, 64, 8, 8}, 11), RandomTensor({64, 64, 3, 3}, 12), RandomTensor({64}, 13),
-                         RandomTensor({4, 64, 8, 8}, 14)};
-  ExpectFastMatchesReference(node, in, {false, true, true, false}, WinogradName(), 17, nullptr,
-                             DepthAtol({64, 64, 3, 3}));
-  // Large weights at batch 1 stay on direct convolution (bandwidth-bound, docs in dnnl_conv.cc).
-  ExpectConv(ConvNode({{"pads", Ints({1, 1, 1, 1})}}), {1, 512, 7, 7}, {512, 512, 3, 3}, false, 9, "ConvF32Dnnl");
 }
 
 // The kernel times oneDNN's implementations once per distinct convolution and keeps the fastest (dnnl_common.cc); the
@@ -229,8 +199,9 @@ TEST(DnnlTuning, RecordsTheChosenImplementation) {
   const std::string path = TempCachePath("osprey-tune");
   setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
   // Channels-last tensors, as the runtime's layout pass gives convolutions: every candidate reads and writes NHWC.
+  // (40 channels: osprey's Winograd, chosen by a timing of its own, takes only multiples of 16.)
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
-  std::vector<Tensor> in{RandomTensor({1, 64, 14, 14}, 1), RandomTensor({64, 64, 3, 3}, 2), RandomTensor({64}, 3)};
+  std::vector<Tensor> in{RandomTensor({1, 40, 14, 14}, 1), RandomTensor({40, 40, 3, 3}, 2), RandomTensor({40}, 3)};
   std::vector<Tensor> outputs;
   KernelBuildContext bc = MakeBuildContext(node, in, {false, true, true}, outputs);
   bc.input_layouts = {Layout::kNhwc, Layout::kPlain, Layout::kPlain};

@@ -6,8 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <sstream>
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/dnnl_conv.h"
@@ -59,7 +63,7 @@ Shape Physical(const Shape& s, Layout layout) { return layout == Layout::kNhwc ?
 // converted tensors and compares with the reference kernel on the plain ones.
 void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
                                  const std::string& expected_name, Layout in0, Layout out0,
-                                 Layout in3 = Layout::kPlain) {
+                                 Layout in3 = Layout::kPlain, float atol = kFastAtol) {
   SCOPED_TRACE(std::string("input ") + LayoutName(in0) + ", output " + LayoutName(out0) +
                (node.op_type == "Conv" && inputs.size() > 3 ? std::string(", residual ") + LayoutName(in3) : ""));
   std::vector<Tensor> expected = RunReferenceNode(node, inputs);
@@ -89,7 +93,7 @@ void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& in
     std::vector<Tensor> run_outputs{NanTensor(Physical(logical, out0))};
     RunKernel(*kernel, node, run_inputs, run_outputs);
     Tensor got = out0 == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
-    ExpectTensorNear(got, want[0], kFastRtol, kFastAtol);
+    ExpectTensorNear(got, want[0], kFastRtol, atol);
   }
 }
 
@@ -456,6 +460,162 @@ void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attr
     for (Layout in3 : kBoth)
       for (Layout out0 : kBoth)
         ExpectLayoutsMatchReference(node, in, {false, true, true, false}, "ConvF32Dnnl", in0, out0, in3);
+}
+
+// ---- osprey's Winograd F(4x4, 3x3) (winograd_conv.cc): channels-last 3x3 stride-1 convolutions with channel counts
+// multiples of 16. OSPREY_WINOGRAD=1 takes it wherever it applies (unset: by timing), so these tests see it on every
+// AVX-512 machine; the plain layouts stay on oneDNN.
+class WinogradSetting {
+ public:
+  explicit WinogradSetting(const char* value) {
+    const char* old = std::getenv("OSPREY_WINOGRAD");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv("OSPREY_WINOGRAD", value, 1);
+    else
+      unsetenv("OSPREY_WINOGRAD");
+  }
+  ~WinogradSetting() {
+    if (had_)
+      setenv("OSPREY_WINOGRAD", old_.c_str(), 1);
+    else
+      unsetenv("OSPREY_WINOGRAD");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+// Winograd's sums differ from the reference's by ~1e-5 of their size (sqrt(C * 9) / 3 for values in [-1, 1]).
+float WinogradAtol(const Shape& w) { return 2e-5f * std::sqrt(static_cast<float>(w[1] * 9)) + kFastAtol; }
+
+// The Conv node (pads, activation, residual as given) on x and w, every tensor NHWC: osprey's Winograd, matching the
+// reference; with plain tensors oneDNN's direct convolution.
+void ExpectWinograd(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, bool residual, uint32_t seed) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
+  WinogradSetting always("1");
+  if (residual) attrs["_residual"] = Attribute::Int(1);
+  Node node = ConvNode(attrs, residual ? 4 : bias ? 3 : 2);
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
+  std::vector<bool> constant{false, true};
+  if (bias || residual) in.push_back(bias ? RandomTensor({w[0]}, seed + 2) : Tensor()), constant.push_back(true);
+  // (With a residual the convolutions here keep the image size.)
+  if (residual) in.push_back(RandomTensor({x[0], w[0], x[2], x[3]}, seed + 3)), constant.push_back(false);
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Winograd", Layout::kNhwc, Layout::kNhwc,
+                              residual ? Layout::kNhwc : Layout::kPlain, WinogradAtol(w));
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Dnnl", Layout::kPlain, Layout::kPlain, Layout::kPlain,
+                              WinogradAtol(w));
+}
+
+TEST(NhwcWinograd, PartialTilesBothWays) {
+  ExpectWinograd({{"pads", Ints({1, 1, 1, 1})}}, {1, 16, 9, 11}, {32, 16, 3, 3}, true, false, 81);
+}
+
+TEST(NhwcWinograd, NoPaddingReluNoBias) {
+  ExpectWinograd({{"_activation", Attribute::String("Relu")}}, {2, 32, 8, 13}, {16, 32, 3, 3}, false, false, 82);
+}
+
+TEST(NhwcWinograd, AsymmetricPadsClip) {
+  ExpectWinograd({{"pads", Ints({0, 1, 2, 2})},
+                  {"_activation", Attribute::String("Clip")},
+                  {"_alpha", Attribute::Float(-0.5f)},
+                  {"_beta", Attribute::Float(0.5f)}},
+                 {1, 16, 6, 7}, {16, 16, 3, 3}, true, false, 83);
+}
+
+TEST(NhwcWinograd, OneTileSmallerThanATile) {
+  ExpectWinograd({{"pads", Ints({1, 1, 1, 1})}}, {1, 32, 2, 3}, {16, 32, 3, 3}, true, false, 84);
+}
+
+// 225 tiles of 128 + 128 channels: two chunks, the second one tile short (zero rows in the multiplication).
+TEST(NhwcWinograd, SeveralChunksWithAShortLastOne) {
+  ExpectWinograd({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("LeakyRelu")},
+                  {"_alpha", Attribute::Float(0.1f)}},
+                 {1, 128, 60, 60}, {128, 128, 3, 3}, true, false, 85);
+}
+
+TEST(NhwcWinograd, ResidualThenRelu) {
+  ExpectWinograd({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}, {2, 64, 10, 10},
+                 {64, 64, 3, 3}, true, true, 86);
+}
+
+// Activations applied after the transform, on each tile's rows: SiLU (fast pass) and the reference formulas.
+TEST(NhwcWinograd, SiluSigmoidHardSwish) {
+  for (const char* act : {"Silu", "Sigmoid", "HardSwish"}) {
+    SCOPED_TRACE(act);
+    ExpectWinograd({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String(act)}}, {1, 16, 13, 10},
+                   {48, 16, 3, 3}, true, false, 87);
+  }
+}
+
+// The runtime may run the residual add in place: output and residual share one buffer.
+TEST(NhwcWinograd, ResidualInPlace) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
+  WinogradSetting always("1");
+  Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}}, 4);
+  std::vector<Tensor> in{RandomTensor({1, 16, 9, 9}, 91), RandomTensor({16, 16, 3, 3}, 92), RandomTensor({16}, 93),
+                         RandomTensor({1, 16, 9, 9}, 94)};
+  const std::vector<Tensor> want = RunReferenceNode(node, in);
+  KernelBuildContext bc = AllNhwcContext(node, in, {false, true, true, false});
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  ASSERT_EQ(std::string(kernel->Name()), "ConvF32Winograd");
+  std::vector<Tensor> run_inputs{ToNhwc(in[0]), in[1], in[2], ToNhwc(in[3])};
+  std::vector<Tensor> run_outputs{run_inputs[3]};  // the same buffer
+  RunKernel(*kernel, node, run_inputs, run_outputs);
+  ExpectTensorNear(FromNhwc(run_outputs[0]), want[0], kFastRtol, WinogradAtol({16, 16, 3, 3}));
+}
+
+// Where it does not apply, oneDNN keeps the convolution: stride 2, dilation, groups, 24 channels.
+TEST(NhwcWinograd, DeclinedShapesStayOnOneDnn) {
+  WinogradSetting always("1");
+  const std::vector<std::pair<AttributeMap, std::pair<Shape, Shape>>> cases{
+      {{{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}, {{1, 16, 9, 9}, {16, 16, 3, 3}}},
+      {{{"dilations", Ints({2, 2})}, {"pads", Ints({2, 2, 2, 2})}}, {{1, 16, 9, 9}, {16, 16, 3, 3}}},
+      {{{"group", Attribute::Int(2)}, {"pads", Ints({1, 1, 1, 1})}}, {{1, 32, 9, 9}, {32, 16, 3, 3}}},
+      {{{"pads", Ints({1, 1, 1, 1})}}, {{1, 24, 9, 9}, {16, 24, 3, 3}}},
+  };
+  for (const auto& [attrs, shapes] : cases) {
+    Node node = ConvNode(attrs);
+    std::vector<Tensor> in = ConvInputs(shapes.first, shapes.second, 95);
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_EQ(std::string(kernel->Name()), "ConvF32Dnnl") << node.Describe();
+  }
+}
+
+// Unset, the kernel is chosen by timing both on this machine; the verdict goes to the tuning cache, named, and a
+// second build reads it back (no second line) and makes the same kernel.
+TEST(NhwcWinograd, ChosenByTimingAndRemembered) {
+  WinogradSetting by_timing(nullptr);
+  const std::string path = TempCachePath("osprey-tune-winograd");
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
+  std::vector<Tensor> in = ConvInputs({2, 64, 14, 14}, {64, 64, 3, 3}, 96);
+  std::unique_ptr<Kernel> first = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
+  ASSERT_NE(first, nullptr);
+  std::string verdict;
+  for (const std::string& line : Lines(path)) {
+    std::istringstream fields(line);
+    std::string hash, name;
+    int position = -1;
+    if (fields >> hash >> position >> name && (name == "own" || name == "onednn")) verdict = name;
+  }
+  if (!__builtin_cpu_supports("avx512f")) {
+    EXPECT_EQ(verdict, "") << "nothing to choose without AVX-512";
+  } else {
+    ASSERT_NE(verdict, "") << "no Winograd verdict in " << path;
+    EXPECT_EQ(std::string(first->Name()), verdict == "own" ? "ConvF32Winograd" : "ConvF32Dnnl");
+  }
+  const size_t lines = Lines(path).size();
+  std::unique_ptr<Kernel> second = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(std::string(second->Name()), std::string(first->Name()));
+  EXPECT_EQ(Lines(path).size(), lines);
+  std::filesystem::remove(path);
+  unsetenv("OSPREY_TUNE_CACHE");
 }
 
 TEST(NhwcConv, FusedResidualAndReluEveryLayout) {
