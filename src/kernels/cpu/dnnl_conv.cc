@@ -402,8 +402,8 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
 // there are enough channels (ResNet-50's 3x3 layers at batch 8: 1.5-2.2x; 64 -> 128 on 28x28 at batch 1: 2.2x) and
 // loses where there are few (32 -> 32 on 112x112: 1.9x slower; its transforms move more bytes than the direct
 // convolution computes) or the weights dominate (512 -> 512 on 7x7 at batch 1: 1.08x slower), so: by timing both on
-// this machine when tuning (PreferOwnKernel, remembered), else for >= 64 input and output channels and, at batch 1,
-// weights up to 256 x 256. OSPREY_WINOGRAD=0 never takes it, =1 wherever it applies (for comparisons and tests).
+// this machine when tuning (PreferOwnKernel, remembered), else for >= 64 input and output channels. OSPREY_WINOGRAD=0
+// never takes it (to save its memory), =1 wherever it applies (for comparisons and tests).
 std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvGeometry& g,
                                       std::unique_ptr<DnnlConvKernel> direct) {
   const char* setting = std::getenv("OSPREY_WINOGRAD");
@@ -426,9 +426,12 @@ std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvG
   wg.pad_left = g.pad_l[1];
   wg.bias = ctx.present.size() > 2 && ctx.present[2];
   wg.residual = residual;
-  if (!WinogradConvApplies(wg)) return direct;
+  // Its transformed weights take 4x the layer's (36 instead of 9 values per filter tap pair): up to 256 x 256 channels
+  // (9.4 MB) only. ResNet-50's two 512 -> 512 layers would add 75 MB for ~2% of a batch-8 run; the layers kept add 56
+  // MB to its 98 MB of weights (RSS at batch 1: 246 MB without, 348 with all of them).
+  if (!WinogradConvApplies(wg) || wg.in_c * wg.out_c > 256 * 256) return direct;
   const bool worth_timing = wg.in_c * wg.out_c >= 32 * 32;
-  const bool by_rule = wg.in_c >= 64 && wg.out_c >= 64 && (wg.batch > 1 || wg.in_c * wg.out_c <= 256 * 256);
+  const bool by_rule = wg.in_c >= 64 && wg.out_c >= 64;
   if (mode != "1" && !(ctx.tune ? worth_timing : by_rule)) return direct;
   std::unique_ptr<WinogradConvKernel> winograd = CreateWinogradConv(ctx, wg);
   if (!winograd) return direct;
