@@ -177,9 +177,10 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
     if (!own_silu && !AppendFusedActivation(FusedDepthwisePart(node, g.w[0]), ops)) return {};
   }
   attr.set_post_ops(ops);
-  dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
-                                               WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates,
-                                               g.pad_l, g.pad_r, attr, /*allow_empty=*/true);
+  dnnl::convolution_forward::primitive_desc pd(
+      CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+      WeightDesc(g, false, src_type), bias_md, dst_md, g.strides, g.dilates, g.pad_l, g.pad_r, attr,
+      /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
   // oneDNN derives the depthwise part's end pads from its begin pad; the output must be the node's.
   if (g.dw_stride > 0 && pd.dst_desc().get_dims() != ToDims(g.out)) return {};
@@ -426,19 +427,24 @@ std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvG
   wg.pad_left = g.pad_l[1];
   wg.bias = ctx.present.size() > 2 && ctx.present[2];
   wg.residual = residual;
-  // Its transformed weights take 4x the layer's (36 instead of 9 values per filter tap pair): up to 256 x 256 channels
-  // (9.4 MB) only. ResNet-50's two 512 -> 512 layers would add 75 MB for ~2% of a batch-8 run; the layers kept add 56
-  // MB to its 98 MB of weights (RSS at batch 1: 246 MB without, 348 with all of them).
+  // Its transformed weights take 4x the layer's (36 values per input-output channel pair instead of 9): up to 256 x 256
+  // channels (9.4 MB) only. ResNet-50's two 512 -> 512 layers would add 75 MB for ~2% of a batch-8 run; the layers
+  // kept add 56 MB to its 98 MB of weights (RSS at batch 1: 246 MB without, 348 with all of them, 298 as it is).
   if (!WinogradConvApplies(wg) || wg.in_c * wg.out_c > 256 * 256) return direct;
   const bool worth_timing = wg.in_c * wg.out_c >= 32 * 32;
   const bool by_rule = wg.in_c >= 64 && wg.out_c >= 64;
   if (mode != "1" && !(ctx.tune ? worth_timing : by_rule)) return direct;
-  std::unique_ptr<WinogradConvKernel> winograd = CreateWinogradConv(ctx, wg);
-  if (!winograd) return direct;
+  // Built only when timed or chosen: a remembered "onednn" verdict costs no weight transform.
+  std::unique_ptr<WinogradConvKernel> winograd;
+  auto build = [&] {
+    if (!winograd) winograd = CreateWinogradConv(ctx, wg);
+    return winograd != nullptr;
+  };
   if (mode != "1" && ctx.tune &&
       !PreferOwnKernel("winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast),
-                       [&] { return winograd->TimeMs(3); }, direct->Pd()))
+                       [&] { return build() ? winograd->TimeMs(3) : 1e30; }, direct->Pd()))
     return direct;
+  if (!build()) return direct;
   return winograd;
 }
 
