@@ -666,10 +666,26 @@ bool FirstIsFaster(const std::string& hash, const char* first_name, const char* 
 
 }  // namespace
 
+namespace {
+const char* const kOwnName = "own";
+const char* const kOnednnName = "onednn";
+std::string OwnHash(const std::string& key) { return TuningHash("own?" + key); }
+}  // namespace
+
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd) {
-  return FirstIsFaster(TuningHash("own?" + key), "own", "onednn", time_own,
+  return FirstIsFaster(OwnHash(key), kOwnName, kOnednnName, time_own,
                        [&pd] { return TimePd(pd, 3, 1e30).value_or(1e30); });
+}
+
+std::optional<bool> RememberedOwnVerdict(const std::string& key) {
+  if (!TuningEnabled()) return std::nullopt;
+  const std::optional<Remembered> remembered = RememberedChoice(OwnHash(key), [](const TuningChoice& c) {
+    return c.name == (c.position == 1 ? kOwnName : kOnednnName);
+  });
+  if (!remembered || !remembered->use) return std::nullopt;
+  ++g_cached;
+  return remembered->choice.position == 1;
 }
 
 double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -238,6 +239,9 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
 /// (names "own" / "onednn"; a verdict timed under load is provisional). See dnnl_common.cc.
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd);
+/// The verdict PreferOwnKernel remembered for `key` (true: osprey's kernel) when one is in force, so a factory can
+/// build only the kernel it will use.
+std::optional<bool> RememberedOwnVerdict(const std::string& key);
 
 /// `fn()`, or a value-initialised result when oneDNN throws: building or measuring a bf16 primitive that fails (seen
 /// once: "could not create a memory object" while timing a batch-8 convolution) leaves the kernel on fp32 instead of

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -306,7 +308,6 @@ class DnnlConvKernel final : public Kernel {
   /// The oneDNN implementation chosen, e.g. "brgconv:avx512_core" (for tests and measurements).
   const char* Implementation() const { return pd_.impl_info_str(); }
   const dnnl::convolution_forward::primitive_desc& Pd() const { return pd_; }
-  bool Bf16() const { return name_ == kConvBf16Name; }
 
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
@@ -398,24 +399,23 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
 }
 
-// osprey's Winograd F(4x4, 3x3) (winograd_conv.cc) instead of oneDNN's direct convolution `direct`, for 3x3 stride-1
+// osprey's Winograd F(4x4, 3x3) (winograd_conv.cc) instead of oneDNN's direct convolution, for 3x3 stride-1
 // undilated dense float32 convolutions on channels-last tensors with channel counts multiples of 16. It wins where
 // there are enough channels (ResNet-50's 3x3 layers at batch 8: 1.5-2.2x; 64 -> 128 on 28x28 at batch 1: 2.2x) and
 // loses where there are few (32 -> 32 on 112x112: 1.9x slower; its transforms move more bytes than the direct
 // convolution computes) or the weights dominate (512 -> 512 on 7x7 at batch 1: 1.08x slower), so: by timing both on
-// this machine when tuning (PreferOwnKernel, remembered), else for >= 64 input and output channels. OSPREY_WINOGRAD=0
-// never takes it (to save its memory), =1 wherever it applies (for comparisons and tests).
-std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                      std::unique_ptr<DnnlConvKernel> direct) {
-  const char* setting = std::getenv("OSPREY_WINOGRAD");
-  const std::string mode = setting ? setting : "";
+// this machine when tuning (PreferOwnKernel, remembered: a later build makes only the kernel it uses), else for >= 64
+// input and output channels. OSPREY_WINOGRAD=0 never takes it (to save its memory), =1 wherever it applies (for
+// comparisons and tests). Not with bf16 requested (--precision bf16 / auto: oneDNN's bf16 kernels then compete).
+std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                                      const std::string& mode) {
   const bool residual = ctx.node.GetInt("_residual", 0) != 0;
   WinogradConvGeometry wg;
-  if (mode == "0" || direct->Bf16() || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || g.w[2] != 3 ||
-      g.w[3] != 3 || g.strides != memory::dims{1, 1} || g.dilates != memory::dims{0, 0} ||
+  if (mode == "0" || ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 ||
+      g.w[2] != 3 || g.w[3] != 3 || g.strides != memory::dims{1, 1} || g.dilates != memory::dims{0, 0} ||
       ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
       (residual && ctx.InLayout(3) != Layout::kNhwc) || !Activation::FromFusedNode(ctx.node, &wg.activation))
-    return direct;
+    return std::nullopt;
   wg.batch = g.x[0];
   wg.in_c = g.x[1];
   wg.in_h = g.x[2];
@@ -430,22 +430,33 @@ std::unique_ptr<Kernel> MaybeWinograd(const KernelBuildContext& ctx, const ConvG
   // Its transformed weights take 4x the layer's (36 values per input-output channel pair instead of 9): up to 256 x 256
   // channels (9.4 MB) only. ResNet-50's two 512 -> 512 layers would add 75 MB for ~2% of a batch-8 run; the layers
   // kept add 56 MB to its 98 MB of weights (RSS at batch 1: 246 MB without, 348 with all of them, 298 as it is).
-  if (!WinogradConvApplies(wg) || wg.in_c * wg.out_c > 256 * 256) return direct;
+  if (!WinogradConvApplies(wg) || wg.in_c * wg.out_c > 256 * 256) return std::nullopt;
+  if (mode == "1") return wg;
   const bool worth_timing = wg.in_c * wg.out_c >= 32 * 32;
   const bool by_rule = wg.in_c >= 64 && wg.out_c >= 64;
-  if (mode != "1" && !(ctx.tune ? worth_timing : by_rule)) return direct;
-  // Built only when timed or chosen: a remembered "onednn" verdict costs no weight transform.
-  std::unique_ptr<WinogradConvKernel> winograd;
-  auto build = [&] {
-    if (!winograd) winograd = CreateWinogradConv(ctx, wg);
-    return winograd != nullptr;
-  };
-  if (mode != "1" && ctx.tune &&
-      !PreferOwnKernel("winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast),
-                       [&] { return build() ? winograd->TimeMs(3) : 1e30; }, direct->Pd()))
-    return direct;
-  if (!build()) return direct;
-  return winograd;
+  if (!(ctx.tune ? worth_timing : by_rule)) return std::nullopt;
+  return wg;
+}
+
+// The convolution's kernel: oneDNN's (`build_direct`; nullptr when it has no fast one) or osprey's Winograd.
+std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                         const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct) {
+  const char* setting = std::getenv("OSPREY_WINOGRAD");
+  const std::string mode = setting ? setting : "";
+  const std::optional<WinogradConvGeometry> wg = WinogradCandidate(ctx, g, mode);
+  if (!wg) return build_direct();
+  const std::string key = "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast);
+  const std::optional<bool> remembered = ctx.tune && mode != "1" ? RememberedOwnVerdict(key) : std::nullopt;
+  if (mode == "1" || !ctx.tune || remembered) {  // no timing: the one kernel it will be
+    if (!remembered || *remembered)
+      if (std::unique_ptr<Kernel> winograd = CreateWinogradConv(ctx, *wg)) return winograd;
+    return build_direct();
+  }
+  std::unique_ptr<DnnlConvKernel> direct = build_direct();
+  std::unique_ptr<WinogradConvKernel> winograd = CreateWinogradConv(ctx, *wg);
+  if (!direct || !winograd) return direct ? std::unique_ptr<Kernel>(std::move(direct)) : std::move(winograd);
+  if (PreferOwnKernel(key, [&] { return winograd->TimeMs(3); }, direct->Pd())) return winograd;
+  return direct;
 }
 
 std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
@@ -453,9 +464,11 @@ std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLay
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return nullptr;
   OmpThreadsGuard threads(ctx.num_threads);
-  auto kernel = std::make_unique<DnnlConvKernel>();
-  if (!kernel->Build(ctx, g, layout)) return nullptr;
-  return MaybeWinograd(ctx, g, std::move(kernel));
+  return ChooseConvKernel(ctx, g, [&]() -> std::unique_ptr<DnnlConvKernel> {
+    auto kernel = std::make_unique<DnnlConvKernel>();
+    if (!kernel->Build(ctx, g, layout)) return nullptr;
+    return kernel;
+  });
 }
 
 }  // namespace
