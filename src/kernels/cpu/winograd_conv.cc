@@ -228,7 +228,7 @@ class WinogradConv final : public WinogradConvKernel {
         for (int i = 0; i < 6; ++i) {
           __m512 d[6];
           for (int j = 0; j < 6; ++j)
-            d[j] = inside[i][j] ? _mm512_loadu_ps(x + base + (i * g_.in_w + j) * c_size + c) : _mm512_setzero_ps();
+            d[j] = inside[i][j] ? _mm512_loadu_ps(x + (base + (i * g_.in_w + j) * c_size + c)) : _mm512_setzero_ps();
           InputStep(d, rows[i]);
         }
         for (int j = 0; j < 6; ++j) {
