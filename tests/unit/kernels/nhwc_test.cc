@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/dnnl_conv.h"
@@ -566,6 +567,48 @@ TEST(NhwcWinograd, ResidualInPlace) {
   std::vector<Tensor> run_outputs{run_inputs[3]};  // the same buffer
   RunKernel(*kernel, node, run_inputs, run_outputs);
   ExpectTensorNear(FromNhwc(run_outputs[0]), want[0], kFastRtol, WinogradAtol({16, 16, 3, 3}));
+}
+
+// One kernel run by several threads at once (one plan serving concurrent requests): each caller has its own
+// transform buffers (per-thread scratch) and matmul arguments (PerCaller); two chunks per run.
+TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
+  WinogradSetting always("1");
+  Node node = ConvNode(
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
+  const Tensor weight = RandomTensor({128, 128, 3, 3}, 97), bias = RandomTensor({128}, 98);
+  constexpr int kThreads = 3;
+  std::vector<std::vector<Tensor>> logical, nhwc;
+  std::vector<Tensor> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    logical.push_back({RandomTensor({1, 128, 44, 44}, 100 + t), weight, bias, RandomTensor({1, 128, 44, 44}, 110 + t)});
+    nhwc.push_back({ToNhwc(logical[t][0]), weight, bias, ToNhwc(logical[t][3])});
+    expected.push_back(RunReferenceNode(node, logical[t])[0]);
+  }
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, logical[0], {false, true, true, false}));
+  ASSERT_NE(kernel, nullptr);
+  ASSERT_EQ(std::string(kernel->Name()), "ConvF32Winograd");
+  const float atol = WinogradAtol({128, 128, 3, 3});
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Tensor out(DType::kF32, {1, 44, 44, 128});
+      for (int iter = 0; iter < 5; ++iter) {
+        KernelContext kc{node};
+        for (const Tensor& in : nhwc[t]) kc.inputs.push_back(&in);
+        kc.outputs.push_back(&out);
+        kernel->Run(kc);
+        const Tensor got = FromNhwc(out);
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          const float e = expected[t].data<float>()[i];
+          if (std::fabs(got.data<float>()[i] - e) > atol + kFastRtol * std::fabs(e)) ++mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 // Where it does not apply, oneDNN keeps the convolution: stride 2, dilation, groups, 24 channels.
