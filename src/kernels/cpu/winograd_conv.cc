@@ -1,16 +1,17 @@
 // Winograd F(4x4, 3x3) convolution on channels-last float32 tensors (Lavin & Gray, "Fast Algorithms for
 // Convolutional Neural Networks", 2015). The output is cut into 4x4 tiles; each tile's 6x6 input patch d becomes
 // V = B^T d B, each filter g becomes U = G g G^T (once, at build), and the tile's output is A^T M A with
-// M[p] = sum over channels of V[p] U[p] for each of the 36 positions p: 36 matrix products [tiles x C] x [C x K]
-// instead of the direct convolution's 9 per output pixel, 4x fewer multiplications.
+// M[p] = sum over channels of V[p] U[p] for each of the 36 positions p: 36 matrix products [tiles x C] x [C x K],
+// 36 multiplications per tile and channel pair where the direct convolution needs 16 x 9 = 144.
 //
 // Tiles go in chunks sized so a chunk's V and M (36 x tiles x channels each) stay near the caches (kChunkBytes); per
 // chunk: the input transform (osprey's threads, 16 channels per AVX-512 vector, zeros outside the image), oneDNN's
 // batched matrix multiplication (its brgemm kernels, weights prepacked in its layout), and the output transform with
 // bias, residual and activation. A last chunk with fewer tiles multiplies zero rows (one primitive for every chunk).
 //
-// Measured on a 2-vCPU Zen 4 (docs/performance.md, "Seventeenth session"): ResNet-50's 3x3 layers 1.5-2.2x faster
-// than oneDNN 3.2's direct convolution (brgconv) at batch 8 and 1.2-1.6x at batch 1; relative error ~1e-5.
+// Measured on a 2-vCPU Zen 4 (docs/performance.md, "Seventeenth session"), each layer alone: ResNet-50's 3x3 layers
+// 1.5-2.2x faster than oneDNN 3.2's direct convolution (brgconv) at batch 8 and 1.2-1.6x at batch 1 (less inside a
+// model, where U comes from memory); relative error ~1e-5.
 #include "kernels/cpu/winograd_conv.h"
 
 #include <immintrin.h>
