@@ -641,18 +641,27 @@ std::vector<float> RunOnce(const dnnl::primitive_desc& pd, const dnnl::memory& s
   return out;
 }
 
+// What is remembered under `hash` for a choice between two named candidates (position 1: the first).
+std::optional<Remembered> RememberedPair(const std::string& hash, const char* first_name, const char* second_name) {
+  return RememberedChoice(hash, [&](const TuningChoice& c) {
+    return c.name == (c.position == 1 ? first_name : second_name);
+  });
+}
+
+// The remembered verdict (true: the first) when one is in force.
+std::optional<bool> VerdictInForce(const std::optional<Remembered>& remembered) {
+  if (!remembered || !remembered->use) return std::nullopt;
+  ++g_cached;
+  return remembered->choice.position == 1;
+}
+
 // Whether `first` is faster than `second` (each returns ms per run): timed alternately, twice each, keeping each one's
 // best, so a burst of load elsewhere does not decide alone; remembered under `hash` (names `first_name` /
 // `second_name`, position 1 for the first).
 bool FirstIsFaster(const std::string& hash, const char* first_name, const char* second_name,
                    const std::function<double()>& first, const std::function<double()>& second) {
-  const std::optional<Remembered> remembered = RememberedChoice(hash, [&](const TuningChoice& c) {
-    return c.name == (c.position == 1 ? first_name : second_name);
-  });
-  if (remembered && remembered->use) {
-    ++g_cached;
-    return remembered->choice.position == 1;
-  }
+  const std::optional<Remembered> remembered = RememberedPair(hash, first_name, second_name);
+  if (const std::optional<bool> verdict = VerdictInForce(remembered)) return *verdict;
   const LoadWatch watch;
   double first_ms = 1e30, second_ms = 1e30;
   for (int round = 0; round < 2; ++round) {
@@ -664,12 +673,10 @@ bool FirstIsFaster(const std::string& hash, const char* first_name, const char* 
              .position == 1;
 }
 
-}  // namespace
-
-namespace {
 const char* const kOwnName = "own";
 const char* const kOnednnName = "onednn";
 std::string OwnHash(const std::string& key) { return TuningHash("own?" + key); }
+
 }  // namespace
 
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
@@ -680,12 +687,7 @@ bool PreferOwnKernel(const std::string& key, const std::function<double()>& time
 
 std::optional<bool> RememberedOwnVerdict(const std::string& key) {
   if (!TuningEnabled()) return std::nullopt;
-  const std::optional<Remembered> remembered = RememberedChoice(OwnHash(key), [](const TuningChoice& c) {
-    return c.name == (c.position == 1 ? kOwnName : kOnednnName);
-  });
-  if (!remembered || !remembered->use) return std::nullopt;
-  ++g_cached;
-  return remembered->choice.position == 1;
+  return VerdictInForce(RememberedPair(OwnHash(key), kOwnName, kOnednnName));
 }
 
 double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got) {

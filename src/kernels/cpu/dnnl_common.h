@@ -234,7 +234,7 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& weights_plain, const void* weights);
 
 /// Whether a kernel of osprey's own is faster on this machine than the oneDNN primitive `pd` doing the same operation:
-/// `time_own` returns its milliseconds per run (the best of a few on zero-filled tensors, as PrimitiveMs times `pd`);
+/// `time_own` returns its milliseconds per run (the best of a few on zero-filled tensors, as `pd` is timed);
 /// the two are timed alternately, twice each, and the verdict remembered under `key` like the implementation choices
 /// (names "own" / "onednn"; a verdict timed under load is provisional). See dnnl_common.cc.
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,

@@ -611,6 +611,27 @@ TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Output over its own input (a planner bug) is refused with an error naming the kernel, not computed from a tile
+// already overwritten.
+TEST(NhwcWinograd, RefusesToWriteOverItsInput) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
+  WinogradSetting always("1");
+  Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
+  std::vector<Tensor> in = ConvInputs({1, 16, 9, 9}, {16, 16, 3, 3}, 99);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
+  ASSERT_NE(kernel, nullptr);
+  ASSERT_EQ(std::string(kernel->Name()), "ConvF32Winograd");
+  std::vector<Tensor> run_inputs{ToNhwc(in[0]), in[1], in[2]};
+  std::vector<Tensor> run_outputs{run_inputs[0]};  // the same buffer
+  try {
+    RunKernel(*kernel, node, run_inputs, run_outputs);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("cannot write over its input"), std::string::npos) << e.what();
+  }
+}
+
 // Where it does not apply, oneDNN keeps the convolution: stride 2, dilation, groups, 24 channels.
 TEST(NhwcWinograd, DeclinedShapesStayOnOneDnn) {
   WinogradSetting always("1");
