@@ -15,14 +15,16 @@ export CCACHE_NOHASHDIR := 1
 setup:
 	@scripts/setup
 
-$(BUILD_DIR)/CMakeCache.txt:
+# The generated Makefile, not CMakeCache.txt, marks a finished configure: a configure that failed (a missing package)
+# leaves a cache behind and must run again.
+$(BUILD_DIR)/Makefile:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
-build: $(BUILD_DIR)/CMakeCache.txt
+build: $(BUILD_DIR)/Makefile
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Only what serving needs: build/bin/osprey-server (the options of `osprey serve`). The Dockerfile builds this.
-server: $(BUILD_DIR)/CMakeCache.txt
+server: $(BUILD_DIR)/Makefile
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target osprey-server
 
 # Libraries, headers, binaries, CMake package and pkg-config file under PREFIX (default /usr/local).
