@@ -71,7 +71,9 @@ struct Gelu {  // erf has no vectorisable form here; GELU after a BatchNormaliza
 };
 
 // Rows of the tensor as the loops see them: plain, row r is (n, c = r % channels) with `inner` values sharing one
-// a/b; NHWC, row r is one pixel with `channels` values, one a/b each. x may equal y (in-place runs).
+// a/b; NHWC, row r is one pixel with `channels` values, one a/b each, and output row r starts at y + r * y_stride
+// (y_stride = channels, or the row length of a Concat's output that these channels are a part of). x may equal y
+// (in-place runs).
 struct RowParams {
   const float* a;
   const float* b;
@@ -79,18 +81,19 @@ struct RowParams {
   int64_t inner;
   bool nhwc;
   Activation act;
+  int64_t y_stride = 0;
 };
 
 template <class F>
 [[gnu::always_inline]] inline void AffineRows(const RowParams& p, const float* x, float* y, int64_t begin, int64_t end,
                                               F f) {
   if (p.nhwc) {
-    const int64_t c_count = p.channels;
+    const int64_t c_count = p.channels, y_stride = p.y_stride;
     const float* a = p.a;
     const float* b = p.b;
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * c_count;
-      float* yr = y + r * c_count;
+      float* yr = y + r * y_stride;
 #pragma omp simd
       for (int64_t c = 0; c < c_count; ++c) yr[c] = f(xr[c] * a[c] + b[c]);
     }
@@ -130,60 +133,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BatchNormRows(
       return AffineRows(p, x, y, begin, end, Silu{});
     case ActivationKind::kGelu:
       return AffineRows(p, x, y, begin, end, Gelu{});
-  }
-}
-
-// A Concat's channels-last pixels [begin, end): output row r is the k inputs' rows r one after the other, each
-// normalised with its slice of a/b (parts[i].a/b). Pixel-major, so the output is written in order (the inputs' rows
-// are short, DenseNet's 32 channels: whole groups of 16 skip the general loop's tail).
-template <class F>
-[[gnu::always_inline]] inline void ConcatAffinePixels(const RowParams* parts, size_t k, const float* const* src,
-                                                      float* y, int64_t total, int64_t begin, int64_t end, F f) {
-  for (int64_t r = begin; r < end; ++r) {
-    float* yr = y + r * total;
-    for (size_t i = 0; i < k; ++i) {
-      const int64_t c_count = parts[i].channels;
-      const float* xr = src[i] + r * c_count;
-      const float* a = parts[i].a;
-      const float* b = parts[i].b;
-      if (c_count % 16 == 0) {
-        for (int64_t c = 0; c < c_count; c += 16) {
-#pragma omp simd
-          for (int64_t j = 0; j < 16; ++j) yr[c + j] = f(xr[c + j] * a[c + j] + b[c + j]);
-        }
-      } else {
-#pragma omp simd
-        for (int64_t c = 0; c < c_count; ++c) yr[c] = f(xr[c] * a[c] + b[c]);
-      }
-      yr += c_count;
-    }
-  }
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void ConcatBatchNormPixels(
-    const RowParams* parts, size_t k, const float* const* src, float* y, int64_t total, int64_t begin, int64_t end) {
-  const Activation& act = parts[0].act;
-  switch (act.kind) {
-    case ActivationKind::kNone:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Identity{});
-    case ActivationKind::kRelu:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Relu{});
-    case ActivationKind::kLeakyRelu:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, LeakyRelu{act.alpha});
-    case ActivationKind::kClip:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Clip{act.alpha, act.beta});
-    case ActivationKind::kSigmoid:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Sigmoid{});
-    case ActivationKind::kTanh:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Tanh{});
-    case ActivationKind::kHardSigmoid:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, HardSigmoid{act.alpha, act.beta});
-    case ActivationKind::kHardSwish:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, HardSwish{});
-    case ActivationKind::kSilu:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Silu{});
-    case ActivationKind::kGelu:
-      return ConcatAffinePixels(parts, k, src, y, total, begin, end, Gelu{});
   }
 }
 
@@ -238,7 +187,7 @@ class BatchNormKernel final : public Kernel {
       b_[c] = shift[c] - mean[c] * a_[c];
     }
     numel_ = NumElements(s.x);
-    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act};
+    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act, channels};
     if (params_.nhwc) {
       rows_ = channels > 0 ? numel_ / channels : 0;
     } else {
@@ -309,10 +258,12 @@ class ConcatBatchNormKernel final : public Kernel {
     int64_t first = 0;
     for (int64_t c : channels_) {
       firsts_.push_back(first);
-      parts_.push_back(RowParams{a_.data() + first, b_.data() + first, c, inner_, nhwc_, act});
+      parts_.push_back(RowParams{a_.data() + first, b_.data() + first, c, inner_, nhwc_, act, nhwc_ ? 0 : c});
       first += c;
     }
     total_ = first;
+    for (size_t i = 0; i < parts_.size(); ++i)
+      if (nhwc_) parts_[i].y_stride = total_;
     numel_ = batch_ * total_ * inner_;
     num_threads_ = num_threads > 0 ? num_threads : omp_get_max_threads();
   }
@@ -338,7 +289,7 @@ class ConcatBatchNormKernel final : public Kernel {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
       for (int64_t block = 0; block < blocks; ++block) {
         const int64_t begin = block * per_block, end = std::min(pixels, begin + per_block);
-        ConcatBatchNormPixels(parts_.data(), k, src.data(), dst, total_, begin, end);
+        for (size_t i = 0; i < k; ++i) BatchNormRows(parts_[i], src[i], dst + firsts_[i], begin, end);
       }
       return;
     }
