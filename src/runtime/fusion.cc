@@ -358,77 +358,11 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
   st.nodes = std::move(kept);
 }
 
-// Concat(.., Concat(a, b), ..) along the same axis -> Concat(.., a, b, ..). Keras' DenseNet concatenates each new
-// feature map onto the previous concatenation, so every concatenation has two readers (the next one and its
-// normalisation) and could not take the normalisation; read from the parts, the next concatenation copies the same
-// bytes and the normalisation becomes the only reader. An inner Concat nothing else reads is removed. At most
-// kMaxFlatConcatInputs inputs per Concat: a chain of n concatenations would otherwise hold ~n^2 / 2 input references.
-namespace {
-
-constexpr size_t kMaxFlatConcatInputs = 256;
-
-void FlattenConcats(CompileState& st) {
-  std::vector<int> producer(st.values.size(), -1), uses(st.values.size(), 0);
-  for (size_t i = 0; i < st.nodes.size(); ++i) {
-    for (int out : st.nodes[i].outputs)
-      if (out >= 0) producer[out] = static_cast<int>(i);
-    for (int v : st.nodes[i].inputs)
-      if (v >= 0) ++uses[v];
-  }
-  auto concat_axis = [&](const Node& n) -> int64_t {  // the normalised axis, or -1 when n is no plain Concat
-    if (n.op_type != "Concat" || !n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] < 0 || n.Has("_scale"))
-      return -1;
-    const int64_t rank = static_cast<int64_t>(st.values[n.outputs[0]].shape.size());
-    const int64_t axis = n.GetInt("axis", 0);
-    if (rank == 0 || axis < -rank || axis >= rank) return -1;
-    return axis < 0 ? axis + rank : axis;
-  };
-  std::vector<char> dead(st.nodes.size(), 0);
-  bool changed = false;
-  for (size_t i = 0; i < st.nodes.size(); ++i) {  // topological order: inner Concats are flat already
-    const int64_t axis = concat_axis(st.nodes[i]);
-    if (axis < 0) continue;
-    std::vector<int> flat;
-    bool spliced = false;
-    for (size_t k = 0; k < st.nodes[i].inputs.size(); ++k) {
-      const int v = st.nodes[i].inputs[k];
-      const int p = v >= 0 ? producer[v] : -1;
-      const size_t rest = st.nodes[i].inputs.size() - k - 1;
-      if (p < 0 || dead[p] || concat_axis(st.nodes[p]) != axis ||
-          flat.size() + st.nodes[p].inputs.size() + rest > kMaxFlatConcatInputs) {
-        flat.push_back(v);
-        continue;
-      }
-      for (int w : st.nodes[p].inputs) {
-        flat.push_back(w);
-        if (w >= 0) ++uses[w];
-      }
-      spliced = true;
-      if (--uses[v] == 0 && !st.is_graph_output[v]) {
-        dead[p] = 1;
-        for (int w : st.nodes[p].inputs)
-          if (w >= 0) --uses[w];
-      }
-    }
-    if (!spliced) continue;
-    st.nodes[i].inputs = std::move(flat);
-    changed = true;
-  }
-  if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
-}
-
-}  // namespace
-
 // Concat(x_0 .. x_k, axis 1) whose output only a BatchNormalization reads (inference, constant parameters, optionally
 // with its fused activation) -> one Concat carrying the normalisation as `_scale` / `_shift` per output channel (and
 // the `_activation`): DenseNet normalises every concatenation before its next convolution, so the copy and the
 // normalisation become one pass. The folded constants are the BatchNormalization kernels' own float expressions.
 void FuseConcatBatchNorm(CompileState& st) {
-  FlattenConcats(st);
   Uses u = CountUses(st);
   std::vector<char> dead(st.nodes.size(), 0);
   bool changed = false;

@@ -127,69 +127,6 @@ TEST(ConcatBatchNormFusion, SharedConcatOrOtherAxisStayTwoSteps) {
   ExpectBlock(height, "");
 }
 
-// Keras' DenseNet: each layer concatenates its new feature map onto the previous concatenation, which its own
-// normalisation reads too. The Concats are flattened (each reads the parts), so each normalisation becomes its
-// Concat's only reader and fuses.
-Graph ChainedBlockGraph(int layers) {
-  GraphBuilder b("keras_dense", 13);
-  auto x = b.Input("x", DType::kF32, {1, 3, 10, 10});
-  ValueRef cat = b.Op("Conv", {x, b.Constant(RandomTensor({16, 3, 3, 3}, 1))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
-  int64_t channels = 16;
-  for (int l = 0; l < layers; ++l) {
-    auto y = b.Op("BatchNormalization", {cat, b.Constant(RandomTensor({channels}, 10 + l, 0.5f, 1.5f)),
-                                         b.Constant(RandomTensor({channels}, 30 + l)),
-                                         b.Constant(RandomTensor({channels}, 50 + l)),
-                                         b.Constant(RandomTensor({channels}, 70 + l, 0.1f, 2.f))});
-    auto z = b.Op("Conv", {b.Op("Relu", {y}), b.Constant(RandomTensor({8, channels, 3, 3}, 90 + l, -0.2f, 0.2f))},
-                  {{"pads", Attribute::Ints({1, 1, 1, 1})}});
-    cat = b.Op("Concat", {cat, z}, {{"axis", Attribute::Int(1)}});
-    channels += 8;
-  }
-  b.Output(cat, "y");
-  return b.Finish();
-}
-
-TEST(ConcatBatchNormFusion, ChainedConcatsAreFlattenedAndFuse) {
-  const Graph graph = ChainedBlockGraph(4);
-  const std::vector<TensorSpec> specs{{DType::kF32, {1, 3, 10, 10}}};
-  const std::vector<Tensor> inputs{RandomTensor({1, 3, 10, 10}, 5, -2.f, 2.f)};
-  const std::vector<Tensor> expected = Compile(graph, specs, kOracle)->Run(inputs);
-  auto plan = Compile(graph, specs, kFast);
-  std::vector<OpProfile> profile;
-  const std::vector<Tensor> got = plan->Run(inputs, &profile);
-  int fused = 0, plain = 0, bn = 0;
-  std::string names;
-  for (const OpProfile& s : profile) {
-    names += " " + s.op_type + " (" + s.kernel + ")";
-    fused += s.kernel == "ConcatBatchNormF32Nhwc";
-    plain += s.op_type == "Concat" && s.kernel != "ConcatBatchNormF32Nhwc";
-    bn += s.op_type == "BatchNormalization";
-  }
-  // Layer l normalises the concatenation of layer l - 1 (the first, the stem's output alone: a BatchNormalization);
-  // the last Concat is the graph output.
-  EXPECT_EQ(fused, 3) << names;
-  EXPECT_EQ(plain, 1) << names;
-  EXPECT_EQ(bn, 1) << names;
-  ASSERT_EQ(got.size(), 1u);
-  ExpectTensorNear(got[0], expected[0], 1e-4f, 1e-4f);
-}
-
-TEST(ConcatBatchNormFusion, LongConcatChainStaysBounded) {
-  // 400 nested Concats: flattened to at most 256 inputs each, not 400 * 400 / 2 input references.
-  GraphBuilder b("chain", 13);
-  auto x = b.Input("x", DType::kF32, {1, 1, 2, 2});
-  ValueRef cat = x;
-  for (int i = 0; i < 400; ++i) cat = b.Op("Concat", {cat, x}, {{"axis", Attribute::Int(1)}});
-  b.Output(b.Op("Relu", {cat}), "y");
-  const Graph graph = b.Finish();
-  const std::vector<TensorSpec> specs{{DType::kF32, {1, 1, 2, 2}}};
-  const std::vector<Tensor> inputs{RandomTensor({1, 1, 2, 2}, 3, -1.f, 1.f)};
-  auto plan = Compile(graph, specs, kFast);
-  const std::vector<Tensor> got = plan->Run(inputs);
-  EXPECT_LE(plan->num_steps(), 4u);  // 400 Concats flattened into two, then the Relu
-  ExpectTensorNear(got[0], Compile(graph, specs, kOracle)->Run(inputs)[0], 0.f, 0.f);
-}
-
 // ---- The fused node itself, on reference kernels: against Concat + BatchNormalization written out.
 
 Graph FusedConcatGraph(AttributeMap attrs, int64_t axis = 1, DType dtype = DType::kF32) {
