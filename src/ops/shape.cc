@@ -6,7 +6,6 @@
 #include <cmath>
 #include <set>
 
-#include "ops/activation.h"
 #include "ops/op_registry.h"
 #include "ops/slice.h"
 
@@ -104,17 +103,6 @@ void InferConcat(InferContext& ctx) {
     out[axis] += s[axis];
   }
   CheckShape(ctx, out);
-  // A BatchNormalization the runtime folded in (FuseConcatBatchNorm; docs/architecture.md), or a model claiming one.
-  if (ctx.node.Has("_scale") || ctx.node.Has("_shift") || ctx.node.Has("_activation")) {
-    const size_t channels = rank >= 2 ? static_cast<size_t>(out[1]) : 0;
-    if (axis != 1 || ctx.input_dtypes[0] != DType::kF32)
-      ctx.Fail("a folded BatchNormalization (_scale, _shift) needs a float32 Concat along axis 1");
-    if (ctx.node.GetFloats("_scale").size() != channels || ctx.node.GetFloats("_shift").size() != channels)
-      ctx.Fail("a folded BatchNormalization needs _scale and _shift of " + Str(channels) + " values (the channels)");
-    Activation act;
-    if (!Activation::FromFusedNode(ctx.node, &act))
-      ctx.Fail("unknown fused activation '" + ctx.node.GetString("_activation", "") + "'");
-  }
   ctx.SetOutput(0, ctx.input_dtypes[0], out);
 }
 

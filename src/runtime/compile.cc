@@ -213,12 +213,6 @@ bool FuseDepthwiseEnabled() {
   return enabled;
 }
 
-// OSPREY_FUSE_CONCAT_BN=0 keeps Concat and BatchNormalization apart (for comparisons); read at every compile.
-bool FuseConcatBatchNormEnabled() {
-  const char* e = std::getenv("OSPREY_FUSE_CONCAT_BN");
-  return !(e && std::string(e) == "0");
-}
-
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
                                     bool tune) {
   KernelBuildContext bc{node, st.opset};
@@ -418,7 +412,6 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     FuseConvDepthwise(st, [&](const Node& n) {
       return CpuKernelFusesDepthwise(MakeBuildContext(st, n, nthreads, bf16, tune));
     });
-  if (options.fuse && options.fast_kernels && !on_device && FuseConcatBatchNormEnabled()) FuseConcatBatchNorm(st);
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });

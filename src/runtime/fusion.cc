@@ -358,63 +358,6 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
   st.nodes = std::move(kept);
 }
 
-// Concat(x_0 .. x_k, axis 1) whose output only a BatchNormalization reads (inference, constant parameters, optionally
-// with its fused activation) -> one Concat carrying the normalisation as `_scale` / `_shift` per output channel (and
-// the `_activation`): DenseNet normalises every concatenation before its next convolution, so the copy and the
-// normalisation become one pass. The folded constants are the BatchNormalization kernels' own float expressions.
-void FuseConcatBatchNorm(CompileState& st) {
-  Uses u = CountUses(st);
-  std::vector<char> dead(st.nodes.size(), 0);
-  bool changed = false;
-  for (size_t i = 0; i < st.nodes.size(); ++i) {
-    Node& cat = st.nodes[i];
-    if (cat.op_type != "Concat" || !cat.domain.empty() || cat.outputs.size() != 1 || cat.Has("_scale")) continue;
-    const int y = cat.outputs[0];
-    if (y < 0 || !Private(st, u, y) || st.values[y].dtype != DType::kF32) continue;
-    const Shape& ys = st.values[y].shape;
-    if (ys.size() < 2 || ys[1] < 0) continue;
-    const int64_t rank = static_cast<int64_t>(ys.size());
-    const int64_t axis = cat.GetInt("axis", 0);
-    if (axis != 1 && axis != 1 - rank) continue;
-    bool inputs_ok = true;
-    for (int v : cat.inputs) inputs_ok = inputs_ok && v >= 0 && st.values[v].dtype == DType::kF32;
-    if (!inputs_ok) continue;
-    const int bi = u.consumers[y][0];
-    const Node& bn = st.nodes[bi];
-    if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() != 5 || bn.inputs[0] != y)
-      continue;
-    if (bn.outputs.size() != 1 || bn.GetInt("training_mode", 0) != 0 ||
-        (st.opset < 9 && bn.GetInt("spatial", 1) == 0))
-      continue;
-    bool params_ok = true;
-    for (int k = 1; k <= 4; ++k)
-      params_ok = params_ok && IsF32Known(st, bn.inputs[k]) && st.values[bn.inputs[k]].shape == Shape{ys[1]};
-    Activation act;
-    if (!params_ok || !Activation::FromFusedNode(bn, &act)) continue;
-    const float epsilon = bn.GetFloat("epsilon", 1e-5f);
-    const float* scale = st.values[bn.inputs[1]].value.data<float>();
-    const float* shift = st.values[bn.inputs[2]].value.data<float>();
-    const float* mean = st.values[bn.inputs[3]].value.data<float>();
-    const float* var = st.values[bn.inputs[4]].value.data<float>();
-    std::vector<float> a(static_cast<size_t>(ys[1])), b(a.size());
-    for (int64_t c = 0; c < ys[1]; ++c) {
-      a[c] = scale[c] / std::sqrt(var[c] + epsilon);
-      b[c] = shift[c] - mean[c] * a[c];
-    }
-    cat.attrs["_scale"] = Attribute::Floats(std::move(a));
-    cat.attrs["_shift"] = Attribute::Floats(std::move(b));
-    act.WriteTo(cat);
-    cat.outputs[0] = bn.outputs[0];
-    dead[bi] = 1;
-    changed = true;
-  }
-  if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
-}
-
 namespace {
 
 // Conv/Gemm/MatMul followed by a unary activation (or x * Sigmoid(x)) -> one node with _activation.

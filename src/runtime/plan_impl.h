@@ -205,9 +205,6 @@ void RunFusionPasses(CompileState& state);
 /// the depthwise part (ops/fused_depthwise.h), where `fast_kernel_takes(fused node)`; for plans on the CPU's fast
 /// kernels (fusion.cc).
 void FuseConvDepthwise(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
-/// A Concat along channels whose output only a BatchNormalization reads takes the normalisation (and its activation)
-/// as `_scale` / `_shift` (fusion.cc; CPU fast plans: the CPU kernels run it in one pass).
-void FuseConcatBatchNorm(CompileState& state);
 
 /// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
 /// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine

@@ -1,10 +1,7 @@
 // BatchNormalization (inference) for float32, hand-written: y = act(x * a[c] + b[c]) with a = scale / sqrt(var + eps)
 // and b = B - mean * a folded once at creation, so Run is one streaming pass. Plain tensors of any rank >= 2 are
 // processed one (n, c) row at a time; channels-last (NHWC) rank-4 tensors one pixel row of C values at a time. The
-// fused activation (`_activation`, docs/architecture.md) is applied in the same pass. The same row loops run a Concat
-// along channels that the runtime gave a BatchNormalization to (`_scale`/`_shift`: DenseNet's pre-activation after
-// every concatenation): each input's rows are normalised straight into their channels of the output, one pass
-// instead of a copy and then a normalisation.
+// fused activation (`_activation`, docs/architecture.md) is applied in the same pass.
 //
 // The build targets x86-64-v2 (SSE4.2); the row loops are compiled a second and third time for AVX2 and AVX-512 and
 // the best one is picked when the program starts (GCC target_clones), which roughly halves the time of an L2-resident
@@ -17,11 +14,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/vector_math.h"
 #include "ops/activation.h"
-#include "ops/op_registry.h"
 
 namespace osprey::cpu {
 namespace {
@@ -71,9 +66,7 @@ struct Gelu {  // erf has no vectorisable form here; GELU after a BatchNormaliza
 };
 
 // Rows of the tensor as the loops see them: plain, row r is (n, c = r % channels) with `inner` values sharing one
-// a/b; NHWC, row r is one pixel with `channels` values, one a/b each, and output row r starts at y + r * y_stride
-// (y_stride = channels, or the row length of a Concat's output that these channels are a part of). x may equal y
-// (in-place runs).
+// a/b; NHWC, row r is one pixel with `channels` values, one a/b each. x may equal y (in-place runs).
 struct RowParams {
   const float* a;
   const float* b;
@@ -81,19 +74,18 @@ struct RowParams {
   int64_t inner;
   bool nhwc;
   Activation act;
-  int64_t y_stride = 0;
 };
 
 template <class F>
 [[gnu::always_inline]] inline void AffineRows(const RowParams& p, const float* x, float* y, int64_t begin, int64_t end,
                                               F f) {
   if (p.nhwc) {
-    const int64_t c_count = p.channels, y_stride = p.y_stride;
+    const int64_t c_count = p.channels;
     const float* a = p.a;
     const float* b = p.b;
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * c_count;
-      float* yr = y + r * y_stride;
+      float* yr = y + r * c_count;
 #pragma omp simd
       for (int64_t c = 0; c < c_count; ++c) yr[c] = f(xr[c] * a[c] + b[c]);
     }
@@ -187,7 +179,7 @@ class BatchNormKernel final : public Kernel {
       b_[c] = shift[c] - mean[c] * a_[c];
     }
     numel_ = NumElements(s.x);
-    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act, channels};
+    params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act};
     if (params_.nhwc) {
       rows_ = channels > 0 ? numel_ / channels : 0;
     } else {
@@ -247,81 +239,6 @@ class BatchNormKernel final : public Kernel {
   dnnl::memory::desc reorder_from_md_, reorder_to_md_, reorder_scratch_md_;
 };
 
-// Concat(x_0 .. x_{k-1}, axis 1) -> y = act(concat * a[c] + b[c]), a and b over the output's channels (the Concat's
-// `_scale` / `_shift`). Plain: one task per (batch item, input), rows of `inner` values; NHWC: blocks of pixels, each
-// input's channel run of a pixel written at its offset in the output row.
-class ConcatBatchNormKernel final : public Kernel {
- public:
-  ConcatBatchNormKernel(std::vector<int64_t> channels, int64_t batch, int64_t inner, bool nhwc, std::vector<float> a,
-                        std::vector<float> b, Activation act, int num_threads)
-      : channels_(std::move(channels)), batch_(batch), inner_(inner), nhwc_(nhwc), a_(std::move(a)), b_(std::move(b)) {
-    int64_t first = 0;
-    for (int64_t c : channels_) {
-      firsts_.push_back(first);
-      parts_.push_back(RowParams{a_.data() + first, b_.data() + first, c, inner_, nhwc_, act, nhwc_ ? 0 : c});
-      first += c;
-    }
-    total_ = first;
-    for (size_t i = 0; i < parts_.size(); ++i)
-      if (nhwc_) parts_[i].y_stride = total_;
-    numel_ = batch_ * total_ * inner_;
-    num_threads_ = num_threads > 0 ? num_threads : omp_get_max_threads();
-  }
-
-  const char* Name() const override { return nhwc_ ? "ConcatBatchNormF32Nhwc" : "ConcatBatchNormF32"; }
-
-  void Run(KernelContext& ctx) override {
-    const size_t k = channels_.size();
-    if (ctx.inputs.size() != k) Internal(ctx.node, "input count changed");
-    std::vector<const float*> src(k);
-    for (size_t i = 0; i < k; ++i) {
-      CheckBytes(ctx.node, "input", ctx.In(static_cast<int>(i)), batch_ * channels_[i] * inner_);
-      src[i] = ctx.In(static_cast<int>(i)).data<float>();
-    }
-    CheckBytes(ctx.node, "output", ctx.Out(0), numel_);
-    if (numel_ == 0) return;
-    float* dst = ctx.Out(0).data<float>();
-    const int threads = numel_ >= kMinParallelElements ? num_threads_ : 1;
-    if (nhwc_) {
-      const int64_t pixels = batch_ * inner_;
-      const int64_t per_block = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(total_, 1));
-      const int64_t blocks = (pixels + per_block - 1) / per_block;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-      for (int64_t block = 0; block < blocks; ++block) {
-        const int64_t begin = block * per_block, end = std::min(pixels, begin + per_block);
-        for (size_t i = 0; i < k; ++i) BatchNormRows(parts_[i], src[i], dst + firsts_[i], begin, end);
-      }
-      return;
-    }
-    const int64_t tasks = batch_ * static_cast<int64_t>(k);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t n = t / static_cast<int64_t>(k);
-      const size_t i = static_cast<size_t>(t % static_cast<int64_t>(k));
-      BatchNormRows(parts_[i], src[i] + n * channels_[i] * inner_, dst + (n * total_ + firsts_[i]) * inner_, 0,
-                    channels_[i]);
-    }
-  }
-
- private:
-  void Internal(const Node& node, const std::string& what) const {
-    throw Error(ErrorCode::kInternal, node.Describe() + ": " + Name() + ": " + what);
-  }
-  void CheckBytes(const Node& node, const char* what, const Tensor& t, int64_t elements) const {
-    const size_t expected = static_cast<size_t>(elements) * sizeof(float);
-    if (t.nbytes() != expected || (expected && t.raw() == nullptr))
-      Internal(node, std::string(what) + " holds " + std::to_string(t.nbytes()) + " bytes, expected " +
-                         std::to_string(expected));
-  }
-
-  std::vector<int64_t> channels_, firsts_;
-  int64_t batch_, inner_, total_ = 0, numel_ = 0;
-  bool nhwc_;
-  std::vector<float> a_, b_;
-  std::vector<RowParams> parts_;
-  int num_threads_ = 1;
-};
-
 // Channels-last tensors exist only for rank-4 activations, on input 0 and output 0 here.
 bool LayoutsPossible(const KernelBuildContext& ctx, const Shape& x) {
   for (size_t i = 1; i < ctx.input_layouts.size(); ++i)
@@ -349,48 +266,6 @@ std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx) {
     ThrowUnsupportedLayouts(ctx.node, kBatchNormName, std::string("oneDNN failed: ") + e.what());
   }
 }
-
-}  // namespace osprey::cpu
-
-namespace osprey {
-
-std::unique_ptr<Kernel> CreateConcatBatchNorm(const KernelBuildContext& ctx) {
-  using namespace cpu;
-  const Node& node = ctx.node;
-  const std::vector<float> a = node.GetFloats("_scale"), b = node.GetFloats("_shift");
-  Activation act;
-  bool ok = !ctx.input_shapes.empty() && ctx.output_shapes.size() == 1 && ctx.output_dtypes[0] == DType::kF32 &&
-            Activation::FromFusedNode(node, &act);
-  const Shape& y = ok ? ctx.output_shapes[0] : Shape{};
-  ok = ok && y.size() >= 2 && NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(y.size()), node) == 1;
-  const Layout layout = ctx.OutLayout(0);
-  std::vector<int64_t> channels;
-  int64_t total = 0;
-  for (size_t i = 0; ok && i < ctx.input_shapes.size(); ++i) {
-    const Shape& x = ctx.input_shapes[i];
-    ok = ctx.present[i] && ctx.input_dtypes[i] == DType::kF32 && ctx.InLayout(static_cast<int>(i)) == layout &&
-         x.size() == y.size() && x[0] == y[0] && std::equal(x.begin() + 2, x.end(), y.begin() + 2);
-    if (ok) channels.push_back(x[1]);
-    total += ok ? x[1] : 0;
-  }
-  ok = ok && total == y[1] && a.size() == static_cast<size_t>(total) && b.size() == static_cast<size_t>(total);
-  for (int64_t d : y) ok = ok && d >= 0;
-  const bool nhwc = layout == Layout::kNhwc;
-  if (!ok || (nhwc && y.size() != 4)) {
-    if (AnyNhwc(ctx))
-      ThrowUnsupportedLayouts(node, "ConcatBatchNormF32Nhwc",
-                              "only a float32 rank-4 Concat of channels carrying a folded BatchNormalization takes "
-                              "NHWC tensors");
-    return nullptr;
-  }
-  int64_t inner = 1;
-  for (size_t d = 2; d < y.size(); ++d) inner *= y[d];
-  return std::make_unique<ConcatBatchNormKernel>(std::move(channels), y[0], inner, nhwc, a, b, act, ctx.num_threads);
-}
-
-}  // namespace osprey
-
-namespace osprey::cpu {
 
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx) {
   BatchNormSetup s;

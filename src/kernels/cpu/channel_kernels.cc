@@ -416,7 +416,6 @@ bool IsChannelShuffleF32(const KernelBuildContext& ctx) {
 }
 
 std::unique_ptr<Kernel> CreateConcat(const KernelBuildContext& ctx) {
-  if (ctx.node.Has("_scale")) return CreateConcatBatchNorm(ctx);  // a folded BatchNormalization (batchnorm.cc)
   bool nhwc = false;
   if (ctx.input_shapes.empty() || !UniformLayout(ctx, ctx.input_shapes.size(), &nhwc)) return nullptr;
   for (bool present : ctx.present)

@@ -54,10 +54,6 @@ int AugmentSimdLevel();
 
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
-/// A Concat along axis 1 carrying a folded BatchNormalization (`_scale`, `_shift`, optional `_activation`; the
-/// runtime's FuseConcatBatchNorm) as one pass (batchnorm.cc): plain for rank >= 2 or kNhwc for rank 4, every tensor in
-/// one layout; nullptr when the node does not qualify plain, an error when asked for NHWC it cannot honour.
-std::unique_ptr<Kernel> CreateConcatBatchNorm(const KernelBuildContext& ctx);
 
 /// Pad in constant mode with compile-time pads, value and axes, none negative (pad_kernel.cc): any dtype and rank
 /// plain, or rank-4 float32 padded along H and W on channels-last data (PadFollowsNhwc); nullptr otherwise.

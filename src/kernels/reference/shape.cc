@@ -163,23 +163,6 @@ void ConcatKernel(KernelContext& ctx) {
       dst += part_bytes[i];
     }
   }
-  // A BatchNormalization the runtime folded into the Concat (docs/architecture.md): y = act(y * _scale[c] +
-  // _shift[c]) along axis 1, as BatchNormalizationRef computes it.
-  if (ctx.node.Has("_scale")) {
-    const std::vector<float> a = ctx.node.GetFloats("_scale"), b = ctx.node.GetFloats("_shift");
-    const int64_t channels = out.rank() >= 2 ? out.dim(1) : 0;
-    if (axis != 1 || out.dtype() != DType::kF32 || a.size() != static_cast<size_t>(channels) || b.size() != a.size())
-      Internal(ctx.node, "a folded BatchNormalization needs a float32 concatenation along axis 1, one scale and "
-                         "shift per channel");
-    const int64_t size = Product(out.shape(), 2, out.rank());
-    float* y = out.data<float>();
-    for (int64_t p = 0; p < out.dim(0) * channels; ++p) {
-      const int64_t c = p % channels;
-      float* yp = y + p * size;
-      for (int64_t j = 0; j < size; ++j) yp[j] = yp[j] * a[c] + b[c];
-      ApplyFusedActivation(ctx.node, yp, size);
-    }
-  }
 }
 
 std::vector<int64_t> SplitSizes(const KernelContext& ctx, int64_t dim) {
