@@ -9,7 +9,9 @@
 //     Clip(Round(x / s), lo - z, hi - z) * s
 // (Round is half to even as QuantizeLinear's; the integers involved are exact in float32), and each of these four
 // ops has a vectorised kernel and runs on channels-last data in place of a reorder. The result is bit-identical to
-// the reference kernels of the pair. Before that, FuseInt8Conv (below) turns each DQ -> Conv -> Q -> DQ chain with
+// the reference kernels of the pair. In a CPU plan the four are one node, a Round carrying `_quant_scale`,
+// `_quant_lo` and `_quant_hi` (one pass over the tensor instead of four; GPU plans keep the four ops, which have CUDA
+// kernels). Before that, FuseInt8Conv (below) turns each DQ -> Conv -> Q -> DQ chain with
 // int8 weights into one Conv on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc), so the pairs left are
 // those around the residual Adds, pooling and the stem.
 #include <cmath>
@@ -334,6 +336,20 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     if (!is_i8 && st.values[qv].dtype != DType::kU8) continue;
     const float lo = static_cast<float>((is_i8 ? -128 : 0) - q_zp), hi = static_cast<float>((is_i8 ? 127 : 255) - q_zp);
 
+    if (st.options.device.kind == Device::kHost) {
+      // On the CPU one pass: a Round carrying the pair (its reference and fast kernels compute the four steps).
+      Node fq;
+      fq.op_type = "Round";
+      fq.name = q.name + "/fake_quantize";
+      fq.inputs = {x};
+      fq.outputs = {out};
+      fq.attrs["_quant_scale"] = Attribute::Float(q_scale);
+      fq.attrs["_quant_lo"] = Attribute::Float(lo);
+      fq.attrs["_quant_hi"] = Attribute::Float(hi);
+      replace[j] = {std::move(fq)};
+      drop[i] = drop[j] = 1;
+      continue;
+    }
     const Shape shape = st.values[x].shape;  // a copy: AddValue grows st.values
     const int scale = st.AddConstant(Tensor::Scalar<float>(q_scale));
     const int lo_v = st.AddConstant(Tensor::Scalar<float>(lo));

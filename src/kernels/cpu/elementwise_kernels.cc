@@ -41,13 +41,13 @@ namespace {
 
 enum class UnaryOp {
   kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kErf, kExp, kNeg, kAbs,
-  kSqrt, kReciprocal, kRound
+  kSqrt, kReciprocal, kRound, kFakeQuantize
 };
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
 struct UnaryParams {
   UnaryOp op = UnaryOp::kRelu;
-  float alpha = 0.f, beta = 0.f;
+  float alpha = 0.f, beta = 0.f, gamma = 0.f;
 };
 
 struct UnaryTraits {
@@ -73,6 +73,9 @@ constexpr UnaryTraits kUnary[] = {
     {"Reciprocal", UnaryOp::kReciprocal, "ReciprocalF32Fast", false},
     {"Round", UnaryOp::kRound, "RoundF32Fast", false},
 };
+
+// Not an op type of its own: a Round carrying `_quant_scale` (see FakeQuantize below).
+constexpr UnaryTraits kFakeQuantizeTraits{"Round", UnaryOp::kFakeQuantize, "FakeQuantizeF32Fast", false};
 
 struct BinaryTraits {
   const char* op_type;
@@ -147,6 +150,13 @@ struct Round {  // half to even: rint in the default rounding mode, as std::near
   [[gnu::always_inline]] float operator()(float x) const { return __builtin_rintf(x); }
 };
 
+// A QuantizeLinear -> DequantizeLinear pair (Round carrying `_quant_scale`): clip(round(x / s), lo, hi) * s, as the
+// Div, Round, Clip and Mul it replaces (a division, not a product with 1 / s, so the result is the same bits).
+struct FakeQuantize {
+  float s, lo, hi;
+  [[gnu::always_inline]] float operator()(float x) const { return Clip{lo, hi}(Round{}(x / s)) * s; }
+};
+
 struct Add {
   [[gnu::always_inline]] float operator()(float a, float b) const { return a + b; }
 };
@@ -198,6 +208,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const
     case UnaryOp::kSqrt: return MapRow(x, y, n, Sqrt{});
     case UnaryOp::kReciprocal: return MapRow(x, y, n, Reciprocal{});
     case UnaryOp::kRound: return MapRow(x, y, n, Round{});
+    case UnaryOp::kFakeQuantize: return MapRow(x, y, n, FakeQuantize{p.gamma, p.alpha, p.beta});
   }
 }
 
@@ -509,6 +520,16 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
         break;
       case UnaryOp::kGelu:
         if (node.GetString("approximate", "none") == "tanh") p.op = UnaryOp::kGeluTanh;
+        break;
+      case UnaryOp::kRound:
+        if (ctx.input_dtypes.size() != 1) return nullptr;
+        if (node.Has("_quant_scale")) {  // a fused QuantizeLinear -> DequantizeLinear pair (runtime/fusion_qdq.cc)
+          p.op = UnaryOp::kFakeQuantize;
+          p.gamma = node.GetFloat("_quant_scale", 1.f);
+          p.alpha = node.GetFloat("_quant_lo", 0.f);
+          p.beta = node.GetFloat("_quant_hi", 0.f);
+          return std::make_unique<UnaryKernel>(kFakeQuantizeTraits, p, ctx.num_threads);
+        }
         break;
       case UnaryOp::kClip:
         p.alpha = std::numeric_limits<float>::lowest();

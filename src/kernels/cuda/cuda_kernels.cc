@@ -213,6 +213,7 @@ cudaError_t RunCopy(cudaStream_t stream, const StridedCopyGeometry& g, const voi
 // ---------------------------------------------------------------- elementwise
 
 bool UnaryOpFor(const KernelBuildContext& bc, Activation* a) {
+  if (bc.node.Has("_quant_scale")) return false;  // a fused fake quantisation (CPU plans only): the CPU runs it
   const Node& node = bc.node;
   const std::string& op = node.op_type;
   *a = Activation{};

@@ -628,8 +628,20 @@ void CeilKernel(KernelContext& ctx) {
   MapF32(ctx, [](float x) { return std::ceil(x); });
 }
 // nearbyint rounds halves to even under the default rounding mode, as ONNX Round requires.
+// With `_quant_scale` (the runtime's fused QuantizeLinear -> DequantizeLinear pair, docs/architecture.md):
+// y = clip(round(x / s), lo, hi) * s, step for step as the Div, Round, Clip and Mul kernels compute it.
 void RoundKernel(KernelContext& ctx) {
-  MapF32(ctx, [](float x) { return std::nearbyint(x); });
+  if (!ctx.node.Has("_quant_scale")) {
+    MapF32(ctx, [](float x) { return std::nearbyint(x); });
+    return;
+  }
+  const float s = ctx.node.GetFloat("_quant_scale", 1.f), lo = ctx.node.GetFloat("_quant_lo", 0.f),
+              hi = ctx.node.GetFloat("_quant_hi", 0.f);
+  MapF32(ctx, [s, lo, hi](float x) {
+    const float r = std::nearbyint(x / s);
+    const float v = r < lo ? lo : r;
+    return (hi < v ? hi : v) * s;
+  });
 }
 void SinKernel(KernelContext& ctx) {
   MapF32(ctx, [](float x) { return std::sin(x); });

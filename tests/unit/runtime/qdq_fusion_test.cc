@@ -1,9 +1,10 @@
 // Quantised graphs compiled (src/runtime/fusion_qdq.cc): a QuantizeLinear -> DequantizeLinear pair on an activation
-// becomes Div -> Round -> Clip -> Mul and must stay bit-identical; a QLinearConv with constant weights becomes a float
+// becomes clip(round(x / s), lo, hi) * s (on the CPU one Round node carrying the pair) and must stay bit-identical; a QLinearConv with constant weights becomes a float
 // Conv between DequantizeLinear and QuantizeLinear and may differ from the integer kernel by one output step.
 // Oracle: the same graph compiled without fusion and with reference kernels only.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "osprey/runtime.h"
@@ -49,7 +50,7 @@ TEST(QdqFusion, QdqConvChainWithinOneStepOfReference) {
     for (const OpProfile& p : profile) {
       EXPECT_NE(p.op_type, "QuantizeLinear");
       EXPECT_NE(p.op_type, "DequantizeLinear");
-      rewritten = rewritten || p.kernel == "RoundF32Fast";
+      rewritten = rewritten || p.kernel == "FakeQuantizeF32Fast";
     }
     EXPECT_TRUE(rewritten);
     // The Conv's summation order differs between the reference and oneDNN (PairAloneIsExact checks the pair alone):
@@ -68,16 +69,30 @@ TEST(QdqFusion, QdqConvChainWithinOneStepOfReference) {
 TEST(QdqFusion, PairAloneIsExact) {
   GraphBuilder b("pair", 13);
   auto x = b.Input("x", DType::kF32, {2, 3, 4, 5});
-  auto scale = b.Constant(Tensor::Scalar<float>(0.1f));
+  auto scale = b.Constant(Tensor::Scalar<float>(0.07f));
   auto zp = b.Constant(Tensor::Scalar<int8_t>(7));
   auto q = b.Op("QuantizeLinear", {x, scale, zp});
   b.Output(b.Op("Relu", {b.Op("DequantizeLinear", {q, scale, zp})}), "y");
   const Graph g = b.Finish();
   Tensor x_value = RandomTensor({2, 3, 4, 5}, 9, -20.f, 20.f);
-  for (int64_t i = 0; i < 20; ++i) x_value.data<float>()[i] = 0.05f * static_cast<float>(i - 10);  // halves
+  // Halves of the scale and their neighbours: where x / s and x * (1 / s) round apart.
+  for (int64_t k = 0; k < 40; ++k) {
+    x_value.data<float>()[2 * k] = (static_cast<float>(k - 20) + 0.5f) * 0.07f;
+    x_value.data<float>()[2 * k + 1] = std::nextafter(x_value.data<float>()[2 * k], 100.f);
+  }
   const Tensor expected = RunPlan(g, x_value, kOracle)[0];
-  const Tensor got = RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = true, .fuse = true})[0];
-  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+  // The fused pair on the fast kernel (one step besides the Relu) and on the reference kernel.
+  std::vector<OpProfile> profile;
+  const Tensor got =
+      RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = true, .fuse = true}, &profile)[0];
+  ASSERT_EQ(profile.size(), 2u);
+  EXPECT_EQ(profile[0].kernel, "FakeQuantizeF32Fast");
+  const Tensor got_reference =
+      RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = false, .fuse = true})[0];
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    EXPECT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+    EXPECT_EQ(got_reference.data<float>()[i], expected.data<float>()[i]) << i;
+  }
 }
 
 TEST(QdqFusion, QLinearConvWithConstantWeightsRunsAsFloatConv) {
