@@ -1,6 +1,7 @@
 // Quantised graphs compiled (src/runtime/fusion_qdq.cc): a QuantizeLinear -> DequantizeLinear pair on an activation
-// becomes clip(round(x / s), lo, hi) * s (on the CPU one Round node carrying the pair) and must stay bit-identical; a QLinearConv with constant weights becomes a float
-// Conv between DequantizeLinear and QuantizeLinear and may differ from the integer kernel by one output step.
+// becomes clip(round(x / s), lo, hi) * s (on the CPU one Round node carrying the pair) and must stay bit-identical;
+// a QLinearConv with constant weights becomes a float Conv between DequantizeLinear and QuantizeLinear and may differ
+// from the integer kernel by one output step.
 // Oracle: the same graph compiled without fusion and with reference kernels only.
 #include <gtest/gtest.h>
 
