@@ -1,5 +1,6 @@
 // Schemas of the elementwise family: unary math and activations, numpy-broadcasting binary ops, the variadic
 // Min/Max/Sum/Mean, comparisons and logic, Where, Clip, Cast and CastLike.
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -220,6 +221,20 @@ void CheckGelu(const InferContext& ctx) {
     ctx.Fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate + "\"");
 }
 
+// A Round carrying a QuantizeLinear -> DequantizeLinear pair (runtime/fusion_qdq.cc), or a model claiming one.
+void CheckFakeQuantize(const InferContext& ctx) {
+  const bool any = ctx.node.Has("_quant_scale") || ctx.node.Has("_quant_lo") || ctx.node.Has("_quant_hi");
+  if (!any) return;
+  if (!ctx.node.Has("_quant_scale") || !ctx.node.Has("_quant_lo") || !ctx.node.Has("_quant_hi"))
+    ctx.Fail("a fused quantisation needs _quant_scale, _quant_lo and _quant_hi together");
+  const float s = ctx.node.GetFloat("_quant_scale", 0.f), lo = ctx.node.GetFloat("_quant_lo", 0.f),
+              hi = ctx.node.GetFloat("_quant_hi", 0.f);
+  if (!(s > 0.f) || !std::isfinite(s))
+    ctx.Fail("_quant_scale must be a finite value > 0, got " + std::to_string(s));
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi))
+    ctx.Fail("_quant_lo must be <= _quant_hi, both finite, got " + std::to_string(lo) + " and " + std::to_string(hi));
+}
+
 void ReadAlphaBeta(const InferContext& ctx) {
   ctx.node.GetFloat("alpha", 0.f);
   ctx.node.GetFloat("beta", 0.f);
@@ -231,8 +246,9 @@ void ReadAlphaBeta(const InferContext& ctx) {
 void RegisterElementwiseOps(OpRegistry& r) {
   // Float-only unary math.
   for (const char* op :
-       {"Sqrt", "Exp", "Log", "Erf", "Reciprocal", "Floor", "Ceil", "Round", "Softplus", "Softsign", "Mish"})
+       {"Sqrt", "Exp", "Log", "Erf", "Reciprocal", "Floor", "Ceil", "Softplus", "Softsign", "Mish"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat), kTransparent);
+  AddSchema(r, "Round", 1, 1, UnaryInfer(kFloat, CheckFakeQuantize), kTransparent);
   for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat));
   for (const char* op : {"Tanh", "Sigmoid", "HardSwish"})

@@ -96,6 +96,38 @@ TEST(QdqFusion, PairAloneIsExact) {
   }
 }
 
+// A model whose Round claims a fused pair with bad parts is refused at compile time, naming the attribute.
+TEST(QdqFusion, FusedPairAttributesAreChecked) {
+  auto compile = [](AttributeMap attrs) {
+    GraphBuilder b("fq", 13);
+    auto x = b.Input("x", DType::kF32, {2, 3});
+    b.Output(b.Op("Round", {x}, attrs), "y");
+    return Compile(b.Finish(), {{DType::kF32, {2, 3}}}, kOracle);
+  };
+  auto expect_error = [&](AttributeMap attrs, const std::string& words) {
+    try {
+      compile(std::move(attrs));
+      ADD_FAILURE() << "no error; expected one mentioning " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const AttributeMap good{{"_quant_scale", Attribute::Float(0.5f)},
+                          {"_quant_lo", Attribute::Float(-128.f)},
+                          {"_quant_hi", Attribute::Float(127.f)}};
+  const std::vector<Tensor> out = compile(good)->Run({RandomTensor({2, 3}, 1, -200.f, 200.f)});
+  EXPECT_EQ(out[0].numel(), 6);
+  AttributeMap zero = good, nan = good, swapped = good, partial = good;
+  zero["_quant_scale"] = Attribute::Float(0.f);
+  nan["_quant_scale"] = Attribute::Float(std::nanf(""));
+  swapped["_quant_lo"] = Attribute::Float(200.f);
+  partial.erase("_quant_hi");
+  expect_error(zero, "_quant_scale must be a finite value > 0");
+  expect_error(nan, "_quant_scale must be a finite value > 0");
+  expect_error(swapped, "_quant_lo must be <= _quant_hi");
+  expect_error(partial, "together");
+}
+
 TEST(QdqFusion, QLinearConvWithConstantWeightsRunsAsFloatConv) {
   GraphBuilder b("qlinearconv", 13);
   auto x = b.Input("x", DType::kU8, {1, 6, 9, 9});
