@@ -14,13 +14,15 @@
 // activations oneDNN would halve the weights instead (rounding every odd weight: about 9% of outputs one step off in
 // the unit test). This kernel keeps the arithmetic exact: it always feeds u8 and places input channels in pairs whose
 // same-signed weight magnitudes sum to at most 128 for every output channel and tap (255 * 128 < 32768), giving a
-// channel with no such partner a zero channel. The placement is the quantising copy's gather, so it costs nothing
-// extra at run time; the extra channels cost K.
+// channel with no such partner a zero channel. The placement is the quantising copy's gather; the extra channels cost
+// K. With VNNI (vpdpbusd) or AMX the products are summed in 32 bits, exact: there the channels keep their order and
+// the copy is one streaming pass (`OSPREY_INT8_PAIRING=1` forces the pairing, which the tests use to check it there).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -29,7 +31,20 @@
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/conv_window.h"
 
-namespace osprey::cpu {
+namespace osprey {
+
+// The ISA values are bit sets: avx2_vnni = avx2 | 0x8, avx512_core_vnni = avx512_core | 0x40, and AMX includes the
+// latter.
+bool Int8ProductsExact() {
+  const char* force = std::getenv("OSPREY_INT8_PAIRING");
+  if (force != nullptr && std::string(force) == "1") return false;
+  const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+  const int avx2_vnni = static_cast<int>(dnnl::cpu_isa::avx2_vnni);
+  const int avx512_vnni = static_cast<int>(dnnl::cpu_isa::avx512_core_vnni);
+  return (isa & avx2_vnni) == avx2_vnni || (isa & avx512_vnni) == avx512_vnni;
+}
+
+namespace cpu {
 namespace {
 
 using dnnl::memory;
@@ -155,58 +170,12 @@ class ConvInt8Kernel final : public Kernel {
       }
     }
 
-    // Channel placement: pairs of channels that are safe together, found greedily (the channel with the largest
-    // weights first, partners tried from the smallest up; a bound on each channel's largest positive and negative
-    // weight accepts most pairs without the full test), else a zero partner. Consecutive channels keep their order
-    // when they are safe together, so the copy stays a run where the weights allow.
-    const int64_t per_channel = out_c * taps;
-    std::vector<int> pos_max(in_c, 0), neg_max(in_c, 0);
-    for (int64_t c = 0; c < in_c; ++c)
-      for (int64_t k = 0; k < per_channel; ++k) {
-        const int v = by_channel[c * per_channel + k];
-        pos_max[c] = std::max(pos_max[c], v);
-        neg_max[c] = std::max(neg_max[c], -v);
-      }
-    auto safe = [&](int64_t a, int64_t b) {
-      if (pos_max[a] + pos_max[b] <= 128 && neg_max[a] + neg_max[b] <= 128) return true;
-      return PairSafe(by_channel, per_channel, a, b);
-    };
+    // Channel placement: in order where the products are exact, else pairs (PairChannels).
     slot_channel_.clear();
-    std::vector<char> placed(in_c, 0);
-    std::vector<int64_t> order(in_c);
-    for (int64_t c = 0; c < in_c; ++c) order[c] = c;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return std::max(pos_max[a], neg_max[a]) > std::max(pos_max[b], neg_max[b]);
-    });
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    // Natural pairs first (runs for the copy), then a matching of the rest.
-    for (int64_t c = 0; c + 1 < in_c; c += 2)
-      if (safe(c, c + 1)) {
-        pairs.push_back({c, c + 1});
-        placed[c] = placed[c + 1] = 1;
-      }
-    for (size_t i = 0; i < order.size(); ++i) {
-      const int64_t a = order[i];
-      if (placed[a]) continue;
-      placed[a] = 1;
-      int64_t partner = -1;
-      int tries = 0;
-      for (size_t j = order.size(); j-- > i + 1 && tries < 64;) {
-        const int64_t b = order[j];
-        if (placed[b]) continue;
-        ++tries;
-        if (safe(a, b)) {
-          partner = b;
-          break;
-        }
-      }
-      if (partner >= 0) placed[partner] = 1;
-      pairs.push_back({a, partner});
-    }
-    std::sort(pairs.begin(), pairs.end());
-    for (const auto& [a, b] : pairs) {
-      slot_channel_.push_back(static_cast<int32_t>(a));
-      slot_channel_.push_back(static_cast<int32_t>(b));
+    if (Int8ProductsExact()) {
+      for (int64_t c = 0; c < in_c; ++c) slot_channel_.push_back(static_cast<int32_t>(c));
+    } else {
+      PairChannels(by_channel, out_c * taps);
     }
     const int64_t slots = static_cast<int64_t>(slot_channel_.size());
     // Runs of consecutive channels in consecutive slots, for the vectorised quantising copy.
@@ -280,6 +249,62 @@ class ConvInt8Kernel final : public Kernel {
     return true;
   }
 
+  // Pairs of input channels that are safe together (vpmaddubsw, above) into slot_channel_, found greedily (the
+  // channel with the largest weights first, partners tried from the smallest up; a bound on each channel's largest
+  // positive and negative weight accepts most pairs without the full test), else a zero partner (-1). Consecutive
+  // channels keep their order when they are safe together, so the copy stays a run where the weights allow.
+  // by_channel: the int8 weights in [C][M * taps] order.
+  void PairChannels(const std::vector<int8_t>& by_channel, int64_t per_channel) {
+    const int64_t in_c = static_cast<int64_t>(by_channel.size()) / per_channel;
+    std::vector<int> pos_max(in_c, 0), neg_max(in_c, 0);
+    for (int64_t c = 0; c < in_c; ++c)
+      for (int64_t k = 0; k < per_channel; ++k) {
+        const int v = by_channel[c * per_channel + k];
+        pos_max[c] = std::max(pos_max[c], v);
+        neg_max[c] = std::max(neg_max[c], -v);
+      }
+    auto safe = [&](int64_t a, int64_t b) {
+      if (pos_max[a] + pos_max[b] <= 128 && neg_max[a] + neg_max[b] <= 128) return true;
+      return PairSafe(by_channel, per_channel, a, b);
+    };
+    std::vector<char> placed(in_c, 0);
+    std::vector<int64_t> order(in_c);
+    for (int64_t c = 0; c < in_c; ++c) order[c] = c;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return std::max(pos_max[a], neg_max[a]) > std::max(pos_max[b], neg_max[b]);
+    });
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    // Natural pairs first (runs for the copy), then a matching of the rest.
+    for (int64_t c = 0; c + 1 < in_c; c += 2)
+      if (safe(c, c + 1)) {
+        pairs.push_back({c, c + 1});
+        placed[c] = placed[c + 1] = 1;
+      }
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t a = order[i];
+      if (placed[a]) continue;
+      placed[a] = 1;
+      int64_t partner = -1;
+      int tries = 0;
+      for (size_t j = order.size(); j-- > i + 1 && tries < 64;) {
+        const int64_t b = order[j];
+        if (placed[b]) continue;
+        ++tries;
+        if (safe(a, b)) {
+          partner = b;
+          break;
+        }
+      }
+      if (partner >= 0) placed[partner] = 1;
+      pairs.push_back({a, partner});
+    }
+    std::sort(pairs.begin(), pairs.end());
+    for (const auto& [a, b] : pairs) {
+      slot_channel_.push_back(static_cast<int32_t>(a));
+      slot_channel_.push_back(static_cast<int32_t>(b));
+    }
+  }
+
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
     CheckActivation(node, kName, "input", ctx.In(0), x_, src_layout_);
@@ -345,6 +370,16 @@ class ConvInt8Kernel final : public Kernel {
     };
     const bool nhwc = src_layout_ == Layout::kNhwc;
     static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (nhwc && avx2 && runs_.size() == 1 && slots_ == c) {  // channels in order: one streaming pass
+      const int64_t total = n * hw * c, parts = total >= (1 << 15) ? threads_ : 1;
+      const int64_t step = (total / parts + 63) / 64 * 64;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (parts > 1)
+      for (int64_t part = 0; part < parts; ++part) {
+        const int64_t j0 = std::min(total, part * step), j1 = std::min(total, j0 + step);
+        Quantise8(x + j0, out + j0, j1 - j0, s, zp);
+      }
+      return;
+    }
     const __m128 vs = _mm_set1_ps(s), vzp = _mm_set1_ps(zp), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
     // Pixels split between the plan's threads (the primitive runs on them too) in blocks of 64.
     const int64_t blocks = n * ((hw + 63) / 64), per_image = (hw + 63) / 64;
@@ -444,4 +479,5 @@ const char* DnnlConvInt8Implementation(const Kernel& kernel) {
   return k ? k->Implementation() : "";
 }
 
-}  // namespace osprey::cpu
+}  // namespace cpu
+}  // namespace osprey
