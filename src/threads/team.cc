@@ -99,12 +99,14 @@ void FutexWakeAll(std::atomic<uint32_t>& word) {
 
 // What OSPREY_OMP_DEBUG=1 prints at exit.
 struct Stats {
-  std::atomic<long> regions{0}, sleeps{0}, contended{0};
+  std::atomic<long> regions{0}, sleeps{0}, contended{0}, taken_over{0};
   ~Stats() {
     const char* d = std::getenv("OSPREY_OMP_DEBUG");
     if (d && d[0] == '1' && regions.load() + sleeps.load() > 0)
-      std::fprintf(stderr, "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost\n",
-                   regions.load(), sleeps.load(), contended.load());
+      std::fprintf(stderr,
+                   "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost, %ld threads' "
+                   "parts run by the region's first thread\n",
+                   regions.load(), sleeps.load(), contended.load(), taken_over.load());
   }
 } stats;
 
@@ -156,6 +158,14 @@ struct Signal {
   // Until when the waits of this process keep short: set when a waiting thread found it had lost its CPU.
   static inline std::atomic<int64_t> contended_until{0};
 };
+
+bool NoTakeOver() {
+  static const bool off = [] {
+    const char* v = std::getenv("OSPREY_OMP_TAKE_OVER");
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  return off;
+}
 
 // ---- teams ------------------------------------------------------------------------------------------------------
 
@@ -270,6 +280,16 @@ int Icv() { return ts.icv > 0 ? ts.icv : DefaultThreads(); }
 
 // Threads owned by one application thread; its regions run on them. Each worker has its own start signal, so a
 // region of fewer threads leaves the others asleep and untouched.
+//
+// Parts taken over: when thread 0 has finished its part of a region and a worker has not yet started its own (it
+// is descheduled beside busy processes, or still waking from a futex), thread 0 runs that part itself, as that
+// thread number, instead of waiting for it; the worker, when it runs, finds its part taken and waits for the next
+// region. Each part runs exactly once and as the same thread number, so results are identical to a normal run (no
+// other plan, no other partition). It is safe because thread 0 can only finish its part when the region holds no
+// barrier or other wait for the missing thread (it would still be waiting there), so the taken-over part meets
+// none either. On an idle machine a spinning worker starts within a microsecond and nothing changes; beside busy
+// processes a region costs at worst its work on one thread instead of a scheduler time slice.
+// OSPREY_OMP_TAKE_OVER=0 turns it off (comparisons).
 class Pool {
  public:
   ~Pool() {
@@ -296,10 +316,27 @@ class Pool {
     team_.fn = fn;
     team_.data = data;
     running_.store(n - 1, std::memory_order_relaxed);
-    for (int i = 0; i < n - 1; ++i) workers_[i]->start.Publish();
+    for (int i = 0; i < n - 1; ++i) {
+      workers_[i]->taken.store(false, std::memory_order_release);
+      workers_[i]->start.Publish();
+    }
     return &team_;
   }
+  // After the caller's own part (thread 0): runs the part of each thread that has not started it yet, then waits for
+  // the others. See "Parts taken over" above Pool.
   void Join() {
+    const int n = team_.n;
+    if (!NoTakeOver()) {
+      for (int i = 1; i < n; ++i) {
+        if (workers_[i - 1]->taken.exchange(true, std::memory_order_acq_rel)) continue;
+        const ThreadState mine = ts;
+        EnterTeam(&team_, i);
+        team_.fn(team_.data);
+        ts = mine;
+        stats.taken_over.fetch_add(1, std::memory_order_relaxed);
+        running_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
     while (running_.load(std::memory_order_acquire) != 0) {
       const uint32_t seen = done_.Load();
       if (running_.load(std::memory_order_acquire) == 0) break;
@@ -311,6 +348,7 @@ class Pool {
   struct Worker {
     std::thread thread;
     Signal start;
+    std::atomic<bool> taken{true};  // this region's part of the worker's thread number has been started (by anyone)
   };
   void WorkerLoop(Worker& self, int index) {
     uint32_t seen = 0;
@@ -318,6 +356,7 @@ class Pool {
       self.start.WaitChange(seen);
       seen = self.start.Load();
       if (stop_.load(std::memory_order_relaxed)) return;
+      if (self.taken.exchange(true, std::memory_order_acq_rel)) continue;  // run by thread 0 (or already by us)
       EnterTeam(&team_, index);
       team_.fn(team_.data);
       ts = ThreadState{};
@@ -470,6 +509,7 @@ F Real(const char* name) {
 
 namespace osprey::threads {
 long RegionsStarted() { return stats.regions.load(std::memory_order_relaxed); }
+long PartsTakenOver() { return stats.taken_over.load(std::memory_order_relaxed); }
 bool UsingLibgomp() { return GetPolicy().use_libgomp; }
 const char* Describe() {
   static const std::string text = [] {

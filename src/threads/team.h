@@ -5,6 +5,9 @@ namespace osprey::threads {
 
 /// Parallel regions of more than one thread this process has started on osprey's runtime (0 under libgomp).
 long RegionsStarted();
+/// Parts of a region (a thread number's share) that the region's thread 0 ran because their own thread had not
+/// started them when it finished its part (team.cc, "Parts taken over").
+long PartsTakenOver();
 /// True when OSPREY_OMP_RUNTIME=libgomp handed every OpenMP call to libgomp.
 bool UsingLibgomp();
 /// One line for logs: which runtime, and its wait policy.

@@ -1,12 +1,14 @@
 // osprey's OpenMP runtime (src/threads/team.cc) against the OpenMP semantics osprey and oneDNN rely on; expected
 // values are computed by hand from the OpenMP specification (thread numbers, static schedules), not by the runtime.
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <omp.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <thread>
@@ -253,6 +255,47 @@ TEST(OmpTeam, ThreadsThatSleptAnswerTheNextRegion) {
     EXPECT_EQ(ids, (std::set<int>{0, 1}));
     EXPECT_EQ(n.load(), 2);
   }
+}
+
+TEST(OmpTeam, PartsOfThreadsNotStartedAreRunOnceByThreadZero) {
+  // A caller and its pool on one CPU: when thread 0 ends its (tiny) part, the worker has mostly not run yet, and
+  // thread 0 runs the worker's part as thread 1 (team.cc, "Parts taken over"). Every part must still run exactly
+  // once, as its own thread number, with its own share of a static loop; regions with barriers must still finish.
+  std::thread([] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the pool's workers, started below, inherit it
+    omp_set_num_threads(2);
+    const long before = osprey::threads::PartsTakenOver();
+    int wrong = 0;
+    for (int round = 0; round < 2000; ++round) {
+      int runs[2] = {0, 0};
+#pragma omp parallel
+      runs[omp_get_thread_num()] += 1;
+      long part[2] = {0, 0};
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < 100; ++i) part[omp_get_thread_num()] += i;
+      wrong += runs[0] != 1 || runs[1] != 1 || part[0] != 49 * 50 / 2 || part[1] != 99 * 100 / 2 - 49 * 50 / 2;
+    }
+    EXPECT_EQ(wrong, 0);
+    const long taken = osprey::threads::PartsTakenOver() - before;
+    std::printf("%ld of 4000 worker parts run by thread 0\n", taken);
+    EXPECT_GT(taken, 0);
+    for (int round = 0; round < 200; ++round) {
+      int value[2] = {0, 0}, seen_other = 0;
+#pragma omp parallel
+      {
+        const int t = omp_get_thread_num();
+        value[t] = round + 1;
+#pragma omp barrier
+#pragma omp atomic
+        seen_other += value[1 - t] == round + 1;
+      }
+      wrong += seen_other != 2;
+    }
+    EXPECT_EQ(wrong, 0);
+  }).join();
 }
 
 TEST(OmpTeam, AChildOfForkRunsRegions) {
