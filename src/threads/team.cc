@@ -105,7 +105,7 @@ struct Stats {
     if (d && d[0] == '1' && regions.load() + sleeps.load() > 0)
       std::fprintf(stderr,
                    "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost, %ld threads' "
-                   "parts run by the region's first thread\n",
+                   "parts run by another thread of the team\n",
                    regions.load(), sleeps.load(), contended.load(), taken_over.load());
   }
 } stats;
@@ -281,11 +281,11 @@ int Icv() { return ts.icv > 0 ? ts.icv : DefaultThreads(); }
 // Threads owned by one application thread; its regions run on them. Each worker has its own start signal, so a
 // region of fewer threads leaves the others asleep and untouched.
 //
-// Parts taken over: when thread 0 has finished its part of a region and a worker has not yet started its own (it
-// is descheduled beside busy processes, or still waking from a futex), thread 0 runs that part itself, as that
+// Parts taken over: when a thread has finished its part of a region and a worker has not yet started its own (it
+// is descheduled beside busy processes, or still waking from a futex), the thread runs that part itself, as that
 // thread number, instead of waiting for it; the worker, when it runs, finds its part taken and waits for the next
 // region. Each part runs exactly once and as the same thread number, so results are identical to a normal run (no
-// other plan, no other partition). It is safe because thread 0 can only finish its part when the region holds no
+// other plan, no other partition). It is safe because a thread can only finish its part when the region holds no
 // barrier or other wait for the missing thread (it would still be waiting there), so the taken-over part meets
 // none either. On an idle machine a spinning worker starts within a microsecond and nothing changes; beside busy
 // processes a region costs at worst its work on one thread instead of a scheduler time slice.
@@ -325,18 +325,7 @@ class Pool {
   // After the caller's own part (thread 0): runs the part of each thread that has not started it yet, then waits for
   // the others. See "Parts taken over" above Pool.
   void Join() {
-    const int n = team_.n;
-    if (!NoTakeOver()) {
-      for (int i = 1; i < n; ++i) {
-        if (workers_[i - 1]->taken.exchange(true, std::memory_order_acq_rel)) continue;
-        const ThreadState mine = ts;
-        EnterTeam(&team_, i);
-        team_.fn(team_.data);
-        ts = mine;
-        stats.taken_over.fetch_add(1, std::memory_order_relaxed);
-        running_.fetch_sub(1, std::memory_order_acq_rel);
-      }
-    }
+    TakeOverUnstarted();
     while (running_.load(std::memory_order_acquire) != 0) {
       const uint32_t seen = done_.Load();
       if (running_.load(std::memory_order_acquire) == 0) break;
@@ -350,6 +339,20 @@ class Pool {
     Signal start;
     std::atomic<bool> taken{true};  // this region's part of the worker's thread number has been started (by anyone)
   };
+  // Runs, each as its thread number, the parts of the region that no thread has started. A worker calls it before
+  // it counts its own part done, so the region (and workers_) cannot change under it.
+  void TakeOverUnstarted() {
+    if (NoTakeOver()) return;
+    const ThreadState mine = ts;
+    for (int i = 1; i < team_.n; ++i) {
+      if (workers_[i - 1]->taken.exchange(true, std::memory_order_acq_rel)) continue;
+      EnterTeam(&team_, i);
+      team_.fn(team_.data);
+      ts = mine;
+      stats.taken_over.fetch_add(1, std::memory_order_relaxed);
+      if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.Publish();
+    }
+  }
   void WorkerLoop(Worker& self, int index) {
     uint32_t seen = 0;
     for (;;) {
@@ -359,6 +362,7 @@ class Pool {
       if (self.taken.exchange(true, std::memory_order_acq_rel)) continue;  // run by thread 0 (or already by us)
       EnterTeam(&team_, index);
       team_.fn(team_.data);
+      TakeOverUnstarted();
       ts = ThreadState{};
       if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.Publish();
     }

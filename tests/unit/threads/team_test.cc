@@ -295,6 +295,21 @@ TEST(OmpTeam, PartsOfThreadsNotStartedAreRunOnceByThreadZero) {
       wrong += seen_other != 2;
     }
     EXPECT_EQ(wrong, 0);
+    // Four threads on the CPU: any thread that has finished takes over; each of the four parts still runs once.
+    omp_set_num_threads(4);
+    for (int round = 0; round < 1000; ++round) {
+      int runs[4] = {0, 0, 0, 0};
+#pragma omp parallel
+      {
+#pragma omp atomic
+        runs[omp_get_thread_num()] += 1;
+      }
+      long part[4] = {0, 0, 0, 0};
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < 100; ++i) part[omp_get_thread_num()] += 1;
+      for (int t = 0; t < 4; ++t) wrong += runs[t] != 1 || part[t] != 25;
+    }
+    EXPECT_EQ(wrong, 0);
   }).join();
 }
 
