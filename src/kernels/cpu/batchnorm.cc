@@ -5,7 +5,10 @@
 //
 // The build targets x86-64-v2 (SSE4.2); the row loops are compiled a second and third time for AVX2 and AVX-512 and
 // the best one is picked when the program starts (GCC target_clones), which roughly halves the time of an L2-resident
-// tensor on AVX-512 machines.
+// tensor on AVX-512 machines. The activations' compare-and-select (Relu, Clip, the clamp in Exp) if-converts only
+// without GCC's trapping-math (nothing here reads FP exception flags), set before any include as in
+// elementwise_kernels.cc; without it those rows ran scalar.
+#pragma GCC optimize("no-trapping-math")
 #include <omp.h>
 
 #include <algorithm>

@@ -16,7 +16,9 @@
 // The row loops compare floats in selects (clamps, branch-free piecewise formulas). Under GCC's default
 // -ftrapping-math those comparisons may raise FP exceptions, so GCC refuses to if-convert them and the loops stay
 // scalar ("control flow in loop"). Nothing here reads FP exception flags: allowed for this whole file (set before
-// any include, so inlined library code gets the same setting and inlines).
+// any include, so inlined library code gets the same setting and inlines). Likewise errno: sqrtf of a negative sets
+// it, so GCC keeps Sqrt's loop scalar unless errno is off, which CMakeLists.txt sets for this file
+// (-fno-math-errno; the pragma does not reach the builtin). Nothing here reads errno; the result is NaN either way.
 #pragma GCC optimize("no-trapping-math")
 #include <immintrin.h>
 #include <omp.h>

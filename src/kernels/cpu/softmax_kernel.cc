@@ -36,11 +36,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxBlock(c
   for (int64_t k = 0; k < len; ++k) {
     const float* row = x + k * inner;
     float* out = y + k * inner;
+    if (log) {  // two loops: a store under a condition keeps the loop scalar
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float e = cpu::vmath::Exp(row[i] - max_value[i]);
-      if (!log) out[i] = e;
-      sum[i] += e;
+      for (int64_t i = 0; i < n; ++i) sum[i] += cpu::vmath::Exp(row[i] - max_value[i]);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const float e = cpu::vmath::Exp(row[i] - max_value[i]);
+        out[i] = e;
+        sum[i] += e;
+      }
     }
   }
   if (log) {  // (x - max) - log(sum), as the reference orders it: no rounding at the magnitude of max
