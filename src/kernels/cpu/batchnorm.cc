@@ -62,9 +62,9 @@ struct HardSwish {
 struct Silu {
   [[gnu::always_inline]] float operator()(float v) const { return v / (1.f + vmath::Exp(-v)); }
 };
-struct Gelu {  // erf has no vectorisable form here; GELU after a BatchNormalization is rare
+struct Gelu {
   [[gnu::always_inline]] float operator()(float v) const {
-    return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
+    return 0.5f * v * (1.f + vmath::Erf(v * 0.70710678118654752f));
   }
 };
 
