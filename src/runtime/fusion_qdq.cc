@@ -16,6 +16,8 @@
 // those around the residual Adds, pooling and the stem.
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -310,6 +312,26 @@ void FuseInt8Conv(CompileState& st) {
     st.nodes = std::move(live);
   }
 }
+
+// The quantisation grid a float value lies on: every element is k * scale (that float product) for an integer k in
+// [lo, hi]. DequantizeLinear(QuantizeLinear(.)) with the same grid leaves such a value unchanged, bit for bit: k * s
+// divided by s rounds back to k (the quotient is within half an ulp of k for |k| <= 2^24), so Round and Clip keep it
+// and the product is the same.
+struct Grid {
+  float scale = 0, lo = 0, hi = 0;
+  bool known() const { return scale > 0; }
+  bool operator==(const Grid& o) const { return scale == o.scale && lo == o.lo && hi == o.hi; }
+};
+
+// Ops whose outputs hold only elements of their data input (input 0; Concat: all its inputs), so they keep its grid.
+// Relu adds 0 = (zp - zp) * scale, on every grid (a zero point lies in its type's range).
+bool KeepsGrid(const Node& n) {
+  static const std::set<std::string> ops = {"Reshape", "Flatten",  "Squeeze",      "Unsqueeze",    "Identity",
+                                            "Transpose", "Slice",  "Split",        "MaxPool",      "Concat",
+                                            "Relu",      "Gather", "DepthToSpace", "SpaceToDepth", "Tile", "Expand"};
+  return n.domain.empty() && ops.count(n.op_type) > 0;
+}
+
 }  // namespace
 
 void FuseQuantizeDequantizePairs(CompileState& st) {
@@ -319,8 +341,41 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
   const auto consumers = ConsumersOf(st);
   std::vector<char> drop(st.nodes.size(), 0);
   std::vector<std::vector<Node>> replace(st.nodes.size());
+  // A pair whose input already lies on its grid is dropped (its output renamed to its input): after a pair, the
+  // data-movement ops of a channel shuffle or a flatten often meet another pair with the same grid, which would cost
+  // a pass and hide the pattern from the later fusions.
+  std::vector<Grid> grid(st.values.size());
+  std::vector<int> rename(st.values.size(), -1);
+  auto renamed = [&](int v) { return v >= 0 && rename[v] >= 0 ? rename[v] : v; };
+  auto params = [&](const Node& n, int quantised, Grid* g) {  // a Q or DQ node's per-tensor grid
+    const float scale = KnownScale(st, n, 1);
+    int32_t zp = 0;
+    const DType t = st.values[quantised].dtype;
+    if (!(scale > 0.f) || !std::isfinite(scale) || !KnownZeroPoint(st, n, &zp) || (t != DType::kI8 && t != DType::kU8))
+      return false;
+    *g = {scale, static_cast<float>((t == DType::kI8 ? -128 : 0) - zp), static_cast<float>((t == DType::kI8 ? 127 : 255) - zp)};
+    return true;
+  };
   for (size_t i = 0; i < st.nodes.size(); ++i) {
-    const Node& q = st.nodes[i];
+    const Node& n = st.nodes[i];
+    // Grids of this node's outputs (the pairs below set their own).
+    if (n.op_type == "DequantizeLinear" && QdqDomain(n) && !n.inputs.empty() && n.inputs[0] >= 0 &&
+        n.outputs.size() == 1 && n.outputs[0] >= 0) {
+      params(n, n.inputs[0], &grid[n.outputs[0]]);
+    } else if (n.op_type == "Conv" && n.Has("_int8") && n.outputs.size() == 1 && n.outputs[0] >= 0) {
+      const bool sg = n.GetInt("_int8_y_signed", 0) != 0;
+      const float zp = static_cast<float>(n.GetInt("_int8_y_zero_point", 0));
+      grid[n.outputs[0]] = {n.GetFloat("_int8_y_scale", 0.f), (sg ? -128.f : 0.f) - zp, (sg ? 127.f : 255.f) - zp};
+    } else if (KeepsGrid(n) && !n.inputs.empty()) {
+      Grid g = n.inputs[0] >= 0 ? grid[renamed(n.inputs[0])] : Grid{};
+      if (n.op_type == "Concat")
+        for (int v : n.inputs)
+          if (v < 0 || !(grid[renamed(v)] == g)) g = Grid{};
+      const size_t outs = n.op_type == "MaxPool" ? 1 : n.outputs.size();  // not MaxPool's indices
+      for (size_t k = 0; k < outs && g.known(); ++k)
+        if (n.outputs[k] >= 0) grid[n.outputs[k]] = g;
+    }
+    const Node& q = n;
     if (q.op_type != "QuantizeLinear" || !QdqDomain(q) || q.outputs.size() != 1 || q.inputs.empty()) continue;
     const int x = q.inputs[0], qv = q.outputs[0];
     if (x < 0 || qv < 0 || st.values[x].dtype != DType::kF32 || st.is_graph_output[qv]) continue;
@@ -337,6 +392,15 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     const bool is_i8 = st.values[qv].dtype == DType::kI8;
     if (!is_i8 && st.values[qv].dtype != DType::kU8) continue;
     const float lo = static_cast<float>((is_i8 ? -128 : 0) - q_zp), hi = static_cast<float>((is_i8 ? 127 : 255) - q_zp);
+    const Grid pair{q_scale, lo, hi};
+    const int source = renamed(x);
+    if (grid[source] == pair && !st.is_graph_output[out]) {  // already on the grid: the pair changes nothing
+      rename[out] = source;
+      grid[out] = pair;
+      drop[i] = drop[j] = 1;
+      continue;
+    }
+    grid[out] = pair;
 
     if (st.options.device.kind == Device::kHost) {
       // On the CPU one pass: a Round carrying the pair (its reference and fast kernels compute the four steps).
@@ -379,6 +443,8 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     else if (!drop[k])
       kept.push_back(std::move(st.nodes[k]));
   }
+  for (Node& n : kept)
+    for (int& v : n.inputs) v = renamed(v);
   st.nodes = std::move(kept);
 }
 

@@ -96,6 +96,41 @@ TEST(QdqFusion, PairAloneIsExact) {
   }
 }
 
+// A pair after data movement of a value already on its grid (a channel shuffle between two pairs, as
+// quantize_static writes ShuffleNet) changes nothing and is dropped; one with another scale or zero point is kept.
+// Oracle: the unfused reference run, bit for bit (the saturated and the halfway values included).
+TEST(QdqFusion, PairOnItsOwnGridIsDropped) {
+  for (const bool same : {true, false}) {
+    SCOPED_TRACE(same ? "same grid" : "another zero point");
+    GraphBuilder b("shuffle", 13);
+    auto x = b.Input("x", DType::kF32, {1, 8, 3, 3});
+    auto scale = b.Constant(Tensor::Scalar<float>(0.07f));
+    auto zp = b.Constant(Tensor::Scalar<int8_t>(7));
+    auto zp2 = b.Constant(Tensor::Scalar<int8_t>(same ? 7 : 6));
+    auto fq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {x, scale, zp}), scale, zp});
+    auto r = b.Op("Reshape", {fq, b.Constant(Tensor::FromVector<int64_t>({5}, {1, 2, 4, 3, 3}))});
+    auto t = b.Op("Transpose", {r}, {{"perm", Attribute::Ints({0, 2, 1, 3, 4})}});
+    auto back = b.Op("Reshape", {t, b.Constant(Tensor::FromVector<int64_t>({4}, {1, 8, 3, 3}))});
+    auto pooled = b.Op("MaxPool", {back}, {{"kernel_shape", Attribute::Ints({2, 2})}});
+    auto fq2 = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {pooled, scale, zp2}), scale, zp2});
+    b.Output(b.Op("Add", {fq2, fq2}), "y");
+    const Graph g = b.Finish();
+    Tensor x_value = RandomTensor({1, 8, 3, 3}, 4, -20.f, 20.f);
+    for (int64_t k = 0; k < 36; ++k) x_value.data<float>()[k] = (static_cast<float>(k - 18) + 0.5f) * 0.07f;
+    const Tensor expected = RunPlan(g, x_value, kOracle)[0];
+    for (const bool fast : {true, false}) {
+      std::vector<OpProfile> profile;
+      const Tensor got =
+          RunPlan(g, x_value, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true}, &profile)[0];
+      int pairs = 0;
+      for (const OpProfile& p : profile) pairs += p.op_type == "Round";
+      EXPECT_EQ(pairs, same ? 1 : 2) << (fast ? "fast kernels" : "reference kernels");
+      ASSERT_EQ(got.numel(), expected.numel());
+      for (int64_t i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+    }
+  }
+}
+
 // A model whose Round claims a fused pair with bad parts is refused at compile time, naming the attribute.
 TEST(QdqFusion, FusedPairAttributesAreChecked) {
   auto compile = [](AttributeMap attrs) {
