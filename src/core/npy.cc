@@ -198,6 +198,33 @@ uint32_t ReadLE(const unsigned char* p, int bytes) {
   return v;
 }
 
+// A tensor whose elements were read in Fortran order (first index fastest, as np.save writes a transposed view or an
+// np.asfortranarray) -> the same array in C order.
+Tensor FromFortranOrder(const Tensor& stored) {
+  const Shape& shape = stored.shape();
+  const int rank = static_cast<int>(shape.size());
+  const size_t item = DTypeSize(stored.dtype());
+  std::vector<int64_t> stride(rank, 1);  // of each index in the stored (Fortran) layout
+  for (int k = 1; k < rank; ++k) stride[k] = stride[k - 1] * shape[k - 1];
+  Tensor out(stored.dtype(), shape);
+  const char* from = static_cast<const char*>(stored.raw());
+  char* to = static_cast<char*>(out.raw());
+  std::vector<int64_t> index(rank, 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < stored.numel(); ++i) {
+    std::memcpy(to + i * item, from + offset * item, item);
+    for (int k = rank - 1; k >= 0; --k) {  // next C-order index, the stored offset kept alongside
+      if (++index[k] < shape[k]) {
+        offset += stride[k];
+        break;
+      }
+      offset -= (shape[k] - 1) * stride[k];
+      index[k] = 0;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor ParseNpy(const void* data, size_t size) {
@@ -228,13 +255,6 @@ Tensor ParseNpy(const void* data, size_t size) {
   DescrInfo info = ParseDescr(descr.s);
   Shape shape(shape_value.ints.begin(), shape_value.ints.end());
   int64_t numel = NumElements(shape);
-  if (fortran.b && shape.size() > 1) {
-    int64_t non_trivial = 0;
-    for (int64_t d : shape) non_trivial += d > 1;
-    if (non_trivial > 1)
-      throw Error(ErrorCode::kUnsupported,
-                  ".npy array is in Fortran order; save it in C order (np.ascontiguousarray) instead");
-  }
   size_t offset = prefix + header_len;
   size_t available = size - offset;
   const int64_t needed = CheckedMul(numel, static_cast<int64_t>(info.item_size), ".npy data bytes");
@@ -256,6 +276,7 @@ Tensor ParseNpy(const void* data, size_t size) {
   } else if (numel > 0) {
     std::memcpy(t.raw(), src, t.nbytes());
   }
+  if (fortran.b && shape.size() > 1 && numel > 1) return FromFortranOrder(t);
   return t;
 }
 

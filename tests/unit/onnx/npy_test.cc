@@ -170,8 +170,32 @@ TEST(Npy, MalformedInputsAreErrors) {
   EXPECT_EQ(with("{'descr': '>f4', 'fortran_order': False, 'shape': (2,)}"), ErrorCode::kUnsupported);
   EXPECT_EQ(with("{'descr': '<c8', 'fortran_order': False, 'shape': (1,)}"), ErrorCode::kUnsupported);
   EXPECT_EQ(ParseError(Header(4, ok_dict) + data), ErrorCode::kUnsupported);
-  std::string fortran = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }";
-  EXPECT_EQ(ParseError(Header(1, fortran) + Bytes<float>({1, 2, 3, 4})), ErrorCode::kUnsupported);
+}
+
+// np.save of a transposed view or an np.asfortranarray writes the elements first index fastest; they are read back
+// into C order (what np.load gives). Values 100 i + 10 j + k at [i, j, k] make a wrong permutation visible.
+TEST(Npy, FortranOrderIsReadIntoCOrder) {
+  std::vector<float> f32;
+  std::vector<double> f64;
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 3; ++j)
+      for (int i = 0; i < 2; ++i) {
+        f32.push_back(static_cast<float>(100 * i + 10 * j + k));
+        f64.push_back(100 * i + 10 * j + k);
+      }
+  for (const std::string descr : {"<f4", "<f8"}) {
+    SCOPED_TRACE(descr);
+    const std::string dict = "{'descr': '" + descr + "', 'fortran_order': True, 'shape': (2, 3, 4), }";
+    const Tensor t = Parse(Header(1, dict) + (descr == "<f4" ? Bytes<float>(f32) : Bytes<double>(f64)));
+    ASSERT_EQ(t.shape(), (Shape{2, 3, 4}));
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 4; ++k) EXPECT_EQ(t.data<float>()[(i * 3 + j) * 4 + k], 100 * i + 10 * j + k);
+  }
+  // A column vector in Fortran order is the same bytes as in C order.
+  const Tensor col = Parse(Header(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (3, 1), }") +
+                                Bytes<int32_t>({7, 8, 9}));
+  EXPECT_EQ(col.data<int32_t>()[2], 9);
 }
 
 }  // namespace
