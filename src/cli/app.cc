@@ -60,7 +60,10 @@ int RunCommandLine(int argc, char** argv, const ServeCommand& serve_command) {
   bench->add_option("--dims", bench_options.dims, "SYMBOL=N for other symbolic dims (default 1; repeatable)")
       ->allow_extra_args(false);
   bench->add_flag("--json", bench_options.json, "Print one JSON object");
-  bench->add_flag("--profile", bench_options.profile, "Time each op; print time per op type and the top-20 nodes");
+  bench->add_flag("--profile", bench_options.profile, "Time each op; print time per op type and the slowest nodes");
+  bench->add_option("--top", bench_options.top, "With --profile: how many of the slowest nodes to list (0 = all)")
+      ->check(CLI::Range(0, INT_MAX))
+      ->capture_default_str();
   bench->add_option("--streams", bench_options.streams, "Throughput mode: S threads running the model at once")
       ->check(CLI::Range(1, 1024));
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");

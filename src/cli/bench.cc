@@ -1,4 +1,4 @@
-// osprey bench MODEL [--batch N] [--threads T] [--warmup W] [--iters N] [--json] [--profile] [--streams S]
+// osprey bench MODEL [--batch N] [--threads T] [--warmup W] [--iters N] [--json] [--profile [--top N]] [--streams S]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -244,7 +244,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   std::vector<NodeTotal> by_node;
   for (auto& [key, total] : node_ms) by_node.push_back(total);
   std::sort(by_node.begin(), by_node.end(), [](const NodeTotal& a, const NodeTotal& b) { return a.ms > b.ms; });
-  if (by_node.size() > 20) by_node.resize(20);
+  if (options.top > 0 && by_node.size() > static_cast<size_t>(options.top)) by_node.resize(options.top);
   double profiled_total = 0;
   for (const auto& [op, ms] : by_type) profiled_total += ms;
   const double iters = options.iters;
@@ -332,7 +332,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       out << "  " << std::left << std::setw(static_cast<int>(width)) << op << std::right << std::setw(10)
           << Fixed(ms / iters, 3) << " ms " << std::setw(6)
           << Fixed(profiled_total > 0 ? 100 * ms / profiled_total : 0, 1) << "%  (" << op_type_nodes[op] << " nodes)\n";
-    out << "\ntop " << by_node.size() << " nodes (ms per iteration):\n";
+    out << "\n" << (options.top > 0 ? "top " + std::to_string(by_node.size()) : std::string("all"))
+        << " nodes (ms per iteration):\n";
     size_t name_width = 4, type_width = 7;
     for (const NodeTotal& t : by_node) {
       name_width = std::max(name_width, t.name.size());

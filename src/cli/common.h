@@ -65,6 +65,7 @@ struct BenchOptions {
   int iters = 50;
   bool json = false;
   bool profile = false;
+  int top = 20;  // --profile: nodes listed, slowest first (0: all)
   uint64_t seed = 0;
   std::vector<std::string> dims;  // "SYMBOL=N"
   bool reference = false;
