@@ -192,6 +192,15 @@ TEST_F(CliTest, BenchJson) {
   EXPECT_LE(j["min_ms"].get<double>(), j["median_ms"].get<double>());
   EXPECT_LE(j["median_ms"].get<double>(), j["p90_ms"].get<double>());
   EXPECT_TRUE(j["profile"]["op_types"].is_array());
+  // --top: the slowest N nodes, 0 for all of them.
+  const size_t all = j["profile"]["top_nodes"].size();
+  ASSERT_GE(all, 2u);
+  for (const int top : {1, 0}) {
+    options.top = top;
+    std::ostringstream listed;
+    EXPECT_EQ(RunBench(options, listed), 0);
+    EXPECT_EQ(nlohmann::json::parse(listed.str())["profile"]["top_nodes"].size(), top == 0 ? all : 1u) << top;
+  }
 }
 
 }  // namespace
