@@ -10,9 +10,10 @@ namespace osprey {
 /// A prepared fast kernel for the node, or nullptr.
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx);
 
-/// Whether this CPU's int8 convolutions (oneDNN, dnnl_conv_int8.cc) sum u8 x s8 products exactly in 32 bits (VNNI or
-/// AMX), so they need no channel pairing against AVX2's 16-bit saturation and pay off on few input channels too.
-/// OSPREY_INT8_PAIRING=1 answers false (tests of the pairing on such a machine).
+/// Whether this CPU's int8 primitives (oneDNN) sum u8 x s8 products exactly in 32 bits (VNNI or AMX): QDQ convolutions
+/// (dnnl_conv_int8.cc) then need no channel pairing against AVX2's 16-bit saturation, and ConvInteger/MatMulInteger
+/// (integer_kernels.cc) run in int8 at all. OSPREY_INT8_PAIRING=1 answers false (tests of the other paths on such a
+/// machine).
 bool Int8ProductsExact();
 
 /// Fast kernels for osprey-domain image ops (image_kernels.cc), or nullptr.

@@ -1,22 +1,35 @@
 // ConvInteger and MatMulInteger (what ONNX Runtime's quantize_dynamic writes: DynamicQuantizeLinear -> ConvInteger /
-// MatMulInteger -> Cast -> Mul) on oneDNN's float32 kernels. Weights must be constants: (w - w_zero_point) is made
-// a float32 weight once, at build; per run the activation becomes float32 (x - x_zero_point), the float kernel runs,
-// and its result is rounded to int32. Every value involved is an integer, and float32 holds integers exactly up to
-// 2^24: the result equals the reference's int32 wherever no partial sum passes 2^24 in magnitude (255 x 255 x 258
-// terms of one sign), and beyond that is within float32 rounding of it, which the Cast to float32 that follows in
-// such models rounds to anyway. oneDNN's own int8 primitives would need signed 8-bit weights and no weight zero
-// point; quantize_dynamic writes uint8 weights with one (ddddocr's captcha model). The reference kernels ran that
-// model 40x slower than ONNX Runtime (docs/performance.md, "Eleventh session").
+// MatMulInteger -> Add (int32 bias) -> Cast -> Mul). Weights must be constants. Two kernels, both exact:
+//
+// - With VNNI or AMX (Int8ProductsExact: oneDNN sums u8 x s8 products in 32 bits), on oneDNN's int8 primitives. They
+//   take signed weights without a zero point, and quantize_dynamic writes uint8 weights with one (w - w_zp spans up to
+//   [-255, 255]): the kernel feeds w' = w - 128 (int8 weights: w' = w) and adds the rest,
+//   sum (x - x_zp)(w - w_zp) = sum (x - x_zp) w' + c[m] sum (x - x_zp) with c[m] = 128 - w_zp[m] (int8: -w_zp[m]),
+//   where the second sum runs over the same window (the convolution's taps inside the image, a MatMul row) and is
+//   computed here from per-pixel channel sums. The activation zero point is the primitive's run-time source zero
+//   point. ConvInteger's plain tensors go through oneDNN reorders to and from channels last. About 3x faster than the
+//   float32 kernel below on a VNNI CPU (ddddocr's captcha model, docs/performance.md "Twentieth session").
+// - Elsewhere, on oneDNN's float32 kernels: (w - w_zero_point) is made a float32 weight once, at build; per run the
+//   activation becomes float32 (x - x_zero_point), the float kernel runs, and its result is rounded to int32. Every
+//   value involved is an integer, and float32 holds integers exactly up to 2^24: the result equals the reference's
+//   int32 wherever no partial sum passes 2^24 in magnitude (255 x 255 x 258 terms of one sign), and beyond that is
+//   within float32 rounding of it, which the Cast to float32 that follows in such models rounds to anyway. (Without
+//   VNNI oneDNN's int8 kernels sum pairs of products in 16 bits, saturating.) The reference kernels ran ddddocr's
+//   model 40x slower than ONNX Runtime (docs/performance.md, "Eleventh session").
 #include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_window.h"
 
 namespace osprey::cpu {
 namespace {
+
+using dnnl::memory;
 
 bool IsQuantizedType(DType t) { return t == DType::kU8 || t == DType::kI8; }
 
@@ -136,6 +149,250 @@ bool FloatWeight(const KernelBuildContext& ctx, int64_t axis, Tensor* out) {
   return true;
 }
 
+// ConvInteger (2-D, one group) / MatMulInteger on oneDNN's u8 x s8 -> s32 primitives (top of the file). Built only
+// where the products are exact (Int8ProductsExact), the activation is uint8 with one zero point and the weight is a
+// constant with one zero point or one per output channel.
+class IntegerInt8Kernel final : public Kernel {
+ public:
+  const char* Name() const override { return conv_ ? "ConvIntegerInt8Dnnl" : "MatMulIntegerInt8Dnnl"; }
+
+  bool Build(const KernelBuildContext& ctx, bool conv) {
+    conv_ = conv;
+    if (!Int8ProductsExact()) return false;
+    if (ctx.input_dtypes.size() < 2 || ctx.input_dtypes[0] != DType::kU8 || !IsQuantizedType(ctx.input_dtypes[1]))
+      return false;
+    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kI32 || !ctx.input_values[1]) return false;
+    for (Layout l : ctx.input_layouts)
+      if (l != Layout::kPlain) return false;
+    for (Layout l : ctx.output_layouts)
+      if (l != Layout::kPlain) return false;
+    if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
+    const bool has_wzp = ctx.present.size() > 3 && ctx.present[3];
+    if (has_wzp && !ctx.input_values[3]) return false;
+    const Tensor& w = *ctx.input_values[1];
+    x_ = ctx.input_shapes[0];
+    y_ = ctx.output_shapes[0];
+    threads_ = std::max(1, ctx.num_threads);
+    const Shape& ws = w.shape();
+    const int64_t axis = conv ? 0 : 1;  // output channels of W
+    if (ws.size() != (conv ? 4u : 2u)) return false;
+    const int64_t out_c = ws[axis];
+    const Tensor* wzp = has_wzp ? ctx.input_values[3] : nullptr;
+    const int64_t zps = wzp ? wzp->numel() : 0;
+    if (zps > 1 && zps != out_c) return false;
+    k_ = conv ? ws[1] * ws[2] * ws[3] : ws[0];
+    // Sums stay inside int32: |x - x_zp| <= 255, |w'| <= 128, |c[m]| <= 255.
+    if (k_ <= 0 || k_ > 16384) return false;
+    const bool w_u8 = w.dtype() == DType::kU8;
+    Tensor wq(DType::kI8, ws);
+    comp_.assign(static_cast<size_t>(out_c), 0);
+    for (int64_t i = 0; i < w.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(AsFloat(w, i) - (w_u8 ? 128 : 0));
+    for (int64_t m = 0; m < out_c; ++m) {
+      const int zp = zps == 0 ? 0 : static_cast<int>(AsFloat(*wzp, zps == 1 ? 0 : m));
+      comp_[m] = (w_u8 ? 128 : 0) - zp;
+      if (comp_[m] != 0) correct_ = true;
+    }
+
+    dnnl::primitive_attr attr = BaseAttr();
+    attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    memory::desc w_plain, w_any;
+    if (conv) {
+      if (x_.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != out_c || y_[0] != x_[0]) return false;
+      if (ctx.node.GetInt("group", 1) != 1) return false;
+      const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", {ws[2], ws[3]});
+      if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
+      win_ = ResolveConvWindow(ctx.node, x_, kernel, /*ceil_mode=*/false);
+      memory::dims st, di, pl, pr;
+      for (int i = 0; i < 2; ++i) {
+        const int64_t l = win_.pad_begin[i], r = win_.pad_end[i], s = win_.strides[i];
+        if (l < 0 || r < 0) return false;
+        const int64_t span = x_[2 + i] + l + r - win_.EffectiveKernel(i);
+        if (span < 0 || span / s + 1 != y_[2 + i]) return false;
+        st.push_back(s);
+        di.push_back(win_.dilations[i] - 1);
+        pl.push_back(l);
+        pr.push_back(r);
+      }
+      user_src_md_ = memory::desc(ToDims(x_), memory::data_type::u8, memory::format_tag::nchw);
+      user_dst_md_ = memory::desc(ToDims(y_), memory::data_type::s32, memory::format_tag::nchw);
+      const memory::desc src(ToDims(x_), memory::data_type::u8, memory::format_tag::nhwc);
+      const memory::desc dst(ToDims(y_), memory::data_type::s32, memory::format_tag::nhwc);
+      w_plain = memory::desc(ToDims(ws), memory::data_type::s8, memory::format_tag::oihw);
+      w_any = memory::desc(ToDims(ws), memory::data_type::s8, memory::format_tag::any);
+      try {
+        dnnl::convolution_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, src, w_any, dst, st, di, pl,
+                                                     pr, attr, /*allow_empty=*/true);
+        if (!pd || IsReferenceImpl(pd)) return false;
+        pd_ = pd;
+        primitive_ = dnnl::convolution_forward(pd);
+      } catch (const dnnl::error&) {
+        return false;
+      }
+    } else {
+      if (x_.empty() || x_.back() != k_ || y_.empty() || y_.back() != out_c) return false;
+      const int64_t rows = NumElements(x_) / k_;
+      if (NumElements(y_) != rows * out_c) return false;
+      user_src_md_ = memory::desc({rows, k_}, memory::data_type::u8, memory::format_tag::ab);
+      user_dst_md_ = memory::desc({rows, out_c}, memory::data_type::s32, memory::format_tag::ab);
+      w_plain = memory::desc(ToDims(ws), memory::data_type::s8, memory::format_tag::ab);
+      w_any = memory::desc(ToDims(ws), memory::data_type::s8, memory::format_tag::any);
+      try {
+        dnnl::matmul::primitive_desc pd(CpuEngine(), user_src_md_, w_any, user_dst_md_, attr);
+        if (!pd || IsReferenceImpl(pd)) return false;
+        pd_ = pd;
+        primitive_ = dnnl::matmul(pd);
+      } catch (const dnnl::error&) {
+        return false;
+      }
+    }
+    weight_ = PackWeight(ctx, w_plain, wq, pd_.weights_desc());
+    src_md_ = pd_.src_desc();
+    dst_md_ = pd_.dst_desc();
+    scratch_md_ = pd_.scratchpad_desc();
+    reorder_src_ = src_md_ != user_src_md_;
+    reorder_dst_ = dst_md_ != user_dst_md_;
+    size_t reorder_scratch = 0;
+    auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
+      dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), from, CpuEngine(), to, BaseAttr());
+      reorder_scratch = std::max(reorder_scratch, ScratchpadBytes(reorder_pd));
+      return dnnl::reorder(reorder_pd);
+    };
+    if (reorder_src_) src_reorder_ = make_reorder(user_src_md_, src_md_);
+    if (reorder_dst_) dst_reorder_ = make_reorder(dst_md_, user_dst_md_);
+    reorder_scratch_md_ = memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch, 1))},
+                                       memory::data_type::u8, memory::format_tag::x);
+    src_bytes_ = reorder_src_ ? ThreadScratch::Align(src_md_.get_size()) : 0;
+    dst_bytes_ = reorder_dst_ ? ThreadScratch::Align(dst_md_.get_size()) : 0;
+    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
+    reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch);
+    // Window sums: per-pixel channel sums and their sums over each output's window (conv), or row sums (MatMul).
+    sums_bytes_ = correct_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(
+                                                      conv ? x_[0] * x_[2] * x_[3] + x_[0] * y_[2] * y_[3]
+                                                           : NumElements(x_) / k_))
+                           : 0;
+    return true;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    if (x.shape() != x_ || ctx.Out(0).shape() != y_)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + " was built for input " +
+                                            ShapeToString(x_) + ", got " + ShapeToString(x.shape()));
+    const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
+    RunDnnl(ctx.node, Name(), [&] {
+      dnnl::stream& stream = ThreadStream();
+      char* scratch =
+          ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_ + sums_bytes_);
+      const auto run = runs_.Acquire([this] { return MakeRunState(); });
+      *static_cast<int32_t*>(run->zero.get_data_handle()) = zero;
+      run->io.Point(x.raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
+      if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
+      run->primitive.Execute(primitive_, stream);
+      if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
+      stream.wait();
+      if (correct_) {
+        int32_t* sums = reinterpret_cast<int32_t*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ +
+                                                   reorder_scratch_bytes_);
+        if (conv_)
+          CorrectConv(x.data<uint8_t>(), zero, sums, ctx.Out(0).data<int32_t>());
+        else
+          CorrectMatMul(x.data<uint8_t>(), zero, sums, ctx.Out(0).data<int32_t>());
+      }
+    });
+  }
+
+ private:
+  // out[n, m, o] += c[m] * (sum over o's window of x - x_zp): per-pixel channel sums, then the window of each output.
+  void CorrectConv(const uint8_t* x, int32_t zero, int32_t* sums, int32_t* out) const {
+    const int64_t n = x_[0], c = x_[1], hw = x_[2] * x_[3], ih = x_[2], iw = x_[3];
+    const int64_t oh = y_[2], ow = y_[3], ohw = oh * ow, m = y_[1];
+    int32_t* box = sums + n * hw;
+    for (int64_t b = 0; b < n; ++b) {
+      int32_t* s = sums + b * hw;
+      std::fill(s, s + hw, -static_cast<int32_t>(c) * zero);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const uint8_t* row = x + (b * c + ch) * hw;
+#pragma omp simd
+        for (int64_t p = 0; p < hw; ++p) s[p] += row[p];
+      }
+      int32_t* bx = box + b * ohw;
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          int32_t total = 0;
+          for (int64_t ky = 0; ky < win_.kernel[0]; ++ky) {
+            const int64_t iy = y * win_.strides[0] - win_.pad_begin[0] + ky * win_.dilations[0];
+            if (iy < 0 || iy >= ih) continue;
+            for (int64_t kx = 0; kx < win_.kernel[1]; ++kx) {
+              const int64_t ix = xo * win_.strides[1] - win_.pad_begin[1] + kx * win_.dilations[1];
+              if (ix >= 0 && ix < iw) total += s[iy * iw + ix];
+            }
+          }
+          bx[y * ow + xo] = total;
+        }
+    }
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n * m * ohw >= (1 << 15))
+    for (int64_t row = 0; row < n * m; ++row) {
+      const int32_t k = comp_[row % m];
+      const int32_t* bx = box + (row / m) * ohw;
+      int32_t* o = out + row * ohw;
+#pragma omp simd
+      for (int64_t p = 0; p < ohw; ++p) o[p] += k * bx[p];
+    }
+  }
+
+  // out[r, j] += c[j] * (sum of row r of x - x_zp).
+  void CorrectMatMul(const uint8_t* x, int32_t zero, int32_t* sums, int32_t* out) const {
+    const int64_t rows = NumElements(x_) / k_, cols = static_cast<int64_t>(comp_.size());
+    const int32_t* comp = comp_.data();
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && rows * (k_ + cols) >= (1 << 15))
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* a = x + r * k_;
+      int32_t total = 0;
+#pragma omp simd reduction(+ : total)
+      for (int64_t k = 0; k < k_; ++k) total += a[k];
+      sums[r] = total - static_cast<int32_t>(k_) * zero;
+      int32_t* o = out + r * cols;
+      const int32_t sr = sums[r];
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) o[j] += comp[j] * sr;
+    }
+  }
+
+  // The memories and argument arrays of one run (one set per concurrent caller, PerCaller); `zero` holds the run's
+  // activation zero point (its own buffer, which the primitive reads as its source zero point).
+  struct RunState {
+    ReorderedIo io;
+    dnnl::memory zero;
+    ExecArgs primitive;
+  };
+  RunState MakeRunState() const {
+    RunState r{ReorderedIo(user_src_md_, src_md_, user_dst_md_, dst_md_, scratch_md_, reorder_scratch_md_),
+               dnnl::memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), CpuEngine()),
+               {}};
+    r.primitive.Add(DNNL_ARG_SRC, r.io.src)
+        .Add(DNNL_ARG_WEIGHTS, weight_.memory)
+        .Add(DNNL_ARG_DST, r.io.dst)
+        .Add(DNNL_ARG_SCRATCHPAD, r.io.scratchpad)
+        .Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, r.zero);
+    return r;
+  }
+
+  bool conv_ = false, correct_ = false, reorder_src_ = false, reorder_dst_ = false;
+  Shape x_, y_;
+  int64_t k_ = 0;
+  int threads_ = 1;
+  ConvWindow win_;
+  std::vector<int32_t> comp_;  // c[m]: 128 - w_zp[m] for uint8 weights, -w_zp[m] for int8
+  dnnl::primitive_desc pd_;
+  dnnl::primitive primitive_;
+  dnnl::reorder src_reorder_, dst_reorder_;
+  memory::desc user_src_md_, user_dst_md_, src_md_, dst_md_, scratch_md_, reorder_scratch_md_;
+  PackedWeight weight_;
+  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0, sums_bytes_ = 0;
+  PerCaller<RunState> runs_;
+};
+
 // DynamicQuantizeLinear(x float32) -> (y uint8, y_scale, y_zero_point): the reference's arithmetic (min/max with 0,
 // scale = (max - min) / 255, zero point and values rounded half to even and saturated, NaN -> zero point) in
 // vectorised loops; bit-identical (tests/unit/kernels/integer_test.cc).
@@ -190,6 +447,11 @@ std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
   if (!node.domain.empty() || (node.op_type != "ConvInteger" && node.op_type != "MatMulInteger")) return nullptr;
   const bool conv = node.op_type == "ConvInteger";
   if (!conv && ctx.input_shapes.size() > 1 && ctx.input_shapes[1].size() != 2) return nullptr;
+  {
+    OmpThreadsGuard threads(ctx.num_threads);
+    auto int8 = std::make_unique<IntegerInt8Kernel>();
+    if (int8->Build(ctx, conv)) return int8;
+  }
   Tensor weight;
   // ConvInteger's w_zero_point is per output channel (axis 0 of W); MatMulInteger's b_zero_point per column of B.
   if (!FloatWeight(ctx, conv ? 0 : 1, &weight)) return nullptr;

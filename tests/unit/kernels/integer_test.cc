@@ -1,6 +1,10 @@
-// ConvInteger / MatMulInteger on the float32 kernels (kernels/cpu/integer_kernels.cc). Oracle: the reference kernels'
-// exact int32 results; with these sizes every partial sum stays far below 2^24, so the fast results must be equal.
+// ConvInteger / MatMulInteger on oneDNN's int8 kernels (where the CPU sums int8 products exactly) and on the float32
+// kernels (kernels/cpu/integer_kernels.cc). Oracle: the reference kernels' exact int32 results; with these sizes every
+// partial sum stays far below 2^24, so both kernels' results must be equal.
+#include <cstdlib>
 #include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
 
 #include "kernel_test_util.h"
 
@@ -28,17 +32,26 @@ Tensor Scalar8(int v) {
   return t;
 }
 
+// Both kernels: the int8 one where this CPU's int8 products are exact (VNNI or AMX; OSPREY_INT8_PAIRING=1 makes
+// osprey treat them as inexact, as on an AVX2-only CPU), then the float32 one. `int8_name` empty: the int8 kernel
+// must decline.
 void ExpectExact(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
-                 const std::string& name) {
+                 const std::string& int8_name, const std::string& float_name) {
   std::vector<Tensor> expected = RunReferenceNode(node, inputs);
-  std::vector<Tensor> outputs;
-  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
-  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
-  ASSERT_NE(kernel, nullptr);
-  EXPECT_EQ(std::string(kernel->Name()), name);
-  for (int run = 0; run < 2; ++run) {
-    RunKernel(*kernel, node, inputs, outputs);
-    ExpectTensorNear(outputs[0], expected[0], 0.f, 0.f);
+  for (const char* force_inexact : {"0", "1"}) {
+    setenv("OSPREY_INT8_PAIRING", force_inexact, 1);
+    const bool int8 = Int8ProductsExact() && !int8_name.empty();
+    SCOPED_TRACE(std::string("OSPREY_INT8_PAIRING=") + force_inexact);
+    std::vector<Tensor> outputs;
+    KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    unsetenv("OSPREY_INT8_PAIRING");
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_EQ(std::string(kernel->Name()), int8 ? int8_name : float_name);
+    for (int run = 0; run < 2; ++run) {
+      RunKernel(*kernel, node, inputs, outputs);
+      ExpectTensorNear(outputs[0], expected[0], 0.f, 0.f);
+    }
   }
 }
 
@@ -47,7 +60,24 @@ TEST(IntegerKernels, ConvIntegerUint8WeightsWithZeroPointsAsQuantizeDynamicWrite
                                              {"strides", Attribute::Ints({2, 1})}});
   ExpectExact(node, {Bytes<uint8_t>({1, 5, 9, 8}, 1), Bytes<uint8_t>({7, 5, 3, 3}, 2), Scalar8<uint8_t>(131),
                      Scalar8<uint8_t>(119)},
-              {false, true, false, true}, "ConvIntegerAsF32Dnnl");
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
+}
+
+// Per-channel uint8 weight zero points far from 128 (w - w_zp outside int8: the int8 kernel's window sums), batch 2,
+// dilation, a rectangular kernel with stride and asymmetric padding; then int8 weights and no activation zero point.
+TEST(IntegerKernels, ConvIntegerWindowSumsPaddingDilationBatch) {
+  Node node = MakeNode("ConvInteger", 4, 1, {{"pads", Attribute::Ints({2, 0, 1, 3})},
+                                             {"strides", Attribute::Ints({1, 2})},
+                                             {"dilations", Attribute::Ints({2, 1})}});
+  Tensor zp(DType::kU8, {10});
+  for (int i = 0; i < 10; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(i * 27);
+  ExpectExact(node, {Bytes<uint8_t>({2, 19, 11, 13}, 7), Bytes<uint8_t>({10, 19, 3, 2}, 8), Scalar8<uint8_t>(200), zp},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
+  Node same = MakeNode("ConvInteger", 4, 1, {{"auto_pad", Attribute::String("SAME_UPPER")}});
+  Tensor zp8(DType::kI8, {6});
+  for (int i = 0; i < 6; ++i) zp8.data<int8_t>()[i] = static_cast<int8_t>(i * 50 - 125);
+  ExpectExact(same, {Bytes<uint8_t>({1, 8, 7, 9}, 9), Bytes<int8_t>({6, 8, 3, 3}, 10), Tensor(), zp8},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPoint) {
@@ -55,7 +85,8 @@ TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPo
   Tensor zp(DType::kI8, {6});
   for (int i = 0; i < 6; ++i) zp.data<int8_t>()[i] = static_cast<int8_t>(i * 7 - 20);
   std::vector<Tensor> in{Bytes<int8_t>({2, 4, 6, 5}, 3), Bytes<int8_t>({6, 2, 2, 3}, 4), Tensor(), zp};
-  ExpectExact(node, in, {false, true, false, true}, "ConvIntegerAsF32Dnnl");
+  // int8 activations and groups: the int8 kernel declines (uint8 activations, one group only).
+  ExpectExact(node, in, {false, true, false, true}, "", "ConvIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, MatMulIntegerPerColumnZeroPointsBatched) {
@@ -63,7 +94,10 @@ TEST(IntegerKernels, MatMulIntegerPerColumnZeroPointsBatched) {
   Tensor zp(DType::kU8, {9});
   for (int i = 0; i < 9; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(100 + 5 * i);
   ExpectExact(node, {Bytes<uint8_t>({3, 4, 33}, 5), Bytes<uint8_t>({33, 9}, 6), Scalar8<uint8_t>(128), zp},
-              {false, true, false, true}, "MatMulIntegerAsF32Dnnl");
+              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerAsF32Dnnl");
+  // int8 weights with one zero point, a vector times a matrix.
+  ExpectExact(node, {Bytes<uint8_t>({70}, 11), Bytes<int8_t>({70, 5}, 12), Scalar8<uint8_t>(3), Scalar8<int8_t>(-77)},
+              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, DynamicQuantizeLinearBitIdentical) {
