@@ -5,7 +5,9 @@ Sigmoid, Tanh, Erf, GELU, Exp, softmax and the LSTM gates 3-12x slower because a
 a loop over a constant array, which GCC -O2 does not unroll ("not vectorized: control flow in loop"). The same
 message comes from a comparison under trapping-math, a store under a condition, or a call that may set errno. This
 test compiles each kernel file again with the build's own command (compile_commands.json) plus
--fopt-info-vec-missed and fails on that message for the loop under any `#pragma omp simd` line.
+-fopt-info-vec-missed and fails on that message for the loop under any `#pragma omp simd` line. GCC places the
+message on the loop's `for` line or on the first statement of its braced body (DynamicQuantizeLinear's loop, scalar
+until the twentieth session, was reported on the line after its `for`), so both count.
 """
 
 import json
@@ -69,6 +71,8 @@ def test_simd_loops_vectorise(commands, path):
             scalar.add(int(m.group(2)))
     loops = simd_loop_lines(path)
     assert loops, f"no `#pragma omp simd` loop found in {path.name}"
-    bad = sorted(set(loops) & scalar)
+    text_lines = path.read_text().splitlines()
+    bad = sorted(line for line in loops
+                 if line in scalar or (line + 1 in scalar and text_lines[line - 1].rstrip().endswith("{")))
     assert not bad, (f"{path.name}: the `#pragma omp simd` loops at lines {bad} stay scalar (GCC: control flow in "
                      "loop); see this test's docstring for the usual causes")

@@ -5,6 +5,7 @@
 // arithmetic. GaussianBlur uint8 (taps in 1/256, as OpenCV) is exact integer arithmetic (AVX2 when the CPU has it);
 // float images and BoxBlur accumulate in float where the reference uses double. Augmentation
 // runs one image per thread, so the kernels are single-threaded; per-call buffers come from the thread's scratch block.
+#pragma GCC optimize("no-trapping-math")  // clamps vectorise as compare-and-select (nothing reads FP flags)
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -118,8 +119,10 @@ class GaussianBlurKernel final : public Kernel {
     if constexpr (std::is_same_v<T, uint8_t>) {
 #pragma omp simd
       for (int64_t i = 0; i < row; ++i) {
-        const float v = std::min(std::max(acc[i], 0.f), 255.f) + 0.5f;
-        d[i] = static_cast<uint8_t>(static_cast<int>(v));
+        float v = acc[i];  // clamped by value: std::min/max's references keep the loop scalar
+        v = v > 0.f ? v : 0.f;
+        v = v < 255.f ? v : 255.f;
+        d[i] = static_cast<uint8_t>(static_cast<int>(v + 0.5f));
       }
     } else {
       std::memcpy(d, acc, row * sizeof(float));

@@ -16,6 +16,7 @@
 //   within float32 rounding of it, which the Cast to float32 that follows in such models rounds to anyway. (Without
 //   VNNI oneDNN's int8 kernels sum pairs of products in 16 bits, saturating.) The reference kernels ran ddddocr's
 //   model 40x slower than ONNX Runtime (docs/performance.md, "Eleventh session").
+#pragma GCC optimize("no-trapping-math")  // clamps vectorise as compare-and-select (nothing reads FP flags)
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -395,10 +396,9 @@ class IntegerInt8Kernel final : public Kernel {
 
 // DynamicQuantizeLinear(x float32) -> (y uint8, y_scale, y_zero_point): the reference's arithmetic (min/max with 0,
 // scale = (max - min) / 255, zero point and values rounded half to even and saturated, NaN -> zero point) in
-// vectorised loops; bit-identical (tests/unit/kernels/integer_test.cc).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void DynamicQuantize(const float* x, int64_t n,
-                                                                                  uint8_t* y, float* scale_out,
-                                                                                  uint8_t* zero_out) {
+// vectorised loops, split over the plan's threads for large tensors; bit-identical (tests/unit/kernels/integer_test.cc).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void MinMax(const float* x, int64_t n, float* lo_out,
+                                                                         float* hi_out) {
   float lo = 0.f, hi = 0.f;
 #pragma omp simd reduction(min : lo) reduction(max : hi)
   for (int64_t i = 0; i < n; ++i) {
@@ -406,35 +406,65 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void DynamicQuantiz
     lo = v < lo ? v : lo;  // a NaN never replaces the running value, as in the reference's std::min
     hi = v > hi ? v : hi;
   }
-  const float scale = (hi - lo) / 255.f;
-  uint8_t zp = 0;
-  if (scale > 0.f) {
-    const float z = -lo / scale;
-    zp = z != z ? 0 : static_cast<uint8_t>(std::min(std::max(std::nearbyint(z), 0.f), 255.f));
-  }
-  const float zpf = static_cast<float>(zp);
-  if (scale > 0.f) {
+  *lo_out = lo;
+  *hi_out = hi;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void QuantiseU8(const float* x, int64_t n, float scale,
+                                                                             float zpf, uint8_t* y) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i] / scale;
-      const float r = v != v ? zpf : std::nearbyint(v) + zpf;
-      y[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(r, 0.f), 255.f)));
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = zp;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / scale;
+    float r = v != v ? zpf : std::nearbyint(v) + zpf;
+    r = r > 0.f ? r : 0.f;
+    r = r < 255.f ? r : 255.f;
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(r));
   }
-  *scale_out = scale;
-  *zero_out = zp;
 }
 
 class DynamicQuantizeLinearF32 final : public Kernel {
  public:
+  explicit DynamicQuantizeLinearF32(int threads) : threads_(std::max(1, threads)) {}
   const char* Name() const override { return "DynamicQuantizeLinearF32"; }
   void Run(KernelContext& ctx) override {
-    const Tensor& x = ctx.In(0);
-    DynamicQuantize(x.data<float>(), x.numel(), ctx.Out(0).data<uint8_t>(), ctx.Out(1).data<float>(),
-                    ctx.Out(2).data<uint8_t>());
+    const Tensor& xt = ctx.In(0);
+    const float* x = xt.data<float>();
+    const int64_t n = xt.numel();
+    uint8_t* y = ctx.Out(0).data<uint8_t>();
+    // Pieces of whole cache lines, one per thread, when the tensor is large enough to pay for a parallel region.
+    const int parts = n >= (1 << 16) ? threads_ : 1;
+    const int64_t step = (n / parts + 15) / 16 * 16;
+    float lo = 0.f, hi = 0.f;
+#pragma omp parallel for num_threads(parts) schedule(static) reduction(min : lo) reduction(max : hi) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
+      const int64_t i0 = std::min(n, part * step), i1 = std::min(n, i0 + step);
+      float l = 0.f, h = 0.f;
+      MinMax(x + i0, i1 - i0, &l, &h);
+      lo = std::min(lo, l);
+      hi = std::max(hi, h);
+    }
+    const float scale = (hi - lo) / 255.f;
+    uint8_t zp = 0;
+    if (scale > 0.f) {
+      const float z = -lo / scale;
+      zp = z != z ? 0 : static_cast<uint8_t>(std::min(std::max(std::nearbyint(z), 0.f), 255.f));
+    }
+    if (scale > 0.f) {
+      const float zpf = static_cast<float>(zp);
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+      for (int part = 0; part < parts; ++part) {
+        const int64_t i0 = std::min(n, part * step), i1 = std::min(n, i0 + step);
+        QuantiseU8(x + i0, i1 - i0, scale, zpf, y + i0);
+      }
+    } else {
+      std::fill(y, y + n, zp);
+    }
+    *ctx.Out(1).data<float>() = scale;
+    *ctx.Out(2).data<uint8_t>() = zp;
   }
+
+ private:
+  int threads_;
 };
 
 }  // namespace
@@ -443,7 +473,7 @@ std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (node.domain.empty() && node.op_type == "DynamicQuantizeLinear" && ctx.input_dtypes.size() == 1 &&
       ctx.input_dtypes[0] == DType::kF32)
-    return std::make_unique<DynamicQuantizeLinearF32>();
+    return std::make_unique<DynamicQuantizeLinearF32>(ctx.num_threads);
   if (!node.domain.empty() || (node.op_type != "ConvInteger" && node.op_type != "MatMulInteger")) return nullptr;
   const bool conv = node.op_type == "ConvInteger";
   if (!conv && ctx.input_shapes.size() > 1 && ctx.input_shapes[1].size() != 2) return nullptr;

@@ -111,6 +111,12 @@ TEST(IntegerKernels, DynamicQuantizeLinearBitIdentical) {
   odd.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
   odd.data<float>()[8] = std::numeric_limits<float>::infinity();
   cases.push_back(odd);
+  // Large enough to be split between two threads (the minimum and the maximum in different halves).
+  Tensor big = RandomTensor({200003}, 5, -1.f, 1.f);
+  big.data<float>()[10] = -3.f;
+  big.data<float>()[150000] = 7.f;
+  big.data<float>()[150001] = std::numeric_limits<float>::quiet_NaN();
+  cases.push_back(big);
   for (size_t c = 0; c < cases.size(); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     std::vector<Tensor> expected = RunReferenceNode(node, {cases[c]});
