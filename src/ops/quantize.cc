@@ -7,6 +7,7 @@
 // schemas so that the two can never drift apart.
 #include <string>
 
+#include "ops/integer_dequantize.h"
 #include "ops/op_registry.h"
 #include "ops/quantize_params.h"
 
@@ -181,6 +182,29 @@ void InferQLinearConv(InferContext& c) {
   c.SetOutput(0, out, y);
 }
 
+// The `_dequantize` epilogue a fusion pass gives ConvInteger / MatMulInteger (ops/integer_dequantize.h): an int32
+// bias (input 4, optional) and a float32 scale (input 5), each one value or one per channel; the result is float32.
+// Without the attribute inputs 4 and 5 must be absent. Returns the output type.
+DType CheckDequantizeEpilogue(const InferContext& c, int64_t channels) {
+  const bool fused = c.node.GetInt("_dequantize", 0) != 0;
+  if (!fused) {
+    if (c.Has(kDequantizeBiasInput) || c.Has(kDequantizeScaleInput))
+      c.Fail("inputs 4 and 5 (a fused bias and scale) need _dequantize = 1");
+    return DType::kI32;
+  }
+  if (!c.Has(kDequantizeScaleInput)) c.Fail("_dequantize needs a float32 scale as input 5");
+  const std::pair<int, DType> parts[] = {{kDequantizeBiasInput, DType::kI32}, {kDequantizeScaleInput, DType::kF32}};
+  for (const auto& [i, type] : parts) {
+    if (!c.Has(i)) continue;
+    const int64_t n = NumElements(c.input_shapes[i]);
+    if (c.input_dtypes[i] != type || (n != 1 && n != channels))
+      c.Fail(std::string("_dequantize's input ") + Str(i) + " must be " + DTypeName(type) + " with 1 or " +
+             Str(channels) + " values (one per channel), got " + DTypeName(c.input_dtypes[i]) + " " +
+             ShapeToString(c.input_shapes[i]));
+  }
+  return DType::kF32;
+}
+
 // ConvInteger(x, w, x_zero_point?, w_zero_point?) -> int32
 void InferConvInteger(InferContext& c) {
   RequireQuantized(c, 0, "x");
@@ -190,7 +214,7 @@ void InferConvInteger(InferContext& c) {
   RequirePerTensorOrChannel(c, 3, "w_zero_point", c.input_shapes[1][0]);
   RequireZeroPointDType(c, 2, "x_zero_point", c.input_dtypes[0]);
   RequireZeroPointDType(c, 3, "w_zero_point", c.input_dtypes[1]);
-  c.SetOutput(0, DType::kI32, y);
+  c.SetOutput(0, CheckDequantizeEpilogue(c, c.input_shapes[1][0]), y);
 }
 
 // Columns of B in a MatMul (1 when B is a vector).
@@ -208,7 +232,7 @@ void InferMatMulInteger(InferContext& c) {
   RequirePerTensorOrChannel(c, 3, "b_zero_point", MatMulColumns(c.input_shapes[1]));
   RequireZeroPointDType(c, 2, "a_zero_point", c.input_dtypes[0]);
   RequireZeroPointDType(c, 3, "b_zero_point", c.input_dtypes[1]);
-  c.SetOutput(0, DType::kI32, y);
+  c.SetOutput(0, CheckDequantizeEpilogue(c, MatMulColumns(c.input_shapes[1])), y);
 }
 
 // QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
@@ -380,9 +404,9 @@ void RegisterQuantizeOps(OpRegistry& r) {
     c.Fail("internal: DynamicQuantizeLSTM reached inference without being replaced by an LSTM");
   }));
   r.Add(Schema("QLinearConv", 8, 9, 1, 1, InferQLinearConv));
-  r.Add(Schema("ConvInteger", 2, 4, 1, 1, InferConvInteger));
+  r.Add(Schema("ConvInteger", 2, 6, 1, 1, InferConvInteger));  // 4, 5: fused bias and scale (internal)
   r.Add(Schema("QLinearMatMul", 8, 8, 1, 1, InferQLinearMatMul));
-  r.Add(Schema("MatMulInteger", 2, 4, 1, 1, InferMatMulInteger));
+  r.Add(Schema("MatMulInteger", 2, 6, 1, 1, InferMatMulInteger));  // 4, 5: fused bias and scale (internal)
   r.Add(Schema("QLinearAdd", 7, 8, 1, 1, InferQLinearAdd));
   r.Add(Schema("QLinearGlobalAveragePool", 5, 5, 1, 1, InferQLinearGlobalAveragePool));
   r.Add(Schema("QGemm", 6, 9, 1, 1, InferQGemm));

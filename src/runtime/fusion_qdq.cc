@@ -332,9 +332,99 @@ bool KeepsGrid(const Node& n) {
   return n.domain.empty() && ops.count(n.op_type) > 0;
 }
 
+// ConvInteger / MatMulInteger -> [Add(int32 bias)] -> Cast(to float) -> Mul(float scale), as ONNX Runtime's
+// quantize_dynamic writes them (the bias and the scale are computed at run time from DynamicQuantizeLinear's scale), ->
+// one node carrying `_dequantize` (ops/integer_dequantize.h): one pass over the result instead of three reference
+// passes on int32 data. Conditions: each intermediate read only by the next op and no graph output, the bias and the
+// scale one value or one per channel of the result (ConvInteger: axis 1; MatMulInteger: the last), the Mul's result
+// shaped like the integer op's. The fused node takes the Mul's place in the order (its bias and scale may be computed
+// after the integer op; its own inputs all come before it).
+void FuseIntegerDequantize(CompileState& st) {
+  const auto consumers = ConsumersOf(st);
+  auto only_reader = [&](int v) -> int {
+    if (v < 0 || st.is_graph_output[v] || consumers[v].size() != 1) return -1;
+    return consumers[v][0];
+  };
+  // `k` holds one value, or one per element of axis `axis` of a result of shape y (numpy broadcasting from the right).
+  auto per_channel = [&](int k, const Shape& y, size_t axis) {
+    const Shape& ks = st.values[k].shape;
+    if (ks.size() > y.size()) return false;
+    for (size_t d = 0; d < ks.size(); ++d) {
+      const size_t yd = y.size() - ks.size() + d;
+      if (ks[d] != 1 && !(yd == axis && ks[d] == y[yd])) return false;
+    }
+    return true;
+  };
+  std::vector<char> drop(st.nodes.size(), 0);
+  std::vector<Node> fused(st.nodes.size());  // at the Mul's index
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& p = st.nodes[i];
+    const bool conv = p.op_type == "ConvInteger";
+    if ((!conv && p.op_type != "MatMulInteger") || !p.domain.empty() || p.outputs.size() != 1 || p.Has("_dequantize"))
+      continue;
+    const int acc = p.outputs[0];
+    if (acc < 0 || st.values[acc].dtype != DType::kI32) continue;
+    const Shape y = st.values[acc].shape;
+    if (y.empty()) continue;
+    const size_t axis = conv ? 1 : y.size() - 1;
+    int bias = -1, cur = acc;
+    int j = only_reader(cur);
+    std::vector<int> chain;
+    if (j >= 0 && st.nodes[j].op_type == "Add" && st.nodes[j].domain.empty() && st.nodes[j].inputs.size() == 2 &&
+        st.nodes[j].outputs.size() == 1) {
+      const Node& add = st.nodes[j];
+      const int other = add.inputs[0] == cur ? add.inputs[1] : add.inputs[0];
+      if (other == cur || other < 0 || st.values[other].dtype != DType::kI32 || !per_channel(other, y, axis) ||
+          st.values[add.outputs[0]].shape != y)
+        continue;
+      bias = other;
+      chain.push_back(j);
+      cur = add.outputs[0];
+      j = only_reader(cur);
+    }
+    if (j < 0 || st.nodes[j].op_type != "Cast" || !st.nodes[j].domain.empty() || st.nodes[j].outputs.size() != 1 ||
+        st.values[st.nodes[j].outputs[0]].dtype != DType::kF32)
+      continue;
+    chain.push_back(j);
+    cur = st.nodes[j].outputs[0];
+    j = only_reader(cur);
+    if (j < 0 || st.nodes[j].op_type != "Mul" || !st.nodes[j].domain.empty() || st.nodes[j].inputs.size() != 2 ||
+        st.nodes[j].outputs.size() != 1)
+      continue;
+    const Node& mul = st.nodes[j];
+    const int scale = mul.inputs[0] == cur ? mul.inputs[1] : mul.inputs[0];
+    const int out = mul.outputs[0];
+    if (scale == cur || scale < 0 || st.values[scale].dtype != DType::kF32 || !per_channel(scale, y, axis) ||
+        st.values[out].dtype != DType::kF32 || st.values[out].shape != y)
+      continue;
+    chain.push_back(j);
+    bool free = true;
+    for (int k : chain) free = free && !drop[k] && fused[k].op_type.empty();
+    if (!free) continue;
+    Node f = p;
+    f.inputs.resize(4, -1);
+    f.inputs.push_back(bias);
+    f.inputs.push_back(scale);
+    f.outputs = {out};
+    f.attrs["_dequantize"] = Attribute::Int(1);
+    drop[i] = 1;
+    for (int k : chain) drop[k] = 1;
+    fused[j] = std::move(f);
+  }
+  std::vector<Node> kept;
+  for (size_t k = 0; k < st.nodes.size(); ++k) {
+    if (!fused[k].op_type.empty())
+      kept.push_back(std::move(fused[k]));
+    else if (!drop[k])
+      kept.push_back(std::move(st.nodes[k]));
+  }
+  st.nodes = std::move(kept);
+}
+
 }  // namespace
 
 void FuseQuantizeDequantizePairs(CompileState& st) {
+  FuseIntegerDequantize(st);
   if (st.opset < 11) return;  // Round and Clip's bound inputs are opset 11
   LowerQLinearConv(st);
   if (st.opset >= 10) FuseInt8Conv(st);

@@ -26,6 +26,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/conv_window.h"
+#include "ops/integer_dequantize.h"
 
 namespace osprey::cpu {
 namespace {
@@ -34,8 +35,48 @@ using dnnl::memory;
 
 bool IsQuantizedType(DType t) { return t == DType::kU8 || t == DType::kI8; }
 
+// ConvInteger / MatMulInteger's output type: int32, or float32 with the `_dequantize` epilogue.
+DType ResultType(const Node& node) { return node.GetInt("_dequantize", 0) != 0 ? DType::kF32 : DType::kI32; }
+
 float AsFloat(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kU8 ? static_cast<float>(t.data<uint8_t>()[i]) : static_cast<float>(t.data<int8_t>()[i]);
+}
+
+// The `_dequantize` epilogue (ops/integer_dequantize.h) of `acc`, an int32 result shaped like the node's output, into
+// that float32 output: channels on axis 1 (ConvInteger) or the last axis (MatMulInteger), rows split over threads.
+void RunDequantize(KernelContext& ctx, bool conv, const int32_t* acc, int threads) {
+  Tensor& y = ctx.Out(0);
+  const Shape& s = y.shape();
+  const int64_t channels = s[conv ? 1 : s.size() - 1], total = y.numel();
+  const int64_t inner = conv ? total / (s[0] * channels) : 1;
+  const Tensor* bias = ctx.HasIn(kDequantizeBiasInput) ? &ctx.In(kDequantizeBiasInput) : nullptr;
+  const Tensor& scale = ctx.In(kDequantizeScaleInput);
+  for (const Tensor* t : {bias, &scale})
+    if (t != nullptr && t->numel() != 1 && t->numel() != channels)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": a fused bias or scale of " +
+                                                   std::to_string(t->numel()) + " values for " +
+                                                   std::to_string(channels) + " channels");
+  const int32_t* b = bias ? bias->data<int32_t>() : nullptr;
+  const int64_t bn = bias ? bias->numel() : 0, sn = scale.numel();
+  const float* sc = scale.data<float>();
+  float* out = y.data<float>();
+  const int parts = total >= (1 << 15) ? std::max(1, threads) : 1;
+  if (conv) {
+    const int64_t rows = total / inner;
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t c = r % channels;
+      DequantizeRows(acc + r * inner, 1, 1, inner, b ? b + (bn == 1 ? 0 : c) : nullptr, 1, sc + (sn == 1 ? 0 : c), 1,
+                     out + r * inner);
+    }
+    return;
+  }
+  const int64_t rows = total / channels;
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    DequantizeRows(acc + r0 * channels, r1 - r0, channels, 1, b, bn, sc, sn, out + r0 * channels);
+  }
 }
 
 class IntegerAsFloatKernel final : public Kernel {
@@ -56,6 +97,8 @@ class IntegerAsFloatKernel final : public Kernel {
     inner_ = node_.op_type == "Conv" ? CreateDnnlConv(fc) : CreateDnnlMatMul(fc);
     x_shape_ = ctx.input_shapes[0];
     y_shape_ = ctx.output_shapes[0];
+    dequantize_ = ctx.node.GetInt("_dequantize", 0) != 0;
+    threads_ = std::max(1, ctx.num_threads);
     return inner_ != nullptr;
   }
   const char* Name() const override { return name_; }
@@ -85,10 +128,11 @@ class IntegerAsFloatKernel final : public Kernel {
     fc.outputs = {&y};
     inner_->Run(fc);
     const float* yf = y.data<float>();
-    int32_t* out = ctx.Out(0).data<int32_t>();
+    int32_t* out = dequantize_ ? scratch.acc.data<int32_t>() : ctx.Out(0).data<int32_t>();
     const int64_t m = y.numel();
 #pragma omp parallel for simd schedule(static) if (m >= (1 << 18))
     for (int64_t i = 0; i < m; ++i) out[i] = static_cast<int32_t>(std::nearbyint(yf[i]));
+    if (dequantize_) RunDequantize(ctx, node_.op_type == "Conv", out, threads_);
     GiveScratch(std::move(scratch));
   }
 
@@ -98,11 +142,13 @@ class IntegerAsFloatKernel final : public Kernel {
   Tensor weight_;
   std::unique_ptr<Kernel> inner_;
   Shape x_shape_, y_shape_;
+  bool dequantize_ = false;
+  int threads_ = 1;
 
   // The float copies of the activation and the result, kept between runs (one pair per concurrent run): fresh
   // blocks of this size would be mapped and faulted in on every run (about as long as the convolution itself).
   struct Scratch {
-    Tensor x, y;
+    Tensor x, y, acc;  // acc: the int32 result before the `_dequantize` epilogue (empty without it)
   };
   std::mutex scratch_mu_;
   std::vector<Scratch> scratch_;
@@ -115,7 +161,8 @@ class IntegerAsFloatKernel final : public Kernel {
         return s;
       }
     }
-    return {Tensor(DType::kF32, x_shape_), Tensor(DType::kF32, y_shape_)};
+    return {Tensor(DType::kF32, x_shape_), Tensor(DType::kF32, y_shape_),
+            dequantize_ ? Tensor(DType::kI32, y_shape_) : Tensor()};
   }
   void GiveScratch(Scratch s) {
     std::lock_guard<std::mutex> lock(scratch_mu_);
@@ -128,7 +175,8 @@ class IntegerAsFloatKernel final : public Kernel {
 bool FloatWeight(const KernelBuildContext& ctx, int64_t axis, Tensor* out) {
   if (ctx.input_dtypes.size() < 2 || !IsQuantizedType(ctx.input_dtypes[0]) || !IsQuantizedType(ctx.input_dtypes[1]))
     return false;
-  if (!ctx.input_values[1] || ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kI32) return false;
+  if (!ctx.input_values[1] || ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node))
+    return false;
   const bool has_zp = ctx.present.size() > 3 && ctx.present[3];
   if (has_zp && !ctx.input_values[3]) return false;
   if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
@@ -162,7 +210,9 @@ class IntegerInt8Kernel final : public Kernel {
     if (!Int8ProductsExact()) return false;
     if (ctx.input_dtypes.size() < 2 || ctx.input_dtypes[0] != DType::kU8 || !IsQuantizedType(ctx.input_dtypes[1]))
       return false;
-    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kI32 || !ctx.input_values[1]) return false;
+    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node) || !ctx.input_values[1])
+      return false;
+    dequantize_ = ctx.node.GetInt("_dequantize", 0) != 0;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
     for (Layout l : ctx.output_layouts)
@@ -268,6 +318,7 @@ class IntegerInt8Kernel final : public Kernel {
     scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
     reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch);
     // Window sums: per-pixel channel sums and their sums over each output's window (conv), or row sums (MatMul).
+    acc_bytes_ = dequantize_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(NumElements(y_))) : 0;
     sums_bytes_ = correct_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(
                                                       conv ? x_[0] * x_[2] * x_[3] + x_[0] * y_[2] * y_[3]
                                                            : NumElements(x_) / k_))
@@ -283,11 +334,14 @@ class IntegerInt8Kernel final : public Kernel {
     const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
     RunDnnl(ctx.node, Name(), [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch =
-          ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_ + sums_bytes_);
+      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_ +
+                                             sums_bytes_ + acc_bytes_);
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
       *static_cast<int32_t*>(run->zero.get_data_handle()) = zero;
-      run->io.Point(x.raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
+      int32_t* acc = dequantize_ ? reinterpret_cast<int32_t*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ +
+                                                              reorder_scratch_bytes_ + sums_bytes_)
+                                 : ctx.Out(0).data<int32_t>();
+      run->io.Point(x.raw(), acc, scratch, src_bytes_, dst_bytes_, scratch_bytes_);
       if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
       run->primitive.Execute(primitive_, stream);
       if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
@@ -296,10 +350,11 @@ class IntegerInt8Kernel final : public Kernel {
         int32_t* sums = reinterpret_cast<int32_t*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ +
                                                    reorder_scratch_bytes_);
         if (conv_)
-          CorrectConv(x.data<uint8_t>(), zero, sums, ctx.Out(0).data<int32_t>());
+          CorrectConv(x.data<uint8_t>(), zero, sums, acc);
         else
-          CorrectMatMul(x.data<uint8_t>(), zero, sums, ctx.Out(0).data<int32_t>());
+          CorrectMatMul(x.data<uint8_t>(), zero, sums, acc);
       }
+      if (dequantize_) RunDequantize(ctx, conv_, acc, threads_);
     });
   }
 
@@ -379,7 +434,7 @@ class IntegerInt8Kernel final : public Kernel {
     return r;
   }
 
-  bool conv_ = false, correct_ = false, reorder_src_ = false, reorder_dst_ = false;
+  bool conv_ = false, correct_ = false, dequantize_ = false, reorder_src_ = false, reorder_dst_ = false;
   Shape x_, y_;
   int64_t k_ = 0;
   int threads_ = 1;
@@ -390,7 +445,8 @@ class IntegerInt8Kernel final : public Kernel {
   dnnl::reorder src_reorder_, dst_reorder_;
   memory::desc user_src_md_, user_dst_md_, src_md_, dst_md_, scratch_md_, reorder_scratch_md_;
   PackedWeight weight_;
-  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0, sums_bytes_ = 0;
+  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0, sums_bytes_ = 0,
+         acc_bytes_ = 0;
   PerCaller<RunState> runs_;
 };
 

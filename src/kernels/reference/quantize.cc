@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/reference/reference.h"
+#include "ops/integer_dequantize.h"
 #include "ops/op_registry.h"
 #include "ops/quantize_params.h"
 
@@ -206,10 +208,31 @@ std::vector<int32_t> ConvAccumulate(const KernelContext& ctx, int x_in, int w_in
   return acc;
 }
 
-void ConvIntegerRef(KernelContext& ctx) {
+// The int32 result, or with `_dequantize` (ops/integer_dequantize.h) float(acc + bias[c]) * scale[c] for channel c of
+// axis `channel_axis`.
+void WriteIntegerResult(KernelContext& ctx, const std::vector<int32_t>& acc, size_t channel_axis) {
   Tensor& y = ctx.Out(0);
-  std::vector<int32_t> acc = ConvAccumulate(ctx, 0, 1, 2, 3, y.shape());
-  std::copy(acc.begin(), acc.end(), y.data<int32_t>());
+  if (ctx.node.GetInt("_dequantize", 0) == 0) {
+    std::copy(acc.begin(), acc.end(), y.data<int32_t>());
+    return;
+  }
+  const Shape& s = y.shape();
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < s.size(); ++d) (d < channel_axis ? outer : inner) *= d == channel_axis ? 1 : s[d];
+  const int64_t channels = s.empty() ? 1 : s[channel_axis];
+  const Tensor* bias = ctx.HasIn(kDequantizeBiasInput) ? &ctx.In(kDequantizeBiasInput) : nullptr;
+  const Tensor& scale = ctx.In(kDequantizeScaleInput);
+  for (const Tensor* t : {bias, &scale})
+    if (t != nullptr && t->numel() != 1 && t->numel() != channels)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": a fused bias or scale of " +
+                                                   std::to_string(t->numel()) + " values for " +
+                                                   std::to_string(channels) + " channels");
+  DequantizeRows(acc.data(), outer, channels, inner, bias ? bias->data<int32_t>() : nullptr,
+                 bias ? bias->numel() : 0, scale.data<float>(), scale.numel(), y.data<float>());
+}
+
+void ConvIntegerRef(KernelContext& ctx) {
+  WriteIntegerResult(ctx, ConvAccumulate(ctx, 0, 1, 2, 3, ctx.Out(0).shape()), 1);
 }
 
 // Writes round(float(acc + bias[c]) * multiplier[c]) + y_zp, saturated, for channel c = (i / inner) % channels.
@@ -274,7 +297,7 @@ void MatMulIntegerRef(KernelContext& ctx) {
   Tensor& y = ctx.Out(0);
   std::vector<int32_t> acc;
   MatMulAccumulate(ctx, 0, 1, 2, 3, y, acc);
-  std::copy(acc.begin(), acc.end(), y.data<int32_t>());
+  WriteIntegerResult(ctx, acc, y.shape().empty() ? 0 : y.shape().size() - 1);
 }
 
 // QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)

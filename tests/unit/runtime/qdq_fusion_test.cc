@@ -131,6 +131,104 @@ TEST(QdqFusion, PairOnItsOwnGridIsDropped) {
   }
 }
 
+// What quantize_dynamic writes: DynamicQuantizeLinear -> ConvInteger -> Add(int32 bias computed from the run-time
+// scale, reshaped to [1, M, 1, 1]) -> Cast -> Mul(scale) (older ONNX Runtime; newer ones add a float bias after the
+// Mul: `bias` false, here with a 1x1 output), and MatMulInteger -> Cast -> Mul. The chain becomes one node
+// carrying `_dequantize` (the Add and Cast disappear) and stays bit-identical to the reference, with the fast kernels
+// (int8 where the CPU's products are exact, float32 otherwise) and with the reference kernels.
+Graph DynamicQuantGraph(bool conv, bool bias_add = true) {
+  GraphBuilder b("dynamic", 13);
+  auto x = b.Input("x", DType::kF32, conv ? std::vector<int64_t>{1, 5, 9, 8} : std::vector<int64_t>{3, 33});
+  auto q = b.OpMulti("DynamicQuantizeLinear", {x}, 3);
+  auto cast_to_float = AttributeMap{{"to", Attribute::Int(1)}};
+  Tensor w(DType::kU8, conv ? Shape{7, 5, 3, 3} : Shape{33, 9});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  const float w_scale = 0.013f;
+  auto scale = b.Op("Mul", {q[1], b.Constant(Tensor::Scalar<float>(w_scale))});
+  if (!conv) {
+    Tensor zp(DType::kU8, {9});
+    for (int i = 0; i < 9; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(60 + 17 * i);
+    auto acc = b.Op("MatMulInteger", {q[0], b.Constant(w), q[2], b.Constant(zp)});
+    b.Output(b.Op("Mul", {b.Op("Cast", {acc}, cast_to_float), scale}), "y");
+    return b.Finish();
+  }
+  if (!bias_add) {  // a 9x8 kernel: a 1x1 output
+    Tensor w_full(DType::kU8, {7, 5, 9, 8});
+    for (int64_t i = 0; i < w_full.numel(); ++i) w_full.data<uint8_t>()[i] = static_cast<uint8_t>((i * 29 + 3) % 256);
+    auto acc = b.Op("ConvInteger", {q[0], b.Constant(w_full), q[2], b.Constant(Tensor::Scalar<uint8_t>(40))});
+    b.Output(b.Op("Mul", {b.Op("Cast", {acc}, cast_to_float), scale}), "y");
+    return b.Finish();
+  }
+  auto acc = b.Op("ConvInteger", {q[0], b.Constant(w), q[2], b.Constant(Tensor::Scalar<uint8_t>(178))},
+                  {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  Tensor bias(DType::kF32, {7});
+  for (int i = 0; i < 7; ++i) bias.data<float>()[i] = 0.3f * static_cast<float>(i - 3);
+  auto bias_q = b.Op("Cast", {b.Op("Floor", {b.Op("Div", {b.Constant(bias), scale})})},
+                     {{"to", Attribute::Int(6)}});
+  auto bias_4d = b.Op("Reshape", {bias_q, b.Constant(Tensor::FromVector<int64_t>({4}, {1, 7, 1, 1}))});
+  auto sum = b.Op("Add", {acc, bias_4d});
+  b.Output(b.Op("Mul", {b.Op("Cast", {sum}, cast_to_float), scale}), "y");
+  return b.Finish();
+}
+
+TEST(QdqFusion, IntegerResultDequantizedInOnePass) {
+  for (const int variant : {0, 1, 2}) {
+    const bool conv = variant != 1, bias_add = variant == 0;
+    SCOPED_TRACE(variant == 0 ? "ConvInteger" : variant == 1 ? "MatMulInteger" : "ConvInteger, 1x1 output, no Add");
+    const Graph g = DynamicQuantGraph(conv, bias_add);
+    const Tensor x = RandomTensor(conv ? Shape{1, 5, 9, 8} : Shape{3, 33}, 6, -3.f, 5.f);
+    const Tensor expected = RunPlan(g, x, kOracle)[0];
+    for (const bool fast : {true, false}) {
+      std::vector<OpProfile> profile;
+      const Tensor got =
+          RunPlan(g, x, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true}, &profile)[0];
+      int integer_ops = 0, adds = 0, casts = 0;
+      for (const OpProfile& p : profile) {
+        integer_ops += p.op_type == "ConvInteger" || p.op_type == "MatMulInteger";
+        adds += p.op_type == "Add";
+        casts += p.op_type == "Cast";
+      }
+      EXPECT_EQ(integer_ops, 1);
+      EXPECT_EQ(adds, 0) << (fast ? "fast kernels" : "reference kernels");
+      EXPECT_EQ(casts, bias_add ? 1 : 0) << "only the bias's Cast to int32 is left";
+      ASSERT_EQ(got.numel(), expected.numel());
+      ASSERT_EQ(got.dtype(), DType::kF32);
+      for (int64_t i = 0; i < got.numel(); ++i) EXPECT_EQ(got.data<float>()[i], expected.data<float>()[i]) << i;
+    }
+  }
+}
+
+// A model that writes the internal epilogue itself gets named errors, not a crash: `_dequantize` without its scale,
+// and a fused bias without the attribute.
+TEST(QdqFusion, DequantizeEpilogueIsChecked) {
+  auto compile = [](bool attribute, bool scale) {
+    GraphBuilder b("fused", 13);
+    auto x = b.Input("x", DType::kU8, {2, 4});
+    std::vector<ValueRef> in{x, b.Constant(Tensor::Zeros(DType::kI8, {4, 3})), b.Constant(Tensor::Scalar<uint8_t>(3)),
+                             b.Constant(Tensor::Scalar<int8_t>(0)), b.Constant(Tensor::Scalar<int32_t>(5))};
+    if (scale) in.push_back(b.Constant(Tensor::Scalar<float>(0.5f)));
+    AttributeMap attrs;
+    if (attribute) attrs["_dequantize"] = Attribute::Int(1);
+    b.Output(b.Op("MatMulInteger", in, attrs), "y");
+    return Compile(b.Finish(), {{DType::kU8, {2, 4}}}, kOracle);
+  };
+  auto expect_error = [&](bool attribute, bool scale, const std::string& words) {
+    try {
+      compile(attribute, scale);
+      ADD_FAILURE() << "no error; expected one mentioning " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error(true, false, "_dequantize needs a float32 scale as input 5");
+  expect_error(false, true, "need _dequantize = 1");
+  Tensor x(DType::kU8, {2, 4});
+  for (int i = 0; i < 8; ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  const std::vector<Tensor> out = compile(true, true)->Run({x});  // w = 0: y = float(0 + 5) * 0.5
+  ASSERT_EQ(out[0].dtype(), DType::kF32);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out[0].data<float>()[i], 2.5f);
+}
+
 // A model whose Round claims a fused pair with bad parts is refused at compile time, naming the attribute.
 TEST(QdqFusion, FusedPairAttributesAreChecked) {
   auto compile = [](AttributeMap attrs) {
