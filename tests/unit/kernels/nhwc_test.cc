@@ -412,6 +412,22 @@ TEST(NhwcConv, ClassifierHeadOnOnePixel) {
   ExpectEveryLayout(node, in, {false, true, true}, "GemvF32");
 }
 
+// A convolution along H only (W = 1 throughout, as JAX/TF export a 1-D convolution) runs as the same convolution
+// along W (same memory, swapped dims): strides, dilation and asymmetric pads along H, every layout, and a fused
+// residual in NHWC.
+TEST(NhwcConv, AlongHeightOnlyRunsAlongWidth) {
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({2, 0, 1, 0})}, {"strides", Ints({2, 1})}, {"dilations", Ints({2, 1})}}),
+                        {2, 6, 23, 1}, {8, 6, 5, 1}, 7);
+  Node residual = ConvNode({{"pads", Ints({2, 0, 2, 0})}, {"_residual", Attribute::Int(1)},
+                            {"_activation", Attribute::String("Relu")}}, 4);
+  std::vector<Tensor> in{RandomTensor({1, 6, 19, 1}, 8), RandomTensor({9, 6, 5, 1}, 9), RandomTensor({9}, 10),
+                         RandomTensor({1, 9, 19, 1}, 11)};
+  ExpectLayoutsMatchReference(residual, in, {false, true, true, false}, "ConvF32Dnnl", Layout::kNhwc, Layout::kNhwc,
+                              Layout::kNhwc);
+  ExpectLayoutsMatchReference(residual, in, {false, true, true, false}, "ConvF32Dnnl", Layout::kPlain, Layout::kPlain,
+                              Layout::kPlain);
+}
+
 TEST(NhwcConv, PointwiseOneByOne) { ExpectConvEveryLayout(ConvNode({}), {2, 13, 7, 9}, {5, 13, 1, 1}, 1); }
 
 TEST(NhwcConv, ThreeByThreePadOne) {
