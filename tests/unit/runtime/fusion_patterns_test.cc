@@ -352,3 +352,51 @@ TEST(FusionPatterns, MatMulThirdInputNeedsBiasAttribute) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// ReduceMean over every spatial axis keeping dims => GlobalAveragePool (attribute or opset-18 input axes, negative or
+// unordered); other axes, dropped dims and an empty reduction stay ReduceMean. Values against the unfused oracle.
+TEST(FusionPatterns, SpatialMeanBecomesGlobalAveragePool) {
+  struct Case {
+    int opset;
+    std::vector<int64_t> axes;
+    int64_t keepdims;
+    Shape x;
+    bool rewritten;
+  };
+  const Case cases[] = {{13, {2, 3}, 1, {2, 6, 5, 7}, true},     {13, {-1, -2}, 1, {2, 6, 5, 7}, true},
+                        {18, {3, 2}, 1, {2, 6, 5, 7}, true},     {13, {2}, 1, {3, 4, 9}, true},
+                        {13, {2, 3}, 0, {2, 6, 5, 7}, false},    {13, {1, 2, 3}, 1, {2, 6, 5, 7}, false},
+                        {13, {3}, 1, {2, 6, 5, 7}, false},       {18, {2, 3, 4}, 1, {1, 3, 4, 5, 6}, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("opset " + std::to_string(c.opset) + ", axes of " + std::to_string(c.axes.size()) + ", keepdims " +
+                 std::to_string(c.keepdims) + ", rank " + std::to_string(c.x.size()));
+    GraphBuilder b("mean", c.opset);
+    auto x = b.Input("x", DType::kF32, c.x);
+    AttributeMap attrs{{"keepdims", Attribute::Int(c.keepdims)}};
+    std::vector<ValueRef> in{x};
+    if (c.opset >= 18)
+      in.push_back(b.Constant(Tensor::FromVector<int64_t>({static_cast<int64_t>(c.axes.size())}, c.axes)));
+    else
+      attrs["axes"] = Attribute::Ints(c.axes);
+    b.Output(b.Op("ReduceMean", in, attrs), "y");
+    const Graph g = b.Finish();
+    const Tensor input = RandomTensor(c.x, 5, -3.f, 4.f);
+    const Tensor expected = Compile(g, {{DType::kF32, c.x}}, kOracle)->Run({input})[0];
+    for (bool fast : {false, true}) {
+      std::vector<OpProfile> profile;
+      const Tensor got = Compile(g, {{DType::kF32, c.x}}, CompileOptions{.num_threads = 2, .fast_kernels = fast,
+                                                                          .fuse = true})
+                             ->Run({input}, &profile)[0];
+      ASSERT_EQ(profile.size(), 1u);
+      EXPECT_EQ(profile[0].op_type, c.rewritten ? "GlobalAveragePool" : "ReduceMean");
+      ASSERT_EQ(got.shape(), expected.shape());
+      ExpectTensorNear(got, expected, 1e-5f, 1e-6f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace osprey
