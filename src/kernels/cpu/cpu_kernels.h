@@ -61,6 +61,9 @@ int AugmentSimdLevel();
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 
+/// Transpose of a plain tensor of a 1-, 2-, 4- or 8-byte dtype (transpose_kernel.cc), or nullptr.
+std::unique_ptr<Kernel> CreateTransposeKernel(const KernelBuildContext& ctx);
+
 /// Pad in constant mode with compile-time pads, value and axes, none negative (pad_kernel.cc): any dtype and rank
 /// plain, or rank-4 float32 padded along H and W on channels-last data (PadFollowsNhwc); nullptr otherwise.
 std::unique_ptr<Kernel> CreatePadKernel(const KernelBuildContext& ctx);
