@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "ops/op_registry.h"
+#include "ops/reduce_axes.h"
 
 namespace osprey {
 namespace {
@@ -25,22 +26,19 @@ void CheckDType(const InferContext& ctx, int i, uint32_t allowed) {
   ctx.Fail(msg);
 }
 
-// The opset from which a Reduce op takes its axes as input 1 instead of an attribute.
-int AxesInputOpset(const std::string& op_type) { return op_type == "ReduceSum" ? 13 : 18; }
-
 // Reduced-axis mask for a Reduce* node; an empty result means "nothing reduced" (noop_with_empty_axes).
-// The reference kernel repeats this computation from the same node and inputs.
+// The kernels take the mask from ReduceAxesMask (ops/reduce_axes.h) once this has validated the node.
 std::vector<bool> ReducedAxes(const InferContext& ctx) {
   const Node& node = ctx.node;
   const int64_t rank = static_cast<int64_t>(ctx.input_shapes[0].size());
   std::vector<int64_t> axes;
-  if (ctx.opset < AxesInputOpset(node.op_type)) {
+  if (ctx.opset < ReduceAxesInputOpset(node.op_type)) {
     if (ctx.Has(1))
-      ctx.Fail("axes is an attribute before opset " + std::to_string(AxesInputOpset(node.op_type)) + ", not an input");
+      ctx.Fail("axes is an attribute before opset " + std::to_string(ReduceAxesInputOpset(node.op_type)) + ", not an input");
     axes = node.GetInts("axes");
   } else {
     if (node.Has("axes"))
-      ctx.Fail("axes is input 1 from opset " + std::to_string(AxesInputOpset(node.op_type)) + " on, not an attribute");
+      ctx.Fail("axes is input 1 from opset " + std::to_string(ReduceAxesInputOpset(node.op_type)) + " on, not an attribute");
     if (ctx.Has(1)) {
       const Tensor& t = ctx.Value(1);
       if (t.dtype() != DType::kI64) ctx.Fail(std::string("axes must be int64, got ") + DTypeName(t.dtype()));

@@ -61,6 +61,10 @@ int AugmentSimdLevel();
 /// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 
+/// ReduceSum/Mean/SumSquare/L1/L2/Max/Min of a plain float32 tensor whose reduced axes form one block
+/// (reduce_kernel.cc), or nullptr.
+std::unique_ptr<Kernel> CreateReduceKernel(const KernelBuildContext& ctx);
+
 /// Transpose of a plain tensor of a 1-, 2-, 4- or 8-byte dtype (transpose_kernel.cc), or nullptr.
 std::unique_ptr<Kernel> CreateTransposeKernel(const KernelBuildContext& ctx);
 

@@ -11,6 +11,7 @@
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "ops/reduce_axes.h"
 
 namespace osprey {
 namespace {
@@ -49,29 +50,8 @@ T SaturateToInt(double v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Reduce*: which axes, and a walk over the input that names each element's output slot.
 
-// Mirrors ReducedAxes() in src/ops/reduction.cc (which has already validated the node at compile time).
 std::vector<bool> ReducedAxes(const KernelContext& ctx) {
-  const Node& node = ctx.node;
-  const int64_t rank = ctx.In(0).rank();
-  const int axes_input_opset = node.op_type == "ReduceSum" ? 13 : 18;
-  std::vector<int64_t> axes;
-  if (ctx.opset < axes_input_opset)
-    axes = node.GetInts("axes");
-  else if (ctx.HasIn(1))
-    axes = ctx.In(1).ToInt64Vector();
-  std::vector<bool> mask(rank, false);
-  if (axes.empty()) {
-    if (node.GetInt("noop_with_empty_axes", 0) == 0) mask.assign(rank, true);
-    return mask;
-  }
-  for (int64_t a : axes) {
-    const int64_t norm = a < 0 ? a + rank : a;
-    if (norm < 0 || norm >= rank)
-      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": axis " + std::to_string(a) +
-                                                   " is out of range for rank " + std::to_string(rank));
-    mask[norm] = true;
-  }
-  return mask;
+  return ReduceAxesMask(ctx.node, ctx.opset, ctx.In(0).rank(), ctx.HasIn(1) ? &ctx.In(1) : nullptr);
 }
 
 // The input (row-major, contiguous) with size-1 dims dropped and neighbouring dims of the same kind (reduced or
