@@ -7,7 +7,16 @@
 // product for every step at once; the recurrence then runs per batch item (items are independent), over that
 // item's own sequence length, so a reverse direction starts at each item's last valid step. Steps past an item's
 // length leave zeros in Y; Y_h / Y_c hold the state after the item's last processed step.
+//
+// An LSTM lowered from com.microsoft.DynamicQuantizeLSTM (runtime/dynamic_quantize_lstm.cc) carries `_int8_weights` = 1
+// with its int8 weights less their zero points, R' as input 8 ([D, G*H, H], as R) with its scales as input 9
+// ([D, G*H]) and W' as input 10 ([D, G*H, I], as W) with its scales as input 11: its products are then computed as
+// ONNX Runtime computes them, the activation (X once for every step, h at each step) quantised to uint8 with its own
+// range (QuantizeDynamic: DynamicQuantizeLinear's arithmetic), an int32 product, float(acc) * (a_scale * scale[g]).
+// (ORT quantises all batch items' h together; here each item's own: the same for batch 1.)
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <vector>
@@ -21,6 +30,47 @@ namespace osprey {
 using RecurrentGemm = void (*)(const float* a, const float* b, float* c, int64_t rows, int64_t cols, int64_t depth);
 /// data[i] = act(clip(data[i])) for i < n, where clip(x) bounds x to [-clip, clip] when clip > 0.
 using RecurrentActivate = void (*)(const RecurrentActivation& act, float* data, int64_t n, float clip);
+
+/// Which int8 weight a product uses.
+enum class RecurrentWeight { kR = 0, kW = 1 };
+
+/// acc[g] = sum_k (aq[k] - a_zero) * w[g * depth + k] for g < cols, w the int8 weight `which` of direction `dir`
+/// (`self`: the kernel's own state, e.g. packed weights; `w` is the plain [cols, depth] tensor data).
+struct RecurrentQuantProduct {
+  void (*product)(const void* self, RecurrentWeight which, int64_t dir, const int8_t* w, const uint8_t* aq,
+                  int32_t a_zero, int32_t* acc, int64_t cols, int64_t depth) = nullptr;
+  const void* self = nullptr;
+};
+
+/// The reference int8 product: plain loops.
+inline void RecurrentQuantProductLoops(const void*, RecurrentWeight, int64_t, const int8_t* w, const uint8_t* aq,
+                                       int32_t a_zero, int32_t* acc, int64_t cols, int64_t depth) {
+  for (int64_t g = 0; g < cols; ++g) {
+    const int8_t* wg = w + g * depth;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < depth; ++k) sum += (static_cast<int32_t>(aq[k]) - a_zero) * wg[k];
+    acc[g] = sum;
+  }
+}
+
+/// a (n floats) -> uint8 with DynamicQuantizeLinear's arithmetic (range widened to include 0, scale = range / 255,
+/// zero point and values rounded half to even, saturated). Returns false, with nothing written, when a is all zero
+/// (scale 0: the product is zero).
+inline bool QuantizeDynamic(const float* h, int64_t n, uint8_t* q, float* scale, int32_t* zero) {
+  float lo = 0.f, hi = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = h[i] < lo ? h[i] : lo;
+    hi = h[i] > hi ? h[i] : hi;
+  }
+  const float s = (hi - lo) / 255.f;
+  if (!(s > 0.f)) return false;
+  const float z = std::min(std::max(std::nearbyint(-lo / s), 0.f), 255.f);
+  for (int64_t i = 0; i < n; ++i)
+    q[i] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(h[i] / s) + z, 0.f), 255.f));
+  *scale = s;
+  *zero = static_cast<int32_t>(z);
+  return true;
+}
 
 /// RecurrentActivate with RecurrentActivation::Apply (libm), one element at a time: the reference.
 inline void ApplyRecurrentActivation(const RecurrentActivation& act, float* data, int64_t n, float clip) {
@@ -48,10 +98,12 @@ struct Dims {
 /// Runs the RNN, GRU or LSTM node of `ctx` (inputs and outputs as the schema in src/ops/recurrent.cc checked them)
 /// with `gemm` for every matrix product and `activate` for every activation. Items of the batch run in parallel
 /// (OpenMP) when there is enough work.
-inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate) {
+inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate,
+                         RecurrentQuantProduct quant = {RecurrentQuantProductLoops, nullptr}) {
   const Node& node = ctx.node;
   const RecurrentSpec spec = ParseRecurrentSpec(node);
   const bool gru = node.op_type == "GRU", lstm = node.op_type == "LSTM";
+  const bool int8_weights = lstm && node.GetInt("_int8_weights", 0) != 0;
   const Tensor& x = ctx.In(0);
   const Tensor& w = ctx.In(1);
   const Tensor& r = ctx.In(2);
@@ -86,6 +138,10 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
   // Work space: the input projection of every step, per direction (a Tensor, so the host memory limit applies).
   const int64_t rows = seq * batch;
   Tensor projection(DType::kF32, Shape{dims.dirs, rows, gh});
+  std::vector<uint8_t> xq(int8_weights ? static_cast<size_t>(rows * dims.input) : 0);
+  float x_scale = 0.f;
+  int32_t x_zero = 0;
+  bool x_nonzero = false;
   for (int64_t d = 0; d < dims.dirs; ++d) {
     const float* wb = ctx.HasIn(3) ? ctx.In(3).data<float>() + d * 2 * gh : nullptr;
     const float* rb = wb ? wb + gh : nullptr;
@@ -97,7 +153,23 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
     }
     float* xw = projection.data<float>() + d * rows * gh;
     for (int64_t row = 0; row < rows; ++row) std::copy(input_bias.begin(), input_bias.end(), xw + row * gh);
-    gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
+    if (!int8_weights) {
+      gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
+      continue;
+    }
+    // X quantised once for every step (as ONNX Runtime quantises the whole input before its product).
+    if (d == 0) x_nonzero = QuantizeDynamic(x.data<float>(), rows * dims.input, xq.data(), &x_scale, &x_zero);
+    if (!x_nonzero) continue;
+    const int8_t* wq = ctx.In(10).data<int8_t>() + d * gh * dims.input;
+    const float* ws = ctx.In(11).data<float>() + d * gh;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * gh * dims.input >= (1 << 18))
+    for (int64_t row = 0; row < rows; ++row) {
+      std::vector<int32_t> acc(static_cast<size_t>(gh));
+      quant.product(quant.self, RecurrentWeight::kW, d, wq, xq.data() + row * dims.input, x_zero, acc.data(), gh,
+                    dims.input);
+      float* out = xw + row * gh;
+      for (int64_t g = 0; g < gh; ++g) out[g] += static_cast<float>(acc[g]) * (x_scale * ws[g]);
+    }
   }
 
   // The recurrence: directions and items are independent, so (direction, item) pairs run in parallel. An exception
@@ -115,6 +187,10 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
         const int di = static_cast<int>(d);
         std::vector<float> h(static_cast<size_t>(hidden), 0.f), c(static_cast<size_t>(hidden), 0.f);
         std::vector<float> gates(static_cast<size_t>(gh)), scratch(static_cast<size_t>(hidden));
+        std::vector<uint8_t> hq(int8_weights ? static_cast<size_t>(hidden) : 0);
+        std::vector<int32_t> acc(int8_weights ? static_cast<size_t>(gh) : 0);
+        const int8_t* rq = int8_weights ? ctx.In(8).data<int8_t>() + d * gh * hidden : nullptr;
+        const float* rs = int8_weights ? ctx.In(9).data<float>() + d * gh : nullptr;
         const int64_t state = dims.StateOffset(d, b);
         if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
         if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
@@ -146,7 +222,14 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
           } else if (lstm) {
             const RecurrentActivation& f = spec.Activation(di, 0);
             std::copy(xw_t, xw_t + gh, gates.data());
-            gemm(h.data(), rd, gates.data(), 1, gh, hidden);
+            float h_scale = 0.f;
+            int32_t h_zero = 0;
+            if (!int8_weights) {
+              gemm(h.data(), rd, gates.data(), 1, gh, hidden);
+            } else if (QuantizeDynamic(h.data(), hidden, hq.data(), &h_scale, &h_zero)) {
+              quant.product(quant.self, RecurrentWeight::kR, d, rq, hq.data(), h_zero, acc.data(), gh, hidden);
+              for (int64_t g = 0; g < gh; ++g) gates[g] += static_cast<float>(acc[g]) * (h_scale * rs[g]);
+            }
             float* gi = gates.data();
             float* go = gates.data() + hidden;
             float* gf = gates.data() + 2 * hidden;

@@ -61,10 +61,22 @@ void InferRecurrent(InferContext& ctx) {
   const Node& node = ctx.node;
   const RecurrentSpec spec = ParseRecurrentSpec(node);
   const bool lstm = node.op_type == "LSTM";
+  // An LSTM lowered from DynamicQuantizeLSTM may carry its int8 weights (kernels/recurrent_cell.h).
+  const bool int8_weights = lstm && node.GetInt("_int8_weights", 0) != 0;
+  for (int i = 8; i < 12; ++i) {
+    if (!int8_weights && ctx.Has(i))
+      ctx.Fail("inputs 8 to 11 (int8 weights and their scales) need _int8_weights = 1 on an LSTM");
+    if (int8_weights && !ctx.Has(i))
+      ctx.Fail("_int8_weights needs R, R's scales, W and W's scales as inputs 8 to 11; input " + Str(i) +
+               " is missing");
+  }
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.Has(i)) continue;
     const bool lengths = i == 4;
-    if (lengths) {
+    if (i == 8 || i == 10) {
+      if (ctx.input_dtypes[i] != DType::kI8)
+        ctx.Fail("input " + Str(i) + " (int8 weights) must be int8, got " + std::string(DTypeName(ctx.input_dtypes[i])));
+    } else if (lengths) {
       if (ctx.input_dtypes[i] != DType::kI32 && ctx.input_dtypes[i] != DType::kI64)
         ctx.Fail("input 4 (sequence_lens) must be int32 or int64, got " + std::string(DTypeName(ctx.input_dtypes[i])));
     } else if (ctx.input_dtypes[i] != DType::kF32) {
@@ -108,6 +120,12 @@ void InferRecurrent(InferContext& ctx) {
   if (lstm && ctx.Has(7) && ctx.input_shapes[7] != Shape{dirs, 3 * hidden})
     ctx.Fail("input P must have shape " + ShapeToString(Shape{dirs, 3 * hidden}) + ", got " +
              ShapeToString(ctx.input_shapes[7]));
+  if (int8_weights && (ctx.input_shapes[8] != r || ctx.input_shapes[9] != Shape{dirs, gh} ||
+                       ctx.input_shapes[10] != w || ctx.input_shapes[11] != Shape{dirs, gh}))
+    ctx.Fail("_int8_weights' inputs 8 to 11 must have shapes " + ShapeToString(r) + ", " +
+             ShapeToString(Shape{dirs, gh}) + ", " + ShapeToString(w) + " and " + ShapeToString(Shape{dirs, gh}) +
+             ", got " + ShapeToString(ctx.input_shapes[8]) + ", " + ShapeToString(ctx.input_shapes[9]) + ", " +
+             ShapeToString(ctx.input_shapes[10]) + " and " + ShapeToString(ctx.input_shapes[11]));
   // The kernel's work space holds X·W^T for every step: [S, N, G * H] per direction; it must pass the size rule too.
   try {
     (void)NumBytes(DType::kF32, Shape{seq, batch, gh, dirs});
@@ -197,7 +215,7 @@ RecurrentSpec ParseRecurrentSpec(const Node& node) {
 void RegisterRecurrentOps(OpRegistry& r) {
   r.Add(Schema("RNN", 6, 2));
   r.Add(Schema("GRU", 6, 2));
-  r.Add(Schema("LSTM", 8, 3));
+  r.Add(Schema("LSTM", 12, 3));  // 8-11: int8 R, its scales, int8 W, its scales (internal, `_int8_weights`)
 }
 
 }  // namespace osprey

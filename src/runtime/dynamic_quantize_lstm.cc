@@ -2,8 +2,11 @@
 // bundled captcha model): an LSTM whose W [D, I, 4H] and R [D, H, 4H] are int8/uint8 with per-direction (or
 // per-direction-and-column) scales and zero points, and whose activations ONNX Runtime quantises to uint8 on the fly.
 // Osprey runs it as the float LSTM it approximates: the weights are dequantized and transposed into ONNX LSTM's
-// [D, 4H, I] / [D, 4H, H] when the model is compiled, and the activations stay float. Results therefore differ from
-// ONNX Runtime's by its activation rounding (tests/e2e/test_quantized.py compares both with the float model).
+// [D, 4H, I] / [D, 4H, H] when the model is compiled. In CPU plans, where W - W_zero_point and R - R_zero_point fit
+// int8 (symmetric weights, what quantize_dynamic writes by default), the LSTM also gets those int8 weights and their
+// scales (`_int8_weights`, inputs 8 to 11: kernels/recurrent_cell.h) and computes its products as ONNX Runtime does,
+// the activations quantised to uint8 on the fly (tests/e2e/test_recurrent.py compares both with the float model and
+// with each other); elsewhere it is the float LSTM on the dequantised weights.
 #include <string>
 
 #include "ops/op_registry.h"
@@ -59,6 +62,30 @@ Tensor DequantizeTransposed(const Node& node, const Tensor& q, const Tensor& sca
 
 }  // namespace
 
+// q - zero_point as int8 [D, G, K] (the transposed layout of the LSTM's W / R) and the scales as [D, G]; false when a
+// difference does not fit int8.
+bool Int8Weights(const Tensor& q, const Tensor& scale, const Tensor& zero_point, Tensor* r8, Tensor* scales) {
+  const int64_t d = q.dim(0), k = q.dim(1), g = q.dim(2);
+  const bool per_column = scale.numel() == d * g;
+  Tensor out(DType::kI8, {d, g, k});
+  Tensor sc(DType::kF32, {d, g});
+  for (int64_t dir = 0; dir < d; ++dir)
+    for (int64_t col = 0; col < g; ++col) {
+      const int64_t p = per_column ? dir * g + col : dir;
+      sc.data<float>()[dir * g + col] = scale.data<float>()[p];
+      const int zp = q.dtype() == DType::kI8 ? zero_point.data<int8_t>()[p] : zero_point.data<uint8_t>()[p];
+      for (int64_t row = 0; row < k; ++row) {
+        const int64_t i = (dir * k + row) * g + col;
+        const int v = (q.dtype() == DType::kI8 ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) - zp;
+        if (v < -128 || v > 127) return false;
+        out.data<int8_t>()[(dir * g + col) * k + row] = static_cast<int8_t>(v);
+      }
+    }
+  *r8 = std::move(out);
+  *scales = std::move(sc);
+  return true;
+}
+
 Node DequantizedLstm(CompileState& st, const Node& node) {
   const Tensor w = DequantizeTransposed(node, KnownInput(st, node, 1, "W"), KnownInput(st, node, 8, "W_scale"),
                                         KnownInput(st, node, 9, "W_zero_point"), "W");
@@ -70,6 +97,15 @@ Node DequantizedLstm(CompileState& st, const Node& node) {
   lstm.inputs.resize(8, -1);
   lstm.inputs[1] = st.AddConstant(w);
   lstm.inputs[2] = st.AddConstant(r);
+  Tensor r8, r_scales, w8, w_scales;
+  if (st.options.device.kind == Device::kHost &&
+      Int8Weights(KnownInput(st, node, 2, "R"), KnownInput(st, node, 10, "R_scale"),
+                  KnownInput(st, node, 11, "R_zero_point"), &r8, &r_scales) &&
+      Int8Weights(KnownInput(st, node, 1, "W"), KnownInput(st, node, 8, "W_scale"),
+                  KnownInput(st, node, 9, "W_zero_point"), &w8, &w_scales)) {
+    lstm.attrs["_int8_weights"] = Attribute::Int(1);
+    for (Tensor* t : {&r8, &r_scales, &w8, &w_scales}) lstm.inputs.push_back(st.AddConstant(*t));
+  }
   return lstm;
 }
 

@@ -2,7 +2,11 @@
 // on odd sizes (hidden 5 and 13, input 3 and 7) with every optional input, both layouts and uneven sequence lengths.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
+
 #include "kernel_test_util.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace osprey {
 namespace {
@@ -68,6 +72,102 @@ TEST(RecurrentKernels, FastMatchesReference) {
                             std::string(c.op) + "F32Dnnl");
     }
   }
+}
+
+// An LSTM lowered from DynamicQuantizeLSTM (`_int8_weights`, inputs 8 to 11: kernels/recurrent_cell.h): the fast
+// kernel's int8 products (VNNI where the CPU has it; OSPREY_INT8_PAIRING=1 forces the loops) against the reference's.
+// Sizes: 80 gate columns (four 16-column blocks and one more), 52 (a partial block), inputs of 10 and 13 bytes (not
+// whole groups of 4). The integer products are exact in both, so only the activations' approximations differ.
+TEST(RecurrentKernels, Int8WeightsMatchReference) {
+  const int64_t seq = 5, batch = 2, dirs = 2;
+  for (int64_t hidden : {20, 13}) {
+    const int64_t input = hidden == 20 ? 10 : 13, gh = 4 * hidden;
+    SCOPED_TRACE("hidden " + std::to_string(hidden));
+    auto int8 = [](const Shape& shape, uint32_t seed) {
+      Tensor t(DType::kI8, shape);
+      uint32_t s = seed * 2654435761u + 1u;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        t.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(s >> 24) - 128);
+      }
+      return t;
+    };
+    const Tensor r8 = int8({dirs, gh, hidden}, 1), w8 = int8({dirs, gh, input}, 2);
+    const Tensor r_scale = RandomTensor({dirs, gh}, 3, 0.001f, 0.01f), w_scale = RandomTensor({dirs, gh}, 4, 0.002f, 0.02f);
+    auto dequantised = [](const Tensor& q, const Tensor& scale) {
+      Tensor f(DType::kF32, q.shape());
+      const int64_t per_row = q.dim(2);
+      for (int64_t i = 0; i < q.numel(); ++i)
+        f.data<float>()[i] = q.data<int8_t>()[i] * scale.data<float>()[i / per_row];
+      return f;
+    };
+    std::vector<Tensor> inputs = {RandomTensor({seq, batch, input}, 5, -3.f, 3.f),
+                                  dequantised(w8, w_scale),
+                                  dequantised(r8, r_scale),
+                                  RandomTensor({dirs, 2 * gh}, 6),
+                                  Tensor(),
+                                  Tensor(),
+                                  Tensor(),
+                                  Tensor(),
+                                  r8,
+                                  r_scale,
+                                  w8,
+                                  w_scale};
+    Node node = MakeNode("LSTM", 12, 3, {{"direction", Attribute::String("bidirectional")},
+                                         {"_int8_weights", Attribute::Int(1)}});
+    for (const char* force_loops : {"0", "1"}) {
+      setenv("OSPREY_INT8_PAIRING", force_loops, 1);
+      const bool vnni = Int8ProductsExact() && __builtin_cpu_supports("avx512vnni");
+      SCOPED_TRACE(std::string("OSPREY_INT8_PAIRING=") + force_loops);
+      ExpectAllOutputsMatch(node, inputs, vnni ? "LSTMInt8Vnni" : "LSTMInt8");
+      unsetenv("OSPREY_INT8_PAIRING");
+    }
+    // The int8 products are not the float ones: without the attribute the same weights give other (close) values.
+    Node plain = node;
+    plain.attrs.erase("_int8_weights");
+    plain.inputs.resize(8);
+    std::vector<Tensor> float_inputs(inputs.begin(), inputs.begin() + 8);
+    const Tensor quantised = testing::RunReferenceNode(node, inputs)[0];
+    const Tensor exact = testing::RunReferenceNode(plain, float_inputs)[0];
+    double max_diff = 0;
+    for (int64_t i = 0; i < exact.numel(); ++i)
+      max_diff = std::max<double>(max_diff, std::fabs(quantised.data<float>()[i] - exact.data<float>()[i]));
+    EXPECT_GT(max_diff, 1e-6);
+    EXPECT_LT(max_diff, 0.1);
+  }
+}
+
+// A model that writes the internal attribute itself gets named errors, not a crash: `_int8_weights` without its
+// inputs, weights of the wrong type, and the inputs without the attribute.
+TEST(RecurrentKernels, Int8WeightsAreChecked) {
+  const int64_t hidden = 3, input = 2, gh = 4 * hidden;
+  std::vector<Tensor> base = {RandomTensor({2, 1, input}, 1), RandomTensor({1, gh, input}, 2),
+                              RandomTensor({1, gh, hidden}, 3)};
+  auto expect_error = [&](const std::vector<Tensor>& inputs, bool attribute, const std::string& words) {
+    AttributeMap attrs;
+    if (attribute) attrs["_int8_weights"] = Attribute::Int(1);
+    Node node = MakeNode("LSTM", static_cast<int>(inputs.size()), 3, attrs);
+    try {
+      testing::RunReferenceNode(node, inputs);
+      ADD_FAILURE() << "no error; expected one mentioning " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error(base, true, "_int8_weights needs R, R's scales, W and W's scales as inputs 8 to 11");
+  std::vector<Tensor> full = base;
+  full.resize(8);
+  full.push_back(RandomTensor({1, gh, hidden}, 4));  // float where int8 belongs
+  full.push_back(RandomTensor({1, gh}, 5));
+  full.push_back(Tensor::Zeros(DType::kI8, {1, gh, input}));
+  full.push_back(RandomTensor({1, gh}, 6));
+  expect_error(full, true, "input 8 (int8 weights) must be int8");
+  full[8] = Tensor::Zeros(DType::kI8, {1, gh, hidden});
+  expect_error(full, false, "need _int8_weights = 1 on an LSTM");
+  full[9] = RandomTensor({1, gh + 1}, 5);
+  expect_error(full, true, "_int8_weights' inputs 8 to 11 must have shapes");
 }
 
 }  // namespace
