@@ -490,15 +490,15 @@ class DynamicQuantizeLinearF32 final : public Kernel {
     // Pieces of whole cache lines, one per thread, when the tensor is large enough to pay for a parallel region.
     const int parts = n >= (1 << 16) ? threads_ : 1;
     const int64_t step = (n / parts + 15) / 16 * 16;
-    float lo = 0.f, hi = 0.f;
-#pragma omp parallel for num_threads(parts) schedule(static) reduction(min : lo) reduction(max : hi) if (parts > 1)
+    // Each part's range into its own slot, combined after (a `reduction` clause on floats would take libgomp's
+    // atomic entry points, which osprey's OpenMP runtime does not provide: tests/e2e/test_omp_default.py).
+    std::vector<float> los(static_cast<size_t>(parts), 0.f), his(static_cast<size_t>(parts), 0.f);
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
     for (int part = 0; part < parts; ++part) {
       const int64_t i0 = std::min(n, part * step), i1 = std::min(n, i0 + step);
-      float l = 0.f, h = 0.f;
-      MinMax(x + i0, i1 - i0, &l, &h);
-      lo = std::min(lo, l);
-      hi = std::max(hi, h);
+      MinMax(x + i0, i1 - i0, &los[part], &his[part]);
     }
+    const float lo = *std::min_element(los.begin(), los.end()), hi = *std::max_element(his.begin(), his.end());
     const float scale = (hi - lo) / 255.f;
     uint8_t zp = 0;
     if (scale > 0.f) {
