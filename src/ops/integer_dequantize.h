@@ -8,6 +8,10 @@
 // bit for bit the three ops it replaces (the int32 sum wraps as the Add's does). Shared by the reference kernels
 // (src/kernels/reference/quantize.cc) and the fast ones (src/kernels/cpu/integer_kernels.cc).
 #include <cstdint>
+#include <string>
+
+#include "osprey/graph.h"
+#include "osprey/tensor.h"
 
 // The vectorising hint where OpenMP is on (the fast kernels); the ops library includes this file for the constants.
 #if defined(_OPENMP)
@@ -20,6 +24,16 @@ namespace osprey {
 
 inline constexpr int kDequantizeBiasInput = 4;
 inline constexpr int kDequantizeScaleInput = 5;
+
+/// Throws kInvalidArgument naming the node unless the bias (may be null) and the scale hold 1 or `channels` values (the
+/// schema checks their shapes at compile time; this guards the kernels against a run-time surprise).
+inline void CheckDequantizeOperands(const Node& node, const Tensor* bias, const Tensor& scale, int64_t channels) {
+  for (const Tensor* t : {bias, &scale})
+    if (t != nullptr && t->numel() != 1 && t->numel() != channels)
+      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": a fused bias or scale of " +
+                                                   std::to_string(t->numel()) + " values for " +
+                                                   std::to_string(channels) + " channels");
+}
 
 inline float DequantizeValue(int32_t acc, int32_t bias, float scale) {
   return static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(bias))) * scale;

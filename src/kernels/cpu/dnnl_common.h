@@ -5,6 +5,7 @@
 // Thread-safety: oneDNN primitives are immutable once created and may be executed from several threads at once.
 // Everything a Run call mutates (stream, scratch memory, dnnl::memory handles) is per calling thread or lent to one
 // call at a time (PerCaller).
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -267,6 +268,46 @@ inline size_t ScratchpadBytes(const dnnl::primitive_desc_base& pd) { return pd.s
 /// Attributes every osprey primitive starts from: user-managed scratchpad (allocated per call from ThreadScratch),
 /// which keeps concurrent executions of one primitive independent.
 dnnl::primitive_attr BaseAttr();
+
+/// What ReorderedIo needs, made once at kernel build for a primitive reading `src` and writing `dst` where the kernel's
+/// user tensors are `user_src` / `user_dst`: the reorders where the layouts differ, the reorders' scratchpad
+/// descriptor, and the byte sizes of ReorderedIo's scratch regions (ThreadScratch::Reserve(TotalBytes())).
+struct IoReorders {
+  IoReorders() = default;
+  IoReorders(const dnnl::memory::desc& user_src_md, const dnnl::memory::desc& src_md,
+             const dnnl::memory::desc& user_dst_md, const dnnl::memory::desc& dst_md,
+             const dnnl::memory::desc& scratchpad_md)
+      : user_src(user_src_md), src(src_md), user_dst(user_dst_md), dst(dst_md), scratchpad(scratchpad_md) {
+    reorder_src = src != user_src;
+    reorder_dst = dst != user_dst;
+    size_t reorder_scratch = 0;
+    auto make = [&](const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+      dnnl::reorder::primitive_desc pd(CpuEngine(), from, CpuEngine(), to, BaseAttr());
+      reorder_scratch = std::max(reorder_scratch, pd.scratchpad_desc().get_size());
+      return dnnl::reorder(pd);
+    };
+    if (reorder_src) src_reorder = make(user_src, src);
+    if (reorder_dst) dst_reorder = make(dst, user_dst);
+    reorder_scratchpad = dnnl::memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch, 1))},
+                                            dnnl::memory::data_type::u8, dnnl::memory::format_tag::x);
+    src_bytes = reorder_src ? ThreadScratch::Align(src.get_size()) : 0;
+    dst_bytes = reorder_dst ? ThreadScratch::Align(dst.get_size()) : 0;
+    scratch_bytes = ThreadScratch::Align(scratchpad.get_size());
+    reorder_scratch_bytes = ThreadScratch::Align(reorder_scratch);
+  }
+  size_t TotalBytes() const { return src_bytes + dst_bytes + scratch_bytes + reorder_scratch_bytes; }
+  /// A fresh set of memories and reorder arguments for one caller.
+  ReorderedIo MakeIo() const { return ReorderedIo(user_src, src, user_dst, dst, scratchpad, reorder_scratchpad); }
+  /// Points `io` at this run's buffers (`scratch`: TotalBytes() from ThreadScratch).
+  void Point(const ReorderedIo& io, const void* in, void* out, char* scratch) const {
+    io.Point(in, out, scratch, src_bytes, dst_bytes, scratch_bytes);
+  }
+
+  dnnl::memory::desc user_src, src, user_dst, dst, scratchpad, reorder_scratchpad;
+  bool reorder_src = false, reorder_dst = false;
+  dnnl::reorder src_reorder, dst_reorder;
+  size_t src_bytes = 0, dst_bytes = 0, scratch_bytes = 0, reorder_scratch_bytes = 0;
+};
 
 /// Descriptor of a float32 activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, rank 4
 /// only) channels last. Dims are always the logical ones; only the strides differ.

@@ -23,32 +23,11 @@ class DnnlUnaryKernel final : public Kernel {
                   memory::desc user_dst_md)
       : name_(name),
         primitive_(std::move(primitive)),
-        user_src_md_(std::move(user_src_md)),
-        user_dst_md_(std::move(user_dst_md)),
-        src_md_(pd.src_desc(0)),
-        dst_md_(pd.dst_desc(0)),
-        scratch_md_(pd.scratchpad_desc()),
+        io_(user_src_md, pd.src_desc(0), user_dst_md, pd.dst_desc(0), pd.scratchpad_desc()),
         in_shape_(std::move(in_shape)),
         out_shape_(std::move(out_shape)),
         in_layout_(in_layout),
-        out_layout_(out_layout) {
-    reorder_src_ = src_md_ != user_src_md_;
-    reorder_dst_ = dst_md_ != user_dst_md_;
-    size_t reorder_scratch = 0;
-    auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
-      dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), from, CpuEngine(), to, BaseAttr());
-      reorder_scratch = std::max(reorder_scratch, ScratchpadBytes(reorder_pd));
-      return dnnl::reorder(reorder_pd);
-    };
-    if (reorder_src_) src_reorder_ = make_reorder(user_src_md_, src_md_);
-    if (reorder_dst_) dst_reorder_ = make_reorder(dst_md_, user_dst_md_);
-    reorder_scratch_md_ = memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch, 1))},
-                                       memory::data_type::u8, memory::format_tag::x);
-    src_bytes_ = reorder_src_ ? ThreadScratch::Align(src_md_.get_size()) : 0;
-    dst_bytes_ = reorder_dst_ ? ThreadScratch::Align(dst_md_.get_size()) : 0;
-    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
-    reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch);
-  }
+        out_layout_(out_layout) {}
 
   const char* Name() const override { return name_; }
 
@@ -57,12 +36,12 @@ class DnnlUnaryKernel final : public Kernel {
     CheckActivation(ctx.node, name_, "output", ctx.Out(0), out_shape_, out_layout_);
     RunDnnl(ctx.node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
+      char* scratch = ThreadScratch::Reserve(io_.TotalBytes());
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
-      run->io.Point(ctx.In(0).raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
-      if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
+      io_.Point(run->io, ctx.In(0).raw(), ctx.Out(0).raw(), scratch);
+      if (io_.reorder_src) run->io.src_reorder.Execute(io_.src_reorder, stream);
       run->primitive.Execute(primitive_, stream);
-      if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
+      if (io_.reorder_dst) run->io.dst_reorder.Execute(io_.dst_reorder, stream);
       stream.wait();
     });
   }
@@ -74,19 +53,16 @@ class DnnlUnaryKernel final : public Kernel {
     ExecArgs primitive;
   };
   RunState MakeRunState() const {
-    RunState r{ReorderedIo(user_src_md_, src_md_, user_dst_md_, dst_md_, scratch_md_, reorder_scratch_md_), {}};
+    RunState r{io_.MakeIo(), {}};
     r.primitive.Add(DNNL_ARG_SRC, r.io.src).Add(DNNL_ARG_DST, r.io.dst).Add(DNNL_ARG_SCRATCHPAD, r.io.scratchpad);
     return r;
   }
 
   const char* name_;
   dnnl::primitive primitive_;
-  dnnl::reorder src_reorder_, dst_reorder_;
-  memory::desc user_src_md_, user_dst_md_, src_md_, dst_md_, scratch_md_, reorder_scratch_md_;
+  IoReorders io_;
   Shape in_shape_, out_shape_;
   Layout in_layout_, out_layout_;
-  bool reorder_src_ = false, reorder_dst_ = false;
-  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
   PerCaller<RunState> runs_;
 };
 

@@ -51,11 +51,7 @@ void RunDequantize(KernelContext& ctx, bool conv, const int32_t* acc, int thread
   const int64_t inner = conv ? total / (s[0] * channels) : 1;
   const Tensor* bias = ctx.HasIn(kDequantizeBiasInput) ? &ctx.In(kDequantizeBiasInput) : nullptr;
   const Tensor& scale = ctx.In(kDequantizeScaleInput);
-  for (const Tensor* t : {bias, &scale})
-    if (t != nullptr && t->numel() != 1 && t->numel() != channels)
-      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": a fused bias or scale of " +
-                                                   std::to_string(t->numel()) + " values for " +
-                                                   std::to_string(channels) + " channels");
+  CheckDequantizeOperands(ctx.node, bias, scale, channels);
   const int32_t* b = bias ? bias->data<int32_t>() : nullptr;
   const int64_t bn = bias ? bias->numel() : 0, sn = scale.numel();
   const float* sc = scale.data<float>();
@@ -298,25 +294,7 @@ class IntegerInt8Kernel final : public Kernel {
       }
     }
     weight_ = PackWeight(ctx, w_plain, wq, pd_.weights_desc());
-    src_md_ = pd_.src_desc();
-    dst_md_ = pd_.dst_desc();
-    scratch_md_ = pd_.scratchpad_desc();
-    reorder_src_ = src_md_ != user_src_md_;
-    reorder_dst_ = dst_md_ != user_dst_md_;
-    size_t reorder_scratch = 0;
-    auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
-      dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), from, CpuEngine(), to, BaseAttr());
-      reorder_scratch = std::max(reorder_scratch, ScratchpadBytes(reorder_pd));
-      return dnnl::reorder(reorder_pd);
-    };
-    if (reorder_src_) src_reorder_ = make_reorder(user_src_md_, src_md_);
-    if (reorder_dst_) dst_reorder_ = make_reorder(dst_md_, user_dst_md_);
-    reorder_scratch_md_ = memory::desc({static_cast<int64_t>(std::max<size_t>(reorder_scratch, 1))},
-                                       memory::data_type::u8, memory::format_tag::x);
-    src_bytes_ = reorder_src_ ? ThreadScratch::Align(src_md_.get_size()) : 0;
-    dst_bytes_ = reorder_dst_ ? ThreadScratch::Align(dst_md_.get_size()) : 0;
-    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
-    reorder_scratch_bytes_ = ThreadScratch::Align(reorder_scratch);
+    io_ = IoReorders(user_src_md_, pd_.src_desc(), user_dst_md_, pd_.dst_desc(), pd_.scratchpad_desc());
     // Window sums: per-pixel channel sums and their sums over each output's window (conv), or row sums (MatMul).
     acc_bytes_ = dequantize_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(NumElements(y_))) : 0;
     sums_bytes_ = correct_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(
@@ -334,21 +312,18 @@ class IntegerInt8Kernel final : public Kernel {
     const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
     RunDnnl(ctx.node, Name(), [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_ +
-                                             sums_bytes_ + acc_bytes_);
+      char* scratch = ThreadScratch::Reserve(io_.TotalBytes() + sums_bytes_ + acc_bytes_);
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
       *static_cast<int32_t*>(run->zero.get_data_handle()) = zero;
-      int32_t* acc = dequantize_ ? reinterpret_cast<int32_t*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ +
-                                                              reorder_scratch_bytes_ + sums_bytes_)
+      int32_t* acc = dequantize_ ? reinterpret_cast<int32_t*>(scratch + io_.TotalBytes() + sums_bytes_)
                                  : ctx.Out(0).data<int32_t>();
-      run->io.Point(x.raw(), acc, scratch, src_bytes_, dst_bytes_, scratch_bytes_);
-      if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
+      io_.Point(run->io, x.raw(), acc, scratch);
+      if (io_.reorder_src) run->io.src_reorder.Execute(io_.src_reorder, stream);
       run->primitive.Execute(primitive_, stream);
-      if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
+      if (io_.reorder_dst) run->io.dst_reorder.Execute(io_.dst_reorder, stream);
       stream.wait();
       if (correct_) {
-        int32_t* sums = reinterpret_cast<int32_t*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ +
-                                                   reorder_scratch_bytes_);
+        int32_t* sums = reinterpret_cast<int32_t*>(scratch + io_.TotalBytes());
         if (conv_)
           CorrectConv(x.data<uint8_t>(), zero, sums, acc);
         else
@@ -423,8 +398,7 @@ class IntegerInt8Kernel final : public Kernel {
     ExecArgs primitive;
   };
   RunState MakeRunState() const {
-    RunState r{ReorderedIo(user_src_md_, src_md_, user_dst_md_, dst_md_, scratch_md_, reorder_scratch_md_),
-               dnnl::memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), CpuEngine()),
+    RunState r{io_.MakeIo(), dnnl::memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), CpuEngine()),
                {}};
     r.primitive.Add(DNNL_ARG_SRC, r.io.src)
         .Add(DNNL_ARG_WEIGHTS, weight_.memory)
@@ -434,7 +408,7 @@ class IntegerInt8Kernel final : public Kernel {
     return r;
   }
 
-  bool conv_ = false, correct_ = false, dequantize_ = false, reorder_src_ = false, reorder_dst_ = false;
+  bool conv_ = false, correct_ = false, dequantize_ = false;
   Shape x_, y_;
   int64_t k_ = 0;
   int threads_ = 1;
@@ -442,11 +416,10 @@ class IntegerInt8Kernel final : public Kernel {
   std::vector<int32_t> comp_;  // c[m]: 128 - w_zp[m] for uint8 weights, -w_zp[m] for int8
   dnnl::primitive_desc pd_;
   dnnl::primitive primitive_;
-  dnnl::reorder src_reorder_, dst_reorder_;
-  memory::desc user_src_md_, user_dst_md_, src_md_, dst_md_, scratch_md_, reorder_scratch_md_;
+  memory::desc user_src_md_, user_dst_md_;
+  IoReorders io_;
   PackedWeight weight_;
-  size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0, sums_bytes_ = 0,
-         acc_bytes_ = 0;
+  size_t sums_bytes_ = 0, acc_bytes_ = 0;
   PerCaller<RunState> runs_;
 };
 

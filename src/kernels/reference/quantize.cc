@@ -222,11 +222,7 @@ void WriteIntegerResult(KernelContext& ctx, const std::vector<int32_t>& acc, siz
   const int64_t channels = s.empty() ? 1 : s[channel_axis];
   const Tensor* bias = ctx.HasIn(kDequantizeBiasInput) ? &ctx.In(kDequantizeBiasInput) : nullptr;
   const Tensor& scale = ctx.In(kDequantizeScaleInput);
-  for (const Tensor* t : {bias, &scale})
-    if (t != nullptr && t->numel() != 1 && t->numel() != channels)
-      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": a fused bias or scale of " +
-                                                   std::to_string(t->numel()) + " values for " +
-                                                   std::to_string(channels) + " channels");
+  CheckDequantizeOperands(ctx.node, bias, scale, channels);
   DequantizeRows(acc.data(), outer, channels, inner, bias ? bias->data<int32_t>() : nullptr,
                  bias ? bias->numel() : 0, scale.data<float>(), scale.numel(), y.data<float>());
 }
