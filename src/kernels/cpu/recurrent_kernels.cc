@@ -52,67 +52,84 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FastActivate(c
   }
 }
 
-// The int8 products of an `_int8_weights` LSTM (kernels/recurrent_cell.h) with AVX-512 VNNI: each weight of each
-// direction packed at build as [G/16][K/4][16 columns][4 bytes] (K and G padded with zeros), so one vpdpbusd
-// multiplies 4 consecutive activation bytes with 4 weights of each of 16 columns; the activation's zero point comes
-// off with each column's weight sum. The int8 weights are 1/4 of the float ones per step (1 MB instead of 4 for
-// ddddocr's 512-wide LSTM), which is what a step is bound by.
+// The int8 products of an `_int8_weights` LSTM (kernels/recurrent_cell.h). With AVX-512 VNNI each weight of each
+// direction is packed at build as [G/16][K/4][16 columns][4 bytes] (K and G padded with zeros), so one vpdpbusd
+// multiplies 4 consecutive activation bytes with 4 weights of each of 16 columns. Without VNNI (AVX2) the weights are
+// widened to int16 and packed [G/8][K/2][8][2], and vpmaddwd multiplies 2 activation values with 2 weights of each of 8
+// columns, summing pairs in 32 bits (255 x 128 x 2 fits: exact, unlike vpmaddubsw's 16-bit sums). Either way the
+// activation's zero point comes off with each column's weight sum. The plain loops ran ddddocr's LSTM in 43 ms where
+// the float LSTM took 5.3 (docs/performance.md, "Twentieth session"). The int8 weights are 1/4 of the float ones per
+// step (1 MB instead of 4 for ddddocr's 512-wide LSTM), which is what a step is bound by.
 class PackedInt8Weight {
  public:
-  explicit PackedInt8Weight(const Tensor& w8) {
+  PackedInt8Weight(const Tensor& w8, bool vnni) : vnni_(vnni) {
     dirs_ = w8.dim(0);
     cols_ = w8.dim(1);
     depth_ = w8.dim(2);
-    k4_ = (depth_ + 3) / 4;
-    g16_ = (cols_ + 15) / 16;
-    packed_.assign(static_cast<size_t>(dirs_ * g16_ * k4_ * 64), 0);
-    col_sums_.assign(static_cast<size_t>(dirs_ * g16_ * 16), 0);
+    const int64_t cw = vnni ? 16 : 8, kw = vnni ? 4 : 2;  // columns per block, values per column and step
+    kb_ = (depth_ + kw - 1) / kw;
+    gb_ = (cols_ + cw - 1) / cw;
+    col_sums_.assign(static_cast<size_t>(dirs_ * gb_ * cw), 0);
+    (vnni ? packed_.assign(static_cast<size_t>(dirs_ * gb_ * kb_ * 64), 0)
+          : packed16_.assign(static_cast<size_t>(dirs_ * gb_ * kb_ * 16), 0));
     const int8_t* w = w8.data<int8_t>();
     for (int64_t d = 0; d < dirs_; ++d)
       for (int64_t g = 0; g < cols_; ++g)
         for (int64_t k = 0; k < depth_; ++k) {
           const int8_t v = w[(d * cols_ + g) * depth_ + k];
-          packed_[static_cast<size_t>((((d * g16_ + g / 16) * k4_ + k / 4) * 16 + g % 16) * 4 + k % 4)] = v;
-          col_sums_[static_cast<size_t>(d * g16_ * 16 + g)] += v;
+          const size_t at = static_cast<size_t>((((d * gb_ + g / cw) * kb_ + k / kw) * cw + g % cw) * kw + k % kw);
+          if (vnni)
+            packed_[at] = v;
+          else
+            packed16_[at] = v;
+          col_sums_[static_cast<size_t>(d * gb_ * cw + g)] += v;
         }
   }
 
+  void Run(int64_t dir, const uint8_t* aq, int32_t a_zero, int32_t* acc) const {
+    if (vnni_)
+      RunVnni(dir, aq, a_zero, acc);
+    else
+      RunAvx2(dir, aq, a_zero, acc);
+  }
+
+ private:
   // acc[g] = sum_k (aq[k] - a_zero) * w[dir][g][k] for the `cols` columns (the weight's own).
-  __attribute__((target("avx512f,avx512vnni"))) void Run(int64_t dir, const uint8_t* aq, int32_t a_zero,
-                                                          int32_t* acc) const {
+  __attribute__((target("avx512f,avx512vnni"))) void RunVnni(int64_t dir, const uint8_t* aq, int32_t a_zero,
+                                                              int32_t* acc) const {
     // The activation padded to whole groups of 4 (the padded weights are zero).
     std::vector<uint8_t> padded;
     const uint8_t* ap = aq;
     if (depth_ % 4 != 0) {
-      padded.assign(static_cast<size_t>(k4_ * 4), 0);
+      padded.assign(static_cast<size_t>(kb_ * 4), 0);
       std::memcpy(padded.data(), aq, static_cast<size_t>(depth_));
       ap = padded.data();
     }
-    const int8_t* w = packed_.data() + dir * g16_ * k4_ * 64;
-    const int32_t* sums = col_sums_.data() + dir * g16_ * 16;
+    const int8_t* w = packed_.data() + dir * gb_ * kb_ * 64;
+    const int32_t* sums = col_sums_.data() + dir * gb_ * 16;
     const __m512i zero = _mm512_set1_epi32(a_zero);
     int64_t gb = 0;
-    for (; gb + 4 <= g16_; gb += 4) {  // four blocks of 16 columns share each broadcast of the activation
+    for (; gb + 4 <= gb_; gb += 4) {  // four blocks of 16 columns share each broadcast of the activation
       __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-      const int8_t* w0 = w + gb * k4_ * 64;
-      for (int64_t k = 0; k < k4_; ++k) {
+      const int8_t* w0 = w + gb * kb_ * 64;
+      for (int64_t k = 0; k < kb_; ++k) {
         int32_t four;
         std::memcpy(&four, ap + 4 * k, 4);
         const __m512i x = _mm512_set1_epi32(four);
         a0 = _mm512_dpbusd_epi32(a0, x, _mm512_loadu_si512(w0 + k * 64));
-        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512(w0 + (k4_ + k) * 64));
-        a2 = _mm512_dpbusd_epi32(a2, x, _mm512_loadu_si512(w0 + (2 * k4_ + k) * 64));
-        a3 = _mm512_dpbusd_epi32(a3, x, _mm512_loadu_si512(w0 + (3 * k4_ + k) * 64));
+        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512(w0 + (kb_ + k) * 64));
+        a2 = _mm512_dpbusd_epi32(a2, x, _mm512_loadu_si512(w0 + (2 * kb_ + k) * 64));
+        a3 = _mm512_dpbusd_epi32(a3, x, _mm512_loadu_si512(w0 + (3 * kb_ + k) * 64));
       }
       Store(a0, zero, sums, gb, acc);
       Store(a1, zero, sums, gb + 1, acc);
       Store(a2, zero, sums, gb + 2, acc);
       Store(a3, zero, sums, gb + 3, acc);
     }
-    for (; gb < g16_; ++gb) {
+    for (; gb < gb_; ++gb) {
       __m512i a = _mm512_setzero_si512();
-      const int8_t* wb = w + gb * k4_ * 64;
-      for (int64_t k = 0; k < k4_; ++k) {
+      const int8_t* wb = w + gb * kb_ * 64;
+      for (int64_t k = 0; k < kb_; ++k) {
         int32_t four;
         std::memcpy(&four, ap + 4 * k, 4);
         a = _mm512_dpbusd_epi32(a, _mm512_set1_epi32(four), _mm512_loadu_si512(wb + k * 64));
@@ -121,7 +138,6 @@ class PackedInt8Weight {
     }
   }
 
- private:
   // acc[16 gb + j] = sum - a_zero * column sum, for the columns that exist.
   __attribute__((target("avx512f,avx512vnni"))) void Store(__m512i sum, __m512i zero, const int32_t* sums, int64_t gb,
                                                             int32_t* acc) const {
@@ -133,8 +149,58 @@ class PackedInt8Weight {
       _mm512_mask_storeu_epi32(acc + gb * 16, static_cast<__mmask16>((1u << left) - 1), v);
   }
 
-  int64_t dirs_ = 0, cols_ = 0, depth_ = 0, k4_ = 0, g16_ = 0;
-  std::vector<int8_t> packed_;
+  // As RunVnni, 8 columns and 2 values per step, int16 (AVX2).
+  __attribute__((target("avx2"))) void RunAvx2(int64_t dir, const uint8_t* aq, int32_t a_zero, int32_t* acc) const {
+    // The activation as pairs of int16 in one int32 each (the padded weights are zero).
+    std::vector<int32_t> pairs(static_cast<size_t>(kb_));
+    for (int64_t k = 0; k < kb_; ++k) {
+      const uint32_t lo = aq[2 * k], hi = 2 * k + 1 < depth_ ? aq[2 * k + 1] : 0;
+      pairs[static_cast<size_t>(k)] = static_cast<int32_t>(lo | (hi << 16));
+    }
+    const int16_t* w = packed16_.data() + dir * gb_ * kb_ * 16;
+    const int32_t* sums = col_sums_.data() + dir * gb_ * 8;
+    const __m256i zero = _mm256_set1_epi32(a_zero);
+    auto store = [&](__m256i sum, int64_t b) {
+      const __m256i v = _mm256_sub_epi32(
+          sum, _mm256_mullo_epi32(zero, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + b * 8))));
+      alignas(32) int32_t out[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
+      const int64_t n = std::min<int64_t>(8, cols_ - b * 8);
+      std::memcpy(acc + b * 8, out, static_cast<size_t>(n) * sizeof(int32_t));
+    };
+    int64_t b = 0;
+    for (; b + 4 <= gb_; b += 4) {  // four blocks of 8 columns share each broadcast
+      __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+      const int16_t* w0 = w + b * kb_ * 16;
+      for (int64_t k = 0; k < kb_; ++k) {
+        const __m256i x = _mm256_set1_epi32(pairs[static_cast<size_t>(k)]);
+        auto load = [&](int64_t j) {
+          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + (j * kb_ + k) * 16));
+        };
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x, load(0)));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x, load(1)));
+        a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(x, load(2)));
+        a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(x, load(3)));
+      }
+      store(a0, b);
+      store(a1, b + 1);
+      store(a2, b + 2);
+      store(a3, b + 3);
+    }
+    for (; b < gb_; ++b) {
+      __m256i a = _mm256_setzero_si256();
+      const int16_t* wb = w + b * kb_ * 16;
+      for (int64_t k = 0; k < kb_; ++k)
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_set1_epi32(pairs[static_cast<size_t>(k)]),
+                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + k * 16))));
+      store(a, b);
+    }
+  }
+
+  bool vnni_ = false;
+  int64_t dirs_ = 0, cols_ = 0, depth_ = 0, kb_ = 0, gb_ = 0;  // blocks of values (4 or 2) and of columns (16 or 8)
+  std::vector<int8_t> packed_;     // VNNI
+  std::vector<int16_t> packed16_;  // AVX2
   std::vector<int32_t> col_sums_;
 };
 
@@ -171,15 +237,19 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
   if (op != "RNN" && op != "GRU" && op != "LSTM") return nullptr;
   for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)
     if (ctx.present[i] && i != 4 && i != 8 && i != 10 && ctx.input_dtypes[i] != DType::kF32) return nullptr;
-  // `_int8_weights`: the VNNI products where the CPU has them (and the weights are known), else the loops.
+  // `_int8_weights`: packed products (VNNI, else AVX2) when the weights are known, else the loops. VNNI is used
+  // where the CPU has it and Int8ProductsExact() agrees (OSPREY_INT8_PAIRING=1 forces AVX2, for the tests).
   if (op == "LSTM" && ctx.node.GetInt("_int8_weights", 0) != 0) {
     const Tensor* r8 = ctx.input_values.size() > 10 ? ctx.input_values[8] : nullptr;
     const Tensor* w8 = ctx.input_values.size() > 10 ? ctx.input_values[10] : nullptr;
-    static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512f");
-    if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && vnni && Int8ProductsExact())
+    static const bool has_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512f");
+    static const bool has_avx2 = __builtin_cpu_supports("avx2");
+    const bool vnni = has_vnni && Int8ProductsExact();
+    if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && (vnni || has_avx2))
       return std::make_unique<RecurrentF32Dnnl>(
-          "LSTMInt8Vnni", std::unique_ptr<PackedLstmWeights>(new PackedLstmWeights{PackedInt8Weight(*r8),
-                                                                                   PackedInt8Weight(*w8)}));
+          vnni ? "LSTMInt8Vnni" : "LSTMInt8Avx2",
+          std::unique_ptr<PackedLstmWeights>(new PackedLstmWeights{PackedInt8Weight(*r8, vnni),
+                                                                   PackedInt8Weight(*w8, vnni)}));
     return std::make_unique<RecurrentF32Dnnl>("LSTMInt8");
   }
   return std::make_unique<RecurrentF32Dnnl>(op + "F32Dnnl");
