@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/kernel.h"
+#include "ops/dynamic_quantize.h"
 #include "ops/recurrent.h"
 
 namespace osprey {
@@ -53,22 +54,20 @@ inline void RecurrentQuantProductLoops(const void*, RecurrentWeight, int64_t, co
   }
 }
 
-/// a (n floats) -> uint8 with DynamicQuantizeLinear's arithmetic (range widened to include 0, scale = range / 255,
-/// zero point and values rounded half to even, saturated). Returns false, with nothing written, when a is all zero
-/// (scale 0: the product is zero).
-inline bool QuantizeDynamic(const float* h, int64_t n, uint8_t* q, float* scale, int32_t* zero) {
+/// a (n floats) -> uint8 with DynamicQuantizeLinear's arithmetic (ops/dynamic_quantize.h). Returns false, with nothing
+/// written, when the scale is 0 (a all zero: the product is zero).
+inline bool QuantizeDynamic(const float* a, int64_t n, uint8_t* q, float* scale, int32_t* zero) {
   float lo = 0.f, hi = 0.f;
   for (int64_t i = 0; i < n; ++i) {
-    lo = h[i] < lo ? h[i] : lo;
-    hi = h[i] > hi ? h[i] : hi;
+    lo = a[i] < lo ? a[i] : lo;  // a NaN never replaces the running value
+    hi = a[i] > hi ? a[i] : hi;
   }
-  const float s = (hi - lo) / 255.f;
-  if (!(s > 0.f)) return false;
-  const float z = std::min(std::max(std::nearbyint(-lo / s), 0.f), 255.f);
-  for (int64_t i = 0; i < n; ++i)
-    q[i] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(h[i] / s) + z, 0.f), 255.f));
-  *scale = s;
-  *zero = static_cast<int32_t>(z);
+  const DynamicQuantParams p = DynamicQuantParamsOf(lo, hi);
+  if (!(p.scale > 0.f)) return false;
+  const float z = static_cast<float>(p.zero);
+  for (int64_t i = 0; i < n; ++i) q[i] = DynamicQuantizeValue(a[i], p.scale, z);
+  *scale = p.scale;
+  *zero = p.zero;
   return true;
 }
 

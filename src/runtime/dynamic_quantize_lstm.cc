@@ -27,9 +27,16 @@ const Tensor& KnownInput(const CompileState& st, const Node& node, size_t i, con
   return v.value;
 }
 
-// (q - zero_point) * scale for q [D, K, G] (int8 or uint8), scale/zero point [D] or [D, G]; returned as [D, G, K].
-Tensor DequantizeTransposed(const Node& node, const Tensor& q, const Tensor& scale, const Tensor& zero_point,
-                            const char* what) {
+// A weight q [D, K, G] (int8 or uint8) with its scale / zero point ([D] or [D, G]) in the LSTM's [D, G, K] layout:
+// (q - zero_point) * scale as float32, and, when asked, q - zero_point as int8 with the scales as [D, G] (`has_int8`
+// false when a difference does not fit int8).
+struct TransposedWeight {
+  Tensor dequantized, int8, scales;
+  bool has_int8 = false;
+};
+
+TransposedWeight Transposed(const Node& node, const Tensor& q, const Tensor& scale, const Tensor& zero_point,
+                            const char* what, bool want_int8) {
   if (q.rank() != 3 || (q.dtype() != DType::kI8 && q.dtype() != DType::kU8))
     throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + what + " must be int8 or uint8 of rank 3, got " +
                                                  DTypeName(q.dtype()) + " " + ShapeToString(q.shape()));
@@ -41,70 +48,52 @@ Tensor DequantizeTransposed(const Node& node, const Tensor& q, const Tensor& sca
                 node.Describe() + ": " + what + "'s scale must be float32 and its zero point " + DTypeName(q.dtype()) +
                     ", both with " + std::to_string(d) + " or " + std::to_string(d * g) + " values, got " +
                     ShapeToString(scale.shape()) + " and " + ShapeToString(zero_point.shape()));
-  Tensor out(DType::kF32, {d, g, k});
-  float* dst = out.data<float>();
+  TransposedWeight out{Tensor(DType::kF32, {d, g, k}), Tensor(), Tensor(), false};
+  if (want_int8) {
+    out.int8 = Tensor(DType::kI8, {d, g, k});
+    out.scales = Tensor(DType::kF32, {d, g});
+  }
+  bool fits = want_int8;
   const float* s = scale.data<float>();
-  auto value = [&](int64_t i) {
-    return q.dtype() == DType::kI8 ? static_cast<float>(q.data<int8_t>()[i]) : static_cast<float>(q.data<uint8_t>()[i]);
-  };
-  auto zero = [&](int64_t i) {
-    return q.dtype() == DType::kI8 ? static_cast<float>(zero_point.data<int8_t>()[i])
-                                   : static_cast<float>(zero_point.data<uint8_t>()[i]);
+  auto value = [&](const Tensor& t, int64_t i) {
+    return q.dtype() == DType::kI8 ? static_cast<int>(t.data<int8_t>()[i]) : static_cast<int>(t.data<uint8_t>()[i]);
   };
   for (int64_t dir = 0; dir < d; ++dir)
-    for (int64_t row = 0; row < k; ++row)
-      for (int64_t col = 0; col < g; ++col) {
-        const int64_t p = per_column ? dir * g + col : dir;
-        dst[(dir * g + col) * k + row] = (value((dir * k + row) * g + col) - zero(p)) * s[p];
+    for (int64_t col = 0; col < g; ++col) {
+      const int64_t p = per_column ? dir * g + col : dir;
+      const int zp = value(zero_point, p);
+      if (want_int8) out.scales.data<float>()[dir * g + col] = s[p];
+      for (int64_t row = 0; row < k; ++row) {
+        const int v = value(q, (dir * k + row) * g + col) - zp;
+        const int64_t at = (dir * g + col) * k + row;
+        out.dequantized.data<float>()[at] = static_cast<float>(v) * s[p];
+        if (!fits) continue;
+        if (v < -128 || v > 127) fits = false;
+        out.int8.data<int8_t>()[at] = static_cast<int8_t>(v);
       }
+    }
+  out.has_int8 = fits;
   return out;
 }
 
 }  // namespace
 
-// q - zero_point as int8 [D, G, K] (the transposed layout of the LSTM's W / R) and the scales as [D, G]; false when a
-// difference does not fit int8.
-bool Int8Weights(const Tensor& q, const Tensor& scale, const Tensor& zero_point, Tensor* r8, Tensor* scales) {
-  const int64_t d = q.dim(0), k = q.dim(1), g = q.dim(2);
-  const bool per_column = scale.numel() == d * g;
-  Tensor out(DType::kI8, {d, g, k});
-  Tensor sc(DType::kF32, {d, g});
-  for (int64_t dir = 0; dir < d; ++dir)
-    for (int64_t col = 0; col < g; ++col) {
-      const int64_t p = per_column ? dir * g + col : dir;
-      sc.data<float>()[dir * g + col] = scale.data<float>()[p];
-      const int zp = q.dtype() == DType::kI8 ? zero_point.data<int8_t>()[p] : zero_point.data<uint8_t>()[p];
-      for (int64_t row = 0; row < k; ++row) {
-        const int64_t i = (dir * k + row) * g + col;
-        const int v = (q.dtype() == DType::kI8 ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) - zp;
-        if (v < -128 || v > 127) return false;
-        out.data<int8_t>()[(dir * g + col) * k + row] = static_cast<int8_t>(v);
-      }
-    }
-  *r8 = std::move(out);
-  *scales = std::move(sc);
-  return true;
-}
-
 Node DequantizedLstm(CompileState& st, const Node& node) {
-  const Tensor w = DequantizeTransposed(node, KnownInput(st, node, 1, "W"), KnownInput(st, node, 8, "W_scale"),
-                                        KnownInput(st, node, 9, "W_zero_point"), "W");
-  const Tensor r = DequantizeTransposed(node, KnownInput(st, node, 2, "R"), KnownInput(st, node, 10, "R_scale"),
-                                        KnownInput(st, node, 11, "R_zero_point"), "R");
+  // int8 weights for CPU plans only (the CUDA backend runs the float LSTM).
+  const bool int8 = st.options.device.kind == Device::kHost;
+  const TransposedWeight w = Transposed(node, KnownInput(st, node, 1, "W"), KnownInput(st, node, 8, "W_scale"),
+                                        KnownInput(st, node, 9, "W_zero_point"), "W", int8);
+  const TransposedWeight r = Transposed(node, KnownInput(st, node, 2, "R"), KnownInput(st, node, 10, "R_scale"),
+                                        KnownInput(st, node, 11, "R_zero_point"), "R", int8);
   Node lstm = node;
   lstm.op_type = "LSTM";
   lstm.domain.clear();
   lstm.inputs.resize(8, -1);
-  lstm.inputs[1] = st.AddConstant(w);
-  lstm.inputs[2] = st.AddConstant(r);
-  Tensor r8, r_scales, w8, w_scales;
-  if (st.options.device.kind == Device::kHost &&
-      Int8Weights(KnownInput(st, node, 2, "R"), KnownInput(st, node, 10, "R_scale"),
-                  KnownInput(st, node, 11, "R_zero_point"), &r8, &r_scales) &&
-      Int8Weights(KnownInput(st, node, 1, "W"), KnownInput(st, node, 8, "W_scale"),
-                  KnownInput(st, node, 9, "W_zero_point"), &w8, &w_scales)) {
+  lstm.inputs[1] = st.AddConstant(w.dequantized);
+  lstm.inputs[2] = st.AddConstant(r.dequantized);
+  if (w.has_int8 && r.has_int8) {
     lstm.attrs["_int8_weights"] = Attribute::Int(1);
-    for (Tensor* t : {&r8, &r_scales, &w8, &w_scales}) lstm.inputs.push_back(st.AddConstant(*t));
+    for (const Tensor* t : {&r.int8, &r.scales, &w.int8, &w.scales}) lstm.inputs.push_back(st.AddConstant(*t));
   }
   return lstm;
 }

@@ -28,6 +28,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/conv_window.h"
+#include "ops/dynamic_quantize.h"
 #include "ops/integer_dequantize.h"
 
 namespace osprey::cpu {
@@ -444,13 +445,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void MinMax(const f
 __attribute__((target_clones("avx512f", "avx2", "default"))) void QuantiseU8(const float* x, int64_t n, float scale,
                                                                              float zpf, uint8_t* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] / scale;
-    float r = v != v ? zpf : std::nearbyint(v) + zpf;
-    r = r > 0.f ? r : 0.f;
-    r = r < 255.f ? r : 255.f;
-    y[i] = static_cast<uint8_t>(static_cast<int32_t>(r));
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = DynamicQuantizeValue(x[i], scale, zpf);
 }
 
 class DynamicQuantizeLinearF32 final : public Kernel {
@@ -474,12 +469,9 @@ class DynamicQuantizeLinearF32 final : public Kernel {
       MinMax(x + i0, i1 - i0, &los[part], &his[part]);
     }
     const float lo = *std::min_element(los.begin(), los.end()), hi = *std::max_element(his.begin(), his.end());
-    const float scale = (hi - lo) / 255.f;
-    uint8_t zp = 0;
-    if (scale > 0.f) {
-      const float z = -lo / scale;
-      zp = z != z ? 0 : static_cast<uint8_t>(std::min(std::max(std::nearbyint(z), 0.f), 255.f));
-    }
+    const DynamicQuantParams q = DynamicQuantParamsOf(lo, hi);
+    const float scale = q.scale;
+    const uint8_t zp = q.zero;
     if (scale > 0.f) {
       const float zpf = static_cast<float>(zp);
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)

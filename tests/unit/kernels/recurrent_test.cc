@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "kernel_test_util.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -126,6 +127,15 @@ TEST(RecurrentKernels, Int8WeightsMatchReference) {
                             vnni ? "LSTMInt8Vnni" : __builtin_cpu_supports("avx2") ? "LSTMInt8Avx2" : "LSTMInt8");
       unsetenv("OSPREY_INT8_PAIRING");
     }
+    // A NaN in X is quantised to the zero point (DynamicQuantizeLinear's rule), as the reference does: no undefined
+    // float-to-integer conversion, the same outputs.
+    std::vector<Tensor> with_nan = inputs;
+    with_nan[0] = inputs[0].Clone();
+    with_nan[0].data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+    ExpectAllOutputsMatch(node, with_nan,
+                          Int8ProductsExact() && __builtin_cpu_supports("avx512vnni") ? "LSTMInt8Vnni"
+                          : __builtin_cpu_supports("avx2")                           ? "LSTMInt8Avx2"
+                                                                                     : "LSTMInt8");
     // The int8 products are not the float ones: without the attribute the same weights give other (close) values.
     Node plain = node;
     plain.attrs.erase("_int8_weights");
