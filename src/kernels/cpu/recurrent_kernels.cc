@@ -15,6 +15,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/recurrent_cell.h"
 
@@ -62,28 +63,42 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FastActivate(c
 // step (1 MB instead of 4 for ddddocr's 512-wide LSTM), which is what a step is bound by.
 class PackedInt8Weight {
  public:
-  PackedInt8Weight(const Tensor& w8, bool vnni) : vnni_(vnni) {
+  // The packed weight lives in a buffer from the weight store where there is one (shared with other plans and
+  // models, and counted in the model's bytes), else its own: [packed weights | column sums].
+  PackedInt8Weight(const KernelBuildContext& ctx, const Tensor& w8, bool vnni) : vnni_(vnni) {
     dirs_ = w8.dim(0);
     cols_ = w8.dim(1);
     depth_ = w8.dim(2);
     const int64_t cw = vnni ? 16 : 8, kw = vnni ? 4 : 2;  // columns per block, values per column and step
     kb_ = (depth_ + kw - 1) / kw;
     gb_ = (cols_ + cw - 1) / cw;
-    col_sums_.assign(static_cast<size_t>(dirs_ * gb_ * cw), 0);
-    (vnni ? packed_.assign(static_cast<size_t>(dirs_ * gb_ * kb_ * 64), 0)
-          : packed16_.assign(static_cast<size_t>(dirs_ * gb_ * kb_ * 16), 0));
-    const int8_t* w = w8.data<int8_t>();
-    for (int64_t d = 0; d < dirs_; ++d)
-      for (int64_t g = 0; g < cols_; ++g)
-        for (int64_t k = 0; k < depth_; ++k) {
-          const int8_t v = w[(d * cols_ + g) * depth_ + k];
-          const size_t at = static_cast<size_t>((((d * gb_ + g / cw) * kb_ + k / kw) * cw + g % cw) * kw + k % kw);
-          if (vnni)
-            packed_[at] = v;
-          else
-            packed16_[at] = v;
-          col_sums_[static_cast<size_t>(d * gb_ * cw + g)] += v;
-        }
+    const size_t element = vnni ? 1 : 2;
+    const size_t packed_bytes = cpu::ThreadScratch::Align(static_cast<size_t>(dirs_ * gb_ * kb_ * cw * kw) * element);
+    const size_t bytes = packed_bytes + static_cast<size_t>(dirs_ * gb_ * cw) * sizeof(int32_t);
+    auto fill = [&](void* data) {
+      std::memset(data, 0, bytes);
+      int32_t* sums = reinterpret_cast<int32_t*>(static_cast<char*>(data) + packed_bytes);
+      const int8_t* w = w8.data<int8_t>();
+      for (int64_t d = 0; d < dirs_; ++d)
+        for (int64_t g = 0; g < cols_; ++g)
+          for (int64_t k = 0; k < depth_; ++k) {
+            const int8_t v = w[(d * cols_ + g) * depth_ + k];
+            const size_t at = static_cast<size_t>((((d * gb_ + g / cw) * kb_ + k / kw) * cw + g % cw) * kw + k % kw);
+            if (vnni)
+              static_cast<int8_t*>(data)[at] = v;
+            else
+              static_cast<int16_t*>(data)[at] = v;
+            sums[d * gb_ * cw + g] += v;
+          }
+    };
+    if (ctx.derive_weight && w8.buffer()) {
+      buffer_ = ctx.derive_weight(w8, vnni ? "lstm-int8-vnni" : "lstm-int8-avx2", bytes, fill);
+    } else {
+      buffer_ = Allocator::Host().Allocate(bytes);
+      fill(buffer_->data());
+    }
+    packed_ = static_cast<const char*>(buffer_->data());
+    col_sums_ = reinterpret_cast<const int32_t*>(packed_ + packed_bytes);
   }
 
   void Run(int64_t dir, const uint8_t* aq, int32_t a_zero, int32_t* acc) const {
@@ -98,15 +113,15 @@ class PackedInt8Weight {
   __attribute__((target("avx512f,avx512vnni"))) void RunVnni(int64_t dir, const uint8_t* aq, int32_t a_zero,
                                                               int32_t* acc) const {
     // The activation padded to whole groups of 4 (the padded weights are zero).
-    std::vector<uint8_t> padded;
+    static thread_local std::vector<uint8_t> padded;  // reused: this runs once per step
     const uint8_t* ap = aq;
     if (depth_ % 4 != 0) {
       padded.assign(static_cast<size_t>(kb_ * 4), 0);
       std::memcpy(padded.data(), aq, static_cast<size_t>(depth_));
       ap = padded.data();
     }
-    const int8_t* w = packed_.data() + dir * gb_ * kb_ * 64;
-    const int32_t* sums = col_sums_.data() + dir * gb_ * 16;
+    const int8_t* w = reinterpret_cast<const int8_t*>(packed_) + dir * gb_ * kb_ * 64;
+    const int32_t* sums = col_sums_ + dir * gb_ * 16;
     const __m512i zero = _mm512_set1_epi32(a_zero);
     int64_t gb = 0;
     for (; gb + 4 <= gb_; gb += 4) {  // four blocks of 16 columns share each broadcast of the activation
@@ -152,13 +167,14 @@ class PackedInt8Weight {
   // As RunVnni, 8 columns and 2 values per step, int16 (AVX2).
   __attribute__((target("avx2"))) void RunAvx2(int64_t dir, const uint8_t* aq, int32_t a_zero, int32_t* acc) const {
     // The activation as pairs of int16 in one int32 each (the padded weights are zero).
-    std::vector<int32_t> pairs(static_cast<size_t>(kb_));
+    static thread_local std::vector<int32_t> pairs;  // reused: this runs once per step
+    pairs.resize(static_cast<size_t>(kb_));
     for (int64_t k = 0; k < kb_; ++k) {
       const uint32_t lo = aq[2 * k], hi = 2 * k + 1 < depth_ ? aq[2 * k + 1] : 0;
       pairs[static_cast<size_t>(k)] = static_cast<int32_t>(lo | (hi << 16));
     }
-    const int16_t* w = packed16_.data() + dir * gb_ * kb_ * 16;
-    const int32_t* sums = col_sums_.data() + dir * gb_ * 8;
+    const int16_t* w = reinterpret_cast<const int16_t*>(packed_) + dir * gb_ * kb_ * 16;
+    const int32_t* sums = col_sums_ + dir * gb_ * 8;
     const __m256i zero = _mm256_set1_epi32(a_zero);
     auto store = [&](__m256i sum, int64_t b) {
       const __m256i v = _mm256_sub_epi32(
@@ -199,9 +215,9 @@ class PackedInt8Weight {
 
   bool vnni_ = false;
   int64_t dirs_ = 0, cols_ = 0, depth_ = 0, kb_ = 0, gb_ = 0;  // blocks of values (4 or 2) and of columns (16 or 8)
-  std::vector<int8_t> packed_;     // VNNI
-  std::vector<int16_t> packed16_;  // AVX2
-  std::vector<int32_t> col_sums_;
+  std::shared_ptr<Buffer> buffer_;
+  const char* packed_ = nullptr;       // int8 (VNNI) or int16 (AVX2) blocks
+  const int32_t* col_sums_ = nullptr;  // per direction and (padded) column
 };
 
 struct PackedLstmWeights {
@@ -248,8 +264,8 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
     if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && (vnni || has_avx2))
       return std::make_unique<RecurrentF32Dnnl>(
           vnni ? "LSTMInt8Vnni" : "LSTMInt8Avx2",
-          std::unique_ptr<PackedLstmWeights>(new PackedLstmWeights{PackedInt8Weight(*r8, vnni),
-                                                                   PackedInt8Weight(*w8, vnni)}));
+          std::unique_ptr<PackedLstmWeights>(new PackedLstmWeights{PackedInt8Weight(ctx, *r8, vnni),
+                                                                   PackedInt8Weight(ctx, *w8, vnni)}));
     return std::make_unique<RecurrentF32Dnnl>("LSTMInt8");
   }
   return std::make_unique<RecurrentF32Dnnl>(op + "F32Dnnl");
