@@ -103,6 +103,10 @@ bool IsMicrosoftDomainOp(const std::string& op_type);
 /// Internal op made by the channel-shuffle fusion (schema and semantics: src/ops/internal_ops.cc).
 inline constexpr const char* kChannelShuffleOp = "_ChannelShuffle";
 
+/// Gather attribute set by the one-hot fusion (runtime/fusion_tf.cc): 1 = an index outside [0, dim) gives a zero
+/// slice (what a one-hot product gives), where ONNX's Gather wraps negative indices and rejects the others.
+inline constexpr const char* kGatherZeroOutside = "_zero_outside";
+
 /// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message
 /// listing every unsupported op with its node name, or kInvalidArgument for a bad arity.
 void ValidateOps(const Graph& graph);

@@ -29,6 +29,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
       return cpu::CreateIntegerKernel(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
+    if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
+      if (std::unique_ptr<Kernel> k = CreatePlainGlobalPool(ctx)) return k;
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::CreateDnnlPool(ctx);
     if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);

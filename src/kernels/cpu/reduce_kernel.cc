@@ -5,7 +5,8 @@
 // Rows (inner = 1) are vectorised reductions; otherwise the output row is the accumulator and each of the R input
 // rows is folded into it with a vectorised pass. Sums accumulate in float32 (the reference uses double; the test
 // allows float32 rounding, as ONNX Runtime's float kernels do); Max/Min propagate NaN as the reference does. Work is
-// split over the plan's threads by outer index and blocks of inner once the input is large enough.
+// split over the plan's threads by outer index and blocks of inner once the input is large enough. GlobalMaxPool and
+// GlobalAveragePool on plain data are the same row reductions (one row per channel).
 // (-fno-math-errno for this file, CMakeLists.txt: ReduceL2's sqrt loop stays scalar with errno.)
 #pragma GCC optimize("no-trapping-math")  // compare-and-select loops vectorise (nothing reads FP flags)
 #include <omp.h>
@@ -84,15 +85,16 @@ float ReduceRow(const float* x, int64_t n) {
 
 class ReduceKernel final : public Kernel {
  public:
-  ReduceKernel(ReduceOp op, int64_t outer, int64_t reduced, int64_t inner, int threads)
-      : op_(op), outer_(outer), reduced_(reduced), inner_(inner), threads_(std::max(1, threads)) {}
-  const char* Name() const override { return "ReduceF32"; }
+  ReduceKernel(ReduceOp op, int64_t outer, int64_t reduced, int64_t inner, int threads,
+               const char* name = "ReduceF32")
+      : op_(op), outer_(outer), reduced_(reduced), inner_(inner), threads_(std::max(1, threads)), name_(name) {}
+  const char* Name() const override { return name_; }
 
   void Run(KernelContext& ctx) override {
     const Tensor& in = ctx.In(0);
     Tensor& out = ctx.Out(0);
     if (in.numel() != outer_ * reduced_ * inner_ || out.numel() != outer_ * inner_)
-      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": ReduceF32 was built for another shape, got " +
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name_ + " was built for another shape, got " +
                                             ShapeToString(in.shape()));
     const float* x = in.data<float>();
     float* y = out.data<float>();
@@ -140,9 +142,33 @@ class ReduceKernel final : public Kernel {
   ReduceOp op_;
   int64_t outer_, reduced_, inner_;
   int threads_;
+  const char* name_;
 };
 
+bool PlainFloat32(const KernelBuildContext& ctx) {
+  if (ctx.input_dtypes.empty() || ctx.input_dtypes[0] != DType::kF32) return false;
+  if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kF32) return false;
+  for (Layout l : ctx.input_layouts)
+    if (l != Layout::kPlain) return false;
+  for (Layout l : ctx.output_layouts)
+    if (l != Layout::kPlain) return false;
+  return true;
+}
+
 }  // namespace
+
+std::unique_ptr<Kernel> CreatePlainGlobalPool(const KernelBuildContext& ctx) {
+  const bool is_max = ctx.node.op_type == "GlobalMaxPool";
+  if ((!is_max && ctx.node.op_type != "GlobalAveragePool") || !PlainFloat32(ctx)) return nullptr;
+  const Shape& in = ctx.input_shapes[0];
+  if (in.size() < 3) return nullptr;
+  for (int64_t d : in)
+    if (d <= 0) return nullptr;
+  const int64_t planes = in[0] * in[1], size = NumElements(in) / planes;
+  if (NumElements(ctx.output_shapes[0]) != planes) return nullptr;
+  return std::make_unique<ReduceKernel>(is_max ? ReduceOp::kMax : ReduceOp::kMean, planes, size, 1, ctx.num_threads,
+                                        "GlobalPoolF32Rows");
+}
 
 std::unique_ptr<Kernel> CreateReduceKernel(const KernelBuildContext& ctx) {
   static const struct {
@@ -154,12 +180,7 @@ std::unique_ptr<Kernel> CreateReduceKernel(const KernelBuildContext& ctx) {
   const ReduceOp* op = nullptr;
   for (const auto& k : kOps)
     if (ctx.node.op_type == k.name) op = &k.op;
-  if (op == nullptr || ctx.input_dtypes.empty() || ctx.input_dtypes[0] != DType::kF32) return nullptr;
-  if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != DType::kF32) return nullptr;
-  for (Layout l : ctx.input_layouts)
-    if (l != Layout::kPlain) return nullptr;
-  for (Layout l : ctx.output_layouts)
-    if (l != Layout::kPlain) return nullptr;
+  if (op == nullptr || !PlainFloat32(ctx)) return nullptr;
   const bool axes_input = ctx.present.size() > 1 && ctx.present[1];
   if (axes_input && (ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr)) return nullptr;  // run-time axes
   const Shape& in = ctx.input_shapes[0];

@@ -265,7 +265,8 @@ void GatherKernel(KernelContext& ctx) {
   int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
   int64_t dim = data.dim(axis);
   std::vector<int64_t> indices = IndexValues(ctx.In(1));
-  for (int64_t& v : indices) v = CheckedIndex(ctx, v, dim);
+  const bool zero_outside = ctx.node.GetInt(kGatherZeroOutside, 0) != 0;  // -1: a zero slice
+  for (int64_t& v : indices) v = zero_outside ? (v >= 0 && v < dim ? v : -1) : CheckedIndex(ctx, v, dim);
   size_t es = DTypeSize(data.dtype());
   int64_t outer = Product(data.shape(), 0, axis);
   size_t inner = static_cast<size_t>(Product(data.shape(), axis + 1, rank)) * es;
@@ -274,7 +275,10 @@ void GatherKernel(KernelContext& ctx) {
   const char* src = Bytes(data);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t v : indices) {
-      CopyBytes(dst, src + (o * dim + v) * inner, inner);
+      if (v < 0)
+        std::memset(dst, 0, inner);
+      else
+        CopyBytes(dst, src + (o * dim + v) * inner, inner);
       dst += inner;
     }
   }

@@ -84,11 +84,15 @@ TEST(DnnlPool, AveragePoolSameLowerAndPlain) {
   ExpectPool("AveragePool", {1, 3, 7, 9}, {{"kernel_shape", Ints({7, 9})}}, "AveragePoolF32Dnnl");
 }
 
+// On plain data the global pools are row reductions (reduce_kernel.cc), rank 3 (magika's [1, 512, 508]) to 5; the
+// channels-last cases are in nhwc_test.cc.
 TEST(DnnlPool, GlobalPools) {
-  ExpectPool("GlobalAveragePool", {2, 13, 7, 9}, {}, "GlobalAveragePoolF32Dnnl");
-  ExpectPool("GlobalMaxPool", {2, 13, 7, 9}, {}, "GlobalMaxPoolF32Dnnl");
-  ExpectPool("GlobalAveragePool", {1, 5, 11}, {}, "GlobalAveragePoolF32Dnnl");
-  ExpectPool("GlobalAveragePool", {1, 2048, 7, 7}, {}, "GlobalAveragePoolF32Dnnl");
+  for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"})
+    for (const Shape& x : {Shape{2, 13, 7, 9}, Shape{1, 5, 11}, Shape{1, 2048, 7, 7}, Shape{1, 512, 508},
+                           Shape{2, 3, 4, 5, 6}}) {
+      SCOPED_TRACE(std::string(op) + " " + ShapeToString(x));
+      ExpectPool(op, x, {}, "GlobalPoolF32Rows");
+    }
 }
 
 TEST(DnnlPool, DeclinesMaxPoolWithIndices) {

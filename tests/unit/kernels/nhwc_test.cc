@@ -829,9 +829,22 @@ TEST(NhwcPool, AveragePoolPaddingCountedOrNot) {
 }
 
 TEST(NhwcPool, GlobalPools) {
-  ExpectPoolEveryLayout("GlobalAveragePool", {2, 13, 7, 9}, {}, "GlobalAveragePoolF32Dnnl");
-  ExpectPoolEveryLayout("GlobalMaxPool", {1, 5, 3, 4}, {}, "GlobalMaxPoolF32Dnnl");
-  ExpectPoolEveryLayout("GlobalAveragePool", {1, 1280, 7, 7}, {}, "GlobalAveragePoolF32Dnnl");
+  // All plain: one row reduction per channel (reduce_kernel.cc); any channels-last side: oneDNN's pooling.
+  const struct {
+    const char* op;
+    Shape x;
+  } cases[] = {{"GlobalAveragePool", {2, 13, 7, 9}}, {"GlobalMaxPool", {1, 5, 3, 4}}, {"GlobalAveragePool", {1, 1280, 7, 7}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    Node node = MakeNode(c.op, 1, 1);
+    for (Layout in0 : kBoth)
+      for (Layout out0 : kBoth)
+        ExpectLayoutsMatchReference(node, {RandomTensor(c.x, 7)}, {false},
+                                    in0 == Layout::kPlain && out0 == Layout::kPlain
+                                        ? "GlobalPoolF32Rows"
+                                        : std::string(c.op) + "F32Dnnl",
+                                    in0, out0);
+  }
 }
 
 TEST(NhwcPool, SupportReported) {

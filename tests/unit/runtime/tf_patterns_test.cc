@@ -203,6 +203,55 @@ TEST(TfPatterns, ReduceMeanOverNhwcViewBecomesGlobalAveragePool) {
   ExpectFusedSteps(b.Finish(), {2, 8, 7, 7}, 5);
 }
 
+// A one-hot embedding as JAX (magika) writes it: MatMul(Cast(Equal(idx[..., 1], arange(D))), W[D, K]) becomes a
+// Gather of W's rows; an index outside [0, D) (negative, D, beyond) gives a zero row, as the one-hot product does.
+// Oracle: W's rows picked by hand. Not rewritten: an arange that does not start at 0 (then the Equal stays).
+TEST(TfPatterns, OneHotMatMulBecomesGather) {
+  constexpr int64_t kDepth = 7, kWidth = 5;
+  const Tensor w = RandomTensor({kDepth, kWidth}, 3);
+  const std::vector<int32_t> idx{0, 6, 3, -1, 7, 100, 2, -7, 5, 1};
+  for (DType dtype : {DType::kI32, DType::kI64})
+    for (int start : {0, 1})
+      for (bool arange_first : {false, true}) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + (start ? " arange from 1" : "") +
+                     (arange_first ? " arange first" : ""));
+        std::vector<int64_t> range(kDepth);
+        for (int64_t k = 0; k < kDepth; ++k) range[k] = k + start;
+        std::vector<int64_t> idx64(idx.begin(), idx.end());
+        Tensor arange = dtype == DType::kI32
+                            ? Tensor::FromVector<int32_t>({1, 1, kDepth}, std::vector<int32_t>(range.begin(), range.end()))
+                            : Tensor::FromVector<int64_t>({1, 1, kDepth}, range);
+        Tensor input = dtype == DType::kI32 ? Tensor::FromVector<int32_t>({2, 5, 1}, idx)
+                                            : Tensor::FromVector<int64_t>({2, 5, 1}, idx64);
+        GraphBuilder b("one_hot", 15);
+        auto x = b.Input("idx", dtype, {2, 5, 1});
+        auto a = b.Constant(arange);
+        auto eq = b.Op("Equal", arange_first ? std::vector<ValueRef>{a, x} : std::vector<ValueRef>{x, a});
+        auto hot = b.Op("Cast", {eq}, {{"to", Attribute::Int(1)}});
+        b.Output(b.Op("MatMul", {hot, b.Constant(w)}), "y");
+        const Graph graph = b.Finish();
+        for (bool fast : {false, true}) {
+          SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
+          auto plan = Compile(graph, {{dtype, {2, 5, 1}}}, CompileOptions{.num_threads = 2, .fast_kernels = fast});
+          std::vector<OpProfile> profile;
+          const std::vector<Tensor> got = plan->Run(std::vector<Tensor>{input}, &profile);
+          std::string ops;
+          for (const OpProfile& p : profile) ops += " " + p.op_type;
+          EXPECT_EQ(ops.find("Gather") != std::string::npos, start == 0) << ops;
+          EXPECT_EQ(ops.find("Equal") != std::string::npos, start != 0) << ops;
+          ASSERT_EQ(got.size(), 1u);
+          ASSERT_EQ(got[0].shape(), (Shape{2, 5, kWidth}));
+          for (size_t i = 0; i < idx.size(); ++i) {
+            const int64_t row = idx[i] - start;
+            for (int64_t k = 0; k < kWidth; ++k) {
+              const float want = row >= 0 && row < kDepth ? w.data<float>()[row * kWidth + k] : 0.f;
+              EXPECT_FLOAT_EQ(got[0].data<float>()[i * kWidth + k], want) << "index " << idx[i] << " column " << k;
+            }
+          }
+        }
+      }
+}
+
 }  // namespace
 }  // namespace osprey
 
