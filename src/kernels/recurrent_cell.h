@@ -43,6 +43,18 @@ struct RecurrentQuantProduct {
   const void* self = nullptr;
 };
 
+/// A fast kernel's own float products on its packed weights (`self`); where one is null (or `project` returns false)
+/// the gemm runs on W or R itself.
+struct RecurrentFloatProducts {
+  /// c[n] += sum_k h[k] * R[col0 + n][k] for n < cols, R direction `dir`'s [G*H, H] recurrence weight (one step).
+  void (*step)(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t cols,
+               int64_t depth) = nullptr;
+  /// xw[r, g] += sum_i x[r, i] * W[g][i] for r < rows, g < G*H, W direction `dir`'s [G*H, I] input weight (every
+  /// step's input projection); false when it was not built for `rows`.
+  bool (*project)(const void* self, int64_t dir, const float* x, float* xw, int64_t rows) = nullptr;
+  const void* self = nullptr;
+};
+
 /// The reference int8 product: plain loops.
 inline void RecurrentQuantProductLoops(const void*, RecurrentWeight, int64_t, const int8_t* w, const uint8_t* aq,
                                        int32_t a_zero, int32_t* acc, int64_t cols, int64_t depth) {
@@ -98,7 +110,8 @@ struct Dims {
 /// with `gemm` for every matrix product and `activate` for every activation. Items of the batch run in parallel
 /// (OpenMP) when there is enough work.
 inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate,
-                         RecurrentQuantProduct quant = {RecurrentQuantProductLoops, nullptr}) {
+                         RecurrentQuantProduct quant = {RecurrentQuantProductLoops, nullptr},
+                         RecurrentFloatProducts products = {}) {
   const Node& node = ctx.node;
   const RecurrentSpec spec = ParseRecurrentSpec(node);
   const bool gru = node.op_type == "GRU", lstm = node.op_type == "LSTM";
@@ -153,7 +166,8 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
     float* xw = projection.data<float>() + d * rows * gh;
     for (int64_t row = 0; row < rows; ++row) std::copy(input_bias.begin(), input_bias.end(), xw + row * gh);
     if (!int8_weights) {
-      gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
+      if (!products.project || !products.project(products.self, d, x.data<float>(), xw, rows))
+        gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
       continue;
     }
     // X quantised once for every step (as ONNX Runtime quantises the whole input before its product).
@@ -193,6 +207,13 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
         const int64_t state = dims.StateOffset(d, b);
         if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
         if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
+        // c[0..cols) += a · R[col0 .. col0 + cols)^T
+        auto step_gemm = [&](const float* a, int64_t col0, float* c, int64_t cols) {
+          if (products.step)
+            products.step(products.self, d, col0, a, c, cols, hidden);
+          else
+            gemm(a, rd + col0 * hidden, c, 1, cols, hidden);
+        };
         const int64_t len = lengths[static_cast<size_t>(b)];
         for (int64_t step = 0; step < len; ++step) {
           const int64_t t = reverse ? len - 1 - step : step;
@@ -201,20 +222,19 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
             // z and r: f(xw + h·R^T); h gate: g(xw + (r*h)·Rh^T) or, with linear_before_reset,
             // g(xw + r*(h·Rh^T + Rbh)).
             std::copy(xw_t, xw_t + 2 * hidden, gates.data());
-            gemm(h.data(), rd, gates.data(), 1, 2 * hidden, hidden);
+            step_gemm(h.data(), 0, gates.data(), 2 * hidden);
             activate(spec.Activation(di, 0), gates.data(), 2 * hidden, spec.clip);
             const float* z = gates.data();
             const float* reset = gates.data() + hidden;
-            const float* rh = rd + 2 * hidden * hidden;
             float* cand = gates.data() + 2 * hidden;
             if (spec.linear_before_reset) {
               for (int64_t k = 0; k < hidden; ++k) scratch[k] = rb ? rb[2 * hidden + k] : 0.f;
-              gemm(h.data(), rh, scratch.data(), 1, hidden, hidden);
+              step_gemm(h.data(), 2 * hidden, scratch.data(), hidden);
               for (int64_t k = 0; k < hidden; ++k) cand[k] = xw_t[2 * hidden + k] + reset[k] * scratch[k];
             } else {
               for (int64_t k = 0; k < hidden; ++k) scratch[k] = reset[k] * h[k];
               std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, cand);
-              gemm(scratch.data(), rh, cand, 1, hidden, hidden);
+              step_gemm(scratch.data(), 2 * hidden, cand, hidden);
             }
             activate(spec.Activation(di, 1), cand, hidden, spec.clip);
             for (int64_t k = 0; k < hidden; ++k) h[k] = (1.f - z[k]) * cand[k] + z[k] * h[k];
@@ -224,7 +244,7 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
             float h_scale = 0.f;
             int32_t h_zero = 0;
             if (!int8_weights) {
-              gemm(h.data(), rd, gates.data(), 1, gh, hidden);
+              step_gemm(h.data(), 0, gates.data(), gh);
             } else if (QuantizeDynamic(h.data(), hidden, hq.data(), &h_scale, &h_zero)) {
               quant.product(quant.self, RecurrentWeight::kR, d, rq, hq.data(), h_zero, acc.data(), gh, hidden);
               for (int64_t g = 0; g < gh; ++g) gates[g] += static_cast<float>(acc[g]) * (h_scale * rs[g]);
@@ -253,7 +273,7 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
             for (int64_t k = 0; k < hidden; ++k) h[k] = go[k] * scratch[k];
           } else {
             std::copy(xw_t, xw_t + hidden, scratch.data());
-            gemm(h.data(), rd, scratch.data(), 1, hidden, hidden);
+            step_gemm(h.data(), 0, scratch.data(), hidden);
             activate(spec.Activation(di, 0), scratch.data(), hidden, spec.clip);
             std::copy(scratch.begin(), scratch.end(), h.begin());
           }

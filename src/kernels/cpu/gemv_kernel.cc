@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/gemv_panel.h"
 
 namespace osprey::cpu {
 namespace {
 
-constexpr int64_t kPanel = 64;  // output columns per panel: four zmm accumulators (two sets, for two k at a time)
+constexpr int64_t kPanel = kGemvPanel;  // output columns per panel: four zmm accumulators (two sets, for two k at a time)
 
 // y[0..63] = x[0..K) times one panel (K rows of 64).
 __attribute__((target("avx512f"))) void PanelTimesRow(const float* x, const float* panel, int64_t k_size, float* y) {
@@ -61,11 +61,9 @@ class GemvKernel final : public Kernel {
     n_ = n_size;
     has_bias_ = has_bias;
     threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-    const dnnl::memory::dims dims{1, n_, 1, k_};
-    const dnnl::memory::desc from(dims, dnnl::memory::data_type::f32,
+    const dnnl::memory::desc from({1, n_, 1, k_}, dnnl::memory::data_type::f32,
                                   dnnl::memory::dims{n_ * k_, n_stride, 1, k_stride});
-    const dnnl::memory::desc to(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::aBdc64b);
-    packed_ = PackWeight(ctx, from, *ctx.input_values[weight_input], to);
+    packed_ = PackGemvPanels(ctx, from, *ctx.input_values[weight_input], n_, k_);
     return packed_.memory.get_data_handle() != nullptr;
   }
 
@@ -81,13 +79,9 @@ class GemvKernel final : public Kernel {
     const int64_t panels = (n_ + kPanel - 1) / kPanel;
     const int team =
         n_ * k_ >= (int64_t{1} << 16) ? std::max(1, std::min<int>(threads_, static_cast<int>(panels))) : 1;
+    if (bias) std::copy(bias, bias + n_, y);
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-    for (int64_t p = 0; p < panels; ++p) {
-      alignas(64) float out[kPanel];
-      PanelTimesRow(x, w + p * kPanel * k_, k_, out);
-      const int64_t n0 = p * kPanel, width = std::min(kPanel, n_ - n0);
-      for (int64_t j = 0; j < width; ++j) y[n0 + j] = out[j] + (bias ? bias[n0 + j] : 0.f);
-    }
+    for (int64_t p = 0; p < panels; ++p) GemvPanels(x, w, k_, n_, y, bias != nullptr, p, p + 1);
   }
 
  private:
@@ -109,14 +103,38 @@ bool IsConstant(const KernelBuildContext& ctx, size_t i) {
 
 }  // namespace
 
-std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
-  // OSPREY_GEMV=0 leaves these products to oneDNN (for comparisons).
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && [] {
+bool GemvPanelsAvailable() {
+  static const bool available = __builtin_cpu_supports("avx512f") && [] {
     const char* e = std::getenv("OSPREY_GEMV");
     return !(e && std::string(e) == "0");
   }();
+  return available;
+}
+
+PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
+                            int64_t n, int64_t k) {
+  const dnnl::memory::desc to({1, n, 1, k}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::aBdc64b);
+  return PackWeight(ctx, from, source, to);
+}
+
+void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float* y, bool accumulate,
+                int64_t first_panel, int64_t last_panel) {
+  for (int64_t p = first_panel; p < last_panel; ++p) {
+    alignas(64) float out[kPanel];
+    PanelTimesRow(x, panels + p * kPanel * k, k, out);
+    const int64_t n0 = p * kPanel, width = std::min(kPanel, n - n0);
+    float* yp = y + n0;
+    if (accumulate) {
+      for (int64_t j = 0; j < width; ++j) yp[j] += out[j];
+    } else {
+      std::copy(out, out + width, yp);
+    }
+  }
+}
+
+std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
-  if (!avx512 || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2) return nullptr;
+  if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2) return nullptr;
   if (!node.GetString("_activation", "").empty()) return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];

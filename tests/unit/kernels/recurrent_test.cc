@@ -19,12 +19,21 @@ using testing::MakeNode;
 using testing::RandomTensor;
 using testing::RunKernel;
 
+// The float kernel's name: with R constant (known at build) the steps run on R packed in panels (gemv_panel.h) where
+// the CPU has AVX-512; R known only at run time, or no AVX-512: oneDNN's sgemm.
+std::string FloatKernel(const std::string& op, bool r_constant) {
+  return op + (r_constant && __builtin_cpu_supports("avx512f") ? "F32Panels" : "F32Dnnl");
+}
+
 // Compares every output of the fast kernel with the reference kernel's, over two runs.
-void ExpectAllOutputsMatch(const Node& node, const std::vector<Tensor>& inputs, const std::string& name) {
+void ExpectAllOutputsMatch(const Node& node, const std::vector<Tensor>& inputs, const std::string& name,
+                           bool r_constant = true) {
+  SCOPED_TRACE(r_constant ? "R constant" : "R at run time");
   std::vector<Tensor> expected = testing::RunReferenceNode(node, inputs);
   std::vector<Tensor> outputs;
   std::vector<bool> constant(inputs.size(), true);
   constant[0] = false;
+  constant[2] = r_constant;
   KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr);
@@ -69,9 +78,33 @@ TEST(RecurrentKernels, FastMatchesReference) {
         inputs.push_back(RandomTensor({dirs, 3 * hidden}, 7));
       }
       const int num_outputs = lstm ? 3 : 2;
-      ExpectAllOutputsMatch(MakeNode(c.op, static_cast<int>(inputs.size()), num_outputs, attrs), inputs,
-                            std::string(c.op) + "F32Dnnl");
+      for (bool r_constant : {true, false})
+        ExpectAllOutputsMatch(MakeNode(c.op, static_cast<int>(inputs.size()), num_outputs, attrs), inputs,
+                              FloatKernel(c.op, r_constant), r_constant);
     }
+  }
+}
+
+// Widths over one panel of 64 columns with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40), and one
+// direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be split over the threads.
+TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
+  const struct {
+    const char* op;
+    int gates;
+    int64_t hidden, batch;
+    const char* direction;
+  } cases[] = {{"LSTM", 4, 40, 2, "bidirectional"}, {"GRU", 3, 40, 2, "bidirectional"}, {"RNN", 1, 72, 1, "forward"},
+               {"LSTM", 4, 192, 1, "forward"},      {"GRU", 3, 40, 1, "reverse"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.op) + " hidden " + std::to_string(c.hidden) + " batch " + std::to_string(c.batch));
+    const int64_t seq = 4, input = 16, dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
+    AttributeMap attrs = {{"direction", Attribute::String(c.direction)}};
+    if (std::string(c.op) == "GRU") attrs["linear_before_reset"] = Attribute::Int(c.batch == 1);
+    std::vector<Tensor> inputs = {RandomTensor({seq, c.batch, input}, 11),
+                                  RandomTensor({dirs, c.gates * c.hidden, input}, 12, -0.3f, 0.3f),
+                                  RandomTensor({dirs, c.gates * c.hidden, c.hidden}, 13, -0.3f, 0.3f),
+                                  RandomTensor({dirs, 2 * c.gates * c.hidden}, 14)};
+    ExpectAllOutputsMatch(MakeNode(c.op, static_cast<int>(inputs.size()), 2, attrs), inputs, FloatKernel(c.op, true));
   }
 }
 

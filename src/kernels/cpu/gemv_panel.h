@@ -1,0 +1,25 @@
+#pragma once
+// One row times a constant matrix packed in panels of 64 columns (gemv_kernel.cc): the classifier at batch 1
+// (GemvF32) and each step of a float recurrent layer (recurrent_kernels.cc). AVX-512 only (GemvPanelsAvailable).
+#include <cstdint>
+
+#include "kernels/cpu/dnnl_common.h"
+
+namespace osprey::cpu {
+
+inline constexpr int64_t kGemvPanel = 64;
+
+/// Whether the panel product can run here: AVX-512, and not turned off with OSPREY_GEMV=0 (for comparisons).
+bool GemvPanelsAvailable();
+
+/// W(k, n) for k < `k`, n < `n`, as `from` describes it in `source` (dims {1, n, 1, k}), packed into panels of 64
+/// columns (k rows of 64 each, zero columns past n) through the weight store (shared and counted like every pack).
+PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
+                            int64_t n, int64_t k);
+
+/// y[j] (+)= sum_k x[k] W(k, j) for j < n, W packed by PackGemvPanels; `accumulate`: add to y instead of writing.
+/// Panels [first, last) only (a caller splitting the columns over threads).
+void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float* y, bool accumulate,
+                int64_t first_panel, int64_t last_panel);
+
+}  // namespace osprey::cpu
