@@ -97,9 +97,10 @@ class Plan {
   /// The fast kernels the steps run, by name (e.g. "ConvF32Dnnl", "ConvBf16Dnnl"), with their counts: what
   /// CompileOptions::precision kBf16 / kAuto chose per kernel.
   std::map<std::string, int> KernelCounts() const;
-  /// Frees the pooled execution arenas that no run has used for `idle_seconds` (0 = every idle one); returns the
-  /// bytes freed. Runs in progress keep theirs. A server calls it periodically so that a burst of large requests does
-  /// not pin its arenas.
+  /// Frees the plan's pooled device arenas and output buffers that no run has used for `idle_seconds` (0 = every idle
+  /// one); returns the bytes freed. Runs in progress keep theirs. (Host execution arenas are shared by every plan of
+  /// the process: TrimSharedArenas.) A server calls both periodically so that a burst of large requests does not pin
+  /// its memory.
   size_t TrimArenas(double idle_seconds) const;
   const std::vector<TensorSpec>& output_specs() const;
 
@@ -112,9 +113,16 @@ class Plan {
 
 class WeightStore;
 
+/// Host execution arenas are shared by every plan of the process: a run takes an idle one that fits (or a new one),
+/// charged to its plan's account while it runs, and gives it back when it ends; idle ones are charged to the pool.
+/// So models that run in turn hold one arena between them, not one each. TrimSharedArenas frees those idle for
+/// `idle_seconds` (0: all idle ones) and returns the bytes freed; SharedArenaBytes is the bytes of the idle ones.
+size_t TrimSharedArenas(double idle_seconds);
+int64_t SharedArenaBytes();
+
 /// Compiles `graph` for the given input specs (one per graph input, same order). Constants created by compilation
 /// (folded values, BN-folded weights) are interned in `weights` when given, so identical models share them too;
-/// execution arenas are charged to `account` when given.
+/// execution arenas are charged to `account` while a run holds them (TrimSharedArenas).
 std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<TensorSpec>& inputs,
                                     const CompileOptions& options = {}, WeightStore* weights = nullptr,
                                     std::shared_ptr<MemoryAccount> account = nullptr);

@@ -105,6 +105,10 @@ class Buffer {
   static std::shared_ptr<Buffer> Borrow(void* data, size_t size, std::shared_ptr<void> keep_alive = nullptr);
   /// True for Borrow()ed blocks.
   bool borrowed() const { return borrowed_; }
+  /// Moves the block's bytes from its account to `account` (null: none): for a block that changes owner, e.g. an
+  /// execution arena going from a run of one model to the shared idle pool and on to another model's run. The owner
+  /// calls it; not safe against a concurrent call on the same block.
+  void ChargeTo(std::shared_ptr<MemoryAccount> account);
 
  private:
   friend class Allocator;

@@ -141,4 +141,11 @@ void Allocator::Release(Buffer* buffer) {
 
 Buffer::~Buffer() { Allocator::Host().Release(this); }
 
+void Buffer::ChargeTo(std::shared_ptr<MemoryAccount> account) {
+  if (borrowed_ || data_ == nullptr || account == account_) return;
+  if (account_) account_->Add(-static_cast<int64_t>(size_));
+  if (account) account->Add(static_cast<int64_t>(size_));
+  account_ = std::move(account);
+}
+
 }  // namespace osprey

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 
+#include "runtime/arena_pool.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -70,16 +71,15 @@ size_t Plan::TrimArenas(double idle_seconds) const {
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(impl_->arena_mu);
-    for (auto* pool : {&impl_->free_arenas, &impl_->free_device_arenas}) {
-      for (auto it = pool->begin(); it != pool->end();) {
-        if (it->released <= cutoff) {
-          bytes += it->buffer->size();
-          impl_->arena_graphs.erase(it->buffer.get());
-          dropped.push_back(std::move(it->buffer));
-          it = pool->erase(it);
-        } else {
-          ++it;
-        }
+    std::vector<Plan::Impl::PooledArena>& pool = impl_->free_device_arenas;
+    for (auto it = pool.begin(); it != pool.end();) {
+      if (it->released <= cutoff) {
+        bytes += it->buffer->size();
+        impl_->arena_graphs.erase(it->buffer.get());
+        dropped.push_back(std::move(it->buffer));
+        it = pool.erase(it);
+      } else {
+        ++it;
       }
     }
   }
@@ -180,15 +180,7 @@ void RunDeviceGraph(const Plan::Impl& p, const Buffer* arena, void* stream, cons
 
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const {
   const Impl& p = *impl_;
-  std::shared_ptr<Buffer> arena;
-  {
-    std::lock_guard<std::mutex> lock(p.arena_mu);
-    if (!p.free_arenas.empty()) {
-      arena = std::move(p.free_arenas.back().buffer);
-      p.free_arenas.pop_back();
-    }
-  }
-  if (!arena) arena = Allocator::Host().Allocate(p.arena_bytes, p.account);
+  std::shared_ptr<Buffer> arena = ArenaPool::Host().Take(p.arena_bytes, p.account);
   // Device plans: a device arena and a stream for this run, returned to their pools at the end (after the stream is
   // drained, so no queued kernel still uses the arena).
   std::shared_ptr<Buffer> device_arena;
@@ -206,7 +198,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
         device_arena = Allocator::Host().AllocateOn(p.device.kind, p.device.ordinal, p.device_arena_bytes);
       stream = p.backend->AcquireStream(p.device.ordinal);
     } catch (...) {
-      p.ReturnArena(std::move(arena));
+      ArenaPool::Host().Give(std::move(arena));
       if (device_arena) p.ReturnDeviceArena(std::move(device_arena));
       throw;
     }
@@ -221,7 +213,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
       p.backend->ReleaseStream(p.device.ordinal, stream);
       p.ReturnDeviceArena(std::move(device_arena));
     }
-    p.ReturnArena(std::move(arena));
+    ArenaPool::Host().Give(std::move(arena));
   };
 
   std::vector<Tensor> values(p.slots.size());

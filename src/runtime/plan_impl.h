@@ -75,17 +75,12 @@ struct Plan::Impl {
   std::vector<TensorSpec> output_specs;
   size_t arena_bytes = 0;
   std::shared_ptr<MemoryAccount> account;
-  // Arenas are reused across runs (one per concurrent run) and freed by TrimArenas once idle.
+  // The host arena of a run comes from the process's ArenaPool (runtime/arena_pool.h), shared by every plan.
   struct PooledArena {
     std::shared_ptr<Buffer> buffer;
     std::chrono::steady_clock::time_point released;
   };
   mutable std::mutex arena_mu;
-  mutable std::vector<PooledArena> free_arenas;
-  void ReturnArena(std::shared_ptr<Buffer> arena) const {
-    std::lock_guard<std::mutex> lock(arena_mu);
-    free_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
-  }
   // Device plans (CompileOptions::device): the device, its backend and one device arena per concurrent run (values on
   // the device and device steps' workspaces), pooled and trimmed like the host arenas.
   DeviceSpec device;

@@ -259,8 +259,10 @@ struct ModelManager::Impl {
     return *slot;
   }
 
+  // Weights, every loaded model's runtime bytes (its plans' constants and packs, the arenas its runs hold) and the
+  // idle execution arenas, which the process's models share (TrimSharedArenas).
   int64_t AccountedLocked() const {
-    int64_t total = weight_store->BytesLive();
+    int64_t total = weight_store->BytesLive() + SharedArenaBytes();
     for (const auto& [key, e] : entries)
       if (e->loaded) total += e->loaded->model->RuntimeBytes();
     return total;
@@ -271,6 +273,7 @@ struct ModelManager::Impl {
   void UnloadLocked(Entry& e, const std::string& reason) {
     const int64_t bytes = e.loaded ? e.loaded->model->WeightBytes() + e.loaded->model->RuntimeBytes() : 0;
     e.loaded.reset();
+    TrimSharedArenas(0);  // what the unloaded model's runs left idle goes with it (the others take new ones)
     e.status = ModelStatus::kUnavailable;
     e.reason = reason;
     ++stats.unloads;
@@ -305,6 +308,8 @@ struct ModelManager::Impl {
       }
     }
     if (options.memory_budget_bytes <= 0) return true;
+    // Idle execution arenas go before any model does.
+    if (AccountedLocked() + reserved_bytes + extra_bytes > options.memory_budget_bytes) TrimSharedArenas(0);
     while (AccountedLocked() + reserved_bytes + extra_bytes > options.memory_budget_bytes) {
       Entry* victim = EvictionCandidateLocked(keep);
       if (!victim) return false;
@@ -577,8 +582,10 @@ struct ModelManager::Impl {
         if (e->status == ModelStatus::kReady && e->loaded) ready.push_back(e->loaded);
       lock.unlock();
       size_t trimmed = 0;
-      if (arena_idle > 0)
+      if (arena_idle > 0) {
+        trimmed += TrimSharedArenas(arena_idle);
         for (const auto& loaded : ready) trimmed += loaded->model->TrimArenas(arena_idle);
+      }
       ready.clear();
       lock.lock();
       if (stopping) break;

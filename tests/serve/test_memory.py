@@ -136,23 +136,50 @@ def write_weightless(repo, name, width=4096):
                                 opset_imports=[helper.make_opsetid("", 17)]), str(d / "model.onnx"))
 
 
-def test_budget_enforced_after_requests_grow_memory(start_repo, tmp_path):
-    # Loading these models costs nothing (no weights), so no load evicts; their requests' arenas (kept: --arena-idle
-    # 0) push the accounted bytes over the budget afterwards, and the housekeeping thread evicts the least recently
-    # used model, not the one just used.
+def test_models_running_in_turn_share_one_arena(start_repo, tmp_path):
+    # Execution arenas are shared by the process's models (runtime/arena_pool.h): A and B, weightless models of the
+    # same shape, run in turn and hold one arena between them even when arenas are kept (--arena-idle 0).
     repo = tmp_path / "repo"
     for name in "AB":
         write_weightless(repo, name)
     x = np.random.default_rng(5).standard_normal((16, 4096)).astype(np.float32)
-    probe = start_repo(repo, "--arena-idle", 0)
-    assert infer(probe, "A", x)[0] == 200
-    one = metric(probe, "osprey_accounted_bytes_total")
-    assert one > 0, "a request's arena is accounted"
+    server = start_repo(repo, "--arena-idle", 0, "--memory-budget", 64 << 20)
+    assert infer(server, "A", x)[0] == 200
+    one = metric(server, "osprey_accounted_bytes_total")
+    assert one >= 16 * 4096 * 4, "a request's arena is accounted"
+    for _ in range(3):
+        for name in "BA":
+            status, y = infer(server, name, x)
+            assert status == 200, y
+            a = np.maximum(x, 0)
+            b = 1 / (1 + np.exp(-a))
+            np.testing.assert_allclose(y, (a + b) * b, rtol=1e-5, atol=1e-6)
+    # B adds its pooled output buffer, not a second arena.
+    assert metric(server, "osprey_accounted_bytes_total") <= one + x.nbytes
+    s = states(server)
+    assert s["A"]["state"] == "READY" and s["B"]["state"] == "READY", s
+
+
+def test_budget_enforced_after_requests_grow_memory(start_repo, tmp_path):
+    # A model's first request packs its weights (accounted once made): loading B fits the budget, B's request then
+    # pushes the accounted bytes over it, and the housekeeping thread evicts the least recently used model (A), not
+    # the one just used.
+    repo = tmp_path / "repo"
+    w = {n: write_model(repo, n, 30 + i, 40 + i) for i, n in enumerate("AB")}
+    probe = start_repo(repo)
+    assert probe.request("POST", "/v2/repository/models/A/load")[0] == 200
+    loaded = metric(probe, "osprey_accounted_bytes_total")
+    assert infer(probe, "A", X)[0] == 200
+    ran = metric(probe, "osprey_accounted_bytes_total")
+    assert ran - loaded >= IN * HIDDEN * 4 // 2, "the packed weights of the first request are accounted"
     probe.kill()
 
-    server = start_repo(repo, "--arena-idle", 0, "--memory-budget", int(1.5 * one))
-    assert infer(server, "A", x)[0] == 200
-    assert infer(server, "B", x)[0] == 200  # loads without evicting A (its estimate is 0), then grows past the budget
+    budget = int(ran + loaded + (ran - loaded) // 2)
+    server = start_repo(repo, "--memory-budget", budget)
+    assert infer(server, "A", X)[0] == 200
+    status, y = infer(server, "B", X)  # loads without evicting A, then grows past the budget
+    assert status == 200, y
+    np.testing.assert_allclose(y, X @ w["B"][0] @ w["B"][1], rtol=1e-4, atol=1e-4)
     deadline = time.monotonic() + 10
     while states(server)["A"]["state"] == "READY":
         assert time.monotonic() < deadline, "A still READY 10 s after the accounted bytes passed the budget"
@@ -160,7 +187,7 @@ def test_budget_enforced_after_requests_grow_memory(start_repo, tmp_path):
     s = states(server)
     assert s["A"]["reason"].startswith("evicted: memory budget"), s
     assert s["B"]["state"] == "READY", s
-    assert metric(server, "osprey_accounted_bytes_total") <= 1.5 * one
+    assert metric(server, "osprey_accounted_bytes_total") <= budget
 
 
 def test_idle_unload(start_repo, tmp_path):

@@ -71,19 +71,42 @@ TEST(Runtime, PlanCacheIsBoundedLru) {
   EXPECT_EQ(s.size, 2u);
 }
 
-// Pooled arenas stay while in use and are freed once idle: RuntimeBytes (what the server accounts) falls back.
-TEST(Runtime, IdleArenasAreTrimmed) {
+// Host execution arenas are shared by every plan of the process (runtime/arena_pool.h): a run's arena goes back to
+// the shared pool when it ends (charged to the pool, not the model), a later run of any plan takes the smallest idle
+// one that fits (at most ArenaPool::kMaxWaste times its need), and TrimSharedArenas frees the idle ones.
+TEST(Runtime, ArenasAreSharedAndTrimmed) {
+  TrimSharedArenas(0);  // what earlier tests left idle
   GraphBuilder b("chain");
   auto x = b.Input("x", DType::kF32, {-1, 1024});
   b.Output(b.Op("Neg", {b.Op("Relu", {b.Op("Neg", {x})})}), "y");
   Model model(b.Finish());
-  const int64_t before = model.RuntimeBytes();
-  for (int64_t n : {256, 512}) model.Run({{"x", Tensor::Zeros(DType::kF32, {n, 1024})}});
-  EXPECT_GE(model.RuntimeBytes() - before, (256 + 512) * 1024 * 4) << "two plans' arenas are pooled";
-  EXPECT_EQ(model.TrimArenas(3600), 0u) << "nothing has been idle for an hour";
-  EXPECT_GT(model.TrimArenas(0), 0u);
-  EXPECT_EQ(model.RuntimeBytes(), before);
-  auto out = model.Run({{"x", Tensor::Zeros(DType::kF32, {256, 1024})}});  // a trimmed plan runs again
+  model.Run({{"x", Tensor::Zeros(DType::kF32, {512, 1024})}});
+  const int64_t one = SharedArenaBytes();
+  EXPECT_GE(one, 512 * 1024 * 4) << "the run's arena waits in the shared pool (charged to it, not the model)";
+  model.Run({{"x", Tensor::Zeros(DType::kF32, {256, 1024})}});
+  EXPECT_EQ(SharedArenaBytes(), one) << "the smaller plan ran in the larger plan's arena";
+
+  // Another model runs in the same arena, and the values left in it by the first do not leak into its results
+  // (nor back): y = relu(x) + 1 and y = min(x, 0), checked element by element, in turn.
+  GraphBuilder c("other");
+  auto cx = c.Input("x", DType::kF32, {256, 1024});
+  c.Output(c.Op("Add", {c.Op("Relu", {cx}), c.Constant(Tensor::Scalar<float>(1.f))}), "y");
+  Model other(c.Finish());
+  const Tensor in = RandomTensor({256, 1024}, 9, -2.f, 2.f);
+  for (int round = 0; round < 3; ++round) {
+    const Tensor ya = other.Run({{"x", in}})[0].second, yb = model.Run({{"x", in}})[0].second;
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      const float v = in.data<float>()[i];
+      ASSERT_EQ(ya.data<float>()[i], std::max(v, 0.f) + 1.f) << i;
+      ASSERT_EQ(yb.data<float>()[i], std::min(v, 0.f)) << i;
+    }
+  }
+  EXPECT_EQ(SharedArenaBytes(), one) << "two models running in turn hold one arena";
+
+  EXPECT_EQ(TrimSharedArenas(3600), 0u) << "nothing has been idle for an hour";
+  EXPECT_EQ(TrimSharedArenas(0), static_cast<size_t>(one));
+  EXPECT_EQ(SharedArenaBytes(), 0);
+  auto out = model.Run({{"x", Tensor::Zeros(DType::kF32, {256, 1024})}});  // runs again in a new arena
   EXPECT_EQ(out[0].second.dim(0), 256);
 }
 
@@ -219,6 +242,7 @@ TEST(Runtime, SharedWeightsCountedOnceAndFreedOnDrop) {
   Tensor backbone = RandomTensor({5, 5, 3, 3}, 42);
   ModelOptions opts;
   opts.weight_store = store;
+  TrimSharedArenas(0);
   const int64_t before = Allocator::Host().BytesLive();
   {
     auto a = std::make_unique<Model>(ConvBnAddRelu(1, &backbone), opts);
@@ -232,13 +256,14 @@ TEST(Runtime, SharedWeightsCountedOnceAndFreedOnDrop) {
     EXPECT_EQ(a->SharedWeightBytes(), w_bytes);
     EXPECT_EQ(b->SharedWeightBytes(), w_bytes);
     a->Run({{"x", RandomTensor({1, 5, 9, 7}, 5)}});
-    EXPECT_GT(a->RuntimeBytes(), 0);
+    EXPECT_GT(SharedArenaBytes(), 0) << "the run's arena waits in the shared pool";
     a.reset();
     EXPECT_EQ(b->SharedWeightBytes(), 0);
     b.reset();
     EXPECT_EQ(store->BytesLive(), 0);
   }
-  EXPECT_EQ(Allocator::Host().BytesLive(), before) << "dropping the models returns every accounted byte";
+  TrimSharedArenas(0);
+  EXPECT_EQ(Allocator::Host().BytesLive(), before) << "dropping the models (and the idle arena) returns every byte";
 }
 
 // Oracle: the store's byte count and its live derived entries. Two models with a bit-identical conv and matmul
@@ -321,7 +346,9 @@ TEST(Runtime, SingleThreadStepsRunOnOneThreadAndLeaveTheCallersCount) {
 }
 
 TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
-  // The TF1 failure: a new small graph per item. Here each graph is a value; memory returns to the baseline.
+  // The TF1 failure: a new small graph per item. Here each graph is a value; memory returns to the baseline (the
+  // idle arenas of the shared pool freed).
+  TrimSharedArenas(0);
   const int64_t before = Allocator::Host().BytesLive();
   PlanCache cache(4);
   for (int i = 0; i < 200; ++i) {
@@ -343,6 +370,7 @@ TEST(Runtime, FreshGraphPerItemDoesNotAccumulate) {
   }
   EXPECT_LE(cache.stats().size, 4u);
   cache.Clear();
+  TrimSharedArenas(0);
   EXPECT_EQ(Allocator::Host().BytesLive(), before);
 }
 

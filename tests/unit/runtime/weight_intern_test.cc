@@ -80,6 +80,7 @@ TEST(WeightIntern, ModelsShareAndFreeAdoptedWeights) {
   ModelOptions options;
   options.weight_store = store;
   const Tensor x = RandomTensor({2, 8}, 6);
+  TrimSharedArenas(0);
   const int64_t before = Allocator::Host().BytesLive();
   {
     Model a(Affine(RandomTensor({8, 4}, 7), RandomTensor({4}, 8)), options);
@@ -92,6 +93,7 @@ TEST(WeightIntern, ModelsShareAndFreeAdoptedWeights) {
     EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
   }
   EXPECT_EQ(store->BytesLive(), 0);
+  TrimSharedArenas(0);  // the runs' idle arena
   EXPECT_EQ(Allocator::Host().BytesLive(), before);
 }
 
