@@ -154,8 +154,8 @@ void AddServeOptions(CLI::App* serve) {
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   serve->add_option("--arena-idle", o.arena_idle,
-                    "Free a model's execution memory after this many seconds without a request, so a burst of large "
-                    "requests does not pin it (0 = keep it: no re-allocation after a pause)")
+                    "Free execution memory (arenas, shared by all models) unused for this many seconds, so a burst of "
+                    "large requests does not pin it (0 = keep it: no re-allocation after a pause)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   serve->add_option("--load", o.load, "Load these models at start (repeatable)");
