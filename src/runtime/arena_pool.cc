@@ -9,13 +9,28 @@
 
 namespace osprey {
 
+size_t TakeIdle(std::vector<IdleBuffer>& idle, double idle_seconds, std::vector<std::shared_ptr<Buffer>>* dropped,
+                const std::function<void(const Buffer*)>& on_drop) {
+  const auto cutoff = std::chrono::steady_clock::now() -
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
+  size_t bytes = 0;
+  for (auto it = idle.begin(); it != idle.end();) {
+    if (it->since <= cutoff) {
+      bytes += it->buffer->size();
+      if (on_drop) on_drop(it->buffer.get());
+      dropped->push_back(std::move(it->buffer));
+      it = idle.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return bytes;
+}
+
 struct ArenaPool::Impl {
-  struct Idle {
-    std::shared_ptr<Buffer> buffer;
-    std::chrono::steady_clock::time_point since;
-  };
   std::mutex mu;
-  std::vector<Idle> idle;  // oldest first
+  std::vector<IdleBuffer> idle;  // oldest first
   std::shared_ptr<MemoryAccount> account = std::make_shared<MemoryAccount>("idle execution arenas");
 };
 
@@ -60,24 +75,9 @@ void ArenaPool::Give(std::shared_ptr<Buffer> arena) {
 }
 
 size_t ArenaPool::Trim(double idle_seconds) {
-  const auto cutoff = std::chrono::steady_clock::now() -
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
   std::vector<std::shared_ptr<Buffer>> dropped;  // freed outside the lock
-  size_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    for (auto it = impl_->idle.begin(); it != impl_->idle.end();) {
-      if (it->since <= cutoff) {
-        bytes += it->buffer->size();
-        dropped.push_back(std::move(it->buffer));
-        it = impl_->idle.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  return bytes;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return TakeIdle(impl_->idle, idle_seconds, &dropped);
 }
 
 int64_t ArenaPool::IdleBytes() const { return impl_->account->BytesLive(); }

@@ -1,12 +1,26 @@
 #pragma once
 // Host execution arenas shared by every plan of the process (docs/architecture.md, "Execution arenas").
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "osprey/tensor.h"
 
 namespace osprey {
+
+/// A pooled block and since when it has been idle (arenas, device arenas, output blocks).
+struct IdleBuffer {
+  std::shared_ptr<Buffer> buffer;
+  std::chrono::steady_clock::time_point since;
+};
+
+/// Moves the blocks of `idle` unused for `idle_seconds` (0: every one) into `dropped`, for the caller to free outside
+/// its lock, calling `on_drop` (when given) with each; returns their bytes.
+size_t TakeIdle(std::vector<IdleBuffer>& idle, double idle_seconds, std::vector<std::shared_ptr<Buffer>>* dropped,
+                const std::function<void(const Buffer*)>& on_drop = nullptr);
 
 /// The idle host arenas of the process. A run takes the smallest idle one that holds its plan's arena and is at most
 /// kMaxWaste times as large (else a new one is allocated), charged to its model's account while it runs; when the run

@@ -37,24 +37,10 @@ void OutputPool::Give(int slot, std::shared_ptr<Buffer> buffer) {
 }
 
 size_t OutputPool::Trim(double idle_seconds) {
-  const auto cutoff = std::chrono::steady_clock::now() -
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
   std::vector<std::shared_ptr<Buffer>> dropped;  // freed outside the lock
   size_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [slot, idle] : idle_)
-      for (auto it = idle.begin(); it != idle.end();) {
-        if (it->since <= cutoff) {
-          bytes += it->buffer->size();
-          dropped.push_back(std::move(it->buffer));
-          it = idle.erase(it);
-        } else {
-          ++it;
-        }
-      }
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [slot, idle] : idle_) bytes += TakeIdle(idle, idle_seconds, &dropped);
   return bytes;
 }
 
@@ -64,24 +50,12 @@ size_t Plan::num_steps() const { return impl_->steps.size(); }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 
 size_t Plan::TrimArenas(double idle_seconds) const {
-  const auto cutoff = std::chrono::steady_clock::now() -
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::max(0.0, idle_seconds)));
   std::vector<std::shared_ptr<Buffer>> dropped;  // freed outside the lock
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(impl_->arena_mu);
-    std::vector<Plan::Impl::PooledArena>& pool = impl_->free_device_arenas;
-    for (auto it = pool.begin(); it != pool.end();) {
-      if (it->released <= cutoff) {
-        bytes += it->buffer->size();
-        impl_->arena_graphs.erase(it->buffer.get());
-        dropped.push_back(std::move(it->buffer));
-        it = pool.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    bytes += TakeIdle(impl_->free_device_arenas, idle_seconds, &dropped,
+                      [this](const Buffer* arena) { impl_->arena_graphs.erase(arena); });
   }
   bytes += impl_->output_pool->Trim(idle_seconds);
   for (const auto& plan : impl_->sub_plans) bytes += plan->TrimArenas(idle_seconds);

@@ -10,6 +10,7 @@
 
 #include "kernels/kernel.h"
 #include "osprey/runtime.h"
+#include "runtime/arena_pool.h"
 
 namespace osprey {
 
@@ -56,14 +57,10 @@ class OutputPool {
   size_t Trim(double idle_seconds);
 
  private:
-  struct Idle {
-    std::shared_ptr<Buffer> buffer;
-    std::chrono::steady_clock::time_point since;
-  };
   static constexpr size_t kMaxIdlePerSlot = 4;
   void Give(int slot, std::shared_ptr<Buffer> buffer);
   std::mutex mu_;
-  std::map<int, std::vector<Idle>> idle_;
+  std::map<int, std::vector<IdleBuffer>> idle_;
 };
 
 struct Plan::Impl {
@@ -76,17 +73,13 @@ struct Plan::Impl {
   size_t arena_bytes = 0;
   std::shared_ptr<MemoryAccount> account;
   // The host arena of a run comes from the process's ArenaPool (runtime/arena_pool.h), shared by every plan.
-  struct PooledArena {
-    std::shared_ptr<Buffer> buffer;
-    std::chrono::steady_clock::time_point released;
-  };
   mutable std::mutex arena_mu;
   // Device plans (CompileOptions::device): the device, its backend and one device arena per concurrent run (values on
   // the device and device steps' workspaces), pooled and trimmed like the host arenas.
   DeviceSpec device;
   DeviceBackend* backend = nullptr;
   size_t device_arena_bytes = 0;
-  mutable std::vector<PooledArena> free_device_arenas;
+  mutable std::vector<IdleBuffer> free_device_arenas;
   // CUDA Graphs: steps [graph_begin, graph_end) are device kernels only (PlaceOnDevice puts uploads before them and
   // downloads after); each device arena gets its own graph of them (the addresses differ), captured at the arena's
   // second run (the first warms the libraries up) and replayed after. Empty range: no graphs. Under arena_mu.
