@@ -103,8 +103,9 @@ bool IsMicrosoftDomainOp(const std::string& op_type);
 /// Internal op made by the channel-shuffle fusion (schema and semantics: src/ops/internal_ops.cc).
 inline constexpr const char* kChannelShuffleOp = "_ChannelShuffle";
 
-/// Gather attribute set by the one-hot fusion (runtime/fusion_tf.cc): 1 = an index outside [0, dim) gives a zero
-/// slice (what a one-hot product gives), where ONNX's Gather wraps negative indices and rejects the others.
+/// Gather attribute set by the one-hot fusion (runtime/fusion_tf.cc): an index outside [0, dim) gives a zero slice
+/// (what a one-hot product gives) where ONNX's Gather wraps negative indices and rejects the others; 1: as is,
+/// 2: a negative index wraps once first (OneHot's rule), then the same.
 inline constexpr const char* kGatherZeroOutside = "_zero_outside";
 
 /// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message

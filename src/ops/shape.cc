@@ -607,6 +607,32 @@ void InferConstantOfShape(InferContext& ctx) {
   ctx.SetOutput(0, dtype, shape);
 }
 
+// OneHot(indices, depth, values [off, on]; axis): indices' shape with `depth` inserted at `axis` (default -1, the
+// innermost), of values' dtype. depth must be known when the model is compiled (it sizes the output).
+void InferOneHot(InferContext& ctx) {
+  const Shape& indices = InShape(ctx, 0);
+  const Tensor& depth_t = ctx.Value(1);
+  if (depth_t.numel() != 1 || depth_t.rank() > 1)
+    ctx.Fail("depth must be a scalar or a one-element tensor, got shape " + ShapeToString(depth_t.shape()));
+  const double depth_value = depth_t.GetAsDouble(0);
+  if (!(depth_value >= 1) || depth_value > static_cast<double>(kMaxBytes))
+    ctx.Fail("depth must be a positive number of classes, got " + ToStr(depth_value));
+  const Shape& values = InShape(ctx, 2);
+  if (values.size() != 1 || values[0] != 2)
+    ctx.Fail("values must be [off_value, on_value] (2 elements), got shape " + ShapeToString(values));
+  const int64_t rank = static_cast<int64_t>(indices.size());
+  int64_t axis = ctx.node.GetInt("axis", -1);
+  if (axis < -rank - 1 || axis > rank)
+    ctx.Fail("axis " + Str(axis) + " is out of range for indices of rank " + Str(rank) + " (the output has rank " +
+             Str(rank + 1) + ")");
+  if (axis < 0) axis += rank + 1;
+  Shape out(indices.begin(), indices.begin() + axis);
+  out.push_back(static_cast<int64_t>(depth_value));
+  out.insert(out.end(), indices.begin() + axis, indices.end());
+  CheckShape(ctx, out);
+  ctx.SetOutput(0, ctx.input_dtypes[2], out);
+}
+
 void InferRange(InferContext& ctx) {
   for (int i = 0; i < 3; ++i) {
     const Tensor& t = ctx.Value(i);
@@ -715,6 +741,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Constant", 0, 0, 1, 1, InferConstant);
   Add(r, "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape);
   Add(r, "Range", 3, 3, 1, 1, InferRange);
+  Add(r, "OneHot", 3, 3, 1, 1, InferOneHot);
   Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true});
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);

@@ -10,9 +10,11 @@
 //   batch normalisation and activation inside; sunk, those meet the Conv and fold into it (FoldConvAffine,
 //   FuseActivation) and the pair disappears. A ReduceMean over H and W (keepdims) behind such a Transpose (a
 //   squeeze-excite block) becomes a GlobalAveragePool in front of it;
-// - a one-hot embedding as JAX and Keras write it, MatMul(Cast(Equal(idx, arange(D))), W[D, K]) with integer idx whose
-//   last dim is 1, becomes Gather(W, idx) with zero rows for indices outside [0, D) (what the one-hot product gives;
-//   attribute kGatherZeroOutside) and a Reshape: magika's [2048, 257] one-hot product took 1.2 ms of ~6.
+// - a one-hot embedding, MatMul(Cast(Equal(idx, arange(D))), W[D, K]) as JAX and Keras write it (integer idx whose last
+//   dim is 1) or MatMul([Cast](OneHot(idx, D, [0, 1])), W) as PyTorch and tf.one_hot do, becomes Gather(W, idx) and a
+//   Reshape, with zero rows for indices the one-hot product sends nowhere (attribute kGatherZeroOutside: outside
+//   [0, D) for Equal; OneHot wraps a negative index once first): magika's [2048, 257] one-hot product took 1.2 ms of
+//   ~6.
 #include <algorithm>
 #include <cmath>
 
@@ -289,23 +291,56 @@ void OneHotMatMulToGather(CompileState& st) {
       continue;
     const DType dtype = st.values[w].value.dtype();
     const int64_t depth = st.values[w].value.dim(0), width = st.values[w].value.dim(1);
-    const Node& cast = st.nodes[producer[hot]];
-    if (cast.op_type != "Cast" || cast.inputs.size() != 1 || st.values[hot].dtype != dtype ||
-        !PrivateValue(st, c, cast.inputs[0]) || producer[cast.inputs[0]] < 0)
-      continue;
-    const Node& equal = st.nodes[producer[cast.inputs[0]]];
-    if (equal.op_type != "Equal" || equal.inputs.size() != 2) continue;
-    int idx = -1;
-    for (int k = 0; k < 2; ++k)
-      if (IsArange(st, equal.inputs[1 - k], depth)) idx = equal.inputs[k];
-    if (idx < 0 || st.values[idx].known) continue;
+    if (st.values[hot].dtype != dtype) continue;
+    const int made_by = producer[hot];
+    int idx = -1, mode = 1;  // mode: kGatherZeroOutside's value
+    std::vector<int> gone;   // the nodes that made the one-hot tensor
+    Shape hot_shape;
+    // OneHot, or OneHot -> Cast (PyTorch: F.one_hot gives int64, `.float()` casts it).
+    int one_hot_at = made_by;
+    const Node& last = st.nodes[made_by];
+    if (last.op_type == "Cast" && last.inputs.size() == 1 && PrivateValue(st, c, last.inputs[0]) &&
+        producer[last.inputs[0]] >= 0 && st.nodes[producer[last.inputs[0]]].op_type == "OneHot") {
+      gone.push_back(made_by);
+      one_hot_at = producer[last.inputs[0]];
+    }
+    if (st.nodes[one_hot_at].op_type == "OneHot") {
+      // OneHot(idx, D, [0, 1]) along the innermost axis: negative indices wrap once, as OneHot's do.
+      const Node& one_hot = st.nodes[one_hot_at];
+      if (one_hot.inputs.size() != 3 || one_hot.inputs[1] < 0 || one_hot.inputs[2] < 0) continue;
+      const CompileValue& values = st.values[one_hot.inputs[2]];
+      if (!values.known || values.value.numel() != 2 || values.value.GetAsDouble(0) != 0.0 ||
+          values.value.GetAsDouble(1) != 1.0)
+        continue;
+      idx = one_hot.inputs[0];
+      if (idx < 0) continue;
+      const int64_t rank = static_cast<int64_t>(st.values[idx].shape.size());
+      const int64_t axis = one_hot.GetInt("axis", -1);
+      if (axis != -1 && axis != rank) continue;
+      hot_shape = st.values[idx].shape;
+      hot_shape.push_back(depth);
+      mode = 2;
+      gone.push_back(one_hot_at);
+    } else {
+      const Node& cast = st.nodes[made_by];
+      if (cast.op_type != "Cast" || cast.inputs.size() != 1 || !PrivateValue(st, c, cast.inputs[0]) ||
+          producer[cast.inputs[0]] < 0)
+        continue;
+      const Node& equal = st.nodes[producer[cast.inputs[0]]];
+      if (equal.op_type != "Equal" || equal.inputs.size() != 2) continue;
+      for (int k = 0; k < 2; ++k)
+        if (IsArange(st, equal.inputs[1 - k], depth)) idx = equal.inputs[k];
+      if (idx < 0 || st.values[idx].shape.empty() || st.values[idx].shape.back() != 1) continue;
+      // The one-hot tensor is idx's shape with the 1 replaced by depth (no other broadcasting).
+      hot_shape = st.values[idx].shape;
+      hot_shape.back() = depth;
+      gone = {made_by, producer[cast.inputs[0]]};
+    }
     const Shape idx_shape = st.values[idx].shape;
     const DType idx_dtype = st.values[idx].dtype;
-    if ((idx_dtype != DType::kI32 && idx_dtype != DType::kI64) || idx_shape.empty() || idx_shape.back() != 1) continue;
-    // The one-hot tensor is idx's shape with the 1 replaced by depth (no other broadcasting).
-    Shape hot_shape = idx_shape;
-    hot_shape.back() = depth;
-    if (st.values[hot].shape != hot_shape) continue;
+    if (st.values[idx].known || (idx_dtype != DType::kI32 && idx_dtype != DType::kI64) ||
+        st.values[hot].shape != hot_shape)
+      continue;
     Node gather;
     gather.op_type = "Gather";
     gather.name = matmul.name + "/one_hot_gather";
@@ -314,7 +349,7 @@ void OneHotMatMulToGather(CompileState& st) {
     gathered.push_back(width);
     gather.outputs = {st.AddValue(dtype, gathered)};
     gather.attrs["axis"] = Attribute::Int(0);
-    gather.attrs[kGatherZeroOutside] = Attribute::Int(1);
+    gather.attrs[kGatherZeroOutside] = Attribute::Int(mode);
     const Shape y_shape = st.values[y].shape;
     Node reshape;
     reshape.op_type = "Reshape";
@@ -322,8 +357,7 @@ void OneHotMatMulToGather(CompileState& st) {
     reshape.inputs = {gather.outputs[0], st.AddConstant(Tensor::FromVector<int64_t>(
                                              {static_cast<int64_t>(y_shape.size())}, y_shape))};
     reshape.outputs = {y};
-    dead[producer[hot]] = 1;
-    dead[producer[cast.inputs[0]]] = 1;
+    for (int node : gone) dead[node] = 1;
     added.push_back(std::move(gather));
     matmul = std::move(reshape);
   }

@@ -265,8 +265,11 @@ void GatherKernel(KernelContext& ctx) {
   int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
   int64_t dim = data.dim(axis);
   std::vector<int64_t> indices = IndexValues(ctx.In(1));
-  const bool zero_outside = ctx.node.GetInt(kGatherZeroOutside, 0) != 0;  // -1: a zero slice
-  for (int64_t& v : indices) v = zero_outside ? (v >= 0 && v < dim ? v : -1) : CheckedIndex(ctx, v, dim);
+  const int64_t zero_outside = ctx.node.GetInt(kGatherZeroOutside, 0);  // -1 below: a zero slice
+  for (int64_t& v : indices) {
+    if (zero_outside == 2 && v < 0) v += dim;
+    v = zero_outside != 0 ? (v >= 0 && v < dim ? v : -1) : CheckedIndex(ctx, v, dim);
+  }
   size_t es = DTypeSize(data.dtype());
   int64_t outer = Product(data.shape(), 0, axis);
   size_t inner = static_cast<size_t>(Product(data.shape(), axis + 1, rank)) * es;
@@ -573,6 +576,34 @@ void ConstantOfShapeKernel(KernelContext& ctx) {
   FillPattern(Bytes(out), out.numel(), value.data(), DTypeSize(out.dtype()));
 }
 
+// OneHot: every position off_value, then on_value where the class is the (wrapped) index; an index outside
+// [-depth, depth) leaves its row all off_value. Float indices are truncated toward zero, as ONNX Runtime does.
+void OneHotKernel(KernelContext& ctx) {
+  const Tensor& indices = ctx.In(0);
+  const Tensor& values = ctx.In(2);
+  Tensor& out = ctx.Out(0);
+  const int64_t rank = indices.rank();
+  int64_t axis = ctx.node.GetInt("axis", -1);
+  if (axis < 0) axis += rank + 1;
+  const int64_t depth = out.dim(axis);
+  const int64_t outer = Product(indices.shape(), 0, axis), inner = Product(indices.shape(), axis, rank);
+  if (out.numel() != outer * depth * inner) Internal(ctx.node, "output size mismatch");
+  const size_t es = DTypeSize(out.dtype());
+  const char* off = Bytes(values);
+  const char* on = off + es;
+  char* dst = Bytes(out);
+  for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(dst + i * es, off, es);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const double raw = indices.GetAsDouble(o * inner + i);
+      if (!(raw > -static_cast<double>(depth) - 1 && raw < static_cast<double>(depth))) continue;  // NaN too
+      int64_t k = static_cast<int64_t>(raw);  // truncates toward zero
+      if (k < 0) k += depth;
+      if (k < 0 || k >= depth) continue;
+      std::memcpy(dst + ((o * depth + k) * inner + i) * es, on, es);
+    }
+}
+
 void RangeKernel(KernelContext& ctx) {
   Tensor& out = ctx.Out(0);
   int64_t n = out.numel();
@@ -634,6 +665,7 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Split", SplitKernel);
   t.Add("Slice", SliceKernel);
   t.Add("Gather", GatherKernel);
+  t.Add("OneHot", OneHotKernel);
   t.Add("GatherElements", GatherElementsKernel);
   t.Add("Reshape", CopyKernel);
   t.Add("Flatten", CopyKernel);

@@ -598,6 +598,35 @@ TEST(ShapeOpsRange, IntAndFloat) {
   ExpectError([&] { RunReferenceNode(n, {i64(0), f(3), i64(1)}); }, ErrorCode::kInvalidArgument);
 }
 
+// OneHot against hand-written outputs (the ONNX backend tests check it against ONNX's too): the class axis inserted
+// innermost by default, or at `axis`; a negative index wraps once; outside [-depth, depth) the row stays off; float
+// indices are truncated; the values' dtype is the output's. Bad depth, values and axis are errors, as is a depth
+// whose output would exceed the size limit.
+TEST(ShapeOpsOneHot, ClassesIndicesAndErrors) {
+  const Tensor idx = Tensor::FromVector<int64_t>({2, 2}, {1, -1, 3, -4});
+  const Tensor depth = Tensor::Scalar<int64_t>(3);
+  const Tensor values = Floats({0.5f, 2.f});  // off, on
+  Tensor want = Tensor::FromVector<float>({2, 2, 3}, {0.5f, 2, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f});
+  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1), {idx, depth, values}), want);
+  // axis 0: output[class, i, j]
+  Tensor axis0 = Tensor::FromVector<float>({3, 2, 2}, {0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f});
+  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1, {{"axis", Attribute::Int(0)}}), {idx, depth, values}), axis0);
+  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1, {{"axis", Attribute::Int(-3)}}), {idx, depth, values}), axis0);
+  // float indices truncated toward zero; int32 values
+  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1), {Floats({1.7f, -0.5f}), Tensor::Scalar<float>(2.f),
+                                                   Tensor::FromVector<int32_t>({2}, {0, 7})}),
+                   Tensor::FromVector<int32_t>({2, 2}, {0, 7, 7, 0}));
+  auto fails = [&](const std::vector<Tensor>& in, AttributeMap attrs) {
+    ExpectError([&] { RunReferenceNode(MakeNode("OneHot", 3, 1, std::move(attrs)), in); },
+                ErrorCode::kInvalidArgument);
+  };
+  fails({idx, Tensor::Scalar<int64_t>(0), values}, {});                        // no classes
+  fails({idx, Tensor::FromVector<int64_t>({2}, {3, 3}), values}, {});          // depth not a scalar
+  fails({idx, depth, Floats({0, 1, 2})}, {});                                  // values not [off, on]
+  fails({idx, depth, values}, {{"axis", Attribute::Int(3)}});                  // output rank is 3
+  fails({idx, Tensor::Scalar<int64_t>(int64_t{1} << 47), values}, {});         // 4 x 2^47 elements: over the limit
+}
+
 TEST(ShapeOpsIdentity, IdentityAndDropout) {
   Tensor x = Tensor::FromVector<int8_t>({3}, {1, -2, 3});
   ExpectTensorNear(Run1(MakeNode("Identity", 1, 1), {x}), x);

@@ -252,6 +252,46 @@ TEST(TfPatterns, OneHotMatMulBecomesGather) {
       }
 }
 
+// The same embedding written with OneHot: float values [0, 1] (tf.one_hot), or int64 ones and a Cast (PyTorch's
+// F.one_hot(x).float()). A negative index wraps once (-1 is the last row, -7 the first), beyond [-D, D) the row is
+// zero. Oracle: W's rows picked by hand. Not rewritten: values other than [0, 1] (then OneHot and MatMul stay).
+TEST(TfPatterns, OneHotOpMatMulBecomesGather) {
+  constexpr int64_t kDepth = 7, kWidth = 5;
+  const Tensor w = RandomTensor({kDepth, kWidth}, 4);
+  const std::vector<int64_t> idx{0, 6, 3, -1, 7, 100, 2, -7, -8, 1};
+  for (const char* form : {"float", "int64 + Cast", "on = 2"}) {
+    SCOPED_TRACE(form);
+    const bool cast = std::string(form) == "int64 + Cast";
+    const float on = std::string(form) == "on = 2" ? 2.f : 1.f;
+    GraphBuilder b("one_hot_op", 13);
+    auto x = b.Input("idx", DType::kI64, {2, 5});
+    auto values = cast ? b.Constant(Tensor::FromVector<int64_t>({2}, {0, 1}))
+                       : b.Constant(Tensor::FromVector<float>({2}, {0.f, on}));
+    auto hot = b.Op("OneHot", {x, b.Constant(Tensor::Scalar<int64_t>(kDepth)), values});
+    if (cast) hot = b.Op("Cast", {hot}, {{"to", Attribute::Int(1)}});
+    b.Output(b.Op("MatMul", {hot, b.Constant(w)}), "y");
+    const Graph graph = b.Finish();
+    for (bool fast : {false, true}) {
+      SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
+      auto plan = Compile(graph, {{DType::kI64, {2, 5}}}, CompileOptions{.num_threads = 2, .fast_kernels = fast});
+      std::vector<OpProfile> profile;
+      const std::vector<Tensor> got =
+          plan->Run(std::vector<Tensor>{Tensor::FromVector<int64_t>({2, 5}, idx)}, &profile);
+      std::string ops;
+      for (const OpProfile& p : profile) ops += " " + p.op_type;
+      EXPECT_EQ(ops.find("OneHot") == std::string::npos, on == 1.f) << ops;
+      ASSERT_EQ(got[0].shape(), (Shape{2, 5, kWidth}));
+      for (size_t i = 0; i < idx.size(); ++i) {
+        const int64_t row = idx[i] < 0 ? idx[i] + kDepth : idx[i];
+        for (int64_t k = 0; k < kWidth; ++k) {
+          const float want = row >= 0 && row < kDepth ? on * w.data<float>()[row * kWidth + k] : 0.f;
+          EXPECT_FLOAT_EQ(got[0].data<float>()[i * kWidth + k], want) << "index " << idx[i] << " column " << k;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace osprey
 
