@@ -11,12 +11,13 @@
 //   FuseActivation) and the pair disappears. A ReduceMean over H and W (keepdims) behind such a Transpose (a
 //   squeeze-excite block) becomes a GlobalAveragePool in front of it;
 // - a one-hot embedding, MatMul(Cast(Equal(idx, arange(D))), W[D, K]) as JAX and Keras write it (integer idx whose last
-//   dim is 1) or MatMul([Cast](OneHot(idx, D, [0, 1])), W) as PyTorch and tf.one_hot do, becomes Gather(W, idx) and a
-//   Reshape, with zero rows for indices the one-hot product sends nowhere (attribute kGatherZeroOutside: outside
-//   [0, D) for Equal; OneHot wraps a negative index once first): magika's [2048, 257] one-hot product took 1.2 ms of
-//   ~6.
+//   dim is 1, dropped by a Reshape of the indices) or MatMul([Cast](OneHot(idx, D, [0, 1])), W) as PyTorch and
+//   tf.one_hot do, becomes Gather(W, idx), with zero rows for indices the one-hot product sends nowhere (attribute
+//   kGatherZeroOutside: outside [0, D) for Equal; OneHot wraps a negative index once first): magika's [2048, 257]
+//   one-hot product took 1.2 ms of ~6.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "ops/activation.h"
 #include "ops/op_registry.h"
@@ -281,7 +282,7 @@ void OneHotMatMulToGather(CompileState& st) {
   for (size_t i = 0; i < st.nodes.size(); ++i)
     for (int v : st.nodes[i].outputs)
       if (v >= 0) producer[v] = static_cast<int>(i);
-  std::vector<Node> added;  // Gathers, in place of the MatMuls (whose index they take)
+  std::map<size_t, Node> before;  // node index -> a node to insert before it (the Equal form's indices Reshape)
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     Node& matmul = st.nodes[i];
     if (matmul.op_type != "MatMul" || matmul.inputs.size() != 2 || matmul.outputs.size() != 1) continue;
@@ -341,35 +342,40 @@ void OneHotMatMulToGather(CompileState& st) {
     if (st.values[idx].known || (idx_dtype != DType::kI32 && idx_dtype != DType::kI64) ||
         st.values[hot].shape != hot_shape)
       continue;
+    // The Gather writes y: its indices are idx without the trailing 1 (the Equal form; a Reshape of a few integers
+    // in front) or idx itself (OneHot).
+    Shape indices_shape = idx_shape;
+    if (mode == 1) indices_shape.pop_back();
+    Shape gathered = indices_shape;
+    gathered.push_back(width);
+    if (st.values[y].shape != gathered) continue;
+    int indices = idx;
+    if (mode == 1) {
+      Node reshape;
+      reshape.op_type = "Reshape";
+      reshape.name = matmul.name + "/one_hot_indices";
+      reshape.inputs = {idx, st.AddConstant(Tensor::FromVector<int64_t>(
+                                 {static_cast<int64_t>(indices_shape.size())}, indices_shape))};
+      indices = st.AddValue(idx_dtype, indices_shape);
+      reshape.outputs = {indices};
+      before[i] = std::move(reshape);
+    }
     Node gather;
     gather.op_type = "Gather";
-    gather.name = matmul.name + "/one_hot_gather";
-    gather.inputs = {w, idx};
-    Shape gathered = idx_shape;
-    gathered.push_back(width);
-    gather.outputs = {st.AddValue(dtype, gathered)};
+    gather.name = matmul.name;
+    gather.inputs = {w, indices};
+    gather.outputs = {y};
     gather.attrs["axis"] = Attribute::Int(0);
     gather.attrs[kGatherZeroOutside] = Attribute::Int(mode);
-    const Shape y_shape = st.values[y].shape;
-    Node reshape;
-    reshape.op_type = "Reshape";
-    reshape.name = matmul.name;
-    reshape.inputs = {gather.outputs[0], st.AddConstant(Tensor::FromVector<int64_t>(
-                                             {static_cast<int64_t>(y_shape.size())}, y_shape))};
-    reshape.outputs = {y};
     for (int node : gone) dead[node] = 1;
-    added.push_back(std::move(gather));
-    matmul = std::move(reshape);
+    matmul = std::move(gather);
   }
-  if (added.empty()) return;
-  // Each Gather goes right before its Reshape (which took the MatMul's place); Equal and Cast are gone.
+  if (before.empty() && std::find(dead.begin(), dead.end(), 1) == dead.end()) return;
+  // Equal, Cast and OneHot are gone; each indices Reshape goes right before its Gather (the MatMul's place).
   std::vector<Node> nodes;
-  size_t next = 0;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     if (dead[i]) continue;
-    if (next < added.size() && st.nodes[i].op_type == "Reshape" && !st.nodes[i].inputs.empty() &&
-        st.nodes[i].inputs[0] == added[next].outputs[0])
-      nodes.push_back(std::move(added[next++]));
+    if (auto it = before.find(i); it != before.end()) nodes.push_back(std::move(it->second));
     nodes.push_back(std::move(st.nodes[i]));
   }
   st.nodes = std::move(nodes);
