@@ -48,7 +48,7 @@ std::shared_ptr<Buffer> ArenaPool::Take(size_t bytes, const std::shared_ptr<Memo
     auto best = impl_->idle.end();
     for (auto it = impl_->idle.begin(); it != impl_->idle.end(); ++it) {
       const size_t size = it->buffer->size();
-      if (size >= bytes && size <= std::max<size_t>(bytes, 1) * kMaxWaste &&
+      if (size >= bytes && size <= std::max(bytes, kSmallArena) * kMaxWaste &&
           (best == impl_->idle.end() || size < best->buffer->size()))
         best = it;
     }

@@ -23,7 +23,8 @@ size_t TakeIdle(std::vector<IdleBuffer>& idle, double idle_seconds, std::vector<
                 const std::function<void(const Buffer*)>& on_drop = nullptr);
 
 /// The idle host arenas of the process. A run takes the smallest idle one that holds its plan's arena and is at most
-/// kMaxWaste times as large (else a new one is allocated), charged to its model's account while it runs; when the run
+/// kMaxWaste times as large (as if it needed at least kSmallArena: tiny plans take tiny arenas, not new ones each
+/// time), else a new one is allocated, charged to its model's account while it runs; when the run
 /// ends it goes back here, charged to this pool's account (SharedArenaBytes). So models that run in turn share one
 /// arena: their memory follows the number of runs at once, not the number of models. Thread-safe.
 class ArenaPool {
@@ -39,6 +40,7 @@ class ArenaPool {
   int64_t IdleBytes() const;
 
   static constexpr size_t kMaxWaste = 4;
+  static constexpr size_t kSmallArena = size_t{64} << 10;
   static constexpr size_t kMaxIdle = 16;
 
  private:

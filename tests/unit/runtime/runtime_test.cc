@@ -108,6 +108,18 @@ TEST(Runtime, ArenasAreSharedAndTrimmed) {
   EXPECT_EQ(SharedArenaBytes(), 0);
   auto out = model.Run({{"x", Tensor::Zeros(DType::kF32, {256, 1024})}});  // runs again in a new arena
   EXPECT_EQ(out[0].second.dim(0), 256);
+
+  // A plan with an empty arena (no intermediate values) reuses one too: it does not fill the pool, pushing out the
+  // large ones.
+  TrimSharedArenas(0);
+  GraphBuilder t("tiny");
+  auto tx = t.Input("x", DType::kF32, {1, 4});
+  t.Output(t.Op("Neg", {tx}), "y");
+  Model tiny(t.Finish());
+  tiny.Run({{"x", Tensor::Zeros(DType::kF32, {1, 4})}});
+  const int64_t tiny_one = SharedArenaBytes();
+  for (int i = 0; i < 20; ++i) tiny.Run({{"x", Tensor::Zeros(DType::kF32, {1, 4})}});
+  EXPECT_EQ(SharedArenaBytes(), tiny_one);
 }
 
 // Shapes that would wrap the byte arithmetic are refused at compile time, whichever op computes them.
