@@ -18,7 +18,8 @@
 namespace osprey::cpu {
 namespace {
 
-constexpr int64_t kPanel = kGemvPanel;  // output columns per panel: four zmm accumulators (two sets, for two k at a time)
+// Output columns per panel: four zmm accumulators (two sets, for two k at a time).
+constexpr int64_t kPanel = kGemvPanel;
 
 // y[0..63] = x[0..K) times one panel (K rows of 64).
 __attribute__((target("avx512f"))) void PanelTimesRow(const float* x, const float* panel, int64_t k_size, float* y) {
@@ -134,7 +135,8 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
 
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
-  if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2) return nullptr;
+  if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2)
+    return nullptr;
   if (!node.GetString("_activation", "").empty()) return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];

@@ -592,7 +592,7 @@ void OneHotKernel(KernelContext& ctx) {
   const char* off = Bytes(values);
   const char* on = off + es;
   char* dst = Bytes(out);
-  for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(dst + i * es, off, es);
+  FillPattern(dst, out.numel(), off, es);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const double raw = indices.GetAsDouble(o * inner + i);

@@ -1,5 +1,6 @@
 // Shape and data-movement ops: schema (shape/dtype inference) plus reference kernel, checked against values computed
 // by hand in each test (or by explicit index loops written independently of the kernels).
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -621,6 +622,7 @@ TEST(ShapeOpsOneHot, ClassesIndicesAndErrors) {
                 ErrorCode::kInvalidArgument);
   };
   fails({idx, Tensor::Scalar<int64_t>(0), values}, {});                        // no classes
+  fails({idx, Tensor::Scalar<float>(std::nanf("")), values}, {});               // not a number of classes
   fails({idx, Tensor::FromVector<int64_t>({2}, {3, 3}), values}, {});          // depth not a scalar
   fails({idx, depth, Floats({0, 1, 2})}, {});                                  // values not [off, on]
   fails({idx, depth, values}, {{"axis", Attribute::Int(3)}});                  // output rank is 3
