@@ -48,6 +48,9 @@ struct OpTraits {
   /// The output depends on the input's shape only (Shape, Size): computed when the model is compiled even when the
   /// input's value is not known (runtime/compile.cc).
   bool shape_only = false;
+  /// Output 0 is input 0's bytes unchanged, only its shape may differ (Reshape, Flatten, Squeeze, Unsqueeze,
+  /// Identity): in a host plan the memory plan gives both one buffer and the step copies nothing (runtime/compile.cc).
+  bool same_bytes = false;
 };
 
 struct OpSchema {

@@ -726,10 +726,10 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Slice", 1, 5, 1, 1, InferSlice);
   Add(r, "Gather", 2, 2, 1, 1, InferGather);
   Add(r, "GatherElements", 2, 2, 1, 1, InferGatherElements);
-  Add(r, "Reshape", 1, 2, 1, 1, InferReshape);
-  Add(r, "Flatten", 1, 1, 1, 1, InferFlatten);
-  Add(r, "Squeeze", 1, 2, 1, 1, InferSqueeze);
-  Add(r, "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze);
+  Add(r, "Reshape", 1, 2, 1, 1, InferReshape, {.same_bytes = true});
+  Add(r, "Flatten", 1, 1, 1, 1, InferFlatten, {.same_bytes = true});
+  Add(r, "Squeeze", 1, 2, 1, 1, InferSqueeze, {.same_bytes = true});
+  Add(r, "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze, {.same_bytes = true});
   Add(r, "Transpose", 1, 1, 1, 1, InferTranspose);
   Add(r, "Expand", 2, 2, 1, 1, InferExpand);
   Add(r, "Tile", 2, 2, 1, 1, InferTile);
@@ -742,7 +742,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape);
   Add(r, "Range", 3, 3, 1, 1, InferRange);
   Add(r, "OneHot", 3, 3, 1, 1, InferOneHot);
-  Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true});
+  Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true, .same_bytes = true});
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth);

@@ -267,10 +267,13 @@ class LayoutReorderRef : public Kernel {
   bool to_nhwc_;
 };
 
-// A Transpose between [N, C, H, W] stored channels-last and plain [N, H, W, C] (layout.cc): the bytes are the same.
-class LayoutCopy : public Kernel {
+// A step whose output is its input's bytes: a Transpose between [N, C, H, W] stored channels-last and plain
+// [N, H, W, C] (layout.cc), or an op with OpTraits::same_bytes (Reshape, Flatten, ...). The memory plan gives both
+// one buffer where it can, and then there is nothing to copy.
+class SameBytesCopy : public Kernel {
  public:
-  const char* Name() const override { return "TransposeLayoutCopy"; }
+  explicit SameBytesCopy(const char* name) : name_(name) {}
+  const char* Name() const override { return name_; }
   void Run(KernelContext& ctx) override {
     OSPREY_CHECK(ctx.In(0).nbytes() == ctx.Out(0).nbytes());
     const char* src = static_cast<const char*>(ctx.In(0).raw());
@@ -282,7 +285,17 @@ class LayoutCopy : public Kernel {
 #pragma omp parallel for schedule(static) if (n >= 64 * kBlock)
     for (int64_t b = 0; b < blocks; ++b) std::memcpy(dst + b * kBlock, src + b * kBlock, std::min(kBlock, n - b * kBlock));
   }
+
+ private:
+  const char* name_;
 };
+
+// Whether a live node only passes its input's bytes on (OpTraits::same_bytes, same type and layout on both sides).
+bool PassesBytesOn(const CompileState& st, const Node& node) {
+  if (!OpRegistry::TraitsOf(node.op_type).same_bytes || node.inputs.empty() || node.inputs[0] < 0) return false;
+  const int in = node.inputs[0], out = node.outputs[0];
+  return st.values[in].dtype == st.values[out].dtype && st.layouts[in] == st.layouts[out];
+}
 
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
@@ -476,7 +489,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       step.fast = CreateLayoutReorderKernel(shape, from, to, nthreads);
       if (!step.fast) step.fast = std::make_unique<LayoutReorderRef>(shape, to == Layout::kNhwc);
     } else if (st.transparent[ni] == CompileState::kTransparentCopy) {
-      step.fast = std::make_unique<LayoutCopy>();
+      step.fast = std::make_unique<SameBytesCopy>("TransposeLayoutCopy");
+    } else if (!on_device && PassesBytesOn(st, node)) {
+      step.fast = std::make_unique<SameBytesCopy>("SameBytesCopy");
     } else if (st.transparent[ni]) {
       // Elementwise kernel on physical shapes; plain operands are viewed as [N, H, W, C].
       step.reference = FindReferenceKernel(node.op_type);
@@ -531,15 +546,15 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   }
   if (on_device) PlaceOnDevice(*impl, weights);
 
-  // Memory plan: arena offsets by liveness, first fit. The output of a layout copy (a Transpose between NHWC-stored
-  // [N, C, H, W] and plain [N, H, W, C]) shares its input's bytes when both live in the arena: values are never
-  // written after their step, so the two slots are one buffer, freed when the last of them dies, and the copy kernel
-  // finds nothing to do.
+  // Memory plan: arena offsets by liveness, first fit. The output of a SameBytesCopy step (a Transpose between
+  // NHWC-stored [N, C, H, W] and plain [N, H, W, C], a Reshape, ...) shares its input's bytes when both live in the
+  // arena: values are never written after their step, so the two slots are one buffer, freed when the last of them
+  // dies, and the copy kernel finds nothing to do.
   std::vector<int> root(impl->slots.size());
   for (size_t s = 0; s < root.size(); ++s) root[s] = static_cast<int>(s);
   for (size_t i = 0; i < impl->steps.size(); ++i) {
     const Step& step = impl->steps[i];
-    if (!dynamic_cast<const LayoutCopy*>(step.fast.get())) continue;
+    if (!dynamic_cast<const SameBytesCopy*>(step.fast.get())) continue;
     const int in = step.inputs[0], out = step.outputs[0];
     if (impl->slots[in].kind == Slot::Kind::kArena && impl->slots[out].kind == Slot::Kind::kArena) root[out] = root[in];
   }

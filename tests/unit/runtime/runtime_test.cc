@@ -55,6 +55,34 @@ TEST(Runtime, ShapeArithmeticFoldsAtCompileTime) {
   ExpectTensorNear(out[0], in.Reshaped({2, 30, 2}));
 }
 
+// Reshape, Flatten, Squeeze, Unsqueeze and Identity (OpTraits::same_bytes) pass their input's bytes on: the memory
+// plan gives input and output one buffer, so a = Relu(x), its reshapes and y = Add(a, reshaped a) hold one buffer in
+// the arena (y is a graph output) where copies would hold three. Graph inputs and outputs are copied as before.
+// (The Identity is removed by the fusion passes.)
+TEST(Runtime, ShapeOnlyOpsShareTheirInputsBuffer) {
+  GraphBuilder b("aliases", 13);
+  auto x = b.Input("x", DType::kF32, {4, 16});  // 256 bytes: a multiple of the arena alignment
+  auto a = b.Op("Relu", {x});
+  auto r = b.Op("Reshape", {a, b.Constant(I64({3}, {2, 2, 16}))});
+  auto c = b.Op("Flatten", {b.Op("Identity", {b.Op("Unsqueeze", {r, b.Constant(I64({1}, {0}))})})},
+                {{"axis", Attribute::Int(2)}});
+  auto back = b.Op("Squeeze", {b.Op("Reshape", {c, b.Constant(I64({2}, {4, 16}))})});
+  b.Output(b.Op("Add", {a, back}), "y");
+  b.Output(b.Op("Reshape", {x, b.Constant(I64({1}, {64}))}), "x_flat");  // a graph input into a graph output
+  auto plan = Compile(b.Finish(), {{DType::kF32, {4, 16}}});
+  EXPECT_EQ(plan->KernelCounts()["SameBytesCopy"], 6);
+  EXPECT_EQ(plan->arena_bytes(), 256u) << "the reshaped values share Relu's buffer";
+  Tensor in = RandomTensor({4, 16}, 7);
+  const Tensor kept = in.Clone();
+  auto out = plan->Run({in});
+  std::vector<float> want(64);
+  for (int i = 0; i < 64; ++i) want[i] = 2.f * std::max(0.f, in.data<float>()[i]);
+  ExpectTensorNear(out[0], F32({4, 16}, want));
+  ExpectTensorNear(out[1], kept.Reshaped({64}));
+  ExpectTensorNear(in, kept);
+  EXPECT_NE(out[1].raw(), in.raw()) << "a graph output owns its memory";
+}
+
 TEST(Runtime, PlanCacheIsBoundedLru) {
   GraphBuilder b("neg");
   auto x = b.Input("x", DType::kF32, {-1, -1});
