@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "ops/slice.h"
 #include "runtime/inline_if.h"
 #include "runtime/inline_loop.h"
 #include "runtime/plan_impl.h"
@@ -267,34 +268,108 @@ class LayoutReorderRef : public Kernel {
   bool to_nhwc_;
 };
 
-// A step whose output is its input's bytes: a Transpose between [N, C, H, W] stored channels-last and plain
-// [N, H, W, C] (layout.cc), or an op with OpTraits::same_bytes (Reshape, Flatten, ...). The memory plan gives both
-// one buffer where it can, and then there is nothing to copy.
+// A step whose every output is a run of its input's bytes, output j starting `offsets[j]` bytes in: a Transpose
+// between [N, C, H, W] stored channels-last and plain [N, H, W, C] (layout.cc), an op with OpTraits::same_bytes
+// (Reshape, Flatten, ...), a Slice, Split or Gather taking one contiguous run per output (ByteRunsOf). The memory plan makes
+// each output a view of its input where it can, and then there is nothing to copy.
 class SameBytesCopy : public Kernel {
  public:
-  explicit SameBytesCopy(const char* name) : name_(name) {}
+  SameBytesCopy(const char* name, std::vector<int64_t> offsets) : name_(name), offsets_(std::move(offsets)) {}
   const char* Name() const override { return name_; }
   void Run(KernelContext& ctx) override {
-    OSPREY_CHECK(ctx.In(0).nbytes() == ctx.Out(0).nbytes());
-    const char* src = static_cast<const char*>(ctx.In(0).raw());
-    char* dst = static_cast<char*>(ctx.Out(0).raw());
-    if (src == dst) return;  // the memory plan gave both the same bytes
-    const int64_t n = static_cast<int64_t>(ctx.Out(0).nbytes());
-    constexpr int64_t kBlock = int64_t{1} << 16;
-    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    for (size_t j = 0; j < offsets_.size(); ++j) {
+      const int64_t n = static_cast<int64_t>(ctx.Out(static_cast<int>(j)).nbytes());
+      OSPREY_CHECK(offsets_[j] + n <= static_cast<int64_t>(ctx.In(0).nbytes()));
+      const char* src = static_cast<const char*>(ctx.In(0).raw()) + offsets_[j];
+      char* dst = static_cast<char*>(ctx.Out(static_cast<int>(j)).raw());
+      if (src == dst) continue;  // the memory plan made the output a view of the input
+      constexpr int64_t kBlock = int64_t{1} << 16;
+      const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= 64 * kBlock)
-    for (int64_t b = 0; b < blocks; ++b) std::memcpy(dst + b * kBlock, src + b * kBlock, std::min(kBlock, n - b * kBlock));
+      for (int64_t b = 0; b < blocks; ++b)
+        std::memcpy(dst + b * kBlock, src + b * kBlock, std::min(kBlock, n - b * kBlock));
+    }
   }
+  const std::vector<int64_t>& offsets() const { return offsets_; }
 
  private:
   const char* name_;
+  std::vector<int64_t> offsets_;
 };
 
-// Whether a live node only passes its input's bytes on (OpTraits::same_bytes, same type and layout on both sides).
-bool PassesBytesOn(const CompileState& st, const Node& node) {
-  if (!OpRegistry::TraitsOf(node.op_type).same_bytes || node.inputs.empty() || node.inputs[0] < 0) return false;
-  const int in = node.inputs[0], out = node.outputs[0];
-  return st.values[in].dtype == st.values[out].dtype && st.layouts[in] == st.layouts[out];
+// Where each output of a live node lies in its input 0's bytes, when every output is one run of them: ops with
+// OpTraits::same_bytes (offset 0), a Slice with unit steps or a Split whose outputs are each one run (extent 1 on
+// every axis before the output's first longer one, every axis after that one whole), a Gather of one known index
+// along an axis with only single axes before it; on plain data of one type, at offsets that keep the arena's
+// alignment. Empty otherwise.
+std::vector<int64_t> ByteRunsOf(const CompileState& st, const Node& node) {
+  if (node.inputs.empty() || node.inputs[0] < 0 || !node.domain.empty()) return {};
+  const int in = node.inputs[0];
+  for (int out : node.outputs)
+    if (out < 0 || st.values[out].dtype != st.values[in].dtype || st.layouts[out] != st.layouts[in]) return {};
+  if (OpRegistry::TraitsOf(node.op_type).same_bytes)
+    return node.outputs.size() == 1 ? std::vector<int64_t>{0} : std::vector<int64_t>{};
+  if ((node.op_type != "Slice" && node.op_type != "Split" && node.op_type != "Gather") ||
+      st.layouts[in] != Layout::kPlain)
+    return {};
+  const Shape& shape = st.values[in].shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> stride(shape.size(), DTypeSize(st.values[in].dtype));
+  for (int64_t a = rank - 2; a >= 0; --a) stride[a] = stride[a + 1] * shape[a + 1];
+  // The first element of each output and the output's shape.
+  std::vector<std::pair<std::vector<int64_t>, const Shape*>> boxes;
+  if (node.op_type == "Slice") {
+    SliceArgs args;
+    const auto known = [&](int i) -> const Tensor* {
+      const int v = i < static_cast<int>(node.inputs.size()) ? node.inputs[i] : -1;
+      return v >= 0 && st.values[v].known ? &st.values[v].value : nullptr;
+    };
+    if (!ReadSliceArgs(node, st.opset, known, &args)) return {};
+    const SliceRange range = ResolveSlice(shape, args, node);
+    for (int64_t step : range.step)
+      if (step != 1) return {};
+    boxes.push_back({range.first, &st.values[node.outputs[0]].shape});
+  } else if (node.op_type == "Gather") {  // one known index: the output is that index's block, reshaped
+    const int v = node.inputs.size() == 2 ? node.inputs[1] : -1;
+    if (v < 0 || !st.values[v].known || NumElements(st.values[v].shape) != 1) return {};
+    const Tensor& index = st.values[v].value;
+    if (index.dtype() != DType::kI64 && index.dtype() != DType::kI32) return {};
+    int64_t axis = node.GetInt("axis", 0), at = index.dtype() == DType::kI64 ? index.data<int64_t>()[0]
+                                                                              : index.data<int32_t>()[0];
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return {};
+    if (at < 0) at += shape[axis];
+    if (at < 0 || at >= shape[axis]) return {};  // the kernel reports it
+    for (int64_t a = 0; a < axis; ++a)
+      if (shape[a] != 1) return {};
+    if (at * stride[axis] % static_cast<int64_t>(kArenaAlignment) != 0) return {};
+    return {at * stride[axis]};
+  } else {
+    int64_t axis = node.GetInt("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return {};
+    int64_t at = 0;
+    for (int out : node.outputs) {
+      std::vector<int64_t> first(shape.size(), 0);
+      first[axis] = at;
+      at += st.values[out].shape[axis];
+      boxes.push_back({first, &st.values[out].shape});
+    }
+  }
+  std::vector<int64_t> offsets;
+  for (const auto& [first, out_shape] : boxes) {
+    if (static_cast<int64_t>(out_shape->size()) != rank || NumElements(*out_shape) == 0) return {};
+    // One run: the output has extent 1 on every axis before its first longer one, and all of every axis after it.
+    int64_t longer = 0;
+    while (longer < rank && (*out_shape)[longer] == 1) ++longer;
+    for (int64_t a = longer + 1; a < rank; ++a)
+      if ((*out_shape)[a] != shape[a]) return {};
+    int64_t offset = 0;
+    for (int64_t a = 0; a < rank; ++a) offset += first[a] * stride[a];
+    if (offset % static_cast<int64_t>(kArenaAlignment) != 0) return {};
+    offsets.push_back(offset);
+  }
+  return offsets;
 }
 
 size_t AlignUp(size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
@@ -489,9 +564,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       step.fast = CreateLayoutReorderKernel(shape, from, to, nthreads);
       if (!step.fast) step.fast = std::make_unique<LayoutReorderRef>(shape, to == Layout::kNhwc);
     } else if (st.transparent[ni] == CompileState::kTransparentCopy) {
-      step.fast = std::make_unique<SameBytesCopy>("TransposeLayoutCopy");
-    } else if (!on_device && PassesBytesOn(st, node)) {
-      step.fast = std::make_unique<SameBytesCopy>("SameBytesCopy");
+      step.fast = std::make_unique<SameBytesCopy>("TransposeLayoutCopy", std::vector<int64_t>{0});
+    } else if (std::vector<int64_t> runs = on_device ? std::vector<int64_t>{} : ByteRunsOf(st, node); !runs.empty()) {
+      step.fast = std::make_unique<SameBytesCopy>("SameBytesCopy", std::move(runs));
     } else if (st.transparent[ni]) {
       // Elementwise kernel on physical shapes; plain operands are viewed as [N, H, W, C].
       step.reference = FindReferenceKernel(node.op_type);
@@ -551,12 +626,19 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   // arena: values are never written after their step, so the two slots are one buffer, freed when the last of them
   // dies, and the copy kernel finds nothing to do.
   std::vector<int> root(impl->slots.size());
+  std::vector<size_t> delta(impl->slots.size(), 0);  // a view's bytes start this far into its root's
   for (size_t s = 0; s < root.size(); ++s) root[s] = static_cast<int>(s);
   for (size_t i = 0; i < impl->steps.size(); ++i) {
     const Step& step = impl->steps[i];
-    if (!dynamic_cast<const SameBytesCopy*>(step.fast.get())) continue;
-    const int in = step.inputs[0], out = step.outputs[0];
-    if (impl->slots[in].kind == Slot::Kind::kArena && impl->slots[out].kind == Slot::Kind::kArena) root[out] = root[in];
+    const auto* copy = dynamic_cast<const SameBytesCopy*>(step.fast.get());
+    if (!copy) continue;
+    const int in = step.inputs[0];
+    for (size_t j = 0; j < step.outputs.size(); ++j) {
+      const int out = step.outputs[j];
+      if (impl->slots[in].kind != Slot::Kind::kArena || impl->slots[out].kind != Slot::Kind::kArena) continue;
+      root[out] = root[in];
+      delta[out] = delta[in] + static_cast<size_t>(copy->offsets()[j]);
+    }
   }
   std::vector<int> last_use(impl->slots.size(), -1);
   for (size_t i = 0; i < impl->steps.size(); ++i) {
@@ -574,7 +656,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       Slot& slot = impl->slots[s];
       if (slot.kind != Slot::Kind::kArena) continue;
       slot.offset = root[s] == s ? planner_for(slot).Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)))
-                                 : impl->slots[root[s]].offset;
+                                 : impl->slots[root[s]].offset + delta[s];
     }
     // A device step's workspace lives for that step only (steps run in order on one stream).
     Step& step = impl->steps[i];

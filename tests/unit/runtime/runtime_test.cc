@@ -83,6 +83,41 @@ TEST(Runtime, ShapeOnlyOpsShareTheirInputsBuffer) {
   EXPECT_NE(out[1].raw(), in.raw()) << "a graph output owns its memory";
 }
 
+// A Split or a Slice whose outputs are each one run of the input's bytes makes them views of it (SameBytesCopy with
+// offsets): a = Relu(x) [3, 2, 16], Split on axis 0 into three [1, 2, 16] (offsets 0, 128, 256 bytes), Slice a[1:3]
+// (offset 128), Gather a[-1] (offset 256). A Slice of columns (not one run) is copied by its own kernel.
+TEST(Runtime, ContiguousSlicesAndSplitsAreViews) {
+  GraphBuilder b("views", 13);
+  auto x = b.Input("x", DType::kF32, {3, 2, 16});
+  auto a = b.Op("Relu", {x});
+  auto parts = b.OpMulti("Split", {a}, 3, {{"axis", Attribute::Int(0)}});
+  auto t = b.Op("Add", {parts[0], parts[1]});
+  b.Output(b.Op("Add", {t, parts[2]}), "y");
+  auto tail = b.Op("Slice", {a, b.Constant(I64({1}, {1})), b.Constant(I64({1}, {3})), b.Constant(I64({1}, {0}))});
+  b.Output(b.Op("Neg", {tail}), "z");
+  b.Output(b.Op("Slice", {a, b.Constant(I64({1}, {0})), b.Constant(I64({1}, {8})), b.Constant(I64({1}, {2}))}), "w");
+  auto last = b.Op("Gather", {a, b.Constant(Tensor::Scalar<int64_t>(-1))}, {{"axis", Attribute::Int(0)}});
+  b.Output(b.Op("Neg", {last}), "g");
+  auto plan = Compile(b.Finish(), {{DType::kF32, {3, 2, 16}}});
+  EXPECT_EQ(plan->KernelCounts()["SameBytesCopy"], 3) << "the Split, the row Slice, the Gather; the column Slice copies";
+  EXPECT_EQ(plan->arena_bytes(), 384u + 128u) << "a and the sum of two parts; the parts are views of a";
+  Tensor in = RandomTensor({3, 2, 16}, 11);
+  auto out = plan->Run({in});
+  const float* v = in.data<float>();
+  auto relu = [&](int i) { return std::max(0.f, v[i]); };
+  std::vector<float> y(32), z(64), w(48);
+  for (int i = 0; i < 32; ++i) y[i] = relu(i) + relu(32 + i) + relu(64 + i);
+  for (int i = 0; i < 64; ++i) z[i] = -relu(32 + i);
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 8; ++c) w[r * 8 + c] = relu(r * 16 + c);
+  ExpectTensorNear(out[0], F32({1, 2, 16}, y));
+  ExpectTensorNear(out[1], F32({2, 2, 16}, z));
+  ExpectTensorNear(out[2], F32({3, 2, 8}, w));
+  std::vector<float> g(32);
+  for (int i = 0; i < 32; ++i) g[i] = -relu(64 + i);
+  ExpectTensorNear(out[3], F32({2, 16}, g));
+}
+
 TEST(Runtime, PlanCacheIsBoundedLru) {
   GraphBuilder b("neg");
   auto x = b.Input("x", DType::kF32, {-1, -1});
