@@ -270,8 +270,8 @@ class LayoutReorderRef : public Kernel {
 
 // A step whose every output is a run of its input's bytes, output j starting `offsets[j]` bytes in: a Transpose
 // between [N, C, H, W] stored channels-last and plain [N, H, W, C] (layout.cc), an op with OpTraits::same_bytes
-// (Reshape, Flatten, ...), a Slice, Split or Gather taking one contiguous run per output (ByteRunsOf). The memory plan makes
-// each output a view of its input where it can, and then there is nothing to copy.
+// (Reshape, Flatten, ...), a Slice, Split or Gather taking one contiguous run per output (ByteRunsOf). The memory
+// plan makes each output a view of its input where it can, and then there is nothing to copy.
 class SameBytesCopy : public Kernel {
  public:
   SameBytesCopy(const char* name, std::vector<int64_t> offsets) : name_(name), offsets_(std::move(offsets)) {}
