@@ -334,8 +334,8 @@ std::vector<int64_t> ByteRunsOf(const CompileState& st, const Node& node) {
     if (v < 0 || !st.values[v].known || NumElements(st.values[v].shape) != 1) return {};
     const Tensor& index = st.values[v].value;
     if (index.dtype() != DType::kI64 && index.dtype() != DType::kI32) return {};
-    int64_t axis = node.GetInt("axis", 0), at = index.dtype() == DType::kI64 ? index.data<int64_t>()[0]
-                                                                              : index.data<int32_t>()[0];
+    int64_t axis = node.GetInt("axis", 0);
+    int64_t at = index.dtype() == DType::kI64 ? index.data<int64_t>()[0] : index.data<int32_t>()[0];
     if (axis < 0) axis += rank;
     if (axis < 0 || axis >= rank) return {};
     if (at < 0) at += shape[axis];

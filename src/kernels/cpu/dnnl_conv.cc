@@ -417,8 +417,9 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
 // loses where there are few (32 -> 32 on 112x112: 1.9x slower; its transforms move more bytes than the direct
 // convolution computes) or the weights dominate (512 -> 512 on 7x7 at batch 1: 1.08x slower), so: by timing both on
 // this machine when tuning (PreferOwnKernel: by a margin; remembered: a later build makes only the kernel it uses),
-// else for >= 64 input and output channels. OSPREY_WINOGRAD=0 never takes it (to save its memory), =1 wherever it applies (for
-// comparisons and tests). Not with bf16 requested (--precision bf16 / auto: oneDNN's bf16 kernels then compete).
+// else for >= 64 input and output channels. OSPREY_WINOGRAD=0 never takes it (to save its memory), =1 wherever it
+// applies (for comparisons and tests). Not with bf16 requested (--precision bf16 / auto: oneDNN's bf16 kernels then
+// compete).
 std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                       const std::string& mode) {
   const bool residual = ctx.node.GetInt("_residual", 0) != 0;

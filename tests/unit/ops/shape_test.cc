@@ -607,26 +607,27 @@ TEST(ShapeOpsOneHot, ClassesIndicesAndErrors) {
   const Tensor idx = Tensor::FromVector<int64_t>({2, 2}, {1, -1, 3, -4});
   const Tensor depth = Tensor::Scalar<int64_t>(3);
   const Tensor values = Floats({0.5f, 2.f});  // off, on
-  Tensor want = Tensor::FromVector<float>({2, 2, 3}, {0.5f, 2, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f});
+  Tensor want =
+      Tensor::FromVector<float>({2, 2, 3}, {0.5f, 2, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f});
   ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1), {idx, depth, values}), want);
   // axis 0: output[class, i, j]
-  Tensor axis0 = Tensor::FromVector<float>({3, 2, 2}, {0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f});
+  Tensor axis0 =
+      Tensor::FromVector<float>({3, 2, 2}, {0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f, 0.5f});
   ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1, {{"axis", Attribute::Int(0)}}), {idx, depth, values}), axis0);
   ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1, {{"axis", Attribute::Int(-3)}}), {idx, depth, values}), axis0);
   // float indices truncated toward zero; int32 values
-  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1), {Floats({1.7f, -0.5f}), Tensor::Scalar<float>(2.f),
-                                                   Tensor::FromVector<int32_t>({2}, {0, 7})}),
+  ExpectTensorNear(Run1(MakeNode("OneHot", 3, 1),
+                        {Floats({1.7f, -0.5f}), Tensor::Scalar<float>(2.f), Tensor::FromVector<int32_t>({2}, {0, 7})}),
                    Tensor::FromVector<int32_t>({2, 2}, {0, 7, 7, 0}));
   auto fails = [&](const std::vector<Tensor>& in, AttributeMap attrs) {
-    ExpectError([&] { RunReferenceNode(MakeNode("OneHot", 3, 1, std::move(attrs)), in); },
-                ErrorCode::kInvalidArgument);
+    ExpectError([&] { RunReferenceNode(MakeNode("OneHot", 3, 1, std::move(attrs)), in); }, ErrorCode::kInvalidArgument);
   };
-  fails({idx, Tensor::Scalar<int64_t>(0), values}, {});                        // no classes
-  fails({idx, Tensor::Scalar<float>(std::nanf("")), values}, {});               // not a number of classes
-  fails({idx, Tensor::FromVector<int64_t>({2}, {3, 3}), values}, {});          // depth not a scalar
-  fails({idx, depth, Floats({0, 1, 2})}, {});                                  // values not [off, on]
-  fails({idx, depth, values}, {{"axis", Attribute::Int(3)}});                  // output rank is 3
-  fails({idx, Tensor::Scalar<int64_t>(int64_t{1} << 47), values}, {});         // 4 x 2^47 elements: over the limit
+  fails({idx, Tensor::Scalar<int64_t>(0), values}, {});                 // no classes
+  fails({idx, Tensor::Scalar<float>(std::nanf("")), values}, {});       // not a number of classes
+  fails({idx, Tensor::FromVector<int64_t>({2}, {3, 3}), values}, {});   // depth not a scalar
+  fails({idx, depth, Floats({0, 1, 2})}, {});                           // values not [off, on]
+  fails({idx, depth, values}, {{"axis", Attribute::Int(3)}});           // output rank is 3
+  fails({idx, Tensor::Scalar<int64_t>(int64_t{1} << 47), values}, {});  // 4 x 2^47 elements: over the limit
 }
 
 TEST(ShapeOpsIdentity, IdentityAndDropout) {

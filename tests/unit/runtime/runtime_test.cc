@@ -118,6 +118,22 @@ TEST(Runtime, ContiguousSlicesAndSplitsAreViews) {
   ExpectTensorNear(out[3], F32({2, 16}, g));
 }
 
+// A known Gather index out of range is not made a view: the Gather still reports it.
+TEST(Runtime, OutOfRangeGatherIndexIsStillAnError) {
+  GraphBuilder b("bad_index", 13);
+  auto x = b.Input("x", DType::kF32, {3, 2, 16});
+  auto picked =
+      b.Op("Gather", {b.Op("Relu", {x}), b.Constant(Tensor::Scalar<int64_t>(3))}, {{"axis", Attribute::Int(0)}});
+  b.Output(b.Op("Neg", {picked}), "y");
+  try {
+    auto plan = Compile(b.Finish(), {{DType::kF32, {3, 2, 16}}});
+    plan->Run({RandomTensor({3, 2, 16}, 3)});
+    FAIL() << "an index of 3 into 3 rows was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Runtime, PlanCacheIsBoundedLru) {
   GraphBuilder b("neg");
   auto x = b.Input("x", DType::kF32, {-1, -1});
