@@ -624,7 +624,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   // Memory plan: arena offsets by liveness, first fit. The output of a SameBytesCopy step (a Transpose between
   // NHWC-stored [N, C, H, W] and plain [N, H, W, C], a Reshape, ...) shares its input's bytes when both live in the
   // arena: values are never written after their step, so the two slots are one buffer, freed when the last of them
-  // dies, and the copy kernel finds nothing to do.
+  // dies, and the copy kernel finds nothing to do. Such an output of a graph input (a tf2onnx model's NHWC -> NCHW
+  // Transpose) becomes a view of the caller's tensor (Slot::Kind::kView): the input outlives the run and is never
+  // written either.
   std::vector<int> root(impl->slots.size());
   std::vector<size_t> delta(impl->slots.size(), 0);  // a view's bytes start this far into its root's
   for (size_t s = 0; s < root.size(); ++s) root[s] = static_cast<int>(s);
@@ -635,9 +637,18 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     const int in = step.inputs[0];
     for (size_t j = 0; j < step.outputs.size(); ++j) {
       const int out = step.outputs[j];
-      if (impl->slots[in].kind != Slot::Kind::kArena || impl->slots[out].kind != Slot::Kind::kArena) continue;
+      const Slot& from = impl->slots[root[in]];
+      Slot& slot = impl->slots[out];
+      const bool of_input = from.kind == Slot::Kind::kInput && from.device == Device::kHost &&
+                            slot.device == Device::kHost && NumElements(slot.shape) > 0;
+      if ((from.kind != Slot::Kind::kArena && !of_input) || slot.kind != Slot::Kind::kArena) continue;
       root[out] = root[in];
       delta[out] = delta[in] + static_cast<size_t>(copy->offsets()[j]);
+      if (of_input) {
+        slot.kind = Slot::Kind::kView;
+        slot.view_of = root[in];
+        slot.offset = delta[out];
+      }
     }
   }
   std::vector<int> last_use(impl->slots.size(), -1);

@@ -212,7 +212,15 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
                         : Tensor(s.dtype, s.shape);
         break;
       }
+      case Slot::Kind::kView: break;  // below, once every input is bound
     }
+  }
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    const Slot& s = p.slots[i];
+    if (s.kind != Slot::Kind::kView) continue;
+    const Tensor& input = values[s.view_of];
+    OSPREY_CHECK(input.buffer() && s.offset + static_cast<size_t>(NumBytes(s.dtype, s.shape)) <= input.nbytes());
+    values[i] = Tensor::View(s.dtype, PhysicalShape(s.shape, s.layout), input.buffer(), input.offset() + s.offset);
   }
 
   int threads = p.num_threads;

@@ -16,7 +16,8 @@ namespace osprey {
 
 /// Where a value lives during a run.
 struct Slot {
-  enum class Kind { kConstant, kInput, kArena, kOutput };
+  // kView: `offset` bytes into graph input slot `view_of` (a Reshape or contiguous Slice of a graph input).
+  enum class Kind { kConstant, kInput, kArena, kOutput, kView };
   Kind kind = Kind::kArena;
   DType dtype = DType::kF32;
   Shape shape;           // logical
@@ -24,7 +25,8 @@ struct Slot {
   Device device = Device::kHost;   // kArena slots on a device live in the run's device arena
   Tensor constant;       // kConstant
   int input_index = -1;  // kInput
-  size_t offset = 0;     // kArena: byte offset in the arena
+  size_t offset = 0;     // kArena: byte offset in the arena; kView: in the input's bytes
+  int view_of = -1;      // kView
 };
 
 struct Step {

@@ -118,6 +118,30 @@ TEST(Runtime, ContiguousSlicesAndSplitsAreViews) {
   ExpectTensorNear(out[3], F32({2, 16}, g));
 }
 
+// A Reshape or contiguous Split of a graph input reads the caller's tensor in place (Slot::Kind::kView): with the
+// sum a graph output, the plan needs no arena at all, and the input is left as it was.
+TEST(Runtime, ReshapesOfGraphInputsAreViewsOfThem) {
+  GraphBuilder b("input_views", 13);
+  auto x = b.Input("x", DType::kF32, {2, 4, 16});
+  auto flat = b.Op("Reshape", {x, b.Constant(I64({2}, {2, 64}))});
+  auto halves = b.OpMulti("Split", {flat}, 2, {{"axis", Attribute::Int(0)}});
+  b.Output(b.Op("Add", {halves[0], halves[1]}), "y");
+  auto plan = Compile(b.Finish(), {{DType::kF32, {2, 4, 16}}});
+  EXPECT_EQ(plan->KernelCounts()["SameBytesCopy"], 2);
+  EXPECT_EQ(plan->arena_bytes(), 0u) << "the reshaped and split values are views of x";
+  Tensor in = RandomTensor({2, 4, 16}, 5);
+  const Tensor kept = in.Clone();
+  auto out = plan->Run({in});
+  std::vector<float> want(64);
+  for (int i = 0; i < 64; ++i) want[i] = kept.data<float>()[i] + kept.data<float>()[64 + i];
+  ExpectTensorNear(out[0], F32({1, 64}, want));
+  ExpectTensorNear(in, kept);
+  // Again with another input: nothing of the first run's input is kept.
+  Tensor again = RandomTensor({2, 4, 16}, 6);
+  for (int i = 0; i < 64; ++i) want[i] = again.data<float>()[i] + again.data<float>()[64 + i];
+  ExpectTensorNear(plan->Run({again})[0], F32({1, 64}, want));
+}
+
 // A known Gather index out of range is not made a view: the Gather still reports it.
 TEST(Runtime, OutOfRangeGatherIndexIsStillAnError) {
   GraphBuilder b("bad_index", 13);
