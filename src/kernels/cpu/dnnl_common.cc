@@ -1,6 +1,7 @@
 #include "kernels/cpu/dnnl_common.h"
 
 #include <cpuid.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -227,6 +228,24 @@ bool TuningEnabled() {
 }
 
 namespace {
+__attribute__((target("clflushopt"))) void FlushLinesOpt(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflushopt(const_cast<char*>(p));
+}
+void FlushLines(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflush(p);
+}
+}  // namespace
+
+void EvictFromCaches(const void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) return;
+  static const bool opt = __builtin_cpu_supports("clflushopt");
+  const char* p = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(data) & ~uintptr_t{63});
+  const char* end = static_cast<const char*>(data) + bytes;
+  opt ? FlushLinesOpt(p, end) : FlushLines(p, end);
+  _mm_mfence();
+}
+
+namespace {
 
 bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_desc& first) {
   const std::string impl = pd.impl_info_str() ? pd.impl_info_str() : "";
@@ -291,9 +310,11 @@ std::optional<std::unordered_map<int, dnnl::memory>> ZeroArgs(const dnnl::primit
 }
 
 // Best of `runs` timed executions (after one untimed) of the primitive `pd` describes, in milliseconds, every
-// argument it takes zero-filled; stops early once a run takes longer than `give_up_ms`. Empty when oneDNN fails to
-// create or run it (the candidate is then skipped).
-std::optional<double> TimePd(const dnnl::primitive_desc_base& pd, int runs, double give_up_ms) {
+// argument it takes zero-filled; stops early once a run takes longer than `give_up_ms`. With `cold_weights` the
+// weights are evicted from the caches before each run (EvictFromCaches). Empty when oneDNN fails to create or run it
+// (the candidate is then skipped).
+std::optional<double> TimePd(const dnnl::primitive_desc_base& pd, int runs, double give_up_ms,
+                             bool cold_weights = false) {
   try {
     std::vector<std::shared_ptr<Buffer>> buffers;
     std::optional<std::unordered_map<int, dnnl::memory>> args = ZeroArgs(pd, buffers);
@@ -301,7 +322,10 @@ std::optional<double> TimePd(const dnnl::primitive_desc_base& pd, int runs, doub
     dnnl::primitive primitive(pd.get());
     dnnl::stream& stream = ThreadStream();
     double best = 1e30;
+    const auto weights = args->find(DNNL_ARG_WEIGHTS);
     for (int i = 0; i <= runs; ++i) {
+      if (cold_weights && weights != args->end())
+        EvictFromCaches(weights->second.get_data_handle(), weights->second.get_desc().get_size());
       const auto start = std::chrono::steady_clock::now();
       primitive.execute(stream, *args);
       stream.wait();
@@ -681,15 +705,15 @@ const char* const kOnednnName = "onednn";
 // 14x14 and 7x7 at batch 8 were timed 0.74x and 0.9x of direct alone in one run (1.2-1.4x in the next) and ran
 // 1.1-1.8x slower in the model (docs/performance.md, "Twenty-first session"). A near tie goes to oneDNN's kernel.
 constexpr double kOwnKernelMargin = 0.85;
-// "v2": verdicts taken before the margin are timed again.
-std::string OwnHash(const std::string& key) { return TuningHash("own-v2?" + key); }
+// "v3": verdicts timed with the weights in the caches (before cold-weight timing) are timed again.
+std::string OwnHash(const std::string& key) { return TuningHash("own-v3?" + key); }
 
 }  // namespace
 
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd) {
   return FirstIsFaster(OwnHash(key), kOwnName, kOnednnName, time_own,
-                       [&pd] { return TimePd(pd, 3, 1e30).value_or(1e30); }, kOwnKernelMargin);
+                       [&pd] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30); }, kOwnKernelMargin);
 }
 
 std::optional<bool> RememberedOwnVerdict(const std::string& key) {

@@ -234,9 +234,14 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
                 const dnnl::memory::desc& weights_plain, const void* weights);
 
+/// Writes back and drops the cache lines of [data, data + bytes) from every cache level, so the next read comes from
+/// memory: how a layer's weights are met in a model, where the other layers' weights and activations pass through
+/// the caches between two runs of it (timing a kernel alone with hot weights favoured kernels that read more of them).
+void EvictFromCaches(const void* data, size_t bytes);
+
 /// Whether a kernel of osprey's own is faster on this machine than the oneDNN primitive `pd` doing the same operation,
 /// by a margin (timed at most 0.85x: a near tie goes to oneDNN's): `time_own` returns its milliseconds per run (the
-/// best of a few on zero-filled tensors, as `pd` is timed); the two are timed alternately, twice each, and the
+/// best of a few on zero-filled tensors with its weights evicted before each, as `pd` is timed); the two are timed alternately, twice each, and the
 /// verdict remembered under `key` like the implementation choices (names "own" / "onednn"; a verdict timed under
 /// load is provisional). See dnnl_common.cc.
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,

@@ -262,6 +262,19 @@ TEST(DnnlTuning, FollowsAChangedCacheFile) {
   std::filesystem::remove(second);
 }
 
+// The own-kernel timing evicts the weights before each run (as a model meets them); the bytes must survive it, at any
+// alignment and length, and the bytes around the range must not move.
+TEST(DnnlTuning, EvictingFromTheCachesKeepsTheBytes) {
+  std::vector<uint8_t> bytes(3 * 4096 + 100);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  const std::vector<uint8_t> want = bytes;
+  cpu::EvictFromCaches(bytes.data() + 13, 2 * 4096 + 37);  // starts and ends inside cache lines
+  cpu::EvictFromCaches(bytes.data(), bytes.size());
+  cpu::EvictFromCaches(nullptr, 64);
+  cpu::EvictFromCaches(bytes.data(), 0);
+  EXPECT_EQ(bytes, want);
+}
+
 TEST(DnnlConv, DeclinesRuntimeWeights) {
   Node node = ConvNode({});
   std::vector<Tensor> in{RandomTensor({1, 3, 7, 9}, 1), RandomTensor({5, 3, 3, 3}, 2), RandomTensor({5}, 3)};
