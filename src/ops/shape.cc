@@ -1,4 +1,4 @@
-// Schemas of the data-movement and shape ops: Concat, Split, Slice, Gather*, Reshape, Flatten, Squeeze, Unsqueeze,
+// Schemas of the data-movement and shape ops: Concat, Split, Slice, Gather*, ScatterND, Reshape, Flatten, Squeeze, Unsqueeze,
 // Transpose, Expand, Tile, Pad, Resize, Upsample, Shape, Size, Constant*, Range, Identity, Dropout, DepthToSpace,
 // SpaceToDepth. Only the inputs that decide an output shape are read as values (ctx.Value); data inputs may be
 // known by shape only.
@@ -215,6 +215,83 @@ void InferGatherElements(InferContext& ctx) {
     if (d != axis && indices[d] > data[d])
       ctx.Fail("indices " + ShapeToString(indices) + " exceed data " + ShapeToString(data) + " on axis " + Str(d));
   ctx.SetOutput(0, ctx.input_dtypes[0], indices);
+}
+
+// GatherND / ScatterND: the last axis of `indices` (k values) addresses data's axes batch_dims .. batch_dims + k - 1;
+// the first batch_dims axes of data and indices pair up. Returns k.
+int64_t NdIndexDepth(const InferContext& ctx, const Shape& data, const Shape& indices, int64_t batch_dims) {
+  if (ctx.input_dtypes[1] != DType::kI64 && ctx.input_dtypes[1] != DType::kI32)
+    ctx.Fail(std::string("indices must be int64 (or int32), got ") + DTypeName(ctx.input_dtypes[1]));
+  const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
+  if (r < 1 || q < 1) ctx.Fail("data and indices must have rank >= 1, got " + ShapeToString(data) + " and " +
+                               ShapeToString(indices));
+  if (batch_dims < 0 || batch_dims >= std::min(r, q))
+    ctx.Fail("batch_dims " + Str(batch_dims) + " must be in [0, " + Str(std::min(r, q) - 1) + "]");
+  for (int64_t d = 0; d < batch_dims; ++d)
+    if (data[d] != indices[d])
+      ctx.Fail("batch dim " + Str(d) + " differs: data " + ShapeToString(data) + ", indices " + ShapeToString(indices));
+  const int64_t k = indices.back();
+  if (k < 1 || k > r - batch_dims)
+    ctx.Fail("the last dim of indices " + ShapeToString(indices) + " must be in [1, " + Str(r - batch_dims) +
+             "] for data " + ShapeToString(data));
+  return k;
+}
+
+// The updates' dtype and the reduction of ScatterND / ScatterElements.
+void CheckScatterUpdates(const InferContext& ctx) {
+  if (ctx.input_dtypes[2] != ctx.input_dtypes[0])
+    ctx.Fail(std::string("updates are ") + DTypeName(ctx.input_dtypes[2]) + ", data " + DTypeName(ctx.input_dtypes[0]));
+  const std::string reduction = ctx.node.GetString("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    ctx.Fail("reduction must be none, add, mul, max or min, got \"" + reduction + "\"");
+  if (reduction != "none" && ctx.input_dtypes[0] == DType::kBool)
+    ctx.Fail("reduction \"" + reduction + "\" needs numbers, data is bool");
+}
+
+void InferGatherND(InferContext& ctx) {
+  const Shape& data = InShape(ctx, 0);
+  const Shape& indices = InShape(ctx, 1);
+  const int64_t b = ctx.node.GetInt("batch_dims", 0);
+  const int64_t k = NdIndexDepth(ctx, data, indices, b);
+  Shape out(indices.begin(), indices.end() - 1);
+  out.insert(out.end(), data.begin() + b + k, data.end());
+  CheckShape(ctx, out);
+  ctx.SetOutput(0, ctx.input_dtypes[0], out);
+}
+
+void InferScatterND(InferContext& ctx) {
+  const Shape& data = InShape(ctx, 0);
+  const Shape& indices = InShape(ctx, 1);
+  const Shape& updates = InShape(ctx, 2);
+  const int64_t k = NdIndexDepth(ctx, data, indices, 0);
+  Shape want(indices.begin(), indices.end() - 1);
+  want.insert(want.end(), data.begin() + k, data.end());
+  if (updates != want)
+    ctx.Fail("updates " + ShapeToString(updates) + " must have shape " + ShapeToString(want) + " (indices " +
+             ShapeToString(indices) + ", data " + ShapeToString(data) + ")");
+  CheckScatterUpdates(ctx);
+  ctx.SetOutput(0, ctx.input_dtypes[0], data);
+}
+
+// ScatterElements (and Scatter, its name before opset 11): indices and updates of one shape, data's rank, no larger
+// than data off the axis.
+void InferScatterElements(InferContext& ctx) {
+  const Shape& data = InShape(ctx, 0);
+  const Shape& indices = InShape(ctx, 1);
+  const Shape& updates = InShape(ctx, 2);
+  const int64_t rank = static_cast<int64_t>(data.size());
+  if (rank == 0) ctx.Fail("data must have rank >= 1, got a scalar");
+  if (ctx.input_dtypes[1] != DType::kI64 && ctx.input_dtypes[1] != DType::kI32)
+    ctx.Fail(std::string("indices must be int32 or int64, got ") + DTypeName(ctx.input_dtypes[1]));
+  if (indices != updates || static_cast<int64_t>(indices.size()) != rank)
+    ctx.Fail("indices " + ShapeToString(indices) + " and updates " + ShapeToString(updates) +
+             " must have one shape, of data's rank " + Str(rank));
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indices[d] > data[d])
+      ctx.Fail("indices " + ShapeToString(indices) + " exceed data " + ShapeToString(data) + " on axis " + Str(d));
+  CheckScatterUpdates(ctx);
+  ctx.SetOutput(0, ctx.input_dtypes[0], data);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -726,6 +803,10 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Slice", 1, 5, 1, 1, InferSlice);
   Add(r, "Gather", 2, 2, 1, 1, InferGather);
   Add(r, "GatherElements", 2, 2, 1, 1, InferGatherElements);
+  Add(r, "GatherND", 2, 2, 1, 1, InferGatherND);
+  Add(r, "ScatterND", 3, 3, 1, 1, InferScatterND);
+  Add(r, "ScatterElements", 3, 3, 1, 1, InferScatterElements);
+  Add(r, "Scatter", 3, 3, 1, 1, InferScatterElements);
   Add(r, "Reshape", 1, 2, 1, 1, InferReshape, {.same_bytes = true});
   Add(r, "Flatten", 1, 1, 1, 1, InferFlatten, {.same_bytes = true});
   Add(r, "Squeeze", 1, 2, 1, 1, InferSqueeze, {.same_bytes = true});

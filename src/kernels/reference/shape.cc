@@ -8,6 +8,7 @@
 
 #include "ops/pad.h"
 #include "ops/slice.h"
+#include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/onnx_resize.h"
 #include "ops/op_registry.h"
@@ -313,6 +314,129 @@ void GatherElementsKernel(KernelContext& ctx) {
       pos[d] = 0;
     }
   }
+}
+
+// GatherND / ScatterND: the element offset (within one batch block of data) of each index tuple, each tuple's k
+// values checked against their axes (negative values count from the end).
+std::vector<int64_t> NdOffsets(const KernelContext& ctx, const Shape& data, const Tensor& idx_t, int64_t batch_dims) {
+  const int64_t k = idx_t.dim(idx_t.rank() - 1);
+  if (k < 1 || batch_dims + k > static_cast<int64_t>(data.size())) Internal(ctx.node, "bad index depth");
+  const std::vector<int64_t> values = IndexValues(idx_t);
+  std::vector<int64_t> offsets(values.size() / static_cast<size_t>(k));
+  for (size_t t = 0; t < offsets.size(); ++t) {
+    int64_t off = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t dim = data[batch_dims + j];
+      off = off * dim + CheckedIndex(ctx, values[t * k + j], dim);
+    }
+    offsets[t] = off;
+  }
+  return offsets;
+}
+
+void GatherNDKernel(KernelContext& ctx) {
+  const Tensor& data = ctx.In(0);
+  const Tensor& idx_t = ctx.In(1);
+  const int64_t b = ctx.node.GetInt("batch_dims", 0);
+  const int64_t r = data.rank(), q = idx_t.rank(), k = idx_t.dim(q - 1);
+  Shape expected(idx_t.shape().begin(), idx_t.shape().end() - 1);
+  expected.insert(expected.end(), data.shape().begin() + b + k, data.shape().end());
+  CheckOutput(ctx, 0, expected);
+  const std::vector<int64_t> offsets = NdOffsets(ctx, data.shape(), idx_t, b);
+  const size_t es = DTypeSize(data.dtype());
+  const size_t slice = static_cast<size_t>(Product(data.shape(), b + k, r)) * es;
+  const int64_t batches = Product(data.shape(), 0, b);
+  const size_t block = static_cast<size_t>(Product(data.shape(), b, r)) * es;  // one batch of data
+  const size_t tuples = offsets.size() / static_cast<size_t>(std::max<int64_t>(batches, 1));
+  const char* src = Bytes(data);
+  char* dst = Bytes(ctx.Out(0));
+  for (size_t t = 0; t < offsets.size(); ++t, dst += slice)
+    CopyBytes(dst, src + (tuples ? t / tuples : 0) * block + static_cast<size_t>(offsets[t]) * slice, slice);
+}
+
+template <class T>
+void ScatterReduce(const std::string& reduction, const T* from, T* to, size_t n) {
+  if (reduction == "add") {
+    for (size_t i = 0; i < n; ++i) to[i] = static_cast<T>(to[i] + from[i]);
+  } else if (reduction == "mul") {
+    for (size_t i = 0; i < n; ++i) to[i] = static_cast<T>(to[i] * from[i]);
+  } else if (reduction == "max") {
+    for (size_t i = 0; i < n; ++i) to[i] = std::max(to[i], from[i]);
+  } else {  // min (the schema allows nothing else)
+    for (size_t i = 0; i < n; ++i) to[i] = std::min(to[i], from[i]);
+  }
+}
+
+// Elements are applied in order, so with reduction "none" a repeated index keeps the last update (as ScatterND).
+void ScatterElementsKernel(KernelContext& ctx) {
+  const Tensor& data = ctx.In(0);
+  const Tensor& idx_t = ctx.In(1);
+  const Tensor& updates = ctx.In(2);
+  Tensor& out = ctx.Out(0);
+  CheckOutput(ctx, 0, data.shape());
+  const int64_t rank = data.rank();
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  if (idx_t.rank() != rank || updates.shape() != idx_t.shape()) Internal(ctx.node, "indices/updates shape mismatch");
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && idx_t.dim(d) > data.dim(d)) Internal(ctx.node, "indices exceed data");
+  if (out.raw() != data.raw()) CopyBytes(out.raw(), data.raw(), data.nbytes());
+  const std::vector<int64_t> indices = IndexValues(idx_t);
+  const std::vector<int64_t> strides = Strides(data.shape());
+  const std::string reduction = ctx.node.GetString("reduction", "none");
+  const size_t es = DTypeSize(data.dtype());
+  std::vector<int64_t> offsets(indices.size());
+  std::vector<int64_t> pos(rank, 0);
+  for (size_t e = 0; e < indices.size(); ++e) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      off += (d == axis ? CheckedIndex(ctx, indices[e], data.dim(axis)) : pos[d]) * strides[d];
+    offsets[e] = off;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++pos[d] < idx_t.dim(d)) break;
+      pos[d] = 0;
+    }
+  }
+  const char* from = Bytes(updates);
+  char* base = Bytes(out);
+  if (reduction == "none") {
+    for (size_t e = 0; e < offsets.size(); ++e) std::memcpy(base + offsets[e] * es, from + e * es, es);
+    return;
+  }
+  DispatchNumeric(ctx.node, data.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (size_t e = 0; e < offsets.size(); ++e)
+      ScatterReduce(reduction, reinterpret_cast<const T*>(from) + e, reinterpret_cast<T*>(base) + offsets[e], 1);
+  });
+}
+
+// Tuples are applied in order, so with reduction "none" a repeated index keeps the last update (ONNX leaves that
+// order undefined; ONNX Runtime does the same).
+void ScatterNDKernel(KernelContext& ctx) {
+  const Tensor& data = ctx.In(0);
+  const Tensor& idx_t = ctx.In(1);
+  const Tensor& updates = ctx.In(2);
+  Tensor& out = ctx.Out(0);
+  CheckOutput(ctx, 0, data.shape());
+  const int64_t k = idx_t.dim(idx_t.rank() - 1);
+  const std::vector<int64_t> offsets = NdOffsets(ctx, data.shape(), idx_t, 0);
+  const size_t es = DTypeSize(data.dtype());
+  const int64_t slice_elems = Product(data.shape(), k, data.rank());
+  const size_t slice = static_cast<size_t>(slice_elems) * es;
+  if (updates.nbytes() != offsets.size() * slice) Internal(ctx.node, "updates size mismatch");
+  if (out.raw() != data.raw()) CopyBytes(out.raw(), data.raw(), data.nbytes());
+  const std::string reduction = ctx.node.GetString("reduction", "none");
+  const char* from = Bytes(updates);
+  char* base = Bytes(out);
+  if (reduction == "none") {
+    for (size_t t = 0; t < offsets.size(); ++t) CopyBytes(base + offsets[t] * slice, from + t * slice, slice);
+    return;
+  }
+  DispatchNumeric(ctx.node, data.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (size_t t = 0; t < offsets.size(); ++t)
+      ScatterReduce(reduction, reinterpret_cast<const T*>(from + t * slice),
+                    reinterpret_cast<T*>(base + offsets[t] * slice), static_cast<size_t>(slice_elems));
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -667,6 +791,10 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Gather", GatherKernel);
   t.Add("OneHot", OneHotKernel);
   t.Add("GatherElements", GatherElementsKernel);
+  t.Add("GatherND", GatherNDKernel);
+  t.Add("ScatterND", ScatterNDKernel);
+  t.Add("ScatterElements", ScatterElementsKernel);
+  t.Add("Scatter", ScatterElementsKernel);
   t.Add("Reshape", CopyKernel);
   t.Add("Flatten", CopyKernel);
   t.Add("Squeeze", CopyKernel);

@@ -222,6 +222,55 @@ TEST(ShapeOpsGatherElements, Axis1AndAxis0) {
   ExpectError([&] { RunReferenceNode(n0, {data, I64({1, 1}, {3})}); }, ErrorCode::kInvalidArgument);
 }
 
+// data [2, 2, 3] = 0..11: GatherND picks rows (k = 2) or single elements (k = 3); negative values count from the end.
+TEST(ShapeOpsGatherND, RowsElementsAndBatchDims) {
+  Node n = MakeNode("GatherND", 2, 1);
+  Tensor data = Iota({2, 2, 3});
+  ExpectTensorNear(Run1(n, {data, I64({2, 2}, {1, 0, 0, -1})}, 13), F32({2, 3}, {6, 7, 8, 3, 4, 5}));
+  ExpectTensorNear(Run1(n, {data, I64({2, 3}, {1, 1, 2, 0, 1, -3})}, 13), F32({2}, {11, 3}));
+  ExpectTensorNear(Run1(n, {data, I64({1, 1, 1}, {1})}, 13), F32({1, 1, 2, 3}, {6, 7, 8, 9, 10, 11}));
+  // batch_dims 1: each batch b of data is indexed by indices[b]: [0] -> data[0][0], [1] -> data[1][1].
+  Node b1 = MakeNode("GatherND", 2, 1, {{"batch_dims", Attribute::Int(1)}});
+  ExpectTensorNear(Run1(b1, {data, I64({2, 1}, {0, 1})}, 13), F32({2, 3}, {0, 1, 2, 9, 10, 11}));
+  ExpectError([&] { RunReferenceNode(n, {data, I64({1, 2}, {2, 0})}, 13); }, ErrorCode::kInvalidArgument);
+  ExpectError([&] { RunReferenceNode(n, {data, I64({1, 4}, {0, 0, 0, 0})}, 13); }, ErrorCode::kInvalidArgument);
+  ExpectError([&] { RunReferenceNode(b1, {data, I64({3, 1}, {0, 0, 0})}, 13); }, ErrorCode::kInvalidArgument);
+}
+
+TEST(ShapeOpsScatterND, RowsElementsReductionsAndBadIndices) {
+  Tensor data = Iota({2, 3});
+  Node n = MakeNode("ScatterND", 3, 1);
+  ExpectTensorNear(Run1(n, {data, I64({1, 1}, {-1}), F32({1, 3}, {7, 8, 9})}, 13), F32({2, 3}, {0, 1, 2, 7, 8, 9}));
+  ExpectTensorNear(Run1(n, {data, I64({2, 2}, {0, 2, 1, 0}), Floats({-1, -2})}, 13), F32({2, 3}, {0, 1, -1, -2, 4, 5}));
+  Node add = MakeNode("ScatterND", 3, 1, {{"reduction", Attribute::String("add")}});
+  // The same element twice: both updates add up.
+  ExpectTensorNear(Run1(add, {data, I64({2, 2}, {1, 1, 1, 1}), Floats({10, 20})}, 16), F32({2, 3}, {0, 1, 2, 3, 34, 5}));
+  Node mx = MakeNode("ScatterND", 3, 1, {{"reduction", Attribute::String("max")}});
+  ExpectTensorNear(Run1(mx, {data, I64({1, 1}, {0}), F32({1, 3}, {-1, 5, 1})}, 18), F32({2, 3}, {0, 5, 2, 3, 4, 5}));
+  ExpectError([&] { RunReferenceNode(n, {data, I64({1, 1}, {2}), F32({1, 3}, {0, 0, 0})}, 13); },
+              ErrorCode::kInvalidArgument);
+  ExpectError([&] { RunReferenceNode(n, {data, I64({1, 1}, {0}), F32({1, 2}, {0, 0})}, 13); },
+              ErrorCode::kInvalidArgument);
+  Node bad = MakeNode("ScatterND", 3, 1, {{"reduction", Attribute::String("sub")}});
+  ExpectError([&] { RunReferenceNode(bad, {data, I64({1, 1}, {0}), F32({1, 3}, {0, 0, 0})}, 18); },
+              ErrorCode::kInvalidArgument);
+}
+
+TEST(ShapeOpsScatterElements, AxesNegativeIndicesAndReductions) {
+  Tensor data = Iota({2, 3});
+  Node n1 = MakeNode("ScatterElements", 3, 1, {{"axis", Attribute::Int(1)}});
+  ExpectTensorNear(Run1(n1, {data, I64({2, 1}, {2, -3}), F32({2, 1}, {9, 8})}, 13), F32({2, 3}, {0, 1, 9, 8, 4, 5}));
+  Node n0 = MakeNode("ScatterElements", 3, 1);
+  ExpectTensorNear(Run1(n0, {data, I64({1, 3}, {1, 0, 1}), F32({1, 3}, {7, 8, 9})}, 13),
+                   F32({2, 3}, {0, 8, 2, 7, 4, 9}));
+  Node mul = MakeNode("ScatterElements", 3, 1, {{"axis", Attribute::Int(1)}, {"reduction", Attribute::String("mul")}});
+  ExpectTensorNear(Run1(mul, {data, I64({1, 2}, {1, 1}), F32({1, 2}, {3, 4})}, 16), F32({2, 3}, {0, 12, 2, 3, 4, 5}));
+  ExpectError([&] { RunReferenceNode(n0, {data, I64({1, 1}, {2}), F32({1, 1}, {0})}, 13); },
+              ErrorCode::kInvalidArgument);
+  ExpectError([&] { RunReferenceNode(n0, {data, I64({1, 4}, {0, 0, 0, 0}), F32({1, 4}, {0, 0, 0, 0})}, 13); },
+              ErrorCode::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 TEST(ShapeOpsReshape, ZeroCopiesAndMinusOneInfers) {
   Node n = MakeNode("Reshape", 2, 1);
