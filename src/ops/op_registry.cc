@@ -38,6 +38,7 @@ const OpRegistry& OpRegistry::Get() {
     OpRegistry r;
     RegisterElementwiseOps(r);
     RegisterNnOps(r);
+    RegisterEinsumOps(r);
     RegisterReductionOps(r);
     RegisterShapeOps(r);
     RegisterImageOps(r);

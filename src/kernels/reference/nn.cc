@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/reference/reference.h"
+#include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
 
@@ -696,6 +698,74 @@ void SoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kSoftma
 void LogSoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kLogSoftmax); }
 void HardmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kHardmax); }
 
+// Einsum by its definition: every combination of the labels (output labels outer, summed ones inner), each term the
+// product of the inputs' elements there; sums in double (float) or int64. Two-input contractions without diagonals
+// never get here in a compiled model (runtime lowers them to MatMul); this is their oracle and everything else's
+// kernel, so it refuses work above kMaxEinsumWork instead of holding a CPU for minutes.
+template <class T>
+void EinsumLoop(const EinsumSpec& spec, const std::vector<const T*>& in, T* out) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  std::vector<int> order = spec.output;
+  const size_t n_out = order.size();
+  for (int l = 0; l < static_cast<int>(spec.sizes.size()); ++l)
+    if (std::find(spec.output.begin(), spec.output.end(), l) == spec.output.end()) order.push_back(l);
+  const size_t labels = order.size(), inputs = in.size();
+  std::vector<int64_t> pos(labels, 0), off(inputs, 0);
+  int64_t out_elems = 1, inner = 1;
+  for (size_t k = 0; k < labels; ++k) (k < n_out ? out_elems : inner) *= spec.sizes[order[k]];
+  // Steps the odometer over labels [first, last); returns false when it wrapped all of them.
+  auto step = [&](size_t first, size_t last) {
+    for (size_t k = last; k-- > first;) {
+      const int l = order[k];
+      if (++pos[k] < spec.sizes[l]) {
+        for (size_t i = 0; i < inputs; ++i) off[i] += spec.strides[i][l];
+        return true;
+      }
+      for (size_t i = 0; i < inputs; ++i) off[i] -= spec.strides[i][l] * (spec.sizes[l] - 1);
+      pos[k] = 0;
+    }
+    return false;
+  };
+  for (int64_t o = 0; o < out_elems; ++o) {
+    Acc acc = 0;
+    for (int64_t r = 0; r < inner; ++r) {
+      Acc term = 1;
+      for (size_t i = 0; i < inputs; ++i) term *= static_cast<Acc>(in[i][off[i]]);
+      acc += term;
+      if (r + 1 < inner) step(n_out, labels);
+    }
+    if (inner > 0 && labels > n_out) step(n_out, labels);  // wraps the summed labels back to 0
+    out[o] = static_cast<T>(acc);
+    if (o + 1 < out_elems) step(0, n_out);
+  }
+}
+
+void EinsumRef(KernelContext& ctx) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) shapes.push_back(ctx.In(static_cast<int>(i)).shape());
+  const EinsumSpec spec = ParseEinsum(ctx.node.GetString("equation", ""), shapes, ctx.node.Describe());
+  if (ctx.Out(0).shape() != spec.OutputShape())
+    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": output allocated as " +
+                                          ShapeToString(ctx.Out(0).shape()) + ", Einsum computes " +
+                                          ShapeToString(spec.OutputShape()));
+  if (spec.Work() > kMaxEinsumWork)
+    throw Error(ErrorCode::kResourceExhausted,
+                ctx.node.Describe() + ": this Einsum takes " + std::to_string(spec.Work()) +
+                    " multiply-adds on the general Einsum kernel, more than its limit of " +
+                    std::to_string(kMaxEinsumWork) + " (two-input contractions without repeated labels run as MatMul)");
+  const DType dtype = ctx.In(0).dtype();
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<const T*> in;
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) in.push_back(ctx.In(static_cast<int>(i)).data<T>());
+    if (ctx.Out(0).numel() > 0) EinsumLoop<T>(spec, in, ctx.Out(0).data<T>());
+  };
+  if (dtype == DType::kF32) run(float{});
+  else if (dtype == DType::kI32) run(int32_t{});
+  else if (dtype == DType::kI64) run(int64_t{});
+  else throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Einsum of " + DTypeName(dtype));
+}
+
 }  // namespace
 
 void AddNnReferenceKernels(ReferenceKernelTable& t) {
@@ -706,6 +776,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("LayerNormalization", LayerNormalizationRef);
   t.Add("MatMul", MatMulRef);
   t.Add("Gemm", GemmRef);
+  t.Add("Einsum", EinsumRef);
   t.Add("MaxPool", MaxPoolRef);
   t.Add("AveragePool", AveragePoolRef);
   t.Add("LpPool", LpPoolRef);
