@@ -6,6 +6,7 @@
 //                                                          => Gelu(x)
 //   Bias:      MatMul(A, B) -> Add(., bias[N])             => MatMul(A, B, bias) with `_bias` = 1
 //   Mean:      ReduceMean over every spatial axis, keeping dims => GlobalAveragePool
+//   Einsum:    a two-input contraction                     => [Transpose, Reshape] x2 -> MatMul [-> Reshape, Transpose]
 // and, for convolutional nets (FuseDataMovementPatterns):
 //   Channel shuffle: Concat -> Reshape [N, g, C/g, H, W] -> Transpose(0, 2, 1, 3, 4) -> Reshape [N, C, H, W]
 //              [-> channel Slices]                     => _ChannelShuffle (src/ops/internal_ops.cc)
@@ -14,9 +15,11 @@
 // position of the chain's last node: its inputs are all produced before the chain's first node.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "ops/einsum.h"
 #include "ops/op_registry.h"
 #include "ops/slice.h"
 #include "runtime/plan_impl.h"
@@ -481,12 +484,163 @@ void FuseChannelShuffle(CompileState& st) {
   g.Compact();
 }
 
+// ---- Einsum -> MatMul --------------------------------------------------------------------------------------------
+// A two-input float32 Einsum whose every label is in both inputs or in the output, without repeated labels or
+// broadcast ellipsis dims, is a batched matrix product: labels in A, B and the output are batch dims, in A and the
+// output M, in B and the output N, in A and B only K (summed). It becomes Transpose(A) -> Reshape [batch.., M, K],
+// Transpose(B) -> Reshape [batch.., K, N], MatMul, Reshape [batch.., M.., N..], Transpose to the output's order
+// (identity transposes and reshapes left out: attention's "bhid,bhjd->bhij" is one Transpose and a MatMul).
+// OSPREY_EINSUM_MATMUL=0 keeps every Einsum on the reference kernel (tests compare the two).
+bool EinsumLoweringEnabled() {
+  const char* v = std::getenv("OSPREY_EINSUM_MATMUL");
+  return !(v && std::string(v) == "0");
+}
+
+bool IsIdentity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+// The nodes computing `node` (an Einsum) as a MatMul, or none when it is not such a contraction.
+std::vector<Node> LowerEinsum(CompileState& st, const Node& node) {
+  if (node.inputs.size() != 2 || node.outputs.size() != 1 || node.inputs[0] < 0 || node.inputs[1] < 0) return {};
+  const CompileValue& a = st.values[node.inputs[0]];
+  const CompileValue& b = st.values[node.inputs[1]];
+  if (a.dtype != DType::kF32 || b.dtype != DType::kF32) return {};
+  EinsumSpec spec;
+  try {
+    spec = ParseEinsum(node.GetString("equation", ""), {a.shape, b.shape}, node.Describe());
+  } catch (const Error&) {
+    return {};  // the schema has reported it already
+  }
+  const size_t labels = spec.sizes.size();
+  std::vector<int> where(labels, 0);  // bit 0: in A, bit 1: in B, bit 2: in the output
+  for (int k = 0; k < 2; ++k) {
+    const Shape& shape = k == 0 ? a.shape : b.shape;
+    for (size_t d = 0; d < spec.inputs[k].size(); ++d) {
+      const int l = spec.inputs[k][d];
+      if ((where[l] & (1 << k)) || shape[d] != spec.sizes[l]) return {};  // a diagonal, or a broadcast dim
+      where[l] |= 1 << k;
+    }
+  }
+  for (int l : spec.output) where[l] |= 4;
+  std::vector<int> batch, m, n, k;
+  for (int l : spec.output) {
+    if (where[l] == 7) batch.push_back(l);
+    if (where[l] == 5) m.push_back(l);
+    if (where[l] == 6) n.push_back(l);
+  }
+  for (int l : spec.inputs[0])
+    if (where[l] == 3) k.push_back(l);
+  for (size_t l = 0; l < labels; ++l)
+    if (where[l] == 1 || where[l] == 2) return {};  // summed inside one input alone
+  auto product = [&](const std::vector<int>& ls) {
+    int64_t p = 1;
+    for (int l : ls) p *= spec.sizes[l];
+    return p;
+  };
+  std::vector<Node> out;
+  // Transposes input `in` (labels `have`) to the order `want` and reshapes it to [batch.., rows, cols].
+  auto arrange = [&](int in, const std::vector<int>& have, const std::vector<std::vector<int>>& want) {
+    std::vector<int64_t> perm;
+    Shape shape;
+    for (const auto& group : want)
+      for (int l : group) {
+        perm.push_back(std::find(have.begin(), have.end(), l) - have.begin());
+        shape.push_back(spec.sizes[l]);
+      }
+    int v = in;
+    if (!IsIdentity(perm)) {
+      Node t;
+      t.op_type = "Transpose";
+      t.name = node.name + "/einsum_transpose_" + std::to_string(out.size());
+      t.attrs["perm"] = Attribute::Ints(perm);
+      t.inputs = {v};
+      v = st.AddValue(DType::kF32, shape);
+      t.outputs = {v};
+      out.push_back(std::move(t));
+    }
+    Shape matrix;
+    for (int l : batch) matrix.push_back(spec.sizes[l]);
+    matrix.push_back(product(want[1]));
+    matrix.push_back(product(want[2]));
+    if (matrix != shape) {
+      Node r;
+      r.op_type = "Reshape";
+      r.name = node.name + "/einsum_reshape_" + std::to_string(out.size());
+      r.inputs = {v, st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(matrix.size())}, matrix))};
+      v = st.AddValue(DType::kF32, matrix);
+      r.outputs = {v};
+      out.push_back(std::move(r));
+    }
+    return v;
+  };
+  const int a2 = arrange(node.inputs[0], spec.inputs[0], {batch, m, k});
+  const int b2 = arrange(node.inputs[1], spec.inputs[1], {batch, k, n});
+  Shape product_shape;
+  for (int l : batch) product_shape.push_back(spec.sizes[l]);
+  product_shape.push_back(product(m));
+  product_shape.push_back(product(n));
+  // [batch.., M.., N..] in that order, then the output's order.
+  std::vector<int> grouped = batch;
+  grouped.insert(grouped.end(), m.begin(), m.end());
+  grouped.insert(grouped.end(), n.begin(), n.end());
+  Shape grouped_shape;
+  for (int l : grouped) grouped_shape.push_back(spec.sizes[l]);
+  std::vector<int64_t> perm;
+  for (int l : spec.output) perm.push_back(std::find(grouped.begin(), grouped.end(), l) - grouped.begin());
+  const int y = node.outputs[0];
+  const bool reshape = grouped_shape != product_shape, transpose = !IsIdentity(perm);
+  Node mm;
+  mm.op_type = "MatMul";
+  mm.name = node.name;
+  mm.inputs = {a2, b2};
+  int v = reshape || transpose ? st.AddValue(DType::kF32, product_shape) : y;
+  mm.outputs = {v};
+  out.push_back(std::move(mm));
+  if (reshape) {
+    Node r;
+    r.op_type = "Reshape";
+    r.name = node.name + "/einsum_reshape_out";
+    r.inputs = {v, st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(grouped_shape.size())},
+                                                                grouped_shape))};
+    v = transpose ? st.AddValue(DType::kF32, grouped_shape) : y;
+    r.outputs = {v};
+    out.push_back(std::move(r));
+  }
+  if (transpose) {
+    Node t;
+    t.op_type = "Transpose";
+    t.name = node.name + "/einsum_transpose_out";
+    t.attrs["perm"] = Attribute::Ints(perm);
+    t.inputs = {v};
+    t.outputs = {y};
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void EinsumToMatMul(CompileState& st) {
+  if (!EinsumLoweringEnabled()) return;
+  if (std::none_of(st.nodes.begin(), st.nodes.end(), [](const Node& n) { return n.op_type == "Einsum"; })) return;
+  std::vector<Node> nodes;
+  for (Node& node : st.nodes) {
+    std::vector<Node> lowered;
+    if (node.op_type == "Einsum") lowered = LowerEinsum(st, node);
+    if (lowered.empty()) nodes.push_back(std::move(node));
+    for (Node& n : lowered) nodes.push_back(std::move(n));
+  }
+  st.nodes = std::move(nodes);
+}
+
 }  // namespace
 
 void FuseDataMovementPatterns(CompileState& st) { FuseChannelShuffle(st); }
 
 // Run before activation fusion, which can then fold the Gelu into the MatMul that feeds it.
 void FuseTransformerPatterns(CompileState& st) {
+  EinsumToMatMul(st);  // first: its MatMuls then take a bias like any other
   FuseLayerNorm(st);  // before the rewrite below: its ReduceMeans are over the last axis, never spatial-only
   SpatialMeanToGlobalAveragePool(st);
   FuseGelu(st);
