@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Exports torchvision models with PyTorch's current default ONNX exporter (torch.export + onnxscript, `dynamo=True`).
+
+Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force]
+
+Needs a Python with torch >= 2.5, torchvision and onnxscript (bench/torch_dynamo makes one in .venv-torch; the
+project's .venv has Debian's torch 1.13, whose exporter is the TorchScript one tools/make_test_models.py uses). The
+dynamo exporter writes different graphs from the same models: opset 18+, LayerNormalization and Gelu as ops,
+GlobalAveragePool as ReduceMean, Swin's shifted-window masks as ScatterND/GatherND, MaxViT's attention as Einsum.
+Weights are make_test_models' seeded ones (calibrated BatchNorm, random LayerNorm), batch 1, static shapes; each NAME
+gets NAME.onnx and NAME.input1.npy in DIR (default ~/.cache/osprey/models-dynamo). Existing files are kept.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_test_models as mtm  # noqa: E402
+
+# name -> (constructor keyword arguments, input size); the zoo's nine plus architectures the zoo does not have.
+EXTRA = {
+    "mobilenet_v3_large": ({}, 224), "regnet_y_800mf": ({}, 224), "mnasnet1_0": ({}, 224),
+    "efficientnet_v2_s": ({}, 224), "resnext50_32x4d": ({}, 224), "googlenet": ({"aux_logits": False,
+                                                                                   "init_weights": True}, 224),
+    "vgg11_bn": ({}, 224), "swin_t": ({}, 224), "swin_v2_t": ({}, 256), "maxvit_t": ({}, 224),
+    "deeplabv3_mobilenet_v3_large": ({"weights_backbone": None, "aux_loss": False}, 320),
+    "lraspp_mobilenet_v3_large": ({"weights_backbone": None}, 320),
+}
+MODELS = dict(mtm.MODELS, **EXTRA)
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("OSPREY_CACHE", Path.home() / ".cache" / "osprey")) / "models-dynamo"
+
+
+def build(name):
+    import torch
+    import torchvision
+
+    kwargs, _ = MODELS[name]
+    torch.manual_seed(0)
+    ctor = getattr(torchvision.models, name, None) or getattr(torchvision.models.segmentation, name)
+    model = ctor(weights=None, **kwargs)
+    if ctor.__module__.startswith("torchvision.models.segmentation"):
+        class Out(torch.nn.Module):  # segmentation models return {"out": ...}
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return self.inner(x)["out"]
+        model = Out(model)
+    mtm._make_parameters_realistic(model, name)
+    return model
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(MODELS), help="default: all")
+    parser.add_argument("--out", type=Path, default=default_dir())
+    parser.add_argument("--force", action="store_true", help="export again even if the files exist")
+    args = parser.parse_args(argv)
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(2)
+    mtm.MODELS.update(EXTRA)  # make_test_models' inputs and calibration read the input size from there
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in args.only or list(MODELS):
+        onnx_path, input_path = args.out / f"{name}.onnx", args.out / f"{name}.input1.npy"
+        if onnx_path.exists() and input_path.exists() and not args.force:
+            print(f"export_dynamo: {name:30s} present", flush=True)
+            continue
+        start = time.monotonic()
+        try:
+            x = torch.from_numpy(mtm.make_input(name, 1))
+            program = torch.onnx.export(build(name), (x,), dynamo=True, input_names=["input"],
+                                        output_names=["logits"], verbose=False)
+            tmp = onnx_path.with_suffix(".tmp")
+            program.save(str(tmp))
+            os.replace(tmp, onnx_path)
+            np.save(input_path, x.numpy())
+            print(f"export_dynamo: {name:30s} exported ({time.monotonic() - start:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 -- one architecture the exporter cannot take is a result
+            failed += 1
+            print(f"export_dynamo: {name:30s} FAILED: {str(e).splitlines()[0][:200]}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
