@@ -129,6 +129,20 @@ void InferTopK(InferContext& ctx) {
   ctx.SetOutput(1, DType::kI64, out);
 }
 
+// CumSum: the running sum along the axis given as input 1 (a scalar, read by the kernel), same shape and dtype.
+void InferCumSum(InferContext& ctx) {
+  if (!ctx.Has(0) || !ctx.Has(1)) ctx.Fail("inputs 'x' and 'axis' are required");
+  const DType t = ctx.input_dtypes[0];
+  if (t != DType::kF32 && t != DType::kI32 && t != DType::kI64)
+    ctx.Fail(std::string("float32, int32 or int64 input only, got ") + DTypeName(t));
+  if (ctx.input_dtypes[1] != DType::kI32 && ctx.input_dtypes[1] != DType::kI64)
+    ctx.Fail(std::string("axis must be int32 or int64, got ") + DTypeName(ctx.input_dtypes[1]));
+  if (NumElements(ctx.input_shapes[1]) != 1 || ctx.input_shapes[1].size() > 1)
+    ctx.Fail("axis must hold one value, got shape " + ShapeToString(ctx.input_shapes[1]));
+  if (ctx.input_shapes[0].empty()) ctx.Fail("x must have rank >= 1, got a scalar");
+  ctx.SetOutput(0, t, ctx.input_shapes[0]);
+}
+
 void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_inputs, InferFn infer, int num_outputs = 1) {
   r.Add(op_type, min_inputs, max_inputs, num_outputs, num_outputs, std::move(infer));
 }
@@ -143,6 +157,7 @@ void RegisterReductionOps(OpRegistry& r) {
   AddSchema(r, "ArgMax", 1, 1, InferArgReduce);
   AddSchema(r, "ArgMin", 1, 1, InferArgReduce);
   AddSchema(r, "TopK", 1, 2, InferTopK, 2);
+  AddSchema(r, "CumSum", 2, 2, InferCumSum);
 }
 
 }  // namespace osprey

@@ -746,6 +746,17 @@ void InferRange(InferContext& ctx) {
 
 void InferIdentity(InferContext& ctx) { ctx.SetOutput(0, ctx.input_dtypes[0], InShape(ctx, 0)); }
 
+// Trilu: the upper (or lower) triangle of the last two axes, the k-th diagonal on (input 1, a scalar read by the
+// kernel); the rest zero.
+void InferTrilu(InferContext& ctx) {
+  const Shape& in = InShape(ctx, 0);
+  if (in.size() < 2) ctx.Fail("input must have rank >= 2, got " + ShapeToString(in));
+  if (ctx.Has(1) && (NumElements(ctx.input_shapes[1]) != 1 || ctx.input_dtypes[1] != DType::kI64))
+    ctx.Fail("k must be one int64, got " + std::string(DTypeName(ctx.input_dtypes[1])) + " " +
+             ShapeToString(ctx.input_shapes[1]));
+  ctx.SetOutput(0, ctx.input_dtypes[0], in);
+}
+
 void InferDropout(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
   if (ctx.opset < 12 && ctx.num_inputs() > 1) ctx.Fail("before opset 12 Dropout takes one input");
@@ -824,6 +835,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Range", 3, 3, 1, 1, InferRange);
   Add(r, "OneHot", 3, 3, 1, 1, InferOneHot);
   Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true, .same_bytes = true});
+  Add(r, "Trilu", 1, 2, 1, 1, InferTrilu);
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth);

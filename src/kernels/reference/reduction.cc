@@ -373,10 +373,57 @@ void TopKKernel(KernelContext& ctx) {
   });
 }
 
+// CumSum along `axis` (input 1, negative from the end): exclusive starts each sum at 0 without the element itself,
+// reverse runs from the end. Sums in double (float32) or int64 per position.
+void CumSumKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  Tensor& y = ctx.Out(0);
+  if (y.shape() != x.shape()) throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": output shape mismatch");
+  const int64_t rank = x.rank();
+  const int64_t raw_axis = ctx.In(1).GetAsInt(0);
+  if (raw_axis < -rank || raw_axis >= rank)
+    throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": axis " + std::to_string(raw_axis) +
+                                                 " is out of range for rank " + std::to_string(rank));
+  const int64_t axis = raw_axis < 0 ? raw_axis + rank : raw_axis;
+  const bool exclusive = ctx.node.GetInt("exclusive", 0) != 0, reverse = ctx.node.GetInt("reverse", 0) != 0;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.dim(d);
+  const int64_t n = x.dim(axis);
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        Acc sum = 0;
+        for (int64_t step = 0; step < n; ++step) {
+          const int64_t k = reverse ? n - 1 - step : step;
+          const int64_t at = (o * n + k) * inner + i;
+          if (exclusive) {
+            out[at] = static_cast<T>(sum);
+            sum += in[at];
+          } else {
+            sum += in[at];
+            out[at] = static_cast<T>(sum);
+          }
+        }
+      }
+  };
+  switch (x.dtype()) {
+    case DType::kF32: run(float{}); break;
+    case DType::kI32: run(int32_t{}); break;
+    case DType::kI64: run(int64_t{}); break;
+    default: throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": CumSum of " + DTypeName(x.dtype()));
+  }
+}
+
 }  // namespace
 
 void AddReductionReferenceKernels(ReferenceKernelTable& t) {
   t.Add("ReduceSum", ReduceSumKernel);
+  t.Add("CumSum", CumSumKernel);
   t.Add("ReduceMean", ReduceMeanKernel);
   t.Add("ReduceProd", ReduceProdKernel);
   t.Add("ReduceMax", ReduceExtremeKernel<true>);

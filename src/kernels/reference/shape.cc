@@ -439,6 +439,30 @@ void ScatterNDKernel(KernelContext& ctx) {
   });
 }
 
+// Trilu: keeps element (i, j) of each trailing matrix where j - i >= k (upper) or j - i <= k (lower).
+void TriluKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  Tensor& y = ctx.Out(0);
+  CheckOutput(ctx, 0, x.shape());
+  const int64_t k = ctx.inputs.size() > 1 && ctx.inputs[1] ? ctx.In(1).GetAsInt(0) : 0;
+  const bool upper = ctx.node.GetInt("upper", 1) != 0;
+  const int64_t rows = x.dim(x.rank() - 2), cols = x.dim(x.rank() - 1);
+  const int64_t matrices = rows * cols > 0 ? x.numel() / (rows * cols) : 0;
+  const size_t es = DTypeSize(x.dtype());
+  const char* src = Bytes(x);
+  char* dst = Bytes(y);
+  for (int64_t m = 0; m < matrices; ++m)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const size_t at = static_cast<size_t>((m * rows + i) * cols + j) * es;
+        const bool keep = upper ? j - i >= k : j - i <= k;
+        if (keep)
+          std::memmove(dst + at, src + at, es);
+        else
+          std::memset(dst + at, 0, es);
+      }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 void TransposeKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
@@ -800,6 +824,7 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Squeeze", CopyKernel);
   t.Add("Unsqueeze", CopyKernel);
   t.Add("Identity", CopyKernel);
+  t.Add("Trilu", TriluKernel);
   t.Add("Transpose", TransposeKernel);
   t.Add("Expand", ExpandKernel);
   t.Add("Tile", TileKernel);
