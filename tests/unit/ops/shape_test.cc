@@ -271,6 +271,19 @@ TEST(ShapeOpsScatterElements, AxesNegativeIndicesAndReductions) {
               ErrorCode::kInvalidArgument);
 }
 
+// Trilu on [2, 3, 3] = 0..17 (the ONNX node tests are named triu/tril): upper keeps j - i >= k, lower j - i <= k.
+TEST(ShapeOpsTrilu, UpperLowerAndDiagonalOffsets) {
+  Tensor x = Iota({2, 3, 3});
+  Node upper = MakeNode("Trilu", 1, 1);
+  ExpectTensorNear(Run1(upper, {x}, 14), F32({2, 3, 3}, {0, 1, 2, 0, 4, 5, 0, 0, 8, 9, 10, 11, 0, 13, 14, 0, 0, 17}));
+  Node upper_k = MakeNode("Trilu", 2, 1);
+  ExpectTensorNear(Run1(upper_k, {Iota({2, 3}), Ints({1})}, 14), F32({2, 3}, {0, 1, 2, 0, 0, 5}));
+  Node lower = MakeNode("Trilu", 2, 1, {{"upper", Attribute::Int(0)}});
+  ExpectTensorNear(Run1(lower, {Iota({2, 3}), Ints({-1})}, 14), F32({2, 3}, {0, 0, 0, 3, 0, 0}));
+  ExpectTensorNear(Run1(lower, {Iota({2, 3}), Ints({5})}, 14), Iota({2, 3}));
+  ExpectError([&] { RunReferenceNode(upper, {Floats({1, 2})}, 14); }, ErrorCode::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 TEST(ShapeOpsReshape, ZeroCopiesAndMinusOneInfers) {
   Node n = MakeNode("Reshape", 2, 1);
