@@ -382,29 +382,6 @@ OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int ma
 
 }  // namespace
 
-// GridSample (opsets 16 and 20), 2-D: X [N, C, H, W] sampled at grid [N, Ho, Wo, 2] (x, y in [-1, 1]) -> [N, C, Ho, Wo].
-void InferGridSample(InferContext& ctx) {
-  if (!ctx.Has(0) || !ctx.Has(1)) ctx.Fail("inputs 'X' and 'grid' are required");
-  const Shape& x = ctx.input_shapes[0];
-  const Shape& grid = ctx.input_shapes[1];
-  if (ctx.input_dtypes[0] != DType::kF32 || ctx.input_dtypes[1] != DType::kF32)
-    ctx.Fail("X and grid must be float32, got " + std::string(DTypeName(ctx.input_dtypes[0])) + " and " +
-             DTypeName(ctx.input_dtypes[1]));
-  if (x.size() != 4)
-    ctx.Fail("X must be 4-D [N, C, H, W] (osprey samples 2-D images only), got " + ShapeToString(x));
-  if (grid.size() != 4 || grid[0] != x[0] || grid[3] != 2)
-    ctx.Fail("grid must be [N, H_out, W_out, 2] with X's N, got " + ShapeToString(grid) + " for X " + ShapeToString(x));
-  const std::string mode = ctx.node.GetString("mode", "bilinear");
-  if (mode != "bilinear" && mode != "linear" && mode != "nearest" && mode != "bicubic" && mode != "cubic")
-    ctx.Fail("mode must be bilinear/linear, nearest or bicubic/cubic, got \"" + mode + "\"");
-  const std::string padding = ctx.node.GetString("padding_mode", "zeros");
-  if (padding != "zeros" && padding != "border" && padding != "reflection")
-    ctx.Fail("padding_mode must be zeros, border or reflection, got \"" + padding + "\"");
-  const Shape out = {x[0], x[1], grid[1], grid[2]};
-  (void)NumElements(out);
-  ctx.SetOutput(0, DType::kF32, out);
-}
-
 void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("Conv", 2, 6, 1, 1, InferConv));  // 3: fused residual; 4, 5: fused depthwise (internal)
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
@@ -422,7 +399,6 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("LogSoftmax", 1, 1, 1, 1, InferSoftmaxLike));
   r.Add(Schema("Hardmax", 1, 1, 1, 1, InferSoftmaxLike));
   r.Add(Schema("LRN", 1, 1, 1, 1, InferLRN));
-  r.Add(Schema("GridSample", 2, 2, 1, 1, InferGridSample));
 }
 
 }  // namespace osprey

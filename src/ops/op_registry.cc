@@ -39,6 +39,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterElementwiseOps(r);
     RegisterNnOps(r);
     RegisterEinsumOps(r);
+    RegisterGridSampleOps(r);
     RegisterReductionOps(r);
     RegisterShapeOps(r);
     RegisterImageOps(r);

@@ -86,6 +86,7 @@ class OpRegistry {
 void RegisterElementwiseOps(OpRegistry& r);   // unary, binary, variadic, Where, Clip, Cast, comparisons
 void RegisterNnOps(OpRegistry& r);            // Conv, ConvTranspose, pools, norms, MatMul, Gemm, softmaxes
 void RegisterEinsumOps(OpRegistry& r);        // Einsum (einsum.cc; two-input contractions become MatMul)
+void RegisterGridSampleOps(OpRegistry& r);    // GridSample, 2-D (grid_sample.cc)
 void RegisterReductionOps(OpRegistry& r);     // Reduce*, ArgMax/ArgMin, TopK
 void RegisterShapeOps(OpRegistry& r);         // Reshape ... Resize, Shape, Constant*, Range, Identity, Dropout
 void RegisterImageOps(OpRegistry& r);         // osprey-domain image ops (docs/image-ops.md)

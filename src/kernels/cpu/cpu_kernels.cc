@@ -41,6 +41,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
     if (op == "Pad") return CreatePadKernel(ctx);
     if (op == "Transpose") return CreateTransposeKernel(ctx);
+    if (op == "GridSample") return CreateGridSampleKernel(ctx);
     if (op.rfind("Reduce", 0) == 0) return CreateReduceKernel(ctx);
     if (std::unique_ptr<Kernel> k = CreateElementwiseKernel(ctx)) return k;
   } catch (const dnnl::error&) {

@@ -71,6 +71,8 @@ std::unique_ptr<Kernel> CreatePlainGlobalPool(const KernelBuildContext& ctx);
 
 /// Transpose of a plain tensor of a 1-, 2-, 4- or 8-byte dtype (transpose_kernel.cc), or nullptr.
 std::unique_ptr<Kernel> CreateTransposeKernel(const KernelBuildContext& ctx);
+/// GridSample on plain float32 (grid_sample_kernel.cc).
+std::unique_ptr<Kernel> CreateGridSampleKernel(const KernelBuildContext& ctx);
 
 /// Pad in constant mode with compile-time pads, value and axes, none negative (pad_kernel.cc): any dtype and rank
 /// plain, or rank-4 float32 padded along H and W on channels-last data (PadFollowsNhwc); nullptr otherwise.

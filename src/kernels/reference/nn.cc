@@ -13,6 +13,7 @@
 
 #include "kernels/reference/reference.h"
 #include "ops/einsum.h"
+#include "ops/grid_sample.h"
 #include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
 
@@ -698,104 +699,28 @@ void SoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kSoftma
 void LogSoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kLogSoftmax); }
 void HardmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kHardmax); }
 
-// GridSample as ONNX Runtime and PyTorch compute it: grid values denormalised per align_corners (to [0, size - 1]
-// or [-0.5, size - 0.5]); nearest rounds half to even; a coordinate outside those bounds is clamped (border; not
-// for cubic) or reflected (reflection) first; then each tap outside the image reads 0 (zeros), the nearest
-// edge (border) or its reflection; linear takes 2 x 2 taps, cubic 4 x 4 (Keys, a = -0.75). Sums in double.
-double GridReflect(double v, double lo, double hi) {
-  const double range = hi - lo;
-  if (range <= 0) return lo;
-  if (v >= lo && v <= hi) return v;
-  // Distance past the near border, folded by the period 2 * range (fmod: no integer overflow for huge values).
-  const double d = std::fmod(v < lo ? lo - v : v - hi, 2 * range);
-  const bool back = d > range;  // an odd number of reflections
-  const double r = back ? d - range : d;
-  return (v < lo) != back ? lo + r : hi - r;
-}
-
-void CubicWeights(double t, double w[4]) {
-  constexpr double a = -0.75;
-  const double x0 = t + 1, x1 = t, x2 = 1 - t, x3 = 2 - t;
-  w[0] = ((a * x0 - 5 * a) * x0 + 8 * a) * x0 - 4 * a;
-  w[1] = ((a + 2) * x1 - (a + 3)) * x1 * x1 + 1;
-  w[2] = ((a + 2) * x2 - (a + 3)) * x2 * x2 + 1;
-  w[3] = ((a * x3 - 5 * a) * x3 + 8 * a) * x3 - 4 * a;
-}
-
+// GridSample: each output point is the weighted sum of its taps (ops/grid_sample.h), in double, channel by channel.
 void GridSampleRef(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
   const Tensor& grid = ctx.In(1);
   Tensor& y = ctx.Out(0);
-  const int64_t n_count = x.dim(0), channels = x.dim(1), h = x.dim(2), w = x.dim(3);
-  const int64_t ho = grid.dim(1), wo = grid.dim(2);
-  if (y.shape() != Shape{n_count, channels, ho, wo}) throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": bad output");
-  const std::string mode_name = ctx.node.GetString("mode", "bilinear");
-  const int mode = mode_name == "nearest" ? 0 : (mode_name == "bicubic" || mode_name == "cubic") ? 2 : 1;
-  const std::string padding = ctx.node.GetString("padding_mode", "zeros");
-  const int pad = padding == "border" ? 1 : padding == "reflection" ? 2 : 0;
-  const bool align = ctx.node.GetInt("align_corners", 0) != 0;
-  const float* xd = x.data<float>();
-  const float* gd = grid.data<float>();
-  float* yd = y.data<float>();
-  const double lo_x = align ? 0.0 : -0.5, hi_x = align ? w - 1.0 : w - 0.5;
-  const double lo_y = align ? 0.0 : -0.5, hi_y = align ? h - 1.0 : h - 0.5;
-  auto denorm = [&](double g, int64_t size) { return align ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2; };
-  auto fix = [&](double v, double lo, double hi, int64_t size) {  // a coordinate outside [lo, hi]
-    if (v >= lo && v <= hi) return v;
-    if (pad == 1) return std::clamp(v, 0.0, static_cast<double>(size - 1));
-    if (pad == 2) return GridReflect(v, lo, hi);
-    return v;
-  };
-  // A tap's index on an axis of `size`, or -1 for a zero (padding zeros).
-  auto tap = [&](int64_t i, double lo, double hi, int64_t size) -> int64_t {
-    if (i >= 0 && i < size) return i;
-    if (pad == 0) return -1;
-    if (pad == 1) return std::clamp<int64_t>(i, 0, size - 1);
-    return std::clamp<int64_t>(static_cast<int64_t>(GridReflect(static_cast<double>(i), lo, hi)), 0, size - 1);
-  };
-  for (int64_t n = 0; n < n_count; ++n)
+  const int64_t batch = x.dim(0), channels = x.dim(1), h = x.dim(2), w = x.dim(3);
+  const int64_t points = grid.dim(1) * grid.dim(2);
+  if (y.shape() != Shape{batch, channels, grid.dim(1), grid.dim(2)})
+    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": output allocated as " + ShapeToString(y.shape()));
+  const GridSampleParams p = ReadGridSample(ctx.node, h, w);
+  int64_t offset[kMaxGridTaps];
+  float weight[kMaxGridTaps];
+  for (int64_t n = 0; n < batch; ++n)
     for (int64_t c = 0; c < channels; ++c) {
-      const float* plane = xd + (n * channels + c) * h * w;
-      auto at = [&](int64_t r, int64_t q) { return r < 0 || q < 0 ? 0.0 : static_cast<double>(plane[r * w + q]); };
-      for (int64_t oy = 0; oy < ho; ++oy)
-        for (int64_t ox = 0; ox < wo; ++ox) {
-          const float* g = gd + ((n * ho + oy) * wo + ox) * 2;
-          double fx = denorm(g[0], w), fy = denorm(g[1], h);
-          if (mode == 0) {
-            fx = std::nearbyint(fx);
-            fy = std::nearbyint(fy);
-          }
-          // Past a few pixels outside the image every tap is padding: clamp so huge grid values convert safely.
-          // Cubic with border padding clamps each of its 16 taps instead of the coordinate (as ONNX Runtime does;
-          // the ONNX reference clamps the coordinate too, which its own tests do not tell apart).
-          if (mode != 2 || pad != 1) fx = fix(fx, lo_x, hi_x, w), fy = fix(fy, lo_y, hi_y, h);
-          fx = std::clamp(fx, -4.0 - w, 4.0 + 2 * w);
-          fy = std::clamp(fy, -4.0 - h, 4.0 + 2 * h);
-          double value = 0;
-          if (!std::isfinite(fx) || !std::isfinite(fy)) {
-            value = std::numeric_limits<double>::quiet_NaN();
-          } else if (mode == 0) {
-            value = at(tap(static_cast<int64_t>(fy), lo_y, hi_y, h), tap(static_cast<int64_t>(fx), lo_x, hi_x, w));
-          } else {
-            const int taps = mode == 1 ? 2 : 4;
-            const double x0 = std::floor(fx), y0 = std::floor(fy);
-            double wx[4], wy[4];
-            if (mode == 1) {
-              wx[0] = 1 - (fx - x0), wx[1] = fx - x0, wy[0] = 1 - (fy - y0), wy[1] = fy - y0;
-            } else {
-              CubicWeights(fx - x0, wx);
-              CubicWeights(fy - y0, wy);
-            }
-            const int64_t first_x = static_cast<int64_t>(x0) - (mode == 2), first_y = static_cast<int64_t>(y0) - (mode == 2);
-            for (int j = 0; j < taps; ++j) {
-              const int64_t r = tap(first_y + j, lo_y, hi_y, h);
-              double row = 0;
-              for (int i = 0; i < taps; ++i) row += wx[i] * at(r, tap(first_x + i, lo_x, hi_x, w));
-              value += wy[j] * row;
-            }
-          }
-          yd[((n * channels + c) * ho + oy) * wo + ox] = static_cast<float>(value);
-        }
+      const float* plane = x.data<float>() + (n * channels + c) * h * w;
+      for (int64_t i = 0; i < points; ++i) {
+        const float* g = grid.data<float>() + (n * points + i) * 2;
+        const int taps = GridTaps(p, g[0], g[1], offset, weight);
+        double sum = taps < 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+        for (int t = 0; t < taps; ++t) sum += static_cast<double>(weight[t]) * plane[offset[t]];
+        y.data<float>()[(n * channels + c) * points + i] = static_cast<float>(sum);
+      }
     }
 }
 
