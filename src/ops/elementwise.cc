@@ -249,7 +249,7 @@ void RegisterElementwiseOps(OpRegistry& r) {
        {"Sqrt", "Exp", "Log", "Erf", "Reciprocal", "Floor", "Ceil", "Softplus", "Softsign", "Mish"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat), kTransparent);
   AddSchema(r, "Round", 1, 1, UnaryInfer(kFloat, CheckFakeQuantize), kTransparent);
-  for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"})
+  for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat));
   for (const char* op : {"Tanh", "Sigmoid", "HardSwish"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat), kFusableActivation);

@@ -667,6 +667,15 @@ void SinhKernel(KernelContext& ctx) {
 void CoshKernel(KernelContext& ctx) {
   MapF32(ctx, [](float x) { return std::cosh(x); });
 }
+void AsinhKernel(KernelContext& ctx) {
+  MapF32(ctx, [](float x) { return std::asinh(x); });
+}
+void AcoshKernel(KernelContext& ctx) {
+  MapF32(ctx, [](float x) { return std::acosh(x); });
+}
+void AtanhKernel(KernelContext& ctx) {
+  MapF32(ctx, [](float x) { return std::atanh(x); });
+}
 void SoftplusKernel(KernelContext& ctx) { MapF32(ctx, SoftplusOf); }
 void SoftsignKernel(KernelContext& ctx) {
   MapF32(ctx, [](float x) { return x / (1.f + std::fabs(x)); });
@@ -943,6 +952,9 @@ void AddElementwiseReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Atan", AtanKernel);
   t.Add("Sinh", SinhKernel);
   t.Add("Cosh", CoshKernel);
+  t.Add("Asinh", AsinhKernel);
+  t.Add("Acosh", AcoshKernel);
+  t.Add("Atanh", AtanhKernel);
   t.Add("Softplus", SoftplusKernel);
   t.Add("Softsign", SoftsignKernel);
   t.Add("HardSwish", HardSwishKernel);
