@@ -773,6 +773,31 @@ void InferDropout(InferContext& ctx) {
   if (ctx.node.outputs.size() > 1) ctx.SetOutput(1, ctx.opset < 10 ? ctx.input_dtypes[0] : DType::kBool, in);
 }
 
+// CenterCropPad (opset 18): each axis in `axes` (all by default) cut to, or zero-padded to, its size in input 1 about
+// its centre (a crop drops the extra element at the end, a pad adds it at the end).
+void InferCenterCropPad(InferContext& ctx) {
+  const Shape& in = InShape(ctx, 0);
+  if (!ctx.Has(1)) ctx.Fail("input 'shape' is required");
+  const std::vector<int64_t> sizes = IntInput(ctx, 1, "shape");
+  const int64_t rank = static_cast<int64_t>(in.size());
+  std::vector<int64_t> axes;
+  if (ctx.node.Has("axes")) {
+    axes = NormalizeAxes(ctx, ctx.node.GetInts("axes"), rank);
+  } else {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  if (sizes.size() != axes.size())
+    ctx.Fail("shape " + IntsToString(sizes) + " must give one size per axis (" + Str(static_cast<int64_t>(axes.size())) +
+             ")");
+  Shape out = in;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (sizes[i] < 0) ctx.Fail("shape " + IntsToString(sizes) + " has a negative size");
+    out[axes[i]] = sizes[i];
+  }
+  CheckShape(ctx, out);
+  ctx.SetOutput(0, ctx.input_dtypes[0], out);
+}
+
 void InferDepthToSpace(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
   if (in.size() != 4) ctx.Fail("input must be 4-D (N, C, H, W), got " + ShapeToString(in));
@@ -838,6 +863,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "Trilu", 1, 2, 1, 1, InferTrilu);
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
+  Add(r, "CenterCropPad", 2, 2, 1, 1, InferCenterCropPad);
   Add(r, "SpaceToDepth", 1, 1, 1, 1, InferSpaceToDepth);
 }
 

@@ -463,6 +463,41 @@ void TriluKernel(KernelContext& ctx) {
       }
 }
 
+// CenterCropPad: zeros, then the region both tensors share, each axis's start centred (floor) in the larger one.
+void CenterCropPadKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  Tensor& out = ctx.Out(0);
+  const int64_t rank = in.rank();
+  if (out.rank() != rank) Internal(ctx.node, "rank mismatch");
+  std::memset(out.raw(), 0, out.nbytes());
+  if (in.numel() == 0 || out.numel() == 0) return;
+  if (rank == 0) return CopyBytes(out.raw(), in.raw(), in.nbytes());
+  Shape count(rank);
+  std::vector<int64_t> src_start(rank), dst_start(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t have = in.dim(d), want = out.dim(d);
+    count[d] = std::min(have, want);
+    src_start[d] = have > want ? (have - want) / 2 : 0;
+    dst_start[d] = want > have ? (want - have) / 2 : 0;
+  }
+  const std::vector<int64_t> si = Strides(in.shape()), so = Strides(out.shape());
+  const size_t es = DTypeSize(in.dtype());
+  const int64_t rows = Product(count, 0, rank - 1);
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t from = 0, to = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      from += (src_start[d] + idx[d]) * si[d];
+      to += (dst_start[d] + idx[d]) * so[d];
+    }
+    std::memcpy(Bytes(out) + to * es, Bytes(in) + from * es, static_cast<size_t>(count[rank - 1]) * es);
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < count[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 void TransposeKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
@@ -839,6 +874,7 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Dropout", DropoutKernel);
   t.Add("DepthToSpace", DepthToSpaceKernel);
   t.Add("SpaceToDepth", SpaceToDepthKernel);
+  t.Add("CenterCropPad", CenterCropPadKernel);
 }
 
 }  // namespace osprey
