@@ -90,7 +90,7 @@ EinsumSpec ParseEinsum(const std::string& equation, const std::vector<Shape>& sh
   for (const Term& t : terms)
     for (char c : t.letters) letter_label(c), ++count[c];
   const int first_ellipsis = static_cast<int>(spec.sizes.size());
-  spec.sizes.resize(spec.sizes.size() + ellipsis_rank, 1);
+  spec.sizes.resize(spec.sizes.size() + ellipsis_rank, -1);
   spec.strides.assign(shapes.size(), std::vector<int64_t>(spec.sizes.size(), 0));
   for (size_t i = 0; i < terms.size(); ++i) {
     const Term& t = terms[i];
@@ -103,21 +103,18 @@ EinsumSpec ParseEinsum(const std::string& equation, const std::vector<Shape>& sh
           dims.push_back(first_ellipsis + static_cast<int>(ellipsis_rank - own_ellipsis + e));
       if (k < t.letters.size()) dims.push_back(label_of[t.letters[k]]);
     }
+    for (size_t d = 0; d < dims.size(); ++d)  // a diagonal takes equal dims (numpy does not broadcast inside it)
+      for (size_t e = d + 1; e < dims.size(); ++e)
+        if (dims[d] == dims[e] && shape[d] != shape[e])
+          Bad(where, "input " + std::to_string(i) + " " + ShapeToString(shape) + " repeats a label over dims of size " +
+                         std::to_string(shape[d]) + " and " + std::to_string(shape[e]));
     int64_t stride = 1;
     for (size_t d = shape.size(); d-- > 0;) {
+      // A dim of 1 broadcasts against the label's size elsewhere (stride 0), as numpy does, letters and '...' alike.
       const int l = dims[d];
-      const bool broadcast = l >= first_ellipsis;
       int64_t& size = spec.sizes[l];
-      if (broadcast) {
-        if (shape[d] != 1) {
-          if (size != 1 && size != shape[d])
-            Bad(where, "the dims '...' stands for do not broadcast: " + std::to_string(size) + " against " +
-                           std::to_string(shape[d]));
-          size = shape[d];
-          spec.strides[i][l] += stride;
-        }
-      } else {
-        if (size >= 0 && size != shape[d])
+      if (shape[d] != 1) {
+        if (size != -1 && size != 1 && size != shape[d])
           Bad(where, "a label has size " + std::to_string(size) + " in one place and " + std::to_string(shape[d]) +
                          " in another (input " + std::to_string(i) + " " + ShapeToString(shape) + ")");
         size = shape[d];
@@ -126,13 +123,17 @@ EinsumSpec ParseEinsum(const std::string& equation, const std::vector<Shape>& sh
       stride *= std::max<int64_t>(shape[d], 1);
     }
   }
-  // Labels missing from the output (the ellipsis dims too, when the output has no '...') are summed over.
+  for (int64_t& size : spec.sizes) size = std::max<int64_t>(size, 1);  // only ever seen as 1 (or not at all)
+  // Letters missing from the output are summed over.
   if (arrow == std::string::npos) {  // implicit: the ellipsis dims, then the letters seen once, alphabetically
     for (size_t e = 0; e < ellipsis_rank; ++e) spec.output.push_back(first_ellipsis + static_cast<int>(e));
     for (const auto& [c, n] : count)
       if (n == 1) spec.output.push_back(label_of[c]);
   } else {
     const Term out = ReadTerm(equation.substr(arrow + 2), where);
+    if (out.ellipsis_at < 0 && ellipsis_rank > 0)  // numpy refuses this too
+      Bad(where, "the inputs' '...' stands for " + std::to_string(ellipsis_rank) +
+                     " dims; the output must keep them (write '...' in it)");
     for (size_t k = 0; k <= out.letters.size(); ++k) {
       if (static_cast<int>(k) == out.ellipsis_at)
         for (size_t e = 0; e < ellipsis_rank; ++e) spec.output.push_back(first_ellipsis + static_cast<int>(e));
