@@ -774,10 +774,11 @@ void EinsumRef(KernelContext& ctx) {
     throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": output allocated as " +
                                           ShapeToString(ctx.Out(0).shape()) + ", Einsum computes " +
                                           ShapeToString(spec.OutputShape()));
-  if (spec.Work() > kMaxEinsumWork)
+  const int64_t operands = static_cast<int64_t>(ctx.inputs.size());  // each step multiplies one element of each
+  if (spec.Work() > kMaxEinsumWork / std::max<int64_t>(operands, 1))
     throw Error(ErrorCode::kResourceExhausted,
-                ctx.node.Describe() + ": this Einsum takes " + std::to_string(spec.Work()) +
-                    " multiply-adds on the general Einsum kernel, more than its limit of " +
+                ctx.node.Describe() + ": this Einsum takes " + std::to_string(spec.Work()) + " steps over " +
+                    std::to_string(operands) + " inputs on the general Einsum kernel, more than its limit of " +
                     std::to_string(kMaxEinsumWork) + " (two-input contractions without repeated labels run as MatMul)");
   const DType dtype = ctx.In(0).dtype();
   auto run = [&](auto zero) {
