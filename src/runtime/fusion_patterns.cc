@@ -541,6 +541,20 @@ std::vector<Node> LowerEinsum(CompileState& st, const Node& node) {
     return p;
   };
   std::vector<Node> out;
+  // Appends `op_type` (a Transpose by `perm`, or a Reshape to `shape`) of value `in`, writing `to` (-1: a new value of
+  // `shape`); returns the value written.
+  auto add = [&](const char* op_type, int in, const std::vector<int64_t>& perm, const Shape& shape, int to = -1) {
+    Node n;
+    n.op_type = op_type;
+    n.name = node.name + "/einsum_" + std::to_string(out.size());
+    n.inputs = {in};
+    if (!perm.empty()) n.attrs["perm"] = Attribute::Ints(perm);
+    if (n.op_type == "Reshape")
+      n.inputs.push_back(st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(shape.size())}, shape)));
+    n.outputs = {to >= 0 ? to : st.AddValue(DType::kF32, shape)};
+    out.push_back(std::move(n));
+    return out.back().outputs[0];
+  };
   // Transposes input `in` (labels `have`) to the order `want` and reshapes it to [batch.., rows, cols].
   auto arrange = [&](int in, const std::vector<int>& have, const std::vector<std::vector<int>>& want) {
     std::vector<int64_t> perm;
@@ -551,29 +565,12 @@ std::vector<Node> LowerEinsum(CompileState& st, const Node& node) {
         shape.push_back(spec.sizes[l]);
       }
     int v = in;
-    if (!IsIdentity(perm)) {
-      Node t;
-      t.op_type = "Transpose";
-      t.name = node.name + "/einsum_transpose_" + std::to_string(out.size());
-      t.attrs["perm"] = Attribute::Ints(perm);
-      t.inputs = {v};
-      v = st.AddValue(DType::kF32, shape);
-      t.outputs = {v};
-      out.push_back(std::move(t));
-    }
+    if (!IsIdentity(perm)) v = add("Transpose", v, perm, shape);
     Shape matrix;
     for (int l : batch) matrix.push_back(spec.sizes[l]);
     matrix.push_back(product(want[1]));
     matrix.push_back(product(want[2]));
-    if (matrix != shape) {
-      Node r;
-      r.op_type = "Reshape";
-      r.name = node.name + "/einsum_reshape_" + std::to_string(out.size());
-      r.inputs = {v, st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(matrix.size())}, matrix))};
-      v = st.AddValue(DType::kF32, matrix);
-      r.outputs = {v};
-      out.push_back(std::move(r));
-    }
+    if (matrix != shape) v = add("Reshape", v, {}, matrix);
     return v;
   };
   const int a2 = arrange(node.inputs[0], spec.inputs[0], {batch, m, k});
@@ -596,28 +593,11 @@ std::vector<Node> LowerEinsum(CompileState& st, const Node& node) {
   mm.op_type = "MatMul";
   mm.name = node.name;
   mm.inputs = {a2, b2};
-  int v = reshape || transpose ? st.AddValue(DType::kF32, product_shape) : y;
-  mm.outputs = {v};
+  mm.outputs = {reshape || transpose ? st.AddValue(DType::kF32, product_shape) : y};
   out.push_back(std::move(mm));
-  if (reshape) {
-    Node r;
-    r.op_type = "Reshape";
-    r.name = node.name + "/einsum_reshape_out";
-    r.inputs = {v, st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(grouped_shape.size())},
-                                                                grouped_shape))};
-    v = transpose ? st.AddValue(DType::kF32, grouped_shape) : y;
-    r.outputs = {v};
-    out.push_back(std::move(r));
-  }
-  if (transpose) {
-    Node t;
-    t.op_type = "Transpose";
-    t.name = node.name + "/einsum_transpose_out";
-    t.attrs["perm"] = Attribute::Ints(perm);
-    t.inputs = {v};
-    t.outputs = {y};
-    out.push_back(std::move(t));
-  }
+  int v = out.back().outputs[0];
+  if (reshape) v = add("Reshape", v, {}, grouped_shape, transpose ? -1 : y);
+  if (transpose) add("Transpose", v, perm, st.values[y].shape, y);
   return out;
 }
 

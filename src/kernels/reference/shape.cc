@@ -367,7 +367,28 @@ void ScatterReduce(const std::string& reduction, const T* from, T* to, size_t n)
   }
 }
 
-// Elements are applied in order, so with reduction "none" a repeated index keeps the last update (as ScatterND).
+// ScatterND / ScatterElements: update t (`slice_elems` elements) written over (reduction "none") or folded into
+// (add, mul, max, min) `out` at slice offsets[t], in order, so with "none" a repeated index keeps the last update
+// (ONNX leaves that order undefined; ONNX Runtime does the same).
+void ApplyUpdates(const KernelContext& ctx, const std::vector<int64_t>& offsets, int64_t slice_elems,
+                  const Tensor& updates, Tensor& out) {
+  const std::string reduction = ctx.node.GetString("reduction", "none");
+  const size_t slice = static_cast<size_t>(slice_elems) * DTypeSize(out.dtype());
+  const char* from = Bytes(updates);
+  char* base = Bytes(out);
+  if (reduction == "none") {
+    for (size_t t = 0; t < offsets.size(); ++t) CopyBytes(base + offsets[t] * slice, from + t * slice, slice);
+    return;
+  }
+  DispatchNumeric(ctx.node, out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (size_t t = 0; t < offsets.size(); ++t)
+      ScatterReduce(reduction, reinterpret_cast<const T*>(from + t * slice),
+                    reinterpret_cast<T*>(base + offsets[t] * slice), static_cast<size_t>(slice_elems));
+  });
+}
+
+// ScatterElements: as ScatterND with one element per update.
 void ScatterElementsKernel(KernelContext& ctx) {
   const Tensor& data = ctx.In(0);
   const Tensor& idx_t = ctx.In(1);
@@ -382,8 +403,6 @@ void ScatterElementsKernel(KernelContext& ctx) {
   if (out.raw() != data.raw()) CopyBytes(out.raw(), data.raw(), data.nbytes());
   const std::vector<int64_t> indices = IndexValues(idx_t);
   const std::vector<int64_t> strides = Strides(data.shape());
-  const std::string reduction = ctx.node.GetString("reduction", "none");
-  const size_t es = DTypeSize(data.dtype());
   std::vector<int64_t> offsets(indices.size());
   std::vector<int64_t> pos(rank, 0);
   for (size_t e = 0; e < indices.size(); ++e) {
@@ -396,21 +415,9 @@ void ScatterElementsKernel(KernelContext& ctx) {
       pos[d] = 0;
     }
   }
-  const char* from = Bytes(updates);
-  char* base = Bytes(out);
-  if (reduction == "none") {
-    for (size_t e = 0; e < offsets.size(); ++e) std::memcpy(base + offsets[e] * es, from + e * es, es);
-    return;
-  }
-  DispatchNumeric(ctx.node, data.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    for (size_t e = 0; e < offsets.size(); ++e)
-      ScatterReduce(reduction, reinterpret_cast<const T*>(from) + e, reinterpret_cast<T*>(base) + offsets[e], 1);
-  });
+  ApplyUpdates(ctx, offsets, 1, updates, out);
 }
 
-// Tuples are applied in order, so with reduction "none" a repeated index keeps the last update (ONNX leaves that
-// order undefined; ONNX Runtime does the same).
 void ScatterNDKernel(KernelContext& ctx) {
   const Tensor& data = ctx.In(0);
   const Tensor& idx_t = ctx.In(1);
@@ -424,19 +431,7 @@ void ScatterNDKernel(KernelContext& ctx) {
   const size_t slice = static_cast<size_t>(slice_elems) * es;
   if (updates.nbytes() != offsets.size() * slice) Internal(ctx.node, "updates size mismatch");
   if (out.raw() != data.raw()) CopyBytes(out.raw(), data.raw(), data.nbytes());
-  const std::string reduction = ctx.node.GetString("reduction", "none");
-  const char* from = Bytes(updates);
-  char* base = Bytes(out);
-  if (reduction == "none") {
-    for (size_t t = 0; t < offsets.size(); ++t) CopyBytes(base + offsets[t] * slice, from + t * slice, slice);
-    return;
-  }
-  DispatchNumeric(ctx.node, data.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    for (size_t t = 0; t < offsets.size(); ++t)
-      ScatterReduce(reduction, reinterpret_cast<const T*>(from + t * slice),
-                    reinterpret_cast<T*>(base + offsets[t] * slice), static_cast<size_t>(slice_elems));
-  });
+  ApplyUpdates(ctx, offsets, slice_elems, updates, out);
 }
 
 // Trilu: keeps element (i, j) of each trailing matrix where j - i >= k (upper) or j - i <= k (lower).
