@@ -68,8 +68,8 @@ EinsumSpec ParseEinsum(const std::string& equation, const std::vector<Shape>& sh
     start = comma + 1;
   }
   if (terms.size() != shapes.size())
-    Bad(where, "the equation has " + std::to_string(terms.size()) + " terms for " + std::to_string(shapes.size()) +
-                   " inputs");
+    Bad(where,
+        "the equation has " + std::to_string(terms.size()) + " terms for " + std::to_string(shapes.size()) + " inputs");
   // Ellipsis dims: as many as the largest count any input gives it.
   size_t ellipsis_rank = 0;
   for (size_t i = 0; i < terms.size(); ++i) {

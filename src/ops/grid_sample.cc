@@ -68,8 +68,7 @@ void InferGridSample(InferContext& ctx) {
   if (ctx.input_dtypes[0] != DType::kF32 || ctx.input_dtypes[1] != DType::kF32)
     ctx.Fail("X and grid must be float32, got " + std::string(DTypeName(ctx.input_dtypes[0])) + " and " +
              DTypeName(ctx.input_dtypes[1]));
-  if (x.size() != 4)
-    ctx.Fail("X must be 4-D [N, C, H, W] (osprey samples 2-D images only), got " + ShapeToString(x));
+  if (x.size() != 4) ctx.Fail("X must be 4-D [N, C, H, W] (osprey samples 2-D images only), got " + ShapeToString(x));
   if (grid.size() != 4 || grid[0] != x[0] || grid[3] != 2)
     ctx.Fail("grid must be [N, H_out, W_out, 2] with X's N, got " + ShapeToString(grid) + " for X " + ShapeToString(x));
   const std::string mode = ctx.node.GetString("mode", "bilinear");
@@ -88,9 +87,9 @@ void InferGridSample(InferContext& ctx) {
 GridSampleParams ReadGridSample(const Node& node, int64_t height, int64_t width) {
   GridSampleParams p;
   const std::string mode = node.GetString("mode", "bilinear");
-  p.mode = mode == "nearest"                        ? GridSampleParams::kNearest
+  p.mode = mode == "nearest"                      ? GridSampleParams::kNearest
            : mode == "bicubic" || mode == "cubic" ? GridSampleParams::kCubic
-                                                    : GridSampleParams::kLinear;
+                                                  : GridSampleParams::kLinear;
   const std::string padding = node.GetString("padding_mode", "zeros");
   p.padding = padding == "border"       ? GridSampleParams::kBorder
               : padding == "reflection" ? GridSampleParams::kReflection

@@ -1,7 +1,7 @@
-// Schemas of the data-movement and shape ops: Concat, Split, Slice, Gather*, ScatterND, Reshape, Flatten, Squeeze, Unsqueeze,
-// Transpose, Expand, Tile, Pad, Resize, Upsample, Shape, Size, Constant*, Range, Identity, Dropout, DepthToSpace,
-// SpaceToDepth. Only the inputs that decide an output shape are read as values (ctx.Value); data inputs may be
-// known by shape only.
+// Schemas of the data-movement and shape ops: Concat, Split, Slice, Gather*, ScatterND, Reshape, Flatten, Squeeze,
+// Unsqueeze, Transpose, Expand, Tile, Pad, Resize, Upsample, Shape, Size, Constant*, Range, Identity, Dropout,
+// DepthToSpace, SpaceToDepth. Only the inputs that decide an output shape are read as values (ctx.Value); data inputs
+// may be known by shape only.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -223,8 +223,8 @@ int64_t NdIndexDepth(const InferContext& ctx, const Shape& data, const Shape& in
   if (ctx.input_dtypes[1] != DType::kI64 && ctx.input_dtypes[1] != DType::kI32)
     ctx.Fail(std::string("indices must be int64 (or int32), got ") + DTypeName(ctx.input_dtypes[1]));
   const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
-  if (r < 1 || q < 1) ctx.Fail("data and indices must have rank >= 1, got " + ShapeToString(data) + " and " +
-                               ShapeToString(indices));
+  if (r < 1 || q < 1)
+    ctx.Fail("data and indices must have rank >= 1, got " + ShapeToString(data) + " and " + ShapeToString(indices));
   if (batch_dims < 0 || batch_dims >= std::min(r, q))
     ctx.Fail("batch_dims " + Str(batch_dims) + " must be in [0, " + Str(std::min(r, q) - 1) + "]");
   for (int64_t d = 0; d < batch_dims; ++d)
@@ -787,8 +787,8 @@ void InferCenterCropPad(InferContext& ctx) {
     for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
   }
   if (sizes.size() != axes.size())
-    ctx.Fail("shape " + IntsToString(sizes) + " must give one size per axis (" + Str(static_cast<int64_t>(axes.size())) +
-             ")");
+    ctx.Fail("shape " + IntsToString(sizes) + " must give one size per axis (" +
+             Str(static_cast<int64_t>(axes.size())) + ")");
   Shape out = in;
   for (size_t i = 0; i < axes.size(); ++i) {
     if (sizes[i] < 0) ctx.Fail("shape " + IntsToString(sizes) + " has a negative size");

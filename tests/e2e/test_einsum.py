@@ -89,8 +89,8 @@ def test_einsum_matches_numpy(osprey_bin, work_dir, case, lowering):
 def test_einsum_refuses_bad_equations_clearly(osprey_bin, work_dir, equation, shapes, message):
     model = work_dir / "bad.onnx"
     names = [f"x{i}" for i in range(len(shapes))]
-    graph = helper.make_graph([helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum",
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in zip(names, shapes)],
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in zip(names, shapes)]
+    graph = helper.make_graph([helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     with open(model, "wb") as f:
         f.write(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())

@@ -46,8 +46,8 @@ def test_einsum_agrees_with_numpy_or_is_refused_where_numpy_refuses(tmp_path):
     for case in range(400):
         equation, shapes = random_case(rng)
         names = [f"x{i}" for i in range(len(shapes))]
-        graph = helper.make_graph([helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum",
-                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)],
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)]
+        graph = helper.make_graph([helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum", inputs,
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
         graph.output[0].type.tensor_type.ClearField("shape")
         path = tmp_path / "einsum.onnx"

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,9 +19,9 @@
 #include <unordered_map>
 
 #include "core/hash.h"
-#include "osprey/runtime.h"
 #include "kernels/cpu/bf16_support.h"
 #include "ops/activation.h"
+#include "osprey/runtime.h"
 
 namespace osprey::cpu {
 
@@ -712,8 +712,9 @@ std::string OwnHash(const std::string& key) { return TuningHash("own-v3?" + key)
 
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd) {
-  return FirstIsFaster(OwnHash(key), kOwnName, kOnednnName, time_own,
-                       [&pd] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30); }, kOwnKernelMargin);
+  return FirstIsFaster(
+      OwnHash(key), kOwnName, kOnednnName, time_own,
+      [&pd] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30); }, kOwnKernelMargin);
 }
 
 std::optional<bool> RememberedOwnVerdict(const std::string& key) {

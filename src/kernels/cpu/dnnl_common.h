@@ -241,9 +241,9 @@ void EvictFromCaches(const void* data, size_t bytes);
 
 /// Whether a kernel of osprey's own is faster on this machine than the oneDNN primitive `pd` doing the same operation,
 /// by a margin (timed at most 0.85x: a near tie goes to oneDNN's): `time_own` returns its milliseconds per run (the
-/// best of a few on zero-filled tensors with its weights evicted before each, as `pd` is timed); the two are timed alternately, twice each, and the
-/// verdict remembered under `key` like the implementation choices (names "own" / "onednn"; a verdict timed under
-/// load is provisional). See dnnl_common.cc.
+/// best of a few on zero-filled tensors with its weights evicted before each, as `pd` is timed); the two are timed
+/// alternately, twice each, and the verdict remembered under `key` like the implementation choices (names "own" /
+/// "onednn"; a verdict timed under load is provisional). See dnnl_common.cc.
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd);
 /// The verdict PreferOwnKernel remembered for `key` (true: osprey's kernel) when one is in force, so a factory can

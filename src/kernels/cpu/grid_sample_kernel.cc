@@ -29,7 +29,8 @@ class GridSampleKernel final : public Kernel {
     const float* gd = grid.data<float>();
     float* yd = y.data<float>();
     const int64_t work = batch * rows;
-    const int parts = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, work * cols * channels / 4096)));
+    const int parts =
+        static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, work * cols * channels / 4096)));
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
     for (int64_t nr = 0; nr < work; ++nr) {
       const int64_t n = nr / rows;

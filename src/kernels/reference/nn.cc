@@ -13,8 +13,8 @@
 
 #include "kernels/reference/reference.h"
 #include "ops/einsum.h"
-#include "ops/grid_sample.h"
 #include "ops/fused_depthwise.h"
+#include "ops/grid_sample.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -787,10 +787,14 @@ void EinsumRef(KernelContext& ctx) {
     for (size_t i = 0; i < ctx.inputs.size(); ++i) in.push_back(ctx.In(static_cast<int>(i)).data<T>());
     if (ctx.Out(0).numel() > 0) EinsumLoop<T>(spec, in, ctx.Out(0).data<T>());
   };
-  if (dtype == DType::kF32) run(float{});
-  else if (dtype == DType::kI32) run(int32_t{});
-  else if (dtype == DType::kI64) run(int64_t{});
-  else throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Einsum of " + DTypeName(dtype));
+  if (dtype == DType::kF32)
+    run(float{});
+  else if (dtype == DType::kI32)
+    run(int32_t{});
+  else if (dtype == DType::kI64)
+    run(int64_t{});
+  else
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Einsum of " + DTypeName(dtype));
 }
 
 }  // namespace

@@ -412,10 +412,17 @@ void CumSumKernel(KernelContext& ctx) {
       }
   };
   switch (x.dtype()) {
-    case DType::kF32: run(float{}); break;
-    case DType::kI32: run(int32_t{}); break;
-    case DType::kI64: run(int64_t{}); break;
-    default: throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": CumSum of " + DTypeName(x.dtype()));
+    case DType::kF32:
+      run(float{});
+      break;
+    case DType::kI32:
+      run(int32_t{});
+      break;
+    case DType::kI64:
+      run(int64_t{});
+      break;
+    default:
+      throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": CumSum of " + DTypeName(x.dtype()));
   }
 }
 

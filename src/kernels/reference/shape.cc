@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/pad.h"
-#include "ops/slice.h"
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/onnx_resize.h"
 #include "ops/op_registry.h"
+#include "ops/pad.h"
+#include "ops/slice.h"
 
 namespace osprey {
 namespace {

@@ -244,7 +244,8 @@ TEST(ShapeOpsScatterND, RowsElementsReductionsAndBadIndices) {
   ExpectTensorNear(Run1(n, {data, I64({2, 2}, {0, 2, 1, 0}), Floats({-1, -2})}, 13), F32({2, 3}, {0, 1, -1, -2, 4, 5}));
   Node add = MakeNode("ScatterND", 3, 1, {{"reduction", Attribute::String("add")}});
   // The same element twice: both updates add up.
-  ExpectTensorNear(Run1(add, {data, I64({2, 2}, {1, 1, 1, 1}), Floats({10, 20})}, 16), F32({2, 3}, {0, 1, 2, 3, 34, 5}));
+  ExpectTensorNear(Run1(add, {data, I64({2, 2}, {1, 1, 1, 1}), Floats({10, 20})}, 16),
+                   F32({2, 3}, {0, 1, 2, 3, 34, 5}));
   Node mx = MakeNode("ScatterND", 3, 1, {{"reduction", Attribute::String("max")}});
   ExpectTensorNear(Run1(mx, {data, I64({1, 1}, {0}), F32({1, 3}, {-1, 5, 1})}, 18), F32({2, 3}, {0, 5, 2, 3, 4, 5}));
   ExpectError([&] { RunReferenceNode(n, {data, I64({1, 1}, {2}), F32({1, 3}, {0, 0, 0})}, 13); },
