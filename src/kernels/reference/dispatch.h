@@ -24,4 +24,22 @@ void DispatchNumeric(const Node& node, DType dtype, F&& f) {
   }
 }
 
+/// float32, int32, int64: the dtypes arithmetic reductions and contractions take.
+template <class F>
+void DispatchArithmetic(const Node& node, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kI32:
+      f(int32_t{});
+      return;
+    case DType::kI64:
+      f(int64_t{});
+      return;
+    default:
+      UnsupportedDType(node, dtype);
+  }
+}
+
 }  // namespace osprey

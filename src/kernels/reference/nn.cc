@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
@@ -780,21 +781,13 @@ void EinsumRef(KernelContext& ctx) {
                 ctx.node.Describe() + ": this Einsum takes " + std::to_string(spec.Work()) + " steps over " +
                     std::to_string(operands) + " inputs on the general Einsum kernel, more than its limit of " +
                     std::to_string(kMaxEinsumWork) + " (two-input contractions without repeated labels run as MatMul)");
-  const DType dtype = ctx.In(0).dtype();
   auto run = [&](auto zero) {
     using T = decltype(zero);
     std::vector<const T*> in;
     for (size_t i = 0; i < ctx.inputs.size(); ++i) in.push_back(ctx.In(static_cast<int>(i)).data<T>());
     if (ctx.Out(0).numel() > 0) EinsumLoop<T>(spec, in, ctx.Out(0).data<T>());
   };
-  if (dtype == DType::kF32)
-    run(float{});
-  else if (dtype == DType::kI32)
-    run(int32_t{});
-  else if (dtype == DType::kI64)
-    run(int64_t{});
-  else
-    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": Einsum of " + DTypeName(dtype));
+  DispatchArithmetic(ctx.node, ctx.In(0).dtype(), run);
 }
 
 }  // namespace

@@ -17,22 +17,6 @@ namespace osprey {
 namespace {
 
 // Float32, int32 and int64: the dtypes of the arithmetic reductions.
-template <class F>
-void DispatchArithmetic(const Node& node, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    default:
-      UnsupportedDType(node, dtype);
-  }
-}
 
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<T>;
@@ -411,19 +395,7 @@ void CumSumKernel(KernelContext& ctx) {
         }
       }
   };
-  switch (x.dtype()) {
-    case DType::kF32:
-      run(float{});
-      break;
-    case DType::kI32:
-      run(int32_t{});
-      break;
-    case DType::kI64:
-      run(int64_t{});
-      break;
-    default:
-      throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": CumSum of " + DTypeName(x.dtype()));
-  }
+  DispatchArithmetic(ctx.node, x.dtype(), run);
 }
 
 }  // namespace

@@ -247,3 +247,27 @@ TEST(ReductionTopK, TiesKeepLowerIndexFirst) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// CumSum on [2, 3] = 1..6 by hand: along each axis, exclusive and reverse, an int64 input, and a bad axis.
+TEST(ReductionCumSum, AxesExclusiveReverseAndBadAxis) {
+  const Tensor x = F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto cumsum = [&](const Tensor& in, int64_t axis, int64_t exclusive, int64_t reverse) {
+    Node n = MakeNode("CumSum", 2, 1, {{"exclusive", Attribute::Int(exclusive)}, {"reverse", Attribute::Int(reverse)}});
+    return RunReferenceNode(n, {in, I64({}, {axis})}, 14)[0];
+  };
+  ExpectTensorNear(cumsum(x, 1, 0, 0), F32({2, 3}, {1, 3, 6, 4, 9, 15}));
+  ExpectTensorNear(cumsum(x, -2, 0, 0), F32({2, 3}, {1, 2, 3, 5, 7, 9}));
+  ExpectTensorNear(cumsum(x, 1, 1, 0), F32({2, 3}, {0, 1, 3, 0, 4, 9}));
+  ExpectTensorNear(cumsum(x, 1, 0, 1), F32({2, 3}, {6, 5, 3, 15, 11, 6}));
+  ExpectTensorNear(cumsum(x, 1, 1, 1), F32({2, 3}, {5, 3, 0, 11, 6, 0}));
+  const Tensor ints = cumsum(I64({3}, {int64_t{1} << 40, 5, -7}), 0, 0, 0);
+  EXPECT_EQ(ints.ToInt64Vector(), (std::vector<int64_t>{int64_t{1} << 40, (int64_t{1} << 40) + 5, (int64_t{1} << 40) - 2}));
+  ExpectError([&] { cumsum(x, 2, 0, 0); }, ErrorCode::kInvalidArgument, "axis 2 is out of range");
+  ExpectError([&] { cumsum(x, -3, 0, 0); }, ErrorCode::kInvalidArgument, "out of range");
+}
+
+}  // namespace
+}  // namespace osprey

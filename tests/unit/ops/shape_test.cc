@@ -285,6 +285,22 @@ TEST(ShapeOpsTrilu, UpperLowerAndDiagonalOffsets) {
   ExpectError([&] { RunReferenceNode(upper, {Floats({1, 2})}, 14); }, ErrorCode::kInvalidArgument);
 }
 
+// CenterCropPad on [3, 4] = 0..11: crop both axes (the odd extra element leaves at the end), pad both (zeros, the odd
+// extra one at the end), one axis only, and sizes that cannot be.
+TEST(ShapeOpsCenterCropPad, CropPadOneAxisAndBadSizes) {
+  Node n = MakeNode("CenterCropPad", 2, 1);
+  Tensor x = Iota({3, 4});
+  ExpectTensorNear(Run1(n, {x, Ints({2, 3})}, 18), F32({2, 3}, {0, 1, 2, 4, 5, 6}));
+  ExpectTensorNear(Run1(n, {x, Ints({4, 5})}, 18),
+                   F32({4, 5}, {0, 1, 2, 3, 0, 4, 5, 6, 7, 0, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0}));
+  Node last = MakeNode("CenterCropPad", 2, 1, {{"axes", Attribute::Ints({-1})}});
+  ExpectTensorNear(Run1(last, {x, Ints({2})}, 18), F32({3, 2}, {1, 2, 5, 6, 9, 10}));
+  ExpectError([&] { RunReferenceNode(n, {x, Ints({2})}, 18); }, ErrorCode::kInvalidArgument, "one size per axis");
+  ExpectError([&] { RunReferenceNode(n, {x, Ints({2, -1})}, 18); }, ErrorCode::kInvalidArgument, "negative");
+  ExpectError([&] { RunReferenceNode(n, {x, Ints({int64_t{1} << 40, int64_t{1} << 40})}, 18); },
+              ErrorCode::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 TEST(ShapeOpsReshape, ZeroCopiesAndMinusOneInfers) {
   Node n = MakeNode("Reshape", 2, 1);
