@@ -4,6 +4,7 @@
 // device memory, or a device kernel that reads host memory, without the planner's copy sees garbage and the test
 // comparing with the host plan fails. Its kernels are the reference kernels of the ops in `ops`, run on decoded
 // copies. Thread-safe.
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <vector>
@@ -46,7 +47,11 @@ class FakeDevice : public DeviceBackend {
   }
   void CopyToDevice(int, void* dst, const void* src, size_t bytes, void*) override { Invert(dst, src, bytes); }
   void CopyToHost(int, void* dst, const void* src, size_t bytes, void*) override { Invert(dst, src, bytes); }
-  void CopyOnDevice(int, void* dst, const void* src, size_t bytes, void*) override { std::memmove(dst, src, bytes); }
+  void CopyOnDevice(int, void* dst, const void* src, size_t bytes, void*) override {
+    std::memmove(dst, src, bytes);
+    ++copies_on_device_;
+  }
+  int copies_on_device() const { return copies_on_device_.load(); }
   void* AcquireStream(int ordinal) override {
     std::lock_guard<std::mutex> lock(mu_);
     CheckOrdinal(ordinal);
@@ -148,6 +153,7 @@ class FakeDevice : public DeviceBackend {
   bool capturing_ = false;
   std::shared_ptr<std::vector<std::function<void()>>> recorded_;
   int captures_ = 0, replays_ = 0;
+  std::atomic<int> copies_on_device_{0};
 };
 
 // Runs the reference kernel on decoded host copies of its device inputs and encodes its outputs back. Under graph

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -297,6 +298,27 @@ class SameBytesCopy : public Kernel {
   std::vector<int64_t> offsets_;
 };
 
+// The same on a device: the memory plan makes its outputs views of its input in the device arena (no kernel at all);
+// where it cannot (the input is a device constant), the bytes are copied on the device, on the step's stream.
+class DeviceSameBytesCopy final : public SameBytesCopy {
+ public:
+  DeviceSameBytesCopy(DeviceBackend* backend, int ordinal, std::vector<int64_t> offsets)
+      : SameBytesCopy("SameBytesOnDevice", std::move(offsets)), backend_(backend), ordinal_(ordinal) {}
+  void Run(KernelContext& ctx) override {
+    for (size_t j = 0; j < offsets().size(); ++j) {
+      const size_t n = ctx.Out(static_cast<int>(j)).nbytes();
+      OSPREY_CHECK(offsets()[j] + static_cast<int64_t>(n) <= static_cast<int64_t>(ctx.In(0).nbytes()));
+      const char* src = static_cast<const char*>(ctx.In(0).raw()) + offsets()[j];
+      void* dst = ctx.Out(static_cast<int>(j)).raw();
+      if (src != dst && n > 0) backend_->CopyOnDevice(ordinal_, dst, src, n, ctx.stream);
+    }
+  }
+
+ private:
+  DeviceBackend* backend_;
+  int ordinal_;
+};
+
 // Where each output of a live node lies in its input 0's bytes, when every output is one run of them: ops with
 // OpTraits::same_bytes (offset 0), a Slice with unit steps or a Split whose outputs are each one run (extent 1 on
 // every axis before the output's first longer one, every axis after that one whole), a Gather of one known index
@@ -544,6 +566,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     return slot_of[v];
   };
 
+  std::set<int> made_on_device;  // slots written by device steps
   for (size_t ni = 0; ni < st.nodes.size(); ++ni) {
     Node& node = st.nodes[ni];
     Step step;
@@ -565,8 +588,14 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       if (!step.fast) step.fast = std::make_unique<LayoutReorderRef>(shape, to == Layout::kNhwc);
     } else if (st.transparent[ni] == CompileState::kTransparentCopy) {
       step.fast = std::make_unique<SameBytesCopy>("TransposeLayoutCopy", std::vector<int64_t>{0});
-    } else if (std::vector<int64_t> runs = on_device ? std::vector<int64_t>{} : ByteRunsOf(st, node); !runs.empty()) {
-      step.fast = std::make_unique<SameBytesCopy>("SameBytesCopy", std::move(runs));
+    } else if (std::vector<int64_t> runs = ByteRunsOf(st, node); !runs.empty()) {
+      // On the device where its input is made there (then it is a view in the device arena), else on the host.
+      if (on_device && step.inputs[0] >= 0 && made_on_device.count(step.inputs[0])) {
+        step.fast = std::make_unique<DeviceSameBytesCopy>(backend, options.device.ordinal, std::move(runs));
+        step.on_device = true;
+      } else {
+        step.fast = std::make_unique<SameBytesCopy>("SameBytesCopy", std::move(runs));
+      }
     } else if (st.transparent[ni]) {
       // Elementwise kernel on physical shapes; plain operands are viewed as [N, H, W, C].
       step.reference = FindReferenceKernel(node.op_type);
@@ -610,6 +639,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
           throw Error(ErrorCode::kUnsupported, node.Describe() + ": no kernel for op " + node.op_type);
       }
     }
+    if (step.on_device)
+      for (int s : step.outputs)
+        if (s >= 0) made_on_device.insert(s);
     step.node = std::move(node);
     impl->steps.push_back(std::move(step));
   }
@@ -641,7 +673,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       Slot& slot = impl->slots[out];
       const bool of_input = from.kind == Slot::Kind::kInput && from.device == Device::kHost &&
                             slot.device == Device::kHost && NumElements(slot.shape) > 0;
-      if ((from.kind != Slot::Kind::kArena && !of_input) || slot.kind != Slot::Kind::kArena) continue;
+      if ((from.kind != Slot::Kind::kArena && !of_input) || slot.kind != Slot::Kind::kArena ||
+          from.device != slot.device)
+        continue;
       root[out] = root[in];
       delta[out] = delta[in] + static_cast<size_t>(copy->offsets()[j]);
       if (of_input) {

@@ -279,6 +279,30 @@ TEST(CudaBackend, MemoryCopiesAndStreams) {
   b->Free(0, d3);
 }
 
+// Uploads of 1 MiB and more on a stream go through two pinned chunks of 4 MiB: several uploads queued back to back
+// (each reusing the chunks while earlier DMAs may still run), sizes not a multiple of the chunk, then checked.
+TEST(CudaBackend, LargeUploadsThroughPinnedStaging) {
+  if (!HaveDevice()) GTEST_SKIP() << NoDeviceMessage();
+  DeviceBackend* b = Cuda();
+  void* s = b->AcquireStream(0);
+  const std::vector<int64_t> sizes = {(int64_t{9} << 20) / 4 + 3, (int64_t{1} << 20) / 4, (int64_t{4} << 20) / 4 + 1,
+                                      (int64_t{13} << 20) / 4 - 5};
+  std::vector<Tensor> hosts;
+  std::vector<void*> devs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    hosts.push_back(Uniform({sizes[i]}, static_cast<uint32_t>(20 + i), -1.f, 1.f));
+    devs.push_back(b->Malloc(0, hosts.back().nbytes()));
+    b->CopyToDevice(0, devs.back(), hosts.back().raw(), hosts.back().nbytes(), s);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<float> back(static_cast<size_t>(sizes[i]), 0.f);
+    b->CopyToHost(0, back.data(), devs[i], hosts[i].nbytes(), s);
+    EXPECT_EQ(std::memcmp(back.data(), hosts[i].raw(), hosts[i].nbytes()), 0) << "upload " << i;
+    b->Free(0, devs[i]);
+  }
+  b->ReleaseStream(0, s);
+}
+
 TEST(CudaBackend, ReleaseContextAndRecreate) {
   if (!HaveDevice()) GTEST_SKIP() << NoDeviceMessage();
   DeviceBackend* b = Cuda();
@@ -779,9 +803,20 @@ TEST_F(CudaTest, Transpose) {
     ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints(perm)}}), {x}, {false}, Options{.name = "TransposeCuda"});
   ExpectCuda(MakeNode("Transpose", 1, 1), {x}, {false});  // reversed dims
   ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({1, 0})}}), {I64({2, 3}, {1, 2, 3, 4, 5, 6})}, {false});
-  // ViT's head split: [1, 197, 12, 64] -> [1, 12, 197, 64].
+  // ViT's head split: [1, 197, 12, 64] -> [1, 12, 197, 64] (on a device: 16-byte words).
   ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 2, 1, 3})}}),
              {Uniform({1, 197, 12, 64}, 301, -1.f, 1.f)}, {false});
+  // Transposes that move the contiguous dim (on a device: 32x32 tiles through shared memory), sizes not multiples
+  // of the tile: NCHW -> NHWC and back, a matrix transpose per batch, 8-byte elements.
+  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 2, 3, 1})}}), {Uniform({2, 33, 17, 19}, 302, -1.f, 1.f)},
+             {false});
+  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 3, 1, 2})}}), {Uniform({3, 7, 9, 40}, 303, -1.f, 1.f)},
+             {false});
+  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({0, 1, 3, 2})}}), {Uniform({2, 3, 70, 45}, 304, -1.f, 1.f)},
+             {false});
+  std::vector<int64_t> ints(48 * 20);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(i * 7919 % 1000003) - 500000;
+  ExpectCuda(MakeNode("Transpose", 1, 1, {{"perm", A::Ints({1, 0})}}), {I64({48, 20}, ints)}, {false});
 }
 
 TEST_F(CudaTest, Slice) {

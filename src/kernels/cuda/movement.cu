@@ -5,21 +5,106 @@
 namespace osprey::cuda {
 namespace {
 
-template <class T>
+// I: the type of the index arithmetic (uint32_t when the index space fits: 64-bit division is many times slower on a
+// GPU, and it is most of a strided copy's work).
+template <class T, class I = int64_t>
 OSPREY_HD void StridedCopyElement(int64_t i, const StridedCopyGeometry& g, const T* src, T* dst) {
-  int64_t rem = i, s = 0, d = 0;
+  I rem = static_cast<I>(i);
+  int64_t s = 0, d = 0;
   for (int k = g.rank - 1; k >= 0; --k) {
-    const int64_t c = rem % g.dims[k];
-    rem /= g.dims[k];
-    s += c * g.src_strides[k];
-    d += c * g.dst_strides[k];
+    const I dim = static_cast<I>(g.dims[k]);
+    const I c = rem % dim;
+    rem /= dim;
+    s += static_cast<int64_t>(c) * g.src_strides[k];
+    d += static_cast<int64_t>(c) * g.dst_strides[k];
   }
   dst[d] = src[s];
 }
 
-template <class T>
+template <class T, class I>
 __global__ void StridedCopyKernel(const __grid_constant__ StridedCopyGeometry g, const T* src, T* dst) {
-  OSPREY_GRID_STRIDE(i, g.total) StridedCopyElement(i, g, src, dst);
+  OSPREY_GRID_STRIDE(i, g.total) StridedCopyElement<T, I>(i, g, src, dst);
+}
+
+// A transpose that moves the source's contiguous dim `a` (source stride 1) away from the end: 32x32 tiles through
+// shared memory, read along a and written along the output's last dim b (destination stride 1), so both sides are
+// coalesced. Each block does tiles (block index over [other dims][tiles of a][tiles of b]).
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+template <class T>
+__global__ void TiledTransposeKernel(const __grid_constant__ StridedCopyGeometry g, int a, int64_t tiles_a,
+                                     int64_t tiles_b, int64_t blocks, const T* src, T* dst) {
+  __shared__ T tile[kTile][kTile + 1];
+  const int b = g.rank - 1;
+  const int64_t na = g.dims[a], nb = g.dims[b], sb = g.src_strides[b], da = g.dst_strides[a];
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    int64_t rem = blk;
+    const int64_t tb = rem % tiles_b;
+    rem /= tiles_b;
+    const int64_t ta = rem % tiles_a;
+    rem /= tiles_a;
+    int64_t s = 0, d = 0;
+    for (int k = b - 1; k >= 0; --k) {
+      if (k == a) continue;
+      const int64_t c = rem % g.dims[k];
+      rem /= g.dims[k];
+      s += c * g.src_strides[k];
+      d += c * g.dst_strides[k];
+    }
+    const int64_t a0 = ta * kTile, b0 = tb * kTile;
+    for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+      const int64_t ia = a0 + threadIdx.x, ib = b0 + y;
+      if (ia < na && ib < nb) tile[y][threadIdx.x] = src[s + ia + ib * sb];
+    }
+    __syncthreads();
+    for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+      const int64_t ia = a0 + y, ib = b0 + threadIdx.x;
+      if (ia < na && ib < nb) dst[d + ia * da + ib] = tile[threadIdx.x][y];
+    }
+    __syncthreads();
+  }
+}
+
+// The dim to tile with the output's last one, or -1: a dim of source stride 1 while the last one's is not, both at
+// least half a tile long.
+int TiledTransposeDim(const StridedCopyGeometry& g) {
+  const int b = g.rank - 1;
+  if (g.rank < 2 || g.dst_strides[b] != 1 || g.src_strides[b] == 1 || g.dims[b] < kTile / 2) return -1;
+  for (int a = 0; a < b; ++a)
+    if (g.src_strides[a] == 1 && g.dims[a] >= kTile / 2) return a;
+  return -1;
+}
+
+// The same copy in 16-byte words when the last dim is contiguous on both sides and everything is 16-byte aligned.
+bool WidenTo16Bytes(const StridedCopyGeometry& g, int element_size, const void* src, const void* dst,
+                    StridedCopyGeometry* wide) {
+  const int b = g.rank - 1;
+  const int64_t per = 16 / element_size;
+  if (g.rank < 1 || element_size > 8 || g.src_strides[b] != 1 || g.dst_strides[b] != 1 || g.dims[b] % per != 0 ||
+      reinterpret_cast<uintptr_t>(src) % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0)
+    return false;
+  for (int k = 0; k < b; ++k)
+    if (g.src_strides[k] % per != 0 || g.dst_strides[k] % per != 0) return false;
+  *wide = g;
+  wide->dims[b] /= per;
+  wide->total /= per;
+  for (int k = 0; k < b; ++k) {
+    wide->src_strides[k] /= per;
+    wide->dst_strides[k] /= per;
+  }
+  return true;
+}
+
+template <class T>
+cudaError_t StridedCopyOnDevice(cudaStream_t stream, const StridedCopyGeometry& g, const void* src, void* dst) {
+  if (g.total < (int64_t{1} << 32))
+    StridedCopyKernel<T, uint32_t><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src),
+                                                                             static_cast<T*>(dst));
+  else
+    StridedCopyKernel<T, int64_t><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src),
+                                                                            static_cast<T*>(dst));
+  return LaunchResult();
 }
 
 template <class T>
@@ -89,8 +174,17 @@ cudaError_t StridedCopyTyped(cudaStream_t stream, const StridedCopyGeometry& g, 
     for (int64_t i = 0; i < g.total; ++i) StridedCopyElement(i, g, static_cast<const T*>(src), static_cast<T*>(dst));
     return cudaSuccess;
   }
-  StridedCopyKernel<T><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src), static_cast<T*>(dst));
-  return LaunchResult();
+  if (const int a = TiledTransposeDim(g); a >= 0) {
+    const int64_t tiles_a = (g.dims[a] + kTile - 1) / kTile, tiles_b = (g.dims[g.rank - 1] + kTile - 1) / kTile;
+    const int64_t blocks = g.total / (g.dims[a] * g.dims[g.rank - 1]) * tiles_a * tiles_b;
+    const unsigned grid = static_cast<unsigned>(blocks < (int64_t{1} << 20) ? blocks : (int64_t{1} << 20));
+    TiledTransposeKernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
+        g, a, tiles_a, tiles_b, blocks, static_cast<const T*>(src), static_cast<T*>(dst));
+    return LaunchResult();
+  }
+  StridedCopyGeometry wide;
+  if (WidenTo16Bytes(g, sizeof(T), src, dst, &wide)) return StridedCopyOnDevice<uint4>(stream, wide, src, dst);
+  return StridedCopyOnDevice<T>(stream, g, src, dst);
 }
 
 template <class T>

@@ -57,10 +57,11 @@ TEST(DevicePlan, MixedPlacementMatchesTheHostAndCopiesOnlyAtBoundaries) {
   const auto want = RunHost(g, x);
   {
     auto plan = Compile(g, {{DType::kF32, {2, 3, 8, 8}}}, OnDevice());
-    // Device: Conv, Relu, Add, Flatten, Gemm and the copies to the device: x, Softmax's output, MaxPool's output.
-    // Host: Softmax, MaxPool and the copies back: Relu's (a graph output, which Softmax reads too: one copy serves
-    // both), Add's for MaxPool, Gemm's (the graph output y). Add reads Conv's output where it is, on the device.
-    EXPECT_EQ(plan->num_device_steps(), 5u + 3u);
+    // Device: Conv, Relu, Add, Gemm and the copies to the device: x, Softmax's output, Flatten's output (Flatten
+    // follows its input, MaxPool's, on the host). Host: Softmax, MaxPool, Flatten and the copies back: Relu's (a graph
+    // output, which Softmax reads too: one copy serves both), Add's for MaxPool, Gemm's (the graph output y). Add
+    // reads Conv's output where it is, on the device.
+    EXPECT_EQ(plan->num_device_steps(), 4u + 3u);
     EXPECT_EQ(plan->num_copy_steps(), 3u + 3u);
     EXPECT_GT(plan->device_arena_bytes(), 0u);
     EXPECT_EQ(plan->HostFallbackOps(), (std::map<std::string, int>{{"MaxPool", 1}, {"Softmax", 1}}));
@@ -75,7 +76,7 @@ TEST(DevicePlan, MixedPlacementMatchesTheHostAndCopiesOnlyAtBoundaries) {
       fake += p.kernel == "FakeDevice";
     }
     EXPECT_EQ(copies, 6);
-    EXPECT_EQ(fake, 5);
+    EXPECT_EQ(fake, 4);
     EXPECT_EQ(device->streams_out(), 0);
     EXPECT_GT(device->bytes_used(), 0);  // the weights' device copies and the pooled device arena
   }
@@ -93,6 +94,35 @@ TEST(DevicePlan, EverythingOnTheDeviceCopiesOnlyInputsAndOutputs) {
   const auto want = RunHost(g, x);
   ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
   ExpectTensorNear(got[1], want[1], 1e-6f, 1e-6f);
+}
+
+// Reshape, Flatten, a one-run Slice or Gather of a value made on the device are views of it in the device arena: no
+// kernel, no copy (the fake device inverts every byte it moves between host and device, so a view at a wrong place or
+// a missing copy gives garbage).
+TEST(DevicePlan, SameBytesStepsOnTheDeviceAreViews) {
+  ScopedFakeDevice device({"Conv", "Relu"});
+  GraphBuilder b("views");
+  auto x = b.Input("x", DType::kF32, {1, 3, 8, 8});
+  auto conv = b.Op("Conv", {x, b.Constant(RandomTensor({4, 3, 3, 3}, 2))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto reshaped = b.Op("Reshape", {conv, b.Constant(Tensor::FromVector<int64_t>({4}, {1, 4, 64, 1}))});
+  auto relu = b.Op("Relu", {reshaped});
+  auto sliced = b.Op("Slice", {relu, b.Constant(Tensor::FromVector<int64_t>({1}, {1})),
+                               b.Constant(Tensor::FromVector<int64_t>({1}, {3})),
+                               b.Constant(Tensor::FromVector<int64_t>({1}, {1}))});
+  auto picked = b.Op("Gather", {sliced, b.Constant(Tensor::FromVector<int64_t>({}, {1}))}, {{"axis", Attribute::Int(1)}});
+  b.Output(b.Op("Relu", {b.Op("Flatten", {picked})}), "y");
+  const Graph g = b.Finish();
+  const Tensor in = RandomTensor({1, 3, 8, 8}, 21);
+  auto plan = Compile(g, {{DType::kF32, {1, 3, 8, 8}}}, OnDevice());
+  EXPECT_EQ(plan->num_copy_steps(), 2u);  // x up, y down
+  EXPECT_TRUE(plan->HostFallbackOps().empty());
+  std::vector<OpProfile> profile;
+  ExpectTensorNear(plan->Run({in}, &profile)[0], RunHost(g, in)[0], 1e-5f, 1e-5f);
+  int views = 0;
+  for (const OpProfile& p : profile) views += p.kernel == "SameBytesOnDevice";
+  EXPECT_EQ(views, 4);
+  EXPECT_EQ(device->copies_on_device(), 0) << "every same-bytes step became a view";
+  ExpectTensorNear(plan->Run({in})[0], RunHost(g, in)[0], 1e-5f, 1e-5f);
 }
 
 TEST(DevicePlan, NothingOnTheDeviceIsAHostPlan) {
