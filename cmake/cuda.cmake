@@ -73,7 +73,7 @@ if(OSPREY_HAVE_CUDA)
   target_compile_options(osprey_kernels_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
   # osprey_kernels_reference: the window geometry (MakeWindow) shared with the reference kernels.
   target_link_libraries(osprey_kernels_cuda PUBLIC osprey_ops CUDA::cudart_static
-                        PRIVATE osprey_kernels_reference OpenMP::OpenMP_CXX ${CMAKE_DL_LIBS})
+                        PRIVATE osprey_kernels_reference ${CMAKE_DL_LIBS})
   list(APPEND OSPREY_INSTALL_LIBS osprey_kernels_cuda)
   # pkg-config users link the static CUDA runtime themselves (CMake users get it from find_dependency(CUDAToolkit)).
   set(OSPREY_PC_CUDA_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt -lpthread")

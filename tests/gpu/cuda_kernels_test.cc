@@ -279,9 +279,8 @@ TEST(CudaBackend, MemoryCopiesAndStreams) {
   b->Free(0, d3);
 }
 
-// Uploads of 1 MiB and more on a stream go through two pinned chunks of 4 MiB: several uploads queued back to back
-// (each reusing the chunks while earlier DMAs may still run), sizes not a multiple of the chunk, then checked.
-TEST(CudaBackend, LargeUploadsThroughPinnedStaging) {
+// Large uploads queued back to back on one stream (sizes not multiples of any chunk or page), then checked.
+TEST(CudaBackend, LargeUploadsQueuedBackToBack) {
   if (!HaveDevice()) GTEST_SKIP() << NoDeviceMessage();
   DeviceBackend* b = Cuda();
   void* s = b->AcquireStream(0);

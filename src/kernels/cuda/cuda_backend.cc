@@ -3,7 +3,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -28,31 +27,12 @@ std::string MiB(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 std::string VersionText(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
-// Uploads from pageable host memory go through pinned staging: the driver's own staging ran at ~6 GB/s on an H200
-// machine (19 MB, a batch of 32 224x224 images, in 3 ms); here chunks are copied into pinned memory by all threads and
-// each one's DMA overlaps the next one's copy. Two chunks per stream, each reused once its last DMA has finished.
-constexpr size_t kStagingChunk = size_t{4} << 20;
-constexpr size_t kStagedUploadMin = size_t{1} << 20;  // smaller uploads: one plain cudaMemcpyAsync
-
-// Library handles and staging bound to one stream.
+// Library handles bound to one stream.
 struct StreamHandles {
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;
   cudnnHandle_t dnn = nullptr;
-  char* staging = nullptr;  // 2 * kStagingChunk bytes of pinned host memory
-  cudaEvent_t staged[2] = {nullptr, nullptr};  // recorded after each chunk's DMA
 };
-
-// memcpy by all threads (OpenMP) for large copies into pinned staging memory.
-void ParallelCopy(char* dst, const char* src, size_t n) {
-  constexpr size_t kBlock = size_t{256} << 10;
-  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t at = static_cast<size_t>(b) * kBlock;
-    std::memcpy(dst + at, src + at, std::min(kBlock, n - at));
-  }
-}
 
 struct DeviceState {
   std::atomic<bool> active{false};
@@ -209,9 +189,6 @@ class CudaBackend final : public DeviceBackend {
       if (h.blas && blas) blas->Destroy(h.blas);
       if (h.blas_workspace) cudaFree(h.blas_workspace);
       if (h.dnn && dnn) dnn->Destroy(h.dnn);
-      if (h.staging) cudaFreeHost(h.staging);
-      for (cudaEvent_t e : h.staged)
-        if (e) cudaEventDestroy(e);
     }
     d.handles.clear();
     for (cudaStream_t s : d.streams) cudaStreamDestroy(s);
@@ -316,9 +293,6 @@ class CudaBackend final : public DeviceBackend {
     if (bytes == 0) return;
     Use(ordinal);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (kind == cudaMemcpyHostToDevice && s != nullptr && bytes >= kStagedUploadMin && StagedUpload(ordinal, dst, src,
-                                                                                                    bytes, s))
-      return;
     // No stream: synchronous with everything queued on the device (the backend's streams are non-blocking, so the
     // legacy default stream alone would not wait for them), and complete when this returns.
     if (s == nullptr) Sync(ordinal, nullptr, "copy", /*device=*/true);
@@ -329,43 +303,6 @@ class CudaBackend final : public DeviceBackend {
                                             " failed: " + cudaGetErrorString(e));
     }
     if (s == nullptr) Sync(ordinal, nullptr, "copy");
-  }
-
-  // The stream's pinned staging (made on first use); false when pinned memory cannot be had (then the caller copies
-  // from pageable memory) or the stream is being captured. The caller owns the stream (one run per stream at a time).
-  bool StagedUpload(int ordinal, void* dst, const void* src, size_t bytes, cudaStream_t s) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
-      cudaGetLastError();
-      return false;
-    }
-    StreamHandles* h = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      h = &devices_[ordinal].handles[s];  // node-based map: the reference stays valid
-      if (h->staging == nullptr) {
-        void* pinned = nullptr;
-        if (cudaHostAlloc(&pinned, 2 * kStagingChunk, cudaHostAllocDefault) != cudaSuccess) {
-          cudaGetLastError();
-          return false;
-        }
-        for (cudaEvent_t& e : h->staged) CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "staging");
-        h->staging = static_cast<char*>(pinned);
-      }
-    }
-    const char* from = static_cast<const char*>(src);
-    char* to = static_cast<char*>(dst);
-    for (size_t at = 0, i = 0; at < bytes; at += kStagingChunk, ++i) {
-      const size_t n = std::min(kStagingChunk, bytes - at);
-      char* chunk = h->staging + (i % 2) * kStagingChunk;
-      cudaEvent_t& done = h->staged[i % 2];
-      CheckCuda(cudaEventSynchronize(done), DeviceName(ordinal) + ": staging an upload");  // its last DMA is over
-      ParallelCopy(chunk, from + at, n);
-      CheckCuda(cudaMemcpyAsync(to + at, chunk, n, cudaMemcpyHostToDevice, s),
-                DeviceName(ordinal) + ": copy of " + std::to_string(bytes) + " bytes to the device");
-      CheckCuda(cudaEventRecord(done, s), DeviceName(ordinal) + ": staging an upload");
-    }
-    return true;
   }
 
   std::mutex mu_;
