@@ -11,6 +11,7 @@
   speed        `osprey bench --device cuda` against PyTorch eager on the same GPU (gpu_zoo.py bench-server), batch 1
                and 32, fp32 (TF32 off on both sides) and fp16, median latency; column by column, so what is cut by
                the deadline is the last column, not the last models
+  profile      `osprey bench --profile` of the cells where osprey is furthest behind PyTorch, into profile.txt
 
 Every phase stops on its own deadline (each subprocess runs under a timeout derived from it) so the whole run ends
 before --deadline; a model that fails is recorded and the next one runs. After every step the results are written
@@ -37,9 +38,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-PHASES = ["export", "gpu_tests", "idle", "correctness", "speed"]
+PHASES = ["export", "gpu_tests", "idle", "correctness", "speed", "profile"]
 # Seconds kept for each later phase when an earlier one sets its deadline.
-RESERVE = {"export": 0, "gpu_tests": 0, "idle": 30, "correctness": 60, "speed": 120}
+RESERVE = {"export": 0, "gpu_tests": 0, "idle": 30, "correctness": 60, "speed": 120, "profile": 0}
 FP32_REL_TOL = 1e-3
 FP16_COS_MIN = 0.999
 
@@ -510,13 +511,51 @@ class Check:
         self.r["phases"]["speed"] = {"status": "done", "seconds": round(now() - t0, 1)}
         self.save()
 
+    # ---------------------------------------------------------------- profile
+    def profile(self):
+        """`osprey bench --profile` (per-op times; it synchronises after each step) for the cells where osprey is
+        furthest behind PyTorch, into OUT/profile.txt: where the next round's time should go."""
+        t0 = now()
+        phase_end = self.deadline - 3
+        cells = []
+        for m, row in self.r["speed"].items():
+            for key, cell in row.items():
+                if cell.get("ratio"):
+                    cells.append((cell["ratio"], m, key))
+        if not cells:  # no speed figures (phase not run): the largest batch and last precision of each model
+            key = f"b{self.args.batches.split(',')[-1]}_{self.args.precisions.split(',')[-1]}"
+            cells = [(0, m, key) for m in self.exported()]
+        cells.sort(reverse=True)
+        cells = cells[:self.args.profile_cells]
+        print(f"== profile: {[(m, k) for _, m, k in cells]}", flush=True)
+        done = []
+        with open(self.out / "profile.txt", "w") as f:
+            for ratio, m, key in cells:
+                left = phase_end - now()
+                if left < 8:
+                    self.problem("profile", f"out of time before {m} {key}")
+                    break
+                batch, precision = key[1:].split("_")
+                rc, out, err, _ = self.osprey("bench", str(self.zoo / f"{m}.onnx"), "--batch", batch, "--iters", "10",
+                                              "--warmup", "3", "--profile", "--top", "10",
+                                              timeout=min(self.args.call_cap, left), device=self.args.device,
+                                              precision=precision)
+                f.write(f"=== {m} {key} (ratio {fmt(ratio)})\n" + (out if rc == 0 else f"exit {rc}: {tail(err, 800)}")
+                        + "\n")
+                f.flush()
+                done.append(f"{m} {key}")
+        self.r["phases"]["profile"] = {"status": "done", "seconds": round(now() - t0, 1),
+                                       "note": f"{len(done)} profiles in profile.txt"}
+        self.save()
+
     def run_all(self):
         self.save()
         self.start_export()
         if "gpu_tests" in self.phases:
             self.gpu_tests()
         self.wait_export()
-        for phase, fn in (("idle", self.idle), ("correctness", self.correctness), ("speed", self.speed)):
+        for phase, fn in (("idle", self.idle), ("correctness", self.correctness), ("speed", self.speed),
+                          ("profile", self.profile)):
             if phase not in self.phases:
                 continue
             if self.deadline - now() < 8:
@@ -1012,6 +1051,8 @@ def main() -> int:
     p.add_argument("--idle-cap", type=float, default=60)
     p.add_argument("--correctness-cap", type=float, default=150)
     p.add_argument("--call-cap", type=float, default=90, help="most seconds one osprey or torch call may take")
+    p.add_argument("--profile-cells", type=int, default=4,
+                   help="profile phase: how many of the slowest cells (osprey/PyTorch) to profile per op")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--keep-going", action="store_true", help="run the phases even when osprey --version fails")
     p.add_argument("--meta", action="append", default=[], help="KEY=JSON added to meta (preflight facts)")
