@@ -91,6 +91,8 @@ class Plan {
   size_t num_device_steps() const;
   size_t num_copy_steps() const;
   size_t device_arena_bytes() const;
+  /// The device copies of this plan's constants (weights uploaded once, shared through the weight store).
+  std::vector<std::shared_ptr<Buffer>> DeviceConstants() const;
   /// Device plans: the op types of the steps that run on the host because the device has no kernel for them (their
   /// dtype, attributes or op), with their counts; empty for host plans and for plans wholly on the device.
   std::map<std::string, int> HostFallbackOps() const;
@@ -145,6 +147,8 @@ class PlanCache {
   void Clear();
   /// Plan::TrimArenas on every cached plan; returns the bytes freed.
   size_t TrimArenas(double idle_seconds);
+  /// The cached plans, most recent first.
+  std::vector<std::shared_ptr<const Plan>> Plans() const;
 
  private:
   void EvictLocked();
@@ -184,7 +188,7 @@ class WeightStore {
   /// Bytes of live unique weights and their derived (packed) forms held through this store, on the host.
   int64_t BytesLive() const { return account_->BytesLive(); }
   /// Device bytes of the weights' device copies held through this store (every device together).
-  int64_t DeviceBytesLive() const { return device_account_->BytesLive(); }
+  int64_t DeviceBytesLive() const { return device_account_->DeviceBytesLive(); }
   size_t NumLive() const;
   /// Bytes the constants of `graph` would add if interned now: those without a live equal tensor here (what loading
   /// a model that shares a backbone with loaded ones really costs). Hashes every constant; stores nothing.
@@ -244,8 +248,11 @@ class Model {
   /// Of WeightBytes(), the bytes of weights also held by another live model.
   int64_t SharedWeightBytes() const;
   const std::shared_ptr<WeightStore>& weight_store() const { return weight_store_; }
-  /// Bytes charged to this model besides weights: execution arenas and plan-private constants.
+  /// Host bytes charged to this model besides weights: execution arenas and plan-private constants.
   int64_t RuntimeBytes() const { return account_->BytesLive(); }
+  /// Device (GPU) bytes this model holds: its plans' device arenas and the device copies of its weights (each
+  /// counted once, also when other models share them). 0 for a model on the CPU.
+  int64_t DeviceBytes() const;
 
  private:
   std::vector<Tensor> OrderedInputs(const std::map<std::string, Tensor>& inputs, std::vector<TensorSpec>* specs) const;

@@ -72,19 +72,24 @@ std::string ShapeToString(const Shape& shape);
 enum class Device : uint8_t { kHost = 0, kCuda = 1 };
 constexpr int kNumDevices = 2;
 
-/// Live-byte counter for one owner (a model, a plan, a weight store). Thread-safe.
+/// Live-byte counter for one owner (a model, a plan, a weight store): host bytes, and apart from them device bytes
+/// (so a host memory budget never counts GPU memory, nor a GPU budget host memory). Thread-safe.
 class MemoryAccount {
  public:
   explicit MemoryAccount(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
+  /// Host bytes.
   int64_t BytesLive() const { return live_.load(std::memory_order_relaxed); }
   int64_t BytesPeak() const { return peak_.load(std::memory_order_relaxed); }
-  void Add(int64_t bytes);
+  /// Device bytes (every device together).
+  int64_t DeviceBytesLive() const { return device_live_.load(std::memory_order_relaxed); }
+  void Add(int64_t bytes, Device where = Device::kHost);
 
  private:
   std::string name_;
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> device_live_{0};
 };
 
 /// A block of device memory. Freed (and un-accounted) when the last shared_ptr drops.

@@ -102,7 +102,8 @@ class Model:
         return self._model.inspect()
 
     def memory(self) -> Dict[str, int]:
-        """Bytes this model holds: weight_bytes, shared_weight_bytes (also held by another model), runtime_bytes."""
+        """Bytes this model holds: weight_bytes, shared_weight_bytes (also held by another model), runtime_bytes
+        (host: arenas, plan-private constants) and device_bytes (GPU: device arenas, weights' device copies)."""
         return dict(self._model.memory())
 
     def __repr__(self) -> str:

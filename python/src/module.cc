@@ -274,6 +274,7 @@ class PyModel {
     d["weight_bytes"] = model_->WeightBytes();
     d["shared_weight_bytes"] = model_->SharedWeightBytes();
     d["runtime_bytes"] = model_->RuntimeBytes();
+    d["device_bytes"] = model_->DeviceBytes();
     return d;
   }
 

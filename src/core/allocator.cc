@@ -12,7 +12,11 @@
 
 namespace osprey {
 
-void MemoryAccount::Add(int64_t bytes) {
+void MemoryAccount::Add(int64_t bytes, Device where) {
+  if (where != Device::kHost) {
+    device_live_.fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
   int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t peak = peak_.load(std::memory_order_relaxed);
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -106,7 +110,7 @@ std::shared_ptr<Buffer> Allocator::AllocateOn(Device kind, int ordinal, size_t b
   int64_t peak = peak_[d].load(std::memory_order_relaxed);
   while (now > peak && !peak_[d].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
-  if (buffer->account_) buffer->account_->Add(static_cast<int64_t>(rounded));
+  if (buffer->account_) buffer->account_->Add(static_cast<int64_t>(rounded), kind);
   return buffer;
 }
 
@@ -135,7 +139,7 @@ void Allocator::Release(Buffer* buffer) {
     std::free(buffer->data_);
   }
   live_[static_cast<int>(buffer->device_)].fetch_sub(static_cast<int64_t>(buffer->size_));
-  if (buffer->account_) buffer->account_->Add(-static_cast<int64_t>(buffer->size_));
+  if (buffer->account_) buffer->account_->Add(-static_cast<int64_t>(buffer->size_), buffer->device_);
   buffer->data_ = nullptr;
 }
 
@@ -143,8 +147,8 @@ Buffer::~Buffer() { Allocator::Host().Release(this); }
 
 void Buffer::ChargeTo(std::shared_ptr<MemoryAccount> account) {
   if (borrowed_ || data_ == nullptr || account == account_) return;
-  if (account_) account_->Add(-static_cast<int64_t>(size_));
-  if (account) account->Add(static_cast<int64_t>(size_));
+  if (account_) account_->Add(-static_cast<int64_t>(size_), device_);
+  if (account) account->Add(static_cast<int64_t>(size_), device_);
   account_ = std::move(account);
 }
 

@@ -120,6 +120,15 @@ int64_t Model::WeightBytes() const {
   return total;
 }
 
+int64_t Model::DeviceBytes() const {
+  int64_t total = account_->DeviceBytesLive();  // device arenas (plan-private device constants, if any)
+  std::set<const Buffer*> seen;
+  for (const auto& plan : plan_cache_.Plans())
+    for (const auto& buffer : plan->DeviceConstants())
+      if (seen.insert(buffer.get()).second) total += static_cast<int64_t>(buffer->size());
+  return total;
+}
+
 int64_t Model::SharedWeightBytes() const {
   int64_t total = 0;
   for (const Tensor& t : held_weights_)

@@ -79,6 +79,13 @@ size_t Plan::num_single_thread_steps() const {
   return n;
 }
 size_t Plan::device_arena_bytes() const { return impl_->device_arena_bytes; }
+std::vector<std::shared_ptr<Buffer>> Plan::DeviceConstants() const {
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  for (const Slot& s : impl_->slots)
+    if (s.kind == Slot::Kind::kConstant && s.device != Device::kHost && s.constant.buffer())
+      buffers.push_back(s.constant.buffer());
+  return buffers;
+}
 std::map<std::string, int> Plan::HostFallbackOps() const {
   std::map<std::string, int> ops;
   if (!impl_->backend) return ops;
@@ -172,7 +179,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
     }
     try {
       if (!device_arena)
-        device_arena = Allocator::Host().AllocateOn(p.device.kind, p.device.ordinal, p.device_arena_bytes);
+        device_arena = Allocator::Host().AllocateOn(p.device.kind, p.device.ordinal, p.device_arena_bytes, p.account);
       stream = p.backend->AcquireStream(p.device.ordinal);
     } catch (...) {
       ArenaPool::Host().Give(std::move(arena));

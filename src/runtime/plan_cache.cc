@@ -73,12 +73,15 @@ void PlanCache::set_capacity(size_t capacity) {
   EvictLocked();
 }
 
-size_t PlanCache::TrimArenas(double idle_seconds) {
+std::vector<std::shared_ptr<const Plan>> PlanCache::Plans() const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<const Plan>> plans;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& entry : lru_) plans.push_back(entry.second);
-  }
+  for (const auto& entry : lru_) plans.push_back(entry.second);
+  return plans;
+}
+
+size_t PlanCache::TrimArenas(double idle_seconds) {
+  const std::vector<std::shared_ptr<const Plan>> plans = Plans();
   size_t bytes = 0;
   for (const auto& plan : plans) bytes += plan->TrimArenas(idle_seconds);
   return bytes;

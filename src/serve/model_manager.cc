@@ -693,6 +693,7 @@ std::vector<ModelIndexEntry> ModelManager::Index() {
         row.weight_bytes = e->loaded->model->WeightBytes();
         row.shared_bytes = e->loaded->model->SharedWeightBytes();
         row.runtime_bytes = e->loaded->model->RuntimeBytes();
+        row.device_bytes = e->loaded->model->DeviceBytes();
       }
     }
     return row;

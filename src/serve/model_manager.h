@@ -61,6 +61,7 @@ struct ModelIndexEntry {
   int64_t weight_bytes = 0;  // accounted bytes of its weights (kReady only)
   int64_t shared_bytes = 0;  // of weight_bytes, bytes shared with another loaded model
   int64_t runtime_bytes = 0;  // execution arenas and plan-private constants (kReady only)
+  int64_t device_bytes = 0;   // GPU bytes: device arenas and weights' device copies, shared ones too (kReady only)
 };
 
 struct ManagerStats {

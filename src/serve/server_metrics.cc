@@ -57,6 +57,13 @@ std::string InferenceServer::MetricsText() {
     if (entry.status == ModelStatus::kReady)
       out << "osprey_model_runtime_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.runtime_bytes
           << "\n";
+  out << "# HELP osprey_model_device_bytes GPU bytes of each loaded model: device arenas and its weights' device "
+         "copies (shared ones counted for each model).\n"
+      << "# TYPE osprey_model_device_bytes gauge\n";
+  for (const ModelIndexEntry& entry : index)
+    if (entry.status == ModelStatus::kReady)
+      out << "osprey_model_device_bytes{model=\"" << PrometheusLabel(entry.name) << "\"} " << entry.device_bytes
+          << "\n";
   {
     std::vector<std::pair<std::string, PlanCache::Stats>> plan_stats;
     {

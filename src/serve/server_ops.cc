@@ -189,7 +189,8 @@ json InferenceServer::Statistics(const std::string& model, const std::string& ve
                      {"weight_bytes", entry.weight_bytes},
                      {"shared_bytes", entry.shared_bytes},
                      {"unique_bytes", entry.weight_bytes - entry.shared_bytes},
-                     {"runtime_bytes", entry.runtime_bytes}});
+                     {"runtime_bytes", entry.runtime_bytes},
+                     {"device_bytes", entry.device_bytes}});
   }
   if (!model.empty() && !found)
     throw Error(ErrorCode::kNotFound, "model '" + model + "'" + (version.empty() ? "" : " version " + version) +

@@ -45,6 +45,11 @@ def test_metadata_and_inspect(ensure_model):
     assert model.outputs[0].dtype == "float32"
     text = model.inspect()
     assert "Conv" in text and inp.name in text
+    before = model.memory()
+    assert before["device_bytes"] == 0 and before["weight_bytes"] > 3_000_000  # MobileNetV2: 3.5M parameters
+    model.run({inp.name: np.zeros((1, 3, 224, 224), np.float32)})
+    after = model.memory()
+    assert after["device_bytes"] == 0 and after["weight_bytes"] == before["weight_bytes"]  # a CPU model: no GPU bytes
 
 
 def test_several_inputs_dtypes_and_bytes_source():

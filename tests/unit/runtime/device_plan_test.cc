@@ -181,6 +181,37 @@ TEST(DevicePlan, TenantsOnOneBackboneHoldOneDeviceCopyOfItsWeights) {
   EXPECT_EQ(device->bytes_used(), 0);
 }
 
+// A model's device bytes (its device arenas and its weights' device copies, shared ones counted for each model) are
+// counted apart from its host bytes: a host memory budget never sees GPU memory.
+TEST(DevicePlan, ModelsCountTheirDeviceBytesApartFromHostBytes) {
+  ScopedFakeDevice device({"Conv", "Relu", "Softmax", "Add", "MaxPool", "Flatten", "Gemm"});
+  {
+    auto account = std::make_shared<MemoryAccount>("test");
+    auto buffer = Allocator::Host().AllocateOn(Device::kCuda, 0, 1000, account);
+    EXPECT_EQ(account->BytesLive(), 0);
+    EXPECT_EQ(account->DeviceBytesLive(), 1024);  // rounded to 256 bytes
+    buffer.reset();
+    EXPECT_EQ(account->DeviceBytesLive(), 0);
+  }
+  ModelOptions mo;
+  mo.compile = OnDevice();
+  mo.weight_store = std::make_shared<WeightStore>();
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 4);
+  Model first(SmallNet(8), mo);
+  EXPECT_EQ(first.DeviceBytes(), 0) << "nothing compiled yet";
+  first.Run({{"x", x}});
+  const int64_t one = first.DeviceBytes();
+  EXPECT_EQ(one, device->bytes_used()) << "all the device memory there is: its weights and its arena";
+  EXPECT_GT(one, mo.weight_store->DeviceBytesLive());
+  Model second(SmallNet(8), mo);
+  second.Run({{"x", x}});
+  EXPECT_EQ(second.DeviceBytes(), one) << "its own arena, the shared weights";
+  EXPECT_EQ(device->bytes_used(), 2 * one - mo.weight_store->DeviceBytesLive()) << "the weights are on the device once";
+  Model on_cpu(SmallNet(8), ModelOptions{.weight_store = mo.weight_store});
+  on_cpu.Run({{"x", x}});
+  EXPECT_EQ(on_cpu.DeviceBytes(), 0);
+}
+
 TEST(DevicePlan, TheContextIsReleasedOnlyWithNothingLiveAndComesBack) {
   ScopedFakeDevice device({"Conv", "Relu", "Gemm", "Flatten"});
   const Graph g = SmallNet(6);

@@ -447,6 +447,15 @@ TEST_F(ModelManagerTest, GpuBudgetEvictsLeastRecentlyUsedGpuModels) {
   EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);
   EXPECT_LE(m.Stats().device_bytes, o.gpu_memory_budget_bytes);
   EXPECT_NE(Find(m.Index(), "a")->reason.find("--gpu-memory-budget"), std::string::npos);
+  // The index gives each loaded model's device bytes (its weight's device copy and its arena), apart from its host
+  // bytes; together they are what the device holds.
+  const auto index = m.Index();
+  const int64_t b = Find(index, "b")->device_bytes, c = Find(index, "c")->device_bytes;
+  EXPECT_GE(b, 3 * kWeightBytes);
+  EXPECT_EQ(b, c);
+  EXPECT_EQ(b + c, m.Stats().device_bytes);
+  EXPECT_EQ(Find(index, "a")->device_bytes, 0);
+  EXPECT_LT(Find(index, "b")->runtime_bytes, 2 * kWeightBytes) << "host bytes do not count the device arena";
 }
 
 TEST_F(ModelManagerTest, GpuModelWithoutADeviceFailsToLoadSayingWhy) {
