@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/op_registry.h"
+#include "ops/schema_util.h"
 
 namespace osprey {
 namespace {
@@ -164,45 +165,11 @@ void InferClip(InferContext& ctx) {
   ctx.SetOutput(0, ctx.input_dtypes[0], ctx.input_shapes[0]);
 }
 
-// ONNX TensorProto.DataType code -> osprey dtype. Codes osprey does not compute are kUnsupported, named.
-DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code) {
-  switch (code) {
-    case 1:
-      return DType::kF32;
-    case 2:
-      return DType::kU8;
-    case 3:
-      return DType::kI8;
-    case 6:
-      return DType::kI32;
-    case 7:
-      return DType::kI64;
-    case 9:
-      return DType::kBool;
-    case 10:
-      return DType::kF16;
-    case 16:
-      return DType::kBF16;
-    default:
-      break;
-  }
-  static const char* const kNames[] = {"undefined",      "float",    "uint8",        "int8",           "uint16",
-                                       "int16",          "int32",    "int64",        "string",         "bool",
-                                       "float16",        "double",   "uint32",       "uint64",         "complex64",
-                                       "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
-                                       "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1"};
-  constexpr int64_t kNumNames = sizeof(kNames) / sizeof(kNames[0]);
-  if (code <= 0 || code >= kNumNames) ctx.Fail("attribute 'to' = " + std::to_string(code) + " is not an ONNX dtype");
-  throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": cast to " + kNames[code] + " (dtype code " +
-                                           std::to_string(code) +
-                                           ") is not supported; osprey supports float, "
-                                           "float16, bfloat16, int8, uint8, int32, int64 and bool");
-}
 
 void InferCast(InferContext& ctx) {
   RequireInput(ctx, 0);
   if (!ctx.node.Has("to")) ctx.Fail("attribute 'to' is required");
-  ctx.SetOutput(0, DTypeFromOnnxCode(ctx, ctx.node.GetInt("to", 0)), ctx.input_shapes[0]);
+  ctx.SetOutput(0, schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("to", 0)), ctx.input_shapes[0]);
 }
 
 void InferCastLike(InferContext& ctx) {
@@ -233,6 +200,13 @@ void CheckFakeQuantize(const InferContext& ctx) {
     ctx.Fail("_quant_scale must be a finite value > 0, got " + std::to_string(s));
   if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi))
     ctx.Fail("_quant_lo must be <= _quant_hi, both finite, got " + std::to_string(lo) + " and " + std::to_string(hi));
+}
+
+// Shrink: bias and lambd (the kernel reads them again); lambd must not be negative (the two bands would overlap).
+void ReadShrink(const InferContext& ctx) {
+  ctx.node.GetFloat("bias", 0.f);
+  const float lambd = ctx.node.GetFloat("lambd", 0.5f);
+  if (!(lambd >= 0.f)) ctx.Fail("attribute 'lambd' must be >= 0, got " + std::to_string(lambd));
 }
 
 void ReadAlphaBeta(const InferContext& ctx) {
@@ -276,6 +250,9 @@ void RegisterElementwiseOps(OpRegistry& r) {
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
     AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, true));
   for (const char* op : {"And", "Or", "Xor"}) AddSchema(r, op, 2, 2, BinaryInfer(kBool, true));
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) AddSchema(r, op, 2, 2, BinaryInfer(kInts, false));
+  AddSchema(r, "BitwiseNot", 1, 1, UnaryInfer(kInts));
+  AddSchema(r, "Shrink", 1, 1, UnaryInfer(kNumeric, ReadShrink));
 
   AddSchema(r, "Min", 1, kUnboundedInputs, VariadicInfer(kNumeric), kBroadcastTransparent);
   AddSchema(r, "Max", 1, kUnboundedInputs, VariadicInfer(kNumeric), kBroadcastTransparent);
@@ -289,4 +266,43 @@ void RegisterElementwiseOps(OpRegistry& r) {
   AddSchema(r, "CastLike", 2, 2, InferCastLike);
 }
 
+namespace schema {
+
+DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code, const char* attr) {
+  switch (code) {
+    case 1:
+      return DType::kF32;
+    case 2:
+      return DType::kU8;
+    case 3:
+      return DType::kI8;
+    case 6:
+      return DType::kI32;
+    case 7:
+      return DType::kI64;
+    case 9:
+      return DType::kBool;
+    case 10:
+      return DType::kF16;
+    case 16:
+      return DType::kBF16;
+    default:
+      break;
+  }
+  static const char* const kNames[] = {"undefined",      "float",    "uint8",        "int8",           "uint16",
+                                       "int16",          "int32",    "int64",        "string",         "bool",
+                                       "float16",        "double",   "uint32",       "uint64",         "complex64",
+                                       "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                                       "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1"};
+  constexpr int64_t kNumNames = sizeof(kNames) / sizeof(kNames[0]);
+  if (code <= 0 || code >= kNumNames)
+    ctx.Fail(std::string("attribute '") + attr + "' = " + std::to_string(code) + " is not an ONNX dtype");
+  const std::string what = std::string(attr) == "to" ? "cast to " : std::string(attr) + " ";
+  throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": " + what + kNames[code] + " (dtype code " +
+                                           std::to_string(code) +
+                                           ") is not supported; osprey supports float, "
+                                           "float16, bfloat16, int8, uint8, int32, int64 and bool");
+}
+
+}  // namespace schema
 }  // namespace osprey

@@ -82,6 +82,29 @@ void InferGridSample(InferContext& ctx) {
   ctx.SetOutput(0, DType::kF32, out);
 }
 
+// AffineGrid (opset 20): theta [N, 2, 3] with size [N, C, H, W] gives the sampling grid [N, H, W, 2] for GridSample
+// (3-D: [N, 3, 4], [N, C, D, H, W] -> [N, D, H, W, 3]); size must be known at compile time (it sets the shape).
+void InferAffineGrid(InferContext& ctx) {
+  if (!ctx.Has(0) || !ctx.Has(1)) ctx.Fail("inputs 'theta' and 'size' are required");
+  if (ctx.input_dtypes[0] != DType::kF32) ctx.Fail("theta must be float32, got " + std::string(DTypeName(ctx.input_dtypes[0])));
+  if (ctx.input_dtypes[1] != DType::kI64) ctx.Fail("size must be int64, got " + std::string(DTypeName(ctx.input_dtypes[1])));
+  const std::vector<int64_t> size = ctx.Value(1).ToInt64Vector();  // known at compile time: it sets the shape
+  const Shape& theta = ctx.input_shapes[0];
+  if (size.size() != 4 && size.size() != 5) ctx.Fail("size must be [N, C, H, W] or [N, C, D, H, W], got " + ShapeToString(size));
+  const int64_t dims = static_cast<int64_t>(size.size()) - 2;
+  if (theta.size() != 3 || theta[1] != dims || theta[2] != dims + 1 || theta[0] != size[0])
+    ctx.Fail("theta must be [N, " + std::to_string(dims) + ", " + std::to_string(dims + 1) + "] with size's N, got " +
+             ShapeToString(theta) + " for size " + ShapeToString(size));
+  for (int64_t s : size)
+    if (s < 1) ctx.Fail("size must be positive, got " + ShapeToString(size));
+  ctx.node.GetInt("align_corners", 0);
+  Shape out = {size[0]};
+  for (int64_t d = 2; d < static_cast<int64_t>(size.size()); ++d) out.push_back(size[d]);
+  out.push_back(dims);
+  (void)NumElements(out);
+  ctx.SetOutput(0, DType::kF32, out);
+}
+
 }  // namespace
 
 GridSampleParams ReadGridSample(const Node& node, int64_t height, int64_t width) {
@@ -133,6 +156,9 @@ int GridTaps(const GridSampleParams& p, float gx, float gy, int64_t offset[kMaxG
   return n;
 }
 
-void RegisterGridSampleOps(OpRegistry& r) { r.Add(OpSchema{"GridSample", 2, 2, 1, 1, InferGridSample, {}}); }
+void RegisterGridSampleOps(OpRegistry& r) {
+  r.Add(OpSchema{"GridSample", 2, 2, 1, 1, InferGridSample, {}});
+  r.Add(OpSchema{"AffineGrid", 2, 2, 1, 1, InferAffineGrid, {}});
+}
 
 }  // namespace osprey

@@ -257,6 +257,34 @@ void InferBatchNormalization(InferContext& c) {
   SetOmittedOutputs(c, 1);
 }
 
+// GroupNormalization: num_groups groups of channels, each normalised over its channels and spatial dims; scale and
+// bias per group (opset 18) or per channel (opset 21, which corrected the op).
+void InferGroupNormalization(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const Shape& x = c.input_shapes[0];
+  if (x.size() < 2) c.Fail("input X should have rank >= 2 ([N, C, ...]), got shape " + ShapeToString(x));
+  if (!c.node.Has("num_groups")) c.Fail("attribute 'num_groups' is required");
+  const int64_t groups = c.node.GetInt("num_groups", 0);
+  if (groups < 1 || x[1] % groups != 0)
+    c.Fail("num_groups " + std::to_string(groups) + " must be >= 1 and divide the channels (" + std::to_string(x[1]) +
+           ")");
+  const int64_t params = c.opset >= 21 ? x[1] : groups;
+  RequireChannelVector(c, 1, "scale", params);
+  RequireChannelVector(c, 2, "bias", params);
+  c.node.GetFloat("epsilon", 1e-5f);
+  c.node.GetInt("stash_type", 1);  // statistics are always accumulated in double
+  c.SetOutput(0, DType::kF32, x);
+}
+
+// MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes` (default N, H, W), as the spec's function body.
+void InferMeanVarianceNormalization(InferContext& c) {
+  RequireF32(c, 0, "X");
+  const int64_t rank = static_cast<int64_t>(c.input_shapes[0].size());
+  for (int64_t a : c.node.GetInts("axes", {0, 2, 3}))
+    if (a < -rank || a >= rank) c.Fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+  c.SetOutput(0, DType::kF32, c.input_shapes[0]);
+}
+
 void InferInstanceNormalization(InferContext& c) {
   RequireF32(c, 0, "X");
   const Shape& x = c.input_shapes[0];
@@ -387,6 +415,8 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));
+  r.Add(Schema("GroupNormalization", 3, 3, 1, 1, InferGroupNormalization));
+  r.Add(Schema("MeanVarianceNormalization", 1, 1, 1, 1, InferMeanVarianceNormalization));
   r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));
   r.Add(Schema("MatMul", 2, 3, 1, 1, InferMatMul));  // input 2: fused bias (internal, with _bias = 1)
   r.Add(Schema("Gemm", 2, 3, 1, 1, InferGemm));

@@ -10,6 +10,10 @@ namespace osprey::schema {
 
 inline std::string Str(int64_t v) { return std::to_string(v); }
 
+/// ONNX TensorProto.DataType code (attribute `attr`: Cast's `to`, EyeLike's `dtype`, ...) -> osprey dtype. A code
+/// that is no ONNX dtype fails kInvalidArgument; one osprey does not compute is kUnsupported, named.
+DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code, const char* attr = "to");
+
 /// Largest output dim an image op may produce; keeps H * W * C well inside int64 and stops typos like
 /// height=1000000000 from asking for terabytes.
 constexpr int64_t kMaxImageDim = int64_t{1} << 20;

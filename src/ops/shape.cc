@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ops/op_registry.h"
+#include "ops/schema_util.h"
 #include "ops/slice.h"
 
 namespace osprey {
@@ -826,6 +827,47 @@ void InferSpaceToDepth(InferContext& ctx) {
   ctx.SetOutput(0, ctx.input_dtypes[0], out);
 }
 
+// EyeLike: input's 2-D shape, ones on the k-th diagonal; dtype from the attribute or the input.
+void InferEyeLike(InferContext& ctx) {
+  const Shape& in = InShape(ctx, 0);
+  if (in.size() != 2) ctx.Fail("input must be 2-D, got " + ShapeToString(in));
+  const DType dtype =
+      ctx.node.Has("dtype") ? schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("dtype", 1), "dtype") : ctx.input_dtypes[0];
+  if (dtype == DType::kF16 || dtype == DType::kBF16)
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": EyeLike of " + DTypeName(dtype) + " is not supported");
+  ctx.node.GetInt("k", 0);
+  ctx.SetOutput(0, dtype, in);
+}
+
+// HannWindow, HammingWindow, BlackmanWindow (opset 17): a window of `size` (known at compile time: it is the length)
+// points, periodic (default) or symmetric.
+void InferWindow(InferContext& ctx) {
+  const std::vector<int64_t> size = IntInput(ctx, 0, "size");
+  if (size.size() != 1 || size[0] < 0) ctx.Fail("size must be one integer >= 0, got " + IntsToString(size));
+  const DType dtype = schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("output_datatype", 1), "output_datatype");
+  if (dtype != DType::kF32 && dtype != DType::kI32 && dtype != DType::kI64 && dtype != DType::kI8 &&
+      dtype != DType::kU8)
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": a window of " + DTypeName(dtype) + " is not supported");
+  ctx.node.GetInt("periodic", 1);
+  CheckShape(ctx, {size[0]});
+  ctx.SetOutput(0, dtype, {size[0]});
+}
+
+// ReverseSequence: the first sequence_lens[b] steps along time_axis of each batch entry reversed, the rest kept.
+void InferReverseSequence(InferContext& ctx) {
+  const Shape& in = InShape(ctx, 0);
+  if (in.size() < 2) ctx.Fail("input must have rank >= 2, got " + ShapeToString(in));
+  const int64_t batch_axis = ctx.node.GetInt("batch_axis", 1), time_axis = ctx.node.GetInt("time_axis", 0);
+  if ((batch_axis != 0 && batch_axis != 1) || (time_axis != 0 && time_axis != 1) || batch_axis == time_axis)
+    ctx.Fail("batch_axis and time_axis must be 0 and 1 or 1 and 0, got " + Str(batch_axis) + " and " + Str(time_axis));
+  if (!ctx.Has(1) || (ctx.input_dtypes[1] != DType::kI64 && ctx.input_dtypes[1] != DType::kI32) ||
+      ctx.input_shapes[1] != Shape{in[batch_axis]})
+    ctx.Fail("sequence_lens must be int64 of shape [" + Str(in[batch_axis]) + "] (the batch), got " +
+             (ctx.Has(1) ? std::string(DTypeName(ctx.input_dtypes[1])) + " " + ShapeToString(ctx.input_shapes[1])
+                         : std::string("none")));
+  ctx.SetOutput(0, ctx.input_dtypes[0], in);
+}
+
 void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn,
          OpTraits traits = {}) {
   r.Add(OpSchema{op_type, min_in, max_in, min_out, max_out, std::move(fn), traits});
@@ -861,6 +903,9 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "OneHot", 3, 3, 1, 1, InferOneHot);
   Add(r, "Identity", 1, 1, 1, 1, InferIdentity, {.layout_transparent = true, .same_bytes = true});
   Add(r, "Trilu", 1, 2, 1, 1, InferTrilu);
+  Add(r, "EyeLike", 1, 1, 1, 1, InferEyeLike);
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Add(r, op, 1, 1, 1, 1, InferWindow);
+  Add(r, "ReverseSequence", 2, 2, 1, 1, InferReverseSequence);
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "CenterCropPad", 2, 2, 1, 1, InferCenterCropPad);

@@ -498,6 +498,53 @@ void XorKernel(KernelContext& ctx) {
   LogicKernel(ctx, [](bool a, bool b) { return a != b; });
 }
 
+// Bitwise ops (opset 18) on the integer dtypes, two's complement.
+template <class Op>
+void BitwiseKernel(KernelContext& ctx, Op op) {
+  const DType dtype = ctx.In(0).dtype();
+  if (dtype == DType::kF32) UnsupportedDType(ctx.node, dtype);
+  DispatchNumeric(ctx.node, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>)
+      BinaryMap<T, T, T>(ctx.node, ctx.In(0), ctx.In(1), ctx.Out(0), [&](T a, T b) { return static_cast<T>(op(a, b)); });
+  });
+}
+void BitwiseAndKernel(KernelContext& ctx) {
+  BitwiseKernel(ctx, [](auto a, auto b) { return a & b; });
+}
+void BitwiseOrKernel(KernelContext& ctx) {
+  BitwiseKernel(ctx, [](auto a, auto b) { return a | b; });
+}
+void BitwiseXorKernel(KernelContext& ctx) {
+  BitwiseKernel(ctx, [](auto a, auto b) { return a ^ b; });
+}
+void BitwiseNotKernel(KernelContext& ctx) {
+  const DType dtype = ctx.In(0).dtype();
+  if (dtype == DType::kF32) UnsupportedDType(ctx.node, dtype);
+  DispatchNumeric(ctx.node, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) {
+      const T* x = ctx.In(0).template data<T>();
+      T* y = ctx.Out(0).template data<T>();
+      for (int64_t i = 0; i < ctx.In(0).numel(); ++i) y[i] = static_cast<T>(~x[i]);
+    }
+  });
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between (computed in float, as the spec's function body).
+void ShrinkKernel(KernelContext& ctx) {
+  const float bias = ctx.node.GetFloat("bias", 0.f), lambd = ctx.node.GetFloat("lambd", 0.5f);
+  DispatchNumeric(ctx.node, ctx.In(0).dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = ctx.In(0).template data<T>();
+    T* y = ctx.Out(0).template data<T>();
+    for (int64_t i = 0; i < ctx.In(0).numel(); ++i) {
+      const float v = static_cast<float>(x[i]);
+      y[i] = v < -lambd ? static_cast<T>(v + bias) : v > lambd ? static_cast<T>(v - bias) : T{0};
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Variadic Min / Max / Sum / Mean: out = op(op(in0, in1), in2) ... with broadcasting at each step.
 
@@ -930,6 +977,11 @@ void AddElementwiseReferenceKernels(ReferenceKernelTable& t) {
   t.Add("And", AndKernel);
   t.Add("Or", OrKernel);
   t.Add("Xor", XorKernel);
+  t.Add("BitwiseAnd", BitwiseAndKernel);
+  t.Add("BitwiseOr", BitwiseOrKernel);
+  t.Add("BitwiseXor", BitwiseXorKernel);
+  t.Add("BitwiseNot", BitwiseNotKernel);
+  t.Add("Shrink", ShrinkKernel);
   t.Add("Min", MinKernel);
   t.Add("Max", MaxKernel);
   t.Add("Sum", SumKernel);

@@ -536,6 +536,76 @@ void InstanceNormalizationRef(KernelContext& ctx) {
   }
 }
 
+// GroupNormalization: per (sample, group), mean and variance over the group's channels and spatial dims (double);
+// scale and bias per group or per channel, by their length.
+void GroupNormalizationRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  const int64_t groups = ctx.node.GetInt("num_groups", 1);
+  const int64_t batch = x.dim(0), channels = x.dim(1), spatial = Product(x.shape(), 2, x.shape().size());
+  const int64_t per_group = channels / groups, size = per_group * spatial;
+  const bool per_channel = ctx.In(1).numel() == channels;
+  const float* scale = ctx.In(1).data<float>();
+  const float* shift = ctx.In(2).data<float>();
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+#pragma omp parallel for if (x.numel() >= kMinParallelWork)
+  for (int64_t p = 0; p < batch * groups; ++p) {
+    const int64_t g = p % groups;
+    const float* xp = xd + p * size;
+    float* yp = yd + p * size;
+    double sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < size; ++i) sum += xp[i];
+    const double mean = size > 0 ? sum / size : 0;
+    for (int64_t i = 0; i < size; ++i) sum_sq += (xp[i] - mean) * (xp[i] - mean);
+    const double inv_std = 1.0 / std::sqrt((size > 0 ? sum_sq / size : 0) + epsilon);
+    for (int64_t i = 0; i < size; ++i) {
+      const int64_t k = per_channel ? g * per_group + i / spatial : g;
+      yp[i] = static_cast<float>((xp[i] - mean) * inv_std * scale[k] + shift[k]);
+    }
+  }
+}
+
+// MeanVarianceNormalization: each element's group is its position on the axes not normalised over.
+void MeanVarianceNormalizationRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const int64_t rank = x.rank();
+  std::vector<bool> reduced(static_cast<size_t>(rank), false);
+  for (int64_t a : ctx.node.GetInts("axes", {0, 2, 3})) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  const int64_t n = x.numel();
+  std::vector<int64_t> group(static_cast<size_t>(n));
+  int64_t groups = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d]) groups *= x.dim(d);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, id = 0, stride = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      const int64_t c = rem % x.dim(d);
+      rem /= x.dim(d);
+      if (!reduced[d]) {
+        id += c * stride;
+        stride *= x.dim(d);
+      }
+    }
+    group[i] = id;
+  }
+  const float* xd = x.data<float>();
+  float* yd = ctx.Out(0).data<float>();
+  std::vector<double> sum(static_cast<size_t>(groups), 0.0), sum_sq(static_cast<size_t>(groups), 0.0);
+  std::vector<int64_t> count(static_cast<size_t>(groups), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    sum[group[i]] += xd[i];
+    ++count[group[i]];
+  }
+  for (int64_t g = 0; g < groups; ++g) sum[g] = count[g] ? sum[g] / count[g] : 0;  // the means
+  for (int64_t i = 0; i < n; ++i) sum_sq[group[i]] += (xd[i] - sum[group[i]]) * (xd[i] - sum[group[i]]);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = group[i];
+    const double stddev = std::sqrt(count[g] ? sum_sq[g] / count[g] : 0);
+    yd[i] = static_cast<float>((xd[i] - sum[g]) / (stddev + 1e-9));
+  }
+}
+
 void LayerNormalizationRef(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
   const int64_t rank = x.rank();
@@ -700,6 +770,41 @@ void SoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kSoftma
 void LogSoftmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kLogSoftmax); }
 void HardmaxRef(KernelContext& ctx) { SoftmaxFamilyRef(ctx, SoftmaxKind::kHardmax); }
 
+// AffineGrid: each output point is theta times its base coordinates (x, y[, z], 1), in double; a base coordinate along
+// an axis of length L is -1 + 2i / (L - 1) with align_corners (-1 for L = 1), else -1 + (2i + 1) / L.
+void AffineGridRef(KernelContext& ctx) {
+  const Tensor& theta = ctx.In(0);
+  Tensor& grid = ctx.Out(0);
+  const int64_t dims = theta.dim(1);  // 2 or 3
+  const bool align = ctx.node.GetInt("align_corners", 0) != 0;
+  const int64_t batch = grid.dim(0);
+  std::vector<int64_t> extent(static_cast<size_t>(dims));  // W, H[, D]: the point's x, y, z axes
+  for (int64_t k = 0; k < dims; ++k) extent[k] = grid.dim(dims - k);
+  auto base = [align](int64_t i, int64_t length) {
+    if (align) return length == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(length - 1);
+    return -1.0 + (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(length);
+  };
+  const int64_t points = grid.numel() / (batch * dims);
+  const float* t = theta.data<float>();
+  float* out = grid.data<float>();
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t p = 0; p < points; ++p) {
+      double coord[4] = {0, 0, 0, 1};
+      int64_t rem = p;
+      for (int64_t k = 0; k < dims; ++k) {
+        coord[k] = base(rem % extent[k], extent[k]);
+        rem /= extent[k];
+      }
+      coord[dims] = 1;
+      for (int64_t r = 0; r < dims; ++r) {
+        const float* row = t + (n * dims + r) * (dims + 1);
+        double v = 0;
+        for (int64_t c = 0; c <= dims; ++c) v += static_cast<double>(row[c]) * coord[c];
+        out[(n * points + p) * dims + r] = static_cast<float>(v);
+      }
+    }
+}
+
 // GridSample: each output point is the weighted sum of its taps (ops/grid_sample.h), in double, channel by channel.
 void GridSampleRef(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
@@ -797,6 +902,8 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("ConvTranspose", ConvTransposeRef);
   t.Add("BatchNormalization", BatchNormalizationRef);
   t.Add("InstanceNormalization", InstanceNormalizationRef);
+  t.Add("GroupNormalization", GroupNormalizationRef);
+  t.Add("MeanVarianceNormalization", MeanVarianceNormalizationRef);
   t.Add("LayerNormalization", LayerNormalizationRef);
   t.Add("MatMul", MatMulRef);
   t.Add("Gemm", GemmRef);
@@ -811,6 +918,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Hardmax", HardmaxRef);
   t.Add("LRN", LRNRef);
   t.Add("GridSample", GridSampleRef);
+  t.Add("AffineGrid", AffineGridRef);
 }
 
 }  // namespace osprey

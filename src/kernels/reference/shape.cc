@@ -458,6 +458,64 @@ void TriluKernel(KernelContext& ctx) {
       }
 }
 
+// EyeLike: zeros, then one at (i, i + k).
+void EyeLikeKernel(KernelContext& ctx) {
+  Tensor& out = ctx.Out(0);
+  std::memset(out.raw(), 0, out.nbytes());
+  const int64_t rows = out.dim(0), cols = out.dim(1), k = ctx.node.GetInt("k", 0);
+  DispatchNumeric(ctx.node, out.dtype() == DType::kBool ? DType::kU8 : out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.raw());
+    for (int64_t i = std::max<int64_t>(0, -k); i < rows && i + k < cols; ++i) o[i * cols + i + k] = T{1};
+  });
+}
+
+// The window functions, in double: N = size (periodic) or size - 1 (symmetric), w[n] = sum_j a_j cos(2 pi j n / N).
+void WindowKernel(KernelContext& ctx, std::initializer_list<double> a) {
+  Tensor& out = ctx.Out(0);
+  const int64_t size = out.numel();
+  const double n_1 = static_cast<double>(ctx.node.GetInt("periodic", 1) != 0 ? size : size - 1);
+  DispatchNumeric(ctx.node, out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    for (int64_t n = 0; n < size; ++n) {
+      double w = 0, j = 0;
+      for (double coefficient : a) w += coefficient * std::cos(2 * M_PI * j++ * static_cast<double>(n) / n_1);
+      o[n] = static_cast<T>(w);
+    }
+  });
+}
+void HannWindowKernel(KernelContext& ctx) { WindowKernel(ctx, {0.5, -0.5}); }
+void HammingWindowKernel(KernelContext& ctx) { WindowKernel(ctx, {25.0 / 46.0, -(1 - 25.0 / 46.0)}); }
+void BlackmanWindowKernel(KernelContext& ctx) { WindowKernel(ctx, {0.42, -0.5, 0.08}); }
+
+// ReverseSequence: element by element, the source along time_axis mirrored inside the entry's length.
+void ReverseSequenceKernel(KernelContext& ctx) {
+  const Tensor& in = ctx.In(0);
+  const Tensor& lens = ctx.In(1);
+  Tensor& out = ctx.Out(0);
+  const int64_t batch_axis = ctx.node.GetInt("batch_axis", 1), time_axis = ctx.node.GetInt("time_axis", 0);
+  const int64_t steps = in.dim(time_axis), inner = Product(in.shape(), 2, in.rank());
+  const size_t es = DTypeSize(in.dtype());
+  std::vector<int64_t> len(static_cast<size_t>(in.dim(batch_axis)));
+  for (size_t b = 0; b < len.size(); ++b) {
+    len[b] = lens.GetAsInt(static_cast<int64_t>(b));
+    if (len[b] < 0 || len[b] > steps)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": sequence_lens[" + std::to_string(b) + "] = " +
+                                                   std::to_string(len[b]) + " is outside [0, " +
+                                                   std::to_string(steps) + "]");
+  }
+  const char* src = Bytes(in);
+  char* dst = Bytes(out);
+  for (int64_t i0 = 0; i0 < in.dim(0); ++i0)
+    for (int64_t i1 = 0; i1 < in.dim(1); ++i1) {
+      const int64_t b = batch_axis == 0 ? i0 : i1, t = time_axis == 0 ? i0 : i1;
+      const int64_t from_t = t < len[b] ? len[b] - 1 - t : t;
+      const int64_t f0 = time_axis == 0 ? from_t : i0, f1 = time_axis == 0 ? i1 : from_t;
+      std::memcpy(dst + (i0 * in.dim(1) + i1) * inner * es, src + (f0 * in.dim(1) + f1) * inner * es, inner * es);
+    }
+}
+
 // CenterCropPad: zeros, then the region both tensors share, each axis's start centred (floor) in the larger one.
 void CenterCropPadKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
@@ -855,6 +913,11 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Unsqueeze", CopyKernel);
   t.Add("Identity", CopyKernel);
   t.Add("Trilu", TriluKernel);
+  t.Add("EyeLike", EyeLikeKernel);
+  t.Add("HannWindow", HannWindowKernel);
+  t.Add("HammingWindow", HammingWindowKernel);
+  t.Add("BlackmanWindow", BlackmanWindowKernel);
+  t.Add("ReverseSequence", ReverseSequenceKernel);
   t.Add("Transpose", TransposeKernel);
   t.Add("Expand", ExpandKernel);
   t.Add("Tile", TileKernel);

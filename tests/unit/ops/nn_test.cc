@@ -424,6 +424,69 @@ TEST(NnOpsNorm, InstanceNormalizationMatchesFormula) {
   ExpectTensorNear(out[0], expected, 1e-5f, 1e-5f);
 }
 
+// GroupNormalization of [1, 4, 2] in 2 groups (channels 0-1 and 2-3): opset 18 takes scale/bias per group, opset 21
+// per channel; num_groups must divide the channels.
+TEST(NnOpsNorm, GroupNormalizationPerGroupAndPerChannel) {
+  const Tensor x = F32({1, 4, 2}, {1, 2, 3, 4, 10, 10, 10, 14});
+  // Group 0: 1..4, mean 2.5, variance 1.25; group 1: 10, 10, 10, 14, mean 11, variance 3.
+  const double inv0 = 1 / std::sqrt(1.25 + 1e-5), inv1 = 1 / std::sqrt(3 + 1e-5);
+  Node n = MakeNode("GroupNormalization", 3, 1, {{"num_groups", Attribute::Int(2)}});
+  Tensor want18(DType::kF32, {1, 4, 2}), want21(DType::kF32, {1, 4, 2});
+  const float s18[2] = {2, -1}, b18[2] = {0.5f, 3}, s21[4] = {1, 2, 3, 4}, b21[4] = {0, 1, 0, -1};
+  for (int i = 0; i < 8; ++i) {
+    const int g = i / 4, c = i / 2;
+    const double z = (x.data<float>()[i] - (g ? 11.0 : 2.5)) * (g ? inv1 : inv0);
+    want18.data<float>()[i] = static_cast<float>(z * s18[g] + b18[g]);
+    want21.data<float>()[i] = static_cast<float>(z * s21[c] + b21[c]);
+  }
+  ExpectTensorNear(RunReferenceNode(n, {x, F32({2}, {2, -1}), F32({2}, {0.5f, 3})}, 18)[0], want18, 1e-5f, 1e-5f);
+  ExpectTensorNear(RunReferenceNode(n, {x, F32({4}, {1, 2, 3, 4}), F32({4}, {0, 1, 0, -1})}, 21)[0], want21, 1e-5f,
+                   1e-5f);
+  EXPECT_THROW(RunReferenceNode(n, {x, F32({4}, {1, 2, 3, 4}), F32({4}, {0, 1, 0, -1})}, 18), Error);  // per group
+  EXPECT_THROW(RunReferenceNode(MakeNode("GroupNormalization", 3, 1, {{"num_groups", Attribute::Int(3)}}),
+                                {x, F32({3}, {1, 1, 1}), F32({3}, {0, 0, 0})}, 18),
+               Error);  // 3 does not divide 4
+  EXPECT_THROW(RunReferenceNode(MakeNode("GroupNormalization", 3, 1), {x, F32({2}, {1, 1}), F32({2}, {0, 0})}, 18),
+               Error);  // num_groups missing
+}
+
+// MeanVarianceNormalization over the default axes (N, H, W): per channel, (x - mean) / (std + 1e-9).
+TEST(NnOpsNorm, MeanVarianceNormalizationPerChannel) {
+  // [2, 2, 1, 2]: channel 0 holds 1, 3 (sample 0) and 5, 7 (sample 1): mean 4, std sqrt(5); channel 1 is constant 2.
+  const Tensor x = F32({2, 2, 1, 2}, {1, 3, 2, 2, 5, 7, 2, 2});
+  const float s = static_cast<float>(1 / (std::sqrt(5.0) + 1e-9));
+  ExpectTensorNear(RunReferenceNode(MakeNode("MeanVarianceNormalization", 1, 1), {x}, 13)[0],
+                   F32({2, 2, 1, 2}, {-3 * s, -1 * s, 0, 0, 1 * s, 3 * s, 0, 0}), 1e-6f, 1e-6f);
+  EXPECT_THROW(RunReferenceNode(MakeNode("MeanVarianceNormalization", 1, 1, {{"axes", Attribute::Ints({4})}}), {x}, 13),
+               Error);
+}
+
+// AffineGrid 2-D, 2x3 output, identity theta plus a translation: the base coordinates are -1 + (2i + 1) / L
+// (align_corners 0) or -1 + 2i / (L - 1) (1), each moved by (0.5, -0.25).
+TEST(NnOpsGrid, AffineGridBaseCoordinatesAndBadSizes) {
+  const Tensor theta = F32({1, 2, 3}, {1, 0, 0.5f, 0, 1, -0.25f});
+  auto size = Tensor::FromVector<int64_t>({4}, {1, 1, 2, 3});
+  const float xs0[3] = {-2.f / 3, 0, 2.f / 3}, ys0[2] = {-0.5f, 0.5f}, xs1[3] = {-1, 0, 1}, ys1[2] = {-1, 1};
+  for (int align = 0; align < 2; ++align) {
+    Tensor want(DType::kF32, {1, 2, 3, 2});
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 3; ++w) {
+        want.data<float>()[(h * 3 + w) * 2] = (align ? xs1[w] : xs0[w]) + 0.5f;
+        want.data<float>()[(h * 3 + w) * 2 + 1] = (align ? ys1[h] : ys0[h]) - 0.25f;
+      }
+    ExpectTensorNear(RunReferenceNode(MakeNode("AffineGrid", 2, 1, {{"align_corners", Attribute::Int(align)}}),
+                                      {theta, size}, 20)[0],
+                     want, 1e-6f, 1e-6f);
+  }
+  Node n = MakeNode("AffineGrid", 2, 1);
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {2, 1, 2, 3})}, 20), Error);  // N
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, 0, 3})}, 20), Error);  // empty
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({5}, {1, 1, 2, 2, 3})}, 20), Error);  // 3-D
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, int64_t{1} << 40, int64_t{1} << 40})},
+                                20),
+               Error);  // too large
+}
+
 TEST(NnOpsNorm, LayerNormalizationMatchesFormula) {
   Tensor x = RandomTensor({2, 3, 4}, 63);
   // axis -1: normalise rows of 4; Scale [4], B [4]; Mean and InvStdDev are [2, 3, 1].
