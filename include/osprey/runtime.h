@@ -238,11 +238,12 @@ class Model {
   /// (kInvalidArgument) when they don't fit. Returns named outputs in graph order.
   std::vector<std::pair<std::string, Tensor>> Run(const std::map<std::string, Tensor>& inputs,
                                                   std::vector<OpProfile>* profile = nullptr);
-  /// The plan for these inputs (compiling on a cache miss), after the same checks as Run.
+  /// The plan for these inputs (compiling on a cache miss), after the same checks as Run. For a model with
+  /// data-dependent ops (run cut into parts, runtime/segments.h): the first part's plan, null when there is none.
   std::shared_ptr<const Plan> PlanFor(const std::map<std::string, Tensor>& inputs);
   PlanCache& plan_cache() { return plan_cache_; }
   /// Frees execution arenas idle for `idle_seconds` (see Plan::TrimArenas); returns the bytes freed.
-  size_t TrimArenas(double idle_seconds) { return plan_cache_.TrimArenas(idle_seconds); }
+  size_t TrimArenas(double idle_seconds);
   /// Bytes of this model's weights (each interned weight counted once, whether or not another model shares it).
   int64_t WeightBytes() const;
   /// Of WeightBytes(), the bytes of weights also held by another live model.
@@ -263,6 +264,9 @@ class Model {
   std::shared_ptr<MemoryAccount> account_;
   std::vector<Tensor> held_weights_;  // one per distinct interned buffer
   PlanCache plan_cache_;
+  // Set when the graph has data-dependent ops (NonZero, NonMaxSuppression, ...): the model runs cut into parts
+  // (runtime/segments.h), each with its own plan cache; plan_cache_ stays empty.
+  std::shared_ptr<class GraphRunner> segments_;
 };
 
 /// Registers the built-in device backends (CUDA when built with it). Compile calls it; call it before using

@@ -51,6 +51,10 @@ struct OpTraits {
   /// Output 0 is input 0's bytes unchanged, only its shape may differ (Reshape, Flatten, Squeeze, Unsqueeze,
   /// Identity): in a host plan the memory plan gives both one buffer and the step copies nothing (runtime/compile.cc).
   bool same_bytes = false;
+  /// Its output shapes depend on its input values (NonZero, NonMaxSuppression, Compress): a model is cut there into
+  /// plans compiled for the shapes each run produces (runtime/segments.cc); the op runs between them on the host
+  /// (kernels/reference/data_dependent.cc). Its infer function refuses it where no cut can be made (in a subgraph).
+  bool data_dependent = false;
 };
 
 struct OpSchema {

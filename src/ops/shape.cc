@@ -868,6 +868,14 @@ void InferReverseSequence(InferContext& ctx) {
   ctx.SetOutput(0, ctx.input_dtypes[0], in);
 }
 
+// Ops whose output shapes depend on values (OpTraits::data_dependent): a model is cut at them before it is compiled
+// (runtime/segments.cc), so their infer runs only where no cut was made: inside an If, Loop or Scan body.
+void InferDataDependent(InferContext& ctx) {
+  throw Error(ErrorCode::kUnsupported,
+              ctx.node.Describe() + ": its output shape depends on its input values; osprey runs such ops between "
+                                    "plans at a model's top level, not inside an If, Loop or Scan body");
+}
+
 void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn,
          OpTraits traits = {}) {
   r.Add(OpSchema{op_type, min_in, max_in, min_out, max_out, std::move(fn), traits});
@@ -906,6 +914,9 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "EyeLike", 1, 1, 1, 1, InferEyeLike);
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) Add(r, op, 1, 1, 1, 1, InferWindow);
   Add(r, "ReverseSequence", 2, 2, 1, 1, InferReverseSequence);
+  Add(r, "NonZero", 1, 1, 1, 1, InferDataDependent, {.data_dependent = true});
+  Add(r, "NonMaxSuppression", 2, 5, 1, 1, InferDataDependent, {.data_dependent = true});
+  Add(r, "Compress", 2, 2, 1, 1, InferDataDependent, {.data_dependent = true});
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "CenterCropPad", 2, 2, 1, 1, InferCenterCropPad);

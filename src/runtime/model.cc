@@ -13,6 +13,7 @@
 
 #include "ops/op_registry.h"
 #include "osprey/runtime.h"
+#include "runtime/segments.h"
 
 namespace osprey {
 
@@ -108,6 +109,14 @@ Model::Model(Graph graph, ModelOptions options)
     }
   }
   fingerprint_ = graph_.Fingerprint(digests);
+  if (HasDataDependentOps(graph_))
+    segments_ = MakeSegmentedRunner(graph_, options_.plan_cache_capacity, weight_store_.get(), account_);
+}
+
+size_t Model::TrimArenas(double idle_seconds) {
+  size_t bytes = plan_cache_.TrimArenas(idle_seconds);
+  if (segments_) segments_->ForEachCache([&](PlanCache& c) { bytes += c.TrimArenas(idle_seconds); });
+  return bytes;
 }
 
 Model::~Model() {
@@ -123,9 +132,13 @@ int64_t Model::WeightBytes() const {
 int64_t Model::DeviceBytes() const {
   int64_t total = account_->DeviceBytesLive();  // device arenas (plan-private device constants, if any)
   std::set<const Buffer*> seen;
-  for (const auto& plan : plan_cache_.Plans())
-    for (const auto& buffer : plan->DeviceConstants())
-      if (seen.insert(buffer.get()).second) total += static_cast<int64_t>(buffer->size());
+  auto add = [&](const PlanCache& cache) {
+    for (const auto& plan : cache.Plans())
+      for (const auto& buffer : plan->DeviceConstants())
+        if (seen.insert(buffer.get()).second) total += static_cast<int64_t>(buffer->size());
+  };
+  add(plan_cache_);
+  if (segments_) segments_->ForEachCache(add);
   return total;
 }
 
@@ -196,7 +209,8 @@ std::vector<Tensor> Model::OrderedInputs(const std::map<std::string, Tensor>& in
 
 std::shared_ptr<const Plan> Model::PlanFor(const std::map<std::string, Tensor>& inputs) {
   std::vector<TensorSpec> specs;
-  OrderedInputs(inputs, &specs);
+  std::vector<Tensor> ordered = OrderedInputs(inputs, &specs);
+  if (segments_) return segments_->FirstPlan(ordered, options_.compile);
   return plan_cache_.GetOrCompile(fingerprint_, specs, options_.compile, [&] {
     return Compile(graph_, specs, options_.compile, weight_store_.get(), account_);
   });
@@ -210,10 +224,15 @@ std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::strin
   const int planned = compile.num_threads > 0 ? compile.num_threads : DefaultNumThreads();
   const int threads = ThreadsForRun(planned);
   if (threads != planned) compile.num_threads = threads;
-  auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, compile, [&] {
-    return Compile(graph_, specs, compile, weight_store_.get(), account_);
-  });
-  std::vector<Tensor> outs = plan->Run(ordered, profile);
+  std::vector<Tensor> outs;
+  if (segments_) {
+    outs = segments_->Run(ordered, compile, profile);
+  } else {
+    auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, compile, [&] {
+      return Compile(graph_, specs, compile, weight_store_.get(), account_);
+    });
+    outs = plan->Run(ordered, profile);
+  }
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < outs.size(); ++i) named.emplace_back(graph_.value_names[graph_.outputs[i]], std::move(outs[i]));
   return named;

@@ -8,6 +8,11 @@ namespace osprey {
 /// The reference kernel for `op_type`, or nullptr.
 ReferenceKernel FindReferenceKernel(const std::string& op_type);
 
+/// An op whose output shapes depend on its input values (OpTraits::data_dependent: NonZero, NonMaxSuppression,
+/// Compress), run on host tensors between plans (runtime/segments.cc); its outputs are allocated here. inputs[i] is
+/// null for an omitted optional input. kUnsupported for any other op; kInvalidArgument for inputs the op refuses.
+std::vector<Tensor> RunDataDependentOp(const Node& node, int opset, const std::vector<const Tensor*>& inputs);
+
 /// Registration table filled by the per-family Add*ReferenceKernels functions.
 struct ReferenceKernelTable {
   std::vector<std::pair<std::string, ReferenceKernel>> entries;

@@ -321,6 +321,31 @@ TEST(ShapeOpsGenerators, EyeLikeReverseSequenceAndWindows) {
   ExpectError([&] { RunReferenceNode(MakeNode("HannWindow", 1, 1), {Ints({-3})}, 17); }, ErrorCode::kInvalidArgument);
 }
 
+// The data-dependent ops run on host tensors and size their outputs themselves (runtime/segments.h runs them between
+// plans): hand-computed results, a scalar NonZero (numpy's reading), Compress with a short condition, without axis and
+// with bad ones; their infer refuses them where no cut is made (inside a subgraph).
+TEST(ShapeOpsDataDependent, NonZeroAndCompress) {
+  Node nz = MakeNode("NonZero", 1, 1);
+  const Tensor x = F32({2, 3}, {0, 1, 0, 2, 0, 3});
+  const Tensor got = RunDataDependentOp(nz, 13, {&x})[0];
+  ExpectTensorNear(got, Tensor::FromVector<int64_t>({2, 3}, {0, 1, 1, 1, 0, 2}));
+  const Tensor scalar = F32({}, {5});
+  EXPECT_EQ(RunDataDependentOp(nz, 13, {&scalar})[0].shape(), (Shape{1, 1}));
+  const Tensor zeros = F32({4}, {0, 0, 0, 0});
+  EXPECT_EQ(RunDataDependentOp(nz, 13, {&zeros})[0].shape(), (Shape{1, 0}));
+  Node along1 = MakeNode("Compress", 2, 1, {{"axis", Attribute::Int(1)}});
+  const Tensor cond = Tensor::FromVector<bool>({2}, {false, true});  // shorter than the axis: the rest dropped
+  ExpectTensorNear(RunDataDependentOp(along1, 11, {&x, &cond})[0], F32({2, 1}, {1, 0}));
+  Node flat = MakeNode("Compress", 2, 1);
+  const Tensor every_other = Tensor::FromVector<bool>({6}, {true, false, true, false, true, false});
+  ExpectTensorNear(RunDataDependentOp(flat, 11, {&x, &every_other})[0], F32({3}, {0, 0, 0}));
+  const Tensor too_long = Tensor::FromVector<bool>({4}, {true, true, true, true});
+  ExpectError([&] { RunDataDependentOp(along1, 11, {&x, &too_long}); }, ErrorCode::kInvalidArgument, "more than axis");
+  Node bad_axis = MakeNode("Compress", 2, 1, {{"axis", Attribute::Int(2)}});
+  ExpectError([&] { RunDataDependentOp(bad_axis, 11, {&x, &cond}); }, ErrorCode::kInvalidArgument, "out of range");
+  ExpectError([&] { RunReferenceNode(nz, {x}, 13); }, ErrorCode::kUnsupported, "top level");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 TEST(ShapeOpsReshape, ZeroCopiesAndMinusOneInfers) {
   Node n = MakeNode("Reshape", 2, 1);

@@ -1,0 +1,235 @@
+// Models cut at their data-dependent ops (segments.h).
+#include "runtime/segments.h"
+
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kernels/reference/reference.h"
+#include "ops/op_registry.h"
+
+namespace osprey {
+namespace {
+
+bool IsDataDependent(const Node& n) {
+  const OpSchema* schema = OpRegistry::Get().Find(n.op_type);
+  return schema != nullptr && schema->traits.data_dependent && (n.domain.empty() || n.domain == "ai.onnx");
+}
+
+// One part without data-dependent ops: compiled per input shapes, plans cached.
+class PlainRunner final : public GraphRunner {
+ public:
+  PlainRunner(Graph graph, size_t capacity, WeightStore* weights, std::shared_ptr<MemoryAccount> account)
+      : graph_(std::move(graph)), cache_(capacity), weights_(weights), account_(std::move(account)) {}
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
+                          std::vector<OpProfile>* profile) override {
+    return FirstPlan(inputs, options)->Run(inputs, profile);
+  }
+  std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
+    std::vector<TensorSpec> specs;
+    for (const Tensor& t : inputs) specs.push_back({t.dtype(), t.shape()});
+    // The cache is this part's own: the key needs no fingerprint of the graph.
+    return cache_.GetOrCompile("part", specs, options,
+                               [&] { return Compile(graph_, specs, options, weights_, account_); });
+  }
+  void ForEachCache(const std::function<void(PlanCache&)>& f) override { f(cache_); }
+
+ private:
+  Graph graph_;
+  PlanCache cache_;
+  WeightStore* weights_;
+  std::shared_ptr<MemoryAccount> account_;
+};
+
+std::unique_ptr<GraphRunner> MakeRunner(Graph graph, size_t capacity, WeightStore* weights,
+                                        const std::shared_ptr<MemoryAccount>& account) {
+  if (HasDataDependentOps(graph)) return MakeSegmentedRunner(graph, capacity, weights, account);
+  return std::make_unique<PlainRunner>(std::move(graph), capacity, weights, account);
+}
+
+// `g` reduced to `nodes` (indices into g.nodes, in order), reading `inputs` and giving `outputs` (value ids of g,
+// which the part keeps: unused ids are harmless), with the constants those nodes read.
+Graph Part(const Graph& g, const std::vector<size_t>& nodes, const std::vector<int>& inputs,
+           const std::vector<int>& outputs, const std::string& suffix) {
+  Graph p;
+  p.name = g.name + suffix;
+  p.opset = g.opset;
+  p.value_names = g.value_names;
+  for (size_t i : nodes) {
+    p.nodes.push_back(g.nodes[i]);
+    for (int v : g.nodes[i].inputs) {
+      auto c = g.constants.find(v);
+      if (v >= 0 && c != g.constants.end()) p.constants.emplace(v, c->second);
+    }
+  }
+  auto info_of = [](const std::vector<int>& ids, const std::vector<ValueInfo>& infos, int v,
+                    const std::string& name) -> ValueInfo {
+    for (size_t k = 0; k < ids.size() && k < infos.size(); ++k)
+      if (ids[k] == v) return infos[k];
+    ValueInfo info;
+    info.name = name;
+    return info;
+  };
+  for (int v : inputs) {
+    p.inputs.push_back(v);
+    p.input_infos.push_back(info_of(g.inputs, g.input_infos, v, g.value_names[v]));
+  }
+  for (int v : outputs) {
+    p.outputs.push_back(v);
+    p.output_infos.push_back(info_of(g.outputs, g.output_infos, v, g.value_names[v]));
+  }
+  p.Validate();
+  return p;
+}
+
+// prefix -> the data-dependent node -> tail; values flow between them by the parent graph's value ids.
+class SegmentedRunner final : public GraphRunner {
+ public:
+  SegmentedRunner(const Graph& g, size_t capacity, WeightStore* weights, const std::shared_ptr<MemoryAccount>& account) {
+    size_t d = 0;
+    while (d < g.nodes.size() && !IsDataDependent(g.nodes[d])) ++d;
+    OSPREY_CHECK(d < g.nodes.size());
+    cut_ = g.nodes[d];
+    opset_ = g.opset;
+    graph_inputs_ = g.inputs;
+    graph_outputs_ = g.outputs;
+    // The tail: every node that reads the cut node's outputs, or a tail node's (nodes are in topological order).
+    std::vector<char> after(static_cast<size_t>(g.num_values()), 0), produced_before(after.size(), 0);
+    for (int v : cut_.outputs)
+      if (v >= 0) after[v] = 1;
+    std::vector<size_t> prefix_nodes, tail_nodes;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (i == d) continue;
+      bool downstream = false;
+      for (int v : g.nodes[i].inputs) downstream = downstream || (v >= 0 && after[v]);
+      if (downstream) {
+        tail_nodes.push_back(i);
+        for (int v : g.nodes[i].outputs)
+          if (v >= 0) after[v] = 1;
+      } else {
+        prefix_nodes.push_back(i);
+        for (int v : g.nodes[i].outputs)
+          if (v >= 0) produced_before[v] = 1;
+      }
+    }
+    std::unordered_set<int> graph_input_set(g.inputs.begin(), g.inputs.end());
+    // What the prefix must hand on: the values the cut node, the tail and the graph's outputs read from it.
+    std::vector<int> from_prefix;
+    std::unordered_set<int> seen;
+    auto need = [&](int v) {
+      if (v >= 0 && produced_before[v] && seen.insert(v).second) from_prefix.push_back(v);
+    };
+    for (int v : cut_.inputs) need(v);
+    std::vector<int> tail_inputs;
+    std::unordered_set<int> tail_made, tail_seen;
+    for (size_t i : tail_nodes) {
+      for (int v : g.nodes[i].inputs) {
+        need(v);
+        if (v >= 0 && !tail_made.count(v) && !g.constants.count(v) && tail_seen.insert(v).second)
+          tail_inputs.push_back(v);
+      }
+      for (int v : g.nodes[i].outputs) tail_made.insert(v);
+    }
+    std::vector<int> tail_outputs;
+    for (int v : g.outputs) {
+      need(v);
+      if (tail_made.count(v) && std::find(tail_outputs.begin(), tail_outputs.end(), v) == tail_outputs.end())
+        tail_outputs.push_back(v);
+    }
+    if (!from_prefix.empty()) {
+      std::vector<int> inputs;
+      std::unordered_set<int> read;
+      for (size_t i : prefix_nodes)
+        for (int v : g.nodes[i].inputs) read.insert(v);
+      for (int v : g.inputs)
+        if (read.count(v)) inputs.push_back(v);
+      prefix_inputs_ = inputs;
+      prefix_outputs_ = from_prefix;
+      prefix_ = MakeRunner(Part(g, prefix_nodes, inputs, from_prefix, "/before " + cut_.name), capacity, weights,
+                           account);
+    }
+    if (!tail_outputs.empty()) {
+      tail_inputs_ = tail_inputs;
+      tail_outputs_ = tail_outputs;
+      tail_ = MakeRunner(Part(g, tail_nodes, tail_inputs, tail_outputs, "/after " + cut_.name), capacity, weights,
+                         account);
+    }
+    for (int v : cut_.inputs)
+      if (v >= 0 && g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
+    for (int v : g.outputs)
+      if (g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
+  }
+
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
+                          std::vector<OpProfile>* profile) override {
+    std::unordered_map<int, Tensor> env;
+    for (size_t i = 0; i < graph_inputs_.size() && i < inputs.size(); ++i) env[graph_inputs_[i]] = inputs[i];
+    auto get = [&](int v) -> const Tensor& {
+      auto it = env.find(v);
+      if (it != env.end()) return it->second;
+      auto c = constants_.find(v);
+      OSPREY_CHECK(c != constants_.end());
+      return c->second;
+    };
+    auto gather = [&](const std::vector<int>& ids) {
+      std::vector<Tensor> ts;
+      for (int v : ids) ts.push_back(get(v));
+      return ts;
+    };
+    if (prefix_) {
+      std::vector<Tensor> outs = prefix_->Run(gather(prefix_inputs_), options, profile);
+      for (size_t k = 0; k < outs.size(); ++k) env[prefix_outputs_[k]] = std::move(outs[k]);
+    }
+    std::vector<const Tensor*> cut_inputs;
+    for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> made = RunDataDependentOp(cut_, opset_, cut_inputs);
+    if (profile)
+      profile->push_back({cut_.name, cut_.op_type, "DataDependentOnHost",
+                          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()});
+    for (size_t k = 0; k < made.size() && k < cut_.outputs.size(); ++k)
+      if (cut_.outputs[k] >= 0) env[cut_.outputs[k]] = std::move(made[k]);
+    if (tail_) {
+      std::vector<Tensor> outs = tail_->Run(gather(tail_inputs_), options, profile);
+      for (size_t k = 0; k < outs.size(); ++k) env[tail_outputs_[k]] = std::move(outs[k]);
+    }
+    return gather(graph_outputs_);
+  }
+
+  std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
+    if (!prefix_) return nullptr;
+    std::vector<Tensor> ts;
+    for (int v : prefix_inputs_)
+      for (size_t i = 0; i < graph_inputs_.size(); ++i)
+        if (graph_inputs_[i] == v && i < inputs.size()) ts.push_back(inputs[i]);
+    return prefix_->FirstPlan(ts, options);
+  }
+
+  void ForEachCache(const std::function<void(PlanCache&)>& f) override {
+    if (prefix_) prefix_->ForEachCache(f);
+    if (tail_) tail_->ForEachCache(f);
+  }
+
+ private:
+  Node cut_;
+  int opset_ = 17;
+  std::vector<int> graph_inputs_, graph_outputs_;
+  std::unordered_map<int, Tensor> constants_;  // read by the cut node or given as graph outputs
+  std::unique_ptr<GraphRunner> prefix_, tail_;
+  std::vector<int> prefix_inputs_, prefix_outputs_, tail_inputs_, tail_outputs_;
+};
+
+}  // namespace
+
+bool HasDataDependentOps(const Graph& graph) {
+  for (const Node& n : graph.nodes)
+    if (IsDataDependent(n)) return true;
+  return false;
+}
+
+std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan_cache_capacity, WeightStore* weights,
+                                                 std::shared_ptr<MemoryAccount> account) {
+  return std::make_unique<SegmentedRunner>(graph, plan_cache_capacity, weights, account);
+}
+
+}  // namespace osprey

@@ -1,0 +1,157 @@
+"""Data-dependent output shapes (NonMaxSuppression, NonZero, Compress): a model is cut at such ops and the parts after
+them are compiled for the shapes each run gives (runtime/segments.h). A detector-style graph (scores from a small
+network, NMS, the kept boxes gathered and rescaled after it, a NonZero branch, a Compress) against ONNX Runtime on many
+random inputs through one loaded model, so the number of kept boxes changes from run to run; a second cut inside the
+part after the first; hostile NMS inputs.
+"""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import osprey
+
+
+def detector(path, boxes=64, classes=3):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, classes)).astype(np.float32)
+    init = [numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.array([50], np.int64), "max_out"),
+            numpy_helper.from_array(np.array([0.45], np.float32), "iou"),
+            numpy_helper.from_array(np.array([0.35], np.float32), "score_min"),
+            numpy_helper.from_array(np.array(2, np.int64), "two"),
+            numpy_helper.from_array(np.array([0], np.int64), "zero"),
+            numpy_helper.from_array(np.array([2.0, 2.0, 2.0, 2.0], np.float32), "scale"),
+            numpy_helper.from_array(np.array(0.8, np.float32), "hi")]
+    nodes = [
+        # scores [1, classes, boxes] from features [1, boxes, 8]
+        helper.make_node("MatMul", ["feat", "w"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["prob"]),
+        helper.make_node("Transpose", ["prob"], ["scores"], perm=[0, 2, 1]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_min"], ["sel"]),
+        # after the cut: the kept boxes, their scores, rescaled
+        helper.make_node("Gather", ["sel", "two"], ["box_idx"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero"], ["boxes2d"]),
+        helper.make_node("Gather", ["boxes2d", "box_idx"], ["kept"], axis=0),
+        helper.make_node("Mul", ["kept", "scale"], ["kept_scaled"]),
+        helper.make_node("GatherND", ["scores", "sel"], ["kept_scores"]),
+        # a second data-dependent op after the first: the kept scores above 0.8
+        helper.make_node("Greater", ["kept_scores", "hi"], ["confident"]),
+        helper.make_node("Compress", ["kept_scaled", "confident"], ["confident_boxes"], axis=0),
+        # an independent branch: where the probabilities exceed 0.8
+        helper.make_node("Greater", ["prob", "hi"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["where"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "detector",
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, boxes, 4]),
+         helper.make_tensor_value_info("feat", TensorProto.FLOAT, [1, boxes, 8])],
+        [helper.make_tensor_value_info("sel", TensorProto.INT64, None),
+         helper.make_tensor_value_info("kept_scaled", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("kept_scores", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("confident_boxes", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("where", TensorProto.INT64, None),
+         helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
+        init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def random_boxes(rng, n):
+    centre = rng.uniform(0, 100, (1, n, 2)).astype(np.float32)
+    size = rng.uniform(5, 30, (1, n, 2)).astype(np.float32)
+    # corners [y1, x1, y2, x2], some given flipped (NMS accepts either order)
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=2)[:, :, [1, 0, 3, 2]]
+    flip = rng.random(n) < 0.2
+    boxes[0, flip] = boxes[0, flip][:, [2, 3, 0, 1]]
+    return boxes
+
+
+def test_detector_matches_onnxruntime_as_the_kept_count_changes(tmp_path):
+    path = tmp_path / "detector.onnx"
+    detector(path)
+    model = osprey.load_onnx(str(path), threads=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    counts = set()
+    for _ in range(12):
+        feeds = {"boxes": random_boxes(rng, 64), "feat": rng.standard_normal((1, 64, 8)).astype(np.float32) * 1.5}
+        want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        got = model.run(feeds)
+        for name, w in want.items():
+            assert got[name].shape == w.shape, name
+            if w.dtype == np.int64:
+                np.testing.assert_array_equal(got[name], w, err_msg=name)
+            else:
+                np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+        counts.add(want["sel"].shape[0])
+    assert len(counts) > 3, f"the kept count should vary across inputs, got {sorted(counts)}"
+
+
+def test_nothing_kept_and_everything_kept(tmp_path):
+    path = tmp_path / "detector.onnx"
+    detector(path)
+    model = osprey.load_onnx(str(path), threads=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    boxes = random_boxes(rng, 64)
+    for feat in (np.full((1, 64, 8), -50, np.float32), np.full((1, 64, 8), 50, np.float32)):
+        # all scores 0 (nothing over the threshold: empty outputs after the cut) or saturated
+        want = session.run(None, {"boxes": boxes, "feat": feat})
+        got = model.run({"boxes": boxes, "feat": feat})
+        for w, name in zip(want, ["sel", "kept_scaled", "kept_scores", "confident_boxes", "where", "prob"]):
+            assert got[name].shape == w.shape, name
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def nms_model(path, center=0):
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["b", "s", "m", "i"], ["sel"], center_point_box=center)],
+        "nms",
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("m", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("i", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("sel", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def test_hostile_nms_inputs_are_refused_clearly(tmp_path):
+    path = tmp_path / "nms.onnx"
+    nms_model(path)
+    model = osprey.load_onnx(str(path), threads=1)
+    ok = {"b": np.zeros((1, 3, 4), np.float32), "s": np.zeros((1, 2, 3), np.float32),
+          "m": np.array([5], np.int64), "i": np.array([0.5], np.float32)}
+    assert model.run(ok)["sel"].shape == (6, 3)  # nothing overlaps (empty boxes): all kept
+    with pytest.raises(osprey.InvalidArgument, match="boxes must be"):
+        model.run({**ok, "s": np.zeros((1, 2, 4), np.float32)})  # scores for 4 boxes, 3 boxes
+    with pytest.raises(osprey.InvalidArgument, match="too much work"):
+        # 2^13 boxes x 2^12 classes x 2^13 kept: ~2^38 IoU tests asked for
+        model.run({"b": np.zeros((1, 8192, 4), np.float32), "s": np.zeros((1, 4096, 8192), np.float32),
+                   "m": np.array([1 << 40], np.int64), "i": np.array([0.5], np.float32)})
+    assert model.run({**ok, "m": np.array([-3], np.int64)})["sel"].shape == (0, 3)  # negative: none
+
+
+def test_data_dependent_op_inside_a_branch_is_refused_clearly(tmp_path):
+    then_graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"])], "then", [],
+                                   [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    else_graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["y2"])], "else", [],
+                                   [helper.make_tensor_value_info("y2", TensorProto.INT64, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["out"], then_branch=then_graph, else_branch=else_graph)], "branchy",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "branchy.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    with pytest.raises(osprey.Unsupported, match="top level"):
+        m.run({"c": np.array(True), "x": np.array([0, 1, 0, 2], np.float32)})
