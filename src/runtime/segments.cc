@@ -2,18 +2,40 @@
 #include "runtime/segments.h"
 
 #include <chrono>
+#include <list>
+#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "runtime/inline_if.h"
 
 namespace osprey {
 namespace {
 
+bool HoldsDataDependent(const Graph& g);
+
+// A data-dependent op, or an If with one in a branch (torchvision's detectors run NMS in an If on whether any box is
+// left): the model is cut there, and the If runs the branch its condition picks through a runner of its own.
 bool IsDataDependent(const Node& n) {
+  if (!n.domain.empty() && n.domain != "ai.onnx") return false;
+  if (n.op_type == "If") {
+    for (const char* branch : {"then_branch", "else_branch"}) {
+      auto it = n.attrs.find(branch);
+      if (it != n.attrs.end() && it->second.g && HoldsDataDependent(*it->second.g)) return true;
+    }
+    return false;
+  }
   const OpSchema* schema = OpRegistry::Get().Find(n.op_type);
-  return schema != nullptr && schema->traits.data_dependent && (n.domain.empty() || n.domain == "ai.onnx");
+  return schema != nullptr && schema->traits.data_dependent;
+}
+
+bool HoldsDataDependent(const Graph& g) {
+  for (const Node& n : g.nodes)
+    if (IsDataDependent(n)) return true;
+  return false;
 }
 
 // One part without data-dependent ops: compiled per input shapes, plans cached.
@@ -46,6 +68,98 @@ std::unique_ptr<GraphRunner> MakeRunner(Graph graph, size_t capacity, WeightStor
   if (HasDataDependentOps(graph)) return MakeSegmentedRunner(graph, capacity, weights, account);
   return std::make_unique<PlainRunner>(std::move(graph), capacity, weights, account);
 }
+
+// Values of `g` that do not depend on any input's values: constants, Shape/Size outputs, and what is computed from
+// those alone (the sizes, axes and indices a model derives from shapes). Known when a part after a cut runs, they
+// are handed to it as constants (SpecializingRunner), as they would have been folded had there been no cut.
+std::vector<char> StaticValues(const Graph& g) {
+  std::vector<char> known(static_cast<size_t>(g.num_values()), 0);
+  for (const auto& [id, t] : g.constants) known[id] = 1;
+  for (const Node& n : g.nodes) {
+    bool all = n.op_type == "Shape" || n.op_type == "Size";
+    if (!all && !IsDataDependent(n) && n.op_type != "If" && n.op_type != "Loop" && n.op_type != "Scan") {
+      all = true;
+      for (int v : n.inputs) all = all && (v < 0 || known[v]);
+    }
+    if (all)
+      for (int v : n.outputs)
+        if (v >= 0) known[v] = 1;
+  }
+  return known;
+}
+
+// A part whose inputs flagged `fixed` are compiled in as constants: one runner per distinct set of their values (a
+// few, least recently used dropped beyond 16), so shape arithmetic after a cut folds as it would without the cut.
+class SpecializingRunner final : public GraphRunner {
+ public:
+  SpecializingRunner(Graph graph, std::vector<char> fixed, size_t capacity, WeightStore* weights,
+                     std::shared_ptr<MemoryAccount> account)
+      : graph_(std::move(graph)), fixed_(std::move(fixed)), capacity_(capacity), weights_(weights),
+        account_(std::move(account)) {}
+  std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
+                          std::vector<OpProfile>* profile) override {
+    std::vector<Tensor> rest;
+    GraphRunner& runner = For(inputs, &rest);
+    return runner.Run(rest, options, profile);
+  }
+  std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
+    std::vector<Tensor> rest;
+    GraphRunner& runner = For(inputs, &rest);
+    return runner.FirstPlan(rest, options);
+  }
+  void ForEachCache(const std::function<void(PlanCache&)>& f) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, runner] : runners_) runner->ForEachCache(f);
+  }
+
+ private:
+  static constexpr size_t kMaxRunners = 16;
+  static constexpr int64_t kMaxFixedElements = 64;  // larger values stay inputs
+
+  GraphRunner& For(const std::vector<Tensor>& inputs, std::vector<Tensor>* rest) {
+    std::string key;
+    std::vector<char> as_constant(inputs.size(), 0);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      if (i < fixed_.size() && fixed_[i] && t.numel() <= kMaxFixedElements) {
+        as_constant[i] = 1;
+        key += std::to_string(i) + ":" + DTypeName(t.dtype()) + ShapeToString(t.shape()) + "=";
+        key.append(static_cast<const char*>(t.raw()), t.nbytes());
+        key += ";";
+      } else {
+        rest->push_back(t);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = runners_.begin(); it != runners_.end(); ++it)
+      if (it->first == key) {
+        runners_.splice(runners_.begin(), runners_, it);
+        return *runners_.front().second;
+      }
+    Graph g = graph_;
+    g.inputs.clear();
+    g.input_infos.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (as_constant[i]) {
+        g.constants[graph_.inputs[i]] = inputs[i].Clone();
+      } else {
+        g.inputs.push_back(graph_.inputs[i]);
+        g.input_infos.push_back(graph_.input_infos[i]);
+      }
+    }
+    runners_.emplace_front(key, MakeRunner(std::move(g), capacity_, weights_, account_));
+    if (runners_.size() > kMaxRunners) runners_.pop_back();
+    return *runners_.front().second;
+  }
+
+  Graph graph_;
+  std::vector<char> fixed_;  // per input of graph_
+  size_t capacity_;
+  WeightStore* weights_;
+  std::shared_ptr<MemoryAccount> account_;
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::unique_ptr<GraphRunner>>> runners_;  // most recent first
+};
 
 // `g` reduced to `nodes` (indices into g.nodes, in order), reading `inputs` and giving `outputs` (value ids of g,
 // which the part keeps: unused ids are harmless), with the constants those nodes read.
@@ -151,11 +265,38 @@ class SegmentedRunner final : public GraphRunner {
     if (!tail_outputs.empty()) {
       tail_inputs_ = tail_inputs;
       tail_outputs_ = tail_outputs;
-      tail_ = MakeRunner(Part(g, tail_nodes, tail_inputs, tail_outputs, "/after " + cut_.name), capacity, weights,
-                         account);
+      Graph tail = Part(g, tail_nodes, tail_inputs, tail_outputs, "/after " + cut_.name);
+      const std::vector<char> known = StaticValues(g);
+      std::vector<char> fixed;
+      bool any = false;
+      for (int v : tail_inputs) {
+        fixed.push_back(known[v]);
+        any = any || known[v];
+      }
+      if (any)
+        tail_ = std::make_unique<SpecializingRunner>(std::move(tail), std::move(fixed), capacity, weights, account);
+      else
+        tail_ = MakeRunner(std::move(tail), capacity, weights, account);
     }
     for (int v : cut_.inputs)
       if (v >= 0 && g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
+    if (cut_.op_type == "If") {
+      // Each branch is a graph whose inputs are the If's inputs after the condition (the outer values it reads).
+      for (int b = 0; b < 2; ++b) {
+        auto it = cut_.attrs.find(b == 0 ? "then_branch" : "else_branch");
+        if (it == cut_.attrs.end() || !it->second.g)
+          throw Error(ErrorCode::kInvalidArgument, cut_.Describe() + ": a branch is missing");
+        Graph branch = *it->second.g;
+        branch.opset = g.opset;
+        branch.name = g.name + "/" + cut_.name + (b == 0 ? "/then" : "/else");
+        // The outer values it reads that are known from shapes or constants are compiled in, as for a tail.
+        const std::vector<char> known = StaticValues(g);
+        std::vector<char> fixed;
+        for (size_t k = 1; k < cut_.inputs.size(); ++k) fixed.push_back(cut_.inputs[k] >= 0 && known[cut_.inputs[k]]);
+        branches_[b] =
+            std::make_unique<SpecializingRunner>(std::move(branch), std::move(fixed), capacity, weights, account);
+      }
+    }
     for (int v : g.outputs)
       if (g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
   }
@@ -180,11 +321,20 @@ class SegmentedRunner final : public GraphRunner {
       std::vector<Tensor> outs = prefix_->Run(gather(prefix_inputs_), options, profile);
       for (size_t k = 0; k < outs.size(); ++k) env[prefix_outputs_[k]] = std::move(outs[k]);
     }
-    std::vector<const Tensor*> cut_inputs;
-    for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> made = RunDataDependentOp(cut_, opset_, cut_inputs);
-    if (profile)
+    std::vector<Tensor> made;
+    if (cut_.op_type == "If") {
+      OSPREY_CHECK(!cut_.inputs.empty() && cut_.inputs[0] >= 0);
+      const bool taken = ConditionValue(cut_, get(cut_.inputs[0]), "the condition");
+      std::vector<Tensor> branch_inputs;
+      for (size_t k = 1; k < cut_.inputs.size(); ++k) branch_inputs.push_back(get(cut_.inputs[k]));
+      made = branches_[taken ? 0 : 1]->Run(branch_inputs, options, profile);
+    } else {
+      std::vector<const Tensor*> cut_inputs;
+      for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
+      made = RunDataDependentOp(cut_, opset_, cut_inputs);
+    }
+    if (profile && cut_.op_type != "If")
       profile->push_back({cut_.name, cut_.op_type, "DataDependentOnHost",
                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()});
     for (size_t k = 0; k < made.size() && k < cut_.outputs.size(); ++k)
@@ -207,6 +357,8 @@ class SegmentedRunner final : public GraphRunner {
 
   void ForEachCache(const std::function<void(PlanCache&)>& f) override {
     if (prefix_) prefix_->ForEachCache(f);
+    for (auto& b : branches_)
+      if (b) b->ForEachCache(f);
     if (tail_) tail_->ForEachCache(f);
   }
 
@@ -216,16 +368,13 @@ class SegmentedRunner final : public GraphRunner {
   std::vector<int> graph_inputs_, graph_outputs_;
   std::unordered_map<int, Tensor> constants_;  // read by the cut node or given as graph outputs
   std::unique_ptr<GraphRunner> prefix_, tail_;
+  std::unique_ptr<GraphRunner> branches_[2];  // a cut If: then, else
   std::vector<int> prefix_inputs_, prefix_outputs_, tail_inputs_, tail_outputs_;
 };
 
 }  // namespace
 
-bool HasDataDependentOps(const Graph& graph) {
-  for (const Node& n : graph.nodes)
-    if (IsDataDependent(n)) return true;
-  return false;
-}
+bool HasDataDependentOps(const Graph& graph) { return HoldsDataDependent(graph); }
 
 std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan_cache_capacity, WeightStore* weights,
                                                  std::shared_ptr<MemoryAccount> account) {

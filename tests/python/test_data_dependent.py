@@ -138,20 +138,60 @@ def test_hostile_nms_inputs_are_refused_clearly(tmp_path):
     assert model.run({**ok, "m": np.array([-3], np.int64)})["sel"].shape == (0, 3)  # negative: none
 
 
-def test_data_dependent_op_inside_a_branch_is_refused_clearly(tmp_path):
+def test_if_with_data_dependent_branches_and_outer_constants(tmp_path):
+    """torchvision's detectors: If(no boxes left) -> empty, else NMS; the branch reads outer values (here the Slice's
+    axes, a top-level Constant) that must fold when the branch is compiled."""
     then_graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"])], "then", [],
                                    [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
-    else_graph = helper.make_graph([helper.make_node("NonZero", ["x"], ["y2"])], "else", [],
-                                   [helper.make_tensor_value_info("y2", TensorProto.INT64, None)])
+    else_graph = helper.make_graph(
+        [helper.make_node("Greater", ["x", "half"], ["m"]),
+         helper.make_node("Compress", ["x", "m"], ["kept"]),
+         helper.make_node("Slice", ["kept", "starts", "ends", "axes"], ["first"]),
+         helper.make_node("Cast", ["first"], ["y2"], to=TensorProto.INT64)], "else", [],
+        [helper.make_tensor_value_info("y2", TensorProto.INT64, None)])
     graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["out"], then_branch=then_graph, else_branch=else_graph)], "branchy",
+        [helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([0], np.int64))),
+         helper.make_node("If", ["c"], ["out"], then_branch=then_graph, else_branch=else_graph)], "branchy",
         [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("out", TensorProto.INT64, None)])
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+         numpy_helper.from_array(np.array([0], np.int64), "starts"),
+         numpy_helper.from_array(np.array([2], np.int64), "ends")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     path = tmp_path / "branchy.onnx"
     path.write_bytes(model.SerializeToString())
     m = osprey.load_onnx(str(path), threads=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        for x in (np.array([0, 1, 0, 2, 3, 0], np.float32), np.array([0.9, 0, 7, 0.1, 0, 4], np.float32)):
+            feeds = {"c": np.array(c), "x": x}
+            want = session.run(None, feeds)[0]
+            got = m.run(feeds)["out"]
+            assert got.shape == want.shape and (got == want).all(), (c, x, got, want)
+
+
+def test_data_dependent_op_inside_a_loop_is_refused_clearly(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("NonZero", ["v"], ["nz"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["v"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("nz", TensorProto.INT64, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["v_final", "scan"], body=body)], "loopy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("scan", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array(2, np.int64), "trips")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "loopy.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
     with pytest.raises(osprey.Unsupported, match="top level"):
-        m.run({"c": np.array(True), "x": np.array([0, 1, 0, 2], np.float32)})
+        m.run({"x": np.array([0, 1, 0, 2], np.float32)})
