@@ -23,7 +23,9 @@ def detector(path, boxes=64, classes=3):
             numpy_helper.from_array(np.array(2, np.int64), "two"),
             numpy_helper.from_array(np.array([0], np.int64), "zero"),
             numpy_helper.from_array(np.array([2.0, 2.0, 2.0, 2.0], np.float32), "scale"),
-            numpy_helper.from_array(np.array(0.8, np.float32), "hi")]
+            numpy_helper.from_array(np.array(0.8, np.float32), "hi"),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([8], np.int64), "eight")]
     nodes = [
         # scores [1, classes, boxes] from features [1, boxes, 8]
         helper.make_node("MatMul", ["feat", "w"], ["logits"]),
@@ -39,6 +41,12 @@ def detector(path, boxes=64, classes=3):
         # a second data-dependent op after the first: the kept scores above 0.8
         helper.make_node("Greater", ["kept_scores", "hi"], ["confident"]),
         helper.make_node("Compress", ["kept_scaled", "confident"], ["confident_boxes"], axis=0),
+        # a value from the part before the cut that only shapes determine (the box count, divided by 8), read as
+        # Slice's `ends` after it: compiled into that part as a constant
+        helper.make_node("Shape", ["boxes"], ["boxes_shape"]),
+        helper.make_node("Gather", ["boxes_shape", "one"], ["n_boxes"]),
+        helper.make_node("Div", ["n_boxes", "eight"], ["n_head"]),
+        helper.make_node("Slice", ["kept_scores", "zero", "n_head", "zero"], ["kept_head"]),
         # an independent branch: where the probabilities exceed 0.8
         helper.make_node("Greater", ["prob", "hi"], ["mask"]),
         helper.make_node("NonZero", ["mask"], ["where"]),
@@ -52,6 +60,7 @@ def detector(path, boxes=64, classes=3):
          helper.make_tensor_value_info("kept_scores", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("confident_boxes", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("where", TensorProto.INT64, None),
+         helper.make_tensor_value_info("kept_head", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
         init)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -102,7 +111,7 @@ def test_nothing_kept_and_everything_kept(tmp_path):
         # all scores 0 (nothing over the threshold: empty outputs after the cut) or saturated
         want = session.run(None, {"boxes": boxes, "feat": feat})
         got = model.run({"boxes": boxes, "feat": feat})
-        for w, name in zip(want, ["sel", "kept_scaled", "kept_scores", "confident_boxes", "where", "prob"]):
+        for w, name in zip(want, ["sel", "kept_scaled", "kept_scores", "confident_boxes", "where", "kept_head", "prob"]):
             assert got[name].shape == w.shape, name
             np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
 
