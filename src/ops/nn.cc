@@ -1,6 +1,7 @@
 // Schemas (arity, attribute checks, shape/dtype inference) for the neural-network op family: convolutions, pools,
 // normalisations, MatMul/Gemm and the softmax family. ONNX semantics for opsets 7..21, float32 only.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -285,6 +286,33 @@ void InferMeanVarianceNormalization(InferContext& c) {
   c.SetOutput(0, DType::kF32, c.input_shapes[0]);
 }
 
+// RoiAlign: [num_rois, C, output_height, output_width] from X [N, C, H, W], rois [num_rois, 4] and batch_indices
+// [num_rois] (Faster/Mask R-CNN's box heads).
+void InferRoiAlign(InferContext& c) {
+  RequireF32(c, 0, "X");
+  RequireF32(c, 1, "rois");
+  const Shape& x = c.input_shapes[0];
+  if (x.size() != 4) c.Fail("input X must be 4-D [N, C, H, W], got " + ShapeToString(x));
+  const Shape& rois = c.input_shapes[1];
+  if (rois.size() != 2 || rois[1] != 4) c.Fail("rois must be [num_rois, 4], got " + ShapeToString(rois));
+  if (!c.Has(2) || (c.input_dtypes[2] != DType::kI64 && c.input_dtypes[2] != DType::kI32) ||
+      c.input_shapes[2] != Shape{rois[0]})
+    c.Fail("batch_indices must be int64 [" + std::to_string(rois[0]) + "] (one per roi)");
+  const int64_t oh = c.node.GetInt("output_height", 1), ow = c.node.GetInt("output_width", 1);
+  if (oh < 1 || ow < 1 || oh > (1 << 16) || ow > (1 << 16))
+    c.Fail("output_height and output_width must be in [1, 65536], got " + std::to_string(oh) + " and " +
+           std::to_string(ow));
+  const std::string mode = c.node.GetString("mode", "avg");
+  if (mode != "avg" && mode != "max") c.Fail("mode must be avg or max, got \"" + mode + "\"");
+  const std::string coord = c.node.GetString("coordinate_transformation_mode", "half_pixel");
+  if (coord != "half_pixel" && coord != "output_half_pixel")
+    c.Fail("coordinate_transformation_mode must be half_pixel or output_half_pixel, got \"" + coord + "\"");
+  if (c.node.GetInt("sampling_ratio", 0) < 0) c.Fail("sampling_ratio must be >= 0");
+  const float scale = c.node.GetFloat("spatial_scale", 1.f);
+  if (!std::isfinite(scale)) c.Fail("spatial_scale must be finite");
+  c.SetOutput(0, DType::kF32, {rois[0], x[1], oh, ow});
+}
+
 void InferInstanceNormalization(InferContext& c) {
   RequireF32(c, 0, "X");
   const Shape& x = c.input_shapes[0];
@@ -416,6 +444,7 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));
   r.Add(Schema("GroupNormalization", 3, 3, 1, 1, InferGroupNormalization));
+  r.Add(Schema("RoiAlign", 3, 3, 1, 1, InferRoiAlign));
   r.Add(Schema("MeanVarianceNormalization", 1, 1, 1, 1, InferMeanVarianceNormalization));
   r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));
   r.Add(Schema("MatMul", 2, 3, 1, 1, InferMatMul));  // input 2: fused bias (internal, with _bias = 1)

@@ -536,6 +536,101 @@ void InstanceNormalizationRef(KernelContext& ctx) {
   }
 }
 
+// RoiAlign, as the ONNX reference computes it: each output cell averages (or takes the largest weighted tap of) a grid
+// of bilinear samples, sampling_ratio per side or ceil(roi size / output size) when 0; half_pixel shifts the roi by
+// -0.5 (opset 16's default; before it the op had no shift and forced malformed rois to 1x1). Samples off the map by
+// more than one pixel count zero. A roi whose sampling grid would exceed 2^24 taps, or with a non-finite coordinate,
+// is refused (a hostile box must not buy unbounded work).
+void RoiAlignRef(KernelContext& ctx) {
+  const Tensor& x = ctx.In(0);
+  const Tensor& rois = ctx.In(1);
+  const Tensor& batch_indices = ctx.In(2);
+  Tensor& y = ctx.Out(0);
+  const int64_t n = x.dim(0), channels = x.dim(1), height = x.dim(2), width = x.dim(3);
+  const int64_t oh = y.dim(2), ow = y.dim(3);
+  const bool avg = ctx.node.GetString("mode", "avg") == "avg";
+  const bool half_pixel =
+      ctx.opset >= 16 && ctx.node.GetString("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+  const int64_t ratio = ctx.node.GetInt("sampling_ratio", 0);
+  const double scale = ctx.node.GetFloat("spatial_scale", 1.f);
+  const float* xd = x.data<float>();
+  const float* rd = rois.data<float>();
+  float* yd = y.data<float>();
+  struct Tap {
+    int64_t pos[4];
+    double w[4];
+  };
+  std::vector<Tap> taps;
+  for (int64_t r = 0; r < rois.dim(0); ++r) {
+    const int64_t b = batch_indices.GetAsInt(r);
+    if (b < 0 || b >= n)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": batch_indices[" + std::to_string(r) + "] = " +
+                                                   std::to_string(b) + " is outside [0, " + std::to_string(n) + ")");
+    const double offset = half_pixel ? 0.5 : 0.0;
+    const double x0 = rd[r * 4] * scale - offset, y0 = rd[r * 4 + 1] * scale - offset;
+    const double x1 = rd[r * 4 + 2] * scale - offset, y1 = rd[r * 4 + 3] * scale - offset;
+    if (!std::isfinite(x0) || !std::isfinite(y0) || !std::isfinite(x1) || !std::isfinite(y1))
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi " + std::to_string(r) + " is not finite");
+    double roi_w = x1 - x0, roi_h = y1 - y0;
+    if (!half_pixel) roi_w = std::max(roi_w, 1.0), roi_h = std::max(roi_h, 1.0);
+    const double bin_h = roi_h / oh, bin_w = roi_w / ow;
+    const double grid_h_d = ratio > 0 ? ratio : std::ceil(roi_h / oh), grid_w_d = ratio > 0 ? ratio : std::ceil(roi_w / ow);
+    if (grid_h_d * grid_w_d * oh * ow > static_cast<double>(int64_t{1} << 24))
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi " + std::to_string(r) +
+                                                   " needs too many samples (a box far larger than the feature map?)");
+    const int64_t grid_h = static_cast<int64_t>(std::max(grid_h_d, 0.0)), grid_w = static_cast<int64_t>(std::max(grid_w_d, 0.0));
+    const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);
+    taps.assign(static_cast<size_t>(oh * ow * grid_h * grid_w), Tap{});
+    size_t t = 0;
+    for (int64_t ph = 0; ph < oh; ++ph)
+      for (int64_t pw = 0; pw < ow; ++pw)
+        for (int64_t iy = 0; iy < grid_h; ++iy) {
+          const double yy = y0 + ph * bin_h + (iy + 0.5) * bin_h / grid_h;
+          for (int64_t ix = 0; ix < grid_w; ++ix, ++t) {
+            double xx = x0 + pw * bin_w + (ix + 0.5) * bin_w / grid_w, yv = yy;
+            if (yv < -1.0 || yv > height || xx < -1.0 || xx > width) continue;  // all weights 0
+            yv = std::max(yv, 0.0);
+            xx = std::max(xx, 0.0);
+            int64_t y_low = static_cast<int64_t>(yv), x_low = static_cast<int64_t>(xx), y_high, x_high;
+            if (y_low >= height - 1) {
+              y_high = y_low = height - 1;
+              yv = static_cast<double>(y_low);
+            } else {
+              y_high = y_low + 1;
+            }
+            if (x_low >= width - 1) {
+              x_high = x_low = width - 1;
+              xx = static_cast<double>(x_low);
+            } else {
+              x_high = x_low + 1;
+            }
+            const double ly = yv - y_low, lx = xx - x_low, hy = 1 - ly, hx = 1 - lx;
+            taps[t] = Tap{{y_low * width + x_low, y_low * width + x_high, y_high * width + x_low, y_high * width + x_high},
+                          {hy * hx, hy * lx, ly * hx, ly * lx}};
+          }
+        }
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* plane = xd + (b * channels + c) * height * width;
+      float* out = yd + ((r * channels + c) * oh) * ow;
+      size_t k = 0;
+      for (int64_t cell = 0; cell < oh * ow; ++cell) {
+        double value = 0;
+        for (int64_t s = 0; s < grid_h * grid_w; ++s, ++k) {
+          const Tap& tap = taps[k];
+          if (avg) {
+            for (int q = 0; q < 4; ++q) value += tap.w[q] * plane[tap.pos[q]];
+          } else {
+            double m = tap.w[0] * plane[tap.pos[0]];
+            for (int q = 1; q < 4; ++q) m = std::max(m, tap.w[q] * plane[tap.pos[q]]);
+            value = s == 0 ? m : std::max(value, m);
+          }
+        }
+        out[cell] = static_cast<float>(avg ? value / count : value);
+      }
+    }
+  }
+}
+
 // GroupNormalization: per (sample, group), mean and variance over the group's channels and spatial dims (double);
 // scale and bias per group or per channel, by their length.
 void GroupNormalizationRef(KernelContext& ctx) {
@@ -903,6 +998,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("BatchNormalization", BatchNormalizationRef);
   t.Add("InstanceNormalization", InstanceNormalizationRef);
   t.Add("GroupNormalization", GroupNormalizationRef);
+  t.Add("RoiAlign", RoiAlignRef);
   t.Add("MeanVarianceNormalization", MeanVarianceNormalizationRef);
   t.Add("LayerNormalization", LayerNormalizationRef);
   t.Add("MatMul", MatMulRef);

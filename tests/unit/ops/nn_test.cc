@@ -461,6 +461,32 @@ TEST(NnOpsNorm, MeanVarianceNormalizationPerChannel) {
                Error);
 }
 
+// RoiAlign on a 4x4 ramp (value = 10 * row + col): a 2x2 box's one output cell averages its bilinear samples, which on
+// a linear ramp is the value at the box's centre; max mode, output_half_pixel, and hostile rois and indices.
+TEST(NnOpsRoiAlign, RampCentresAndHostileRois) {
+  Tensor x(DType::kF32, {1, 1, 4, 4});
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) x.data<float>()[r * 4 + c] = static_cast<float>(10 * r + c);
+  const Tensor rois = F32({1, 4}, {1, 1, 3, 3});  // x1, y1, x2, y2
+  const Tensor index = Tensor::FromVector<int64_t>({1}, {0});
+  // half_pixel: the box spans [0.5, 2.5] in pixel centres, centre 1.5 -> 10 * 1.5 + 1.5 = 16.5.
+  Node avg = MakeNode("RoiAlign", 3, 1, {{"sampling_ratio", Attribute::Int(2)}});
+  ExpectTensorNear(RunReferenceNode(avg, {x, rois, index}, 16)[0], F32({1, 1, 1, 1}, {16.5f}), 1e-6f, 1e-6f);
+  // output_half_pixel (opset 10's rule): [1, 3], centre 2 -> 22.
+  Node old = MakeNode("RoiAlign", 3, 1, {{"sampling_ratio", Attribute::Int(2)},
+                                         {"coordinate_transformation_mode", Attribute::String("output_half_pixel")}});
+  ExpectTensorNear(RunReferenceNode(old, {x, rois, index}, 16)[0], F32({1, 1, 1, 1}, {22.f}), 1e-6f, 1e-6f);
+  // 2x2 output cells of a 2x2 box, one sample each, at (0.5 + 0.5 * i) + 0.5 ... -> the quarter centres.
+  Node cells = MakeNode("RoiAlign", 3, 1, {{"output_height", Attribute::Int(2)}, {"output_width", Attribute::Int(2)},
+                                           {"sampling_ratio", Attribute::Int(1)}});
+  ExpectTensorNear(RunReferenceNode(cells, {x, rois, index}, 16)[0], F32({1, 1, 2, 2}, {11, 12, 21, 22}), 1e-5f,
+                   1e-5f);
+  EXPECT_THROW(RunReferenceNode(avg, {x, rois, Tensor::FromVector<int64_t>({1}, {1})}, 16), Error);  // no batch 1
+  EXPECT_THROW(RunReferenceNode(avg, {x, F32({1, 4}, {0, 0, std::nanf(""), 3}), index}, 16), Error);
+  Node adaptive = MakeNode("RoiAlign", 3, 1);  // sampling_ratio 0: ceil(roi size / output size) per side
+  EXPECT_THROW(RunReferenceNode(adaptive, {x, F32({1, 4}, {0, 0, 1e9f, 1e9f}), index}, 16), Error);  // 1e18 taps
+}
+
 // AffineGrid 2-D, 2x3 output, identity theta plus a translation: the base coordinates are -1 + (2i + 1) / L
 // (align_corners 0) or -1 + 2i / (L - 1) (1), each moved by (0.5, -0.25).
 TEST(NnOpsGrid, AffineGridBaseCoordinatesAndBadSizes) {
