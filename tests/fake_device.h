@@ -6,12 +6,12 @@
 // copies. Thread-safe.
 #include <atomic>
 #include <cstdlib>
-#include <functional>
-#include <vector>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "kernels/kernel.h"
 #include "kernels/reference/reference.h"

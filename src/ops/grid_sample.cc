@@ -86,11 +86,14 @@ void InferGridSample(InferContext& ctx) {
 // (3-D: [N, 3, 4], [N, C, D, H, W] -> [N, D, H, W, 3]); size must be known at compile time (it sets the shape).
 void InferAffineGrid(InferContext& ctx) {
   if (!ctx.Has(0) || !ctx.Has(1)) ctx.Fail("inputs 'theta' and 'size' are required");
-  if (ctx.input_dtypes[0] != DType::kF32) ctx.Fail("theta must be float32, got " + std::string(DTypeName(ctx.input_dtypes[0])));
-  if (ctx.input_dtypes[1] != DType::kI64) ctx.Fail("size must be int64, got " + std::string(DTypeName(ctx.input_dtypes[1])));
+  if (ctx.input_dtypes[0] != DType::kF32)
+    ctx.Fail("theta must be float32, got " + std::string(DTypeName(ctx.input_dtypes[0])));
+  if (ctx.input_dtypes[1] != DType::kI64)
+    ctx.Fail("size must be int64, got " + std::string(DTypeName(ctx.input_dtypes[1])));
   const std::vector<int64_t> size = ctx.Value(1).ToInt64Vector();  // known at compile time: it sets the shape
   const Shape& theta = ctx.input_shapes[0];
-  if (size.size() != 4 && size.size() != 5) ctx.Fail("size must be [N, C, H, W] or [N, C, D, H, W], got " + ShapeToString(size));
+  if (size.size() != 4 && size.size() != 5)
+    ctx.Fail("size must be [N, C, H, W] or [N, C, D, H, W], got " + ShapeToString(size));
   const int64_t dims = static_cast<int64_t>(size.size()) - 2;
   if (theta.size() != 3 || theta[1] != dims || theta[2] != dims + 1 || theta[0] != size[0])
     ctx.Fail("theta must be [N, " + std::to_string(dims) + ", " + std::to_string(dims + 1) + "] with size's N, got " +

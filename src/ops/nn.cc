@@ -282,7 +282,8 @@ void InferMeanVarianceNormalization(InferContext& c) {
   RequireF32(c, 0, "X");
   const int64_t rank = static_cast<int64_t>(c.input_shapes[0].size());
   for (int64_t a : c.node.GetInts("axes", {0, 2, 3}))
-    if (a < -rank || a >= rank) c.Fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+    if (a < -rank || a >= rank)
+      c.Fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
   c.SetOutput(0, DType::kF32, c.input_shapes[0]);
 }
 

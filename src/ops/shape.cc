@@ -831,10 +831,11 @@ void InferSpaceToDepth(InferContext& ctx) {
 void InferEyeLike(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
   if (in.size() != 2) ctx.Fail("input must be 2-D, got " + ShapeToString(in));
-  const DType dtype =
-      ctx.node.Has("dtype") ? schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("dtype", 1), "dtype") : ctx.input_dtypes[0];
+  const DType dtype = ctx.node.Has("dtype") ? schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("dtype", 1), "dtype")
+                                            : ctx.input_dtypes[0];
   if (dtype == DType::kF16 || dtype == DType::kBF16)
-    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": EyeLike of " + DTypeName(dtype) + " is not supported");
+    throw Error(ErrorCode::kUnsupported,
+                ctx.node.Describe() + ": EyeLike of " + DTypeName(dtype) + " is not supported");
   ctx.node.GetInt("k", 0);
   ctx.SetOutput(0, dtype, in);
 }
@@ -847,7 +848,8 @@ void InferWindow(InferContext& ctx) {
   const DType dtype = schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("output_datatype", 1), "output_datatype");
   if (dtype != DType::kF32 && dtype != DType::kI32 && dtype != DType::kI64 && dtype != DType::kI8 &&
       dtype != DType::kU8)
-    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": a window of " + DTypeName(dtype) + " is not supported");
+    throw Error(ErrorCode::kUnsupported,
+                ctx.node.Describe() + ": a window of " + DTypeName(dtype) + " is not supported");
   ctx.node.GetInt("periodic", 1);
   CheckShape(ctx, {size[0]});
   ctx.SetOutput(0, dtype, {size[0]});
@@ -872,8 +874,9 @@ void InferReverseSequence(InferContext& ctx) {
 // (runtime/segments.cc), so their infer runs only where no cut was made: inside an If, Loop or Scan body.
 void InferDataDependent(InferContext& ctx) {
   throw Error(ErrorCode::kUnsupported,
-              ctx.node.Describe() + ": its output shape depends on its input values; osprey runs such ops between "
-                                    "plans at a model's top level, not inside an If, Loop or Scan body");
+              ctx.node.Describe() +
+                  ": its output shape depends on its input values; osprey runs such ops between "
+                  "plans at a model's top level, not inside an If, Loop or Scan body");
 }
 
 void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn,

@@ -228,9 +228,8 @@ std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::strin
   if (segments_) {
     outs = segments_->Run(ordered, compile, profile);
   } else {
-    auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, compile, [&] {
-      return Compile(graph_, specs, compile, weight_store_.get(), account_);
-    });
+    auto plan = plan_cache_.GetOrCompile(
+        fingerprint_, specs, compile, [&] { return Compile(graph_, specs, compile, weight_store_.get(), account_); });
     outs = plan->Run(ordered, profile);
   }
   std::vector<std::pair<std::string, Tensor>> named;

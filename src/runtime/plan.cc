@@ -1,7 +1,7 @@
-#include <cstring>
 #include <omp.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 
 #include "runtime/arena_pool.h"

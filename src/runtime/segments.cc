@@ -94,7 +94,10 @@ class SpecializingRunner final : public GraphRunner {
  public:
   SpecializingRunner(Graph graph, std::vector<char> fixed, size_t capacity, WeightStore* weights,
                      std::shared_ptr<MemoryAccount> account)
-      : graph_(std::move(graph)), fixed_(std::move(fixed)), capacity_(capacity), weights_(weights),
+      : graph_(std::move(graph)),
+        fixed_(std::move(fixed)),
+        capacity_(capacity),
+        weights_(weights),
         account_(std::move(account)) {}
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
@@ -199,7 +202,8 @@ Graph Part(const Graph& g, const std::vector<size_t>& nodes, const std::vector<i
 // prefix -> the data-dependent node -> tail; values flow between them by the parent graph's value ids.
 class SegmentedRunner final : public GraphRunner {
  public:
-  SegmentedRunner(const Graph& g, size_t capacity, WeightStore* weights, const std::shared_ptr<MemoryAccount>& account) {
+  SegmentedRunner(const Graph& g, size_t capacity, WeightStore* weights,
+                  const std::shared_ptr<MemoryAccount>& account) {
     size_t d = 0;
     while (d < g.nodes.size() && !IsDataDependent(g.nodes[d])) ++d;
     OSPREY_CHECK(d < g.nodes.size());
@@ -259,8 +263,8 @@ class SegmentedRunner final : public GraphRunner {
         if (read.count(v)) inputs.push_back(v);
       prefix_inputs_ = inputs;
       prefix_outputs_ = from_prefix;
-      prefix_ = MakeRunner(Part(g, prefix_nodes, inputs, from_prefix, "/before " + cut_.name), capacity, weights,
-                           account);
+      prefix_ =
+          MakeRunner(Part(g, prefix_nodes, inputs, from_prefix, "/before " + cut_.name), capacity, weights, account);
     }
     if (!tail_outputs.empty()) {
       tail_inputs_ = tail_inputs;

@@ -99,11 +99,11 @@ bool WidenTo16Bytes(const StridedCopyGeometry& g, int element_size, const void* 
 template <class T>
 cudaError_t StridedCopyOnDevice(cudaStream_t stream, const StridedCopyGeometry& g, const void* src, void* dst) {
   if (g.total < (int64_t{1} << 32))
-    StridedCopyKernel<T, uint32_t><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src),
-                                                                             static_cast<T*>(dst));
+    StridedCopyKernel<T, uint32_t>
+        <<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src), static_cast<T*>(dst));
   else
-    StridedCopyKernel<T, int64_t><<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src),
-                                                                            static_cast<T*>(dst));
+    StridedCopyKernel<T, int64_t>
+        <<<GridFor(g.total), kBlock, 0, stream>>>(g, static_cast<const T*>(src), static_cast<T*>(dst));
   return LaunchResult();
 }
 

@@ -23,9 +23,12 @@ const Tensor& Required(const Node& node, const std::vector<const Tensor*>& input
 
 bool Truthy(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i] != 0.f;
-    case DType::kBool: return t.data<bool>()[i];
-    default: return t.GetAsInt(i) != 0;
+    case DType::kF32:
+      return t.data<float>()[i] != 0.f;
+    case DType::kBool:
+      return t.data<bool>()[i];
+    default:
+      return t.GetAsInt(i) != 0;
   }
 }
 
@@ -118,8 +121,7 @@ bool Suppresses(const Box& a, const Box& b, float iou_threshold) {
 std::vector<Tensor> NonMaxSuppression(const Node& node, const std::vector<const Tensor*>& inputs) {
   const Tensor& boxes = Required(node, inputs, 0, "boxes");
   const Tensor& scores = Required(node, inputs, 1, "scores");
-  if (boxes.dtype() != DType::kF32 || scores.dtype() != DType::kF32)
-    Invalid(node, "boxes and scores must be float32");
+  if (boxes.dtype() != DType::kF32 || scores.dtype() != DType::kF32) Invalid(node, "boxes and scores must be float32");
   if (boxes.rank() != 3 || boxes.dim(2) != 4 || scores.rank() != 3 || scores.dim(0) != boxes.dim(0) ||
       scores.dim(2) != boxes.dim(1))
     Invalid(node, "boxes must be [batches, boxes, 4] and scores [batches, classes, boxes], got " +

@@ -506,7 +506,8 @@ void BitwiseKernel(KernelContext& ctx, Op op) {
   DispatchNumeric(ctx.node, dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T>)
-      BinaryMap<T, T, T>(ctx.node, ctx.In(0), ctx.In(1), ctx.Out(0), [&](T a, T b) { return static_cast<T>(op(a, b)); });
+      BinaryMap<T, T, T>(ctx.node, ctx.In(0), ctx.In(1), ctx.Out(0),
+                         [&](T a, T b) { return static_cast<T>(op(a, b)); });
   });
 }
 void BitwiseAndKernel(KernelContext& ctx) {

@@ -574,11 +574,13 @@ void RoiAlignRef(KernelContext& ctx) {
     double roi_w = x1 - x0, roi_h = y1 - y0;
     if (!half_pixel) roi_w = std::max(roi_w, 1.0), roi_h = std::max(roi_h, 1.0);
     const double bin_h = roi_h / oh, bin_w = roi_w / ow;
-    const double grid_h_d = ratio > 0 ? ratio : std::ceil(roi_h / oh), grid_w_d = ratio > 0 ? ratio : std::ceil(roi_w / ow);
+    const double grid_h_d = ratio > 0 ? ratio : std::ceil(roi_h / oh),
+                 grid_w_d = ratio > 0 ? ratio : std::ceil(roi_w / ow);
     if (grid_h_d * grid_w_d * oh * ow > static_cast<double>(int64_t{1} << 24))
       throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi " + std::to_string(r) +
                                                    " needs too many samples (a box far larger than the feature map?)");
-    const int64_t grid_h = static_cast<int64_t>(std::max(grid_h_d, 0.0)), grid_w = static_cast<int64_t>(std::max(grid_w_d, 0.0));
+    const int64_t grid_h = static_cast<int64_t>(std::max(grid_h_d, 0.0)),
+                  grid_w = static_cast<int64_t>(std::max(grid_w_d, 0.0));
     const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);
     taps.assign(static_cast<size_t>(oh * ow * grid_h * grid_w), Tap{});
     size_t t = 0;
@@ -605,8 +607,9 @@ void RoiAlignRef(KernelContext& ctx) {
               x_high = x_low + 1;
             }
             const double ly = yv - y_low, lx = xx - x_low, hy = 1 - ly, hx = 1 - lx;
-            taps[t] = Tap{{y_low * width + x_low, y_low * width + x_high, y_high * width + x_low, y_high * width + x_high},
-                          {hy * hx, hy * lx, ly * hx, ly * lx}};
+            taps[t] =
+                Tap{{y_low * width + x_low, y_low * width + x_high, y_high * width + x_low, y_high * width + x_high},
+                    {hy * hx, hy * lx, ly * hx, ly * lx}};
           }
         }
     for (int64_t c = 0; c < channels; ++c) {

@@ -501,8 +501,8 @@ void ReverseSequenceKernel(KernelContext& ctx) {
   for (size_t b = 0; b < len.size(); ++b) {
     len[b] = lens.GetAsInt(static_cast<int64_t>(b));
     if (len[b] < 0 || len[b] > steps)
-      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": sequence_lens[" + std::to_string(b) + "] = " +
-                                                   std::to_string(len[b]) + " is outside [0, " +
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": sequence_lens[" + std::to_string(b) +
+                                                   "] = " + std::to_string(len[b]) + " is outside [0, " +
                                                    std::to_string(steps) + "]");
   }
   const char* src = Bytes(in);

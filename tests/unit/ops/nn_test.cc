@@ -473,14 +473,16 @@ TEST(NnOpsRoiAlign, RampCentresAndHostileRois) {
   Node avg = MakeNode("RoiAlign", 3, 1, {{"sampling_ratio", Attribute::Int(2)}});
   ExpectTensorNear(RunReferenceNode(avg, {x, rois, index}, 16)[0], F32({1, 1, 1, 1}, {16.5f}), 1e-6f, 1e-6f);
   // output_half_pixel (opset 10's rule): [1, 3], centre 2 -> 22.
-  Node old = MakeNode("RoiAlign", 3, 1, {{"sampling_ratio", Attribute::Int(2)},
-                                         {"coordinate_transformation_mode", Attribute::String("output_half_pixel")}});
+  Node old = MakeNode("RoiAlign", 3, 1,
+                      {{"sampling_ratio", Attribute::Int(2)},
+                       {"coordinate_transformation_mode", Attribute::String("output_half_pixel")}});
   ExpectTensorNear(RunReferenceNode(old, {x, rois, index}, 16)[0], F32({1, 1, 1, 1}, {22.f}), 1e-6f, 1e-6f);
   // 2x2 output cells of a 2x2 box, one sample each, at (0.5 + 0.5 * i) + 0.5 ... -> the quarter centres.
-  Node cells = MakeNode("RoiAlign", 3, 1, {{"output_height", Attribute::Int(2)}, {"output_width", Attribute::Int(2)},
-                                           {"sampling_ratio", Attribute::Int(1)}});
-  ExpectTensorNear(RunReferenceNode(cells, {x, rois, index}, 16)[0], F32({1, 1, 2, 2}, {11, 12, 21, 22}), 1e-5f,
-                   1e-5f);
+  Node cells = MakeNode("RoiAlign", 3, 1,
+                        {{"output_height", Attribute::Int(2)},
+                         {"output_width", Attribute::Int(2)},
+                         {"sampling_ratio", Attribute::Int(1)}});
+  ExpectTensorNear(RunReferenceNode(cells, {x, rois, index}, 16)[0], F32({1, 1, 2, 2}, {11, 12, 21, 22}), 1e-5f, 1e-5f);
   EXPECT_THROW(RunReferenceNode(avg, {x, rois, Tensor::FromVector<int64_t>({1}, {1})}, 16), Error);  // no batch 1
   EXPECT_THROW(RunReferenceNode(avg, {x, F32({1, 4}, {0, 0, std::nanf(""), 3}), index}, 16), Error);
   Node adaptive = MakeNode("RoiAlign", 3, 1);  // sampling_ratio 0: ceil(roi size / output size) per side
@@ -505,12 +507,12 @@ TEST(NnOpsGrid, AffineGridBaseCoordinatesAndBadSizes) {
                      want, 1e-6f, 1e-6f);
   }
   Node n = MakeNode("AffineGrid", 2, 1);
-  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {2, 1, 2, 3})}, 20), Error);  // N
-  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, 0, 3})}, 20), Error);  // empty
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {2, 1, 2, 3})}, 20), Error);     // N
+  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, 0, 3})}, 20), Error);     // empty
   EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({5}, {1, 1, 2, 2, 3})}, 20), Error);  // 3-D
-  EXPECT_THROW(RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, int64_t{1} << 40, int64_t{1} << 40})},
-                                20),
-               Error);  // too large
+  EXPECT_THROW(
+      RunReferenceNode(n, {theta, Tensor::FromVector<int64_t>({4}, {1, 1, int64_t{1} << 40, int64_t{1} << 40})}, 20),
+      Error);  // too large
 }
 
 TEST(NnOpsNorm, LayerNormalizationMatchesFormula) {

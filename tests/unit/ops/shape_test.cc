@@ -301,8 +301,8 @@ TEST(ShapeOpsCenterCropPad, CropPadOneAxisAndBadSizes) {
               ErrorCode::kInvalidArgument);
 }
 
-// EyeLike on [3, 4] with k = 1 and k = -2; ReverseSequence of [4, 2] (time, batch) with lengths 3 and 1 (hand-computed),
-// and lengths outside [0, steps]; the windows' known values (Hann periodic of 4: 0, 0.5, 1, 0.5).
+// EyeLike on [3, 4] with k = 1 and k = -2; ReverseSequence of [4, 2] (time, batch) with lengths 3 and 1
+// (hand-computed), and lengths outside [0, steps]; the windows' known values (Hann periodic of 4: 0, 0.5, 1, 0.5).
 TEST(ShapeOpsGenerators, EyeLikeReverseSequenceAndWindows) {
   ExpectTensorNear(Run1(MakeNode("EyeLike", 1, 1, {{"k", Attribute::Int(1)}}), {Iota({3, 4})}, 9),
                    F32({3, 4}, {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}));
@@ -310,11 +310,17 @@ TEST(ShapeOpsGenerators, EyeLikeReverseSequenceAndWindows) {
                    F32({3, 4}, {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}));
   Node rev = MakeNode("ReverseSequence", 2, 1);
   ExpectTensorNear(Run1(rev, {Iota({4, 2}), Ints({3, 1})}, 10), F32({4, 2}, {4, 1, 2, 3, 0, 5, 6, 7}));
-  ExpectError([&] { RunReferenceNode(rev, {Iota({4, 2}), Ints({5, 1})}, 10); }, ErrorCode::kInvalidArgument,
-              "outside [0, 4]");
+  ExpectError(
+      [&] {
+        RunReferenceNode(rev, {Iota({4, 2}), Ints({5, 1})}, 10);
+      },
+      ErrorCode::kInvalidArgument, "outside [0, 4]");
   ExpectError([&] { RunReferenceNode(rev, {Iota({4, 2}), Ints({-1, 1})}, 10); }, ErrorCode::kInvalidArgument);
-  ExpectError([&] { RunReferenceNode(rev, {Iota({4, 2}), Ints({1, 1, 1})}, 10); }, ErrorCode::kInvalidArgument,
-              "sequence_lens");
+  ExpectError(
+      [&] {
+        RunReferenceNode(rev, {Iota({4, 2}), Ints({1, 1, 1})}, 10);
+      },
+      ErrorCode::kInvalidArgument, "sequence_lens");
   ExpectTensorNear(Run1(MakeNode("HannWindow", 1, 1), {Ints({4})}, 17), F32({4}, {0, 0.5f, 1, 0.5f}), 1e-6f);
   ExpectTensorNear(Run1(MakeNode("BlackmanWindow", 1, 1, {{"periodic", Attribute::Int(0)}}), {Ints({3})}, 17),
                    F32({3}, {0, 1, 0}), 1e-6f);

@@ -106,10 +106,11 @@ TEST(DevicePlan, SameBytesStepsOnTheDeviceAreViews) {
   auto conv = b.Op("Conv", {x, b.Constant(RandomTensor({4, 3, 3, 3}, 2))}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
   auto reshaped = b.Op("Reshape", {conv, b.Constant(Tensor::FromVector<int64_t>({4}, {1, 4, 64, 1}))});
   auto relu = b.Op("Relu", {reshaped});
-  auto sliced = b.Op("Slice", {relu, b.Constant(Tensor::FromVector<int64_t>({1}, {1})),
-                               b.Constant(Tensor::FromVector<int64_t>({1}, {3})),
-                               b.Constant(Tensor::FromVector<int64_t>({1}, {1}))});
-  auto picked = b.Op("Gather", {sliced, b.Constant(Tensor::FromVector<int64_t>({}, {1}))}, {{"axis", Attribute::Int(1)}});
+  auto sliced = b.Op(
+      "Slice", {relu, b.Constant(Tensor::FromVector<int64_t>({1}, {1})),
+                b.Constant(Tensor::FromVector<int64_t>({1}, {3})), b.Constant(Tensor::FromVector<int64_t>({1}, {1}))});
+  auto picked =
+      b.Op("Gather", {sliced, b.Constant(Tensor::FromVector<int64_t>({}, {1}))}, {{"axis", Attribute::Int(1)}});
   b.Output(b.Op("Relu", {b.Op("Flatten", {picked})}), "y");
   const Graph g = b.Finish();
   const Tensor in = RandomTensor({1, 3, 8, 8}, 21);
