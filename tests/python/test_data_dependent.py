@@ -79,6 +79,17 @@ def random_boxes(rng, n):
     return boxes
 
 
+def run_both(model, session, feeds):
+    """Runs osprey and ONNX Runtime on `feeds`, checks every output (shapes exactly, values to float32 rounding) and
+    returns ORT's by name."""
+    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    got = model.run(feeds)
+    for name, w in want.items():
+        assert got[name].shape == w.shape, name
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    return want
+
+
 def test_detector_matches_onnxruntime_as_the_kept_count_changes(tmp_path):
     path = tmp_path / "detector.onnx"
     detector(path)
@@ -88,15 +99,7 @@ def test_detector_matches_onnxruntime_as_the_kept_count_changes(tmp_path):
     counts = set()
     for _ in range(12):
         feeds = {"boxes": random_boxes(rng, 64), "feat": rng.standard_normal((1, 64, 8)).astype(np.float32) * 1.5}
-        want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-        got = model.run(feeds)
-        for name, w in want.items():
-            assert got[name].shape == w.shape, name
-            if w.dtype == np.int64:
-                np.testing.assert_array_equal(got[name], w, err_msg=name)
-            else:
-                np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
-        counts.add(want["sel"].shape[0])
+        counts.add(run_both(model, session, feeds)["sel"].shape[0])
     assert len(counts) > 3, f"the kept count should vary across inputs, got {sorted(counts)}"
 
 
@@ -105,15 +108,14 @@ def test_nothing_kept_and_everything_kept(tmp_path):
     detector(path)
     model = osprey.load_onnx(str(path), threads=1)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(2)
-    boxes = random_boxes(rng, 64)
-    for feat in (np.full((1, 64, 8), -50, np.float32), np.full((1, 64, 8), 50, np.float32)):
-        # all scores 0 (nothing over the threshold: empty outputs after the cut) or saturated
-        want = session.run(None, {"boxes": boxes, "feat": feat})
-        got = model.run({"boxes": boxes, "feat": feat})
-        for w, name in zip(want, ["sel", "kept_scaled", "kept_scores", "confident_boxes", "where", "kept_head", "prob"]):
-            assert got[name].shape == w.shape, name
-            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    boxes = random_boxes(np.random.default_rng(2), 64)
+    # Features whose logits are -50 (then +50) for every class: no score over the threshold, so the parts after the
+    # cuts run on empty tensors; then every box over it.
+    w = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)  # detector()'s weights
+    direction = w @ np.linalg.solve(w.T @ w, np.ones(3, np.float32))  # feat @ w = 1 for each class
+    counts = [run_both(model, session, {"boxes": boxes, "feat": np.tile(v * direction, (1, 64, 1)).astype(np.float32)})
+              ["sel"].shape[0] for v in (-50, 50)]
+    assert counts[0] == 0 and counts[1] > 0, counts
 
 
 def nms_model(path, center=0):

@@ -514,28 +514,6 @@ void BatchNormalizationRef(KernelContext& ctx) {
   }
 }
 
-void InstanceNormalizationRef(KernelContext& ctx) {
-  const Tensor& x = ctx.In(0);
-  const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
-  const int64_t batch = x.dim(0), channels = x.dim(1), size = Product(x.shape(), 2, x.shape().size());
-  const float* scale = ctx.In(1).data<float>();
-  const float* shift = ctx.In(2).data<float>();
-  const float* xd = x.data<float>();
-  float* yd = ctx.Out(0).data<float>();
-#pragma omp parallel for if (x.numel() >= kMinParallelWork)
-  for (int64_t p = 0; p < batch * channels; ++p) {
-    const int64_t c = p % channels;
-    const float* xp = xd + p * size;
-    float* yp = yd + p * size;
-    double sum = 0, sum_sq = 0;
-    for (int64_t i = 0; i < size; ++i) sum += xp[i];
-    const double mean = size > 0 ? sum / size : 0;
-    for (int64_t i = 0; i < size; ++i) sum_sq += (xp[i] - mean) * (xp[i] - mean);
-    const double inv_std = 1.0 / std::sqrt((size > 0 ? sum_sq / size : 0) + epsilon);
-    for (int64_t i = 0; i < size; ++i) yp[i] = static_cast<float>((xp[i] - mean) * inv_std * scale[c] + shift[c]);
-  }
-}
-
 // RoiAlign, as the ONNX reference computes it: each output cell averages (or takes the largest weighted tap of) a grid
 // of bilinear samples, sampling_ratio per side or ceil(roi size / output size) when 0; half_pixel shifts the roi by
 // -0.5 (opset 16's default; before it the op had no shift and forced malformed rois to 1x1). Samples off the map by
@@ -634,12 +612,12 @@ void RoiAlignRef(KernelContext& ctx) {
   }
 }
 
-// GroupNormalization: per (sample, group), mean and variance over the group's channels and spatial dims (double);
-// scale and bias per group or per channel, by their length.
-void GroupNormalizationRef(KernelContext& ctx) {
+// Normalisation over groups of channels: per (sample, group), mean and variance over the group's channels and spatial
+// dims (double); scale and bias per group or per channel, by their length. GroupNormalization; InstanceNormalization
+// is the case of one channel per group.
+void NormalizeChannelGroups(KernelContext& ctx, int64_t groups) {
   const Tensor& x = ctx.In(0);
   const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
-  const int64_t groups = ctx.node.GetInt("num_groups", 1);
   const int64_t batch = x.dim(0), channels = x.dim(1), spatial = Product(x.shape(), 2, x.shape().size());
   const int64_t per_group = channels / groups, size = per_group * spatial;
   const bool per_channel = ctx.In(1).numel() == channels;
@@ -663,6 +641,8 @@ void GroupNormalizationRef(KernelContext& ctx) {
     }
   }
 }
+void GroupNormalizationRef(KernelContext& ctx) { NormalizeChannelGroups(ctx, ctx.node.GetInt("num_groups", 1)); }
+void InstanceNormalizationRef(KernelContext& ctx) { NormalizeChannelGroups(ctx, ctx.In(0).dim(1)); }
 
 // MeanVarianceNormalization: each element's group is its position on the axes not normalised over.
 void MeanVarianceNormalizationRef(KernelContext& ctx) {
