@@ -17,6 +17,9 @@ namespace {
 
 bool HoldsDataDependent(const Graph& g);
 
+constexpr int64_t kMaxCuts = 1024;
+constexpr int64_t kMaxCutValues = int64_t{1} << 26;
+
 // A data-dependent op, or an If with one in a branch (torchvision's detectors run NMS in an If on whether any box is
 // left): the model is cut there, and the If runs the branch its condition picks through a runner of its own.
 bool IsDataDependent(const Node& n) {
@@ -63,10 +66,25 @@ class PlainRunner final : public GraphRunner {
   std::shared_ptr<MemoryAccount> account_;
 };
 
+std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, size_t capacity, WeightStore* weights,
+                                           const std::shared_ptr<MemoryAccount>& account);
+
 std::unique_ptr<GraphRunner> MakeRunner(Graph graph, size_t capacity, WeightStore* weights,
                                         const std::shared_ptr<MemoryAccount>& account) {
-  if (HasDataDependentOps(graph)) return MakeSegmentedRunner(graph, capacity, weights, account);
+  if (HoldsDataDependent(graph)) return MakeCutRunner(graph, capacity, weights, account);
   return std::make_unique<PlainRunner>(std::move(graph), capacity, weights, account);
+}
+
+// Cuts (data-dependent ops, counting those in If branches) of a graph.
+int64_t CountCuts(const Graph& g) {
+  int64_t n = 0;
+  for (const Node& node : g.nodes) {
+    if (!IsDataDependent(node)) continue;
+    ++n;
+    for (const auto& [name, attr] : node.attrs)
+      if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountCuts(*attr.g);
+  }
+  return n;
 }
 
 // Values of `g` that do not depend on any input's values: constants, Shape/Size outputs, and what is computed from
@@ -380,9 +398,24 @@ class SegmentedRunner final : public GraphRunner {
 
 bool HasDataDependentOps(const Graph& graph) { return HoldsDataDependent(graph); }
 
+namespace {
+std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, size_t capacity, WeightStore* weights,
+                                           const std::shared_ptr<MemoryAccount>& account) {
+  return std::make_unique<SegmentedRunner>(graph, capacity, weights, account);
+}
+}  // namespace
+
 std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan_cache_capacity, WeightStore* weights,
                                                  std::shared_ptr<MemoryAccount> account) {
-  return std::make_unique<SegmentedRunner>(graph, plan_cache_capacity, weights, account);
+  // Each cut nests one runner in the next and copies the graph's value table: bound both (torchvision's SSDlite has
+  // 181 cuts in 5,000 values), so a hostile model cannot buy unbounded recursion or memory.
+  const int64_t cuts = CountCuts(graph);
+  if (cuts > kMaxCuts || cuts * graph.num_values() > kMaxCutValues)
+    throw Error(ErrorCode::kUnsupported,
+                graph.name + ": " + std::to_string(cuts) + " data-dependent ops (NonZero, NonMaxSuppression, ...) in a "
+                "graph of " + std::to_string(graph.num_values()) + " values: more than osprey cuts a model at (" +
+                std::to_string(kMaxCuts) + " cuts, " + std::to_string(kMaxCutValues) + " cuts x values)");
+  return MakeCutRunner(graph, plan_cache_capacity, weights, account);
 }
 
 }  // namespace osprey

@@ -206,3 +206,20 @@ def test_data_dependent_op_inside_a_loop_is_refused_clearly(tmp_path):
     m = osprey.load_onnx(str(path), threads=1)
     with pytest.raises(osprey.Unsupported, match="top level"):
         m.run({"x": np.array([0, 1, 0, 2], np.float32)})
+
+
+def test_too_many_cuts_are_refused_when_loaded(tmp_path):
+    # 1,100 NonZero in a chain: each would nest another cut; osprey stops at 1,024 with a clear error, not a crash.
+    nodes, value = [], "x"
+    for i in range(1100):
+        nodes.append(helper.make_node("NonZero", [value], [f"nz{i}"]))
+        nodes.append(helper.make_node("Cast", [f"nz{i}"], [f"f{i}"], to=TensorProto.FLOAT))
+        value = f"f{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(value, TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(osprey.Unsupported, match="1100 data-dependent ops"):
+        osprey.load_onnx(str(path), threads=1)
