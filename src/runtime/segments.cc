@@ -1,6 +1,7 @@
 // Models cut at their data-dependent ops (segments.h).
 #include "runtime/segments.h"
 
+#include <atomic>
 #include <chrono>
 #include <list>
 #include <mutex>
@@ -41,11 +42,23 @@ bool HoldsDataDependent(const Graph& g) {
   return false;
 }
 
+// What every runner of one model shares: its plan cache capacity, weight store and memory account, and the count of
+// specialised runners alive (SpecializingRunner), which the model bounds as a whole: a chain of cuts whose counts
+// change every run would otherwise keep up to 16 runners per level, nested.
+struct Shared {
+  size_t capacity = 8;
+  WeightStore* weights = nullptr;
+  std::shared_ptr<MemoryAccount> account;
+  std::atomic<int64_t> specialized{0};
+};
+using SharedPtr = std::shared_ptr<Shared>;
+constexpr int64_t kMaxSpecialized = 256;  // specialised runners alive per model
+
 // One part without data-dependent ops: compiled per input shapes, plans cached.
 class PlainRunner final : public GraphRunner {
  public:
-  PlainRunner(Graph graph, size_t capacity, WeightStore* weights, std::shared_ptr<MemoryAccount> account)
-      : graph_(std::move(graph)), cache_(capacity), weights_(weights), account_(std::move(account)) {}
+  PlainRunner(Graph graph, SharedPtr shared)
+      : graph_(std::move(graph)), cache_(shared->capacity), shared_(std::move(shared)) {}
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
     return FirstPlan(inputs, options)->Run(inputs, profile);
@@ -55,24 +68,21 @@ class PlainRunner final : public GraphRunner {
     for (const Tensor& t : inputs) specs.push_back({t.dtype(), t.shape()});
     // The cache is this part's own: the key needs no fingerprint of the graph.
     return cache_.GetOrCompile("part", specs, options,
-                               [&] { return Compile(graph_, specs, options, weights_, account_); });
+                               [&] { return Compile(graph_, specs, options, shared_->weights, shared_->account); });
   }
   void ForEachCache(const std::function<void(PlanCache&)>& f) override { f(cache_); }
 
  private:
   Graph graph_;
   PlanCache cache_;
-  WeightStore* weights_;
-  std::shared_ptr<MemoryAccount> account_;
+  SharedPtr shared_;
 };
 
-std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, size_t capacity, WeightStore* weights,
-                                           const std::shared_ptr<MemoryAccount>& account);
+std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared);
 
-std::unique_ptr<GraphRunner> MakeRunner(Graph graph, size_t capacity, WeightStore* weights,
-                                        const std::shared_ptr<MemoryAccount>& account) {
-  if (HoldsDataDependent(graph)) return MakeCutRunner(graph, capacity, weights, account);
-  return std::make_unique<PlainRunner>(std::move(graph), capacity, weights, account);
+std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
+  if (HoldsDataDependent(graph)) return MakeCutRunner(graph, shared);
+  return std::make_unique<PlainRunner>(std::move(graph), shared);
 }
 
 // Cuts (data-dependent ops, counting those in If branches) of a graph.
@@ -106,27 +116,24 @@ std::vector<char> StaticValues(const Graph& g) {
   return known;
 }
 
-// A part whose inputs flagged `fixed` are compiled in as constants: one runner per distinct set of their values (a
-// few, least recently used dropped beyond 16), so shape arithmetic after a cut folds as it would without the cut.
+// A part whose inputs flagged `fixed` are compiled in as constants: one runner per distinct set of their values (the
+// least recently used dropped beyond 16, or beyond kMaxSpecialized alive in the whole model), so shape arithmetic
+// after a cut folds as it would without the cut.
 class SpecializingRunner final : public GraphRunner {
  public:
-  SpecializingRunner(Graph graph, std::vector<char> fixed, size_t capacity, WeightStore* weights,
-                     std::shared_ptr<MemoryAccount> account)
-      : graph_(std::move(graph)),
-        fixed_(std::move(fixed)),
-        capacity_(capacity),
-        weights_(weights),
-        account_(std::move(account)) {}
+  SpecializingRunner(Graph graph, std::vector<char> fixed, SharedPtr shared)
+      : graph_(std::move(graph)), fixed_(std::move(fixed)), shared_(std::move(shared)) {}
+  ~SpecializingRunner() override { shared_->specialized -= static_cast<int64_t>(runners_.size()); }
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
     std::vector<Tensor> rest;
-    GraphRunner& runner = For(inputs, &rest);
-    return runner.Run(rest, options, profile);
+    const std::shared_ptr<GraphRunner> runner = For(inputs, &rest);  // held: another thread may drop it meanwhile
+    return runner->Run(rest, options, profile);
   }
   std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
     std::vector<Tensor> rest;
-    GraphRunner& runner = For(inputs, &rest);
-    return runner.FirstPlan(rest, options);
+    const std::shared_ptr<GraphRunner> runner = For(inputs, &rest);
+    return runner->FirstPlan(rest, options);
   }
   void ForEachCache(const std::function<void(PlanCache&)>& f) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,7 +144,7 @@ class SpecializingRunner final : public GraphRunner {
   static constexpr size_t kMaxRunners = 16;
   static constexpr int64_t kMaxFixedElements = 64;  // larger values stay inputs
 
-  GraphRunner& For(const std::vector<Tensor>& inputs, std::vector<Tensor>* rest) {
+  std::shared_ptr<GraphRunner> For(const std::vector<Tensor>& inputs, std::vector<Tensor>* rest) {
     std::string key;
     std::vector<char> as_constant(inputs.size(), 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -155,7 +162,7 @@ class SpecializingRunner final : public GraphRunner {
     for (auto it = runners_.begin(); it != runners_.end(); ++it)
       if (it->first == key) {
         runners_.splice(runners_.begin(), runners_, it);
-        return *runners_.front().second;
+        return runners_.front().second;
       }
     Graph g = graph_;
     g.inputs.clear();
@@ -168,18 +175,21 @@ class SpecializingRunner final : public GraphRunner {
         g.input_infos.push_back(graph_.input_infos[i]);
       }
     }
-    runners_.emplace_front(key, MakeRunner(std::move(g), capacity_, weights_, account_));
-    if (runners_.size() > kMaxRunners) runners_.pop_back();
-    return *runners_.front().second;
+    // Dropping a runner drops the specialised runners nested in it too (their destructors count them off).
+    while (!runners_.empty() && (runners_.size() >= kMaxRunners || shared_->specialized >= kMaxSpecialized)) {
+      runners_.pop_back();
+      --shared_->specialized;
+    }
+    runners_.emplace_front(key, MakeRunner(std::move(g), shared_));
+    ++shared_->specialized;
+    return runners_.front().second;
   }
 
   Graph graph_;
   std::vector<char> fixed_;  // per input of graph_
-  size_t capacity_;
-  WeightStore* weights_;
-  std::shared_ptr<MemoryAccount> account_;
+  SharedPtr shared_;
   std::mutex mu_;
-  std::list<std::pair<std::string, std::unique_ptr<GraphRunner>>> runners_;  // most recent first
+  std::list<std::pair<std::string, std::shared_ptr<GraphRunner>>> runners_;  // most recent first
 };
 
 // `g` reduced to `nodes` (indices into g.nodes, in order), reading `inputs` and giving `outputs` (value ids of g,
@@ -220,8 +230,7 @@ Graph Part(const Graph& g, const std::vector<size_t>& nodes, const std::vector<i
 // prefix -> the data-dependent node -> tail; values flow between them by the parent graph's value ids.
 class SegmentedRunner final : public GraphRunner {
  public:
-  SegmentedRunner(const Graph& g, size_t capacity, WeightStore* weights,
-                  const std::shared_ptr<MemoryAccount>& account) {
+  SegmentedRunner(const Graph& g, const SharedPtr& shared) {
     size_t d = 0;
     while (d < g.nodes.size() && !IsDataDependent(g.nodes[d])) ++d;
     OSPREY_CHECK(d < g.nodes.size());
@@ -234,6 +243,7 @@ class SegmentedRunner final : public GraphRunner {
     for (int v : cut_.outputs)
       if (v >= 0) after[v] = 1;
     std::vector<size_t> prefix_nodes, tail_nodes;
+    const std::vector<char> known = StaticValues(g);  // values a part after the cut gets compiled in
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (i == d) continue;
       bool downstream = false;
@@ -281,14 +291,12 @@ class SegmentedRunner final : public GraphRunner {
         if (read.count(v)) inputs.push_back(v);
       prefix_inputs_ = inputs;
       prefix_outputs_ = from_prefix;
-      prefix_ =
-          MakeRunner(Part(g, prefix_nodes, inputs, from_prefix, "/before " + cut_.name), capacity, weights, account);
+      prefix_ = MakeRunner(Part(g, prefix_nodes, inputs, from_prefix, "/before " + cut_.name), shared);
     }
     if (!tail_outputs.empty()) {
       tail_inputs_ = tail_inputs;
       tail_outputs_ = tail_outputs;
       Graph tail = Part(g, tail_nodes, tail_inputs, tail_outputs, "/after " + cut_.name);
-      const std::vector<char> known = StaticValues(g);
       std::vector<char> fixed;
       bool any = false;
       for (int v : tail_inputs) {
@@ -296,9 +304,9 @@ class SegmentedRunner final : public GraphRunner {
         any = any || known[v];
       }
       if (any)
-        tail_ = std::make_unique<SpecializingRunner>(std::move(tail), std::move(fixed), capacity, weights, account);
+        tail_ = std::make_unique<SpecializingRunner>(std::move(tail), std::move(fixed), shared);
       else
-        tail_ = MakeRunner(std::move(tail), capacity, weights, account);
+        tail_ = MakeRunner(std::move(tail), shared);
     }
     for (int v : cut_.inputs)
       if (v >= 0 && g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
@@ -312,11 +320,9 @@ class SegmentedRunner final : public GraphRunner {
         branch.opset = g.opset;
         branch.name = g.name + "/" + cut_.name + (b == 0 ? "/then" : "/else");
         // The outer values it reads that are known from shapes or constants are compiled in, as for a tail.
-        const std::vector<char> known = StaticValues(g);
         std::vector<char> fixed;
         for (size_t k = 1; k < cut_.inputs.size(); ++k) fixed.push_back(cut_.inputs[k] >= 0 && known[cut_.inputs[k]]);
-        branches_[b] =
-            std::make_unique<SpecializingRunner>(std::move(branch), std::move(fixed), capacity, weights, account);
+        branches_[b] = std::make_unique<SpecializingRunner>(std::move(branch), std::move(fixed), shared);
       }
     }
     for (int v : g.outputs)
@@ -399,9 +405,8 @@ class SegmentedRunner final : public GraphRunner {
 bool HasDataDependentOps(const Graph& graph) { return HoldsDataDependent(graph); }
 
 namespace {
-std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, size_t capacity, WeightStore* weights,
-                                           const std::shared_ptr<MemoryAccount>& account) {
-  return std::make_unique<SegmentedRunner>(graph, capacity, weights, account);
+std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared) {
+  return std::make_unique<SegmentedRunner>(graph, shared);
 }
 }  // namespace
 
@@ -415,7 +420,11 @@ std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan
                 graph.name + ": " + std::to_string(cuts) + " data-dependent ops (NonZero, NonMaxSuppression, ...) in a "
                 "graph of " + std::to_string(graph.num_values()) + " values: more than osprey cuts a model at (" +
                 std::to_string(kMaxCuts) + " cuts, " + std::to_string(kMaxCutValues) + " cuts x values)");
-  return MakeCutRunner(graph, plan_cache_capacity, weights, account);
+  auto shared = std::make_shared<Shared>();
+  shared->capacity = plan_cache_capacity;
+  shared->weights = weights;
+  shared->account = std::move(account);
+  return MakeCutRunner(graph, shared);
 }
 
 }  // namespace osprey

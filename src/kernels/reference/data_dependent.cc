@@ -142,7 +142,7 @@ std::vector<Tensor> NonMaxSuppression(const Node& node, const std::vector<const 
       static_cast<double>(batches) * classes * count * kept_max > static_cast<double>(int64_t{1} << 36))
     Invalid(node, "too much work: " + std::to_string(batches) + " batches x " + std::to_string(classes) +
                       " classes x " + std::to_string(count) + " boxes x up to " + std::to_string(kept_max) +
-                      " kept per class (lower max_output_boxes_per_class or set a score_threshold)");
+                      " kept per class is over osprey's limit of 2^36 IoU tests (lower max_output_boxes_per_class)");
   std::vector<int64_t> selected;  // triples
   std::vector<std::pair<float, int64_t>> candidates;
   std::vector<Box> kept;

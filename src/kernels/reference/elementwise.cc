@@ -191,26 +191,6 @@ void BinaryMap(const Node& node, const Tensor& a, const Tensor& b, Tensor& out, 
 // Dtype dispatch: calls f(T{}) for the tensor's element type.
 
 template <class F>
-void DispatchSigned(const Node& node, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    case DType::kI8:
-      f(int8_t{});
-      return;
-    default:
-      UnsupportedDType(node, dtype);
-  }
-}
-
-template <class F>
 void DispatchAll(DType dtype, F&& f) {
   switch (dtype) {
     case DType::kF32:

@@ -555,8 +555,9 @@ void RoiAlignRef(KernelContext& ctx) {
     const double grid_h_d = ratio > 0 ? ratio : std::ceil(roi_h / oh),
                  grid_w_d = ratio > 0 ? ratio : std::ceil(roi_w / ow);
     if (grid_h_d * grid_w_d * oh * ow > static_cast<double>(int64_t{1} << 24))
-      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": roi " + std::to_string(r) +
-                                                   " needs too many samples (a box far larger than the feature map?)");
+      throw Error(ErrorCode::kInvalidArgument,
+                  ctx.node.Describe() + ": roi " + std::to_string(r) +
+                      " needs more than 2^24 samples, osprey's limit (a box far larger than the feature map?)");
     const int64_t grid_h = static_cast<int64_t>(std::max(grid_h_d, 0.0)),
                   grid_w = static_cast<int64_t>(std::max(grid_w_d, 0.0));
     const double count = std::max<double>(static_cast<double>(grid_h * grid_w), 1.0);

@@ -485,6 +485,11 @@ TEST(NnOpsRoiAlign, RampCentresAndHostileRois) {
   ExpectTensorNear(RunReferenceNode(cells, {x, rois, index}, 16)[0], F32({1, 1, 2, 2}, {11, 12, 21, 22}), 1e-5f, 1e-5f);
   EXPECT_THROW(RunReferenceNode(avg, {x, rois, Tensor::FromVector<int64_t>({1}, {1})}, 16), Error);  // no batch 1
   EXPECT_THROW(RunReferenceNode(avg, {x, F32({1, 4}, {0, 0, std::nanf(""), 3}), index}, 16), Error);
+  EXPECT_THROW(RunReferenceNode(MakeNode("RoiAlign", 3, 1, {{"mode", Attribute::String("sum")}}), {x, rois, index}, 16),
+               Error);
+  EXPECT_THROW(
+      RunReferenceNode(MakeNode("RoiAlign", 3, 1, {{"output_height", Attribute::Int(0)}}), {x, rois, index}, 16),
+      Error);
   Node adaptive = MakeNode("RoiAlign", 3, 1);  // sampling_ratio 0: ceil(roi size / output size) per side
   EXPECT_THROW(RunReferenceNode(adaptive, {x, F32({1, 4}, {0, 0, 1e9f, 1e9f}), index}, 16), Error);  // 1e18 taps
 }

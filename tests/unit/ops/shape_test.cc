@@ -350,6 +350,32 @@ TEST(ShapeOpsDataDependent, NonZeroAndCompress) {
   Node bad_axis = MakeNode("Compress", 2, 1, {{"axis", Attribute::Int(2)}});
   ExpectError([&] { RunDataDependentOp(bad_axis, 11, {&x, &cond}); }, ErrorCode::kInvalidArgument, "out of range");
   ExpectError([&] { RunReferenceNode(nz, {x}, 13); }, ErrorCode::kUnsupported, "top level");
+  const Tensor matrix_cond = Tensor::FromVector<bool>({1, 2}, {true, true});
+  ExpectError([&] { RunDataDependentOp(along1, 11, {&x, &matrix_cond}); }, ErrorCode::kInvalidArgument, "1-D");
+  // NonMaxSuppression: center_point_box must be 0 or 1, boxes float32.
+  Node nms = MakeNode("NonMaxSuppression", 2, 1, {{"center_point_box", Attribute::Int(2)}});
+  const Tensor boxes = F32({1, 1, 4}, {0, 0, 1, 1}), scores = F32({1, 1, 1}, {0.5f});
+  ExpectError([&] { RunDataDependentOp(nms, 11, {&boxes, &scores}); }, ErrorCode::kInvalidArgument, "center_point_box");
+  const Tensor int_boxes = Tensor::FromVector<int64_t>({1, 1, 4}, {0, 0, 1, 1});
+  ExpectError(
+      [&] {
+        RunDataDependentOp(MakeNode("NonMaxSuppression", 2, 1), 11, {&int_boxes, &scores});
+      },
+      ErrorCode::kInvalidArgument, "float32");
+}
+
+// Shrink refuses a negative lambd, EyeLike a non-matrix.
+TEST(ShapeOpsGenerators, ShrinkAndEyeLikeRefuseBadInputs) {
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("Shrink", 1, 1, {{"lambd", Attribute::Float(-1.f)}}), {Iota({3})}, 9);
+      },
+      ErrorCode::kInvalidArgument, "lambd");
+  ExpectError(
+      [&] {
+        RunReferenceNode(MakeNode("EyeLike", 1, 1), {Iota({2, 2, 2})}, 9);
+      },
+      ErrorCode::kInvalidArgument, "2-D");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
