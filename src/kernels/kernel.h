@@ -89,6 +89,11 @@ class Kernel {
   /// Device kernels: scratch bytes each run needs (given as KernelContext::workspace, planned in the run's arena so
   /// concurrent runs never share it). Must not allocate or synchronise in Run.
   virtual size_t WorkspaceBytes() const { return 0; }
+  /// Host kernels: true when output 0 may share input `i`'s buffer (same bytes, same layout; element j of the output
+  /// written only after element j of that input was read). The memory plan then gives them one buffer where the input
+  /// dies at this step and no other input of the step reads its bytes (compile.cc). Convolutions with a residual say
+  /// so for it; elementwise kernels do not (measured slower in place after a oneDNN producer, docs/architecture.md).
+  virtual bool MayOverwriteInput(int /*i*/) const { return false; }
 };
 
 }  // namespace osprey

@@ -692,6 +692,40 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     for (int s : impl->steps[i].outputs)
       if (last_use[root[s]] < static_cast<int>(i)) last_use[root[s]] = static_cast<int>(i);
   }
+  // In place: a host step whose kernel may write output 0 over input k (Kernel::MayOverwriteInput: a convolution's
+  // residual, which it would otherwise copy into its output before summing onto it) gets that input's buffer when the input's bytes die at this step, no other input of the
+  // step reads them, and both are arena values of one size and layout. The output's group (it and the views made of
+  // it later) joins the input's, whose life now lasts as long as the output's.
+  std::vector<std::vector<int>> group(impl->slots.size());  // per root: the slots sharing its bytes
+  for (size_t t = 0; t < root.size(); ++t) group[root[t]].push_back(static_cast<int>(t));
+  for (size_t i = 0; i < impl->steps.size(); ++i) {
+    const Step& step = impl->steps[i];
+    if (step.on_device || !step.fast || step.outputs.empty()) continue;
+    const int out = step.outputs[0];
+    const Slot& out_slot = impl->slots[out];
+    if (root[out] != out || out_slot.kind != Slot::Kind::kArena || out_slot.device != Device::kHost) continue;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      if (in < 0 || !step.fast->MayOverwriteInput(static_cast<int>(k))) continue;
+      const int r = root[in];
+      const Slot& in_slot = impl->slots[r];
+      const int64_t bytes = NumBytes(out_slot.dtype, out_slot.shape);
+      if (in_slot.kind != Slot::Kind::kArena || in_slot.device != Device::kHost || delta[in] != 0 ||
+          last_use[r] != static_cast<int>(i) || impl->slots[in].layout != out_slot.layout ||
+          NumBytes(in_slot.dtype, in_slot.shape) != bytes ||
+          NumBytes(impl->slots[in].dtype, impl->slots[in].shape) != bytes)
+        continue;
+      bool shared = false;
+      for (size_t j = 0; j < step.inputs.size(); ++j)
+        shared |= j != k && step.inputs[j] >= 0 && root[step.inputs[j]] == r;
+      if (shared) continue;
+      for (int t : group[out]) root[t] = r;
+      group[r].insert(group[r].end(), group[out].begin(), group[out].end());
+      group[out].clear();
+      last_use[r] = std::max(last_use[r], last_use[out]);
+      break;
+    }
+  }
   ArenaPlanner host_planner, device_planner;
   auto planner_for = [&](const Slot& slot) -> ArenaPlanner& {
     return slot.device == Device::kHost ? host_planner : device_planner;

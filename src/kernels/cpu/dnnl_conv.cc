@@ -321,6 +321,11 @@ class DnnlConvKernel final : public Kernel {
   const char* Implementation() const { return pd_.impl_info_str(); }
   const dnnl::convolution_forward::primitive_desc& Pd() const { return pd_; }
 
+  // The residual's buffer may become the output's (the add in place): the primitive then sums onto it directly.
+  bool MayOverwriteInput(int i) const override {
+    return i == 3 && residual_ && !reorder_dst_ && user_residual_md_ == conv_dst_md_;
+  }
+
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
     CheckActivation(node, name_, "input", ctx.In(0), x_shape_, src_layout_);

@@ -99,6 +99,8 @@ void TransformWeights(const float* w, int64_t channels, int64_t filters, float* 
 class WinogradConv final : public WinogradConvKernel {
  public:
   const char* Name() const override { return "ConvF32Winograd"; }
+  // TransformOutput reads each residual element just before it writes the output element at the same place.
+  bool MayOverwriteInput(int i) const override { return i == 3 && g_.residual; }
 
   bool Build(const KernelBuildContext& ctx, const WinogradConvGeometry& g) {
     g_ = g;

@@ -142,6 +142,33 @@ TEST(Runtime, ReshapesOfGraphInputsAreViewsOfThem) {
   ExpectTensorNear(plan->Run({again})[0], F32({1, 64}, want));
 }
 
+// A convolution that adds a residual (fused Conv + Add) writes its output over the residual's buffer when the residual
+// dies there (Kernel::MayOverwriteInput): a = Relu(Conv(x)), b = Conv(a), r = Conv(b) + a holds a and b in the arena
+// at r's step, not a, b and r (3 x 4 KiB). Where the residual is also the convolution's input (Conv(a) + a) the output
+// must not take its buffer: the convolution still reads it. Oracle: the reference kernels, unfused.
+TEST(Runtime, ResidualConvolutionWritesOverItsResidual) {
+  auto conv = [](GraphBuilder& b, ValueRef in, uint64_t seed) {
+    return b.Op("Conv", {in, b.Constant(RandomTensor({16, 16, 3, 3}, seed)), b.Constant(RandomTensor({16}, seed + 1))},
+                {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  };
+  for (bool chain : {true, false}) {
+    GraphBuilder b("residual", 13);
+    auto x = b.Input("x", DType::kF32, {1, 16, 8, 8});
+    auto a = b.Op("Relu", {conv(b, x, 1)});
+    auto r = b.Op("Add", {conv(b, chain ? conv(b, a, 3) : a, 5), a});
+    b.Output(b.Op("GlobalAveragePool", {b.Op("Relu", {r})}), "y");
+    const Graph g = b.Finish();
+    auto plan = Compile(g, {{DType::kF32, {1, 16, 8, 8}}});
+    CompileOptions reference;
+    reference.fast_kernels = false;
+    reference.fuse = false;
+    auto oracle = Compile(g, {{DType::kF32, {1, 16, 8, 8}}}, reference);
+    if (chain) EXPECT_EQ(plan->arena_bytes(), 2u * 4096u) << "r takes a's buffer";
+    Tensor in = RandomTensor({1, 16, 8, 8}, 9);
+    ExpectTensorNear(plan->Run({in})[0], oracle->Run({in})[0], 1e-4f);
+  }
+}
+
 // A known Gather index out of range is not made a view: the Gather still reports it.
 TEST(Runtime, OutOfRangeGatherIndexIsStillAnError) {
   GraphBuilder b("bad_index", 13);
