@@ -876,7 +876,7 @@ void InferDataDependent(InferContext& ctx) {
   throw Error(ErrorCode::kUnsupported,
               ctx.node.Describe() +
                   ": its output shape depends on its input values; osprey runs such ops between "
-                  "plans at a model's top level, not inside an If, Loop or Scan body");
+                  "plans, at a model's top level or in an If branch or a Loop body there, not inside a Scan body");
 }
 
 void Add(OpRegistry& r, const char* op_type, int min_in, int max_in, int min_out, int max_out, InferFn fn,

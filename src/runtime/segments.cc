@@ -1,8 +1,10 @@
 // Models cut at their data-dependent ops (segments.h).
 #include "runtime/segments.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <string>
@@ -11,7 +13,9 @@
 
 #include "kernels/reference/reference.h"
 #include "ops/op_registry.h"
+#include "ops/control_flow.h"
 #include "runtime/inline_if.h"
+#include "runtime/inline_loop.h"
 
 namespace osprey {
 namespace {
@@ -21,13 +25,15 @@ bool HoldsDataDependent(const Graph& g);
 constexpr int64_t kMaxCuts = 1024;
 constexpr int64_t kMaxCutValues = int64_t{1} << 26;
 
-// A data-dependent op, or an If with one in a branch (torchvision's detectors run NMS in an If on whether any box is
-// left): the model is cut there, and the If runs the branch its condition picks through a runner of its own.
+// A data-dependent op, an If with one in a branch (torchvision's detectors run NMS in an If on whether any box is
+// left) or a Loop with one in its body (tf2onnx's tf.map_fn over classes, each iteration an NMS): the model is cut
+// there; the If runs the branch its condition picks, the Loop its body once per iteration, through runners of their
+// own.
 bool IsDataDependent(const Node& n) {
   if (!n.domain.empty() && n.domain != "ai.onnx") return false;
-  if (n.op_type == "If") {
-    for (const char* branch : {"then_branch", "else_branch"}) {
-      auto it = n.attrs.find(branch);
+  if (n.op_type == "If" || n.op_type == "Loop") {
+    for (const char* attr : {"then_branch", "else_branch", "body"}) {
+      auto it = n.attrs.find(attr);
       if (it != n.attrs.end() && it->second.g && HoldsDataDependent(*it->second.g)) return true;
     }
     return false;
@@ -85,6 +91,15 @@ std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
   return std::make_unique<PlainRunner>(std::move(graph), shared);
 }
 
+// Nodes of a graph, those of its nodes' graphs (If branches, Loop and Scan bodies) included.
+int64_t CountNodes(const Graph& g) {
+  int64_t n = static_cast<int64_t>(g.nodes.size());
+  for (const Node& node : g.nodes)
+    for (const auto& [name, attr] : node.attrs)
+      if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountNodes(*attr.g);
+  return n;
+}
+
 // Cuts (data-dependent ops, counting those in If branches) of a graph.
 int64_t CountCuts(const Graph& g) {
   int64_t n = 0;
@@ -121,8 +136,9 @@ std::vector<char> StaticValues(const Graph& g) {
 // after a cut folds as it would without the cut.
 class SpecializingRunner final : public GraphRunner {
  public:
-  SpecializingRunner(Graph graph, std::vector<char> fixed, SharedPtr shared)
-      : graph_(std::move(graph)), fixed_(std::move(fixed)), shared_(std::move(shared)) {}
+  static constexpr char kIfInteger = 2;  // a `fixed` flag: compiled in when the value is an integer or bool
+  SpecializingRunner(Graph graph, std::vector<char> fixed, SharedPtr shared, size_t max_runners = 16)
+      : graph_(std::move(graph)), fixed_(std::move(fixed)), shared_(std::move(shared)), max_runners_(max_runners) {}
   ~SpecializingRunner() override { shared_->specialized -= static_cast<int64_t>(runners_.size()); }
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
@@ -141,7 +157,6 @@ class SpecializingRunner final : public GraphRunner {
   }
 
  private:
-  static constexpr size_t kMaxRunners = 16;
   static constexpr int64_t kMaxFixedElements = 64;  // larger values stay inputs
 
   std::shared_ptr<GraphRunner> For(const std::vector<Tensor>& inputs, std::vector<Tensor>* rest) {
@@ -149,7 +164,8 @@ class SpecializingRunner final : public GraphRunner {
     std::vector<char> as_constant(inputs.size(), 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& t = inputs[i];
-      if (i < fixed_.size() && fixed_[i] && t.numel() <= kMaxFixedElements) {
+      const bool integer = t.dtype() == DType::kI64 || t.dtype() == DType::kI32 || t.dtype() == DType::kBool;
+      if (i < fixed_.size() && fixed_[i] && (fixed_[i] != kIfInteger || integer) && t.numel() <= kMaxFixedElements) {
         as_constant[i] = 1;
         key += std::to_string(i) + ":" + DTypeName(t.dtype()) + ShapeToString(t.shape()) + "=";
         key.append(static_cast<const char*>(t.raw()), t.nbytes());
@@ -176,7 +192,7 @@ class SpecializingRunner final : public GraphRunner {
       }
     }
     // Dropping a runner drops the specialised runners nested in it too (their destructors count them off).
-    while (!runners_.empty() && (runners_.size() >= kMaxRunners || shared_->specialized >= kMaxSpecialized)) {
+    while (!runners_.empty() && (runners_.size() >= max_runners_ || shared_->specialized >= kMaxSpecialized)) {
       runners_.pop_back();
       --shared_->specialized;
     }
@@ -188,6 +204,7 @@ class SpecializingRunner final : public GraphRunner {
   Graph graph_;
   std::vector<char> fixed_;  // per input of graph_
   SharedPtr shared_;
+  size_t max_runners_;
   std::mutex mu_;
   std::list<std::pair<std::string, std::shared_ptr<GraphRunner>>> runners_;  // most recent first
 };
@@ -310,6 +327,29 @@ class SegmentedRunner final : public GraphRunner {
     }
     for (int v : cut_.inputs)
       if (v >= 0 && g.constants.count(v)) constants_.emplace(v, g.constants.at(v));
+    if (cut_.op_type == "Loop") {
+      // The body's inputs are (iteration, condition, carried..., captured...), as the node's after its first two.
+      CheckLoopNode(cut_);
+      Graph body = *cut_.attrs.at("body").g;
+      body.opset = g.opset;
+      body.name = g.name + "/" + cut_.name + "/body";
+      carried_ = static_cast<size_t>(cut_.attrs.at(kLoopCarriedAttr).i);
+      body_nodes_ = std::max<int64_t>(1, CountNodes(body));
+      body_outputs_ = body.output_infos;
+      // Compiled in: the iteration number, the condition and small integer carried values (tf.map_fn's body slices
+      // its element at a counter it carries, which must be known to compile the Slice: one runner per iteration, as
+      // many as the model-wide bound allows), and the captured outer values known from shapes or constants.
+      std::vector<char> fixed(2 + carried_, SpecializingRunner::kIfInteger);
+      for (int k = 0; k < 2 && k < static_cast<int>(body.inputs.size()); ++k) {  // unread: one runner for all
+        bool read = std::find(body.outputs.begin(), body.outputs.end(), body.inputs[k]) != body.outputs.end();
+        for (const Node& n : body.nodes)
+          read = read || std::find(n.inputs.begin(), n.inputs.end(), body.inputs[k]) != n.inputs.end();
+        fixed[k] = read;
+      }
+      for (size_t k = 2 + carried_; k < cut_.inputs.size(); ++k)
+        fixed.push_back(cut_.inputs[k] >= 0 && known[cut_.inputs[k]]);
+      body_ = std::make_unique<SpecializingRunner>(std::move(body), std::move(fixed), shared, kMaxSpecialized);
+    }
     if (cut_.op_type == "If") {
       // Each branch is a graph whose inputs are the If's inputs after the condition (the outer values it reads).
       for (int b = 0; b < 2; ++b) {
@@ -357,12 +397,14 @@ class SegmentedRunner final : public GraphRunner {
       std::vector<Tensor> branch_inputs;
       for (size_t k = 1; k < cut_.inputs.size(); ++k) branch_inputs.push_back(get(cut_.inputs[k]));
       made = branches_[taken ? 0 : 1]->Run(branch_inputs, options, profile);
+    } else if (cut_.op_type == "Loop") {
+      made = RunLoop(get, options, profile);
     } else {
       std::vector<const Tensor*> cut_inputs;
       for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
       made = RunDataDependentOp(cut_, opset_, cut_inputs);
     }
-    if (profile && cut_.op_type != "If")
+    if (profile && cut_.op_type != "If" && cut_.op_type != "Loop")
       profile->push_back({cut_.name, cut_.op_type, "DataDependentOnHost",
                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()});
     for (size_t k = 0; k < made.size() && k < cut_.outputs.size(); ++k)
@@ -387,16 +429,102 @@ class SegmentedRunner final : public GraphRunner {
     if (prefix_) prefix_->ForEachCache(f);
     for (auto& b : branches_)
       if (b) b->ForEachCache(f);
+    if (body_) body_->ForEachCache(f);
     if (tail_) tail_->ForEachCache(f);
   }
 
  private:
+  // A cut Loop on the host: the body once per iteration while the trip count (if given) and the condition (if
+  // given) allow, at most kMaxLoopIterations; carried values passed on, each scan output's iterations stacked.
+  template <class Get>
+  std::vector<Tensor> RunLoop(const Get& get, const CompileOptions& options, std::vector<OpProfile>* profile) {
+    int64_t trips = -1;  // -1: no trip count
+    if (cut_.inputs[0] >= 0) {
+      const Tensor& m = get(cut_.inputs[0]);
+      if (m.numel() != 1 || m.dtype() != DType::kI64)
+        throw Error(ErrorCode::kInvalidArgument, cut_.Describe() + ": the trip count must be one int64");
+      trips = std::max<int64_t>(0, m.data<int64_t>()[0]);
+    }
+    bool cond = cut_.inputs[1] < 0 || ConditionValue(cut_, get(cut_.inputs[1]), "the condition");
+    if (trips < 0 && cut_.inputs[1] < 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  cut_.Describe() + ": neither a trip count nor a condition: the loop would never end");
+    std::vector<Tensor> carried;
+    for (size_t k = 0; k < carried_; ++k) carried.push_back(get(cut_.inputs[2 + k]));
+    std::vector<Tensor> captured;
+    for (size_t k = 2 + carried_; k < cut_.inputs.size(); ++k) captured.push_back(get(cut_.inputs[k]));
+    const size_t scans = cut_.outputs.size() - carried_;
+    std::vector<std::vector<Tensor>> scanned(scans);
+    // The budget of an unrolled loop (each iteration may compile a body of its own): iterations x body nodes, and
+    // iterations alone; refused before the first iteration when the trip count says so.
+    auto over = [&](int64_t iterations) {
+      return iterations > kMaxLoopIterations || iterations * body_nodes_ > kMaxLoopNodes;
+    };
+    auto refuse = [&](int64_t iterations) {
+      throw Error(ErrorCode::kUnsupported,
+                  cut_.Describe() + ": " + std::to_string(iterations) + " iterations of a body of " +
+                      std::to_string(body_nodes_) + " nodes: more than osprey runs for one loop (" +
+                      std::to_string(kMaxLoopIterations) + " iterations, " + std::to_string(kMaxLoopNodes) +
+                      " iterations x nodes)");
+    };
+    if (trips > 0 && cond && over(trips)) refuse(trips);
+    for (int64_t i = 0; (trips < 0 || i < trips) && cond; ++i) {
+      if (over(i + 1)) refuse(i + 1);
+      std::vector<Tensor> in{Tensor::Scalar<int64_t>(i), Tensor::Scalar<bool>(cond)};
+      in.insert(in.end(), carried.begin(), carried.end());
+      in.insert(in.end(), captured.begin(), captured.end());
+      std::vector<Tensor> out = body_->Run(in, options, profile);
+      if (out.size() != 1 + carried_ + scans)
+        throw Error(ErrorCode::kInvalidArgument, cut_.Describe() + ": the body gave " + std::to_string(out.size()) +
+                                                     " outputs, expected " + std::to_string(1 + carried_ + scans));
+      cond = ConditionValue(cut_, out[0], "the body's condition");
+      for (size_t k = 0; k < carried_; ++k) carried[k] = std::move(out[1 + k]);
+      for (size_t k = 0; k < scans; ++k) scanned[k].push_back(std::move(out[1 + carried_ + k]));
+    }
+    std::vector<Tensor> made = std::move(carried);
+    for (size_t k = 0; k < scans; ++k) made.push_back(StackScan(k, scanned[k]));
+    return made;
+  }
+
+  // Scan output k: its iterations' values stacked on a new first axis (all of one type and shape, as ONNX requires).
+  Tensor StackScan(size_t k, const std::vector<Tensor>& parts) const {
+    if (parts.empty()) {  // [0] and the shape the body declares for it, when it declares every dim
+      const size_t out = 1 + carried_ + k;
+      Shape shape{0};
+      if (out >= body_outputs_.size()) return Tensor(DType::kF32, shape);
+      const ValueInfo& info = body_outputs_[out];
+      for (const Dim& d : info.dims) shape.push_back(d.value);
+      if (!info.has_shape || std::any_of(info.dims.begin(), info.dims.end(), [](const Dim& d) { return d.value < 0; }))
+        shape = {0};
+      return Tensor(info.dtype, shape);
+    }
+    Shape shape = parts[0].shape();
+    for (const Tensor& t : parts)
+      if (t.shape() != shape || t.dtype() != parts[0].dtype())
+        throw Error(ErrorCode::kInvalidArgument,
+                    cut_.Describe() + ": scan output " + std::to_string(k) + " is " + DTypeName(t.dtype()) + " " +
+                        ShapeToString(t.shape()) + " in one iteration and " + DTypeName(parts[0].dtype()) + " " +
+                        ShapeToString(shape) + " in the first (each iteration must give one type and shape)");
+    shape.insert(shape.begin(), static_cast<int64_t>(parts.size()));
+    Tensor stacked(parts[0].dtype(), shape);
+    char* dst = static_cast<char*>(stacked.raw());
+    for (const Tensor& t : parts) {
+      std::memcpy(dst, t.raw(), t.nbytes());
+      dst += t.nbytes();
+    }
+    return stacked;
+  }
+
   Node cut_;
   int opset_ = 17;
   std::vector<int> graph_inputs_, graph_outputs_;
   std::unordered_map<int, Tensor> constants_;  // read by the cut node or given as graph outputs
   std::unique_ptr<GraphRunner> prefix_, tail_;
   std::unique_ptr<GraphRunner> branches_[2];  // a cut If: then, else
+  std::unique_ptr<GraphRunner> body_;         // a cut Loop
+  size_t carried_ = 0;                        // a cut Loop's carried values
+  int64_t body_nodes_ = 1;                    // its body's nodes, nested graphs' included
+  std::vector<ValueInfo> body_outputs_;       // declared: for a scan output of zero iterations
   std::vector<int> prefix_inputs_, prefix_outputs_, tail_inputs_, tail_outputs_;
 };
 

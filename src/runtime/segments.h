@@ -2,7 +2,8 @@
 // A model cut at its data-dependent ops (OpTraits::data_dependent: NonZero, NonMaxSuppression, Compress), whose output
 // shapes depend on values: the nodes that do not depend on such an op's outputs form one graph (the prefix), the op
 // runs on the host between plans, and the nodes after it form another graph (the tail), compiled for the shapes each
-// run produces (plans cached by shape, as a model's are). Each part is cut again where it holds more such ops.
+// run produces (plans cached by shape, as a model's are). Each part is cut again where it holds more such ops. An If
+// whose branch, or a Loop whose body, holds such an op is cut the same way and runs its branch or body on the host.
 // docs/architecture.md, "Data-dependent shapes".
 #include <functional>
 #include <memory>

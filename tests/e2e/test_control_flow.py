@@ -373,6 +373,32 @@ def test_tf2onnx_map_fn_and_while_loop_agree_with_onnxruntime(osprey_bin, work_d
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_tf2onnx_per_class_nms_in_a_loop_agrees_with_onnxruntime(osprey_bin, work_dir, seed):
+    """tf.map_fn over classes with tf.image.non_max_suppression in each iteration, as a TensorFlow detector's
+    post-processing is written (tools/export_tf_loops.py): a Loop whose body holds a NonMaxSuppression and carries its
+    own class counter. osprey cuts the model at the Loop and runs the body per iteration; the kept count changes with
+    the seed."""
+    path = Path(__file__).resolve().parent / "data" / "tf2onnx_map_fn_nms.onnx"
+    rng = np.random.default_rng(seed)
+    corner = rng.uniform(0, 100, (100, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + rng.uniform(5, 30, (100, 2)).astype(np.float32)], axis=1)
+    scores = rng.uniform(0, 1, (100, 3)).astype(np.float32) ** (1 + 6 * seed)  # fewer over 0.3 as the seed grows
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"boxes": boxes, "scores": scores})[0]
+    np.save(work_dir / "boxes.npy", boxes)
+    np.save(work_dir / "scores.npy", scores)
+    proc = subprocess.run([str(osprey_bin), "run", str(path), "--input", f"boxes={work_dir / 'boxes.npy'}", "--input",
+                           f"scores={work_dir / 'scores.npy'}", "--output-dir", str(work_dir / "out"), "--threads",
+                           "1"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted((work_dir / "out").glob("*.npy"))
+    assert len(files) == 1, files
+    got = np.load(files[0])
+    assert got.shape == want.shape == (3, 10)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_if_on_input_data_where_neither_branch_compiles_is_refused(osprey_bin, work_dir):
     # Both branches reshape 6 values to [4]: no plan for either, so the model is refused when it loads, with both.
     path = _data_if_model(work_dir / "if_neither.onnx",

@@ -2,7 +2,7 @@
 them are compiled for the shapes each run gives (runtime/segments.h). A detector-style graph (scores from a small
 network, NMS, the kept boxes gathered and rescaled after it, a NonZero branch, a Compress) against ONNX Runtime on many
 random inputs through one loaded model, so the number of kept boxes changes from run to run; a second cut inside the
-part after the first; hostile NMS inputs.
+part after the first; hostile NMS inputs; an If and a Loop (tf.map_fn's per-class NMS) holding such ops.
 """
 
 import numpy as np
@@ -183,29 +183,130 @@ def test_if_with_data_dependent_branches_and_outer_constants(tmp_path):
             assert got.shape == want.shape and (got == want).all(), (c, x, got, want)
 
 
-def test_data_dependent_op_inside_a_loop_is_refused_clearly(tmp_path):
+def per_class_nms(path, classes=3, keep=10):
+    """tf.map_fn over classes as tf2onnx writes it: a Loop whose body carries its own counter (not the iteration
+    number), slices that class's scores at it, runs NMS, gathers the kept scores and pads them to `keep`; the scores
+    and boxes are carried through unchanged and a float sum of what was kept is carried too."""
+    T = TensorProto
     body = helper.make_graph(
-        [helper.make_node("NonZero", ["v"], ["nz"]),
+        [helper.make_node("Add", ["c", "one"], ["c_next"]),
+         helper.make_node("Add", ["c", "one"], ["c_end"]),
+         helper.make_node("Slice", ["scores", "c", "c_end", "one"], ["col"]),  # [boxes, 1]
+         helper.make_node("Transpose", ["col"], ["col_t"], perm=[1, 0]),
+         helper.make_node("Unsqueeze", ["col_t", "zero"], ["s3"]),  # [1, 1, boxes]
+         helper.make_node("Unsqueeze", ["boxes", "zero"], ["b3"]),  # [1, boxes, 4]
+         helper.make_node("NonMaxSuppression", ["b3", "s3", "max_out", "iou", "score_min"], ["sel"]),
+         helper.make_node("Gather", ["sel", "two"], ["idx"], axis=1),  # [k]
+         helper.make_node("Squeeze", ["col", "one"], ["col1"]),
+         helper.make_node("Gather", ["col1", "idx"], ["kept"]),
+         helper.make_node("ReduceSum", ["kept"], ["kept_sum"], keepdims=0),
+         helper.make_node("Add", ["total", "kept_sum"], ["total_next"]),
+         helper.make_node("Shape", ["kept"], ["k"]),
+         helper.make_node("Sub", ["keep", "k"], ["missing"]),
+         helper.make_node("Concat", ["zero", "missing"], ["pads"], axis=0),
+         helper.make_node("Pad", ["kept", "pads"], ["padded"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["scores"], ["scores_out"]),
+         helper.make_node("Identity", ["boxes"], ["boxes_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("c", T.INT64, [1]),
+         helper.make_tensor_value_info("total", T.FLOAT, []),
+         helper.make_tensor_value_info("scores", T.FLOAT, None),
+         helper.make_tensor_value_info("boxes", T.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []),
+         helper.make_tensor_value_info("c_next", T.INT64, [1]),
+         helper.make_tensor_value_info("total_next", T.FLOAT, []),
+         helper.make_tensor_value_info("scores_out", T.FLOAT, None),
+         helper.make_tensor_value_info("boxes_out", T.FLOAT, None),
+         helper.make_tensor_value_info("padded", T.FLOAT, [keep])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "c0", "total0", "scores_in", "boxes_in"],
+                          ["c_final", "total_final", "scores_final", "boxes_final", "per_class"], body=body)],
+        "per_class_nms",
+        [helper.make_tensor_value_info("boxes_in", T.FLOAT, [64, 4]),
+         helper.make_tensor_value_info("scores_in", T.FLOAT, [64, classes]),
+         helper.make_tensor_value_info("trips", T.INT64, [])],
+        [helper.make_tensor_value_info("per_class", T.FLOAT, None),
+         helper.make_tensor_value_info("total_final", T.FLOAT, None),
+         helper.make_tensor_value_info("c_final", T.INT64, None)],
+        [numpy_helper.from_array(np.array([0], np.int64), "c0"),
+         numpy_helper.from_array(np.array(0, np.float32), "total0"),
+         numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array(2, np.int64), "two"),
+         numpy_helper.from_array(np.array([keep], np.int64), "keep"),
+         numpy_helper.from_array(np.array([keep], np.int64), "max_out"),
+         numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array([0.3], np.float32), "score_min")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+
+
+def test_loop_with_a_data_dependent_body_matches_onnxruntime(tmp_path):
+    path = tmp_path / "per_class_nms.onnx"
+    per_class_nms(path)
+    model = osprey.load_onnx(str(path), threads=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    kept = set()
+    for trips in (3, 3, 2, 1, 3, 0):
+        feeds = {"boxes_in": random_boxes(rng, 64)[0], "scores_in": rng.uniform(0, 1, (64, 3)).astype(np.float32),
+                 "trips": np.array(trips, np.int64)}
+        want = run_both(model, session, feeds)
+        assert want["per_class"].shape == (trips, 10)  # no iterations: [0, 10], the shape the body declares
+        kept.add(int((want["per_class"] > 0).sum()))
+    assert len(kept) > 2, f"the kept count should vary across inputs, got {sorted(kept)}"
+    # each iteration may compile a body of its own: a trip count past the budget is refused before the first one
+    with pytest.raises(osprey.Unsupported, match="1000000 iterations of a body of 19 nodes"):
+        model.run({**feeds, "trips": np.array(1000000, np.int64)})
+
+
+def test_loop_scan_output_changing_shape_and_scan_bodies_are_refused_clearly(tmp_path):
+    T = TensorProto
+    body = helper.make_graph(
+        [helper.make_node("Greater", ["v", "i_f"], ["m"]),
+         helper.make_node("Cast", ["i"], ["i_f"], to=T.FLOAT),
+         helper.make_node("NonZero", ["m"], ["nz"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("Identity", ["v"], ["v_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("nz", TensorProto.INT64, None)])
+        [helper.make_tensor_value_info("i", T.INT64, []),
+         helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("v", T.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []),
+         helper.make_tensor_value_info("v_out", T.FLOAT, [4]),
+         helper.make_tensor_value_info("nz", T.INT64, None)])
     graph = helper.make_graph(
         [helper.make_node("Loop", ["trips", "", "x"], ["v_final", "scan"], body=body)], "loopy",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("scan", TensorProto.INT64, None)],
-        [numpy_helper.from_array(np.array(2, np.int64), "trips")])
+        [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+        [helper.make_tensor_value_info("scan", T.INT64, None)],
+        [numpy_helper.from_array(np.array(3, np.int64), "trips")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     path = tmp_path / "loopy.onnx"
     path.write_bytes(model.SerializeToString())
     m = osprey.load_onnx(str(path), threads=1)
-    with pytest.raises(osprey.Unsupported, match="top level"):
-        m.run({"x": np.array([0, 1, 0, 2], np.float32)})
+    # x > i keeps 3, 2, 1 elements in iterations 0, 1, 2: the scan output cannot be stacked
+    with pytest.raises(osprey.InvalidArgument, match="each iteration must give one type and shape"):
+        m.run({"x": np.array([0.5, 1.5, 2.5, 3.5], np.float32)})
+    # the same NonZero in a Scan body is refused by name
+    scan_body = helper.make_graph(
+        [helper.make_node("NonZero", ["e"], ["nz"]), helper.make_node("Identity", ["s"], ["s_out"])], "scan_body",
+        [helper.make_tensor_value_info("s", T.FLOAT, [1]), helper.make_tensor_value_info("e", T.FLOAT, [4])],
+        [helper.make_tensor_value_info("s_out", T.FLOAT, [1]), helper.make_tensor_value_info("nz", T.INT64, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["s0", "xs"], ["s_final", "nzs"], body=scan_body, num_scan_inputs=1)], "scanny",
+        [helper.make_tensor_value_info("xs", T.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("nzs", T.INT64, None)],
+        [numpy_helper.from_array(np.array([0], np.float32), "s0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "scanny.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    with pytest.raises(osprey.Unsupported, match="not inside a Scan body"):
+        m.run({"xs": np.array([[0, 1, 0, 2], [1, 1, 0, 0]], np.float32)})
 
 
 def test_too_many_cuts_are_refused_when_loaded(tmp_path):
