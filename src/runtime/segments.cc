@@ -20,31 +20,80 @@
 namespace osprey {
 namespace {
 
-bool HoldsDataDependent(const Graph& g);
+bool HoldsCut(const Graph& g, const std::vector<char>& inputs_known = {});
+std::vector<char> StaticValues(const Graph& g, const std::vector<char>& inputs_known = {});
 
 constexpr int64_t kMaxCuts = 1024;
 constexpr int64_t kMaxCutValues = int64_t{1} << 26;
 
-// A data-dependent op, an If with one in a branch (torchvision's detectors run NMS in an If on whether any box is
-// left) or a Loop with one in its body (tf2onnx's tf.map_fn over classes, each iteration an NMS): the model is cut
-// there; the If runs the branch its condition picks, the Loop its body once per iteration, through runners of their
-// own.
-bool IsDataDependent(const Node& n) {
-  if (!n.domain.empty() && n.domain != "ai.onnx") return false;
-  if (n.op_type == "If" || n.op_type == "Loop") {
-    for (const char* attr : {"then_branch", "else_branch", "body"}) {
-      auto it = n.attrs.find(attr);
-      if (it != n.attrs.end() && it->second.g && HoldsDataDependent(*it->second.g)) return true;
-    }
-    return false;
-  }
+bool IsDataDependentOp(const Node& n) {
   const OpSchema* schema = OpRegistry::Get().Find(n.op_type);
   return schema != nullptr && schema->traits.data_dependent;
 }
 
-bool HoldsDataDependent(const Graph& g) {
+// Whether a Loop can be unrolled when compiled: its trip count and condition are known then (`known`: the static
+// values of the graph it sits in) and so is the condition its body computes in every iteration, given that the
+// iteration number is and the carried values known on entry stay known (a fixed point). `body_known` gets which
+// body inputs are known.
+bool LoopUnrollable(const Node& loop, const std::vector<char>& known, std::vector<char>* body_known) {
+  auto it = loop.attrs.find("body");
+  auto carried_it = loop.attrs.find(kLoopCarriedAttr);
+  if (it == loop.attrs.end() || !it->second.g || carried_it == loop.attrs.end()) return true;  // refused when compiled
+  const Graph& body = *it->second.g;
+  const size_t carried = static_cast<size_t>(std::max<int64_t>(0, carried_it->second.i));
+  auto outer = [&](size_t k) { return k < loop.inputs.size() && (loop.inputs[k] < 0 || known[loop.inputs[k]]); };
+  body_known->assign(body.inputs.size(), 0);
+  for (size_t k = 0; k < body.inputs.size(); ++k) (*body_known)[k] = k < 2 || outer(k);
+  if (!outer(0) || !outer(1) || body.outputs.empty() || body.outputs.size() < 1 + carried) return false;
+  for (;;) {
+    const std::vector<char> values = StaticValues(body, *body_known);
+    bool changed = false;
+    for (size_t k = 0; k < carried && 2 + k < body_known->size(); ++k)
+      if ((*body_known)[2 + k] && !values[body.outputs[1 + k]]) {
+        (*body_known)[2 + k] = 0;
+        changed = true;
+      }
+    if (!changed) return values[body.outputs[0]] != 0;
+  }
+}
+
+// Where a model is cut (`known`: the static values of the graph `n` sits in, StaticValues):
+// - a data-dependent op (NonZero, NonMaxSuppression, Compress);
+// - an If with a cut in a branch (torchvision's detectors run NMS in an If on whether any box is left): the branch
+//   its condition picks runs through a runner of its own;
+// - a Loop with a cut in its body (tf2onnx's tf.map_fn over classes, each iteration an NMS), or one that cannot be
+//   unrolled when compiled because its trip count or condition follow input data (TensorFlow's padded NMS loops
+//   while boxes are left): the host runs its body once per iteration.
+bool IsCut(const Node& n, const std::vector<char>& known) {
+  if (!n.domain.empty() && n.domain != "ai.onnx") return false;
+  if (n.op_type == "If") {
+    std::vector<char> inputs_known;  // a branch's inputs are the If's after the condition
+    for (size_t k = 1; k < n.inputs.size(); ++k) inputs_known.push_back(n.inputs[k] < 0 || known[n.inputs[k]]);
+    for (const char* branch : {"then_branch", "else_branch"}) {
+      auto it = n.attrs.find(branch);
+      if (it != n.attrs.end() && it->second.g && HoldsCut(*it->second.g, inputs_known)) return true;
+    }
+    return false;
+  }
+  if (n.op_type == "Loop") {
+    std::vector<char> body_known;
+    if (!LoopUnrollable(n, known, &body_known)) return true;
+    auto it = n.attrs.find("body");
+    return it != n.attrs.end() && it->second.g && HoldsCut(*it->second.g, body_known);
+  }
+  return IsDataDependentOp(n);
+}
+
+bool HoldsCut(const Graph& g, const std::vector<char>& inputs_known) {
+  bool control_flow = false;
+  for (const Node& n : g.nodes) {
+    if (IsDataDependentOp(n)) return true;
+    control_flow = control_flow || n.op_type == "If" || n.op_type == "Loop";
+  }
+  if (!control_flow) return false;
+  const std::vector<char> known = StaticValues(g, inputs_known);
   for (const Node& n : g.nodes)
-    if (IsDataDependent(n)) return true;
+    if (IsCut(n, known)) return true;
   return false;
 }
 
@@ -87,7 +136,7 @@ class PlainRunner final : public GraphRunner {
 std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared);
 
 std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
-  if (HoldsDataDependent(graph)) return MakeCutRunner(graph, shared);
+  if (HoldsCut(graph)) return MakeCutRunner(graph, shared);
   return std::make_unique<PlainRunner>(std::move(graph), shared);
 }
 
@@ -100,11 +149,12 @@ int64_t CountNodes(const Graph& g) {
   return n;
 }
 
-// Cuts (data-dependent ops, counting those in If branches) of a graph.
+// Cuts of a graph, counting those in the graphs of its cut nodes (inputs of those taken as unknown: an upper bound).
 int64_t CountCuts(const Graph& g) {
   int64_t n = 0;
+  const std::vector<char> known = StaticValues(g);
   for (const Node& node : g.nodes) {
-    if (!IsDataDependent(node)) continue;
+    if (!IsCut(node, known)) continue;
     ++n;
     for (const auto& [name, attr] : node.attrs)
       if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountCuts(*attr.g);
@@ -115,12 +165,15 @@ int64_t CountCuts(const Graph& g) {
 // Values of `g` that do not depend on any input's values: constants, Shape/Size outputs, and what is computed from
 // those alone (the sizes, axes and indices a model derives from shapes). Known when a part after a cut runs, they
 // are handed to it as constants (SpecializingRunner), as they would have been folded had there been no cut.
-std::vector<char> StaticValues(const Graph& g) {
+// `inputs_known` (per graph input, may be empty) marks inputs whose values are known too.
+std::vector<char> StaticValues(const Graph& g, const std::vector<char>& inputs_known) {
   std::vector<char> known(static_cast<size_t>(g.num_values()), 0);
   for (const auto& [id, t] : g.constants) known[id] = 1;
+  for (size_t k = 0; k < g.inputs.size() && k < inputs_known.size(); ++k)
+    if (g.inputs[k] >= 0 && inputs_known[k]) known[g.inputs[k]] = 1;
   for (const Node& n : g.nodes) {
     bool all = n.op_type == "Shape" || n.op_type == "Size";
-    if (!all && !IsDataDependent(n) && n.op_type != "If" && n.op_type != "Loop" && n.op_type != "Scan") {
+    if (!all && n.op_type != "If" && n.op_type != "Loop" && n.op_type != "Scan" && !IsDataDependentOp(n)) {
       all = true;
       for (int v : n.inputs) all = all && (v < 0 || known[v]);
     }
@@ -248,8 +301,9 @@ Graph Part(const Graph& g, const std::vector<size_t>& nodes, const std::vector<i
 class SegmentedRunner final : public GraphRunner {
  public:
   SegmentedRunner(const Graph& g, const SharedPtr& shared) {
+    const std::vector<char> known = StaticValues(g);  // values a part after the cut gets compiled in
     size_t d = 0;
-    while (d < g.nodes.size() && !IsDataDependent(g.nodes[d])) ++d;
+    while (d < g.nodes.size() && !IsCut(g.nodes[d], known)) ++d;
     OSPREY_CHECK(d < g.nodes.size());
     cut_ = g.nodes[d];
     opset_ = g.opset;
@@ -260,7 +314,6 @@ class SegmentedRunner final : public GraphRunner {
     for (int v : cut_.outputs)
       if (v >= 0) after[v] = 1;
     std::vector<size_t> prefix_nodes, tail_nodes;
-    const std::vector<char> known = StaticValues(g);  // values a part after the cut gets compiled in
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (i == d) continue;
       bool downstream = false;
@@ -530,7 +583,7 @@ class SegmentedRunner final : public GraphRunner {
 
 }  // namespace
 
-bool HasDataDependentOps(const Graph& graph) { return HoldsDataDependent(graph); }
+bool HasDataDependentOps(const Graph& graph) { return HoldsCut(graph); }
 
 namespace {
 std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared) {

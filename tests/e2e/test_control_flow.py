@@ -10,6 +10,7 @@ branch holds a nested If on the sequence length. Oracle: ONNX Runtime (CPU EP) o
 within rtol 1e-5 + atol 1e-6 (the branch arithmetic is the same in both).
 """
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -187,7 +188,7 @@ def loop_model(path, kind):
     shape: M = N (Shape -> Gather), the tf.map_fn form: row i of x (Gather on i), times 2 minus the running sum,
            scan output the rows -> [N, L], carried sum [L].
     while: no M, cond = i < 2 computed in the body (a while loop), carried h = h + 1 -> 3 iterations.
-    data:  M = the int64 of x's maximum: refused.
+    data:  M = the int64 of x's maximum: not known when compiled, so the host runs the body per iteration.
     huge:  M = 10^9 with a constant condition: refused before unrolling more than the limit.
     nested: 5000 x 5000 iterations of a loop in a loop (25M nodes): refused at the model-wide node limit.
     """
@@ -255,6 +256,19 @@ def test_loop_unrolls_and_agrees_with_onnxruntime(osprey_bin, work_dir, kind, sh
     expect_agreement(osprey_bin, work_dir, path, outputs, x, f"{kind}_" + "x".join(map(str, shape)))
 
 
+@pytest.mark.parametrize("kind", ["count", "shape", "while"])
+def test_loops_known_when_compiled_stay_unrolled(osprey_bin, work_dir, kind):
+    """Loops whose trip count and conditions follow shapes and constants are unrolled into the plan (their steps are
+    named by iteration), not run on the host per iteration as a loop on input data is."""
+    path, _ = loop_model(work_dir / f"loop_{kind}.onnx", kind)
+    proc = subprocess.run([str(osprey_bin), "bench", str(path), "--iters", "2", "--warmup", "0", "--profile", "--json",
+                           "--top", "0", "--dims", "N=2", "--dims", "L=3"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    names = [n["node"] for n in json.loads(proc.stdout)["profile"]["top_nodes"]]
+    assert any(n.startswith("loop/iteration_0/") for n in names), names
+
+
 def expect_agreement(osprey_bin, work_dir, path, outputs, x, tag):
     """osprey's outputs `outputs` of model `path` on x equal ONNX Runtime's (float32, rtol 1e-5 + atol 1e-6)."""
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -266,8 +280,24 @@ def expect_agreement(osprey_bin, work_dir, path, outputs, x, tag):
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("kind,message", [("data", "input 0 must be known when the model is compiled"),
-                                          ("huge", "runs more than 10000 iterations"),
+@pytest.mark.parametrize("top", [-2.5, 0.5, 3.7, 9.2])
+def test_loop_whose_trip_count_follows_input_data_runs_on_the_host(osprey_bin, work_dir, top):
+    """M = int(max(x)): 0 (also for a negative M), 3 or 9 iterations; the scan-free loop carries h = h + 0.25."""
+    path, outputs = loop_model(work_dir / "loop_data.onnx", "data")
+    x = np.random.default_rng(7).uniform(-3, top, (2, 3)).astype(np.float32)
+    x[0, 0] = top
+    expect_agreement(osprey_bin, work_dir, path, outputs, x, f"data_{top}")
+
+
+def test_loop_on_input_data_past_the_budget_is_refused_before_it_runs(osprey_bin, work_dir):
+    path, _ = loop_model(work_dir / "loop_data.onnx", "data")
+    proc, _ = run_osprey(osprey_bin, path, np.full((2, 3), 1e9, np.float32), work_dir, "data_huge")
+    assert proc.returncode == 1, proc.stderr
+    assert "Loop 'loop': 1000000000 iterations of a body of 2 nodes: more than osprey runs for one loop" in \
+        proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind,message", [("huge", "runs more than 10000 iterations"),
                                           ("nested", "200000 nodes in all"),
                                           ("endless", "neither a trip count nor a condition")])
 def test_loop_that_cannot_unroll_is_refused_naming_the_node(osprey_bin, work_dir, kind, message):
@@ -397,6 +427,30 @@ def test_tf2onnx_per_class_nms_in_a_loop_agrees_with_onnxruntime(osprey_bin, wor
     got = np.load(files[0])
     assert got.shape == want.shape == (3, 10)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tf2onnx_padded_nms_loops_on_box_data_agree_with_onnxruntime(osprey_bin, work_dir, seed):
+    """tf.image.non_max_suppression_padded (tools/export_tf_loops.py): TensorFlow's own NMS as nested Loops whose
+    conditions follow the boxes (no NonMaxSuppression op); not unrollable when compiled, so the host runs them."""
+    path = Path(__file__).resolve().parent / "data" / "tf2onnx_padded_nms.onnx"
+    rng = np.random.default_rng(seed)
+    corner = rng.uniform(0, 1, (200, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + rng.uniform(0.02, 0.2, (200, 2)).astype(np.float32)], axis=1)
+    scores = rng.uniform(0, 1, 200).astype(np.float32) ** (1 + 20 * seed)  # fewer over 0.2 as the seed grows
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"boxes": boxes, "scores": scores})
+    np.save(work_dir / "boxes.npy", boxes)
+    np.save(work_dir / "scores.npy", scores)
+    proc = subprocess.run([str(osprey_bin), "run", str(path), "--input", f"boxes={work_dir / 'boxes.npy'}", "--input",
+                           f"scores={work_dir / 'scores.npy'}", "--output-dir", str(work_dir / "out"), "--threads",
+                           "1"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted((work_dir / "out").glob("*.npy"))  # 'Identity:0' (selected), 'Identity_1:0' (valid count)
+    assert len(files) == 2, files
+    for got, w in zip([np.load(f) for f in files], want):
+        assert got.shape == w.shape
+        np.testing.assert_array_equal(got, w)
 
 
 def test_if_on_input_data_where_neither_branch_compiles_is_refused(osprey_bin, work_dir):
