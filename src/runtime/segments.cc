@@ -530,6 +530,14 @@ class SegmentedRunner final : public GraphRunner {
       if (out.size() != 1 + carried_ + scans)
         throw Error(ErrorCode::kInvalidArgument, cut_.Describe() + ": the body gave " + std::to_string(out.size()) +
                                                      " outputs, expected " + std::to_string(1 + carried_ + scans));
+      for (size_t k = 0; k < out.size() && k < body_outputs_.size(); ++k)
+        CheckDeclaredType(body_outputs_[k], out[k].dtype(), cut_.Describe() + ": the body's");
+      for (size_t k = 0; k < carried_; ++k)
+        if (out[1 + k].dtype() != carried[k].dtype())
+          throw Error(ErrorCode::kInvalidArgument,
+                      cut_.Describe() + ": carried value " + std::to_string(k) + " enters the body as " +
+                          DTypeName(carried[k].dtype()) + " and leaves it as " + DTypeName(out[1 + k].dtype()) +
+                          " (a loop-carried value keeps one type)");
       cond = ConditionValue(cut_, out[0], "the body's condition");
       for (size_t k = 0; k < carried_; ++k) carried[k] = std::move(out[1 + k]);
       for (size_t k = 0; k < scans; ++k) scanned[k].push_back(std::move(out[1 + carried_ + k]));
