@@ -113,7 +113,8 @@ static void InferUnrolled(InferContext& ctx) {
 
 void RegisterControlFlowOps(OpRegistry& r) {
   r.Add("If", 1, kManyValues, 1, kManyValues, InferUnrolled);
-  r.Add("Loop", 2, kManyValues, 1, kManyValues, InferUnrolled);
+  // M and cond are optional, and a node may end with them omitted ("trips", ""): the importer pads both.
+  r.Add("Loop", 0, kManyValues, 1, kManyValues, InferUnrolled);
   r.Add("Scan", 1, kManyValues, 1, kManyValues, InferUnrolled);
 }
 

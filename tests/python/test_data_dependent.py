@@ -309,6 +309,29 @@ def test_loop_scan_output_changing_shape_and_scan_bodies_are_refused_clearly(tmp
         m.run({"xs": np.array([[0, 1, 0, 2], [1, 1, 0, 0]], np.float32)})
 
 
+def test_loop_on_a_run_time_trip_count_checks_its_declared_types(tmp_path):
+    """A trip count given as an input is not known when compiled, so the host runs the loop; a body whose scan output
+    is declared float but computes int64 (the iteration number) is refused when it runs, as ONNX Runtime refuses it
+    when it loads."""
+    T = TensorProto
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["i"], ["s"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("s", T.FLOAT, [])])
+    # (the condition omitted at the end of the node's inputs, as ONNX Runtime accepts)
+    graph = helper.make_graph([helper.make_node("Loop", ["trips", ""], ["scan"], body=body)], "typed",
+                              [helper.make_tensor_value_info("trips", T.INT64, [])],
+                              [helper.make_tensor_value_info("scan", T.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "typed.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    assert m.run({"trips": np.array(0, np.int64)})["scan"].shape == (0,)
+    with pytest.raises(osprey.InvalidArgument, match="output 's' is declared float32 but the graph computes int64"):
+        m.run({"trips": np.array(2, np.int64)})
+
+
 def test_too_many_cuts_are_refused_when_loaded(tmp_path):
     # 1,100 NonZero in a chain: each would nest another cut; osprey stops at 1,024 with a clear error, not a crash.
     nodes, value = [], "x"
