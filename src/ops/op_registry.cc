@@ -48,6 +48,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterRecurrentOps(r);
     RegisterControlFlowOps(r);
     RegisterQuantizeOps(r);
+    RegisterSignalOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;

@@ -99,6 +99,7 @@ void RegisterInternalOps(OpRegistry& r);      // ops made by fusion passes: _Cha
 void RegisterRecurrentOps(OpRegistry& r);     // RNN, GRU, LSTM (recurrent.cc)
 void RegisterControlFlowOps(OpRegistry& r);   // If, folded when the model is compiled (control_flow.cc)
 void RegisterQuantizeOps(OpRegistry& r);      // QuantizeLinear, DequantizeLinear, QLinearConv, ... (quantize.cc)
+void RegisterSignalOps(OpRegistry& r);        // DFT, STFT, MelWeightMatrix (signal.cc)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";

@@ -18,6 +18,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddInternalReferenceKernels(t);
     AddRecurrentReferenceKernels(t);
     AddQuantizeReferenceKernels(t);
+    AddSignalReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

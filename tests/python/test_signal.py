@@ -1,0 +1,178 @@
+"""DFT, STFT and MelWeightMatrix (ops/signal.h) against ONNX Runtime and NumPy: forward and inverse transforms of
+real and complex signals along every axis, one-sided, zero-padded and cut by dft_length, lengths that are powers of
+two (the FFT) and not (the direct sum, primes included); the complex-to-real inverse PyTorch exports torch.fft.irfft
+as; a Fourier-convolution block as torch.fft.rfft2 / irfft2 export it (LaMa); STFT with and without a window; the
+mel filter bank; and requests that must be refused clearly (a one-sided transform of a complex signal, a prime
+length too long to sum directly).
+"""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import osprey
+
+F = TensorProto.FLOAT
+
+
+def save(tmp_path, name, nodes, inputs, outputs, inits=(), opset=20):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def both(path, feeds, rtol=2e-4, atol=2e-4):
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = osprey.load_onnx(path, threads=1).run(feeds)
+    for w, g in zip(want, got.values()):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())))
+    return list(got.values())
+
+
+def dft_model(tmp_path, shape, axis, inverse, onesided, length=None, opset=20):
+    inputs = ["x", "n" if length else ""]
+    inits = [numpy_helper.from_array(np.array(length, np.int64), "n")] if length else []
+    attrs = {"inverse": inverse, "onesided": onesided}
+    if opset >= 20:
+        inputs.append("axis")
+        inits.append(numpy_helper.from_array(np.array(axis, np.int64), "axis"))
+    else:
+        attrs["axis"] = axis
+    name = "dft_" + "_".join(str(v) for v in [*shape, axis, inverse, onesided, length, opset]).replace("-", "m")
+    return save(tmp_path, name,
+                [helper.make_node("DFT", inputs, ["y"], **attrs)], [helper.make_tensor_value_info("x", F, shape)],
+                [helper.make_tensor_value_info("y", F, None)], inits, opset)
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("length", [None, 6, 40])  # as given, cut, zero-padded
+@pytest.mark.parametrize("n", [16, 15, 17])  # the FFT, the direct sum, a prime
+@pytest.mark.parametrize("case", ["real", "real_onesided", "complex", "complex_inverse", "real_axis0"])
+def test_dft_matches_onnxruntime_and_numpy(tmp_path, opset, length, n, case):
+    rng = np.random.default_rng(n)
+    parts = 2 if case.startswith("complex") else 1
+    axis = 0 if case == "real_axis0" else 1
+    shape = [n, 3, parts] if axis == 0 else [2, n, 3, parts]
+    x = rng.standard_normal(shape).astype(np.float32)
+    path = dft_model(tmp_path, shape, axis, int(case == "complex_inverse"), int(case == "real_onesided"), length,
+                     opset)
+    got = both(path, {"x": x})[0]
+    z = x[..., 0] + (1j * x[..., 1] if parts == 2 else 0)
+    m = length or n
+    ref = np.fft.ifft(z, n=m, axis=axis) if case == "complex_inverse" else np.fft.fft(z, n=m, axis=axis)
+    if case == "real_onesided":
+        ref = np.take(ref, range(m // 2 + 1), axis=axis)
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("n", [20, 21, 16])
+def test_inverse_onesided_is_complex_to_real_as_onnxruntime_reads_it(tmp_path, n):
+    """torch.fft.irfft exports as DFT(inverse=1, onesided=1): n // 2 + 1 complex bins in, n real points out, as the
+    newest ONNX Runtime reads it (1.32; the pinned 1.20 refuses the pair, so NumPy's irfft is the oracle here)."""
+    bins = n // 2 + 1
+    x = np.random.default_rng(n).standard_normal((3, bins, 2)).astype(np.float32)
+    got = osprey.load_onnx(dft_model(tmp_path, [3, bins, 2], 1, 1, 1, n), threads=1).run({"x": x})["y"]
+    assert got.shape == (3, n, 1)
+    np.testing.assert_allclose(got[..., 0], np.fft.irfft(x[..., 0] + 1j * x[..., 1], n=n, axis=1), rtol=1e-4,
+                               atol=1e-5)
+    # without dft_length: 2 x (bins - 1) points
+    got = osprey.load_onnx(dft_model(tmp_path, [3, bins, 2], 1, 1, 1), threads=1).run({"x": x})["y"]
+    assert got.shape == (3, 2 * (bins - 1), 1)
+
+
+def test_fourier_convolution_block_as_torch_exports_it(tmp_path):
+    """rfft2 (a one-sided DFT on the last axis, a full one on the other), a 1x1 convolution over the real and
+    imaginary parts, irfft2 (an inverse DFT, then complex-to-real), as torch.onnx.export(dynamo=True) writes LaMa's
+    spectral transform."""
+    rng = np.random.default_rng(0)
+    c, h, w = 4, 24, 20
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             [("w_len", w), ("h_len", h), ("ax3", 3), ("ax2", 2), ("minus1", [-1]), ("zero", [0]), ("one", [1]),
+              ("sel0", 0), ("sel1", 1)]]
+    inits += [numpy_helper.from_array(rng.standard_normal((2 * c, 2 * c, 1, 1)).astype(np.float32) * 0.3, "cw"),
+              numpy_helper.from_array(rng.standard_normal(2 * c).astype(np.float32) * 0.1, "cb")]
+    node = helper.make_node
+    nodes = [node("Unsqueeze", ["x", "minus1"], ["x1"]),
+             node("DFT", ["x1", "w_len", "ax3"], ["f1"], inverse=0, onesided=1),
+             node("DFT", ["f1", "h_len", "ax2"], ["f2"], inverse=0, onesided=0),
+             node("Gather", ["f2", "sel0"], ["re"], axis=4), node("Gather", ["f2", "sel1"], ["im"], axis=4),
+             node("Concat", ["re", "im"], ["cat"], axis=1),
+             node("Conv", ["cat", "cw", "cb"], ["conv"]), node("Relu", ["conv"], ["act"]),
+             node("Split", ["act"], ["r", "i"], axis=1, num_outputs=2),
+             node("Unsqueeze", ["r", "minus1"], ["r1"]), node("Unsqueeze", ["i", "minus1"], ["i1"]),
+             node("Concat", ["r1", "i1"], ["spec"], axis=-1),
+             node("DFT", ["spec", "", "ax2"], ["g1"], inverse=1, onesided=0),
+             node("DFT", ["g1", "w_len", "ax3"], ["g2"], inverse=1, onesided=1),
+             node("Squeeze", ["g2", "minus1"], ["y"])]
+    path = save(tmp_path, "ffc", nodes, [helper.make_tensor_value_info("x", F, [1, c, h, w])],
+                [helper.make_tensor_value_info("y", F, None)], inits)
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    got = osprey.load_onnx(path, threads=1).run({"x": x})["y"]
+    # NumPy: rfft2, the 1x1 convolution and ReLU over [real, imaginary] channels, irfft2
+    f = np.fft.rfft2(x.astype(np.float64))
+    cat = np.concatenate([f.real, f.imag], axis=1)
+    cw, cb = (numpy_helper.to_array(t) for t in inits[-2:])
+    act = np.maximum(np.einsum("oi,nihw->nohw", cw[:, :, 0, 0], cat) + cb[None, :, None, None], 0)
+    want = np.fft.irfft2(act[:, :c] + 1j * act[:, c:], s=(h, w))
+    assert got.shape == (1, c, h, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("window", [True, False])
+@pytest.mark.parametrize("onesided", [1, 0])
+@pytest.mark.parametrize("frame", [64, 25])
+def test_stft_matches_onnxruntime_and_numpy(tmp_path, window, onesided, frame):
+    rng = np.random.default_rng(frame)
+    signal = rng.standard_normal((2, 300, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(16, np.int64), "step"),
+             numpy_helper.from_array(np.array(frame, np.int64), "frame")]
+    win = np.hanning(frame).astype(np.float32)
+    if window:
+        inits.append(numpy_helper.from_array(win, "win"))
+    path = save(tmp_path, f"stft_{window}_{onesided}_{frame}",
+                [helper.make_node("STFT", ["x", "step", "win" if window else "", "frame"], ["y"], onesided=onesided)],
+                [helper.make_tensor_value_info("x", F, [2, 300, 1])], [helper.make_tensor_value_info("y", F, None)],
+                inits, opset=17)
+    got = both(path, {"x": signal})[0]
+    frames = 1 + (300 - frame) // 16
+    segments = np.stack([signal[:, f * 16:f * 16 + frame, 0] for f in range(frames)], axis=1)
+    ref = np.fft.fft(segments * (win if window else 1), axis=-1)[..., :frame // 2 + 1 if onesided else frame]
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("bins,n,rate,lo,hi", [(8, 256, 8000, 0.0, 4000.0), (40, 512, 16000, 20.0, 7600.0),
+                                              (80, 400, 16000, 0.0, 8000.0)])
+def test_mel_weight_matrix_matches_onnxruntime(tmp_path, bins, n, rate, lo, hi):
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in [("b", bins), ("n", n), ("r", rate)]]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in [("lo", lo), ("hi", hi)]]
+    path = save(tmp_path, f"mel_{bins}_{n}", [helper.make_node("MelWeightMatrix", ["b", "n", "r", "lo", "hi"], ["y"])],
+                [], [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {})[0]
+    got = osprey.load_onnx(path, threads=1).run({})["y"]
+    assert got.shape == (n // 2 + 1, bins)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_bad_transforms_are_refused_clearly(tmp_path):
+    with pytest.raises(osprey.InvalidArgument, match="one-sided transform needs a real input"):
+        osprey.load_onnx(dft_model(tmp_path, [2, 8, 2], 1, 0, 1), threads=1).run(
+            {"x": np.zeros((2, 8, 2), np.float32)})
+    with pytest.raises(osprey.InvalidArgument, match="needs a complex input holding 11 bins"):
+        osprey.load_onnx(dft_model(tmp_path, [2, 8, 2], 1, 1, 1, 20), threads=1).run(
+            {"x": np.zeros((2, 8, 2), np.float32)})
+    with pytest.raises(osprey.InvalidArgument, match="not the last"):
+        osprey.load_onnx(dft_model(tmp_path, [2, 8, 1], -1, 0, 0), threads=1).run(
+            {"x": np.zeros((2, 8, 1), np.float32)})
+    # a prime length of 100,003 points over 4 signals: ~4e10 multiply-adds directly; refused at once
+    model = osprey.load_onnx(dft_model(tmp_path, [4, 3, 1], 1, 0, 0, 100003), threads=1)
+    with pytest.raises(osprey.Unsupported, match="not a power of two"):
+        model.run({"x": np.zeros((4, 3, 1), np.float32)})
+    # 1,000,003 points over 4,096 signals: a 32 GB output, refused by the allocator's limit
+    model = osprey.load_onnx(dft_model(tmp_path, [4096, 3, 1], 1, 0, 0, 1000003), threads=1)
+    with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):
+        model.run({"x": np.zeros((4096, 3, 1), np.float32)})
