@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "image/decode_internal.h"
+#include "kernels/reference/reference.h"
 #include "osprey/image.h"
 
 namespace osprey {
@@ -196,6 +197,19 @@ bool PeekImageSize(const void* data, size_t size, const DecodeOptions& options, 
   if (data == nullptr || DetectImageFormat(data, size) != ImageFormat::kJpeg) return false;
   return image_internal::PeekJpegSize(static_cast<const uint8_t*>(data), size, options, width, height);
 }
+
+namespace {
+// ImageDecoder's decoder (kernels/reference/reference.h), installed when this library is linked in: the pixels as
+// stored (no EXIF rotation); gray as the luma of the decoded RGB (a colour JPEG's coded Y differs from it), as the
+// ONNX reference (Pillow's convert('L')) computes it.
+Tensor DecodeForImageDecoder(const void* data, size_t size, int channels) {
+  DecodeOptions options;
+  options.apply_exif_orientation = false;
+  const Tensor rgb = DecodeImage(data, size, options);
+  return channels == 3 ? rgb : image_internal::ConvertChannels(rgb, channels);
+}
+const bool g_image_decoder_installed = (SetImageDecoder(DecodeForImageDecoder), true);
+}  // namespace
 
 Tensor DecodeImage(const void* data, size_t size, const DecodeOptions& options, DecodeInfo* info) {
   image_internal::CheckChannels(options);

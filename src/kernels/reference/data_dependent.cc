@@ -1,7 +1,8 @@
-// Ops whose output shapes depend on their input values (OpTraits::data_dependent): NonZero, NonMaxSuppression and
-// Compress. They run between the plans of a model cut at them (runtime/segments.cc), on host tensors, and allocate
+// Ops whose output shapes depend on their input values (OpTraits::data_dependent): NonZero, NonMaxSuppression,
+// Compress and ImageDecoder. They run between the plans of a model cut at them (runtime/segments.cc), on host tensors, and allocate
 // their outputs once they know the sizes.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -176,12 +177,63 @@ std::vector<Tensor> NonMaxSuppression(const Node& node, const std::vector<const 
   return {std::move(out)};
 }
 
+std::atomic<ImageDecodeFn> g_image_decoder{nullptr};
+
+// The format an encoded stream's first bytes name, for the formats ImageDecoder lists that osprey does not read.
+const char* UnreadFormat(const uint8_t* p, int64_t n) {
+  if (n >= 4 && ((p[0] == 'I' && p[1] == 'I' && p[2] == 42 && p[3] == 0) || (p[0] == 'M' && p[1] == 'M' && p[2] == 0 &&
+                                                                          p[3] == 42)))
+    return "TIFF";
+  if ((n >= 12 && p[0] == 0 && p[1] == 0 && p[2] == 0 && p[3] == 12 && p[4] == 'j' && p[5] == 'P') ||
+      (n >= 4 && p[0] == 0xFF && p[1] == 0x4F && p[2] == 0xFF && p[3] == 0x51))
+    return "JPEG 2000";
+  if (n >= 2 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7') return "PNM";
+  return nullptr;
+}
+
+// ImageDecoder (opset 20): a 1-D uint8 encoded image -> uint8 [H, W, 3] (RGB or BGR) or [H, W, 1] (Grayscale, ITU-R
+// 601-2 luma as Pillow's convert('L')), the pixels as stored (no EXIF rotation, as the ONNX reference reads them).
+// A stream that cannot be decoded gives an empty [0, 0, C] tensor, as the spec says; a format osprey does not read
+// (TIFF, JPEG 2000, PNM) is refused by name instead, so a missing decoder never passes for a broken file.
+std::vector<Tensor> ImageDecoder(const Node& node, const std::vector<const Tensor*>& inputs) {
+  const Tensor& encoded = Required(node, inputs, 0, "encoded_stream");
+  if (encoded.dtype() != DType::kU8 || encoded.rank() != 1)
+    Invalid(node, "encoded_stream must be a 1-D uint8 tensor, got " + std::string(DTypeName(encoded.dtype())) + " " +
+                      ShapeToString(encoded.shape()));
+  const std::string format = node.GetString("pixel_format", "RGB");
+  if (format != "RGB" && format != "BGR" && format != "Grayscale")
+    Invalid(node, "pixel_format must be \"RGB\", \"BGR\" or \"Grayscale\", got \"" + format + "\"");
+  const int channels = format == "Grayscale" ? 1 : 3;
+  const ImageDecodeFn decode = g_image_decoder.load();
+  if (decode == nullptr)
+    throw Error(ErrorCode::kUnsupported, node.Describe() + ": this program was built without osprey's image decoders");
+  const auto* bytes = static_cast<const uint8_t*>(encoded.raw());
+  if (const char* unread = UnreadFormat(bytes, encoded.numel()))
+    throw Error(ErrorCode::kUnsupported, node.Describe() + ": a " + unread +
+                                             " image; osprey decodes JPEG, PNG, WebP and BMP");
+  Tensor image;
+  try {
+    image = decode(bytes, static_cast<size_t>(encoded.numel()), channels);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
+    return {Tensor(DType::kU8, {0, 0, channels})};
+  }
+  if (format == "BGR") {
+    uint8_t* px = image.data<uint8_t>();
+    for (int64_t i = 0, n = image.numel(); i + 2 < n; i += 3) std::swap(px[i], px[i + 2]);
+  }
+  return {std::move(image)};
+}
+
 }  // namespace
+
+void SetImageDecoder(ImageDecodeFn decode) { g_image_decoder.store(decode); }
 
 std::vector<Tensor> RunDataDependentOp(const Node& node, int /*opset*/, const std::vector<const Tensor*>& inputs) {
   if (node.op_type == "NonZero") return NonZero(node, inputs);
   if (node.op_type == "Compress") return Compress(node, inputs);
   if (node.op_type == "NonMaxSuppression") return NonMaxSuppression(node, inputs);
+  if (node.op_type == "ImageDecoder") return ImageDecoder(node, inputs);
   throw Error(ErrorCode::kUnsupported, node.Describe() + ": not an op with data-dependent output shapes");
 }
 

@@ -9,9 +9,15 @@ namespace osprey {
 ReferenceKernel FindReferenceKernel(const std::string& op_type);
 
 /// An op whose output shapes depend on its input values (OpTraits::data_dependent: NonZero, NonMaxSuppression,
-/// Compress), run on host tensors between plans (runtime/segments.cc); its outputs are allocated here. inputs[i] is
+/// Compress, ImageDecoder), run on host tensors between plans (runtime/segments.cc); its outputs are allocated here. inputs[i] is
 /// null for an omitted optional input. kUnsupported for any other op; kInvalidArgument for inputs the op refuses.
 std::vector<Tensor> RunDataDependentOp(const Node& node, int opset, const std::vector<const Tensor*>& inputs);
+
+/// ImageDecoder's decoder (encoded bytes -> uint8 [H, W, channels], channels 3 or 1; throws kInvalidArgument for a
+/// malformed stream, kUnsupported for a format it does not read). Installed by osprey's image library (src/image,
+/// which sits above the kernels) when it is linked in; without it ImageDecoder is refused as unsupported.
+using ImageDecodeFn = Tensor (*)(const void* data, size_t size, int channels);
+void SetImageDecoder(ImageDecodeFn decode);
 
 /// Registration table filled by the per-family Add*ReferenceKernels functions.
 struct ReferenceKernelTable {
