@@ -49,6 +49,8 @@ const OpRegistry& OpRegistry::Get() {
     RegisterControlFlowOps(r);
     RegisterQuantizeOps(r);
     RegisterSignalOps(r);
+    RegisterFoldOps(r);
+    RegisterLinalgOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;

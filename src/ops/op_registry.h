@@ -100,6 +100,8 @@ void RegisterRecurrentOps(OpRegistry& r);     // RNN, GRU, LSTM (recurrent.cc)
 void RegisterControlFlowOps(OpRegistry& r);   // If, folded when the model is compiled (control_flow.cc)
 void RegisterQuantizeOps(OpRegistry& r);      // QuantizeLinear, DequantizeLinear, QLinearConv, ... (quantize.cc)
 void RegisterSignalOps(OpRegistry& r);        // DFT, STFT, MelWeightMatrix (signal.cc)
+void RegisterFoldOps(OpRegistry& r);          // Col2Im, MaxUnpool (fold.cc)
+void RegisterLinalgOps(OpRegistry& r);        // Det (linalg.cc)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";

@@ -19,6 +19,8 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddRecurrentReferenceKernels(t);
     AddQuantizeReferenceKernels(t);
     AddSignalReferenceKernels(t);
+    AddFoldReferenceKernels(t);
+    AddLinalgReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

@@ -34,6 +34,8 @@ void AddInternalReferenceKernels(ReferenceKernelTable& t);  // internal.cc: ops 
 void AddRecurrentReferenceKernels(ReferenceKernelTable& t);  // recurrent.cc: RNN, GRU, LSTM
 void AddQuantizeReferenceKernels(ReferenceKernelTable& t);  // quantize.cc: QuantizeLinear, QLinearConv, ...
 void AddSignalReferenceKernels(ReferenceKernelTable& t);    // signal.cc: DFT, STFT, MelWeightMatrix
+void AddFoldReferenceKernels(ReferenceKernelTable& t);      // fold.cc: Col2Im, MaxUnpool
+void AddLinalgReferenceKernels(ReferenceKernelTable& t);    // linalg.cc: Det
 
 /// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
 /// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
