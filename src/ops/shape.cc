@@ -921,6 +921,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "NonMaxSuppression", 2, 5, 1, 1, InferDataDependent, {.data_dependent = true});
   Add(r, "Compress", 2, 2, 1, 1, InferDataDependent, {.data_dependent = true});
   Add(r, "ImageDecoder", 1, 1, 1, 1, InferDataDependent, {.data_dependent = true});  // its size is in the bytes
+  Add(r, "Unique", 1, 1, 1, 4, InferDataDependent, {.data_dependent = true});
   Add(r, "Dropout", 1, 3, 1, 2, InferDropout);
   Add(r, "DepthToSpace", 1, 1, 1, 1, InferDepthToSpace);
   Add(r, "CenterCropPad", 2, 2, 1, 1, InferCenterCropPad);

@@ -332,6 +332,51 @@ def test_loop_on_a_run_time_trip_count_checks_its_declared_types(tmp_path):
         m.run({"trips": np.array(2, np.int64)})
 
 
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("is_sorted", [1, 0])
+def test_unique_matches_onnxruntime(tmp_path, axis, is_sorted):
+    """Unique's four outputs, with parts after the cut (the counts summed, Y doubled), on inputs with repeated values
+    and repeated rows/columns, as ONNX Runtime gives them."""
+    T = TensorProto
+    attrs = {"sorted": is_sorted} if axis is None else {"sorted": is_sorted, "axis": axis}
+    graph = helper.make_graph(
+        [helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs),
+         helper.make_node("ReduceSum", ["counts"], ["total"], keepdims=0),
+         helper.make_node("Add", ["y", "y"], ["y2"])], "unique",
+        [helper.make_tensor_value_info("x", T.INT64, [6, 4])],
+        [helper.make_tensor_value_info(n, T.INT64, None) for n in ("y", "first", "inverse", "counts", "total", "y2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "unique.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        x = rng.integers(0, 3, (6, 4)).astype(np.int64)
+        x[3] = x[1]  # a repeated row
+        x[:, 2] = x[:, 0]  # a repeated column
+        run_both(m, session, {"x": x})
+
+
+def test_unique_of_floats_with_nans_matches_numpy(tmp_path):
+    graph = helper.make_graph([helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"])], "unique_f",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [9])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT if n == "y" else TensorProto.INT64,
+                                                             None) for n in ("y", "first", "inverse", "counts")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "unique_f.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = np.array([2.5, np.nan, -1, 2.5, 0, np.nan, -1, 7, -0.0], np.float32)
+    got = osprey.load_onnx(str(path), threads=1).run({"x": x})
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    np.testing.assert_array_equal(got["y"], y)  # NaN last, once (numpy >= 1.21 folds NaNs together)
+    np.testing.assert_array_equal(got["first"], first)
+    np.testing.assert_array_equal(got["inverse"], inverse.ravel())
+    np.testing.assert_array_equal(got["counts"], counts)
+
+
 def test_too_many_cuts_are_refused_when_loaded(tmp_path):
     # 1,100 NonZero in a chain: each would nest another cut; osprey stops at 1,024 with a clear error, not a crash.
     nodes, value = [], "x"

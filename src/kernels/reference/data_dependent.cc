@@ -1,10 +1,11 @@
 // Ops whose output shapes depend on their input values (OpTraits::data_dependent): NonZero, NonMaxSuppression,
-// Compress and ImageDecoder. They run between the plans of a model cut at them (runtime/segments.cc), on host tensors, and allocate
+// Compress, Unique and ImageDecoder. They run between the plans of a model cut at them (runtime/segments.cc), on host tensors, and allocate
 // their outputs once they know the sizes.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/reference/dispatch.h"
@@ -177,6 +178,99 @@ std::vector<Tensor> NonMaxSuppression(const Node& node, const std::vector<const 
   return {std::move(out)};
 }
 
+// Unique (opset 11): the distinct elements (no axis: of the flattened input) or distinct slices along `axis`, sorted
+// (ascending, slices lexicographically; NaNs after numbers, all NaNs one value, as numpy.unique) or in order of first
+// appearance (sorted = 0); outputs Y, the first index of each, each input element's (slice's) index into Y, and the
+// counts, as the ONNX reference computes them.
+template <class T>
+int Compare(const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      const bool na = a[i] != a[i], nb = b[i] != b[i];
+      if (na || nb) {
+        if (na && nb) continue;
+        return na ? 1 : -1;
+      }
+    }
+    if (a[i] < b[i]) return -1;
+    if (b[i] < a[i]) return 1;
+  }
+  return 0;
+}
+
+std::vector<Tensor> Unique(const Node& node, const std::vector<const Tensor*>& inputs) {
+  const Tensor& x = Required(node, inputs, 0, "X");
+  const bool has_axis = node.Has("axis");
+  const Shape shape = has_axis ? x.shape() : Shape{x.numel()};
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = has_axis ? node.GetInt("axis", 0) : 0;
+  if (axis < -rank || axis >= rank)
+    Invalid(node, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+  const int64_t count = shape[axis], slice = outer * inner;
+  const bool sorted = node.GetInt("sorted", 1) != 0;
+  std::vector<int64_t> order(static_cast<size_t>(count));  // slice indices, sorted by value then first index
+  std::vector<int64_t> first, inverse(static_cast<size_t>(count)), counts;
+  Tensor y;
+  DispatchNumeric(node, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    // Slice k gathered contiguously (outer x inner values) so slices compare as runs.
+    std::vector<T> rows(static_cast<size_t>(count * slice));
+    const T* src = x.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < count; ++k)
+        std::copy(src + (o * count + k) * inner, src + (o * count + k + 1) * inner, rows.data() + (k * slice + o * inner));
+    auto row = [&](int64_t k) { return rows.data() + k * slice; };
+    for (int64_t k = 0; k < count; ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return Compare(row(a), row(b), slice) < 0; });
+    std::vector<int64_t> group(static_cast<size_t>(count));  // sorted group of each slice
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t k = order[j];
+      if (j == 0 || Compare(row(order[j - 1]), row(k), slice) != 0) {
+        first.push_back(k);
+        counts.push_back(0);
+      }
+      group[k] = static_cast<int64_t>(first.size()) - 1;
+      ++counts.back();
+    }
+    std::vector<int64_t> rank_of(first.size());  // output position of each sorted group
+    for (size_t g = 0; g < first.size(); ++g) rank_of[g] = static_cast<int64_t>(g);
+    if (!sorted) {  // groups in order of first appearance
+      std::vector<int64_t> by_first(first.size());
+      for (size_t g = 0; g < first.size(); ++g) by_first[g] = static_cast<int64_t>(g);
+      std::sort(by_first.begin(), by_first.end(), [&](int64_t a, int64_t b) { return first[a] < first[b]; });
+      std::vector<int64_t> f2(first.size()), c2(first.size());
+      for (size_t p = 0; p < by_first.size(); ++p) {
+        rank_of[by_first[p]] = static_cast<int64_t>(p);
+        f2[p] = first[by_first[p]];
+        c2[p] = counts[by_first[p]];
+      }
+      first.swap(f2);
+      counts.swap(c2);
+    }
+    for (int64_t k = 0; k < count; ++k) inverse[k] = rank_of[group[k]];
+    Shape out_shape = shape;
+    out_shape[axis] = static_cast<int64_t>(first.size());
+    y = Tensor(x.dtype(), out_shape);
+    T* dst = y.data<T>();
+    const int64_t u = static_cast<int64_t>(first.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t p = 0; p < u; ++p)
+        std::copy(src + (o * count + first[p]) * inner, src + (o * count + first[p] + 1) * inner,
+                  dst + (o * u + p) * inner);
+  });
+  auto vec = [](const std::vector<int64_t>& v) {
+    Tensor t(DType::kI64, {static_cast<int64_t>(v.size())});
+    if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(int64_t));
+    return t;
+  };
+  return {std::move(y), vec(first), vec(inverse), vec(counts)};
+}
+
 std::atomic<ImageDecodeFn> g_image_decoder{nullptr};
 
 // The format an encoded stream's first bytes name, for the formats ImageDecoder lists that osprey does not read.
@@ -234,6 +328,7 @@ std::vector<Tensor> RunDataDependentOp(const Node& node, int /*opset*/, const st
   if (node.op_type == "Compress") return Compress(node, inputs);
   if (node.op_type == "NonMaxSuppression") return NonMaxSuppression(node, inputs);
   if (node.op_type == "ImageDecoder") return ImageDecoder(node, inputs);
+  if (node.op_type == "Unique") return Unique(node, inputs);
   throw Error(ErrorCode::kUnsupported, node.Describe() + ": not an op with data-dependent output shapes");
 }
 
