@@ -51,6 +51,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterSignalOps(r);
     RegisterFoldOps(r);
     RegisterLinalgOps(r);
+    RegisterDeformConvOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;

@@ -102,6 +102,7 @@ void RegisterQuantizeOps(OpRegistry& r);      // QuantizeLinear, DequantizeLinea
 void RegisterSignalOps(OpRegistry& r);        // DFT, STFT, MelWeightMatrix (signal.cc)
 void RegisterFoldOps(OpRegistry& r);          // Col2Im, MaxUnpool (fold.cc)
 void RegisterLinalgOps(OpRegistry& r);        // Det (linalg.cc)
+void RegisterDeformConvOps(OpRegistry& r);    // DeformConv, 2-D (deform_conv.cc)
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";

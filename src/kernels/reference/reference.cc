@@ -21,6 +21,7 @@ ReferenceKernel FindReferenceKernel(const std::string& op_type) {
     AddSignalReferenceKernels(t);
     AddFoldReferenceKernels(t);
     AddLinalgReferenceKernels(t);
+    AddDeformConvReferenceKernels(t);
     std::sort(t.entries.begin(), t.entries.end());
     return t;
   }();

@@ -36,6 +36,7 @@ void AddQuantizeReferenceKernels(ReferenceKernelTable& t);  // quantize.cc: Quan
 void AddSignalReferenceKernels(ReferenceKernelTable& t);    // signal.cc: DFT, STFT, MelWeightMatrix
 void AddFoldReferenceKernels(ReferenceKernelTable& t);      // fold.cc: Col2Im, MaxUnpool
 void AddLinalgReferenceKernels(ReferenceKernelTable& t);    // linalg.cc: Det
+void AddDeformConvReferenceKernels(ReferenceKernelTable& t);  // deform_conv.cc: DeformConv
 
 /// Spatial geometry of a window op normalised to three dims (leading dims of size 1) so one loop nest serves
 /// 1-D, 2-D and 3-D. Pads may be negative only for ConvTranspose (an output larger than the input covers).
