@@ -10,41 +10,31 @@
 namespace osprey {
 namespace {
 
+using schema::FailNode;
 using schema::Str;
-
-[[noreturn]] void Fail(const Node& node, const std::string& message) {
-  throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + message);
-}
-
-std::vector<int64_t> Pair(const Node& node, const char* name, size_t count, int64_t fill, int64_t min) {
-  std::vector<int64_t> v = node.Has(name) ? node.GetInts(name) : std::vector<int64_t>(count, fill);
-  if (v.size() != count) Fail(node, std::string(name) + " must have " + Str(static_cast<int64_t>(count)) + " values");
-  for (int64_t e : v)
-    if (e < min) Fail(node, std::string(name) + " must be >= " + Str(min) + ", got " + ShapeToString(v));
-  return v;
-}
 
 }  // namespace
 
 DeformConvParams ResolveDeformConv(const Node& node, const Shape& x, const Shape& w, const Shape& offset,
                                    const Shape* bias, const Shape* mask) {
   if (x.size() != 4 || w.size() != 4 || offset.size() != 4)
-    Fail(node, "X, W and offset must be 4-D (osprey deforms 2-D convolutions), got " + ShapeToString(x) + ", " +
-                   ShapeToString(w) + ", " + ShapeToString(offset));
+    FailNode(node, "X, W and offset must be 4-D (osprey deforms 2-D convolutions), got " + ShapeToString(x) + ", " +
+                       ShapeToString(w) + ", " + ShapeToString(offset));
   DeformConvParams p;
   p.n = x[0];
   p.in_c = x[1];
   p.in_h = x[2];
   p.in_w = x[3];
   p.out_c = w[0];
-  const std::vector<int64_t> kernel = node.Has("kernel_shape") ? Pair(node, "kernel_shape", 2, 1, 1)
-                                                                 : std::vector<int64_t>{w[2], w[3]};
+  const std::vector<int64_t> kernel =
+      node.Has("kernel_shape") ? schema::IntsAttr(node, "kernel_shape", 2, 1, 1) : std::vector<int64_t>{w[2], w[3]};
   if (kernel[0] != w[2] || kernel[1] != w[3])
-    Fail(node, "kernel_shape " + ShapeToString(kernel) + " differs from W's " + ShapeToString(w));
+    FailNode(node, "kernel_shape " + ShapeToString(kernel) + " differs from W's " + ShapeToString(w));
   p.kh = kernel[0];
   p.kw = kernel[1];
-  const std::vector<int64_t> strides = Pair(node, "strides", 2, 1, 1), dilations = Pair(node, "dilations", 2, 1, 1);
-  const std::vector<int64_t> pads = Pair(node, "pads", 4, 0, 0);
+  const std::vector<int64_t> strides = schema::IntsAttr(node, "strides", 2, 1, 1),
+                             dilations = schema::IntsAttr(node, "dilations", 2, 1, 1);
+  const std::vector<int64_t> pads = schema::IntsAttr(node, "pads", 4, 0, 0);
   p.stride_h = strides[0];
   p.stride_w = strides[1];
   p.dil_h = dilations[0];
@@ -54,26 +44,27 @@ DeformConvParams ResolveDeformConv(const Node& node, const Shape& x, const Shape
   p.group = node.GetInt("group", 1);
   p.offset_group = node.GetInt("offset_group", 1);
   if (p.group < 1 || p.in_c % p.group != 0 || p.out_c % p.group != 0 || w[1] * p.group != p.in_c)
-    Fail(node, "group " + Str(p.group) + " must divide X's " + Str(p.in_c) + " and W's " + Str(p.out_c) +
-                   " channels, with W [" + Str(p.out_c) + ", " + Str(p.in_c) + " / group, kH, kW], got W " +
-                   ShapeToString(w));
+    FailNode(node, "group " + Str(p.group) + " must divide X's " + Str(p.in_c) + " and W's " + Str(p.out_c) +
+                       " channels, with W [" + Str(p.out_c) + ", " + Str(p.in_c) + " / group, kH, kW], got W " +
+                       ShapeToString(w));
   if (p.offset_group < 1 || p.in_c % p.offset_group != 0)
-    Fail(node, "offset_group " + Str(p.offset_group) + " must divide X's " + Str(p.in_c) + " channels");
+    FailNode(node, "offset_group " + Str(p.offset_group) + " must divide X's " + Str(p.in_c) + " channels");
   p.out_h = (p.in_h + pads[0] + pads[2] - p.dil_h * (p.kh - 1) - 1) / p.stride_h + 1;
   p.out_w = (p.in_w + pads[1] + pads[3] - p.dil_w * (p.kw - 1) - 1) / p.stride_w + 1;
-  if (p.out_h < 1 || p.out_w < 1) Fail(node, "the kernel does not fit the padded input " + ShapeToString(x));
+  if (p.out_h < 1 || p.out_w < 1) FailNode(node, "the kernel does not fit the padded input " + ShapeToString(x));
   const Shape want_offset{p.n, p.offset_group * p.kh * p.kw * 2, p.out_h, p.out_w};
   if (offset != want_offset)
-    Fail(node, "offset must be " + ShapeToString(want_offset) + " (N, offset_group x kH x kW x 2, out H, out W), got " +
-                   ShapeToString(offset));
+    FailNode(node, "offset must be " + ShapeToString(want_offset) +
+                       " (N, offset_group x kH x kW x 2, out H, out W), got " + ShapeToString(offset));
   if (bias) {
     p.bias = true;
-    if (*bias != Shape{p.out_c}) Fail(node, "B must be [" + Str(p.out_c) + "], got " + ShapeToString(*bias));
+    if (*bias != Shape{p.out_c}) FailNode(node, "B must be [" + Str(p.out_c) + "], got " + ShapeToString(*bias));
   }
   if (mask) {
     p.mask = true;
     const Shape want_mask{p.n, p.offset_group * p.kh * p.kw, p.out_h, p.out_w};
-    if (*mask != want_mask) Fail(node, "mask must be " + ShapeToString(want_mask) + ", got " + ShapeToString(*mask));
+    if (*mask != want_mask)
+      FailNode(node, "mask must be " + ShapeToString(want_mask) + ", got " + ShapeToString(*mask));
   }
   return p;
 }
@@ -87,9 +78,11 @@ void InferDeformConv(InferContext& ctx) {
     if (ctx.Has(i) && ctx.input_dtypes[i] != DType::kF32)
       throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": DeformConv computes in float32, input " + Str(i) +
                                                " is " + DTypeName(ctx.input_dtypes[i]));
-  auto optional = [&](int i) { return ctx.Has(i) && NumElements(ctx.input_shapes[i]) > 0 ? &ctx.input_shapes[i] : nullptr; };
-  const DeformConvParams p = ResolveDeformConv(ctx.node, ctx.input_shapes[0], ctx.input_shapes[1],
-                                               ctx.input_shapes[2], optional(3), optional(4));
+  auto optional = [&](int i) {
+    return ctx.Has(i) && NumElements(ctx.input_shapes[i]) > 0 ? &ctx.input_shapes[i] : nullptr;
+  };
+  const DeformConvParams p = ResolveDeformConv(ctx.node, ctx.input_shapes[0], ctx.input_shapes[1], ctx.input_shapes[2],
+                                               optional(3), optional(4));
   ctx.SetOutput(0, DType::kF32, {p.n, p.out_c, p.out_h, p.out_w});
 }
 

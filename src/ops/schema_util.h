@@ -10,6 +10,22 @@ namespace osprey::schema {
 
 inline std::string Str(int64_t v) { return std::to_string(v); }
 
+/// Throws kInvalidArgument "<node>: <message>" (for resolvers shared by a schema and its kernel, which have a node
+/// but no InferContext).
+[[noreturn]] inline void FailNode(const Node& node, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + message);
+}
+
+/// Attribute `name` with `count` values (`fill` each when absent), each >= `min`.
+inline std::vector<int64_t> IntsAttr(const Node& node, const char* name, size_t count, int64_t fill, int64_t min) {
+  std::vector<int64_t> v = node.Has(name) ? node.GetInts(name) : std::vector<int64_t>(count, fill);
+  if (v.size() != count)
+    FailNode(node, std::string(name) + " must have " + Str(static_cast<int64_t>(count)) + " values");
+  for (int64_t e : v)
+    if (e < min) FailNode(node, std::string(name) + " must be >= " + Str(min) + ", got " + ShapeToString(v));
+  return v;
+}
+
 /// ONNX TensorProto.DataType code (attribute `attr`: Cast's `to`, EyeLike's `dtype`, ...) -> osprey dtype. A code
 /// that is no ONNX dtype fails kInvalidArgument; one osprey does not compute is kUnsupported, named.
 DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code, const char* attr = "to");

@@ -13,22 +13,19 @@
 namespace osprey {
 namespace {
 
+using schema::FailNode;
 using schema::Str;
-
-[[noreturn]] void Fail(const Node& node, const std::string& message) {
-  throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + message);
-}
 
 // An integer input holding one value (a scalar or a one-element vector).
 int64_t OneInt(const Node& node, const Tensor& t, const char* what) {
   if ((t.dtype() != DType::kI64 && t.dtype() != DType::kI32) || t.numel() != 1)
-    Fail(node, std::string(what) + " must be one integer, got " + DTypeName(t.dtype()) + " " +
-                   ShapeToString(t.shape()));
+    FailNode(node,
+             std::string(what) + " must be one integer, got " + DTypeName(t.dtype()) + " " + ShapeToString(t.shape()));
   return t.GetAsInt(0);
 }
 
 double OneValue(const Node& node, const Tensor& t, const char* what) {
-  if (t.numel() != 1) Fail(node, std::string(what) + " must be one value, got " + ShapeToString(t.shape()));
+  if (t.numel() != 1) FailNode(node, std::string(what) + " must be one value, got " + ShapeToString(t.shape()));
   return t.GetAsDouble(0);
 }
 
@@ -38,8 +35,8 @@ void CheckSignal(const Node& node, const Shape& x, DType dtype, size_t min_rank)
     throw Error(ErrorCode::kUnsupported,
                 node.Describe() + ": osprey computes " + node.op_type + " in float32, got " + DTypeName(dtype));
   if (x.size() < min_rank || (x.back() != 1 && x.back() != 2))
-    Fail(node, "input must have rank >= " + Str(static_cast<int64_t>(min_rank)) +
-                   " and a last dim of 1 (real) or 2 (complex), got " + ShapeToString(x));
+    FailNode(node, "input must have rank >= " + Str(static_cast<int64_t>(min_rank)) +
+                       " and a last dim of 1 (real) or 2 (complex), got " + ShapeToString(x));
 }
 
 bool Given(const Tensor* t) { return t != nullptr && t->numel() > 0; }
@@ -54,8 +51,8 @@ DftParams ResolveDft(const Node& node, int opset, const Shape& x, DType dtype, c
   int64_t axis = opset >= 20 ? -2 : node.GetInt("axis", 1);
   if (opset >= 20 && Given(axis_input)) axis = OneInt(node, *axis_input, "axis (input 2)");
   if (axis < -rank || axis == -1 || axis >= rank - 1)
-    Fail(node, "axis must be a dim of the signal, not the last (real, imaginary) one: in [" + Str(-rank) +
-                   ", -2] or [0, " + Str(rank - 2) + "], got " + Str(axis));
+    FailNode(node, "axis must be a dim of the signal, not the last (real, imaginary) one: in [" + Str(-rank) +
+                       ", -2] or [0, " + Str(rank - 2) + "], got " + Str(axis));
   p.axis = axis < 0 ? axis + rank : axis;
   p.inverse = node.GetInt("inverse", 0) != 0;
   p.onesided = node.GetInt("onesided", 0) != 0;
@@ -63,36 +60,37 @@ DftParams ResolveDft(const Node& node, int opset, const Shape& x, DType dtype, c
   p.length = p.complex_to_real ? 2 * (x[p.axis] - 1) : x[p.axis];
   if (Given(dft_length)) {
     p.length = OneInt(node, *dft_length, "dft_length (input 1)");
-    if (p.length < 1) Fail(node, "dft_length must be >= 1, got " + Str(p.length));
+    if (p.length < 1) FailNode(node, "dft_length must be >= 1, got " + Str(p.length));
   }
-  if (p.length < 1) Fail(node, "the signal along axis " + Str(p.axis) + " is too short: nothing to transform");
+  if (p.length < 1) FailNode(node, "the signal along axis " + Str(p.axis) + " is too short: nothing to transform");
   if (p.onesided && !p.inverse && x.back() != 1)
-    Fail(node, "a one-sided transform needs a real input (a last dim of 1), got " + ShapeToString(x));
+    FailNode(node, "a one-sided transform needs a real input (a last dim of 1), got " + ShapeToString(x));
   if (p.complex_to_real && (x.back() != 2 || x[p.axis] != p.length / 2 + 1))
-    Fail(node, "an inverse one-sided transform (complex to real) of " + Str(p.length) + " points needs a complex "
-               "input holding " + Str(p.length / 2 + 1) + " bins along axis " + Str(p.axis) + ", got " +
-               ShapeToString(x));
+    FailNode(node, "an inverse one-sided transform (complex to real) of " + Str(p.length) +
+                       " points needs a complex "
+                       "input holding " +
+                       Str(p.length / 2 + 1) + " bins along axis " + Str(p.axis) + ", got " + ShapeToString(x));
   p.bins = p.onesided && !p.inverse ? p.length / 2 + 1 : p.length;
   return p;
 }
 
-StftParams ResolveStft(const Node& node, const Shape& x, DType dtype, const Tensor& frame_step,
-                       const Shape* window, const Tensor* frame_length) {
+StftParams ResolveStft(const Node& node, const Shape& x, DType dtype, const Tensor& frame_step, const Shape* window,
+                       const Tensor* frame_length) {
   CheckSignal(node, x, dtype, 3);
-  if (x.size() != 3) Fail(node, "signal must be [batch, length, 1 or 2], got " + ShapeToString(x));
+  if (x.size() != 3) FailNode(node, "signal must be [batch, length, 1 or 2], got " + ShapeToString(x));
   StftParams p;
   p.step = OneInt(node, frame_step, "frame_step (input 1)");
-  if (p.step < 1) Fail(node, "frame_step must be >= 1, got " + Str(p.step));
-  if (window && window->size() != 1) Fail(node, "window must be 1-D, got " + ShapeToString(*window));
+  if (p.step < 1) FailNode(node, "frame_step must be >= 1, got " + Str(p.step));
+  if (window && window->size() != 1) FailNode(node, "window must be 1-D, got " + ShapeToString(*window));
   if (Given(frame_length))
     p.frame_length = OneInt(node, *frame_length, "frame_length (input 3)");
   else
     p.frame_length = window ? (*window)[0] : x[1];
   if (p.frame_length < 1 || p.frame_length > x[1])
-    Fail(node, "frame_length must be in [1, " + Str(x[1]) + "] (the signal's length), got " + Str(p.frame_length));
+    FailNode(node, "frame_length must be in [1, " + Str(x[1]) + "] (the signal's length), got " + Str(p.frame_length));
   if (window && (*window)[0] != p.frame_length)
-    Fail(node, "window has " + Str((*window)[0]) + " values, frame_length is " + Str(p.frame_length) +
-                   " (they must be equal)");
+    FailNode(node, "window has " + Str((*window)[0]) + " values, frame_length is " + Str(p.frame_length) +
+                       " (they must be equal)");
   p.frames = 1 + (x[1] - p.frame_length) / p.step;
   p.onesided = node.GetInt("onesided", 1) != 0;
   p.bins = p.onesided ? p.frame_length / 2 + 1 : p.frame_length;
@@ -108,12 +106,12 @@ MelParams ResolveMel(const Node& node, const Tensor& mel_bins, const Tensor& dft
   p.lower_hz = OneValue(node, lower_hz, "lower_edge_hertz (input 3)");
   p.upper_hz = OneValue(node, upper_hz, "upper_edge_hertz (input 4)");
   if (p.mel_bins < 1 || p.dft_length < 1 || p.sample_rate < 1)
-    Fail(node, "num_mel_bins, dft_length and sample_rate must be >= 1, got " + Str(p.mel_bins) + ", " +
-                   Str(p.dft_length) + ", " + Str(p.sample_rate));
+    FailNode(node, "num_mel_bins, dft_length and sample_rate must be >= 1, got " + Str(p.mel_bins) + ", " +
+                       Str(p.dft_length) + ", " + Str(p.sample_rate));
   if (!(p.lower_hz >= 0) || !(p.upper_hz > p.lower_hz) || !(p.upper_hz <= p.sample_rate / 2.0))
-    Fail(node, "the edges must satisfy 0 <= lower_edge_hertz < upper_edge_hertz <= sample_rate / 2, got " +
-                   std::to_string(p.lower_hz) + " and " + std::to_string(p.upper_hz) + " at " + Str(p.sample_rate) +
-                   " Hz");
+    FailNode(node, "the edges must satisfy 0 <= lower_edge_hertz < upper_edge_hertz <= sample_rate / 2, got " +
+                       std::to_string(p.lower_hz) + " and " + std::to_string(p.upper_hz) + " at " + Str(p.sample_rate) +
+                       " Hz");
   return p;
 }
 

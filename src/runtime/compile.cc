@@ -693,9 +693,10 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       if (last_use[root[s]] < static_cast<int>(i)) last_use[root[s]] = static_cast<int>(i);
   }
   // In place: a host step whose kernel may write output 0 over input k (Kernel::MayOverwriteInput: a convolution's
-  // residual, which it would otherwise copy into its output before summing onto it) gets that input's buffer when the input's bytes die at this step, no other input of the
-  // step reads them, and both are arena values of one size and layout. The output's group (it and the views made of
-  // it later) joins the input's, whose life now lasts as long as the output's.
+  // residual, which it would otherwise copy into its output before summing onto it) gets that input's buffer when the
+  // input's bytes die at this step, no other input of the step reads them, and both are arena values of one size and
+  // layout. The output's group (it and the views made of it later) joins the input's, whose life now lasts as long as
+  // the output's.
   std::vector<std::vector<int>> group(impl->slots.size());  // per root: the slots sharing its bytes
   for (size_t t = 0; t < root.size(); ++t) group[root[t]].push_back(static_cast<int>(t));
   for (size_t i = 0; i < impl->steps.size(); ++i) {

@@ -91,6 +91,14 @@ void CheckDeclaredOutputTypes(const CompileState& st, const Graph& graph, const 
   }
 }
 
+int64_t CountNodesDeep(const Graph& graph) {
+  int64_t n = static_cast<int64_t>(graph.nodes.size());
+  for (const Node& node : graph.nodes)
+    for (const auto& [name, attr] : node.attrs)
+      if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountNodesDeep(*attr.g);
+  return n;
+}
+
 void CheckDeclaredType(const ValueInfo& declared, DType computed, const std::string& where) {
   if (declared.has_dtype && computed != declared.dtype)
     throw Error(ErrorCode::kInvalidArgument, where + " output '" + declared.name + "' is declared " +

@@ -63,6 +63,10 @@ void CheckDeclaredOutputTypes(const CompileState& state, const Graph& graph, con
 /// The same for one output: its declared type (when it has one) against `computed`.
 void CheckDeclaredType(const ValueInfo& declared, DType computed, const std::string& where);
 
+/// Nodes of `graph`, those of its nodes' graphs (If branches, Loop and Scan bodies) included: what compiling or
+/// running it may cost, for the subgraph budgets.
+int64_t CountNodesDeep(const Graph& graph);
+
 /// The nodes of subgraph `graph` copied into `state` with new value ids: graph input k reads `input_ids[k]`, the
 /// graph's constants become constants of `state`, and graph output j, where a graph node computes it and
 /// `output_ids[j]` >= 0, is written straight into `output_ids[j]`. `*outputs` receives each graph output's id in

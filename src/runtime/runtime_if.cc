@@ -14,14 +14,6 @@ namespace {
 
 constexpr const char* kBranchNames[2] = {"then_branch", "else_branch"};
 
-int64_t CountNodes(const Graph& g) {
-  int64_t n = static_cast<int64_t>(g.nodes.size());
-  for (const Node& node : g.nodes)
-    for (const auto& [name, attr] : node.attrs)
-      if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountNodes(*attr.g);
-  return n;
-}
-
 // Branch `branch` as a graph of its own: the outer values known when compiling become its constants, the others
 // (node inputs `runtime_inputs`) stay its inputs.
 Graph StandaloneBranch(const CompileState& st, const Node& node, const Graph& branch) {
@@ -88,7 +80,7 @@ Node CompileRuntimeIf(CompileState& st, const Node& node) {
     specs.push_back({outer.dtype, outer.shape});
   }
   const Graph* graphs[2] = {node.attrs.at(kBranchNames[0]).g.get(), node.attrs.at(kBranchNames[1]).g.get()};
-  const int64_t nodes = CountNodes(*graphs[0]) + CountNodes(*graphs[1]);
+  const int64_t nodes = CountNodesDeep(*graphs[0]) + CountNodesDeep(*graphs[1]);
   if (st.subgraph_nodes + nodes > kMaxLoopNodes)
     throw Error(ErrorCode::kUnsupported, node.Describe() + ": its branches hold " + std::to_string(nodes) +
                                              " nodes, and " + std::to_string(st.subgraph_nodes) +

@@ -12,8 +12,8 @@
 #include <unordered_set>
 
 #include "kernels/reference/reference.h"
-#include "ops/op_registry.h"
 #include "ops/control_flow.h"
+#include "ops/op_registry.h"
 #include "runtime/inline_if.h"
 #include "runtime/inline_loop.h"
 
@@ -138,15 +138,6 @@ std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& 
 std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
   if (HoldsCut(graph)) return MakeCutRunner(graph, shared);
   return std::make_unique<PlainRunner>(std::move(graph), shared);
-}
-
-// Nodes of a graph, those of its nodes' graphs (If branches, Loop and Scan bodies) included.
-int64_t CountNodes(const Graph& g) {
-  int64_t n = static_cast<int64_t>(g.nodes.size());
-  for (const Node& node : g.nodes)
-    for (const auto& [name, attr] : node.attrs)
-      if (attr.kind == Attribute::Kind::kGraph && attr.g) n += CountNodes(*attr.g);
-  return n;
 }
 
 // Cuts of a graph, counting those in the graphs of its cut nodes (inputs of those taken as unknown: an upper bound).
@@ -387,7 +378,7 @@ class SegmentedRunner final : public GraphRunner {
       body.opset = g.opset;
       body.name = g.name + "/" + cut_.name + "/body";
       carried_ = static_cast<size_t>(cut_.attrs.at(kLoopCarriedAttr).i);
-      body_nodes_ = std::max<int64_t>(1, CountNodes(body));
+      body_nodes_ = std::max<int64_t>(1, CountNodesDeep(body));
       body_outputs_ = body.output_infos;
       // Compiled in: the iteration number, the condition and small integer carried values (tf.map_fn's body slices
       // its element at a counter it carries, which must be known to compile the Slice: one runner per iteration, as
@@ -514,11 +505,11 @@ class SegmentedRunner final : public GraphRunner {
       return iterations > kMaxLoopIterations || iterations * body_nodes_ > kMaxLoopNodes;
     };
     auto refuse = [&](int64_t iterations) {
-      throw Error(ErrorCode::kUnsupported,
-                  cut_.Describe() + ": " + std::to_string(iterations) + " iterations of a body of " +
-                      std::to_string(body_nodes_) + " nodes: more than osprey runs for one loop (" +
-                      std::to_string(kMaxLoopIterations) + " iterations, " + std::to_string(kMaxLoopNodes) +
-                      " iterations x nodes)");
+      throw Error(ErrorCode::kUnsupported, cut_.Describe() + ": " + std::to_string(iterations) +
+                                               " iterations of a body of " + std::to_string(body_nodes_) +
+                                               " nodes: more than osprey runs for one loop (" +
+                                               std::to_string(kMaxLoopIterations) + " iterations, " +
+                                               std::to_string(kMaxLoopNodes) + " iterations x nodes)");
     };
     if (trips > 0 && cond && over(trips)) refuse(trips);
     for (int64_t i = 0; (trips < 0 || i < trips) && cond; ++i) {
@@ -534,10 +525,10 @@ class SegmentedRunner final : public GraphRunner {
         CheckDeclaredType(body_outputs_[k], out[k].dtype(), cut_.Describe() + ": the body's");
       for (size_t k = 0; k < carried_; ++k)
         if (out[1 + k].dtype() != carried[k].dtype())
-          throw Error(ErrorCode::kInvalidArgument,
-                      cut_.Describe() + ": carried value " + std::to_string(k) + " enters the body as " +
-                          DTypeName(carried[k].dtype()) + " and leaves it as " + DTypeName(out[1 + k].dtype()) +
-                          " (a loop-carried value keeps one type)");
+          throw Error(ErrorCode::kInvalidArgument, cut_.Describe() + ": carried value " + std::to_string(k) +
+                                                       " enters the body as " + DTypeName(carried[k].dtype()) +
+                                                       " and leaves it as " + DTypeName(out[1 + k].dtype()) +
+                                                       " (a loop-carried value keeps one type)");
       cond = ConditionValue(cut_, out[0], "the body's condition");
       for (size_t k = 0; k < carried_; ++k) carried[k] = std::move(out[1 + k]);
       for (size_t k = 0; k < scans; ++k) scanned[k].push_back(std::move(out[1 + carried_ + k]));

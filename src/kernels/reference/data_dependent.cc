@@ -1,6 +1,6 @@
 // Ops whose output shapes depend on their input values (OpTraits::data_dependent): NonZero, NonMaxSuppression,
-// Compress, Unique and ImageDecoder. They run between the plans of a model cut at them (runtime/segments.cc), on host tensors, and allocate
-// their outputs once they know the sizes.
+// Compress, Unique and ImageDecoder. They run between the plans of a model cut at them (runtime/segments.cc), on host
+// tensors, and allocate their outputs once they know the sizes.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -222,7 +222,8 @@ std::vector<Tensor> Unique(const Node& node, const std::vector<const Tensor*>& i
     const T* src = x.data<T>();
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t k = 0; k < count; ++k)
-        std::copy(src + (o * count + k) * inner, src + (o * count + k + 1) * inner, rows.data() + (k * slice + o * inner));
+        std::copy(src + (o * count + k) * inner, src + (o * count + k + 1) * inner,
+                  rows.data() + (k * slice + o * inner));
     auto row = [&](int64_t k) { return rows.data() + k * slice; };
     for (int64_t k = 0; k < count; ++k) order[k] = k;
     std::stable_sort(order.begin(), order.end(),
@@ -275,8 +276,8 @@ std::atomic<ImageDecodeFn> g_image_decoder{nullptr};
 
 // The format an encoded stream's first bytes name, for the formats ImageDecoder lists that osprey does not read.
 const char* UnreadFormat(const uint8_t* p, int64_t n) {
-  if (n >= 4 && ((p[0] == 'I' && p[1] == 'I' && p[2] == 42 && p[3] == 0) || (p[0] == 'M' && p[1] == 'M' && p[2] == 0 &&
-                                                                          p[3] == 42)))
+  if (n >= 4 && ((p[0] == 'I' && p[1] == 'I' && p[2] == 42 && p[3] == 0) ||
+                 (p[0] == 'M' && p[1] == 'M' && p[2] == 0 && p[3] == 42)))
     return "TIFF";
   if ((n >= 12 && p[0] == 0 && p[1] == 0 && p[2] == 0 && p[3] == 12 && p[4] == 'j' && p[5] == 'P') ||
       (n >= 4 && p[0] == 0xFF && p[1] == 0x4F && p[2] == 0xFF && p[3] == 0x51))
@@ -303,8 +304,8 @@ std::vector<Tensor> ImageDecoder(const Node& node, const std::vector<const Tenso
     throw Error(ErrorCode::kUnsupported, node.Describe() + ": this program was built without osprey's image decoders");
   const auto* bytes = static_cast<const uint8_t*>(encoded.raw());
   if (const char* unread = UnreadFormat(bytes, encoded.numel()))
-    throw Error(ErrorCode::kUnsupported, node.Describe() + ": a " + unread +
-                                             " image; osprey decodes JPEG, PNG, WebP and BMP");
+    throw Error(ErrorCode::kUnsupported,
+                node.Describe() + ": a " + unread + " image; osprey decodes JPEG, PNG, WebP and BMP");
   Tensor image;
   try {
     image = decode(bytes, static_cast<size_t>(encoded.numel()), channels);

@@ -1,11 +1,12 @@
 // Reference kernel of DeformConv (ops/deform_conv.h): per image, the sampled columns (input channel x kernel tap x
 // output pixel, bilinear with zeros outside, times the mask) once, then each output channel sums its group's
 // columns against its weights, as a convolution over im2col columns would.
+#include "ops/deform_conv.h"
+
 #include <cmath>
 #include <vector>
 
 #include "kernels/reference/reference.h"
-#include "ops/deform_conv.h"
 
 namespace osprey {
 namespace {

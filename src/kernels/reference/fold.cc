@@ -1,9 +1,10 @@
 // Reference kernels of Col2Im and MaxUnpool (ops/fold.h).
+#include "ops/fold.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/reference/reference.h"
-#include "ops/fold.h"
 
 namespace osprey {
 namespace {

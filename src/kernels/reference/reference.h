@@ -9,8 +9,9 @@ namespace osprey {
 ReferenceKernel FindReferenceKernel(const std::string& op_type);
 
 /// An op whose output shapes depend on its input values (OpTraits::data_dependent: NonZero, NonMaxSuppression,
-/// Compress, ImageDecoder), run on host tensors between plans (runtime/segments.cc); its outputs are allocated here. inputs[i] is
-/// null for an omitted optional input. kUnsupported for any other op; kInvalidArgument for inputs the op refuses.
+/// Compress, ImageDecoder), run on host tensors between plans (runtime/segments.cc); its outputs are allocated here.
+/// inputs[i] is null for an omitted optional input. kUnsupported for any other op; kInvalidArgument for inputs the op
+/// refuses.
 std::vector<Tensor> RunDataDependentOp(const Node& node, int opset, const std::vector<const Tensor*>& inputs);
 
 /// ImageDecoder's decoder (encoded bytes -> uint8 [H, W, channels], channels 3 or 1; throws kInvalidArgument for a

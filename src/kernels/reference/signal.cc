@@ -1,12 +1,13 @@
 // Reference kernels of the signal family (ops/signal.h): DFT, STFT, MelWeightMatrix. Transforms run in double
 // precision: a radix-2 FFT where the length is a power of two, else a direct sum over a table of the length's roots
 // of unity (refused beyond kMaxDirectDftWork multiply-adds: a hostile dft_length must not buy hours of CPU).
+#include "ops/signal.h"
+
 #include <cmath>
 #include <complex>
 #include <vector>
 
 #include "kernels/reference/reference.h"
-#include "ops/signal.h"
 
 namespace osprey {
 namespace {
@@ -96,8 +97,8 @@ void CheckWork(const Node& node, const Transform& transform, int64_t signals, in
 void DftKernel(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
   Tensor& out = ctx.Out(0);
-  const DftParams p =
-      ResolveDft(ctx.node, ctx.opset, x.shape(), x.dtype(), Optional(ctx, 1), ctx.opset >= 20 ? Optional(ctx, 2) : nullptr);
+  const DftParams p = ResolveDft(ctx.node, ctx.opset, x.shape(), x.dtype(), Optional(ctx, 1),
+                                 ctx.opset >= 20 ? Optional(ctx, 2) : nullptr);
   const int64_t rank = x.rank(), parts = x.dim(rank - 1), size = x.dim(p.axis);
   const int64_t outer = Product(x.shape(), 0, p.axis), inner = Product(x.shape(), p.axis + 1, rank - 1);
   const Transform transform(p.length, p.inverse);
