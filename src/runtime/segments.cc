@@ -140,6 +140,25 @@ std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
   return std::make_unique<PlainRunner>(std::move(graph), shared);
 }
 
+// What compiling `g` may unroll: its nodes, with a nested Loop's body counted once per iteration when its trip count
+// is a constant (it will be unrolled in every compile), once otherwise (then it runs, or is refused, on budgets of
+// its own). A host-run loop whose body is compiled anew per iteration pays this per iteration.
+int64_t UnrolledNodes(const Graph& g) {
+  int64_t n = static_cast<int64_t>(g.nodes.size());
+  for (const Node& node : g.nodes)
+    for (const auto& [name, attr] : node.attrs) {
+      if (attr.kind != Attribute::Kind::kGraph || !attr.g) continue;
+      int64_t times = 1;
+      if (node.op_type == "Loop" && !node.inputs.empty() && node.inputs[0] >= 0) {
+        auto m = g.constants.find(node.inputs[0]);
+        if (m != g.constants.end() && m->second.numel() == 1)
+          times = std::clamp<int64_t>(m->second.GetAsInt(0), 1, kMaxLoopIterations);
+      }
+      n = std::min<int64_t>(n + times * UnrolledNodes(*attr.g), kMaxLoopNodes + 1);
+    }
+  return n;
+}
+
 // Cuts of a graph, counting those in the graphs of its cut nodes (inputs of those taken as unknown: an upper bound).
 int64_t CountCuts(const Graph& g) {
   int64_t n = 0;
@@ -378,7 +397,7 @@ class SegmentedRunner final : public GraphRunner {
       body.opset = g.opset;
       body.name = g.name + "/" + cut_.name + "/body";
       carried_ = static_cast<size_t>(cut_.attrs.at(kLoopCarriedAttr).i);
-      body_nodes_ = std::max<int64_t>(1, CountNodesDeep(body));
+      body_nodes_ = std::max<int64_t>(1, UnrolledNodes(body));
       body_outputs_ = body.output_infos;
       // Compiled in: the iteration number, the condition and small integer carried values (tf.map_fn's body slices
       // its element at a counter it carries, which must be known to compile the Slice: one runner per iteration, as
@@ -575,7 +594,7 @@ class SegmentedRunner final : public GraphRunner {
   std::unique_ptr<GraphRunner> branches_[2];  // a cut If: then, else
   std::unique_ptr<GraphRunner> body_;         // a cut Loop
   size_t carried_ = 0;                        // a cut Loop's carried values
-  int64_t body_nodes_ = 1;                    // its body's nodes, nested graphs' included
+  int64_t body_nodes_ = 1;                    // its body's nodes, nested loops unrolled (UnrolledNodes)
   std::vector<ValueInfo> body_outputs_;       // declared: for a scan output of zero iterations
   std::vector<int> prefix_inputs_, prefix_outputs_, tail_inputs_, tail_outputs_;
 };

@@ -377,6 +377,37 @@ def test_unique_of_floats_with_nans_matches_numpy(tmp_path):
     np.testing.assert_array_equal(got["counts"], counts)
 
 
+def test_host_loop_counts_the_loops_its_body_unrolls(tmp_path):
+    """A loop run on the host compiles its body anew per iteration when it reads the iteration number; a body that
+    unrolls a constant 5,000-iteration loop costs that per iteration, so 50 iterations (~500,000 nodes compiled) are
+    refused before the first, while 3 run and give i + 5,000 (hand-computed)."""
+    T = TensorProto
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["h", "one"], ["h_out"])], "inner",
+        [helper.make_tensor_value_info("j", T.INT64, []), helper.make_tensor_value_info("c_in", T.BOOL, []),
+         helper.make_tensor_value_info("h", T.FLOAT, [])],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []), helper.make_tensor_value_info("h_out", T.FLOAT, [])],
+        [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+         helper.make_node("Loop", ["m", "", "fi"], ["s"], body=inner)], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("s", T.FLOAT, [])],
+        [numpy_helper.from_array(np.array(5000, np.int64), "m")])
+    graph = helper.make_graph([helper.make_node("Loop", ["trips", ""], ["scan"], body=body)], "nested",
+                              [helper.make_tensor_value_info("trips", T.INT64, [])],
+                              [helper.make_tensor_value_info("scan", T.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "nested.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    with pytest.raises(osprey.Unsupported, match="50 iterations of a body of 10003 nodes"):
+        m.run({"trips": np.array(50, np.int64)})
+    np.testing.assert_array_equal(m.run({"trips": np.array(3, np.int64)})["scan"], [5000, 5001, 5002])
+
+
 def test_too_many_cuts_are_refused_when_loaded(tmp_path):
     # 1,100 NonZero in a chain: each would nest another cut; osprey stops at 1,024 with a clear error, not a crash.
     nodes, value = [], "x"
