@@ -202,10 +202,20 @@ namespace {
 // ImageDecoder's decoder (kernels/reference/reference.h), installed when this library is linked in: the pixels as
 // stored (no EXIF rotation); gray as the luma of the decoded RGB (a colour JPEG's coded Y differs from it), as the
 // ONNX reference (Pillow's convert('L')) computes it.
+// An image over the pixel limit is this program's limit, not a broken stream: kResourceExhausted naming it (the op's
+// kernel turns only kInvalidArgument into the spec's empty output).
 Tensor DecodeForImageDecoder(const void* data, size_t size, int channels) {
   DecodeOptions options;
   options.apply_exif_orientation = false;
-  const Tensor rgb = DecodeImage(data, size, options);
+  options.limit_name = "ImageDecoder's pixel limit";  // named only by the size error
+  Tensor rgb;
+  try {
+    rgb = DecodeImage(data, size, options);
+  } catch (const Error& e) {
+    if (std::strstr(e.what(), options.limit_name.c_str()) != nullptr)
+      throw Error(ErrorCode::kResourceExhausted, e.what());
+    throw;
+  }
   return channels == 3 ? rgb : image_internal::ConvertChannels(rgb, channels);
 }
 }  // namespace

@@ -408,6 +408,35 @@ def test_host_loop_counts_the_loops_its_body_unrolls(tmp_path):
     np.testing.assert_array_equal(m.run({"trips": np.array(3, np.int64)})["scan"], [5000, 5001, 5002])
 
 
+def test_unique_axis_out_of_range_and_loop_carried_type_change_are_refused(tmp_path):
+    T = TensorProto
+    graph = helper.make_graph([helper.make_node("Unique", ["x"], ["y"], axis=2)], "unique_bad",
+                              [helper.make_tensor_value_info("x", T.INT64, [3, 4])],
+                              [helper.make_tensor_value_info("y", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "unique_bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(osprey.InvalidArgument, match="axis 2 is out of range for rank 2"):
+        osprey.load_onnx(str(path), threads=1).run({"x": np.zeros((3, 4), np.int64)})
+    # a carried value that enters as float and leaves as int64 (a run-time trip count: the host runs the loop)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["i"], ["v_out"])],
+        "body", [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+                 helper.make_tensor_value_info("v", T.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("v_out", T.INT64, [])])
+    graph = helper.make_graph([helper.make_node("Loop", ["trips", "", "v0"], ["v_final"], body=body)], "retyped",
+                              [helper.make_tensor_value_info("trips", T.INT64, [])],
+                              [helper.make_tensor_value_info("v_final", T.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(0, np.float32), "v0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "retyped.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(osprey.InvalidArgument, match="carried value 0 enters the body as float32 and leaves it as int64"):
+        osprey.load_onnx(str(path), threads=1).run({"trips": np.array(2, np.int64)})
+
+
 def test_too_many_cuts_are_refused_when_loaded(tmp_path):
     # 1,100 NonZero in a chain: each would nest another cut; osprey stops at 1,024 with a clear error, not a crash.
     nodes, value = [], "x"

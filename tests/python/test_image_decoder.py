@@ -1,7 +1,7 @@
 """ImageDecoder (opset 20): encoded bytes in the graph, decoded by osprey's JPEG/PNG/WebP/BMP decoders, against
 Pillow (the ONNX reference's decoder). The output's size follows the bytes, so the model is cut at the op and the
 preprocessing after it compiles per image size. A stream that cannot be decoded gives an empty [0, 0, C] tensor, as
-the spec says; a format osprey does not read is refused by name.
+the spec says; a format osprey does not read, or an image over the decoders' pixel limit, is refused by name.
 """
 
 import io
@@ -87,10 +87,13 @@ def test_streams_that_cannot_be_decoded(tmp_path):
     good = encode(photo(32, 32, seed=1), "JPEG")
     for bad in [good[:100], np.frombuffer(b"not an image at all", np.uint8), np.zeros(0, np.uint8)]:
         assert m.run({"bytes": bad})["hwc"].shape == (0, 0, 3)  # the spec's empty matrix
-    # a PNG header claiming 100,000 x 100,000 pixels: over the decoder's pixel limit, nothing allocated
+    # a PNG header claiming 100,000 x 100,000 pixels: over the decoders' limit, refused by it before allocating
     bomb = bytearray(encode(Image.new("RGB", (8, 8)), "PNG").tobytes())
     bomb[16:24] = (100000).to_bytes(4, "big") * 2
     bomb[29:33] = zlib.crc32(bytes(bomb[12:29])).to_bytes(4, "big")  # IHDR's checksum, so only the size is wrong
-    assert m.run({"bytes": np.frombuffer(bytes(bomb), np.uint8)})["hwc"].shape == (0, 0, 3)
+    with pytest.raises(osprey.ResourceExhausted, match="over the limit of 100 megapixels .ImageDecoder's pixel limit"):
+        m.run({"bytes": np.frombuffer(bytes(bomb), np.uint8)})
+    with pytest.raises(osprey.InvalidArgument, match='pixel_format must be "RGB", "BGR" or "Grayscale", got "HSV"'):
+        model(tmp_path, "HSV", preprocess=False).run({"bytes": good})
     with pytest.raises(osprey.Unsupported, match="a TIFF image; osprey decodes JPEG, PNG, WebP and BMP"):
         m.run({"bytes": encode(photo(8, 8, seed=2), "TIFF")})

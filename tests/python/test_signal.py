@@ -35,8 +35,8 @@ def both(path, feeds, rtol=2e-4, atol=2e-4):
 
 
 def dft_model(tmp_path, shape, axis, inverse, onesided, length=None, opset=20):
-    inputs = ["x", "n" if length else ""]
-    inits = [numpy_helper.from_array(np.array(length, np.int64), "n")] if length else []
+    inputs = ["x", "n" if length is not None else ""]
+    inits = [numpy_helper.from_array(np.array(length, np.int64), "n")] if length is not None else []
     attrs = {"inverse": inverse, "onesided": onesided}
     if opset >= 20:
         inputs.append("axis")
@@ -176,3 +176,39 @@ def test_bad_transforms_are_refused_clearly(tmp_path):
     model = osprey.load_onnx(dft_model(tmp_path, [4096, 3, 1], 1, 0, 0, 1000003), threads=1)
     with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):
         model.run({"x": np.zeros((4096, 3, 1), np.float32)})
+
+
+def test_bad_stft_and_mel_requests_are_refused_clearly(tmp_path):
+    def stft(step, frame, window):
+        inits = [numpy_helper.from_array(np.array(step, np.int64), "step"),
+                 numpy_helper.from_array(np.array(frame, np.int64), "frame")]
+        if window:
+            inits.append(numpy_helper.from_array(np.ones(window, np.float32), "win"))
+        path = save(tmp_path, f"stft_bad_{step}_{frame}_{window}",
+                    [helper.make_node("STFT", ["x", "step", "win" if window else "", "frame"], ["y"])],
+                    [helper.make_tensor_value_info("x", F, [1, 50, 1])], [helper.make_tensor_value_info("y", F, None)],
+                    inits, opset=17)
+        return osprey.load_onnx(path, threads=1).run({"x": np.zeros((1, 50, 1), np.float32)})
+
+    with pytest.raises(osprey.InvalidArgument, match="frame_step must be >= 1, got 0"):
+        stft(0, 16, 0)
+    with pytest.raises(osprey.InvalidArgument, match=r"frame_length must be in \[1, 50\]"):
+        stft(4, 64, 0)
+    with pytest.raises(osprey.InvalidArgument, match="window has 8 values, frame_length is 16"):
+        stft(4, 16, 8)
+    with pytest.raises(osprey.InvalidArgument, match="dft_length must be >= 1, got 0"):
+        osprey.load_onnx(dft_model(tmp_path, [2, 8, 1], 1, 0, 0, 0), threads=1).run(
+            {"x": np.zeros((2, 8, 1), np.float32)})
+
+    def mel(n, rate, lo, hi):
+        inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in [("b", 4), ("n", n), ("r", rate)]]
+        inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in [("lo", lo), ("hi", hi)]]
+        path = save(tmp_path, f"mel_bad_{n}_{rate}_{int(lo)}_{int(hi)}",
+                    [helper.make_node("MelWeightMatrix", ["b", "n", "r", "lo", "hi"], ["y"])], [],
+                    [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
+        return osprey.load_onnx(path, threads=1).run({})
+
+    with pytest.raises(osprey.InvalidArgument, match="upper_edge_hertz <= sample_rate / 2"):
+        mel(64, 8000, 0.0, 5000.0)
+    with pytest.raises(osprey.InvalidArgument, match="lower_edge_hertz < upper_edge_hertz"):
+        mel(64, 8000, 3000.0, 1000.0)

@@ -289,7 +289,8 @@ const char* UnreadFormat(const uint8_t* p, int64_t n) {
 // ImageDecoder (opset 20): a 1-D uint8 encoded image -> uint8 [H, W, 3] (RGB or BGR) or [H, W, 1] (Grayscale, ITU-R
 // 601-2 luma as Pillow's convert('L')), the pixels as stored (no EXIF rotation, as the ONNX reference reads them).
 // A stream that cannot be decoded gives an empty [0, 0, C] tensor, as the spec says; a format osprey does not read
-// (TIFF, JPEG 2000, PNM) is refused by name instead, so a missing decoder never passes for a broken file.
+// (TIFF, JPEG 2000, PNM) is refused by name instead, so a missing decoder never passes for a broken file, and so is
+// an image over the decoders' 100-megapixel limit (kResourceExhausted from the decoder).
 std::vector<Tensor> ImageDecoder(const Node& node, const std::vector<const Tensor*>& inputs) {
   const Tensor& encoded = Required(node, inputs, 0, "encoded_stream");
   if (encoded.dtype() != DType::kU8 || encoded.rank() != 1)

@@ -1,6 +1,6 @@
-// Reference kernel of DeformConv (ops/deform_conv.h): per image, the sampled columns (input channel x kernel tap x
-// output pixel, bilinear with zeros outside, times the mask) once, then each output channel sums its group's
-// columns against its weights, as a convolution over im2col columns would.
+// Reference kernel of DeformConv (ops/deform_conv.h): per image and input channel, the sampled columns (kernel tap x
+// output pixel, bilinear with zeros outside, times the mask), summed against the weights of the output channels of
+// its group, as a convolution over im2col columns would.
 #include "ops/deform_conv.h"
 
 #include <cmath>
@@ -42,22 +42,27 @@ void DeformConvKernel(KernelContext& ctx) {
   Tensor& out = ctx.Out(0);
   const int64_t taps = p.kh * p.kw, pixels = p.out_h * p.out_w, in_per_group = p.in_c / p.group;
   const int64_t out_per_group = p.out_c / p.group, in_per_offset = p.in_c / p.offset_group;
-  std::vector<float> columns(static_cast<size_t>(p.in_c * taps * pixels));
+  // One input channel's sampled columns at a time (kernel tap x output pixel), added at once into the output
+  // channels of its group: extra memory is the output's size in doubles plus one channel's columns.
+  std::vector<float> columns(static_cast<size_t>(taps * pixels));
+  std::vector<double> acc(static_cast<size_t>(p.out_c * pixels));
   const float* xd = x.data<float>();
   const float* wd = w.data<float>();
   const float* od = offset.data<float>();
   const float* md = mask ? mask->data<float>() : nullptr;
   float* y = out.data<float>();
   for (int64_t n = 0; n < p.n; ++n) {
+    for (int64_t oc = 0; oc < p.out_c; ++oc)
+      std::fill(acc.begin() + oc * pixels, acc.begin() + (oc + 1) * pixels, bias ? bias->data<float>()[oc] : 0.0);
     for (int64_t c = 0; c < p.in_c; ++c) {
-      const int64_t og = c / in_per_offset;
+      const int64_t og = c / in_per_offset, g = c / in_per_group, ci = c % in_per_group;
       const float* plane = xd + (n * p.in_c + c) * p.in_h * p.in_w;
       for (int64_t k = 0; k < taps; ++k) {
         const int64_t ki = k / p.kw, kj = k % p.kw;
         const float* dy = od + ((n * p.offset_group + og) * taps * 2 + k * 2) * pixels;
         const float* dx = dy + pixels;
         const float* m = md ? md + ((n * p.offset_group + og) * taps + k) * pixels : nullptr;
-        float* col = columns.data() + (c * taps + k) * pixels;
+        float* col = columns.data() + k * pixels;
         for (int64_t i = 0; i < p.out_h; ++i)
           for (int64_t j = 0; j < p.out_w; ++j) {
             const int64_t q = i * p.out_w + j;
@@ -66,20 +71,17 @@ void DeformConvKernel(KernelContext& ctx) {
             col[q] = Sample(plane, p.in_h, p.in_w, sy, sx) * (m ? m[q] : 1.0f);
           }
       }
-    }
-    for (int64_t oc = 0; oc < p.out_c; ++oc) {
-      const int64_t g = oc / out_per_group;
-      float* dst = y + (n * p.out_c + oc) * pixels;
-      const float b = bias ? bias->data<float>()[oc] : 0.0f;
-      std::vector<double> acc(static_cast<size_t>(pixels), b);
-      for (int64_t ci = 0; ci < in_per_group; ++ci)
+      for (int64_t oc = g * out_per_group; oc < (g + 1) * out_per_group; ++oc) {
+        double* a = acc.data() + oc * pixels;
         for (int64_t k = 0; k < taps; ++k) {
           const double weight = wd[(oc * in_per_group + ci) * taps + k];
-          const float* col = columns.data() + ((g * in_per_group + ci) * taps + k) * pixels;
-          for (int64_t q = 0; q < pixels; ++q) acc[q] += weight * col[q];
+          const float* col = columns.data() + k * pixels;
+          for (int64_t q = 0; q < pixels; ++q) a[q] += weight * col[q];
         }
-      for (int64_t q = 0; q < pixels; ++q) dst[q] = static_cast<float>(acc[q]);
+      }
     }
+    float* dst = y + n * p.out_c * pixels;
+    for (int64_t e = 0; e < p.out_c * pixels; ++e) dst[e] = static_cast<float>(acc[e]);
   }
 }
 

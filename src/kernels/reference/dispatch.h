@@ -45,22 +45,10 @@ void DispatchArithmetic(const Node& node, DType dtype, F&& f) {
 /// float32, int32, int64, int8: the signed dtypes (Neg, Abs, Sign, Relu, PRelu).
 template <class F>
 void DispatchSigned(const Node& node, DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kI32:
-      f(int32_t{});
-      return;
-    case DType::kI64:
-      f(int64_t{});
-      return;
-    case DType::kI8:
-      f(int8_t{});
-      return;
-    default:
-      UnsupportedDType(node, dtype);
-  }
+  if (dtype == DType::kI8)
+    f(int8_t{});
+  else
+    DispatchArithmetic(node, dtype, f);
 }
 
 }  // namespace osprey
