@@ -27,9 +27,10 @@ def quantized_path(model: Path, fmt: str, out_dir: Path = None) -> Path:
 
 
 def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, samples: int = 32,
-                     force: bool = False) -> Path:
+                     force: bool = False, per_channel: bool = False) -> Path:
     """Path of MODEL quantised in `fmt`; quantises it first when the cached file is missing (or force).
-    `calibration`: a [n, C, H, W] float32 array or the path of a .npy holding one."""
+    `calibration`: a [n, ...] float32 array (one item per calibration run) or the path of a .npy holding one.
+    `per_channel`: weights quantised per output channel (MatMul: per column), as transformer exports usually are."""
     import numpy as np
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
@@ -56,7 +57,8 @@ def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, sampl
     os.close(fd)
     try:
         quantize_static(str(model), tmp, Reader(),
-                        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator)
+                        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+                        per_channel=per_channel)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -72,8 +74,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: MODEL's folder, MODEL.<format>.onnx")
     ap.add_argument("--samples", type=int, default=32, help="calibration images (default 32)")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--per-channel", action="store_true", help="weights per output channel (default: per tensor)")
     args = ap.parse_args(argv)
-    print(ensure_quantized(args.model, args.calibration, args.format, args.out, args.samples, args.force))
+    print(ensure_quantized(args.model, args.calibration, args.format, args.out, args.samples, args.force,
+                           args.per_channel))
     return 0
 
 

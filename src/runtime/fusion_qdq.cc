@@ -11,7 +11,7 @@
 // ops has a vectorised kernel and runs on channels-last data in place of a reorder. The result is bit-identical to
 // the reference kernels of the pair. In a CPU plan the four are one node, a Round carrying `_quant_scale`,
 // `_quant_lo` and `_quant_hi` (one pass over the tensor instead of four; GPU plans keep the four ops, which have CUDA
-// kernels). Before that, FuseInt8Conv (below) turns each DQ -> Conv -> Q -> DQ chain with
+// kernels). Before that, FuseInt8 (below) turns each DQ -> Conv -> Q -> DQ chain with
 // int8 weights into one Conv on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc), so the pairs left are
 // those around the residual Adds, pooling and the stem.
 #include <cmath>
@@ -128,7 +128,8 @@ void LowerQLinearConv(CompileState& st) {
 
 
 // DequantizeLinear(x_q) -> Conv(W = DequantizeLinear(int8 constant), B) [-> Relu] -> QuantizeLinear -> y_q, each
-// y_q read only by DequantizeLinears, as ONNX Runtime's QDQ quantiser writes it: one Conv with `_int8` attributes
+// y_q read only by DequantizeLinears, as ONNX Runtime's QDQ quantiser writes it (and the same around a MatMul whose B
+// is such a constant, 2-D, its scales per column: transformers' projections, below): one Conv with `_int8` attributes
 // (scales, zero points, signedness of x and y, the weight scales) that computes the whole chain, DequantizeLinear of y_q
 // included, on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc). Its input is the float value the
 // QuantizeLinear that wrote x_q reads (quantising it again gives x_q) or x_q's dequantised value; its output replaces
@@ -138,7 +139,10 @@ void LowerQLinearConv(CompileState& st) {
 // scale, axis 0), a bias that is an int32 multiple of x_scale * w_scale[m] (ORT quantises it so), and a Relu only
 // where the output's zero point is its type's minimum (the saturation is the Relu). Infer-and-fold has already folded
 // the weight's DequantizeLinear into a float constant (w_q * w_scale, exact); its scales come from the graph's node.
-struct Int8Conv {
+// A MatMul runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), fused only where its products are
+// exact (Int8ProductsExact: VNNI or AMX; elsewhere oneDNN sums pairs of products in 16 bits, and the MatMul stays
+// float32 between its quantisation pairs) and in host plans (the CUDA kernels have no int8 MatMul).
+struct Int8Chain {
   int conv = -1, relu = -1, q = -1, dq = -1;
   float x_scale = 0, y_scale = 0;
   int32_t x_zp = 0, y_zp = 0;
@@ -147,7 +151,7 @@ struct Int8Conv {
   std::vector<int> y_dqs;  // node indices of the DequantizeLinears of y_q
 };
 
-void FuseInt8Conv(CompileState& st) {
+void FuseInt8(CompileState& st) {
   const auto consumers = ConsumersOf(st);
   std::vector<int> producer(st.values.size(), -1);
   for (size_t i = 0; i < st.nodes.size(); ++i)
@@ -165,18 +169,24 @@ void FuseInt8Conv(CompileState& st) {
     return *scale > 0.f && std::isfinite(*scale) && KnownZeroPoint(st, n, zp);
   };
 
-  std::vector<Int8Conv> found;
+  const bool matmul_int8 = st.options.device.kind == Device::kHost && Int8ProductsExact();
+  std::vector<Int8Chain> found;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     const Node& c = st.nodes[i];
-    if (c.op_type != "Conv" || !c.domain.empty() || c.outputs.size() != 1 || c.inputs.size() < 2) continue;
-    if (c.GetInt("group", 1) != 1 || c.Has("_activation") || c.Has("_residual")) continue;
+    const bool matmul = c.op_type == "MatMul";
+    if ((!matmul && c.op_type != "Conv") || !c.domain.empty() || c.outputs.size() != 1 || c.inputs.size() < 2) continue;
+    if (c.GetInt("group", 1) != 1 || c.Has("_activation") || c.Has("_residual") || c.Has("_bias")) continue;
+    if (matmul && (!matmul_int8 || c.inputs.size() != 2)) continue;
     const int xf = c.inputs[0], wf = c.inputs[1], yf = c.outputs[0];
-    if (xf < 0 || wf < 0 || yf < 0 || st.values[xf].shape.size() != 4 || producer[xf] < 0) continue;
+    if (xf < 0 || wf < 0 || yf < 0 || producer[xf] < 0) continue;
+    if (matmul ? st.values[xf].shape.size() < 2 || st.values[xf].dtype != DType::kF32
+               : st.values[xf].shape.size() != 4)
+      continue;
     // Few input channels (an image's 3) where the int8 kernel pairs channels (Int8ProductsExact false): it was slower
     // than fp32 there (ResNet-50's 7x7 3->64 stem: 5.5 ms vs 3.1 ms, one thread), so the convolution stays fp32.
     // With exact products the int8 stem is faster (0.85 ms vs 1.45 ms, two threads, AVX-512 VNNI).
-    if (st.values[xf].shape[1] < 16 && !Int8ProductsExact()) continue;
-    Int8Conv f;
+    if (!matmul && st.values[xf].shape[1] < 16 && !Int8ProductsExact()) continue;
+    Int8Chain f;
     f.conv = static_cast<int>(i);
     f.dq = producer[xf];
     const Node& dq = st.nodes[f.dq];
@@ -187,11 +197,15 @@ void FuseInt8Conv(CompileState& st) {
     const Node& wdq = *graph_producer[wf];
     if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) continue;
     const CompileValue& wq = st.values[wdq.inputs[0]];
-    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != 4) continue;
-    const int64_t out_c = wq.value.dim(0);
+    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != (matmul ? 2u : 4u)) continue;
+    // Output channels: W's first axis (Conv), its columns (MatMul's [K, N]).
+    const int64_t out_axis = matmul ? 1 : 0, out_c = wq.value.dim(out_axis);
     const CompileValue& ws = st.values[wdq.inputs[1]];
     if (!ws.known || ws.dtype != DType::kF32) continue;
-    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && wdq.GetInt("axis", 1) == 0)) continue;
+    int64_t scale_axis = wdq.GetInt("axis", 1);
+    if (scale_axis < 0) scale_axis += static_cast<int64_t>(wq.value.shape().size());
+    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && scale_axis == out_axis)) continue;
+    if (wdq.Has("block_size") && wdq.GetInt("block_size", 0) != 0) continue;
     bool symmetric = true;
     if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
       const CompileValue& wz = st.values[wdq.inputs[2]];
@@ -244,11 +258,11 @@ void FuseInt8Conv(CompileState& st) {
   if (found.empty()) return;
 
   std::vector<char> fused_q(st.nodes.size(), 0), drop(st.nodes.size(), 0);
-  for (const Int8Conv& f : found) fused_q[f.q] = 1;
+  for (const Int8Chain& f : found) fused_q[f.q] = 1;
   std::vector<int> rename(st.values.size(), -1);
   std::vector<Node> replaced(st.nodes.size());
   std::vector<char> has_replaced(st.nodes.size(), 0);
-  for (const Int8Conv& f : found) {
+  for (const Int8Chain& f : found) {
     const Node& c = st.nodes[f.conv];
     const Node& dq = st.nodes[f.dq];
     Node n = c;
@@ -427,7 +441,7 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
   FuseIntegerDequantize(st);
   if (st.opset < 11) return;  // Round and Clip's bound inputs are opset 11
   LowerQLinearConv(st);
-  if (st.opset >= 10) FuseInt8Conv(st);
+  if (st.opset >= 10) FuseInt8(st);
   const auto consumers = ConsumersOf(st);
   std::vector<char> drop(st.nodes.size(), 0);
   std::vector<std::vector<Node>> replace(st.nodes.size());
@@ -452,7 +466,7 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     if (n.op_type == "DequantizeLinear" && QdqDomain(n) && !n.inputs.empty() && n.inputs[0] >= 0 &&
         n.outputs.size() == 1 && n.outputs[0] >= 0) {
       params(n, n.inputs[0], &grid[n.outputs[0]]);
-    } else if (n.op_type == "Conv" && n.Has("_int8") && n.outputs.size() == 1 && n.outputs[0] >= 0) {
+    } else if ((n.op_type == "Conv" || n.op_type == "MatMul") && n.Has("_int8") && n.outputs.size() == 1 && n.outputs[0] >= 0) {
       const bool sg = n.GetInt("_int8_y_signed", 0) != 0;
       const float zp = static_cast<float>(n.GetInt("_int8_y_zero_point", 0));
       grid[n.outputs[0]] = {n.GetFloat("_int8_y_scale", 0.f), (sg ? -128.f : 0.f) - zp, (sg ? 127.f : 255.f) - zp};

@@ -228,3 +228,67 @@ def test_depthwise_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
           f"{int((diff > 0).sum())}/{diff.size} outputs differ")
     assert diff.max() <= 2 * step + 1e-6
     assert (diff > 0).mean() <= 0.05
+
+
+def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
+    """A transformer's attention block (Q/K/V projections, scaled dot-product attention, output projection, residual,
+    then a feed-forward layer with GELU) quantised by quantize_static with per-column weight scales and uint8
+    activations, as transformer exports are (Pipecat's Smart Turn v3 is one). The projections run on oneDNN's int8
+    matmul where the CPU's int8 products are exact (src/kernels/cpu/dnnl_matmul_int8.cc; `osprey bench --profile`
+    names the kernel), in float32 between quantisation pairs elsewhere. Oracle: ORT unoptimised, the graph's own
+    arithmetic; bound 2 output steps (each requantisation may land one rounding boundary apart), and against ORT's
+    optimised session (its own int8 kernels) no farther than ORT's two sessions are from each other plus a step."""
+    rng = np.random.default_rng(5)
+    t, d, f = 48, 64, 128
+
+    def w(name, *shape, scale=None):
+        scale = scale if scale is not None else 1 / np.sqrt(shape[0])
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("wo", d, d), w("w1", d, f), w("b1", f, scale=0.1),
+             w("w2", f, d), numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm"),
+             numpy_helper.from_array(np.array([0, 2, 1], np.int64), "perm_unused")]
+    nodes = [helper.make_node("MatMul", ["input", "wq"], ["q"]),
+             helper.make_node("MatMul", ["input", "wk"], ["k"]),
+             helper.make_node("MatMul", ["input", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "norm"], ["sn"]),
+             helper.make_node("Softmax", ["sn"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["a"]),
+             helper.make_node("MatMul", ["a", "wo"], ["o"]),
+             helper.make_node("Add", ["o", "input"], ["r"]),
+             helper.make_node("MatMul", ["r", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Gelu", ["hb"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["logits"])]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, t, d])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, t, d])], inits)
+    float_model = tmp_path / "attention.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
+    calibration = rng.standard_normal((16, t, d)).astype(np.float32)  # one [1, t, d] item per calibration run
+    model = quantize_models.ensure_quantized(float_model, calibration, "qdq",
+                                             out=tmp_path / "attention.qdq.onnx", samples=16, per_channel=True)
+    q = onnx.load(str(model))
+    matmuls_with_int8_weights = sum(
+        1 for n in q.graph.node if n.op_type == "DequantizeLinear" and any(
+            i.name == n.input[0] and i.data_type == TensorProto.INT8 and len(i.dims) == 2 for i in q.graph.initializer))
+    assert matmuls_with_int8_weights == 6  # what the test is about: per-column int8 weights on every projection
+    x = rng.standard_normal((1, t, d)).astype(np.float32)
+    got = run_osprey(run_cli, model, x, work_dir)
+    literal = run_ort(model, x, optimise=False)
+    fused = run_ort(model, x, optimise=True)
+    step = output_step(model)
+    diff = np.abs(got - literal)
+    print(f"attention block: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
+          f"{int((diff > 0).sum())}/{diff.size} outputs differ; ORT's sessions differ by "
+          f"{np.abs(literal - fused).max():.4f}, osprey from ORT optimised {np.abs(got - fused).max():.4f}")
+    assert diff.max() <= 2 * step + 1e-6
+    assert (diff > 0).mean() <= 0.05
+    assert np.abs(got - fused).max() <= np.abs(literal - fused).max() + step + 1e-6
+    with open("/proc/cpuinfo") as f:
+        vnni = any(flag in f.read().split() for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+    r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
+                "--profile", timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    assert ("MatMulInt8Dnnl" in r.stdout) == vnni, r.stdout

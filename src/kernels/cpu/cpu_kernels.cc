@@ -21,6 +21,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   if (!ctx.node.domain.empty()) return nullptr;
   try {
     if (op == "Conv" && ctx.node.Has("_int8")) return cpu::CreateDnnlConvInt8(ctx);
+    if (op == "MatMul" && ctx.node.Has("_int8")) return cpu::CreateDnnlMatMulInt8(ctx);
     if (op == "MatMul" || op == "Gemm" || op == "Conv")
       if (std::unique_ptr<Kernel> k = cpu::CreateGemv(ctx)) return k;
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);

@@ -355,6 +355,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
 /// DequantizeLinear) on oneDNN's u8 x s8 convolution, float32 in and out (dnnl_conv_int8.cc); nullptr where oneDNN
 /// offers only a reference implementation. Input 0 and output 0 may be NHWC.
 std::unique_ptr<Kernel> CreateDnnlConvInt8(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlMatMulInt8(const KernelBuildContext& ctx);  // dnnl_matmul_int8.cc
 bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 /// The oneDNN implementation a CreateDnnlConvInt8 kernel runs ("" for another kernel).
 const char* DnnlConvInt8Implementation(const Kernel& kernel);

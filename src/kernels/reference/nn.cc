@@ -230,6 +230,17 @@ float QuantizeDequantize(float v, float scale, int64_t zero_point, bool is_signe
   return (q - static_cast<float>(zero_point)) * scale;
 }
 
+// A Conv or MatMul made by FuseInt8 (runtime/fusion_qdq.cc) stands for DQ(Q(x)) -> op -> Q -> DQ: the same arithmetic
+// in float (weights are the dequantised int8 values already), so it agrees with the int8 kernels within a step. `which`
+// is "x" or "y": the `_int8_<which>_*` grid applied to n values in place.
+void Int8Grid(const Node& node, const char* which, float* v, int64_t n) {
+  const std::string p = std::string("_int8_") + which;
+  const float scale = node.GetFloat(p + "_scale", 1.f);
+  const int64_t zero_point = node.GetInt(p + "_zero_point", 0);
+  const bool is_signed = node.GetInt(p + "_signed", 0) != 0;
+  for (int64_t i = 0; i < n; ++i) v[i] = QuantizeDequantize(v[i], scale, zero_point, is_signed);
+}
+
 void ConvRef(KernelContext& ctx);
 
 // A Conv with a fused depthwise convolution (ops/fused_depthwise.h): its two parts, one after the other.
@@ -258,16 +269,10 @@ void ConvRef(KernelContext& ctx) {
   Tensor x = ctx.In(0);
   const Tensor& w = ctx.In(1);
   Tensor& y = ctx.Out(0);
-  // A Conv made by FuseInt8Conv (runtime/fusion_qdq.cc) stands for DQ(Q(x)) -> Conv -> Q -> DQ: the same arithmetic
-  // in float (weights are the dequantised int8 values already), so it agrees with the int8 kernel within a step.
-  const bool int8 = node.GetInt("_int8", 0) != 0;
+  const bool int8 = node.GetInt("_int8", 0) != 0;  // Int8Grid, above
   if (int8) {
     x = x.Clone();
-    const float scale = node.GetFloat("_int8_x_scale", 1.f);
-    const int64_t zero_point = node.GetInt("_int8_x_zero_point", 0);
-    const bool is_signed = node.GetInt("_int8_x_signed", 0) != 0;
-    float* xs = x.data<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) xs[i] = QuantizeDequantize(xs[i], scale, zero_point, is_signed);
+    Int8Grid(node, "x", x.data<float>(), x.numel());
   }
   const int64_t batch = x.dim(0), channels = x.dim(1), out_channels = w.dim(0);
   const int64_t group = node.GetInt("group", 1);
@@ -313,12 +318,7 @@ void ConvRef(KernelContext& ctx) {
     }
   }
   ApplyFusedActivation(node, yd, y.numel());
-  if (int8) {
-    const float scale = node.GetFloat("_int8_y_scale", 1.f);
-    const int64_t zero_point = node.GetInt("_int8_y_zero_point", 0);
-    const bool is_signed = node.GetInt("_int8_y_signed", 0) != 0;
-    for (int64_t i = 0; i < y.numel(); ++i) yd[i] = QuantizeDequantize(yd[i], scale, zero_point, is_signed);
-  }
+  if (int8) Int8Grid(node, "y", yd, y.numel());
 }
 
 // ---------------------------------------------------------------- ConvTranspose
@@ -740,9 +740,14 @@ void LRNRef(KernelContext& ctx) {
 // ---------------------------------------------------------------- MatMul / Gemm
 
 void MatMulRef(KernelContext& ctx) {
-  const Tensor& a = ctx.In(0);
+  Tensor a = ctx.In(0);
   const Tensor& b = ctx.In(1);
   Tensor& y = ctx.Out(0);
+  const bool int8 = ctx.node.GetInt("_int8", 0) != 0;  // Int8Grid, above
+  if (int8) {
+    a = a.Clone();
+    Int8Grid(ctx.node, "x", a.data<float>(), a.numel());
+  }
   const MatMulBatches mm = BatchedMatMul(a.shape(), b.shape());
   const int64_t m = mm.m, k = mm.k, n = mm.n;
   const float* ad = a.data<float>();
@@ -760,6 +765,7 @@ void MatMulRef(KernelContext& ctx) {
       for (int64_t j = 0; j < n; ++j) yd[r * n + j] += bias[j];
   }
   ApplyFusedActivation(ctx.node, yd, y.numel());
+  if (int8) Int8Grid(ctx.node, "y", yd, y.numel());
 }
 
 std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {

@@ -1,5 +1,5 @@
 // QDQ convolutions as ONNX Runtime's quantiser writes them (DequantizeLinear of int8 weights and int32 bias, Relu
-// before the output's QuantizeLinear) compiled into int8 convolutions (src/runtime/fusion_qdq.cc FuseInt8Conv,
+// before the output's QuantizeLinear) compiled into int8 convolutions (src/runtime/fusion_qdq.cc FuseInt8,
 // src/kernels/cpu/dnnl_conv_int8.cc). Oracle: the same graph compiled without fusion, reference kernels only.
 // Bound: one output step (the int32 sum is requantised once where the graph rounds a float sum; rare).
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "osprey/runtime.h"
 #include "test_util.h"
 
@@ -97,6 +98,58 @@ TEST(Int8ConvFusion, QdqConvsRunOnInt8KernelWithinOneStep) {
     EXPECT_NEAR(steps, std::nearbyint(steps), 1e-3f) << i;
   }
   EXPECT_LE(ref_off, expected.numel() / 50);
+}
+
+// x [2, 5, 32] -> Q/DQ (uint8, zero point 131) -> MatMul W [32, 24] (int8 per column, as quantize_static's
+// per_channel writes a MatMul's B: DequantizeLinear axis 1) -> Q/DQ (uint8) -> Mul 1 -> y: a transformer's projection.
+Graph Int8MatMulGraph() {
+  GraphBuilder b("int8matmul", 13);
+  auto x = b.Input("x", DType::kF32, {2, 5, 32});
+  auto xs = b.Constant(Tensor::Scalar<float>(0.04f));
+  auto xz = b.Constant(Tensor::Scalar<uint8_t>(131));
+  auto x_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {x, xs, xz}), xs, xz});
+  std::vector<float> w_scales(24);
+  for (int i = 0; i < 24; ++i) w_scales[i] = 0.003f + 0.0004f * static_cast<float>(i % 7);
+  Tensor w_zp(DType::kI8, {24});
+  for (int i = 0; i < 24; ++i) w_zp.data<int8_t>()[i] = 0;
+  auto w = b.Op("DequantizeLinear",
+                {b.Constant(RandomInt8({32, 24}, 11)), b.Constant(Tensor::FromVector<float>({24}, w_scales)),
+                 b.Constant(w_zp)},
+                {{"axis", Attribute::Int(1)}});
+  auto y = b.Op("MatMul", {x_dq, w});
+  auto ys = b.Constant(Tensor::Scalar<float>(0.06f));
+  auto yz = b.Constant(Tensor::Scalar<uint8_t>(120));
+  auto z = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {y, ys, yz}), ys, yz});
+  b.Output(b.Op("Mul", {z, b.Constant(Tensor::Scalar<float>(1.f))}), "y");
+  return b.Finish();
+}
+
+TEST(Int8ConvFusion, QdqMatMulRunsOnInt8KernelWithinOneStep) {
+  const Graph g = Int8MatMulGraph();
+  Tensor x = RandomTensor({2, 5, 32}, 4, -5.f, 5.f);
+  auto run = [&](const CompileOptions& o, std::vector<OpProfile>* profile) {
+    return Compile(g, {{x.dtype(), x.shape()}}, o)->Run({x}, profile)[0];
+  };
+  const Tensor expected = run({.num_threads = 2, .fast_kernels = false, .fuse = false}, nullptr);
+  std::vector<OpProfile> profile;
+  const Tensor got = run({.num_threads = 2, .fast_kernels = true, .fuse = true}, &profile);
+  const Tensor fused_reference = run({.num_threads = 2, .fast_kernels = false, .fuse = true}, nullptr);
+  int int8_matmuls = 0;
+  for (const OpProfile& p : profile) int8_matmuls += p.kernel == "MatMulInt8Dnnl";
+  // Fused (and on the int8 kernel) only where oneDNN's int8 products are exact (VNNI, AMX).
+  EXPECT_EQ(int8_matmuls, Int8ProductsExact() ? 1 : 0);
+  for (const Tensor* t : {&got, &fused_reference}) {
+    ASSERT_EQ(t->numel(), expected.numel());
+    int64_t off = 0;
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      const float d = std::fabs(t->data<float>()[i] - expected.data<float>()[i]);
+      EXPECT_LE(d, 0.06f * 1.001f) << i;
+      off += d > 0.03f;
+      const float steps = t->data<float>()[i] / 0.06f;  // on the output's grid
+      EXPECT_NEAR(steps, std::nearbyint(steps), 1e-3f) << i;
+    }
+    EXPECT_LE(off, expected.numel() / 50);
+  }
 }
 
 }  // namespace

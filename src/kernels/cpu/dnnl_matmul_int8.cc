@@ -1,0 +1,186 @@
+// Int8 MatMul for QDQ models (src/runtime/fusion_qdq.cc, FuseInt8): a MatMul node carrying `_int8` attributes computes
+// DequantizeLinear(QuantizeLinear(MatMul(DequantizeLinear(QuantizeLinear(x)), W))) with oneDNN's u8 x s8 matmul, W
+// a constant [K, N] of int8 multiples of its scales (one, or one per column). What transformers quantised by ONNX
+// Runtime's quantize_static (QDQ format) spend their time in: the projections and the feed-forward layers.
+//
+// Per run: x (float32, any rank, rows of K) is quantised into a u8 [rows, K] buffer (QuantizeLinear's arithmetic,
+// quantise_u8.h; an s8 activation is stored + 128 with its zero point + 128); the primitive sums (x_q - zp) * w_q
+// in int32, scales by x_scale * w_scale[n] / y_scale, rounds half to even, clips to the output type's range less its
+// zero point and multiplies by y_scale (post-ops): the float32 output is DequantizeLinear(QuantizeLinear(.)) of the
+// product, as with the int8 convolution (dnnl_conv_int8.cc), and agrees with the reference MatMul's float arithmetic
+// of the same chain except where a sum lands next to a rounding boundary (one step). Built only where the products
+// are exact (Int8ProductsExact: VNNI or AMX); the fusion asks the same.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/quantise_u8.h"
+
+namespace osprey::cpu {
+namespace {
+
+using dnnl::memory;
+constexpr const char* kName = "MatMulInt8Dnnl";
+
+class MatMulInt8Kernel final : public Kernel {
+ public:
+  const char* Name() const override { return kName; }
+
+  bool Build(const KernelBuildContext& ctx) {
+    const Node& node = ctx.node;
+    if (!Int8ProductsExact() || ctx.input_shapes.size() != 2 || ctx.output_shapes.size() != 1) return false;
+    for (Layout l : ctx.input_layouts)
+      if (l != Layout::kPlain) return false;
+    for (Layout l : ctx.output_layouts)
+      if (l != Layout::kPlain) return false;
+    const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
+    if (w == nullptr || w->raw() == nullptr || w->dtype() != DType::kF32 || w->shape().size() != 2) return false;
+    if (ctx.input_dtypes[0] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32) return false;
+    if (!node.GetString("_activation", "").empty() || node.Has("_bias")) return false;
+    x_ = ctx.input_shapes[0];
+    y_ = ctx.output_shapes[0];
+    const int64_t k = w->dim(0), n = w->dim(1);
+    if (x_.size() < 2 || x_.back() != k || y_.size() != x_.size() || y_.back() != n || k <= 0 || n <= 0) return false;
+    rows_ = NumElements(x_) / k;
+    if (NumElements(y_) != rows_ * n) return false;
+    threads_ = std::max(1, ctx.num_threads);
+    x_scale_ = node.GetFloat("_int8_x_scale", 0.f);
+    const float y_scale = node.GetFloat("_int8_y_scale", 0.f);
+    const int32_t x_zp = static_cast<int32_t>(node.GetInt("_int8_x_zero_point", 0));
+    const int32_t y_zp = static_cast<int32_t>(node.GetInt("_int8_y_zero_point", 0));
+    const bool x_signed = node.GetInt("_int8_x_signed", 0) != 0, y_signed = node.GetInt("_int8_y_signed", 0) != 0;
+    const std::vector<float> w_scale = node.GetFloats("_int8_w_scale", {});
+    if (!(x_scale_ > 0.f) || !(y_scale > 0.f) || (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != n))
+      return false;
+    zp_u8_ = x_zp + (x_signed ? 128 : 0);  // u8 storage of the quantised input: q + 128 for s8
+    if (zp_u8_ < 0 || zp_u8_ > 255) return false;
+
+    // The int8 weights: W = w_q * w_scale[n] exactly (infer-and-fold's DequantizeLinear of the constant).
+    Tensor wq(DType::kI8, w->shape());
+    const float* wf = w->data<float>();
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const float s = w_scale[w_scale.size() == 1 ? 0 : c], v = wf[r * n + c];
+        const float q = std::nearbyint(v / s);
+        if (q < -128.f || q > 127.f || std::fabs(q * s - v) > 1e-6f * std::fabs(v) + 1e-30f) return false;
+        wq.data<int8_t>()[r * n + c] = static_cast<int8_t>(q);
+      }
+    scales_.resize(w_scale.size());
+    for (size_t c = 0; c < w_scale.size(); ++c) scales_[c] = x_scale_ * w_scale[c] / y_scale;
+    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
+    dnnl::primitive_attr attr = BaseAttr();
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 1);
+    if (zp_u8_ != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_round, 0.f, 0.f);
+    ops.append_eltwise(dnnl::algorithm::eltwise_clip, lo, hi);
+    ops.append_eltwise(dnnl::algorithm::eltwise_linear, y_scale, 0.f);
+    attr.set_post_ops(ops);
+    src_md_ = memory::desc({rows_, k}, memory::data_type::u8, memory::format_tag::ab);
+    dst_md_ = memory::desc({rows_, n}, memory::data_type::f32, memory::format_tag::ab);
+    const memory::desc w_any({k, n}, memory::data_type::s8, memory::format_tag::any);
+    try {
+      dnnl::matmul::primitive_desc pd(CpuEngine(), src_md_, w_any, dst_md_, attr, /*allow_empty=*/true);
+      if (pd && !IsReferenceImpl(pd)) pd_ = pd;
+    } catch (const dnnl::error&) {
+    }
+    if (!pd_) return false;
+    matmul_ = dnnl::matmul(pd_);
+    weight_ = PackWeight(ctx, memory::desc({k, n}, memory::data_type::s8, memory::format_tag::ab), wq,
+                         pd_.weights_desc());
+    src_bytes_ = ThreadScratch::Align(src_md_.get_size());
+    scratch_md_ = pd_.scratchpad_desc();
+    scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
+    return true;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Node& node = ctx.node;
+    CheckShape(node, kName, "input", ctx.In(0), x_);
+    CheckShape(node, kName, "output", ctx.Out(0), y_);
+    RunDnnl(node, kName, [&] {
+      dnnl::stream& stream = ThreadStream();
+      char* scratch = ThreadScratch::Reserve(src_bytes_ + scratch_bytes_);
+      Quantise(ctx.In(0).data<float>(), reinterpret_cast<uint8_t*>(scratch));
+      const auto run = run_states_.Acquire([this] { return MakeRunState(); });
+      Point(run->src, scratch);
+      Point(run->dst, ctx.Out(0).raw());
+      Point(run->scratchpad, scratch + src_bytes_);
+      run->args.Execute(matmul_, stream);
+      stream.wait();
+    });
+  }
+
+ private:
+  struct RunState {
+    memory src, dst, scratchpad;
+    ExecArgs args;
+  };
+  RunState MakeRunState() const {
+    RunState r;
+    r.src = UnboundMemory(src_md_);
+    r.dst = UnboundMemory(dst_md_);
+    r.scratchpad = UnboundMemory(scratch_md_);
+    r.args.Add(DNNL_ARG_SRC, r.src)
+        .Add(DNNL_ARG_WEIGHTS, weight_.memory)
+        .Add(DNNL_ARG_DST, r.dst)
+        .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad)
+        .Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+             WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
+                                     memory::format_tag::x),
+                        scales_.data()));
+    if (zp_u8_ != 0)
+      r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
+                 WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp_u8_));
+    return r;
+  }
+
+  // x -> u8 [rows, K], split over the plan's threads in whole cache lines when large enough to pay for it.
+  void Quantise(const float* x, uint8_t* out) const {
+    const int64_t total = NumElements(x_), parts = total >= (1 << 15) ? threads_ : 1;
+    const int64_t step = (total / parts + 63) / 64 * 64;
+    const float zp = static_cast<float>(zp_u8_);
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+#pragma omp parallel for num_threads(threads_) schedule(static) if (parts > 1)
+    for (int64_t part = 0; part < parts; ++part) {
+      const int64_t j0 = std::min(total, part * step), j1 = std::min(total, j0 + step);
+      if (avx2) {
+        Quantise8(x + j0, out + j0, j1 - j0, x_scale_, zp);
+        continue;
+      }
+      for (int64_t j = j0; j < j1; ++j)
+        out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / x_scale_) + zp, 0.f), 255.f));
+    }
+  }
+
+  Shape x_, y_;
+  int64_t rows_ = 0;
+  int threads_ = 1;
+  float x_scale_ = 1.f;
+  int32_t zp_u8_ = 0;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul matmul_;
+  memory::desc src_md_, dst_md_, scratch_md_;
+  PackedWeight weight_;
+  std::vector<float> scales_;  // per column (or one): x_scale * w_scale[n] / y_scale
+  size_t src_bytes_ = 0, scratch_bytes_ = 0;
+  PerCaller<RunState> run_states_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> CreateDnnlMatMulInt8(const KernelBuildContext& ctx) {
+  OmpThreadsGuard threads(ctx.num_threads);
+  auto kernel = std::make_unique<MatMulInt8Kernel>();
+  try {
+    if (!kernel->Build(ctx)) return nullptr;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  return kernel;
+}
+
+}  // namespace osprey::cpu
