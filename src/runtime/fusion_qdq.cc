@@ -142,14 +142,46 @@ void LowerQLinearConv(CompileState& st) {
 // A MatMul runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), fused only where its products are
 // exact (Int8ProductsExact: VNNI or AMX; elsewhere oneDNN sums pairs of products in 16 bits, and the MatMul stays
 // float32 between its quantisation pairs) and in host plans (the CUDA kernels have no int8 MatMul).
+// A MatMul whose B is itself an activation between quantisation pairs (attention's Q K^T and P V) takes B's
+// quantisation too (`_int8_b_*`, per tensor): both operands quantised per run.
 struct Int8Chain {
-  int conv = -1, relu = -1, q = -1, dq = -1;
-  float x_scale = 0, y_scale = 0;
-  int32_t x_zp = 0, y_zp = 0;
-  bool x_signed = false, y_signed = false;
+  int conv = -1, relu = -1, q = -1, dq = -1, b_dq = -1;
+  float x_scale = 0, y_scale = 0, b_scale = 0;
+  int32_t x_zp = 0, y_zp = 0, b_zp = 0;
+  bool x_signed = false, y_signed = false, b_signed = false;
   std::vector<float> w_scale;
   std::vector<int> y_dqs;  // node indices of the DequantizeLinears of y_q
 };
+
+// The weight `wf` of a Conv (`rank` 4 or 3) or MatMul (rank 2, [K, N]): a folded DequantizeLinear of a constant int8
+// tensor, symmetric, its scales one or one per output channel (Conv: W's first axis; MatMul: its columns) into
+// `w_scale`.
+bool ConstantInt8Weight(const CompileState& st, const std::vector<const Node*>& graph_producer, int wf, size_t rank,
+                        std::vector<float>* w_scale) {
+  const bool matmul = rank == 2;
+  if (!st.values[wf].known || wf >= static_cast<int>(graph_producer.size()) || !graph_producer[wf]) return false;
+    const Node& wdq = *graph_producer[wf];
+    if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) return false;
+    const CompileValue& wq = st.values[wdq.inputs[0]];
+    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != rank) return false;
+    // Output channels: W's first axis (Conv), its columns (MatMul's [K, N]).
+    const int64_t out_axis = matmul ? 1 : 0, out_c = wq.value.dim(out_axis);
+    const CompileValue& ws = st.values[wdq.inputs[1]];
+    if (!ws.known || ws.dtype != DType::kF32) return false;
+    int64_t scale_axis = wdq.GetInt("axis", 1);
+    if (scale_axis < 0) scale_axis += static_cast<int64_t>(wq.value.shape().size());
+    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && scale_axis == out_axis)) return false;
+    if (wdq.Has("block_size") && wdq.GetInt("block_size", 0) != 0) return false;
+    bool symmetric = true;
+    if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
+      const CompileValue& wz = st.values[wdq.inputs[2]];
+      symmetric = wz.known && wz.dtype == DType::kI8;
+      for (int64_t k = 0; symmetric && k < wz.value.numel(); ++k) symmetric = wz.value.data<int8_t>()[k] == 0;
+    }
+    if (!symmetric) return false;
+  w_scale->assign(ws.value.data<float>(), ws.value.data<float>() + ws.value.numel());
+  return true;
+}
 
 void FuseInt8(CompileState& st) {
   const auto consumers = ConsumersOf(st);
@@ -179,9 +211,8 @@ void FuseInt8(CompileState& st) {
     if (matmul && (!matmul_int8 || c.inputs.size() != 2)) continue;
     const int xf = c.inputs[0], wf = c.inputs[1], yf = c.outputs[0];
     if (xf < 0 || wf < 0 || yf < 0 || producer[xf] < 0) continue;
-    if (matmul ? st.values[xf].shape.size() < 2 || st.values[xf].dtype != DType::kF32
-               : st.values[xf].shape.size() != 4)
-      continue;
+    const size_t rank = st.values[xf].shape.size();
+    if (matmul ? rank < 2 || st.values[xf].dtype != DType::kF32 : rank != 4 && rank != 3) continue;  // Conv: 2-D or 1-D
     // Few input channels (an image's 3) where the int8 kernel pairs channels (Int8ProductsExact false): it was slower
     // than fp32 there (ResNet-50's 7x7 3->64 stem: 5.5 ms vs 3.1 ms, one thread), so the convolution stays fp32.
     // With exact products the int8 stem is faster (0.85 ms vs 1.45 ms, two threads, AVX-512 VNNI).
@@ -192,28 +223,17 @@ void FuseInt8(CompileState& st) {
     const Node& dq = st.nodes[f.dq];
     if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.empty() || dq.inputs[0] < 0) continue;
     if (st.values[dq.inputs[0]].known || !per_tensor(dq, &f.x_signed, &f.x_scale, &f.x_zp, dq.inputs[0])) continue;
-    // Weight: a folded DequantizeLinear of a constant int8 tensor, symmetric.
-    if (!st.values[wf].known || wf >= static_cast<int>(graph_producer.size()) || !graph_producer[wf]) continue;
-    const Node& wdq = *graph_producer[wf];
-    if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) continue;
-    const CompileValue& wq = st.values[wdq.inputs[0]];
-    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != (matmul ? 2u : 4u)) continue;
-    // Output channels: W's first axis (Conv), its columns (MatMul's [K, N]).
-    const int64_t out_axis = matmul ? 1 : 0, out_c = wq.value.dim(out_axis);
-    const CompileValue& ws = st.values[wdq.inputs[1]];
-    if (!ws.known || ws.dtype != DType::kF32) continue;
-    int64_t scale_axis = wdq.GetInt("axis", 1);
-    if (scale_axis < 0) scale_axis += static_cast<int64_t>(wq.value.shape().size());
-    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && scale_axis == out_axis)) continue;
-    if (wdq.Has("block_size") && wdq.GetInt("block_size", 0) != 0) continue;
-    bool symmetric = true;
-    if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
-      const CompileValue& wz = st.values[wdq.inputs[2]];
-      symmetric = wz.known && wz.dtype == DType::kI8;
-      for (int64_t k = 0; symmetric && k < wz.value.numel(); ++k) symmetric = wz.value.data<int8_t>()[k] == 0;
+    if (matmul && !st.values[wf].known) {  // B an activation: DequantizeLinear per tensor, the same rank as A
+      f.b_dq = producer[wf];
+      if (f.b_dq < 0 || st.values[wf].shape.size() != st.values[xf].shape.size()) continue;
+      const Node& bdq = st.nodes[f.b_dq];
+      if (bdq.op_type != "DequantizeLinear" || !QdqDomain(bdq) || bdq.inputs.empty() || bdq.inputs[0] < 0 ||
+          st.values[bdq.inputs[0]].known || !per_tensor(bdq, &f.b_signed, &f.b_scale, &f.b_zp, bdq.inputs[0]))
+        continue;
+    } else if (!ConstantInt8Weight(st, graph_producer, wf, matmul ? 2 : rank, &f.w_scale)) {
+      continue;
     }
-    if (!symmetric) continue;
-    f.w_scale.assign(ws.value.data<float>(), ws.value.data<float>() + ws.value.numel());
+    const int64_t out_c = st.values[yf].shape.empty() ? 0 : st.values[yf].shape[matmul ? st.values[yf].shape.size() - 1 : 1];
     // Bias: an int32 multiple of x_scale * w_scale[m] (the kernel's own test, so that it never declines a node fused
     // here: the reference Conv would ignore the quantisation).
     bool bias_ok = true;
@@ -247,9 +267,10 @@ void FuseInt8(CompileState& st) {
       float s = 0;
       int32_t z = 0;
       bool sg = false;
+      // A graph output only as the sole DequantizeLinear (the fused node writes it; the others are renamed to it).
       ok = ok && d.op_type == "DequantizeLinear" && QdqDomain(d) && d.inputs[0] == yq && d.outputs.size() == 1 &&
-           d.outputs[0] >= 0 && !st.is_graph_output[d.outputs[0]] && per_tensor(d, &sg, &s, &z, yq) &&
-           s == f.y_scale && z == f.y_zp;
+           d.outputs[0] >= 0 && (consumers[yq].size() == 1 || !st.is_graph_output[d.outputs[0]]) &&
+           per_tensor(d, &sg, &s, &z, yq) && s == f.y_scale && z == f.y_zp;
       f.y_dqs.push_back(k);
     }
     if (!ok) continue;
@@ -264,23 +285,30 @@ void FuseInt8(CompileState& st) {
   std::vector<char> has_replaced(st.nodes.size(), 0);
   for (const Int8Chain& f : found) {
     const Node& c = st.nodes[f.conv];
-    const Node& dq = st.nodes[f.dq];
     Node n = c;
-    // Input: the float the QuantizeLinear of x_q reads, unless that QuantizeLinear is itself fused (then x_q's
+    // An input: the float the QuantizeLinear of x_q reads, unless that QuantizeLinear is itself fused (then x_q's
     // DequantizeLinear output, renamed below to the fused convolution's output).
-    int input = c.inputs[0];
-    const int xp = producer[dq.inputs[0]];
-    if (xp >= 0 && !fused_q[xp]) {
+    auto float_input = [&](int input, int dq_index, float scale, int32_t zp) {
+      const Node& dq = st.nodes[dq_index];
+      const int xp = producer[dq.inputs[0]];
+      if (xp < 0 || fused_q[xp]) return input;
       const Node& qx = st.nodes[xp];
       float s = 0;
       int32_t z = 0;
       bool sg = false;
       if (qx.op_type == "QuantizeLinear" && QdqDomain(qx) && !qx.inputs.empty() && qx.inputs[0] >= 0 &&
           st.values[qx.inputs[0]].dtype == DType::kF32 && per_tensor(qx, &sg, &s, &z, dq.inputs[0]) &&
-          s == f.x_scale && z == f.x_zp)
-        input = qx.inputs[0];
+          s == scale && z == zp)
+        return qx.inputs[0];
+      return input;
+    };
+    n.inputs[0] = float_input(c.inputs[0], f.dq, f.x_scale, f.x_zp);
+    if (f.b_dq >= 0) {
+      n.inputs[1] = float_input(c.inputs[1], f.b_dq, f.b_scale, f.b_zp);
+      n.attrs["_int8_b_scale"] = Attribute::Float(f.b_scale);
+      n.attrs["_int8_b_zero_point"] = Attribute::Int(f.b_zp);
+      n.attrs["_int8_b_signed"] = Attribute::Int(f.b_signed);
     }
-    n.inputs[0] = input;
     n.attrs["_int8"] = Attribute::Int(1);
     n.attrs["_activation"] = Attribute::String("");  // no later Relu or residual fusion (FuseActivation, FuseResidualAdd)
     n.attrs["_int8_x_scale"] = Attribute::Float(f.x_scale);
@@ -289,7 +317,7 @@ void FuseInt8(CompileState& st) {
     n.attrs["_int8_y_scale"] = Attribute::Float(f.y_scale);
     n.attrs["_int8_y_zero_point"] = Attribute::Int(f.y_zp);
     n.attrs["_int8_y_signed"] = Attribute::Int(f.y_signed);
-    n.attrs["_int8_w_scale"] = Attribute::Floats(f.w_scale);
+    if (f.b_dq < 0) n.attrs["_int8_w_scale"] = Attribute::Floats(f.w_scale);
     const int out = st.nodes[f.y_dqs[0]].outputs[0];
     n.outputs = {out};
     for (int k : f.y_dqs) {

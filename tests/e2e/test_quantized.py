@@ -233,8 +233,8 @@ def test_depthwise_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
 def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
     """A transformer's attention block (Q/K/V projections, scaled dot-product attention, output projection, residual,
     then a feed-forward layer with GELU) quantised by quantize_static with per-column weight scales and uint8
-    activations, as transformer exports are (Pipecat's Smart Turn v3 is one). The projections run on oneDNN's int8
-    matmul where the CPU's int8 products are exact (src/kernels/cpu/dnnl_matmul_int8.cc; `osprey bench --profile`
+    activations, as transformer exports are (Pipecat's Smart Turn v3 is one). The projections and the two products of
+    activations run on oneDNN's int8 matmul where the CPU's int8 products are exact (src/kernels/cpu/dnnl_matmul_int8.cc; `osprey bench --profile`
     names the kernel), in float32 between quantisation pairs elsewhere. Oracle: ORT unoptimised, the graph's own
     arithmetic; bound 2 output steps (each requantisation may land one rounding boundary apart), and against ORT's
     optimised session (its own int8 kernels) no farther than ORT's two sessions are from each other plus a step."""
@@ -291,4 +291,41 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
     r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
                 "--profile", timeout=TIMEOUT_S)
     assert r.returncode == 0, r.stderr
-    assert ("MatMulInt8Dnnl" in r.stdout) == vnni, r.stdout
+    # All eight MatMuls, the two between activations (Q K^T, P V) included, where the products are exact; none else.
+    assert r.stdout.count("MatMulInt8Dnnl") == (8 if vnni else 0), r.stdout
+
+
+def test_conv1d_front_end_matches_onnxruntime(run_cli, work_dir, tmp_path):
+    """Whisper's audio front end (Conv1d 80 -> 64, GELU, Conv1d 64 -> 64 stride 2) quantised by quantize_static with
+    per-channel weights: 1-D convolutions run on the int8 convolution as 2-D ones of height 1. Oracle and bound as
+    for the depthwise block: ORT unoptimised, 2 output steps; both convolutions on the int8 kernel."""
+    rng = np.random.default_rng(8)
+    c, m, length = 80, 64, 120
+
+    def w(name, *shape, scale=0.1):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [w("w1", m, c, 3), w("b1", m), w("w2", m, m, 3), w("b2", m)]
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["a"], pads=[1, 1]),
+             helper.make_node("Gelu", ["a"], ["g"]),
+             helper.make_node("Conv", ["g", "w2", "b2"], ["logits"], pads=[1, 1], strides=[2])]
+    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, length])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, m, length // 2])], inits)
+    float_model = tmp_path / "front.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
+    calibration = rng.standard_normal((16, c, length)).astype(np.float32)
+    model = quantize_models.ensure_quantized(float_model, calibration, "qdq", out=tmp_path / "front.qdq.onnx",
+                                             samples=16, per_channel=True)
+    x = rng.standard_normal((1, c, length)).astype(np.float32)
+    got = run_osprey(run_cli, model, x, work_dir)
+    literal = run_ort(model, x, optimise=False)
+    step = output_step(model)
+    diff = np.abs(got - literal)
+    print(f"conv1d front end: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
+          f"{int((diff > 0).sum())}/{diff.size} outputs differ")
+    assert diff.max() <= 2 * step + 1e-6
+    assert (diff > 0).mean() <= 0.05
+    r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
+                "--profile", timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ConvInt8Dnnl") == 2, r.stdout

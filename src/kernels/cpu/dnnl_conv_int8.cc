@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,8 @@ class ConvInt8Kernel final : public Kernel {
       if (i != 0 && ctx.input_layouts[i] != Layout::kPlain) return false;
     x_ = ctx.input_shapes[0];
     y_ = ctx.output_shapes[0];
+    x_given_ = x_;
+    y_given_ = y_;
     threads_ = std::max(1, ctx.num_threads);
     const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
     const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
@@ -84,7 +87,19 @@ class ConvInt8Kernel final : public Kernel {
       return false;
     if (node.GetInt("group", 1) != 1 || !node.GetString("_activation", "").empty() || node.Has("_residual"))
       return false;
-    const Shape ws = w->shape();
+    Shape ws = w->shape();
+    // A 1-D convolution (audio front ends: Whisper's) runs as a 2-D one of height 1: [N, C, L] is [N, C, 1, L].
+    const bool one_d = x_.size() == 3 && ws.size() == 3 && y_.size() == 3;
+    if (one_d && ctx.input_layouts[0] != Layout::kPlain) return false;
+    std::optional<ConvWindow> window_1d;
+    if (one_d) {
+      const std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2]});
+      if (kernel != std::vector<int64_t>{ws[2]}) return false;
+      window_1d = ResolveConvWindow(node, x_, kernel, /*ceil_mode=*/false);
+      x_ = {x_[0], x_[1], 1, x_[2]};
+      y_ = {y_[0], y_[1], 1, y_[2]};
+      ws = {ws[0], ws[1], 1, ws[2]};
+    }
     if (x_.size() != 4 || ws.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != ws[0] || y_[0] != x_[0])
       return false;
     const int64_t out_c = ws[0], in_c = ws[1], taps = ws[2] * ws[3];
@@ -102,9 +117,19 @@ class ConvInt8Kernel final : public Kernel {
     if (zp_u8_ < 0 || zp_u8_ > 255) return false;
 
     // Geometry.
-    const std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2], ws[3]});
-    if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
-    const ConvWindow win = ResolveConvWindow(node, x_, kernel, /*ceil_mode=*/false);
+    ConvWindow win;
+    if (one_d) {  // height: one tap, no stride or padding
+      const ConvWindow& w1 = *window_1d;
+      win.kernel = {1, w1.kernel[0]};
+      win.strides = {1, w1.strides[0]};
+      win.dilations = {1, w1.dilations[0]};
+      win.pad_begin = {0, w1.pad_begin[0]};
+      win.pad_end = {0, w1.pad_end[0]};
+    } else {
+      const std::vector<int64_t> kernel = node.GetInts("kernel_shape", {ws[2], ws[3]});
+      if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
+      win = ResolveConvWindow(node, x_, kernel, /*ceil_mode=*/false);
+    }
     memory::dims st, di, pl, pr;
     for (int i = 0; i < 2; ++i) {
       const int64_t in = x_[2 + i], s = win.strides[i], d = win.dilations[i];
@@ -279,8 +304,8 @@ class ConvInt8Kernel final : public Kernel {
 
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
-    CheckActivation(node, kName, "input", ctx.In(0), x_, src_layout_);
-    CheckActivation(node, kName, "output", ctx.Out(0), y_, dst_layout_);
+    CheckActivation(node, kName, "input", ctx.In(0), x_given_, src_layout_);
+    CheckActivation(node, kName, "output", ctx.Out(0), y_given_, dst_layout_);
     RunDnnl(node, kName, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_);
@@ -403,7 +428,8 @@ class ConvInt8Kernel final : public Kernel {
     }
   }
 
-  Shape x_, y_;
+  Shape x_, y_;              // 4-D (a 1-D convolution's with height 1)
+  Shape x_given_, y_given_;  // the tensors' own shapes
   int threads_ = 1;
   float x_scale_ = 1.f;
   bool x_signed_ = false, reorder_dst_ = false;

@@ -36,61 +36,92 @@ class MatMulInt8Kernel final : public Kernel {
       if (l != Layout::kPlain) return false;
     for (Layout l : ctx.output_layouts)
       if (l != Layout::kPlain) return false;
-    const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
-    if (w == nullptr || w->raw() == nullptr || w->dtype() != DType::kF32 || w->shape().size() != 2) return false;
-    if (ctx.input_dtypes[0] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32) return false;
+    if (ctx.input_dtypes[0] != DType::kF32 || ctx.input_dtypes[1] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32)
+      return false;
     if (!node.GetString("_activation", "").empty() || node.Has("_bias")) return false;
     x_ = ctx.input_shapes[0];
+    b_ = ctx.input_shapes[1];
     y_ = ctx.output_shapes[0];
-    const int64_t k = w->dim(0), n = w->dim(1);
-    if (x_.size() < 2 || x_.back() != k || y_.size() != x_.size() || y_.back() != n || k <= 0 || n <= 0) return false;
-    rows_ = NumElements(x_) / k;
-    if (NumElements(y_) != rows_ * n) return false;
+    b_runtime_ = node.Has("_int8_b_scale");
+    const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
+    if (b_runtime_ ? b_.size() != x_.size() : (w == nullptr || w->raw() == nullptr || b_.size() != 2)) return false;
+    const int64_t rank = static_cast<int64_t>(x_.size()), k = b_[b_.size() - 2], n = b_.back();
+    if (rank < 2 || x_.back() != k || y_.size() != x_.size() || y_.back() != n || k <= 0 || n <= 0) return false;
     threads_ = std::max(1, ctx.num_threads);
     x_scale_ = node.GetFloat("_int8_x_scale", 0.f);
     const float y_scale = node.GetFloat("_int8_y_scale", 0.f);
     const int32_t x_zp = static_cast<int32_t>(node.GetInt("_int8_x_zero_point", 0));
     const int32_t y_zp = static_cast<int32_t>(node.GetInt("_int8_y_zero_point", 0));
     const bool x_signed = node.GetInt("_int8_x_signed", 0) != 0, y_signed = node.GetInt("_int8_y_signed", 0) != 0;
-    const std::vector<float> w_scale = node.GetFloats("_int8_w_scale", {});
-    if (!(x_scale_ > 0.f) || !(y_scale > 0.f) || (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != n))
-      return false;
-    zp_u8_ = x_zp + (x_signed ? 128 : 0);  // u8 storage of the quantised input: q + 128 for s8
+    if (!(x_scale_ > 0.f) || !(y_scale > 0.f)) return false;
+    zp_u8_ = x_zp + (x_signed ? 128 : 0);  // u8 storage of a quantised activation: q + 128 for s8
     if (zp_u8_ < 0 || zp_u8_ > 255) return false;
 
-    // The int8 weights: W = w_q * w_scale[n] exactly (infer-and-fold's DequantizeLinear of the constant).
-    Tensor wq(DType::kI8, w->shape());
-    const float* wf = w->data<float>();
-    for (int64_t r = 0; r < k; ++r)
-      for (int64_t c = 0; c < n; ++c) {
-        const float s = w_scale[w_scale.size() == 1 ? 0 : c], v = wf[r * n + c];
-        const float q = std::nearbyint(v / s);
-        if (q < -128.f || q > 127.f || std::fabs(q * s - v) > 1e-6f * std::fabs(v) + 1e-30f) return false;
-        wq.data<int8_t>()[r * n + c] = static_cast<int8_t>(q);
-      }
-    scales_.resize(w_scale.size());
-    for (size_t c = 0; c < w_scale.size(); ++c) scales_[c] = x_scale_ * w_scale[c] / y_scale;
-    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
     dnnl::primitive_attr attr = BaseAttr();
-    attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 1);
+    memory::desc w_md;
+    Tensor wq;
+    if (b_runtime_) {
+      // B quantised per run like A, stored as s8 (u8 storage - 128, the bytes XOR 0x80) with its zero point less 128
+      // as oneDNN's weights zero point; one scale for the product: x_scale * b_scale / y_scale.
+      b_scale_ = node.GetFloat("_int8_b_scale", 0.f);
+      const int32_t b_zp = static_cast<int32_t>(node.GetInt("_int8_b_zero_point", 0));
+      b_zp_u8_ = b_zp + (node.GetInt("_int8_b_signed", 0) != 0 ? 128 : 0);
+      if (!(b_scale_ > 0.f) || b_zp_u8_ < 0 || b_zp_u8_ > 255) return false;
+      b_zp_s8_ = b_zp_u8_ - 128;
+      for (int64_t d = 0; d + 2 < rank; ++d)  // batch dims: equal, or 1 in one operand (oneDNN broadcasts)
+        if (x_[d] != b_[d] && x_[d] != 1 && b_[d] != 1) return false;
+      scales_ = {x_scale_ * b_scale_ / y_scale};
+      attr.set_scales_mask(DNNL_ARG_WEIGHTS, 0);
+      if (b_zp_s8_ != 0) attr.set_zero_points_mask(DNNL_ARG_WEIGHTS, 0);
+      w_md = memory::desc(ToDims(b_), memory::data_type::s8, PlainDesc(ToDims(b_)).get_strides());
+    } else {
+      // The int8 weights: W = w_q * w_scale[n] exactly (infer-and-fold's DequantizeLinear of the constant).
+      const std::vector<float> w_scale = node.GetFloats("_int8_w_scale", {});
+      if (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != n) return false;
+      wq = Tensor(DType::kI8, w->shape());
+      const float* wf = w->data<float>();
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const float s = w_scale[w_scale.size() == 1 ? 0 : c], v = wf[r * n + c];
+          const float q = std::nearbyint(v / s);
+          if (q < -128.f || q > 127.f || std::fabs(q * s - v) > 1e-6f * std::fabs(v) + 1e-30f) return false;
+          wq.data<int8_t>()[r * n + c] = static_cast<int8_t>(q);
+        }
+      scales_.resize(w_scale.size());
+      for (size_t c = 0; c < w_scale.size(); ++c) scales_[c] = x_scale_ * w_scale[c] / y_scale;
+      attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 1);
+      w_md = memory::desc({k, n}, memory::data_type::s8, memory::format_tag::any);
+      // A constant B is 2-D: A's leading dims are rows.
+      x_dims_ = {NumElements(x_) / k, k};
+      y_dims_ = {NumElements(x_) / k, n};
+    }
+    if (b_runtime_) {
+      x_dims_ = ToDims(x_);
+      y_dims_ = ToDims(y_);
+    }
     if (zp_u8_ != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
     dnnl::post_ops ops;
     ops.append_eltwise(dnnl::algorithm::eltwise_round, 0.f, 0.f);
     ops.append_eltwise(dnnl::algorithm::eltwise_clip, lo, hi);
     ops.append_eltwise(dnnl::algorithm::eltwise_linear, y_scale, 0.f);
     attr.set_post_ops(ops);
-    src_md_ = memory::desc({rows_, k}, memory::data_type::u8, memory::format_tag::ab);
-    dst_md_ = memory::desc({rows_, n}, memory::data_type::f32, memory::format_tag::ab);
-    const memory::desc w_any({k, n}, memory::data_type::s8, memory::format_tag::any);
+    src_md_ = memory::desc(x_dims_, memory::data_type::u8, PlainDesc(x_dims_).get_strides());
+    dst_md_ = memory::desc(y_dims_, memory::data_type::f32, PlainDesc(y_dims_).get_strides());
     try {
-      dnnl::matmul::primitive_desc pd(CpuEngine(), src_md_, w_any, dst_md_, attr, /*allow_empty=*/true);
+      dnnl::matmul::primitive_desc pd(CpuEngine(), src_md_, w_md, dst_md_, attr, /*allow_empty=*/true);
       if (pd && !IsReferenceImpl(pd)) pd_ = pd;
     } catch (const dnnl::error&) {
     }
     if (!pd_) return false;
     matmul_ = dnnl::matmul(pd_);
-    weight_ = PackWeight(ctx, memory::desc({k, n}, memory::data_type::s8, memory::format_tag::ab), wq,
-                         pd_.weights_desc());
+    if (b_runtime_) {
+      b_md_ = w_md;
+      b_bytes_ = ThreadScratch::Align(b_md_.get_size());
+    } else {
+      weight_ = PackWeight(ctx, memory::desc({k, n}, memory::data_type::s8, memory::format_tag::ab), wq,
+                           pd_.weights_desc());
+    }
     src_bytes_ = ThreadScratch::Align(src_md_.get_size());
     scratch_md_ = pd_.scratchpad_desc();
     scratch_bytes_ = ThreadScratch::Align(scratch_md_.get_size());
@@ -100,15 +131,20 @@ class MatMulInt8Kernel final : public Kernel {
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
     CheckShape(node, kName, "input", ctx.In(0), x_);
+    if (b_runtime_) CheckShape(node, kName, "B", ctx.In(1), b_);
     CheckShape(node, kName, "output", ctx.Out(0), y_);
     RunDnnl(node, kName, [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(src_bytes_ + scratch_bytes_);
-      Quantise(ctx.In(0).data<float>(), reinterpret_cast<uint8_t*>(scratch));
+      char* scratch = ThreadScratch::Reserve(src_bytes_ + b_bytes_ + scratch_bytes_);
+      Quantise(ctx.In(0).data<float>(), NumElements(x_), x_scale_, zp_u8_, false, reinterpret_cast<uint8_t*>(scratch));
+      if (b_runtime_)
+        Quantise(ctx.In(1).data<float>(), NumElements(b_), b_scale_, b_zp_u8_, true,
+                 reinterpret_cast<uint8_t*>(scratch + src_bytes_));
       const auto run = run_states_.Acquire([this] { return MakeRunState(); });
       Point(run->src, scratch);
+      if (b_runtime_) Point(run->weights, scratch + src_bytes_);
       Point(run->dst, ctx.Out(0).raw());
-      Point(run->scratchpad, scratch + src_bytes_);
+      Point(run->scratchpad, scratch + src_bytes_ + b_bytes_);
       run->args.Execute(matmul_, stream);
       stream.wait();
     });
@@ -116,57 +152,62 @@ class MatMulInt8Kernel final : public Kernel {
 
  private:
   struct RunState {
-    memory src, dst, scratchpad;
+    memory src, weights, dst, scratchpad;
     ExecArgs args;
   };
   RunState MakeRunState() const {
     RunState r;
     r.src = UnboundMemory(src_md_);
+    r.weights = b_runtime_ ? UnboundMemory(b_md_) : weight_.memory;
     r.dst = UnboundMemory(dst_md_);
     r.scratchpad = UnboundMemory(scratch_md_);
     r.args.Add(DNNL_ARG_SRC, r.src)
-        .Add(DNNL_ARG_WEIGHTS, weight_.memory)
+        .Add(DNNL_ARG_WEIGHTS, r.weights)
         .Add(DNNL_ARG_DST, r.dst)
         .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad)
         .Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
              WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
                                      memory::format_tag::x),
                         scales_.data()));
-    if (zp_u8_ != 0)
-      r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
-                 WrapMemory(memory::desc({1}, memory::data_type::s32, memory::format_tag::x), &zp_u8_));
+    const memory::desc one({1}, memory::data_type::s32, memory::format_tag::x);
+    if (zp_u8_ != 0) r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, WrapMemory(one, &zp_u8_));
+    if (b_runtime_ && b_zp_s8_ != 0) r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_WEIGHTS, WrapMemory(one, &b_zp_s8_));
     return r;
   }
 
-  // x -> u8 [rows, K], split over the plan's threads in whole cache lines when large enough to pay for it.
-  void Quantise(const float* x, uint8_t* out) const {
-    const int64_t total = NumElements(x_), parts = total >= (1 << 15) ? threads_ : 1;
+  // n floats -> u8 storage of QuantizeLinear(x, scale, zp_u8 - storage offset) (s8: the bytes XOR 0x80, the same
+  // integer less 128), split over the plan's threads in whole cache lines when large enough to pay for it.
+  void Quantise(const float* x, int64_t total, float scale, int32_t zp_u8, bool as_s8, uint8_t* out) const {
+    const int64_t parts = total >= (1 << 15) ? threads_ : 1;
     const int64_t step = (total / parts + 63) / 64 * 64;
-    const float zp = static_cast<float>(zp_u8_);
+    const float zp = static_cast<float>(zp_u8);
     static const bool avx2 = __builtin_cpu_supports("avx2");
 #pragma omp parallel for num_threads(threads_) schedule(static) if (parts > 1)
     for (int64_t part = 0; part < parts; ++part) {
       const int64_t j0 = std::min(total, part * step), j1 = std::min(total, j0 + step);
       if (avx2) {
-        Quantise8(x + j0, out + j0, j1 - j0, x_scale_, zp);
-        continue;
+        Quantise8(x + j0, out + j0, j1 - j0, scale, zp);
+      } else {
+        for (int64_t j = j0; j < j1; ++j)
+          out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / scale) + zp, 0.f), 255.f));
       }
-      for (int64_t j = j0; j < j1; ++j)
-        out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / x_scale_) + zp, 0.f), 255.f));
+      if (as_s8)
+        for (int64_t j = j0; j < j1; ++j) out[j] ^= 0x80;
     }
   }
 
-  Shape x_, y_;
-  int64_t rows_ = 0;
+  Shape x_, b_, y_;
+  memory::dims x_dims_, y_dims_;  // as the primitive sees them (a constant B: A's leading dims folded into rows)
+  bool b_runtime_ = false;
   int threads_ = 1;
-  float x_scale_ = 1.f;
-  int32_t zp_u8_ = 0;
+  float x_scale_ = 1.f, b_scale_ = 1.f;
+  int32_t zp_u8_ = 0, b_zp_u8_ = 0, b_zp_s8_ = 0;
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul matmul_;
-  memory::desc src_md_, dst_md_, scratch_md_;
+  memory::desc src_md_, b_md_, dst_md_, scratch_md_;
   PackedWeight weight_;
-  std::vector<float> scales_;  // per column (or one): x_scale * w_scale[n] / y_scale
-  size_t src_bytes_ = 0, scratch_bytes_ = 0;
+  std::vector<float> scales_;  // per column (or one): x_scale * w_scale[n] / y_scale (B at run time: x_scale * b_scale / y_scale)
+  size_t src_bytes_ = 0, b_bytes_ = 0, scratch_bytes_ = 0;
   PerCaller<RunState> run_states_;
 };
 

@@ -741,12 +741,16 @@ void LRNRef(KernelContext& ctx) {
 
 void MatMulRef(KernelContext& ctx) {
   Tensor a = ctx.In(0);
-  const Tensor& b = ctx.In(1);
+  Tensor b = ctx.In(1);
   Tensor& y = ctx.Out(0);
   const bool int8 = ctx.node.GetInt("_int8", 0) != 0;  // Int8Grid, above
   if (int8) {
     a = a.Clone();
     Int8Grid(ctx.node, "x", a.data<float>(), a.numel());
+    if (ctx.node.Has("_int8_b_scale")) {  // B an activation quantised too
+      b = b.Clone();
+      Int8Grid(ctx.node, "b", b.data<float>(), b.numel());
+    }
   }
   const MatMulBatches mm = BatchedMatMul(a.shape(), b.shape());
   const int64_t m = mm.m, k = mm.k, n = mm.n;

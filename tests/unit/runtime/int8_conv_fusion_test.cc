@@ -102,12 +102,26 @@ TEST(Int8ConvFusion, QdqConvsRunOnInt8KernelWithinOneStep) {
 
 // x [2, 5, 32] -> Q/DQ (uint8, zero point 131) -> MatMul W [32, 24] (int8 per column, as quantize_static's
 // per_channel writes a MatMul's B: DequantizeLinear axis 1) -> Q/DQ (uint8) -> Mul 1 -> y: a transformer's projection.
-Graph Int8MatMulGraph() {
+// With `b_input`, B is a second input [2, 32, 24] between its own Q/DQ pair (uint8, zero point 140), as attention's
+// products of two activations are.
+Graph Int8MatMulGraph(bool b_input) {
   GraphBuilder b("int8matmul", 13);
   auto x = b.Input("x", DType::kF32, {2, 5, 32});
   auto xs = b.Constant(Tensor::Scalar<float>(0.04f));
   auto xz = b.Constant(Tensor::Scalar<uint8_t>(131));
   auto x_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {x, xs, xz}), xs, xz});
+  if (b_input) {
+    auto bx = b.Input("b", DType::kF32, {2, 32, 24});
+    auto bs = b.Constant(Tensor::Scalar<float>(0.03f));
+    auto bz = b.Constant(Tensor::Scalar<uint8_t>(140));
+    auto b_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {bx, bs, bz}), bs, bz});
+    auto ys = b.Constant(Tensor::Scalar<float>(0.06f));
+    auto yz = b.Constant(Tensor::Scalar<uint8_t>(120));
+    auto y = b.Op("MatMul", {x_dq, b_dq});
+    auto z = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {y, ys, yz}), ys, yz});
+    b.Output(b.Op("Mul", {z, b.Constant(Tensor::Scalar<float>(1.f))}), "y");
+    return b.Finish();
+  }
   std::vector<float> w_scales(24);
   for (int i = 0; i < 24; ++i) w_scales[i] = 0.003f + 0.0004f * static_cast<float>(i % 7);
   Tensor w_zp(DType::kI8, {24});
@@ -124,10 +138,15 @@ Graph Int8MatMulGraph() {
   return b.Finish();
 }
 
-TEST(Int8ConvFusion, QdqMatMulRunsOnInt8KernelWithinOneStep) {
-  const Graph g = Int8MatMulGraph();
+class Int8MatMulFusion : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Int8MatMulFusion, RunsOnInt8KernelWithinOneStep) {
+  const bool b_input = GetParam();
+  const Graph g = Int8MatMulGraph(b_input);
   Tensor x = RandomTensor({2, 5, 32}, 4, -5.f, 5.f);
+  Tensor bx = RandomTensor({2, 32, 24}, 5, -4.f, 4.f);
   auto run = [&](const CompileOptions& o, std::vector<OpProfile>* profile) {
+    if (b_input) return Compile(g, {{x.dtype(), x.shape()}, {bx.dtype(), bx.shape()}}, o)->Run({x, bx}, profile)[0];
     return Compile(g, {{x.dtype(), x.shape()}}, o)->Run({x}, profile)[0];
   };
   const Tensor expected = run({.num_threads = 2, .fast_kernels = false, .fuse = false}, nullptr);
@@ -151,6 +170,8 @@ TEST(Int8ConvFusion, QdqMatMulRunsOnInt8KernelWithinOneStep) {
     EXPECT_LE(off, expected.numel() / 50);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ConstantOrInputB, Int8MatMulFusion, ::testing::Bool());
 
 }  // namespace
 }  // namespace osprey
