@@ -48,6 +48,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterRecurrentOps(r);
     RegisterControlFlowOps(r);
     RegisterQuantizeOps(r);
+    RegisterContribOps(r);
     RegisterSignalOps(r);
     RegisterFoldOps(r);
     RegisterLinalgOps(r);
@@ -111,8 +112,7 @@ void ValidateOps(const Graph& graph) {
   const OpRegistry& registry = OpRegistry::Get();
   for (const Node& n : graph.nodes) {
     // ORT's contrib ops (QLinearAdd, QGemm, ...) exist only in com.microsoft; Q/DQ are in both domains.
-    const bool contrib_only = IsMicrosoftDomainOp(n.op_type) && n.op_type != "QuantizeLinear" &&
-                              n.op_type != "DequantizeLinear";
+    const bool contrib_only = IsContribOnlyOp(n.op_type);
     const bool default_or_osprey = n.domain.empty() || n.domain == "ai.onnx" || n.domain == kOspreyDomain;
     const bool known_domain =
         n.domain == kMicrosoftDomain ? IsMicrosoftDomainOp(n.op_type) : default_or_osprey && !contrib_only;

@@ -98,6 +98,7 @@ void RegisterAugmentOps(OpRegistry& r);       // osprey-domain augmentation imag
 void RegisterInternalOps(OpRegistry& r);      // ops made by fusion passes: _ChannelShuffle (internal_ops.cc)
 void RegisterRecurrentOps(OpRegistry& r);     // RNN, GRU, LSTM (recurrent.cc)
 void RegisterControlFlowOps(OpRegistry& r);   // If, folded when the model is compiled (control_flow.cc)
+void RegisterContribOps(OpRegistry& r);       // FastGelu, BiasGelu, QuickGelu, SkipLayerNormalization (contrib.cc)
 void RegisterQuantizeOps(OpRegistry& r);      // QuantizeLinear, DequantizeLinear, QLinearConv, ... (quantize.cc)
 void RegisterSignalOps(OpRegistry& r);        // DFT, STFT, MelWeightMatrix (signal.cc)
 void RegisterFoldOps(OpRegistry& r);          // Col2Im, MaxUnpool (fold.cc)
@@ -107,11 +108,12 @@ void RegisterDeformConvOps(OpRegistry& r);    // DeformConv, 2-D (deform_conv.cc
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";
 
-/// ONNX Runtime's contrib domain. Only the ops its quantiser writes are known there (IsMicrosoftDomainOp).
+/// ONNX Runtime's contrib domain. Only the ops its quantiser and its transformer optimiser write are known there
+/// (ops/contrib.cc): IsMicrosoftDomainOp. Those of them that ONNX's default domain does not have (IsContribOnlyOp) are
+/// refused there.
 inline constexpr const char* kMicrosoftDomain = "com.microsoft";
-/// True for the com.microsoft ops osprey implements (src/ops/quantize.cc): QLinearAdd, QLinearGlobalAveragePool,
-/// QGemm, and QuantizeLinear / DequantizeLinear (the default-domain semantics).
 bool IsMicrosoftDomainOp(const std::string& op_type);
+bool IsContribOnlyOp(const std::string& op_type);
 
 /// Internal op made by the channel-shuffle fusion (schema and semantics: src/ops/internal_ops.cc).
 inline constexpr const char* kChannelShuffleOp = "_ChannelShuffle";

@@ -388,11 +388,6 @@ int64_t QuantParams::Index(int64_t i) const {
   return 0;
 }
 
-bool IsMicrosoftDomainOp(const std::string& op_type) {
-  return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
-         op_type == "QuantizeLinear" || op_type == "DequantizeLinear" || op_type == "DynamicQuantizeLSTM";
-}
-
 void RegisterQuantizeOps(OpRegistry& r) {
   r.Add(Schema("QuantizeLinear", 2, 3, 1, 1, InferQuantizeLinear));
   r.Add(Schema("DequantizeLinear", 2, 3, 1, 1, InferDequantizeLinear));

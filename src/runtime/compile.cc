@@ -124,6 +124,10 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
     }
     return;
   }
+  if (IsLoweredContribOp(node)) {
+    for (const Node& lowered : LowerContribOp(st, node)) InferAndFoldNode(st, lowered);
+    return;
+  }
   if (node.op_type == "DynamicQuantizeLSTM" && node.domain == kMicrosoftDomain) {
     InferAndFoldNode(st, DequantizedLstm(st, node));
     return;

@@ -208,6 +208,11 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& state, co
 /// be constants) dequantized and transposed into new constants of `state` (dynamic_quantize_lstm.cc).
 Node DequantizedLstm(CompileState& state, const Node& node);
 
+/// Whether `node` is one of ONNX Runtime's transformer-optimiser ops osprey lowers (com.microsoft Gelu, FastGelu,
+/// BiasGelu, QuickGelu, SkipLayerNormalization), and those default-domain nodes (contrib_ops.cc).
+bool IsLoweredContribOp(const Node& node);
+std::vector<Node> LowerContribOp(CompileState& state, const Node& node);
+
 struct Activation;  // ops/activation.h
 /// The activation a live unary node computes when it may be fused into its producer (OpTraits::fusable_activation
 /// and ActivationOfNode, with the compile-time values of its inputs), else false (fusion.cc).

@@ -1,0 +1,41 @@
+// ONNX Runtime's contrib (com.microsoft) domain: which of its ops osprey reads. Its quantiser writes QLinearAdd,
+// QLinearGlobalAveragePool, QGemm, DynamicQuantizeLSTM and its own QuantizeLinear / DequantizeLinear (schemas:
+// quantize.cc); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
+// Gelu (the default domain's, exact), FastGelu (the tanh form, with an optional bias added first), BiasGelu, QuickGelu
+// (x * sigmoid(alpha x)) and SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis).
+// The last four are lowered to default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas
+// here only give arities for ValidateOps; inference runs on the lowered nodes.
+#include <string>
+
+#include "ops/op_registry.h"
+
+namespace osprey {
+
+bool IsContribOnlyOp(const std::string& op_type) {
+  return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
+         op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" ||
+         op_type == "QuickGelu" || op_type == "SkipLayerNormalization";
+}
+
+bool IsMicrosoftDomainOp(const std::string& op_type) {
+  return IsContribOnlyOp(op_type) || op_type == "QuantizeLinear" || op_type == "DequantizeLinear" ||
+         op_type == "Gelu";
+}
+
+namespace {
+
+void LoweredWhenCompiled(InferContext& c) {
+  throw Error(ErrorCode::kInternal, c.node.Describe() + ": a com.microsoft op is lowered before inference");
+}
+
+}  // namespace
+
+void RegisterContribOps(OpRegistry& r) {
+  r.Add(OpSchema{"FastGelu", 1, 2, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"BiasGelu", 2, 2, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"QuickGelu", 1, 1, 1, 1, LoweredWhenCompiled, {}});
+  // (input, skip, gamma, beta?, bias?) -> (output, mean?, inv_std_var?, input_skip_bias_sum?)
+  r.Add(OpSchema{"SkipLayerNormalization", 3, 5, 1, 4, LoweredWhenCompiled, {}});
+}
+
+}  // namespace osprey

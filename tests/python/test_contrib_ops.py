@@ -1,0 +1,96 @@
+"""The com.microsoft ops ONNX Runtime's transformer optimiser writes (Gelu, FastGelu, BiasGelu, QuickGelu,
+SkipLayerNormalization; runtime/contrib_ops.cc lowers them to default-domain ops) against ONNX Runtime's own contrib
+kernels, and a contrib-only op outside its domain refused."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import osprey
+
+F = TensorProto.FLOAT
+MS = "com.microsoft"
+
+
+def load(tmp_path, name, nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def ort_run(path, feeds):
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+RNG = np.random.default_rng(11)
+X = (RNG.standard_normal((2, 7, 48)) * 3).astype(np.float32)
+BIAS = RNG.standard_normal(48).astype(np.float32)
+
+
+@pytest.mark.parametrize("op,extra,attrs", [("Gelu", [], {}), ("FastGelu", [], {}), ("FastGelu", ["bias"], {}),
+                                            ("BiasGelu", ["bias"], {}), ("QuickGelu", [], {}),
+                                            ("QuickGelu", [], {"alpha": 1.3})])
+def test_gelu_family_matches_onnxruntime(tmp_path, op, extra, attrs):
+    # A MatMul first, so the lowered activation meets the fusions a real model gives it.
+    w = (RNG.standard_normal((48, 48)) / 7).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node(op, ["h"] + extra, ["y"], domain=MS, **attrs)]
+    path = load(tmp_path, op, nodes, [helper.make_tensor_value_info("x", F, list(X.shape))],
+                [helper.make_tensor_value_info("y", F, None)],
+                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(BIAS, "bias")])
+    want = ort_run(path, {"x": X})[0]
+    got = osprey.load_onnx(path, threads=2).run({"x": X})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("beta,bias,sum_output", [(True, True, True), (False, False, True), (True, False, False),
+                                                  (False, True, False)])
+def test_skip_layer_normalization_matches_onnxruntime(tmp_path, beta, bias, sum_output):
+    skip = RNG.standard_normal(X.shape).astype(np.float32)
+    gamma = (1 + RNG.standard_normal(48) / 5).astype(np.float32)
+    inputs = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
+    while inputs[-1] == "":
+        inputs.pop()
+    outputs = ["y", "", "", "sum"] if sum_output else ["y"]
+    node = helper.make_node("SkipLayerNormalization", inputs, outputs, domain=MS, epsilon=1e-5)
+    graph_outputs = [helper.make_tensor_value_info(n, F, None) for n in outputs if n]
+    path = load(tmp_path, "skipln", [node], [helper.make_tensor_value_info("x", F, list(X.shape)),
+                                              helper.make_tensor_value_info("skip", F, list(X.shape))],
+                graph_outputs, [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(BIAS, "bias"),
+                                numpy_helper.from_array(RNG.standard_normal(48).astype(np.float32), "beta")])
+    want = ort_run(path, {"x": X, "skip": skip})
+    got = osprey.load_onnx(path, threads=2).run({"x": X, "skip": skip})
+    for name, w in zip([n for n in outputs if n], want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_skip_layer_normalization_mean_and_inverse_deviation_match_numpy(tmp_path):
+    """ONNX Runtime's CPU kernel leaves these two training outputs empty (None), so NumPy is the oracle: the mean and
+    1 / sqrt(variance + epsilon) of input + skip over the last axis, kept as [..., 1]."""
+    gamma = np.linspace(0.5, 1.5, 48).astype(np.float32)
+    skip = RNG.standard_normal(X.shape).astype(np.float32)
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["y", "mean", "inv"], domain=MS,
+                            epsilon=1e-5)
+    path = load(tmp_path, "skipln_mean", [node], [helper.make_tensor_value_info("x", F, list(X.shape)),
+                                                   helper.make_tensor_value_info("skip", F, list(X.shape))],
+                [helper.make_tensor_value_info(n, F, None) for n in ("y", "mean", "inv")],
+                [numpy_helper.from_array(gamma, "gamma")])
+    got = osprey.load_onnx(path, threads=1).run({"x": X, "skip": skip})
+    s = (X + skip).astype(np.float64)
+    mean = s.mean(-1, keepdims=True)
+    inv = 1 / np.sqrt(s.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got["mean"], mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["inv"], inv, rtol=1e-4)
+    np.testing.assert_allclose(got["y"], ort_run(path, {"x": X, "skip": skip})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_contrib_only_op_in_the_default_domain_is_unsupported(tmp_path):
+    node = helper.make_node("FastGelu", ["x"], ["y"])
+    path = load(tmp_path, "fastgelu_default", [node], [helper.make_tensor_value_info("x", F, [4])],
+                [helper.make_tensor_value_info("y", F, None)])
+    with pytest.raises(Exception, match="unsupported op"):
+        osprey.load_onnx(path, threads=1)
