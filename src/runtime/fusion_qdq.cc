@@ -153,19 +153,17 @@ struct Int8Chain {
   std::vector<int> y_dqs;  // node indices of the DequantizeLinears of y_q
 };
 
-// The weight `wf` of a Conv (`rank` 4 or 3) or MatMul (rank 2, [K, N]): a folded DequantizeLinear of a constant int8
-// tensor, symmetric, its scales one or one per output channel (Conv: W's first axis; MatMul: its columns) into
-// `w_scale`.
+// The weight `wf` of a Conv (`rank` 4 or 3) or MatMul / Gemm (rank 2): a folded DequantizeLinear of a constant int8
+// tensor, symmetric, its scales one or one per output channel (axis `out_axis`: Conv's first; a MatMul's columns, 1;
+// a Gemm's 0 with transB) into `w_scale`.
 bool ConstantInt8Weight(const CompileState& st, const std::vector<const Node*>& graph_producer, int wf, size_t rank,
-                        std::vector<float>* w_scale) {
-  const bool matmul = rank == 2;
+                        int64_t out_axis, std::vector<float>* w_scale) {
   if (!st.values[wf].known || wf >= static_cast<int>(graph_producer.size()) || !graph_producer[wf]) return false;
     const Node& wdq = *graph_producer[wf];
     if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) return false;
     const CompileValue& wq = st.values[wdq.inputs[0]];
     if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != rank) return false;
-    // Output channels: W's first axis (Conv), its columns (MatMul's [K, N]).
-    const int64_t out_axis = matmul ? 1 : 0, out_c = wq.value.dim(out_axis);
+    const int64_t out_c = wq.value.dim(out_axis);
     const CompileValue& ws = st.values[wdq.inputs[1]];
     if (!ws.known || ws.dtype != DType::kF32) return false;
     int64_t scale_axis = wdq.GetInt("axis", 1);
@@ -205,10 +203,15 @@ void FuseInt8(CompileState& st) {
   std::vector<Int8Chain> found;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     const Node& c = st.nodes[i];
-    const bool matmul = c.op_type == "MatMul";
+    // A Gemm (alpha and beta 1, A not transposed, a constant B and C) becomes a MatMul with a fused bias: [K, N]
+    // weights (transposed here where transB), C its `_bias` input.
+    const bool gemm = c.op_type == "Gemm", matmul = gemm || c.op_type == "MatMul";
     if ((!matmul && c.op_type != "Conv") || !c.domain.empty() || c.outputs.size() != 1 || c.inputs.size() < 2) continue;
     if (c.GetInt("group", 1) != 1 || c.Has("_activation") || c.Has("_residual") || c.Has("_bias")) continue;
-    if (matmul && (!matmul_int8 || c.inputs.size() != 2)) continue;
+    if (matmul && (!matmul_int8 || c.inputs.size() > (gemm ? 3u : 2u))) continue;
+    if (gemm && (c.GetInt("transA", 0) != 0 || c.GetFloat("alpha", 1.f) != 1.f || c.GetFloat("beta", 1.f) != 1.f ||
+                 c.inputs[1] < 0 || !st.values[c.inputs[1]].known))
+      continue;
     const int xf = c.inputs[0], wf = c.inputs[1], yf = c.outputs[0];
     if (xf < 0 || wf < 0 || yf < 0 || producer[xf] < 0) continue;
     const size_t rank = st.values[xf].shape.size();
@@ -230,7 +233,8 @@ void FuseInt8(CompileState& st) {
       if (bdq.op_type != "DequantizeLinear" || !QdqDomain(bdq) || bdq.inputs.empty() || bdq.inputs[0] < 0 ||
           st.values[bdq.inputs[0]].known || !per_tensor(bdq, &f.b_signed, &f.b_scale, &f.b_zp, bdq.inputs[0]))
         continue;
-    } else if (!ConstantInt8Weight(st, graph_producer, wf, matmul ? 2 : rank, &f.w_scale)) {
+    } else if (!ConstantInt8Weight(st, graph_producer, wf, matmul ? 2 : rank,
+                                   gemm ? (c.GetInt("transB", 0) != 0 ? 0 : 1) : matmul ? 1 : 0, &f.w_scale)) {
       continue;
     }
     const int64_t out_c = st.values[yf].shape.empty() ? 0 : st.values[yf].shape[matmul ? st.values[yf].shape.size() - 1 : 1];
@@ -303,6 +307,28 @@ void FuseInt8(CompileState& st) {
       return input;
     };
     n.inputs[0] = float_input(c.inputs[0], f.dq, f.x_scale, f.x_zp);
+    if (n.op_type == "Gemm") {
+      Tensor w = st.values[c.inputs[1]].value;  // a copy: AddConstant grows st.values
+      if (c.GetInt("transB", 0) != 0) {
+        Tensor t(DType::kF32, {w.dim(1), w.dim(0)});
+        for (int64_t r = 0; r < w.dim(0); ++r)
+          for (int64_t k = 0; k < w.dim(1); ++k) t.data<float>()[k * w.dim(0) + r] = w.data<float>()[r * w.dim(1) + k];
+        w = std::move(t);
+      }
+      n.op_type = "MatMul";
+      n.attrs.erase("transA");
+      n.attrs.erase("transB");
+      n.attrs.erase("alpha");
+      n.attrs.erase("beta");
+      n.inputs[1] = st.AddConstant(std::move(w));
+      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+        const Tensor bias = st.values[n.inputs[2]].value;
+        n.inputs[2] = st.AddConstant(bias.Reshaped({bias.numel()}));
+        n.attrs["_bias"] = Attribute::Int(1);
+      } else {
+        n.inputs.resize(2);
+      }
+    }
     if (f.b_dq >= 0) {
       n.inputs[1] = float_input(c.inputs[1], f.b_dq, f.b_scale, f.b_zp);
       n.attrs["_int8_b_scale"] = Attribute::Float(f.b_scale);

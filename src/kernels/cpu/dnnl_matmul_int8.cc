@@ -31,20 +31,23 @@ class MatMulInt8Kernel final : public Kernel {
 
   bool Build(const KernelBuildContext& ctx) {
     const Node& node = ctx.node;
-    if (!Int8ProductsExact() || ctx.input_shapes.size() != 2 || ctx.output_shapes.size() != 1) return false;
+    has_bias_ = node.GetInt("_bias", 0) != 0;  // a Gemm's C (FuseInt8): an [N] input 2, constant
+    if (!Int8ProductsExact() || ctx.input_shapes.size() != (has_bias_ ? 3u : 2u) || ctx.output_shapes.size() != 1)
+      return false;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
     for (Layout l : ctx.output_layouts)
       if (l != Layout::kPlain) return false;
     if (ctx.input_dtypes[0] != DType::kF32 || ctx.input_dtypes[1] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32)
       return false;
-    if (!node.GetString("_activation", "").empty() || node.Has("_bias")) return false;
+    if (!node.GetString("_activation", "").empty()) return false;
     x_ = ctx.input_shapes[0];
     b_ = ctx.input_shapes[1];
     y_ = ctx.output_shapes[0];
     b_runtime_ = node.Has("_int8_b_scale");
     const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
-    if (b_runtime_ ? b_.size() != x_.size() : (w == nullptr || w->raw() == nullptr || b_.size() != 2)) return false;
+    if (b_runtime_ ? b_.size() != x_.size() || has_bias_ : (w == nullptr || w->raw() == nullptr || b_.size() != 2))
+      return false;
     const int64_t rank = static_cast<int64_t>(x_.size()), k = b_[b_.size() - 2], n = b_.back();
     if (rank < 2 || x_.back() != k || y_.size() != x_.size() || y_.back() != n || k <= 0 || n <= 0) return false;
     threads_ = std::max(1, ctx.num_threads);
@@ -91,6 +94,21 @@ class MatMulInt8Kernel final : public Kernel {
       for (size_t c = 0; c < w_scale.size(); ++c) scales_[c] = x_scale_ * w_scale[c] / y_scale;
       attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 1);
       w_md = memory::desc({k, n}, memory::data_type::s8, memory::format_tag::any);
+      if (has_bias_) {
+        // oneDNN scales the int32 sum, then adds the bias in float: the bias (an int32 multiple of x_scale *
+        // w_scale[n], as the quantiser writes it) is scaled the same way.
+        const Tensor* b = ctx.input_values.size() > 2 ? ctx.input_values[2] : nullptr;
+        if (b == nullptr || b->dtype() != DType::kF32 || b->numel() != n) return false;
+        std::vector<float> bias(static_cast<size_t>(n));
+        for (int64_t c = 0; c < n; ++c) {
+          const double step = static_cast<double>(x_scale_) * w_scale[w_scale.size() == 1 ? 0 : c];
+          const double v = b->data<float>()[c], q = std::nearbyint(v / step);
+          if (std::fabs(q) > 2e9 || std::fabs(q * step - v) > 1e-3 * step + 1e-6 * std::fabs(v)) return false;
+          bias[c] = static_cast<float>(q) * scales_[scales_.size() == 1 ? 0 : c];
+        }
+        bias_ = Tensor::FromVector<float>({1, n}, bias);
+        bias_md_ = memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab);
+      }
       // A constant B is 2-D: A's leading dims are rows.
       x_dims_ = {NumElements(x_) / k, k};
       y_dims_ = {NumElements(x_) / k, n};
@@ -109,7 +127,10 @@ class MatMulInt8Kernel final : public Kernel {
     src_md_ = memory::desc(x_dims_, memory::data_type::u8, PlainDesc(x_dims_).get_strides());
     dst_md_ = memory::desc(y_dims_, memory::data_type::f32, PlainDesc(y_dims_).get_strides());
     try {
-      dnnl::matmul::primitive_desc pd(CpuEngine(), src_md_, w_md, dst_md_, attr, /*allow_empty=*/true);
+      dnnl::matmul::primitive_desc pd = has_bias_ ? dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, bias_md_,
+                                                                                 dst_md_, attr, /*allow_empty=*/true)
+                                                 : dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, dst_md_,
+                                                                                 attr, /*allow_empty=*/true);
       if (pd && !IsReferenceImpl(pd)) pd_ = pd;
     } catch (const dnnl::error&) {
     }
@@ -164,7 +185,9 @@ class MatMulInt8Kernel final : public Kernel {
     r.args.Add(DNNL_ARG_SRC, r.src)
         .Add(DNNL_ARG_WEIGHTS, r.weights)
         .Add(DNNL_ARG_DST, r.dst)
-        .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad)
+        .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
+    if (has_bias_) r.args.Add(DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw()));
+    r.args
         .Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
              WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
                                      memory::format_tag::x),
@@ -198,13 +221,14 @@ class MatMulInt8Kernel final : public Kernel {
 
   Shape x_, b_, y_;
   memory::dims x_dims_, y_dims_;  // as the primitive sees them (a constant B: A's leading dims folded into rows)
-  bool b_runtime_ = false;
+  bool b_runtime_ = false, has_bias_ = false;
+  Tensor bias_;  // [1, N], in output steps (has_bias_)
   int threads_ = 1;
   float x_scale_ = 1.f, b_scale_ = 1.f;
   int32_t zp_u8_ = 0, b_zp_u8_ = 0, b_zp_s8_ = 0;
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul matmul_;
-  memory::desc src_md_, b_md_, dst_md_, scratch_md_;
+  memory::desc src_md_, b_md_, dst_md_, bias_md_, scratch_md_;
   PackedWeight weight_;
   std::vector<float> scales_;  // per column (or one): x_scale * w_scale[n] / y_scale (B at run time: x_scale * b_scale / y_scale)
   size_t src_bytes_ = 0, b_bytes_ = 0, scratch_bytes_ = 0;

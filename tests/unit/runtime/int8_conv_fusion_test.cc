@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "osprey/runtime.h"
@@ -102,11 +103,15 @@ TEST(Int8ConvFusion, QdqConvsRunOnInt8KernelWithinOneStep) {
 
 // x [2, 5, 32] -> Q/DQ (uint8, zero point 131) -> MatMul W [32, 24] (int8 per column, as quantize_static's
 // per_channel writes a MatMul's B: DequantizeLinear axis 1) -> Q/DQ (uint8) -> Mul 1 -> y: a transformer's projection.
-// With `b_input`, B is a second input [2, 32, 24] between its own Q/DQ pair (uint8, zero point 140), as attention's
-// products of two activations are.
-Graph Int8MatMulGraph(bool b_input) {
+// With kInputB, B is a second input [2, 32, 24] between its own Q/DQ pair (uint8, zero point 140), as attention's
+// products of two activations are. With kGemm, x is [10, 32] and the product a Gemm (transB: W [24, 32], int8 per
+// row, axis 0) with an int32 bias dequantised at x_scale * w_scale[n], as quantize_static writes a Linear layer.
+enum class MatMulCase { kConstantB, kInputB, kGemm };
+
+Graph Int8MatMulGraph(MatMulCase which) {
+  const bool b_input = which == MatMulCase::kInputB, gemm = which == MatMulCase::kGemm;
   GraphBuilder b("int8matmul", 13);
-  auto x = b.Input("x", DType::kF32, {2, 5, 32});
+  auto x = b.Input("x", DType::kF32, gemm ? Shape{10, 32} : Shape{2, 5, 32});
   auto xs = b.Constant(Tensor::Scalar<float>(0.04f));
   auto xz = b.Constant(Tensor::Scalar<uint8_t>(131));
   auto x_dq = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {x, xs, xz}), xs, xz});
@@ -127,10 +132,26 @@ Graph Int8MatMulGraph(bool b_input) {
   Tensor w_zp(DType::kI8, {24});
   for (int i = 0; i < 24; ++i) w_zp.data<int8_t>()[i] = 0;
   auto w = b.Op("DequantizeLinear",
-                {b.Constant(RandomInt8({32, 24}, 11)), b.Constant(Tensor::FromVector<float>({24}, w_scales)),
-                 b.Constant(w_zp)},
-                {{"axis", Attribute::Int(1)}});
-  auto y = b.Op("MatMul", {x_dq, w});
+                {b.Constant(RandomInt8(gemm ? Shape{24, 32} : Shape{32, 24}, 11)),
+                 b.Constant(Tensor::FromVector<float>({24}, w_scales)), b.Constant(w_zp)},
+                {{"axis", Attribute::Int(gemm ? 0 : 1)}});
+  ValueRef y;
+  if (gemm) {
+    std::vector<int32_t> bias(24);
+    std::vector<float> bias_scales(24);
+    for (int i = 0; i < 24; ++i) {
+      bias[i] = 400 * i - 5000;
+      bias_scales[i] = 0.04f * w_scales[i];
+    }
+    Tensor bias_zp(DType::kI32, {24});
+    for (int i = 0; i < 24; ++i) bias_zp.data<int32_t>()[i] = 0;
+    auto c = b.Op("DequantizeLinear", {b.Constant(Tensor::FromVector<int32_t>({24}, bias)),
+                                       b.Constant(Tensor::FromVector<float>({24}, bias_scales)), b.Constant(bias_zp)},
+                  {{"axis", Attribute::Int(0)}});
+    y = b.Op("Gemm", {x_dq, w, c}, {{"transB", Attribute::Int(1)}});
+  } else {
+    y = b.Op("MatMul", {x_dq, w});
+  }
   auto ys = b.Constant(Tensor::Scalar<float>(0.06f));
   auto yz = b.Constant(Tensor::Scalar<uint8_t>(120));
   auto z = b.Op("DequantizeLinear", {b.Op("QuantizeLinear", {y, ys, yz}), ys, yz});
@@ -138,12 +159,12 @@ Graph Int8MatMulGraph(bool b_input) {
   return b.Finish();
 }
 
-class Int8MatMulFusion : public ::testing::TestWithParam<bool> {};
+class Int8MatMulFusion : public ::testing::TestWithParam<MatMulCase> {};
 
 TEST_P(Int8MatMulFusion, RunsOnInt8KernelWithinOneStep) {
-  const bool b_input = GetParam();
-  const Graph g = Int8MatMulGraph(b_input);
-  Tensor x = RandomTensor({2, 5, 32}, 4, -5.f, 5.f);
+  const bool b_input = GetParam() == MatMulCase::kInputB;
+  const Graph g = Int8MatMulGraph(GetParam());
+  Tensor x = RandomTensor(GetParam() == MatMulCase::kGemm ? Shape{10, 32} : Shape{2, 5, 32}, 4, -5.f, 5.f);
   Tensor bx = RandomTensor({2, 32, 24}, 5, -4.f, 4.f);
   auto run = [&](const CompileOptions& o, std::vector<OpProfile>* profile) {
     if (b_input) return Compile(g, {{x.dtype(), x.shape()}, {bx.dtype(), bx.shape()}}, o)->Run({x, bx}, profile)[0];
@@ -171,7 +192,13 @@ TEST_P(Int8MatMulFusion, RunsOnInt8KernelWithinOneStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ConstantOrInputB, Int8MatMulFusion, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Cases, Int8MatMulFusion,
+                         ::testing::Values(MatMulCase::kConstantB, MatMulCase::kInputB, MatMulCase::kGemm),
+                         [](const ::testing::TestParamInfo<MatMulCase>& info) {
+                           return info.param == MatMulCase::kConstantB ? std::string("ConstantB")
+                                  : info.param == MatMulCase::kInputB  ? std::string("InputB")
+                                                                       : std::string("Gemm");
+                         });
 
 }  // namespace
 }  // namespace osprey
