@@ -27,13 +27,18 @@ def quantized_path(model: Path, fmt: str, out_dir: Path = None) -> Path:
 
 
 def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, samples: int = 32,
-                     force: bool = False, per_channel: bool = False) -> Path:
+                     force: bool = False, per_channel: bool = False, preprocess: bool = False,
+                     unsigned_activations: bool = False) -> Path:
     """Path of MODEL quantised in `fmt`; quantises it first when the cached file is missing (or force).
     `calibration`: a [n, ...] float32 array (one item per calibration run) or the path of a .npy holding one.
-    `per_channel`: weights quantised per output channel (MatMul: per column), as transformer exports usually are."""
+    `per_channel`: weights quantised per output channel (MatMul: per column), as transformer exports usually are.
+    `preprocess`: run ONNX Runtime's `quant_pre_process` (shape inference, graph optimisation) first, as its docs
+    recommend: without it a Gemm whose bias is computed in the graph keeps a float bias ORT cannot fuse.
+    `unsigned_activations`: uint8 activations (ORT's recommendation on x86: its int8 kernels are u8 x s8; the default
+    here, int8 activations, runs ORT's slower s8 x s8 path)."""
     import numpy as np
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
@@ -56,13 +61,20 @@ def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, sampl
     os.fchmod(fd, 0o644)
     os.close(fd)
     try:
-        quantize_static(str(model), tmp, Reader(),
+        source = model
+        if preprocess:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+            source = Path(tmp).with_suffix(".pre.onnx")
+            quant_pre_process(str(model), str(source))
+        quantize_static(str(source), tmp, Reader(),
                         quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                        per_channel=per_channel)
+                        per_channel=per_channel,
+                        activation_type=QuantType.QUInt8 if unsigned_activations else QuantType.QInt8)
         os.replace(tmp, out)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for leftover in (tmp, str(Path(tmp).with_suffix(".pre.onnx"))):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
     return out
 
 
@@ -75,9 +87,11 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=32, help="calibration images (default 32)")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--per-channel", action="store_true", help="weights per output channel (default: per tensor)")
+    ap.add_argument("--preprocess", action="store_true", help="ONNX Runtime's quant_pre_process first")
+    ap.add_argument("--unsigned-activations", action="store_true", help="uint8 activations (default int8)")
     args = ap.parse_args(argv)
     print(ensure_quantized(args.model, args.calibration, args.format, args.out, args.samples, args.force,
-                           args.per_channel))
+                           args.per_channel, args.preprocess, args.unsigned_activations))
     return 0
 
 

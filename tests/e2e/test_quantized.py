@@ -230,10 +230,11 @@ def test_depthwise_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
     assert (diff > 0).mean() <= 0.05
 
 
-def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
+@pytest.mark.parametrize("unsigned", [True, False], ids=["uint8", "int8"])
+def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsigned):
     """A transformer's attention block (Q/K/V projections, scaled dot-product attention, output projection, residual,
     then a feed-forward layer with GELU) quantised by quantize_static with per-column weight scales and uint8
-    activations, as transformer exports are (Pipecat's Smart Turn v3 is one). The projections and the two products of
+    activations, as transformer exports are (Pipecat's Smart Turn v3 is one), or int8 ones (the quantiser's default). The projections and the two products of
     activations run on oneDNN's int8 matmul where the CPU's int8 products are exact (src/kernels/cpu/dnnl_matmul_int8.cc; `osprey bench --profile`
     names the kernel), in float32 between quantisation pairs elsewhere. Oracle: ORT unoptimised, the graph's own
     arithmetic; bound 2 output steps (each requantisation may land one rounding boundary apart), and against ORT's
@@ -268,7 +269,8 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
     calibration = rng.standard_normal((16, t, d)).astype(np.float32)  # one [1, t, d] item per calibration run
     model = quantize_models.ensure_quantized(float_model, calibration, "qdq",
-                                             out=tmp_path / "attention.qdq.onnx", samples=16, per_channel=True)
+                                             out=tmp_path / "attention.qdq.onnx", samples=16, per_channel=True,
+                                             unsigned_activations=unsigned)
     q = onnx.load(str(model))
     matmuls_with_int8_weights = sum(
         1 for n in q.graph.node if n.op_type == "DequantizeLinear" and any(
@@ -315,7 +317,7 @@ def test_conv1d_front_end_matches_onnxruntime(run_cli, work_dir, tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
     calibration = rng.standard_normal((16, c, length)).astype(np.float32)
     model = quantize_models.ensure_quantized(float_model, calibration, "qdq", out=tmp_path / "front.qdq.onnx",
-                                             samples=16, per_channel=True)
+                                             samples=16, per_channel=True, unsigned_activations=True)
     x = rng.standard_normal((1, c, length)).astype(np.float32)
     got = run_osprey(run_cli, model, x, work_dir)
     literal = run_ort(model, x, optimise=False)
