@@ -139,9 +139,10 @@ void LowerQLinearConv(CompileState& st) {
 // scale, axis 0), a bias that is an int32 multiple of x_scale * w_scale[m] (ORT quantises it so), and a Relu only
 // where the output's zero point is its type's minimum (the saturation is the Relu). Infer-and-fold has already folded
 // the weight's DequantizeLinear into a float constant (w_q * w_scale, exact); its scales come from the graph's node.
-// A MatMul runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), fused only where its products are
-// exact (Int8ProductsExact: VNNI or AMX; elsewhere oneDNN sums pairs of products in 16 bits, and the MatMul stays
-// float32 between its quantisation pairs) and in host plans (the CUDA kernels have no int8 MatMul).
+// A MatMul runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), in host plans only (the CUDA kernels
+// have no int8 MatMul); one whose B is an activation only where oneDNN's int8 products are exact (Int8ProductsExact:
+// VNNI or AMX; elsewhere it sums pairs of products in 16 bits, and only constant weights can be placed in safe
+// pairs), else it stays float32 between its quantisation pairs.
 // A MatMul whose B is itself an activation between quantisation pairs (attention's Q K^T and P V) takes B's
 // quantisation too (`_int8_b_*`, per tensor): both operands quantised per run.
 struct Int8Chain {
@@ -199,7 +200,7 @@ void FuseInt8(CompileState& st) {
     return *scale > 0.f && std::isfinite(*scale) && KnownZeroPoint(st, n, zp);
   };
 
-  const bool matmul_int8 = st.options.device.kind == Device::kHost && Int8ProductsExact();
+  const bool matmul_int8 = st.options.device.kind == Device::kHost;
   std::vector<Int8Chain> found;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     const Node& c = st.nodes[i];
@@ -227,6 +228,7 @@ void FuseInt8(CompileState& st) {
     if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.empty() || dq.inputs[0] < 0) continue;
     if (st.values[dq.inputs[0]].known || !per_tensor(dq, &f.x_signed, &f.x_scale, &f.x_zp, dq.inputs[0])) continue;
     if (matmul && !st.values[wf].known) {  // B an activation: DequantizeLinear per tensor, the same rank as A
+      if (!Int8ProductsExact()) continue;
       f.b_dq = producer[wf];
       if (f.b_dq < 0 || st.values[wf].shape.size() != st.values[xf].shape.size()) continue;
       const Node& bdq = st.nodes[f.b_dq];

@@ -8,8 +8,10 @@
 // in int32, scales by x_scale * w_scale[n] / y_scale, rounds half to even, clips to the output type's range less its
 // zero point and multiplies by y_scale (post-ops): the float32 output is DequantizeLinear(QuantizeLinear(.)) of the
 // product, as with the int8 convolution (dnnl_conv_int8.cc), and agrees with the reference MatMul's float arithmetic
-// of the same chain except where a sum lands next to a rounding boundary (one step). Built only where the products
-// are exact (Int8ProductsExact: VNNI or AMX); the fusion asks the same.
+// of the same chain except where a sum lands next to a rounding boundary (one step). Where oneDNN's int8 products are
+// not exact (Int8ProductsExact false: AVX2 without VNNI sums two adjacent u8 x s8 products in 16 bits, saturating),
+// a constant B's rows (A's columns) are placed in safe pairs (int8_pairing.h) and A is gathered into that order as it
+// is quantised; a run-time B has no weights to pair by, so that MatMul stays float32 (the fusion asks the same).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/int8_pairing.h"
 #include "kernels/cpu/quantise_u8.h"
 
 namespace osprey::cpu {
@@ -24,6 +27,7 @@ namespace {
 
 using dnnl::memory;
 constexpr const char* kName = "MatMulInt8Dnnl";
+constexpr size_t kSlotAlign = 4;  // slots in whole 4-byte groups: oneDNN's AVX2 kernels pair within them (K % 4 == 2 measured wrong)
 
 class MatMulInt8Kernel final : public Kernel {
  public:
@@ -32,8 +36,7 @@ class MatMulInt8Kernel final : public Kernel {
   bool Build(const KernelBuildContext& ctx) {
     const Node& node = ctx.node;
     has_bias_ = node.GetInt("_bias", 0) != 0;  // a Gemm's C (FuseInt8): an [N] input 2, constant
-    if (!Int8ProductsExact() || ctx.input_shapes.size() != (has_bias_ ? 3u : 2u) || ctx.output_shapes.size() != 1)
-      return false;
+    if (ctx.input_shapes.size() != (has_bias_ ? 3u : 2u) || ctx.output_shapes.size() != 1) return false;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
     for (Layout l : ctx.output_layouts)
@@ -45,6 +48,8 @@ class MatMulInt8Kernel final : public Kernel {
     b_ = ctx.input_shapes[1];
     y_ = ctx.output_shapes[0];
     b_runtime_ = node.Has("_int8_b_scale");
+    const bool exact = Int8ProductsExact();
+    if (b_runtime_ && !exact) return false;
     const Tensor* w = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
     if (b_runtime_ ? b_.size() != x_.size() || has_bias_ : (w == nullptr || w->raw() == nullptr || b_.size() != 2))
       return false;
@@ -93,7 +98,6 @@ class MatMulInt8Kernel final : public Kernel {
       scales_.resize(w_scale.size());
       for (size_t c = 0; c < w_scale.size(); ++c) scales_[c] = x_scale_ * w_scale[c] / y_scale;
       attr.set_scales_mask(DNNL_ARG_WEIGHTS, scales_.size() == 1 ? 0 : 1 << 1);
-      w_md = memory::desc({k, n}, memory::data_type::s8, memory::format_tag::any);
       if (has_bias_) {
         // oneDNN scales the int32 sum, then adds the bias in float: the bias (an int32 multiple of x_scale *
         // w_scale[n], as the quantiser writes it) is scaled the same way.
@@ -109,8 +113,28 @@ class MatMulInt8Kernel final : public Kernel {
         bias_ = Tensor::FromVector<float>({1, n}, bias);
         bias_md_ = memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab);
       }
+      // Rows of B (A's columns) in pairs where the products are not exact; the primitive's K is then the slots'.
+      slots_.clear();
+      if (!exact) {
+        std::vector<int8_t> by_row(wq.data<int8_t>(), wq.data<int8_t>() + k * n);
+        slots_ = PairInputChannels(by_row, n);
+        while (slots_.size() % kSlotAlign != 0) slots_.push_back(-1);
+        bool in_order = static_cast<int64_t>(slots_.size()) == k;
+        for (int64_t r = 0; in_order && r < k; ++r) in_order = slots_[r] == r;
+        if (in_order) {
+          slots_.clear();
+        } else {
+          Tensor placed(DType::kI8, {static_cast<int64_t>(slots_.size()), n});
+          for (size_t r = 0; r < slots_.size(); ++r)
+            for (int64_t c = 0; c < n; ++c)
+              placed.data<int8_t>()[r * n + c] = slots_[r] < 0 ? 0 : wq.data<int8_t>()[slots_[r] * n + c];
+          wq = std::move(placed);
+        }
+      }
+      const int64_t depth = slots_.empty() ? k : static_cast<int64_t>(slots_.size());
+      w_md = memory::desc({depth, n}, memory::data_type::s8, memory::format_tag::any);
       // A constant B is 2-D: A's leading dims are rows.
-      x_dims_ = {NumElements(x_) / k, k};
+      x_dims_ = {NumElements(x_) / k, depth};
       y_dims_ = {NumElements(x_) / k, n};
     }
     if (b_runtime_) {
@@ -140,7 +164,7 @@ class MatMulInt8Kernel final : public Kernel {
       b_md_ = w_md;
       b_bytes_ = ThreadScratch::Align(b_md_.get_size());
     } else {
-      weight_ = PackWeight(ctx, memory::desc({k, n}, memory::data_type::s8, memory::format_tag::ab), wq,
+      weight_ = PackWeight(ctx, memory::desc(ToDims(wq.shape()), memory::data_type::s8, memory::format_tag::ab), wq,
                            pd_.weights_desc());
     }
     src_bytes_ = ThreadScratch::Align(src_md_.get_size());
@@ -157,7 +181,11 @@ class MatMulInt8Kernel final : public Kernel {
     RunDnnl(node, kName, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(src_bytes_ + b_bytes_ + scratch_bytes_);
-      Quantise(ctx.In(0).data<float>(), NumElements(x_), x_scale_, zp_u8_, false, reinterpret_cast<uint8_t*>(scratch));
+      if (slots_.empty())
+        Quantise(ctx.In(0).data<float>(), NumElements(x_), x_scale_, zp_u8_, false,
+                 reinterpret_cast<uint8_t*>(scratch));
+      else
+        QuantiseGathered(ctx.In(0).data<float>(), reinterpret_cast<uint8_t*>(scratch));
       if (b_runtime_)
         Quantise(ctx.In(1).data<float>(), NumElements(b_), b_scale_, b_zp_u8_, true,
                  reinterpret_cast<uint8_t*>(scratch + src_bytes_));
@@ -219,7 +247,28 @@ class MatMulInt8Kernel final : public Kernel {
     }
   }
 
+  // Each row of A quantised, then placed in the slots' order (an empty slot: the zero point, times zero weights).
+  void QuantiseGathered(const float* x, uint8_t* out) const {
+    const int64_t k = x_.back(), rows = NumElements(x_) / k, depth = static_cast<int64_t>(slots_.size());
+    const float zp = static_cast<float>(zp_u8_);
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && rows * k >= (1 << 15))
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint8_t> row(static_cast<size_t>(k) + 1, static_cast<uint8_t>(zp_u8_));  // [k]: the zero point
+      const float* xr = x + r * k;
+      if (avx2) {
+        Quantise8(xr, row.data(), k, x_scale_, zp);
+      } else {
+        for (int64_t j = 0; j < k; ++j)
+          row[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(xr[j] / x_scale_) + zp, 0.f), 255.f));
+      }
+      uint8_t* o = out + r * depth;
+      for (int64_t s = 0; s < depth; ++s) o[s] = row[slots_[s] < 0 ? k : slots_[s]];
+    }
+  }
+
   Shape x_, b_, y_;
+  std::vector<int32_t> slots_;  // B's rows (A's columns) per slot where paired (empty: in order)
   memory::dims x_dims_, y_dims_;  // as the primitive sees them (a constant B: A's leading dims folded into rows)
   bool b_runtime_ = false, has_bias_ = false;
   Tensor bias_;  // [1, N], in output steps (has_bias_)
