@@ -22,6 +22,7 @@ of the DequantizeLinear that writes the logits, ~0.25 here):
   steps, same top-1 on every image.
 """
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -291,6 +292,13 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsign
     assert np.abs(got - fused).max() <= np.abs(literal - fused).max() + step + 1e-6
     with open("/proc/cpuinfo") as f:
         vnni = any(flag in f.read().split() for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+    # The switches that make osprey's int8 kernels act as on a CPU without exact int8 products: osprey's own, and
+    # oneDNN's ISA capped at AVX2 (how the AVX2 paths are checked on a VNNI host). Other caps: counts not checked.
+    isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if os.environ.get("OSPREY_INT8_PAIRING") == "1" or isa_cap == "AVX2":
+        vnni = False
+    elif isa_cap not in ("", "ALL"):
+        return
     r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
                 "--profile", timeout=TIMEOUT_S)
     assert r.returncode == 0, r.stderr

@@ -27,7 +27,6 @@ namespace {
 
 using dnnl::memory;
 constexpr const char* kName = "MatMulInt8Dnnl";
-constexpr size_t kSlotAlign = 4;  // slots in whole 4-byte groups: oneDNN's AVX2 kernels pair within them (K % 4 == 2 measured wrong)
 
 class MatMulInt8Kernel final : public Kernel {
  public:
@@ -118,7 +117,6 @@ class MatMulInt8Kernel final : public Kernel {
       if (!exact) {
         std::vector<int8_t> by_row(wq.data<int8_t>(), wq.data<int8_t>() + k * n);
         slots_ = PairInputChannels(by_row, n);
-        while (slots_.size() % kSlotAlign != 0) slots_.push_back(-1);
         bool in_order = static_cast<int64_t>(slots_.size()) == k;
         for (int64_t r = 0; in_order && r < k; ++r) in_order = slots_[r] == r;
         if (in_order) {

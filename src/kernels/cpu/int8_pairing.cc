@@ -71,7 +71,8 @@ std::vector<int32_t> slot_channel;
     slot_channel.push_back(static_cast<int32_t>(a));
     slot_channel.push_back(static_cast<int32_t>(b));
   }
-return slot_channel;
+  while (slot_channel.size() % 16 != 0) slot_channel.push_back(-1);  // whole groups of 16 (int8_pairing.h)
+  return slot_channel;
 }
 
 

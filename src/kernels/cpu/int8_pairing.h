@@ -10,9 +10,13 @@
 
 namespace osprey::cpu {
 
-/// Slots (an even count) -> the input channel placed there, -1 for an empty (zero-weight) slot. `by_channel`: the
-/// int8 weights in [C][per_channel] order (each channel's weights for every output and tap). Pairs of channels safe
-/// together, found greedily (the channel with the largest weights first, partners tried from the smallest up; a bound
+/// Slots (a multiple of 16) -> the input channel placed there, -1 for an empty (zero-weight) slot. Whole groups of
+/// 16: with other counts oneDNN's AVX2 int8 kernels (no VNNI) gave wrong sums (a MatMul, `gemm:jit`, with K 448 or
+/// 500 paired into 4k + 2 slots) and, on 2 threads, results that changed from run to run (a 1x1 stride-2
+/// convolution, `jit_uni_int8_1x1:avx2`, with 264 or 280 slots; QDQ ResNet-18's last downsample), where AVX-512 and
+/// VNNI kernels did not (tests/unit/kernels/dnnl_conv_int8_test.cc, ...StridedPointwiseOddSlots). `by_channel`: the
+/// int8 weights in [C][per_channel] order (each channel's weights for every output and tap). Pairs of channels
+/// safe together, found greedily (the channel with the largest weights first, partners tried from the smallest up; a bound
 /// on each channel's largest positive and negative weight accepts most pairs without the full test), else a zero
 /// partner. Consecutive channels keep their order when they are safe together, so the kernels' copies stay runs
 /// where the weights allow.
