@@ -228,7 +228,7 @@ void FuseInt8(CompileState& st) {
     if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.empty() || dq.inputs[0] < 0) continue;
     if (st.values[dq.inputs[0]].known || !per_tensor(dq, &f.x_signed, &f.x_scale, &f.x_zp, dq.inputs[0])) continue;
     if (matmul && !st.values[wf].known) {  // B an activation: DequantizeLinear per tensor, the same rank as A
-      if (!Int8ProductsExact()) continue;
+      if (!Int8MatMulOfActivationsFast()) continue;
       f.b_dq = producer[wf];
       if (f.b_dq < 0 || st.values[wf].shape.size() != st.values[xf].shape.size()) continue;
       const Node& bdq = st.nodes[f.b_dq];

@@ -16,6 +16,11 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx);
 /// machine).
 bool Int8ProductsExact();
 
+/// Whether oneDNN has a fast (non-reference) int8 MatMul of two activations on this CPU: u8 x s8 with both zero
+/// points at run time (dnnl_matmul_int8.cc). FuseInt8 fuses attention's Q K^T and P V only then, so the fused node
+/// never falls to the reference kernel. Checked once per process.
+bool Int8MatMulOfActivationsFast();
+
 /// Fast kernels for osprey-domain image ops (image_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateImageKernel(const KernelBuildContext& ctx);
 

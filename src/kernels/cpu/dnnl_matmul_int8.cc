@@ -284,6 +284,34 @@ class MatMulInt8Kernel final : public Kernel {
 
 }  // namespace
 
+}  // namespace osprey::cpu
+
+namespace osprey {
+
+bool Int8MatMulOfActivationsFast() {
+  static const bool fast = [] {
+    if (!Int8ProductsExact()) return false;
+    try {
+      dnnl::primitive_attr attr = cpu::BaseAttr();
+      attr.set_scales_mask(DNNL_ARG_WEIGHTS, 0);
+      attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+      attr.set_zero_points_mask(DNNL_ARG_WEIGHTS, 0);
+      const dnnl::memory::desc a({2, 64, 32}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::abc);
+      const dnnl::memory::desc b({2, 32, 64}, dnnl::memory::data_type::s8, dnnl::memory::format_tag::abc);
+      const dnnl::memory::desc y({2, 64, 64}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::abc);
+      dnnl::matmul::primitive_desc pd(cpu::CpuEngine(), a, b, y, attr, /*allow_empty=*/true);
+      return pd && !cpu::IsReferenceImpl(pd);
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return fast;
+}
+
+}  // namespace osprey
+
+namespace osprey::cpu {
+
 std::unique_ptr<Kernel> CreateDnnlMatMulInt8(const KernelBuildContext& ctx) {
   OmpThreadsGuard threads(ctx.num_threads);
   auto kernel = std::make_unique<MatMulInt8Kernel>();
