@@ -2,7 +2,8 @@
 // QLinearGlobalAveragePool, QGemm, DynamicQuantizeLSTM and its own QuantizeLinear / DequantizeLinear (schemas:
 // quantize.cc); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
 // Gelu (the default domain's, exact), FastGelu (the tanh form, with an optional bias added first), BiasGelu, QuickGelu
-// (x * sigmoid(alpha x)) and SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis).
+// (x * sigmoid(alpha x)), SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis)
+// and Attention (self-attention with merged Q/K/V weights).
 // The last four are lowered to default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas
 // here only give arities for ValidateOps; inference runs on the lowered nodes.
 #include <string>
@@ -14,7 +15,7 @@ namespace osprey {
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
          op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" ||
-         op_type == "QuickGelu" || op_type == "SkipLayerNormalization";
+         op_type == "QuickGelu" || op_type == "SkipLayerNormalization" || op_type == "Attention";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
@@ -36,6 +37,8 @@ void RegisterContribOps(OpRegistry& r) {
   r.Add(OpSchema{"QuickGelu", 1, 1, 1, 1, LoweredWhenCompiled, {}});
   // (input, skip, gamma, beta?, bias?) -> (output, mean?, inv_std_var?, input_skip_bias_sum?)
   r.Add(OpSchema{"SkipLayerNormalization", 3, 5, 1, 4, LoweredWhenCompiled, {}});
+  // (input, weights, bias?, mask_index?, past?, attention_bias?, past_sequence_length?) -> (output, present?)
+  r.Add(OpSchema{"Attention", 2, 7, 1, 2, LoweredWhenCompiled, {}});
 }
 
 }  // namespace osprey

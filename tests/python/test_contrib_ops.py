@@ -94,3 +94,57 @@ def test_contrib_only_op_in_the_default_domain_is_unsupported(tmp_path):
                 [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(Exception, match="unsupported op"):
         osprey.load_onnx(path, threads=1)
+
+
+def attention_model(tmp_path, name, batch, seq, hidden, heads, mask=None, unidirectional=0, extra_inputs=(),
+                    attention_bias=False, **attrs):
+    rng = np.random.default_rng(sum(name.encode()))
+    w = (rng.standard_normal((hidden, 3 * hidden)) / np.sqrt(hidden)).astype(np.float32)
+    b = (rng.standard_normal(3 * hidden) * 0.1).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", F, [batch, seq, hidden])]
+    names = ["x", "w", "b", ""]
+    if mask is not None:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, list(mask.shape)))
+        names[3] = "mask"
+    if attention_bias:
+        inputs.append(helper.make_tensor_value_info("ab", F, [1, heads, seq, seq]))
+        names += ["", "ab"]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Attention", names, ["y"], domain=MS, num_heads=heads, unidirectional=unidirectional,
+                            **attrs)
+    return load(tmp_path, name, [node], inputs, [helper.make_tensor_value_info("y", F, None)],
+                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+
+
+@pytest.mark.parametrize("case", ["plain", "mask2d", "mask3d", "unidirectional", "scale", "attention_bias"])
+def test_attention_matches_onnxruntime(tmp_path, case):
+    batch, seq, hidden, heads = 2, 9, 32, 4
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    feeds = {"x": x}
+    kwargs = {}
+    if case == "mask2d":
+        kwargs["mask"] = np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)
+    elif case == "mask3d":
+        kwargs["mask"] = (rng.random((batch, seq, seq)) > 0.3).astype(np.int32)
+    elif case == "unidirectional":
+        kwargs["unidirectional"] = 1
+    elif case == "scale":
+        kwargs["scale"] = 0.3
+    elif case == "attention_bias":
+        kwargs["attention_bias"] = True
+        feeds["ab"] = rng.standard_normal((1, heads, seq, seq)).astype(np.float32)
+    if "mask" in kwargs:
+        feeds["mask"] = kwargs["mask"]
+    path = attention_model(tmp_path, f"attention_{case}", batch, seq, hidden, heads, **kwargs)
+    want = ort_run(path, feeds)[0]
+    got = osprey.load_onnx(path, threads=2).run(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_with_sequence_lengths_as_mask_is_refused_by_name(tmp_path):
+    path = attention_model(tmp_path, "attention_lengths", 2, 5, 16, 2, mask=np.array([5, 3], np.int32))
+    with pytest.raises(Exception, match=r"mask_index of shape \[2\] is not supported"):
+        osprey.load_onnx(path, threads=1).run({"x": np.zeros((2, 5, 16), np.float32),
+                                               "mask": np.array([5, 3], np.int32)})

@@ -30,7 +30,7 @@ const std::set<std::string> kNoKernel = {
                         // (runtime/inline_if.cc, runtime_if.cc; tests/e2e/test_control_flow.py)
     "DynamicQuantizeLSTM",  // com.microsoft: an LSTM on dequantized weights (runtime/dynamic_quantize_lstm.cc;
                             // tests/e2e/test_recurrent.py)
-    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",  // com.microsoft: lowered to default-domain ops
+    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention",  // com.microsoft: lowered when compiled
                                                                     // (runtime/contrib_ops.cc; test_contrib_ops.py)
     "Loop",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
     "Scan",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
