@@ -39,6 +39,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "LayerNormalization") return CreateCpuLayerNormalization(ctx);
     if (op == "RNN" || op == "GRU" || op == "LSTM") return CreateRecurrentKernel(ctx);
     if (op == "Resize" || op == "Upsample") return cpu::CreateResize(ctx);
+    if (op == "STFT") return cpu::CreateStftKernel(ctx);
     if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
     if (op == "Pad") return CreatePadKernel(ctx);
     if (op == "Transpose") return CreateTransposeKernel(ctx);
