@@ -217,7 +217,8 @@ def test_bad_stft_and_mel_requests_are_refused_clearly(tmp_path):
 @pytest.mark.parametrize("length,n,hop,parts,window", [(16000, 400, 160, 1, True),   # Whisper's front end
                                                        (3000, 512, 128, 1, False),
                                                        (900, 64, 24, 2, True),      # a complex signal
-                                                       (500, 100, 50, 2, False)])
+                                                       (500, 100, 50, 2, False),
+                                                       (60000, 64, 16, 1, True)])   # 7494 rows: chunks and a tail
 def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, hop, parts, window):
     """The STFT kernel (kernels/cpu/stft_kernel.cc: frames times a window-weighted DFT basis, one GEMM) against NumPy
     in float64, tighter than ONNX Runtime manages (its direct sum over 400 points drifts ~3.5e-5 of the largest bin on
@@ -228,7 +229,7 @@ def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, 
     inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"), numpy_helper.from_array(np.array(n, np.int64), "n")]
     if window:
         inits.append(numpy_helper.from_array(win, "win"))
-    path = save(tmp_path, f"stft_gemm_{n}_{parts}",
+    path = save(tmp_path, f"stft_gemm_{n}_{parts}_{length}",
                 [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"], onesided=int(parts == 1))],
                 [helper.make_tensor_value_info("x", F, [2, length, parts])],
                 [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
