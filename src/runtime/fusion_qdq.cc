@@ -139,12 +139,11 @@ void LowerQLinearConv(CompileState& st) {
 // scale, axis 0), a bias that is an int32 multiple of x_scale * w_scale[m] (ORT quantises it so), and a Relu only
 // where the output's zero point is its type's minimum (the saturation is the Relu). Infer-and-fold has already folded
 // the weight's DequantizeLinear into a float constant (w_q * w_scale, exact); its scales come from the graph's node.
-// A MatMul runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), in host plans only (the CUDA kernels
-// have no int8 MatMul); one whose B is an activation only where oneDNN's int8 products are exact (Int8ProductsExact:
-// VNNI or AMX; elsewhere it sums pairs of products in 16 bits, and only constant weights can be placed in safe
-// pairs), else it stays float32 between its quantisation pairs.
-// A MatMul whose B is itself an activation between quantisation pairs (attention's Q K^T and P V) takes B's
-// quantisation too (`_int8_b_*`, per tensor): both operands quantised per run.
+// A MatMul (or a Gemm, made one) runs on oneDNN's int8 matmul (src/kernels/cpu/dnnl_matmul_int8.cc), in host plans
+// only (the CUDA kernels have no int8 MatMul). One whose B is itself an activation between quantisation pairs
+// (attention's Q K^T and P V) takes B's quantisation too (`_int8_b_*`, per tensor: both operands quantised per run),
+// only where oneDNN has a fast kernel for that (Int8MatMulOfActivationsFast: exact products, VNNI or AMX; elsewhere
+// only constant weights can be placed in safe pairs), else it stays float32 between its quantisation pairs.
 struct Int8Chain {
   int conv = -1, relu = -1, q = -1, dq = -1, b_dq = -1;
   float x_scale = 0, y_scale = 0, b_scale = 0;
