@@ -14,13 +14,12 @@ namespace osprey {
 
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
-         op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" ||
-         op_type == "QuickGelu" || op_type == "SkipLayerNormalization" || op_type == "Attention";
+         op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" || op_type == "QuickGelu" ||
+         op_type == "SkipLayerNormalization" || op_type == "Attention";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
-  return IsContribOnlyOp(op_type) || op_type == "QuantizeLinear" || op_type == "DequantizeLinear" ||
-         op_type == "Gelu";
+  return IsContribOnlyOp(op_type) || op_type == "QuantizeLinear" || op_type == "DequantizeLinear" || op_type == "Gelu";
 }
 
 namespace {

@@ -30,9 +30,7 @@ int Input(const Node& n, size_t i) { return i < n.inputs.size() ? n.inputs[i] : 
 // above the diagonal, attention_bias as is), Softmax over the last axis, times V, heads merged. Refused by name: past /
 // present state, rotary embedding, and mask_index as sequence lengths ([B], [2B], [3B + 2]).
 std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
-  auto fail = [&](const std::string& what) {
-    throw Error(ErrorCode::kUnsupported, node.Describe() + ": " + what);
-  };
+  auto fail = [&](const std::string& what) { throw Error(ErrorCode::kUnsupported, node.Describe() + ": " + what); };
   if (Input(node, 4) >= 0 || (node.outputs.size() > 1 && node.outputs[1] >= 0 && st.is_graph_output[node.outputs[1]]))
     fail("past and present key/value state are not supported (an encoder's Attention has neither)");
   if (node.GetInt("do_rotary", 0) != 0) fail("rotary embedding (do_rotary) is not supported");
@@ -52,8 +50,8 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
     fail("num_heads " + std::to_string(heads) + " and qkv_hidden_sizes " + ShapeToString(sizes) +
          " do not divide the merged weights' " + std::to_string(total) + " columns");
   const int bias = Input(node, 2);
-  if (bias >= 0 && (!st.values[bias].known || st.values[bias].dtype != DType::kF32 ||
-                    NumElements(st.values[bias].shape) != total))
+  if (bias >= 0 &&
+      (!st.values[bias].known || st.values[bias].dtype != DType::kF32 || NumElements(st.values[bias].shape) != total))
     fail("bias must be a constant float32 [" + std::to_string(total) + "]");
   const int64_t batch = xs[0], seq = xs[1], head_qk = sizes[0] / heads, head_v = sizes[2] / heads;
   const Tensor weights = st.values[w].value;  // copies: AddConstant grows st.values
@@ -67,7 +65,8 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
   auto project = [&](int64_t begin, int64_t width, int64_t head, std::vector<int64_t> perm, const char* name) {
     Tensor wp(DType::kF32, {xs[2], width});
     for (int64_t r = 0; r < xs[2]; ++r)
-      for (int64_t c = 0; c < width; ++c) wp.data<float>()[r * width + c] = weights.data<float>()[r * total + begin + c];
+      for (int64_t c = 0; c < width; ++c)
+        wp.data<float>()[r * width + c] = weights.data<float>()[r * total + begin + c];
     int y = temp();
     nodes.push_back(MakeNode(node, "MatMul", (std::string("/") + name).c_str(), {x, st.AddConstant(std::move(wp))}, y));
     if (bias >= 0) {
@@ -86,8 +85,8 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
     nodes.push_back(std::move(t));
     return out;
   };
-  const int q = project(0, sizes[0], head_qk, {0, 2, 1, 3}, "q");          // [B, N, S, h]
-  const int k = project(sizes[0], sizes[1], head_qk, {0, 2, 3, 1}, "k");   // [B, N, h, S]
+  const int q = project(0, sizes[0], head_qk, {0, 2, 1, 3}, "q");            // [B, N, S, h]
+  const int k = project(sizes[0], sizes[1], head_qk, {0, 2, 3, 1}, "k");     // [B, N, h, S]
   const int v = project(2 * sizes[0], sizes[2], head_v, {0, 2, 1, 3}, "v");  // [B, N, S, hv]
   int scores = temp();
   nodes.push_back(MakeNode(node, "MatMul", "/qk", {q, k}, scores));
@@ -105,23 +104,26 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
     const Shape ms = st.values[mask].shape;
     const bool raw2 = ms == Shape{batch, seq}, raw3 = ms == Shape{batch, seq, seq};
     if (!raw2 && !raw3)
-      fail("mask_index of shape " + ShapeToString(ms) + " is not supported; a raw 0/1 mask [batch, sequence] or "
+      fail("mask_index of shape " + ShapeToString(ms) +
+           " is not supported; a raw 0/1 mask [batch, sequence] or "
            "[batch, sequence, sequence] is (sequence lengths are not)");
     const int as_float = temp(), inverted = temp(), scaled_mask = temp(), shaped = temp();
     Node cast = MakeNode(node, "Cast", "/mask_float", {mask}, as_float);
     cast.attrs["to"] = Attribute::Int(1);  // FLOAT
     nodes.push_back(std::move(cast));
-    nodes.push_back(MakeNode(node, "Sub", "/mask_invert", {st.AddConstant(Tensor::Scalar<float>(1.f)), as_float},
-                             inverted));
-    nodes.push_back(MakeNode(node, "Mul", "/mask_value", {inverted, st.AddConstant(Tensor::Scalar<float>(filter))},
-                             scaled_mask));
-    nodes.push_back(MakeNode(node, "Reshape", "/mask_shape",
-                             {scaled_mask, ints(raw2 ? std::vector<int64_t>{batch, 1, 1, seq}
-                                                     : std::vector<int64_t>{batch, 1, seq, seq})},
-                             shaped));
+    nodes.push_back(
+        MakeNode(node, "Sub", "/mask_invert", {st.AddConstant(Tensor::Scalar<float>(1.f)), as_float}, inverted));
+    nodes.push_back(
+        MakeNode(node, "Mul", "/mask_value", {inverted, st.AddConstant(Tensor::Scalar<float>(filter))}, scaled_mask));
+    nodes.push_back(MakeNode(
+        node, "Reshape", "/mask_shape",
+        {scaled_mask, ints(raw2 ? std::vector<int64_t>{batch, 1, 1, seq} : std::vector<int64_t>{batch, 1, seq, seq})},
+        shaped));
     add(shaped, "/mask");
   }
   if (node.GetInt("unidirectional", 0) != 0) {
+    if (seq > 8192)  // the mask is a constant of seq x seq floats, made here
+      fail("unidirectional attention over " + std::to_string(seq) + " tokens is not supported (at most 8192)");
     Tensor causal(DType::kF32, {seq, seq});
     for (int64_t i = 0; i < seq; ++i)
       for (int64_t j = 0; j < seq; ++j) causal.data<float>()[i * seq + j] = j > i ? filter : 0.f;

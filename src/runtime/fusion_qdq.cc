@@ -126,12 +126,11 @@ void LowerQLinearConv(CompileState& st) {
   st.nodes = std::move(nodes);
 }
 
-
 // DequantizeLinear(x_q) -> Conv(W = DequantizeLinear(int8 constant), B) [-> Relu] -> QuantizeLinear -> y_q, each
 // y_q read only by DequantizeLinears, as ONNX Runtime's QDQ quantiser writes it (and the same around a MatMul whose B
 // is such a constant, 2-D, its scales per column: transformers' projections, below): one Conv with `_int8` attributes
-// (scales, zero points, signedness of x and y, the weight scales) that computes the whole chain, DequantizeLinear of y_q
-// included, on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc). Its input is the float value the
+// (scales, zero points, signedness of x and y, the weight scales) that computes the whole chain, DequantizeLinear of
+// y_q included, on oneDNN's int8 convolution (src/kernels/cpu/dnnl_conv_int8.cc). Its input is the float value the
 // QuantizeLinear that wrote x_q reads (quantising it again gives x_q) or x_q's dequantised value; its output replaces
 // every DequantizeLinear of y_q. Activations stay float32 between the convolutions (the residual Adds and pooling
 // and the channels-last layout pass are unchanged) but the convolutions run on 8-bit data. Conditions: 2-D, group 1,
@@ -159,24 +158,24 @@ struct Int8Chain {
 bool ConstantInt8Weight(const CompileState& st, const std::vector<const Node*>& graph_producer, int wf, size_t rank,
                         int64_t out_axis, std::vector<float>* w_scale) {
   if (!st.values[wf].known || wf >= static_cast<int>(graph_producer.size()) || !graph_producer[wf]) return false;
-    const Node& wdq = *graph_producer[wf];
-    if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) return false;
-    const CompileValue& wq = st.values[wdq.inputs[0]];
-    if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != rank) return false;
-    const int64_t out_c = wq.value.dim(out_axis);
-    const CompileValue& ws = st.values[wdq.inputs[1]];
-    if (!ws.known || ws.dtype != DType::kF32) return false;
-    int64_t scale_axis = wdq.GetInt("axis", 1);
-    if (scale_axis < 0) scale_axis += static_cast<int64_t>(wq.value.shape().size());
-    if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && scale_axis == out_axis)) return false;
-    if (wdq.Has("block_size") && wdq.GetInt("block_size", 0) != 0) return false;
-    bool symmetric = true;
-    if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
-      const CompileValue& wz = st.values[wdq.inputs[2]];
-      symmetric = wz.known && wz.dtype == DType::kI8;
-      for (int64_t k = 0; symmetric && k < wz.value.numel(); ++k) symmetric = wz.value.data<int8_t>()[k] == 0;
-    }
-    if (!symmetric) return false;
+  const Node& wdq = *graph_producer[wf];
+  if (wdq.op_type != "DequantizeLinear" || !QdqDomain(wdq) || wdq.inputs.size() < 2 || wdq.inputs[0] < 0) return false;
+  const CompileValue& wq = st.values[wdq.inputs[0]];
+  if (!wq.known || wq.dtype != DType::kI8 || wq.value.shape().size() != rank) return false;
+  const int64_t out_c = wq.value.dim(out_axis);
+  const CompileValue& ws = st.values[wdq.inputs[1]];
+  if (!ws.known || ws.dtype != DType::kF32) return false;
+  int64_t scale_axis = wdq.GetInt("axis", 1);
+  if (scale_axis < 0) scale_axis += static_cast<int64_t>(wq.value.shape().size());
+  if (ws.value.numel() != 1 && !(ws.value.numel() == out_c && scale_axis == out_axis)) return false;
+  if (wdq.Has("block_size") && wdq.GetInt("block_size", 0) != 0) return false;
+  bool symmetric = true;
+  if (wdq.inputs.size() > 2 && wdq.inputs[2] >= 0) {
+    const CompileValue& wz = st.values[wdq.inputs[2]];
+    symmetric = wz.known && wz.dtype == DType::kI8;
+    for (int64_t k = 0; symmetric && k < wz.value.numel(); ++k) symmetric = wz.value.data<int8_t>()[k] == 0;
+  }
+  if (!symmetric) return false;
   w_scale->assign(ws.value.data<float>(), ws.value.data<float>() + ws.value.numel());
   return true;
 }
@@ -235,10 +234,14 @@ void FuseInt8(CompileState& st) {
           st.values[bdq.inputs[0]].known || !per_tensor(bdq, &f.b_signed, &f.b_scale, &f.b_zp, bdq.inputs[0]))
         continue;
     } else if (!ConstantInt8Weight(st, graph_producer, wf, matmul ? 2 : rank,
-                                   gemm ? (c.GetInt("transB", 0) != 0 ? 0 : 1) : matmul ? 1 : 0, &f.w_scale)) {
+                                   gemm     ? (c.GetInt("transB", 0) != 0 ? 0 : 1)
+                                   : matmul ? 1
+                                            : 0,
+                                   &f.w_scale)) {
       continue;
     }
-    const int64_t out_c = st.values[yf].shape.empty() ? 0 : st.values[yf].shape[matmul ? st.values[yf].shape.size() - 1 : 1];
+    const int64_t out_c =
+        st.values[yf].shape.empty() ? 0 : st.values[yf].shape[matmul ? st.values[yf].shape.size() - 1 : 1];
     // Bias: an int32 multiple of x_scale * w_scale[m] (the kernel's own test, so that it never declines a node fused
     // here: the reference Conv would ignore the quantisation).
     bool bias_ok = true;
@@ -302,8 +305,8 @@ void FuseInt8(CompileState& st) {
       int32_t z = 0;
       bool sg = false;
       if (qx.op_type == "QuantizeLinear" && QdqDomain(qx) && !qx.inputs.empty() && qx.inputs[0] >= 0 &&
-          st.values[qx.inputs[0]].dtype == DType::kF32 && per_tensor(qx, &sg, &s, &z, dq.inputs[0]) &&
-          s == scale && z == zp)
+          st.values[qx.inputs[0]].dtype == DType::kF32 && per_tensor(qx, &sg, &s, &z, dq.inputs[0]) && s == scale &&
+          z == zp)
         return qx.inputs[0];
       return input;
     };
@@ -521,7 +524,8 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     if (n.op_type == "DequantizeLinear" && QdqDomain(n) && !n.inputs.empty() && n.inputs[0] >= 0 &&
         n.outputs.size() == 1 && n.outputs[0] >= 0) {
       params(n, n.inputs[0], &grid[n.outputs[0]]);
-    } else if ((n.op_type == "Conv" || n.op_type == "MatMul") && n.Has("_int8") && n.outputs.size() == 1 && n.outputs[0] >= 0) {
+    } else if ((n.op_type == "Conv" || n.op_type == "MatMul") && n.Has("_int8") && n.outputs.size() == 1 &&
+               n.outputs[0] >= 0) {
       const bool sg = n.GetInt("_int8_y_signed", 0) != 0;
       const float zp = static_cast<float>(n.GetInt("_int8_y_zero_point", 0));
       grid[n.outputs[0]] = {n.GetFloat("_int8_y_scale", 0.f), (sg ? -128.f : 0.f) - zp, (sg ? 127.f : 255.f) - zp};

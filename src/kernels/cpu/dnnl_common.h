@@ -356,7 +356,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
 /// offers only a reference implementation. Input 0 and output 0 may be NHWC.
 std::unique_ptr<Kernel> CreateDnnlConvInt8(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlMatMulInt8(const KernelBuildContext& ctx);  // dnnl_matmul_int8.cc
-std::unique_ptr<Kernel> CreateStftKernel(const KernelBuildContext& ctx);  // stft_kernel.cc
+std::unique_ptr<Kernel> CreateStftKernel(const KernelBuildContext& ctx);      // stft_kernel.cc
 bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 /// The oneDNN implementation a CreateDnnlConvInt8 kernel runs ("" for another kernel).
 const char* DnnlConvInt8Implementation(const Kernel& kernel);

@@ -140,7 +140,8 @@ class MatMulInt8Kernel final : public Kernel {
       y_dims_ = ToDims(y_);
     }
     if (zp_u8_ != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp), hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
+    const float lo = static_cast<float>((y_signed ? -128 : 0) - y_zp),
+                hi = static_cast<float>((y_signed ? 127 : 255) - y_zp);
     dnnl::post_ops ops;
     ops.append_eltwise(dnnl::algorithm::eltwise_round, 0.f, 0.f);
     ops.append_eltwise(dnnl::algorithm::eltwise_clip, lo, hi);
@@ -149,10 +150,10 @@ class MatMulInt8Kernel final : public Kernel {
     src_md_ = memory::desc(x_dims_, memory::data_type::u8, PlainDesc(x_dims_).get_strides());
     dst_md_ = memory::desc(y_dims_, memory::data_type::f32, PlainDesc(y_dims_).get_strides());
     try {
-      dnnl::matmul::primitive_desc pd = has_bias_ ? dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, bias_md_,
-                                                                                 dst_md_, attr, /*allow_empty=*/true)
-                                                 : dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, dst_md_,
-                                                                                 attr, /*allow_empty=*/true);
+      dnnl::matmul::primitive_desc pd =
+          has_bias_
+              ? dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, bias_md_, dst_md_, attr, /*allow_empty=*/true)
+              : dnnl::matmul::primitive_desc(CpuEngine(), src_md_, w_md, dst_md_, attr, /*allow_empty=*/true);
       if (pd && !IsReferenceImpl(pd)) pd_ = pd;
     } catch (const dnnl::error&) {
     }
@@ -213,14 +214,14 @@ class MatMulInt8Kernel final : public Kernel {
         .Add(DNNL_ARG_DST, r.dst)
         .Add(DNNL_ARG_SCRATCHPAD, r.scratchpad);
     if (has_bias_) r.args.Add(DNNL_ARG_BIAS, WrapMemory(bias_md_, bias_.raw()));
-    r.args
-        .Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
-             WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
-                                     memory::format_tag::x),
-                        scales_.data()));
+    r.args.Add(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+               WrapMemory(memory::desc({static_cast<memory::dim>(scales_.size())}, memory::data_type::f32,
+                                       memory::format_tag::x),
+                          scales_.data()));
     const memory::desc one({1}, memory::data_type::s32, memory::format_tag::x);
     if (zp_u8_ != 0) r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, WrapMemory(one, &zp_u8_));
-    if (b_runtime_ && b_zp_s8_ != 0) r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_WEIGHTS, WrapMemory(one, &b_zp_s8_));
+    if (b_runtime_ && b_zp_s8_ != 0)
+      r.args.Add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_WEIGHTS, WrapMemory(one, &b_zp_s8_));
     return r;
   }
 
@@ -266,7 +267,7 @@ class MatMulInt8Kernel final : public Kernel {
   }
 
   Shape x_, b_, y_;
-  std::vector<int32_t> slots_;  // B's rows (A's columns) per slot where paired (empty: in order)
+  std::vector<int32_t> slots_;    // B's rows (A's columns) per slot where paired (empty: in order)
   memory::dims x_dims_, y_dims_;  // as the primitive sees them (a constant B: A's leading dims folded into rows)
   bool b_runtime_ = false, has_bias_ = false;
   Tensor bias_;  // [1, N], in output steps (has_bias_)
@@ -277,7 +278,8 @@ class MatMulInt8Kernel final : public Kernel {
   dnnl::matmul matmul_;
   memory::desc src_md_, b_md_, dst_md_, bias_md_, scratch_md_;
   PackedWeight weight_;
-  std::vector<float> scales_;  // per column (or one): x_scale * w_scale[n] / y_scale (B at run time: x_scale * b_scale / y_scale)
+  std::vector<float>
+      scales_;  // per column (or one): x_scale * w_scale[n] / y_scale (B at run time: x_scale * b_scale / y_scale)
   size_t src_bytes_ = 0, b_bytes_ = 0, scratch_bytes_ = 0;
   PerCaller<RunState> run_states_;
 };

@@ -22,7 +22,7 @@ bool PairSafe(const std::vector<int8_t>& wt, int64_t per_channel, int64_t a, int
 }  // namespace
 
 std::vector<int32_t> PairInputChannels(const std::vector<int8_t>& by_channel, int64_t per_channel) {
-std::vector<int32_t> slot_channel;
+  std::vector<int32_t> slot_channel;
   const int64_t in_c = static_cast<int64_t>(by_channel.size()) / per_channel;
   std::vector<int> pos_max(in_c, 0), neg_max(in_c, 0);
   for (int64_t c = 0; c < in_c; ++c)
@@ -74,6 +74,5 @@ std::vector<int32_t> slot_channel;
   while (slot_channel.size() % 16 != 0) slot_channel.push_back(-1);  // whole groups of 16 (int8_pairing.h)
   return slot_channel;
 }
-
 
 }  // namespace osprey::cpu

@@ -16,8 +16,8 @@ namespace osprey::cpu {
 /// convolution, `jit_uni_int8_1x1:avx2`, with 264 or 280 slots; QDQ ResNet-18's last downsample), where AVX-512 and
 /// VNNI kernels did not (tests/unit/kernels/dnnl_conv_int8_test.cc, ...StridedPointwiseOddSlots). `by_channel`: the
 /// int8 weights in [C][per_channel] order (each channel's weights for every output and tap). Pairs of channels
-/// safe together, found greedily (the channel with the largest weights first, partners tried from the smallest up; a bound
-/// on each channel's largest positive and negative weight accepts most pairs without the full test), else a zero
+/// safe together, found greedily (the channel with the largest weights first, partners tried from the smallest up; a
+/// bound on each channel's largest positive and negative weight accepts most pairs without the full test), else a zero
 /// partner. Consecutive channels keep their order when they are safe together, so the kernels' copies stay runs
 /// where the weights allow.
 std::vector<int32_t> PairInputChannels(const std::vector<int8_t>& by_channel, int64_t per_channel);

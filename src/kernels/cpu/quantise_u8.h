@@ -11,8 +11,7 @@ namespace osprey::cpu {
 
 // n floats -> n quantised bytes (round half to even of x / s, plus zp, clamped to [0, 255]), 8 at a time with AVX2.
 __attribute__((target("avx2"))) inline void Quantise8(const float* x, uint8_t* out, int64_t n, float s, float zp) {
-  const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_setzero_ps(),
-               vhi = _mm256_set1_ps(255.f);
+  const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_setzero_ps(), vhi = _mm256_set1_ps(255.f);
   int64_t j = 0;
   // x * (1 / s) instead of x / s: the two differ by an ulp or two of the quotient, which changes the rounding only
   // next to a half-integer; a vector with a quotient that close is divided instead, so the result is QuantizeLinear's.

@@ -180,8 +180,7 @@ TEST(DnnlConvInt8, StridedPointwiseOddSlots) {
   Case c{false, false, 0, 0, 255, 0, true, true, -40, 40};
   for (int big : {1, 3, 17}) {  // 258, 262 and 274 slots before the rounding up
     c.big_channels = big;
-    EXPECT_LE(Compare(c, {16, 256, 2, 2}, {512, 256, 1, 1}, {{"strides", Ints({2, 2})}}, 13 + big, Layout::kNhwc),
-              80)
+    EXPECT_LE(Compare(c, {16, 256, 2, 2}, {512, 256, 1, 1}, {{"strides", Ints({2, 2})}}, 13 + big, Layout::kNhwc), 80)
         << big << " channels without a partner";
   }
 }

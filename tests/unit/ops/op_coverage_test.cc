@@ -24,16 +24,16 @@ namespace fs = std::filesystem;
 // Ops that never reach a kernel: the compiler folds them (Constant*, If, Loop and Scan when known), or replaces them
 // before kernels are made. Each is covered by the compile-time tests named.
 const std::set<std::string> kNoKernel = {
-    "Constant",         // folded (tests/unit/runtime, conformance test_constant*)
-    "ConstantOfShape",  // folded from the known shape
-    "If",               // inlined when compiled, or its branches compiled as plans run by IfAtRunTime
-                        // (runtime/inline_if.cc, runtime_if.cc; tests/e2e/test_control_flow.py)
+    "Constant",             // folded (tests/unit/runtime, conformance test_constant*)
+    "ConstantOfShape",      // folded from the known shape
+    "If",                   // inlined when compiled, or its branches compiled as plans run by IfAtRunTime
+                            // (runtime/inline_if.cc, runtime_if.cc; tests/e2e/test_control_flow.py)
     "DynamicQuantizeLSTM",  // com.microsoft: an LSTM on dequantized weights (runtime/dynamic_quantize_lstm.cc;
                             // tests/e2e/test_recurrent.py)
-    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention",  // com.microsoft: lowered when compiled
-                                                                    // (runtime/contrib_ops.cc; test_contrib_ops.py)
-    "Loop",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
-    "Scan",             // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
+    // com.microsoft, lowered to default-domain ops when compiled (runtime/contrib_ops.cc; test_contrib_ops.py)
+    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention",
+    "Loop",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
+    "Scan",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
 };
 
 std::string Normalized(const std::string& s) {

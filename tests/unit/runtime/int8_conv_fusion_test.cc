@@ -145,8 +145,9 @@ Graph Int8MatMulGraph(MatMulCase which) {
     }
     Tensor bias_zp(DType::kI32, {24});
     for (int i = 0; i < 24; ++i) bias_zp.data<int32_t>()[i] = 0;
-    auto c = b.Op("DequantizeLinear", {b.Constant(Tensor::FromVector<int32_t>({24}, bias)),
-                                       b.Constant(Tensor::FromVector<float>({24}, bias_scales)), b.Constant(bias_zp)},
+    auto c = b.Op("DequantizeLinear",
+                  {b.Constant(Tensor::FromVector<int32_t>({24}, bias)),
+                   b.Constant(Tensor::FromVector<float>({24}, bias_scales)), b.Constant(bias_zp)},
                   {{"axis", Attribute::Int(0)}});
     y = b.Op("Gemm", {x_dq, w, c}, {{"transB", Attribute::Int(1)}});
   } else {
