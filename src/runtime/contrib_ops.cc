@@ -12,13 +12,8 @@
 namespace osprey {
 namespace {
 
-Node MakeNode(const Node& from, const char* op, const char* suffix, std::vector<int> inputs, int output) {
-  Node n;
-  n.op_type = op;
-  n.name = from.name + suffix;
-  n.inputs = std::move(inputs);
-  n.outputs = {output};
-  return n;
+Node Lowered(const Node& from, const char* op, const char* suffix, std::vector<int> inputs, int output) {
+  return MakeNode(op, from.name + suffix, std::move(inputs), {output});
 }
 
 int Input(const Node& n, size_t i) { return i < n.inputs.size() ? n.inputs[i] : -1; }
@@ -68,19 +63,19 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
       for (int64_t c = 0; c < width; ++c)
         wp.data<float>()[r * width + c] = weights.data<float>()[r * total + begin + c];
     int y = temp();
-    nodes.push_back(MakeNode(node, "MatMul", (std::string("/") + name).c_str(), {x, st.AddConstant(std::move(wp))}, y));
+    nodes.push_back(Lowered(node, "MatMul", (std::string("/") + name).c_str(), {x, st.AddConstant(std::move(wp))}, y));
     if (bias >= 0) {
       Tensor bp(DType::kF32, {width});
       for (int64_t c = 0; c < width; ++c) bp.data<float>()[c] = bias_values.data<float>()[begin + c];
       const int biased = temp();
-      nodes.push_back(MakeNode(node, "Add", (std::string("/") + name + "_bias").c_str(),
+      nodes.push_back(Lowered(node, "Add", (std::string("/") + name + "_bias").c_str(),
                                {y, st.AddConstant(std::move(bp))}, biased));
       y = biased;
     }
     const int split = temp(), out = temp();
-    nodes.push_back(MakeNode(node, "Reshape", (std::string("/") + name + "_heads").c_str(),
+    nodes.push_back(Lowered(node, "Reshape", (std::string("/") + name + "_heads").c_str(),
                              {y, ints({batch, seq, heads, head})}, split));
-    Node t = MakeNode(node, "Transpose", (std::string("/") + name + "_transpose").c_str(), {split}, out);
+    Node t = Lowered(node, "Transpose", (std::string("/") + name + "_transpose").c_str(), {split}, out);
     t.attrs["perm"] = Attribute::Ints(std::move(perm));
     nodes.push_back(std::move(t));
     return out;
@@ -89,15 +84,15 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
   const int k = project(sizes[0], sizes[1], head_qk, {0, 2, 3, 1}, "k");     // [B, N, h, S]
   const int v = project(2 * sizes[0], sizes[2], head_v, {0, 2, 1, 3}, "v");  // [B, N, S, hv]
   int scores = temp();
-  nodes.push_back(MakeNode(node, "MatMul", "/qk", {q, k}, scores));
+  nodes.push_back(Lowered(node, "MatMul", "/qk", {q, k}, scores));
   const float scale = node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(head_qk)));
   const int scaled = temp();
-  nodes.push_back(MakeNode(node, "Mul", "/scale", {scores, st.AddConstant(Tensor::Scalar<float>(scale))}, scaled));
+  nodes.push_back(Lowered(node, "Mul", "/scale", {scores, st.AddConstant(Tensor::Scalar<float>(scale))}, scaled));
   scores = scaled;
   const float filter = node.GetFloat("mask_filter_value", -10000.f);
   auto add = [&](int term, const char* name) {
     const int sum = temp();
-    nodes.push_back(MakeNode(node, "Add", name, {scores, term}, sum));
+    nodes.push_back(Lowered(node, "Add", name, {scores, term}, sum));
     scores = sum;
   };
   if (const int mask = Input(node, 3); mask >= 0) {
@@ -108,14 +103,14 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
            " is not supported; a raw 0/1 mask [batch, sequence] or "
            "[batch, sequence, sequence] is (sequence lengths are not)");
     const int as_float = temp(), inverted = temp(), scaled_mask = temp(), shaped = temp();
-    Node cast = MakeNode(node, "Cast", "/mask_float", {mask}, as_float);
+    Node cast = Lowered(node, "Cast", "/mask_float", {mask}, as_float);
     cast.attrs["to"] = Attribute::Int(1);  // FLOAT
     nodes.push_back(std::move(cast));
     nodes.push_back(
-        MakeNode(node, "Sub", "/mask_invert", {st.AddConstant(Tensor::Scalar<float>(1.f)), as_float}, inverted));
+        Lowered(node, "Sub", "/mask_invert", {st.AddConstant(Tensor::Scalar<float>(1.f)), as_float}, inverted));
     nodes.push_back(
-        MakeNode(node, "Mul", "/mask_value", {inverted, st.AddConstant(Tensor::Scalar<float>(filter))}, scaled_mask));
-    nodes.push_back(MakeNode(
+        Lowered(node, "Mul", "/mask_value", {inverted, st.AddConstant(Tensor::Scalar<float>(filter))}, scaled_mask));
+    nodes.push_back(Lowered(
         node, "Reshape", "/mask_shape",
         {scaled_mask, ints(raw2 ? std::vector<int64_t>{batch, 1, 1, seq} : std::vector<int64_t>{batch, 1, seq, seq})},
         shaped));
@@ -131,14 +126,14 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
   }
   if (const int extra = Input(node, 5); extra >= 0) add(extra, "/attention_bias");
   const int probs = temp(), context = temp(), merged = temp();
-  Node softmax = MakeNode(node, "Softmax", "/softmax", {scores}, probs);
+  Node softmax = Lowered(node, "Softmax", "/softmax", {scores}, probs);
   softmax.attrs["axis"] = Attribute::Int(-1);
   nodes.push_back(std::move(softmax));
-  nodes.push_back(MakeNode(node, "MatMul", "/context", {probs, v}, context));
-  Node t = MakeNode(node, "Transpose", "/merge", {context}, merged);
+  nodes.push_back(Lowered(node, "MatMul", "/context", {probs, v}, context));
+  Node t = Lowered(node, "Transpose", "/merge", {context}, merged);
   t.attrs["perm"] = Attribute::Ints({0, 2, 1, 3});
   nodes.push_back(std::move(t));
-  nodes.push_back(MakeNode(node, "Reshape", "", {merged, ints({batch, seq, sizes[2]})}, node.outputs[0]));
+  nodes.push_back(Lowered(node, "Reshape", "", {merged, ints({batch, seq, sizes[2]})}, node.outputs[0]));
   return nodes;
 }
 
@@ -165,19 +160,19 @@ std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
   if (op == "QuickGelu") {
     const int scaled = temp(), gate = temp();
     const int alpha = st.AddConstant(Tensor::Scalar<float>(node.GetFloat("alpha", 1.702f)));
-    return {MakeNode(node, "Mul", "/scale", {node.inputs[0], alpha}, scaled),
-            MakeNode(node, "Sigmoid", "/sigmoid", {scaled}, gate),
-            MakeNode(node, "Mul", "/gate", {node.inputs[0], gate}, out)};
+    return {Lowered(node, "Mul", "/scale", {node.inputs[0], alpha}, scaled),
+            Lowered(node, "Sigmoid", "/sigmoid", {scaled}, gate),
+            Lowered(node, "Mul", "/gate", {node.inputs[0], gate}, out)};
   }
   std::vector<Node> nodes;
   if (op == "FastGelu" || op == "BiasGelu") {
     int x = node.inputs[0];
     if (Input(node, 1) >= 0) {
       const int sum = temp();
-      nodes.push_back(MakeNode(node, "Add", "/bias", {x, node.inputs[1]}, sum));
+      nodes.push_back(Lowered(node, "Add", "/bias", {x, node.inputs[1]}, sum));
       x = sum;
     }
-    Node g = MakeNode(node, "Gelu", "", {x}, out);
+    Node g = Lowered(node, "Gelu", "", {x}, out);
     if (op == "FastGelu") g.attrs["approximate"] = Attribute::String("tanh");
     nodes.push_back(std::move(g));
     return nodes;
@@ -186,13 +181,13 @@ std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
   const int sum_out = node.outputs.size() > 3 ? node.outputs[3] : -1;
   const bool bias = Input(node, 4) >= 0;
   const int skipped = !bias && sum_out >= 0 ? sum_out : temp();
-  nodes.push_back(MakeNode(node, "Add", "/skip", {node.inputs[0], node.inputs[1]}, skipped));
+  nodes.push_back(Lowered(node, "Add", "/skip", {node.inputs[0], node.inputs[1]}, skipped));
   int sum = skipped;
   if (bias) {
     sum = sum_out >= 0 ? sum_out : temp();
-    nodes.push_back(MakeNode(node, "Add", "/bias", {skipped, node.inputs[4]}, sum));
+    nodes.push_back(Lowered(node, "Add", "/bias", {skipped, node.inputs[4]}, sum));
   }
-  Node ln = MakeNode(node, "LayerNormalization", "", {sum, node.inputs[2]}, out);
+  Node ln = Lowered(node, "LayerNormalization", "", {sum, node.inputs[2]}, out);
   if (Input(node, 3) >= 0) ln.inputs.push_back(node.inputs[3]);
   for (size_t i = 1; i < 3 && i < node.outputs.size(); ++i) ln.outputs.push_back(node.outputs[i]);
   ln.attrs["axis"] = Attribute::Int(-1);

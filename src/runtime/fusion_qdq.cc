@@ -587,12 +587,7 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     const int rounded = st.AddValue(DType::kF32, shape);
     const int clipped = st.AddValue(DType::kF32, shape);
     auto make = [&](const char* op, std::vector<int> inputs, int output, const char* suffix) {
-      Node n;
-      n.op_type = op;
-      n.name = q.name + suffix;
-      n.inputs = std::move(inputs);
-      n.outputs = {output};
-      return n;
+      return MakeNode(op, q.name + suffix, std::move(inputs), {output});
     };
     replace[j] = {make("Div", {x, scale}, divided, "/div"), make("Round", {divided}, rounded, "/round"),
                   make("Clip", {rounded, lo_v, hi_v}, clipped, "/clip"), make("Mul", {clipped, scale}, out, "/mul")};

@@ -11,15 +11,6 @@ namespace osprey {
 
 namespace {
 
-Node MakeNode(const std::string& op, const std::string& name, std::vector<int> inputs, std::vector<int> outputs) {
-  Node n;
-  n.op_type = op;
-  n.name = name;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  return n;
-}
-
 // Stacks the per-iteration values `items` of scan output `k` along a new axis `axis` (negative: from the end of the
 // result's rank) into `out`, in reverse order when `reverse`: a Reshape inserting the 1 per item, then one Concat.
 void Stack(CompileState& st, const Node& node, size_t k, std::vector<int> items, int64_t axis, bool reverse, int out,

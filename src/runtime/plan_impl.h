@@ -208,6 +208,16 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& state, co
 /// be constants) dequantized and transposed into new constants of `state` (dynamic_quantize_lstm.cc).
 Node DequantizedLstm(CompileState& state, const Node& node);
 
+/// A node of `op` named `name` reading `inputs` and writing `outputs`, for the passes that make nodes.
+inline Node MakeNode(std::string op, std::string name, std::vector<int> inputs, std::vector<int> outputs) {
+  Node n;
+  n.op_type = std::move(op);
+  n.name = std::move(name);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
 /// Whether `node` is one of ONNX Runtime's transformer-optimiser ops osprey lowers (com.microsoft Gelu, FastGelu,
 /// BiasGelu, QuickGelu, SkipLayerNormalization), and those default-domain nodes (contrib_ops.cc).
 bool IsLoweredContribOp(const Node& node);

@@ -155,6 +155,34 @@ def save(graph, path: Path, opset: int = 13) -> Path:
     return path
 
 
+def quantised_vs_ort(run_cli, work_dir, tmp_path, name, graph, opset, calibration, x, **options):
+    """`graph` saved (opset `opset`), quantised by quantize_static (`options`: ensure_quantized's), run by osprey and
+    by ORT unoptimised (the graph's own arithmetic) on `x`; asserts the bound of the QDQ tests: within 2 output steps
+    (each requantisation may land one rounding boundary apart), at most 5% of outputs differing. Returns the quantised
+    model, osprey's output and ORT's."""
+    float_model = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), float_model)
+    model = quantize_models.ensure_quantized(float_model, calibration, "qdq", out=tmp_path / f"{name}.qdq.onnx",
+                                             samples=len(calibration), **options)
+    got = run_osprey(run_cli, model, x, work_dir)
+    literal = run_ort(model, x, optimise=False)
+    step = output_step(model)
+    diff = np.abs(got - literal)
+    print(f"{name}: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
+          f"{int((diff > 0).sum())}/{diff.size} outputs differ")
+    assert diff.max() <= 2 * step + 1e-6
+    assert (diff > 0).mean() <= 0.05
+    return model, got, literal
+
+
+def profile(run_cli, model, work_dir):
+    """`osprey bench --profile` of `model` on the input run_osprey saved last: its stdout."""
+    r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
+                "--profile", timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def test_per_axis_scale_of_the_wrong_length_is_refused(run_cli, work_dir):
     x = helper.make_tensor_value_info("x", TensorProto.INT8, [1, 3, 2, 2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2, 2])
@@ -214,33 +242,24 @@ def test_depthwise_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
              helper.make_node("Conv", ["a6", "w2", "b2"], ["d"], group=e, pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Clip", ["d", "zero", "six"], ["d6"]),
              helper.make_node("Conv", ["d6", "w3", "b3"], ["logits"])]
-    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 20, 20])],
+    graph = helper.make_graph(nodes, "block",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 20, 20])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, o, 10, 10])], inits)
-    float_model = tmp_path / "block.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), float_model)
     calibration = rng.standard_normal((16, c, 20, 20)).astype(np.float32)
-    model = quantize_models.ensure_quantized(float_model, calibration, "qdq", out=tmp_path / "block.qdq.onnx", samples=16)
     x = rng.standard_normal((1, c, 20, 20)).astype(np.float32)
-    got = run_osprey(run_cli, model, x, work_dir)
-    literal = run_ort(model, x, optimise=False)
-    step = output_step(model)
-    diff = np.abs(got - literal)
-    print(f"depthwise block: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
-          f"{int((diff > 0).sum())}/{diff.size} outputs differ")
-    assert diff.max() <= 2 * step + 1e-6
-    assert (diff > 0).mean() <= 0.05
+    quantised_vs_ort(run_cli, work_dir, tmp_path, "depthwise_block", graph, 13, calibration, x)
 
 
 @pytest.mark.parametrize("unsigned", [True, False], ids=["uint8", "int8"])
 def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsigned):
     """A transformer's attention block (Q/K/V projections, scaled dot-product attention, output projection, residual,
     then a feed-forward layer with GELU) quantised by quantize_static with per-column weight scales and uint8
-    activations, as transformer exports are (Pipecat's Smart Turn v3 is one), or int8 ones (the quantiser's default). The projections and the two products of
-    activations run on oneDNN's int8 matmul where the CPU's int8 products are exact (src/kernels/cpu/dnnl_matmul_int8.cc;
-    `osprey bench --profile` names the kernel); elsewhere the projections in safe pairs of rows and the two products
-    of activations in float32 between their quantisation pairs. Oracle: ORT unoptimised, the graph's own
-    arithmetic; bound 2 output steps (each requantisation may land one rounding boundary apart), and against ORT's
-    optimised session (its own int8 kernels) no farther than ORT's two sessions are from each other plus a step."""
+    activations, as transformer exports are (Pipecat's Smart Turn v3 is one), or int8 ones (the quantiser's
+    default). The projections and the two products of activations run on oneDNN's int8 matmul where the CPU's int8
+    products are exact (src/kernels/cpu/dnnl_matmul_int8.cc; `osprey bench --profile` names the kernel); elsewhere
+    the projections in safe pairs of rows and the two products of activations in float32 between their quantisation
+    pairs. Oracle: ORT unoptimised, the graph's own arithmetic (quantised_vs_ort's bound), and against ORT's optimised
+    session (its own int8 kernels) no farther than ORT's two sessions are from each other plus a step."""
     rng = np.random.default_rng(5)
     t, d, f = 48, 64, 128
 
@@ -249,8 +268,7 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsign
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
     inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("wo", d, d), w("w1", d, f), w("b1", f, scale=0.1),
-             w("w2", f, d), numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm"),
-             numpy_helper.from_array(np.array([0, 2, 1], np.int64), "perm_unused")]
+             w("w2", f, d), numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm")]
     nodes = [helper.make_node("MatMul", ["input", "wq"], ["q"]),
              helper.make_node("MatMul", ["input", "wk"], ["k"]),
              helper.make_node("MatMul", ["input", "wv"], ["v"]),
@@ -265,31 +283,22 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsign
              helper.make_node("Add", ["h", "b1"], ["hb"]),
              helper.make_node("Gelu", ["hb"], ["g"]),
              helper.make_node("MatMul", ["g", "w2"], ["logits"])]
-    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, t, d])],
+    graph = helper.make_graph(nodes, "attention",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, t, d])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, t, d])], inits)
-    float_model = tmp_path / "attention.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
     calibration = rng.standard_normal((16, t, d)).astype(np.float32)  # one [1, t, d] item per calibration run
-    model = quantize_models.ensure_quantized(float_model, calibration, "qdq",
-                                             out=tmp_path / "attention.qdq.onnx", samples=16, per_channel=True,
-                                             unsigned_activations=unsigned)
+    x = rng.standard_normal((1, t, d)).astype(np.float32)
+    model, got, literal = quantised_vs_ort(run_cli, work_dir, tmp_path, f"attention_{'uint8' if unsigned else 'int8'}",
+                                           graph, 20, calibration, x, per_channel=True, unsigned_activations=unsigned)
     q = onnx.load(str(model))
     matmuls_with_int8_weights = sum(
         1 for n in q.graph.node if n.op_type == "DequantizeLinear" and any(
             i.name == n.input[0] and i.data_type == TensorProto.INT8 and len(i.dims) == 2 for i in q.graph.initializer))
     assert matmuls_with_int8_weights == 6  # what the test is about: per-column int8 weights on every projection
-    x = rng.standard_normal((1, t, d)).astype(np.float32)
-    got = run_osprey(run_cli, model, x, work_dir)
-    literal = run_ort(model, x, optimise=False)
     fused = run_ort(model, x, optimise=True)
-    step = output_step(model)
-    diff = np.abs(got - literal)
-    print(f"attention block: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
-          f"{int((diff > 0).sum())}/{diff.size} outputs differ; ORT's sessions differ by "
-          f"{np.abs(literal - fused).max():.4f}, osprey from ORT optimised {np.abs(got - fused).max():.4f}")
-    assert diff.max() <= 2 * step + 1e-6
-    assert (diff > 0).mean() <= 0.05
-    assert np.abs(got - fused).max() <= np.abs(literal - fused).max() + step + 1e-6
+    print(f"ORT's sessions differ by {np.abs(literal - fused).max():.4f}, osprey from ORT optimised "
+          f"{np.abs(got - fused).max():.4f}")
+    assert np.abs(got - fused).max() <= np.abs(literal - fused).max() + output_step(model) + 1e-6
     with open("/proc/cpuinfo") as f:
         vnni = any(flag in f.read().split() for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
     # The switches that make osprey's int8 kernels act as on a CPU without exact int8 products: osprey's own, and
@@ -299,12 +308,10 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsign
         vnni = False
     elif isa_cap not in ("", "ALL"):
         return
-    r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
-                "--profile", timeout=TIMEOUT_S)
-    assert r.returncode == 0, r.stderr
     # All eight MatMuls where the products are exact; elsewhere the six with constant weights (in safe pairs), not the
     # two between activations (Q K^T, P V).
-    assert r.stdout.count("MatMulInt8Dnnl") == (8 if vnni else 6), r.stdout
+    out = profile(run_cli, model, work_dir)
+    assert out.count("MatMulInt8Dnnl") == (8 if vnni else 6), out
 
 
 def test_conv1d_front_end_matches_onnxruntime(run_cli, work_dir, tmp_path):
@@ -321,23 +328,12 @@ def test_conv1d_front_end_matches_onnxruntime(run_cli, work_dir, tmp_path):
     nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["a"], pads=[1, 1]),
              helper.make_node("Gelu", ["a"], ["g"]),
              helper.make_node("Conv", ["g", "w2", "b2"], ["logits"], pads=[1, 1], strides=[2])]
-    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, length])],
+    graph = helper.make_graph(nodes, "front",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, length])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, m, length // 2])], inits)
-    float_model = tmp_path / "front.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), float_model)
     calibration = rng.standard_normal((16, c, length)).astype(np.float32)
-    model = quantize_models.ensure_quantized(float_model, calibration, "qdq", out=tmp_path / "front.qdq.onnx",
-                                             samples=16, per_channel=True, unsigned_activations=True)
     x = rng.standard_normal((1, c, length)).astype(np.float32)
-    got = run_osprey(run_cli, model, x, work_dir)
-    literal = run_ort(model, x, optimise=False)
-    step = output_step(model)
-    diff = np.abs(got - literal)
-    print(f"conv1d front end: max abs diff {diff.max():.4f} ({diff.max() / step:.2f} steps of {step:.4f}), "
-          f"{int((diff > 0).sum())}/{diff.size} outputs differ")
-    assert diff.max() <= 2 * step + 1e-6
-    assert (diff > 0).mean() <= 0.05
-    r = run_cli("bench", model, "--input", f"input={work_dir / 'x.npy'}", "--iters", "1", "--warmup", "0",
-                "--profile", timeout=TIMEOUT_S)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.count("ConvInt8Dnnl") == 2, r.stdout
+    model, _, _ = quantised_vs_ort(run_cli, work_dir, tmp_path, "conv1d_front_end", graph, 20, calibration, x,
+                                   per_channel=True, unsigned_activations=True)
+    out = profile(run_cli, model, work_dir)
+    assert out.count("ConvInt8Dnnl") == 2, out

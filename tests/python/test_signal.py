@@ -226,11 +226,13 @@ def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, 
     rng = np.random.default_rng(n + parts)
     signal = rng.standard_normal((2, length, parts)).astype(np.float32)
     win = np.hanning(n).astype(np.float32)
-    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"), numpy_helper.from_array(np.array(n, np.int64), "n")]
+    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"),
+             numpy_helper.from_array(np.array(n, np.int64), "n")]
     if window:
         inits.append(numpy_helper.from_array(win, "win"))
     path = save(tmp_path, f"stft_gemm_{n}_{parts}_{length}",
-                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"], onesided=int(parts == 1))],
+                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"],
+                                  onesided=int(parts == 1))],
                 [helper.make_tensor_value_info("x", F, [2, length, parts])],
                 [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
     got = osprey.load_onnx(path, threads=2).run({"x": signal})["y"]
