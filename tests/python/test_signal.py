@@ -243,3 +243,13 @@ def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, 
     np.save(tmp_path / "x.npy", signal)
     r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile")
     assert r.returncode == 0 and "StftGemm" in r.stdout, r.stdout + r.stderr
+
+
+def test_stft_of_an_empty_batch_is_empty(tmp_path):
+    inits = [numpy_helper.from_array(np.array(8, np.int64), "step"),
+             numpy_helper.from_array(np.array(32, np.int64), "n")]
+    path = save(tmp_path, "stft_empty", [helper.make_node("STFT", ["x", "step", "", "n"], ["y"])],
+                [helper.make_tensor_value_info("x", F, [0, 100, 1])], [helper.make_tensor_value_info("y", F, None)],
+                inits, opset=17)
+    got = osprey.load_onnx(path, threads=2).run({"x": np.zeros((0, 100, 1), np.float32)})["y"]
+    assert got.shape == (0, 9, 17, 2)

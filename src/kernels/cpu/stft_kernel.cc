@@ -66,6 +66,7 @@ class StftGemmKernel final : public Kernel {
     // Rows in chunks of at most kChunkRows (the frames' copy stays a few MB however long the signal: with a hop of 1
     // the frames hold n times the signal), a second product for the last, shorter chunk.
     rows_ = x_[0] * p_.frames;
+    if (rows_ <= 0) return false;  // an empty batch: the reference kernel writes nothing
     chunk_ = std::min(rows_, kChunkRows);
     matmul_node_ = Node{};
     matmul_node_.op_type = "MatMul";
