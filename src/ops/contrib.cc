@@ -3,7 +3,7 @@
 // quantize.cc); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
 // Gelu (the default domain's, exact), FastGelu (the tanh form, with an optional bias added first), BiasGelu, QuickGelu
 // (x * sigmoid(alpha x)), SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis)
-// and Attention (self-attention with merged Q/K/V weights).
+// Attention (self-attention with merged Q/K/V weights) and MultiHeadAttention (Q, K, V projected apart).
 // The last four are lowered to default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas
 // here only give arities for ValidateOps; inference runs on the lowered nodes.
 #include <string>
@@ -15,7 +15,7 @@ namespace osprey {
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
          op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" || op_type == "QuickGelu" ||
-         op_type == "SkipLayerNormalization" || op_type == "Attention";
+         op_type == "SkipLayerNormalization" || op_type == "Attention" || op_type == "MultiHeadAttention";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
@@ -38,6 +38,9 @@ void RegisterContribOps(OpRegistry& r) {
   r.Add(OpSchema{"SkipLayerNormalization", 3, 5, 1, 4, LoweredWhenCompiled, {}});
   // (input, weights, bias?, mask_index?, past?, attention_bias?, past_sequence_length?) -> (output, present?)
   r.Add(OpSchema{"Attention", 2, 7, 1, 2, LoweredWhenCompiled, {}});
+  // (query, key?, value?, bias?, key_padding_mask?, attention_bias?, past_key?, past_value?, past_sequence_length?,
+  //  cache_indirection?) -> (output, present_key?, present_value?, qk?)
+  r.Add(OpSchema{"MultiHeadAttention", 1, 10, 1, 4, LoweredWhenCompiled, {}});
 }
 
 }  // namespace osprey

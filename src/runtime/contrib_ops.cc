@@ -18,123 +18,203 @@ Node Lowered(const Node& from, const char* op, const char* suffix, std::vector<i
 
 int Input(const Node& n, size_t i) { return i < n.inputs.size() ? n.inputs[i] : -1; }
 
+// Scaled dot-product attention over heads, as default-domain nodes: the shared part of Attention and
+// MultiHeadAttention. Q [B, S, N x h], K [B, L, N x h], V [B, L, N x hv] (each already projected) -> [B, S, N x hv]:
+// per-head Reshape/Transpose, Q K^T * scale, the masks added (a raw 0/1 mask as (1 - mask) * mask_filter_value,
+// unidirectional as that value above the diagonal, an attention bias as is), Softmax over the last axis, times V,
+// heads merged.
+class AttentionBuilder {
+ public:
+  AttentionBuilder(CompileState& st, const Node& node) : st_(st), node_(node) {}
+
+  [[noreturn]] void Fail(const std::string& what) const {
+    throw Error(ErrorCode::kUnsupported, node_.Describe() + ": " + what);
+  }
+  int Temp() { return st_.AddValue(DType::kF32, {}); }
+  int Ints(std::vector<int64_t> v) {
+    return st_.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
+  }
+  int Add(const char* op, const std::string& suffix, std::vector<int> inputs) {
+    const int out = Temp();
+    nodes_.push_back(MakeNode(op, node_.name + suffix, std::move(inputs), {out}));
+    return out;
+  }
+  // [B, T, N x h] -> [B, N, T, h] (or [B, N, h, T] with `keys_transposed`).
+  int Heads(int x, int64_t batch, int64_t length, int64_t heads, int64_t head, bool keys_transposed,
+            const std::string& name) {
+    const int split = Add("Reshape", "/" + name + "_heads", {x, Ints({batch, length, heads, head})});
+    const int out = Add("Transpose", "/" + name + "_transpose", {split});
+    nodes_.back().attrs["perm"] = Attribute::Ints(keys_transposed ? std::vector<int64_t>{0, 2, 3, 1}
+                                                                  : std::vector<int64_t>{0, 2, 1, 3});
+    return out;
+  }
+  // Q [B, N, S, h] and K^T [B, N, h, L] -> scaled scores [B, N, S, L].
+  void Scores(int q, int kt, float scale) {
+    scores_ = Add("Mul", "/scale", {Add("MatMul", "/qk", {q, kt}), st_.AddConstant(Tensor::Scalar<float>(scale))});
+  }
+  // A raw 0/1 mask (any integer or float type) reshaped to `shape` (broadcast against [B, N, S, L]).
+  void RawMask(int mask, std::vector<int64_t> shape, float filter) {
+    const int as_float = Add("Cast", "/mask_float", {mask});
+    nodes_.back().attrs["to"] = Attribute::Int(1);  // FLOAT
+    const int inverted = Add("Sub", "/mask_invert", {st_.AddConstant(Tensor::Scalar<float>(1.f)), as_float});
+    const int valued = Add("Mul", "/mask_value", {inverted, st_.AddConstant(Tensor::Scalar<float>(filter))});
+    AddToScores(Add("Reshape", "/mask_shape", {valued, Ints(std::move(shape))}), "/mask");
+  }
+  void Causal(int64_t seq, int64_t total, float filter) {
+    if (seq > 8192 || total > 8192)  // the mask is a constant of seq x total floats, made here
+      Fail("unidirectional attention over " + std::to_string(total) + " tokens is not supported (at most 8192)");
+    Tensor causal(DType::kF32, {seq, total});
+    for (int64_t i = 0; i < seq; ++i)
+      for (int64_t j = 0; j < total; ++j) causal.data<float>()[i * total + j] = j > i + (total - seq) ? filter : 0.f;
+    AddToScores(st_.AddConstant(std::move(causal)), "/causal");
+  }
+  void AddToScores(int term, const std::string& name) { scores_ = Add("Add", name, {scores_, term}); }
+  // Softmax, times V [B, N, L, hv], heads merged into `out` [B, S, N x hv].
+  std::vector<Node> Finish(int v, int64_t batch, int64_t seq, int64_t hidden_v, int out) {
+    const int probs = Add("Softmax", "/softmax", {scores_});
+    nodes_.back().attrs["axis"] = Attribute::Int(-1);
+    const int merged = Add("Transpose", "/merge", {Add("MatMul", "/context", {probs, v})});
+    nodes_.back().attrs["perm"] = Attribute::Ints({0, 2, 1, 3});
+    nodes_.push_back(MakeNode("Reshape", node_.name, {merged, Ints({batch, seq, hidden_v})}, {out}));
+    return std::move(nodes_);
+  }
+
+  CompileState& st_;
+  const Node& node_;
+  std::vector<Node> nodes_;
+  int scores_ = -1;
+};
+
+// Whether output i of `node` is read (a graph output; the optional outputs osprey does not produce are refused only
+// then, since exporters leave unused ones named).
+bool OutputUsed(const CompileState& st, const Node& node, size_t i) {
+  return i < node.outputs.size() && node.outputs[i] >= 0 && st.is_graph_output[node.outputs[i]];
+}
+
 // com.microsoft.Attention (BERT- and ViT-style self-attention as ORT's optimiser fuses it): input [B, S, I], merged
-// weights [I, Hq + Hk + Hv] (constant), bias [Hq + Hk + Hv], mask_index, attention_bias -> [B, S, Hv]. Lowered to
-// three projections (the constant weights and bias split here), per-head Reshape/Transpose, Q K^T * scale, the masks
-// added (a raw 0/1 mask of shape [B, T] or [B, S, T] as (1 - mask) * mask_filter_value, unidirectional as that value
-// above the diagonal, attention_bias as is), Softmax over the last axis, times V, heads merged. Refused by name: past /
-// present state, rotary embedding, and mask_index as sequence lengths ([B], [2B], [3B + 2]).
+// weights [I, Hq + Hk + Hv] (constant), bias [Hq + Hk + Hv], mask_index, attention_bias -> [B, S, Hv]: three
+// projections (the constant weights and bias split here), then AttentionBuilder. Refused by name: past / present
+// state, rotary embedding, and mask_index as sequence lengths ([B], [2B], [3B + 2]).
 std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
-  auto fail = [&](const std::string& what) { throw Error(ErrorCode::kUnsupported, node.Describe() + ": " + what); };
-  if (Input(node, 4) >= 0 || (node.outputs.size() > 1 && node.outputs[1] >= 0 && st.is_graph_output[node.outputs[1]]))
-    fail("past and present key/value state are not supported (an encoder's Attention has neither)");
-  if (node.GetInt("do_rotary", 0) != 0) fail("rotary embedding (do_rotary) is not supported");
+  AttentionBuilder b(st, node);
+  if (Input(node, 4) >= 0 || OutputUsed(st, node, 1))
+    b.Fail("past and present key/value state are not supported (an encoder's Attention has neither)");
+  if (node.GetInt("do_rotary", 0) != 0) b.Fail("rotary embedding (do_rotary) is not supported");
   if (node.GetInt("past_present_share_buffer", 0) != 0 || Input(node, 6) >= 0)
-    fail("past_present_share_buffer / past_sequence_length are not supported");
+    b.Fail("past_present_share_buffer / past_sequence_length are not supported");
   const int x = node.inputs[0], w = node.inputs[1];
   const Shape xs = st.values[x].shape;
   if (xs.size() != 3 || st.values[x].dtype != DType::kF32)
-    fail("input must be float32 [batch, sequence, hidden], got " + ShapeToString(xs));
+    b.Fail("input must be float32 [batch, sequence, hidden], got " + ShapeToString(xs));
   if (!st.values[w].known || st.values[w].dtype != DType::kF32 || st.values[w].shape.size() != 2 ||
       st.values[w].shape[0] != xs[2])
-    fail("weights must be a constant float32 [" + std::to_string(xs[2]) + ", 3 x hidden]");
+    b.Fail("weights must be a constant float32 [" + std::to_string(xs[2]) + ", 3 x hidden]");
   const int64_t heads = node.GetInt("num_heads", 0), total = st.values[w].shape[1];
   std::vector<int64_t> sizes = node.GetInts("qkv_hidden_sizes", {total / 3, total / 3, total - 2 * (total / 3)});
   if (heads <= 0 || sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != total ||
       sizes[0] % heads != 0 || sizes[2] % heads != 0 || sizes[0] <= 0 || sizes[2] <= 0)
-    fail("num_heads " + std::to_string(heads) + " and qkv_hidden_sizes " + ShapeToString(sizes) +
-         " do not divide the merged weights' " + std::to_string(total) + " columns");
+    b.Fail("num_heads " + std::to_string(heads) + " and qkv_hidden_sizes " + ShapeToString(sizes) +
+           " do not divide the merged weights' " + std::to_string(total) + " columns");
   const int bias = Input(node, 2);
   if (bias >= 0 &&
       (!st.values[bias].known || st.values[bias].dtype != DType::kF32 || NumElements(st.values[bias].shape) != total))
-    fail("bias must be a constant float32 [" + std::to_string(total) + "]");
+    b.Fail("bias must be a constant float32 [" + std::to_string(total) + "]");
   const int64_t batch = xs[0], seq = xs[1], head_qk = sizes[0] / heads, head_v = sizes[2] / heads;
   const Tensor weights = st.values[w].value;  // copies: AddConstant grows st.values
   const Tensor bias_values = bias >= 0 ? st.values[bias].value : Tensor();
-  std::vector<Node> nodes;
-  auto temp = [&st]() { return st.AddValue(DType::kF32, {}); };
-  auto ints = [&](std::vector<int64_t> v) {
-    return st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  };
-  // One projection: columns [begin, begin + width) of the weights and bias, then [B, S, N, h] -> `perm`.
-  auto project = [&](int64_t begin, int64_t width, int64_t head, std::vector<int64_t> perm, const char* name) {
+  // One projection: columns [begin, begin + width) of the weights and bias.
+  auto project = [&](int64_t begin, int64_t width, const std::string& name) {
     Tensor wp(DType::kF32, {xs[2], width});
     for (int64_t r = 0; r < xs[2]; ++r)
       for (int64_t c = 0; c < width; ++c)
         wp.data<float>()[r * width + c] = weights.data<float>()[r * total + begin + c];
-    int y = temp();
-    nodes.push_back(Lowered(node, "MatMul", (std::string("/") + name).c_str(), {x, st.AddConstant(std::move(wp))}, y));
+    int y = b.Add("MatMul", "/" + name, {x, st.AddConstant(std::move(wp))});
     if (bias >= 0) {
       Tensor bp(DType::kF32, {width});
       for (int64_t c = 0; c < width; ++c) bp.data<float>()[c] = bias_values.data<float>()[begin + c];
-      const int biased = temp();
-      nodes.push_back(Lowered(node, "Add", (std::string("/") + name + "_bias").c_str(),
-                               {y, st.AddConstant(std::move(bp))}, biased));
-      y = biased;
+      y = b.Add("Add", "/" + name + "_bias", {y, st.AddConstant(std::move(bp))});
     }
-    const int split = temp(), out = temp();
-    nodes.push_back(Lowered(node, "Reshape", (std::string("/") + name + "_heads").c_str(),
-                             {y, ints({batch, seq, heads, head})}, split));
-    Node t = Lowered(node, "Transpose", (std::string("/") + name + "_transpose").c_str(), {split}, out);
-    t.attrs["perm"] = Attribute::Ints(std::move(perm));
-    nodes.push_back(std::move(t));
-    return out;
+    return y;
   };
-  const int q = project(0, sizes[0], head_qk, {0, 2, 1, 3}, "q");            // [B, N, S, h]
-  const int k = project(sizes[0], sizes[1], head_qk, {0, 2, 3, 1}, "k");     // [B, N, h, S]
-  const int v = project(2 * sizes[0], sizes[2], head_v, {0, 2, 1, 3}, "v");  // [B, N, S, hv]
-  int scores = temp();
-  nodes.push_back(Lowered(node, "MatMul", "/qk", {q, k}, scores));
-  const float scale = node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(head_qk)));
-  const int scaled = temp();
-  nodes.push_back(Lowered(node, "Mul", "/scale", {scores, st.AddConstant(Tensor::Scalar<float>(scale))}, scaled));
-  scores = scaled;
+  const int q = b.Heads(project(0, sizes[0], "q"), batch, seq, heads, head_qk, false, "q");
+  const int k = b.Heads(project(sizes[0], sizes[1], "k"), batch, seq, heads, head_qk, true, "k");
+  const int v = b.Heads(project(2 * sizes[0], sizes[2], "v"), batch, seq, heads, head_v, false, "v");
+  b.Scores(q, k, node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(head_qk))));
   const float filter = node.GetFloat("mask_filter_value", -10000.f);
-  auto add = [&](int term, const char* name) {
-    const int sum = temp();
-    nodes.push_back(Lowered(node, "Add", name, {scores, term}, sum));
-    scores = sum;
-  };
   if (const int mask = Input(node, 3); mask >= 0) {
     const Shape ms = st.values[mask].shape;
-    const bool raw2 = ms == Shape{batch, seq}, raw3 = ms == Shape{batch, seq, seq};
-    if (!raw2 && !raw3)
-      fail("mask_index of shape " + ShapeToString(ms) +
-           " is not supported; a raw 0/1 mask [batch, sequence] or "
-           "[batch, sequence, sequence] is (sequence lengths are not)");
-    const int as_float = temp(), inverted = temp(), scaled_mask = temp(), shaped = temp();
-    Node cast = Lowered(node, "Cast", "/mask_float", {mask}, as_float);
-    cast.attrs["to"] = Attribute::Int(1);  // FLOAT
-    nodes.push_back(std::move(cast));
-    nodes.push_back(
-        Lowered(node, "Sub", "/mask_invert", {st.AddConstant(Tensor::Scalar<float>(1.f)), as_float}, inverted));
-    nodes.push_back(
-        Lowered(node, "Mul", "/mask_value", {inverted, st.AddConstant(Tensor::Scalar<float>(filter))}, scaled_mask));
-    nodes.push_back(Lowered(
-        node, "Reshape", "/mask_shape",
-        {scaled_mask, ints(raw2 ? std::vector<int64_t>{batch, 1, 1, seq} : std::vector<int64_t>{batch, 1, seq, seq})},
-        shaped));
-    add(shaped, "/mask");
+    if (ms == Shape{batch, seq})
+      b.RawMask(mask, {batch, 1, 1, seq}, filter);
+    else if (ms == Shape{batch, seq, seq})
+      b.RawMask(mask, {batch, 1, seq, seq}, filter);
+    else
+      b.Fail("mask_index of shape " + ShapeToString(ms) +
+             " is not supported; a raw 0/1 mask [batch, sequence] or [batch, sequence, sequence] is (sequence "
+             "lengths are not)");
   }
-  if (node.GetInt("unidirectional", 0) != 0) {
-    if (seq > 8192)  // the mask is a constant of seq x seq floats, made here
-      fail("unidirectional attention over " + std::to_string(seq) + " tokens is not supported (at most 8192)");
-    Tensor causal(DType::kF32, {seq, seq});
-    for (int64_t i = 0; i < seq; ++i)
-      for (int64_t j = 0; j < seq; ++j) causal.data<float>()[i * seq + j] = j > i ? filter : 0.f;
-    add(st.AddConstant(std::move(causal)), "/causal");
+  if (node.GetInt("unidirectional", 0) != 0) b.Causal(seq, seq, filter);
+  if (const int extra = Input(node, 5); extra >= 0) b.AddToScores(extra, "/attention_bias");
+  return b.Finish(v, batch, seq, sizes[2], node.outputs[0]);
+}
+
+// com.microsoft.MultiHeadAttention with separate, already projected query [B, S, D], key [B, L, D] and value
+// [B, L, Dv] (what ORT's optimiser writes for CLIP- and ViT-style encoders and cross-attention), an optional bias
+// [D + D + Dv] added to the three, key_padding_mask as a raw 0/1 mask [B, L] or [B, S, L], attention_bias,
+// unidirectional, scale: AttentionBuilder. Refused by name: packed Q/K/V or K/V, key and value in the
+// [B, N, L, h] cache form, past / present state, cache_indirection, and key_padding_mask as sequence lengths.
+std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
+  AttentionBuilder b(st, node);
+  const int query = node.inputs[0], key = Input(node, 1), value = Input(node, 2), bias = Input(node, 3);
+  if (Input(node, 6) >= 0 || Input(node, 7) >= 0 || Input(node, 8) >= 0 || Input(node, 9) >= 0 ||
+      OutputUsed(st, node, 1) || OutputUsed(st, node, 2) || OutputUsed(st, node, 3))
+    b.Fail("past / present key and value, cache_indirection and the qk output are not supported (an encoder's "
+           "attention has none)");
+  if (key < 0 || value < 0) b.Fail("packed query/key/value (key or value absent) is not supported");
+  const Shape qs = st.values[query].shape, ks = st.values[key].shape, vs = st.values[value].shape;
+  if (qs.size() != 3 || ks.size() != 3 || vs.size() != 3 || st.values[query].dtype != DType::kF32 ||
+      st.values[key].dtype != DType::kF32 || st.values[value].dtype != DType::kF32 || ks[0] != qs[0] ||
+      vs[0] != qs[0] || vs[1] != ks[1] || ks[2] != qs[2])
+    b.Fail("query [B, S, D], key [B, L, D] and value [B, L, Dv] (float32) are supported, got " + ShapeToString(qs) +
+           ", " + ShapeToString(ks) + ", " + ShapeToString(vs));
+  const int64_t heads = node.GetInt("num_heads", 0), batch = qs[0], seq = qs[1], total = ks[1], d = qs[2],
+                dv = vs[2];
+  if (heads <= 0 || d % heads != 0 || dv % heads != 0)
+    b.Fail("num_heads " + std::to_string(heads) + " does not divide the hidden sizes " + std::to_string(d) + " and " +
+           std::to_string(dv));
+  int q = query, k = key, v = value;
+  if (bias >= 0) {
+    if (NumElements(st.values[bias].shape) != 2 * d + dv || st.values[bias].dtype != DType::kF32)
+      b.Fail("bias must be float32 [" + std::to_string(2 * d + dv) + "], got " + ShapeToString(st.values[bias].shape));
+    if (st.opset < 10) b.Fail("a bias needs opset 10 or later (Slice with inputs)");
+    const int flat = b.Add("Reshape", "/bias_flat", {bias, b.Ints({2 * d + dv})});
+    auto part_of_flat = [&](int x, int64_t begin, int64_t width, const std::string& name) {
+      const int piece = b.Add("Slice", "/" + name + "_bias_part",
+                              {flat, b.Ints({begin}), b.Ints({begin + width}), b.Ints({0})});
+      return b.Add("Add", "/" + name + "_bias", {x, piece});
+    };
+    q = part_of_flat(q, 0, d, "q");
+    k = part_of_flat(k, d, d, "k");
+    v = part_of_flat(v, 2 * d, dv, "v");
   }
-  if (const int extra = Input(node, 5); extra >= 0) add(extra, "/attention_bias");
-  const int probs = temp(), context = temp(), merged = temp();
-  Node softmax = Lowered(node, "Softmax", "/softmax", {scores}, probs);
-  softmax.attrs["axis"] = Attribute::Int(-1);
-  nodes.push_back(std::move(softmax));
-  nodes.push_back(Lowered(node, "MatMul", "/context", {probs, v}, context));
-  Node t = Lowered(node, "Transpose", "/merge", {context}, merged);
-  t.attrs["perm"] = Attribute::Ints({0, 2, 1, 3});
-  nodes.push_back(std::move(t));
-  nodes.push_back(Lowered(node, "Reshape", "", {merged, ints({batch, seq, sizes[2]})}, node.outputs[0]));
-  return nodes;
+  q = b.Heads(q, batch, seq, heads, d / heads, false, "q");
+  k = b.Heads(k, batch, total, heads, d / heads, true, "k");
+  v = b.Heads(v, batch, total, heads, dv / heads, false, "v");
+  b.Scores(q, k, node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(d / heads))));
+  const float filter = node.GetFloat("mask_filter_value", -10000.f);
+  if (const int mask = Input(node, 4); mask >= 0) {
+    const Shape ms = st.values[mask].shape;
+    if (ms == Shape{batch, total})
+      b.RawMask(mask, {batch, 1, 1, total}, filter);
+    else if (ms == Shape{batch, seq, total})
+      b.RawMask(mask, {batch, 1, seq, total}, filter);
+    else
+      b.Fail("key_padding_mask of shape " + ShapeToString(ms) +
+             " is not supported; a raw 0/1 mask [batch, kv_sequence] or [batch, sequence, kv_sequence] is "
+             "(sequence lengths are not)");
+  }
+  if (node.GetInt("unidirectional", 0) != 0) b.Causal(seq, total, filter);
+  if (const int extra = Input(node, 5); extra >= 0) b.AddToScores(extra, "/attention_bias");
+  return b.Finish(v, batch, seq, dv, node.outputs[0]);
 }
 
 }  // namespace
@@ -142,7 +222,8 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
 bool IsLoweredContribOp(const Node& node) {
   return node.domain == kMicrosoftDomain &&
          (node.op_type == "Gelu" || node.op_type == "FastGelu" || node.op_type == "BiasGelu" ||
-          node.op_type == "QuickGelu" || node.op_type == "SkipLayerNormalization" || node.op_type == "Attention");
+          node.op_type == "QuickGelu" || node.op_type == "SkipLayerNormalization" || node.op_type == "Attention" ||
+          node.op_type == "MultiHeadAttention");
 }
 
 std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
@@ -150,6 +231,7 @@ std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
   const int out = node.outputs.empty() ? -1 : node.outputs[0];
   if (out < 0) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": output 0 is required");
   if (op == "Attention") return LowerAttention(st, node);
+  if (op == "MultiHeadAttention") return LowerMultiHeadAttention(st, node);
   auto temp = [&st]() { return st.AddValue(DType::kF32, {}); };  // typed by inference
   if (op == "Gelu") {
     Node g = node;
