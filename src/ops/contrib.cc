@@ -1,6 +1,6 @@
 // ONNX Runtime's contrib (com.microsoft) domain: which of its ops osprey reads. Its quantiser writes QLinearAdd,
 // QLinearGlobalAveragePool, QGemm, DynamicQuantizeLSTM and its own QuantizeLinear / DequantizeLinear (schemas:
-// quantize.cc); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
+// quantize.cc), and QLinearMul, QLinearSoftmax, QLinearConcat (lowered when compiled, below); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
 // Gelu (the default domain's, exact), FastGelu (the tanh form, with an optional bias added first), BiasGelu, QuickGelu
 // (x * sigmoid(alpha x)), SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis)
 // Attention (self-attention with merged Q/K/V weights) and MultiHeadAttention (Q, K, V projected apart).
@@ -15,7 +15,8 @@ namespace osprey {
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
          op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" || op_type == "QuickGelu" ||
-         op_type == "SkipLayerNormalization" || op_type == "Attention" || op_type == "MultiHeadAttention";
+         op_type == "SkipLayerNormalization" || op_type == "Attention" || op_type == "MultiHeadAttention" ||
+         op_type == "QLinearMul" || op_type == "QLinearSoftmax" || op_type == "QLinearConcat";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
@@ -41,6 +42,10 @@ void RegisterContribOps(OpRegistry& r) {
   // (query, key?, value?, bias?, key_padding_mask?, attention_bias?, past_key?, past_value?, past_sequence_length?,
   //  cache_indirection?) -> (output, present_key?, present_value?, qk?)
   r.Add(OpSchema{"MultiHeadAttention", 1, 10, 1, 4, LoweredWhenCompiled, {}});
+  // The quantiser's QOperator forms, lowered to DequantizeLinear -> op -> QuantizeLinear.
+  r.Add(OpSchema{"QLinearMul", 7, 8, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"QLinearSoftmax", 5, 5, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"QLinearConcat", 5, 2 + 3 * 4096, 1, 1, LoweredWhenCompiled, {}});
 }
 
 }  // namespace osprey

@@ -217,13 +217,69 @@ std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
   return b.Finish(v, batch, seq, dv, node.outputs[0]);
 }
 
+// The QOperator ops ONNX Runtime's quantiser writes around transformers' elementwise steps, as
+// DequantizeLinear -> the float op -> QuantizeLinear (the arithmetic ORT's own fallback uses; the pairs then fuse
+// like a QDQ model's): QLinearMul (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp?), QLinearSoftmax (X, X_scale,
+// X_zp, Y_scale, Y_zp; axis, opset), QLinearConcat (Y_scale, Y_zp, then (X, X_scale, X_zp) per input; axis).
+std::vector<Node> LowerQLinear(CompileState& st, const Node& node) {
+  auto fail = [&](const std::string& what) { throw Error(ErrorCode::kUnsupported, node.Describe() + ": " + what); };
+  std::vector<Node> nodes;
+  auto dequantize = [&](size_t at) {
+    const int x = node.inputs[at];
+    if (x < 0 || Input(node, at + 1) < 0) fail("input " + std::to_string(at) + " and its scale are required");
+    const int out = st.AddValue(DType::kF32, {});
+    std::vector<int> inputs = {x, node.inputs[at + 1]};
+    if (Input(node, at + 2) >= 0) inputs.push_back(node.inputs[at + 2]);
+    nodes.push_back(MakeNode("DequantizeLinear", node.name + "/dequantize_" + std::to_string(at), inputs, {out}));
+    return out;
+  };
+  // y (float) -> the node's output, quantised with scale input `at` and zero point `at + 1` (absent: a zero of the
+  // type input `like` has, so an int8 op stays int8).
+  auto quantize = [&](int y, size_t at, size_t like) {
+    int zp = Input(node, at + 1);
+    if (zp < 0) {
+      const DType t = st.values[node.inputs[like]].dtype;
+      zp = st.AddConstant(t == DType::kI8 ? Tensor::Scalar<int8_t>(0) : Tensor::Scalar<uint8_t>(0));
+    }
+    nodes.push_back(MakeNode("QuantizeLinear", node.name + "/quantize", {y, node.inputs[at], zp}, {node.outputs[0]}));
+  };
+  const int y = st.AddValue(DType::kF32, {});
+  if (node.op_type == "QLinearMul") {
+    const int a = dequantize(0), b = dequantize(3);
+    nodes.push_back(MakeNode("Mul", node.name, {a, b}, {y}));
+    quantize(y, 6, 0);
+  } else if (node.op_type == "QLinearSoftmax") {
+    const int64_t rank = static_cast<int64_t>(st.values[node.inputs[0]].shape.size());
+    const int64_t axis = node.GetInt("axis", -1);
+    if (axis != -1 && axis != rank - 1)  // the last axis: opset 13's Softmax and the older one agree there
+      fail("axis " + std::to_string(axis) + " is not supported (the last axis is)");
+    const int x = dequantize(0);
+    Node softmax = MakeNode("Softmax", node.name, {x}, {y});
+    softmax.attrs["axis"] = Attribute::Int(rank - 1);
+    nodes.push_back(std::move(softmax));
+    quantize(y, 3, 0);
+  } else {  // QLinearConcat
+    if (node.inputs.size() < 5 || (node.inputs.size() - 2) % 3 != 0)
+      fail("inputs must be Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, got " +
+           std::to_string(node.inputs.size()));
+    std::vector<int> parts;
+    for (size_t at = 2; at < node.inputs.size(); at += 3) parts.push_back(dequantize(at));
+    Node concat = MakeNode("Concat", node.name, parts, {y});
+    concat.attrs["axis"] = Attribute::Int(node.GetInt("axis", 0));
+    nodes.push_back(std::move(concat));
+    quantize(y, 0, 2);
+  }
+  return nodes;
+}
+
 }  // namespace
 
 bool IsLoweredContribOp(const Node& node) {
   return node.domain == kMicrosoftDomain &&
          (node.op_type == "Gelu" || node.op_type == "FastGelu" || node.op_type == "BiasGelu" ||
           node.op_type == "QuickGelu" || node.op_type == "SkipLayerNormalization" || node.op_type == "Attention" ||
-          node.op_type == "MultiHeadAttention");
+          node.op_type == "MultiHeadAttention" || node.op_type == "QLinearMul" || node.op_type == "QLinearSoftmax" ||
+          node.op_type == "QLinearConcat");
 }
 
 std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
@@ -232,6 +288,7 @@ std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
   if (out < 0) throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": output 0 is required");
   if (op == "Attention") return LowerAttention(st, node);
   if (op == "MultiHeadAttention") return LowerMultiHeadAttention(st, node);
+  if (op == "QLinearMul" || op == "QLinearSoftmax" || op == "QLinearConcat") return LowerQLinear(st, node);
   auto temp = [&st]() { return st.AddValue(DType::kF32, {}); };  // typed by inference
   if (op == "Gelu") {
     Node g = node;

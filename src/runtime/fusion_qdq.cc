@@ -126,6 +126,143 @@ void LowerQLinearConv(CompileState& st) {
   st.nodes = std::move(nodes);
 }
 
+// QLinearMatMul, and the com.microsoft QLinearAdd and QGemm (the QOperator format's transformer ops) as
+// DequantizeLinear -> the float op -> QuantizeLinear, their constant weights (and QGemm's int32 bias) dequantised
+// here: the reference kernels ran them one integer at a time (QOperator ViT-B/16: QLinearMatMul 8.2 s of 8.7). A
+// QLinearMatMul whose weights are symmetric int8 (or whose B is an activation, where Int8MatMulOfActivationsFast)
+// becomes the MatMul FuseInt8 would make in a host plan (`_int8*`: oneDNN's int8 matmul), the others float ones
+// between pairs that then fuse like a QDQ model's. ORT dequantises, computes and requantises QLinearAdd in float as
+// well; for the matmuls the result differs from the integer kernels only where a rounding boundary falls between
+// (one step).
+void LowerQOperatorOps(CompileState& st) {
+  const bool host = st.options.device.kind == Device::kHost;
+  std::vector<std::vector<Node>> replace(st.nodes.size());
+  auto known = [&](int v) { return v >= 0 && st.values[v].known; };
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& n = st.nodes[i];
+    const bool matmul = n.op_type == "QLinearMatMul" && n.domain.empty();
+    const bool add = n.op_type == "QLinearAdd" && n.domain == kMicrosoftDomain;
+    const bool gemm = n.op_type == "QGemm" && n.domain == kMicrosoftDomain;
+    if ((!matmul && !add && !gemm) || n.outputs.size() != 1 || n.outputs[0] < 0 || n.inputs.size() < 6) continue;
+    auto input = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : -1; };
+    // Scales and zero points must be constants (the quantiser writes initializers).
+    bool ok = known(input(1)) && known(input(4)) && (input(2) < 0 || known(input(2))) && (input(5) < 0 || known(input(5)));
+    const size_t y_scale = matmul ? 6 : gemm ? 7 : 6;
+    if (input(y_scale) >= 0) ok = ok && known(input(y_scale)) && (input(y_scale + 1) < 0 || known(input(y_scale + 1)));
+    if (gemm && input(6) >= 0) ok = ok && known(input(6)) && known(input(3));
+    if (!ok || st.values[input(1)].dtype != DType::kF32 || st.values[input(4)].dtype != DType::kF32) continue;
+    if (gemm && n.GetInt("transA", 0) != 0) continue;
+    std::vector<Node> nodes;
+    auto dequantize = [&](size_t k, const char* suffix) {
+      const int out = st.AddValue(DType::kF32, st.values[input(k)].shape);
+      std::vector<int> in = {input(k), input(k + 1)};
+      if (input(k + 2) >= 0) in.push_back(input(k + 2));
+      Node dq = MakeNode("DequantizeLinear", n.name + suffix, in, {out});
+      if (st.values[input(k + 1)].value.numel() > 1) dq.attrs["axis"] = Attribute::Int(1);  // b per column
+      nodes.push_back(std::move(dq));
+      return out;
+    };
+    const int out = n.outputs[0];
+    const bool quantized_out = input(y_scale) >= 0;
+    const int yf = quantized_out ? st.AddValue(DType::kF32, st.values[out].shape) : out;
+    auto zero_point = [&](size_t k) -> int32_t {  // a known scalar zero point (0 when absent)
+      if (input(k) < 0) return 0;
+      const Tensor& z = st.values[input(k)].value;
+      return z.dtype() == DType::kI8 ? z.data<int8_t>()[0] : z.dtype() == DType::kU8 ? z.data<uint8_t>()[0] : 0;
+    };
+    if (add) {
+      const int a = dequantize(0, "/dequantize_a"), b = dequantize(3, "/dequantize_b");
+      nodes.push_back(MakeNode("Add", n.name, {a, b}, {yf}));
+    } else {
+      const int a = dequantize(0, "/dequantize_a");
+      const Tensor& bs = st.values[input(4)].value;
+      int b = -1;
+      bool int8_weights = false;
+      if (known(input(3))) {  // constant weights, dequantised here: (b - b_zp[col]) * b_scale[col]
+        const Tensor& bq = st.values[input(3)].value;
+        const Tensor* bz = input(5) >= 0 ? &st.values[input(5)].value : nullptr;
+        if (bq.rank() != 2 || (bq.dtype() != DType::kI8 && bq.dtype() != DType::kU8)) continue;
+        const bool trans_b = gemm && n.GetInt("transB", 0) != 0;
+        const int64_t rows = bq.dim(0), cols = bq.dim(1), outputs = trans_b ? rows : cols;
+        if ((bs.numel() != 1 && bs.numel() != outputs) || (bz && bz->numel() != 1 && bz->numel() != outputs)) continue;
+        Tensor w(DType::kF32, bq.shape());
+        int8_weights = bq.dtype() == DType::kI8;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t o = trans_b ? r : c;
+            const int32_t q = bq.dtype() == DType::kI8 ? bq.data<int8_t>()[r * cols + c] : bq.data<uint8_t>()[r * cols + c];
+            const int32_t z = !bz ? 0 : bz->dtype() == DType::kI8 ? bz->data<int8_t>()[bz->numel() == 1 ? 0 : o]
+                                                                    : bz->data<uint8_t>()[bz->numel() == 1 ? 0 : o];
+            int8_weights = int8_weights && z == 0;
+            w.data<float>()[r * cols + c] = static_cast<float>(q - z) * bs.data<float>()[bs.numel() == 1 ? 0 : o];
+          }
+        b = st.AddConstant(std::move(w));
+      } else if (matmul && bs.numel() == 1) {
+        b = dequantize(3, "/dequantize_b");
+      } else {
+        continue;
+      }
+      if (gemm) {
+        Node g = MakeNode("Gemm", n.name, {a, b}, {yf});
+        g.attrs["alpha"] = Attribute::Float(n.GetFloat("alpha", 1.f));
+        g.attrs["transB"] = Attribute::Int(n.GetInt("transB", 0));
+        if (input(6) >= 0) {  // int32 bias at scale alpha * a_scale * b_scale[col]
+          const Tensor& c = st.values[input(6)].value;
+          const int64_t cols = st.values[out].shape.back();
+          Tensor cf(DType::kF32, c.shape());
+          const float alpha_a = n.GetFloat("alpha", 1.f) * st.values[input(1)].value.data<float>()[0];
+          for (int64_t e = 0; e < c.numel(); ++e)
+            cf.data<float>()[e] = static_cast<float>(c.data<int32_t>()[e]) * alpha_a *
+                                  bs.data<float>()[bs.numel() == 1 ? 0 : e % cols];
+          g.inputs.push_back(st.AddConstant(std::move(cf)));
+        }
+        nodes.push_back(std::move(g));
+      } else {
+        Node mm = MakeNode("MatMul", n.name, {a, b}, {yf});
+        const bool activations = !known(input(3));
+        const DType at = st.values[input(0)].dtype, yt = st.values[out].dtype;
+        if (host && (activations ? Int8MatMulOfActivationsFast() : int8_weights) && yt != DType::kF32) {
+          mm.attrs["_int8"] = Attribute::Int(1);
+          mm.attrs["_activation"] = Attribute::String("");
+          mm.attrs["_int8_x_scale"] = Attribute::Float(st.values[input(1)].value.data<float>()[0]);
+          mm.attrs["_int8_x_zero_point"] = Attribute::Int(zero_point(2));
+          mm.attrs["_int8_x_signed"] = Attribute::Int(at == DType::kI8);
+          mm.attrs["_int8_y_scale"] = Attribute::Float(st.values[input(6)].value.data<float>()[0]);
+          mm.attrs["_int8_y_zero_point"] = Attribute::Int(zero_point(7));
+          mm.attrs["_int8_y_signed"] = Attribute::Int(yt == DType::kI8);
+          if (activations) {
+            mm.attrs["_int8_b_scale"] = Attribute::Float(bs.data<float>()[0]);
+            mm.attrs["_int8_b_zero_point"] = Attribute::Int(zero_point(5));
+            mm.attrs["_int8_b_signed"] = Attribute::Int(st.values[input(3)].dtype == DType::kI8);
+          } else {
+            mm.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
+          }
+        }
+        nodes.push_back(std::move(mm));
+      }
+    }
+    if (quantized_out) {
+      std::vector<int> q_in = {yf, input(y_scale)};
+      if (input(y_scale + 1) >= 0) {
+        q_in.push_back(input(y_scale + 1));
+      } else {  // an absent zero point: zero of the output's type
+        q_in.push_back(st.AddConstant(st.values[out].dtype == DType::kI8 ? Tensor::Scalar<int8_t>(0)
+                                                                           : Tensor::Scalar<uint8_t>(0)));
+      }
+      nodes.push_back(MakeNode("QuantizeLinear", n.name + "/quantize", q_in, {out}));
+    }
+    replace[i] = std::move(nodes);
+  }
+  std::vector<Node> kept;
+  for (size_t k = 0; k < st.nodes.size(); ++k) {
+    if (replace[k].empty())
+      kept.push_back(std::move(st.nodes[k]));
+    else
+      for (Node& r : replace[k]) kept.push_back(std::move(r));
+  }
+  st.nodes = std::move(kept);
+}
+
 // DequantizeLinear(x_q) -> Conv(W = DequantizeLinear(int8 constant), B) [-> Relu] -> QuantizeLinear -> y_q, each
 // y_q read only by DequantizeLinears, as ONNX Runtime's QDQ quantiser writes it (and the same around a MatMul whose B
 // is such a constant, 2-D, its scales per column: transformers' projections, below): one Conv with `_int8` attributes
@@ -493,13 +630,59 @@ void FuseIntegerDequantize(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// DequantizeLinear(D(x_q)) -> D(DequantizeLinear(x_q)) for a data-movement op D (one data input, one output, read
+// only by that DequantizeLinear) and a per-tensor DequantizeLinear: the two commute (an elementwise affine map and a
+// rearrangement), and the QOperator format leaves Q -> Reshape / Transpose / Gather (on int8 data) -> DQ chains that
+// otherwise run both quantisation steps on the reference kernels (QOperator ViT-B/16: 40 ms of 115). After the move,
+// the QuantizeLinear meets its DequantizeLinear and the pair fuses (below). Runs after FuseInt8, which wants the
+// DequantizeLinear right before its Conv / MatMul.
+void SinkDequantizeThroughDataMovement(CompileState& st) {
+  static const std::set<std::string> moves = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",    "Identity",     "Transpose",
+                                              "Slice",   "Gather",   "Tile",    "Expand",       "DepthToSpace", "SpaceToDepth"};
+  for (bool changed = true; changed;) {
+    changed = false;
+    const auto consumers = ConsumersOf(st);
+    std::vector<int> producer(st.values.size(), -1);
+    for (size_t i = 0; i < st.nodes.size(); ++i)
+      for (int v : st.nodes[i].outputs)
+        if (v >= 0) producer[v] = static_cast<int>(i);
+    for (size_t j = 0; j < st.nodes.size(); ++j) {
+      Node& dq = st.nodes[j];
+      if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.size() < 2 || dq.inputs[0] < 0 ||
+          dq.outputs.size() != 1 || dq.outputs[0] < 0 || dq.Has("block_size"))
+        continue;
+      const int xq = dq.inputs[0], p = producer[xq];
+      if (p < 0 || !std::isfinite(KnownScale(st, dq, 1))) continue;  // per tensor, known
+      int32_t zp = 0;
+      if (!KnownZeroPoint(st, dq, &zp)) continue;
+      Node& d = st.nodes[p];
+      if (!d.domain.empty() || !moves.count(d.op_type) || d.outputs.size() != 1 || d.inputs.empty() ||
+          d.inputs[0] < 0 || st.is_graph_output[xq] || consumers[xq].size() != 1)
+        continue;
+      // D before the DequantizeLinear: DQ reads D's data input, D writes the DequantizeLinear's output.
+      const int source = d.inputs[0], out = dq.outputs[0];
+      const int moved = st.AddValue(DType::kF32, st.values[source].shape);
+      dq.inputs[0] = source;
+      dq.outputs = {moved};
+      d.inputs[0] = moved;
+      d.outputs = {out};
+      st.values[out].dtype = DType::kF32;
+      std::swap(st.nodes[p], st.nodes[j]);  // the DequantizeLinear now runs first (p < j)
+      changed = true;
+      break;  // producer / consumer tables are stale
+    }
+  }
+}
+
 }  // namespace
 
 void FuseQuantizeDequantizePairs(CompileState& st) {
   FuseIntegerDequantize(st);
   if (st.opset < 11) return;  // Round and Clip's bound inputs are opset 11
   LowerQLinearConv(st);
+  LowerQOperatorOps(st);
   if (st.opset >= 10) FuseInt8(st);
+  SinkDequantizeThroughDataMovement(st);
   const auto consumers = ConsumersOf(st);
   std::vector<char> drop(st.nodes.size(), 0);
   std::vector<std::vector<Node>> replace(st.nodes.size());
@@ -508,7 +691,10 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
   // a pass and hide the pattern from the later fusions.
   std::vector<Grid> grid(st.values.size());
   std::vector<int> rename(st.values.size(), -1);
-  auto renamed = [&](int v) { return v >= 0 && rename[v] >= 0 ? rename[v] : v; };
+  auto renamed = [&](int v) {  // chains: a fan-out DequantizeLinear renamed to a pair that is itself dropped
+    while (v >= 0 && rename[v] >= 0) v = rename[v];
+    return v;
+  };
   auto params = [&](const Node& n, int quantised, Grid* g) {  // a Q or DQ node's per-tensor grid
     const float scale = KnownScale(st, n, 1);
     int32_t zp = 0;
@@ -542,16 +728,27 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
     if (q.op_type != "QuantizeLinear" || !QdqDomain(q) || q.outputs.size() != 1 || q.inputs.empty()) continue;
     const int x = q.inputs[0], qv = q.outputs[0];
     if (x < 0 || qv < 0 || st.values[x].dtype != DType::kF32 || st.is_graph_output[qv]) continue;
-    if (consumers[qv].size() != 1) continue;
+    // Every reader a DequantizeLinear with the pair's scale and zero point (x_q fans out in QOperator graphs): the
+    // first becomes the pair, the others are renamed to its output.
+    if (consumers[qv].empty()) continue;
     const size_t j = consumers[qv][0];
-    const Node& dq = st.nodes[j];
-    if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs[0] != qv || dq.outputs.size() != 1) continue;
-    const int out = dq.outputs[0];
-    if (out < 0 || st.values[out].dtype != DType::kF32) continue;
-    const float q_scale = KnownScale(st, q, 1), dq_scale = KnownScale(st, dq, 1);
-    int32_t q_zp = 0, dq_zp = 0;
-    if (!(q_scale > 0.f) || !std::isfinite(q_scale) || q_scale != dq_scale) continue;
-    if (!KnownZeroPoint(st, q, &q_zp) || !KnownZeroPoint(st, dq, &dq_zp) || q_zp != dq_zp) continue;
+    const float q_scale = KnownScale(st, q, 1);
+    int32_t q_zp = 0;
+    if (!(q_scale > 0.f) || !std::isfinite(q_scale) || !KnownZeroPoint(st, q, &q_zp)) continue;
+    bool all_pairs = true;
+    for (size_t c = 0; all_pairs && c < consumers[qv].size(); ++c) {
+      const Node& d = st.nodes[consumers[qv][c]];
+      int32_t d_zp = 0;
+      all_pairs = d.op_type == "DequantizeLinear" && QdqDomain(d) && d.inputs[0] == qv && d.outputs.size() == 1 &&
+                  d.outputs[0] >= 0 && st.values[d.outputs[0]].dtype == DType::kF32 && KnownScale(st, d, 1) == q_scale &&
+                  KnownZeroPoint(st, d, &d_zp) && d_zp == q_zp && (c == 0 || !st.is_graph_output[d.outputs[0]]);
+    }
+    if (!all_pairs) continue;
+    const int out = st.nodes[j].outputs[0];
+    for (size_t c = 1; c < consumers[qv].size(); ++c) {
+      rename[st.nodes[consumers[qv][c]].outputs[0]] = out;
+      drop[consumers[qv][c]] = 1;
+    }
     const bool is_i8 = st.values[qv].dtype == DType::kI8;
     if (!is_i8 && st.values[qv].dtype != DType::kU8) continue;
     const float lo = static_cast<float>((is_i8 ? -128 : 0) - q_zp), hi = static_cast<float>((is_i8 ? 127 : 255) - q_zp);

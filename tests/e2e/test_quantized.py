@@ -23,6 +23,7 @@ of the DequantizeLinear that writes the logits, ~0.25 here):
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -337,3 +338,53 @@ def test_conv1d_front_end_matches_onnxruntime(run_cli, work_dir, tmp_path):
                                    per_channel=True, unsigned_activations=True)
     out = profile(run_cli, model, work_dir)
     assert out.count("ConvInt8Dnnl") == 2, out
+
+
+def test_qoperator_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path):
+    """The QOperator format of a transformer block (quantize_static, QuantFormat.QOperator, per-column weights, uint8
+    activations): QLinearMatMul, com.microsoft QLinearMul, QLinearSoftmax, QLinearConcat and QLinearAdd, with uint8
+    Transposes between them. osprey lowers each to DequantizeLinear -> float op -> QuantizeLinear (QLinearMatMul onto
+    the int8 matmul), moves DequantizeLinears above data movement so the pairs fuse (runtime/fusion_qdq.cc). Oracle:
+    ORT unoptimised (quantised_vs_ort's bound); and no quantisation step left on a reference kernel."""
+    rng = np.random.default_rng(9)
+    t, d = 24, 32
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name)
+
+    inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("wo", 2 * d, d),
+             numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm")]
+    nodes = [helper.make_node("MatMul", ["input", "wq"], ["q"]),
+             helper.make_node("MatMul", ["input", "wk"], ["k"]),
+             helper.make_node("MatMul", ["input", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "norm"], ["sn"]),
+             helper.make_node("Softmax", ["sn"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["a"]),
+             helper.make_node("Add", ["a", "input"], ["r"]),
+             helper.make_node("Concat", ["r", "input"], ["c"], axis=-1),
+             helper.make_node("MatMul", ["c", "wo"], ["logits"])]
+    graph = helper.make_graph(nodes, "qop_attention",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, t, d])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, t, d])], inits)
+    calibration = rng.standard_normal((16, t, d)).astype(np.float32)
+    x = rng.standard_normal((1, t, d)).astype(np.float32)
+    float_model = tmp_path / "qop_attention.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), float_model)
+    model = quantize_models.ensure_quantized(float_model, calibration, "qoperator", out=tmp_path / "qop.onnx",
+                                             samples=16, per_channel=True, unsigned_activations=True)
+    ops = {n.op_type for n in onnx.load(str(model)).graph.node}
+    assert {"QLinearMatMul", "QLinearMul", "QLinearSoftmax", "QLinearConcat", "QLinearAdd"} <= ops, ops
+    got = run_osprey(run_cli, model, x, work_dir)
+    literal = run_ort(model, x, optimise=False)
+    step = output_step(model) if onnx.load(str(model)).graph.node[-1].op_type == "DequantizeLinear" else None
+    diff = np.abs(got - literal)
+    scale = step if step else float(np.abs(literal).max()) / 100
+    print(f"QOperator block: max abs diff {diff.max():.4f} ({diff.max() / scale:.2f} steps), "
+          f"{int((diff > 0).sum())}/{diff.size} differ")
+    assert diff.max() <= 2 * scale + 1e-6
+    out = profile(run_cli, model, work_dir)
+    op_types = re.findall(r"^  (\w+) +[\d.]+ ms +[\d.]+%", out, re.M)  # the "time per op type" lines
+    assert op_types and not {"QLinearMatMul", "QuantizeLinear", "DequantizeLinear"} & set(op_types), out
+    assert out.count("MatMulInt8Dnnl") >= 4, out  # the four projections at least

@@ -31,7 +31,8 @@ const std::set<std::string> kNoKernel = {
     "DynamicQuantizeLSTM",  // com.microsoft: an LSTM on dequantized weights (runtime/dynamic_quantize_lstm.cc;
                             // tests/e2e/test_recurrent.py)
     // com.microsoft, lowered to default-domain ops when compiled (runtime/contrib_ops.cc; test_contrib_ops.py)
-    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention", "MultiHeadAttention",
+    "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention", "MultiHeadAttention", "QLinearMul",
+    "QLinearSoftmax", "QLinearConcat",
     "Loop",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
     "Scan",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
 };
