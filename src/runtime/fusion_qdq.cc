@@ -134,6 +134,18 @@ void LowerQLinearConv(CompileState& st) {
 // between pairs that then fuse like a QDQ model's. ORT dequantises, computes and requantises QLinearAdd in float as
 // well; for the matmuls the result differs from the integer kernels only where a rounding boundary falls between
 // (one step).
+// The `_int8*` attributes FuseInt8 gives a fused chain (input and output quantisation, per tensor).
+void SetInt8(Node& n, float x_scale, int32_t x_zp, DType x_type, float y_scale, int32_t y_zp, DType y_type) {
+  n.attrs["_int8"] = Attribute::Int(1);
+  n.attrs["_activation"] = Attribute::String("");  // no later activation or residual fusion
+  n.attrs["_int8_x_scale"] = Attribute::Float(x_scale);
+  n.attrs["_int8_x_zero_point"] = Attribute::Int(x_zp);
+  n.attrs["_int8_x_signed"] = Attribute::Int(x_type == DType::kI8);
+  n.attrs["_int8_y_scale"] = Attribute::Float(y_scale);
+  n.attrs["_int8_y_zero_point"] = Attribute::Int(y_zp);
+  n.attrs["_int8_y_signed"] = Attribute::Int(y_type == DType::kI8);
+}
+
 void LowerQOperatorOps(CompileState& st) {
   const bool host = st.options.device.kind == Device::kHost;
   std::vector<std::vector<Node>> replace(st.nodes.size());
@@ -202,7 +214,35 @@ void LowerQOperatorOps(CompileState& st) {
       } else {
         continue;
       }
-      if (gemm) {
+      const bool gemm_int8 = gemm && host && int8_weights && quantized_out && n.GetFloat("alpha", 1.f) == 1.f &&
+                             st.values[out].dtype != DType::kF32 && (input(6) < 0 || st.values[input(6)].value.rank() <= 1 ||
+                                                                     st.values[input(6)].value.dim(0) == 1);
+      if (gemm_int8) {
+        // As FuseInt8 makes a QDQ Gemm: a MatMul on [K, N] weights with its bias fused (`_bias`), in int8.
+        Tensor w = st.values[b].value;  // a copy: AddConstant grows st.values
+        if (n.GetInt("transB", 0) != 0) {
+          Tensor t(DType::kF32, {w.dim(1), w.dim(0)});
+          for (int64_t r = 0; r < w.dim(0); ++r)
+            for (int64_t k = 0; k < w.dim(1); ++k) t.data<float>()[k * w.dim(0) + r] = w.data<float>()[r * w.dim(1) + k];
+          w = std::move(t);
+        }
+        const int64_t cols = w.dim(1);
+        Node mm = MakeNode("MatMul", n.name, {a, st.AddConstant(std::move(w))}, {yf});
+        if (input(6) >= 0) {
+          const Tensor& c = st.values[input(6)].value;
+          Tensor cf(DType::kF32, {cols});
+          const float as = st.values[input(1)].value.data<float>()[0];
+          for (int64_t e = 0; e < cols; ++e)
+            cf.data<float>()[e] = static_cast<float>(c.data<int32_t>()[c.numel() == 1 ? 0 : e]) * as *
+                                  bs.data<float>()[bs.numel() == 1 ? 0 : e];
+          mm.inputs.push_back(st.AddConstant(std::move(cf)));
+          mm.attrs["_bias"] = Attribute::Int(1);
+        }
+        SetInt8(mm, st.values[input(1)].value.data<float>()[0], zero_point(2), st.values[input(0)].dtype,
+                st.values[input(y_scale)].value.data<float>()[0], zero_point(y_scale + 1), st.values[out].dtype);
+        mm.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
+        nodes.push_back(std::move(mm));
+      } else if (gemm) {
         Node g = MakeNode("Gemm", n.name, {a, b}, {yf});
         g.attrs["alpha"] = Attribute::Float(n.GetFloat("alpha", 1.f));
         g.attrs["transB"] = Attribute::Int(n.GetInt("transB", 0));
@@ -222,14 +262,8 @@ void LowerQOperatorOps(CompileState& st) {
         const bool activations = !known(input(3));
         const DType at = st.values[input(0)].dtype, yt = st.values[out].dtype;
         if (host && (activations ? Int8MatMulOfActivationsFast() : int8_weights) && yt != DType::kF32) {
-          mm.attrs["_int8"] = Attribute::Int(1);
-          mm.attrs["_activation"] = Attribute::String("");
-          mm.attrs["_int8_x_scale"] = Attribute::Float(st.values[input(1)].value.data<float>()[0]);
-          mm.attrs["_int8_x_zero_point"] = Attribute::Int(zero_point(2));
-          mm.attrs["_int8_x_signed"] = Attribute::Int(at == DType::kI8);
-          mm.attrs["_int8_y_scale"] = Attribute::Float(st.values[input(6)].value.data<float>()[0]);
-          mm.attrs["_int8_y_zero_point"] = Attribute::Int(zero_point(7));
-          mm.attrs["_int8_y_signed"] = Attribute::Int(yt == DType::kI8);
+          SetInt8(mm, st.values[input(1)].value.data<float>()[0], zero_point(2), at,
+                  st.values[input(6)].value.data<float>()[0], zero_point(7), yt);
           if (activations) {
             mm.attrs["_int8_b_scale"] = Attribute::Float(bs.data<float>()[0]);
             mm.attrs["_int8_b_zero_point"] = Attribute::Int(zero_point(5));
@@ -476,14 +510,8 @@ void FuseInt8(CompileState& st) {
       n.attrs["_int8_b_zero_point"] = Attribute::Int(f.b_zp);
       n.attrs["_int8_b_signed"] = Attribute::Int(f.b_signed);
     }
-    n.attrs["_int8"] = Attribute::Int(1);
-    n.attrs["_activation"] = Attribute::String("");  // no later Relu or residual fusion (FuseActivation, FuseResidualAdd)
-    n.attrs["_int8_x_scale"] = Attribute::Float(f.x_scale);
-    n.attrs["_int8_x_zero_point"] = Attribute::Int(f.x_zp);
-    n.attrs["_int8_x_signed"] = Attribute::Int(f.x_signed);
-    n.attrs["_int8_y_scale"] = Attribute::Float(f.y_scale);
-    n.attrs["_int8_y_zero_point"] = Attribute::Int(f.y_zp);
-    n.attrs["_int8_y_signed"] = Attribute::Int(f.y_signed);
+    SetInt8(n, f.x_scale, f.x_zp, f.x_signed ? DType::kI8 : DType::kU8, f.y_scale, f.y_zp,
+            f.y_signed ? DType::kI8 : DType::kU8);
     if (f.b_dq < 0) n.attrs["_int8_w_scale"] = Attribute::Floats(f.w_scale);
     const int out = st.nodes[f.y_dqs[0]].outputs[0];
     n.outputs = {out};
