@@ -64,6 +64,18 @@ bool KnownZeroPoint(const CompileState& st, const Node& n, int32_t* zp) {
 // runs on oneDNN's fp32 kernel instead of the integer reference kernel. W' = (w - w_zp[m]) * w_scale[m] and
 // B' = B[m] * x_scale * w_scale[m] (the bias's own scale) are exact in float32; the result differs from the integer
 // kernel only where float rounding moves a value across the output's rounding boundary (one step, rarely).
+// The `_int8*` attributes FuseInt8 gives a fused chain (input and output quantisation, per tensor).
+void SetInt8(Node& n, float x_scale, int32_t x_zp, DType x_type, float y_scale, int32_t y_zp, DType y_type) {
+  n.attrs["_int8"] = Attribute::Int(1);
+  n.attrs["_activation"] = Attribute::String("");  // no later activation or residual fusion
+  n.attrs["_int8_x_scale"] = Attribute::Float(x_scale);
+  n.attrs["_int8_x_zero_point"] = Attribute::Int(x_zp);
+  n.attrs["_int8_x_signed"] = Attribute::Int(x_type == DType::kI8);
+  n.attrs["_int8_y_scale"] = Attribute::Float(y_scale);
+  n.attrs["_int8_y_zero_point"] = Attribute::Int(y_zp);
+  n.attrs["_int8_y_signed"] = Attribute::Int(y_type == DType::kI8);
+}
+
 void LowerQLinearConv(CompileState& st) {
   std::vector<std::vector<Node>> replace(st.nodes.size());
   for (size_t i = 0; i < st.nodes.size(); ++i) {
@@ -74,13 +86,14 @@ void LowerQLinearConv(CompileState& st) {
       known = known && (k == 3 || n.inputs[k] < 0 || st.values[n.inputs[k]].known);
     const int w = n.inputs[3], out = n.outputs[0];
     if (!known || w < 0 || out < 0 || !st.values[w].known || n.inputs[1] < 0 || n.inputs[6] < 0) continue;
-    const Tensor& wt = st.values[w].value;
-    const Tensor& ws = st.values[n.inputs[4]].value;
+    const Tensor wt = st.values[w].value;  // handles, not references: AddValue / AddConstant below grow st.values
+    const Tensor ws = st.values[n.inputs[4]].value;
     if (wt.dtype() != DType::kI8 && wt.dtype() != DType::kU8) continue;
     if (ws.dtype() != DType::kF32 || st.values[n.inputs[1]].value.dtype() != DType::kF32) continue;
     const float x_scale = st.values[n.inputs[1]].value.data<float>()[0];
     const int64_t out_channels = wt.dim(0), per_channel = out_channels > 0 ? wt.numel() / out_channels : 0;
-    const Tensor* wzp = n.inputs[5] >= 0 ? &st.values[n.inputs[5]].value : nullptr;
+    const Tensor wzp_value = n.inputs[5] >= 0 ? st.values[n.inputs[5]].value : Tensor();
+    const Tensor* wzp = n.inputs[5] >= 0 ? &wzp_value : nullptr;
     auto int_at = [](const Tensor& t, int64_t j) -> int32_t {
       return t.dtype() == DType::kI8 ? t.data<int8_t>()[j] : t.data<uint8_t>()[j];
     };
@@ -110,6 +123,19 @@ void LowerQLinearConv(CompileState& st) {
     conv.attrs = n.attrs;
     conv.inputs = {x_float, w_value, b_value};
     conv.outputs = {y_float};
+    // Symmetric int8 weights in a host plan: the Conv FuseInt8 would make (oneDNN's int8 convolution), on the same
+    // terms (2-D or 1-D, one group, few input channels only where the products are exact).
+    bool symmetric = wt.dtype() == DType::kI8;
+    for (int64_t m = 0; symmetric && wzp != nullptr && m < wzp->numel(); ++m) symmetric = int_at(*wzp, m) == 0;
+    const DType x_type = st.values[n.inputs[0]].dtype, y_type = st.values[out].dtype;
+    if (st.options.device.kind == Device::kHost && symmetric && n.GetInt("group", 1) == 1 &&
+        (x_shape.size() == 4 || x_shape.size() == 3) && (x_shape[1] >= 16 || Int8ProductsExact()) &&
+        (ws.numel() == 1 || ws.numel() == out_channels) && n.inputs[2] >= 0 && n.inputs[7] >= 0) {
+      auto scalar = [&](int v) { return int_at(st.values[v].value, 0); };  // read now: no growth until the next node
+      SetInt8(conv, x_scale, scalar(n.inputs[2]), x_type, st.values[n.inputs[6]].value.data<float>()[0],
+              scalar(n.inputs[7]), y_type);
+      conv.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(ws.data<float>(), ws.data<float>() + ws.numel()));
+    }
     q.op_type = "QuantizeLinear";
     q.name = n.name + "/quantize";
     q.inputs = {y_float, n.inputs[6], n.inputs[7]};
@@ -134,17 +160,6 @@ void LowerQLinearConv(CompileState& st) {
 // between pairs that then fuse like a QDQ model's. ORT dequantises, computes and requantises QLinearAdd in float as
 // well; for the matmuls the result differs from the integer kernels only where a rounding boundary falls between
 // (one step).
-// The `_int8*` attributes FuseInt8 gives a fused chain (input and output quantisation, per tensor).
-void SetInt8(Node& n, float x_scale, int32_t x_zp, DType x_type, float y_scale, int32_t y_zp, DType y_type) {
-  n.attrs["_int8"] = Attribute::Int(1);
-  n.attrs["_activation"] = Attribute::String("");  // no later activation or residual fusion
-  n.attrs["_int8_x_scale"] = Attribute::Float(x_scale);
-  n.attrs["_int8_x_zero_point"] = Attribute::Int(x_zp);
-  n.attrs["_int8_x_signed"] = Attribute::Int(x_type == DType::kI8);
-  n.attrs["_int8_y_scale"] = Attribute::Float(y_scale);
-  n.attrs["_int8_y_zero_point"] = Attribute::Int(y_zp);
-  n.attrs["_int8_y_signed"] = Attribute::Int(y_type == DType::kI8);
-}
 
 void LowerQOperatorOps(CompileState& st) {
   const bool host = st.options.device.kind == Device::kHost;
@@ -187,12 +202,13 @@ void LowerQOperatorOps(CompileState& st) {
       nodes.push_back(MakeNode("Add", n.name, {a, b}, {yf}));
     } else {
       const int a = dequantize(0, "/dequantize_a");
-      const Tensor& bs = st.values[input(4)].value;
+      const Tensor bs = st.values[input(4)].value;
       int b = -1;
       bool int8_weights = false;
       if (known(input(3))) {  // constant weights, dequantised here: (b - b_zp[col]) * b_scale[col]
-        const Tensor& bq = st.values[input(3)].value;
-        const Tensor* bz = input(5) >= 0 ? &st.values[input(5)].value : nullptr;
+        const Tensor bq = st.values[input(3)].value;
+        const Tensor bz_value = input(5) >= 0 ? st.values[input(5)].value : Tensor();  // handles: st.values grows
+        const Tensor* bz = input(5) >= 0 ? &bz_value : nullptr;
         if (bq.rank() != 2 || (bq.dtype() != DType::kI8 && bq.dtype() != DType::kU8)) continue;
         const bool trans_b = gemm && n.GetInt("transB", 0) != 0;
         const int64_t rows = bq.dim(0), cols = bq.dim(1), outputs = trans_b ? rows : cols;
@@ -229,7 +245,7 @@ void LowerQOperatorOps(CompileState& st) {
         const int64_t cols = w.dim(1);
         Node mm = MakeNode("MatMul", n.name, {a, st.AddConstant(std::move(w))}, {yf});
         if (input(6) >= 0) {
-          const Tensor& c = st.values[input(6)].value;
+          const Tensor c = st.values[input(6)].value;
           Tensor cf(DType::kF32, {cols});
           const float as = st.values[input(1)].value.data<float>()[0];
           for (int64_t e = 0; e < cols; ++e)
@@ -247,7 +263,7 @@ void LowerQOperatorOps(CompileState& st) {
         g.attrs["alpha"] = Attribute::Float(n.GetFloat("alpha", 1.f));
         g.attrs["transB"] = Attribute::Int(n.GetInt("transB", 0));
         if (input(6) >= 0) {  // int32 bias at scale alpha * a_scale * b_scale[col]
-          const Tensor& c = st.values[input(6)].value;
+          const Tensor c = st.values[input(6)].value;
           const int64_t cols = st.values[out].shape.back();
           Tensor cf(DType::kF32, c.shape());
           const float alpha_a = n.GetFloat("alpha", 1.f) * st.values[input(1)].value.data<float>()[0];
