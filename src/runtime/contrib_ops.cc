@@ -69,6 +69,24 @@ class AttentionBuilder {
     AddToScores(st_.AddConstant(std::move(causal)), "/causal");
   }
   void AddToScores(int term, const std::string& name) { scores_ = Add("Add", name, {scores_, term}); }
+  // The node's masks: a raw 0/1 `mask` input [B, L] or [B, S, L] (`what` names it in errors), unidirectional, and an
+  // attention bias input added as is.
+  void Masks(int mask, int bias, int64_t batch, int64_t seq, int64_t total, const char* what) {
+    const float filter = node_.GetFloat("mask_filter_value", -10000.f);
+    if (mask >= 0) {
+      const Shape ms = st_.values[mask].shape;
+      if (ms == Shape{batch, total})
+        RawMask(mask, {batch, 1, 1, total}, filter);
+      else if (ms == Shape{batch, seq, total})
+        RawMask(mask, {batch, 1, seq, total}, filter);
+      else
+        Fail(std::string(what) + " of shape " + ShapeToString(ms) + " is not supported; a raw 0/1 mask [" +
+             std::to_string(batch) + ", " + std::to_string(total) + "] or [" + std::to_string(batch) + ", " +
+             std::to_string(seq) + ", " + std::to_string(total) + "] is (sequence lengths are not)");
+    }
+    if (node_.GetInt("unidirectional", 0) != 0) Causal(seq, total, filter);
+    if (bias >= 0) AddToScores(bias, "/attention_bias");
+  }
   // Softmax, times V [B, N, L, hv], heads merged into `out` [B, S, N x hv].
   std::vector<Node> Finish(int v, int64_t batch, int64_t seq, int64_t hidden_v, int out) {
     const int probs = Add("Softmax", "/softmax", {scores_});
@@ -140,20 +158,7 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
   const int k = b.Heads(project(sizes[0], sizes[1], "k"), batch, seq, heads, head_qk, true, "k");
   const int v = b.Heads(project(2 * sizes[0], sizes[2], "v"), batch, seq, heads, head_v, false, "v");
   b.Scores(q, k, node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(head_qk))));
-  const float filter = node.GetFloat("mask_filter_value", -10000.f);
-  if (const int mask = Input(node, 3); mask >= 0) {
-    const Shape ms = st.values[mask].shape;
-    if (ms == Shape{batch, seq})
-      b.RawMask(mask, {batch, 1, 1, seq}, filter);
-    else if (ms == Shape{batch, seq, seq})
-      b.RawMask(mask, {batch, 1, seq, seq}, filter);
-    else
-      b.Fail("mask_index of shape " + ShapeToString(ms) +
-             " is not supported; a raw 0/1 mask [batch, sequence] or [batch, sequence, sequence] is (sequence "
-             "lengths are not)");
-  }
-  if (node.GetInt("unidirectional", 0) != 0) b.Causal(seq, seq, filter);
-  if (const int extra = Input(node, 5); extra >= 0) b.AddToScores(extra, "/attention_bias");
+  b.Masks(Input(node, 3), Input(node, 5), batch, seq, seq, "mask_index");
   return b.Finish(v, batch, seq, sizes[2], node.outputs[0]);
 }
 
@@ -200,20 +205,7 @@ std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
   k = b.Heads(k, batch, total, heads, d / heads, true, "k");
   v = b.Heads(v, batch, total, heads, dv / heads, false, "v");
   b.Scores(q, k, node.GetFloat("scale", 1.f / std::sqrt(static_cast<float>(d / heads))));
-  const float filter = node.GetFloat("mask_filter_value", -10000.f);
-  if (const int mask = Input(node, 4); mask >= 0) {
-    const Shape ms = st.values[mask].shape;
-    if (ms == Shape{batch, total})
-      b.RawMask(mask, {batch, 1, 1, total}, filter);
-    else if (ms == Shape{batch, seq, total})
-      b.RawMask(mask, {batch, 1, seq, total}, filter);
-    else
-      b.Fail("key_padding_mask of shape " + ShapeToString(ms) +
-             " is not supported; a raw 0/1 mask [batch, kv_sequence] or [batch, sequence, kv_sequence] is "
-             "(sequence lengths are not)");
-  }
-  if (node.GetInt("unidirectional", 0) != 0) b.Causal(seq, total, filter);
-  if (const int extra = Input(node, 5); extra >= 0) b.AddToScores(extra, "/attention_bias");
+  b.Masks(Input(node, 4), Input(node, 5), batch, seq, total, "key_padding_mask");
   return b.Finish(v, batch, seq, dv, node.outputs[0]);
 }
 

@@ -64,6 +64,18 @@ bool KnownZeroPoint(const CompileState& st, const Node& n, int32_t* zp) {
 // runs on oneDNN's fp32 kernel instead of the integer reference kernel. W' = (w - w_zp[m]) * w_scale[m] and
 // B' = B[m] * x_scale * w_scale[m] (the bias's own scale) are exact in float32; the result differs from the integer
 // kernel only where float rounding moves a value across the output's rounding boundary (one step, rarely).
+// Node k replaced by replace[k] where that is not empty (in place, order kept).
+void Splice(CompileState& st, std::vector<std::vector<Node>>& replace) {
+  std::vector<Node> nodes;
+  for (size_t k = 0; k < st.nodes.size(); ++k) {
+    if (replace[k].empty())
+      nodes.push_back(std::move(st.nodes[k]));
+    else
+      for (Node& r : replace[k]) nodes.push_back(std::move(r));
+  }
+  st.nodes = std::move(nodes);
+}
+
 // The `_int8*` attributes FuseInt8 gives a fused chain (input and output quantisation, per tensor).
 void SetInt8(Node& n, float x_scale, int32_t x_zp, DType x_type, float y_scale, int32_t y_zp, DType y_type) {
   n.attrs["_int8"] = Attribute::Int(1);
@@ -142,14 +154,7 @@ void LowerQLinearConv(CompileState& st) {
     q.outputs = {out};
     replace[i] = {std::move(dq), std::move(conv), std::move(q)};
   }
-  std::vector<Node> nodes;
-  for (size_t k = 0; k < st.nodes.size(); ++k) {
-    if (replace[k].empty())
-      nodes.push_back(std::move(st.nodes[k]));
-    else
-      for (Node& r : replace[k]) nodes.push_back(std::move(r));
-  }
-  st.nodes = std::move(nodes);
+  Splice(st, replace);
 }
 
 // QLinearMatMul, and the com.microsoft QLinearAdd and QGemm (the QOperator format's transformer ops) as
@@ -303,14 +308,7 @@ void LowerQOperatorOps(CompileState& st) {
     }
     replace[i] = std::move(nodes);
   }
-  std::vector<Node> kept;
-  for (size_t k = 0; k < st.nodes.size(); ++k) {
-    if (replace[k].empty())
-      kept.push_back(std::move(st.nodes[k]));
-    else
-      for (Node& r : replace[k]) kept.push_back(std::move(r));
-  }
-  st.nodes = std::move(kept);
+  Splice(st, replace);
 }
 
 // DequantizeLinear(x_q) -> Conv(W = DequantizeLinear(int8 constant), B) [-> Relu] -> QuantizeLinear -> y_q, each
