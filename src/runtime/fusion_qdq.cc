@@ -60,10 +60,6 @@ bool KnownZeroPoint(const CompileState& st, const Node& n, int32_t* zp) {
   return true;
 }
 
-// QLinearConv with constant weights (QOperator models) becomes DequantizeLinear -> fp32 Conv -> QuantizeLinear, so it
-// runs on oneDNN's fp32 kernel instead of the integer reference kernel. W' = (w - w_zp[m]) * w_scale[m] and
-// B' = B[m] * x_scale * w_scale[m] (the bias's own scale) are exact in float32; the result differs from the integer
-// kernel only where float rounding moves a value across the output's rounding boundary (one step, rarely).
 // Node k replaced by replace[k] where that is not empty (in place, order kept).
 void Splice(CompileState& st, std::vector<std::vector<Node>>& replace) {
   std::vector<Node> nodes;
@@ -74,6 +70,61 @@ void Splice(CompileState& st, std::vector<std::vector<Node>>& replace) {
       for (Node& r : replace[k]) nodes.push_back(std::move(r));
   }
   st.nodes = std::move(nodes);
+}
+
+// Element j of an int8 or uint8 tensor.
+int32_t IntAt(const Tensor& t, int64_t j) {
+  return t.dtype() == DType::kI8 ? t.data<int8_t>()[j] : t.data<uint8_t>()[j];
+}
+
+// Constant quantised weights `q` (int8 or uint8) dequantised: (q - zp[c]) * scale[c], c the index along `axis` (one
+// scale / zero point, or one per index). `symmetric_int8` says whether they were int8 with every zero point 0 (what
+// the int8 kernels take). Empty when the scale or zero point has another length.
+Tensor DequantizedWeights(const Tensor& q, const Tensor& scale, const Tensor* zp, int64_t axis, bool* symmetric_int8) {
+  const int64_t channels = q.dim(axis);
+  if ((scale.numel() != 1 && scale.numel() != channels) || (zp && zp->numel() != 1 && zp->numel() != channels))
+    return Tensor();
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < q.rank(); ++d) inner *= q.dim(d);
+  Tensor w(DType::kF32, q.shape());
+  *symmetric_int8 = q.dtype() == DType::kI8;
+  for (int64_t i = 0; i < q.numel(); ++i) {
+    const int64_t c = (i / inner) % channels;
+    const int32_t z = zp ? IntAt(*zp, zp->numel() == 1 ? 0 : c) : 0;
+    *symmetric_int8 = *symmetric_int8 && z == 0;
+    w.data<float>()[i] = static_cast<float>(IntAt(q, i) - z) * scale.data<float>()[scale.numel() == 1 ? 0 : c];
+  }
+  return w;
+}
+
+// A 2-D float32 matrix transposed.
+Tensor TransposedMatrix(const Tensor& m) {
+  Tensor t(DType::kF32, {m.dim(1), m.dim(0)});
+  for (int64_t r = 0; r < m.dim(0); ++r)
+    for (int64_t k = 0; k < m.dim(1); ++k) t.data<float>()[k * m.dim(0) + r] = m.data<float>()[r * m.dim(1) + k];
+  return t;
+}
+
+// Gemm node `g` (A, B, C?; alpha 1, A not transposed) made the MatMul the int8 kernel runs: [K, N] weights `w`
+// (transposed here where transB), C an [N] fused bias (`_bias`) from `bias` (no elements: none).
+void GemmAsMatMul(CompileState& st, Node& g, Tensor w, const Tensor& bias) {
+  if (g.GetInt("transB", 0) != 0) w = TransposedMatrix(w);
+  g.op_type = "MatMul";
+  for (const char* a : {"transA", "transB", "alpha", "beta"}) g.attrs.erase(a);
+  g.inputs.resize(2);
+  g.inputs[1] = st.AddConstant(std::move(w));
+  if (bias.numel() > 0) {
+    g.inputs.push_back(st.AddConstant(bias.Reshaped({bias.numel()})));
+    g.attrs["_bias"] = Attribute::Int(1);
+  }
+}
+
+// Whether the int8 convolution takes a Conv of input shape `x` and `group` (FuseInt8's terms): 2-D or 1-D, one group,
+// and few input channels (an image's 3) only where the int8 products are exact: where the kernel pairs channels it was
+// slower than fp32 there (ResNet-50's 7x7 3->64 stem: 5.5 ms vs 3.1 ms, one thread); with exact products the int8
+// stem is faster (0.85 ms vs 1.45 ms, two threads, AVX-512 VNNI).
+bool Int8ConvTakes(const Shape& x, int64_t group) {
+  return group == 1 && (x.size() == 4 || x.size() == 3) && (x[1] >= 16 || Int8ProductsExact());
 }
 
 // The `_int8*` attributes FuseInt8 gives a fused chain (input and output quantisation, per tensor).
@@ -88,6 +139,10 @@ void SetInt8(Node& n, float x_scale, int32_t x_zp, DType x_type, float y_scale, 
   n.attrs["_int8_y_signed"] = Attribute::Int(y_type == DType::kI8);
 }
 
+// QLinearConv with constant weights (QOperator models) becomes DequantizeLinear -> fp32 Conv -> QuantizeLinear, so it
+// runs on oneDNN's fp32 kernel instead of the integer reference kernel. W' = (w - w_zp[m]) * w_scale[m] and
+// B' = B[m] * x_scale * w_scale[m] (the bias's own scale) are exact in float32; the result differs from the integer
+// kernel only where float rounding moves a value across the output's rounding boundary (one step, rarely).
 void LowerQLinearConv(CompileState& st) {
   std::vector<std::vector<Node>> replace(st.nodes.size());
   for (size_t i = 0; i < st.nodes.size(); ++i) {
@@ -103,56 +158,39 @@ void LowerQLinearConv(CompileState& st) {
     if (wt.dtype() != DType::kI8 && wt.dtype() != DType::kU8) continue;
     if (ws.dtype() != DType::kF32 || st.values[n.inputs[1]].value.dtype() != DType::kF32) continue;
     const float x_scale = st.values[n.inputs[1]].value.data<float>()[0];
-    const int64_t out_channels = wt.dim(0), per_channel = out_channels > 0 ? wt.numel() / out_channels : 0;
-    const Tensor wzp_value = n.inputs[5] >= 0 ? st.values[n.inputs[5]].value : Tensor();
-    const Tensor* wzp = n.inputs[5] >= 0 ? &wzp_value : nullptr;
-    auto int_at = [](const Tensor& t, int64_t j) -> int32_t {
-      return t.dtype() == DType::kI8 ? t.data<int8_t>()[j] : t.data<uint8_t>()[j];
-    };
-    Tensor wf(DType::kF32, wt.shape());
+    const int64_t out_channels = wt.dim(0);
+    const Tensor wzp = n.inputs[5] >= 0 ? st.values[n.inputs[5]].value : Tensor();
+    bool symmetric = false;
+    Tensor wf = DequantizedWeights(wt, ws, n.inputs[5] >= 0 ? &wzp : nullptr, 0, &symmetric);
+    if (!wf.defined() || wf.numel() != wt.numel()) continue;
     std::vector<float> bias(out_channels, 0.f);
     const bool has_bias = n.inputs.size() > 8 && n.inputs[8] >= 0;
     if (has_bias && st.values[n.inputs[8]].value.dtype() != DType::kI32) continue;
-    for (int64_t m = 0; m < out_channels; ++m) {
-      const float scale = ws.data<float>()[ws.numel() == 1 ? 0 : m];
-      const int32_t zp = wzp == nullptr ? 0 : int_at(*wzp, wzp->numel() == 1 ? 0 : m);
-      for (int64_t j = 0; j < per_channel; ++j)
-        wf.data<float>()[m * per_channel + j] = static_cast<float>(int_at(wt, m * per_channel + j) - zp) * scale;
-      if (has_bias) bias[m] = static_cast<float>(st.values[n.inputs[8]].value.data<int32_t>()[m]) * (x_scale * scale);
-    }
+    for (int64_t m = 0; has_bias && m < out_channels; ++m)
+      bias[m] = static_cast<float>(st.values[n.inputs[8]].value.data<int32_t>()[m]) *
+                (x_scale * ws.data<float>()[ws.numel() == 1 ? 0 : m]);
     const Shape x_shape = st.values[n.inputs[0]].shape, y_shape = st.values[out].shape;  // copies: values grow
+    const DType x_type = st.values[n.inputs[0]].dtype, y_type = st.values[out].dtype;
+    const int32_t x_zp = n.inputs[2] >= 0 ? IntAt(st.values[n.inputs[2]].value, 0) : 0;
+    const int32_t y_zp = n.inputs[7] >= 0 ? IntAt(st.values[n.inputs[7]].value, 0) : 0;
+    const float y_scale = st.values[n.inputs[6]].value.data<float>()[0];
     const int x_float = st.AddValue(DType::kF32, x_shape);
     const int y_float = st.AddValue(DType::kF32, y_shape);
-    const int w_value = st.AddConstant(std::move(wf));
-    const int b_value = st.AddConstant(Tensor::FromVector<float>({out_channels}, bias));
-    Node dq, conv, q;
-    dq.op_type = "DequantizeLinear";
-    dq.name = n.name + "/dequantize";
-    dq.inputs = {n.inputs[0], n.inputs[1], n.inputs[2]};
-    dq.outputs = {x_float};
-    conv.op_type = "Conv";
-    conv.name = n.name;
+    Node conv = MakeNode("Conv", n.name,
+                         {x_float, st.AddConstant(std::move(wf)),
+                          st.AddConstant(Tensor::FromVector<float>({out_channels}, bias))},
+                         {y_float});
     conv.attrs = n.attrs;
-    conv.inputs = {x_float, w_value, b_value};
-    conv.outputs = {y_float};
-    // Symmetric int8 weights in a host plan: the Conv FuseInt8 would make (oneDNN's int8 convolution), on the same
-    // terms (2-D or 1-D, one group, few input channels only where the products are exact).
-    bool symmetric = wt.dtype() == DType::kI8;
-    for (int64_t m = 0; symmetric && wzp != nullptr && m < wzp->numel(); ++m) symmetric = int_at(*wzp, m) == 0;
-    const DType x_type = st.values[n.inputs[0]].dtype, y_type = st.values[out].dtype;
-    if (st.options.device.kind == Device::kHost && symmetric && n.GetInt("group", 1) == 1 &&
-        (x_shape.size() == 4 || x_shape.size() == 3) && (x_shape[1] >= 16 || Int8ProductsExact()) &&
-        (ws.numel() == 1 || ws.numel() == out_channels) && n.inputs[2] >= 0 && n.inputs[7] >= 0) {
-      auto scalar = [&](int v) { return int_at(st.values[v].value, 0); };  // read now: no growth until the next node
-      SetInt8(conv, x_scale, scalar(n.inputs[2]), x_type, st.values[n.inputs[6]].value.data<float>()[0],
-              scalar(n.inputs[7]), y_type);
+    // Symmetric int8 weights in a host plan: the Conv FuseInt8 would make (oneDNN's int8 convolution).
+    if (st.options.device.kind == Device::kHost && symmetric && n.inputs[7] >= 0 &&
+        Int8ConvTakes(x_shape, n.GetInt("group", 1))) {
+      SetInt8(conv, x_scale, x_zp, x_type, y_scale, y_zp, y_type);
       conv.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(ws.data<float>(), ws.data<float>() + ws.numel()));
     }
-    q.op_type = "QuantizeLinear";
-    q.name = n.name + "/quantize";
-    q.inputs = {y_float, n.inputs[6], n.inputs[7]};
-    q.outputs = {out};
-    replace[i] = {std::move(dq), std::move(conv), std::move(q)};
+    replace[i] = {MakeNode("DequantizeLinear", n.name + "/dequantize", {n.inputs[0], n.inputs[1], n.inputs[2]},
+                           {x_float}),
+                  std::move(conv), MakeNode("QuantizeLinear", n.name + "/quantize", {y_float, n.inputs[6], n.inputs[7]},
+                                            {out})};
   }
   Splice(st, replace);
 }
@@ -197,94 +235,59 @@ void LowerQOperatorOps(CompileState& st) {
     const int out = n.outputs[0];
     const bool quantized_out = input(y_scale) >= 0;
     const int yf = quantized_out ? st.AddValue(DType::kF32, st.values[out].shape) : out;
-    auto zero_point = [&](size_t k) -> int32_t {  // a known scalar zero point (0 when absent)
-      if (input(k) < 0) return 0;
-      const Tensor& z = st.values[input(k)].value;
-      return z.dtype() == DType::kI8 ? z.data<int8_t>()[0] : z.dtype() == DType::kU8 ? z.data<uint8_t>()[0] : 0;
-    };
+    auto zero_point = [&](size_t k) { return input(k) < 0 ? 0 : IntAt(st.values[input(k)].value, 0); };
     if (add) {
       const int a = dequantize(0, "/dequantize_a"), b = dequantize(3, "/dequantize_b");
       nodes.push_back(MakeNode("Add", n.name, {a, b}, {yf}));
     } else {
       const int a = dequantize(0, "/dequantize_a");
-      const Tensor bs = st.values[input(4)].value;
-      int b = -1;
+      const Tensor bs = st.values[input(4)].value;  // handles, not references: st.values grows below
+      const float a_scale = st.values[input(1)].value.data<float>()[0];
+      Tensor w;  // constant weights, dequantised here (none where B is an activation)
+      const bool activations = !known(input(3));
       bool int8_weights = false;
-      if (known(input(3))) {  // constant weights, dequantised here: (b - b_zp[col]) * b_scale[col]
-        const Tensor bq = st.values[input(3)].value;
-        const Tensor bz_value = input(5) >= 0 ? st.values[input(5)].value : Tensor();  // handles: st.values grows
-        const Tensor* bz = input(5) >= 0 ? &bz_value : nullptr;
+      if (!activations) {
+        const Tensor bq = st.values[input(3)].value, bz = input(5) >= 0 ? st.values[input(5)].value : Tensor();
         if (bq.rank() != 2 || (bq.dtype() != DType::kI8 && bq.dtype() != DType::kU8)) continue;
-        const bool trans_b = gemm && n.GetInt("transB", 0) != 0;
-        const int64_t rows = bq.dim(0), cols = bq.dim(1), outputs = trans_b ? rows : cols;
-        if ((bs.numel() != 1 && bs.numel() != outputs) || (bz && bz->numel() != 1 && bz->numel() != outputs)) continue;
-        Tensor w(DType::kF32, bq.shape());
-        int8_weights = bq.dtype() == DType::kI8;
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c) {
-            const int64_t o = trans_b ? r : c;
-            const int32_t q = bq.dtype() == DType::kI8 ? bq.data<int8_t>()[r * cols + c] : bq.data<uint8_t>()[r * cols + c];
-            const int32_t z = !bz ? 0 : bz->dtype() == DType::kI8 ? bz->data<int8_t>()[bz->numel() == 1 ? 0 : o]
-                                                                    : bz->data<uint8_t>()[bz->numel() == 1 ? 0 : o];
-            int8_weights = int8_weights && z == 0;
-            w.data<float>()[r * cols + c] = static_cast<float>(q - z) * bs.data<float>()[bs.numel() == 1 ? 0 : o];
-          }
-        b = st.AddConstant(std::move(w));
-      } else if (matmul && bs.numel() == 1) {
-        b = dequantize(3, "/dequantize_b");
-      } else {
+        const int64_t axis = gemm && n.GetInt("transB", 0) != 0 ? 0 : 1;  // the output columns' axis
+        w = DequantizedWeights(bq, bs, input(5) >= 0 ? &bz : nullptr, axis, &int8_weights);
+        if (!w.defined() || w.numel() != bq.numel()) continue;
+      } else if (!matmul || bs.numel() != 1) {
         continue;
       }
-      const bool gemm_int8 = gemm && host && int8_weights && quantized_out && n.GetFloat("alpha", 1.f) == 1.f &&
-                             st.values[out].dtype != DType::kF32 && (input(6) < 0 || st.values[input(6)].value.rank() <= 1 ||
-                                                                     st.values[input(6)].value.dim(0) == 1);
-      if (gemm_int8) {
-        // As FuseInt8 makes a QDQ Gemm: a MatMul on [K, N] weights with its bias fused (`_bias`), in int8.
-        Tensor w = st.values[b].value;  // a copy: AddConstant grows st.values
-        if (n.GetInt("transB", 0) != 0) {
-          Tensor t(DType::kF32, {w.dim(1), w.dim(0)});
-          for (int64_t r = 0; r < w.dim(0); ++r)
-            for (int64_t k = 0; k < w.dim(1); ++k) t.data<float>()[k * w.dim(0) + r] = w.data<float>()[r * w.dim(1) + k];
-          w = std::move(t);
-        }
-        const int64_t cols = w.dim(1);
-        Node mm = MakeNode("MatMul", n.name, {a, st.AddConstant(std::move(w))}, {yf});
-        if (input(6) >= 0) {
-          const Tensor c = st.values[input(6)].value;
-          Tensor cf(DType::kF32, {cols});
-          const float as = st.values[input(1)].value.data<float>()[0];
-          for (int64_t e = 0; e < cols; ++e)
-            cf.data<float>()[e] = static_cast<float>(c.data<int32_t>()[c.numel() == 1 ? 0 : e]) * as *
-                                  bs.data<float>()[bs.numel() == 1 ? 0 : e];
-          mm.inputs.push_back(st.AddConstant(std::move(cf)));
-          mm.attrs["_bias"] = Attribute::Int(1);
-        }
-        SetInt8(mm, st.values[input(1)].value.data<float>()[0], zero_point(2), st.values[input(0)].dtype,
-                st.values[input(y_scale)].value.data<float>()[0], zero_point(y_scale + 1), st.values[out].dtype);
-        mm.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
-        nodes.push_back(std::move(mm));
-      } else if (gemm) {
-        Node g = MakeNode("Gemm", n.name, {a, b}, {yf});
-        g.attrs["alpha"] = Attribute::Float(n.GetFloat("alpha", 1.f));
-        g.attrs["transB"] = Attribute::Int(n.GetInt("transB", 0));
-        if (input(6) >= 0) {  // int32 bias at scale alpha * a_scale * b_scale[col]
+      const DType at = st.values[input(0)].dtype, yt = st.values[out].dtype;
+      if (gemm) {
+        Tensor bias;  // C (int32) at scale alpha * a_scale * b_scale[col]; none without C
+        const bool has_bias = input(6) >= 0;
+        const float alpha = n.GetFloat("alpha", 1.f);
+        if (has_bias) {
           const Tensor c = st.values[input(6)].value;
           const int64_t cols = st.values[out].shape.back();
-          Tensor cf(DType::kF32, c.shape());
-          const float alpha_a = n.GetFloat("alpha", 1.f) * st.values[input(1)].value.data<float>()[0];
+          bias = Tensor(DType::kF32, c.shape());
           for (int64_t e = 0; e < c.numel(); ++e)
-            cf.data<float>()[e] = static_cast<float>(c.data<int32_t>()[e]) * alpha_a *
-                                  bs.data<float>()[bs.numel() == 1 ? 0 : e % cols];
-          g.inputs.push_back(st.AddConstant(std::move(cf)));
+            bias.data<float>()[e] = static_cast<float>(c.data<int32_t>()[e]) * alpha * a_scale *
+                                    bs.data<float>()[bs.numel() == 1 ? 0 : e % cols];
+        }
+        Node g = MakeNode("Gemm", n.name, {a, -1}, {yf});
+        g.attrs["transB"] = Attribute::Int(n.GetInt("transB", 0));
+        if (host && int8_weights && quantized_out && alpha == 1.f && yt != DType::kF32 &&
+            (!has_bias || bias.numel() == st.values[out].shape.back())) {
+          // As FuseInt8 makes a QDQ Gemm: a MatMul on [K, N] weights with its bias fused, in int8.
+          GemmAsMatMul(st, g, std::move(w), bias);
+          SetInt8(g, a_scale, zero_point(2), at, st.values[input(y_scale)].value.data<float>()[0],
+                  zero_point(y_scale + 1), yt);
+          g.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
+        } else {
+          g.attrs["alpha"] = Attribute::Float(alpha);
+          g.inputs[1] = st.AddConstant(std::move(w));
+          if (has_bias) g.inputs.push_back(st.AddConstant(std::move(bias)));
         }
         nodes.push_back(std::move(g));
       } else {
+        const int b = activations ? dequantize(3, "/dequantize_b") : st.AddConstant(std::move(w));
         Node mm = MakeNode("MatMul", n.name, {a, b}, {yf});
-        const bool activations = !known(input(3));
-        const DType at = st.values[input(0)].dtype, yt = st.values[out].dtype;
         if (host && (activations ? Int8MatMulOfActivationsFast() : int8_weights) && yt != DType::kF32) {
-          SetInt8(mm, st.values[input(1)].value.data<float>()[0], zero_point(2), at,
-                  st.values[input(6)].value.data<float>()[0], zero_point(7), yt);
+          SetInt8(mm, a_scale, zero_point(2), at, st.values[input(6)].value.data<float>()[0], zero_point(7), yt);
           if (activations) {
             mm.attrs["_int8_b_scale"] = Attribute::Float(bs.data<float>()[0]);
             mm.attrs["_int8_b_zero_point"] = Attribute::Int(zero_point(5));
@@ -399,11 +402,7 @@ void FuseInt8(CompileState& st) {
     const int xf = c.inputs[0], wf = c.inputs[1], yf = c.outputs[0];
     if (xf < 0 || wf < 0 || yf < 0 || producer[xf] < 0) continue;
     const size_t rank = st.values[xf].shape.size();
-    if (matmul ? rank < 2 || st.values[xf].dtype != DType::kF32 : rank != 4 && rank != 3) continue;  // Conv: 2-D or 1-D
-    // Few input channels (an image's 3) where the int8 kernel pairs channels (Int8ProductsExact false): it was slower
-    // than fp32 there (ResNet-50's 7x7 3->64 stem: 5.5 ms vs 3.1 ms, one thread), so the convolution stays fp32.
-    // With exact products the int8 stem is faster (0.85 ms vs 1.45 ms, two threads, AVX-512 VNNI).
-    if (!matmul && st.values[xf].shape[1] < 16 && !Int8ProductsExact()) continue;
+    if (matmul ? rank < 2 || st.values[xf].dtype != DType::kF32 : !Int8ConvTakes(st.values[xf].shape, 1)) continue;
     Int8Chain f;
     f.conv = static_cast<int>(i);
     f.dq = producer[xf];
@@ -496,28 +495,9 @@ void FuseInt8(CompileState& st) {
       return input;
     };
     n.inputs[0] = float_input(c.inputs[0], f.dq, f.x_scale, f.x_zp);
-    if (n.op_type == "Gemm") {
-      Tensor w = st.values[c.inputs[1]].value;  // a copy: AddConstant grows st.values
-      if (c.GetInt("transB", 0) != 0) {
-        Tensor t(DType::kF32, {w.dim(1), w.dim(0)});
-        for (int64_t r = 0; r < w.dim(0); ++r)
-          for (int64_t k = 0; k < w.dim(1); ++k) t.data<float>()[k * w.dim(0) + r] = w.data<float>()[r * w.dim(1) + k];
-        w = std::move(t);
-      }
-      n.op_type = "MatMul";
-      n.attrs.erase("transA");
-      n.attrs.erase("transB");
-      n.attrs.erase("alpha");
-      n.attrs.erase("beta");
-      n.inputs[1] = st.AddConstant(std::move(w));
-      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-        const Tensor bias = st.values[n.inputs[2]].value;
-        n.inputs[2] = st.AddConstant(bias.Reshaped({bias.numel()}));
-        n.attrs["_bias"] = Attribute::Int(1);
-      } else {
-        n.inputs.resize(2);
-      }
-    }
+    if (n.op_type == "Gemm")  // copies: AddConstant grows st.values
+      GemmAsMatMul(st, n, st.values[c.inputs[1]].value,
+                   n.inputs.size() > 2 && n.inputs[2] >= 0 ? st.values[n.inputs[2]].value : Tensor());
     if (f.b_dq >= 0) {
       n.inputs[1] = float_input(c.inputs[1], f.b_dq, f.b_scale, f.b_zp);
       n.attrs["_int8_b_scale"] = Attribute::Float(f.b_scale);
@@ -681,27 +661,30 @@ void FuseIntegerDequantize(CompileState& st) {
 void SinkDequantizeThroughDataMovement(CompileState& st) {
   static const std::set<std::string> moves = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",    "Identity",     "Transpose",
                                               "Slice",   "Gather",   "Tile",    "Expand",       "DepthToSpace", "SpaceToDepth"};
-  for (bool changed = true; changed;) {
-    changed = false;
-    const auto consumers = ConsumersOf(st);
-    std::vector<int> producer(st.values.size(), -1);
-    for (size_t i = 0; i < st.nodes.size(); ++i)
-      for (int v : st.nodes[i].outputs)
-        if (v >= 0) producer[v] = static_cast<int>(i);
-    for (size_t j = 0; j < st.nodes.size(); ++j) {
-      Node& dq = st.nodes[j];
-      if (dq.op_type != "DequantizeLinear" || !QdqDomain(dq) || dq.inputs.size() < 2 || dq.inputs[0] < 0 ||
-          dq.outputs.size() != 1 || dq.outputs[0] < 0 || dq.Has("block_size"))
-        continue;
-      const int xq = dq.inputs[0], p = producer[xq];
-      if (p < 0 || !std::isfinite(KnownScale(st, dq, 1))) continue;  // per tensor, known
-      int32_t zp = 0;
-      if (!KnownZeroPoint(st, dq, &zp)) continue;
+  // One pass, the tables kept up to date (a pass per move would be quadratic in a model of many such chains). A move
+  // swaps the two nodes' places, so a data value's only reader keeps its index.
+  const auto consumers = ConsumersOf(st);
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int v : st.nodes[i].outputs)
+      if (v >= 0) producer[v] = static_cast<int>(i);
+  auto sole_reader = [&](int v) { return v >= 0 && v < static_cast<int>(consumers.size()) && consumers[v].size() == 1; };
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    if (st.nodes[j].op_type != "DequantizeLinear" || !QdqDomain(st.nodes[j]) || st.nodes[j].inputs.size() < 2 ||
+        st.nodes[j].inputs[0] < 0 || st.nodes[j].outputs.size() != 1 || st.nodes[j].outputs[0] < 0 ||
+        st.nodes[j].Has("block_size") || !std::isfinite(KnownScale(st, st.nodes[j], 1)))  // per tensor, known
+      continue;
+    int32_t zp = 0;
+    if (!KnownZeroPoint(st, st.nodes[j], &zp)) continue;
+    for (size_t at = j;;) {  // the DequantizeLinear's place, moving up a chain of data movement
+      Node& dq = st.nodes[at];
+      const int xq = dq.inputs[0];
+      const int p = xq < static_cast<int>(producer.size()) ? producer[xq] : -1;
+      if (p < 0 || !sole_reader(xq) || st.is_graph_output[xq]) break;
       Node& d = st.nodes[p];
-      if (!d.domain.empty() || !moves.count(d.op_type) || d.outputs.size() != 1 || d.inputs.empty() ||
-          d.inputs[0] < 0 || st.is_graph_output[xq] || consumers[xq].size() != 1)
-        continue;
-      // D before the DequantizeLinear: DQ reads D's data input, D writes the DequantizeLinear's output.
+      if (!d.domain.empty() || !moves.count(d.op_type) || d.outputs.size() != 1 || d.inputs.empty() || d.inputs[0] < 0)
+        break;
+      // D after the DequantizeLinear: DQ reads D's data input, D writes the DequantizeLinear's output.
       const int source = d.inputs[0], out = dq.outputs[0];
       const int moved = st.AddValue(DType::kF32, st.values[source].shape);
       dq.inputs[0] = source;
@@ -709,9 +692,11 @@ void SinkDequantizeThroughDataMovement(CompileState& st) {
       d.inputs[0] = moved;
       d.outputs = {out};
       st.values[out].dtype = DType::kF32;
-      std::swap(st.nodes[p], st.nodes[j]);  // the DequantizeLinear now runs first (p < j)
-      changed = true;
-      break;  // producer / consumer tables are stale
+      std::swap(st.nodes[p], st.nodes[at]);  // the DequantizeLinear now runs first (p < at)
+      producer.resize(st.values.size(), -1);
+      producer[moved] = p;
+      producer[out] = static_cast<int>(at);
+      at = static_cast<size_t>(p);  // `source`'s sole reader is still node p: now the DequantizeLinear
     }
   }
 }

@@ -330,11 +330,7 @@ class ConvInt8Kernel final : public Kernel {
         const float* xp = xb + p * c;
         if (gather_) {  // short runs: quantise the pixel in order, then place the bytes
           uint8_t* t = tmp.data();
-          if (avx2) {
-            Quantise8(xp, t, c, s, zp);
-          } else {
-            for (int64_t j = 0; j < c; ++j) t[j] = one(xp[j]);
-          }
+          QuantiseU8(xp, t, c, s, zp);
           for (int64_t k = 0; k < slots_; ++k) o[k] = t[gather_index_[k]];
           continue;
         }

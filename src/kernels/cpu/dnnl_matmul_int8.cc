@@ -230,39 +230,28 @@ class MatMulInt8Kernel final : public Kernel {
   void Quantise(const float* x, int64_t total, float scale, int32_t zp_u8, bool as_s8, uint8_t* out) const {
     const int64_t parts = total >= (1 << 15) ? threads_ : 1;
     const int64_t step = (total / parts + 63) / 64 * 64;
-    const float zp = static_cast<float>(zp_u8);
-    static const bool avx2 = __builtin_cpu_supports("avx2");
 #pragma omp parallel for num_threads(threads_) schedule(static) if (parts > 1)
     for (int64_t part = 0; part < parts; ++part) {
       const int64_t j0 = std::min(total, part * step), j1 = std::min(total, j0 + step);
-      if (avx2) {
-        Quantise8(x + j0, out + j0, j1 - j0, scale, zp);
-      } else {
-        for (int64_t j = j0; j < j1; ++j)
-          out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / scale) + zp, 0.f), 255.f));
-      }
+      QuantiseU8(x + j0, out + j0, j1 - j0, scale, static_cast<float>(zp_u8));
       if (as_s8)
         for (int64_t j = j0; j < j1; ++j) out[j] ^= 0x80;
     }
   }
 
-  // Each row of A quantised, then placed in the slots' order (an empty slot: the zero point, times zero weights).
+  // Each row of A quantised, then placed in the slots' order (an empty slot: the zero point, times zero weights); one
+  // row buffer per thread.
   void QuantiseGathered(const float* x, uint8_t* out) const {
     const int64_t k = x_.back(), rows = NumElements(x_) / k, depth = static_cast<int64_t>(slots_.size());
-    const float zp = static_cast<float>(zp_u8_);
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && rows * k >= (1 << 15))
-    for (int64_t r = 0; r < rows; ++r) {
+    const int parts = threads_ > 1 && rows * k >= (1 << 15) ? threads_ : 1;
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
       std::vector<uint8_t> row(static_cast<size_t>(k) + 1, static_cast<uint8_t>(zp_u8_));  // [k]: the zero point
-      const float* xr = x + r * k;
-      if (avx2) {
-        Quantise8(xr, row.data(), k, x_scale_, zp);
-      } else {
-        for (int64_t j = 0; j < k; ++j)
-          row[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(xr[j] / x_scale_) + zp, 0.f), 255.f));
+      for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; ++r) {
+        QuantiseU8(x + r * k, row.data(), k, x_scale_, static_cast<float>(zp_u8_));
+        uint8_t* o = out + r * depth;
+        for (int64_t s = 0; s < depth; ++s) o[s] = row[slots_[s] < 0 ? k : slots_[s]];
       }
-      uint8_t* o = out + r * depth;
-      for (int64_t s = 0; s < depth; ++s) o[s] = row[slots_[s] < 0 ? k : slots_[s]];
     }
   }
 

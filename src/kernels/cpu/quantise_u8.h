@@ -37,4 +37,14 @@ __attribute__((target("avx2"))) inline void Quantise8(const float* x, uint8_t* o
   }
 }
 
+// The same with or without AVX2 (the scalar tail of Quantise8 for all of it on a CPU without).
+inline void QuantiseU8(const float* x, uint8_t* out, int64_t n, float s, float zp) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    Quantise8(x, out, n, s, zp);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / s) + zp, 0.f), 255.f));
+}
+
 }  // namespace osprey::cpu
