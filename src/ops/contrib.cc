@@ -1,11 +1,12 @@
 // ONNX Runtime's contrib (com.microsoft) domain: which of its ops osprey reads. Its quantiser writes QLinearAdd,
 // QLinearGlobalAveragePool, QGemm, DynamicQuantizeLSTM and its own QuantizeLinear / DequantizeLinear (schemas:
-// quantize.cc), and QLinearMul, QLinearSoftmax, QLinearConcat (lowered when compiled, below); its transformer optimiser (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes
-// Gelu (the default domain's, exact), FastGelu (the tanh form, with an optional bias added first), BiasGelu, QuickGelu
-// (x * sigmoid(alpha x)), SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis)
-// Attention (self-attention with merged Q/K/V weights) and MultiHeadAttention (Q, K, V projected apart).
-// The last four are lowered to default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas
-// here only give arities for ValidateOps; inference runs on the lowered nodes.
+// quantize.cc), and QLinearMul, QLinearSoftmax, QLinearConcat (lowered when compiled, below); its transformer optimiser
+// (`onnxruntime.transformers.optimizer`, Optimum's ORTOptimizer) writes Gelu (the default domain's, exact), FastGelu
+// (the tanh form, with an optional bias added first), BiasGelu, QuickGelu (x * sigmoid(alpha x)),
+// SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis) Attention (self-attention
+// with merged Q/K/V weights) and MultiHeadAttention (Q, K, V projected apart). The last four are lowered to
+// default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas here only give arities for
+// ValidateOps; inference runs on the lowered nodes.
 #include <string>
 
 #include "ops/op_registry.h"

@@ -44,8 +44,8 @@ class AttentionBuilder {
             const std::string& name) {
     const int split = Add("Reshape", "/" + name + "_heads", {x, Ints({batch, length, heads, head})});
     const int out = Add("Transpose", "/" + name + "_transpose", {split});
-    nodes_.back().attrs["perm"] = Attribute::Ints(keys_transposed ? std::vector<int64_t>{0, 2, 3, 1}
-                                                                  : std::vector<int64_t>{0, 2, 1, 3});
+    nodes_.back().attrs["perm"] =
+        Attribute::Ints(keys_transposed ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
     return out;
   }
   // Q [B, N, S, h] and K^T [B, N, h, L] -> scaled scores [B, N, S, L].
@@ -172,8 +172,9 @@ std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
   const int query = node.inputs[0], key = Input(node, 1), value = Input(node, 2), bias = Input(node, 3);
   if (Input(node, 6) >= 0 || Input(node, 7) >= 0 || Input(node, 8) >= 0 || Input(node, 9) >= 0 ||
       OutputUsed(st, node, 1) || OutputUsed(st, node, 2) || OutputUsed(st, node, 3))
-    b.Fail("past / present key and value, cache_indirection and the qk output are not supported (an encoder's "
-           "attention has none)");
+    b.Fail(
+        "past / present key and value, cache_indirection and the qk output are not supported (an encoder's "
+        "attention has none)");
   if (key < 0 || value < 0) b.Fail("packed query/key/value (key or value absent) is not supported");
   const Shape qs = st.values[query].shape, ks = st.values[key].shape, vs = st.values[value].shape;
   if (qs.size() != 3 || ks.size() != 3 || vs.size() != 3 || st.values[query].dtype != DType::kF32 ||
@@ -181,8 +182,7 @@ std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
       vs[0] != qs[0] || vs[1] != ks[1] || ks[2] != qs[2])
     b.Fail("query [B, S, D], key [B, L, D] and value [B, L, Dv] (float32) are supported, got " + ShapeToString(qs) +
            ", " + ShapeToString(ks) + ", " + ShapeToString(vs));
-  const int64_t heads = node.GetInt("num_heads", 0), batch = qs[0], seq = qs[1], total = ks[1], d = qs[2],
-                dv = vs[2];
+  const int64_t heads = node.GetInt("num_heads", 0), batch = qs[0], seq = qs[1], total = ks[1], d = qs[2], dv = vs[2];
   if (heads <= 0 || d % heads != 0 || dv % heads != 0)
     b.Fail("num_heads " + std::to_string(heads) + " does not divide the hidden sizes " + std::to_string(d) + " and " +
            std::to_string(dv));
@@ -193,8 +193,8 @@ std::vector<Node> LowerMultiHeadAttention(CompileState& st, const Node& node) {
     if (st.opset < 10) b.Fail("a bias needs opset 10 or later (Slice with inputs)");
     const int flat = b.Add("Reshape", "/bias_flat", {bias, b.Ints({2 * d + dv})});
     auto part_of_flat = [&](int x, int64_t begin, int64_t width, const std::string& name) {
-      const int piece = b.Add("Slice", "/" + name + "_bias_part",
-                              {flat, b.Ints({begin}), b.Ints({begin + width}), b.Ints({0})});
+      const int piece =
+          b.Add("Slice", "/" + name + "_bias_part", {flat, b.Ints({begin}), b.Ints({begin + width}), b.Ints({0})});
       return b.Add("Add", "/" + name + "_bias", {x, piece});
     };
     q = part_of_flat(q, 0, d, "q");

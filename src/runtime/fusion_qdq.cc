@@ -176,21 +176,21 @@ void LowerQLinearConv(CompileState& st) {
     const float y_scale = st.values[n.inputs[6]].value.data<float>()[0];
     const int x_float = st.AddValue(DType::kF32, x_shape);
     const int y_float = st.AddValue(DType::kF32, y_shape);
-    Node conv = MakeNode("Conv", n.name,
-                         {x_float, st.AddConstant(std::move(wf)),
-                          st.AddConstant(Tensor::FromVector<float>({out_channels}, bias))},
-                         {y_float});
+    Node conv = MakeNode(
+        "Conv", n.name,
+        {x_float, st.AddConstant(std::move(wf)), st.AddConstant(Tensor::FromVector<float>({out_channels}, bias))},
+        {y_float});
     conv.attrs = n.attrs;
     // Symmetric int8 weights in a host plan: the Conv FuseInt8 would make (oneDNN's int8 convolution).
     if (st.options.device.kind == Device::kHost && symmetric && n.inputs[7] >= 0 &&
         Int8ConvTakes(x_shape, n.GetInt("group", 1))) {
       SetInt8(conv, x_scale, x_zp, x_type, y_scale, y_zp, y_type);
-      conv.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(ws.data<float>(), ws.data<float>() + ws.numel()));
+      conv.attrs["_int8_w_scale"] =
+          Attribute::Floats(std::vector<float>(ws.data<float>(), ws.data<float>() + ws.numel()));
     }
-    replace[i] = {MakeNode("DequantizeLinear", n.name + "/dequantize", {n.inputs[0], n.inputs[1], n.inputs[2]},
-                           {x_float}),
-                  std::move(conv), MakeNode("QuantizeLinear", n.name + "/quantize", {y_float, n.inputs[6], n.inputs[7]},
-                                            {out})};
+    replace[i] = {
+        MakeNode("DequantizeLinear", n.name + "/dequantize", {n.inputs[0], n.inputs[1], n.inputs[2]}, {x_float}),
+        std::move(conv), MakeNode("QuantizeLinear", n.name + "/quantize", {y_float, n.inputs[6], n.inputs[7]}, {out})};
   }
   Splice(st, replace);
 }
@@ -216,7 +216,8 @@ void LowerQOperatorOps(CompileState& st) {
     if ((!matmul && !add && !gemm) || n.outputs.size() != 1 || n.outputs[0] < 0 || n.inputs.size() < 6) continue;
     auto input = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : -1; };
     // Scales and zero points must be constants (the quantiser writes initializers).
-    bool ok = known(input(1)) && known(input(4)) && (input(2) < 0 || known(input(2))) && (input(5) < 0 || known(input(5)));
+    bool ok =
+        known(input(1)) && known(input(4)) && (input(2) < 0 || known(input(2))) && (input(5) < 0 || known(input(5)));
     const size_t y_scale = matmul ? 6 : gemm ? 7 : 6;
     if (input(y_scale) >= 0) ok = ok && known(input(y_scale)) && (input(y_scale + 1) < 0 || known(input(y_scale + 1)));
     if (gemm && input(6) >= 0) ok = ok && known(input(6)) && known(input(3));
@@ -276,7 +277,8 @@ void LowerQOperatorOps(CompileState& st) {
           GemmAsMatMul(st, g, std::move(w), bias);
           SetInt8(g, a_scale, zero_point(2), at, st.values[input(y_scale)].value.data<float>()[0],
                   zero_point(y_scale + 1), yt);
-          g.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
+          g.attrs["_int8_w_scale"] =
+              Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
         } else {
           g.attrs["alpha"] = Attribute::Float(alpha);
           g.inputs[1] = st.AddConstant(std::move(w));
@@ -293,7 +295,8 @@ void LowerQOperatorOps(CompileState& st) {
             mm.attrs["_int8_b_zero_point"] = Attribute::Int(zero_point(5));
             mm.attrs["_int8_b_signed"] = Attribute::Int(st.values[input(3)].dtype == DType::kI8);
           } else {
-            mm.attrs["_int8_w_scale"] = Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
+            mm.attrs["_int8_w_scale"] =
+                Attribute::Floats(std::vector<float>(bs.data<float>(), bs.data<float>() + bs.numel()));
           }
         }
         nodes.push_back(std::move(mm));
@@ -305,7 +308,7 @@ void LowerQOperatorOps(CompileState& st) {
         q_in.push_back(input(y_scale + 1));
       } else {  // an absent zero point: zero of the output's type
         q_in.push_back(st.AddConstant(st.values[out].dtype == DType::kI8 ? Tensor::Scalar<int8_t>(0)
-                                                                           : Tensor::Scalar<uint8_t>(0)));
+                                                                         : Tensor::Scalar<uint8_t>(0)));
       }
       nodes.push_back(MakeNode("QuantizeLinear", n.name + "/quantize", q_in, {out}));
     }
@@ -659,8 +662,9 @@ void FuseIntegerDequantize(CompileState& st) {
 // the QuantizeLinear meets its DequantizeLinear and the pair fuses (below). Runs after FuseInt8, which wants the
 // DequantizeLinear right before its Conv / MatMul.
 void SinkDequantizeThroughDataMovement(CompileState& st) {
-  static const std::set<std::string> moves = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",    "Identity",     "Transpose",
-                                              "Slice",   "Gather",   "Tile",    "Expand",       "DepthToSpace", "SpaceToDepth"};
+  static const std::set<std::string> moves = {"Reshape",  "Flatten",   "Squeeze",      "Unsqueeze",
+                                              "Identity", "Transpose", "Slice",        "Gather",
+                                              "Tile",     "Expand",    "DepthToSpace", "SpaceToDepth"};
   // One pass, the tables kept up to date (a pass per move would be quadratic in a model of many such chains). A move
   // swaps the two nodes' places, so a data value's only reader keeps its index.
   const auto consumers = ConsumersOf(st);
@@ -668,7 +672,9 @@ void SinkDequantizeThroughDataMovement(CompileState& st) {
   for (size_t i = 0; i < st.nodes.size(); ++i)
     for (int v : st.nodes[i].outputs)
       if (v >= 0) producer[v] = static_cast<int>(i);
-  auto sole_reader = [&](int v) { return v >= 0 && v < static_cast<int>(consumers.size()) && consumers[v].size() == 1; };
+  auto sole_reader = [&](int v) {
+    return v >= 0 && v < static_cast<int>(consumers.size()) && consumers[v].size() == 1;
+  };
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     if (st.nodes[j].op_type != "DequantizeLinear" || !QdqDomain(st.nodes[j]) || st.nodes[j].inputs.size() < 2 ||
         st.nodes[j].inputs[0] < 0 || st.nodes[j].outputs.size() != 1 || st.nodes[j].outputs[0] < 0 ||
@@ -767,8 +773,9 @@ void FuseQuantizeDequantizePairs(CompileState& st) {
       const Node& d = st.nodes[consumers[qv][c]];
       int32_t d_zp = 0;
       all_pairs = d.op_type == "DequantizeLinear" && QdqDomain(d) && d.inputs[0] == qv && d.outputs.size() == 1 &&
-                  d.outputs[0] >= 0 && st.values[d.outputs[0]].dtype == DType::kF32 && KnownScale(st, d, 1) == q_scale &&
-                  KnownZeroPoint(st, d, &d_zp) && d_zp == q_zp && (c == 0 || !st.is_graph_output[d.outputs[0]]);
+                  d.outputs[0] >= 0 && st.values[d.outputs[0]].dtype == DType::kF32 &&
+                  KnownScale(st, d, 1) == q_scale && KnownZeroPoint(st, d, &d_zp) && d_zp == q_zp &&
+                  (c == 0 || !st.is_graph_output[d.outputs[0]]);
     }
     if (!all_pairs) continue;
     const int out = st.nodes[j].outputs[0];

@@ -156,6 +156,18 @@ def save(graph, path: Path, opset: int = 13) -> Path:
     return path
 
 
+def attention_nodes():
+    """Scaled dot-product attention over "input" [1, t, d] with weights wq, wk, wv and the scalar "norm": -> "a"."""
+    return [helper.make_node("MatMul", ["input", "wq"], ["q"]),
+            helper.make_node("MatMul", ["input", "wk"], ["k"]),
+            helper.make_node("MatMul", ["input", "wv"], ["v"]),
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", ["q", "kt"], ["s"]),
+            helper.make_node("Mul", ["s", "norm"], ["sn"]),
+            helper.make_node("Softmax", ["sn"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v"], ["a"])]
+
+
 def quantised_vs_ort(run_cli, work_dir, tmp_path, name, graph, opset, calibration, x, **options):
     """`graph` saved (opset `opset`), quantised by quantize_static (`options`: ensure_quantized's), run by osprey and
     by ORT unoptimised (the graph's own arithmetic) on `x`; asserts the bound of the QDQ tests: within 2 output steps
@@ -270,14 +282,7 @@ def test_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_path, unsign
 
     inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("wo", d, d), w("w1", d, f), w("b1", f, scale=0.1),
              w("w2", f, d), numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm")]
-    nodes = [helper.make_node("MatMul", ["input", "wq"], ["q"]),
-             helper.make_node("MatMul", ["input", "wk"], ["k"]),
-             helper.make_node("MatMul", ["input", "wv"], ["v"]),
-             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-             helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Mul", ["s", "norm"], ["sn"]),
-             helper.make_node("Softmax", ["sn"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["a"]),
+    nodes = attention_nodes() + [
              helper.make_node("MatMul", ["a", "wo"], ["o"]),
              helper.make_node("Add", ["o", "input"], ["r"]),
              helper.make_node("MatMul", ["r", "w1"], ["h"]),
@@ -354,14 +359,7 @@ def test_qoperator_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_pa
 
     inits = [w("wq", d, d), w("wk", d, d), w("wv", d, d), w("wo", 2 * d, d),
              numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "norm")]
-    nodes = [helper.make_node("MatMul", ["input", "wq"], ["q"]),
-             helper.make_node("MatMul", ["input", "wk"], ["k"]),
-             helper.make_node("MatMul", ["input", "wv"], ["v"]),
-             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-             helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Mul", ["s", "norm"], ["sn"]),
-             helper.make_node("Softmax", ["sn"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["a"]),
+    nodes = attention_nodes() + [
              helper.make_node("Add", ["a", "input"], ["r"]),
              helper.make_node("Concat", ["r", "input"], ["c"], axis=-1),
              helper.make_node("MatMul", ["c", "wo"], ["logits"])]

@@ -205,3 +205,77 @@ def test_multi_head_attention_packed_is_refused_by_name(tmp_path):
                 [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(Exception, match="packed query/key/value"):
         osprey.load_onnx(path, threads=1).run({"q": np.zeros((1, 3, 2, 3, 4), np.float32)})
+
+
+def refused(tmp_path, name, node, inputs, feeds, inits=(), match=""):
+    path = load(tmp_path, name, [node], inputs, [helper.make_tensor_value_info(node.output[0], F, None)], inits)
+    with pytest.raises(Exception, match=match):
+        osprey.load_onnx(path, threads=1).run(feeds)
+
+
+def test_attention_over_more_tokens_than_its_causal_mask_allows_is_refused_by_name(tmp_path):
+    # The causal mask is a constant of S x S floats made when compiled: bounded, and the bound named.
+    seq = 8193
+    node = helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=1, unidirectional=1)
+    refused(tmp_path, "attention_long", node, [helper.make_tensor_value_info("x", F, [1, seq, 4])],
+            {"x": np.zeros((1, seq, 4), np.float32)}, [numpy_helper.from_array(np.ones((4, 12), np.float32), "w")],
+            match=r"over 8193 tokens is not supported \(at most 8192\)")
+
+
+def test_attention_with_weights_heads_do_not_divide_is_refused_by_name(tmp_path):
+    node = helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=5)
+    refused(tmp_path, "attention_heads", node, [helper.make_tensor_value_info("x", F, [1, 3, 4])],
+            {"x": np.zeros((1, 3, 4), np.float32)}, [numpy_helper.from_array(np.ones((4, 12), np.float32), "w")],
+            match="num_heads 5 and qkv_hidden_sizes")
+
+
+def test_multi_head_attention_with_mismatched_key_is_refused_by_name(tmp_path):
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=MS, num_heads=2)
+    shapes = {"q": [1, 3, 8], "k": [1, 5, 6], "v": [1, 5, 8]}
+    refused(tmp_path, "mha_mismatch", node, [helper.make_tensor_value_info(n, F, s) for n, s in shapes.items()],
+            {n: np.zeros(s, np.float32) for n, s in shapes.items()}, match=r"key \[B, L, D\]")
+
+
+def qlinear_inputs(shape):
+    return ([helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+            [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(3, np.uint8), "z")])
+
+
+def test_qlinear_softmax_over_another_axis_is_refused_by_name(tmp_path):
+    inputs, inits = qlinear_inputs([2, 3])
+    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain=MS, axis=0, opset=13)
+    refused(tmp_path, "qsoftmax_axis", node, inputs, {"x": np.zeros((2, 3), np.uint8)}, inits,
+            match="axis 0 is not supported")
+
+
+def test_qlinear_concat_with_a_broken_triple_is_refused_by_name(tmp_path):
+    inputs, inits = qlinear_inputs([2, 3])
+    node = helper.make_node("QLinearConcat", ["s", "z", "x", "s", "z", "x"], ["y"], domain=MS, axis=0)
+    refused(tmp_path, "qconcat_arity", node, inputs, {"x": np.zeros((2, 3), np.uint8)}, inits,
+            match=r"\(X, X_scale, X_zero_point\) triples, got 6")
+
+
+def test_qlinear_mul_softmax_concat_match_onnxruntime(tmp_path):
+    """The three QOperator ops lowered to DequantizeLinear -> float op -> QuantizeLinear, each alone against ORT's
+    kernels (ORT computes them in float between the same quantisation steps): at most one output step apart."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (2, 5, 7)).astype(np.uint8)
+    y = rng.integers(0, 256, (2, 5, 7)).astype(np.uint8)
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in
+             [("sa", 0.05, np.float32), ("za", 120, np.uint8), ("sb", 0.02, np.float32), ("zb", 7, np.uint8),
+              ("sy", 0.1, np.float32), ("zy", 128, np.uint8)]]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.UINT8, [2, 5, 7]) for n in ("x", "y")]
+    for name, node in [
+            ("mul", helper.make_node("QLinearMul", ["x", "sa", "za", "y", "sb", "zb", "sy", "zy"], ["out"], domain=MS)),
+            ("softmax", helper.make_node("QLinearSoftmax", ["x", "sa", "za", "sb", "zb"], ["out"], domain=MS, axis=-1,
+                                         opset=13)),
+            ("concat", helper.make_node("QLinearConcat", ["sy", "zy", "x", "sa", "za", "y", "sb", "zb"], ["out"],
+                                        domain=MS, axis=1))]:
+        path = load(tmp_path, f"qlinear_{name}", [node], inputs,
+                    [helper.make_tensor_value_info("out", TensorProto.UINT8, None)], inits)
+        feeds = {"x": x, "y": y}
+        want = ort_run(path, feeds)[0]
+        got = osprey.load_onnx(path, threads=1).run(feeds)["out"]
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, name

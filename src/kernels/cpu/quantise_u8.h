@@ -44,7 +44,8 @@ inline void QuantiseU8(const float* x, uint8_t* out, int64_t n, float s, float z
     Quantise8(x, out, n, s, zp);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / s) + zp, 0.f), 255.f));
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = static_cast<uint8_t>(std::min(std::max(std::nearbyint(x[j] / s) + zp, 0.f), 255.f));
 }
 
 }  // namespace osprey::cpu
