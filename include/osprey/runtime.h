@@ -264,8 +264,11 @@ class Model {
   std::shared_ptr<MemoryAccount> account_;
   std::vector<Tensor> held_weights_;  // one per distinct interned buffer
   PlanCache plan_cache_;
-  // Set when the graph has data-dependent ops (NonZero, NonMaxSuppression, ...): the model runs cut into parts
-  // (runtime/segments.h), each with its own plan cache; plan_cache_ stays empty.
+  std::shared_ptr<class GraphRunner> Segments() const;
+  std::shared_ptr<class GraphRunner> SegmentsInsteadOf(const Error& e);
+  // Set when the graph has data-dependent ops (NonZero, NonMaxSuppression, ...), or once a compile met what one plan
+  // cannot hold (MakeRunnerInsteadOf): the model runs as parts (runtime/segments.h), each with its own plan cache.
+  mutable std::mutex segments_mu_;
   std::shared_ptr<class GraphRunner> segments_;
 };
 

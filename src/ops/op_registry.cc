@@ -8,9 +8,10 @@ namespace osprey {
 const Tensor& InferContext::Value(int i) const {
   if (i >= num_inputs() || !present[i]) Fail("input " + std::to_string(i) + " is required");
   if (input_values[i] == nullptr)
-    throw Error(ErrorCode::kUnsupported, node.Describe() + ": input " + std::to_string(i) +
-                                             " must be known when the model is compiled (a constant, or computed "
-                                             "from shapes); data-dependent shapes are not supported");
+    throw ValueNotKnown(node.Describe() + ": input " + std::to_string(i) +
+                            " must be known when the model is compiled (a constant, or computed from shapes); "
+                            "data-dependent shapes are not supported",
+                        node.name, i);
   return *input_values[i];
 }
 

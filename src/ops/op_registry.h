@@ -8,6 +8,22 @@
 
 namespace osprey {
 
+/// What InferContext::Value throws (kUnsupported) for an input whose value is not known when the model is compiled: it
+/// names the node and the input, so that a graph runner run on the host can compile the graph again with the small
+/// integer inputs that value follows from compiled in (runtime/segments.cc: a Slice's end that a host-run Loop's
+/// step count gives).
+class ValueNotKnown : public Error {
+ public:
+  ValueNotKnown(const std::string& message, std::string node_name, int input)
+      : Error(ErrorCode::kUnsupported, message), node_name_(std::move(node_name)), input_(input) {}
+  const std::string& node_name() const { return node_name_; }
+  int input() const { return input_; }
+
+ private:
+  std::string node_name_;
+  int input_;
+};
+
 /// What shape inference sees of one node when input shapes are concrete. Input values are known when the input is
 /// a constant (or was folded to one), which lets shape arithmetic (Shape -> Gather -> Div -> Concat -> Reshape) resolve.
 struct InferContext {

@@ -36,9 +36,22 @@ struct RuntimeIf {
 /// Attribute of a live If node: its index in CompileState::runtime_ifs.
 inline constexpr const char* kRuntimeIfAttr = "_runtime_if";
 
+/// What CompileRuntimeIf throws when the branches give outputs of different types or shapes (ONNX Runtime lets the
+/// shape follow the branch; paddle2onnx writes a [] in one branch and a [1] in the other). A plan cannot hold such an
+/// If, so the graph runners (segments.h) catch it and run the graph cut at that If instead.
+class IfShapesDiffer : public Error {
+ public:
+  IfShapesDiffer(const std::string& message, std::string node_name)
+      : Error(ErrorCode::kUnsupported, message), node_name_(std::move(node_name)) {}
+  const std::string& node_name() const { return node_name_; }
+
+ private:
+  std::string node_name_;  // Node::name, with the prefix of an unrolled loop's copy where it is one
+};
+
 /// Compiles the branches of If node `node` (condition not known when compiling) with `state`'s options, types its
 /// outputs in `state` and returns the node to run, tagged with kRuntimeIfAttr. Both branches must give outputs of the
-/// same types and shapes (a plan's shapes are fixed when it is compiled), else kUnsupported; at least one must
+/// same types and shapes (a plan's shapes are fixed when it is compiled), else IfShapesDiffer; at least one must
 /// compile, else its error. The branches' nodes count against the model's subgraph node budget (kMaxLoopNodes).
 Node CompileRuntimeIf(CompileState& state, const Node& node);
 

@@ -115,7 +115,8 @@ Model::Model(Graph graph, ModelOptions options)
 
 size_t Model::TrimArenas(double idle_seconds) {
   size_t bytes = plan_cache_.TrimArenas(idle_seconds);
-  if (segments_) segments_->ForEachCache([&](PlanCache& c) { bytes += c.TrimArenas(idle_seconds); });
+  if (std::shared_ptr<GraphRunner> segments = Segments())
+    segments->ForEachCache([&](PlanCache& c) { bytes += c.TrimArenas(idle_seconds); });
   return bytes;
 }
 
@@ -138,7 +139,7 @@ int64_t Model::DeviceBytes() const {
         if (seen.insert(buffer.get()).second) total += static_cast<int64_t>(buffer->size());
   };
   add(plan_cache_);
-  if (segments_) segments_->ForEachCache(add);
+  if (std::shared_ptr<GraphRunner> segments = Segments()) segments->ForEachCache(add);
   return total;
 }
 
@@ -207,13 +208,32 @@ std::vector<Tensor> Model::OrderedInputs(const std::map<std::string, Tensor>& in
   return ordered;
 }
 
+std::shared_ptr<GraphRunner> Model::Segments() const {
+  std::lock_guard<std::mutex> lock(segments_mu_);
+  return segments_;
+}
+
+std::shared_ptr<GraphRunner> Model::SegmentsInsteadOf(const Error& e) {
+  std::lock_guard<std::mutex> lock(segments_mu_);
+  if (!segments_)
+    segments_ = MakeRunnerInsteadOf(graph_, e, options_.plan_cache_capacity, weight_store_.get(), account_);
+  return segments_;
+}
+
 std::shared_ptr<const Plan> Model::PlanFor(const std::map<std::string, Tensor>& inputs) {
   std::vector<TensorSpec> specs;
   std::vector<Tensor> ordered = OrderedInputs(inputs, &specs);
-  if (segments_) return segments_->FirstPlan(ordered, options_.compile);
-  return plan_cache_.GetOrCompile(fingerprint_, specs, options_.compile, [&] {
-    return Compile(graph_, specs, options_.compile, weight_store_.get(), account_);
-  });
+  std::shared_ptr<GraphRunner> segments = Segments();
+  if (!segments) {
+    try {
+      return plan_cache_.GetOrCompile(fingerprint_, specs, options_.compile, [&] {
+        return Compile(graph_, specs, options_.compile, weight_store_.get(), account_);
+      });
+    } catch (const Error& e) {  // what one plan cannot hold: run as parts from now on (segments.h), or fail
+      if (!(segments = SegmentsInsteadOf(e))) throw;
+    }
+  }
+  return segments->FirstPlan(ordered, options_.compile);
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::string, Tensor>& inputs,
@@ -225,13 +245,17 @@ std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::strin
   const int threads = ThreadsForRun(planned);
   if (threads != planned) compile.num_threads = threads;
   std::vector<Tensor> outs;
-  if (segments_) {
-    outs = segments_->Run(ordered, compile, profile);
-  } else {
-    auto plan = plan_cache_.GetOrCompile(
-        fingerprint_, specs, compile, [&] { return Compile(graph_, specs, compile, weight_store_.get(), account_); });
-    outs = plan->Run(ordered, profile);
+  std::shared_ptr<GraphRunner> segments = Segments();
+  if (!segments) {
+    try {
+      auto plan = plan_cache_.GetOrCompile(
+          fingerprint_, specs, compile, [&] { return Compile(graph_, specs, compile, weight_store_.get(), account_); });
+      outs = plan->Run(ordered, profile);
+    } catch (const Error& e) {  // what one plan cannot hold: run as parts from now on (segments.h), or fail
+      if (!(segments = SegmentsInsteadOf(e))) throw;
+    }
   }
+  if (segments) outs = segments->Run(ordered, compile, profile);
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < outs.size(); ++i) named.emplace_back(graph_.value_names[graph_.outputs[i]], std::move(outs[i]));
   return named;

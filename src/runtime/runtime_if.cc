@@ -111,13 +111,12 @@ Node CompileRuntimeIf(CompileState& st, const Node& node) {
     const std::vector<TensorSpec>& other = branches->plans[1]->output_specs();
     for (size_t j = 0; j < out.size(); ++j)
       if (out[j].dtype != other[j].dtype || out[j].shape != other[j].shape)
-        throw Error(ErrorCode::kUnsupported,
-                    node.Describe() + ": output " + std::to_string(j) + " is " + DTypeName(out[j].dtype) + " " +
-                        ShapeToString(out[j].shape) + " from then_branch but " + DTypeName(other[j].dtype) + " " +
-                        ShapeToString(other[j].shape) +
-                        " from else_branch; the condition depends on input data, so osprey runs the branch it picks "
-                        "at run time, and needs both to give the same types and shapes (a plan's shapes are fixed "
-                        "when it is compiled)");
+        throw IfShapesDiffer(node.Describe() + ": output " + std::to_string(j) + " is " + DTypeName(out[j].dtype) +
+                                 " " + ShapeToString(out[j].shape) + " from then_branch but " +
+                                 DTypeName(other[j].dtype) + " " + ShapeToString(other[j].shape) +
+                                 " from else_branch; the condition depends on input data, and a plan's shapes are "
+                                 "fixed when it is compiled",
+                             node.name);
   }
   for (size_t j = 0; j < node.outputs.size(); ++j) {
     CompileValue& v = st.values[node.outputs[j]];

@@ -24,6 +24,9 @@ bool HoldsCut(const Graph& g, const std::vector<char>& inputs_known = {});
 std::vector<char> StaticValues(const Graph& g, const std::vector<char>& inputs_known = {});
 
 constexpr int64_t kMaxCuts = 1024;
+// Attribute (int 1) of a node the graph is cut at and run on the host although it is no data-dependent op (InsteadOf).
+constexpr const char* kOnHostAttr = "_on_host";
+constexpr int64_t kMaxHostOutputBytes = int64_t{1} << 30;  // per run of such a node (RunOnHost)
 constexpr int64_t kMaxCutValues = int64_t{1} << 26;
 
 bool IsDataDependentOp(const Node& n) {
@@ -59,12 +62,15 @@ bool LoopUnrollable(const Node& loop, const std::vector<char>& known, std::vecto
 
 // Where a model is cut (`known`: the static values of the graph `n` sits in, StaticValues):
 // - a data-dependent op (NonZero, NonMaxSuppression, Compress);
+// - a node marked kOnHostAttr (InsteadOf: an If whose branches give different shapes, a node a shape of which needs
+//   a value known only at run time);
 // - an If with a cut in a branch (torchvision's detectors run NMS in an If on whether any box is left): the branch
 //   its condition picks runs through a runner of its own;
 // - a Loop with a cut in its body (tf2onnx's tf.map_fn over classes, each iteration an NMS), or one that cannot be
 //   unrolled when compiled because its trip count or condition follow input data (TensorFlow's padded NMS loops
 //   while boxes are left): the host runs its body once per iteration.
 bool IsCut(const Node& n, const std::vector<char>& known) {
+  if (n.attrs.count(kOnHostAttr)) return true;
   if (!n.domain.empty() && n.domain != "ai.onnx") return false;
   if (n.op_type == "If") {
     std::vector<char> inputs_known;  // a branch's inputs are the If's after the condition
@@ -87,7 +93,7 @@ bool IsCut(const Node& n, const std::vector<char>& known) {
 bool HoldsCut(const Graph& g, const std::vector<char>& inputs_known) {
   bool control_flow = false;
   for (const Node& n : g.nodes) {
-    if (IsDataDependentOp(n)) return true;
+    if (IsDataDependentOp(n) || n.attrs.count(kOnHostAttr)) return true;
     control_flow = control_flow || n.op_type == "If" || n.op_type == "Loop";
   }
   if (!control_flow) return false;
@@ -109,31 +115,105 @@ struct Shared {
 using SharedPtr = std::shared_ptr<Shared>;
 constexpr int64_t kMaxSpecialized = 256;  // specialised runners alive per model
 
-// One part without data-dependent ops: compiled per input shapes, plans cached.
+std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared);
+
+// Marks kOnHostAttr on the nodes of `g` (its subgraphs too, copied where marked) of type `op_type` (any when empty)
+// named `name`, or whose copy in an unrolled loop has that name (a prefix + the name). Returns how many were not
+// marked before.
+int MarkOnHost(Graph* g, const std::string& name, const std::string& op_type) {
+  int marked = 0;
+  for (Node& n : g->nodes) {
+    const bool named = !n.name.empty() && name.size() >= n.name.size() &&
+                       name.compare(name.size() - n.name.size(), n.name.size(), n.name) == 0;
+    if (named && (op_type.empty() || n.op_type == op_type) && !n.attrs.count(kOnHostAttr)) {
+      n.attrs[kOnHostAttr] = Attribute::Int(1);
+      ++marked;
+    }
+    for (auto& [key, attr] : n.attrs) {
+      if (attr.kind != Attribute::Kind::kGraph || !attr.g) continue;
+      auto copy = std::make_shared<Graph>(*attr.g);
+      if (const int k = MarkOnHost(copy.get(), name, op_type)) {
+        attr.g = std::move(copy);
+        marked += k;
+      }
+    }
+  }
+  return marked;
+}
+
+void CheckCuts(const Graph& graph);
+
+// What runs `graph` instead of one plan when compiling it threw `e`: the graph cut at the node `e` names, run on the
+// host between the parts before and after it, which are compiled for the shapes each run gives. For IfShapesDiffer
+// (an If on input data whose branches give different shapes) that is the If, whose branch runs through a runner of
+// its own; for ValueNotKnown (a value a shape needs known only at run time: a Slice at a host-run Loop's step) the
+// node, whose shapes are inferred from the values and whose reference kernel runs (RunOnHost). Null for other
+// errors, or when no such node is left to cut at (the error then stands); kUnsupported beyond the bound on cuts.
+std::unique_ptr<GraphRunner> InsteadOf(const Graph& graph, const Error& e, const SharedPtr& shared) {
+  Graph g = graph;
+  int marked = 0;
+  if (const auto* differ = dynamic_cast<const IfShapesDiffer*>(&e)) marked = MarkOnHost(&g, differ->node_name(), "If");
+  if (const auto* unknown = dynamic_cast<const ValueNotKnown*>(&e)) marked = MarkOnHost(&g, unknown->node_name(), "");
+  if (marked == 0) return nullptr;
+  CheckCuts(g);
+  return MakeCutRunner(g, shared);
+}
+
+// One part without data-dependent ops: compiled per input shapes, plans cached; or, once a compile met what one plan
+// cannot hold (InsteadOf), the runner made for that.
 class PlainRunner final : public GraphRunner {
  public:
   PlainRunner(Graph graph, SharedPtr shared)
       : graph_(std::move(graph)), cache_(shared->capacity), shared_(std::move(shared)) {}
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
-    return FirstPlan(inputs, options)->Run(inputs, profile);
+    return Either(
+        [&] { return Compiled(inputs, options)->Run(inputs, profile); },
+        [&](GraphRunner& instead) { return instead.Run(inputs, options, profile); });
   }
   std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
+    return Either(
+        [&] { return Compiled(inputs, options); },
+        [&](GraphRunner& instead) { return instead.FirstPlan(inputs, options); });
+  }
+  void ForEachCache(const std::function<void(PlanCache&)>& f) override {
+    f(cache_);
+    if (std::shared_ptr<GraphRunner> instead = Instead()) instead->ForEachCache(f);
+  }
+
+ private:
+  template <typename Whole, typename Parts>
+  auto Either(Whole whole, Parts parts) -> decltype(whole()) {
+    std::shared_ptr<GraphRunner> instead = Instead();
+    if (!instead) {
+      try {
+        return whole();
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!instead_) instead_ = InsteadOf(graph_, e, shared_);
+        if (!(instead = instead_)) throw;
+      }
+    }
+    return parts(*instead);
+  }
+  std::shared_ptr<const Plan> Compiled(const std::vector<Tensor>& inputs, const CompileOptions& options) {
     std::vector<TensorSpec> specs;
     for (const Tensor& t : inputs) specs.push_back({t.dtype(), t.shape()});
     // The cache is this part's own: the key needs no fingerprint of the graph.
     return cache_.GetOrCompile("part", specs, options,
                                [&] { return Compile(graph_, specs, options, shared_->weights, shared_->account); });
   }
-  void ForEachCache(const std::function<void(PlanCache&)>& f) override { f(cache_); }
+  std::shared_ptr<GraphRunner> Instead() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return instead_;
+  }
 
- private:
   Graph graph_;
   PlanCache cache_;
   SharedPtr shared_;
+  std::mutex mu_;
+  std::shared_ptr<GraphRunner> instead_;  // set once a compile met what one plan cannot hold
 };
-
-std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared);
 
 std::unique_ptr<GraphRunner> MakeRunner(Graph graph, const SharedPtr& shared) {
   if (HoldsCut(graph)) return MakeCutRunner(graph, shared);
@@ -199,7 +279,10 @@ std::vector<char> StaticValues(const Graph& g, const std::vector<char>& inputs_k
 // after a cut folds as it would without the cut.
 class SpecializingRunner final : public GraphRunner {
  public:
-  static constexpr char kIfInteger = 2;  // a `fixed` flag: compiled in when the value is an integer or bool
+  // `fixed` flags: 1 compiles a value in when it is small (kMaxFixedElements), one runner per value; kConstant
+  // compiles it in whatever its size, keyed by its buffer: for a constant of the outer graph, the same tensor every
+  // run (a loop body's captured weights, which then fold: SLANet's GRU weights transposed per step).
+  static constexpr char kConstant = 2;
   SpecializingRunner(Graph graph, std::vector<char> fixed, SharedPtr shared, size_t max_runners = 16)
       : graph_(std::move(graph)), fixed_(std::move(fixed)), shared_(std::move(shared)), max_runners_(max_runners) {}
   ~SpecializingRunner() override { shared_->specialized -= static_cast<int64_t>(runners_.size()); }
@@ -227,11 +310,16 @@ class SpecializingRunner final : public GraphRunner {
     std::vector<char> as_constant(inputs.size(), 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& t = inputs[i];
-      const bool integer = t.dtype() == DType::kI64 || t.dtype() == DType::kI32 || t.dtype() == DType::kBool;
-      if (i < fixed_.size() && fixed_[i] && (fixed_[i] != kIfInteger || integer) && t.numel() <= kMaxFixedElements) {
-        as_constant[i] = 1;
+      const char flag = i < fixed_.size() ? fixed_[i] : 0;
+      if (flag == kConstant || (flag && t.numel() <= kMaxFixedElements)) {
+        as_constant[i] = flag;
         key += std::to_string(i) + ":" + DTypeName(t.dtype()) + ShapeToString(t.shape()) + "=";
-        key.append(static_cast<const char*>(t.raw()), t.nbytes());
+        if (flag == kConstant) {
+          const void* buffer = t.raw();
+          key.append(reinterpret_cast<const char*>(&buffer), sizeof(buffer));
+        } else {
+          key.append(static_cast<const char*>(t.raw()), t.nbytes());
+        }
         key += ";";
       } else {
         rest->push_back(t);
@@ -248,7 +336,7 @@ class SpecializingRunner final : public GraphRunner {
     g.input_infos.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (as_constant[i]) {
-        g.constants[graph_.inputs[i]] = inputs[i].Clone();
+        g.constants[graph_.inputs[i]] = as_constant[i] == kConstant ? inputs[i] : inputs[i].Clone();
       } else {
         g.inputs.push_back(graph_.inputs[i]);
         g.input_infos.push_back(graph_.input_infos[i]);
@@ -305,6 +393,48 @@ Graph Part(const Graph& g, const std::vector<size_t>& nodes, const std::vector<i
   }
   p.Validate();
   return p;
+}
+
+// A node marked kOnHostAttr, other than an If, run on host tensors: its output shapes inferred from the values, which
+// are all known now, and its reference kernel run.
+std::vector<Tensor> RunOnHost(const Node& node, int opset, const std::vector<const Tensor*>& inputs) {
+  const OpSchema* schema = OpRegistry::Get().Find(node.op_type);
+  const ReferenceKernel kernel = FindReferenceKernel(node.op_type);
+  if (schema == nullptr || !kernel)
+    throw Error(ErrorCode::kUnsupported, node.Describe() + ": no host kernel for op " + node.op_type);
+  InferContext ic{node, opset};
+  for (const Tensor* t : inputs) {
+    ic.present.push_back(t != nullptr);
+    ic.input_dtypes.push_back(t ? t->dtype() : DType::kF32);
+    ic.input_shapes.push_back(t ? t->shape() : Shape{});
+    ic.input_values.push_back(t);
+  }
+  schema->infer(ic);
+  OSPREY_CHECK(ic.output_shapes.size() >= node.outputs.size());
+  // A few bytes of a value (Expand's shape, Tile's repeats) may ask for any size: bounded, as folding is.
+  int64_t bytes = 0;
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    bytes = CheckedAdd(bytes, NumBytes(ic.output_dtypes[i], ic.output_shapes[i]), node.Describe());
+  if (bytes > kMaxHostOutputBytes)
+    throw Error(ErrorCode::kResourceExhausted,
+                node.Describe() + ": the values of its inputs ask for " + std::to_string(bytes) + " bytes of output; " +
+                    "osprey runs such a node, whose shapes follow values known only at run time, up to " +
+                    std::to_string(kMaxHostOutputBytes >> 20) + " MiB");
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < node.outputs.size(); ++i) outs.emplace_back(ic.output_dtypes[i], ic.output_shapes[i]);
+  KernelContext kc{node, opset};
+  kc.inputs = inputs;
+  for (Tensor& t : outs) kc.outputs.push_back(&t);
+  kernel(kc);
+  return outs;
+}
+
+// How a SpecializingRunner takes outer value `v` of `g` (`known`: StaticValues): compiled in by buffer when it is a
+// constant, by value when it is known from shapes (small), else as an input.
+char Fixed(const Graph& g, const std::vector<char>& known, int v) {
+  if (v < 0) return 0;
+  if (g.constants.count(v)) return SpecializingRunner::kConstant;
+  return known[v];
 }
 
 // prefix -> the data-dependent node -> tail; values flow between them by the parent graph's value ids.
@@ -399,18 +529,19 @@ class SegmentedRunner final : public GraphRunner {
       carried_ = static_cast<size_t>(cut_.attrs.at(kLoopCarriedAttr).i);
       body_nodes_ = std::max<int64_t>(1, UnrolledNodes(body));
       body_outputs_ = body.output_infos;
-      // Compiled in: the iteration number, the condition and small integer carried values (tf.map_fn's body slices
-      // its element at a counter it carries, which must be known to compile the Slice: one runner per iteration, as
-      // many as the model-wide bound allows), and the captured outer values known from shapes or constants.
-      std::vector<char> fixed(2 + carried_, SpecializingRunner::kIfInteger);
-      for (int k = 0; k < 2 && k < static_cast<int>(body.inputs.size()); ++k) {  // unread: one runner for all
-        bool read = std::find(body.outputs.begin(), body.outputs.end(), body.inputs[k]) != body.outputs.end();
-        for (const Node& n : body.nodes)
-          read = read || std::find(n.inputs.begin(), n.inputs.end(), body.inputs[k]) != n.inputs.end();
-        fixed[k] = read;
-      }
-      for (size_t k = 2 + carried_; k < cut_.inputs.size(); ++k)
-        fixed.push_back(cut_.inputs[k] >= 0 && known[cut_.inputs[k]]);
+      // Compiled in: the captured outer values known from shapes or constants. The iteration number, the condition
+      // and the carried values stay inputs, one plan for every iteration (SLANet's 500-step decoder reads its step
+      // as a ScatterElements index); a node a shape of which needs one of them (tf.map_fn's body slices its element
+      // at a counter it carries) runs on the host between parts of the body (InsteadOf).
+      // A carried value the body passes on unchanged (paddle2onnx carries the decoder's weights) is a captured one.
+      std::vector<char> fixed(2 + carried_, 0);
+      passed_on_.assign(carried_, 0);
+      for (size_t k = 0; k < carried_ && 2 + k < body.inputs.size() && 1 + k < body.outputs.size(); ++k)
+        if (body.inputs[2 + k] == body.outputs[1 + k]) {
+          passed_on_[k] = 1;
+          fixed[2 + k] = Fixed(g, known, cut_.inputs[2 + k]);
+        }
+      for (size_t k = 2 + carried_; k < cut_.inputs.size(); ++k) fixed.push_back(Fixed(g, known, cut_.inputs[k]));
       body_ = std::make_unique<SpecializingRunner>(std::move(body), std::move(fixed), shared, kMaxSpecialized);
     }
     if (cut_.op_type == "If") {
@@ -424,7 +555,7 @@ class SegmentedRunner final : public GraphRunner {
         branch.name = g.name + "/" + cut_.name + (b == 0 ? "/then" : "/else");
         // The outer values it reads that are known from shapes or constants are compiled in, as for a tail.
         std::vector<char> fixed;
-        for (size_t k = 1; k < cut_.inputs.size(); ++k) fixed.push_back(cut_.inputs[k] >= 0 && known[cut_.inputs[k]]);
+        for (size_t k = 1; k < cut_.inputs.size(); ++k) fixed.push_back(Fixed(g, known, cut_.inputs[k]));
         branches_[b] = std::make_unique<SpecializingRunner>(std::move(branch), std::move(fixed), shared);
       }
     }
@@ -465,7 +596,7 @@ class SegmentedRunner final : public GraphRunner {
     } else {
       std::vector<const Tensor*> cut_inputs;
       for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
-      made = RunDataDependentOp(cut_, opset_, cut_inputs);
+      made = IsDataDependentOp(cut_) ? RunDataDependentOp(cut_, opset_, cut_inputs) : RunOnHost(cut_, opset_, cut_inputs);
     }
     if (profile && cut_.op_type != "If" && cut_.op_type != "Loop")
       profile->push_back({cut_.name, cut_.op_type, "DataDependentOnHost",
@@ -549,7 +680,8 @@ class SegmentedRunner final : public GraphRunner {
                                                        " and leaves it as " + DTypeName(out[1 + k].dtype()) +
                                                        " (a loop-carried value keeps one type)");
       cond = ConditionValue(cut_, out[0], "the body's condition");
-      for (size_t k = 0; k < carried_; ++k) carried[k] = std::move(out[1 + k]);
+      for (size_t k = 0; k < carried_; ++k)
+        if (!passed_on_[k]) carried[k] = std::move(out[1 + k]);
       for (size_t k = 0; k < scans; ++k) scanned[k].push_back(std::move(out[1 + carried_ + k]));
     }
     std::vector<Tensor> made = std::move(carried);
@@ -594,6 +726,7 @@ class SegmentedRunner final : public GraphRunner {
   std::unique_ptr<GraphRunner> branches_[2];  // a cut If: then, else
   std::unique_ptr<GraphRunner> body_;         // a cut Loop
   size_t carried_ = 0;                        // a cut Loop's carried values
+  std::vector<char> passed_on_;               // per carried value: the body passes it on unchanged
   int64_t body_nodes_ = 1;                    // its body's nodes, nested loops unrolled (UnrolledNodes)
   std::vector<ValueInfo> body_outputs_;       // declared: for a scan output of zero iterations
   std::vector<int> prefix_inputs_, prefix_outputs_, tail_inputs_, tail_outputs_;
@@ -604,26 +737,40 @@ class SegmentedRunner final : public GraphRunner {
 bool HasDataDependentOps(const Graph& graph) { return HoldsCut(graph); }
 
 namespace {
+// Each cut nests one runner in the next and copies the graph's value table: bound both (torchvision's SSDlite has 181
+// cuts in 5,000 values), so a hostile model cannot buy unbounded recursion or memory.
+void CheckCuts(const Graph& graph) {
+  const int64_t cuts = CountCuts(graph);
+  if (cuts > kMaxCuts || cuts * graph.num_values() > kMaxCutValues)
+    throw Error(ErrorCode::kUnsupported,
+                graph.name + ": " + std::to_string(cuts) + " data-dependent ops (NonZero, NonMaxSuppression, Ifs "
+                "whose branches give different shapes, ...) in a graph of " + std::to_string(graph.num_values()) +
+                " values: more than osprey cuts a model at (" + std::to_string(kMaxCuts) + " cuts, " +
+                std::to_string(kMaxCutValues) + " cuts x values)");
+}
+
 std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared) {
   return std::make_unique<SegmentedRunner>(graph, shared);
+}
+
+SharedPtr MakeShared(size_t plan_cache_capacity, WeightStore* weights, std::shared_ptr<MemoryAccount> account) {
+  auto shared = std::make_shared<Shared>();
+  shared->capacity = plan_cache_capacity;
+  shared->weights = weights;
+  shared->account = std::move(account);
+  return shared;
 }
 }  // namespace
 
 std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan_cache_capacity, WeightStore* weights,
                                                  std::shared_ptr<MemoryAccount> account) {
-  // Each cut nests one runner in the next and copies the graph's value table: bound both (torchvision's SSDlite has
-  // 181 cuts in 5,000 values), so a hostile model cannot buy unbounded recursion or memory.
-  const int64_t cuts = CountCuts(graph);
-  if (cuts > kMaxCuts || cuts * graph.num_values() > kMaxCutValues)
-    throw Error(ErrorCode::kUnsupported,
-                graph.name + ": " + std::to_string(cuts) + " data-dependent ops (NonZero, NonMaxSuppression, ...) in a "
-                "graph of " + std::to_string(graph.num_values()) + " values: more than osprey cuts a model at (" +
-                std::to_string(kMaxCuts) + " cuts, " + std::to_string(kMaxCutValues) + " cuts x values)");
-  auto shared = std::make_shared<Shared>();
-  shared->capacity = plan_cache_capacity;
-  shared->weights = weights;
-  shared->account = std::move(account);
-  return MakeCutRunner(graph, shared);
+  CheckCuts(graph);
+  return MakeCutRunner(graph, MakeShared(plan_cache_capacity, weights, std::move(account)));
+}
+
+std::unique_ptr<GraphRunner> MakeRunnerInsteadOf(const Graph& graph, const Error& e, size_t plan_cache_capacity,
+                                                 WeightStore* weights, std::shared_ptr<MemoryAccount> account) {
+  return InsteadOf(graph, e, MakeShared(plan_cache_capacity, weights, std::move(account)));
 }
 
 }  // namespace osprey

