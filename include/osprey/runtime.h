@@ -234,8 +234,8 @@ class Model {
   Model& operator=(const Model&) = delete;
   const Graph& graph() const { return graph_; }
   const std::string& fingerprint() const { return fingerprint_; }
-  /// Runs with named inputs. Checks names, dtypes, ranks and fixed dims, binds symbolic dims, and says what is wrong
-  /// (kInvalidArgument) when they don't fit. Returns named outputs in graph order.
+  /// Runs with named inputs. Checks names, dtypes, ranks and fixed dims (symbolic dims are free, as ONNX Runtime
+  /// reads them) and says what is wrong (kInvalidArgument) when they don't fit. Returns named outputs in graph order.
   std::vector<std::pair<std::string, Tensor>> Run(const std::map<std::string, Tensor>& inputs,
                                                   std::vector<OpProfile>* profile = nullptr);
   /// The plan for these inputs (compiling on a cache miss), after the same checks as Run. For a model with

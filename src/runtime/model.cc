@@ -166,8 +166,10 @@ std::vector<Tensor> Model::OrderedInputs(const std::map<std::string, Tensor>& in
       throw Error(ErrorCode::kInvalidArgument,
                   "unknown input '" + name + "'; the model's inputs are: " + expected_names());
   }
+  // A symbolic dim's name is a hint, as ONNX Runtime reads it: inputs whose dims share a name may differ there (a
+  // PyTorch export names unrelated dims of two inputs both 'width': LORE's table processor); ops that need them equal
+  // say so when compiled.
   std::vector<Tensor> ordered;
-  std::map<std::string, int64_t> bound;  // symbolic dim -> size
   for (const ValueInfo& vi : graph_.input_infos) {
     auto it = inputs.find(vi.name);
     if (it == inputs.end())
@@ -190,14 +192,6 @@ std::vector<Tensor> Model::OrderedInputs(const std::map<std::string, Tensor>& in
           throw Error(ErrorCode::kInvalidArgument, what + ": dim " + std::to_string(d) + " must be " +
                                                        std::to_string(dim.value) + " (expected shape " +
                                                        vi.ShapeString() + "), got " + ShapeToString(t.shape()));
-        if (dim.value < 0 && !dim.symbol.empty() && dim.symbol != "?") {
-          auto [b, inserted] = bound.emplace(dim.symbol, t.shape()[d]);
-          if (!inserted && b->second != t.shape()[d])
-            throw Error(ErrorCode::kInvalidArgument, what + ": dim " + std::to_string(d) + " ('" + dim.symbol +
-                                                         "') is " + std::to_string(t.shape()[d]) +
-                                                         " but another input bound it to " +
-                                                         std::to_string(b->second));
-        }
       }
     }
     if (!t.defined() || (t.numel() > 0 && t.raw() == nullptr))
