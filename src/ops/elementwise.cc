@@ -244,7 +244,7 @@ void RegisterElementwiseOps(OpRegistry& r) {
     AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, false), kBroadcastTransparent);
   AddSchema(r, "Mod", 2, 2, BinaryInfer(kNumeric, false, CheckModAttrs));
   AddSchema(r, "Pow", 2, 2, InferPow, kBroadcastTransparent);
-  AddSchema(r, "PRelu", 2, 2, InferPRelu);
+  AddSchema(r, "PRelu", 2, 2, InferPRelu, kBroadcastTransparent);
   AddSchema(r, "BitShift", 2, 2, BinaryInfer(Bit(DType::kU8), false, CheckBitShiftAttrs));
   AddSchema(r, "Equal", 2, 2, BinaryInfer(kNumeric | kBool, true));
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})

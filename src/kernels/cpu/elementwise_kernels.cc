@@ -1,5 +1,5 @@
 // Fast float32 elementwise kernels: unary activations and maths (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid,
-// HardSwish, Gelu, Erf, Exp, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div with numpy broadcasting.
+// HardSwish, Gelu, Erf, Exp, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div/PRelu with numpy broadcasting.
 //
 // One generic path driven by op traits: each op is a small inlined functor (its formula identical to the reference
 // kernel's, or a vector_math.h approximation for the transcendental ones), and the row loops are templates over the
@@ -45,7 +45,7 @@ enum class UnaryOp {
   kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kErf, kExp, kNeg, kAbs,
   kSqrt, kReciprocal, kRound, kFakeQuantize
 };
-enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu };
 
 struct UnaryParams {
   UnaryOp op = UnaryOp::kRelu;
@@ -89,6 +89,7 @@ constexpr BinaryTraits kBinary[] = {
     {"Sub", BinaryOp::kSub, "SubF32Fast"},
     {"Mul", BinaryOp::kMul, "MulF32Fast"},
     {"Div", BinaryOp::kDiv, "DivF32Fast"},
+    {"PRelu", BinaryOp::kPRelu, "PReluF32Fast"},  // the slope broadcasts to X (the schema checks it)
 };
 
 // The functors. Formulas follow kernels/reference/elementwise.cc expression for expression (NaN handling included);
@@ -171,6 +172,9 @@ struct Mul {
 struct Div {
   [[gnu::always_inline]] float operator()(float a, float b) const { return a / b; }
 };
+struct PRelu {  // x where !(x < 0) (NaN and -0 kept), else x * slope
+  [[gnu::always_inline]] float operator()(float x, float slope) const { return x < 0 ? x * slope : x; }
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Row loops.
@@ -244,6 +248,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRow(Bina
     case BinaryOp::kSub: return BinaryRowOf(a, sa, b, sb, y, n, Sub{});
     case BinaryOp::kMul: return BinaryRowOf(a, sa, b, sb, y, n, Mul{});
     case BinaryOp::kDiv: return BinaryRowOf(a, sa, b, sb, y, n, Div{});
+    case BinaryOp::kPRelu: return BinaryRowOf(a, sa, b, sb, y, n, PRelu{});
   }
 }
 

@@ -159,8 +159,15 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
       {{1, 1, 1, 1}, {1, 1, 1, 1}},        // one element
       {{0, 3}, {3}},                       // empty
   };
-  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"}) {
     for (const Case& c : cases) {
+      // PRelu's slope broadcasts to X, never the other way (MediaPipe's and MTCNN's per-channel slopes).
+      bool slope_fits = c.b.size() <= c.a.size();
+      for (size_t j = 0; slope_fits && j < c.b.size(); ++j) {
+        const int64_t d = c.b[c.b.size() - 1 - j];
+        slope_fits = d == 1 || d == c.a[c.a.size() - 1 - j];
+      }
+      if (std::string(op) == "PRelu" && !slope_fits) continue;
       SCOPED_TRACE(std::string(op) + " " + ShapeToString(c.a) + " and " + ShapeToString(c.b));
       Tensor a = RandomTensor(c.a, 4, -2.f, 2.f), b = RandomTensor(c.b, 5, 0.5f, 2.f);
       for (bool constant_b : {false, true})
@@ -173,7 +180,7 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
 TEST(ElementwiseF32, DivisionByZeroAndSpecialValues) {
   Tensor a = UnaryInput({64}, 6, -2.f, 2.f);
   Tensor b = UnaryInput({64}, 7, -2.f, 2.f);
-  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"})
     ExpectMatches(MakeNode(op, 2, 1), {a, b}, {false, false}, std::string(op) + "F32Fast", true);
 }
 
