@@ -150,11 +150,11 @@ void CheckCuts(const Graph& graph);
 // node, whose shapes are inferred from the values and whose reference kernel runs (RunOnHost). Null for other
 // errors, or when no such node is left to cut at (the error then stands); kUnsupported beyond the bound on cuts.
 std::unique_ptr<GraphRunner> InsteadOf(const Graph& graph, const Error& e, const SharedPtr& shared) {
+  const auto* differ = dynamic_cast<const IfShapesDiffer*>(&e);
+  const auto* unknown = dynamic_cast<const ValueNotKnown*>(&e);
+  if (!differ && !unknown) return nullptr;
   Graph g = graph;
-  int marked = 0;
-  if (const auto* differ = dynamic_cast<const IfShapesDiffer*>(&e)) marked = MarkOnHost(&g, differ->node_name(), "If");
-  if (const auto* unknown = dynamic_cast<const ValueNotKnown*>(&e)) marked = MarkOnHost(&g, unknown->node_name(), "");
-  if (marked == 0) return nullptr;
+  if (MarkOnHost(&g, differ ? differ->node_name() : unknown->node_name(), differ ? "If" : "") == 0) return nullptr;
   CheckCuts(g);
   return MakeCutRunner(g, shared);
 }
