@@ -13,6 +13,7 @@
 
 #include "ops/op_registry.h"
 #include "osprey/runtime.h"
+#include "runtime/promote_half.h"
 #include "runtime/segments.h"
 
 namespace osprey {
@@ -92,6 +93,7 @@ Model::Model(Graph graph, ModelOptions options)
       weight_store_(options_.weight_store ? options_.weight_store : std::make_shared<WeightStore>()),
       account_(std::make_shared<MemoryAccount>("model:" + graph_.name)),
       plan_cache_(options_.plan_cache_capacity) {
+  PromoteHalfFloats(graph_);  // float16 / bfloat16 models computed in float32 (runtime/promote_half.h)
   graph_.Validate();
   ValidateOps(graph_);
   // Each weight's bytes are read once: their digest keys the weight in the store and stands for the bytes in the
