@@ -13,6 +13,7 @@ namespace osprey {
 namespace {
 
 constexpr int64_t kOnnxFloat = 1, kOnnxFloat16 = 10, kOnnxBFloat16 = 16;  // TensorProto.DataType
+constexpr const char* kHalfIoAttr = "_half_io";  // on the Casts this pass puts at the graph's inputs and outputs
 
 bool IsHalf(DType d) { return d == DType::kF16 || d == DType::kBF16; }
 
@@ -66,6 +67,8 @@ bool PromoteInside(Graph& g, bool subgraph) {
 }  // namespace
 
 bool PromoteHalfFloats(Graph& g) {
+  for (const Node& n : g.nodes)
+    if (n.attrs.count(kHalfIoAttr)) return false;  // promoted before: its casts back must stay half
   bool changed = PromoteInside(g, false);
   std::vector<Node> casts_in;
   std::unordered_map<int, int> promoted;  // half graph input -> its float32 copy
@@ -79,6 +82,7 @@ bool PromoteHalfFloats(Graph& g) {
     cast.inputs = {x};
     cast.outputs = {f};
     cast.attrs["to"] = Attribute::Int(kOnnxFloat);
+    cast.attrs[kHalfIoAttr] = Attribute::Int(1);
     casts_in.push_back(std::move(cast));
     promoted[x] = f;
   }
@@ -105,6 +109,7 @@ bool PromoteHalfFloats(Graph& g) {
     cast.inputs = {y};
     cast.outputs = {h};
     cast.attrs["to"] = Attribute::Int(info.dtype == DType::kF16 ? kOnnxFloat16 : kOnnxBFloat16);
+    cast.attrs[kHalfIoAttr] = Attribute::Int(1);
     casts_out.push_back(std::move(cast));
     cast_back[y] = h;
     g.outputs[k] = h;
