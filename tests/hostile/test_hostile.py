@@ -470,16 +470,18 @@ def hostile_new_op_models(root: Path) -> dict:
     paths = {}
     # 30 nested Ifs (as deep as the onnx package can write): past osprey's nesting limit, refused by name.
     paths["if_nested_30"] = save(root / "if_nested_30", nested_if(30), opset=13)
-    # An If whose condition depends on the input and whose branches give different shapes (osprey runs the branch
-    # the condition picks, from plans of fixed shapes): refused by name, with the reason.
+    # An Expand to a shape computed from the input's value (runs on the host between parts, runtime/segments.h): a
+    # few bytes of data asking for terabytes, refused by name before anything is allocated.
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "b", [], [out])
-    else_branch = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["y"], axis=0)], "e", [], [out])
-    nodes = [helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array([0], np.float32), "z")),
-             helper.make_node("Greater", ["x", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], name="data_if", then_branch=then_branch, else_branch=else_branch)]
-    paths["if_on_data"] = save(root / "if_on_data", helper.make_graph(nodes, "g", [x], [out]), opset=13)
+    nodes = [helper.make_node("Abs", ["x"], ["a"]),
+             helper.make_node("Add", ["a", "one"], ["a1"]),
+             helper.make_node("Mul", ["a1", "tera"], ["n"]),
+             helper.make_node("Cast", ["n"], ["shape"], to=TensorProto.INT64),
+             helper.make_node("Expand", ["x", "shape"], ["y"], name="data_expand")]
+    paths["expand_on_data"] = save(root / "expand_on_data", helper.make_graph(
+        nodes, "g", [x], [out], [numpy_helper.from_array(np.array([1], np.float32), "one"),
+                                 numpy_helper.from_array(np.array([1e12], np.float32), "tera")]), opset=13)
     # hidden_size attribute that disagrees with W and R (2^40), negative, and zero.
     for name, h in (("lstm_hidden_2_40", 1 << 40), ("lstm_hidden_negative", -4), ("gru_hidden_zero", 0)):
         op = "GRU" if name.startswith("gru") else "LSTM"
@@ -515,5 +517,5 @@ def test_hostile_models_with_new_ops(osprey_bin, tmp_path):
         assert r.returncode in (0, 1), (name, r.returncode, r.stderr[-2000:])  # a signal or abort is a crash
         assert r.returncode == 1, (name, r.stdout[-500:])
         assert "osprey: error:" in r.stderr and "bad_alloc" not in r.stderr, (name, r.stderr)
-    r = run("run", tmp_path / "if_on_data" / "model.onnx", "--random-inputs", "--output-dir", tmp_path / "o2")
-    assert "data_if" in r.stderr, r.stderr
+    r = run("run", tmp_path / "expand_on_data" / "model.onnx", "--random-inputs", "--output-dir", tmp_path / "o2")
+    assert "data_expand" in r.stderr and "bytes of output" in r.stderr, r.stderr
