@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export Keras applications to ONNX with tf2onnx: the TensorFlow-exported model set of issue 11.
 
-Usage: .venv-tf/bin/python tools/export_keras.py [--models a,b,...] [--opsets 13,17] [--out DIR] [--force]
+Usage: .venv-tf/bin/python tools/export_keras.py [--models a,b,...] [--opsets 13,17] [--int8] [--out DIR] [--force]
 
 Needs a venv with TensorFlow and tf2onnx (`python3 -m venv .venv-tf && .venv-tf/bin/pip install tensorflow-cpu tf2onnx
 onnxruntime`). Each model is built with `weights=None` (this machine reaches no weight download) and a fixed seed,
@@ -11,6 +11,11 @@ bring: Transposes around convolutions, explicit Pads for "same" padding with str
 Clip, Sigmoid/HardSwish, Erf GELU. Written to DIR/<name>.opset<k>.onnx (DIR: $OSPREY_MODEL_CACHE/../keras, default
 ~/.cache/osprey/keras) and skipped when present. With onnxruntime installed, each export is checked against Keras's
 own output on one random batch.
+
+`--int8`: the other way TensorFlow models reach ONNX quantised: each model (logits, no softmax) through TFLite's
+full-integer quantisation (TFLiteConverter, Optimize.DEFAULT, TFLITE_BUILTINS_INT8, 8 random calibration images in
+[-1, 1]; per-channel int8 weights, int8 activations with zero points) and then tf2onnx --tflite (opset 17, QDQ form:
+QuantizeLinear / DequantizeLinear around float ops), batch 1. Written to DIR/<name>.int8.onnx.
 """
 
 import argparse
@@ -51,6 +56,45 @@ def default_dir():
 
 def model_path(out_dir, name, opset):
     return Path(out_dir) / f"{name}.opset{opset}.onnx"
+
+
+def int8_path(out_dir, name):
+    return Path(out_dir) / f"{name}.int8.onnx"
+
+
+def export_int8(name, out_dir, force=False):
+    path = int8_path(out_dir, name)
+    if path.exists() and not force:
+        return path
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import subprocess
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+    ctor, size = MODELS[name]
+    keras.utils.set_random_seed(SEED)
+    model = getattr(keras.applications, ctor)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+
+    def calibration():
+        rng = np.random.default_rng(0)
+        for _ in range(8):
+            yield [rng.uniform(-1, 1, (1, size, size, 3)).astype(np.float32)]
+
+    start = time.perf_counter()
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = calibration
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tflite = path.with_suffix(".tflite")
+    tflite.write_bytes(converter.convert())
+    tmp = path.with_suffix(".tmp")
+    subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--tflite", str(tflite), "--output", str(tmp), "--opset",
+                    "17"], check=True, capture_output=True)
+    os.replace(tmp, path)
+    print(f"{path}: exported in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return path
 
 
 def export(name, opset, out_dir, force=False):
@@ -104,11 +148,15 @@ def main():
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma list of " + ",".join(MODELS))
     parser.add_argument("--opsets", default="13")
     parser.add_argument("--out", default=str(default_dir()))
+    parser.add_argument("--int8", action="store_true", help="full-integer TFLite through tf2onnx --tflite instead")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
     for name in [m for m in args.models.split(",") if m]:
         if name not in MODELS:
             parser.error(f"unknown model {name}")
+        if args.int8:
+            print(export_int8(name, args.out, args.force))
+            continue
         for opset in [int(o) for o in args.opsets.split(",") if o]:
             print(export(name, opset, args.out, args.force))
 
