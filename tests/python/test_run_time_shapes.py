@@ -122,3 +122,20 @@ def test_shapes_from_integer_inputs_match_onnxruntime_and_stay_bounded(tmp_path)
         model.run(hostile)
     got = dict(model.run({"x": x, "k": np.array([4], np.int64), "shape": np.array([2, 10], np.int64)}))
     np.testing.assert_array_equal(got["y"], x[:, :4] * 2)  # the model still runs after the refusal
+
+
+def test_run_time_shapes_from_several_threads(tmp_path):
+    # The first runs switch the model to parts (Model::SegmentsInsteadOf, PlainRunner's instead_) while other
+    # threads run it: every result must still be ONNX Runtime's.
+    from concurrent.futures import ThreadPoolExecutor
+    path = decoder(tmp_path / "decoder.onnx", threshold=2.2)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = osprey.load_onnx(str(path), threads=1)
+    rng = np.random.default_rng(5)
+    feats = [rng.standard_normal((1, STEPS, 4)).astype(np.float32) for _ in range(24)]
+    wants = [session.run(None, {"feat": f}) for f in feats]
+    with ThreadPoolExecutor(4) as pool:
+        gots = list(pool.map(lambda f: dict(model.run({"feat": f})), feats))
+    for got, (want_y, want_steps) in zip(gots, wants):
+        assert int(got["step_f"]) == int(want_steps)
+        np.testing.assert_allclose(got["y"], want_y, rtol=1e-5, atol=1e-6)
