@@ -167,14 +167,12 @@ class PlainRunner final : public GraphRunner {
       : graph_(std::move(graph)), cache_(shared->capacity), shared_(std::move(shared)) {}
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
-    return Either(
-        [&] { return Compiled(inputs, options)->Run(inputs, profile); },
-        [&](GraphRunner& instead) { return instead.Run(inputs, options, profile); });
+    return Either([&] { return Compiled(inputs, options)->Run(inputs, profile); },
+                  [&](GraphRunner& instead) { return instead.Run(inputs, options, profile); });
   }
   std::shared_ptr<const Plan> FirstPlan(const std::vector<Tensor>& inputs, const CompileOptions& options) override {
-    return Either(
-        [&] { return Compiled(inputs, options); },
-        [&](GraphRunner& instead) { return instead.FirstPlan(inputs, options); });
+    return Either([&] { return Compiled(inputs, options); },
+                  [&](GraphRunner& instead) { return instead.FirstPlan(inputs, options); });
   }
   void ForEachCache(const std::function<void(PlanCache&)>& f) override {
     f(cache_);
@@ -596,7 +594,8 @@ class SegmentedRunner final : public GraphRunner {
     } else {
       std::vector<const Tensor*> cut_inputs;
       for (int v : cut_.inputs) cut_inputs.push_back(v >= 0 ? &get(v) : nullptr);
-      made = IsDataDependentOp(cut_) ? RunDataDependentOp(cut_, opset_, cut_inputs) : RunOnHost(cut_, opset_, cut_inputs);
+      made =
+          IsDataDependentOp(cut_) ? RunDataDependentOp(cut_, opset_, cut_inputs) : RunOnHost(cut_, opset_, cut_inputs);
     }
     if (profile && cut_.op_type != "If" && cut_.op_type != "Loop")
       profile->push_back({cut_.name, cut_.op_type, "DataDependentOnHost",
@@ -742,11 +741,12 @@ namespace {
 void CheckCuts(const Graph& graph) {
   const int64_t cuts = CountCuts(graph);
   if (cuts > kMaxCuts || cuts * graph.num_values() > kMaxCutValues)
-    throw Error(ErrorCode::kUnsupported,
-                graph.name + ": " + std::to_string(cuts) + " data-dependent ops (NonZero, NonMaxSuppression, Ifs "
-                "whose branches give different shapes, ...) in a graph of " + std::to_string(graph.num_values()) +
-                " values: more than osprey cuts a model at (" + std::to_string(kMaxCuts) + " cuts, " +
-                std::to_string(kMaxCutValues) + " cuts x values)");
+    throw Error(ErrorCode::kUnsupported, graph.name + ": " + std::to_string(cuts) +
+                                             " data-dependent ops (NonZero, NonMaxSuppression, Ifs "
+                                             "whose branches give different shapes, ...) in a graph of " +
+                                             std::to_string(graph.num_values()) +
+                                             " values: more than osprey cuts a model at (" + std::to_string(kMaxCuts) +
+                                             " cuts, " + std::to_string(kMaxCutValues) + " cuts x values)");
 }
 
 std::unique_ptr<GraphRunner> MakeCutRunner(const Graph& graph, const SharedPtr& shared) {

@@ -89,7 +89,8 @@ constexpr BinaryTraits kBinary[] = {
     {"Sub", BinaryOp::kSub, "SubF32Fast"},
     {"Mul", BinaryOp::kMul, "MulF32Fast"},
     {"Div", BinaryOp::kDiv, "DivF32Fast"},
-    {"PRelu", BinaryOp::kPRelu, "PReluF32Fast"},  // the slope broadcasts to X (the schema checks it)
+    // The slope broadcasts to X (the schema checks it).
+    {"PRelu", BinaryOp::kPRelu, "PReluF32Fast"},
 };
 
 // The functors. Formulas follow kernels/reference/elementwise.cc expression for expression (NaN handling included);

@@ -1,10 +1,11 @@
 // Half-precision models computed in float32 (runtime/promote_half.h): the graph's half inputs and declared half
 // outputs keep their types and names; an output given twice is cast once; a half input given back is itself; an
 // undeclared output comes back as float32. Values checked by hand.
+#include "runtime/promote_half.h"
+
 #include <gtest/gtest.h>
 
 #include "osprey/runtime.h"
-#include "runtime/promote_half.h"
 
 namespace osprey {
 namespace {
@@ -81,8 +82,9 @@ TEST(PromoteHalf, AttributesAndSubgraphs) {
                    {{"value", Attribute::TensorValue(Half({1}, {0.25f}))}});
   b.Output(b.Op("Add", {h, fill}), "y");
   auto cond = b.Constant(Tensor::Scalar<bool>(true));
-  b.Output(b.Op("If", {cond}, {{"then_branch", Attribute::GraphValue(branch)},
-                               {"else_branch", Attribute::GraphValue(branch)}}), "k");
+  b.Output(b.Op("If", {cond},
+                {{"then_branch", Attribute::GraphValue(branch)}, {"else_branch", Attribute::GraphValue(branch)}}),
+           "k");
   Graph g = b.Finish();
   ASSERT_TRUE(PromoteHalfFloats(g));
   for (const Node& n : g.nodes) {
