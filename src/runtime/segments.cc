@@ -155,6 +155,7 @@ std::unique_ptr<GraphRunner> InsteadOf(const Graph& graph, const Error& e, const
   if (!differ && !unknown) return nullptr;
   Graph g = graph;
   if (MarkOnHost(&g, differ ? differ->node_name() : unknown->node_name(), differ ? "If" : "") == 0) return nullptr;
+  if (!HoldsCut(g)) return nullptr;  // marked where no cut is made (a Scan body): the error stands
   CheckCuts(g);
   return MakeCutRunner(g, shared);
 }
