@@ -111,6 +111,7 @@ struct Shared {
   WeightStore* weights = nullptr;
   std::shared_ptr<MemoryAccount> account;
   std::atomic<int64_t> specialized{0};
+  std::atomic<int64_t> instead{0};  // parts alive that run cut where a compile failed (PlainRunner::Either)
 };
 using SharedPtr = std::shared_ptr<Shared>;
 constexpr int64_t kMaxSpecialized = 256;  // specialised runners alive per model
@@ -166,6 +167,9 @@ class PlainRunner final : public GraphRunner {
  public:
   PlainRunner(Graph graph, SharedPtr shared)
       : graph_(std::move(graph)), cache_(shared->capacity), shared_(std::move(shared)) {}
+  ~PlainRunner() override {
+    if (instead_) --shared_->instead;
+  }
   std::vector<Tensor> Run(const std::vector<Tensor>& inputs, const CompileOptions& options,
                           std::vector<OpProfile>* profile) override {
     return Either([&] { return Compiled(inputs, options)->Run(inputs, profile); },
@@ -189,7 +193,17 @@ class PlainRunner final : public GraphRunner {
         return whole();
       } catch (const Error& e) {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!instead_) instead_ = InsteadOf(graph_, e, shared_);
+        if (!instead_) {
+          // Each such cut nests the part after it in one more runner, compiled again: bounded per model as cuts
+          // made when loaded are (CheckCuts), so that a chain of thousands of data-shaped Slices cannot buy
+          // unbounded recursion or compile work.
+          const int64_t cuts = shared_->instead + 1;
+          if (cuts > kMaxCuts || cuts * graph_.num_values() > kMaxCutValues)
+            throw Error(ErrorCode::kUnsupported, std::string(e.what()) + "; osprey runs a model cut at such nodes, " +
+                                                     "at most " + std::to_string(kMaxCuts) + " of them");
+          instead_ = InsteadOf(graph_, e, shared_);
+          if (instead_) ++shared_->instead;
+        }
         if (!(instead = instead_)) throw;
       }
     }

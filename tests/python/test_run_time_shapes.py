@@ -153,3 +153,32 @@ def test_run_time_shapes_from_several_threads(tmp_path):
     for got, (want_y, want_steps) in zip(gots, wants):
         assert int(got["step_f"]) == int(want_steps)
         np.testing.assert_allclose(got["y"], want_y, rtol=1e-5, atol=1e-6)
+
+
+def slice_chain(path, n):
+    """n Slices in a chain, each to an end computed from the input's values: n cuts, each found when compiling."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=1),
+             helper.make_node("Cast", ["m"], ["k"], to=TensorProto.INT64)]
+    prev = "x"
+    for i in range(n):
+        nodes.append(helper.make_node("Slice", [prev, "zero", "k"], [f"y{i}"], name=f"s{i}"))
+        prev = f"y{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [50])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)],
+                              [_c("zero", np.array([0], np.int64))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_cuts_found_when_compiling_are_bounded(tmp_path):
+    x = np.arange(50, dtype=np.float32) / 2  # max 24.5: every Slice keeps the first 24
+    got = osprey.load_onnx(str(slice_chain(tmp_path / "chain300.onnx", 300)), threads=1).run({"x": x})
+    np.testing.assert_array_equal(list(got.values())[0], x[:24])
+    # Each cut nests the rest of the graph one level deeper and compiles it again: a hostile chain must not buy
+    # unbounded recursion or compile work.
+    model = osprey.load_onnx(str(slice_chain(tmp_path / "chain1100.onnx", 1100)), threads=1)
+    for _ in range(2):  # and the refusal stands on the next run too
+        with pytest.raises(osprey.Unsupported, match="at most 1024 of them"):
+            model.run({"x": x})
