@@ -4,8 +4,9 @@
 // 1280 x 1000). Here they are packed once into panels of 64 columns (K rows each, contiguous: oneDNN's aBdc64b on dims
 // {1, N, 1, K}, through PackWeight, so shared and counted like every packed weight) and both threads stream their
 // panels: 0.25 ms cold, 0.04 hot, against oneDNN's 0.36 and 0.056 (docs/performance.md, "Fifteenth session").
-// AVX-512 only; elsewhere, and for anything else (an activation, a second row, alpha or beta), oneDNN runs it.
-// OSPREY_GEMV=0 turns it off.
+// A fused activation (`_activation`: the small MLP heads of openWakeWord, Gemm + Relu) is applied to the row after.
+// AVX-512 only; elsewhere, and for anything else (a second row, alpha or beta), oneDNN runs it. OSPREY_GEMV=0 turns
+// it off.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "kernels/cpu/gemv_panel.h"
+#include "ops/activation.h"
 
 namespace osprey::cpu {
 namespace {
@@ -58,6 +60,8 @@ class GemvKernel final : public Kernel {
   // W(k, n) lies at n * n_stride + k * k_stride in input `weight_input` (a constant).
   bool Build(const KernelBuildContext& ctx, int weight_input, int64_t k_size, int64_t n_size, int64_t n_stride,
              int64_t k_stride, bool has_bias) {
+    if (!ctx.node.GetString("_activation", "").empty() && !Activation::FromFusedNode(ctx.node, &activation_))
+      return false;
     k_ = k_size;
     n_ = n_size;
     has_bias_ = has_bias;
@@ -83,6 +87,7 @@ class GemvKernel final : public Kernel {
     if (bias) std::copy(bias, bias + n_, y);
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
     for (int64_t p = 0; p < panels; ++p) GemvPanels(x, w, k_, n_, y, bias != nullptr, p, p + 1);
+    activation_.Apply(y, n_);
   }
 
  private:
@@ -90,6 +95,7 @@ class GemvKernel final : public Kernel {
   bool has_bias_ = false;
   int threads_ = 1;
   PackedWeight packed_;
+  Activation activation_;  // kNone unless fused
 };
 
 bool Float32Everywhere(const KernelBuildContext& ctx) {
@@ -137,7 +143,6 @@ std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2)
     return nullptr;
-  if (!node.GetString("_activation", "").empty()) return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];
   const bool third = ctx.present.size() > 2 && ctx.present[2];

@@ -188,6 +188,9 @@ TEST(Gemv, OneRowTimesAConstantMatrix) {
   ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {1, 129}, .name = "GemvF32"});
   ExpectGemm({.a = {1, 65}, .b = {129, 65}, .c = {129}, .trans_b = true, .name = "GemvF32"});
   ExpectGemm({.a = {1, 65}, .b = {129, 65}, .trans_b = true, .name = "GemvF32"});
+  // With a fused activation (openWakeWord's heads: Gemm + Relu), applied to the row after.
+  ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {129}, .activation = "Relu", .name = "GemvF32"});
+  ExpectGemm({.a = {1, 65}, .b = {129, 65}, .c = {129}, .trans_b = true, .activation = "Sigmoid", .name = "GemvF32"});
   for (bool bias : {true, false}) {
     Node conv = MakeNode("Conv", bias ? 3 : 2, 1, {});
     std::vector<Tensor> in{RandomTensor({1, 48, 1, 1}, 4), RandomTensor({100, 48, 1, 1}, 5)};
@@ -197,8 +200,7 @@ TEST(Gemv, OneRowTimesAConstantMatrix) {
 }
 
 TEST(Gemv, LeavesOtherCasesToOneDnn) {
-  // An activation, two rows, alpha, a run-time B, a padded Conv (3x3 output): not one row times a constant matrix.
-  ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {129}, .activation = "Relu"});
+  // Two rows, alpha, a run-time B, a padded Conv (3x3 output): not one row times a constant matrix.
   ExpectGemm({.a = {2, 64}, .b = {64, 129}, .c = {129}});
   ExpectGemm({.a = {1, 64}, .b = {64, 129}, .c = {129}, .alpha = 0.5f});
   ExpectMatMul({1, 37}, {37, 70}, false);
