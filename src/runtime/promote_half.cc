@@ -17,24 +17,12 @@ constexpr const char* kHalfIoAttr = "_half_io";  // on the Casts this pass puts 
 
 bool IsHalf(DType d) { return d == DType::kF16 || d == DType::kBF16; }
 
-Tensor ToFloat32(const Tensor& t) {
-  Tensor out(DType::kF32, t.shape());
-  const uint16_t* src = t.data<uint16_t>();
-  float* dst = out.data<float>();
-  const int64_t n = t.numel();
-  if (t.dtype() == DType::kF16)
-    for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
-  else
-    for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(src[i]);
-  return out;
-}
-
 // Everything but the graph's own inputs and outputs: constants, attributes, subgraphs, subgraphs' declared types.
 bool PromoteInside(Graph& g, bool subgraph) {
   bool changed = false;
   for (auto& [id, t] : g.constants)
     if (IsHalf(t.dtype())) {
-      t = ToFloat32(t);
+      t = CastTensor(t, DType::kF32);
       changed = true;
     }
   for (Node& n : g.nodes)
@@ -44,7 +32,7 @@ bool PromoteInside(Graph& g, bool subgraph) {
         attr.i = kOnnxFloat;
         changed = true;
       } else if (attr.kind == Attribute::Kind::kTensor && attr.t.defined() && IsHalf(attr.t.dtype())) {
-        attr.t = ToFloat32(attr.t);
+        attr.t = CastTensor(attr.t, DType::kF32);
         changed = true;
       } else if (attr.kind == Attribute::Kind::kGraph && attr.g) {
         auto copy = std::make_shared<Graph>(*attr.g);

@@ -182,3 +182,27 @@ def test_cuts_found_when_compiling_are_bounded(tmp_path):
     for _ in range(2):  # and the refusal stands on the next run too
         with pytest.raises(osprey.Unsupported, match="at most 1024 of them"):
             model.run({"x": x})
+
+
+def test_a_run_time_shape_in_a_scan_body_is_refused_by_name(tmp_path):
+    # A Scan body is unrolled when compiled and never cut: a Slice there whose end follows the data stays refused, by
+    # the node's name and the reason (not an internal error from a cut that cannot be made).
+    body = helper.make_graph(
+        [helper.make_node("Slice", ["data", "zero", "k"], ["part"], name="slice_to_k"),
+         helper.make_node("ReduceSum", ["part"], ["s"], keepdims=1),
+         helper.make_node("Add", ["acc", "s"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1]),
+                 helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])], [_c("zero", np.array([0], np.int64))])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["acc0", "ks"], ["acc_f"], body=body, num_scan_inputs=1)], "scan",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [10]),
+         helper.make_tensor_value_info("ks", TensorProto.INT64, [3, 1])],
+        [helper.make_tensor_value_info("acc_f", TensorProto.FLOAT, [1])], [_c("acc0", np.zeros(1, np.float32))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "scan.onnx"
+    path.write_bytes(model.SerializeToString())
+    m = osprey.load_onnx(str(path), threads=1)
+    with pytest.raises(osprey.Unsupported, match="slice_to_k.*input 2 must be known when the model is compiled"):
+        m.run({"data": np.arange(10, dtype=np.float32), "ks": np.array([[2], [5], [3]], np.int64)})
