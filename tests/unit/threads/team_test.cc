@@ -257,6 +257,36 @@ TEST(OmpTeam, ThreadsThatSleptAnswerTheNextRegion) {
   }
 }
 
+TEST(OmpTeam, AWorkerWokenAfterAnIdleGapRunsBesideThreadZeroWithItsMaskIntact) {
+  // After an idle gap the worker sleeps; waking it, thread 0 keeps its own CPU out of the worker's mask for the
+  // wake-up so the kernel places it elsewhere (team.cc, "Where a woken thread runs"); the worker then puts its mask
+  // back before it runs its part. On 2-vCPU VMs the worker landed on thread 0's CPU in most wakes without this.
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  if (CPU_COUNT(&mask) < 2) GTEST_SKIP() << "one CPU in this process's mask";
+  WithThreads with(2);
+  int apart = 0, masks_kept = 0;
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    int cpu[2] = {-1, -1};
+    cpu_set_t worker_mask;
+    CPU_ZERO(&worker_mask);
+#pragma omp parallel
+    {
+      const int t = omp_get_thread_num();
+      if (t == 1) sched_getaffinity(0, sizeof(worker_mask), &worker_mask);
+#pragma omp barrier
+      cpu[t] = sched_getcpu();  // after the barrier: the worker itself runs part 1 (no part taken over)
+    }
+    apart += cpu[0] != cpu[1];
+    masks_kept += CPU_EQUAL(&worker_mask, &mask);
+  }
+  EXPECT_EQ(masks_kept, kRounds);
+  EXPECT_GE(apart, kRounds * 6 / 10) << "the worker ran on thread 0's CPU in " << kRounds - apart << " of " << kRounds
+                                     << " regions after an idle gap";
+}
+
 TEST(OmpTeam, PartsOfThreadsNotStartedAreRunOnceByThreadZero) {
   // A caller and its pool on one CPU: when thread 0 ends its (tiny) part, the worker has mostly not run yet, and
   // thread 0 runs the worker's part as thread 1 (team.cc, "Parts taken over"). Every part must still run exactly
