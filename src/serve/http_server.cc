@@ -37,6 +37,11 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// A connection's read buffer: what a request header needs, and up to 64 KiB (Beast's largest read) while a body is
+// read; an idle connection shrinks back to the first.
+constexpr size_t kHeaderReadBytes = 4096;
+constexpr size_t kBodyReadBytes = 64 * 1024;
+
 std::string JsonError(const std::string& message) {
   std::string out = "{\"error\": \"";
   for (char c : message) {
@@ -108,6 +113,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadHeader() {
     if (server_->stopping) return Close();
     parser_.emplace();
+    if (buffer_.size() == 0 && buffer_.capacity() > kHeaderReadBytes) buffer_.shrink_to_fit();  // idle: give it back
     parser_->header_limit(64 * 1024);
     parser_->body_limit(static_cast<uint64_t>(std::max<int64_t>(0, server_->options.max_body_bytes)));
     idle_ = buffer_.size() == 0;
@@ -154,6 +160,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadBody() {
+    // Beast reads as much as the buffer has room for, at least 512 bytes: a buffer of the header's size read a 600 KB
+    // tensor 512 bytes a system call (1,200 calls, 4.5 ms; the model ran in 3.3).
+    if (parser_->content_length().value_or(kBodyReadBytes) > kHeaderReadBytes) buffer_.reserve(kBodyReadBytes);
     stream_.expires_after(server_->Timeout());
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnBody, shared_from_this()));
   }

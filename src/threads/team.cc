@@ -99,53 +99,43 @@ void FutexWakeAll(std::atomic<uint32_t>& word) {
 
 // What OSPREY_OMP_DEBUG=1 prints at exit.
 struct Stats {
-  std::atomic<long> regions{0}, sleeps{0}, contended{0}, taken_over{0}, moved{0};
+  std::atomic<long> regions{0}, sleeps{0}, contended{0}, taken_over{0}, steered{0};
   ~Stats() {
     const char* d = std::getenv("OSPREY_OMP_DEBUG");
     if (d && d[0] == '1' && regions.load() + sleeps.load() > 0)
       std::fprintf(stderr,
                    "osprey: openmp: %ld regions, %ld waits ended asleep, %ld times the CPU was lost, %ld threads' "
-                   "parts run by another thread of the team, %ld woken threads moved off their waker's CPU\n",
-                   regions.load(), sleeps.load(), contended.load(), taken_over.load(), moved.load());
+                   "parts run by another thread of the team, %ld sleeping workers woken off the waker's CPU\n",
+                   regions.load(), sleeps.load(), contended.load(), taken_over.load(), steered.load());
   }
 } stats;
 
-// Where a woken thread runs. A thread woken from a futex while its waker runs is often placed on the waker's CPU
+// Where a woken worker runs. A thread woken from a futex while its waker runs is often placed on the waker's CPU
 // although another is idle (seen on 2-vCPU VMs after an idle gap of 20 ms or more: a halted vCPU counts as
 // preempted, not idle, so the scheduler's idle search passes it over). The two threads of a team then share one CPU
 // until the scheduler parts them, milliseconds later: thread 0 takes over the worker's parts, every region runs on
 // one thread, and a request after an idle gap took twice as long (MobileNetV2 3.3 -> 7.0 ms; docs/performance.md,
-// "Twenty-eighth session"). So a waker that wakes a worker asleep on its start signal first leaves its own CPU out
+// "Twenty-eighth session"). So a thread that wakes a worker asleep on its start signal first leaves its own CPU out
 // of the worker's affinity mask (the kernel then places it elsewhere), and the worker puts its mask back as soon as
-// it runs; a thread woken on another signal (a barrier, the end of a region) that finds itself on its waker's CPU
-// moves off it the same way. Only the waker's CPU is ever left out, so a user's mask (taskset, cpusets) is kept; a
-// mask of one CPU, or one without that CPU, is left alone.
-
-// `mask` without `cpu`, into `others`; false when that leaves nothing to gain (`cpu` not in `mask`, or alone).
-bool MaskWithout(const cpu_set_t& mask, int cpu, cpu_set_t* others) {
-  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2) return false;
-  *others = mask;
-  CPU_CLR(cpu, others);
-  return true;
-}
-
-// Moves the calling thread off CPU `cpu`: its mask without `cpu` for a moment (the kernel migrates it at once), then
-// the mask as it was (the thread stays where it now is).
-void MoveOffCpu(int cpu) {
-  cpu_set_t mask, others;
-  if (sched_getaffinity(0, sizeof(mask), &mask) != 0 || !MaskWithout(mask, cpu, &others)) return;
-  if (sched_setaffinity(0, sizeof(others), &others) != 0) return;
-  sched_setaffinity(0, sizeof(mask), &mask);
-  stats.moved.fetch_add(1, std::memory_order_relaxed);
+// it runs. Not while the process's waits are short because its threads lost their CPUs (Policy): the other CPUs
+// are busy then, and a worker placed behind a CPU-bound process waits for its time slice (ResNet-50 beside two
+// such processes: 63 -> 95 ms when every wake was steered). Only the waker's CPU is ever left out, so a user's mask
+// (taskset, cpusets) is kept; a mask of one CPU, or one without that CPU, is left alone. OSPREY_OMP_STEER=0 turns
+// it off (comparisons).
+bool NoSteer() {
+  static const bool off = [] {
+    const char* v = std::getenv("OSPREY_OMP_STEER");
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  return off;
 }
 
 // A word that waiters watch for a change, and the count of those asleep on it.
 struct Signal {
   std::atomic<uint32_t> word{0};
   std::atomic<int> sleepers{0};
-  std::atomic<int> waker_cpu{-1};  // the CPU of the last Publish() that woke sleepers
   // When one thread only ever waits here (a worker's start signal): its thread id, and the mask a waker took from it
-  // (see "Where a woken thread runs").
+  // (see "Where a woken worker runs").
   std::atomic<pid_t> owner{0};
   std::atomic<bool> owner_steered{false};
   cpu_set_t owner_mask{};
@@ -155,20 +145,24 @@ struct Signal {
   // One publisher at a time.
   void Publish() {
     const bool wake = sleepers.load(std::memory_order_seq_cst) > 0;
-    if (wake) {
-      const int cpu = sched_getcpu();
-      waker_cpu.store(cpu, std::memory_order_relaxed);
-      if (const pid_t tid = owner.load(std::memory_order_relaxed); tid != 0 && !owner_steered.load()) {
-        cpu_set_t others;
-        if (sched_getaffinity(tid, sizeof(owner_mask), &owner_mask) == 0 && MaskWithout(owner_mask, cpu, &others) &&
-            sched_setaffinity(tid, sizeof(others), &others) == 0) {
-          owner_steered.store(true, std::memory_order_seq_cst);  // before the word changes: the owner reads it after
-          stats.moved.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-    }
+    if (wake) SteerOwner();
     word.fetch_add(1, std::memory_order_seq_cst);
     if (wake || sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(word);
+  }
+  // Before the owner, asleep, is woken: its mask without this CPU, unless there is no other to go to.
+  void SteerOwner() {
+    const pid_t tid = owner.load(std::memory_order_relaxed);
+    if (tid == 0 || NoSteer() || owner_steered.load() || NowNs() < contended_until.load(std::memory_order_relaxed))
+      return;
+    const int cpu = sched_getcpu();
+    if (sched_getaffinity(tid, sizeof(owner_mask), &owner_mask) != 0 || cpu < 0 || cpu >= CPU_SETSIZE ||
+        !CPU_ISSET(cpu, &owner_mask) || CPU_COUNT(&owner_mask) < 2)
+      return;
+    cpu_set_t others = owner_mask;
+    CPU_CLR(cpu, &others);
+    if (sched_setaffinity(tid, sizeof(others), &others) != 0) return;
+    owner_steered.store(true, std::memory_order_seq_cst);  // before the word changes: the owner reads it after
+    stats.steered.fetch_add(1, std::memory_order_relaxed);
   }
   // Returns once the word is not `seen`.
   void WaitChange(uint32_t seen) {
@@ -199,10 +193,7 @@ struct Signal {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     while (word.load(std::memory_order_seq_cst) == seen) FutexWait(word, seen);
     sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (owner_steered.exchange(false, std::memory_order_seq_cst))
-      sched_setaffinity(0, sizeof(owner_mask), &owner_mask);
-    else if (const int waker = waker_cpu.load(std::memory_order_relaxed); waker >= 0 && waker == sched_getcpu())
-      MoveOffCpu(waker);
+    if (owner_steered.exchange(false, std::memory_order_seq_cst)) sched_setaffinity(0, sizeof(owner_mask), &owner_mask);
   }
 
   static int64_t NowNs() {
