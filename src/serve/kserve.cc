@@ -42,6 +42,8 @@ int64_t BinaryDataSize(const json& in, const std::string& what) {
 std::vector<const json*> DataLeaves(const json& in, const Shape& shape, int64_t count, const std::string& what) {
   auto data = in.find("data");
   if (data == in.end()) throw BadRequest(what + ": needs 'data' or parameters.binary_data_size");
+  if (size_t span = 0; IsDataSpan(*data, &span))  // numbers (ParseInferJson), where strings were expected
+    throw BadRequest(what + ": 'data' of a BYTES input must hold base64 strings of encoded images");
   std::vector<const json*> leaves;
   if (data->is_array())
     Flatten(*data, &leaves);
@@ -240,7 +242,8 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
   }
   if (json_text.empty()) throw BadRequest("malformed request: the infer body is empty (send a JSON object)");
   InferRequest request;
-  request.header = ParseJsonBody(json_text, false);
+  std::vector<std::string_view> spans;
+  request.header = ParseInferJson(json_text, &spans);
   if (!request.header.is_object()) throw BadRequest("malformed request: infer body must be a JSON object");
   auto in_it = request.header.find("inputs");
   if (in_it == request.header.end() || !in_it->is_array() || in_it->empty())
@@ -288,6 +291,13 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
     if (const int64_t size = BinaryDataSize(in, what); size >= 0) {
       inputs[name] = BinaryInput(dtype, shape, size, &binary, what);
       continue;
+    }
+    if (auto data = in.find("data"); data != in.end()) {
+      size_t span = 0;
+      if (IsDataSpan(*data, &span) && span < spans.size()) {
+        inputs[name] = ReadDataSpan(spans[span], dtype, shape, what);
+        continue;
+      }
     }
     const std::vector<const json*> leaves = DataLeaves(in, shape, numel, what);
     Tensor t(dtype, shape);

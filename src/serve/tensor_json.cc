@@ -1,6 +1,7 @@
 // KServe v2 tensors in JSON: datatype names, request body parsing (depth-checked), element conversion both ways.
 #include "serve/tensor_json.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -79,6 +80,291 @@ json ParseJsonBody(std::string_view text, bool allow_empty) {
   json j = json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded()) throw BadRequest("malformed request: body is not valid JSON");
   return j;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Numeric 'data' arrays of infer requests, read from the text into the tensor (see ParseInferJson in the header).
+
+namespace {
+
+constexpr const char* kSpanKey = "osprey.data_span";
+
+size_t SkipSpace(std::string_view t, size_t i) {
+  while (i < t.size() && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) ++i;
+  return i;
+}
+
+// The end of the string starting at t[i] == '"', or npos.
+size_t SkipString(std::string_view t, size_t i) {
+  for (++i; i < t.size(); ++i) {
+    if (t[i] == '\\')
+      ++i;
+    else if (t[i] == '"')
+      return i + 1;
+  }
+  return std::string_view::npos;
+}
+
+// The end of the JSON value starting at t[i] (not validated: the DOM parse or ReadDataSpan does that), or npos.
+// Recursion is bounded by CheckJsonDepth, run first.
+size_t SkipValue(std::string_view t, size_t i) {
+  if (i >= t.size()) return std::string_view::npos;
+  if (t[i] == '"') return SkipString(t, i);
+  if (t[i] != '[' && t[i] != '{') {
+    while (i < t.size() && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' &&
+           t[i] != '\n' && t[i] != '\r')
+      ++i;
+    return i;
+  }
+  if (t[i] == '[') {  // an array of literals only (a tensor's data): match the brackets in one pass
+    int depth = 0;
+    for (size_t j = i; j < t.size(); ++j) {
+      const char c = t[j];
+      if (c == '"' || c == '{') break;  // strings or objects inside: the general walk below
+      if (c == '[') ++depth;
+      if (c == ']' && --depth == 0) return j + 1;
+    }
+  }
+  const char close = t[i] == '[' ? ']' : '}';
+  i = SkipSpace(t, i + 1);
+  if (i < t.size() && t[i] == close) return i + 1;
+  for (;;) {
+    if (close == '}') {  // a member: "key" :
+      if (i >= t.size() || t[i] != '"') return std::string_view::npos;
+      i = SkipString(t, i);
+      if (i == std::string_view::npos) return i;
+      i = SkipSpace(t, i);
+      if (i >= t.size() || t[i] != ':') return std::string_view::npos;
+      i = SkipSpace(t, i + 1);
+    }
+    i = SkipValue(t, i);
+    if (i == std::string_view::npos) return i;
+    i = SkipSpace(t, i);
+    if (i >= t.size()) return std::string_view::npos;
+    if (t[i] == close) return i + 1;
+    if (t[i] != ',') return std::string_view::npos;
+    i = SkipSpace(t, i + 1);
+  }
+}
+
+// Walks the object at t[i] == '{': member(key_text, value_begin) returns the value's end (npos: malformed). Returns
+// the object's end, or npos when malformed. Each value is walked once, by the callback.
+template <class F>
+size_t ForEachMember(std::string_view t, size_t i, F&& member) {
+  i = SkipSpace(t, i + 1);
+  if (i < t.size() && t[i] == '}') return i + 1;
+  for (;;) {
+    if (i >= t.size() || t[i] != '"') return std::string_view::npos;
+    const size_t key_end = SkipString(t, i);
+    if (key_end == std::string_view::npos) return key_end;
+    const std::string_view key = t.substr(i + 1, key_end - i - 2);
+    i = SkipSpace(t, key_end);
+    if (i >= t.size() || t[i] != ':') return std::string_view::npos;
+    i = member(key, SkipSpace(t, i + 1));
+    if (i == std::string_view::npos) return i;
+    i = SkipSpace(t, i);
+    if (i >= t.size()) return std::string_view::npos;
+    if (t[i] == '}') return i + 1;
+    if (t[i] != ',') return std::string_view::npos;
+    i = SkipSpace(t, i + 1);
+  }
+}
+
+// Same for the array at t[i] == '[': element(value_begin) returns the element's end.
+template <class F>
+size_t ForEachElement(std::string_view t, size_t i, F&& element) {
+  i = SkipSpace(t, i + 1);
+  if (i < t.size() && t[i] == ']') return i + 1;
+  for (;;) {
+    i = element(i);
+    if (i == std::string_view::npos) return i;
+    i = SkipSpace(t, i);
+    if (i >= t.size()) return std::string_view::npos;
+    if (t[i] == ']') return i + 1;
+    if (t[i] != ',') return std::string_view::npos;
+    i = SkipSpace(t, i + 1);
+  }
+}
+
+// A number as JSON writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool IsJsonNumber(std::string_view s) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < s.size() && s[i] == '-') ++i;
+  if (i < s.size() && s[i] == '0')
+    ++i;
+  else if (!digits())
+    return false;
+  if (i < s.size() && s[i] == '.' && (++i, !digits())) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
+// Calls leaf(token) for each leaf of the JSON array `span` (nested lists flattened, row-major); false when `span` is
+// not an array of literals (strings are not accepted: such data stays in the DOM).
+template <class F>
+bool ForEachLeaf(std::string_view span, F&& leaf) {
+  size_t i = SkipSpace(span, 0);
+  int depth = 0;
+  for (;;) {
+    // A value.
+    if (i >= span.size()) return false;
+    if (span[i] == '[') {
+      ++depth;
+      i = SkipSpace(span, i + 1);
+      if (i < span.size() && span[i] == ']') {
+        --depth;
+        ++i;
+      } else {
+        continue;
+      }
+    } else {
+      if (depth == 0) return false;  // the span is an array
+      const size_t from = i;
+      while (i < span.size() && span[i] != ',' && span[i] != ']' && span[i] != ' ' && span[i] != '\t' &&
+             span[i] != '\n' && span[i] != '\r')
+        ++i;
+      if (i == from) return false;
+      leaf(span.substr(from, i - from));
+    }
+    // After a value: close arrays, then a comma or the end.
+    for (;;) {
+      i = SkipSpace(span, i);
+      if (depth == 0) return i == span.size();
+      if (i < span.size() && span[i] == ']') {
+        --depth;
+        ++i;
+        continue;
+      }
+      break;
+    }
+    if (i >= span.size() || span[i] != ',') return false;
+    i = SkipSpace(span, i + 1);
+  }
+}
+
+std::string Quoted(std::string_view token) {
+  return token.size() > 40 ? std::string(token.substr(0, 40)) + "..." : std::string(token);
+}
+
+double NumberFrom(std::string_view token, const std::string& what) {
+  double v = 0;
+  if (!IsJsonNumber(token) || std::from_chars(token.data(), token.data() + token.size(), v).ec == std::errc::invalid_argument)
+    throw BadRequest(what + ": expected a number, found " + Quoted(token));
+  return v;  // out of double's range: from_chars leaves v 0 and says result_out_of_range; JSON parsers give +-inf
+}
+
+template <class T>
+T IntegerFromToken(std::string_view token, const std::string& what) {
+  if (!IsJsonNumber(token)) throw BadRequest(what + ": expected an integer, found " + Quoted(token));
+  int64_t x = 0;
+  if (token.find_first_of(".eE") == std::string_view::npos) {
+    if (std::from_chars(token.data(), token.data() + token.size(), x).ec != std::errc())
+      throw BadRequest(what + ": value " + Quoted(token) + " is out of range");
+  } else {
+    double d = 0;
+    std::from_chars(token.data(), token.data() + token.size(), d);
+    if (std::floor(d) != d || std::fabs(d) >= 9.2e18)
+      throw BadRequest(what + ": expected an integer, found " + Quoted(token));
+    x = static_cast<int64_t>(d);
+  }
+  if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      x > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    throw BadRequest(what + ": value " + std::to_string(x) + " is out of range");
+  return static_cast<T>(x);
+}
+
+}  // namespace
+
+json ParseInferJson(std::string_view text, std::vector<std::string_view>* spans) {
+  spans->clear();
+  CheckJsonDepth(text);
+  const size_t root = SkipSpace(text, 0);
+  std::vector<std::pair<size_t, size_t>> cut;  // [begin, end) of each numeric 'data' array
+  if (root < text.size() && text[root] == '{') {
+    ForEachMember(text, root, [&](std::string_view key, size_t begin) {
+      if (key != "inputs" || begin >= text.size() || text[begin] != '[') return SkipValue(text, begin);
+      return ForEachElement(text, begin, [&](size_t input) {
+        if (text[input] != '{') return SkipValue(text, input);
+        return ForEachMember(text, input, [&](std::string_view k, size_t b) {
+          const size_t e = SkipValue(text, b);
+          if (k == "data" && e != std::string_view::npos && text[b] == '[' &&
+              text.substr(b, e - b).find('"') == std::string_view::npos)
+            cut.emplace_back(b, e);
+          return e;
+        });
+      });
+    });
+  }
+  if (cut.empty()) return ParseJsonBody(text, false);
+  std::string rest;
+  size_t from = 0;
+  for (const auto& [b, e] : cut) {
+    rest.append(text.substr(from, b - from));
+    rest += "{\"" + std::string(kSpanKey) + "\":" + std::to_string(spans->size()) + "}";
+    spans->push_back(text.substr(b, e - b));
+    from = e;
+  }
+  rest.append(text.substr(from));
+  return ParseJsonBody(rest, false);
+}
+
+bool IsDataSpan(const json& value, size_t* index) {
+  if (!value.is_object() || value.size() != 1) return false;
+  auto it = value.find(kSpanKey);
+  if (it == value.end() || !it->is_number_unsigned()) return false;
+  *index = it->get<size_t>();
+  return true;
+}
+
+Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, const std::string& what) {
+  int64_t count = 0;
+  if (!ForEachLeaf(span, [&](std::string_view) { ++count; }))
+    throw BadRequest(what + ": 'data' is not a valid JSON array of values");
+  if (count != NumElements(shape))
+    throw BadRequest(what + ": " + std::to_string(count) + " values in 'data' for shape " + ShapeToString(shape) + " (" +
+                     std::to_string(NumElements(shape)) + " elements)");
+  Tensor out(dtype, shape);  // after the count: its size is bounded by the body's
+  Tensor* t = &out;
+  int64_t i = 0;
+  ForEachLeaf(span, [&](std::string_view token) {
+    switch (dtype) {
+      case DType::kF32:
+        t->data<float>()[i] = static_cast<float>(NumberFrom(token, what));
+        break;
+      case DType::kF16:
+        t->data<uint16_t>()[i] = FloatToHalf(static_cast<float>(NumberFrom(token, what)));
+        break;
+      case DType::kBF16:
+        t->data<uint16_t>()[i] = FloatToBFloat16(static_cast<float>(NumberFrom(token, what)));
+        break;
+      case DType::kI8:
+        t->data<int8_t>()[i] = IntegerFromToken<int8_t>(token, what);
+        break;
+      case DType::kU8:
+        t->data<uint8_t>()[i] = IntegerFromToken<uint8_t>(token, what);
+        break;
+      case DType::kI32:
+        t->data<int32_t>()[i] = IntegerFromToken<int32_t>(token, what);
+        break;
+      case DType::kI64:
+        t->data<int64_t>()[i] = IntegerFromToken<int64_t>(token, what);
+        break;
+      case DType::kBool:
+        t->data<bool>()[i] = token == "true" || (token != "false" && IntegerFromToken<int64_t>(token, what) != 0);
+        break;
+    }
+    ++i;
+  });
+  return out;
 }
 
 std::map<std::string, std::string> ParseQuery(const std::string& query) {

@@ -23,6 +23,16 @@ nlohmann::json MetadataShape(const ValueInfo& info);
 void CheckJsonDepth(std::string_view text);
 /// Parses a request body (an empty body is {} when `allow_empty`); malformed JSON is kInvalidArgument.
 nlohmann::json ParseJsonBody(std::string_view text, bool allow_empty);
+/// Parses an infer request's JSON. Each inputs[i].data that is an array holding no strings stays out of the DOM (a 64
+/// MB body of numbers made a 1 GB one): it is replaced there by a placeholder (IsDataSpan) and its text put in
+/// `spans`, for ReadDataSpan to read straight into the tensor once the input's datatype and shape are checked.
+nlohmann::json ParseInferJson(std::string_view text, std::vector<std::string_view>* spans);
+/// True when `value` is a placeholder of ParseInferJson; its index in the spans in `*index`.
+bool IsDataSpan(const nlohmann::json& value, size_t* index);
+/// A tensor from a 'data' array's text (nested lists flattened, row-major): the values are counted against the shape
+/// before anything is allocated, then converted as SetElement does (range-checked integers, BOOL true/false or
+/// integers); malformed JSON or a wrong value is kInvalidArgument naming `what`.
+Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, const std::string& what);
 /// "a=1&b=2" -> {a: 1, b: 2} (no percent-decoding).
 std::map<std::string, std::string> ParseQuery(const std::string& query);
 /// parent["parameters"][key] is the boolean true.

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -124,6 +126,91 @@ TEST(KServeDecode, EmptyBodyAndRawBodies) {
   EXPECT_THROW(DecodeInferRequest(one, "m", std::string_view(reinterpret_cast<const char*>(values), 20), "0",
                                   RequestLimits{}, CountBytes),
                Error);
+}
+
+// One input's 'data' written as raw JSON text (ParseInferJson reads such arrays from the text, not the DOM).
+InferRequest DecodeData(const std::string& datatype, const std::string& shape, const std::string& data,
+                        DType model_dtype = DType::kF32, int rank = 2) {
+  std::vector<ValueInfo> inputs(1);
+  inputs[0].name = "x", inputs[0].dtype = model_dtype, inputs[0].has_shape = true;
+  for (int d = 0; d < rank; ++d) inputs[0].dims.push_back({-1, "d" + std::to_string(d)});
+  const std::string body = "{\"id\": \"a\", \"inputs\": [ {\"name\" : \"x\", \"data\" :" + data +
+                           ", \"datatype\": \"" + datatype + "\", \"shape\": " + shape + "} ] }";
+  return DecodeInferRequest(inputs, "m", body, "", RequestLimits{}, CountBytes);
+}
+
+std::string DecodeError(const std::string& datatype, const std::string& shape, const std::string& data,
+                        DType model_dtype = DType::kF32, int rank = 2) {
+  try {
+    DecodeData(datatype, shape, data, model_dtype, rank);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(KServeDecode, NumericDataIsReadFromTheText) {
+  // Every JSON number form, nested lists flattened row-major, whitespace anywhere; expected values hand-written.
+  InferRequest r = DecodeData("FP32", "[2, 3]", "[ [0, -0.0, 1.5e2],\n\t[ -2.25E-1 , 3.0e+0, 1e-46 ] ]");
+  ASSERT_EQ(r.inputs.at("x").shape(), (Shape{2, 3}));
+  const float* x = r.inputs.at("x").data<float>();
+  EXPECT_EQ(x[0], 0.f);
+  EXPECT_TRUE(std::signbit(x[1]));
+  EXPECT_EQ(x[2], 150.f);
+  EXPECT_EQ(x[3], -0.225f);
+  EXPECT_EQ(x[4], 3.f);
+  EXPECT_EQ(x[5], 0.f);  // below float's range
+  EXPECT_EQ(r.header["id"], "a");
+  // 2^53 + 1 is not a double: read as an integer, exactly.
+  r = DecodeData("INT64", "[2]", "[9007199254740993, -9223372036854775808]", DType::kI64, 1);
+  EXPECT_EQ(r.inputs.at("x").data<int64_t>()[0], int64_t{9007199254740993});
+  EXPECT_EQ(r.inputs.at("x").data<int64_t>()[1], INT64_MIN);
+  r = DecodeData("INT8", "[1, 3]", "[[-128, 1.0, 127]]", DType::kI8);
+  EXPECT_EQ(r.inputs.at("x").data<int8_t>()[0], -128);
+  EXPECT_EQ(r.inputs.at("x").data<int8_t>()[1], 1);
+  r = DecodeData("BOOL", "[4]", "[true, false, 0, 7]", DType::kBool, 1);
+  const bool* b = r.inputs.at("x").data<bool>();
+  EXPECT_TRUE(b[0] && !b[1] && !b[2] && b[3]);
+  r = DecodeData("FP16", "[1, 2]", "[[1, 65504]]", DType::kF16);
+  EXPECT_EQ(HalfToFloat(r.inputs.at("x").data<uint16_t>()[1]), 65504.f);
+  r = DecodeData("FP32", "[0, 2]", "[]");  // no values for no elements
+  EXPECT_EQ(r.inputs.at("x").numel(), 0);
+  r = DecodeData("FP32", "[0, 2]", "[[], []]");
+  EXPECT_EQ(r.inputs.at("x").numel(), 0);
+}
+
+TEST(KServeDecode, MalformedNumericDataIsRefusedNamingTheInput) {
+  // What a JSON parser refuses is refused here too, though well-bracketed arrays never reach the JSON parser (the
+  // others are not cut out of the text, and the parser refuses the body).
+  for (const char* data : {"[1,,2]", "[1,]", "[,1]", "[01]", "[.5]", "[+1]", "[1.]", "[1e]", "[-]", "[NaN]",
+                           "[Infinity]", "[0x10]", "[1 2]", "[1 ,2 3]"}) {
+    const std::string error = DecodeError("FP32", "[2]", data, DType::kF32, 1);
+    EXPECT_NE(error.find("input 'x'"), std::string::npos) << data << ": " << error;
+  }
+  for (const char* data : {"[1]]", "[[1,2]", "[[1],2", "[1}", "[1,2", "[[1],[2]"}) {
+    const std::string error = DecodeError("FP32", "[2]", data, DType::kF32, 1);
+    EXPECT_NE(error.find("not valid JSON"), std::string::npos) << data << ": " << error;
+  }
+  EXPECT_NE(DecodeError("FP32", "[2]", "[1, true]", DType::kF32, 1).find("expected a number, found true"),
+            std::string::npos);
+  EXPECT_NE(DecodeError("FP32", "[2]", "[1, null]", DType::kF32, 1).find("expected a number, found null"),
+            std::string::npos);
+  EXPECT_NE(DecodeError("INT8", "[1]", "[128]", DType::kI8, 1).find("value 128 is out of range"), std::string::npos);
+  EXPECT_NE(DecodeError("INT32", "[1]", "[1.5]", DType::kI32, 1).find("expected an integer, found 1.5"),
+            std::string::npos);
+  EXPECT_NE(DecodeError("INT64", "[1]", "[9223372036854775808]", DType::kI64, 1).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(DecodeError("FP32", "[2, 2]", "[[1, 2], [3]]").find("3 values in 'data' for shape [2, 2] (4 elements)"),
+            std::string::npos);
+  // Numbers where a BYTES input needs base64 strings.
+  EXPECT_NE(DecodeError("BYTES", "[1, 1]", "[1]", DType::kU8).find("must hold base64 strings"), std::string::npos);
+}
+
+TEST(KServeDecode, DataIsCountedBeforeTheTensorIsAllocated) {
+  // A declared shape of 2^40 elements and two values: refused by the count, nothing of 4 TiB allocated.
+  const std::string error = DecodeError("FP32", "[1099511627776]", "[1, 2]", DType::kF32, 1);
+  EXPECT_NE(error.find("2 values in 'data'"), std::string::npos) << error;
 }
 
 TEST(ImageBudget, PixelsAreSharedAcrossTheRequest) {
