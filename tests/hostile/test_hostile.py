@@ -196,6 +196,34 @@ def wide_burst_rss(tmp_path, start_repo, *extra):
     return steady, peak, after
 
 
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_json_numbers_do_not_amplify(tmp_path, start_repo):
+    # 60 MB of "0," (31 M numbers) as one input's 'data': the JSON parser's document held 16+ bytes per number (peak
+    # RSS 1.14 GB for 65 MB); read from the text, the numbers are counted against the shape first and refused, and the
+    # peak stays near the body's own size. The same data with the right count is still read (a shape of 31 M rows).
+    repo = tmp_path / "repo"
+    vec_model(repo / "vec" / "1", width=1)
+    server = start_repo(repo, "--max-batch-size", 0, "--max-body-size", "64M")
+    n = 30 * 1024 * 1024
+    base = peak_rss(server.proc.pid)
+    data = b"[" + b"0," * (n - 1) + b"0]"
+    body = b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 1], "data": ' + data + b"}]}"
+    status, _, answer = server.request("POST", "/v2/models/vec/infer", body, {"Content-Type": "application/json"})
+    assert status == 400 and b"31457280 values in 'data' for shape [2, 1]" in answer, answer[:300]
+    grown = peak_rss(server.proc.pid) - base
+    assert grown < 4 * len(body), f"peak RSS grew {grown >> 20} MiB for a {len(body) >> 20} MiB body"
+    assert_healthy(server)
+    small = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 1], "data": [[1.5], [-2], [3e2]]}]}
+    status, _, answer = server.request("POST", "/v2/models/vec/infer", small)
+    assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [3.0, -4.0, 600.0], answer
+
+
 def test_memory_returns_after_a_burst(tmp_path, start_repo):
     steady, peak, after = wide_burst_rss(tmp_path, start_repo)
     assert after <= steady + (20 << 20), f"RSS steady {steady >> 20} MiB, peak {peak >> 20} MiB, after {after >> 20} MiB"
