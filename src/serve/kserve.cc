@@ -402,6 +402,11 @@ InferResponse EncodeInferResponse(const json& request_header, const std::string&
   json outputs = json::array();
   std::string binary_out;
   bool any_binary = false;
+  // Numeric 'data' is written as text (ElementsToJsonText) and put in place of a marker after the document is dumped:
+  // a million floats as a JSON document cost 16+ bytes and an allocation each. A marker cannot occur elsewhere in
+  // the dump: any quote inside a string there is escaped.
+  std::vector<std::string> data_texts;
+  auto marker = [](size_t k) { return "osprey.data." + std::to_string(k); };
   for (const ResponseOutput& out : chosen) {
     json o = {{"name", out.name}, {"datatype", out.datatype}, {"shape", out.shape}};
     any_binary |= out.binary;
@@ -422,7 +427,8 @@ InferResponse EncodeInferResponse(const json& request_header, const std::string&
     } else if (out.datatype == "BYTES") {
       o["data"] = out.strings;
     } else {
-      o["data"] = ElementsToJson(out.tensor);
+      o["data"] = marker(data_texts.size());
+      data_texts.push_back(ElementsToJsonText(out.tensor));
     }
     outputs.push_back(std::move(o));
   }
@@ -430,6 +436,22 @@ InferResponse EncodeInferResponse(const json& request_header, const std::string&
   if (auto id = request_header.find("id"); id != request_header.end()) answer["id"] = *id;
   InferResponse response;
   response.body = answer.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!data_texts.empty()) {
+    std::string dumped = std::move(response.body);
+    size_t from = 0, total = dumped.size();
+    for (const std::string& text : data_texts) total += text.size();
+    response.body.clear();
+    response.body.reserve(total);
+    for (size_t k = 0; k < data_texts.size(); ++k) {
+      const std::string quoted = "\"" + marker(k) + "\"";
+      const size_t at = dumped.find(quoted, from);
+      OSPREY_CHECK(at != std::string::npos);
+      response.body.append(dumped, from, at - from);
+      response.body += data_texts[k];
+      from = at + quoted.size();
+    }
+    response.body.append(dumped, from);
+  }
   if (any_binary) {
     response.header_length = static_cast<int64_t>(response.body.size());
     response.body += binary_out;

@@ -459,38 +459,60 @@ void SetElement(Tensor* t, int64_t i, const json& v, const std::string& what) {
   }
 }
 
-json ElementsToJson(const Tensor& t) {
-  json data = json::array();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype()) {
-      case DType::kF32:
-        data.push_back(static_cast<double>(t.data<float>()[i]));
-        break;
-      case DType::kF16:
-        data.push_back(static_cast<double>(HalfToFloat(t.data<uint16_t>()[i])));
-        break;
-      case DType::kBF16:
-        data.push_back(static_cast<double>(BFloat16ToFloat(t.data<uint16_t>()[i])));
-        break;
-      case DType::kI8:
-        data.push_back(t.data<int8_t>()[i]);
-        break;
-      case DType::kU8:
-        data.push_back(t.data<uint8_t>()[i]);
-        break;
-      case DType::kI32:
-        data.push_back(t.data<int32_t>()[i]);
-        break;
-      case DType::kI64:
-        data.push_back(t.data<int64_t>()[i]);
-        break;
-      case DType::kBool:
-        data.push_back(t.data<bool>()[i]);
-        break;
+namespace {
+// One element as JSON text: floats in the shortest form that reads back to the same float (16-bit ones widened), NaN
+// and infinities as null (JSON has neither), as nlohmann::json writes them.
+void AppendElement(std::string* out, const Tensor& t, int64_t i) {
+  char buf[32];
+  std::to_chars_result r{buf, std::errc()};
+  auto real = [&](float v) {
+    if (!std::isfinite(v)) {
+      out->append("null");
+      r.ptr = buf;
+    } else {
+      r = std::to_chars(buf, buf + sizeof(buf), v);
     }
+  };
+  switch (t.dtype()) {
+    case DType::kF32:
+      real(t.data<float>()[i]);
+      break;
+    case DType::kF16:
+      real(HalfToFloat(t.data<uint16_t>()[i]));
+      break;
+    case DType::kBF16:
+      real(BFloat16ToFloat(t.data<uint16_t>()[i]));
+      break;
+    case DType::kI8:
+      r = std::to_chars(buf, buf + sizeof(buf), int{t.data<int8_t>()[i]});
+      break;
+    case DType::kU8:
+      r = std::to_chars(buf, buf + sizeof(buf), int{t.data<uint8_t>()[i]});
+      break;
+    case DType::kI32:
+      r = std::to_chars(buf, buf + sizeof(buf), t.data<int32_t>()[i]);
+      break;
+    case DType::kI64:
+      r = std::to_chars(buf, buf + sizeof(buf), t.data<int64_t>()[i]);
+      break;
+    case DType::kBool:
+      out->append(t.data<bool>()[i] ? "true" : "false");
+      break;
   }
-  return data;
+  out->append(buf, r.ptr);
+}
+}  // namespace
+
+std::string ElementsToJsonText(const Tensor& t) {
+  std::string out = "[";
+  const int64_t n = t.numel();
+  out.reserve(static_cast<size_t>(n) * 12 + 2);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) out += ',';
+    AppendElement(&out, t, i);
+  }
+  out += ']';
+  return out;
 }
 
 Shape ParseShape(const json& in, const std::string& what) {

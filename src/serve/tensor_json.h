@@ -42,8 +42,9 @@ bool ParamTrue(const nlohmann::json& parent, const char* key);
 void Flatten(const nlohmann::json& value, std::vector<const nlohmann::json*>* out);
 /// Stores JSON value `v` as element `i` of `t` (range-checked for integer dtypes; BOOL takes true/false or 0/1).
 void SetElement(Tensor* t, int64_t i, const nlohmann::json& v, const std::string& what);
-/// The tensor's elements as a flat JSON array (16-bit floats widened).
-nlohmann::json ElementsToJson(const Tensor& t);
+/// The tensor's elements as the text of a flat JSON array: floats in their shortest form that reads back to the same
+/// float32 (16-bit ones widened), NaN and infinities as null.
+std::string ElementsToJsonText(const Tensor& t);
 /// in["shape"]: non-negative integers, rank <= 16, element count without overflow.
 Shape ParseShape(const nlohmann::json& in, const std::string& what);
 /// The request tensor's datatype and shape against the model's declared input (fixed dims must match).

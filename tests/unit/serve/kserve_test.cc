@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 
 namespace osprey::serve {
@@ -240,6 +241,31 @@ TEST(KServeEncode, BinaryAndJsonOutputs) {
 }
 
 // Triton's classification extension: the top N of each row as "score:index:label", BYTES.
+TEST(KServeEncode, JsonDataIsWrittenAsTextEveryDtype) {
+  std::vector<std::pair<std::string, Tensor>> results = {
+      {"f", Tensor::FromVector<float>({5}, {0.1f, -2.5f, 1e-45f, std::nanf(""), -INFINITY})},
+      {"i", Tensor::FromVector<int64_t>({2}, {INT64_MIN, INT64_MAX})},
+      {"u", Tensor::FromVector<uint8_t>({2}, {0, 255})},
+      {"b", Tensor::FromVector<bool>({2}, {true, false})},
+      {"h", Tensor(DType::kF16, {1})}};
+  results[4].second.data<uint16_t>()[0] = 0x3555;  // float16 0.333251953125
+  // A request id holding what a marker looks like, quotes included: it must come back as it was.
+  const json request = {{"id", "\"osprey.data.0\" osprey.data.1"}};
+  InferResponse answer = EncodeInferResponse(request, "m", "1", SelectOutputs(request, "m", results, {}));
+  const std::string& body = answer.body;
+  EXPECT_NE(body.find("\"data\":[0.1,-2.5,1e-45,null,null]"), std::string::npos) << body;  // shortest float forms
+  EXPECT_NE(body.find("\"data\":[-9223372036854775808,9223372036854775807]"), std::string::npos) << body;
+  const json parsed = json::parse(body);
+  EXPECT_EQ(parsed["id"], request["id"]);
+  std::map<std::string, json> data;
+  for (const json& o : parsed["outputs"]) data[o["name"]] = o["data"];
+  EXPECT_EQ(static_cast<float>(data["f"][0].get<double>()), 0.1f);  // reads back to the same float32
+  EXPECT_EQ(data["u"], json({0, 255}));
+  EXPECT_EQ(data["b"], json({true, false}));
+  EXPECT_EQ(data["h"], json({0.33325195}));
+  EXPECT_EQ(data["i"][0].get<int64_t>(), INT64_MIN);
+}
+
 TEST(KServeEncode, ClassificationStrings) {
   std::vector<std::pair<std::string, Tensor>> results = {
       {"y", Tensor::FromVector<float>({2, 3}, {0.1f, 0.7f, 0.2f, 0.5f, 0.25f, 0.25f})}};
