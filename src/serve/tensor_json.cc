@@ -293,9 +293,9 @@ json ParseInferJson(std::string_view text, std::vector<std::string_view>* spans)
     ForEachMember(text, root, [&](std::string_view key, size_t begin) {
       if (key != "inputs" || begin >= text.size() || text[begin] != '[') return SkipValue(text, begin);
       return ForEachElement(text, begin, [&](size_t input) {
-        if (text[input] != '{') return SkipValue(text, input);
+        if (input >= text.size() || text[input] != '{') return SkipValue(text, input);
         return ForEachMember(text, input, [&](std::string_view k, size_t b) {
-          const size_t e = SkipValue(text, b);
+          const size_t e = SkipValue(text, b);  // npos when b is past the end
           if (k == "data" && e != std::string_view::npos && text[b] == '[' &&
               text.substr(b, e - b).find('"') == std::string_view::npos)
             cut.emplace_back(b, e);
