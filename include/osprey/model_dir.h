@@ -40,6 +40,9 @@ struct PreprocessSpec {
   /// needs (much faster on photos; values differ slightly from a full decode). false decodes every JPEG at full size,
   /// as Pillow, OpenCV and torchvision do.
   bool jpeg_dct_scaling = true;
+  /// Element type of the preprocessed image: the model input's (float32, float16 or bfloat16; set by
+  /// LoadModelDirectory from the graph, not read from config.json). The image is computed in float32, then converted.
+  DType dtype = DType::kF32;
 
   /// 1 for GRAY, else 3.
   int channels() const { return color == "GRAY" ? 1 : 3; }

@@ -128,6 +128,7 @@ std::string PreprocessSpec::Describe(const std::string& indent) const {
   out << indent << "layout:      " << layout << "\n";
   out << indent << "antialias:   " << (antialias ? "true" : "false") << "\n";
   out << indent << "jpeg decode: " << (jpeg_dct_scaling ? "DCT-scaled when large" : "full size") << "\n";
+  if (dtype != DType::kF32) out << indent << "element type: " << DTypeName(dtype) << " (computed in float32)\n";
   return out.str();
 }
 
@@ -146,6 +147,7 @@ std::string PreprocessSpec::ToJson() const {
   j["layout"] = layout;
   j["antialias"] = antialias;
   j["jpeg_dct_scaling"] = jpeg_dct_scaling;
+  if (dtype != DType::kF32) j["dtype"] = DTypeName(dtype);
   return j.dump();
 }
 
@@ -166,6 +168,7 @@ PreprocessSpec DerivePreprocessSpec(const Graph& graph) {
   const ValueInfo& info = *candidates[0];
   PreprocessSpec spec;
   spec.input = info.name;
+  spec.dtype = info.dtype;
   auto fixed = [&](int i) { return info.dims[i].value; };
   int64_t channels = 0, h = -1, w = -1;
   if (fixed(1) == 1 || fixed(1) == 3) {
@@ -210,9 +213,12 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph) {
                 "preprocessing input '" + spec.input + "': the model has no such input (inputs: " + names + ")");
   }
   const std::string what = "model input '" + info->name + "' " + info->ShapeString();
-  if (info->dtype != DType::kF32)
-    throw Error(ErrorCode::kInvalidArgument,
-                what + ": expected float32 for image preprocessing, found " + DTypeName(info->dtype));
+  if (info->dtype != DType::kF32 && info->dtype != DType::kF16 && info->dtype != DType::kBF16)
+    throw Error(ErrorCode::kInvalidArgument, what + ": expected float32, float16 or bfloat16 for image preprocessing, "
+                                                    "found " + DTypeName(info->dtype));
+  if (info->dtype != spec.dtype)
+    throw Error(ErrorCode::kInvalidArgument, what + ": the preprocessing makes " + DTypeName(spec.dtype) +
+                                                 " images, the model takes " + DTypeName(info->dtype));
   if (!info->has_shape || info->dims.size() != 4)
     throw Error(ErrorCode::kInvalidArgument, what + ": expected rank 4 (" + spec.layout + ")");
   const bool nchw = spec.layout == "NCHW";
@@ -532,6 +538,8 @@ ModelDirectory OpenModelDirectory(const std::string& path, const std::string& ve
       else
         throw Error(ErrorCode::kInvalidArgument, md.config_path + ": field \"input\" is needed: " + derive_error);
     }
+    for (const ValueInfo& info : md.graph.input_infos)
+      if (info.name == md.preprocess.input) md.preprocess.dtype = info.dtype;
     if (md.preprocess.mean.empty()) md.preprocess.mean.assign(md.preprocess.channels(), 0.0f);
     if (md.preprocess.std.empty()) md.preprocess.std.assign(md.preprocess.channels(), 1.0f);
     try {

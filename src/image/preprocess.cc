@@ -140,7 +140,7 @@ Tensor ImagePreprocessor::Run(const Tensor& image) const {
       spec_key_, inputs, options_, [&] { return Compile(BuildPreprocessGraph(spec_, h, w, c), inputs, options_); });
   std::vector<Tensor> out = plan->Run({image});
   OSPREY_CHECK(out.size() == 1 && out[0].shape() == OutputShape() && out[0].dtype() == DType::kF32);
-  return out[0];
+  return spec_.dtype == DType::kF32 ? out[0] : CastTensor(out[0], spec_.dtype);
 }
 
 Tensor StackTensors(const std::vector<Tensor>& items) {

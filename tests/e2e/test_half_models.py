@@ -81,6 +81,30 @@ def test_float16_mobilenet_matches_onnxruntime(keep_io_types, ensure_model, run_
     assert int(np.argmax(ours)) == int(np.argmax(half))
 
 
+def test_float16_classifier_classifies(ensure_model, run_cli, work_dir):
+    # `classify` on a model directory whose image input is float16 (preprocessing computed in float32, then converted):
+    # refused before ("expected float32 for image preprocessing"). Oracle: the float32 original's classify on the same
+    # photos, preprocessing derived alike for both; the same top-1, its probability within 5% (float16 weights).
+    import json
+    from pathlib import Path
+
+    model = onnx.load(str(ensure_model("mobilenet_v2")["onnx"]))
+    photos = sorted((Path(__file__).resolve().parents[2] / "demo-datasets" / "photos" / "images").glob("*.jpg"))[:4]
+    assert photos
+    results = {}
+    for name, m in (("fp32", model), ("fp16", half_copy(model, keep_io_types=False))):
+        (work_dir / name / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(m, str(work_dir / name / "1" / "model.onnx"))
+        proc = run_cli("classify", work_dir / name, *photos, "--json", "--top-k", 3, "--threads", 2, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        results[name] = json.loads(proc.stdout)
+    assert len(results["fp16"]["results"]) == len(photos)
+    for full, half in zip(results["fp32"]["results"], results["fp16"]["results"]):
+        top_full, top_half = full["top_k"][0], half["top_k"][0]
+        assert top_half["index"] == top_full["index"], (full, half)
+        assert abs(top_half["probability"] - top_full["probability"]) <= 0.05 * top_full["probability"], (full, half)
+
+
 def to_bf16(a):
     """float32 -> bfloat16 bits, round to nearest even (as osprey's and ONNX's conversions do)."""
     bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
