@@ -105,47 +105,7 @@ size_t SkipString(std::string_view t, size_t i) {
   return std::string_view::npos;
 }
 
-// The end of the JSON value starting at t[i] (not validated: the DOM parse or ReadDataSpan does that), or npos.
-// Recursion is bounded by CheckJsonDepth, run first.
-size_t SkipValue(std::string_view t, size_t i) {
-  if (i >= t.size()) return std::string_view::npos;
-  if (t[i] == '"') return SkipString(t, i);
-  if (t[i] != '[' && t[i] != '{') {
-    while (i < t.size() && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' &&
-           t[i] != '\n' && t[i] != '\r')
-      ++i;
-    return i;
-  }
-  if (t[i] == '[') {  // an array of literals only (a tensor's data): match the brackets in one pass
-    int depth = 0;
-    for (size_t j = i; j < t.size(); ++j) {
-      const char c = t[j];
-      if (c == '"' || c == '{') break;  // strings or objects inside: the general walk below
-      if (c == '[') ++depth;
-      if (c == ']' && --depth == 0) return j + 1;
-    }
-  }
-  const char close = t[i] == '[' ? ']' : '}';
-  i = SkipSpace(t, i + 1);
-  if (i < t.size() && t[i] == close) return i + 1;
-  for (;;) {
-    if (close == '}') {  // a member: "key" :
-      if (i >= t.size() || t[i] != '"') return std::string_view::npos;
-      i = SkipString(t, i);
-      if (i == std::string_view::npos) return i;
-      i = SkipSpace(t, i);
-      if (i >= t.size() || t[i] != ':') return std::string_view::npos;
-      i = SkipSpace(t, i + 1);
-    }
-    i = SkipValue(t, i);
-    if (i == std::string_view::npos) return i;
-    i = SkipSpace(t, i);
-    if (i >= t.size()) return std::string_view::npos;
-    if (t[i] == close) return i + 1;
-    if (t[i] != ',') return std::string_view::npos;
-    i = SkipSpace(t, i + 1);
-  }
-}
+size_t SkipValue(std::string_view t, size_t i);
 
 // Walks the object at t[i] == '{': member(key_text, value_begin) returns the value's end (npos: malformed). Returns
 // the object's end, or npos when malformed. Each value is walked once, by the callback.
@@ -184,6 +144,28 @@ size_t ForEachElement(std::string_view t, size_t i, F&& element) {
     if (t[i] != ',') return std::string_view::npos;
     i = SkipSpace(t, i + 1);
   }
+}
+
+// The end of the JSON value starting at t[i] (not validated: the DOM parse or ReadDataSpan does that), or npos.
+// Recursion is bounded by CheckJsonDepth, run first.
+size_t SkipValue(std::string_view t, size_t i) {
+  if (i >= t.size()) return std::string_view::npos;
+  if (t[i] == '"') return SkipString(t, i);
+  if (t[i] == '{') return ForEachMember(t, i, [&](std::string_view, size_t b) { return SkipValue(t, b); });
+  if (t[i] != '[') {  // a literal
+    while (i < t.size() && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' &&
+           t[i] != '\n' && t[i] != '\r')
+      ++i;
+    return i;
+  }
+  int depth = 0;  // an array of literals only (a tensor's data): match the brackets in one pass
+  for (size_t j = i; j < t.size(); ++j) {
+    const char c = t[j];
+    if (c == '"' || c == '{') break;  // strings or objects inside: element by element
+    if (c == '[') ++depth;
+    if (c == ']' && --depth == 0) return j + 1;
+  }
+  return ForEachElement(t, i, [&](size_t b) { return SkipValue(t, b); });
 }
 
 // A number as JSON writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -282,6 +264,36 @@ T IntegerFromToken(std::string_view token, const std::string& what) {
   return static_cast<T>(x);
 }
 
+// Element `i` of `t` from a JSON literal's text (range-checked integers; BOOL takes true/false or integers).
+void StoreToken(Tensor* t, int64_t i, std::string_view token, const std::string& what) {
+  switch (t->dtype()) {
+    case DType::kF32:
+      t->data<float>()[i] = static_cast<float>(NumberFrom(token, what));
+      break;
+    case DType::kF16:
+      t->data<uint16_t>()[i] = FloatToHalf(static_cast<float>(NumberFrom(token, what)));
+      break;
+    case DType::kBF16:
+      t->data<uint16_t>()[i] = FloatToBFloat16(static_cast<float>(NumberFrom(token, what)));
+      break;
+    case DType::kI8:
+      t->data<int8_t>()[i] = IntegerFromToken<int8_t>(token, what);
+      break;
+    case DType::kU8:
+      t->data<uint8_t>()[i] = IntegerFromToken<uint8_t>(token, what);
+      break;
+    case DType::kI32:
+      t->data<int32_t>()[i] = IntegerFromToken<int32_t>(token, what);
+      break;
+    case DType::kI64:
+      t->data<int64_t>()[i] = IntegerFromToken<int64_t>(token, what);
+      break;
+    case DType::kBool:
+      t->data<bool>()[i] = token == "true" || (token != "false" && IntegerFromToken<int64_t>(token, what) != 0);
+      break;
+  }
+}
+
 }  // namespace
 
 json ParseInferJson(std::string_view text, std::vector<std::string_view>* spans) {
@@ -333,37 +345,8 @@ Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, cons
     throw BadRequest(what + ": " + std::to_string(count) + " values in 'data' for shape " + ShapeToString(shape) + " (" +
                      std::to_string(NumElements(shape)) + " elements)");
   Tensor out(dtype, shape);  // after the count: its size is bounded by the body's
-  Tensor* t = &out;
   int64_t i = 0;
-  ForEachLeaf(span, [&](std::string_view token) {
-    switch (dtype) {
-      case DType::kF32:
-        t->data<float>()[i] = static_cast<float>(NumberFrom(token, what));
-        break;
-      case DType::kF16:
-        t->data<uint16_t>()[i] = FloatToHalf(static_cast<float>(NumberFrom(token, what)));
-        break;
-      case DType::kBF16:
-        t->data<uint16_t>()[i] = FloatToBFloat16(static_cast<float>(NumberFrom(token, what)));
-        break;
-      case DType::kI8:
-        t->data<int8_t>()[i] = IntegerFromToken<int8_t>(token, what);
-        break;
-      case DType::kU8:
-        t->data<uint8_t>()[i] = IntegerFromToken<uint8_t>(token, what);
-        break;
-      case DType::kI32:
-        t->data<int32_t>()[i] = IntegerFromToken<int32_t>(token, what);
-        break;
-      case DType::kI64:
-        t->data<int64_t>()[i] = IntegerFromToken<int64_t>(token, what);
-        break;
-      case DType::kBool:
-        t->data<bool>()[i] = token == "true" || (token != "false" && IntegerFromToken<int64_t>(token, what) != 0);
-        break;
-    }
-    ++i;
-  });
+  ForEachLeaf(span, [&](std::string_view token) { StoreToken(&out, i++, token, what); });
   return out;
 }
 
@@ -398,65 +381,8 @@ void Flatten(const json& value, std::vector<const json*>* out) {
   }
 }
 
-template <class T>
-T IntegerFrom(const json& v, const std::string& what) {
-  int64_t x;
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw BadRequest(what + ": value " + v.dump() + " is out of range");
-      x = static_cast<int64_t>(u);
-    } else {
-      x = v.get<int64_t>();
-    }
-  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-             std::fabs(v.get<double>()) < 9.2e18) {
-    x = static_cast<int64_t>(v.get<double>());
-  } else {
-    throw BadRequest(what + ": expected an integer, found " + v.dump());
-  }
-  if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-      x > static_cast<int64_t>(std::numeric_limits<T>::max()))
-    throw BadRequest(what + ": value " + std::to_string(x) + " is out of range");
-  return static_cast<T>(x);
-}
-
-float FloatFrom(const json& v, const std::string& what) {
-  if (!v.is_number()) throw BadRequest(what + ": expected a number, found " + v.dump());
-  return static_cast<float>(v.get<double>());
-}
-
 void SetElement(Tensor* t, int64_t i, const json& v, const std::string& what) {
-  switch (t->dtype()) {
-    case DType::kF32:
-      t->data<float>()[i] = FloatFrom(v, what);
-      break;
-    case DType::kF16:
-      t->data<uint16_t>()[i] = FloatToHalf(FloatFrom(v, what));
-      break;
-    case DType::kBF16:
-      t->data<uint16_t>()[i] = FloatToBFloat16(FloatFrom(v, what));
-      break;
-    case DType::kI8:
-      t->data<int8_t>()[i] = IntegerFrom<int8_t>(v, what);
-      break;
-    case DType::kU8:
-      t->data<uint8_t>()[i] = IntegerFrom<uint8_t>(v, what);
-      break;
-    case DType::kI32:
-      t->data<int32_t>()[i] = IntegerFrom<int32_t>(v, what);
-      break;
-    case DType::kI64:
-      t->data<int64_t>()[i] = IntegerFrom<int64_t>(v, what);
-      break;
-    case DType::kBool:
-      if (v.is_boolean())
-        t->data<bool>()[i] = v.get<bool>();
-      else
-        t->data<bool>()[i] = IntegerFrom<int64_t>(v, what) != 0;
-      break;
-  }
+  StoreToken(t, i, v.dump(), what);  // the literal's text, as in ReadDataSpan (only scalars and odd bodies come here)
 }
 
 namespace {

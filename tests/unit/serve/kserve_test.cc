@@ -175,6 +175,10 @@ TEST(KServeDecode, NumericDataIsReadFromTheText) {
   EXPECT_TRUE(b[0] && !b[1] && !b[2] && b[3]);
   r = DecodeData("FP16", "[1, 2]", "[[1, 65504]]", DType::kF16);
   EXPECT_EQ(HalfToFloat(r.inputs.at("x").data<uint16_t>()[1]), 65504.f);
+  r = DecodeData("FP32", "[1]", "2.5", DType::kF32, 1);  // a scalar 'data' (the JSON document's path)
+  EXPECT_EQ(r.inputs.at("x").data<float>()[0], 2.5f);
+  EXPECT_NE(DecodeError("INT8", "[1]", "\"7\"", DType::kI8, 1).find("expected an integer, found \"7\""),
+            std::string::npos);
   r = DecodeData("FP32", "[0, 2]", "[]");  // no values for no elements
   EXPECT_EQ(r.inputs.at("x").numel(), 0);
   r = DecodeData("FP32", "[0, 2]", "[[], []]");
