@@ -214,8 +214,10 @@ void CheckPreprocessSpec(const PreprocessSpec& spec, const Graph& graph) {
   }
   const std::string what = "model input '" + info->name + "' " + info->ShapeString();
   if (info->dtype != DType::kF32 && info->dtype != DType::kF16 && info->dtype != DType::kBF16)
-    throw Error(ErrorCode::kInvalidArgument, what + ": expected float32, float16 or bfloat16 for image preprocessing, "
-                                                    "found " + DTypeName(info->dtype));
+    throw Error(ErrorCode::kInvalidArgument, what +
+                                                 ": expected float32, float16 or bfloat16 for image preprocessing, "
+                                                 "found " +
+                                                 DTypeName(info->dtype));
   if (info->dtype != spec.dtype)
     throw Error(ErrorCode::kInvalidArgument, what + ": the preprocessing makes " + DTypeName(spec.dtype) +
                                                  " images, the model takes " + DTypeName(info->dtype));

@@ -153,8 +153,8 @@ size_t SkipValue(std::string_view t, size_t i) {
   if (t[i] == '"') return SkipString(t, i);
   if (t[i] == '{') return ForEachMember(t, i, [&](std::string_view, size_t b) { return SkipValue(t, b); });
   if (t[i] != '[') {  // a literal
-    while (i < t.size() && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' &&
-           t[i] != '\n' && t[i] != '\r')
+    while (i < t.size() && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ' ' && t[i] != '\t' && t[i] != '\n' &&
+           t[i] != '\r')
       ++i;
     return i;
   }
@@ -239,7 +239,8 @@ std::string Quoted(std::string_view token) {
 
 double NumberFrom(std::string_view token, const std::string& what) {
   double v = 0;
-  if (!IsJsonNumber(token) || std::from_chars(token.data(), token.data() + token.size(), v).ec == std::errc::invalid_argument)
+  if (!IsJsonNumber(token) ||
+      std::from_chars(token.data(), token.data() + token.size(), v).ec == std::errc::invalid_argument)
     throw BadRequest(what + ": expected a number, found " + Quoted(token));
   return v;  // out of double's range: from_chars leaves v 0 and says result_out_of_range; JSON parsers give +-inf
 }
@@ -342,8 +343,8 @@ Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, cons
   if (!ForEachLeaf(span, [&](std::string_view) { ++count; }))
     throw BadRequest(what + ": 'data' is not a valid JSON array of values");
   if (count != NumElements(shape))
-    throw BadRequest(what + ": " + std::to_string(count) + " values in 'data' for shape " + ShapeToString(shape) + " (" +
-                     std::to_string(NumElements(shape)) + " elements)");
+    throw BadRequest(what + ": " + std::to_string(count) + " values in 'data' for shape " + ShapeToString(shape) +
+                     " (" + std::to_string(NumElements(shape)) + " elements)");
   Tensor out(dtype, shape);  // after the count: its size is bounded by the body's
   int64_t i = 0;
   ForEachLeaf(span, [&](std::string_view token) { StoreToken(&out, i++, token, what); });

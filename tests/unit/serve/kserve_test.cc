@@ -135,8 +135,8 @@ InferRequest DecodeData(const std::string& datatype, const std::string& shape, c
   std::vector<ValueInfo> inputs(1);
   inputs[0].name = "x", inputs[0].dtype = model_dtype, inputs[0].has_shape = true;
   for (int d = 0; d < rank; ++d) inputs[0].dims.push_back({-1, "d" + std::to_string(d)});
-  const std::string body = "{\"id\": \"a\", \"inputs\": [ {\"name\" : \"x\", \"data\" :" + data +
-                           ", \"datatype\": \"" + datatype + "\", \"shape\": " + shape + "} ] }";
+  const std::string body = "{\"id\": \"a\", \"inputs\": [ {\"name\" : \"x\", \"data\" :" + data + ", \"datatype\": \"" +
+                           datatype + "\", \"shape\": " + shape + "} ] }";
   return DecodeInferRequest(inputs, "m", body, "", RequestLimits{}, CountBytes);
 }
 
