@@ -99,7 +99,7 @@ void FutexWakeAll(std::atomic<uint32_t>& word) {
 
 // What OSPREY_OMP_DEBUG=1 prints at exit.
 struct Stats {
-  std::atomic<long> regions{0}, sleeps{0}, contended{0}, taken_over{0}, steered{0};
+  std::atomic<long> regions{0}, sleeps{0}, contended{0}, taken_over{0}, steered{0}, steered_in_vain{0};
   ~Stats() {
     const char* d = std::getenv("OSPREY_OMP_DEBUG");
     if (d && d[0] == '1' && regions.load() + sleeps.load() > 0)
@@ -139,6 +139,7 @@ struct Signal {
   std::atomic<pid_t> owner{0};
   std::atomic<bool> owner_steered{false};
   cpu_set_t owner_mask{};
+  int steered_from = -1;  // the waker's CPU, left out of the owner's mask
 
   uint32_t Load() const { return word.load(std::memory_order_acquire); }
   // Changes the word; wakes sleepers (seq_cst on both sides: a waiter counts itself, then the kernel checks the word).
@@ -161,6 +162,7 @@ struct Signal {
     cpu_set_t others = owner_mask;
     CPU_CLR(cpu, &others);
     if (sched_setaffinity(tid, sizeof(others), &others) != 0) return;
+    steered_from = cpu;
     owner_steered.store(true, std::memory_order_seq_cst);  // before the word changes: the owner reads it after
     stats.steered.fetch_add(1, std::memory_order_relaxed);
   }
@@ -193,7 +195,10 @@ struct Signal {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     while (word.load(std::memory_order_seq_cst) == seen) FutexWait(word, seen);
     sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (owner_steered.exchange(false, std::memory_order_seq_cst)) sched_setaffinity(0, sizeof(owner_mask), &owner_mask);
+    if (owner_steered.exchange(false, std::memory_order_seq_cst)) {
+      if (sched_getcpu() == steered_from) stats.steered_in_vain.fetch_add(1, std::memory_order_relaxed);  // never
+      sched_setaffinity(0, sizeof(owner_mask), &owner_mask);
+    }
   }
 
   static int64_t NowNs() {
@@ -559,6 +564,8 @@ F Real(const char* name) {
 namespace osprey::threads {
 long RegionsStarted() { return stats.regions.load(std::memory_order_relaxed); }
 long PartsTakenOver() { return stats.taken_over.load(std::memory_order_relaxed); }
+long WakesSteered() { return stats.steered.load(std::memory_order_relaxed); }
+long WakesSteeredOntoTheWakersCpu() { return stats.steered_in_vain.load(std::memory_order_relaxed); }
 bool UsingLibgomp() { return GetPolicy().use_libgomp; }
 const char* Describe() {
   static const std::string text = [] {

@@ -257,14 +257,18 @@ TEST(OmpTeam, ThreadsThatSleptAnswerTheNextRegion) {
   }
 }
 
-TEST(OmpTeam, AWorkerWokenAfterAnIdleGapRunsBesideThreadZeroWithItsMaskIntact) {
-  // After an idle gap the worker sleeps; waking it, thread 0 keeps its own CPU out of the worker's mask for the
-  // wake-up so the kernel places it elsewhere (team.cc, "Where a woken thread runs"); the worker then puts its mask
-  // back before it runs its part. On 2-vCPU VMs the worker landed on thread 0's CPU in most wakes without this.
+TEST(OmpTeam, AWorkerWokenAfterAnIdleGapIsKeptOffThreadZerosCpuWithItsMaskIntact) {
+  // After an idle gap the worker sleeps; waking it, thread 0 leaves its own CPU out of the worker's mask for the
+  // wake-up so the kernel places it elsewhere (team.cc, "Where a woken worker runs"); the worker puts its mask back
+  // before it runs its part. (On 2-vCPU VMs, without this, the worker shared thread 0's CPU after 10 of 10 gaps.)
+  // Where the two threads then run depends on what else the machine runs (ctest -j), so that is printed, not checked;
+  // checked: every steered wake came up off the waker's CPU, and the mask is the caller's again in the region.
   cpu_set_t mask;
   ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
   if (CPU_COUNT(&mask) < 2) GTEST_SKIP() << "one CPU in this process's mask";
   WithThreads with(2);
+  const long steered_before = osprey::threads::WakesSteered();
+  const long in_vain_before = osprey::threads::WakesSteeredOntoTheWakersCpu();
   int apart = 0, masks_kept = 0;
   constexpr int kRounds = 10;
   for (int round = 0; round < kRounds; ++round) {
@@ -282,9 +286,12 @@ TEST(OmpTeam, AWorkerWokenAfterAnIdleGapRunsBesideThreadZeroWithItsMaskIntact) {
     apart += cpu[0] != cpu[1];
     masks_kept += CPU_EQUAL(&worker_mask, &mask);
   }
+  const long steered = osprey::threads::WakesSteered() - steered_before;
+  std::printf("%ld of %d wakes steered; the threads ran on different CPUs in %d of %d regions\n", steered, kRounds,
+              apart, kRounds);
   EXPECT_EQ(masks_kept, kRounds);
-  EXPECT_GE(apart, kRounds * 6 / 10) << "the worker ran on thread 0's CPU in " << kRounds - apart << " of " << kRounds
-                                     << " regions after an idle gap";
+  EXPECT_EQ(osprey::threads::WakesSteeredOntoTheWakersCpu() - in_vain_before, 0);
+  if (steered == 0) GTEST_SKIP() << "no wake was steered: the process counted as contended throughout (busy host)";
 }
 
 TEST(OmpTeam, PartsOfThreadsNotStartedAreRunOnceByThreadZero) {
