@@ -66,6 +66,12 @@ int RunCommandLine(int argc, char** argv, const ServeCommand& serve_command) {
       ->capture_default_str();
   bench->add_option("--streams", bench_options.streams, "Throughput mode: S threads running the model at once")
       ->check(CLI::Range(1, 1024));
+  bench
+      ->add_option("--gap-ms", bench_options.gap_ms,
+                   "Idle this long before each timed run (not timed): the latency of requests that arrive after a "
+                   "pause, as a server's do, instead of back to back")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
   bench->add_flag("--reference", bench_options.reference, "Use reference kernels only, no graph fusion");
   bench
       ->add_option("--precision", bench_options.precision, kPrecisionHelp)

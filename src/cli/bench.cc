@@ -186,6 +186,10 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     throw Error(ErrorCode::kInvalidArgument, "--streams must be in 1..1024, got " + std::to_string(options.streams));
   if (options.streams > 0 && options.profile)
     throw Error(ErrorCode::kInvalidArgument, "--profile cannot be combined with --streams");
+  if (!(options.gap_ms >= 0 && options.gap_ms <= 60000))
+    throw Error(ErrorCode::kInvalidArgument, "--gap-ms must be in 0..60000");
+  if (options.streams > 0 && options.gap_ms > 0)
+    throw Error(ErrorCode::kInvalidArgument, "--gap-ms is for latency mode, not --streams");
   Graph graph = LoadOnnxModel(options.model);
   int64_t batch = 1;
   std::map<std::string, Tensor> inputs = BenchInputs(graph, options, &batch);
@@ -214,6 +218,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   std::map<std::pair<std::string, std::string>, NodeTotal> node_ms;
   for (int i = 0; i < options.iters; ++i) {
     profile.clear();
+    if (options.gap_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.gap_ms));
     start = std::chrono::steady_clock::now();
     model.Run(inputs, options.profile ? &profile : nullptr);
     times.push_back(MsSince(start));
@@ -256,6 +261,7 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     j["threads"] = threads;
     j["warmup"] = options.warmup;
     j["iters"] = options.iters;
+    j["gap_ms"] = options.gap_ms;
     j["first_run_ms"] = Round3(first_run_ms);
     j["median_ms"] = Round3(median);
     j["p90_ms"] = Round3(p90);
@@ -295,7 +301,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   out << "model:       " << options.model << "\n";
   out << "batch:       " << batch << "   threads: " << threads << "   warmup: " << options.warmup
       << "   iters: " << options.iters << (options.reference ? "   (reference kernels)" : "")
-      << (options.precision != "fp32" ? "   precision: " + options.precision : "") << "\n";
+      << (options.precision != "fp32" ? "   precision: " + options.precision : "")
+      << (options.gap_ms > 0 ? "   idle before each: " + Fixed(options.gap_ms, 1) + " ms" : "") << "\n";
   if (options.precision == "bf16" || options.precision == "auto") {
     if (auto plan = model.PlanFor(inputs)) out << "             " << Bf16Summary(plan->KernelCounts()) << "\n";
   }

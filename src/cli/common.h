@@ -72,6 +72,7 @@ struct BenchOptions {
   std::string precision = "fp32";  // "fp32" | "bf16" | "auto" | "fp16" (CompileOptions::precision)
   std::string device = "cpu";      // "cpu" | "cuda" | "cuda:N" (CompileOptions::device)
   int streams = 0;  // > 0: throughput mode, this many threads each running the one shared Model concurrently
+  double gap_ms = 0;  // latency mode: idle this long before each timed run (not timed), as between a server's requests
   std::vector<std::string> inputs;  // "NAME=FILE.npy": inputs read from files instead of random ones
 };
 /// Times the model on random inputs (and those given as files).

@@ -8,6 +8,7 @@ problem (asserted on key words), and finish within the CLI runner's timeout (60 
 
 import json
 import re
+import time
 
 import numpy as np
 import onnx
@@ -301,6 +302,22 @@ def test_bench_with_an_input_file(run_cli, small_model, good_input):
     assert json.loads(proc.stdout)["batch"] == 2
     proc = run_cli("bench", small_model, "--input", f"image={good_input}", "--iters", 1)
     assert_clean_error(proc, "--input 'image'", "its inputs are 'x'")
+
+
+def test_bench_gap_idles_before_each_timed_run(run_cli, small_model):
+    # --gap-ms: requests after a pause, as a server's arrive. The idle time is not timed; three gaps of 200 ms must
+    # at least have elapsed (a lower bound, not a speed claim); refused with --streams, out of range refused.
+    start = time.monotonic()
+    proc = run_cli("bench", small_model, "--threads", 1, "--warmup", 0, "--iters", 3, "--gap-ms", 200, "--json")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["gap_ms"] == 200 and elapsed >= 0.6
+    assert result["median_ms"] < 200  # the gap is not in the timing
+    proc = run_cli("bench", small_model, "--iters", 1, "--gap-ms", 5, "--streams", 2)
+    assert_clean_error(proc, "--gap-ms is for latency mode")
+    proc = run_cli("bench", small_model, "--iters", 1, "--gap-ms", -1)
+    assert proc.returncode in (1, 2) and "--gap-ms" in proc.stderr, proc.stderr
 
 
 def test_bench_bad_batch(run_cli, small_model):
