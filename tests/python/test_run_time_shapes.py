@@ -22,6 +22,14 @@ def _c(name, value):
     return numpy_helper.from_array(np.asarray(value), name)
 
 
+def _save(graph, path):
+    """`graph` as an opset-13 model (IR version 8, what ORT 1.20 reads) at `path`."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
 def decoder(path, threshold):
     f, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     vi = helper.make_tensor_value_info
@@ -68,10 +76,7 @@ def decoder(path, threshold):
         [_c("trips", np.array(STEPS, np.int64)), _c("go", np.array(True)), _c("step0", np.array(0, np.int64)),
          _c("buf0", np.zeros((1, STEPS, 4), np.float32)), _c("w", rng.standard_normal((4, 4)).astype(np.float32)),
          _c("one1", np.array([1], np.int64)), _c("zero1", np.array([0], np.int64))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return path
+    return _save(graph, path)
 
 
 def test_decoder_loop_with_run_time_shapes_matches_onnxruntime(tmp_path):
@@ -112,10 +117,7 @@ def sliced_to_input(path):
                    vi("shape", TensorProto.INT64, [2])],
         [vi("y", TensorProto.FLOAT, None), vi("wide", TensorProto.FLOAT, None)],
         [_c("zero1", np.array([0], np.int64)), _c("one1", np.array([1], np.int64)), _c("two", np.array(2, np.float32))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return path
+    return _save(graph, path)
 
 
 def test_shapes_from_integer_inputs_match_onnxruntime_and_stay_bounded(tmp_path):
@@ -166,10 +168,7 @@ def slice_chain(path, n):
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [50])],
                               [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)],
                               [_c("zero", np.array([0], np.int64))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return path
+    return _save(graph, path)
 
 
 def test_cuts_found_when_compiling_are_bounded(tmp_path):
@@ -199,10 +198,6 @@ def test_a_run_time_shape_in_a_scan_body_is_refused_by_name(tmp_path):
         [helper.make_tensor_value_info("data", TensorProto.FLOAT, [10]),
          helper.make_tensor_value_info("ks", TensorProto.INT64, [3, 1])],
         [helper.make_tensor_value_info("acc_f", TensorProto.FLOAT, [1])], [_c("acc0", np.zeros(1, np.float32))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path = tmp_path / "scan.onnx"
-    path.write_bytes(model.SerializeToString())
-    m = osprey.load_onnx(str(path), threads=1)
+    m = osprey.load_onnx(str(_save(graph, tmp_path / "scan.onnx")), threads=1)
     with pytest.raises(osprey.Unsupported, match="slice_to_k.*input 2 must be known when the model is compiled"):
         m.run({"data": np.arange(10, dtype=np.float32), "ks": np.array([[2], [5], [3]], np.int64)})
