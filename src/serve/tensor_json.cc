@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -239,10 +240,12 @@ std::string Quoted(std::string_view token) {
 
 double NumberFrom(std::string_view token, const std::string& what) {
   double v = 0;
-  if (!IsJsonNumber(token) ||
-      std::from_chars(token.data(), token.data() + token.size(), v).ec == std::errc::invalid_argument)
-    throw BadRequest(what + ": expected a number, found " + Quoted(token));
-  return v;  // out of double's range: from_chars leaves v 0 and says result_out_of_range; JSON parsers give +-inf
+  if (!IsJsonNumber(token)) throw BadRequest(what + ": expected a number, found " + Quoted(token));
+  // Out of double's range from_chars stores nothing; strtod gives what JSON parsers give: +-inf, or 0 (or a
+  // denormal) when too small.
+  if (std::from_chars(token.data(), token.data() + token.size(), v).ec != std::errc())
+    v = std::strtod(std::string(token).c_str(), nullptr);
+  return v;
 }
 
 template <class T>
@@ -254,7 +257,8 @@ T IntegerFromToken(std::string_view token, const std::string& what) {
       throw BadRequest(what + ": value " + Quoted(token) + " is out of range");
   } else {
     double d = 0;
-    std::from_chars(token.data(), token.data() + token.size(), d);
+    if (std::from_chars(token.data(), token.data() + token.size(), d).ec != std::errc())  // 1e400, 1e-400
+      throw BadRequest(what + ": value " + Quoted(token) + " is out of range");
     if (std::floor(d) != d || std::fabs(d) >= 9.2e18)
       throw BadRequest(what + ": expected an integer, found " + Quoted(token));
     x = static_cast<int64_t>(d);

@@ -162,6 +162,11 @@ TEST(KServeDecode, NumericDataIsReadFromTheText) {
   EXPECT_EQ(x[3], -0.225f);
   EXPECT_EQ(x[4], 3.f);
   EXPECT_EQ(x[5], 0.f);  // below float's range
+  // Beyond double's range, as JSON parsers read it: +-inf, and 0 when too small.
+  r = DecodeData("FP32", "[3]", "[1e400, -1e400, 1e-400]", DType::kF32, 1);
+  EXPECT_EQ(r.inputs.at("x").data<float>()[0], INFINITY);
+  EXPECT_EQ(r.inputs.at("x").data<float>()[1], -INFINITY);
+  EXPECT_EQ(r.inputs.at("x").data<float>()[2], 0.f);
   EXPECT_EQ(r.header["id"], "a");
   // 2^53 + 1 is not a double: read as an integer, exactly.
   r = DecodeData("INT64", "[2]", "[9007199254740993, -9223372036854775808]", DType::kI64, 1);
@@ -206,6 +211,8 @@ TEST(KServeDecode, MalformedNumericDataIsRefusedNamingTheInput) {
             std::string::npos);
   EXPECT_NE(DecodeError("INT64", "[1]", "[9223372036854775808]", DType::kI64, 1).find("out of range"),
             std::string::npos);
+  for (const char* huge : {"[1e400]", "[1e-400]"})  // not 0: from_chars stores nothing out of double's range
+    EXPECT_NE(DecodeError("INT32", "[1]", huge, DType::kI32, 1).find("out of range"), std::string::npos) << huge;
   EXPECT_NE(DecodeError("FP32", "[2, 2]", "[[1, 2], [3]]").find("3 values in 'data' for shape [2, 2] (4 elements)"),
             std::string::npos);
   // Bodies cut short where the text walk looks for an input or its data (found by fuzz/request_fuzz.cc).
