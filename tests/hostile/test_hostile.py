@@ -206,7 +206,7 @@ def peak_rss(pid: int) -> int:
 def test_json_numbers_do_not_amplify(tmp_path, start_repo):
     # 60 MB of "0," (31 M numbers) as one input's 'data': the JSON parser's document held 16+ bytes per number (peak
     # RSS 1.14 GB for 65 MB); read from the text, the numbers are counted against the shape first and refused, and the
-    # peak stays near the body's own size. The same data with the right count is still read (a shape of 31 M rows).
+    # peak stays near the body's own size. Then a small nested request is still read and answered right.
     repo = tmp_path / "repo"
     vec_model(repo / "vec" / "1", width=1)
     server = start_repo(repo, "--max-batch-size", 0, "--max-body-size", "64M")
