@@ -293,8 +293,9 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
       continue;
     }
     if (auto data = in.find("data"); data != in.end()) {
-      size_t span = 0;
-      if (IsDataSpan(*data, &span) && span < spans.size()) {
+      if (size_t span = 0; IsDataSpan(*data, &span)) {
+        if (span >= spans.size())  // the placeholder's form written by a client, not by ParseInferJson
+          throw BadRequest(what + ": 'data' is not a valid JSON array of values");
         inputs[name] = ReadDataSpan(spans[span], dtype, shape, what);
         continue;
       }

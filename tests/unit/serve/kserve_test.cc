@@ -219,6 +219,10 @@ TEST(KServeDecode, MalformedNumericDataIsRefusedNamingTheInput) {
   for (const char* body : {"{\"inputs\":[", "{\"inputs\":[{\"data\":", "{\"inputs\":[{\"data\":[1,", "{\"inputs\": "}) {
     EXPECT_THROW(DecodeInferRequest(Inputs(), "m", body, "", RequestLimits{}, CountBytes), Error) << body;
   }
+  // The internal placeholder's form sent by a client (no span behind it) is refused as data, naming the input.
+  EXPECT_NE(DecodeError("FP32", "[1]", "{\"osprey.data_span\": 0}", DType::kF32, 1)
+                .find("input 'x': 'data' is not a valid JSON array"),
+            std::string::npos);
   // Numbers where a BYTES input needs base64 strings.
   EXPECT_NE(DecodeError("BYTES", "[1, 1]", "[1]", DType::kU8).find("must hold base64 strings"), std::string::npos);
 }
