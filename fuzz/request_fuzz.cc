@@ -3,8 +3,13 @@
 // osprey::Error. The input is a request body; its first byte chooses the framing: bit 0 clear = JSON only, set = the
 // binary tensor extension with the next two bytes as Inference-Header-Content-Length (0 = a raw single-input body);
 // bit 1 picks the model: four inputs (x FP32 [N, 3], mask BOOL [N], ids INT64 (no declared shape), h FP16 [2, 2], and
-// img UINT8 [N, 2, 2, 3] taking BYTES), or one input (x FP32 [N, 3]) for raw bodies. BYTES images become zeros here
-// (the server decodes them with the image decoders, which image_fuzz covers).
+// img UINT8 [N, 2, 2, 3] taking BYTES), or one input (x FP32 [N, 3]) for raw bodies; bit 2 turns on system shared
+// memory, with one registered region "r" of 4096 bytes (inputs read from it, outputs written to it). BYTES images
+// become zeros here (the server decodes them with the image decoders, which image_fuzz covers).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,6 +37,23 @@ std::vector<ValueInfo> MakeInputs() {
   return v;
 }
 
+// Region "r": a 4096-byte object holding 0, 1, 2, ... (unlinked at once: the registration's descriptor keeps it).
+const osprey::serve::SharedMemoryRegions* Regions() {
+  static const osprey::serve::SharedMemoryRegions* regions = [] {
+    auto* r = new osprey::serve::SharedMemoryRegions(4, 1 << 16);
+    const std::string key = "/osprey_request_fuzz_" + std::to_string(::getpid());
+    const int fd = ::shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    std::string bytes(4096, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i);
+    if (fd < 0 || ::pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) __builtin_trap();
+    ::close(fd);
+    r->Register("r", key, 0, 4096);
+    ::shm_unlink(key.c_str());
+    return r;
+  }();
+  return regions;
+}
+
 Tensor ZeroImages(const ValueInfo&, const std::vector<std::string_view>& images, const std::string&) {
   return Tensor::Zeros(DType::kU8, {static_cast<int64_t>(images.size()), 2, 2, 3});
 }
@@ -50,12 +72,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     body.remove_prefix(2);
   }
   osprey::serve::RequestLimits limits;  // the server's defaults
+  const osprey::serve::SharedMemoryRegions* regions = (data[0] & 4) ? Regions() : nullptr;
   try {
     osprey::serve::InferRequest request = osprey::serve::DecodeInferRequest(
-        (data[0] & 2) ? kOneInput : kInputs, "fuzz", body, header_length, limits, ZeroImages);
+        (data[0] & 2) ? kOneInput : kInputs, "fuzz", body, header_length, limits, ZeroImages, regions);
     std::vector<std::pair<std::string, Tensor>> results(request.inputs.begin(), request.inputs.end());
     (void)osprey::serve::EncodeInferResponse(
-        request.header, "fuzz", "1", osprey::serve::SelectOutputs(request.header, "fuzz", results, {"a", "b"}));
+        request.header, "fuzz", "1",
+        osprey::serve::SelectOutputs(request.header, "fuzz", results, {"a", "b"}, regions));
   } catch (const osprey::Error&) {
   }
   try {

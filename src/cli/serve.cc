@@ -47,6 +47,8 @@ struct ServeCommandOptions {
   std::string log_level = "info";
   std::string log_format = "text";
   bool access_log = false;
+  bool allow_shared_memory = false;
+  int max_shared_memory_regions = 64;
   serve::RequestLimits limits;
   std::string max_body_size = "64M";
   double read_timeout = 30;
@@ -202,6 +204,15 @@ void AddServeOptions(CLI::App* serve) {
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))
       ->capture_default_str();
+  serve->add_flag("--allow-shared-memory", o.allow_shared_memory,
+                  "Accept Triton's system shared memory extension (/v2/systemsharedmemory, its gRPC methods, "
+                  "perf_analyzer --shared-memory system): clients on this host register POSIX shared memory objects "
+                  "and pass tensors through them. Off by default: a client could then have the server read any "
+                  "shared memory object the server's user can open");
+  serve->add_option("--max-shared-memory-regions", o.max_shared_memory_regions,
+                    "Shared memory regions registered at once (each holds a file descriptor)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   serve->add_flag("--allow-training", o.training.enabled,
                   "Accept POST /v2/repository/models/{name}/train: a classifier head trained on a backbone of the "
                   "repository from uploaded images (docs/heads.md); uploads are bounded by --max-body-size");
@@ -257,7 +268,8 @@ int RunServeCommand(std::ostream& out) {
                      {"max_batch_size", o.limits.max_batch_size},
                      {"max_images", o.limits.max_images},
                      {"max_request_megapixels", o.limits.max_megapixels},
-                     {"access_log", o.access_log}});
+                     {"access_log", o.access_log},
+                     {"shared_memory", o.allow_shared_memory}});
   serve::ModelManager manager(manager_options);
   for (const std::string& model : o.load) manager.Load(model);
 
@@ -276,6 +288,9 @@ int RunServeCommand(std::ostream& out) {
     training.threads = o.threads;
     server.EnableTraining(training);
   }
+  if (o.allow_shared_memory)
+    server.EnableSharedMemory(static_cast<size_t>(o.max_shared_memory_regions),
+                              static_cast<uint64_t>(ParseByteSize(o.max_body_size, "--max-body-size")));
   serve::HttpServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;

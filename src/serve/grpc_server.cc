@@ -104,14 +104,6 @@ json RepositoryParametersJson(const google::protobuf::Map<std::string, inference
   return out;
 }
 
-void AppendLengthPrefixed(std::string* out, const std::string& element) {
-  const uint32_t n = static_cast<uint32_t>(element.size());
-  const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
-                          static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
-  out->append(length, 4);
-  *out += element;
-}
-
 template <class To, class From>
 void AppendAs(const google::protobuf::RepeatedField<From>& values, const std::string& what, std::string* out) {
   for (const From v : values) {
@@ -144,16 +136,19 @@ void ContentsToBytes(const std::string& datatype, const inference::InferTensorCo
 
 // A ModelInferRequest as the REST binary-extension body (JSON header + binary section), so that one decoder
 // (DecodeInferRequest) checks both protocols: raw_input_contents, BYTES and typed contents all go to the binary
-// section.
+// section. Inputs in shared memory (parameters.shared_memory_region) carry no contents: raw_input_contents holds the
+// others', in order.
 std::string RestBody(const inference::ModelInferRequest& request, std::string* header_length) {
   json header = json::object();
   if (!request.id().empty()) header["id"] = request.id();
   if (!request.parameters().empty()) header["parameters"] = ParametersJson(request.parameters());
   const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size())
-    throw Error(ErrorCode::kInvalidArgument, "raw_input_contents has " +
-                                                 std::to_string(request.raw_input_contents_size()) +
-                                                 " entries for " + std::to_string(request.inputs_size()) + " inputs");
+  int raw_used = 0, in_shared_memory = 0;
+  for (const auto& in : request.inputs()) in_shared_memory += in.parameters().count("shared_memory_region") ? 1 : 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size() - in_shared_memory)
+    throw Error(ErrorCode::kInvalidArgument,
+                "raw_input_contents has " + std::to_string(request.raw_input_contents_size()) + " entries for " +
+                    std::to_string(request.inputs_size() - in_shared_memory) + " inputs not in shared memory");
   std::string binary;
   header["inputs"] = json::array();
   for (int i = 0; i < request.inputs_size(); ++i) {
@@ -163,12 +158,14 @@ std::string RestBody(const inference::ModelInferRequest& request, std::string* h
               {"shape", std::vector<int64_t>(in.shape().begin(), in.shape().end())}};
     json parameters = ParametersJson(in.parameters());
     const auto& c = in.contents();
-    if (raw) {
-      parameters["binary_data_size"] = request.raw_input_contents(i).size();
-      binary += request.raw_input_contents(i);
+    if (parameters.contains("shared_memory_region")) {
+      // read from the region by the decoder
+    } else if (raw) {
+      parameters["binary_data_size"] = request.raw_input_contents(raw_used).size();
+      binary += request.raw_input_contents(raw_used++);
     } else if (c.bytes_contents_size() > 0) {
       const size_t before = binary.size();
-      for (const std::string& element : c.bytes_contents()) AppendLengthPrefixed(&binary, element);
+      for (const std::string& element : c.bytes_contents()) AppendBinaryBytes(&binary, element);
       parameters["binary_data_size"] = binary.size() - before;
     } else {
       // Typed contents go to the binary section as the datatype's bytes (never through JSON, whose per-value
@@ -250,6 +247,30 @@ class Service final : public inference::GRPCInferenceService::Service {
       server_->UnloadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
     });
   }
+  grpc::Status SystemSharedMemoryStatus(grpc::ServerContext*, const inference::SystemSharedMemoryStatusRequest* request,
+                                       inference::SystemSharedMemoryStatusResponse* response) override {
+    return Call("SystemSharedMemoryStatus", "", [&] {
+      for (const json& r : server_->SharedMemoryStatus(request->name())) {
+        auto& status = (*response->mutable_regions())[r["name"].get<std::string>()];
+        status.set_name(r["name"].get<std::string>());
+        status.set_key(r["key"].get<std::string>());
+        status.set_offset(r["offset"].get<uint64_t>());
+        status.set_byte_size(r["byte_size"].get<uint64_t>());
+      }
+    });
+  }
+  grpc::Status SystemSharedMemoryRegister(grpc::ServerContext*,
+                                         const inference::SystemSharedMemoryRegisterRequest* request,
+                                         inference::SystemSharedMemoryRegisterResponse*) override {
+    return Call("SystemSharedMemoryRegister", "", [&] {
+      server_->RegisterSharedMemory(request->name(), request->key(), request->offset(), request->byte_size());
+    });
+  }
+  grpc::Status SystemSharedMemoryUnregister(grpc::ServerContext*,
+                                           const inference::SystemSharedMemoryUnregisterRequest* request,
+                                           inference::SystemSharedMemoryUnregisterResponse*) override {
+    return Call("SystemSharedMemoryUnregister", "", [&] { server_->UnregisterSharedMemory(request->name()); });
+  }
   grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest* request,
                           inference::ModelInferResponse* response) override {
     return Call("ModelInfer", request->model_name(), [&] {
@@ -258,20 +279,25 @@ class Service final : public inference::GRPCInferenceService::Service {
       const std::string& model = request->model_name();
       InferenceServer::InferResult r = server_->Infer(
           model, request->model_version(),
-          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images) {
-            return DecodeInferRequest(inputs, model, body, header_length, limits, images);
+          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
+              const SharedMemoryRegions* shared_memory) {
+            return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
           });
       response->set_model_name(r.loaded->name);
       response->set_model_version(r.loaded->version);
       response->set_id(request->id());
-      for (const ResponseOutput& out : SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels)) {
+      for (const ResponseOutput& out :
+           SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels, r.shared_memory)) {
         auto* o = response->add_outputs();
         o->set_name(out.name);
         o->set_datatype(out.datatype);
         for (int64_t d : out.shape) o->add_shape(d);
+        // One entry per output, empty for one in shared memory: clients find an output's contents by its index.
         std::string* raw = response->add_raw_output_contents();
-        if (out.datatype == "BYTES") {
-          for (const std::string& s : out.strings) AppendLengthPrefixed(raw, s);
+        if (out.shared_memory) {
+          // written there by SelectOutputs
+        } else if (out.datatype == "BYTES") {
+          for (const std::string& s : out.strings) AppendBinaryBytes(raw, s);
         } else {
           raw->assign(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
         }

@@ -31,11 +31,31 @@ int64_t BinaryDataSize(const json& in, const std::string& what) {
   if (p == in.end() || !p->is_object() || !p->contains("binary_data_size")) return -1;
   const json& size = (*p)["binary_data_size"];
   if (size.is_null()) return -1;
-  if (!size.is_number_unsigned() && !(size.is_number_integer() && size.get<int64_t>() >= 0))
-    throw BadRequest(what + ": 'binary_data_size' must be a non-negative integer");
-  if (size.get<uint64_t>() > static_cast<uint64_t>(kMaxBytes))
+  if (NonNegativeParameter(size, what, "binary_data_size") > static_cast<uint64_t>(kMaxBytes))
     throw BadRequest(what + ": 'binary_data_size' " + size.dump() + " is larger than any request body");
   return size.get<int64_t>();
+}
+
+// Triton's system shared memory extension: parameters shared_memory_region / _byte_size / _offset of an input or a
+// requested output, or nullopt when it names no region.
+std::optional<SharedMemoryRef> SharedMemoryParameters(const json& item, const SharedMemoryRegions* regions,
+                                                      const std::string& what) {
+  auto p = item.find("parameters");
+  if (p == item.end() || !p->is_object()) return std::nullopt;
+  auto region = p->find("shared_memory_region");
+  if (region == p->end() || region->is_null()) return std::nullopt;
+  if (!regions)
+    throw Error(ErrorCode::kUnsupported,
+                what + ": system shared memory is off on this server (start it with --allow-shared-memory)");
+  if (!region->is_string()) throw BadRequest(what + ": 'shared_memory_region' must be a string");
+  SharedMemoryRef ref;
+  ref.region = region->get<std::string>();
+  auto size = p->find("shared_memory_byte_size");
+  if (size == p->end()) throw BadRequest(what + ": 'shared_memory_region' needs 'shared_memory_byte_size'");
+  ref.byte_size = NonNegativeParameter(*size, what, "shared_memory_byte_size");
+  if (auto offset = p->find("shared_memory_offset"); offset != p->end())
+    ref.offset = NonNegativeParameter(*offset, what, "shared_memory_offset");
+  return ref;
 }
 
 // The values of one request input's 'data' (nested lists flattened), which must be exactly `count` for `shape`.
@@ -66,6 +86,12 @@ void CheckRows(const ValueInfo& info, const Shape& shape, const RequestLimits& l
                           " per request (--max-batch-size); split the request");
 }
 
+void CheckBoolBytes(const Tensor& t, const std::string& what) {
+  if (t.dtype() == DType::kBool)
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (reinterpret_cast<const uint8_t*>(t.raw())[i] > 1) throw BadRequest(what + ": BOOL bytes must be 0 or 1");
+}
+
 // The bytes of one input from the binary section (binary_data_size given), moved past.
 Tensor BinaryInput(DType dtype, const Shape& shape, int64_t size, std::string_view* binary, const std::string& what) {
   const int64_t nbytes = NumBytes(dtype, shape);
@@ -78,9 +104,21 @@ Tensor BinaryInput(DType dtype, const Shape& shape, int64_t size, std::string_vi
   Tensor t(dtype, shape);
   if (nbytes) std::memcpy(t.raw(), binary->data(), static_cast<size_t>(nbytes));
   binary->remove_prefix(static_cast<size_t>(size));
-  if (dtype == DType::kBool)
-    for (int64_t i = 0; i < t.numel(); ++i)
-      if (reinterpret_cast<const uint8_t*>(t.raw())[i] > 1) throw BadRequest(what + ": BOOL bytes must be 0 or 1");
+  CheckBoolBytes(t, what);
+  return t;
+}
+
+// An input read from a registered shared memory region (its byte size must be the shape's).
+Tensor SharedMemoryInput(DType dtype, const Shape& shape, const SharedMemoryRef& ref,
+                         const SharedMemoryRegions& regions, const std::string& what) {
+  const int64_t nbytes = NumBytes(dtype, shape);
+  if (ref.byte_size != static_cast<uint64_t>(nbytes))
+    throw BadRequest(what + ": shared_memory_byte_size " + std::to_string(ref.byte_size) + " does not match shape " +
+                     ShapeToString(shape) + " of " + KServeDType(dtype) + " (" + std::to_string(nbytes) + " bytes)");
+  regions.CheckRead(ref, what);  // before the tensor is allocated
+  Tensor t(dtype, shape);
+  if (nbytes) regions.Read(ref, t.raw(), what);
+  CheckBoolBytes(t, what);
   return t;
 }
 
@@ -115,9 +153,11 @@ Tensor RawSingleInput(const std::vector<ValueInfo>& model_inputs, const std::str
   return BinaryInput(info.dtype, shape, static_cast<int64_t>(binary.size()), &binary, "raw binary request");
 }
 
-// A BYTES input: encoded images, from the binary section or as base64 strings in 'data'.
+// A BYTES input: encoded images, from shared memory or the binary section (4-byte lengths) or as base64 strings in
+// 'data'.
 Tensor BytesInput(const ValueInfo& info, const json& in, std::string_view* binary, const RequestLimits& limits,
-                  const ImageInputDecoder& images, const std::string& what) {
+                  const ImageInputDecoder& images, const std::optional<SharedMemoryRef>& shm,
+                  const SharedMemoryRegions* regions, const std::string& what) {
   if (!images)
     throw BadRequest(what + ": BYTES inputs are not accepted here; send the input as " + KServeDType(info.dtype));
   const Shape shape = ParseShape(in, what);
@@ -126,7 +166,13 @@ Tensor BytesInput(const ValueInfo& info, const json& in, std::string_view* binar
   ImageBudget(limits).CheckCount(count, what);  // before anything is split or decoded
   std::vector<std::string_view> encoded;
   std::vector<std::string> decoded_base64;
-  if (const int64_t size = BinaryDataSize(in, what); size >= 0) {
+  std::string from_shared_memory;
+  if (shm) {
+    regions->CheckRead(*shm, what);  // before the buffer is allocated
+    from_shared_memory.resize(shm->byte_size);
+    regions->Read(*shm, from_shared_memory.data(), what);
+    encoded = SplitBinaryBytes(from_shared_memory, what, static_cast<size_t>(count));
+  } else if (const int64_t size = BinaryDataSize(in, what); size >= 0) {
     if (static_cast<uint64_t>(size) > binary->size())
       throw BadRequest(what + ": binary_data_size " + std::to_string(size) + " but only " +
                        std::to_string(binary->size()) + " bytes of binary data are left in the body");
@@ -218,7 +264,7 @@ std::string DecodeBase64(std::string_view text, const std::string& what) {
 
 InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, const std::string& model,
                                 std::string_view body, const std::string& header_length, const RequestLimits& limits,
-                                const ImageInputDecoder& images) {
+                                const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory) {
   // Split the body into the JSON header and the binary tensor data that follows it.
   std::string_view json_text = body, binary;
   if (!header_length.empty()) {
@@ -264,7 +310,10 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
   if (auto out_it = request.header.find("outputs"); out_it != request.header.end() && out_it->is_array())
     for (const json& o : *out_it)
       if (o.is_object() && o.contains("name") && o["name"].is_string())
-        note_parameters(o, {"binary_data", "classification"}, "output '" + o["name"].get<std::string>() + "': ");
+        note_parameters(o,
+                        {"binary_data", "classification", "shared_memory_region", "shared_memory_byte_size",
+                         "shared_memory_offset"},
+                        "output '" + o["name"].get<std::string>() + "': ");
   for (const json& in : *in_it) {
     if (!in.is_object() || !in.contains("name") || !in["name"].is_string())
       throw BadRequest("malformed request: each input must be an object with a string 'name'");
@@ -275,11 +324,15 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
       throw BadRequest(what + ": model '" + model + "' has no such input (its inputs: " + InputNames(model_inputs) +
                        ")");
     if (inputs.count(name)) throw BadRequest(what + ": given twice");
-    note_parameters(in, {"binary_data_size"}, what + ": ");
+    note_parameters(in, {"binary_data_size", "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"},
+                    what + ": ");
     if (!in.contains("datatype") || !in["datatype"].is_string())
       throw BadRequest(what + ": 'datatype' must be a string");
+    const std::optional<SharedMemoryRef> shm = SharedMemoryParameters(in, shared_memory, what);
+    if (shm && (in.contains("data") || BinaryDataSize(in, what) >= 0))
+      throw BadRequest(what + ": its values come from shared memory, so it takes neither 'data' nor binary_data_size");
     if (in["datatype"].get_ref<const std::string&>() == "BYTES") {
-      inputs[name] = BytesInput(*info, in, &binary, limits, images, what);
+      inputs[name] = BytesInput(*info, in, &binary, limits, images, shm, shared_memory, what);
       continue;
     }
     const DType dtype = ParseKServeDType(in["datatype"].get<std::string>(), what);
@@ -288,6 +341,10 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
     CheckRows(*info, shape, limits, what);
     const int64_t numel = NumElements(shape);
     (void)NumBytes(dtype, shape);  // the size rule, before reading data
+    if (shm) {
+      inputs[name] = SharedMemoryInput(dtype, shape, *shm, *shared_memory, what);
+      continue;
+    }
     if (const int64_t size = BinaryDataSize(in, what); size >= 0) {
       inputs[name] = BinaryInput(dtype, shape, size, &binary, what);
       continue;
@@ -347,11 +404,20 @@ ResponseOutput Classification(const std::string& name, const Tensor& t, int64_t 
 
 }  // namespace
 
+void AppendBinaryBytes(std::string* out, std::string_view element) {
+  const uint32_t n = static_cast<uint32_t>(element.size());
+  const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                          static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+  out->append(length, 4);
+  out->append(element);
+}
+
 std::vector<ResponseOutput> SelectOutputs(const json& request_header, const std::string& model,
                                           const std::vector<std::pair<std::string, Tensor>>& results,
-                                          const std::vector<std::string>& labels) {
+                                          const std::vector<std::string>& labels,
+                                          const SharedMemoryRegions* shared_memory) {
   const bool binary_default = ParamTrue(request_header, "binary_data_output");
-  auto make = [&](size_t index, bool binary, int64_t classification) {
+  auto make = [&](size_t index, bool binary, int64_t classification, const std::optional<SharedMemoryRef>& shm) {
     const auto& [name, t] = results[index];
     ResponseOutput out = classification > 0 ? Classification(name, t, classification, labels) : ResponseOutput{};
     if (classification <= 0) {
@@ -361,12 +427,23 @@ std::vector<ResponseOutput> SelectOutputs(const json& request_header, const std:
       out.tensor = t;
     }
     out.binary = binary;
+    if (shm) {
+      const std::string what = "output '" + name + "'";
+      if (out.datatype == "BYTES") {
+        std::string bytes;
+        for (const std::string& s : out.strings) AppendBinaryBytes(&bytes, s);
+        shared_memory->Write(*shm, bytes.data(), bytes.size(), what);
+      } else {
+        shared_memory->Write(*shm, out.tensor.raw(), out.tensor.nbytes(), what);
+      }
+      out.shared_memory = shm;
+    }
     return out;
   };
   std::vector<ResponseOutput> chosen;
   auto out_it = request_header.find("outputs");
   if (out_it == request_header.end()) {
-    for (size_t i = 0; i < results.size(); ++i) chosen.push_back(make(i, binary_default, 0));
+    for (size_t i = 0; i < results.size(); ++i) chosen.push_back(make(i, binary_default, 0, std::nullopt));
     return chosen;
   }
   if (!out_it->is_array()) throw BadRequest("malformed request: 'outputs' must be an array");
@@ -393,7 +470,8 @@ std::vector<ResponseOutput> SelectOutputs(const json& request_header, const std:
         classification = c.get<int64_t>();
       }
     }
-    chosen.push_back(make(index, as_binary, classification));
+    chosen.push_back(make(index, as_binary, classification,
+                          SharedMemoryParameters(o, shared_memory, "output '" + name + "'")));
   }
   return chosen;
 }
@@ -410,17 +488,13 @@ InferResponse EncodeInferResponse(const json& request_header, const std::string&
   auto marker = [](size_t k) { return "osprey.data." + std::to_string(k); };
   for (const ResponseOutput& out : chosen) {
     json o = {{"name", out.name}, {"datatype", out.datatype}, {"shape", out.shape}};
-    any_binary |= out.binary;
-    if (out.binary) {
+    if (out.shared_memory) {
+      // written there by SelectOutputs
+    } else if (out.binary) {
+      any_binary = true;
       const size_t before = binary_out.size();
       if (out.datatype == "BYTES") {
-        for (const std::string& text : out.strings) {
-          const uint32_t n = static_cast<uint32_t>(text.size());
-          const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
-                                  static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
-          binary_out.append(length, 4);
-          binary_out += text;
-        }
+        for (const std::string& text : out.strings) AppendBinaryBytes(&binary_out, text);
       } else {
         binary_out.append(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
       }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "osprey/error.h"
 #include "osprey/graph.h"
 #include "osprey/tensor.h"
+#include "serve/shared_memory.h"
 
 namespace osprey::serve {
 
@@ -61,10 +63,11 @@ struct InferRequest {
 
 /// Decodes an infer body for a model with `model_inputs`. `header_length` is the Inference-Header-Content-Length header
 /// ("" when absent; "0" = the whole body is the raw bytes of the model's only input). BYTES inputs go to `images`
-/// (which may be empty: then BYTES are refused).
+/// (which may be empty: then BYTES are refused). Inputs naming a shared memory region are read from `shared_memory`
+/// (null: the extension is off, and such inputs are refused).
 InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, const std::string& model,
                                 std::string_view body, const std::string& header_length, const RequestLimits& limits,
-                                const ImageInputDecoder& images);
+                                const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory = nullptr);
 
 /// One output of a response: a tensor, or (classification extension) BYTES strings "score:index[:label]".
 struct ResponseOutput {
@@ -74,14 +77,20 @@ struct ResponseOutput {
   Tensor tensor;                     // when datatype != "BYTES"
   std::vector<std::string> strings;  // when datatype == "BYTES", row-major
   bool binary = false;               // REST: in the binary section (binary_data / binary_data_output)
+  // Written to shared memory (the requested output's shared_memory_* parameters) by SelectOutputs: the answer carries
+  // its name, datatype and shape only, as Triton's does (Triton's C++ client takes any output 'parameters' in a REST
+  // answer for binary_data_size).
+  std::optional<SharedMemoryRef> shared_memory;
 };
 
 /// The outputs `request_header` asks for, in its order ("outputs"; all outputs in graph order without it), each as a
 /// tensor or, with parameters.classification = N (Triton's classification extension; tritonclient's class_count), as
-/// the top N "score:index:label" strings per row (label from `labels` when there is one).
+/// the top N "score:index:label" strings per row (label from `labels` when there is one). Outputs that name a shared
+/// memory region are written to it here (`shared_memory` null: refused).
 std::vector<ResponseOutput> SelectOutputs(const nlohmann::json& request_header, const std::string& model,
                                           const std::vector<std::pair<std::string, Tensor>>& results,
-                                          const std::vector<std::string>& labels);
+                                          const std::vector<std::string>& labels,
+                                          const SharedMemoryRegions* shared_memory = nullptr);
 
 struct InferResponse {
   std::string body;
@@ -91,6 +100,8 @@ struct InferResponse {
 InferResponse EncodeInferResponse(const nlohmann::json& request_header, const std::string& model,
                                   const std::string& version, const std::vector<ResponseOutput>& outputs);
 
+/// Appends one KServe binary BYTES element: its 4-byte little-endian length, then its bytes.
+void AppendBinaryBytes(std::string* out, std::string_view element);
 /// KServe binary BYTES: each element is a 4-byte little-endian length followed by that many bytes. Refuses more than
 /// `max_elements` (the count the shape declared) before listing them, so tiny elements cannot amplify memory.
 std::vector<std::string_view> SplitBinaryBytes(std::string_view data, const std::string& what, size_t max_elements);

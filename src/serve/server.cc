@@ -69,6 +69,48 @@ Route Split(const std::string& target) {
   return r;
 }
 
+// Triton's shared memory extensions: /v2/systemsharedmemory/{status, unregister} and .../region/{name}/{status,
+// register, unregister}. CUDA shared memory holds no regions here (request tensors live in host memory): its status is
+// empty, unregister a no-op, and register refused saying what to use instead.
+HttpResponse SharedMemoryRoute(InferenceServer& server, const HttpRequest& request, const Route& route) {
+  const std::vector<std::string>& seg = route.seg;
+  const bool cuda = seg[1] == "cudasharedmemory";
+  std::string region, action;
+  if (seg.size() == 3) {
+    action = seg[2];
+  } else if (seg.size() == 5 && seg[2] == "region") {
+    region = seg[3];
+    action = seg[4];
+  }
+  if (action != "status" && action != "unregister" && !(action == "register" && !region.empty()))
+    return ErrorResponse(404, "no route for " + request.method + " " + route.path);
+  if (request.method != (action == "status" ? "GET" : "POST"))
+    return ErrorResponse(405, "method " + request.method + " not allowed on " + route.path);
+  if (cuda) {
+    if (action == "register")
+      throw Error(ErrorCode::kUnsupported,
+                  "CUDA shared memory is not supported: osprey takes request tensors in host memory; register system "
+                  "shared memory instead (/v2/systemsharedmemory, with --allow-shared-memory)");
+    if (action == "status" && !region.empty())
+      throw Error(ErrorCode::kNotFound, "CUDA shared memory region '" + region + "' is not registered");
+    return JsonResponse(200, action == "status" ? json::array() : json::object());
+  }
+  if (action == "status") return JsonResponse(200, server.SharedMemoryStatus(region));
+  if (action == "unregister") {
+    server.UnregisterSharedMemory(region);
+    return JsonResponse(200, json::object());
+  }
+  const std::string what = "register shared memory region '" + region + "'";
+  const json body = ParseJsonBody(request.body, false);
+  if (!body.is_object() || !body.contains("key") || !body["key"].is_string() || !body.contains("byte_size"))
+    throw Error(ErrorCode::kInvalidArgument, what + ": the body must be {\"key\": \"/name\", \"offset\": N, "
+                                                    "\"byte_size\": N} (offset may be left out)");
+  const uint64_t offset = body.contains("offset") ? NonNegativeParameter(body["offset"], what, "offset") : 0;
+  server.RegisterSharedMemory(region, body["key"].get<std::string>(), offset,
+                              NonNegativeParameter(body["byte_size"], what, "byte_size"));
+  return JsonResponse(200, json::object());
+}
+
 }  // namespace
 
 InferenceServer::InferenceServer(ModelManager* manager, std::string version, SchedulerOptions scheduling,
@@ -87,6 +129,10 @@ void InferenceServer::EnableTraining(TrainingOptions options) {
   impl_->training = std::make_unique<TrainingService>(std::move(options), [manager](const std::string& name) {
     manager->Load(name);  // the new version (the highest) replaces the one being served
   });
+}
+
+void InferenceServer::EnableSharedMemory(size_t max_regions, uint64_t max_read_bytes) {
+  impl_->shared_memory = std::make_unique<SharedMemoryRegions>(max_regions, max_read_bytes);
 }
 
 bool InferenceServer::RunsInline(const HttpRequest& request) {
@@ -126,6 +172,7 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
       if (seg.size() == 6 && seg[5] == "status") return get ? JsonResponse(200, impl_->training->Status(seg[3])) : not_allowed();
       return no_route();
     }
+    if (seg[1] == "systemsharedmemory" || seg[1] == "cudasharedmemory") return SharedMemoryRoute(*this, request, route);
     if (seg[1] == "repository") {
       if (!post) return not_allowed();
       if (seg.size() == 3 && seg[2] == "index") {
@@ -174,14 +221,16 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
     HttpResponse response;
     try {
       if (action == "infer") {
-        InferResult r = Infer(model, version, [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits,
-                                                  const ImageInputDecoder& images) {
-          return DecodeInferRequest(inputs, model, request.body, request.Header("Inference-Header-Content-Length"),
-                                    limits, images);
-        });
+        InferResult r = Infer(model, version,
+                              [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits,
+                                  const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory) {
+                                return DecodeInferRequest(inputs, model, request.body,
+                                                          request.Header("Inference-Header-Content-Length"), limits,
+                                                          images, shared_memory);
+                              });
         InferResponse encoded = EncodeInferResponse(
             r.request.header, r.loaded->name, r.loaded->version,
-            SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels));
+            SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels, r.shared_memory));
         response.body = std::move(encoded.body);
         if (encoded.header_length >= 0) {
           response.headers.emplace_back("Inference-Header-Content-Length", std::to_string(encoded.header_length));

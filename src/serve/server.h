@@ -35,6 +35,9 @@ class InferenceServer {
   /// Turns on POST /v2/repository/models/{name}/train (see training.h); a finished job's version is loaded. Call
   /// before serving.
   void EnableTraining(TrainingOptions options);
+  /// Turns on Triton's system shared memory extension (shared_memory.h): at most `max_regions` registered regions, and
+  /// inputs of at most `max_read_bytes` each read from them. Call before serving.
+  void EnableSharedMemory(size_t max_regions, uint64_t max_read_bytes);
   /// Requests that must answer at once whatever the load (health, server metadata, metrics): the HTTP server runs
   /// them on its I/O threads, and everything else on its workers.
   static bool RunsInline(const HttpRequest& request);
@@ -57,16 +60,22 @@ class InferenceServer {
   /// Triton's repository load/unload; `parameters` (may be null) other than none are refused or logged.
   void LoadModel(const std::string& model, const nlohmann::json& parameters);
   void UnloadModel(const std::string& model, const nlohmann::json& parameters);
+  /// The system shared memory extension; kUnsupported while it is off (EnableSharedMemory).
+  nlohmann::json SharedMemoryStatus(const std::string& region);
+  void RegisterSharedMemory(const std::string& region, const std::string& key, uint64_t offset, uint64_t byte_size);
+  void UnregisterSharedMemory(const std::string& region);
 
   struct InferResult {
     std::shared_ptr<LoadedModel> loaded;
     InferRequest request;                               // as decoded (header: outputs, parameters, id)
     std::vector<std::pair<std::string, Tensor>> results;  // graph outputs in order
+    const SharedMemoryRegions* shared_memory = nullptr;   // for SelectOutputs (null: the extension is off)
   };
-  /// Decodes one infer request with `decode` (given the model's inputs, the limits and the image decoder for BYTES
-  /// inputs), runs it through the scheduler and records its statistics. QueueFullError when the model's queue is full.
-  using Decoder =
-      std::function<InferRequest(const std::vector<ValueInfo>& inputs, const RequestLimits&, const ImageInputDecoder&)>;
+  /// Decodes one infer request with `decode` (given the model's inputs, the limits, the image decoder for BYTES inputs
+  /// and the shared memory regions, null when off), runs it through the scheduler and records its statistics.
+  /// QueueFullError when the model's queue is full.
+  using Decoder = std::function<InferRequest(const std::vector<ValueInfo>& inputs, const RequestLimits&,
+                                             const ImageInputDecoder&, const SharedMemoryRegions*)>;
   InferResult Infer(const std::string& model, const std::string& version, const Decoder& decode);
 
   struct Impl;  // server_impl.h

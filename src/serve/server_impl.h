@@ -24,6 +24,8 @@ struct InferenceServer::Impl {
   std::unique_ptr<Scheduler> scheduler;  // infer runs: dynamic batching, streams, queue limit
   RequestLimits limits;
   std::unique_ptr<TrainingService> training;  // null unless EnableTraining
+  std::unique_ptr<SharedMemoryRegions> shared_memory;  // null unless EnableSharedMemory
+  SharedMemoryRegions& SharedMemory();                 // kUnsupported naming the flag while it is off
 
   std::mutex metrics_mu;
   std::map<std::string, RequestMetrics> metrics;  // per model, infer and classify requests

@@ -120,11 +120,33 @@ Tensor InferenceServer::Impl::EncodedImagesInput(const LoadedModel& loaded, cons
   return StackTensors(pixels);
 }
 
+SharedMemoryRegions& InferenceServer::Impl::SharedMemory() {
+  if (!shared_memory)
+    throw Error(ErrorCode::kUnsupported,
+                "system shared memory is off on this server (start it with --allow-shared-memory)");
+  return *shared_memory;
+}
+
 json InferenceServer::ServerMetadata() const {
-  return {{"name", "osprey"},
-          {"version", impl_->version},
-          {"extensions", {"binary_tensor_data", "model_repository", "statistics", "classification", "model_configuration",
-                          "classify"}}};
+  json extensions = {"binary_tensor_data", "model_repository", "statistics", "classification", "model_configuration",
+                     "classify"};
+  if (impl_->shared_memory) extensions.push_back("system_shared_memory");
+  return {{"name", "osprey"}, {"version", impl_->version}, {"extensions", extensions}};
+}
+
+json InferenceServer::SharedMemoryStatus(const std::string& region) { return impl_->SharedMemory().Status(region); }
+
+void InferenceServer::RegisterSharedMemory(const std::string& region, const std::string& key, uint64_t offset,
+                                           uint64_t byte_size) {
+  impl_->SharedMemory().Register(region, key, offset, byte_size);
+  log::Event(log::Level::kInfo, "shared_memory_registered",
+             "shared memory region '" + region + "' registered: '" + key + "' bytes " + std::to_string(offset) + ".." +
+                 std::to_string(offset + byte_size),
+             {{"region", region}, {"key", key}, {"offset", offset}, {"byte_size", byte_size}});
+}
+
+void InferenceServer::UnregisterSharedMemory(const std::string& region) {
+  impl_->SharedMemory().Unregister(region);
 }
 
 bool InferenceServer::ModelReady(const std::string& model, const std::string& version) {
@@ -252,11 +274,13 @@ InferenceServer::InferResult InferenceServer::InferUntimed(const std::string& mo
   result.loaded = impl_->AcquireModel(model, version);
   const LoadedModel& loaded = *result.loaded;
   ImageBudget budget(impl_->limits);
-  result.request = decode(loaded.model->graph().input_infos, impl_->limits,
-                          [&](const ValueInfo& info, const std::vector<std::string_view>& images,
-                              const std::string& what) {
-                            return impl_->EncodedImagesInput(loaded, info, images, &budget, what);
-                          });
+  result.shared_memory = impl_->shared_memory.get();
+  result.request = decode(
+      loaded.model->graph().input_infos, impl_->limits,
+      [&](const ValueInfo& info, const std::vector<std::string_view>& images, const std::string& what) {
+        return impl_->EncodedImagesInput(loaded, info, images, &budget, what);
+      },
+      result.shared_memory);
   if (!result.request.ignored_parameters.empty()) {
     std::string names;
     for (const std::string& p : result.request.ignored_parameters) names += (names.empty() ? "" : ", ") + p;

@@ -369,6 +369,12 @@ std::map<std::string, std::string> ParseQuery(const std::string& query) {
   return out;
 }
 
+uint64_t NonNegativeParameter(const json& value, const std::string& what, const char* key) {
+  if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<int64_t>() >= 0))
+    throw Error(ErrorCode::kInvalidArgument, what + ": '" + key + "' must be a non-negative integer");
+  return value.get<uint64_t>();
+}
+
 bool ParamTrue(const json& parent, const char* key) {
   if (!parent.is_object()) return false;
   auto params = parent.find("parameters");

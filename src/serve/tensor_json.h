@@ -35,6 +35,8 @@ bool IsDataSpan(const nlohmann::json& value, size_t* index);
 Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, const std::string& what);
 /// "a=1&b=2" -> {a: 1, b: 2} (no percent-decoding).
 std::map<std::string, std::string> ParseQuery(const std::string& query);
+/// A size or offset field `key` (for errors) of value `value`: a non-negative integer.
+uint64_t NonNegativeParameter(const nlohmann::json& value, const std::string& what, const char* key);
 /// parent["parameters"][key] is the boolean true.
 bool ParamTrue(const nlohmann::json& parent, const char* key);
 

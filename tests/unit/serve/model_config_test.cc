@@ -13,10 +13,22 @@
 namespace osprey::serve {
 namespace {
 
+// One file per test process, removed when the process ends (it left one in /tmp per run before).
+const std::filesystem::path& PbtxtPath() {
+  static const struct File {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("osprey_pbtxt_" + std::to_string(::getpid()) + ".pbtxt");
+    ~File() {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  } file;
+  return file.path;
+}
+
 std::string Write(const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / ("osprey_pbtxt_" + std::to_string(::getpid()) + ".pbtxt");
-  std::ofstream(path) << text;
-  return path.string();
+  std::ofstream(PbtxtPath()) << text;
+  return PbtxtPath().string();
 }
 
 TEST(ConfigPbtxt, ReadsTheSubsetAndNamesWhatItIgnores) {
