@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exports torchvision models with PyTorch's current default ONNX exporter (torch.export + onnxscript, `dynamo=True`).
+"""Exports torchvision and timm models with PyTorch's current default ONNX exporter (torch.export + onnxscript, `dynamo=True`).
 
 Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force]
 
@@ -9,6 +9,12 @@ dynamo exporter writes different graphs from the same models: opset 18+, LayerNo
 GlobalAveragePool as ReduceMean, Swin's shifted-window masks as ScatterND/GatherND, MaxViT's attention as Einsum.
 Weights are make_test_models' seeded ones (calibrated BatchNorm, random LayerNorm), batch 1, static shapes; each NAME
 gets NAME.onnx and NAME.input1.npy in DIR (default ~/.cache/osprey/models-dynamo). Existing files are kept.
+
+Names starting `timm-` are architectures from timm (PyPI; the most used library of image models, hundreds of
+architectures nobody here tuned for: attention hybrids, re-parameterised nets, GroupNorm/GRN/weight-standardised layers,
+TF "same" padding), random weights made realistic the same way, at their pretrained configuration's input size.
+A model the dynamo exporter refuses is exported with the TorchScript one (`dynamo=False`, opset 17), as a user would;
+the tool says which.
 """
 
 import argparse
@@ -29,6 +35,19 @@ EXTRA = {
     "deeplabv3_mobilenet_v3_large": ({"weights_backbone": None, "aux_loss": False}, 320),
     "lraspp_mobilenet_v3_large": ({"weights_backbone": None}, 320),
 }
+# timm architecture -> input size (its pretrained configuration's); exported as "timm-<architecture>".
+TIMM = {
+    "efficientnet_b0": 224, "mobilenetv3_large_100": 224, "mobilenetv4_conv_small": 224,
+    "mobilenetv4_hybrid_medium": 256, "convnextv2_atto": 224, "resnet50d": 224, "tf_efficientnetv2_b0": 192,
+    "ghostnetv2_100": 224, "repvgg_a0": 224, "mobilevit_xxs": 256, "efficientvit_b0": 224, "fastvit_t8": 256,
+    "levit_128s": 224, "deit_tiny_patch16_224": 224, "edgenext_xx_small": 256, "poolformer_s12": 224,
+    "hgnetv2_b0": 224, "rexnet_100": 224, "dla34": 224, "cs3darknet_s": 256, "hrnet_w18_small": 224,
+    "inception_next_atto": 224, "efficientformerv2_s0": 224, "lcnet_050": 224, "ese_vovnet19b_dw": 224,
+    "resnest14d": 224, "skresnet18": 224, "nf_regnet_b0": 192, "mixnet_s": 224, "selecsls42b": 224, "pit_ti_224": 224,
+    "gcvit_xxtiny": 224, "regnetz_b16": 224, "coat_lite_tiny": 224, "tiny_vit_5m_224": 224, "efficientvit_m0": 224,
+    "repvit_m0_9": 224, "starnet_s1": 224, "mambaout_femto": 224,
+}
+EXTRA.update({f"timm-{name}": ({}, size) for name, size in TIMM.items()})
 MODELS = dict(mtm.MODELS, **EXTRA)
 
 
@@ -42,6 +61,11 @@ def build(name):
 
     kwargs, _ = MODELS[name]
     torch.manual_seed(0)
+    if name.startswith("timm-"):
+        import timm
+        model = timm.create_model(name[len("timm-"):], pretrained=False).eval()
+        mtm._make_parameters_realistic(model, name)
+        return model
     ctor = getattr(torchvision.models, name, None) or getattr(torchvision.models.segmentation, name)
     model = ctor(weights=None, **kwargs)
     if ctor.__module__.startswith("torchvision.models.segmentation"):
@@ -78,13 +102,22 @@ def main(argv=None) -> int:
         start = time.monotonic()
         try:
             x = torch.from_numpy(mtm.make_input(name, 1))
-            program = torch.onnx.export(build(name), (x,), dynamo=True, input_names=["input"],
-                                        output_names=["logits"], verbose=False)
+            model = build(name)
             tmp = onnx_path.with_suffix(".tmp")
-            program.save(str(tmp))
+            exporter = "dynamo"
+            try:
+                program = torch.onnx.export(model, (x,), dynamo=True, input_names=["input"],
+                                            output_names=["logits"], verbose=False)
+                program.save(str(tmp))
+            except Exception as e:  # noqa: BLE001 -- then as a user would: the TorchScript exporter
+                if not name.startswith("timm-"):
+                    raise
+                exporter = f"torchscript (dynamo failed: {str(e).splitlines()[0][:120]})"
+                torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17, input_names=["input"],
+                                  output_names=["logits"])
             os.replace(tmp, onnx_path)
             np.save(input_path, x.numpy())
-            print(f"export_dynamo: {name:30s} exported ({time.monotonic() - start:.1f} s)", flush=True)
+            print(f"export_dynamo: {name:30s} exported by {exporter} ({time.monotonic() - start:.1f} s)", flush=True)
         except Exception as e:  # noqa: BLE001 -- one architecture the exporter cannot take is a result
             failed += 1
             print(f"export_dynamo: {name:30s} FAILED: {str(e).splitlines()[0][:200]}", flush=True)

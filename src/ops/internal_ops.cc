@@ -8,6 +8,9 @@
 //   (k % groups) * (C / groups) + k / groups, i.e. Reshape [N, g, C/g, ...] -> Transpose(0, 2, 1, ...) -> Reshape
 //   [N, C, ...] as ShuffleNet exports it. The shuffled tensor is then cut along axis 1 into the outputs, `split[j]`
 //   channels each (default: one output holding all C channels).
+//
+// _GroupNorm(x, scale, bias), attributes `num_groups`, `epsilon`: GroupNormalization with scale and bias per channel
+//   whatever the model's opset (registered beside GroupNormalization in nn.cc, which it shares schema and kernels with).
 #include <string>
 
 #include "ops/op_registry.h"

@@ -269,7 +269,7 @@ void InferGroupNormalization(InferContext& c) {
   if (groups < 1 || x[1] % groups != 0)
     c.Fail("num_groups " + std::to_string(groups) + " must be >= 1 and divide the channels (" + std::to_string(x[1]) +
            ")");
-  const int64_t params = c.opset >= 21 ? x[1] : groups;
+  const int64_t params = c.opset >= 21 || c.node.op_type == kGroupNormOp ? x[1] : groups;
   RequireChannelVector(c, 1, "scale", params);
   RequireChannelVector(c, 2, "bias", params);
   c.node.GetFloat("epsilon", 1e-5f);
@@ -445,6 +445,7 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));
   r.Add(Schema("GroupNormalization", 3, 3, 1, 1, InferGroupNormalization));
+  r.Add(Schema(kGroupNormOp, 3, 3, 1, 1, InferGroupNormalization));
   r.Add(Schema("RoiAlign", 3, 3, 1, 1, InferRoiAlign));
   r.Add(Schema("MeanVarianceNormalization", 1, 1, 1, 1, InferMeanVarianceNormalization));
   r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));

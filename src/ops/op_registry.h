@@ -133,6 +133,9 @@ bool IsContribOnlyOp(const std::string& op_type);
 
 /// Internal op made by the channel-shuffle fusion (schema and semantics: src/ops/internal_ops.cc).
 inline constexpr const char* kChannelShuffleOp = "_ChannelShuffle";
+/// Internal op made by the group-norm fusion (runtime/fusion_patterns.cc): GroupNormalization with scale and bias per
+/// channel whatever the model's opset (opset 21's form; schema and reference kernel beside GroupNormalization's).
+inline constexpr const char* kGroupNormOp = "_GroupNorm";
 
 /// Gather attribute set by the one-hot fusion (runtime/fusion_tf.cc): an index outside [0, dim) gives a zero slice
 /// (what a one-hot product gives) where ONNX's Gather wraps negative indices and rejects the others; 1: as is,

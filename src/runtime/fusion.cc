@@ -34,8 +34,8 @@ bool Private(const CompileState& st, const Uses& u, int v) {
   return u.consumers[v].size() == 1 && !st.is_graph_output[v];
 }
 
-// The values of constant k per channel of a tensor of shape ys (rank >= 3, channels on axis 1), when k broadcasts
-// against it along the channel axis only ([C, 1, 1], [1, C, 1, 1] or a single value); false otherwise.
+}  // namespace
+
 bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vector<float>* values) {
   if (!IsF32Known(st, k) || ys.size() < 3) return false;
   const Tensor& kv = st.values[k].value;
@@ -50,6 +50,8 @@ bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vec
   for (int64_t i = 0; i < c; ++i) (*values)[i] = kp[kv.numel() == 1 ? 0 : i];
   return true;
 }
+
+namespace {
 
 // BatchNormalization(Conv(x, W, B)) -> Conv(x, W', B') with W' = W * s, B' = (B - mean) * s + beta,
 // s = gamma / sqrt(var + eps), per output channel.

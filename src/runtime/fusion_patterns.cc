@@ -4,6 +4,9 @@
 //              [-> Mul(gamma)] [-> Add(beta)]             => LayerNormalization(x, gamma, beta), axis -1
 //   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
 //                                                          => Gelu(x)
+//   GroupNorm: Reshape [N, C, ...] -> [N, G, L] -> InstanceNormalization(s[G], b[G]) -> Reshape [N, C, ...]
+//              [-> Mul(gamma[C])] [-> Add(beta[C])]        => _GroupNorm(x, scale[C], bias[C]), num_groups G
+//              (nn.GroupNorm as PyTorch's exporters write it: PoolFormer, diffusion U-Nets)
 //   Bias:      MatMul(A, B) -> Add(., bias[N])             => MatMul(A, B, bias) with `_bias` = 1
 //   Mean:      ReduceMean over every spatial axis, keeping dims => GlobalAveragePool
 //   Einsum:    a two-input contraction                     => [Transpose, Reshape] x2 -> MatMul [-> Reshape, Transpose]
@@ -280,6 +283,69 @@ void FuseLayerNorm(CompileState& st) {
     for (int n : absorbed)
       if (n != last) g.Kill(n);
     g.node(last) = std::move(ln);
+  }
+  g.Compact();
+}
+
+// ---------------------------------------------------------------- GroupNorm
+
+void FuseGroupNorm(CompileState& st) {
+  NodeView g(st);
+  for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
+    if (!g.Is(i, "InstanceNormalization") || g.node(i).inputs.size() != 3) continue;
+    const Node& norm = g.node(i);
+    const int grouped = norm.inputs[0];
+    const int reshape_in = g.Producer(grouped);
+    if (!g.Is(reshape_in, "Reshape") || g.SoleConsumer(grouped) != i) continue;
+    const int x = g.node(reshape_in).inputs[0];
+    if (!IsF32(st, x) || !IsF32(st, grouped)) continue;
+    const Shape& xs = st.values[x].shape;
+    const Shape& gs = st.values[grouped].shape;
+    if (xs.size() < 3 || gs.size() != 3 || gs[0] != xs[0] || gs[1] < 1 || xs[1] % gs[1] != 0 ||
+        NumElements(gs) != NumElements(xs))
+      continue;
+    const int64_t channels = xs[1], groups = gs[1];
+    if (!IsF32Constant(st, norm.inputs[1]) || !IsF32Constant(st, norm.inputs[2]) ||
+        st.values[norm.inputs[1]].value.numel() != groups || st.values[norm.inputs[2]].value.numel() != groups)
+      continue;
+    const int reshape_out = g.SoleConsumer(norm.outputs[0]);
+    if (!g.Is(reshape_out, "Reshape") || st.values[g.node(reshape_out).outputs[0]].shape != xs) continue;
+    const float* s = st.values[norm.inputs[1]].value.data<float>();
+    const float* b = st.values[norm.inputs[2]].value.data<float>();
+    std::vector<float> scale(static_cast<size_t>(channels)), bias(scale.size());
+    for (int64_t c = 0; c < channels; ++c) {
+      scale[c] = s[c / (channels / groups)];
+      bias[c] = b[c / (channels / groups)];
+    }
+    // Optional per-channel affine: ((n * s + b) * gamma) + beta = n * (s * gamma) + (b * gamma + beta).
+    std::vector<int> absorbed = {reshape_in, i, reshape_out};
+    int last = reshape_out;
+    int next = g.SoleConsumer(g.node(last).outputs[0]);
+    std::vector<float> k;
+    if (g.Is(next, "Mul") && PerChannelConstant(st, OtherInput(g.node(next), g.node(last).outputs[0]), xs, &k) &&
+        st.values[g.node(next).outputs[0]].shape == xs) {
+      for (int64_t c = 0; c < channels; ++c) scale[c] *= k[c], bias[c] *= k[c];
+      last = next;
+      absorbed.push_back(next);
+      next = g.SoleConsumer(g.node(last).outputs[0]);
+    }
+    if (g.Is(next, "Add") && PerChannelConstant(st, OtherInput(g.node(next), g.node(last).outputs[0]), xs, &k) &&
+        st.values[g.node(next).outputs[0]].shape == xs) {
+      for (int64_t c = 0; c < channels; ++c) bias[c] += k[c];
+      last = next;
+      absorbed.push_back(next);
+    }
+    Node fused;
+    fused.op_type = kGroupNormOp;
+    fused.name = FusedName(norm.name, "GroupNorm");
+    fused.inputs = {x, st.AddConstant(Tensor::FromVector<float>({channels}, scale)),
+                    st.AddConstant(Tensor::FromVector<float>({channels}, bias))};
+    fused.outputs = {g.node(last).outputs[0]};
+    fused.attrs["num_groups"] = Attribute::Int(groups);
+    fused.attrs["epsilon"] = Attribute::Float(norm.GetFloat("epsilon", 1e-5f));
+    for (int n : absorbed)
+      if (n != last) g.Kill(n);
+    g.node(last) = std::move(fused);
   }
   g.Compact();
 }
@@ -622,6 +688,7 @@ void FuseDataMovementPatterns(CompileState& st) { FuseChannelShuffle(st); }
 void FuseTransformerPatterns(CompileState& st) {
   EinsumToMatMul(st);  // first: its MatMuls then take a bias like any other
   FuseLayerNorm(st);  // before the rewrite below: its ReduceMeans are over the last axis, never spatial-only
+  FuseGroupNorm(st);
   SpatialMeanToGlobalAveragePool(st);
   FuseGelu(st);
   FuseMatMulBias(st);

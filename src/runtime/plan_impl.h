@@ -227,5 +227,8 @@ struct Activation;  // ops/activation.h
 /// The activation a live unary node computes when it may be fused into its producer (OpTraits::fusable_activation
 /// and ActivationOfNode, with the compile-time values of its inputs), else false (fusion.cc).
 bool FusableActivationOf(const CompileState& state, const Node& node, Activation* act);
+/// The values of constant k per channel of a tensor of shape ys (rank >= 3, channels on axis 1), when k broadcasts
+/// against it along the channel axis only ([C, 1, 1], [1, C, 1, 1] or a single value); false otherwise (fusion.cc).
+bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vector<float>* values);
 
 }  // namespace osprey

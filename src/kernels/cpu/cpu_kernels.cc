@@ -6,6 +6,7 @@
 namespace osprey {
 
 std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ctx);  // layernorm.cc
+std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx);           // groupnorm.cc
 std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx);  // augment_kernels.cc
 std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx);  // recurrent_kernels.cc
 namespace cpu {
@@ -37,6 +38,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);
     if (op == "BatchNormalization") return cpu::CreateBatchNorm(ctx);
     if (op == "LayerNormalization") return CreateCpuLayerNormalization(ctx);
+    if (op == "InstanceNormalization" || op == "GroupNormalization" || op == kGroupNormOp)
+      return CreateCpuGroupNorm(ctx);
     if (op == "RNN" || op == "GRU" || op == "LSTM") return CreateRecurrentKernel(ctx);
     if (op == "Resize" || op == "Upsample") return cpu::CreateResize(ctx);
     if (op == "STFT") return cpu::CreateStftKernel(ctx);

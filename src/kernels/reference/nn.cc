@@ -992,6 +992,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("BatchNormalization", BatchNormalizationRef);
   t.Add("InstanceNormalization", InstanceNormalizationRef);
   t.Add("GroupNormalization", GroupNormalizationRef);
+  t.Add(kGroupNormOp, GroupNormalizationRef);  // scale and bias per channel: NormalizeChannelGroups reads their length
   t.Add("RoiAlign", RoiAlignRef);
   t.Add("MeanVarianceNormalization", MeanVarianceNormalizationRef);
   t.Add("LayerNormalization", LayerNormalizationRef);

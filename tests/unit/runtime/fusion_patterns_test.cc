@@ -3,6 +3,7 @@
 // each compute one ONNX op exactly as written; the step count of the fused plan shows what was fused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "osprey/runtime.h"
@@ -46,6 +47,47 @@ size_t UnfusedSteps(const Graph& graph, const std::vector<Shape>& input_shapes) 
   std::vector<TensorSpec> specs;
   for (const Shape& s : input_shapes) specs.push_back({DType::kF32, s});
   return Compile(graph, specs, kOracle)->num_steps();
+}
+
+// ---------------------------------------------------------------- GroupNorm
+
+// nn.GroupNorm(groups, C) as PyTorch's dynamo exporter writes it: Reshape [N, G, -1] -> InstanceNormalization with
+// unit scale and zero bias of G values -> Reshape back -> Mul(weight [C, 1, 1]) -> Add(bias [C, 1, 1]).
+Graph GroupNormGraph(const Shape& shape, int64_t groups, bool affine, bool escape = false) {
+  GraphBuilder b("groupnorm", 20);
+  auto x = b.Input("x", DType::kF32, shape);
+  auto grouped = b.Op("Reshape", {x, b.Constant(Tensor::FromVector<int64_t>({3}, {shape[0], groups, -1}))});
+  auto norm = b.Op("InstanceNormalization",
+                   {grouped, b.Constant(RandomTensor({groups}, 5, 0.5f, 1.5f)), b.Constant(RandomTensor({groups}, 6))},
+                   {{"epsilon", Attribute::Float(1e-5f)}});
+  Shape back = shape;
+  auto y = b.Op("Reshape", {norm, b.Constant(Tensor::FromVector<int64_t>({static_cast<int64_t>(back.size())}, back))});
+  if (affine) {
+    y = b.Op("Mul", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 7, 0.5f, 1.5f))});
+    y = b.Op("Add", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 8))});
+  }
+  b.Output(y, "y");
+  if (escape) b.Output(grouped, "grouped");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, GroupNormAsPyTorchExportsIt) {
+  ExpectFused(GroupNormGraph({1, 64, 14, 14}, 1, true), {{1, 64, 14, 14}}, 1);  // PoolFormer's GroupNorm(1)
+  ExpectFused(GroupNormGraph({2, 32, 9, 9}, 8, true), {{2, 32, 9, 9}}, 1);
+  ExpectFused(GroupNormGraph({2, 32, 9, 9}, 4, false), {{2, 32, 9, 9}}, 1);  // no affine: the group scale and bias
+  ExpectFused(GroupNormGraph({1, 16, 20, 20}, 2, true), {{1, 16, 20, 20}}, 1, 200.f);  // mean far from zero
+}
+
+TEST(FusionPatterns, GroupNormNotFusedWhenAnIntermediateEscapes) {
+  // The grouped view is also a graph output: the InstanceNormalization stays (its affine tail fuses on its own).
+  Graph g = GroupNormGraph({1, 8, 5, 5}, 2, true, /*escape=*/true);
+  std::vector<OpProfile> profile;
+  const Tensor x = RandomTensor({1, 8, 5, 5}, 1);
+  const std::vector<Tensor> got = Compile(g, {{DType::kF32, {1, 8, 5, 5}}}, {.num_threads = 2})->Run({x}, &profile);
+  const std::vector<Tensor> want = Compile(g, {{DType::kF32, {1, 8, 5, 5}}}, kOracle)->Run({x});
+  for (size_t i = 0; i < want.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
+  EXPECT_TRUE(std::any_of(profile.begin(), profile.end(),
+                          [](const OpProfile& p) { return p.op_type == "InstanceNormalization"; }));
 }
 
 // ---------------------------------------------------------------- LayerNorm
