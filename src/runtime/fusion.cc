@@ -107,6 +107,74 @@ void FoldBatchNorm(CompileState& st) {
   st.nodes = std::move(kept);
 }
 
+// BatchNormalization of a rank-2 [M, N] tensor (channels = the last axis) made by a MatMul with a constant [K, N]
+// weight, directly or through a Reshape that keeps the last dim (LeViT's Linear + BatchNorm1d as PyTorch exports it:
+// MatMul [1, 196, 256] -> Reshape [196, 256] -> BatchNormalization) -> MatMul(x, W', b') [-> Reshape], with
+// W'[:, n] = W[:, n] * s[n], b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps), b the MatMul's fused bias or 0.
+void FoldBatchNormIntoMatMul(CompileState& st) {
+  Uses u = CountUses(st);
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int v : st.nodes[i].outputs)
+      if (v >= 0) producer[v] = static_cast<int>(i);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& bn = st.nodes[j];
+    if (bn.op_type != "BatchNormalization" || bn.outputs.size() != 1 || bn.GetInt("training_mode", 0) != 0) continue;
+    const int x = bn.inputs[0];
+    if (x < 0 || st.values[x].dtype != DType::kF32 || st.values[x].shape.size() != 2 || !Private(st, u, x)) continue;
+    bool params_known = bn.inputs.size() == 5;
+    for (int k = 1; params_known && k <= 4; ++k) params_known = IsF32Known(st, bn.inputs[k]);
+    const int64_t n = st.values[x].shape[1];
+    if (!params_known || st.values[bn.inputs[1]].value.numel() != n) continue;
+    int mm_i = producer[x], reshape_i = -1;
+    if (mm_i >= 0 && st.nodes[mm_i].op_type == "Reshape") {
+      reshape_i = mm_i;
+      const int r_in = st.nodes[reshape_i].inputs[0];
+      if (r_in < 0 || !Private(st, u, r_in) || st.values[r_in].shape.empty() || st.values[r_in].shape.back() != n)
+        continue;
+      mm_i = producer[r_in];
+    }
+    if (mm_i < 0 || dead[mm_i]) continue;
+    Node& mm = st.nodes[mm_i];
+    const bool has_bias = mm.Has("_bias");
+    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 || mm.attrs.size() != (has_bias ? 1u : 0u) ||
+        mm.inputs.size() != (has_bias ? 3u : 2u))
+      continue;
+    const int w = mm.inputs[1];
+    if (!IsF32Known(st, w) || st.values[w].shape != Shape{st.values[w].shape[0], n} ||
+        (has_bias && (!IsF32Known(st, mm.inputs[2]) || st.values[mm.inputs[2]].value.numel() != n)))
+      continue;
+    const float* gamma = st.values[bn.inputs[1]].value.data<float>();
+    const float* beta = st.values[bn.inputs[2]].value.data<float>();
+    const float* mean = st.values[bn.inputs[3]].value.data<float>();
+    const float* var = st.values[bn.inputs[4]].value.data<float>();
+    const float eps = bn.GetFloat("epsilon", 1e-5f);
+    Tensor w2 = st.values[w].value.Clone();
+    Tensor b2(DType::kF32, {n});
+    const int64_t rows = w2.dim(0);
+    for (int64_t c = 0; c < n; ++c) {
+      const float s = gamma[c] / std::sqrt(var[c] + eps);
+      for (int64_t r = 0; r < rows; ++r) w2.data<float>()[r * n + c] *= s;
+      const float b = has_bias ? st.values[mm.inputs[2]].value.data<float>()[c] : 0.f;
+      b2.data<float>()[c] = (b - mean[c]) * s + beta[c];
+    }
+    const int out = bn.outputs[0];
+    mm.inputs = {mm.inputs[0], st.AddConstant(std::move(w2)), st.AddConstant(std::move(b2))};
+    mm.attrs["_bias"] = Attribute::Int(1);
+    if (reshape_i >= 0)
+      st.nodes[reshape_i].outputs[0] = out;
+    else
+      mm.outputs[0] = out;
+    u.consumers.resize(st.values.size());
+    dead[j] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 // Conv(x, W, B) followed by Mul, Add or Sub (conv output first) with a constant that is one value per output channel
 // (shape [C, 1, 1], [1, C, 1, 1], or a single value) -> one Conv with the constant folded in: W'[c] = W[c] * s[c] and
 // B' = B * s for Mul, B' = B +/- t for Add/Sub. TensorFlow exporters (tf2onnx) leave batch normalisation as such a
@@ -605,6 +673,7 @@ void RunFusionPasses(CompileState& state) {
   FuseTransformerPatterns(state);
   FuseDataMovementPatterns(state);
   FoldBatchNorm(state);
+  FoldBatchNormIntoMatMul(state);
   FoldConvAffine(state);
   AffineToBatchNorm(state);
   FuseResidualAdd(state);

@@ -93,6 +93,44 @@ class ConcatPlain final : public Kernel {
   size_t row_bytes_ = 0;
 };
 
+// Split, plain, along any axis, any rank and dtype (the mirror of ConcatPlain): for each outer index, output j takes
+// one contiguous block of the input row (LeViT splits q, k and v along the last axis).
+class SplitPlain final : public Kernel {
+ public:
+  SplitPlain(std::vector<size_t> part_bytes, int64_t outer) : part_bytes_(std::move(part_bytes)), outer_(outer) {
+    for (size_t b : part_bytes_) row_bytes_ += b;
+  }
+  const char* Name() const override { return "SplitPlain"; }
+  void Run(KernelContext& ctx) override {
+    const int64_t k = static_cast<int64_t>(part_bytes_.size());
+    if (static_cast<int64_t>(ctx.outputs.size()) != k) Internal(ctx.node, Name(), "output count changed");
+    CheckBytes(ctx.node, Name(), "input", ctx.In(0), row_bytes_ * outer_);
+    const char* src = Bytes(ctx.In(0));
+    std::vector<char*> dst(k);
+    std::vector<size_t> src_offset(k);
+    size_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      CheckBytes(ctx.node, Name(), "output", ctx.Out(static_cast<int>(j)), part_bytes_[j] * outer_);
+      dst[j] = Bytes(ctx.Out(static_cast<int>(j)));
+      src_offset[j] = offset;
+      offset += part_bytes_[j];
+    }
+    const int64_t tasks = outer_ * k;
+    const bool parallel = static_cast<int64_t>(row_bytes_) * outer_ >= kMinParallelBytes && tasks > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t o = t / k, j = t % k;
+      if (part_bytes_[j])
+        std::memcpy(dst[j] + o * part_bytes_[j], src + o * row_bytes_ + src_offset[j], part_bytes_[j]);
+    }
+  }
+
+ private:
+  std::vector<size_t> part_bytes_;
+  int64_t outer_;
+  size_t row_bytes_ = 0;
+};
+
 // Concat, channels-last: per pixel, input i's C_i floats go to channels [first_i, first_i + C_i) of the output row.
 class ConcatNhwc final : public Kernel {
  public:
@@ -486,9 +524,29 @@ std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& ctx) {
 std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& ctx) {
   bool nhwc = false;
   std::vector<int64_t> first, count;
-  if (!UniformLayout(ctx, 1, &nhwc) || !SplitChannelRanges(ctx, &first, &count)) return nullptr;
-  return std::make_unique<ChannelRanges>(nhwc ? "SplitChannelsF32Nhwc" : "SplitChannelsF32", nhwc, ctx.input_shapes[0],
-                                         std::move(first), std::move(count));
+  if (!UniformLayout(ctx, 1, &nhwc)) return nullptr;
+  if (SplitChannelRanges(ctx, &first, &count))
+    return std::make_unique<ChannelRanges>(nhwc ? "SplitChannelsF32Nhwc" : "SplitChannelsF32", nhwc,
+                                           ctx.input_shapes[0], std::move(first), std::move(count));
+  // Any other axis, rank or dtype: plain data, every output present, output shapes from the schema.
+  if (nhwc || ctx.input_shapes.empty() || !ctx.present[0]) return nullptr;
+  const Shape& in = ctx.input_shapes[0];
+  const int64_t rank = static_cast<int64_t>(in.size());
+  if (rank == 0 || ctx.output_shapes.size() != ctx.node.outputs.size()) return nullptr;
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", 0), rank, ctx.node);
+  int64_t outer = 1, inner = 1, total = 0;
+  for (int64_t d = 0; d < axis; ++d) outer *= in[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= in[d];
+  const size_t es = DTypeSize(ctx.input_dtypes[0]);
+  std::vector<size_t> part_bytes;
+  for (size_t j = 0; j < ctx.node.outputs.size(); ++j) {
+    const Shape& out = ctx.output_shapes[j];
+    if (ctx.node.outputs[j] < 0 || static_cast<int64_t>(out.size()) != rank) return nullptr;
+    part_bytes.push_back(static_cast<size_t>(out[axis] * inner) * es);
+    total += out[axis];
+  }
+  if (total != in[axis]) return nullptr;
+  return std::make_unique<SplitPlain>(std::move(part_bytes), outer);
 }
 
 }  // namespace

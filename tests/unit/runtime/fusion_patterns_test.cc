@@ -49,6 +49,20 @@ size_t UnfusedSteps(const Graph& graph, const std::vector<Shape>& input_shapes) 
   return Compile(graph, specs, kOracle)->num_steps();
 }
 
+// Runs `g` fused with fast kernels against the unfused oracle; returns the op types the fused plan ran.
+std::vector<std::string> RunAgainstOracle(const Graph& g, const Shape& input) {
+  std::vector<OpProfile> profile;
+  const Tensor x = RandomTensor(input, 1);
+  const std::vector<Tensor> got = Compile(g, {{DType::kF32, input}}, {.num_threads = 2})->Run({x}, &profile);
+  const std::vector<Tensor> want = Compile(g, {{DType::kF32, input}}, kOracle)->Run({x});
+  for (size_t i = 0; i < want.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
+  std::vector<std::string> ops;
+  for (const OpProfile& p : profile) ops.push_back(p.op_type);
+  return ops;
+}
+
+bool Ran(const std::vector<std::string>& ops, const char* op) { return std::count(ops.begin(), ops.end(), op) > 0; }
+
 // ---------------------------------------------------------------- GroupNorm
 
 // nn.GroupNorm(groups, C) as PyTorch's dynamo exporter writes it: Reshape [N, G, -1] -> InstanceNormalization with
@@ -80,14 +94,39 @@ TEST(FusionPatterns, GroupNormAsPyTorchExportsIt) {
 
 TEST(FusionPatterns, GroupNormNotFusedWhenAnIntermediateEscapes) {
   // The grouped view is also a graph output: the InstanceNormalization stays (its affine tail fuses on its own).
-  Graph g = GroupNormGraph({1, 8, 5, 5}, 2, true, /*escape=*/true);
-  std::vector<OpProfile> profile;
-  const Tensor x = RandomTensor({1, 8, 5, 5}, 1);
-  const std::vector<Tensor> got = Compile(g, {{DType::kF32, {1, 8, 5, 5}}}, {.num_threads = 2})->Run({x}, &profile);
-  const std::vector<Tensor> want = Compile(g, {{DType::kF32, {1, 8, 5, 5}}}, kOracle)->Run({x});
-  for (size_t i = 0; i < want.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
-  EXPECT_TRUE(std::any_of(profile.begin(), profile.end(),
-                          [](const OpProfile& p) { return p.op_type == "InstanceNormalization"; }));
+  EXPECT_TRUE(Ran(RunAgainstOracle(GroupNormGraph({1, 8, 5, 5}, 2, true, /*escape=*/true), {1, 8, 5, 5}),
+                  "InstanceNormalization"));
+}
+
+// ---------------------------------------------------------------- BatchNorm after MatMul
+
+// LeViT's Linear + BatchNorm1d as PyTorch exports it: MatMul [1, T, K] x [K, N] [-> Add(bias)] -> Reshape [T, N]
+// -> BatchNormalization. The BatchNormalization is folded into the MatMul's weight and bias.
+Graph LinearBatchNormGraph(bool bias, bool reshape, bool escape = false) {
+  GraphBuilder b("linear_bn", 20);
+  auto x = b.Input("x", DType::kF32, reshape ? Shape{1, 49, 32} : Shape{49, 32});
+  auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({32, 24}, 3))});
+  if (bias) y = b.Op("Add", {y, b.Constant(RandomTensor({24}, 4))});
+  if (reshape) y = b.Op("Reshape", {y, b.Constant(Tensor::FromVector<int64_t>({2}, {49, 24}))});
+  auto bn = b.Op("BatchNormalization", {y, b.Constant(RandomTensor({24}, 5, 0.5f, 1.5f)), b.Constant(RandomTensor({24}, 6)),
+                                         b.Constant(RandomTensor({24}, 7)), b.Constant(RandomTensor({24}, 8, 0.5f, 2.f))});
+  b.Output(bn, "y");
+  if (escape) b.Output(y, "pre");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, BatchNormAfterMatMulFoldsIntoItsWeights) {
+  for (bool bias : {false, true})
+    for (bool reshape : {false, true}) {
+      SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + (reshape ? ", through a Reshape" : ""));
+      const std::vector<std::string> ops =
+          RunAgainstOracle(LinearBatchNormGraph(bias, reshape), reshape ? Shape{1, 49, 32} : Shape{49, 32});
+      EXPECT_FALSE(Ran(ops, "BatchNormalization"));
+      EXPECT_TRUE(Ran(ops, "MatMul"));
+    }
+  // The MatMul's output is also a graph output: the BatchNormalization stays.
+  EXPECT_TRUE(Ran(RunAgainstOracle(LinearBatchNormGraph(true, true, /*escape=*/true), {1, 49, 32}),
+                  "BatchNormalization"));
 }
 
 // ---------------------------------------------------------------- LayerNorm
