@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exports torchvision and timm models with PyTorch's current default ONNX exporter (torch.export + onnxscript, `dynamo=True`).
 
-Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force]
+Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force] [--exporter dynamo|torchscript]
 
 Needs a Python with torch >= 2.5, torchvision and onnxscript (bench/torch_dynamo makes one in .venv-torch; the
 project's .venv has Debian's torch 1.13, whose exporter is the TorchScript one tools/make_test_models.py uses). The
@@ -14,7 +14,9 @@ Names starting `timm-` are architectures from timm (PyPI; the most used library 
 architectures nobody here tuned for: attention hybrids, re-parameterised nets, GroupNorm/GRN/weight-standardised layers,
 TF "same" padding), random weights made realistic the same way, at their pretrained configuration's input size.
 A model the dynamo exporter refuses is exported with the TorchScript one (`dynamo=False`, opset 17), as a user would;
-the tool says which.
+the tool says which. `--exporter torchscript` uses the TorchScript exporter for every model (still what much code in
+the wild calls: other graphs again, e.g. Flatten for view, BatchNormalization in training mode for weight
+standardisation), by default into ~/.cache/osprey/models-torchscript.
 """
 
 import argparse
@@ -51,8 +53,8 @@ EXTRA.update({f"timm-{name}": ({}, size) for name, size in TIMM.items()})
 MODELS = dict(mtm.MODELS, **EXTRA)
 
 
-def default_dir() -> Path:
-    return Path(os.environ.get("OSPREY_CACHE", Path.home() / ".cache" / "osprey")) / "models-dynamo"
+def default_dir(exporter: str = "dynamo") -> Path:
+    return Path(os.environ.get("OSPREY_CACHE", Path.home() / ".cache" / "osprey")) / f"models-{exporter}"
 
 
 def build(name):
@@ -84,9 +86,11 @@ def build(name):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(MODELS), help="default: all")
-    parser.add_argument("--out", type=Path, default=default_dir())
+    parser.add_argument("--out", type=Path, default=None, help="default ~/.cache/osprey/models-<exporter>")
     parser.add_argument("--force", action="store_true", help="export again even if the files exist")
+    parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     args = parser.parse_args(argv)
+    args.out = args.out or default_dir(args.exporter)
     import numpy as np
     import torch
 
@@ -104,15 +108,18 @@ def main(argv=None) -> int:
             x = torch.from_numpy(mtm.make_input(name, 1))
             model = build(name)
             tmp = onnx_path.with_suffix(".tmp")
-            exporter = "dynamo"
+            exporter = args.exporter
             try:
+                if exporter != "dynamo":
+                    raise RuntimeError("--exporter torchscript")
                 program = torch.onnx.export(model, (x,), dynamo=True, input_names=["input"],
                                             output_names=["logits"], verbose=False)
                 program.save(str(tmp))
             except Exception as e:  # noqa: BLE001 -- then as a user would: the TorchScript exporter
-                if not name.startswith("timm-"):
+                if exporter == "dynamo" and not name.startswith("timm-"):
                     raise
-                exporter = f"torchscript (dynamo failed: {str(e).splitlines()[0][:120]})"
+                if exporter == "dynamo":
+                    exporter = f"torchscript (dynamo failed: {str(e).splitlines()[0][:120]})"
                 torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17, input_names=["input"],
                                   output_names=["logits"])
             os.replace(tmp, onnx_path)

@@ -242,20 +242,25 @@ void InferBatchNormalization(InferContext& c) {
   RequireF32(c, 0, "X");
   const Shape& x = c.input_shapes[0];
   if (x.size() < 2) c.Fail("input X should have rank >= 2 ([N, C, ...]), got shape " + ShapeToString(x));
-  if (c.opset >= 14 && c.node.GetInt("training_mode", 0) != 0)
-    throw Error(ErrorCode::kUnsupported, c.node.Describe() + ": training_mode = 1 is not supported (inference only)");
+  // training_mode = 1 (opset 14+): Y normalised by X's own per-channel statistics, and the running mean and variance
+  // as outputs 1 and 2. Exporters write it for weight standardisation (timm's ScaledStdConv2d through the TorchScript
+  // exporter: a BatchNormalization over the constant weights, folded when compiled).
+  const bool training = c.opset >= 14 && c.node.GetInt("training_mode", 0) != 0;
   if (c.opset < 9 && c.node.GetInt("spatial", 1) == 0)
     throw Error(ErrorCode::kUnsupported,
                 c.node.Describe() + ": spatial = 0 (per-activation statistics) is not supported");
-  for (int i = 1; i < static_cast<int>(c.node.outputs.size()); ++i)
+  for (int i = training ? 3 : 1; i < static_cast<int>(c.node.outputs.size()); ++i)
     if (HasOutput(c, i))
       throw Error(ErrorCode::kUnsupported, c.node.Describe() +
-                                               ": outputs beyond Y (running/saved mean and variance) are not "
-                                               "supported; only inference mode is");
+                                               ": outputs beyond Y (saved mean and variance of opset < 14's training "
+                                               "mode) are not supported");
   const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (int i = 1; i < 5; ++i) RequireChannelVector(c, i, names[i], x[1]);
   c.SetOutput(0, DType::kF32, x);
   SetOmittedOutputs(c, 1);
+  if (training)
+    for (int i = 1; i < 3; ++i)
+      if (HasOutput(c, i)) c.SetOutput(i, DType::kF32, {x[1]});
 }
 
 // GroupNormalization: num_groups groups of channels, each normalised over its channels and spatial dims; scale and

@@ -108,8 +108,9 @@ void FoldBatchNorm(CompileState& st) {
 }
 
 // BatchNormalization of a rank-2 [M, N] tensor (channels = the last axis) made by a MatMul with a constant [K, N]
-// weight, directly or through a Reshape that keeps the last dim (LeViT's Linear + BatchNorm1d as PyTorch exports it:
-// MatMul [1, 196, 256] -> Reshape [196, 256] -> BatchNormalization) -> MatMul(x, W', b') [-> Reshape], with
+// weight, directly or through a Reshape or Flatten that keeps the last dim (LeViT's Linear + BatchNorm1d as PyTorch
+// exports it: MatMul [1, 196, 256] -> Reshape (dynamo) or Flatten (TorchScript) [196, 256] -> BatchNormalization)
+// -> MatMul(x, W', b') [-> Reshape], with
 // W'[:, n] = W[:, n] * s[n], b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps), b the MatMul's fused bias or 0.
 void FoldBatchNormIntoMatMul(CompileState& st) {
   Uses u = CountUses(st);
@@ -128,7 +129,7 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
     const int64_t n = st.values[x].shape[1];
     if (!params_known || st.values[bn.inputs[1]].value.numel() != n) continue;
     int mm_i = producer[x], reshape_i = -1;
-    if (mm_i >= 0 && st.nodes[mm_i].op_type == "Reshape") {
+    if (mm_i >= 0 && (st.nodes[mm_i].op_type == "Reshape" || st.nodes[mm_i].op_type == "Flatten")) {
       reshape_i = mm_i;
       const int r_in = st.nodes[reshape_i].inputs[0];
       if (r_in < 0 || !Private(st, u, r_in) || st.values[r_in].shape.empty() || st.values[r_in].shape.back() != n)

@@ -501,6 +501,38 @@ void BatchNormalizationRef(KernelContext& ctx) {
   const float* mean = ctx.In(3).data<float>();
   const float* var = ctx.In(4).data<float>();
   const float* xd = x.data<float>();
+  // Training mode (schema: opset 14+): X's own per-channel mean and (biased) variance over N and the spatial dims, in
+  // double; outputs 1 and 2, when asked for, are the running statistics input * momentum + current * (1 - momentum).
+  std::vector<float> batch_mean, batch_var;
+  if (ctx.opset >= 14 && ctx.node.GetInt("training_mode", 0) != 0) {
+    const double count = static_cast<double>(batch * size);
+    const double momentum = ctx.node.GetFloat("momentum", 0.9f);
+    batch_mean.resize(static_cast<size_t>(channels));
+    batch_var.resize(static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0, sum_sq = 0;
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t i = 0; i < size; ++i) sum += xd[(n * channels + c) * size + i];
+      const double m = count > 0 ? sum / count : 0;
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t i = 0; i < size; ++i) {
+          const double d = xd[(n * channels + c) * size + i] - m;
+          sum_sq += d * d;
+        }
+      batch_mean[c] = static_cast<float>(m);
+      batch_var[c] = static_cast<float>(count > 0 ? sum_sq / count : 0);
+    }
+    for (int k = 1; k < 3; ++k)
+      if (k < static_cast<int>(ctx.outputs.size()) && ctx.outputs[k] != nullptr) {
+        const float* input = k == 1 ? mean : var;
+        const std::vector<float>& current = k == 1 ? batch_mean : batch_var;
+        float* out = ctx.Out(k).data<float>();
+        for (int64_t c = 0; c < channels; ++c)
+          out[c] = static_cast<float>(input[c] * momentum + current[c] * (1 - momentum));
+      }
+    mean = batch_mean.data();
+    var = batch_var.data();
+  }
   float* yd = ctx.Out(0).data<float>();
 #pragma omp parallel for if (x.numel() >= kMinParallelWork)
   for (int64_t p = 0; p < batch * channels; ++p) {

@@ -394,15 +394,34 @@ TEST(NnOpsNorm, BatchNormalizationMatchesFormula) {
                                 (4 - 0.2f) * 0.5f + 0.1f, (5 + 0.3f) / 0.5f * 2.f, (6 - 0.f) / 2.f * -1.f + 1.f}));
 }
 
-TEST(NnOpsNorm, BatchNormalizationTrainingUnsupported) {
-  Tensor x = RandomTensor({1, 3, 2, 2}, 61), p = F32({3}, {1, 1, 1});
-  try {
-    RunReferenceNode(MakeNode("BatchNormalization", 5, 1, {{"training_mode", Attribute::Int(1)}}), {x, p, p, p, p}, 15);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+TEST(NnOpsNorm, BatchNormalizationTrainingModeUsesTheBatchStatistics) {
+  // training_mode = 1 (opset 15): Y from X's own per-channel mean and biased variance over N, H, W; outputs 1 and 2
+  // the running statistics input * momentum + current * (1 - momentum). Oracle: those sums by hand.
+  Tensor x = RandomTensor({2, 3, 2, 2}, 61), p = F32({3}, {1, 1, 1});
+  Tensor scale = F32({3}, {1.f, 2.f, 0.5f}), bias = F32({3}, {0.f, -1.f, 3.f});
+  Tensor mean = F32({3}, {0.1f, 0.2f, 0.3f}), var = F32({3}, {1.f, 2.f, 3.f});
+  auto out = RunReferenceNode(MakeNode("BatchNormalization", 5, 3,
+                                       {{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.75f)},
+                                        {"epsilon", Attribute::Float(1e-3f)}}),
+                              {x, scale, bias, mean, var}, 15);
+  ASSERT_EQ(out.size(), 3u);
+  for (int64_t c = 0; c < 3; ++c) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) m += x.data<float>()[(n * 3 + c) * 4 + i] / 8.0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) v += std::pow(x.data<float>()[(n * 3 + c) * 4 + i] - m, 2) / 8.0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t k = (n * 3 + c) * 4 + i;
+        EXPECT_NEAR(out[0].data<float>()[k],
+                    (x.data<float>()[k] - m) / std::sqrt(v + 1e-3) * scale.data<float>()[c] + bias.data<float>()[c],
+                    1e-5);
+      }
+    EXPECT_NEAR(out[1].data<float>()[c], mean.data<float>()[c] * 0.75 + m * 0.25, 1e-6);
+    EXPECT_NEAR(out[2].data<float>()[c], var.data<float>()[c] * 0.75 + v * 0.25, 1e-6);
   }
-  EXPECT_THROW(RunReferenceNode(MakeNode("BatchNormalization", 5, 3), {x, p, p, p, p}), Error);  // extra outputs
+  EXPECT_THROW(RunReferenceNode(MakeNode("BatchNormalization", 5, 3), {x, p, p, p, p}), Error);  // not training
   EXPECT_THROW(RunReferenceNode(MakeNode("BatchNormalization", 5, 1), {x, F32({2}, {1, 1}), p, p, p}), Error);
 }
 
