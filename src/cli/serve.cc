@@ -209,8 +209,9 @@ void AddServeOptions(CLI::App* serve) {
                   "perf_analyzer --shared-memory system): clients on this host register POSIX shared memory objects "
                   "and pass tensors through them. Off by default: a client could then have the server read any "
                   "shared memory object the server's user can open");
-  serve->add_option("--max-shared-memory-regions", o.max_shared_memory_regions,
-                    "Shared memory regions registered at once (each holds a file descriptor)")
+  serve
+      ->add_option("--max-shared-memory-regions", o.max_shared_memory_regions,
+                   "Shared memory regions registered at once (each holds a file descriptor)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   serve->add_flag("--allow-training", o.training.enabled,

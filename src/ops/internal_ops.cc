@@ -10,7 +10,8 @@
 //   channels each (default: one output holding all C channels).
 //
 // _GroupNorm(x, scale, bias), attributes `num_groups`, `epsilon`: GroupNormalization with scale and bias per channel
-//   whatever the model's opset (registered beside GroupNormalization in nn.cc, which it shares schema and kernels with).
+//   whatever the model's opset (registered beside GroupNormalization in nn.cc, which it shares schema and kernels
+//   with).
 #include <string>
 
 #include "ops/op_registry.h"

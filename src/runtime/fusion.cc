@@ -139,8 +139,8 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
     if (mm_i < 0 || dead[mm_i]) continue;
     Node& mm = st.nodes[mm_i];
     const bool has_bias = mm.Has("_bias");
-    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 || mm.attrs.size() != (has_bias ? 1u : 0u) ||
-        mm.inputs.size() != (has_bias ? 3u : 2u))
+    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 ||
+        mm.attrs.size() != (has_bias ? 1u : 0u) || mm.inputs.size() != (has_bias ? 3u : 2u))
       continue;
     const int w = mm.inputs[1];
     if (!IsF32Known(st, w) || st.values[w].shape != Shape{st.values[w].shape[0], n} ||

@@ -248,7 +248,7 @@ class Service final : public inference::GRPCInferenceService::Service {
     });
   }
   grpc::Status SystemSharedMemoryStatus(grpc::ServerContext*, const inference::SystemSharedMemoryStatusRequest* request,
-                                       inference::SystemSharedMemoryStatusResponse* response) override {
+                                        inference::SystemSharedMemoryStatusResponse* response) override {
     return Call("SystemSharedMemoryStatus", "", [&] {
       for (const json& r : server_->SharedMemoryStatus(request->name())) {
         auto& status = (*response->mutable_regions())[r["name"].get<std::string>()];
@@ -260,15 +260,15 @@ class Service final : public inference::GRPCInferenceService::Service {
     });
   }
   grpc::Status SystemSharedMemoryRegister(grpc::ServerContext*,
-                                         const inference::SystemSharedMemoryRegisterRequest* request,
-                                         inference::SystemSharedMemoryRegisterResponse*) override {
+                                          const inference::SystemSharedMemoryRegisterRequest* request,
+                                          inference::SystemSharedMemoryRegisterResponse*) override {
     return Call("SystemSharedMemoryRegister", "", [&] {
       server_->RegisterSharedMemory(request->name(), request->key(), request->offset(), request->byte_size());
     });
   }
   grpc::Status SystemSharedMemoryUnregister(grpc::ServerContext*,
-                                           const inference::SystemSharedMemoryUnregisterRequest* request,
-                                           inference::SystemSharedMemoryUnregisterResponse*) override {
+                                            const inference::SystemSharedMemoryUnregisterRequest* request,
+                                            inference::SystemSharedMemoryUnregisterResponse*) override {
     return Call("SystemSharedMemoryUnregister", "", [&] { server_->UnregisterSharedMemory(request->name()); });
   }
   grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest* request,
@@ -277,12 +277,12 @@ class Service final : public inference::GRPCInferenceService::Service {
       std::string header_length;
       const std::string body = RestBody(*request, &header_length);
       const std::string& model = request->model_name();
-      InferenceServer::InferResult r = server_->Infer(
-          model, request->model_version(),
-          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
-              const SharedMemoryRegions* shared_memory) {
-            return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
-          });
+      InferenceServer::InferResult r =
+          server_->Infer(model, request->model_version(),
+                         [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits,
+                             const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory) {
+                           return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
+                         });
       response->set_model_name(r.loaded->name);
       response->set_model_version(r.loaded->version);
       response->set_id(request->id());

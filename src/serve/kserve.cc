@@ -470,8 +470,8 @@ std::vector<ResponseOutput> SelectOutputs(const json& request_header, const std:
         classification = c.get<int64_t>();
       }
     }
-    chosen.push_back(make(index, as_binary, classification,
-                          SharedMemoryParameters(o, shared_memory, "output '" + name + "'")));
+    chosen.push_back(
+        make(index, as_binary, classification, SharedMemoryParameters(o, shared_memory, "output '" + name + "'")));
   }
   return chosen;
 }

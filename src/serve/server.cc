@@ -103,8 +103,9 @@ HttpResponse SharedMemoryRoute(InferenceServer& server, const HttpRequest& reque
   const std::string what = "register shared memory region '" + region + "'";
   const json body = ParseJsonBody(request.body, false);
   if (!body.is_object() || !body.contains("key") || !body["key"].is_string() || !body.contains("byte_size"))
-    throw Error(ErrorCode::kInvalidArgument, what + ": the body must be {\"key\": \"/name\", \"offset\": N, "
-                                                    "\"byte_size\": N} (offset may be left out)");
+    throw Error(ErrorCode::kInvalidArgument, what +
+                                                 ": the body must be {\"key\": \"/name\", \"offset\": N, "
+                                                 "\"byte_size\": N} (offset may be left out)");
   const uint64_t offset = body.contains("offset") ? NonNegativeParameter(body["offset"], what, "offset") : 0;
   server.RegisterSharedMemory(region, body["key"].get<std::string>(), offset,
                               NonNegativeParameter(body["byte_size"], what, "byte_size"));

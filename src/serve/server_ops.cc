@@ -128,8 +128,8 @@ SharedMemoryRegions& InferenceServer::Impl::SharedMemory() {
 }
 
 json InferenceServer::ServerMetadata() const {
-  json extensions = {"binary_tensor_data", "model_repository", "statistics", "classification", "model_configuration",
-                     "classify"};
+  json extensions = {"binary_tensor_data", "model_repository",    "statistics",
+                     "classification",     "model_configuration", "classify"};
   if (impl_->shared_memory) extensions.push_back("system_shared_memory");
   return {{"name", "osprey"}, {"version", impl_->version}, {"extensions", extensions}};
 }
@@ -145,9 +145,7 @@ void InferenceServer::RegisterSharedMemory(const std::string& region, const std:
              {{"region", region}, {"key", key}, {"offset", offset}, {"byte_size", byte_size}});
 }
 
-void InferenceServer::UnregisterSharedMemory(const std::string& region) {
-  impl_->SharedMemory().Unregister(region);
-}
+void InferenceServer::UnregisterSharedMemory(const std::string& region) { impl_->SharedMemory().Unregister(region); }
 
 bool InferenceServer::ModelReady(const std::string& model, const std::string& version) {
   bool known = false;

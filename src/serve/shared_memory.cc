@@ -79,8 +79,8 @@ void SharedMemoryRegions::Register(const std::string& name, const std::string& k
   std::lock_guard<std::mutex> lock(mu_);
   if (regions_.count(name)) throw BadRequest(what + ": the name is registered already (unregister it first)");
   if (regions_.size() >= max_regions_)
-    throw Error(ErrorCode::kResourceExhausted,
-                what + ": the server holds " + std::to_string(max_regions_) + " regions, its limit; unregister some first");
+    throw Error(ErrorCode::kResourceExhausted, what + ": the server holds " + std::to_string(max_regions_) +
+                                                   " regions, its limit; unregister some first");
   regions_[name] = std::move(region);
 }
 
@@ -134,7 +134,8 @@ void SharedMemoryRegions::Read(const SharedMemoryRef& ref, void* out, const std:
   for (uint64_t done = 0; done < ref.byte_size;) {
     const ssize_t n = ::pread(region->fd, dst + done, ref.byte_size - done, static_cast<off_t>(start + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(ErrorCode::kInternal, what + ": reading region '" + ref.region + "': " + std::strerror(errno));
+    if (n < 0)
+      throw Error(ErrorCode::kInternal, what + ": reading region '" + ref.region + "': " + std::strerror(errno));
     if (n == 0) throw BadRequest(what + ": " + region->Shrunk(start + ref.byte_size));
     done += static_cast<uint64_t>(n);
   }

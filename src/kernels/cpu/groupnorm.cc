@@ -6,7 +6,8 @@
 //      group's first element so the sums stay of the order of the spread, not of the mean), combined per group in
 //      double;
 //   2. normalisation: per channel, y = (x - mean) * a + bias with a = scale * inv_std, over contiguous spatial runs
-//      (x - mean first: folding the mean into the bias, x * a + (bias - mean * a), cancels in float when |mean| >> std).
+//      (x - mean first: folding the mean into the bias, x * a + (bias - mean * a), cancels in float when |mean| >>
+//      std).
 #include <cmath>
 #include <vector>
 

@@ -23,14 +23,14 @@ void Expect(const Node& node, const Shape& x, int64_t params, int opset = 17, fl
 
 TEST(GroupNormF32, InstanceNormalization) {
   Expect(Norm("InstanceNormalization"), {2, 3, 5, 7}, 3);
-  Expect(Norm("InstanceNormalization"), {1, 4, 130, 130}, 4);  // 16,900 elements a channel: two chunks each
+  Expect(Norm("InstanceNormalization"), {1, 4, 130, 130}, 4);      // 16,900 elements a channel: two chunks each
   Expect(Norm("InstanceNormalization", 0, 1e-3f), {3, 2, 11}, 2);  // rank 3
 }
 
 TEST(GroupNormF32, GroupNormalizationPerGroupAndPerChannel) {
-  Expect(Norm("GroupNormalization", 2), {2, 6, 9, 9}, 2, 18);   // opset 18: scale and bias per group
-  Expect(Norm("GroupNormalization", 3), {2, 6, 9, 9}, 6, 21);   // opset 21: per channel
-  Expect(Norm(kGroupNormOp, 4), {1, 8, 40, 40}, 8);              // the fusion's op: per channel at any opset
+  Expect(Norm("GroupNormalization", 2), {2, 6, 9, 9}, 2, 18);  // opset 18: scale and bias per group
+  Expect(Norm("GroupNormalization", 3), {2, 6, 9, 9}, 6, 21);  // opset 21: per channel
+  Expect(Norm(kGroupNormOp, 4), {1, 8, 40, 40}, 8);            // the fusion's op: per channel at any opset
 }
 
 TEST(GroupNormF32, OneGroupOverManyChunks) {

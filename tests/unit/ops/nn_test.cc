@@ -401,7 +401,8 @@ TEST(NnOpsNorm, BatchNormalizationTrainingModeUsesTheBatchStatistics) {
   Tensor scale = F32({3}, {1.f, 2.f, 0.5f}), bias = F32({3}, {0.f, -1.f, 3.f});
   Tensor mean = F32({3}, {0.1f, 0.2f, 0.3f}), var = F32({3}, {1.f, 2.f, 3.f});
   auto out = RunReferenceNode(MakeNode("BatchNormalization", 5, 3,
-                                       {{"training_mode", Attribute::Int(1)}, {"momentum", Attribute::Float(0.75f)},
+                                       {{"training_mode", Attribute::Int(1)},
+                                        {"momentum", Attribute::Float(0.75f)},
                                         {"epsilon", Attribute::Float(1e-3f)}}),
                               {x, scale, bias, mean, var}, 15);
   ASSERT_EQ(out.size(), 3u);

@@ -109,8 +109,9 @@ Graph LinearBatchNormGraph(bool bias, bool reshape, bool escape = false, bool fl
   if (bias) y = b.Op("Add", {y, b.Constant(RandomTensor({24}, 4))});
   if (reshape && flatten) y = b.Op("Flatten", {y}, {{"axis", Attribute::Int(2)}});  // the TorchScript exporter's form
   if (reshape && !flatten) y = b.Op("Reshape", {y, b.Constant(Tensor::FromVector<int64_t>({2}, {49, 24}))});
-  auto bn = b.Op("BatchNormalization", {y, b.Constant(RandomTensor({24}, 5, 0.5f, 1.5f)), b.Constant(RandomTensor({24}, 6)),
-                                         b.Constant(RandomTensor({24}, 7)), b.Constant(RandomTensor({24}, 8, 0.5f, 2.f))});
+  auto bn =
+      b.Op("BatchNormalization", {y, b.Constant(RandomTensor({24}, 5, 0.5f, 1.5f)), b.Constant(RandomTensor({24}, 6)),
+                                  b.Constant(RandomTensor({24}, 7)), b.Constant(RandomTensor({24}, 8, 0.5f, 2.f))});
   b.Output(bn, "y");
   if (escape) b.Output(y, "pre");
   return b.Finish();
@@ -128,8 +129,8 @@ TEST(FusionPatterns, BatchNormAfterMatMulFoldsIntoItsWeights) {
   EXPECT_FALSE(Ran(RunAgainstOracle(LinearBatchNormGraph(true, true, false, /*flatten=*/true), {1, 49, 32}),
                    "BatchNormalization"));
   // The MatMul's output is also a graph output: the BatchNormalization stays.
-  EXPECT_TRUE(Ran(RunAgainstOracle(LinearBatchNormGraph(true, true, /*escape=*/true), {1, 49, 32}),
-                  "BatchNormalization"));
+  EXPECT_TRUE(
+      Ran(RunAgainstOracle(LinearBatchNormGraph(true, true, /*escape=*/true), {1, 49, 32}), "BatchNormalization"));
 }
 
 // ---------------------------------------------------------------- LayerNorm

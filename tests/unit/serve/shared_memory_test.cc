@@ -22,7 +22,8 @@ using json = nlohmann::json;
 // A shared memory object of `size` bytes holding 0, 1, 2, ... (mod 256), removed with the test.
 class ShmObject {
  public:
-  explicit ShmObject(size_t size) : key_("/osprey_shm_test_" + std::to_string(::getpid()) + "_" + std::to_string(next_++)) {
+  explicit ShmObject(size_t size)
+      : key_("/osprey_shm_test_" + std::to_string(::getpid()) + "_" + std::to_string(next_++)) {
     const int fd = ::shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     EXPECT_GE(fd, 0);
     EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
@@ -64,8 +65,8 @@ TEST(SharedMemory, RegistersReadsWritesAndReportsStatus) {
   ShmObject object(256);
   SharedMemoryRegions regions(4, 1 << 20);
   regions.Register("in", object.key(), 16, 64);
-  EXPECT_EQ(regions.Status(""), json::parse(R"([{"name": "in", "key": ")" + object.key() +
-                                            R"(", "offset": 16, "byte_size": 64}])"));
+  EXPECT_EQ(regions.Status(""),
+            json::parse(R"([{"name": "in", "key": ")" + object.key() + R"(", "offset": 16, "byte_size": 64}])"));
   EXPECT_EQ(regions.Status("in").size(), 1u);
   // Offsets add: region offset 16 + request offset 8 = bytes 24..27 of the object.
   unsigned char four[4];
@@ -106,12 +107,17 @@ TEST(SharedMemory, RefusesWhatCannotBeRead) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
   }
   char buffer[128];
-  EXPECT_NE(ErrorOf([&] { regions.Read({"b", 4, 8}, buffer, "input 'x'"); }).find("past the end of region 'b'"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Read({"b", 4, 8}, buffer, "input 'x'");
+            }).find("past the end of region 'b'"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { regions.Read({"b", std::numeric_limits<uint64_t>::max(), 2}, buffer, "input 'x'"); })
-                .find("past the end"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Read({"b", std::numeric_limits<uint64_t>::max(), 2}, buffer, "input 'x'");
+            }).find("past the end"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { regions.Read({"zz", 0, 1}, buffer, "input 'x'"); }).find("'zz' is not registered"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Read({"zz", 0, 1}, buffer, "input 'x'");
+            }).find("'zz' is not registered"),
             std::string::npos);
   try {  // over max_read_bytes (--max-body-size): 413
     regions.CheckRead({"a", 0, 101}, "input 'x'");
@@ -119,7 +125,9 @@ TEST(SharedMemory, RefusesWhatCannotBeRead) {
   } catch (const RequestTooLarge& e) {
     EXPECT_NE(std::string(e.what()).find("--max-body-size"), std::string::npos);
   }
-  EXPECT_NE(ErrorOf([&] { regions.Write({"b", 0, 4}, buffer, 5, "output 'y'"); }).find("do not fit"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Write({"b", 0, 4}, buffer, 5, "output 'y'");
+            }).find("do not fit"),
             std::string::npos);
 }
 
@@ -131,12 +139,18 @@ TEST(SharedMemory, AnObjectShrunkAfterRegistrationIsAnErrorNotACrash) {
   regions.Register("r", object.key(), 0, 4096);
   object.Resize(100);
   char buffer[4096];
-  EXPECT_NE(ErrorOf([&] { regions.Read({"r", 0, 4096}, buffer, "input 'x'"); }).find("is now 100 bytes"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Read({"r", 0, 4096}, buffer, "input 'x'");
+            }).find("is now 100 bytes"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { regions.Write({"r", 0, 4096}, buffer, 4096, "output 'y'"); }).find("is now 100 bytes"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Write({"r", 0, 4096}, buffer, 4096, "output 'y'");
+            }).find("is now 100 bytes"),
             std::string::npos);
   object.Resize(0);
-  EXPECT_NE(ErrorOf([&] { regions.Read({"r", 0, 1}, buffer, "input 'x'"); }).find("resized or removed"),
+  EXPECT_NE(ErrorOf([&] {
+              regions.Read({"r", 0, 1}, buffer, "input 'x'");
+            }).find("resized or removed"),
             std::string::npos);
 }
 
@@ -166,33 +180,40 @@ TEST(SharedMemory, InferInputsAreReadFromRegions) {
   EXPECT_EQ(std::memcmp(r.inputs.at("x").raw(), values, sizeof(values)), 0);
   EXPECT_TRUE(r.ignored_parameters.empty());
   // Off: refused naming the flag.
-  EXPECT_NE(ErrorOf([&] { Decode(ShmInput("FP32", {2, 2}, p), nullptr); }).find("--allow-shared-memory"),
+  EXPECT_NE(ErrorOf([&] {
+              Decode(ShmInput("FP32", {2, 2}, p), nullptr);
+            }).find("--allow-shared-memory"),
             std::string::npos);
   // The byte size must be the shape's.
   json wrong = p;
   wrong["shared_memory_byte_size"] = 12;
-  EXPECT_NE(ErrorOf([&] { Decode(ShmInput("FP32", {2, 2}, wrong), &regions); }).find("does not match shape"),
+  EXPECT_NE(ErrorOf([&] {
+              Decode(ShmInput("FP32", {2, 2}, wrong), &regions);
+            }).find("does not match shape"),
             std::string::npos);
   // A read over the per-input limit is refused before anything is allocated for it.
   SharedMemoryRegions tight(4, 1000);
   tight.Register("in", object.key(), 0, 64);
   wrong["shared_memory_byte_size"] = 256 * 2 * 4;
-  EXPECT_NE(ErrorOf([&] { Decode(ShmInput("FP32", {256, 2}, wrong), &tight); }).find("--max-body-size"),
+  EXPECT_NE(ErrorOf([&] {
+              Decode(ShmInput("FP32", {256, 2}, wrong), &tight);
+            }).find("--max-body-size"),
             std::string::npos);
   // Data in two places.
   json both = ShmInput("FP32", {2, 2}, p);
   both["inputs"][0]["data"] = {1, 2, 3, 4};
   EXPECT_NE(ErrorOf([&] { Decode(both, &regions); }).find("neither 'data' nor binary_data_size"), std::string::npos);
   // BOOL bytes are checked as from the body.
-  EXPECT_NE(ErrorOf([&] {
-              Decode(ShmInput("BOOL", {2, 2},
-                              {{"shared_memory_region", "in"}, {"shared_memory_byte_size", 4}, {"shared_memory_offset", 32}}),
-                     &regions, DType::kBool);
-            }).find("BOOL bytes must be 0 or 1"),
-            std::string::npos);
-  for (const json& bad : {json{{"shared_memory_region", 3}, {"shared_memory_byte_size", 16}},
-                          json{{"shared_memory_region", "in"}},
-                          json{{"shared_memory_region", "in"}, {"shared_memory_byte_size", -1}}})
+  EXPECT_NE(
+      ErrorOf([&] {
+        Decode(ShmInput("BOOL", {2, 2},
+                        {{"shared_memory_region", "in"}, {"shared_memory_byte_size", 4}, {"shared_memory_offset", 32}}),
+               &regions, DType::kBool);
+      }).find("BOOL bytes must be 0 or 1"),
+      std::string::npos);
+  for (const json& bad :
+       {json{{"shared_memory_region", 3}, {"shared_memory_byte_size", 16}}, json{{"shared_memory_region", "in"}},
+        json{{"shared_memory_region", "in"}, {"shared_memory_byte_size", -1}}})
     EXPECT_NE(ErrorOf([&] { Decode(ShmInput("FP32", {2, 2}, bad), &regions); }), "") << bad;
 }
 
@@ -203,11 +224,11 @@ TEST(SharedMemory, OutputsAreWrittenToRegionsAndAnsweredWithoutData) {
   Tensor y(DType::kF32, {2});
   y.data<float>()[0] = 0.25f, y.data<float>()[1] = -7;
   const std::vector<std::pair<std::string, Tensor>> results = {{"y", y}};
-  const json header = {{"outputs",
-                        {{{"name", "y"},
-                          {"parameters",
-                           {{"shared_memory_region", "out"}, {"shared_memory_byte_size", 16},
-                            {"shared_memory_offset", 4}}}}}}};
+  const json header = {
+      {"outputs",
+       {{{"name", "y"},
+         {"parameters",
+          {{"shared_memory_region", "out"}, {"shared_memory_byte_size", 16}, {"shared_memory_offset", 4}}}}}}};
   const std::vector<ResponseOutput> outs = SelectOutputs(header, "m", results, {}, &regions);
   ASSERT_EQ(outs.size(), 1u);
   EXPECT_EQ(object.Contents(12, 8), std::string(static_cast<const char*>(y.raw()), 8));
