@@ -56,76 +56,54 @@ void CheckBytes(const Node& node, const char* kernel, const char* what, const Te
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Concat, plain: for each index of the axes before `axis` ("outer"), input i contributes one contiguous block.
-class ConcatPlain final : public Kernel {
+// Concat and Split, plain, along any axis, rank and dtype: for each index of the axes before `axis` ("outer"), part i
+// (Concat's input i, Split's output i) is one contiguous block of the whole tensor's row (Split: LeViT's q, k, v).
+class PlainBlocks final : public Kernel {
  public:
-  ConcatPlain(std::vector<size_t> part_bytes, int64_t outer) : part_bytes_(std::move(part_bytes)), outer_(outer) {
+  PlainBlocks(bool split, std::vector<size_t> part_bytes, int64_t outer)
+      : split_(split), part_bytes_(std::move(part_bytes)), outer_(outer) {
     for (size_t b : part_bytes_) row_bytes_ += b;
   }
-  const char* Name() const override { return "ConcatPlain"; }
+  const char* Name() const override { return split_ ? "SplitPlain" : "ConcatPlain"; }
   void Run(KernelContext& ctx) override {
     const int64_t k = static_cast<int64_t>(part_bytes_.size());
-    if (static_cast<int64_t>(ctx.inputs.size()) != k) Internal(ctx.node, Name(), "input count changed");
-    std::vector<const char*> src(k);
-    std::vector<size_t> dst_offset(k);
-    size_t offset = 0;
+    if (static_cast<int64_t>(split_ ? ctx.outputs.size() : ctx.inputs.size()) != k)
+      Internal(ctx.node, Name(), "part count changed");
+    std::vector<char*> out_part(k);       // Split's outputs
+    std::vector<const char*> in_part(k);  // Concat's inputs
+    std::vector<size_t> offset(k);
+    size_t at = 0;
     for (int64_t i = 0; i < k; ++i) {
-      CheckBytes(ctx.node, Name(), "input", ctx.In(static_cast<int>(i)), part_bytes_[i] * outer_);
-      src[i] = Bytes(ctx.In(static_cast<int>(i)));
-      dst_offset[i] = offset;
-      offset += part_bytes_[i];
+      const int index = static_cast<int>(i);
+      if (split_) {
+        CheckBytes(ctx.node, Name(), "output", ctx.Out(index), part_bytes_[i] * outer_);
+        out_part[i] = Bytes(ctx.Out(index));
+      } else {
+        CheckBytes(ctx.node, Name(), "input", ctx.In(index), part_bytes_[i] * outer_);
+        in_part[i] = Bytes(ctx.In(index));
+      }
+      offset[i] = at;
+      at += part_bytes_[i];
     }
-    CheckBytes(ctx.node, Name(), "output", ctx.Out(0), row_bytes_ * outer_);
-    char* dst = Bytes(ctx.Out(0));
+    CheckBytes(ctx.node, Name(), split_ ? "input" : "output", split_ ? ctx.In(0) : ctx.Out(0), row_bytes_ * outer_);
+    const char* whole_in = split_ ? Bytes(ctx.In(0)) : nullptr;
+    char* whole_out = split_ ? nullptr : Bytes(ctx.Out(0));
     const int64_t tasks = outer_ * k;
     const bool parallel = static_cast<int64_t>(row_bytes_) * outer_ >= kMinParallelBytes && tasks > 1;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t o = t / k, i = t % k;
-      if (part_bytes_[i])
-        std::memcpy(dst + o * row_bytes_ + dst_offset[i], src[i] + o * part_bytes_[i], part_bytes_[i]);
+      const size_t n = part_bytes_[i], in_row = o * row_bytes_ + offset[i];
+      if (n == 0) continue;
+      if (split_)
+        std::memcpy(out_part[i] + o * n, whole_in + in_row, n);
+      else
+        std::memcpy(whole_out + in_row, in_part[i] + o * n, n);
     }
   }
 
  private:
-  std::vector<size_t> part_bytes_;
-  int64_t outer_;
-  size_t row_bytes_ = 0;
-};
-
-// Split, plain, along any axis, any rank and dtype (the mirror of ConcatPlain): for each outer index, output j takes
-// one contiguous block of the input row (LeViT splits q, k and v along the last axis).
-class SplitPlain final : public Kernel {
- public:
-  SplitPlain(std::vector<size_t> part_bytes, int64_t outer) : part_bytes_(std::move(part_bytes)), outer_(outer) {
-    for (size_t b : part_bytes_) row_bytes_ += b;
-  }
-  const char* Name() const override { return "SplitPlain"; }
-  void Run(KernelContext& ctx) override {
-    const int64_t k = static_cast<int64_t>(part_bytes_.size());
-    if (static_cast<int64_t>(ctx.outputs.size()) != k) Internal(ctx.node, Name(), "output count changed");
-    CheckBytes(ctx.node, Name(), "input", ctx.In(0), row_bytes_ * outer_);
-    const char* src = Bytes(ctx.In(0));
-    std::vector<char*> dst(k);
-    std::vector<size_t> src_offset(k);
-    size_t offset = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      CheckBytes(ctx.node, Name(), "output", ctx.Out(static_cast<int>(j)), part_bytes_[j] * outer_);
-      dst[j] = Bytes(ctx.Out(static_cast<int>(j)));
-      src_offset[j] = offset;
-      offset += part_bytes_[j];
-    }
-    const int64_t tasks = outer_ * k;
-    const bool parallel = static_cast<int64_t>(row_bytes_) * outer_ >= kMinParallelBytes && tasks > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t o = t / k, j = t % k;
-      if (part_bytes_[j])
-        std::memcpy(dst[j] + o * part_bytes_[j], src + o * row_bytes_ + src_offset[j], part_bytes_[j]);
-    }
-  }
-
- private:
+  bool split_;
   std::vector<size_t> part_bytes_;
   int64_t outer_;
   size_t row_bytes_ = 0;
@@ -479,7 +457,7 @@ std::unique_ptr<Kernel> CreateConcat(const KernelBuildContext& ctx) {
     for (int64_t d = axis; d < rank; ++d) elements *= static_cast<size_t>(in[d]);
     part_bytes.push_back(elements * es);
   }
-  return std::make_unique<ConcatPlain>(std::move(part_bytes), outer);
+  return std::make_unique<PlainBlocks>(false, std::move(part_bytes), outer);
 }
 
 std::unique_ptr<Kernel> CreateChannelShuffle(const KernelBuildContext& ctx) {
@@ -546,7 +524,7 @@ std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& ctx) {
     total += out[axis];
   }
   if (total != in[axis]) return nullptr;
-  return std::make_unique<SplitPlain>(std::move(part_bytes), outer);
+  return std::make_unique<PlainBlocks>(true, std::move(part_bytes), outer);
 }
 
 }  // namespace
