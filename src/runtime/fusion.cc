@@ -143,7 +143,7 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
         mm.attrs.size() != (has_bias ? 1u : 0u) || mm.inputs.size() != (has_bias ? 3u : 2u))
       continue;
     const int w = mm.inputs[1];
-    if (!IsF32Known(st, w) || st.values[w].shape != Shape{st.values[w].shape[0], n} ||
+    if (!IsF32Known(st, w) || st.values[w].shape.size() != 2 || st.values[w].shape[1] != n ||
         (has_bias && (!IsF32Known(st, mm.inputs[2]) || st.values[mm.inputs[2]].value.numel() != n)))
       continue;
     const float* gamma = st.values[bn.inputs[1]].value.data<float>();

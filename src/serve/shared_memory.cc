@@ -24,6 +24,9 @@ bool ValidKey(const std::string& key) {
          name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
 }
 
+// Region names are at most this many bytes (each registration keeps its name, and logs carry it).
+constexpr size_t kMaxNameBytes = 256;
+
 // a + b <= limit, without overflow.
 bool FitsIn(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
 
@@ -56,7 +59,9 @@ SharedMemoryRegions::~SharedMemoryRegions() = default;
 void SharedMemoryRegions::Register(const std::string& name, const std::string& key, uint64_t offset,
                                    uint64_t byte_size) {
   const std::string what = "register shared memory region '" + name + "'";
-  if (name.empty()) throw BadRequest("register shared memory: the region needs a name");
+  if (name.empty() || name.size() > kMaxNameBytes)
+    throw BadRequest("register shared memory: a region name is 1-" + std::to_string(kMaxNameBytes) + " bytes, got " +
+                     std::to_string(name.size()));
   if (!ValidKey(key))
     throw BadRequest(what + ": key '" + key +
                      "' is not a shared memory object name ('/name' as given to shm_open: 1-255 bytes, no other '/')");
@@ -80,7 +85,8 @@ void SharedMemoryRegions::Register(const std::string& name, const std::string& k
   if (regions_.count(name)) throw BadRequest(what + ": the name is registered already (unregister it first)");
   if (regions_.size() >= max_regions_)
     throw Error(ErrorCode::kResourceExhausted, what + ": the server holds " + std::to_string(max_regions_) +
-                                                   " regions, its limit; unregister some first");
+                                                   " regions, its limit (--max-shared-memory-regions); unregister "
+                                                   "some first");
   regions_[name] = std::move(region);
 }
 
@@ -118,17 +124,21 @@ std::shared_ptr<const SharedMemoryRegions::Region> SharedMemoryRegions::Find(con
   return region;
 }
 
-void SharedMemoryRegions::CheckRead(const SharedMemoryRef& ref, const std::string& what) const {
+std::shared_ptr<const SharedMemoryRegions::Region> SharedMemoryRegions::FindReadable(const SharedMemoryRef& ref,
+                                                                                     const std::string& what) const {
   if (ref.byte_size > max_read_bytes_)
     throw RequestTooLarge(what + ": " + std::to_string(ref.byte_size) +
                           " bytes from shared memory is over the server's limit of " + std::to_string(max_read_bytes_) +
                           " per input (--max-body-size)");
-  (void)Find(ref, what);
+  return Find(ref, what);
+}
+
+void SharedMemoryRegions::CheckRead(const SharedMemoryRef& ref, const std::string& what) const {
+  (void)FindReadable(ref, what);
 }
 
 void SharedMemoryRegions::Read(const SharedMemoryRef& ref, void* out, const std::string& what) const {
-  CheckRead(ref, what);
-  const std::shared_ptr<const Region> region = Find(ref, what);
+  const std::shared_ptr<const Region> region = FindReadable(ref, what);
   auto* dst = static_cast<char*>(out);
   const uint64_t start = region->offset + ref.offset;  // both checked against the object when it was registered
   for (uint64_t done = 0; done < ref.byte_size;) {

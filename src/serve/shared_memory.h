@@ -50,6 +50,7 @@ class SharedMemoryRegions {
  private:
   struct Region;
   std::shared_ptr<const Region> Find(const SharedMemoryRef& ref, const std::string& what) const;
+  std::shared_ptr<const Region> FindReadable(const SharedMemoryRef& ref, const std::string& what) const;  // + the limit
 
   const size_t max_regions_;
   const uint64_t max_read_bytes_;

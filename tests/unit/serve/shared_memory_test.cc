@@ -91,6 +91,8 @@ TEST(SharedMemory, RefusesWhatCannotBeRead) {
   EXPECT_NE(ErrorOf([&] { regions.Register("a", key, std::numeric_limits<uint64_t>::max(), 2); }).find("past the end"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { regions.Register("a", key, 0, 0); }).find("positive"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { regions.Register("", key, 0, 8); }).find("1-256 bytes"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { regions.Register(std::string(257, 'n'), key, 0, 8); }).find("got 257"), std::string::npos);
   for (const char* bad : {"", "/", "a/b", "/..", "/x/../../etc/passwd"})
     EXPECT_NE(ErrorOf([&] { regions.Register("a", bad, 0, 1); }).find("not a shared memory object name"),
               std::string::npos)
@@ -105,6 +107,7 @@ TEST(SharedMemory, RefusesWhatCannotBeRead) {
     ADD_FAILURE() << "a third region past the limit of 2";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("--max-shared-memory-regions"), std::string::npos);
   }
   char buffer[128];
   EXPECT_NE(ErrorOf([&] {
