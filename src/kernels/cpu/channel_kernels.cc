@@ -168,26 +168,56 @@ class ChannelRanges final : public Kernel {
     const int64_t n = in_shape_[0], c = in_shape_[1], hw = in_shape_[2] * in_shape_[3];
     CheckBytes(ctx.node, name_, "input", ctx.In(0), n * c * hw * sizeof(float));
     const float* src = ctx.In(0).data<float>();
+    std::vector<float*> dst(first_.size(), nullptr);
+    int64_t moved = 0;
     for (size_t j = 0; j < first_.size(); ++j) {
       if (ctx.outputs[j] == nullptr) continue;
-      const int64_t first = first_[j], count = count_[j];
-      CheckBytes(ctx.node, name_, "output", ctx.Out(static_cast<int>(j)), n * count * hw * sizeof(float));
-      float* dst = ctx.Out(static_cast<int>(j)).data<float>();
-      const bool parallel = n * count * hw * static_cast<int64_t>(sizeof(float)) >= kMinParallelBytes;
-      if (nhwc_) {
-        const int64_t pixels = n * hw;
-#pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t p = 0; p < pixels; ++p)
-          std::memcpy(dst + p * count, src + p * c + first, static_cast<size_t>(count) * sizeof(float));
-      } else {
-        const size_t block = static_cast<size_t>(count * hw) * sizeof(float);
-#pragma omp parallel for schedule(static) if (parallel && n > 1)
-        for (int64_t b = 0; b < n; ++b) std::memcpy(dst + b * count * hw, src + (b * c + first) * hw, block);
+      CheckBytes(ctx.node, name_, "output", ctx.Out(static_cast<int>(j)), n * count_[j] * hw * sizeof(float));
+      dst[j] = ctx.Out(static_cast<int>(j)).data<float>();
+      moved += n * count_[j] * hw * static_cast<int64_t>(sizeof(float));
+    }
+    const bool parallel = moved >= kMinParallelBytes && omp_get_max_threads() > 1;
+    if (nhwc_) {
+      // One pass over the pixels for all outputs (each input row read once), in one parallel region.
+      const int64_t pixels = n * hw;
+      if (!parallel) {
+        CopyPixels(src, dst.data(), c, 0, pixels);
+        return;
       }
+#pragma omp parallel
+      {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        CopyPixels(src, dst.data(), c, pixels * t / threads, pixels * (t + 1) / threads);
+      }
+      return;
+    }
+    const int64_t tasks = n * static_cast<int64_t>(first_.size());
+#pragma omp parallel for schedule(static) if (parallel && tasks > 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t b = t / static_cast<int64_t>(first_.size());
+      const size_t j = static_cast<size_t>(t % static_cast<int64_t>(first_.size()));
+      if (dst[j] == nullptr) continue;
+      const int64_t count = count_[j];
+      std::memcpy(dst[j] + b * count * hw, src + (b * c + first_[j]) * hw,
+                  static_cast<size_t>(count * hw) * sizeof(float));
     }
   }
 
  private:
+  // Channels-last pixels [begin, end): output j's channels of each pixel, a plain function so the single-threaded
+  // path keeps its loop state in registers.
+  void CopyPixels(const float* src, float* const* dst, int64_t c, int64_t begin, int64_t end) const {
+    const size_t k = first_.size();
+    for (int64_t p = begin; p < end; ++p) {
+      const float* row = src + p * c;
+      for (size_t j = 0; j < k; ++j) {
+        if (dst[j] == nullptr) continue;
+        const int64_t count = count_[j];
+        std::memcpy(dst[j] + p * count, row + first_[j], static_cast<size_t>(count) * sizeof(float));
+      }
+    }
+  }
+
   const char* name_;
   bool nhwc_;
   Shape in_shape_;

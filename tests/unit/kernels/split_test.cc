@@ -28,6 +28,7 @@ TEST(SplitPlain, OtherAxesRanksAndDtypes) {
 
 TEST(SplitPlain, ChannelsOfRank4Float32StayOnTheChannelKernel) {
   ExpectSplit(RandomTensor({2, 6, 3, 3}, 5), 1, {2, 4}, "SplitChannelsF32");
+  ExpectSplit(RandomTensor({1, 64, 40, 40}, 6), 1, {40, 24}, "SplitChannelsF32");  // one image: outputs in parallel
 }
 
 }  // namespace

@@ -203,6 +203,21 @@ TEST(ChannelKernels, ConcatAndSplitOfChannelsLastConvOutputs) {
   EXPECT_EQ(fast.Op("_LayoutReorder"), 0);
 }
 
+TEST(ChannelKernels, LargeChannelsLastSplitInThreePartsRunsInParallel) {
+  // Large enough for the parallel path (pixels shared among threads, every output written in one pass), as YOLO's
+  // C2f blocks split a Conv's output.
+  GraphBuilder b("split_large", 13);
+  auto x = b.Input("x", DType::kF32, {1, 3, 64, 64});
+  auto parts =
+      b.OpMulti("Split", {Conv(b, x, 24, 3, 3, 1), b.Constant(I64({8, 5, 11}))}, 3, {{"axis", Attribute::Int(1)}});
+  b.Output(Conv(b, parts[0], 4, 8, 3, 2), "y0");
+  b.Output(Conv(b, parts[1], 3, 5, 1, 3), "y1");
+  b.Output(Conv(b, parts[2], 2, 11, 3, 4), "y2");
+  Graph g = b.Finish();
+  const PlanRun fast = ExpectMatchesOracle(g, {RandomTensor({1, 3, 64, 64}, 13)});
+  EXPECT_EQ(fast.Kernel("SplitChannelsF32Nhwc"), 1);
+}
+
 TEST(ChannelKernels, PlainConcatSliceOfGraphInputs) {
   // Plain tensors: Concat on axis 2 of float inputs and on axis 0 of int64 inputs, a channel Slice and a channel
   // Split of a plain input.
