@@ -71,8 +71,6 @@ class PlainBlocks final : public Kernel {
       Internal(ctx.node, Name(), "part count changed");
     std::vector<char*> out_part(k);       // Split's outputs
     std::vector<const char*> in_part(k);  // Concat's inputs
-    std::vector<size_t> offset(k);
-    size_t at = 0;
     for (int64_t i = 0; i < k; ++i) {
       const int index = static_cast<int>(i);
       if (split_) {
@@ -82,23 +80,36 @@ class PlainBlocks final : public Kernel {
         CheckBytes(ctx.node, Name(), "input", ctx.In(index), part_bytes_[i] * outer_);
         in_part[i] = Bytes(ctx.In(index));
       }
-      offset[i] = at;
-      at += part_bytes_[i];
     }
     CheckBytes(ctx.node, Name(), split_ ? "input" : "output", split_ ? ctx.In(0) : ctx.Out(0), row_bytes_ * outer_);
     const char* whole_in = split_ ? Bytes(ctx.In(0)) : nullptr;
     char* whole_out = split_ ? nullptr : Bytes(ctx.Out(0));
-    const int64_t tasks = outer_ * k;
-    const bool parallel = static_cast<int64_t>(row_bytes_) * outer_ >= kMinParallelBytes && tasks > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t o = t / k, i = t % k;
-      const size_t n = part_bytes_[i], in_row = o * row_bytes_ + offset[i];
-      if (n == 0) continue;
-      if (split_)
-        std::memcpy(out_part[i] + o * n, whole_in + in_row, n);
-      else
-        std::memcpy(whole_out + in_row, in_part[i] + o * n, n);
+    const size_t total = row_bytes_ * static_cast<size_t>(outer_);
+    // Each thread copies an equal share of the whole tensor's bytes, whichever parts and rows it crosses: parts of
+    // unequal sizes (a Concat of 64, 32 and 32 channels) or a single row (one image) still keep every thread busy.
+    auto copy = [&](size_t begin, size_t end) {
+      while (begin < end) {
+        const size_t o = begin / row_bytes_;
+        size_t at = begin - o * row_bytes_;
+        int64_t i = 0;
+        while (at >= part_bytes_[i]) at -= part_bytes_[i++];
+        const size_t n = std::min(part_bytes_[i] - at, end - begin);
+        if (split_)
+          std::memcpy(out_part[i] + o * part_bytes_[i] + at, whole_in + begin, n);
+        else
+          std::memcpy(whole_out + begin, in_part[i] + o * part_bytes_[i] + at, n);
+        begin += n;
+      }
+    };
+    if (total == 0) return;
+    if (static_cast<int64_t>(total) < kMinParallelBytes || omp_get_max_threads() == 1) {
+      copy(0, total);
+      return;
+    }
+#pragma omp parallel
+    {
+      const size_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+      copy(total * t / threads, total * (t + 1) / threads);
     }
   }
 

@@ -1,15 +1,44 @@
-// SplitPlain (src/kernels/cpu/channel_kernels.cc): Split along any axis of plain data, any rank and dtype. Oracle: the
-// reference Split kernel on the same node and inputs.
+// Concat and Split of plain data (src/kernels/cpu/channel_kernels.cc: SplitPlain, ConcatPlain, SplitChannelsF32):
+// any axis, rank and dtype; each thread copies an equal share of the bytes, across parts and rows. Oracle: the
+// reference Concat and Split kernels on the same node and inputs, every output compared (Split's too), run twice on
+// other buffers.
 #include "kernel_test_util.h"
 
 namespace osprey::testing {
 namespace {
 
+void ExpectAllOutputsMatch(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
+                           const char* kernel_name) {
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(std::string(kernel->Name()), kernel_name);
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const std::vector<Tensor> in = run == 0 ? inputs : OtherRuntimeInputs(inputs, constant);
+    const std::vector<Tensor> expected = RunReferenceNode(node, in);
+    if (run == 1) MakeBuildContext(node, in, constant, outputs);  // fresh NaN-filled outputs
+    RunKernel(*kernel, node, in, outputs);
+    ASSERT_EQ(outputs.size(), expected.size());
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      SCOPED_TRACE("output " + std::to_string(j));
+      ExpectTensorNear(outputs[j], expected[j], 0.0f, 0.0f);  // copies: exact
+    }
+  }
+}
+
 void ExpectSplit(const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes, const char* kernel = "SplitPlain") {
   SCOPED_TRACE(ShapeToString(x.shape()) + " axis " + std::to_string(axis));
   Node node = MakeNode("Split", 2, static_cast<int>(sizes.size()), {{"axis", Attribute::Int(axis)}});
-  ExpectFastMatchesReference(node, {x, Tensor::FromVector<int64_t>({static_cast<int64_t>(sizes.size())}, sizes)},
-                             {false, true}, kernel);
+  ExpectAllOutputsMatch(node, {x, Tensor::FromVector<int64_t>({static_cast<int64_t>(sizes.size())}, sizes)},
+                        {false, true}, kernel);
+}
+
+void ExpectConcat(const std::vector<Tensor>& parts, int64_t axis) {
+  SCOPED_TRACE(ShapeToString(parts[0].shape()) + " axis " + std::to_string(axis));
+  Node node = MakeNode("Concat", static_cast<int>(parts.size()), 1, {{"axis", Attribute::Int(axis)}});
+  ExpectAllOutputsMatch(node, parts, std::vector<bool>(parts.size(), false), "ConcatPlain");
 }
 
 TEST(SplitPlain, LastAxisAsLeViTSplitsQkv) {
@@ -21,6 +50,7 @@ TEST(SplitPlain, OtherAxesRanksAndDtypes) {
   ExpectSplit(RandomTensor({6, 5}, 2), 0, {1, 2, 3});
   ExpectSplit(RandomTensor({2, 7, 3}, 3), 1, {3, 0, 4});    // an empty part
   ExpectSplit(RandomTensor({256, 512}, 4), 1, {128, 384});  // large enough to run in parallel
+  ExpectSplit(RandomTensor({1, 3, 300, 300}, 7), 3, {7, 0, 293});  // parallel, shares crossing rows and parts
   Tensor ids(DType::kI64, {3, 8});
   for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = i * 7 - 11;
   ExpectSplit(ids, 1, {5, 3});
@@ -29,6 +59,22 @@ TEST(SplitPlain, OtherAxesRanksAndDtypes) {
 TEST(SplitPlain, ChannelsOfRank4Float32StayOnTheChannelKernel) {
   ExpectSplit(RandomTensor({2, 6, 3, 3}, 5), 1, {2, 4}, "SplitChannelsF32");
   ExpectSplit(RandomTensor({1, 64, 40, 40}, 6), 1, {40, 24}, "SplitChannelsF32");  // one image: outputs in parallel
+}
+
+TEST(ConcatPlain, UnequalPartsOfOneImageAreSharedAmongThreads) {
+  // 64 + 32 + 32 channels of one 96x96 image: one row, parts of unequal sizes, large enough to run in parallel.
+  ExpectConcat({RandomTensor({1, 64, 96, 96}, 8), RandomTensor({1, 32, 96, 96}, 9), RandomTensor({1, 32, 96, 96}, 10)},
+               1);
+}
+
+TEST(ConcatPlain, ManyRowsSmallAndEmptyParts) {
+  ExpectConcat({RandomTensor({300, 5, 7}, 11), RandomTensor({300, 0, 7}, 12), RandomTensor({300, 50, 7}, 13)}, 1);
+  ExpectConcat({RandomTensor({4, 3}, 14), RandomTensor({4, 1}, 15)}, -1);  // small: one thread
+  Tensor a(DType::kI64, {2, 2}), b(DType::kI64, {1, 2});
+  for (int64_t i = 0; i < 4; ++i) a.data<int64_t>()[i] = i - 2;
+  b.data<int64_t>()[0] = 40;
+  b.data<int64_t>()[1] = 41;
+  ExpectConcat({a, b}, 0);
 }
 
 }  // namespace
