@@ -1,6 +1,7 @@
 // Schemas of the signal family: DFT (opsets 17 and 20), STFT and MelWeightMatrix (opset 17). A complex value is a
 // trailing dim of 2 (real, imaginary); a real input may have a trailing dim of 1. PyTorch exports torch.fft.rfft2 /
-// fft2 (LaMa's Fourier convolutions) and torch.stft (audio front ends) so. Sizes, axes and lengths must be known when
+// fft2 (LaMa's Fourier convolutions) and torch.stft (audio front ends) so; STFT also takes a real signal as
+// [batch, length]. Sizes, axes and lengths must be known when
 // the model is compiled. The kernels are in kernels/reference/signal.cc.
 #include "ops/signal.h"
 
@@ -76,8 +77,11 @@ DftParams ResolveDft(const Node& node, int opset, const Shape& x, DType dtype, c
 
 StftParams ResolveStft(const Node& node, const Shape& x, DType dtype, const Tensor& frame_step, const Shape* window,
                        const Tensor* frame_length) {
-  CheckSignal(node, x, dtype, 3);
-  if (x.size() != 3) FailNode(node, "signal must be [batch, length, 1 or 2], got " + ShapeToString(x));
+  // [batch, length] is a real signal as ONNX Runtime reads it (the spec writes [batch, length, 1]; onnx-asr's audio
+  // front ends feed the waveform as it comes): the same bytes.
+  CheckSignal(node, x.size() == 2 ? Shape{x[0], x[1], 1} : x, dtype, 3);
+  if (x.size() != 3 && x.size() != 2)
+    FailNode(node, "signal must be [batch, length, 1 or 2] or [batch, length] (real), got " + ShapeToString(x));
   StftParams p;
   p.step = OneInt(node, frame_step, "frame_step (input 1)");
   if (p.step < 1) FailNode(node, "frame_step must be >= 1, got " + Str(p.step));

@@ -25,7 +25,7 @@ struct StftParams {
   int64_t step = 1, frame_length = 1, frames = 1, bins = 1;
   bool onesided = true;
 };
-/// `window_shape`: null without a window.
+/// `window_shape`: null without a window. The signal `x` is [batch, length, 1 or 2] or, real, [batch, length].
 StftParams ResolveStft(const Node& node, const Shape& x, DType dtype, const Tensor& frame_step,
                        const Shape* window_shape, const Tensor* frame_length);
 

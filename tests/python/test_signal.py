@@ -245,6 +245,33 @@ def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, 
     assert r.returncode == 0 and "StftGemm" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("length,n,hop,window", [(16000, 400, 160, True),  # the matrix-product kernel
+                                                 (300, 25, 16, False)])     # small: the reference kernel too
+def test_stft_of_a_signal_without_its_last_dim_is_real(tmp_path, run_cli, length, n, hop, window):
+    """A [batch, length] signal (no trailing dim of 1), as onnx-asr's audio front ends feed the waveform and ONNX
+    Runtime reads it: a real signal. Oracles: ONNX Runtime and NumPy."""
+    rng = np.random.default_rng(length)
+    signal = rng.standard_normal((2, length)).astype(np.float32)
+    win = np.hanning(n).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"),
+             numpy_helper.from_array(np.array(n, np.int64), "n")]
+    if window:
+        inits.append(numpy_helper.from_array(win, "win"))
+    path = save(tmp_path, f"stft_rank2_{length}_{n}",
+                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"])],
+                [helper.make_tensor_value_info("x", F, [2, length])], [helper.make_tensor_value_info("y", F, None)],
+                inits, opset=17)
+    got = both(path, {"x": signal})[0]
+    frames = np.stack([signal[:, f * hop:f * hop + n] for f in range(1 + (length - n) // hop)], axis=1)
+    ref = np.fft.rfft(frames.astype(np.float64) * (win if window else 1), axis=-1)
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+    np.save(tmp_path / "x.npy", signal)  # the reference kernel, through the CLI
+    r = run_cli("run", path, "--reference", "--input", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    reference = np.load(tmp_path / "out" / "y.npy")
+    np.testing.assert_allclose(reference[..., 0] + 1j * reference[..., 1], ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+
+
 def test_stft_of_an_empty_batch_is_empty(tmp_path):
     inits = [numpy_helper.from_array(np.array(8, np.int64), "step"),
              numpy_helper.from_array(np.array(32, np.int64), "n")]

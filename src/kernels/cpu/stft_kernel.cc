@@ -26,7 +26,9 @@ class StftGemmKernel final : public Kernel {
 
   bool Build(const KernelBuildContext& ctx) {
     const Node& node = ctx.node;
-    if (ctx.input_shapes.empty() || ctx.input_dtypes[0] != DType::kF32 || ctx.input_shapes[0].size() != 3) return false;
+    if (ctx.input_shapes.empty() || ctx.input_dtypes[0] != DType::kF32 ||
+        (ctx.input_shapes[0].size() != 3 && ctx.input_shapes[0].size() != 2))
+      return false;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
     auto constant = [&](size_t i) -> const Tensor* {
@@ -42,7 +44,7 @@ class StftGemmKernel final : public Kernel {
     x_ = ctx.input_shapes[0];
     const Shape window_shape = window ? window->shape() : Shape{};
     p_ = ResolveStft(node, x_, ctx.input_dtypes[0], *step, window ? &window_shape : nullptr, frame_length);
-    parts_ = x_[2];
+    parts_ = x_.size() == 3 ? x_[2] : 1;
     const int64_t n = p_.frame_length, depth = n * parts_, width = 2 * p_.bins;
     if (parts_ != 1 && parts_ != 2) return false;
     if (depth * width * static_cast<int64_t>(sizeof(float)) > kMaxBasisBytes) return false;

@@ -137,7 +137,7 @@ void StftKernel(KernelContext& ctx) {
   if (window && window->dtype() != DType::kF32)
     throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": window must be float32");
   Tensor& out = ctx.Out(0);
-  const int64_t batch = x.dim(0), length = x.dim(1), parts = x.dim(2);
+  const int64_t batch = x.dim(0), length = x.dim(1), parts = x.rank() == 3 ? x.dim(2) : 1;
   const Transform transform(p.frame_length, false);
   CheckWork(ctx.node, transform, batch * p.frames, p.bins, p.frame_length);
   const float* in = x.data<float>();
