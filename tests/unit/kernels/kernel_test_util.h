@@ -91,7 +91,7 @@ inline std::vector<Tensor> OtherRuntimeInputs(const std::vector<Tensor>& inputs,
 }
 
 /// Creates the fast kernel through CreateCpuKernel (or `factory` when given), checks its name, runs it twice and
-/// compares output 0 with the reference kernel's (within kFastRtol and `atol`). The second run reads other buffers
+/// compares every output with the reference kernel's (within kFastRtol and `atol`). The second run reads other buffers
 /// holding other values (the float32 run-time inputs scaled by -0.5) and writes a fresh output, so a kernel that
 /// keeps a buffer of its first run (state reused between runs) fails.
 inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tensor>& inputs,
@@ -105,10 +105,18 @@ inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tenso
   std::unique_ptr<Kernel> kernel = factory ? factory(bc) : CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr) << "no fast kernel for " << node.op_type;
   EXPECT_EQ(std::string(kernel->Name()), expected_name);
+  // Every output the reference kernel writes (a Split's, an LSTM's), not only the first.
+  auto expect_outputs = [&](const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < want.size(); ++j) {
+      SCOPED_TRACE("output " + std::to_string(j));
+      ExpectTensorNear(got[j], want[j], kFastRtol, atol);
+    }
+  };
   {
     SCOPED_TRACE("run 0");
     RunKernel(*kernel, node, inputs, outputs, opset);
-    ExpectTensorNear(outputs[0], expected[0], kFastRtol, atol);
+    expect_outputs(outputs, expected);
   }
   const std::vector<Tensor> second_inputs = OtherRuntimeInputs(inputs, constant);
   std::vector<Tensor> second_expected = RunReferenceNode(node, second_inputs, opset);
@@ -116,7 +124,7 @@ inline void ExpectFastMatchesReference(const Node& node, const std::vector<Tenso
   MakeBuildContext(node, second_inputs, constant, second_outputs, opset);  // fresh NaN-filled outputs
   SCOPED_TRACE("run 1, other buffers");
   RunKernel(*kernel, node, second_inputs, second_outputs, opset);
-  ExpectTensorNear(second_outputs[0], second_expected[0], kFastRtol, atol);
+  expect_outputs(second_outputs, second_expected);
 }
 
 /// For cases where oneDNN 2.6 offers only its slow reference implementation (so the factory declines) but a later
