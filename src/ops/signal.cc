@@ -1,8 +1,8 @@
 // Schemas of the signal family: DFT (opsets 17 and 20), STFT and MelWeightMatrix (opset 17). A complex value is a
 // trailing dim of 2 (real, imaginary); a real input may have a trailing dim of 1. PyTorch exports torch.fft.rfft2 /
 // fft2 (LaMa's Fourier convolutions) and torch.stft (audio front ends) so; STFT also takes a real signal as
-// [batch, length]. Sizes, axes and lengths must be known when
-// the model is compiled. The kernels are in kernels/reference/signal.cc.
+// [batch, length]. Sizes, axes and lengths must be known when the model is compiled. The kernels are in
+// kernels/reference/signal.cc.
 #include "ops/signal.h"
 
 #include <string>
