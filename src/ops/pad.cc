@@ -1,5 +1,6 @@
 #include "ops/pad.h"
 
+#include <algorithm>
 #include <string>
 
 namespace osprey {
@@ -39,6 +40,16 @@ bool ReadPadAmounts(const Node& node, int opset, int64_t rank, const std::functi
     out->begin[a] = pads[i], out->end[a] = pads[i + n];
   }
   return true;
+}
+
+int64_t PadSourceIndex(const std::string& mode, int64_t i, int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (mode == "edge") return std::clamp<int64_t>(i, 0, n - 1);
+  if (mode == "wrap") return ((i % n) + n) % n;
+  const int64_t period = 2 * (n - 1);  // reflect
+  if (period == 0) return 0;
+  const int64_t s = ((i % period) + period) % period;
+  return s >= n ? period - s : s;
 }
 
 }  // namespace osprey

@@ -3,6 +3,7 @@
 // spread over the input's axes. Used by the reference kernel and the fast CPU kernel, so they cannot drift.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "osprey/graph.h"
@@ -19,5 +20,10 @@ struct PadAmounts {
 /// `node` when they disagree (pads not 2 x the axes, an axis out of range or repeated).
 bool ReadPadAmounts(const Node& node, int opset, int64_t rank, const std::function<const Tensor*(int)>& input,
                     PadAmounts* pads);
+
+/// The input index in [0, n) that position i of a padded axis reads (i relative to the input's first element:
+/// negative before it, >= n after it) in mode "edge" (clamped), "wrap" or "reflect" (mirrored about the edge element
+/// without repeating it, again and again when a pad exceeds the axis, as numpy.pad does); n >= 1.
+int64_t PadSourceIndex(const std::string& mode, int64_t i, int64_t n);
 
 }  // namespace osprey

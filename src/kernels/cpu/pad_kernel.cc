@@ -1,5 +1,6 @@
-// Pad, constant mode, with pads known at compile time (the reference kernel copies element by element): rows of
-// the output are a run of the fill value, one memcpy of the input row and another run of the fill. Any dtype and rank;
+// Pad with pads known at compile time (the reference kernel copies element by element). Constant mode: rows of the
+// output are a run of the fill value, one memcpy of the input row and another run of the fill. Edge, reflect and
+// wrap: PadIndexedKernel below. Any dtype and rank;
 // rank-4 float32 padded along H and W only also runs on channels-last data (the layout pass keeps such a Pad between
 // a convolution and the pooling after it channels-last: TF's "same" padding before a MaxPool, ResNetV2's stem).
 #include <omp.h>
@@ -138,12 +139,103 @@ class PadConstantKernel final : public Kernel {
   bool zero_fill_ = true;
 };
 
+// Pad in mode edge, reflect or wrap (plain layout, pads known when compiled, none negative): each output row (all dims
+// but the last) reads one input row, found through per-axis tables of source indices (ops/pad.h's rule); within it,
+// the head and tail are element copies through the last axis's table and the middle is one memcpy. Whisper's front
+// end reflects 200 samples at each end of a 480,000-sample row: the reference kernel copied element by element.
+class PadIndexedKernel final : public Kernel {
+ public:
+  PadIndexedKernel(const Shape& in, const std::vector<int64_t>& begin, const std::vector<int64_t>& end,
+                   const std::string& mode, size_t element_bytes)
+      : in_(in), es_(static_cast<int64_t>(element_bytes)) {
+    const int64_t rank = static_cast<int64_t>(in_.size());
+    source_.resize(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t size = in_[d] + begin[d] + end[d];
+      out_.push_back(size);
+      for (int64_t o = 0; o < size; ++o) source_[d].push_back(PadSourceIndex(mode, o - begin[d], in_[d]));
+    }
+    head_ = begin[rank - 1];
+    rows_ = 1;
+    for (int64_t d = 0; d + 1 < rank; ++d) rows_ *= out_[d];
+    in_bytes_ = out_bytes_ = es_;
+    for (int64_t d = 0; d < rank; ++d) in_bytes_ *= in_[d], out_bytes_ *= out_[d];
+  }
+  const char* Name() const override { return "PadIndexed"; }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    Tensor& y = ctx.Out(0);
+    if (static_cast<int64_t>(x.nbytes()) != in_bytes_ || static_cast<int64_t>(y.nbytes()) != out_bytes_)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + ": tensor sizes changed");
+    if (out_bytes_ == 0) return;
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(y.raw());
+    const int64_t rank = static_cast<int64_t>(in_.size()), n = in_[rank - 1], width = out_[rank - 1];
+    const std::vector<int64_t>& last = source_[rank - 1];
+#pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && rows_ > 1)
+    for (int64_t r = 0; r < rows_; ++r) {
+      int64_t rest = r, row = 0, stride = 1;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        row += source_[d][rest % out_[d]] * stride;
+        rest /= out_[d];
+        stride *= in_[d];
+      }
+      const char* in_row = src + row * n * es_;
+      char* out_row = dst + r * width * es_;
+      for (int64_t o = 0; o < head_; ++o) std::memcpy(out_row + o * es_, in_row + last[o] * es_, es_);
+      std::memcpy(out_row + head_ * es_, in_row, static_cast<size_t>(n * es_));
+      for (int64_t o = head_ + n; o < width; ++o) std::memcpy(out_row + o * es_, in_row + last[o] * es_, es_);
+    }
+  }
+
+ private:
+  Shape in_, out_;
+  int64_t es_;
+  std::vector<std::vector<int64_t>> source_;  // per axis and output index: the input index read
+  int64_t head_ = 0, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
+};
+
+// A plain Pad in mode edge, reflect or wrap that PadIndexedKernel runs: pads known, none negative, every padded axis
+// non-empty (the reference kernel reports an empty one).
+std::unique_ptr<Kernel> CreatePadIndexed(const KernelBuildContext& ctx) {
+  const std::string mode = ctx.node.GetString("mode", "constant");
+  if (mode != "edge" && mode != "reflect" && mode != "wrap") return nullptr;
+  if (ctx.input_shapes.empty() || !ctx.present[0] || ctx.output_shapes.size() != 1) return nullptr;
+  if (ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kPlain) return nullptr;
+  const Shape& in = ctx.input_shapes[0];
+  const int64_t rank = static_cast<int64_t>(in.size());
+  const size_t es = DTypeSize(ctx.input_dtypes[0]);
+  if (rank < 1 || es == 0 || es > 8) return nullptr;
+  for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+    if (ctx.present[i] && ctx.input_values[i] == nullptr) return nullptr;
+  PadAmounts pads;
+  try {
+    if (!ReadPadAmounts(
+            ctx.node, ctx.opset, rank,
+            [&](int i) {
+              return i < static_cast<int>(ctx.present.size()) && ctx.present[i] ? ctx.input_values[i] : nullptr;
+            },
+            &pads))
+      return nullptr;
+  } catch (const Error&) {
+    return nullptr;  // the reference kernel reports it
+  }
+  const Shape& out = ctx.output_shapes[0];
+  if (static_cast<int64_t>(out.size()) != rank) return nullptr;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (pads.begin[d] < 0 || pads.end[d] < 0 || out[d] != in[d] + pads.begin[d] + pads.end[d]) return nullptr;
+    if (in[d] == 0 && pads.begin[d] + pads.end[d] > 0) return nullptr;
+  }
+  return std::make_unique<PadIndexedKernel>(in, pads.begin, pads.end, mode, es);
+}
+
 }  // namespace
 
 std::unique_ptr<Kernel> CreatePadKernel(const KernelBuildContext& ctx) {
   std::vector<int64_t> begin, end;
   std::vector<char> fill;
-  if (!ConstantPads(ctx, &begin, &end, &fill)) return nullptr;
+  if (!ConstantPads(ctx, &begin, &end, &fill)) return CreatePadIndexed(ctx);
   const bool nhwc_in = ctx.InLayout(0) == Layout::kNhwc, nhwc_out = ctx.OutLayout(0) == Layout::kNhwc;
   if (nhwc_in != nhwc_out) return nullptr;
   if (!nhwc_in)

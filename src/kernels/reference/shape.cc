@@ -644,18 +644,8 @@ void PadKernel(KernelContext& ctx) {
         s = -1;
       } else if (kept == 0) {
         Internal(ctx.node, "cannot pad an empty axis in mode " + mode);
-      } else if (mode == "edge") {
-        s = std::clamp<int64_t>(i, 0, kept - 1);
-      } else if (mode == "wrap") {
-        s = ((i % kept) + kept) % kept;
-      } else {  // reflect, repeated as numpy does when the pad exceeds the axis
-        int64_t period = 2 * (kept - 1);
-        if (period == 0) {
-          s = 0;
-        } else {
-          s = ((i % period) + period) % period;
-          if (s >= kept) s = period - s;
-        }
+      } else {
+        s = PadSourceIndex(mode, i, kept);
       }
       source[d][o] = s < 0 ? -1 : s + crop_begin;
     }

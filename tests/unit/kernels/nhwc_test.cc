@@ -316,13 +316,47 @@ TEST(Pad, PlainAnyRankDtypeAndAxis) {
   ExpectPadMatchesReference(PadNode(2), RandomTensor({1, 2, 3, 3}, 6), {Int64s({0, 0, 0, 0, 0, 0, 0, 0})}, 17, true);
 }
 
+TEST(Pad, EdgeReflectAndWrapCopyRowsThroughIndexTables) {
+  // PadIndexed: every mode on every axis, pads longer than the axis (reflect and wrap repeat, as numpy.pad does), an
+  // axis of one element, int64 and uint8, and Whisper's front end (a long row reflected 200 at each end: parallel rows
+  // are one, the middle one memcpy).
+  for (const char* mode : {"edge", "reflect", "wrap"}) {
+    SCOPED_TRACE(mode);
+    const Node node = PadNode(2, {{"mode", Str(mode)}});
+    ExpectFastMatchesReference(node, {RandomTensor({2, 3, 4, 5}, 10), Int64s({1, 0, 2, 3, 0, 2, 1, 7})}, {false, true},
+                               "PadIndexed");
+    ExpectFastMatchesReference(node, {RandomTensor({3, 1, 2}, 11), Int64s({0, 2, 3, 1, 1, 4})}, {false, true},
+                               "PadIndexed");
+    ExpectFastMatchesReference(node, {RandomTensor({1, 480000}, 12), Int64s({0, 200, 0, 200})}, {false, true},
+                               "PadIndexed");
+    ExpectFastMatchesReference(node, {RandomTensor({300, 400}, 13), Int64s({2, 1, 3, 4})}, {false, true},
+                               "PadIndexed");  // many rows: in parallel
+    ExpectFastMatchesReference(node, {Tensor::FromVector<int64_t>({2, 3}, {1, 2, 3, 4, 5, 6}), Int64s({1, 2, 0, 4})},
+                               {false, true}, "PadIndexed");
+    ExpectFastMatchesReference(node, {Tensor::FromVector<uint8_t>({4}, {7, 8, 9, 10}), Int64s({6, 5})}, {false, true},
+                               "PadIndexed");
+  }
+  // numpy.pad's values for one row: reflect [1 2 3] by 4 and 3 -> [1 2 3 2 | 1 2 3 | 2 1 2] (mirrored, repeated)
+  std::vector<Tensor> outputs;
+  const Node node = PadNode(2, {{"mode", Str("reflect")}});
+  const std::vector<Tensor> inputs{Tensor::FromVector<float>({3}, {1, 2, 3}), Int64s({4, 3})};
+  KernelBuildContext bc = MakeBuildContext(node, inputs, {false, true}, outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  RunKernel(*kernel, node, inputs, outputs);
+  EXPECT_EQ(std::vector<float>(outputs[0].data<float>(), outputs[0].data<float>() + 10),
+            (std::vector<float>{1, 2, 3, 2, 1, 2, 3, 2, 1, 2}));
+}
+
 TEST(Pad, DeclinedWhereTheReferenceRuns) {
-  // Other modes, negative pads (crops), pads known only at run time.
+  // Negative pads (crops), pads known only at run time, an empty axis padded in a non-constant mode.
   const Tensor x = RandomTensor({1, 2, 4, 4}, 7);
-  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})},
-                                 {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})}, {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})},
+                                 {false, true}));
+  EXPECT_TRUE(
+      FastKernelDeclines(PadNode(2, {{"mode", Str("edge")}}), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
 }
 
 // ---- Slice boxes other than channel ranges (steps 1): channels-last only, the reference kernel for plain data.
