@@ -225,7 +225,7 @@ std::unique_ptr<Kernel> CreatePadIndexed(const KernelBuildContext& ctx) {
   if (static_cast<int64_t>(out.size()) != rank) return nullptr;
   for (int64_t d = 0; d < rank; ++d) {
     if (pads.begin[d] < 0 || pads.end[d] < 0 || out[d] != in[d] + pads.begin[d] + pads.end[d]) return nullptr;
-    if (in[d] == 0 && pads.begin[d] + pads.end[d] > 0) return nullptr;
+    if (out[d] == 0 || (in[d] == 0 && pads.begin[d] + pads.end[d] > 0)) return nullptr;  // no work, or an error
   }
   return std::make_unique<PadIndexedKernel>(in, pads.begin, pads.end, mode, es);
 }

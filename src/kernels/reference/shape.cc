@@ -625,15 +625,23 @@ void PadKernel(KernelContext& ctx) {
   const std::vector<int64_t>& begin = pads.begin;
   const std::vector<int64_t>& end = pads.end;
   // Per axis and output coordinate: the input coordinate it reads, or -1 for the fill value. Negative pads crop
-  // first; the remaining pads then extend the cropped region.
+  // first; the remaining pads then extend the cropped region. An empty output builds no tables (a huge pad of an axis
+  // beside an empty one must not buy a huge table).
   std::vector<std::vector<int64_t>> source(rank);
   Shape expected(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    expected[d] = in.dim(d) + begin[d] + end[d];
+    if (in.dim(d) - std::max<int64_t>(0, -begin[d]) - std::max<int64_t>(0, -end[d]) < 0 || expected[d] < 0)
+      Internal(ctx.node, "pads crop more than the axis");
+  }
+  if (std::find(expected.begin(), expected.end(), 0) != expected.end()) {
+    CheckOutput(ctx, 0, expected);
+    return;
+  }
   for (int64_t d = 0; d < rank; ++d) {
     int64_t crop_begin = std::max<int64_t>(0, -begin[d]);
     int64_t kept = in.dim(d) - crop_begin - std::max<int64_t>(0, -end[d]);
     int64_t pad_begin = std::max<int64_t>(0, begin[d]);
-    expected[d] = in.dim(d) + begin[d] + end[d];
-    if (kept < 0 || expected[d] < 0) Internal(ctx.node, "pads crop more than the axis");
     source[d].resize(expected[d]);
     for (int64_t o = 0; o < expected[d]; ++o) {
       int64_t i = o - pad_begin;

@@ -349,7 +349,7 @@ TEST(Pad, EdgeReflectAndWrapCopyRowsThroughIndexTables) {
 }
 
 TEST(Pad, DeclinedWhereTheReferenceRuns) {
-  // Negative pads (crops), pads known only at run time, an empty axis padded in a non-constant mode.
+  // Negative pads (crops), pads known only at run time, an empty output.
   const Tensor x = RandomTensor({1, 2, 4, 4}, 7);
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})}, {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
@@ -357,6 +357,14 @@ TEST(Pad, DeclinedWhereTheReferenceRuns) {
                                  {false, true}));
   EXPECT_TRUE(
       FastKernelDeclines(PadNode(2, {{"mode", Str("edge")}}), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
+  // A hostile model: 2^40 elements of padding beside an empty axis. The output is empty; no kernel may build a table
+  // of 2^40 source indices (8 TB) for it.
+  const Tensor empty = RandomTensor({0, 5}, 8);
+  const Tensor huge = Int64s({0, 0, 0, int64_t{1} << 40});
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {empty, huge}, {false, true}));
+  const std::vector<Tensor> out = RunReferenceNode(PadNode(2, {{"mode", Str("reflect")}}), {empty, huge});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (Shape{0, (int64_t{1} << 40) + 5}));
 }
 
 // ---- Slice boxes other than channel ranges (steps 1): channels-last only, the reference kernel for plain data.
