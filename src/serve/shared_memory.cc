@@ -1,7 +1,7 @@
 #include "serve/shared_memory.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/mman.h>  // shm_open only: objects are read with pread, never mapped
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -49,6 +49,18 @@ def dft_model(tmp_path, shape, axis, inverse, onesided, length=None, opset=20):
                 [helper.make_tensor_value_info("y", F, None)], inits, opset)
 
 
+def stft_model(tmp_path, name, signal_shape, n, hop, window, onesided=1):
+    """An STFT of a signal `x` of `signal_shape`: frames of n points every hop, a Hann window when `window`."""
+    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"),
+             numpy_helper.from_array(np.array(n, np.int64), "n")]
+    if window:
+        inits.append(numpy_helper.from_array(np.hanning(n).astype(np.float32), "win"))
+    return save(tmp_path, name,
+                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"], onesided=onesided)],
+                [helper.make_tensor_value_info("x", F, list(signal_shape))],
+                [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
+
+
 @pytest.mark.parametrize("opset", [17, 20])
 @pytest.mark.parametrize("length", [None, 6, 40])  # as given, cut, zero-padded
 @pytest.mark.parametrize("n", [16, 15, 17])  # the FFT, the direct sum, a prime
@@ -196,6 +208,11 @@ def test_bad_stft_and_mel_requests_are_refused_clearly(tmp_path):
         stft(4, 64, 0)
     with pytest.raises(osprey.InvalidArgument, match="window has 8 values, frame_length is 16"):
         stft(4, 16, 8)
+    # a signal is [batch, length, 1 or 2] or [batch, length]: rank 4 and rank 1 are refused
+    for shape in ([1, 50, 1, 1], [50]):
+        with pytest.raises(osprey.InvalidArgument, match=r"\[batch, length\]|rank >= 3"):
+            osprey.load_onnx(stft_model(tmp_path, f"stft_rank{len(shape)}", shape, 16, 4, False), threads=1).run(
+                {"x": np.zeros(shape, np.float32)})
     with pytest.raises(osprey.InvalidArgument, match="dft_length must be >= 1, got 0"):
         osprey.load_onnx(dft_model(tmp_path, [2, 8, 1], 1, 0, 0, 0), threads=1).run(
             {"x": np.zeros((2, 8, 1), np.float32)})
@@ -226,15 +243,7 @@ def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, 
     rng = np.random.default_rng(n + parts)
     signal = rng.standard_normal((2, length, parts)).astype(np.float32)
     win = np.hanning(n).astype(np.float32)
-    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"),
-             numpy_helper.from_array(np.array(n, np.int64), "n")]
-    if window:
-        inits.append(numpy_helper.from_array(win, "win"))
-    path = save(tmp_path, f"stft_gemm_{n}_{parts}_{length}",
-                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"],
-                                  onesided=int(parts == 1))],
-                [helper.make_tensor_value_info("x", F, [2, length, parts])],
-                [helper.make_tensor_value_info("y", F, None)], inits, opset=17)
+    path = stft_model(tmp_path, f"stft_gemm_{n}_{parts}_{length}", signal.shape, n, hop, window, int(parts == 1))
     got = osprey.load_onnx(path, threads=2).run({"x": signal})["y"]
     x = signal[..., 0].astype(np.float64) + (1j * signal[..., 1] if parts == 2 else 0)
     frames = np.stack([x[:, f * hop:f * hop + n] for f in range(1 + (length - n) // hop)], axis=1)
@@ -253,14 +262,7 @@ def test_stft_of_a_signal_without_its_last_dim_is_real(tmp_path, run_cli, length
     rng = np.random.default_rng(length)
     signal = rng.standard_normal((2, length)).astype(np.float32)
     win = np.hanning(n).astype(np.float32)
-    inits = [numpy_helper.from_array(np.array(hop, np.int64), "step"),
-             numpy_helper.from_array(np.array(n, np.int64), "n")]
-    if window:
-        inits.append(numpy_helper.from_array(win, "win"))
-    path = save(tmp_path, f"stft_rank2_{length}_{n}",
-                [helper.make_node("STFT", ["x", "step", "win" if window else "", "n"], ["y"])],
-                [helper.make_tensor_value_info("x", F, [2, length])], [helper.make_tensor_value_info("y", F, None)],
-                inits, opset=17)
+    path = stft_model(tmp_path, f"stft_rank2_{length}_{n}", signal.shape, n, hop, window)
     got = both(path, {"x": signal})[0]
     frames = np.stack([signal[:, f * hop:f * hop + n] for f in range(1 + (length - n) // hop)], axis=1)
     ref = np.fft.rfft(frames.astype(np.float64) * (win if window else 1), axis=-1)

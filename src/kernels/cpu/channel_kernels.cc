@@ -88,17 +88,22 @@ class PlainBlocks final : public Kernel {
     // Each thread copies an equal share of the whole tensor's bytes, whichever parts and rows it crosses: parts of
     // unequal sizes (a Concat of 64, 32 and 32 channels) or a single row (one image) still keep every thread busy.
     auto copy = [&](size_t begin, size_t end) {
-      while (begin < end) {
-        const size_t o = begin / row_bytes_;
-        size_t at = begin - o * row_bytes_;
-        int64_t i = 0;
-        while (at >= part_bytes_[i]) at -= part_bytes_[i++];
+      if (begin >= end) return;
+      size_t o = begin / row_bytes_, at = begin - o * row_bytes_;  // row o, byte `at` of part i
+      int64_t i = 0;
+      while (at >= part_bytes_[i]) at -= part_bytes_[i++];
+      while (begin < end) {  // then part after part: one step per part, however many parts
         const size_t n = std::min(part_bytes_[i] - at, end - begin);
         if (split_)
           std::memcpy(out_part[i] + o * part_bytes_[i] + at, whole_in + begin, n);
         else
           std::memcpy(whole_out + begin, in_part[i] + o * part_bytes_[i] + at, n);
         begin += n;
+        at += n;
+        if (at == part_bytes_[i]) {
+          at = 0;
+          if (++i == k) i = 0, ++o;
+        }
       }
     };
     if (total == 0) return;

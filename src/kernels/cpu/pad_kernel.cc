@@ -149,13 +149,18 @@ class PadIndexedKernel final : public Kernel {
                    const std::string& mode, size_t element_bytes)
       : in_(in), es_(static_cast<int64_t>(element_bytes)) {
     const int64_t rank = static_cast<int64_t>(in_.size());
-    source_.resize(rank);
+    source_.resize(rank - 1);
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t size = in_[d] + begin[d] + end[d];
       out_.push_back(size);
-      for (int64_t o = 0; o < size; ++o) source_[d].push_back(PadSourceIndex(mode, o - begin[d], in_[d]));
+      if (d + 1 < rank)
+        for (int64_t o = 0; o < size; ++o) source_[d].push_back(PadSourceIndex(mode, o - begin[d], in_[d]));
     }
+    // The last axis: only its pads need a table (a long row is one memcpy).
     head_ = begin[rank - 1];
+    for (int64_t o = 0; o < head_; ++o) edges_.push_back(PadSourceIndex(mode, o - head_, in_[rank - 1]));
+    for (int64_t o = 0; o < end[rank - 1]; ++o)
+      edges_.push_back(PadSourceIndex(mode, in_[rank - 1] + o, in_[rank - 1]));
     rows_ = 1;
     for (int64_t d = 0; d + 1 < rank; ++d) rows_ *= out_[d];
     in_bytes_ = out_bytes_ = es_;
@@ -172,7 +177,8 @@ class PadIndexedKernel final : public Kernel {
     const char* src = static_cast<const char*>(x.raw());
     char* dst = static_cast<char*>(y.raw());
     const int64_t rank = static_cast<int64_t>(in_.size()), n = in_[rank - 1], width = out_[rank - 1];
-    const std::vector<int64_t>& last = source_[rank - 1];
+    const int64_t* head = edges_.data();
+    const int64_t* tail = edges_.data() + head_;
 #pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && rows_ > 1)
     for (int64_t r = 0; r < rows_; ++r) {
       int64_t rest = r, row = 0, stride = 1;
@@ -183,16 +189,18 @@ class PadIndexedKernel final : public Kernel {
       }
       const char* in_row = src + row * n * es_;
       char* out_row = dst + r * width * es_;
-      for (int64_t o = 0; o < head_; ++o) std::memcpy(out_row + o * es_, in_row + last[o] * es_, es_);
+      for (int64_t o = 0; o < head_; ++o) std::memcpy(out_row + o * es_, in_row + head[o] * es_, es_);
       std::memcpy(out_row + head_ * es_, in_row, static_cast<size_t>(n * es_));
-      for (int64_t o = head_ + n; o < width; ++o) std::memcpy(out_row + o * es_, in_row + last[o] * es_, es_);
+      for (int64_t o = 0; o < width - head_ - n; ++o)
+        std::memcpy(out_row + (head_ + n + o) * es_, in_row + tail[o] * es_, es_);
     }
   }
 
  private:
   Shape in_, out_;
   int64_t es_;
-  std::vector<std::vector<int64_t>> source_;  // per axis and output index: the input index read
+  std::vector<std::vector<int64_t>> source_;  // per axis but the last, per output index: the input index read
+  std::vector<int64_t> edges_;                // the last axis: its head's, then its tail's input indices
   int64_t head_ = 0, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
 };
 

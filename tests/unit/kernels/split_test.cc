@@ -70,6 +70,9 @@ TEST(ConcatPlain, UnequalPartsOfOneImageAreSharedAmongThreads) {
 TEST(ConcatPlain, ManyRowsSmallAndEmptyParts) {
   ExpectConcat({RandomTensor({300, 5, 7}, 11), RandomTensor({300, 0, 7}, 12), RandomTensor({300, 50, 7}, 13)}, 1);
   ExpectConcat({RandomTensor({4, 3}, 14), RandomTensor({4, 1}, 15)}, -1);  // small: one thread
+  std::vector<Tensor> many;  // 150 parts of 1-3 floats over 400 rows: each thread's share walks part after part
+  for (uint32_t i = 0; i < 150; ++i) many.push_back(RandomTensor({400, 1 + i % 3}, 100 + i));
+  ExpectConcat(many, 1);
   Tensor a(DType::kI64, {2, 2}), b(DType::kI64, {1, 2});
   for (int64_t i = 0; i < 4; ++i) a.data<int64_t>()[i] = i - 2;
   b.data<int64_t>()[0] = 40;
