@@ -61,10 +61,12 @@ Route Split(const std::string& target) {
     query_text = r.path.substr(q + 1);
     r.path.resize(q);
   }
+  // Segments are split before they are decoded: a model name holding an encoded '/' stays one segment (and is
+  // refused as a name).
   std::stringstream ss(r.path);
   std::string s;
   while (std::getline(ss, s, '/'))
-    if (!s.empty()) r.seg.push_back(s);
+    if (!s.empty()) r.seg.push_back(PercentDecode(s, "URL path"));
   r.query = ParseQuery(query_text);
   return r;
 }
@@ -145,7 +147,12 @@ bool InferenceServer::RunsInline(const HttpRequest& request) {
 }
 
 HttpResponse InferenceServer::Handle(const HttpRequest& request) {
-  const Route route = Split(request.target);
+  Route route;
+  try {
+    route = Split(request.target);
+  } catch (const Error& e) {
+    return ErrorAnswer(e);
+  }
   const std::vector<std::string>& seg = route.seg;
   const bool get = request.method == "GET", post = request.method == "POST";
   auto not_allowed = [&] { return ErrorResponse(405, "method " + request.method + " not allowed on " + route.path); };

@@ -355,6 +355,32 @@ Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, cons
   return out;
 }
 
+std::string PercentDecode(std::string_view text, const std::string& what) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const int a = i + 1 < text.size() ? hex(text[i + 1]) : -1;
+    const int b = i + 2 < text.size() ? hex(text[i + 2]) : -1;
+    if (a < 0 || b < 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + ": '%' must be followed by two hex digits (percent-encoding), in '" +
+                      std::string(text.substr(0, 200)) + "'");
+    out += static_cast<char>(a * 16 + b);
+    i += 2;
+  }
+  return out;
+}
+
 std::map<std::string, std::string> ParseQuery(const std::string& query) {
   std::map<std::string, std::string> out;
   std::stringstream ss(query);
@@ -362,9 +388,10 @@ std::map<std::string, std::string> ParseQuery(const std::string& query) {
   while (std::getline(ss, item, '&')) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos)
-      out[item] = "";
+      out[PercentDecode(item, "query")] = "";
     else
-      out[item.substr(0, eq)] = item.substr(eq + 1);
+      out[PercentDecode(std::string_view(item).substr(0, eq), "query")] =
+          PercentDecode(std::string_view(item).substr(eq + 1), "query");
   }
   return out;
 }

@@ -33,7 +33,10 @@ bool IsDataSpan(const nlohmann::json& value, size_t* index);
 /// before anything is allocated, then converted as SetElement does (range-checked integers, BOOL true/false or
 /// integers); malformed JSON or a wrong value is kInvalidArgument naming `what`.
 Tensor ReadDataSpan(std::string_view span, DType dtype, const Shape& shape, const std::string& what);
-/// "a=1&b=2" -> {a: 1, b: 2} (no percent-decoding).
+/// A URL's path segment or query part with its %XX escapes decoded (RFC 3986; '+' stays '+'), as clients send model
+/// and region names (tritonclient quotes them). A '%' not followed by two hex digits is kInvalidArgument naming `what`.
+std::string PercentDecode(std::string_view text, const std::string& what);
+/// "a=1&b=%41" -> {a: 1, b: A} (keys and values percent-decoded).
 std::map<std::string, std::string> ParseQuery(const std::string& query);
 /// A size or offset field `key` (for errors) of value `value`: a non-negative integer.
 uint64_t NonNegativeParameter(const nlohmann::json& value, const std::string& what, const char* key);

@@ -339,3 +339,39 @@ def test_grpc_typed_contents(triton_server, demo_model):
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(half)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.value.details()
+
+
+def test_names_that_clients_percent_encode(tmp_path, demo_model, start_repo):
+    """tritonclient quotes model names in URLs ('tenant one+é' -> 'tenant%20one%2B%C3%A9'): the server decodes each path
+    segment (and query parts) after splitting, so an encoded '/' cannot reach the file system and a bad escape is a
+    400 naming the rule."""
+    name = "tenant one+é"
+    repo = tmp_path / "repo"
+    copy_model(repo, name, demo_model)
+    server = start_repo(repo, "--grpc-port", 0)
+    grpc_port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    x = RNG.random((1, 1, 32, 32), dtype=np.float32)
+    expected = ort_logits(demo_model, x)
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    assert http.get_model_metadata(name)["name"] == name
+    inp = httpclient.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    np.testing.assert_allclose(http.infer(name, [inp]).as_numpy("logits"), expected, rtol=1e-4, atol=1e-4)
+    assert http.is_model_ready(name)
+    http.unload_model(name)
+    assert not http.is_model_ready(name)
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    ginp = grpcclient.InferInput("image", list(x.shape), "FP32")
+    ginp.set_data_from_numpy(x)
+    np.testing.assert_allclose(grpc.infer(name, [ginp]).as_numpy("logits"), expected, rtol=1e-4, atol=1e-4)
+    # Query parts are decoded too; a lower-case escape is as good as an upper-case one.
+    status, _, data = server.request("GET", "/v2/models/tenant%20one%2b%c3%a9/versions/1/ready")
+    assert status == 200, data
+    for path, code, word in [("/v2/models/a%2F..%2Fb", 404, "not a valid model name"),
+                             ("/v2/models/%2e%2e", 404, "not a valid model name"),
+                             ("/v2/models/bad%zzname", 400, "percent-encoding"),
+                             ("/v2/models/bad%", 400, "percent-encoding"),
+                             ("/v2/models/x?version=%4", 400, "percent-encoding")]:
+        status, _, data = server.request("GET", path)
+        assert status == code and word in json.loads(data)["error"], (path, status, data)
+    assert server.request("GET", "/v2/health/live")[0] == 200
