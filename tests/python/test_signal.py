@@ -180,10 +180,16 @@ def test_bad_transforms_are_refused_clearly(tmp_path):
     with pytest.raises(osprey.InvalidArgument, match="not the last"):
         osprey.load_onnx(dft_model(tmp_path, [2, 8, 1], -1, 0, 0), threads=1).run(
             {"x": np.zeros((2, 8, 1), np.float32)})
-    # a prime length of 100,003 points over 4 signals: ~4e10 multiply-adds directly; refused at once
-    model = osprey.load_onnx(dft_model(tmp_path, [4, 3, 1], 1, 0, 0, 100003), threads=1)
+    # a prime length of 100,003 points over 4 signals along an outer axis: ~4e10 multiply-adds directly; refused at
+    # once
+    model = osprey.load_onnx(dft_model(tmp_path, [3, 4, 1], 0, 0, 0, 100003), threads=1)
     with pytest.raises(osprey.Unsupported, match="not a power of two"):
-        model.run({"x": np.zeros((4, 3, 1), np.float32)})
+        model.run({"x": np.zeros((3, 4, 1), np.float32)})
+    # along the dim before the last, 3 points zero-padded to 100,003 take the matrix product: 3 basis rows, cheap
+    x = np.random.default_rng(3).standard_normal((4, 3, 1)).astype(np.float32)
+    got = osprey.load_onnx(dft_model(tmp_path, [4, 3, 1], 1, 0, 0, 100003), threads=1).run({"x": x})["y"]
+    ref = np.fft.fft(x[..., 0].astype(np.float64), n=100003, axis=1)
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=1e-5 * np.abs(ref).max())
     # 1,000,003 points over 4,096 signals: a 32 GB output, refused by the allocator's limit
     model = osprey.load_onnx(dft_model(tmp_path, [4096, 3, 1], 1, 0, 0, 1000003), threads=1)
     with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):
@@ -231,13 +237,46 @@ def test_bad_stft_and_mel_requests_are_refused_clearly(tmp_path):
         mel(64, 8000, 3000.0, 1000.0)
 
 
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("n,length", [(512, None),   # WeSpeaker's frames (onnx-asr)
+                                      (15, 40),      # zero-padded by dft_length
+                                      (17, None),    # a prime
+                                      (16, 6),       # cut by dft_length: the reference kernel
+                                      (1024, None)])  # a basis over 4 MiB: the reference kernel
+@pytest.mark.parametrize("case", ["real", "real_onesided", "complex", "complex_inverse", "real_inverse"])
+def test_dft_over_frames_as_one_matrix_product(tmp_path, run_cli, opset, n, length, case):
+    """A DFT along the dim before the last, every signal a row (frames, as audio front ends transform them), runs as
+    one matrix product (kernels/cpu/signal_kernels.cc: DftGemm) where its basis fits 4 MiB and no signal is cut.
+    Oracles: NumPy in float64 (tighter than ONNX Runtime: a direct sum drifts) and ONNX Runtime; the profile says
+    which kernel ran."""
+    rng = np.random.default_rng(n + len(case))
+    parts = 2 if case.startswith("complex") else 1
+    shape = [2, 5, n, parts]
+    x = rng.standard_normal(shape).astype(np.float32)
+    inverse = int(case.endswith("inverse"))
+    path = dft_model(tmp_path, shape, 2 if opset == 17 else -2, inverse, int(case == "real_onesided"), length, opset)
+    got = osprey.load_onnx(path, threads=2).run({"x": x})["y"]
+    z = x[..., 0].astype(np.float64) + (1j * x[..., 1] if parts == 2 else 0)
+    m = length or n
+    ref = np.fft.ifft(z, n=m, axis=2) if inverse else np.fft.fft(z, n=m, axis=2)
+    if case == "real_onesided":
+        ref = ref[:, :, :m // 2 + 1]
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=3e-6 * np.abs(ref).max())
+    if n <= 17:  # ONNX Runtime sums directly where osprey's reference takes the FFT: too slow at 1024 x 10 rows
+        both(path, {"x": x})
+    np.save(tmp_path / "x.npy", x)
+    r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("DftGemm" in r.stdout) == (n != 1024 and length != 6), r.stdout
+
+
 @pytest.mark.parametrize("length,n,hop,parts,window", [(16000, 400, 160, 1, True),   # Whisper's front end
                                                        (3000, 512, 128, 1, False),
                                                        (900, 64, 24, 2, True),      # a complex signal
                                                        (500, 100, 50, 2, False),
                                                        (60000, 64, 16, 1, True)])   # 7494 rows: chunks and a tail
 def test_stft_as_one_matrix_product_matches_numpy(tmp_path, run_cli, length, n, hop, parts, window):
-    """The STFT kernel (kernels/cpu/stft_kernel.cc: frames times a window-weighted DFT basis, one GEMM) against NumPy
+    """The STFT kernel (kernels/cpu/signal_kernels.cc: frames times a window-weighted DFT basis, one GEMM) against NumPy
     in float64, tighter than ONNX Runtime manages (its direct sum over 400 points drifts ~3.5e-5 of the largest bin on
     30 s of audio; this one 7e-7), and named in the profile."""
     rng = np.random.default_rng(n + parts)

@@ -25,6 +25,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "MatMul" && ctx.node.Has("_int8")) return cpu::CreateDnnlMatMulInt8(ctx);
     if (op == "MatMul" || op == "Gemm" || op == "Conv")
       if (std::unique_ptr<Kernel> k = cpu::CreateGemv(ctx)) return k;
+    if (op == "Conv")
+      if (std::unique_ptr<Kernel> k = cpu::CreateFirConv(ctx)) return k;
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);
     if (op == "ConvTranspose") return cpu::CreateDnnlDeconv(ctx);
     if (op == "ConvInteger" || op == "MatMulInteger" || op == "DynamicQuantizeLinear")
@@ -43,6 +45,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "RNN" || op == "GRU" || op == "LSTM") return CreateRecurrentKernel(ctx);
     if (op == "Resize" || op == "Upsample") return cpu::CreateResize(ctx);
     if (op == "STFT") return cpu::CreateStftKernel(ctx);
+    if (op == "DFT") return cpu::CreateDftKernel(ctx);
     if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
     if (op == "Pad") return CreatePadKernel(ctx);
     if (op == "Transpose") return CreateTransposeKernel(ctx);

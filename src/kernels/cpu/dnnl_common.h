@@ -356,7 +356,10 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
 /// offers only a reference implementation. Input 0 and output 0 may be NHWC.
 std::unique_ptr<Kernel> CreateDnnlConvInt8(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlMatMulInt8(const KernelBuildContext& ctx);  // dnnl_matmul_int8.cc
-std::unique_ptr<Kernel> CreateStftKernel(const KernelBuildContext& ctx);      // stft_kernel.cc
+std::unique_ptr<Kernel> CreateStftKernel(const KernelBuildContext& ctx);      // signal_kernels.cc
+std::unique_ptr<Kernel> CreateDftKernel(const KernelBuildContext& ctx);       // signal_kernels.cc
+/// A Conv of one input channel along one axis under 1-8 filters (a FIR filter bank: audio resamplers), fir_conv.cc.
+std::unique_ptr<Kernel> CreateFirConv(const KernelBuildContext& ctx);
 bool DnnlConvInt8SupportsNhwc(const KernelBuildContext& ctx);
 /// The oneDNN implementation a CreateDnnlConvInt8 kernel runs ("" for another kernel).
 const char* DnnlConvInt8Implementation(const Kernel& kernel);
