@@ -155,6 +155,7 @@ struct ModelManager::Impl {
 
   std::condition_variable idle_cv;
   bool stopping = false;
+  bool budget_check = false;  // AfterRun: the housekeeping pass runs now
   std::thread idle_thread;
 
   // A config file's check, from the cache when the file has not changed since (so that the index, /metrics and
@@ -569,11 +570,14 @@ struct ModelManager::Impl {
     const double idle = options.idle_unload_seconds;
     const double arena_idle = options.arena_idle_seconds;  // <= 0: arenas are kept
     const auto period = std::chrono::duration<double>(
-        std::clamp(std::min(idle > 0 ? idle / 4 : 1.0, arena_idle > 0 ? arena_idle / 2 : 1.0), 0.01, 1.0));
+        options.housekeeping_seconds > 0
+            ? options.housekeeping_seconds
+            : std::clamp(std::min(idle > 0 ? idle / 4 : 1.0, arena_idle > 0 ? arena_idle / 2 : 1.0), 0.01, 1.0));
     const auto idle_limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle));
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
-      idle_cv.wait_for(lock, period, [&] { return stopping; });
+      idle_cv.wait_for(lock, period, [&] { return stopping || budget_check; });
+      budget_check = false;
       if (stopping) break;
       const auto now = Clock::now();
       bool unloaded = false;
@@ -655,6 +659,15 @@ std::shared_ptr<LoadedModel> ModelManager::Acquire(const std::string& name, cons
 void ModelManager::Load(const std::string& name) {
   impl_->Scan();  // an explicit load picks up a version added since
   impl_->Acquire(name, "", /*retry_failed=*/true);
+}
+
+void ModelManager::AfterRun() {
+  if (options_.memory_budget_bytes <= 0 && options_.gpu_memory_budget_bytes <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->budget_check = true;
+  }
+  impl_->idle_cv.notify_all();
 }
 
 void ModelManager::Unload(const std::string& name) {

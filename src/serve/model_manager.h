@@ -29,6 +29,7 @@ struct ManagerOptions {
   DeviceSpec device;                 // where models run unless their config.json says "device" (--device)
   Precision precision = Precision::kFp32;  // unless their config.json says "precision" (--precision)
   int64_t gpu_memory_budget_bytes = 0;  // 0 = unlimited. Device bytes of loaded models kept under this (LRU).
+  double housekeeping_seconds = 0;      // period of the housekeeping pass; 0 = from the idle settings, at most 1 s
 };
 
 /// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.
@@ -85,6 +86,10 @@ class ModelManager {
   /// Explicit load (same errors as Acquire) and unload (kNotFound if not loaded). Unload returns memory to the OS.
   void Load(const std::string& name);
   void Unload(const std::string& name);
+  /// Called after a request ran a model: with a --memory-budget, wakes the housekeeping pass at once, which evicts
+  /// the least recently used models if the run's packed weights and arena pushed the accounted bytes over the budget
+  /// (it would otherwise see them within a second). Cheap without a budget; never blocks on a load.
+  void AfterRun();
   /// Every model in the repository with its state.
   std::vector<ModelIndexEntry> Index();
   ManagerStats Stats();

@@ -250,6 +250,7 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
             [this](const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {
               return impl_->ImagePixels(loaded, encoded, budget);
             });
+        impl_->manager->AfterRun();
       }
     } catch (const Error& e) {
       response = ErrorAnswer(e);

@@ -287,6 +287,7 @@ InferenceServer::InferResult InferenceServer::InferUntimed(const std::string& mo
                {{"model", model}, {"parameters", result.request.ignored_parameters}});
   }
   result.results = impl_->scheduler->Run(result.loaded, std::move(result.request.inputs));
+  impl_->manager->AfterRun();
   return result;
 }
 
