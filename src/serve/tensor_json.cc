@@ -371,10 +371,11 @@ std::string PercentDecode(std::string_view text, const std::string& what) {
     }
     const int a = i + 1 < text.size() ? hex(text[i + 1]) : -1;
     const int b = i + 2 < text.size() ? hex(text[i + 2]) : -1;
-    if (a < 0 || b < 0)
+    if (a < 0 || b < 0) {
+      const std::string shown(text.substr(0, 200));
       throw Error(ErrorCode::kInvalidArgument,
-                  what + ": '%' must be followed by two hex digits (percent-encoding), in '" +
-                      std::string(text.substr(0, 200)) + "'");
+                  what + ": '%' must be followed by two hex digits (percent-encoding), in '" + shown + "'");
+    }
     out += static_cast<char>(a * 16 + b);
     i += 2;
   }

@@ -18,7 +18,7 @@ namespace osprey::cpu {
 namespace {
 
 constexpr int64_t kMaxFilters = 8;
-constexpr int64_t kChunk = 512;                        // outputs per parallel task
+constexpr int64_t kChunk = 512;                         // outputs per parallel task
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;  // multiply-adds below which one thread runs it
 
 __attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* w, int64_t n) {

@@ -161,8 +161,8 @@ class StftGemmKernel final : public Kernel {
 };
 
 // DFT along the dim just before the last (every signal a row of the input, as audio front ends frame them), with its
-// sizes constant: the rows, read where they lie, times the basis (the input's points beyond the signal's size, dft_length's zero
-// padding, need no basis rows).
+// sizes constant: the rows, read where they lie, times the basis (the input's points beyond the signal's size,
+// dft_length's zero padding, need no basis rows).
 class DftGemmKernel final : public Kernel {
  public:
   const char* Name() const override { return "DftGemm"; }

@@ -1,7 +1,7 @@
 // The FIR filter-bank convolution (kernels/cpu/fir_conv.cc: one input channel, 1-8 filters along one axis). Oracle:
 // the reference Conv kernel on the same node and inputs (ExpectFastMatchesReference: two runs, other buffers).
-#include "kernels/cpu/dnnl_common.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/dnnl_common.h"
 
 namespace osprey::testing {
 namespace {
@@ -46,10 +46,10 @@ TEST(FirConv, AutoPadSameAndOddLengths) {
 
 TEST(FirConv, DeclinedOutsideItsCase) {
   EXPECT_TRUE(Offered({}, {1, 1, 100}, {8, 1, 5}));
-  EXPECT_FALSE(Offered({}, {1, 1, 100}, {9, 1, 5}));                             // a wide bank: oneDNN's GEMM
-  EXPECT_FALSE(Offered({}, {1, 2, 100}, {4, 2, 5}));                             // two input channels
-  EXPECT_FALSE(Offered({{"dilations", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));     // dilated
-  EXPECT_FALSE(Offered({}, {1, 1, 8, 100}, {4, 1, 3, 5}));                       // 2-D
+  EXPECT_FALSE(Offered({}, {1, 1, 100}, {9, 1, 5}));                          // a wide bank: oneDNN's GEMM
+  EXPECT_FALSE(Offered({}, {1, 2, 100}, {4, 2, 5}));                          // two input channels
+  EXPECT_FALSE(Offered({{"dilations", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));  // dilated
+  EXPECT_FALSE(Offered({}, {1, 1, 8, 100}, {4, 1, 3, 5}));                    // 2-D
   EXPECT_FALSE(Offered({{"_activation", Attribute::String("Relu")}}, {1, 1, 100}, {4, 1, 5}));  // a fused activation
 }
 
