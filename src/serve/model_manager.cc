@@ -5,15 +5,16 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <cmath>
-#include <cstdio>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -21,9 +22,9 @@
 
 #include "osprey/device.h"
 #include "osprey/error.h"
+#include "osprey/onnx.h"
 #include "serve/log.h"
 #include "serve/model_config.h"
-#include "osprey/onnx.h"
 
 namespace osprey::serve {
 namespace {
@@ -156,6 +157,7 @@ struct ModelManager::Impl {
   std::condition_variable idle_cv;
   bool stopping = false;
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
+  std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
   std::thread idle_thread;
 
   // A config file's check, from the cache when the file has not changed since (so that the index, /metrics and
@@ -663,6 +665,11 @@ void ModelManager::Load(const std::string& name) {
 
 void ModelManager::AfterRun() {
   if (options_.memory_budget_bytes <= 0 && options_.gpu_memory_budget_bytes <= 0) return;
+  // At most one wake per kWakeMs: under a stream of requests the pass must not run once per request.
+  constexpr int64_t kWakeMs = 20;
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  int64_t last = impl_->last_wake_ms.load(std::memory_order_relaxed);
+  if (now - last < kWakeMs || !impl_->last_wake_ms.compare_exchange_strong(last, now)) return;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->budget_check = true;

@@ -88,7 +88,8 @@ class ModelManager {
   void Unload(const std::string& name);
   /// Called after a request ran a model: with a --memory-budget, wakes the housekeeping pass at once, which evicts
   /// the least recently used models if the run's packed weights and arena pushed the accounted bytes over the budget
-  /// (it would otherwise see them within a second). Cheap without a budget; never blocks on a load.
+  /// (it would otherwise see them within a second). At most one wake per 20 ms; cheap without a budget; never blocks
+  /// on a load.
   void AfterRun();
   /// Every model in the repository with its state.
   std::vector<ModelIndexEntry> Index();
