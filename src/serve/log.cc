@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "osprey/error.h"
+#include "serve/tensor_json.h"
 
 namespace osprey::serve::log {
 namespace {
@@ -45,12 +46,18 @@ std::atomic<std::shared_ptr<spdlog::logger>>& Logger() {
   return logger;
 }
 
-// The model name of a /v2/models/{name}/... target, or "".
+// The model name of a /v2/models/{name}/... target, percent-decoded as the router reads it, or "".
 std::string ModelOf(const std::string& target) {
   static const std::string prefix = "/v2/models/";
   if (target.rfind(prefix, 0) != 0) return "";
   const size_t end = target.find_first_of("/?", prefix.size());
-  return target.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  const std::string raw =
+      target.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  try {
+    return PercentDecode(raw, "model");
+  } catch (const Error&) {
+    return raw;  // the request was answered 400; its log line keeps what was sent
+  }
 }
 
 }  // namespace
