@@ -56,8 +56,8 @@ class FirConvKernel final : public Kernel {
     if (node.Has("_residual") || node.Has("_int8") || node.Has("_dw_strides") || node.Has("_activation") ||
         node.GetInt("group", 1) != 1 || ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1)
       return false;
-    for (DType t : ctx.input_dtypes)
-      if (t != DType::kF32) return false;
+    for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)
+      if (i < ctx.present.size() && ctx.present[i] && ctx.input_dtypes[i] != DType::kF32) return false;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
     const Shape& x = ctx.input_shapes[0];
@@ -80,7 +80,7 @@ class FirConvKernel final : public Kernel {
     if (has_bias_ && ctx.input_shapes[2] != Shape{w[0]}) return false;
     batch_ = x[0], length_ = x.back(), filters_ = w[0], taps_ = w.back(), out_ = win.out[a];
     stride_ = win.strides[a], pad_ = win.pad_begin[a];
-    weights_.assign(weights->data<float>(), weights->data<float>() + filters_ * taps_);
+    weights_ = *weights;  // the constant's buffer, shared (a long filter is not copied)
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
     static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     dot_ = avx2 ? DotAvx2 : DotPlain;
@@ -101,7 +101,7 @@ class FirConvKernel final : public Kernel {
       const int64_t row = task / chunks, n = row / filters_, m = row % filters_;
       const int64_t o0 = (task % chunks) * kChunk, o1 = std::min(out_, o0 + kChunk);
       const float* signal = in + n * length_;
-      const float* filter = weights_.data() + m * taps_;
+      const float* filter = weights_.data<float>() + m * taps_;
       const float b = bias ? bias[m] : 0.f;
       float* dst = y + row * out_;
       for (int64_t o = o0; o < o1; ++o) {
@@ -117,7 +117,7 @@ class FirConvKernel final : public Kernel {
   int64_t batch_ = 0, length_ = 0, filters_ = 0, taps_ = 0, out_ = 0, stride_ = 1, pad_ = 0;
   bool has_bias_ = false;
   int threads_ = 1;
-  std::vector<float> weights_;
+  Tensor weights_;  // [filters, 1, (1,) taps]
   float (*dot_)(const float*, const float*, int64_t) = DotPlain;
 };
 
