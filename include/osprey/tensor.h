@@ -158,12 +158,17 @@ class Allocator {
   /// Most bytes live on `device` at once since the last ResetPeak (for tests and tools: how much a call allocated).
   int64_t BytesPeak(Device device = Device::kHost) const { return peak_[static_cast<int>(device)].load(); }
   void ResetPeak(Device device = Device::kHost) { peak_[static_cast<int>(device)].store(BytesLive(device)); }
+  /// Bytes the process's malloc holds in use outside osprey's buffers (objects, libraries' state: what no account
+  /// sees), process-wide; -1 where the C library cannot say (glibc >= 2.33: mallinfo2). Costs a walk of malloc's
+  /// arenas: for measuring around a compile, not per run.
+  int64_t UntrackedHeapBytes() const;
 
  private:
   friend class Buffer;
   void Release(Buffer* buffer);
   std::atomic<int64_t> live_[kNumDevices] = {};
   std::atomic<int64_t> peak_[kNumDevices] = {};
+  std::atomic<int64_t> heap_live_{0};  // host blocks from malloc (below the mmap threshold)
 };
 
 /// A dense, row-major (C order) tensor: dtype + shape + a view into a refcounted Buffer.

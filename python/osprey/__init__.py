@@ -103,7 +103,7 @@ class Model:
 
     def memory(self) -> Dict[str, int]:
         """Bytes this model holds: weight_bytes, shared_weight_bytes (also held by another model), runtime_bytes
-        (host: arenas, plan-private constants) and device_bytes (GPU: device arenas, weights' device copies)."""
+        (host: arenas, plan-private constants, the heap its plans' objects keep, measured at each plan's first run) and device_bytes (GPU: device arenas, weights' device copies)."""
         return dict(self._model.memory())
 
     def __repr__(self) -> str:

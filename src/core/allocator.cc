@@ -10,6 +10,10 @@
 #include "osprey/device.h"
 #include "osprey/tensor.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace osprey {
 
 void MemoryAccount::Add(int64_t bytes, Device where) {
@@ -75,6 +79,7 @@ std::shared_ptr<Buffer> Allocator::Allocate(size_t bytes, std::shared_ptr<Memory
     buffer->mmapped_ = true;
   } else {
     p = std::aligned_alloc(kAlignment, rounded);
+    if (p != nullptr) heap_live_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed);
   }
   if (p == nullptr)
     throw Error(ErrorCode::kResourceExhausted, "out of host memory allocating " + std::to_string(bytes) + " bytes");
@@ -137,6 +142,7 @@ void Allocator::Release(Buffer* buffer) {
     munmap(buffer->data_, buffer->size_);
   } else {
     std::free(buffer->data_);
+    heap_live_.fetch_sub(static_cast<int64_t>(buffer->size_), std::memory_order_relaxed);
   }
   live_[static_cast<int>(buffer->device_)].fetch_sub(static_cast<int64_t>(buffer->size_));
   if (buffer->account_) buffer->account_->Add(-static_cast<int64_t>(buffer->size_), buffer->device_);
@@ -144,6 +150,15 @@ void Allocator::Release(Buffer* buffer) {
 }
 
 Buffer::~Buffer() { Allocator::Host().Release(this); }
+
+int64_t Allocator::UntrackedHeapBytes() const {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd) - heap_live_.load(std::memory_order_relaxed);
+#else
+  return -1;
+#endif
+}
 
 void Buffer::ChargeTo(std::shared_ptr<MemoryAccount> account) {
   if (borrowed_ || data_ == nullptr || account == account_) return;

@@ -47,6 +47,15 @@ size_t OutputPool::Trim(double idle_seconds) {
 
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Plan::~Plan() = default;
+
+void Plan::ChargeHeapBytes(int64_t bytes) const {
+  bytes = std::max<int64_t>(bytes, 0);
+  int64_t unset = -1;
+  if (!impl_->heap_bytes.compare_exchange_strong(unset, bytes)) return;
+  if (impl_->account && bytes > 0) impl_->account->Add(bytes);
+}
+
+int64_t Plan::heap_bytes() const { return std::max<int64_t>(impl_->heap_bytes.load(), 0); }
 size_t Plan::num_steps() const { return impl_->steps.size(); }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 

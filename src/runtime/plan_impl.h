@@ -74,6 +74,11 @@ struct Plan::Impl {
   std::vector<TensorSpec> output_specs;
   size_t arena_bytes = 0;
   std::shared_ptr<MemoryAccount> account;
+  // Heap held by the plan's objects, charged to `account` once (ChargeHeapBytes) until the plan is freed; -1 before.
+  mutable std::atomic<int64_t> heap_bytes{-1};
+  ~Impl() {
+    if (account && heap_bytes.load() > 0) account->Add(-heap_bytes.load());
+  }
   // The host arena of a run comes from the process's ArenaPool (runtime/arena_pool.h), shared by every plan.
   mutable std::mutex arena_mu;
   // Device plans (CompileOptions::device): the device, its backend and one device arena per concurrent run (values on

@@ -154,8 +154,9 @@ def test_models_running_in_turn_share_one_arena(start_repo, tmp_path):
             a = np.maximum(x, 0)
             b = 1 / (1 + np.exp(-a))
             np.testing.assert_allclose(y, (a + b) * b, rtol=1e-5, atol=1e-6)
-    # B adds its pooled output buffer, not a second arena.
-    assert metric(server, "osprey_accounted_bytes_total") <= one + x.nbytes
+    # B adds its pooled output buffer and its plan's objects (a few KiB of heap, measured at its first run), not a
+    # second arena (at least x.nbytes more).
+    assert metric(server, "osprey_accounted_bytes_total") <= one + x.nbytes + (64 << 10)
     s = states(server)
     assert s["A"]["state"] == "READY" and s["B"]["state"] == "READY", s
 

@@ -1,3 +1,4 @@
+#include <malloc.h>
 #include <omp.h>
 
 #include <gtest/gtest.h>
@@ -441,6 +442,44 @@ TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
   EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
   Model alone(make());
   ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
+}
+
+// The heap a plan's objects keep (kernels, oneDNN primitives, what its first run caches) is charged to its model from
+// its first run until the plan goes, so that a server's memory budget sees it. The oracle: the C library's own count of
+// heap in use, read around the first run here.
+TEST(Runtime, PlanObjectsHeapIsChargedToTheModelUntilThePlanGoes) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  GraphBuilder b("conv", 13);
+  auto x = b.Input("x", DType::kF32, {-1, 8, 10, 10});
+  b.Output(b.Op("Relu", {b.Op("Conv", {x, b.Constant(RandomTensor({16, 8, 3, 3}, 3))},
+                                {{"pads", Attribute::Ints({1, 1, 1, 1})}})}),
+           "y");
+  ModelOptions opts;
+  opts.plan_cache_capacity = 1;
+  opts.compile.num_threads = 1;
+  Model model(b.Finish(), opts);
+  auto heap_in_use = [] {
+    const struct mallinfo2 info = mallinfo2();
+    return static_cast<int64_t>(info.uordblks + info.hblkhd);
+  };
+  const Tensor x1 = RandomTensor({1, 8, 10, 10}, 4), x2 = RandomTensor({2, 8, 10, 10}, 5);
+  const int64_t before = heap_in_use();
+  const Tensor y1 = model.Run({{"x", x1}})[0].second;
+  const int64_t grown = heap_in_use() - before;  // the plan's objects, plus the output's buffer and handles
+  const int64_t first = model.PlanFor({{"x", x1}})->heap_bytes();
+  EXPECT_GT(first, 0);
+  EXPECT_LE(first, grown);
+  EXPECT_EQ(model.RuntimeBytes(), first) << "charged to the model (its arena went back to the shared pool)";
+  model.Run({{"x", x1}});
+  model.PlanFor({{"x", x1}})->ChargeHeapBytes(1 << 20);
+  EXPECT_EQ(model.RuntimeBytes(), first) << "charged once, at the first run";
+  model.Run({{"x", x2}});  // a second plan pushes the first out of the cache (capacity 1)
+  const int64_t second = model.PlanFor({{"x", x2}})->heap_bytes();
+  EXPECT_GT(second, 0);
+  EXPECT_EQ(model.RuntimeBytes(), second) << "the first plan's charge went with it";
+#else
+  GTEST_SKIP() << "the C library cannot count its heap (glibc >= 2.33: mallinfo2)";
+#endif
 }
 
 TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
