@@ -152,7 +152,8 @@ void Allocator::Release(Buffer* buffer) {
 Buffer::~Buffer() { Allocator::Host().Release(this); }
 
 int64_t Allocator::UntrackedHeapBytes() const {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  // Under AddressSanitizer malloc is the sanitizer's, which glibc's count does not see.
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33)) && !defined(__SANITIZE_ADDRESS__)
   const struct mallinfo2 info = mallinfo2();
   return static_cast<int64_t>(info.uordblks + info.hblkhd) - heap_live_.load(std::memory_order_relaxed);
 #else
