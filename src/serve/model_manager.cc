@@ -20,6 +20,8 @@
 #include <thread>
 #include <utility>
 
+#include <unistd.h>
+
 #include "osprey/device.h"
 #include "osprey/error.h"
 #include "osprey/onnx.h"
@@ -117,6 +119,17 @@ void ReturnMemoryToOs() {
 
 }  // namespace
 
+int64_t ResidentCeiling(int64_t memory_budget_bytes) {
+  return memory_budget_bytes > 0 ? memory_budget_bytes + memory_budget_bytes / 10 + (int64_t{20} << 20) : 0;
+}
+
+int64_t ProcessResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 struct ModelManager::Impl {
   using Key = std::pair<std::string, std::string>;  // (name, version)
 
@@ -157,6 +170,7 @@ struct ModelManager::Impl {
   std::condition_variable idle_cv;
   bool stopping = false;
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
+  bool resident_warned = false;  // memory_above_ceiling logged
   std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
   std::thread idle_thread;
 
@@ -322,6 +336,50 @@ struct ModelManager::Impl {
       *evicted = true;
     }
     return true;
+  }
+
+  // The budget's second rule, on what the kernel sees: while the process's resident memory is above
+  // ResidentCeiling, the least recently used idle models go (never `keep`, the most recent), one at a time with the
+  // freed memory given back before the next reading. Only where it can work: when RSS less every evictable model's
+  // own bytes is still above the ceiling (the process itself, or models in use, hold it), nothing goes and it is
+  // logged once. Called with the lock held; releases it around each return of memory.
+  bool EvictForResidentLocked(std::unique_lock<std::mutex>& lock, const Entry* keep) {
+    const int64_t ceiling = ResidentCeiling(options.memory_budget_bytes);
+    if (ceiling <= 0) return false;
+    bool evicted = false;
+    for (int round = 0; round < 1024; ++round) {
+      const int64_t resident = options.resident_bytes ? options.resident_bytes() : ProcessResidentBytes();
+      if (resident <= ceiling) break;
+      int64_t evictable = 0;
+      for (const auto& [key, e] : entries)
+        if (e.get() != keep && e->status == ModelStatus::kReady && e->loaded && e->loaded.use_count() == 1)
+          evictable += e->loaded->model->WeightBytes() - e->loaded->model->SharedWeightBytes() +
+                       e->loaded->model->RuntimeBytes();
+      Entry* victim = EvictionCandidateLocked(keep);
+      if (!victim || resident - evictable > ceiling) {
+        if (!resident_warned) {
+          resident_warned = true;
+          log::Event(log::Level::kWarning, "memory_above_ceiling",
+                     "resident memory " + std::to_string(resident >> 20) + " MiB is above the budget's ceiling of " +
+                         std::to_string(ceiling >> 20) + " MiB (--memory-budget + 10% + 20 MiB) and evicting idle "
+                         "models cannot bring it under: the process itself or models in use hold it; raise "
+                         "--memory-budget for the budget to bound resident memory",
+                     {{"resident_bytes", resident}, {"ceiling_bytes", ceiling}, {"evictable_bytes", evictable}});
+        }
+        break;
+      }
+      UnloadLocked(*victim, "evicted: resident memory " + std::to_string(resident >> 20) +
+                                " MiB above the budget's ceiling of " + std::to_string(ceiling >> 20) +
+                                " MiB (--memory-budget " + std::to_string(options.memory_budget_bytes) +
+                                " bytes + 10% + 20 MiB)");
+      ++stats.evictions;
+      evicted = true;
+      lock.unlock();
+      ReturnMemoryToOs();
+      lock.lock();
+      if (stopping) break;
+    }
+    return evicted;
   }
 
   // Idle release (issue 16): a device that no loaded or loading model uses gets its context released, so the process
@@ -601,13 +659,23 @@ struct ModelManager::Impl {
       const bool over_host = options.memory_budget_bytes > 0 && AccountedLocked() > options.memory_budget_bytes;
       const bool over_device = options.gpu_memory_budget_bytes > 0 &&
                                Allocator::Host().BytesLive(Device::kCuda) > options.gpu_memory_budget_bytes;
+      const Entry* newest = nullptr;
+      for (const auto& [key, e] : entries)
+        if (e->loaded && (!newest || e->lru_tick > newest->lru_tick)) newest = e.get();
       if (over_host || over_device) {
-        const Entry* newest = nullptr;
-        for (const auto& [key, e] : entries)
-          if (e->loaded && (!newest || e->lru_tick > newest->lru_tick)) newest = e.get();
         bool evicted = false;
         MakeRoomLocked(0, newest, &evicted);
         unloaded = unloaded || evicted;
+      }
+      if (options.memory_budget_bytes > 0) {
+        if (unloaded) {  // what was freed above goes back now, so that the reading below sees it
+          lock.unlock();
+          ReturnMemoryToOs();
+          lock.lock();
+          unloaded = false;
+        }
+        EvictForResidentLocked(lock, newest);  // gives back what it frees itself
+        if (stopping) break;
       }
       ReleaseUnusedDevicesLocked();
       if (idle <= 0) {

@@ -3,6 +3,7 @@
 // budget, idle unload, and memory given back to the OS. Thread-safe.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,7 +31,17 @@ struct ManagerOptions {
   Precision precision = Precision::kFp32;  // unless their config.json says "precision" (--precision)
   int64_t gpu_memory_budget_bytes = 0;  // 0 = unlimited. Device bytes of loaded models kept under this (LRU).
   double housekeeping_seconds = 0;      // period of the housekeeping pass; 0 = from the idle settings, at most 1 s
+  // The process's resident memory in bytes (what the housekeeping pass holds under ResidentCeiling); empty = read
+  // /proc/self/statm. Tests give their own.
+  std::function<int64_t()> resident_bytes;
 };
+
+/// With a memory budget, the resident memory (RSS) the housekeeping pass keeps the process under where evicting can:
+/// the budget plus 10% plus 20 MiB (the binary's code, the libraries' state, the heap's fragmentation: what no model
+/// accounts for). 0 without a budget.
+int64_t ResidentCeiling(int64_t memory_budget_bytes);
+/// The process's resident memory (VmRSS) in bytes; 0 where /proc cannot say.
+int64_t ProcessResidentBytes();
 
 /// A loaded model. Holding the shared_ptr marks the model "in use": it is never evicted while held.
 struct LoadedModel {

@@ -9,17 +9,6 @@
 #include "serve/server_impl.h"
 
 namespace osprey::serve {
-namespace {
-
-int64_t ResidentBytes() {
-  std::ifstream in("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  if (!(in >> size >> resident)) return 0;
-  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
-}  // namespace
-
 std::string InferenceServer::MetricsText() {
   Impl& impl = *impl_;
   std::ostringstream out;
@@ -97,7 +86,7 @@ std::string InferenceServer::MetricsText() {
       << "osprey_device_releases_total " << stats.device_releases << "\n";
   out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       << "# TYPE process_resident_memory_bytes gauge\n"
-      << "process_resident_memory_bytes " << ResidentBytes() << "\n";
+      << "process_resident_memory_bytes " << ProcessResidentBytes() << "\n";
   out << impl.scheduler->MetricsText();
   return out.str();
 }

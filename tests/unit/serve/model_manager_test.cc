@@ -280,6 +280,54 @@ TEST_F(ModelManagerTest, ARunThatExceedsTheBudgetIsBroughtBackAtOnce) {
   EXPECT_EQ(StatusOf(m, "h"), ModelStatus::kReady);  // the most recent model stays
 }
 
+// The budget's second rule: what the kernel sees. Above ResidentCeiling (budget + 10% + 20 MiB) the housekeeping pass
+// evicts least recently used idle models, giving the memory back before each new reading, until RSS is under it; the
+// most recent model stays. RSS here is the test's: what it was before plus osprey's live buffers, set to one and a
+// half models' buffers above the ceiling with three models loaded, so two must go.
+TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingEvictsLeastRecentlyUsed) {
+  ManagerOptions o = Options(10 << 20);  // the accounting alone keeps all three (about 3 MiB)
+  o.housekeeping_seconds = 3600;         // only AfterRun's wake runs the pass
+  std::atomic<int64_t> extra{0};
+  o.resident_bytes = [&extra] { return extra.load() + Allocator::Host().BytesLive(); };
+  const int64_t ceiling = ResidentCeiling(o.memory_budget_bytes);
+  EXPECT_EQ(ceiling, (10 << 20) + (1 << 20) + (20 << 20));
+  ModelManager m(o);
+  TrimSharedArenas(0);
+  const int64_t before = Allocator::Host().BytesLive();
+  RunOnes(*m.Acquire("a"));
+  TrimSharedArenas(0);
+  const int64_t one = Allocator::Host().BytesLive() - before;  // a model's weights and what its run keeps
+  ASSERT_GE(one, kWeightBytes);
+  for (const char* name : {"b", "c"}) RunOnes(*m.Acquire(name));
+  TrimSharedArenas(0);
+  extra = ceiling + one * 3 / 2 - Allocator::Host().BytesLive();
+  m.AfterRun();
+  WaitFor([&] { return StatusOf(m, "b") == ModelStatus::kUnavailable; });
+  EXPECT_EQ(StatusOf(m, "a"), ModelStatus::kUnavailable);
+  EXPECT_EQ(StatusOf(m, "b"), ModelStatus::kUnavailable);
+  EXPECT_EQ(StatusOf(m, "c"), ModelStatus::kReady);  // under the ceiling once two went; the most recent stays
+  EXPECT_LE(o.resident_bytes(), ceiling);
+  EXPECT_EQ(m.Stats().evictions, 2u);
+  EXPECT_NE(Find(m.Index(), "a")->reason.find("resident memory"), std::string::npos) << Find(m.Index(), "a")->reason;
+}
+
+// Where evicting every idle model would still leave RSS above the ceiling (the process itself holds it, as with a
+// budget smaller than the server), nothing is evicted for it: the accounting alone applies.
+TEST_F(ModelManagerTest, ResidentMemoryThatEvictingCannotBringUnderEvictsNothing) {
+  ManagerOptions o = Options(10 << 20);
+  o.housekeeping_seconds = 3600;
+  const int64_t ceiling = ResidentCeiling(o.memory_budget_bytes);
+  o.resident_bytes = [ceiling] { return ceiling + (100 << 20); };
+  ModelManager m(o);
+  for (const char* name : {"a", "b", "c"}) RunOnes(*m.Acquire(name));
+  m.AfterRun();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  m.AfterRun();  // a second pass: still nothing
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (const char* name : {"a", "b", "c"}) EXPECT_EQ(StatusOf(m, name), ModelStatus::kReady) << name;
+  EXPECT_EQ(m.Stats().evictions, 0u);
+}
+
 TEST_F(ModelManagerTest, ModelInUseIsNeverEvicted) {
   ModelManager m(Options(kWeightBytes * 7 / 2));
   auto a = m.Acquire("a");
