@@ -105,17 +105,17 @@ class Plan {
   /// its memory.
   size_t TrimArenas(double idle_seconds) const;
   const std::vector<TensorSpec>& output_specs() const;
-  /// Charges the plan's account (Compile's `account`) with `bytes` of heap its objects hold besides buffers (kernels,
-  /// oneDNN primitives and their code, caches of its first run: Model::Run measures them around the compile and the
-  /// first run), until the plan is freed. Once per plan: a second call does nothing. Negative counts as 0.
-  void ChargeHeapBytes(int64_t bytes) const;
-  /// What ChargeHeapBytes charged (0 before).
+  /// Heap the plan's objects keep besides buffers (kernels, oneDNN primitives and their code, what its first run
+  /// caches), measured around its compile and its first run (glibc's count, less osprey's buffers; process-wide, so an
+  /// estimate when other threads allocate meanwhile) and charged to its account (Compile's `account`) until the plan
+  /// is freed, so that a memory budget sees it. 0 for device plans and where the C library cannot count.
   int64_t heap_bytes() const;
 
   struct Impl;
   explicit Plan(std::unique_ptr<Impl> impl);
 
  private:
+  std::vector<Tensor> RunSteps(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -256,7 +256,7 @@ class Model {
   int64_t SharedWeightBytes() const;
   const std::shared_ptr<WeightStore>& weight_store() const { return weight_store_; }
   /// Host bytes charged to this model besides weights: execution arenas, plan-private constants, and the heap its
-  /// plans' objects keep (Plan::ChargeHeapBytes: measured around each plan's compile and first run by Run).
+  /// plans' objects keep (Plan::heap_bytes).
   int64_t RuntimeBytes() const { return account_->BytesLive(); }
   /// Device (GPU) bytes this model holds: its plans' device arenas and the device copies of its weights (each
   /// counted once, also when other models share them). 0 for a model on the CPU.

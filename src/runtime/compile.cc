@@ -461,6 +461,9 @@ std::shared_ptr<const Plan> Compile(const Graph& graph, const std::vector<Tensor
 std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vector<TensorSpec>& inputs,
                                             const CompileOptions& options, WeightStore* weights,
                                             std::shared_ptr<MemoryAccount> account, int64_t* subgraph_nodes) {
+  // The heap the plan's objects keep is charged to it (Plan::heap_bytes); a device plan's is not (a device backend
+  // may take its memory from the heap, and the GPU budget counts that apart).
+  const HeapMeasure measure(options.device.kind == Device::kHost);
   graph.Validate();
   ValidateOps(graph);
   InitDevices();
@@ -762,6 +765,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   }
   impl->arena_bytes = host_planner.size();
   impl->device_arena_bytes = device_planner.size();
+  impl->ChargeHeap(measure.Grown());
   return std::make_shared<const Plan>(std::move(impl));
 }
 

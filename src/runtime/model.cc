@@ -244,17 +244,9 @@ std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::strin
   std::shared_ptr<GraphRunner> segments = Segments();
   if (!segments) {
     try {
-      // A host compile here is measured with its first run: the heap its objects keep (kernels, oneDNN primitives
-      // and their code, first-run caches) is charged to the model, so that a memory budget sees it. Process-wide, so
-      // what other threads allocate meanwhile counts too: an estimate, measured once per plan. (A device plan's heap
-      // is not: a device backend may take its memory from the heap, and the GPU budget counts that apart.)
-      int64_t heap_before = -1;
-      auto plan = plan_cache_.GetOrCompile(fingerprint_, specs, compile, [&] {
-        if (compile.device.kind == Device::kHost) heap_before = Allocator::Host().UntrackedHeapBytes();
-        return Compile(graph_, specs, compile, weight_store_.get(), account_);
-      });
+      auto plan = plan_cache_.GetOrCompile(
+          fingerprint_, specs, compile, [&] { return Compile(graph_, specs, compile, weight_store_.get(), account_); });
       outs = plan->Run(ordered, profile);
-      if (heap_before >= 0) plan->ChargeHeapBytes(Allocator::Host().UntrackedHeapBytes() - heap_before);
     } catch (const Error& e) {  // what one plan cannot hold: run as parts from now on (segments.h), or fail
       if (!(segments = SegmentsInsteadOf(e))) throw;
     }

@@ -74,8 +74,15 @@ struct Plan::Impl {
   std::vector<TensorSpec> output_specs;
   size_t arena_bytes = 0;
   std::shared_ptr<MemoryAccount> account;
-  // Heap held by the plan's objects, charged to `account` once (ChargeHeapBytes) until the plan is freed; -1 before.
-  mutable std::atomic<int64_t> heap_bytes{-1};
+  // Heap held by the plan's objects (Plan::heap_bytes), charged to `account` until the plan is freed: measured around
+  // its compile (CompileSubgraph) and its first run (first_run).
+  mutable std::atomic<int64_t> heap_bytes{0};
+  mutable std::atomic<bool> first_run{true};
+  void ChargeHeap(int64_t bytes) const {
+    if (bytes <= 0) return;
+    heap_bytes.fetch_add(bytes);
+    if (account) account->Add(bytes);
+  }
   ~Impl() {
     if (account && heap_bytes.load() > 0) account->Add(-heap_bytes.load());
   }
@@ -104,6 +111,22 @@ struct Plan::Impl {
     std::lock_guard<std::mutex> lock(arena_mu);
     free_device_arenas.push_back({std::move(arena), std::chrono::steady_clock::now()});
   }
+};
+
+/// How much the heap no account sees (Allocator::UntrackedHeapBytes) grew over a scope: a host plan's compile and its
+/// first run. Only the outermost measure on a thread measures (a compile's sub-plans and their first runs are inside
+/// their parent's), and none where the C library cannot count.
+class HeapMeasure {
+ public:
+  explicit HeapMeasure(bool wanted);
+  ~HeapMeasure();
+  HeapMeasure(const HeapMeasure&) = delete;
+  HeapMeasure& operator=(const HeapMeasure&) = delete;
+  /// Bytes grown since construction (0 when shrunk, or when this measure does not measure).
+  int64_t Grown() const;
+
+ private:
+  int64_t before_ = -1;
 };
 
 /// Compile() for a subgraph of a model being compiled: `*subgraph_nodes` is the model-wide count of subgraph nodes
