@@ -159,8 +159,8 @@ class Allocator {
   int64_t BytesPeak(Device device = Device::kHost) const { return peak_[static_cast<int>(device)].load(); }
   void ResetPeak(Device device = Device::kHost) { peak_[static_cast<int>(device)].store(BytesLive(device)); }
   /// Bytes the process's malloc holds in use outside osprey's buffers (objects, libraries' state: what no account
-  /// sees), process-wide; -1 where the C library cannot say (glibc >= 2.33: mallinfo2; not under AddressSanitizer). Costs a walk of malloc's
-  /// arenas: for measuring around a compile, not per run.
+  /// sees), process-wide; -1 where the C library cannot say (glibc >= 2.33: mallinfo2; not under AddressSanitizer).
+  /// Costs a walk of malloc's arenas: for measuring around a compile, not per run.
   int64_t UntrackedHeapBytes() const;
 
  private:

@@ -139,8 +139,10 @@ void AddServeOptions(CLI::App* serve) {
                     "-1 = no gRPC)")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
-  serve->add_option("--memory-budget", o.memory_budget, "Memory for models, e.g. 512M, 2G (0 = none): least recently used idle models are unloaded to keep "
-                    "their accounted bytes under it, and the process's resident memory under it + 10% + 20 MiB")
+  serve
+      ->add_option("--memory-budget", o.memory_budget,
+                   "Memory for models, e.g. 512M, 2G (0 = none): least recently used idle models are unloaded to keep "
+                   "their accounted bytes under it, and the process's resident memory under it + 10% + 20 MiB")
       ->capture_default_str();
   serve->add_option("--device", o.device,
                     "Where models run unless their config.json says \"device\": cpu, cuda (= cuda:0) or cuda:N. A GPU "

@@ -4,6 +4,8 @@
 #include <malloc.h>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -19,8 +21,6 @@
 #include <sstream>
 #include <thread>
 #include <utility>
-
-#include <unistd.h>
 
 #include "osprey/device.h"
 #include "osprey/error.h"
@@ -170,7 +170,7 @@ struct ModelManager::Impl {
   std::condition_variable idle_cv;
   bool stopping = false;
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
-  bool resident_warned = false;  // memory_above_ceiling logged
+  bool resident_warned = false;          // memory_above_ceiling logged
   std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
   std::thread idle_thread;
 
@@ -361,7 +361,8 @@ struct ModelManager::Impl {
           resident_warned = true;
           log::Event(log::Level::kWarning, "memory_above_ceiling",
                      "resident memory " + std::to_string(resident >> 20) + " MiB is above the budget's ceiling of " +
-                         std::to_string(ceiling >> 20) + " MiB (--memory-budget + 10% + 20 MiB) and evicting idle "
+                         std::to_string(ceiling >> 20) +
+                         " MiB (--memory-budget + 10% + 20 MiB) and evicting idle "
                          "models cannot bring it under: the process itself or models in use hold it; raise "
                          "--memory-budget for the budget to bound resident memory",
                      {{"resident_bytes", resident}, {"ceiling_bytes", ceiling}, {"evictable_bytes", evictable}});

@@ -1,14 +1,11 @@
 // GET /metrics: Prometheus text of the server's request metrics, model manager counters, memory and the scheduler's
 // histograms.
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "serve/server_impl.h"
 
 namespace osprey::serve {
+
 std::string InferenceServer::MetricsText() {
   Impl& impl = *impl_;
   std::ostringstream out;

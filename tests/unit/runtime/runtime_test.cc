@@ -1,11 +1,11 @@
+#include "osprey/runtime.h"
+
+#include <gtest/gtest.h>
 #include <malloc.h>
 #include <omp.h>
 
-#include <gtest/gtest.h>
-
 #include <thread>
 
-#include "osprey/runtime.h"
 #include "kernels/cpu/bf16_support.h"
 #include "test_util.h"
 
@@ -453,7 +453,7 @@ TEST(Runtime, PlanObjectsHeapIsChargedToTheModelUntilThePlanGoes) {
   GraphBuilder b("conv", 13);
   auto x = b.Input("x", DType::kF32, {-1, 8, 10, 10});
   b.Output(b.Op("Relu", {b.Op("Conv", {x, b.Constant(RandomTensor({16, 8, 3, 3}, 3))},
-                                {{"pads", Attribute::Ints({1, 1, 1, 1})}})}),
+                              {{"pads", Attribute::Ints({1, 1, 1, 1})}})}),
            "y");
   ModelOptions opts;
   opts.plan_cache_capacity = 1;
