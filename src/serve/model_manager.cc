@@ -339,17 +339,26 @@ struct ModelManager::Impl {
   }
 
   // The budget's second rule, on what the kernel sees: while the process's resident memory is above
-  // ResidentCeiling, the least recently used idle models go (never `keep`, the most recent), one at a time with the
-  // freed memory given back before the next reading. Only where it can work: when RSS less every evictable model's
-  // own bytes is still above the ceiling (the process itself, or models in use, hold it), nothing goes and it is
-  // logged once. Called with the lock held; releases it around each return of memory.
+  // ResidentCeiling, idle execution arenas go first, then the least recently used idle models (never `keep`, the most
+  // recent), one at a time with the freed memory given back before the next reading. Only where it can work: when RSS
+  // less every evictable model's own bytes is still above the ceiling (the process itself, or models in use, hold it),
+  // nothing goes and it is logged once. Called with the lock held; releases it around each return of memory.
   bool EvictForResidentLocked(std::unique_lock<std::mutex>& lock, const Entry* keep) {
     const int64_t ceiling = ResidentCeiling(options.memory_budget_bytes);
     if (ceiling <= 0) return false;
     bool evicted = false;
     for (int round = 0; round < 1024; ++round) {
-      const int64_t resident = options.resident_bytes ? options.resident_bytes() : ProcessResidentBytes();
+      int64_t resident = options.resident_bytes ? options.resident_bytes() : ProcessResidentBytes();
       if (resident <= ceiling) break;
+      if (round == 0 && SharedArenaBytes() > 0) {  // idle execution arenas (a burst's) go before any model does
+        TrimSharedArenas(0);
+        lock.unlock();
+        ReturnMemoryToOs();
+        lock.lock();
+        if (stopping) break;
+        resident = options.resident_bytes ? options.resident_bytes() : ProcessResidentBytes();
+        if (resident <= ceiling) break;
+      }
       int64_t evictable = 0;
       for (const auto& [key, e] : entries)
         if (e.get() != keep && e->status == ModelStatus::kReady && e->loaded && e->loaded.use_count() == 1)

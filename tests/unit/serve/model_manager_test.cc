@@ -311,6 +311,27 @@ TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingEvictsLeastRecentlyUsed) {
   EXPECT_NE(Find(m.Index(), "a")->reason.find("resident memory"), std::string::npos) << Find(m.Index(), "a")->reason;
 }
 
+// Idle execution arenas (what a burst of requests left) go before any model does.
+TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingFreesIdleArenasFirst) {
+  ManagerOptions o = Options(10 << 20);
+  o.housekeeping_seconds = 3600;
+  o.arena_idle_seconds = 3600;  // kept, but for the ceiling
+  std::atomic<int64_t> extra{0};
+  o.resident_bytes = [&extra] { return extra.load() + Allocator::Host().BytesLive(); };
+  ModelManager m(o);
+  TrimSharedArenas(0);
+  for (const char* name : {"a", "b", "c"}) RunOnes(*m.Acquire(name));
+  const int64_t arenas = SharedArenaBytes();
+  ASSERT_GT(arenas, 0) << "the runs' arena waits in the shared pool";
+  extra = ResidentCeiling(o.memory_budget_bytes) + arenas / 2 - Allocator::Host().BytesLive();
+  m.AfterRun();
+  WaitFor([&] { return SharedArenaBytes() == 0; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(SharedArenaBytes(), 0);
+  for (const char* name : {"a", "b", "c"}) EXPECT_EQ(StatusOf(m, name), ModelStatus::kReady) << name;
+  EXPECT_EQ(m.Stats().evictions, 0u);
+}
+
 // Where evicting every idle model would still leave RSS above the ceiling (the process itself holds it, as with a
 // budget smaller than the server), nothing is evicted for it: the accounting alone applies.
 TEST_F(ModelManagerTest, ResidentMemoryThatEvictingCannotBringUnderEvictsNothing) {
