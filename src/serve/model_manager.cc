@@ -172,6 +172,8 @@ struct ModelManager::Impl {
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
   bool resident_warned = false;          // memory_above_ceiling logged
   std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
+  std::atomic<bool> wake_pending{false};  // AfterRun came within kWakeMs of the last wake: the next pass comes soon
+  static constexpr int64_t kWakeMs = 20;
   std::thread idle_thread;
 
   // A config file's check, from the cache when the file has not changed since (so that the index, /metrics and
@@ -646,7 +648,13 @@ struct ModelManager::Impl {
     const auto idle_limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle));
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
-      idle_cv.wait_for(lock, period, [&] { return stopping || budget_check; });
+      idle_cv.wait_for(lock, period, [&] { return stopping || budget_check || wake_pending.load(); });
+      if (!stopping && !budget_check && wake_pending.load()) {
+        // A request that ended too soon after the last wake to wake the pass itself: the pass runs kWakeMs after it.
+        const auto due = Clock::time_point(std::chrono::milliseconds(last_wake_ms.load() + kWakeMs));
+        idle_cv.wait_until(lock, due, [&] { return stopping || budget_check; });
+      }
+      wake_pending.store(false);
       budget_check = false;
       if (stopping) break;
       const auto now = Clock::now();
@@ -743,11 +751,18 @@ void ModelManager::Load(const std::string& name) {
 
 void ModelManager::AfterRun() {
   if (options_.memory_budget_bytes <= 0 && options_.gpu_memory_budget_bytes <= 0) return;
-  // At most one wake per kWakeMs: under a stream of requests the pass must not run once per request.
-  constexpr int64_t kWakeMs = 20;
+  // At most one wake per kWakeMs: under a stream of requests the pass must not run once per request. A request within
+  // kWakeMs of the last wake leaves a pending wake instead, which the pass takes kWakeMs after its last run.
+  constexpr int64_t kWakeMs = Impl::kWakeMs;
   const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   int64_t last = impl_->last_wake_ms.load(std::memory_order_relaxed);
-  if (now - last < kWakeMs || !impl_->last_wake_ms.compare_exchange_strong(last, now)) return;
+  if (now - last < kWakeMs || !impl_->last_wake_ms.compare_exchange_strong(last, now)) {
+    if (!impl_->wake_pending.exchange(true)) {
+      { std::lock_guard<std::mutex> lock(impl_->mu); }  // the pass is waiting (and gets the notice) or will see it
+      impl_->idle_cv.notify_all();
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->budget_check = true;
