@@ -99,7 +99,8 @@ class ModelManager {
   void Unload(const std::string& name);
   /// Called after a request ran a model: with a --memory-budget, wakes the housekeeping pass at once, which evicts
   /// the least recently used models if the run's packed weights and arena pushed the accounted bytes over the budget
-  /// (it would otherwise see them within a second). At most one wake per 20 ms; cheap without a budget; never blocks
+  /// (it would otherwise see them within a second), and holds resident memory under ResidentCeiling. At most one wake
+  /// per 20 ms (a request sooner leaves one pending, run 20 ms after the last); cheap without a budget; never blocks
   /// on a load.
   void AfterRun();
   /// Every model in the repository with its state.
