@@ -64,6 +64,7 @@ HeapMeasure::~HeapMeasure() { --g_heap_measures; }
 int64_t HeapMeasure::Grown() const {
   return before_ < 0 ? 0 : std::max<int64_t>(Allocator::Host().UntrackedHeapBytes() - before_, 0);
 }
+
 size_t Plan::num_steps() const { return impl_->steps.size(); }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 
