@@ -81,6 +81,15 @@ std::string InferenceServer::MetricsText() {
       << "# HELP osprey_device_releases_total GPU contexts released because no loaded model used the device.\n"
       << "# TYPE osprey_device_releases_total counter\n"
       << "osprey_device_releases_total " << stats.device_releases << "\n";
+  const int64_t budget = impl.manager->options().memory_budget_bytes;
+  out << "# HELP osprey_memory_budget_bytes --memory-budget: the accounted bytes loaded models are kept under (0 = "
+         "none).\n"
+      << "# TYPE osprey_memory_budget_bytes gauge\n"
+      << "osprey_memory_budget_bytes " << budget << "\n"
+      << "# HELP osprey_resident_ceiling_bytes Resident memory the server evicts idle models to stay under: the budget "
+         "+ 10% + 20 MiB (0 = none).\n"
+      << "# TYPE osprey_resident_ceiling_bytes gauge\n"
+      << "osprey_resident_ceiling_bytes " << ResidentCeiling(budget) << "\n";
   out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       << "# TYPE process_resident_memory_bytes gauge\n"
       << "process_resident_memory_bytes " << ProcessResidentBytes() << "\n";

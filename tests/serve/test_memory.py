@@ -177,6 +177,8 @@ def test_budget_enforced_after_requests_grow_memory(start_repo, tmp_path):
 
     budget = int(ran + loaded + (ran - loaded) // 2)
     server = start_repo(repo, "--memory-budget", budget)
+    assert metric(server, "osprey_memory_budget_bytes") == budget
+    assert metric(server, "osprey_resident_ceiling_bytes") == budget + budget // 10 + (20 << 20)
     assert infer(server, "A", X)[0] == 200
     status, y = infer(server, "B", X)  # loads without evicting A, then grows past the budget
     assert status == 200, y
