@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -120,7 +121,10 @@ void ReturnMemoryToOs() {
 }  // namespace
 
 int64_t ResidentCeiling(int64_t memory_budget_bytes) {
-  return memory_budget_bytes > 0 ? memory_budget_bytes + memory_budget_bytes / 10 + (int64_t{20} << 20) : 0;
+  if (memory_budget_bytes <= 0) return 0;
+  const int64_t extra = memory_budget_bytes / 10 + (int64_t{20} << 20);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();  // a budget of exabytes: no ceiling to speak of
+  return memory_budget_bytes > kMax - extra ? kMax : memory_budget_bytes + extra;
 }
 
 int64_t ProcessResidentBytes() {

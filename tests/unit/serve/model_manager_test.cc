@@ -6,6 +6,8 @@
 #ifndef ONNX_NAMESPACE
 #define ONNX_NAMESPACE onnx
 #endif
+#include "serve/model_manager.h"
+
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
@@ -15,10 +17,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "osprey/error.h"
-#include "serve/model_manager.h"
 
 namespace osprey::serve {
 namespace {
@@ -291,6 +293,8 @@ TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingEvictsLeastRecentlyUsed) {
   o.resident_bytes = [&extra] { return extra.load() + Allocator::Host().BytesLive(); };
   const int64_t ceiling = ResidentCeiling(o.memory_budget_bytes);
   EXPECT_EQ(ceiling, (10 << 20) + (1 << 20) + (20 << 20));
+  EXPECT_EQ(ResidentCeiling(0), 0);
+  EXPECT_EQ(ResidentCeiling(int64_t{9000000000000000000}), std::numeric_limits<int64_t>::max()) << "no overflow";
   ModelManager m(o);
   TrimSharedArenas(0);
   const int64_t before = Allocator::Host().BytesLive();
