@@ -180,16 +180,18 @@ def test_bad_transforms_are_refused_clearly(tmp_path):
     with pytest.raises(osprey.InvalidArgument, match="not the last"):
         osprey.load_onnx(dft_model(tmp_path, [2, 8, 1], -1, 0, 0), threads=1).run(
             {"x": np.zeros((2, 8, 1), np.float32)})
-    # a prime length of 100,003 points over 4 signals along an outer axis: ~4e10 multiply-adds directly; refused at
-    # once
-    model = osprey.load_onnx(dft_model(tmp_path, [3, 4, 1], 0, 0, 0, 100003), threads=1)
+    # a prime length of 100,003 points over 4 signals of 8 points: ~4e10 multiply-adds directly, a basis of 6.4 MB
+    # (over the matrix product's 4 MiB); refused at once
+    model = osprey.load_onnx(dft_model(tmp_path, [8, 4, 1], 0, 0, 0, 100003), threads=1)
     with pytest.raises(osprey.Unsupported, match="not a power of two"):
-        model.run({"x": np.zeros((3, 4, 1), np.float32)})
-    # along the dim before the last, 3 points zero-padded to 100,003 take the matrix product: 3 basis rows, cheap
-    x = np.random.default_rng(3).standard_normal((4, 3, 1)).astype(np.float32)
-    got = osprey.load_onnx(dft_model(tmp_path, [4, 3, 1], 1, 0, 0, 100003), threads=1).run({"x": x})["y"]
-    ref = np.fft.fft(x[..., 0].astype(np.float64), n=100003, axis=1)
-    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+        model.run({"x": np.zeros((8, 4, 1), np.float32)})
+    # 3 points zero-padded to 100,003 take the matrix product (3 basis rows, cheap), along the dim before the last and
+    # along an axis with dims after it
+    for shape, axis in [((4, 3, 1), 1), ((3, 4, 1), 0)]:
+        x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+        got = osprey.load_onnx(dft_model(tmp_path, list(shape), axis, 0, 0, 100003), threads=1).run({"x": x})["y"]
+        ref = np.fft.fft(x[..., 0].astype(np.float64), n=100003, axis=axis)
+        np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=1e-5 * np.abs(ref).max())
     # 1,000,003 points over 4,096 signals: a 32 GB output, refused by the allocator's limit
     model = osprey.load_onnx(dft_model(tmp_path, [4096, 3, 1], 1, 0, 0, 1000003), threads=1)
     with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):
@@ -268,6 +270,31 @@ def test_dft_over_frames_as_one_matrix_product(tmp_path, run_cli, opset, n, leng
     r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile")
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("DftGemm" in r.stdout) == (n != 1024 and length != 6), r.stdout
+
+
+@pytest.mark.parametrize("shape,axis", [([2, 16, 3, 4], 1),   # dims after the axis (rfft2's first DFT: [N, H, W])
+                                        ([17, 5], 0),          # the first axis, a prime length
+                                        ([3, 8, 32, 1], 1)])   # LaMa's Fourier unit: H of [C, H, W]
+@pytest.mark.parametrize("case", ["real", "real_onesided", "complex", "complex_inverse"])
+def test_dft_along_an_axis_with_dims_after_it(tmp_path, run_cli, shape, axis, case):
+    """A DFT along an axis with dims between it and the last (torch.fft.rfft2's along H, fft along dim 1 of
+    [batch, n, channels]) gathers its signals into rows, takes the same matrix product as a DFT over frames, and
+    scatters the bins back (DftGemm). Oracles: NumPy in float64 and ONNX Runtime; the profile says which kernel ran."""
+    parts = 2 if case.startswith("complex") else 1
+    shape = [*shape, parts]
+    x = np.random.default_rng(len(shape) + axis + len(case)).standard_normal(shape).astype(np.float32)
+    inverse = int(case.endswith("inverse"))
+    path = dft_model(tmp_path, shape, axis, inverse, int(case == "real_onesided"))
+    got = osprey.load_onnx(path, threads=2).run({"x": x})["y"]
+    z = x[..., 0].astype(np.float64) + (1j * x[..., 1] if parts == 2 else 0)
+    ref = np.fft.ifft(z, axis=axis) if inverse else np.fft.fft(z, axis=axis)
+    if case == "real_onesided":
+        ref = np.take(ref, np.arange(shape[axis] // 2 + 1), axis=axis)
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=3e-6 * np.abs(ref).max())
+    both(path, {"x": x})
+    np.save(tmp_path / "x.npy", x)
+    r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile")
+    assert r.returncode == 0 and "DftGemm" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("length,n,hop,parts,window", [(16000, 400, 160, 1, True),   # Whisper's front end

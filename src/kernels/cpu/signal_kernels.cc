@@ -4,7 +4,7 @@
 // (vectorised, threaded) runs it. O(n^2) per row where an FFT is O(n log n), but for the lengths audio front ends use
 // (Whisper's 400, 512) a GEMM at ~150 GFLOP/s beats a scalar FFT, and any length works (400 = 2^4 x 5^2 takes no
 // radix-2 FFT). Built for bases of at most 4 MiB (n <= ~700 real points); longer transforms, sizes computed at run
-// time, a DFT along an inner axis or one from a one-sided spectrum back to real points take the reference kernels
+// time or one from a one-sided spectrum back to real points take the reference kernels
 // (kernels/reference/signal.cc), which these are tested against (tests/python/test_signal.py).
 #include <cmath>
 #include <cstring>
@@ -61,6 +61,31 @@ std::unique_ptr<Kernel> BasisProduct(const KernelBuildContext& ctx, const Node& 
   return CreateDnnlMatMul(mc);
 }
 
+// Work buffers kept between runs (a fresh one is mapped and faulted in each time: 4.8 MB of Whisper's frames cost
+// 1.8 ms), one per concurrent run, at most 4 kept.
+class SparePool {
+ public:
+  Tensor Take(const Shape& shape) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!spare_.empty()) {
+        Tensor t = std::move(spare_.back());
+        spare_.pop_back();
+        return t;
+      }
+    }
+    return Tensor(DType::kF32, shape);
+  }
+  void Give(Tensor t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (spare_.size() < 4) spare_.push_back(std::move(t));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Tensor> spare_;
+};
+
 class StftGemmKernel final : public Kernel {
  public:
   const char* Name() const override { return "StftGemm"; }
@@ -109,8 +134,8 @@ class StftGemmKernel final : public Kernel {
     CheckShape(ctx.node, Name(), "signal", x, x_);
     const int64_t depth = p_.frame_length * parts_, length = x_[1], width = 2 * p_.bins;
     // Frames, one row each: copies of overlapping windows of the signal, a chunk at a time, in a buffer kept between
-    // runs (a fresh one is mapped and faulted in each time: 4.8 MB for 30 s of Whisper's input cost 1.8 ms).
-    Tensor frames = TakeFrames();
+    // runs.
+    Tensor frames = frames_.Take({chunk_, depth});
     const float* in = x.data<float>();
     for (int64_t r0 = 0; r0 < rows_; r0 += chunk_) {  // the output [B, frames, bins, 2] is [rows, 2 x bins]
       const int64_t rows = std::min(chunk_, rows_ - r0);
@@ -129,7 +154,7 @@ class StftGemmKernel final : public Kernel {
       mc.outputs = {&y};
       (rows == chunk_ ? matmul_ : tail_matmul_)->Run(mc);
     }
-    GiveFrames(std::move(frames));
+    frames_.Give(std::move(frames));
   }
 
  private:
@@ -140,29 +165,14 @@ class StftGemmKernel final : public Kernel {
   Tensor basis_;
   Node matmul_node_;
   std::unique_ptr<Kernel> matmul_, tail_matmul_;  // chunk_ rows; the last rows_ % chunk_
-  std::mutex frames_mu_;
-  std::vector<Tensor> spare_frames_;  // one per concurrent run, at most 4 kept
-
-  Tensor TakeFrames() {
-    {
-      std::lock_guard<std::mutex> lock(frames_mu_);
-      if (!spare_frames_.empty()) {
-        Tensor t = std::move(spare_frames_.back());
-        spare_frames_.pop_back();
-        return t;
-      }
-    }
-    return Tensor(DType::kF32, {chunk_, p_.frame_length * parts_});
-  }
-  void GiveFrames(Tensor t) {
-    std::lock_guard<std::mutex> lock(frames_mu_);
-    if (spare_frames_.size() < 4) spare_frames_.push_back(std::move(t));
-  }
+  SparePool frames_;
 };
 
-// DFT along the dim just before the last (every signal a row of the input, as audio front ends frame them), with its
-// sizes constant: the rows, read where they lie, times the basis (the input's points beyond the signal's size,
-// dft_length's zero padding, need no basis rows).
+// DFT with its sizes constant: each signal a row times the basis (the input's points beyond the signal's size,
+// dft_length's zero padding, need no basis rows). Along the dim just before the last (every signal a row of the
+// input, as audio front ends frame them) the rows are read where they lie; along an axis with dims after it (rfft2's
+// first axis, [outer, n, inner, parts]) the signals are gathered into rows first and the product's rows scattered to
+// [outer, bins, inner, 2]: two copies, against the n^2 products.
 class DftGemmKernel final : public Kernel {
  public:
   const char* Name() const override { return "DftGemm"; }
@@ -186,12 +196,16 @@ class DftGemmKernel final : public Kernel {
     x_ = ctx.input_shapes[0];
     const DftParams p = ResolveDft(ctx.node, ctx.opset, x_, ctx.input_dtypes[0], optional(1), optional(axis_input));
     const int64_t rank = static_cast<int64_t>(x_.size()), parts = x_.back(), size = x_[p.axis];
-    if (p.axis != rank - 2 || p.complex_to_real || size > p.length || (parts != 1 && parts != 2)) return false;
+    if (p.axis > rank - 2 || p.complex_to_real || size > p.length || (parts != 1 && parts != 2)) return false;
     const int64_t depth = size * parts, width = 2 * p.bins;
     if (depth * width * static_cast<int64_t>(sizeof(float)) > kMaxBasisBytes) return false;
-    rows_ = 1;
-    for (int64_t i = 0; i < p.axis; ++i) rows_ *= x_[i];
+    outer_ = 1, inner_ = 1;
+    for (int64_t i = 0; i < p.axis; ++i) outer_ *= x_[i];
+    for (int64_t i = p.axis + 1; i < rank - 1; ++i) inner_ *= x_[i];
+    rows_ = outer_ * inner_;
     if (rows_ <= 0 || depth == 0) return false;  // nothing to transform: the reference kernel writes what is due
+    size_ = size, parts_ = parts, bins_ = p.bins;
+    threads_ = std::max(1, ctx.num_threads);
     basis_ = Basis(p.length, size, p.bins, parts, nullptr, p.inverse);
     matmul_node_.op_type = "MatMul";
     matmul_node_.name = ctx.node.name + "/basis";
@@ -202,20 +216,51 @@ class DftGemmKernel final : public Kernel {
   void Run(KernelContext& ctx) override {
     const Tensor& x = ctx.In(0);
     CheckShape(ctx.node, Name(), "input", x, x_);
-    const Tensor a = Tensor::View(DType::kF32, {rows_, basis_.dim(0)}, x.buffer(), x.offset());
-    Tensor y = Tensor::View(DType::kF32, {rows_, basis_.dim(1)}, ctx.Out(0).buffer(), ctx.Out(0).offset());
+    const int64_t depth = basis_.dim(0), width = basis_.dim(1);
     KernelContext mc{matmul_node_, ctx.opset};
+    if (inner_ == 1) {
+      const Tensor a = Tensor::View(DType::kF32, {rows_, depth}, x.buffer(), x.offset());
+      Tensor y = Tensor::View(DType::kF32, {rows_, width}, ctx.Out(0).buffer(), ctx.Out(0).offset());
+      mc.inputs = {&a, &basis_};
+      mc.outputs = {&y};
+      matmul_->Run(mc);
+      return;
+    }
+    // Row (o, i) holds signal [o, :, i, :]; the product's row (o, i) goes to [o, :, i, :] of the output.
+    Tensor a = rows_in_.Take({rows_, depth}), y = rows_out_.Take({rows_, width});
+    const float* in = x.data<float>();
+    float* rows = a.data<float>();
+    const bool parallel = threads_ > 1 && rows_ * depth >= (1 << 16);
+#pragma omp parallel for num_threads(threads_) schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t o = r / inner_, i = r % inner_;
+      for (int64_t t = 0; t < size_; ++t)
+        for (int64_t c = 0; c < parts_; ++c)
+          rows[r * depth + t * parts_ + c] = in[((o * size_ + t) * inner_ + i) * parts_ + c];
+    }
     mc.inputs = {&a, &basis_};
     mc.outputs = {&y};
     matmul_->Run(mc);
+    const float* products = y.data<float>();
+    float* out = ctx.Out(0).data<float>();
+#pragma omp parallel for num_threads(threads_) schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t o = r / inner_, i = r % inner_;
+      for (int64_t k = 0; k < bins_; ++k)
+        std::memcpy(out + ((o * bins_ + k) * inner_ + i) * 2, products + r * width + 2 * k, 2 * sizeof(float));
+    }
+    rows_in_.Give(std::move(a));
+    rows_out_.Give(std::move(y));
   }
 
  private:
   Shape x_;
-  int64_t rows_ = 0;
+  int64_t rows_ = 0, outer_ = 1, inner_ = 1, size_ = 0, parts_ = 1, bins_ = 0;
+  int threads_ = 1;
   Tensor basis_;
   Node matmul_node_;
   std::unique_ptr<Kernel> matmul_;
+  SparePool rows_in_, rows_out_;  // inner axes: the gathered signals and the products, kept between runs
 };
 
 }  // namespace
