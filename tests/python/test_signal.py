@@ -297,6 +297,32 @@ def test_dft_along_an_axis_with_dims_after_it(tmp_path, run_cli, shape, axis, ca
     assert r.returncode == 0 and "DftGemm" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("shape,axis,length", [([2, 9], 1, None),       # 16 points from 9 bins, frames
+                                               ([3, 17, 4], 1, None),    # 32 points, dims after the axis
+                                               ([9, 5], 0, None),        # the first axis
+                                               ([2, 8], 1, 15),          # an odd length: 15 points from 8 bins
+                                               ([1, 8, 17, 32], 2, None)])  # irfft2's H of LaMa's [C, H, W]
+def test_complex_to_real_dft_as_one_matrix_product(tmp_path, run_cli, shape, axis, length):
+    """An inverse DFT from a one-sided spectrum back to real points (inverse and onesided: torch.fft.irfft's and
+    irfft2's last step) folds the spectrum's conjugate half into its basis and runs as one matrix product (DftGemm).
+    Oracles: NumPy's irfft in float64 and osprey's reference kernel (`osprey run --reference`); the profile says which
+    kernel ran."""
+    shape = [*shape, 2]
+    x = np.random.default_rng(len(shape) + axis).standard_normal(shape).astype(np.float32)
+    n = length or 2 * (shape[axis] - 1)
+    path = dft_model(tmp_path, shape, axis, 1, 1, length)
+    got = osprey.load_onnx(path, threads=2).run({"x": x})["y"]
+    assert got.shape[-1] == 1 and got.shape[axis] == n, got.shape
+    ref = np.fft.irfft(x[..., 0].astype(np.float64) + 1j * x[..., 1], n=n, axis=axis)
+    np.testing.assert_allclose(got[..., 0], ref, rtol=0, atol=3e-6 * np.abs(ref).max())
+    np.save(tmp_path / "x.npy", x)
+    r = run_cli("run", path, "--reference", "--input", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(got, np.load(tmp_path / "out" / "y.npy"), rtol=0, atol=3e-6 * np.abs(ref).max())
+    r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile")
+    assert r.returncode == 0 and "DftGemm" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("length,n,hop,parts,window", [(16000, 400, 160, 1, True),   # Whisper's front end
                                                        (3000, 512, 128, 1, False),
                                                        (900, 64, 24, 2, True),      # a complex signal

@@ -4,7 +4,7 @@
 // (vectorised, threaded) runs it. O(n^2) per row where an FFT is O(n log n), but for the lengths audio front ends use
 // (Whisper's 400, 512) a GEMM at ~150 GFLOP/s beats a scalar FFT, and any length works (400 = 2^4 x 5^2 takes no
 // radix-2 FFT). Built for bases of at most 4 MiB (n <= ~700 real points); longer transforms, sizes computed at run
-// time or one from a one-sided spectrum back to real points take the reference kernels
+// time or signals cut by dft_length take the reference kernels
 // (kernels/reference/signal.cc), which these are tested against (tests/python/test_signal.py).
 #include <cmath>
 #include <cstring>
@@ -40,6 +40,24 @@ Tensor Basis(int64_t n, int64_t points, int64_t bins, int64_t parts, const float
         b[(t * parts + 1) * width + 2 * k] = -s;
         b[(t * parts + 1) * width + 2 * k + 1] = c;
       }
+    }
+  }
+  return basis;
+}
+
+// The basis [2 x size, n] of an inverse n-point transform from a one-sided spectrum (size = n / 2 + 1 bins, a_k + i
+// b_k) to n real points: y_j = 1/n sum_t Re(X_t e^(2 pi i t j / n)) over the whole spectrum, whose other half is the
+// conjugate of the given one (X_(n - k) = conj(X_k)); Re(conj(X) conj(w)) = Re(X w), so bin k counts twice where its
+// mirror n - k is not given (1 <= k <= n - size) and once otherwise. Row 2k: a_k's weights, row 2k + 1: b_k's.
+Tensor RealBasis(int64_t n, int64_t size) {
+  Tensor basis(DType::kF32, {2 * size, n});
+  float* b = basis.data<float>();
+  for (int64_t k = 0; k < size; ++k) {
+    const double weight = (k >= 1 && k <= n - size ? 2.0 : 1.0) / static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double angle = 2.0 * M_PI * static_cast<double>((k * j) % n) / static_cast<double>(n);
+      b[(2 * k) * n + j] = static_cast<float>(weight * std::cos(angle));  // Re((a + i b)(c + i s)) = ac - bs
+      b[(2 * k + 1) * n + j] = static_cast<float>(-weight * std::sin(angle));
     }
   }
   return basis;
@@ -172,7 +190,8 @@ class StftGemmKernel final : public Kernel {
 // dft_length's zero padding, need no basis rows). Along the dim just before the last (every signal a row of the
 // input, as audio front ends frame them) the rows are read where they lie; along an axis with dims after it (rfft2's
 // first axis, [outer, n, inner, parts]) the signals are gathered into rows first and the product's rows scattered to
-// [outer, bins, inner, 2]: two copies, against the n^2 products.
+// [outer, bins, inner, 2]: two copies, against the n^2 products. From a one-sided spectrum back to real points
+// (inverse and onesided: irfft) the basis folds in the spectrum's conjugate half and gives [.., n, .., 1].
 class DftGemmKernel final : public Kernel {
  public:
   const char* Name() const override { return "DftGemm"; }
@@ -196,8 +215,10 @@ class DftGemmKernel final : public Kernel {
     x_ = ctx.input_shapes[0];
     const DftParams p = ResolveDft(ctx.node, ctx.opset, x_, ctx.input_dtypes[0], optional(1), optional(axis_input));
     const int64_t rank = static_cast<int64_t>(x_.size()), parts = x_.back(), size = x_[p.axis];
-    if (p.axis > rank - 2 || p.complex_to_real || size > p.length || (parts != 1 && parts != 2)) return false;
-    const int64_t depth = size * parts, width = 2 * p.bins;
+    if (p.axis > rank - 2 || size > p.length || (parts != 1 && parts != 2)) return false;
+    if (p.complex_to_real && parts != 2) return false;
+    out_parts_ = p.complex_to_real ? 1 : 2;  // complex to real: n real points, no imaginary parts
+    const int64_t depth = size * parts, width = out_parts_ * p.bins;
     if (depth * width * static_cast<int64_t>(sizeof(float)) > kMaxBasisBytes) return false;
     outer_ = 1, inner_ = 1;
     for (int64_t i = 0; i < p.axis; ++i) outer_ *= x_[i];
@@ -206,7 +227,7 @@ class DftGemmKernel final : public Kernel {
     if (rows_ <= 0 || depth == 0) return false;  // nothing to transform: the reference kernel writes what is due
     size_ = size, parts_ = parts, bins_ = p.bins;
     threads_ = std::max(1, ctx.num_threads);
-    basis_ = Basis(p.length, size, p.bins, parts, nullptr, p.inverse);
+    basis_ = p.complex_to_real ? RealBasis(p.length, size) : Basis(p.length, size, p.bins, parts, nullptr, p.inverse);
     matmul_node_.op_type = "MatMul";
     matmul_node_.name = ctx.node.name + "/basis";
     matmul_ = BasisProduct(ctx, matmul_node_, rows_, basis_);
@@ -247,7 +268,8 @@ class DftGemmKernel final : public Kernel {
     for (int64_t r = 0; r < rows_; ++r) {
       const int64_t o = r / inner_, i = r % inner_;
       for (int64_t k = 0; k < bins_; ++k)
-        std::memcpy(out + ((o * bins_ + k) * inner_ + i) * 2, products + r * width + 2 * k, 2 * sizeof(float));
+        std::memcpy(out + ((o * bins_ + k) * inner_ + i) * out_parts_, products + r * width + out_parts_ * k,
+                    static_cast<size_t>(out_parts_) * sizeof(float));
     }
     rows_in_.Give(std::move(a));
     rows_out_.Give(std::move(y));
@@ -255,7 +277,7 @@ class DftGemmKernel final : public Kernel {
 
  private:
   Shape x_;
-  int64_t rows_ = 0, outer_ = 1, inner_ = 1, size_ = 0, parts_ = 1, bins_ = 0;
+  int64_t rows_ = 0, outer_ = 1, inner_ = 1, size_ = 0, parts_ = 1, bins_ = 0, out_parts_ = 2;
   int threads_ = 1;
   Tensor basis_;
   Node matmul_node_;
