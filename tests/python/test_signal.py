@@ -192,6 +192,11 @@ def test_bad_transforms_are_refused_clearly(tmp_path):
         got = osprey.load_onnx(dft_model(tmp_path, list(shape), axis, 0, 0, 100003), threads=1).run({"x": x})["y"]
         ref = np.fft.fft(x[..., 0].astype(np.float64), n=100003, axis=axis)
         np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    # 65,536 points zero-padded to 2^44: a basis of 2^16 x 2^45 floats, whose byte count wraps int64 (the matrix
+    # product must decline, not build it); the 128 TiB output is refused by the allocator's limit
+    model = osprey.load_onnx(dft_model(tmp_path, [1, 65536, 1], 1, 0, 0, 1 << 44), threads=1)
+    with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):
+        model.run({"x": np.zeros((1, 65536, 1), np.float32)})
     # 1,000,003 points over 4,096 signals: a 32 GB output, refused by the allocator's limit
     model = osprey.load_onnx(dft_model(tmp_path, [4096, 3, 1], 1, 0, 0, 1000003), threads=1)
     with pytest.raises(osprey.ResourceExhausted, match="out of host memory"):

@@ -18,6 +18,12 @@ namespace osprey::cpu {
 namespace {
 
 constexpr int64_t kMaxBasisBytes = int64_t{4} << 20;
+
+// Whether a basis of depth x width floats fits kMaxBasisBytes (without forming the product: a dft_length from a model
+// can make width large enough to wrap it).
+bool BasisFits(int64_t depth, int64_t width) {
+  return depth > 0 && width > 0 && depth <= kMaxBasisBytes / static_cast<int64_t>(sizeof(float)) / width;
+}
 constexpr int64_t kChunkRows = 2048;
 
 // The basis [points x parts, 2 x bins] of an n-point transform of rows holding `points` (<= n) points of `parts` (1:
@@ -131,7 +137,7 @@ class StftGemmKernel final : public Kernel {
     parts_ = x_.size() == 3 ? x_[2] : 1;
     const int64_t n = p_.frame_length, depth = n * parts_, width = 2 * p_.bins;
     if (parts_ != 1 && parts_ != 2) return false;
-    if (depth * width * static_cast<int64_t>(sizeof(float)) > kMaxBasisBytes) return false;
+    if (!BasisFits(depth, width)) return false;
     basis_ = Basis(n, n, p_.bins, parts_, window ? window->data<float>() : nullptr, /*inverse=*/false);
     // Rows in chunks of at most kChunkRows (the frames' copy stays a few MB however long the signal: with a hop of 1
     // the frames hold n times the signal), a second product for the last, shorter chunk.
@@ -219,7 +225,7 @@ class DftGemmKernel final : public Kernel {
     if (p.complex_to_real && parts != 2) return false;
     out_parts_ = p.complex_to_real ? 1 : 2;  // complex to real: n real points, no imaginary parts
     const int64_t depth = size * parts, width = out_parts_ * p.bins;
-    if (depth * width * static_cast<int64_t>(sizeof(float)) > kMaxBasisBytes) return false;
+    if (!BasisFits(depth, width)) return false;
     outer_ = 1, inner_ = 1;
     for (int64_t i = 0; i < p.axis; ++i) outer_ *= x_[i];
     for (int64_t i = p.axis + 1; i < rank - 1; ++i) inner_ *= x_[i];
