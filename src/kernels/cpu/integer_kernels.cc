@@ -21,12 +21,12 @@
 #pragma GCC optimize("no-trapping-math")  // clamps vectorise as compare-and-select (nothing reads FP flags)
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/spare_pool.h"
 #include "ops/conv_window.h"
 #include "ops/dynamic_quantize.h"
 #include "ops/integer_dequantize.h"
@@ -108,7 +108,10 @@ class IntegerAsFloatKernel final : public Kernel {
       throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name_ + " was built for input " +
                                             ShapeToString(x_shape_) + ", got " + ShapeToString(xq.shape()));
     const float zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? AsFloat(ctx.In(2), 0) : 0.f;
-    Scratch scratch = TakeScratch();
+    Scratch scratch = scratch_.Take([&] {
+      return Scratch{Tensor(DType::kF32, x_shape_), Tensor(DType::kF32, y_shape_),
+                     dequantize_ ? Tensor(DType::kI32, y_shape_) : Tensor()};
+    });
     Tensor& x = scratch.x;
     Tensor& y = scratch.y;
     float* xf = x.data<float>();
@@ -132,7 +135,7 @@ class IntegerAsFloatKernel final : public Kernel {
 #pragma omp parallel for simd schedule(static) if (m >= (1 << 18))
     for (int64_t i = 0; i < m; ++i) out[i] = static_cast<int32_t>(std::nearbyint(yf[i]));
     if (dequantize_) RunDequantize(ctx, node_.op_type == "Conv", out, threads_);
-    GiveScratch(std::move(scratch));
+    scratch_.Give(std::move(scratch));
   }
 
  private:
@@ -149,24 +152,7 @@ class IntegerAsFloatKernel final : public Kernel {
   struct Scratch {
     Tensor x, y, acc;  // acc: the int32 result before the `_dequantize` epilogue (empty without it)
   };
-  std::mutex scratch_mu_;
-  std::vector<Scratch> scratch_;
-  Scratch TakeScratch() {
-    {
-      std::lock_guard<std::mutex> lock(scratch_mu_);
-      if (!scratch_.empty()) {
-        Scratch s = std::move(scratch_.back());
-        scratch_.pop_back();
-        return s;
-      }
-    }
-    return {Tensor(DType::kF32, x_shape_), Tensor(DType::kF32, y_shape_),
-            dequantize_ ? Tensor(DType::kI32, y_shape_) : Tensor()};
-  }
-  void GiveScratch(Scratch s) {
-    std::lock_guard<std::mutex> lock(scratch_mu_);
-    if (scratch_.size() < 4) scratch_.push_back(std::move(s));
-  }
+  SparePool<Scratch> scratch_;
 };
 
 // The weight (input 1) less its zero point (input 3: one value, or one per `axis` index), as float32; nothing when

@@ -4,27 +4,27 @@
 // (vectorised, threaded) runs it. O(n^2) per row where an FFT is O(n log n), but for the lengths audio front ends use
 // (Whisper's 400, 512) a GEMM at ~150 GFLOP/s beats a scalar FFT, and any length works (400 = 2^4 x 5^2 takes no
 // radix-2 FFT). Built for bases of at most 4 MiB (n <= ~700 real points); longer transforms, sizes computed at run
-// time or signals cut by dft_length take the reference kernels
-// (kernels/reference/signal.cc), which these are tested against (tests/python/test_signal.py).
+// time or signals cut by dft_length take the reference kernels (kernels/reference/signal.cc), which these are tested
+// against (tests/python/test_signal.py).
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/spare_pool.h"
 #include "ops/signal.h"
 
 namespace osprey::cpu {
 namespace {
 
 constexpr int64_t kMaxBasisBytes = int64_t{4} << 20;
+constexpr int64_t kChunkRows = 2048;
 
 // Whether a basis of depth x width floats fits kMaxBasisBytes (without forming the product: a dft_length from a model
 // can make width large enough to wrap it).
 bool BasisFits(int64_t depth, int64_t width) {
   return depth > 0 && width > 0 && depth <= kMaxBasisBytes / static_cast<int64_t>(sizeof(float)) / width;
 }
-constexpr int64_t kChunkRows = 2048;
 
 // The basis [points x parts, 2 x bins] of an n-point transform of rows holding `points` (<= n) points of `parts` (1:
 // real, 2: real and imaginary) values: row t * parts + c (input point t, c: its real or imaginary part) to column
@@ -85,30 +85,10 @@ std::unique_ptr<Kernel> BasisProduct(const KernelBuildContext& ctx, const Node& 
   return CreateDnnlMatMul(mc);
 }
 
-// Work buffers kept between runs (a fresh one is mapped and faulted in each time: 4.8 MB of Whisper's frames cost
-// 1.8 ms), one per concurrent run, at most 4 kept.
-class SparePool {
- public:
-  Tensor Take(const Shape& shape) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!spare_.empty()) {
-        Tensor t = std::move(spare_.back());
-        spare_.pop_back();
-        return t;
-      }
-    }
-    return Tensor(DType::kF32, shape);
-  }
-  void Give(Tensor t) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (spare_.size() < 4) spare_.push_back(std::move(t));
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<Tensor> spare_;
-};
+// A float32 work buffer of `shape`, from `pool` or new.
+Tensor TakeBuffer(SparePool<Tensor>& pool, const Shape& shape) {
+  return pool.Take([&] { return Tensor(DType::kF32, shape); });
+}
 
 class StftGemmKernel final : public Kernel {
  public:
@@ -159,7 +139,7 @@ class StftGemmKernel final : public Kernel {
     const int64_t depth = p_.frame_length * parts_, length = x_[1], width = 2 * p_.bins;
     // Frames, one row each: copies of overlapping windows of the signal, a chunk at a time, in a buffer kept between
     // runs.
-    Tensor frames = frames_.Take({chunk_, depth});
+    Tensor frames = TakeBuffer(frames_, {chunk_, depth});
     const float* in = x.data<float>();
     for (int64_t r0 = 0; r0 < rows_; r0 += chunk_) {  // the output [B, frames, bins, 2] is [rows, 2 x bins]
       const int64_t rows = std::min(chunk_, rows_ - r0);
@@ -189,7 +169,7 @@ class StftGemmKernel final : public Kernel {
   Tensor basis_;
   Node matmul_node_;
   std::unique_ptr<Kernel> matmul_, tail_matmul_;  // chunk_ rows; the last rows_ % chunk_
-  SparePool frames_;
+  SparePool<Tensor> frames_;
 };
 
 // DFT with its sizes constant: each signal a row times the basis (the input's points beyond the signal's size,
@@ -254,7 +234,7 @@ class DftGemmKernel final : public Kernel {
       return;
     }
     // Row (o, i) holds signal [o, :, i, :]; the product's row (o, i) goes to [o, :, i, :] of the output.
-    Tensor a = rows_in_.Take({rows_, depth}), y = rows_out_.Take({rows_, width});
+    Tensor a = TakeBuffer(rows_in_, {rows_, depth}), y = TakeBuffer(rows_out_, {rows_, width});
     const float* in = x.data<float>();
     float* rows = a.data<float>();
     const bool parallel = threads_ > 1 && rows_ * depth >= (1 << 16);
@@ -288,7 +268,7 @@ class DftGemmKernel final : public Kernel {
   Tensor basis_;
   Node matmul_node_;
   std::unique_ptr<Kernel> matmul_;
-  SparePool rows_in_, rows_out_;  // inner axes: the gathered signals and the products, kept between runs
+  SparePool<Tensor> rows_in_, rows_out_;  // inner axes: the gathered signals and the products, kept between runs
 };
 
 }  // namespace
