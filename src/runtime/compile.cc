@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/float_env.h"
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
@@ -464,6 +465,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   // The heap the plan's objects keep is charged to it (Plan::heap_bytes); a device plan's is not (a device backend
   // may take its memory from the heap, and the GPU budget counts that apart).
   const HeapMeasure measure(options.device.kind == Device::kHost);
+  const FlushDenormals flush;  // constant folding and kernel timing compute as runs do
   graph.Validate();
   ValidateOps(graph);
   InitDevices();

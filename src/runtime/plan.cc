@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "core/float_env.h"
 #include "runtime/arena_pool.h"
 #include "runtime/plan_impl.h"
 
@@ -181,6 +182,7 @@ void RunDeviceGraph(const Plan::Impl& p, const Buffer* arena, void* stream, cons
 }  // namespace
 
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const {
+  const FlushDenormals flush;
   // The first run's caches (kernels' lazily made state, oneDNN's) stay with the plan: measured like its compile.
   if (impl_->first_run.load(std::memory_order_relaxed) && impl_->first_run.exchange(false)) {
     const HeapMeasure measure(impl_->backend == nullptr);

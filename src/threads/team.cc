@@ -27,6 +27,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -254,6 +258,8 @@ struct Loop {
   long start = 0, end = 0, incr = 1, chunk = 0;
 };
 
+constexpr unsigned kFloatStatusBits = 0x3F;  // MXCSR's sticky exception flags (not a mode)
+
 struct Team {
   int n = 1;
   int active_levels = 1;  // of the team's threads
@@ -264,9 +270,13 @@ struct Team {
   std::atomic<int> bar_count{0};
   Signal bar;
   WorkShare ws[kWorkShares];
+  unsigned float_mode = 0x1F80;  // the starting thread's MXCSR control bits (rounding, FTZ, DAZ, masks)
 
-  // Before the region starts (no thread of the team runs).
+  // Before the region starts (no thread of the team runs), on the thread that starts it.
   void Reset(int threads, int levels, int icv_value, const Loop& l) {
+#if defined(__x86_64__)
+    float_mode = _mm_getcsr() & ~kFloatStatusBits;
+#endif
     n = threads;
     active_levels = levels;
     icv = icv_value;
@@ -302,8 +312,13 @@ struct ThreadState {
 };
 thread_local ThreadState ts;
 
-// Makes the calling thread thread `tid` of `team`.
+// Makes the calling thread thread `tid` of `team`. A worker takes the floating-point mode of the thread that started
+// the region (osprey's plans flush subnormals to zero: core/float_env.h), as a thread made then would have.
 void EnterTeam(Team* team, int tid) {
+#if defined(__x86_64__)
+  const unsigned csr = _mm_getcsr();
+  if ((csr & ~kFloatStatusBits) != team->float_mode) _mm_setcsr((csr & kFloatStatusBits) | team->float_mode);
+#endif
   ts = ThreadState{};
   ts.team = team;
   ts.tid = tid;

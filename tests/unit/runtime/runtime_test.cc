@@ -444,6 +444,34 @@ TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
   ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
 }
 
+// Subnormal floats are flushed to zero while a plan runs (core/float_env.h: arithmetic on them can run 100x slower),
+// on the calling thread and on the OpenMP workers of oneDNN's convolution and of osprey's own kernels alike; the
+// caller's floating-point mode is as it was afterwards. The oracle: IEEE arithmetic here, where every product below
+// (1e-20 x 1e-20, 1e-30 x 1e-10) is a subnormal greater than zero.
+volatile float g_tiny = 1e-30f, g_scale = 1e-10f;  // read at run time: the product is computed, not folded
+TEST(Runtime, PlansFlushSubnormalsToZeroAndLeaveTheCallersModeAsItWas) {
+  GraphBuilder b("subnormal", 13);
+  auto x = b.Input("x", DType::kF32, {4, 8, 64, 64});
+  b.Output(b.Op("Mul", {x, b.Constant(Tensor::Scalar<float>(1e-10f))}), "product");
+  b.Output(b.Op("Conv", {x, b.Constant(F32({16, 8, 1, 1}, std::vector<float>(128, 1e-20f)))}), "conv");
+  ModelOptions opts;
+  opts.compile.num_threads = 2;
+  Model model(b.Finish(), opts);
+  Tensor in = Tensor::Zeros(DType::kF32, {4, 8, 64, 64});
+  for (int64_t i = 0; i < in.numel(); ++i) in.data<float>()[i] = i % 2 ? 1e-30f : 1e-20f;
+  ASSERT_GT(g_tiny * g_scale, 0.f) << "this thread flushes subnormals already";
+  const auto out = model.Run({{"x", in}});
+  for (const auto& [name, t] : out) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (t.data<float>()[i] != 0.f && !(name == "product" && i % 2 == 0)) {  // 1e-20 x 1e-10 is a normal float
+        ADD_FAILURE() << name << "[" << i << "] = " << t.data<float>()[i] << ", not flushed to zero";
+        break;
+      }
+    }
+  }
+  EXPECT_GT(g_tiny * g_scale, 0.f) << "the caller's floating-point mode was not restored";
+}
+
 // The heap a plan's objects keep (kernels, oneDNN primitives, what its first run caches), measured around its compile
 // and its first run, is charged to its model until the plan goes, so that a server's memory budget sees it; models
 // run as parts (a data-dependent op) too. The oracle: the C library's own count of heap in use, read around them here.

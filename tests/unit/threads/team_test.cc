@@ -1,24 +1,24 @@
 // osprey's OpenMP runtime (src/threads/team.cc) against the OpenMP semantics osprey and oneDNN rely on; expected
 // values are computed by hand from the OpenMP specification (thread numbers, static schedules), not by the runtime.
+#include "threads/team.h"
+
 #include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <omp.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <omp.h>
+#include <xmmintrin.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include "threads/team.h"
 
 extern "C" {
 bool GOMP_loop_static_start(long start, long end, long incr, long chunk, long* istart, long* iend);
@@ -45,6 +45,29 @@ TEST(OmpTeam, IsTheRuntimeInUse) {
   void* gomp = dlsym(RTLD_NEXT, "GOMP_parallel_start");
   EXPECT_EQ(found, reinterpret_cast<void*>(&GOMP_parallel_start));
   EXPECT_NE(found, gomp);
+}
+
+// Each worker computes in the floating-point mode of the thread that starts the region (plans flush subnormals to
+// zero: core/float_env.h), as a thread created then would. The oracle: 1e-30 x 1e-10 is a subnormal under IEEE
+// arithmetic and zero with MXCSR's flush-to-zero bit.
+volatile float g_tiny = 1e-30f, g_scale = 1e-10f;  // read at run time: the product is computed, not folded
+TEST(OmpTeam, WorkersComputeInTheFloatingPointModeOfTheRegionsStarter) {
+  WithThreads with(3);
+  auto products = [] {
+    std::vector<float> got(3, -1.f);
+#pragma omp parallel
+    {
+#pragma omp barrier
+      got[omp_get_thread_num()] = g_tiny * g_scale;  // after the barrier: each part on its own thread (none taken over)
+    }
+    return got;
+  };
+  const unsigned saved = _mm_getcsr();
+  for (float v : products()) EXPECT_GT(v, 0.f);
+  _mm_setcsr(saved | 0x8000);  // flush to zero
+  for (float v : products()) EXPECT_EQ(v, 0.f);
+  _mm_setcsr(saved);
+  for (float v : products()) EXPECT_GT(v, 0.f) << "a worker kept the previous region's mode";
 }
 
 TEST(OmpTeam, RegionRunsOnTheRequestedThreads) {
