@@ -52,4 +52,17 @@ int64_t PadSourceIndex(const std::string& mode, int64_t i, int64_t n) {
   return s >= n ? period - s : s;
 }
 
+std::vector<int64_t> PadSourceTable(const std::string& mode, int64_t n, int64_t begin, int64_t end) {
+  const int64_t crop_begin = std::max<int64_t>(0, -begin), pad_begin = std::max<int64_t>(0, begin);
+  const int64_t kept = n - crop_begin - std::max<int64_t>(0, -end), size = n + begin + end;
+  if (kept < 0 || size <= 0 || (kept == 0 && mode != "constant")) return {};
+  std::vector<int64_t> source(size);
+  for (int64_t o = 0; o < size; ++o) {
+    const int64_t i = o - pad_begin;
+    const int64_t s = i >= 0 && i < kept ? i : mode == "constant" ? -1 : PadSourceIndex(mode, i, kept);
+    source[o] = s < 0 ? -1 : s + crop_begin;
+  }
+  return source;
+}
+
 }  // namespace osprey

@@ -26,4 +26,10 @@ bool ReadPadAmounts(const Node& node, int opset, int64_t rank, const std::functi
 /// without repeating it, again and again when a pad exceeds the axis, as numpy.pad does); n >= 1.
 int64_t PadSourceIndex(const std::string& mode, int64_t i, int64_t n);
 
+/// Per output position of an axis of n elements padded by `begin` and `end` elements (negative: cropped) in `mode`:
+/// the input index it reads, or -1 for the fill value (mode "constant"). Negative pads crop first; the remaining pads
+/// then extend the cropped region. Empty where the pads crop more than the axis holds, or pad an axis left empty in a
+/// mode that reads the input (errors; the caller names the node).
+std::vector<int64_t> PadSourceTable(const std::string& mode, int64_t n, int64_t begin, int64_t end);
+
 }  // namespace osprey

@@ -1,5 +1,6 @@
 // Fast float32 elementwise kernels: unary activations and maths (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid,
-// HardSwish, Gelu, Erf, Exp, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div/PRelu with numpy broadcasting.
+// HardSwish, Gelu, Erf, Exp, Log, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div/PRelu/Max/Min with numpy
+// broadcasting.
 //
 // One generic path driven by op traits: each op is a small inlined functor (its formula identical to the reference
 // kernel's, or a vector_math.h approximation for the transcendental ones), and the row loops are templates over the
@@ -42,10 +43,26 @@ namespace {
 // Op traits.
 
 enum class UnaryOp {
-  kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kErf, kExp, kNeg, kAbs,
-  kSqrt, kReciprocal, kRound, kFakeQuantize
+  kRelu,
+  kLeakyRelu,
+  kClip,
+  kSigmoid,
+  kTanh,
+  kHardSigmoid,
+  kHardSwish,
+  kGelu,
+  kGeluTanh,
+  kErf,
+  kExp,
+  kLog,
+  kNeg,
+  kAbs,
+  kSqrt,
+  kReciprocal,
+  kRound,
+  kFakeQuantize
 };
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPRelu, kMax, kMin };
 
 struct UnaryParams {
   UnaryOp op = UnaryOp::kRelu;
@@ -69,6 +86,7 @@ constexpr UnaryTraits kUnary[] = {
     {"Gelu", UnaryOp::kGelu, "GeluF32Fast", true},
     {"Erf", UnaryOp::kErf, "ErfF32Fast", true},
     {"Exp", UnaryOp::kExp, "ExpF32Fast", true},
+    {"Log", UnaryOp::kLog, "LogF32Fast", true},
     {"Neg", UnaryOp::kNeg, "NegF32Fast", false},
     {"Abs", UnaryOp::kAbs, "AbsF32Fast", false},
     {"Sqrt", UnaryOp::kSqrt, "SqrtF32Fast", false},
@@ -91,6 +109,9 @@ constexpr BinaryTraits kBinary[] = {
     {"Div", BinaryOp::kDiv, "DivF32Fast"},
     // The slope broadcasts to X (the schema checks it).
     {"PRelu", BinaryOp::kPRelu, "PReluF32Fast"},
+    // Max and Min of two inputs (more: the reference kernel's fold).
+    {"Max", BinaryOp::kMax, "MaxF32Fast"},
+    {"Min", BinaryOp::kMin, "MinF32Fast"},
 };
 
 // The functors. Formulas follow kernels/reference/elementwise.cc expression for expression (NaN handling included);
@@ -137,6 +158,9 @@ struct Erf {
 struct Exp {
   [[gnu::always_inline]] float operator()(float x) const { return vmath::ExpFull(x); }
 };
+struct Log {
+  [[gnu::always_inline]] float operator()(float x) const { return vmath::Log(x); }
+};
 struct Neg {
   [[gnu::always_inline]] float operator()(float x) const { return -x; }
 };
@@ -176,6 +200,20 @@ struct Div {
 struct PRelu {  // x where !(x < 0) (NaN and -0 kept), else x * slope
   [[gnu::always_inline]] float operator()(float x, float slope) const { return x < 0 ? x * slope : x; }
 };
+// NaN if either is NaN (a + b is then NaN), else the larger / smaller; of -0 and 0 the first unless the second is
+// strictly larger / smaller, as the reference's MaxOf / MinOf.
+struct Max {
+  [[gnu::always_inline]] float operator()(float a, float b) const {
+    const float m = a < b ? b : a;
+    return a != a || b != b ? a + b : m;
+  }
+};
+struct Min {
+  [[gnu::always_inline]] float operator()(float a, float b) const {
+    const float m = b < a ? b : a;
+    return a != a || b != b ? a + b : m;
+  }
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Row loops.
@@ -210,6 +248,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const
     case UnaryOp::kGeluTanh: return MapRow(x, y, n, GeluTanh{});
     case UnaryOp::kErf: return MapRow(x, y, n, Erf{});
     case UnaryOp::kExp: return MapRow(x, y, n, Exp{});
+    case UnaryOp::kLog:
+      return MapRow(x, y, n, Log{});
     case UnaryOp::kNeg: return MapRow(x, y, n, Neg{});
     case UnaryOp::kAbs: return MapRow(x, y, n, Abs{});
     case UnaryOp::kSqrt: return MapRow(x, y, n, Sqrt{});
@@ -250,6 +290,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRow(Bina
     case BinaryOp::kMul: return BinaryRowOf(a, sa, b, sb, y, n, Mul{});
     case BinaryOp::kDiv: return BinaryRowOf(a, sa, b, sb, y, n, Div{});
     case BinaryOp::kPRelu: return BinaryRowOf(a, sa, b, sb, y, n, PRelu{});
+    case BinaryOp::kMax:
+      return BinaryRowOf(a, sa, b, sb, y, n, Max{});
+    case BinaryOp::kMin:
+      return BinaryRowOf(a, sa, b, sb, y, n, Min{});
   }
 }
 

@@ -20,6 +20,24 @@ namespace {
 
 constexpr int64_t kMinParallelBytes = int64_t{1} << 18;
 
+// The fill value's bytes of a Pad node (zero unless given), or false when it is not known at compile time or its
+// type differs from the data's.
+bool PadFill(const KernelBuildContext& ctx, std::vector<char>* fill) {
+  const size_t es = DTypeSize(ctx.input_dtypes[0]);
+  fill->assign(es, 0);
+  if (ctx.opset < 11) {
+    const float value = ctx.node.GetFloat("value", 0.f);
+    if (ctx.input_dtypes[0] != DType::kF32 && value != 0.f) return false;
+    std::memcpy(fill->data(), &value, std::min(es, sizeof value));
+  } else if (ctx.present.size() > 2 && ctx.present[2]) {
+    if (ctx.input_values[2] == nullptr) return false;
+    if (ctx.input_values[2]->numel() == 0) return true;
+    if (ctx.input_values[2]->dtype() != ctx.input_dtypes[0]) return false;
+    std::memcpy(fill->data(), ctx.input_values[2]->raw(), es);
+  }
+  return true;
+}
+
 // Begin and end pads per axis (ONNX order) of a constant-mode Pad whose pads, value and axes are compile-time
 // constants (ops/pad.h reads them), none negative, and its fill value's bytes; false otherwise.
 bool ConstantPads(const KernelBuildContext& ctx, std::vector<int64_t>* begin, std::vector<int64_t>* end,
@@ -32,15 +50,7 @@ bool ConstantPads(const KernelBuildContext& ctx, std::vector<int64_t>* begin, st
   auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
   for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
     if (known(i) && ctx.input_values[i] == nullptr) return false;
-  fill->assign(es, 0);
-  if (ctx.opset < 11) {
-    const float value = ctx.node.GetFloat("value", 0.f);
-    if (ctx.input_dtypes[0] != DType::kF32 && value != 0.f) return false;
-    std::memcpy(fill->data(), &value, std::min(es, sizeof value));
-  } else if (known(2) && ctx.input_values[2]->numel() > 0) {
-    if (ctx.input_values[2]->dtype() != ctx.input_dtypes[0]) return false;
-    std::memcpy(fill->data(), ctx.input_values[2]->raw(), es);
-  }
+  if (!PadFill(ctx, fill)) return false;
   PadAmounts pads;
   try {
     if (!ReadPadAmounts(ctx.node, ctx.opset, rank, [&](int i) { return known(i) ? ctx.input_values[i] : nullptr; },
@@ -139,28 +149,26 @@ class PadConstantKernel final : public Kernel {
   bool zero_fill_ = true;
 };
 
-// Pad in mode edge, reflect or wrap (plain layout, pads known when compiled, none negative): each output row (all dims
-// but the last) reads one input row, found through per-axis tables of source indices (ops/pad.h's rule); within it,
-// the head and tail are element copies through the last axis's table and the middle is one memcpy. Whisper's front
-// end reflects 200 samples at each end of a 480,000-sample row: the reference kernel copied element by element.
+// Pad with pads known when compiled, in plain layout, that PadConstantKernel does not take: modes edge, reflect and
+// wrap, and negative pads (crops) in any mode. Each output row (all dims but the last) reads one input row, found
+// through per-axis tables of source indices (ops/pad.h's PadSourceTable, the reference kernel's rule), or is all fill;
+// within it, the head and tail are element copies through the last axis's table and the middle is one memcpy.
+// Whisper's front end reflects 200 samples at each end of a 480,000-sample row; Kaldi's shifts a row by one
+// (pads [0, 1, 0, -1], edge): the reference kernel copied element by element.
 class PadIndexedKernel final : public Kernel {
  public:
-  PadIndexedKernel(const Shape& in, const std::vector<int64_t>& begin, const std::vector<int64_t>& end,
-                   const std::string& mode, size_t element_bytes)
-      : in_(in), es_(static_cast<int64_t>(element_bytes)) {
+  PadIndexedKernel(const Shape& in, std::vector<std::vector<int64_t>> source, int64_t last_begin,
+                   std::vector<char> fill)
+      : in_(in), es_(static_cast<int64_t>(fill.size())), source_(std::move(source)), fill_(std::move(fill)) {
     const int64_t rank = static_cast<int64_t>(in_.size());
-    source_.resize(rank - 1);
-    for (int64_t d = 0; d < rank; ++d) {
-      const int64_t size = in_[d] + begin[d] + end[d];
-      out_.push_back(size);
-      if (d + 1 < rank)
-        for (int64_t o = 0; o < size; ++o) source_[d].push_back(PadSourceIndex(mode, o - begin[d], in_[d]));
-    }
-    // The last axis: only its pads need a table (a long row is one memcpy).
-    head_ = begin[rank - 1];
-    for (int64_t o = 0; o < head_; ++o) edges_.push_back(PadSourceIndex(mode, o - head_, in_[rank - 1]));
-    for (int64_t o = 0; o < end[rank - 1]; ++o)
-      edges_.push_back(PadSourceIndex(mode, in_[rank - 1] + o, in_[rank - 1]));
+    for (const auto& table : source_) out_.push_back(static_cast<int64_t>(table.size()));
+    // The last axis: positions [head_, head_ + kept_) read input [first_, first_ + kept_) (a memcpy); the others
+    // go through its table.
+    const std::vector<int64_t>& last = source_[rank - 1];
+    head_ = std::max<int64_t>(0, last_begin);
+    first_ = std::max<int64_t>(0, -last_begin);
+    kept_ = 0;
+    while (head_ + kept_ < out_[rank - 1] && last[head_ + kept_] == first_ + kept_) ++kept_;
     rows_ = 1;
     for (int64_t d = 0; d + 1 < rank; ++d) rows_ *= out_[d];
     in_bytes_ = out_bytes_ = es_;
@@ -177,38 +185,47 @@ class PadIndexedKernel final : public Kernel {
     const char* src = static_cast<const char*>(x.raw());
     char* dst = static_cast<char*>(y.raw());
     const int64_t rank = static_cast<int64_t>(in_.size()), n = in_[rank - 1], width = out_[rank - 1];
-    const int64_t* head = edges_.data();
-    const int64_t* tail = edges_.data() + head_;
+    const int64_t* last = source_[rank - 1].data();
+    const char* fill = fill_.data();
 #pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && rows_ > 1)
     for (int64_t r = 0; r < rows_; ++r) {
       int64_t rest = r, row = 0, stride = 1;
+      bool inside = true;
       for (int64_t d = rank - 2; d >= 0; --d) {
-        row += source_[d][rest % out_[d]] * stride;
+        const int64_t s = source_[d][rest % out_[d]];
+        inside = inside && s >= 0;
+        row += s * stride;
         rest /= out_[d];
         stride *= in_[d];
       }
       const char* in_row = src + row * n * es_;
       char* out_row = dst + r * width * es_;
-      for (int64_t o = 0; o < head_; ++o) std::memcpy(out_row + o * es_, in_row + head[o] * es_, es_);
-      std::memcpy(out_row + head_ * es_, in_row, static_cast<size_t>(n * es_));
-      for (int64_t o = 0; o < width - head_ - n; ++o)
-        std::memcpy(out_row + (head_ + n + o) * es_, in_row + tail[o] * es_, es_);
+      auto put = [&](int64_t o) {
+        std::memcpy(out_row + o * es_, inside && last[o] >= 0 ? in_row + last[o] * es_ : fill, es_);
+      };
+      if (!inside) {
+        for (int64_t o = 0; o < width; ++o) put(o);
+        continue;
+      }
+      for (int64_t o = 0; o < head_; ++o) put(o);
+      std::memcpy(out_row + head_ * es_, in_row + first_ * es_, static_cast<size_t>(kept_ * es_));
+      for (int64_t o = head_ + kept_; o < width; ++o) put(o);
     }
   }
 
  private:
   Shape in_, out_;
   int64_t es_;
-  std::vector<std::vector<int64_t>> source_;  // per axis but the last, per output index: the input index read
-  std::vector<int64_t> edges_;                // the last axis: its head's, then its tail's input indices
-  int64_t head_ = 0, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
+  std::vector<std::vector<int64_t>> source_;  // per axis, per output index: the input index read, or -1 (fill)
+  std::vector<char> fill_;
+  int64_t head_ = 0, first_ = 0, kept_ = 0, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
 };
 
-// A plain Pad in mode edge, reflect or wrap that PadIndexedKernel runs: pads known, none negative, every padded axis
-// non-empty (the reference kernel reports an empty one).
+// A plain-layout Pad that PadIndexedKernel runs: pads and fill known, every axis's table buildable (the reference
+// kernel reports the errors), output not empty.
 std::unique_ptr<Kernel> CreatePadIndexed(const KernelBuildContext& ctx) {
   const std::string mode = ctx.node.GetString("mode", "constant");
-  if (mode != "edge" && mode != "reflect" && mode != "wrap") return nullptr;
+  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap") return nullptr;
   if (ctx.input_shapes.empty() || !ctx.present[0] || ctx.output_shapes.size() != 1) return nullptr;
   if (ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kPlain) return nullptr;
   const Shape& in = ctx.input_shapes[0];
@@ -217,6 +234,8 @@ std::unique_ptr<Kernel> CreatePadIndexed(const KernelBuildContext& ctx) {
   if (rank < 1 || es == 0 || es > 8) return nullptr;
   for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
     if (ctx.present[i] && ctx.input_values[i] == nullptr) return nullptr;
+  std::vector<char> fill;
+  if (!PadFill(ctx, &fill)) return nullptr;
   PadAmounts pads;
   try {
     if (!ReadPadAmounts(
@@ -231,11 +250,14 @@ std::unique_ptr<Kernel> CreatePadIndexed(const KernelBuildContext& ctx) {
   }
   const Shape& out = ctx.output_shapes[0];
   if (static_cast<int64_t>(out.size()) != rank) return nullptr;
+  for (int64_t d = 0; d < rank; ++d)  // before any table: no work (a table as long as a huge pad), or an error
+    if (out[d] <= 0 || out[d] != in[d] + pads.begin[d] + pads.end[d]) return nullptr;
+  std::vector<std::vector<int64_t>> source(rank);
   for (int64_t d = 0; d < rank; ++d) {
-    if (pads.begin[d] < 0 || pads.end[d] < 0 || out[d] != in[d] + pads.begin[d] + pads.end[d]) return nullptr;
-    if (out[d] == 0 || (in[d] == 0 && pads.begin[d] + pads.end[d] > 0)) return nullptr;  // no work, or an error
+    source[d] = PadSourceTable(mode, in[d], pads.begin[d], pads.end[d]);
+    if (static_cast<int64_t>(source[d].size()) != out[d]) return nullptr;  // the reference kernel reports it
   }
-  return std::make_unique<PadIndexedKernel>(in, pads.begin, pads.end, mode, es);
+  return std::make_unique<PadIndexedKernel>(in, std::move(source), pads.begin[rank - 1], std::move(fill));
 }
 
 }  // namespace

@@ -94,4 +94,37 @@ inline constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073
   return ax < 0.5f ? s : big;
 }
 
+// log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2 / 2 + f^3 P(f) with f = m - 1 (Cephes' logf
+// polynomial, ~1 ulp), e ln2 added in two parts. Subnormal x is scaled by 2^23 first (zero where the CPU treats
+// subnormals as zero: plans run with DAZ set, core/float_env.h). log(0) = -inf, log(x < 0) = NaN, log(inf) = inf,
+// NaN stays NaN, as std::log.
+[[gnu::always_inline]] inline float Log(float x) {
+  constexpr float kMinNormal = 1.17549435e-38f;
+  const bool tiny = x < kMinNormal;
+  const float xs = tiny ? x * 8388608.f : x;  // 2^23
+  const int32_t bits = std::bit_cast<int32_t>(xs);
+  float e = static_cast<float>(((bits >> 23) & 0xff) - 126) - (tiny ? 23.f : 0.f);
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // [0.5, 1)
+  const bool low = m < 0.707106781186547524f;
+  e = low ? e - 1.f : e;
+  const float f = (low ? m + m : m) - 1.f;
+  const float z = f * f;
+  float p = 7.0376836292e-2f * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float r = p * f * z;
+  r += e * -2.12194440e-4f;
+  r += -0.5f * z;
+  r = (f + r) + e * 0.693359375f;
+  constexpr float kInf = __builtin_inff();
+  r = xs == 0.f ? -kInf : r;
+  r = x == kInf ? kInf : r;
+  return x < 0.f || x != x ? __builtin_nanf("") : r;
+}
+
 }  // namespace osprey::cpu::vmath

@@ -624,9 +624,8 @@ void PadKernel(KernelContext& ctx) {
     Internal(ctx.node, "pads missing");
   const std::vector<int64_t>& begin = pads.begin;
   const std::vector<int64_t>& end = pads.end;
-  // Per axis and output coordinate: the input coordinate it reads, or -1 for the fill value. Negative pads crop
-  // first; the remaining pads then extend the cropped region. An empty output builds no tables (a huge pad of an axis
-  // beside an empty one must not buy a huge table).
+  // Per axis and output coordinate: the input coordinate it reads, or -1 for the fill value (ops/pad.h). An empty
+  // output builds no tables (a huge pad of an axis beside an empty one must not buy a huge table).
   std::vector<std::vector<int64_t>> source(rank);
   Shape expected(rank);
   for (int64_t d = 0; d < rank; ++d) {
@@ -639,24 +638,8 @@ void PadKernel(KernelContext& ctx) {
     return;
   }
   for (int64_t d = 0; d < rank; ++d) {
-    int64_t crop_begin = std::max<int64_t>(0, -begin[d]);
-    int64_t kept = in.dim(d) - crop_begin - std::max<int64_t>(0, -end[d]);
-    int64_t pad_begin = std::max<int64_t>(0, begin[d]);
-    source[d].resize(expected[d]);
-    for (int64_t o = 0; o < expected[d]; ++o) {
-      int64_t i = o - pad_begin;
-      int64_t s;
-      if (i >= 0 && i < kept) {
-        s = i;
-      } else if (mode == "constant") {
-        s = -1;
-      } else if (kept == 0) {
-        Internal(ctx.node, "cannot pad an empty axis in mode " + mode);
-      } else {
-        s = PadSourceIndex(mode, i, kept);
-      }
-      source[d][o] = s < 0 ? -1 : s + crop_begin;
-    }
+    source[d] = PadSourceTable(mode, in.dim(d), begin[d], end[d]);
+    if (source[d].empty()) Internal(ctx.node, "cannot pad an empty axis in mode " + mode);
   }
   CheckOutput(ctx, 0, expected);
   if (out.numel() == 0) return;

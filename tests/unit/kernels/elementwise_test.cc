@@ -83,6 +83,7 @@ const std::vector<UnaryCase>& UnaryCases() {
       {"Tanh", {}, false},
       {"Erf", {}, false},
       {"Exp", {}, false},
+      {"Log", {}, false},
       {"Gelu", {}, false},
       {"Gelu", {{"approximate", Attribute::String("tanh")}}, false},
   };
@@ -159,7 +160,7 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
       {{1, 1, 1, 1}, {1, 1, 1, 1}},        // one element
       {{0, 3}, {3}},                       // empty
   };
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"}) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min"}) {
     for (const Case& c : cases) {
       // PRelu's slope broadcasts to X, never the other way (MediaPipe's and MTCNN's per-channel slopes).
       bool slope_fits = c.b.size() <= c.a.size();
@@ -180,8 +181,22 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
 TEST(ElementwiseF32, DivisionByZeroAndSpecialValues) {
   Tensor a = UnaryInput({64}, 6, -2.f, 2.f);
   Tensor b = UnaryInput({64}, 7, -2.f, 2.f);
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu"})
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min"})
     ExpectMatches(MakeNode(op, 2, 1), {a, b}, {false, false}, std::string(op) + "F32Fast", true);
+  // Max and Min of three inputs: the reference kernel's fold.
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Max", 3, 1), {a, b, a}, {false, false, false}));
+}
+
+// Log over its whole range (log-mel front ends take the log of powers from 1e-10 up): e^[-87, 88], the subnormals
+// (scaled first), and the powers of two on both sides of the reduction's sqrt(1/2) split.
+TEST(ElementwiseF32, LogOverTheWholeRange) {
+  Tensor x = RandomTensor({20000}, 8, -87.f, 88.f);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = std::exp(p[i]);
+  const float specials[] = {
+      1e-40f, 1.4e-45f, 1.17549435e-38f, 0.70710677f, 0.70710683f, 1.f, 2.f, 0.5f, std::numeric_limits<float>::max()};
+  for (size_t i = 0; i < std::size(specials); ++i) p[i] = specials[i];
+  ExpectMatches(MakeNode("Log", 1, 1), {x}, {false}, "LogF32Fast", false);
 }
 
 TEST(ElementwiseF32, DeclinesOtherDtypes) {

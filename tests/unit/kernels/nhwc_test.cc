@@ -336,25 +336,47 @@ TEST(Pad, EdgeReflectAndWrapCopyRowsThroughIndexTables) {
     ExpectFastMatchesReference(node, {Tensor::FromVector<uint8_t>({4}, {7, 8, 9, 10}), Int64s({6, 5})}, {false, true},
                                "PadIndexed");
   }
-  // numpy.pad's values for one row: reflect [1 2 3] by 4 and 3 -> [1 2 3 2 | 1 2 3 | 2 1 2] (mirrored, repeated)
-  std::vector<Tensor> outputs;
-  const Node node = PadNode(2, {{"mode", Str("reflect")}});
-  const std::vector<Tensor> inputs{Tensor::FromVector<float>({3}, {1, 2, 3}), Int64s({4, 3})};
-  KernelBuildContext bc = MakeBuildContext(node, inputs, {false, true}, outputs);
-  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
-  ASSERT_NE(kernel, nullptr);
-  RunKernel(*kernel, node, inputs, outputs);
-  EXPECT_EQ(std::vector<float>(outputs[0].data<float>(), outputs[0].data<float>() + 10),
-            (std::vector<float>{1, 2, 3, 2, 1, 2, 3, 2, 1, 2}));
+  // Negative pads crop first, then the rest pads the cropped region: crops on either side and on outer axes in
+  // every mode (constant with a fill value too), and onnx-asr's Kaldi front end (a row shifted by one sample, pads
+  // [0, 1, 0, -1], edge).
+  for (const char* mode : {"constant", "edge", "reflect", "wrap"}) {
+    SCOPED_TRACE(mode);
+    const Node node = PadNode(3, {{"mode", Str(mode)}});
+    ExpectFastMatchesReference(node, {RandomTensor({3, 4, 6}, 14), Int64s({-1, 2, -2, 1, -1, 3}), Floats({0.5f})},
+                               {false, true, true}, "PadIndexed");
+    ExpectFastMatchesReference(node, {RandomTensor({1, 16000}, 15), Int64s({0, 1, 0, -1}), Floats({0.f})},
+                               {false, true, true}, "PadIndexed");
+    ExpectFastMatchesReference(node, {RandomTensor({400, 300}, 16), Int64s({-3, -2, 5, 1}), Floats({-1.f})},
+                               {false, true, true}, "PadIndexed");  // many rows: in parallel
+  }
+  // The values, each checked against numpy.pad or ONNX Runtime 1.32's Pad: reflect [1 2 3] by 4 and 3 -> [1 2 3 2 |
+  // 1 2 3 | 2 1 2] (mirrored, repeated); with crops, on [1 2 3 4]: wrap (1, -1) -> [3 1 2 3] (the cropped [1 2 3]
+  // wrapped), edge (1, -1) -> [1 1 2 3], reflect (-1, 2) -> [2 3 4 3 2], reflect (2, -1) -> [3 2 1 2 3], constant
+  // (-2, 3) -> [3 4 0 0 0], wrap (-1, 5) -> [2 3 4 2 3 4 2 3].
+  auto padded = [](const char* mode, std::vector<float> x, std::vector<int64_t> pads) {
+    std::vector<Tensor> outputs;
+    const Node node = PadNode(2, {{"mode", Str(mode)}});
+    const int64_t n = static_cast<int64_t>(x.size());
+    const std::vector<Tensor> inputs{Tensor::FromVector<float>({n}, x), Int64s(pads)};
+    KernelBuildContext bc = MakeBuildContext(node, inputs, {false, true}, outputs);
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    if (kernel == nullptr || std::string(kernel->Name()) != "PadIndexed") return std::vector<float>{};
+    RunKernel(*kernel, node, inputs, outputs);
+    return std::vector<float>(outputs[0].data<float>(), outputs[0].data<float>() + outputs[0].numel());
+  };
+  EXPECT_EQ(padded("reflect", {1, 2, 3}, {4, 3}), (std::vector<float>{1, 2, 3, 2, 1, 2, 3, 2, 1, 2}));
+  EXPECT_EQ(padded("wrap", {1, 2, 3, 4}, {1, -1}), (std::vector<float>{3, 1, 2, 3}));
+  EXPECT_EQ(padded("edge", {1, 2, 3, 4}, {1, -1}), (std::vector<float>{1, 1, 2, 3}));
+  EXPECT_EQ(padded("reflect", {1, 2, 3, 4}, {-1, 2}), (std::vector<float>{2, 3, 4, 3, 2}));
+  EXPECT_EQ(padded("reflect", {1, 2, 3, 4}, {2, -1}), (std::vector<float>{3, 2, 1, 2, 3}));
+  EXPECT_EQ(padded("constant", {1, 2, 3, 4}, {-2, 3}), (std::vector<float>{3, 4, 0, 0, 0}));
+  EXPECT_EQ(padded("wrap", {1, 2, 3, 4}, {-1, 5}), (std::vector<float>{2, 3, 4, 2, 3, 4, 2, 3}));
 }
 
 TEST(Pad, DeclinedWhereTheReferenceRuns) {
-  // Negative pads (crops), pads known only at run time, an empty output.
+  // Pads known only at run time, an empty output.
   const Tensor x = RandomTensor({1, 2, 4, 4}, 7);
-  EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})}, {false, true}));
   EXPECT_TRUE(FastKernelDeclines(PadNode(2), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
-  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {x, Int64s({0, 0, -1, 1, 0, 0, 1, 1})},
-                                 {false, true}));
   EXPECT_TRUE(
       FastKernelDeclines(PadNode(2, {{"mode", Str("edge")}}), {x, Int64s({0, 0, 1, 1, 0, 0, 1, 1})}, {false, false}));
   // A hostile model: 2^40 elements of padding beside an empty axis. The output is empty; no kernel may build a table
@@ -362,6 +384,9 @@ TEST(Pad, DeclinedWhereTheReferenceRuns) {
   const Tensor empty = RandomTensor({0, 5}, 8);
   const Tensor huge = Int64s({0, 0, 0, int64_t{1} << 40});
   EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}), {empty, huge}, {false, true}));
+  EXPECT_TRUE(FastKernelDeclines(PadNode(2, {{"mode", Str("reflect")}}),
+                                 {RandomTensor({5, 0}, 8), Int64s({0, 0, int64_t{1} << 40, 0})},
+                                 {false, true}));  // the huge axis first
   const std::vector<Tensor> out = RunReferenceNode(PadNode(2, {{"mode", Str("reflect")}}), {empty, huge});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].shape(), (Shape{0, (int64_t{1} << 40) + 5}));
