@@ -1,4 +1,5 @@
-// The FIR filter-bank convolution (kernels/cpu/fir_conv.cc: one input channel, 1-8 filters along one axis). Oracle:
+// The FIR filter-bank and 1-D depthwise convolution (kernels/cpu/fir_conv.cc: one input channel under 1-8 filters, or
+// one filter per channel, along one axis). Oracle:
 // the reference Conv kernel on the same node and inputs (ExpectFastMatchesReference: two runs, other buffers).
 #include "kernel_test_util.h"
 #include "kernels/cpu/dnnl_common.h"
@@ -44,13 +45,35 @@ TEST(FirConv, AutoPadSameAndOddLengths) {
   ExpectFir({{"auto_pad", Attribute::String("VALID")}, {"strides", Ints({1, 7})}}, {2, 1, 1, 333}, {1, 1, 1, 9}, false);
 }
 
+TEST(FirConv, DepthwiseOneDimensional) {
+  // Silero VAD's layer (258 channels of 8 samples, 5 taps, pads 2), with its fused Relu; a conformer's (a batch of 2,
+  // 64 channels of 300 frames, 31 taps: vectorised across outputs, in threads); strided, SAME padding, [N, C, 1, L].
+  ExpectFir({{"group", Attribute::Int(258)}, {"pads", Ints({2, 2})}, {"_activation", Attribute::String("Relu")}},
+            {1, 258, 8}, {258, 1, 5}, true);
+  ExpectFir({{"group", Attribute::Int(64)}, {"pads", Ints({15, 15})}}, {2, 64, 300}, {64, 1, 31}, true);
+  ExpectFir({{"group", Attribute::Int(16)}, {"strides", Ints({2})}, {"pads", Ints({1, 1})}}, {1, 16, 101}, {16, 1, 3},
+            false);
+  ExpectFir({{"group", Attribute::Int(8)}, {"auto_pad", Attribute::String("SAME_UPPER")}}, {3, 8, 1, 77}, {8, 1, 1, 6},
+            true);
+  // A fused activation the reference computes with libm (Sigmoid), and a long row against its own filter: outputs in
+  // the 32-wide blocks, the 8-wide ones and one by one, windows cut by the padding at both ends.
+  ExpectFir({{"group", Attribute::Int(3)}, {"pads", Ints({4, 6})}, {"_activation", Attribute::String("Sigmoid")}},
+            {1, 3, 1000}, {3, 1, 9}, true);
+  ExpectFir(
+      {{"pads", Ints({4, 6})}, {"_activation", Attribute::String("LeakyRelu")}, {"_alpha", Attribute::Float(0.1f)}},
+      {1, 1, 45}, {2, 1, 9}, true);
+}
+
 TEST(FirConv, DeclinedOutsideItsCase) {
   EXPECT_TRUE(Offered({}, {1, 1, 100}, {8, 1, 5}));
   EXPECT_FALSE(Offered({}, {1, 1, 100}, {9, 1, 5}));                          // a wide bank: oneDNN's GEMM
   EXPECT_FALSE(Offered({}, {1, 2, 100}, {4, 2, 5}));                          // two input channels
   EXPECT_FALSE(Offered({{"dilations", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));  // dilated
   EXPECT_FALSE(Offered({}, {1, 1, 8, 100}, {4, 1, 3, 5}));                    // 2-D
-  EXPECT_FALSE(Offered({{"_activation", Attribute::String("Relu")}}, {1, 1, 100}, {4, 1, 5}));  // a fused activation
+  EXPECT_TRUE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 100}, {4, 1, 5}));         // depthwise
+  EXPECT_FALSE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 100}, {8, 1, 5}));        // two filters per channel
+  EXPECT_FALSE(Offered({{"group", Attribute::Int(2)}}, {1, 4, 100}, {4, 2, 5}));        // grouped, not depthwise
+  EXPECT_FALSE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 6, 100}, {4, 1, 3, 5}));  // 2-D depthwise: oneDNN
 }
 
 }  // namespace
