@@ -8,7 +8,8 @@
 // every tensor input is, and CpuKernelFollowsNhwc says which nodes qualify. Work is split over OpenMP threads by
 // batch items (plain) or pixels (NHWC) once a copy is large enough to pay for the parallel region. A Slice that cuts
 // H, W or the batch too (unit steps: crops such as Keras' Cropping2D) follows channels-last as well, copying one run
-// per output row (SliceBoxNhwc); plain, it is the reference kernel's row copies.
+// per output row (SliceBoxNhwc); plain, any Slice whose arguments are known when compiled copies the runs of its
+// strided view (SlicePlain).
 #include <emmintrin.h>
 #include <omp.h>
 
@@ -531,6 +532,155 @@ std::unique_ptr<Kernel> CreateChannelShuffle(const KernelBuildContext& ctx) {
                                           std::move(out_channels), groups);
 }
 
+// Any other Slice of plain data (any rank, dtype and steps, arguments known when compiled): the strided view it
+// reads, with output dims of size 1 dropped and adjacent dims merged where the view walks them as one, copied one run
+// of the innermost dim at a time: a memcpy at step 1 (a fixed-size copy for runs of up to 16 bytes: the xy and wh
+// halves of an SSD's [N, anchors, 4] boxes are 8-byte runs), element by element at other steps.
+class SlicePlain final : public Kernel {
+ public:
+  SlicePlain(const Shape& in, const SliceRange& range, size_t es) : es_(static_cast<int64_t>(es)) {
+    const int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<int64_t> strides(rank);
+    int64_t s = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) strides[d] = s, s *= in[d];
+    in_bytes_ = s * es_;
+    out_bytes_ = es_;
+    for (int64_t d = 0; d < rank; ++d) {
+      base_ += range.first[d] * strides[d];
+      out_bytes_ *= range.out[d];
+      if (range.out[d] == 1) continue;
+      const int64_t step = strides[d] * range.step[d];
+      if (!dims_.empty() && stride_.back() == step * range.out[d]) {
+        dims_.back() *= range.out[d];
+        stride_.back() = step;
+      } else {
+        dims_.push_back(range.out[d]);
+        stride_.push_back(step);
+      }
+    }
+    if (dims_.empty()) dims_ = {1}, stride_ = {1};
+    inner_ = dims_.back();
+    rows_ = inner_ > 0 ? out_bytes_ / es_ / inner_ : 0;
+  }
+  const char* Name() const override { return "SlicePlain"; }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    Tensor& y = ctx.Out(0);
+    if (static_cast<int64_t>(x.nbytes()) != in_bytes_ || static_cast<int64_t>(y.nbytes()) != out_bytes_)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": SlicePlain: tensor sizes changed");
+    if (out_bytes_ == 0) return;
+    const char* src = static_cast<const char*>(x.raw()) + base_ * es_;
+    char* dst = static_cast<char*>(y.raw());
+    const int64_t chunks = std::min<int64_t>(rows_, std::max<int64_t>(1, out_bytes_ / (kMinParallelBytes / 4)));
+#pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) CopyRows(src, dst, rows_ * c / chunks, rows_ * (c + 1) / chunks);
+  }
+
+ private:
+  template <int64_t kBytes>
+  static void FixedRuns(const char* src, char* dst, const int64_t* offsets, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * kBytes, src + offsets[i], kBytes);
+  }
+
+  template <int64_t kBytes>
+  static void FixedStrided(const char* src, int64_t step, char* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * kBytes, src + i * step, kBytes);
+  }
+
+  // Output rows [r0, r1): with one outer dim, rows at a fixed input step; else their input offsets (bytes) in blocks
+  // of 256, then the runs.
+  void CopyRows(const char* src, char* dst, int64_t r0, int64_t r1) const {
+    const int64_t outer = static_cast<int64_t>(dims_.size()) - 1, run = inner_ * es_;
+    if (outer == 1 && stride_.back() == 1) {
+      const int64_t step = stride_[0] * es_, n = r1 - r0;
+      const char* in = src + r0 * step;
+      char* out = dst + r0 * run;
+      switch (run) {
+        case 4:
+          return FixedStrided<4>(in, step, out, n);
+        case 8:
+          return FixedStrided<8>(in, step, out, n);
+        case 12:
+          return FixedStrided<12>(in, step, out, n);
+        case 16:
+          return FixedStrided<16>(in, step, out, n);
+        default:
+          for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * run, in + i * step, run);
+          return;
+      }
+    }
+    std::array<int64_t, 256> offsets;
+    std::vector<int64_t> counter(outer);
+    int64_t offset = 0, rest = r0;
+    for (int64_t d = outer - 1; d >= 0; --d) {
+      counter[d] = rest % dims_[d];
+      rest /= dims_[d];
+      offset += counter[d] * stride_[d];
+    }
+    for (int64_t r = r0; r < r1;) {
+      const int64_t n = std::min<int64_t>(256, r1 - r);
+      for (int64_t i = 0; i < n; ++i) {
+        offsets[i] = offset * es_;
+        for (int64_t d = outer - 1; d >= 0; --d) {
+          offset += stride_[d];
+          if (++counter[d] < dims_[d]) break;
+          offset -= stride_[d] * dims_[d];
+          counter[d] = 0;
+        }
+      }
+      char* out = dst + r * run;
+      if (stride_.back() != 1) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t k = 0; k < inner_; ++k)
+            std::memcpy(out + i * run + k * es_, src + offsets[i] + k * stride_.back() * es_, es_);
+      } else {
+        switch (run) {
+          case 4:
+            FixedRuns<4>(src, out, offsets.data(), n);
+            break;
+          case 8:
+            FixedRuns<8>(src, out, offsets.data(), n);
+            break;
+          case 12:
+            FixedRuns<12>(src, out, offsets.data(), n);
+            break;
+          case 16:
+            FixedRuns<16>(src, out, offsets.data(), n);
+            break;
+          default:
+            for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * run, src + offsets[i], run);
+        }
+      }
+      r += n;
+    }
+  }
+
+  int64_t es_, base_ = 0, inner_ = 1, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
+  std::vector<int64_t> dims_, stride_;  // merged output dims and the input element stride of each
+};
+
+// The resolved Slice of a plain tensor whose arguments are all known when compiled, or false.
+bool PlainSliceRange(const KernelBuildContext& ctx, SliceRange* range) {
+  if (ctx.input_shapes.empty() || ctx.output_shapes.size() != 1 || !ctx.present[0]) return false;
+  if (ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kPlain) return false;
+  const size_t es = DTypeSize(ctx.input_dtypes[0]);
+  if (es == 0 || ctx.input_shapes[0].empty()) return false;
+  auto known = [&](int i) { return i < static_cast<int>(ctx.present.size()) && ctx.present[i]; };
+  for (int i = 1; i < static_cast<int>(ctx.present.size()); ++i)
+    if (known(i) && ctx.input_values[i] == nullptr) return false;
+  SliceArgs args;
+  if (!ReadSliceArgs(
+          ctx.node, ctx.opset, [&](int i) { return known(i) ? ctx.input_values[i] : nullptr; }, &args))
+    return false;
+  try {
+    *range = ResolveSlice(ctx.input_shapes[0], args, ctx.node);
+  } catch (const Error&) {
+    return false;  // the reference kernel reports it
+  }
+  return range->out == ctx.output_shapes[0];
+}
+
 std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& ctx) {
   bool nhwc = false;
   int64_t first = 0, count = 0;
@@ -539,10 +689,14 @@ std::unique_ptr<Kernel> CreateSlice(const KernelBuildContext& ctx) {
     return std::make_unique<ChannelRanges>(nhwc ? "SliceChannelsF32Nhwc" : "SliceChannelsF32", nhwc,
                                            ctx.input_shapes[0], std::vector<int64_t>{first},
                                            std::vector<int64_t>{count});
-  // Other boxes: channels-last only (a plain one is the reference kernel's row copies).
   std::array<int64_t, 4> box_first{}, box_count{};
-  if (!nhwc || !SliceBox(ctx, &box_first, &box_count)) return nullptr;
-  return std::make_unique<SliceBoxNhwc>(ctx.input_shapes[0], box_first, box_count);
+  if (nhwc) {  // other boxes of channels-last data
+    if (!SliceBox(ctx, &box_first, &box_count)) return nullptr;
+    return std::make_unique<SliceBoxNhwc>(ctx.input_shapes[0], box_first, box_count);
+  }
+  SliceRange range;
+  if (!PlainSliceRange(ctx, &range)) return nullptr;
+  return std::make_unique<SlicePlain>(ctx.input_shapes[0], range, DTypeSize(ctx.input_dtypes[0]));
 }
 
 std::unique_ptr<Kernel> CreateSplit(const KernelBuildContext& ctx) {

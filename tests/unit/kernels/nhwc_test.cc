@@ -392,7 +392,7 @@ TEST(Pad, DeclinedWhereTheReferenceRuns) {
   EXPECT_EQ(out[0].shape(), (Shape{0, (int64_t{1} << 40) + 5}));
 }
 
-// ---- Slice boxes other than channel ranges (steps 1): channels-last only, the reference kernel for plain data.
+// ---- Slice boxes other than channel ranges (steps 1): channels-last here; plain data takes SlicePlain (below).
 // `args`: starts, ends, axes[, steps] (constants unless `constant` says otherwise).
 void ExpectSliceBoxNhwc(const Shape& x, std::vector<Tensor> args, bool follows, std::vector<bool> constant = {}) {
   const Node node = MakeNode("Slice", static_cast<int>(args.size()) + 1, 1);
@@ -435,6 +435,44 @@ TEST(SliceBox, DeclinedWhereTheReferenceRuns) {
   ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({0}), Int64s({8}), Int64s({2}), Int64s({2})}, false);
   ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({1}), Int64s({8}), Int64s({2})}, false, {false, false, true, true});
   ExpectSliceBoxNhwc({1, 4, 8, 8}, {Int64s({5}), Int64s({3}), Int64s({2})}, false);
+}
+
+// ---- SlicePlain: any Slice of plain data with arguments known when compiled, every dtype, rank and step, against
+// the reference kernel (exact copies). `args`: starts, ends, axes[, steps].
+void ExpectSlicePlain(const Tensor& x, std::vector<Tensor> args) {
+  const Node node = MakeNode("Slice", static_cast<int>(args.size()) + 1, 1);
+  std::vector<Tensor> inputs{x};
+  for (Tensor& t : args) inputs.push_back(std::move(t));
+  std::vector<bool> constant(inputs.size(), true);
+  constant[0] = false;
+  ExpectFastMatchesReference(node, inputs, constant, "SlicePlain", 17, nullptr, 0.f);
+}
+
+TEST(SlicePlain, RunsOfEveryLengthStepAndDtype) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  // An SSD's prior boxes [1, anchors, 4] cut into xy and wh (8-byte runs), 3 of 5 columns (12 bytes), 4 of 9.
+  ExpectSlicePlain(RandomTensor({1, 3000, 4}, 20), {Int64s({0}), Int64s({2}), Int64s({2})});
+  ExpectSlicePlain(RandomTensor({1, 3000, 4}, 21), {Int64s({2}), Int64s({big}), Int64s({-1})});
+  ExpectSlicePlain(RandomTensor({700, 5}, 22), {Int64s({1}), Int64s({4}), Int64s({1})});
+  ExpectSlicePlain(RandomTensor({70, 9}, 23), {Int64s({0, 5}), Int64s({60, 9}), Int64s({0, 1})});
+  // YOLOv5's Focus (steps of 2 along H and W), a reversal (step -1), steps of 3 from the end.
+  ExpectSlicePlain(RandomTensor({1, 3, 64, 64}, 24),
+                   {Int64s({1, 0}), Int64s({big, big}), Int64s({2, 3}), Int64s({2, 2})});
+  ExpectSlicePlain(RandomTensor({5, 7}, 25), {Int64s({-1}), Int64s({-big}), Int64s({1}), Int64s({-1})});
+  ExpectSlicePlain(RandomTensor({2, 50}, 26), {Int64s({-2}), Int64s({0}), Int64s({1}), Int64s({-3})});
+  // Whole rows (merged into one run), rank 5, a large copy in threads, int64 and uint8, one element, empty.
+  ExpectSlicePlain(RandomTensor({4, 6, 10}, 27), {Int64s({1}), Int64s({3}), Int64s({0})});
+  ExpectSlicePlain(RandomTensor({2, 3, 4, 5, 6}, 28), {Int64s({1, 0, 2}), Int64s({3, 2, 5}), Int64s({1, 2, 4})});
+  ExpectSlicePlain(RandomTensor({64, 300, 300}, 29), {Int64s({10}), Int64s({290}), Int64s({1})});
+  ExpectSlicePlain(Tensor::FromVector<int64_t>({6}, {1, 2, 3, 4, 5, 6}), {Int64s({1}), Int64s({5}), Int64s({0})});
+  ExpectSlicePlain(Tensor::FromVector<uint8_t>({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}),
+                   {Int64s({1}), Int64s({3}), Int64s({1})});
+  ExpectSlicePlain(RandomTensor({3, 3}, 30), {Int64s({1, 2}), Int64s({2, 3}), Int64s({0, 1})});
+  ExpectSlicePlain(RandomTensor({3, 3}, 31), {Int64s({2}), Int64s({2}), Int64s({0})});
+  // Arguments known only at run time: the reference kernel.
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("Slice", 4, 1),
+                                 {RandomTensor({4, 4}, 32), Int64s({1}), Int64s({3}), Int64s({0})},
+                                 {false, false, true, true}));
 }
 
 KernelBuildContext AllNhwcContext(const Node& node, const std::vector<Tensor>& inputs,
