@@ -76,11 +76,11 @@ OmpThreadsGuard::~OmpThreadsGuard() {
 
 dnnl::memory::dims ToDims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
 
-dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims) {
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims, dnnl::memory::data_type type) {
   dnnl::memory::dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+  return dnnl::memory::desc(dims, type, strides);
 }
 
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
@@ -765,19 +765,19 @@ dnnl::primitive_attr BaseAttr() {
 }
 
 void CheckShape(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
-                const Shape& expected) {
-  if (tensor.dtype() != DType::kF32 || tensor.shape() != expected || (tensor.numel() > 0 && tensor.raw() == nullptr))
-    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what + " float32 " +
-                                          ShapeToString(expected) + ", got " + DTypeName(tensor.dtype()) + " " +
-                                          ShapeToString(tensor.shape()));
+                const Shape& expected, DType dtype) {
+  if (tensor.dtype() != dtype || tensor.shape() != expected || (tensor.numel() > 0 && tensor.raw() == nullptr))
+    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what + " " +
+                                          DTypeName(dtype) + " " + ShapeToString(expected) + ", got " +
+                                          DTypeName(tensor.dtype()) + " " + ShapeToString(tensor.shape()));
 }
 
-dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout) {
-  if (layout == Layout::kPlain) return PlainDesc(ToDims(shape));
+dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout, dnnl::memory::data_type type) {
+  if (layout == Layout::kPlain) return PlainDesc(ToDims(shape), type);
   if (shape.size() != 4)
     throw Error(ErrorCode::kInternal, "channels-last layout asked for a rank-" + std::to_string(shape.size()) +
                                           " tensor " + ShapeToString(shape) + " (only rank 4 has one)");
-  return dnnl::memory::desc(ToDims(shape), dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc);
+  return dnnl::memory::desc(ToDims(shape), type, dnnl::memory::format_tag::nhwc);
 }
 
 Shape PhysicalShape(const Shape& logical, Layout layout) {
@@ -794,13 +794,13 @@ bool AnyNhwc(const KernelBuildContext& ctx) {
 }
 
 void CheckActivation(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
-                     const Shape& logical, Layout layout) {
-  if (layout == Layout::kPlain) return CheckShape(node, kernel_name, what, tensor, logical);
+                     const Shape& logical, Layout layout, DType dtype) {
+  if (layout == Layout::kPlain) return CheckShape(node, kernel_name, what, tensor, logical, dtype);
   const Shape physical = PhysicalShape(logical, layout);
   const bool shape_ok = tensor.shape() == physical || tensor.shape() == logical;
-  if (tensor.dtype() != DType::kF32 || !shape_ok || (tensor.numel() > 0 && tensor.raw() == nullptr))
-    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what +
-                                          " float32 NHWC " + ShapeToString(physical) + " (logical " +
+  if (tensor.dtype() != dtype || !shape_ok || (tensor.numel() > 0 && tensor.raw() == nullptr))
+    throw Error(ErrorCode::kInternal, node.Describe() + ": " + kernel_name + " was built for " + what + " " +
+                                          DTypeName(dtype) + " NHWC " + ShapeToString(physical) + " (logical " +
                                           ShapeToString(logical) + "), got " + DTypeName(tensor.dtype()) + " " +
                                           ShapeToString(tensor.shape()));
 }

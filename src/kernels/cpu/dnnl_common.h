@@ -53,8 +53,9 @@ class OmpThreadsGuard {
 /// oneDNN dims from an osprey shape.
 dnnl::memory::dims ToDims(const Shape& shape);
 
-/// Dense row-major float32 descriptor for `dims` (the layout of every osprey tensor).
-dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims);
+/// Dense row-major descriptor for `dims` (the layout of every osprey tensor), float32 unless `type` says otherwise.
+dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims,
+                             dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
 /// `md` (a strided descriptor, no inner blocks) with its element type replaced, e.g. the bf16 twin of an fp32
 /// descriptor.
@@ -315,9 +316,10 @@ struct IoReorders {
   size_t src_bytes = 0, dst_bytes = 0, scratch_bytes = 0, reorder_scratch_bytes = 0;
 };
 
-/// Descriptor of a float32 activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, rank 4
-/// only) channels last. Dims are always the logical ones; only the strides differ.
-dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout);
+/// Descriptor of an activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, rank 4 only)
+/// channels last. Dims are always the logical ones; only the strides differ. Float32 unless `type` says otherwise.
+dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout,
+                                  dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
 /// Shape of the memory holding a tensor of logical shape `logical` in `layout` ([N, H, W, C] for kNhwc).
 Shape PhysicalShape(const Shape& logical, Layout layout);
@@ -328,7 +330,7 @@ bool AnyNhwc(const KernelBuildContext& ctx);
 /// Like CheckShape for a tensor the kernel reads or writes in `layout`. A kNhwc tensor's shape may be its physical one
 /// ([N, H, W, C], as the runtime's channels-last views have) or the logical one; both describe the same bytes.
 void CheckActivation(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
-                     const Shape& logical, Layout layout);
+                     const Shape& logical, Layout layout, DType dtype = DType::kF32);
 
 /// Thrown by a factory asked for channels-last layouts it cannot honour (the runtime should have asked
 /// CpuKernelSupportsNhwc first): falling back to a plain reference kernel would read the memory wrongly.
@@ -344,9 +346,10 @@ void RunDnnl(const Node& node, const char* kernel_name, Fn&& fn) {
   }
 }
 
-/// Throws kInternal when a run-time tensor does not have the shape the kernel was built for.
+/// Throws kInternal when a run-time tensor does not have the shape (and type, float32 unless given) the kernel was
+/// built for.
 void CheckShape(const Node& node, const char* kernel_name, const char* what, const Tensor& tensor,
-                const Shape& expected);
+                const Shape& expected, DType dtype = DType::kF32);
 
 // Factories, one per op family; each returns nullptr for cases it does not handle.
 std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx);

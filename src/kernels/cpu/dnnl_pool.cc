@@ -20,8 +20,9 @@ class DnnlUnaryKernel final : public Kernel {
  public:
   DnnlUnaryKernel(const char* name, dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, Shape in_shape,
                   Layout in_layout, memory::desc user_src_md, Shape out_shape, Layout out_layout,
-                  memory::desc user_dst_md)
+                  memory::desc user_dst_md, DType dtype = DType::kF32)
       : name_(name),
+        dtype_(dtype),
         primitive_(std::move(primitive)),
         io_(user_src_md, pd.src_desc(0), user_dst_md, pd.dst_desc(0), pd.scratchpad_desc()),
         in_shape_(std::move(in_shape)),
@@ -32,8 +33,8 @@ class DnnlUnaryKernel final : public Kernel {
   const char* Name() const override { return name_; }
 
   void Run(KernelContext& ctx) override {
-    CheckActivation(ctx.node, name_, "input", ctx.In(0), in_shape_, in_layout_);
-    CheckActivation(ctx.node, name_, "output", ctx.Out(0), out_shape_, out_layout_);
+    CheckActivation(ctx.node, name_, "input", ctx.In(0), in_shape_, in_layout_, dtype_);
+    CheckActivation(ctx.node, name_, "output", ctx.Out(0), out_shape_, out_layout_, dtype_);
     RunDnnl(ctx.node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(io_.TotalBytes());
@@ -59,6 +60,7 @@ class DnnlUnaryKernel final : public Kernel {
   }
 
   const char* name_;
+  DType dtype_;
   dnnl::primitive primitive_;
   IoReorders io_;
   Shape in_shape_, out_shape_;
@@ -75,6 +77,8 @@ bool AllPositive(const Shape& s) {
 // A pooling node in oneDNN's terms.
 struct PoolGeometry {
   Shape x, y;
+  DType dtype = DType::kF32;  // float32; MaxPool also (u)int8, as quantised models in QOperator form have it
+  memory::data_type type = memory::data_type::f32;
   bool global = false;
   const char* name = "";
   dnnl::algorithm algorithm = dnnl::algorithm::pooling_max;
@@ -86,7 +90,9 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
   const Node& node = ctx.node;
   const std::string& op = node.op_type;
   // MaxPool's optional Indices output has no oneDNN equivalent in inference.
-  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 1 || ctx.output_shapes.size() != 1) return false;
+  if (ctx.input_shapes.size() != 1 || ctx.output_shapes.size() != 1 || ctx.input_dtypes.size() != 1 ||
+      ctx.output_dtypes.size() != 1 || ctx.input_dtypes[0] != ctx.output_dtypes[0])
+    return false;
   const Shape& x = ctx.input_shapes[0];
   const Shape& y = ctx.output_shapes[0];
   const int64_t rank = static_cast<int64_t>(x.size());
@@ -98,8 +104,19 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
   const int64_t spatial = rank - 2;
   p.global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
   const bool is_max = op == "MaxPool" || op == "GlobalMaxPool";
-  p.name = is_max ? (p.global ? "GlobalMaxPoolF32Dnnl" : "MaxPoolF32Dnnl")
-                  : (p.global ? "GlobalAveragePoolF32Dnnl" : "AveragePoolF32Dnnl");
+  p.dtype = ctx.input_dtypes[0];
+  if (p.dtype == DType::kU8 && op == "MaxPool") {  // (u)int8: MaxPool only (GlobalMaxPool is float in ONNX)
+    p.type = memory::data_type::u8;
+    p.name = "MaxPoolU8Dnnl";
+  } else if (p.dtype == DType::kI8 && op == "MaxPool") {
+    p.type = memory::data_type::s8;
+    p.name = "MaxPoolS8Dnnl";
+  } else if (p.dtype == DType::kF32) {
+    p.name = is_max ? (p.global ? "GlobalMaxPoolF32Dnnl" : "MaxPoolF32Dnnl")
+                    : (p.global ? "GlobalAveragePoolF32Dnnl" : "AveragePoolF32Dnnl");
+  } else {
+    return false;  // averages of integers: the reference kernel's rounding
+  }
 
   p.algorithm = is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
   if (p.global) {
@@ -151,8 +168,9 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
 // reference implementation. Shared by the factory and the channels-last support test, so the two agree.
 dnnl::pooling_forward::primitive_desc MakePoolPd(const PoolGeometry& p, Layout layout) {
   dnnl::pooling_forward::primitive_desc pd(CpuEngine(), dnnl::prop_kind::forward_inference, p.algorithm,
-                                           ActivationDesc(p.x, layout), ActivationDesc(p.y, layout), p.strides, p.kernel,
-                                           p.dilation, p.pad_l, p.pad_r, BaseAttr(), /*allow_empty=*/true);
+                                           ActivationDesc(p.x, layout, p.type), ActivationDesc(p.y, layout, p.type),
+                                           p.strides, p.kernel, p.dilation, p.pad_l, p.pad_r, BaseAttr(),
+                                           /*allow_empty=*/true);
   if (!pd || IsReferenceImpl(pd)) return {};
   return pd;
 }
@@ -176,11 +194,12 @@ std::unique_ptr<Kernel> CreateNhwcPool(const KernelBuildContext& ctx) {
     dnnl::pooling_forward::primitive_desc pd = MakePoolPd(p, Layout::kNhwc);
     if (!pd) ThrowUnsupportedLayouts(ctx.node, p.name, "oneDNN has only a reference implementation for it");
     // A global pool's [N, C, 1, 1] output has the same bytes in both layouts: the primitive writes it directly.
-    memory::desc user_dst_md = p.global ? pd.dst_desc() : ActivationDesc(p.y, ctx.OutLayout(0));
+    memory::desc user_dst_md = p.global ? pd.dst_desc() : ActivationDesc(p.y, ctx.OutLayout(0), p.type);
     // Where one tensor is plain, the primitive still works on NHWC (a primitive reading one layout and writing the
     // other is a reference implementation in oneDNN 2.6) and a reorder converts that tensor.
     return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_forward(pd), pd, p.x, ctx.InLayout(0),
-                                             ActivationDesc(p.x, ctx.InLayout(0)), p.y, ctx.OutLayout(0), user_dst_md);
+                                             ActivationDesc(p.x, ctx.InLayout(0), p.type), p.y, ctx.OutLayout(0),
+                                             user_dst_md, p.dtype);
   } catch (const dnnl::error& e) {
     ThrowUnsupportedLayouts(ctx.node, p.name, std::string("oneDNN failed: ") + e.what());
   }
@@ -194,10 +213,13 @@ std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
   if (!ComputePoolGeometry(ctx, p)) return nullptr;
   OmpThreadsGuard threads(ctx.num_threads);
   dnnl::pooling_forward::primitive_desc pd = MakePoolPd(p, Layout::kPlain);
+  // oneDNN pools (u)int8 only channels-last (jit:uni_i8i8): reorders bridge plain tensors (4 ms -> 0.2 ms for
+  // ResNet's stem pool, [1, 64, 112, 112] uint8, against the reference kernel).
+  if (!pd && p.dtype != DType::kF32 && p.x.size() == 4) pd = MakePoolPd(p, Layout::kNhwc);
   if (!pd) return nullptr;
-  const memory::desc src_md = PlainDesc(ToDims(p.x)), dst_md = PlainDesc(ToDims(p.y));
+  const memory::desc src_md = PlainDesc(ToDims(p.x), p.type), dst_md = PlainDesc(ToDims(p.y), p.type);
   return std::make_unique<DnnlUnaryKernel>(p.name, dnnl::pooling_forward(pd), pd, p.x, Layout::kPlain, src_md, p.y,
-                                           Layout::kPlain, dst_md);
+                                           Layout::kPlain, dst_md, p.dtype);
 }
 
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx) {

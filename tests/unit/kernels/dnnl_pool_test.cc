@@ -1,4 +1,7 @@
 // oneDNN pooling and softmax kernels. Oracle: the reference kernels, run on the same node and inputs.
+#include <random>
+#include <type_traits>
+
 #include "kernel_test_util.h"
 
 namespace osprey::testing {
@@ -21,6 +24,31 @@ TEST(DnnlPool, MaxPoolResNetStemStyle) {
                 {"ceil_mode", Attribute::Int(ceil)}},
                "MaxPoolF32Dnnl");
   }
+}
+
+// Quantised models in QOperator form (ONNX Runtime's quantiser, the ONNX model zoo's int8 ResNets) pool uint8 or int8
+// between QLinearConvs: oneDNN's int8 pooling is channels-last only, so plain tensors go through reorders. Exact.
+template <class T>
+Tensor IntegerTensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<T> v(static_cast<size_t>(NumElements(shape)));
+  for (T& e : v) e = static_cast<T>(static_cast<int>(rng() % 256) + (std::is_signed_v<T> ? -128 : 0));
+  return Tensor::FromVector<T>(shape, v);
+}
+
+TEST(DnnlPool, MaxPoolOfEightBitIntegers) {
+  const AttributeMap stem = {{"kernel_shape", Ints({3, 3})}, {"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}};
+  ExpectFastMatchesReference(MakeNode("MaxPool", 1, 1, stem), {IntegerTensor<uint8_t>({1, 64, 56, 56}, 1)}, {false},
+                             "MaxPoolU8Dnnl", 17, nullptr, 0.f);
+  ExpectFastMatchesReference(MakeNode("MaxPool", 1, 1, stem), {IntegerTensor<int8_t>({2, 5, 7, 9}, 2)}, {false},
+                             "MaxPoolS8Dnnl", 17, nullptr, 0.f);
+  ExpectFastMatchesReference(
+      MakeNode("MaxPool", 1, 1,
+               {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}, {"ceil_mode", Attribute::Int(1)}}),
+      {IntegerTensor<uint8_t>({1, 13, 7, 9}, 3)}, {false}, "MaxPoolU8Dnnl", 17, nullptr, 0.f);
+  // 1-D: no channels-last form here, the reference kernel.
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({3})}}),
+                                 {IntegerTensor<int8_t>({2, 16, 40}, 4)}, {false}));
 }
 
 TEST(DnnlPool, MaxPoolCeilModeOverhang) {
