@@ -29,7 +29,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
       if (std::unique_ptr<Kernel> k = cpu::CreateFirConv(ctx)) return k;
     if (op == "Conv") return cpu::CreateDnnlConv(ctx);
     if (op == "ConvTranspose") return cpu::CreateDnnlDeconv(ctx);
-    if (op == "ConvInteger" || op == "MatMulInteger" || op == "DynamicQuantizeLinear")
+    if (op == "ConvInteger" || op == "MatMulInteger" || op == "DynamicQuantizeLinear" || op == "QuantizeLinear" ||
+        op == "DequantizeLinear")
       return cpu::CreateIntegerKernel(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);

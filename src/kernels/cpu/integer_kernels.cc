@@ -30,6 +30,7 @@
 #include "ops/conv_window.h"
 #include "ops/dynamic_quantize.h"
 #include "ops/integer_dequantize.h"
+#include "ops/quantize_params.h"
 
 namespace osprey::cpu {
 namespace {
@@ -478,11 +479,88 @@ class DynamicQuantizeLinearF32 final : public Kernel {
 
 }  // namespace
 
+// QuantizeLinear from float32 and DequantizeLinear to float32 with one scale and zero point for the whole tensor,
+// known when compiled (a quantised model's input and output, QOperator graphs' edges): QuantizeLinear's arithmetic
+// (ops/dynamic_quantize.h: NaN to the zero point, half to even, saturated; int8 as uint8 with the zero point + 128,
+// then - 128), and (x - zp) * scale, vectorised and split over threads for large tensors. Exact.
+class QuantizeLinearF32 final : public Kernel {
+ public:
+  QuantizeLinearF32(bool dequantize, DType integer, float scale, int32_t zero_point, int threads)
+      : dequantize_(dequantize), signed_(integer == DType::kI8), scale_(scale), zp_(zero_point), threads_(threads) {}
+  const char* Name() const override { return dequantize_ ? "DequantizeLinearF32" : "QuantizeLinearF32"; }
+  void Run(KernelContext& ctx) override {
+    const int64_t n = ctx.In(0).numel();
+    const int parts = n >= (1 << 16) ? threads_ : 1;
+    const int64_t step = (n / parts + 63) / 64 * 64;
+    const void* x = ctx.In(0).raw();
+    void* y = ctx.Out(0).raw();
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
+      const int64_t i0 = std::min(n, part * step), i1 = std::min(n, i0 + step);
+      if (dequantize_)
+        Dequantise(x, i0, i1, static_cast<float*>(y) + i0);
+      else
+        Quantise(static_cast<const float*>(x) + i0, i1 - i0, static_cast<uint8_t*>(y) + i0);
+    }
+  }
+
+ private:
+  void Quantise(const float* x, int64_t n, uint8_t* y) const {
+    QuantiseU8(x, n, scale_, static_cast<float>(signed_ ? zp_ + 128 : zp_), y);
+    if (signed_)
+      for (int64_t i = 0; i < n; ++i) y[i] ^= 0x80;  // the same bytes as int8 v - 128
+  }
+  void Dequantise(const void* x, int64_t i0, int64_t i1, float* y) const {
+    const float s = scale_, zp = static_cast<float>(zp_);
+    if (signed_) {
+      const int8_t* p = static_cast<const int8_t*>(x);
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) y[i - i0] = (static_cast<float>(p[i]) - zp) * s;
+    } else {
+      const uint8_t* p = static_cast<const uint8_t*>(x);
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) y[i - i0] = (static_cast<float>(p[i]) - zp) * s;
+    }
+  }
+
+  bool dequantize_, signed_;
+  float scale_;
+  int32_t zp_;
+  int threads_;
+};
+
+std::unique_ptr<Kernel> CreateQuantizeLinear(const KernelBuildContext& ctx) {
+  const Node& node = ctx.node;
+  const bool dequantize = node.op_type == "DequantizeLinear";
+  if (ctx.input_dtypes.size() < 2 || ctx.output_dtypes.size() != 1 || ctx.input_values.size() < 2) return nullptr;
+  const DType integer = dequantize ? ctx.input_dtypes[0] : ctx.output_dtypes[0];
+  const DType real = dequantize ? ctx.output_dtypes[0] : ctx.input_dtypes[0];
+  if ((integer != DType::kU8 && integer != DType::kI8) || real != DType::kF32) return nullptr;
+  const Tensor* scale = ctx.input_values[1];
+  const bool has_zp = ctx.present.size() > 2 && ctx.present[2];
+  const Tensor* zp = has_zp ? ctx.input_values[2] : nullptr;
+  if (scale == nullptr || scale->dtype() != DType::kF32 || scale->numel() != 1 || (has_zp && zp == nullptr) ||
+      (zp != nullptr && (zp->dtype() != integer || zp->numel() != 1)))
+    return nullptr;
+  try {
+    if (ResolveQuantParams(node, ctx.opset, ctx.input_shapes[0], scale->shape()).kind != QuantParams::Kind::kPerTensor)
+      return nullptr;
+  } catch (const Error&) {
+    return nullptr;  // the reference kernel reports it
+  }
+  const float s = scale->data<float>()[0];
+  if (!(s > 0.f) || !std::isfinite(s)) return nullptr;  // the reference kernel's arithmetic for odd scales
+  const int32_t z = zp == nullptr ? 0 : integer == DType::kI8 ? zp->data<int8_t>()[0] : zp->data<uint8_t>()[0];
+  return std::make_unique<QuantizeLinearF32>(dequantize, integer, s, z, std::max(1, ctx.num_threads));
+}
+
 std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (node.domain.empty() && node.op_type == "DynamicQuantizeLinear" && ctx.input_dtypes.size() == 1 &&
       ctx.input_dtypes[0] == DType::kF32)
     return std::make_unique<DynamicQuantizeLinearF32>(ctx.num_threads);
+  if (node.domain.empty() && (node.op_type == "QuantizeLinear" || node.op_type == "DequantizeLinear"))
+    return CreateQuantizeLinear(ctx);
   if (!node.domain.empty() || (node.op_type != "ConvInteger" && node.op_type != "MatMulInteger")) return nullptr;
   const bool conv = node.op_type == "ConvInteger";
   if (!conv && ctx.input_shapes.size() > 1 && ctx.input_shapes[1].size() != 2) return nullptr;

@@ -3,10 +3,11 @@
 // partial sum stays far below 2^24, so both kernels' results must be equal.
 #include <cstdlib>
 #include <cstring>
-
-#include "kernels/cpu/cpu_kernels.h"
+#include <iterator>
+#include <limits>
 
 #include "kernel_test_util.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace osprey::testing {
 namespace {
@@ -130,6 +131,54 @@ TEST(IntegerKernels, DynamicQuantizeLinearBitIdentical) {
       EXPECT_EQ(std::memcmp(outputs[k].raw(), expected[k].raw(), outputs[k].nbytes()), 0) << "output " << k;
     }
   }
+}
+
+// QuantizeLinear / DequantizeLinear with one scale and zero point: the bytes and floats of the reference kernel.
+void ExpectSameBytes(const Node& node, const std::vector<Tensor>& inputs, const char* name) {
+  std::vector<Tensor> expected = RunReferenceNode(node, inputs);
+  std::vector<Tensor> outputs;
+  std::vector<bool> constant(inputs.size(), true);
+  constant[0] = false;
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(MakeBuildContext(node, inputs, constant, outputs));
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_STREQ(kernel->Name(), name);
+  RunKernel(*kernel, node, inputs, outputs);
+  ASSERT_EQ(outputs[0].nbytes(), expected[0].nbytes());
+  EXPECT_EQ(std::memcmp(outputs[0].raw(), expected[0].raw(), outputs[0].nbytes()), 0);
+}
+
+TEST(IntegerKernels, QuantizeAndDequantizeLinearPerTensorBitIdentical) {
+  // Halves (to even), saturation both ways, NaN (the zero point) and infinities; a large tensor in two threads.
+  Tensor x = RandomTensor({3, 1000}, 6, -40.f, 40.f);
+  const float specials[] = {0.f,
+                            0.25f,
+                            0.75f,
+                            1.25f,
+                            -0.25f,
+                            -0.75f,
+                            1e9f,
+                            -1e9f,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < std::size(specials); ++i) x.data<float>()[i] = specials[i];
+  const Tensor big = RandomTensor({300001}, 7, -3.f, 3.f);
+  const Tensor scale = Tensor::Scalar<float>(0.5f), small = Tensor::Scalar<float>(0.0123f);
+  const Node q3 = MakeNode("QuantizeLinear", 3, 1), q2 = MakeNode("QuantizeLinear", 2, 1);
+  for (const Tensor& in : {x, big}) {
+    ExpectSameBytes(q3, {in, scale, Scalar8<uint8_t>(128)}, "QuantizeLinearF32");
+    ExpectSameBytes(q3, {in, small, Scalar8<uint8_t>(3)}, "QuantizeLinearF32");
+    ExpectSameBytes(q3, {in, scale, Scalar8<int8_t>(-5)}, "QuantizeLinearF32");
+    ExpectSameBytes(q2, {in, small}, "QuantizeLinearF32");  // uint8, zero point 0
+  }
+  const Node d3 = MakeNode("DequantizeLinear", 3, 1);
+  ExpectSameBytes(d3, {Bytes<uint8_t>({2, 777}, 8), small, Scalar8<uint8_t>(131)}, "DequantizeLinearF32");
+  ExpectSameBytes(d3, {Bytes<int8_t>({300001}, 9), scale, Scalar8<int8_t>(-7)}, "DequantizeLinearF32");
+  ExpectSameBytes(MakeNode("DequantizeLinear", 2, 1), {Bytes<int8_t>({99}, 10), small}, "DequantizeLinearF32");
+  // Per-axis scales, or a scale known only at run time: the reference kernel.
+  EXPECT_TRUE(FastKernelDeclines(MakeNode("QuantizeLinear", 2, 1, {{"axis", Attribute::Int(0)}}),
+                                 {x, Tensor::FromVector<float>({3}, {0.5f, 1.f, 2.f})}, {false, true}));
+  EXPECT_TRUE(FastKernelDeclines(q2, {x, scale}, {false, false}));
 }
 
 TEST(IntegerKernels, DeclinedWhereTheReferenceRuns) {
