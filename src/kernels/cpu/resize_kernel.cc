@@ -88,6 +88,74 @@ bool PrepareResize(const KernelBuildContext& ctx, ResizePlan* plan) {
          ToTaps1d(BuildTaps(params, 3, x[3], y[3], 1), &plan->w);
 }
 
+// One output row: the source rows its H taps name blended into `blend` (unless a single weight-1 tap, used as it
+// is), then each output element (a pixel of `ch` floats) the blend of that row at its W taps. Compiled for AVX-512,
+// AVX2 and the baseline (the element loops vectorise, across channels or across a row); one call per row, so the
+// clone is chosen once per row, not per pixel.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void ResizeRow(const ResizePlan& p, const float* src,
+                                                                            int64_t oy, int64_t ch, float* blend,
+                                                                            float* __restrict dst) {
+  const int64_t in_row = p.iw * ch;
+  const int hn = p.h.count[oy];
+  const float* row = src + p.h.index[oy][0] * in_row;
+  if (!(hn == 1 && p.h.weight[oy][0] == 1.f)) {
+    float* __restrict b = blend;
+    const float* __restrict r0 = row;
+    const float w0 = p.h.weight[oy][0];
+    if (hn >= 2) {
+      const float* __restrict r1 = src + p.h.index[oy][1] * in_row;
+      const float w1 = p.h.weight[oy][1];
+      for (int64_t i = 0; i < in_row; ++i) b[i] = w0 * r0[i] + w1 * r1[i];
+    } else {
+      for (int64_t i = 0; i < in_row; ++i) b[i] = w0 * r0[i];
+    }
+    for (int k = 2; k < hn; ++k) {
+      const float* __restrict other = src + p.h.index[oy][k] * in_row;
+      const float wk = p.h.weight[oy][k];
+      for (int64_t i = 0; i < in_row; ++i) b[i] += wk * other[i];
+    }
+    row = blend;
+  }
+  if (ch == 1) {
+    if (p.nearest) {
+      for (int64_t ox = 0; ox < p.ow; ++ox) dst[ox] = row[p.w.index[ox][0]];
+    } else {
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        const auto& idx = p.w.index[ox];
+        const auto& wt = p.w.weight[ox];
+        float v = wt[0] * row[idx[0]];
+        for (int k = 1; k < p.w.count[ox]; ++k) v += wt[k] * row[idx[k]];
+        dst[ox] = v;
+      }
+    }
+    return;
+  }
+  for (int64_t ox = 0; ox < p.ow; ++ox) {
+    float* __restrict out = dst + ox * ch;
+    const auto& idx = p.w.index[ox];
+    const auto& wt = p.w.weight[ox];
+    const float* __restrict a = row + idx[0] * ch;
+    if (p.nearest) {
+      for (int64_t i = 0; i < ch; ++i) out[i] = a[i];
+      continue;
+    }
+    const int n = p.w.count[ox];
+    const float w0 = wt[0];
+    if (n >= 2) {
+      const float* __restrict b = row + idx[1] * ch;
+      const float w1 = wt[1];
+      for (int64_t i = 0; i < ch; ++i) out[i] = w0 * a[i] + w1 * b[i];
+    } else {
+      for (int64_t i = 0; i < ch; ++i) out[i] = w0 * a[i];
+    }
+    for (int k = 2; k < n; ++k) {
+      const float* __restrict b = row + idx[k] * ch;
+      const float wk = wt[k];
+      for (int64_t i = 0; i < ch; ++i) out[i] += wk * b[i];
+    }
+  }
+}
+
 class ResizeF32Kernel final : public Kernel {
  public:
   ResizeF32Kernel(ResizePlan plan, bool nhwc, int num_threads)
@@ -105,52 +173,8 @@ class ResizeF32Kernel final : public Kernel {
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t plane = r / p_.oh, oy = r % p_.oh;
-      const float* src = x + plane * p_.ih * in_row;
-      float* dst = y + r * out_row;
-      const int hn = p_.h.count[oy];
-      const float* row = src + p_.h.index[oy][0] * in_row;
-      if (!(hn == 1 && p_.h.weight[oy][0] == 1.f)) {
-        float* blend = reinterpret_cast<float*>(cpu::ThreadScratch::Reserve(sizeof(float) * in_row));
-        const float w0 = p_.h.weight[oy][0];
-        for (int64_t i = 0; i < in_row; ++i) blend[i] = w0 * row[i];
-        for (int k = 1; k < hn; ++k) {
-          const float* other = src + p_.h.index[oy][k] * in_row;
-          const float wk = p_.h.weight[oy][k];
-          for (int64_t i = 0; i < in_row; ++i) blend[i] += wk * other[i];
-        }
-        row = blend;
-      }
-      if (ch == 1) {
-        if (p_.nearest) {
-          for (int64_t ox = 0; ox < p_.ow; ++ox) dst[ox] = row[p_.w.index[ox][0]];
-        } else {
-          for (int64_t ox = 0; ox < p_.ow; ++ox) {
-            const auto& idx = p_.w.index[ox];
-            const auto& wt = p_.w.weight[ox];
-            float v = wt[0] * row[idx[0]];
-            for (int k = 1; k < p_.w.count[ox]; ++k) v += wt[k] * row[idx[k]];
-            dst[ox] = v;
-          }
-        }
-        continue;
-      }
-      for (int64_t ox = 0; ox < p_.ow; ++ox) {
-        float* out = dst + ox * ch;
-        const auto& idx = p_.w.index[ox];
-        const auto& wt = p_.w.weight[ox];
-        if (p_.nearest) {
-          std::memcpy(out, row + idx[0] * ch, sizeof(float) * ch);
-          continue;
-        }
-        const float* a = row + idx[0] * ch;
-        const float w0 = wt[0];
-        for (int64_t i = 0; i < ch; ++i) out[i] = w0 * a[i];
-        for (int k = 1; k < p_.w.count[ox]; ++k) {
-          const float* b = row + idx[k] * ch;
-          const float wk = wt[k];
-          for (int64_t i = 0; i < ch; ++i) out[i] += wk * b[i];
-        }
-      }
+      float* blend = reinterpret_cast<float*>(cpu::ThreadScratch::Reserve(sizeof(float) * in_row));
+      ResizeRow(p_, x + plane * p_.ih * in_row, oy, ch, blend, y + r * out_row);
     }
   }
 
