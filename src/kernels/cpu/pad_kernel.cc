@@ -163,12 +163,16 @@ class PadIndexedKernel final : public Kernel {
     const int64_t rank = static_cast<int64_t>(in_.size());
     for (const auto& table : source_) out_.push_back(static_cast<int64_t>(table.size()));
     // The last axis: positions [head_, head_ + kept_) read input [first_, first_ + kept_) (a memcpy); the others
-    // go through its table.
-    const std::vector<int64_t>& last = source_[rank - 1];
+    // (the head and the tail) keep their table entries in edges_, the rest of its table goes (a long row's would be
+    // twice the output's bytes).
+    std::vector<int64_t> last;
+    last.swap(source_[rank - 1]);
     head_ = std::max<int64_t>(0, last_begin);
     first_ = std::max<int64_t>(0, -last_begin);
     kept_ = 0;
     while (head_ + kept_ < out_[rank - 1] && last[head_ + kept_] == first_ + kept_) ++kept_;
+    edges_.assign(last.begin(), last.begin() + head_);
+    edges_.insert(edges_.end(), last.begin() + head_ + kept_, last.end());
     rows_ = 1;
     for (int64_t d = 0; d + 1 < rank; ++d) rows_ *= out_[d];
     in_bytes_ = out_bytes_ = es_;
@@ -185,7 +189,8 @@ class PadIndexedKernel final : public Kernel {
     const char* src = static_cast<const char*>(x.raw());
     char* dst = static_cast<char*>(y.raw());
     const int64_t rank = static_cast<int64_t>(in_.size()), n = in_[rank - 1], width = out_[rank - 1];
-    const int64_t* last = source_[rank - 1].data();
+    const int64_t* edges = edges_.data();
+    const int64_t tail = kept_;  // output o of the tail has its entry at edges[o - tail]
     const char* fill = fill_.data();
 #pragma omp parallel for schedule(static) if (out_bytes_ >= kMinParallelBytes && rows_ > 1)
     for (int64_t r = 0; r < rows_; ++r) {
@@ -200,23 +205,24 @@ class PadIndexedKernel final : public Kernel {
       }
       const char* in_row = src + row * n * es_;
       char* out_row = dst + r * width * es_;
-      auto put = [&](int64_t o) {
-        std::memcpy(out_row + o * es_, inside && last[o] >= 0 ? in_row + last[o] * es_ : fill, es_);
+      auto put = [&](int64_t o, int64_t source) {
+        std::memcpy(out_row + o * es_, inside && source >= 0 ? in_row + source * es_ : fill, es_);
       };
-      if (!inside) {
-        for (int64_t o = 0; o < width; ++o) put(o);
+      if (!inside) {  // a row in a pad of an outer axis (mode constant): all fill
+        for (int64_t o = 0; o < width; ++o) put(o, -1);
         continue;
       }
-      for (int64_t o = 0; o < head_; ++o) put(o);
+      for (int64_t o = 0; o < head_; ++o) put(o, edges[o]);
       std::memcpy(out_row + head_ * es_, in_row + first_ * es_, static_cast<size_t>(kept_ * es_));
-      for (int64_t o = head_ + kept_; o < width; ++o) put(o);
+      for (int64_t o = head_ + kept_; o < width; ++o) put(o, edges[o - tail]);
     }
   }
 
  private:
   Shape in_, out_;
   int64_t es_;
-  std::vector<std::vector<int64_t>> source_;  // per axis, per output index: the input index read, or -1 (fill)
+  std::vector<std::vector<int64_t>> source_;  // per axis but the last, per output index: the input index read, or -1
+  std::vector<int64_t> edges_;                // the last axis's head entries, then its tail's
   std::vector<char> fill_;
   int64_t head_ = 0, first_ = 0, kept_ = 0, rows_ = 1, in_bytes_ = 0, out_bytes_ = 0;
 };
