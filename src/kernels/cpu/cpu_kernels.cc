@@ -52,6 +52,9 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Transpose") return CreateTransposeKernel(ctx);
     if (op == "GridSample") return CreateGridSampleKernel(ctx);
     if (op.rfind("Reduce", 0) == 0) return CreateReduceKernel(ctx);
+    if (op == "Where" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
+        op == "Equal")
+      return CreateSelectKernel(ctx);
     if (std::unique_ptr<Kernel> k = CreateElementwiseKernel(ctx)) return k;
   } catch (const dnnl::error&) {
     // oneDNN could not build a primitive for this case (unsupported combination): the reference kernel runs it.

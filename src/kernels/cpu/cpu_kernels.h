@@ -46,6 +46,10 @@ bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 /// (physical channels-last shapes and [N, H, W, C] views of plain operands). nullptr for other ops or dtypes.
 std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx);
 
+/// Where (any dtype of 1, 2, 4 or 8 bytes) and Less/Greater/LessOrEqual/GreaterOrEqual/Equal (float32, int32,
+/// int64) with numpy broadcasting, plain tensors (select_kernels.cc). nullptr otherwise.
+std::unique_ptr<Kernel> CreateSelectKernel(const KernelBuildContext& ctx);
+
 /// SiLU (x / (1 + e^-x)) on data[0, n) in place, on up to `threads` OpenMP threads, for kernels that apply it to their
 /// own output instead of oneDNN's slower swish post-op (elementwise_kernels.cc). FastSiluAvailable(): whether the
 /// fast (AVX-512) pass exists on this CPU; elsewhere SiluInPlace is a plain loop and oneDNN's post-op is the better
