@@ -1,5 +1,9 @@
 #include <omp.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -181,8 +185,84 @@ void RunDeviceGraph(const Plan::Impl& p, const Buffer* arena, void* stream, cons
 
 }  // namespace
 
+namespace {
+
+#if defined(__x86_64__)
+constexpr unsigned kFloatStatusBits = 0x3F;  // MXCSR's sticky exception flags
+
+// Whether the OpenMP runtime running osprey's regions gives each worker the floating-point mode of the thread that
+// starts the region: osprey's does (threads/team.cc); libgomp does not (its workers keep the mode they were created
+// with), and it runs the regions when it was loaded globally before osprey (PyTorch imported first in Python) or
+// with OSPREY_OMP_RUNTIME=libgomp. Probed once: after a region that makes sure the workers exist, a region started
+// under a rounding mode nobody uses (towards -inf) looks at what its threads see.
+bool WorkersTakeTheCallersMode() {
+  static const bool follows = [] {
+#pragma omp parallel num_threads(2)
+    {}
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr((saved & ~0x6000u) | 0x2000u);
+    std::atomic<int> other{0};
+#pragma omp parallel num_threads(2)
+    {
+      if ((_mm_getcsr() & 0x6000u) != 0x2000u) other.fetch_add(1, std::memory_order_relaxed);
+    }
+    _mm_setcsr(saved);
+    return other.load() == 0;
+  }();
+  return follows;
+}
+
+thread_local bool t_mode_saved = false;
+thread_local unsigned t_saved_mode = 0;
+
+// On a runtime whose workers keep their own mode, a run of more than one thread starts with a region that gives each
+// worker the caller's mode (subnormals flushed: core/float_env.h) and ends with one that puts each worker's back, so
+// the caller's other work on those threads (PyTorch's) computes as before. PyTorch imported first: basic-pitch's model
+// ran 490 ms instead of 28 after torch had started its threads, its workers computing on subnormals.
+class WorkerFloatModes {
+ public:
+  explicit WorkerFloatModes(int threads)
+      : threads_(threads), active_(threads > 1 && FlushDenormals::Wanted() && !WorkersTakeTheCallersMode()) {
+    if (!active_) return;
+    const unsigned mode = _mm_getcsr() & ~kFloatStatusBits;
+#pragma omp parallel num_threads(threads_)
+    {
+      const unsigned csr = _mm_getcsr();
+      if ((csr & ~kFloatStatusBits) != mode && !t_mode_saved) {
+        t_saved_mode = csr & ~kFloatStatusBits;
+        t_mode_saved = true;
+        _mm_setcsr((csr & kFloatStatusBits) | mode);
+      }
+    }
+  }
+  ~WorkerFloatModes() {
+    if (!active_) return;
+#pragma omp parallel num_threads(threads_)
+    {
+      if (t_mode_saved && omp_get_thread_num() != 0) {
+        _mm_setcsr((_mm_getcsr() & kFloatStatusBits) | t_saved_mode);
+        t_mode_saved = false;
+      }
+    }
+  }
+  WorkerFloatModes(const WorkerFloatModes&) = delete;
+  WorkerFloatModes& operator=(const WorkerFloatModes&) = delete;
+
+ private:
+  int threads_;
+  bool active_;
+};
+#else
+struct WorkerFloatModes {
+  explicit WorkerFloatModes(int) {}
+};
+#endif
+
+}  // namespace
+
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const {
   const FlushDenormals flush;
+  const WorkerFloatModes workers(impl_->backend == nullptr ? impl_->num_threads : 1);
   // The first run's caches (kernels' lazily made state, oneDNN's) stay with the plan: measured like its compile.
   if (impl_->first_run.load(std::memory_order_relaxed) && impl_->first_run.exchange(false)) {
     const HeapMeasure measure(impl_->backend == nullptr);

@@ -155,3 +155,15 @@ def test_binaries_take_every_openmp_entry_point_from_osprey(osprey_bin):
         assert not missing, f"{binary.name} takes {missing} from libgomp"
         checked += 1
     assert checked >= 3
+
+
+def test_plans_flush_subnormals_on_libgomp_workers_too(osprey_bin):
+    """libgomp's workers keep the floating-point mode they were created with (osprey's take the region starter's):
+    runtime/plan.cc gives them the caller's for a run and puts theirs back after. The unit test creates the workers
+    first, in IEEE mode, as PyTorch does when imported before osprey."""
+    unit = Path(osprey_bin).parent / "unit_runtime"
+    test = "Runtime.PlansFlushSubnormalsToZeroAndLeaveTheCallersModeAsItWas"
+    for env in ({}, LIBGOMP):
+        proc = run(unit, f"--gtest_filter={test}", **env)
+        assert proc.returncode == 0 and "[  PASSED  ] 1 test" in proc.stdout, (env, proc.stdout[-2000:])
+

@@ -449,7 +449,21 @@ TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
 // caller's floating-point mode is as it was afterwards. The oracle: IEEE arithmetic here, where every product below
 // (1e-20 x 1e-20, 1e-30 x 1e-10) is a subnormal greater than zero.
 volatile float g_tiny = 1e-30f, g_scale = 1e-10f;  // read at run time: the product is computed, not folded
+// Each of `threads` OpenMP threads' product of the two (a barrier first, so that every part runs on its own thread).
+std::vector<float> ThreadProducts(int threads) {
+  std::vector<float> got(threads, -1.f);
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp barrier
+    got[omp_get_thread_num()] = g_tiny * g_scale;
+  }
+  return got;
+}
+
 TEST(Runtime, PlansFlushSubnormalsToZeroAndLeaveTheCallersModeAsItWas) {
+  // The workers exist before any plan runs, created in IEEE mode (PyTorch's, started before osprey's first call; run
+  // under OSPREY_OMP_RUNTIME=libgomp too: tests/e2e/test_omp_default.py).
+  for (float v : ThreadProducts(2)) ASSERT_GT(v, 0.f);
   GraphBuilder b("subnormal", 13);
   auto x = b.Input("x", DType::kF32, {4, 8, 64, 64});
   b.Output(b.Op("Mul", {x, b.Constant(Tensor::Scalar<float>(1e-10f))}), "product");
@@ -470,6 +484,7 @@ TEST(Runtime, PlansFlushSubnormalsToZeroAndLeaveTheCallersModeAsItWas) {
     }
   }
   EXPECT_GT(g_tiny * g_scale, 0.f) << "the caller's floating-point mode was not restored";
+  for (float v : ThreadProducts(2)) EXPECT_GT(v, 0.f) << "a worker's floating-point mode was not restored";
 }
 
 // The heap a plan's objects keep (kernels, oneDNN primitives, what its first run caches), measured around its compile
