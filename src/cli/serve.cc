@@ -34,6 +34,7 @@ struct ServeCommandOptions {
   int grpc_port = -1;
   std::string memory_budget = "0";
   std::string gpu_memory_budget = "0";
+  std::string memory_budget_rss = "on";
   std::string device = "cpu";
   std::string precision = "fp32";  // default of models whose config.json has no "precision"
   double idle_unload = 0;
@@ -144,6 +145,13 @@ void AddServeOptions(CLI::App* serve) {
                    "Memory for models, e.g. 512M, 2G (0 = none): least recently used idle models are unloaded to keep "
                    "their accounted bytes under it, and the process's resident memory under it + 10% + 20 MiB")
       ->capture_default_str();
+  serve
+      ->add_option("--memory-budget-rss", o.memory_budget_rss,
+                   "on: --memory-budget also keeps the process's resident memory (RSS) under it + 10% + 20 MiB; off: "
+                   "only the models' accounted bytes (a process whose RSS holds more than the server: Python, other "
+                   "libraries)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   serve->add_option("--device", o.device,
                     "Where models run unless their config.json says \"device\": cpu, cuda (= cuda:0) or cuda:N. A GPU "
                     "no loaded model uses is given back (its CUDA context released: 0 MiB held)")
@@ -248,6 +256,7 @@ int RunServeCommand(std::ostream& out) {
   serve::ManagerOptions manager_options;
   manager_options.repository = o.repository;
   manager_options.memory_budget_bytes = ParseByteSize(o.memory_budget, "--memory-budget");
+  manager_options.bound_resident = o.memory_budget_rss == "on";
   manager_options.idle_unload_seconds = o.idle_unload;
   manager_options.device = ParseDevice(o.device, "--device");
   manager_options.precision = ParsePrecision(o.precision, "--precision");
@@ -261,6 +270,7 @@ int RunServeCommand(std::ostream& out) {
                      {"host", o.host},
                      {"port", o.port},
                      {"memory_budget", manager_options.memory_budget_bytes},
+                     {"memory_budget_rss", o.memory_budget_rss},
                      {"device", o.device},
                      {"idle_unload_s", o.idle_unload},
                      {"threads", o.threads},

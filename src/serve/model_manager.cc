@@ -127,6 +127,10 @@ int64_t ResidentCeiling(int64_t memory_budget_bytes) {
   return memory_budget_bytes > kMax - extra ? kMax : memory_budget_bytes + extra;
 }
 
+int64_t ResidentCeiling(const ManagerOptions& options) {
+  return options.bound_resident ? ResidentCeiling(options.memory_budget_bytes) : 0;
+}
+
 int64_t ProcessResidentBytes() {
   std::ifstream in("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -350,7 +354,7 @@ struct ModelManager::Impl {
   // less every evictable model's own bytes is still above the ceiling (the process itself, or models in use, hold it),
   // nothing goes and it is logged once. Called with the lock held; releases it around each return of memory.
   bool EvictForResidentLocked(std::unique_lock<std::mutex>& lock, const Entry* keep) {
-    const int64_t ceiling = ResidentCeiling(options.memory_budget_bytes);
+    const int64_t ceiling = ResidentCeiling(options);
     if (ceiling <= 0) return false;
     bool evicted = false;
     for (int round = 0; round < 1024; ++round) {

@@ -31,6 +31,7 @@ struct ManagerOptions {
   Precision precision = Precision::kFp32;  // unless their config.json says "precision" (--precision)
   int64_t gpu_memory_budget_bytes = 0;  // 0 = unlimited. Device bytes of loaded models kept under this (LRU).
   double housekeeping_seconds = 0;      // period of the housekeeping pass; 0 = from the idle settings, at most 1 s
+  bool bound_resident = true;  // with a budget, also keep the process's RSS under ResidentCeiling (--memory-budget-rss)
   // The process's resident memory in bytes (what the housekeeping pass holds under ResidentCeiling); empty = read
   // /proc/self/statm. Tests give their own.
   std::function<int64_t()> resident_bytes;
@@ -40,6 +41,8 @@ struct ManagerOptions {
 /// the budget plus 10% plus 20 MiB (the binary's code, the libraries' state, the heap's fragmentation: what no model
 /// accounts for). 0 without a budget.
 int64_t ResidentCeiling(int64_t memory_budget_bytes);
+/// ResidentCeiling of the options' budget, or 0 where they do not bound resident memory (bound_resident off).
+int64_t ResidentCeiling(const ManagerOptions& options);
 /// The process's resident memory (VmRSS) in bytes; 0 where /proc cannot say.
 int64_t ProcessResidentBytes();
 

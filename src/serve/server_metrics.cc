@@ -87,9 +87,9 @@ std::string InferenceServer::MetricsText() {
       << "# TYPE osprey_memory_budget_bytes gauge\n"
       << "osprey_memory_budget_bytes " << budget << "\n"
       << "# HELP osprey_resident_ceiling_bytes Resident memory the server evicts idle models to stay under: the budget "
-         "+ 10% + 20 MiB (0 = none).\n"
+         "+ 10% + 20 MiB (0 = none, or --memory-budget-rss off).\n"
       << "# TYPE osprey_resident_ceiling_bytes gauge\n"
-      << "osprey_resident_ceiling_bytes " << ResidentCeiling(budget) << "\n";
+      << "osprey_resident_ceiling_bytes " << ResidentCeiling(impl.manager->options()) << "\n";
   out << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       << "# TYPE process_resident_memory_bytes gauge\n"
       << "process_resident_memory_bytes " << ProcessResidentBytes() << "\n";

@@ -208,7 +208,7 @@ def test_eviction_and_idle_reasons_are_logged(tmp_path, demo_model, start_repo):
     onnx.save(b, str(repo / "b" / "1" / "model.onnx"))
     size = (demo_model / "1" / "model.onnx").stat().st_size
     # Room for one model (its weights and their packed copy), not two.
-    server = start_repo(repo, "--memory-budget", int(size * 2.6), "--idle-unload", 1)
+    server = start_repo(repo, "--memory-budget", int(size * 2.6), "--memory-budget-rss", "off", "--idle-unload", 1)
     x = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 32, 32], "data": [0.0] * 1024}]}
     assert server.request("POST", "/v2/models/a/infer", x)[0] == 200
     assert server.request("POST", "/v2/models/b/infer", x)[0] == 200

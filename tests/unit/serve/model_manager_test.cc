@@ -315,6 +315,24 @@ TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingEvictsLeastRecentlyUsed) {
   EXPECT_NE(Find(m.Index(), "a")->reason.find("resident memory"), std::string::npos) << Find(m.Index(), "a")->reason;
 }
 
+// --memory-budget-rss off (bound_resident false): the budget bounds the accounted bytes only, whatever the RSS.
+TEST_F(ModelManagerTest, ResidentMemoryIsLeftAloneWhenTheRuleIsOff) {
+  ManagerOptions o = Options(10 << 20);
+  o.housekeeping_seconds = 3600;
+  o.bound_resident = false;
+  // Half a MiB above the rule's ceiling, which evicting an idle model (about 1 MiB each) could bring it under.
+  o.resident_bytes = [] { return ResidentCeiling(int64_t{10} << 20) + (512 << 10); };
+  EXPECT_EQ(ResidentCeiling(o), 0);
+  ModelManager m(o);
+  for (const char* name : {"a", "b", "c"}) RunOnes(*m.Acquire(name));
+  m.AfterRun();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pass the wake starts has run
+  for (const char* name : {"a", "b", "c"}) EXPECT_EQ(StatusOf(m, name), ModelStatus::kReady) << name;
+  EXPECT_EQ(m.Stats().evictions, 0u);
+  o.bound_resident = true;
+  EXPECT_EQ(ResidentCeiling(o), ResidentCeiling(o.memory_budget_bytes));
+}
+
 // Idle execution arenas (what a burst of requests left) go before any model does.
 TEST_F(ModelManagerTest, ResidentMemoryAboveTheCeilingFreesIdleArenasFirst) {
   ManagerOptions o = Options(10 << 20);
