@@ -6,8 +6,9 @@
 // with a Sigmoid post-op and one output channel ran 170 ms instead of 1 ms in basic-pitch's model. So plans run, and
 // compile (constant folding, kernel timing), with the FTZ and DAZ bits of MXCSR set on the calling thread, as
 // TensorFlow does on every thread it computes on; osprey's OpenMP team gives each worker its region's starter's
-// mode (threads/team.cc). The thread's previous mode is restored at the end, so a Python caller's own NumPy keeps
-// IEEE behaviour. OSPREY_DENORMALS=keep keeps subnormals (results then match a non-flushing peer bit for bit near
+// mode (threads/team.cc), and on another runtime (libgomp) Plan::Run sets the workers' mode for the run and puts
+// theirs back after (runtime/plan.cc). The thread's previous mode is restored at the end, so a Python caller's own
+// NumPy keeps IEEE behaviour. OSPREY_DENORMALS=keep keeps subnormals (results then match a non-flushing peer bit for bit near
 // zero, at the risk of the slow path).
 #pragma once
 
