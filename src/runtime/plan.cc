@@ -239,7 +239,7 @@ class WorkerFloatModes {
     if (!active_) return;
 #pragma omp parallel num_threads(threads_)
     {
-      if (t_mode_saved && omp_get_thread_num() != 0) {
+      if (t_mode_saved) {
         _mm_setcsr((_mm_getcsr() & kFloatStatusBits) | t_saved_mode);
         t_mode_saved = false;
       }

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -578,14 +579,24 @@ class SlicePlain final : public Kernel {
   }
 
  private:
-  template <int64_t kBytes>
-  static void FixedRuns(const char* src, char* dst, const int64_t* offsets, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * kBytes, src + offsets[i], kBytes);
-  }
-
-  template <int64_t kBytes>
-  static void FixedStrided(const char* src, int64_t step, char* dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * kBytes, src + i * step, kBytes);
+  // n runs of `run` bytes to dst, run i read at src + offset(i): a fixed-size copy for runs of up to 16 bytes.
+  template <class Offset>
+  static void Runs(int64_t run, const char* src, char* dst, int64_t n, Offset offset) {
+    auto fixed = [&](auto bytes) {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * bytes, src + offset(i), bytes);
+    };
+    switch (run) {
+      case 4:
+        return fixed(std::integral_constant<int64_t, 4>());
+      case 8:
+        return fixed(std::integral_constant<int64_t, 8>());
+      case 12:
+        return fixed(std::integral_constant<int64_t, 12>());
+      case 16:
+        return fixed(std::integral_constant<int64_t, 16>());
+      default:
+        for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * run, src + offset(i), static_cast<size_t>(run));
+    }
   }
 
   // Output rows [r0, r1): with one outer dim, rows at a fixed input step; else their input offsets (bytes) in blocks
@@ -593,22 +604,8 @@ class SlicePlain final : public Kernel {
   void CopyRows(const char* src, char* dst, int64_t r0, int64_t r1) const {
     const int64_t outer = static_cast<int64_t>(dims_.size()) - 1, run = inner_ * es_;
     if (outer == 1 && stride_.back() == 1) {
-      const int64_t step = stride_[0] * es_, n = r1 - r0;
-      const char* in = src + r0 * step;
-      char* out = dst + r0 * run;
-      switch (run) {
-        case 4:
-          return FixedStrided<4>(in, step, out, n);
-        case 8:
-          return FixedStrided<8>(in, step, out, n);
-        case 12:
-          return FixedStrided<12>(in, step, out, n);
-        case 16:
-          return FixedStrided<16>(in, step, out, n);
-        default:
-          for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * run, in + i * step, run);
-          return;
-      }
+      const int64_t step = stride_[0] * es_;
+      return Runs(run, src + r0 * step, dst + r0 * run, r1 - r0, [step](int64_t i) { return i * step; });
     }
     std::array<int64_t, 256> offsets;
     std::vector<int64_t> counter(outer);
@@ -635,22 +632,7 @@ class SlicePlain final : public Kernel {
           for (int64_t k = 0; k < inner_; ++k)
             std::memcpy(out + i * run + k * es_, src + offsets[i] + k * stride_.back() * es_, es_);
       } else {
-        switch (run) {
-          case 4:
-            FixedRuns<4>(src, out, offsets.data(), n);
-            break;
-          case 8:
-            FixedRuns<8>(src, out, offsets.data(), n);
-            break;
-          case 12:
-            FixedRuns<12>(src, out, offsets.data(), n);
-            break;
-          case 16:
-            FixedRuns<16>(src, out, offsets.data(), n);
-            break;
-          default:
-            for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * run, src + offsets[i], run);
-        }
+        Runs(run, src, out, n, [&offsets](int64_t i) { return offsets[i]; });
       }
       r += n;
     }

@@ -179,6 +179,9 @@ TEST(IntegerKernels, QuantizeAndDequantizeLinearPerTensorBitIdentical) {
   EXPECT_TRUE(FastKernelDeclines(MakeNode("QuantizeLinear", 2, 1, {{"axis", Attribute::Int(0)}}),
                                  {x, Tensor::FromVector<float>({3}, {0.5f, 1.f, 2.f})}, {false, true}));
   EXPECT_TRUE(FastKernelDeclines(q2, {x, scale}, {false, false}));
+  // A zero, negative or infinite scale: the reference kernel's arithmetic (x / 0 saturates, NaN to the zero point).
+  for (float odd : {0.f, -0.5f, std::numeric_limits<float>::infinity()})
+    EXPECT_TRUE(FastKernelDeclines(q2, {x, Tensor::Scalar<float>(odd)}, {false, true})) << odd;
 }
 
 TEST(IntegerKernels, DeclinedWhereTheReferenceRuns) {

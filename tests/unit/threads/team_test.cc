@@ -1,24 +1,25 @@
 // osprey's OpenMP runtime (src/threads/team.cc) against the OpenMP semantics osprey and oneDNN rely on; expected
 // values are computed by hand from the OpenMP specification (thread numbers, static schedules), not by the runtime.
-#include "threads/team.h"
-
 #include <dlfcn.h>
-#include <gtest/gtest.h>
-#include <omp.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <omp.h>
 #include <xmmintrin.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "threads/team.h"
 
 extern "C" {
 bool GOMP_loop_static_start(long start, long end, long incr, long chunk, long* istart, long* iend);
