@@ -103,6 +103,17 @@ void Activation::Apply(float* data, int64_t n) const {
   WithFormula(*this, [&](auto f) { ForEach(data, n, f); });
 }
 
+bool HasFusedPRelu(const Node& node) { return node.GetInt("_prelu", 0) != 0; }
+
+void ApplyPReluPlanes(const float* slopes, int64_t num_slopes, int64_t channels, float* data, int64_t planes,
+                      int64_t inner) {
+  for (int64_t p = 0; p < planes; ++p) {
+    const float slope = slopes[num_slopes == 1 ? 0 : p % channels];
+    float* d = data + p * inner;
+    for (int64_t i = 0; i < inner; ++i) d[i] = d[i] < 0 ? slope * d[i] : d[i];
+  }
+}
+
 bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>& values, Activation* out) {
   Activation a;
   if (n.op_type == "Gelu" && n.GetString("approximate", "none") != "none") return false;

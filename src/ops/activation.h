@@ -41,6 +41,16 @@ struct Activation {
   void Apply(float* data, int64_t n) const;
 };
 
+/// A Conv's fused PRelu (runtime/fusion.cc FuseConvPRelu; docs/architecture.md): `_prelu` = 1 and input
+/// kPReluSlopeInput holding the slopes, float32 [C] (one per output channel) or [1] (one for all). It is the node's
+/// activation, applied after the bias and the residual: the node has no `_activation` then (ops/nn.cc checks).
+inline constexpr int kPReluSlopeInput = 6;
+bool HasFusedPRelu(const Node& node);
+/// PRelu on `planes` planes of `inner` values each (plane p has channel p % channels, as NCHW tensors lie), in place:
+/// x < 0 ? slope * x : x, with slopes[0] for all when `num_slopes` is 1.
+void ApplyPReluPlanes(const float* slopes, int64_t num_slopes, int64_t channels, float* data, int64_t planes,
+                      int64_t inner);
+
 /// The `_activation` name of a kind: the ONNX op's name ("Silu" for kSilu, "" for kNone).
 const char* ActivationName(ActivationKind kind);
 /// The kind named `name` (as ActivationName writes it); false for an unknown name.

@@ -139,6 +139,18 @@ void InferConv(InferContext& c) {
   } else if (c.Has(kDwWeightInput) || c.Has(kDwBiasInput)) {
     c.Fail("inputs 4 and 5 are only allowed on a fused node with _dw_strides");
   }
+  if (HasFusedPRelu(c.node)) {
+    if (HasFusedDepthwise(c.node) || c.node.GetInt("_int8", 0) != 0 || !c.node.GetString("_activation", "").empty())
+      c.Fail("a fused PRelu (_prelu) is the node's only activation: no _activation, _dw_strides or _int8");
+    if (!c.Has(kPReluSlopeInput)) c.Fail("_prelu is set but input 6 (the slopes) is missing");
+    RequireF32(c, kPReluSlopeInput, "PRelu slope");
+    const Shape& slope = c.input_shapes[kPReluSlopeInput];
+    if (slope != Shape{1} && slope != Shape{out_channels})
+      c.Fail("PRelu slope (input 6) should have shape [1] or [" + std::to_string(out_channels) + "], got " +
+             ShapeToString(slope));
+  } else if (c.Has(kPReluSlopeInput)) {
+    c.Fail("input 6 is only allowed on a fused node with _prelu = 1");
+  }
   c.SetOutput(0, DType::kF32, y);
 }
 
@@ -445,7 +457,7 @@ OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int ma
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Add(Schema("Conv", 2, 6, 1, 1, InferConv));  // 3: fused residual; 4, 5: fused depthwise (internal)
+  r.Add(Schema("Conv", 2, 7, 1, 1, InferConv));  // 3: fused residual; 4, 5: fused depthwise; 6: PRelu (internal)
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));

@@ -211,13 +211,12 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
-// Pointwise + depthwise convolution fusion (FuseConvDepthwise) is on unless OSPREY_FUSE_DW=0 (for comparisons).
-bool FuseDepthwiseEnabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("OSPREY_FUSE_DW");
-    return !(e && std::string(e) == "0");
-  }();
-  return enabled;
+// The fusions that need a fast kernel's consent are on unless their variable is 0 (for comparisons):
+// OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
+// FuseConvPRelu).
+bool FusionSwitchedOn(const char* variable) {
+  const char* e = std::getenv(variable);
+  return !(e && std::string(e) == "0");
 }
 
 KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, int num_threads, Bf16Use bf16,
@@ -527,10 +526,13 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   CheckDeclaredOutputTypes(st, graph, graph.outputs, "graph");
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
-  if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo && FuseDepthwiseEnabled())
+  if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_DW"))
     FuseConvDepthwise(st, [&](const Node& n) {
       return CpuKernelFusesDepthwise(MakeBuildContext(st, n, nthreads, bf16, tune));
     });
+  if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_PRELU"))
+    FuseConvPRelu(st,
+                  [&](const Node& n) { return CpuKernelFusesPRelu(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });

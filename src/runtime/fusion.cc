@@ -429,6 +429,50 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
   st.nodes = std::move(kept);
 }
 
+// Conv (with or without a fused residual) whose output only a PRelu with per-channel (or single) constant slopes reads
+// -> one Conv with `_prelu` and the slopes as input 6 (ops/activation.h), where `fast_kernel_takes` says oneDNN runs it
+// with the PRelu as a post-op. MediaPipe's and MTCNN's models put a PRelu after nearly every convolution.
+void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
+  Uses u = CountUses(st);
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int out : st.nodes[i].outputs)
+      if (out >= 0) producer[out] = static_cast<int>(i);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& prelu = st.nodes[j];
+    if (prelu.op_type != "PRelu" || !prelu.domain.empty() || prelu.inputs.size() != 2 || prelu.outputs.size() != 1)
+      continue;
+    const int y = prelu.inputs[0];
+    if (y < 0 || !Private(st, u, y) || producer[y] < 0) continue;
+    const Node& conv = st.nodes[producer[y]];
+    if (conv.op_type != "Conv" || conv.outputs.size() != 1 || !conv.GetString("_activation", "").empty() ||
+        conv.Has("_dw_strides") || conv.Has("_int8") || conv.Has("_prelu") || st.values[y].dtype != DType::kF32 ||
+        st.values[prelu.outputs[0]].shape != st.values[y].shape)
+      continue;
+    std::vector<float> slopes;
+    if (!PerChannelConstant(st, prelu.inputs[1], st.values[y].shape, &slopes)) continue;
+    Node fused = conv;
+    fused.inputs.resize(kPReluSlopeInput + 1, -1);
+    fused.inputs[kPReluSlopeInput] =
+        st.AddConstant(Tensor::FromVector<float>({static_cast<int64_t>(slopes.size())}, slopes));
+    fused.attrs["_prelu"] = Attribute::Int(1);
+    fused.outputs[0] = prelu.outputs[0];
+    if (!fast_kernel_takes(fused)) continue;
+    producer.resize(st.values.size(), -1);
+    producer[fused.outputs[0]] = producer[y];
+    st.nodes[producer[y]] = std::move(fused);
+    dead[j] = 1;
+    changed = true;
+  }
+  if (!changed) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 namespace {
 
 // Conv/Gemm/MatMul followed by a unary activation (or x * Sigmoid(x)) -> one node with _activation.

@@ -223,6 +223,9 @@ void RunFusionPasses(CompileState& state);
 /// the depthwise part (ops/fused_depthwise.h), where `fast_kernel_takes(fused node)`; for plans on the CPU's fast
 /// kernels (fusion.cc).
 void FuseConvDepthwise(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+/// Conv -> PRelu (per-channel constant slopes) as one Conv with `_prelu` (ops/activation.h) where `fast_kernel_takes`
+/// the fused node (fusion.cc).
+void FuseConvPRelu(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
 
 /// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
 /// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine

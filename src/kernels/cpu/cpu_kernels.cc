@@ -91,6 +91,14 @@ bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx) {
   }
 }
 
+bool CpuKernelFusesPRelu(const KernelBuildContext& ctx) {
+  try {
+    return cpu::DnnlConvFusesPRelu(ctx);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads) {
   return cpu::CreateDnnlLayoutReorder(shape, from, to, num_threads);
 }

@@ -32,6 +32,9 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx);
 /// True when `ctx.node`, a Conv carrying a fused depthwise convolution (ops/fused_depthwise.h), gets a fast fused
 /// kernel (oneDNN's 1x1 + depthwise convolution, which exists for some shapes and ISAs only).
 bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx);
+/// True when `ctx.node`, a Conv carrying a fused PRelu (ops/activation.h), gets oneDNN's kernel with the PRelu as a
+/// post-op.
+bool CpuKernelFusesPRelu(const KernelBuildContext& ctx);
 
 /// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
 /// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat

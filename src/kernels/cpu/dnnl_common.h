@@ -386,6 +386,9 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx);
 /// Whether a Conv carrying a fused depthwise convolution (ops/fused_depthwise.h) gets oneDNN's fused kernel (not its
 /// reference implementation, which runs the two convolutions one after the other) on NHWC tensors.
 bool DnnlConvFusesDepthwise(const KernelBuildContext& ctx);
+/// Whether a Conv carrying a fused PRelu (ops/activation.h HasFusedPRelu) gets a oneDNN kernel with the PRelu as a
+/// post-op (not its reference implementation).
+bool DnnlConvFusesPRelu(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);

@@ -1,7 +1,7 @@
 // Conv (1-D, 2-D, 3-D) on oneDNN: groups and depthwise, strides, dilations, asymmetric and auto pads, bias, and the
-// fused residual add, activation and 3x3 depthwise convolution of docs/architecture.md as post-ops (a last SiLU the
-// kernel applies itself, OwnSilu). 2-D convolutions also read and write channels-last (NHWC) activations when the
-// runtime's layout pass asks for them (KernelBuildContext layouts).
+// fused residual add, activation, PRelu and 3x3 depthwise convolution of docs/architecture.md as post-ops (a last
+// SiLU the kernel applies itself, OwnSilu). 2-D convolutions also read and write channels-last (NHWC) activations when
+// the runtime's layout pass asks for them (KernelBuildContext layouts).
 #include "kernels/cpu/dnnl_conv.h"
 
 #include <omp.h>
@@ -180,6 +180,13 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   if (residual) ops.append_sum(1.f);
   const bool own_silu = OwnSilu(node, g);
   if (!(g.dw_stride == 0 && own_silu) && !AppendFusedActivation(node, ops)) return {};
+  if (HasFusedPRelu(node)) {
+    // Slopes per output channel (mask: dimension 1) or one for all (mask 0); known now, as the weight is.
+    const Tensor* slopes = ctx.input_values.size() > kPReluSlopeInput ? ctx.input_values[kPReluSlopeInput] : nullptr;
+    if (slopes == nullptr || slopes->raw() == nullptr || g.dw_stride > 0 || own_silu) return {};
+    if (slopes->numel() != 1 && slopes->numel() != g.w[0]) return {};
+    ops.append_prelu(slopes->numel() == 1 ? 0 : 1 << 1);
+  }
   if (g.dw_stride > 0) {
     // The depthwise convolution runs on the activated output rows as they are made, then its own activation.
     const Tensor* dw_weight = ctx.input_values.size() > kDwWeightInput ? ctx.input_values[kDwWeightInput] : nullptr;
@@ -219,6 +226,7 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
          std::to_string(ctx.node.GetInt("_residual", 0)) + ";" + ctx.node.GetString("_activation", "") + ";" +
          std::to_string(ctx.node.GetFloat("_alpha", 0.f)) + ";" + std::to_string(ctx.node.GetFloat("_beta", 0.f));
   if (OwnSilu(ctx.node, g)) key += ";own-silu";
+  if (HasFusedPRelu(ctx.node)) key += ";prelu" + std::to_string(ctx.input_shapes[kPReluSlopeInput][0]);
   if (g.dw_stride > 0)
     key += ";dw" + std::to_string(g.dw_stride) + ";" + std::to_string(g.dw_pad) + ";" +
            ctx.node.GetString("_dw_activation", "") + ";" + std::to_string(ctx.node.GetFloat("_dw_alpha", 0.f)) + ";" +
@@ -295,6 +303,15 @@ class DnnlConvKernel final : public Kernel {
       dw_bias_md_ = pd_.query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
       if (dw_bias_md_.get_size() != dw_bias_.size() * sizeof(float)) return false;
       fused_dw_ = true;
+    }
+    if (HasFusedPRelu(ctx.node)) {  // MakeConvPd has checked the slopes
+      const Tensor& slopes = *ctx.input_values[kPReluSlopeInput];
+      prelu_slopes_.assign(slopes.data<float>(), slopes.data<float>() + slopes.numel());
+      const dnnl::post_ops ops = pd_.get_primitive_attr().get_post_ops();
+      prelu_post_op_ = -1;
+      for (int i = 0; i < ops.len(); ++i)
+        if (ops.kind(i) == dnnl::primitive::kind::prelu) prelu_post_op_ = i;
+      if (prelu_post_op_ < 0) return false;
     }
 
     reorder_src_ = conv_src_md_ != user_src_md_;
@@ -377,6 +394,9 @@ class DnnlConvKernel final : public Kernel {
       r.conv.Add(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, dw_weight_.memory);
       r.conv.Add(DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, WrapMemory(dw_bias_md_, dw_bias_.data()));
     }
+    if (!prelu_slopes_.empty())
+      r.conv.Add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(prelu_post_op_) | DNNL_ARG_WEIGHTS,
+                 WrapMemory(PlainDesc({static_cast<int64_t>(prelu_slopes_.size())}), prelu_slopes_.data()));
     if (residual_) {
       r.residual = UnboundMemory(user_residual_md_);
       r.residual_reorder.Add(DNNL_ARG_FROM, r.residual).Add(DNNL_ARG_TO, r.io.dst).Add(DNNL_ARG_SCRATCHPAD,
@@ -403,6 +423,9 @@ class DnnlConvKernel final : public Kernel {
   PackedWeight dw_weight_;
   std::vector<float> dw_bias_, zero_bias_;
   memory::desc dw_bias_md_;
+  // A fused PRelu's slopes ([C] or [1]) and the index of its post-op.
+  std::vector<float> prelu_slopes_;
+  int prelu_post_op_ = -1;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
   PerCaller<RunState> runs_;
 };
@@ -430,8 +453,8 @@ std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& 
   const bool residual = ctx.node.GetInt("_residual", 0) != 0;
   WinogradConvGeometry wg;
   if (mode == "0" || ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 ||
-      g.w[2] != 3 || g.w[3] != 3 || g.strides != memory::dims{1, 1} || g.dilates != memory::dims{0, 0} ||
-      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
+      HasFusedPRelu(ctx.node) || g.w[2] != 3 || g.w[3] != 3 || g.strides != memory::dims{1, 1} ||
+      g.dilates != memory::dims{0, 0} || ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
       (residual && ctx.InLayout(3) != Layout::kNhwc) || !Activation::FromFusedNode(ctx.node, &wg.activation))
     return std::nullopt;
   wg.batch = g.x[0];
@@ -530,7 +553,7 @@ ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
   for (int64_t s : ctx.node.GetInts("strides")) pointwise = pointwise && s == 1;
   for (int64_t p : ctx.node.GetInts("pads")) pointwise = pointwise && p == 0;
-  const bool activation = !ctx.node.GetString("_activation", "").empty();
+  const bool activation = !ctx.node.GetString("_activation", "").empty() || HasFusedPRelu(ctx.node);
   return pointwise && !activation ? ConvLayout::kPlain : ConvLayout::kPreferred;
 }
 
@@ -551,6 +574,14 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   OmpThreadsGuard threads(ctx.num_threads);
   return (ctx.bf16 != Bf16Use::kNo && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
          static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
+}
+
+bool DnnlConvFusesPRelu(const KernelBuildContext& ctx) {
+  if (!HasFusedPRelu(ctx.node) || ctx.input_shapes.size() <= kPReluSlopeInput || !AllFloat32(ctx)) return false;
+  ConvGeometry g;
+  if (!ComputeGeometry(ctx, g)) return false;
+  OmpThreadsGuard threads(ctx.num_threads);
+  return static_cast<bool>(MakeConvPd(ctx, g, ChooseLayout(ctx)));
 }
 
 bool DnnlConvFusesDepthwise(const KernelBuildContext& ctx) {

@@ -13,6 +13,7 @@
 
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
+#include "ops/activation.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
 #include "ops/grid_sample.h"
@@ -318,6 +319,10 @@ void ConvRef(KernelContext& ctx) {
     }
   }
   ApplyFusedActivation(node, yd, y.numel());
+  if (HasFusedPRelu(node)) {
+    const Tensor& slopes = ctx.In(kPReluSlopeInput);
+    ApplyPReluPlanes(slopes.data<float>(), slopes.numel(), out_channels, yd, batch * out_channels, out_vol);
+  }
   if (int8) Int8Grid(node, "y", yd, y.numel());
 }
 
