@@ -68,6 +68,7 @@ std::vector<int64_t> NormalizeAxes(const InferContext& ctx, const std::vector<in
   std::set<int64_t> seen;
   for (int64_t a : axes) {
     int64_t n = NormalizeAxis(a, rank, ctx.node);
+    if (n >= rank) ctx.Fail("axes " + IntsToString(axes) + " name axis " + Str(a) + " of a scalar");
     if (!seen.insert(n).second) ctx.Fail("axes " + IntsToString(axes) + " name axis " + Str(a) + " twice");
     out.push_back(n);
   }
@@ -374,6 +375,7 @@ void InferSqueeze(InferContext& ctx) {
   if (has_axes && !axes.empty()) {
     for (int64_t a : axes) {
       int64_t n = NormalizeAxis(a, rank, ctx.node);
+      if (n >= rank) ctx.Fail("cannot squeeze axis " + Str(a) + " of a scalar");
       if (in[n] != 1)
         ctx.Fail("cannot squeeze axis " + Str(a) + " of shape " + ShapeToString(in) + ": its size is " + Str(in[n]));
       drop[n] = true;

@@ -73,3 +73,58 @@ def test_hostile_if_and_recurrent_models(osprey_bin, tmp_path):
         r = run("run", path, "--random-inputs", "--output-dir", tmp_path / f"{name}.out")
         assert r.returncode == 1, (name, r.returncode, r.stderr)
         assert "osprey: error:" in r.stderr and expected in r.stderr, (name, r.stderr)
+
+
+def test_models_from_the_mutation_fuzzer(osprey_bin, tmp_path):
+    """What a structured mutation fuzz of the PyPI models (thirty-fourth session) crashed on, each reduced to one node:
+    a batch dim of 0 broadcast against a 2-D MatMul weight (the reference kernel ran one batch into an empty output), a
+    Conv stride of 2^31 - 1 and a MaxPool pad of 2^31 (oneDNN divided by zero sizing its kernels), Squeeze and Pad
+    naming axis 0 of a scalar (read past the shape). Legal ones run and match ONNX Runtime; the others get a clear
+    error."""
+    import onnxruntime as ort
+
+    run = cli_runner(osprey_bin, TIMEOUT_S)
+    vi = helper.make_tensor_value_info
+    f32 = lambda a, name: numpy_helper.from_array(np.asarray(a, np.float32), name)  # noqa: E731
+    i64 = lambda a, name: numpy_helper.from_array(np.asarray(a, np.int64), name)  # noqa: E731
+    rng = np.random.default_rng(0)
+    y = vi("y", TensorProto.FLOAT, None)
+
+    def check(name, graph, x, expected_error=None, reference=False):
+        path = save(tmp_path / f"{name}.onnx", graph, opset=17)
+        np.save(tmp_path / f"{name}.x.npy", x)
+        out = tmp_path / f"{name}.out"
+        r = run("run", path, "--input", f"x={tmp_path / f'{name}.x.npy'}", "--output-dir", out,
+                *(["--reference"] if reference else []))
+        if expected_error:
+            assert r.returncode == 1, (name, r.returncode, r.stderr)
+            assert "osprey: error:" in r.stderr and expected_error in r.stderr, (name, r.stderr)
+            return
+        assert r.returncode == 0, (name, r.returncode, r.stderr)
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = np.load(out / "y.npy")
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+    # onnx-asr's Whisper front end with its batch dim set to 0.
+    matmul = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                               [vi("x", TensorProto.FLOAT, [0, 3000, 201])], [y], [f32(rng.random((201, 80)), "w")])
+    for reference in (False, True):
+        check("matmul_empty_batch", matmul, np.zeros((0, 3000, 201), np.float32), reference=reference)
+    # MediaPipe's hand_recrop: a 64 -> 32 2x2 Conv with one stride made 2^31 - 1.
+    conv = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, (1 << 31) - 1], kernel_shape=[2, 2])], "g",
+        [vi("x", TensorProto.FLOAT, [1, 64, 16, 16])], [y], [f32(rng.random((32, 64, 2, 2)) - 0.5, "w")])
+    check("conv_huge_stride", conv, rng.random((1, 64, 16, 16), np.float32))
+    pool = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], pads=[1 << 31, 0, 0, 0]),
+         helper.make_node("Conv", ["p", "w"], ["y"], kernel_shape=[3, 3])], "g",
+        [vi("x", TensorProto.FLOAT, [1, 32, 8, 8])], [y], [f32(rng.random((8, 32, 3, 3)), "w")])
+    check("maxpool_huge_pad", pool, rng.random((1, 32, 8, 8), np.float32), "out of host memory")
+    scalar = vi("x", TensorProto.FLOAT, [])
+    squeeze = helper.make_graph([helper.make_node("Squeeze", ["x", "a"], ["y"])], "g", [scalar], [y],
+                                [i64([0], "a")])
+    check("squeeze_scalar", squeeze, np.float32(1), "cannot squeeze axis 0 of a scalar")
+    pad = helper.make_graph([helper.make_node("Pad", ["x", "p", "", "a"], ["y"])], "g", [scalar], [y],
+                            [i64([1, 1], "p"), i64([0], "a")])
+    check("pad_scalar_axes", pad, np.float32(1), "name axis 0 of a scalar")

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/dnnl_common.h"
 #include "ops/op_registry.h"
 
@@ -13,13 +15,40 @@ namespace cpu {
 std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& ctx);  // resize_kernel.cc
 }  // namespace cpu
 
+namespace {
+
+// oneDNN sizes its JIT kernels' loops and blocks in 32-bit ints, and so do parts of osprey's own: a tensor of more than
+// 2^31 - 1 elements, or a window attribute above 2^20, made primitive creation divide by zero or crash (fuzzed models:
+// a Conv with strides [2, 2^31 - 1]; a MaxPool pad of 2^31, whose [1, 32, 2^30 + 4, 8] output reached the next Conv).
+// Such nodes run on the reference kernels, which index in 64 bits.
+constexpr int64_t kMaxFastElements = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxFastWindowAttr = int64_t{1} << 20;
+
+bool WithinFastKernelLimits(const KernelBuildContext& ctx) {
+  for (const std::vector<Shape>* shapes : {&ctx.input_shapes, &ctx.output_shapes})
+    for (const Shape& s : *shapes) {
+      int64_t n = 1;
+      for (int64_t d : s) {
+        if (d > kMaxFastElements) return false;
+        n = d == 0 ? 0 : std::min(n * d, kMaxFastElements + 1);  // both factors <= 2^31: no overflow
+      }
+      if (n > kMaxFastElements) return false;
+    }
+  for (const char* name : {"strides", "pads", "dilations", "kernel_shape", "output_padding"})
+    for (int64_t v : ctx.node.GetInts(name, {}))
+      if (v > kMaxFastWindowAttr || v < -kMaxFastWindowAttr) return false;
+  return true;
+}
+
+}  // namespace
+
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
   if (ctx.node.domain == kOspreyDomain) {
     if (std::unique_ptr<Kernel> k = CreateAugmentKernel(ctx)) return k;
     return CreateImageKernel(ctx);
   }
-  if (!ctx.node.domain.empty()) return nullptr;
+  if (!ctx.node.domain.empty() || !WithinFastKernelLimits(ctx)) return nullptr;
   try {
     if (op == "Conv" && ctx.node.Has("_int8")) return cpu::CreateDnnlConvInt8(ctx);
     if (op == "MatMul" && ctx.node.Has("_int8")) return cpu::CreateDnnlMatMulInt8(ctx);
@@ -69,7 +98,7 @@ namespace osprey {
 
 bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
   const std::string& op = ctx.node.op_type;
-  if (!ctx.node.domain.empty()) return false;
+  if (!ctx.node.domain.empty() || !WithinFastKernelLimits(ctx)) return false;
   try {
     if (op == "Conv" && ctx.node.Has("_int8")) return cpu::DnnlConvInt8SupportsNhwc(ctx);
     if (op == "Conv") return cpu::DnnlConvSupportsNhwc(ctx);
@@ -84,6 +113,7 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
 }
 
 bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx) {
+  if (!WithinFastKernelLimits(ctx)) return false;
   try {
     return cpu::DnnlConvFusesDepthwise(ctx);
   } catch (const dnnl::error&) {
@@ -92,6 +122,7 @@ bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx) {
 }
 
 bool CpuKernelFusesPRelu(const KernelBuildContext& ctx) {
+  if (!WithinFastKernelLimits(ctx)) return false;
   try {
     return cpu::DnnlConvFusesPRelu(ctx);
   } catch (const dnnl::error&) {

@@ -169,7 +169,8 @@ MatMulBatches BatchedMatMul(const Shape& a, const Shape& b) {
   Shape a_batch(batch_rank, 1), b_batch(batch_rank, 1), batch(batch_rank);
   std::copy(as.begin(), as.end() - 2, a_batch.end() - (as.size() - 2));
   std::copy(bs.begin(), bs.end() - 2, b_batch.end() - (bs.size() - 2));
-  for (size_t d = 0; d < batch_rank; ++d) batch[d] = std::max(a_batch[d], b_batch[d]);
+  // Broadcasting takes the dim that is not 1 (0 against 1 is 0: no batches, not one).
+  for (size_t d = 0; d < batch_rank; ++d) batch[d] = a_batch[d] == 1 ? b_batch[d] : a_batch[d];
   const int64_t count = NumElements(batch);
   mm.offsets.resize(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
