@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "osprey/error.h"
 #include "osprey/graph.h"
 
 namespace osprey {
@@ -101,6 +102,75 @@ float Activation::Apply(float x) const {
 void Activation::Apply(float* data, int64_t n) const {
   if (kind == ActivationKind::kNone) return;
   WithFormula(*this, [&](auto f) { ForEach(data, n, f); });
+}
+
+float FakeQuantizeValue(float x, float scale, float lo, float hi) {
+  const float r = std::nearbyint(x / scale);
+  const float v = r < lo ? lo : r;
+  return (hi < v ? hi : v) * scale;
+}
+
+bool CarriesFusedSteps(const std::string& op_type) {
+  static const char* const kCarriers[] = {"Add",  "Sub",     "Mul",  "Div",   "Relu",        "LeakyRelu",
+                                          "Clip", "Sigmoid", "Tanh", "Round", "HardSigmoid", "HardSwish"};
+  for (const char* c : kCarriers)
+    if (op_type == c) return true;
+  return false;
+}
+
+std::vector<UnaryStep> FusedSteps(const Node& node) {
+  if (!node.Has("_then")) return {};
+  auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": fused steps (_then): " + what);
+  };
+  if (!node.domain.empty() || !CarriesFusedSteps(node.op_type)) fail("op " + node.op_type + " cannot carry them");
+  const std::vector<int64_t> codes = node.GetInts("_then");
+  const std::vector<float> params = node.GetFloats("_then_params", {});
+  if (codes.empty() || codes.size() > UnaryStep::kMaxSteps)
+    fail("1 to " + std::to_string(UnaryStep::kMaxSteps) + " steps, got " + std::to_string(codes.size()));
+  if (params.size() != 3 * codes.size())
+    fail("_then_params needs 3 values per step, got " + std::to_string(params.size()) + " for " +
+         std::to_string(codes.size()) + " steps");
+  std::vector<UnaryStep> steps(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    UnaryStep& s = steps[i];
+    const float* p = params.data() + 3 * i;
+    if (codes[i] == UnaryStep::kFakeQuantizeStep) {
+      s.fake_quantize = true;
+      s.scale = p[0];
+      s.lo = p[1];
+      s.hi = p[2];
+      if (!(s.scale > 0.f) || !std::isfinite(s.scale) || !(s.lo <= s.hi) || !std::isfinite(s.lo) ||
+          !std::isfinite(s.hi))
+        fail("a fake quantisation needs a finite scale > 0 and finite lo <= hi");
+      continue;
+    }
+    bool known = false;
+    for (const NamedKind& e : kNames)
+      known = known || (static_cast<int64_t>(e.kind) == codes[i] && e.kind != ActivationKind::kNone);
+    if (!known) fail("unknown step code " + std::to_string(codes[i]));
+    s.act = Activation{static_cast<ActivationKind>(codes[i]), p[0], p[1]};
+  }
+  return steps;
+}
+
+void WriteFusedSteps(Node& node, const std::vector<UnaryStep>& steps) {
+  std::vector<int64_t> codes;
+  std::vector<float> params;
+  for (const UnaryStep& s : steps) {
+    codes.push_back(s.fake_quantize ? UnaryStep::kFakeQuantizeStep : static_cast<int64_t>(s.act.kind));
+    if (s.fake_quantize)
+      params.insert(params.end(), {s.scale, s.lo, s.hi});
+    else
+      params.insert(params.end(), {s.act.alpha, s.act.beta, 0.f});
+  }
+  node.attrs["_then"] = Attribute::Ints(codes);
+  node.attrs["_then_params"] = Attribute::Floats(params);
+}
+
+void ApplyFusedSteps(const Node& node, float* data, int64_t n) {
+  for (const UnaryStep& s : FusedSteps(node))
+    for (int64_t i = 0; i < n; ++i) data[i] = s.Apply(data[i]);
 }
 
 bool HasFusedPRelu(const Node& node) { return node.GetInt("_prelu", 0) != 0; }

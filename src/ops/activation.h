@@ -51,6 +51,34 @@ bool HasFusedPRelu(const Node& node);
 void ApplyPReluPlanes(const float* slopes, int64_t num_slopes, int64_t channels, float* data, int64_t planes,
                       int64_t inner);
 
+/// A QuantizeLinear -> DequantizeLinear pair on one value: clip(round(x / scale), lo, hi) * scale (round half to
+/// even; a division, not a product with 1 / scale, as the Div it replaces). The one formula of the reference kernels
+/// (Round with `_quant_scale`, runtime/fusion_qdq.cc; fused steps below); the fast kernels compute the same bits.
+float FakeQuantizeValue(float x, float scale, float lo, float hi);
+
+/// One unary step of a chain fused into an elementwise node (runtime/fusion.cc FuseElementwiseChains): an activation
+/// or a fake quantisation. A node carries its steps as `_then` (ints: ActivationKind codes, kFakeQuantizeStep for a
+/// fake quantisation) and `_then_params` (floats, 3 per step: alpha, beta, 0 or scale, lo, hi), applied in order to
+/// its output. Only Add, Sub, Mul, Div and the unary ops of kStepCarriers carry them (float32 only).
+struct UnaryStep {
+  static constexpr int64_t kFakeQuantizeStep = 100;
+  static constexpr size_t kMaxSteps = 8;
+  bool fake_quantize = false;
+  Activation act;                         // when !fake_quantize
+  float scale = 1.f, lo = 0.f, hi = 0.f;  // when fake_quantize
+
+  float Apply(float x) const { return fake_quantize ? FakeQuantizeValue(x, scale, lo, hi) : act.Apply(x); }
+};
+/// Whether `op_type` (default domain) may carry fused steps.
+bool CarriesFusedSteps(const std::string& op_type);
+/// The fused steps of `node` (empty when it has no `_then`). Throws kInvalidArgument naming the node when they are
+/// malformed (unknown code, wrong parameter count, a fake quantisation with a bad scale or bounds, more than
+/// kMaxSteps) or the op cannot carry them.
+std::vector<UnaryStep> FusedSteps(const Node& node);
+void WriteFusedSteps(Node& node, const std::vector<UnaryStep>& steps);
+/// Applies `node`'s fused steps to data[0, n), in place (reference numerics).
+void ApplyFusedSteps(const Node& node, float* data, int64_t n);
+
 /// The `_activation` name of a kind: the ONNX op's name ("Silu" for kSilu, "" for kNone).
 const char* ActivationName(ActivationKind kind);
 /// The kind named `name` (as ActivationName writes it); false for an unknown name.

@@ -10,6 +10,7 @@
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference.h"
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 #include "ops/slice.h"
 #include "runtime/inline_if.h"
@@ -148,6 +149,12 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
                                                    "produced by an earlier node)");
   InferContext ic = MakeInferContext(st, node);
   schema->infer(ic);
+  const bool fused_steps = node.Has("_then");
+  if (fused_steps) {  // a chain fused into an elementwise node (ops/activation.h), or a model claiming one
+    (void)FusedSteps(node);
+    if (ic.output_dtypes.size() != 1 || ic.output_dtypes[0] != DType::kF32)
+      throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": fused steps (_then) need one float32 output");
+  }
   if (ic.output_shapes.size() < node.outputs.size()) {
     // Optional outputs the schema did not describe are not produced.
     for (size_t i = ic.output_shapes.size(); i < node.outputs.size(); ++i)
@@ -198,6 +205,7 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
   } else {
     for (Tensor& t : outs) kc.outputs.push_back(&t);
     kernel(kc);
+    if (fused_steps) ApplyFusedSteps(node, outs[0].data<float>(), outs[0].numel());
   }
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     CompileValue& out = st.values[node.outputs[i]];
@@ -211,9 +219,9 @@ void InferAndFold(CompileState& st) {
   for (const Node& node : st.graph->nodes) InferAndFoldNode(st, node);
 }
 
-// The fusions that need a fast kernel's consent are on unless their variable is 0 (for comparisons):
+// The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
 // OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
-// FuseConvPRelu).
+// FuseConvPRelu), OSPREY_FUSE_CHAINS (unary steps into an elementwise node, FuseElementwiseChains).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -533,6 +541,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_PRELU"))
     FuseConvPRelu(st,
                   [&](const Node& n) { return CpuKernelFusesPRelu(MakeBuildContext(st, n, nthreads, bf16, tune)); });
+  if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
+    FuseElementwiseChains(st);
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });
@@ -653,6 +663,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     if (step.on_device)
       for (int s : step.outputs)
         if (s >= 0) made_on_device.insert(s);
+    step.fused_steps = node.Has("_then");
     step.node = std::move(node);
     impl->steps.push_back(std::move(step));
   }

@@ -473,6 +473,60 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
   st.nodes = std::move(kept);
 }
 
+// The step a unary node computes, if it can join a chain (ops/activation.h UnaryStep): an activation the fusion pass
+// reads (constant Clip bounds), or a fake quantisation (a Round with `_quant_scale`, fusion_qdq.cc).
+bool StepOfNode(const CompileState& st, const Node& n, UnaryStep* step) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.Has("_then") || n.inputs.empty()) return false;
+  if (n.op_type == "Round") {
+    if (!n.Has("_quant_scale")) return false;
+    step->fake_quantize = true;
+    step->scale = n.GetFloat("_quant_scale", 1.f);
+    step->lo = n.GetFloat("_quant_lo", 0.f);
+    step->hi = n.GetFloat("_quant_hi", 0.f);
+    return true;
+  }
+  step->fake_quantize = false;
+  return FusableActivationOf(st, n, &step->act);
+}
+
+// An elementwise node (ops/activation.h CarriesFusedSteps) whose output only a unary activation or fake quantisation
+// reads takes it as a fused step (`_then`), and so on along the chain: one pass over the data instead of one per op.
+// Full-integer TFLite models converted by tf2onnx are chains of them (Add -> Relu -> QuantizeLinear ->
+// DequantizeLinear after every residual add; Sigmoid -> Q -> DQ and Mul -> Q -> DQ for each SiLU).
+void FuseElementwiseChains(CompileState& st) {
+  const Uses u = CountUses(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    Node& carrier = st.nodes[i];
+    if (dead[i] || !carrier.domain.empty() || !CarriesFusedSteps(carrier.op_type) || carrier.outputs.size() != 1 ||
+        carrier.Has("_then"))
+      continue;
+    std::vector<UnaryStep> steps;
+    while (steps.size() < UnaryStep::kMaxSteps) {
+      const int y = carrier.outputs[0];
+      if (y < 0 || st.values[y].dtype != DType::kF32 || !Private(st, u, y)) break;
+      const int j = u.consumers[y][0];
+      const Node& next = st.nodes[j];
+      UnaryStep step;
+      if (dead[j] || next.inputs[0] != y || !StepOfNode(st, next, &step) ||
+          st.values[next.outputs[0]].dtype != DType::kF32 || st.values[next.outputs[0]].shape != st.values[y].shape)
+        break;
+      steps.push_back(step);
+      carrier.outputs[0] = next.outputs[0];
+      dead[j] = 1;
+    }
+    if (steps.empty()) continue;
+    WriteFusedSteps(carrier, steps);
+    changed = true;
+  }
+  if (!changed) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 namespace {
 
 // Conv/Gemm/MatMul followed by a unary activation (or x * Sigmoid(x)) -> one node with _activation.

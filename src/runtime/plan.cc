@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/float_env.h"
+#include "ops/activation.h"
 #include "runtime/arena_pool.h"
 #include "runtime/plan_impl.h"
 
@@ -370,10 +371,12 @@ std::vector<Tensor> Plan::RunSteps(const std::vector<Tensor>& inputs, std::vecto
         if (step.on_device) ctx.workspace = static_cast<char*>(device_arena->data()) + step.workspace_offset;
       }
       auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-      if (step.fast)
+      if (step.fast) {
         step.fast->Run(ctx);
-      else
+      } else {
         step.reference(ctx);
+        if (step.fused_steps) ApplyFusedSteps(step.node, ctx.Out(0).data<float>(), ctx.Out(0).numel());
+      }
       // Profiling times each device step to its end, not its launch.
       if (profile && step.on_device) p.backend->Synchronize(p.device.ordinal, stream);
       if (profile) {

@@ -38,6 +38,9 @@ struct Step {
   std::vector<Shape> input_views;
   std::vector<char> has_view;
   ReferenceKernel reference = nullptr;
+  // The node carries fused steps (`_then`, ops/activation.h): applied to output 0 after the reference kernel (the
+  // fast kernels apply them themselves).
+  bool fused_steps = false;
   std::unique_ptr<Kernel> fast;
   // Runs on the plan's device (its fast kernel came from DeviceBackend::CreateKernel, or it is a copy to the device);
   // its workspace is [workspace_offset, + fast->WorkspaceBytes()) of the device arena.
@@ -226,6 +229,9 @@ void FuseConvDepthwise(CompileState& state, const std::function<bool(const Node&
 /// Conv -> PRelu (per-channel constant slopes) as one Conv with `_prelu` (ops/activation.h) where `fast_kernel_takes`
 /// the fused node (fusion.cc).
 void FuseConvPRelu(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+/// Chains of unary activations and fake quantisations after an elementwise node as its fused steps (`_then`,
+/// ops/activation.h; fusion.cc).
+void FuseElementwiseChains(CompileState& state);
 
 /// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
 /// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine

@@ -33,8 +33,8 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
-
 #include "kernels/cpu/vector_math.h"
+#include "ops/activation.h"
 
 namespace osprey::cpu {
 namespace {
@@ -297,6 +297,85 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRow(Bina
   }
 }
 
+template <class F>
+[[gnu::always_inline]] inline void MapInPlace(float* y, int64_t n, F f) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = f(y[i]);
+}
+
+// A fused step (ops/activation.h UnaryStep) on y[0, n), in place: the unary ops a chain may hold.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void StepRow(const UnaryParams& p, float* y, int64_t n) {
+  switch (p.op) {
+    case UnaryOp::kRelu:
+      return MapInPlace(y, n, Relu{});
+    case UnaryOp::kLeakyRelu:
+      return MapInPlace(y, n, LeakyRelu{p.alpha});
+    case UnaryOp::kClip:
+      return MapInPlace(y, n, Clip{p.alpha, p.beta});
+    case UnaryOp::kSigmoid:
+      return MapInPlace(y, n, Sigmoid{});
+    case UnaryOp::kTanh:
+      return MapInPlace(y, n, Tanh{});
+    case UnaryOp::kHardSigmoid:
+      return MapInPlace(y, n, HardSigmoid{p.alpha, p.beta});
+    case UnaryOp::kHardSwish:
+      return MapInPlace(y, n, HardSwish{});
+    case UnaryOp::kGelu:
+      return MapInPlace(y, n, Gelu{});
+    case UnaryOp::kFakeQuantize:
+      return MapInPlace(y, n, FakeQuantize{p.gamma, p.alpha, p.beta});
+    default:
+      return;  // StepParams makes no other
+  }
+}
+
+// The fused steps of a node as StepRow parameters; false when one has no fast form (the reference kernel runs).
+bool StepParams(const Node& node, std::vector<UnaryParams>* out) {
+  for (const UnaryStep& s : FusedSteps(node)) {
+    UnaryParams p;
+    if (s.fake_quantize) {
+      p = {UnaryOp::kFakeQuantize, s.lo, s.hi, s.scale};
+    } else {
+      p.alpha = s.act.alpha;
+      p.beta = s.act.beta;
+      switch (s.act.kind) {
+        case ActivationKind::kRelu:
+          p.op = UnaryOp::kRelu;
+          break;
+        case ActivationKind::kLeakyRelu:
+          p.op = UnaryOp::kLeakyRelu;
+          break;
+        case ActivationKind::kClip:
+          p.op = UnaryOp::kClip;
+          break;
+        case ActivationKind::kSigmoid:
+          p.op = UnaryOp::kSigmoid;
+          break;
+        case ActivationKind::kTanh:
+          p.op = UnaryOp::kTanh;
+          break;
+        case ActivationKind::kHardSigmoid:
+          p.op = UnaryOp::kHardSigmoid;
+          break;
+        case ActivationKind::kHardSwish:
+          p.op = UnaryOp::kHardSwish;
+          break;
+        case ActivationKind::kGelu:
+          p.op = UnaryOp::kGelu;
+          break;
+        default:
+          return false;
+      }
+    }
+    out->push_back(p);
+  }
+  return true;
+}
+
+void ApplySteps(const std::vector<UnaryParams>& steps, float* y, int64_t n) {
+  for (const UnaryParams& p : steps) StepRow(p, y, n);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Work split.
 
@@ -429,8 +508,11 @@ struct BinaryPlan {
 
 class UnaryKernel final : public Kernel {
  public:
-  UnaryKernel(const UnaryTraits& traits, UnaryParams params, int num_threads)
-      : traits_(traits), params_(params), num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+  UnaryKernel(const UnaryTraits& traits, UnaryParams params, int num_threads, std::vector<UnaryParams> steps)
+      : traits_(traits),
+        params_(params),
+        steps_(std::move(steps)),
+        num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
   const char* Name() const override { return traits_.kernel_name; }
 
   void Run(KernelContext& ctx) override {
@@ -443,28 +525,33 @@ class UnaryKernel final : public Kernel {
     float* y = out.data<float>();
     const int threads = ThreadsFor(n, traits_.transcendental, num_threads_);
     const UnaryParams p = params_;
-    if (threads == 1) {
+    if (threads == 1 && steps_.empty()) {
       UnaryRow(p, x, y, n);
       return;
     }
+    // Fused steps follow block by block, while the block is in cache.
     const int64_t blocks = (n + kBlockElements - 1) / kBlockElements;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t begin = blk * kBlockElements;
-      UnaryRow(p, x + begin, y + begin, std::min(kBlockElements, n - begin));
+      const int64_t begin = blk * kBlockElements, len = std::min(kBlockElements, n - begin);
+      UnaryRow(p, x + begin, y + begin, len);
+      ApplySteps(steps_, y + begin, len);
     }
   }
 
  private:
   const UnaryTraits& traits_;
   UnaryParams params_;
+  std::vector<UnaryParams> steps_;  // fused steps (ops/activation.h), applied to each block after the op
   int num_threads_;
 };
 
 class BinaryKernel final : public Kernel {
  public:
-  BinaryKernel(const BinaryTraits& traits, int num_threads)
-      : traits_(traits), num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+  BinaryKernel(const BinaryTraits& traits, int num_threads, std::vector<UnaryParams> steps)
+      : traits_(traits),
+        steps_(std::move(steps)),
+        num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
   const char* Name() const override { return traits_.kernel_name; }
 
   void Run(KernelContext& ctx) override {
@@ -496,32 +583,37 @@ class BinaryKernel final : public Kernel {
     const int64_t inner = plan.dims[plan.rank - 1];
     const int64_t rows = plan.total / inner;
     const int threads = ThreadsFor(plan.total, false, num_threads_);
-    if (threads == 1) {
+    if (threads == 1 && steps_.empty()) {
       plan.RunRows(op, pa, pb, py, 0, rows, 0, inner);
       return;
     }
+    // Units of about kBlockElements; fused steps follow unit by unit, while its output is in cache.
     if (inner >= kBlockElements) {
       // Long runs: each unit is a piece of one run.
       const int64_t pieces = (inner + kBlockElements - 1) / kBlockElements;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
       for (int64_t unit = 0; unit < rows * pieces; ++unit) {
         const int64_t row = unit / pieces, skip = (unit % pieces) * kBlockElements;
-        plan.RunRows(op, pa, pb, py, row, row + 1, skip, std::min(kBlockElements, inner - skip));
+        const int64_t take = std::min(kBlockElements, inner - skip);
+        plan.RunRows(op, pa, pb, py, row, row + 1, skip, take);
+        ApplySteps(steps_, py + row * inner + skip, take);
       }
     } else {
       // Short runs: each unit is a block of whole runs.
       const int64_t rows_per_unit = std::max<int64_t>(1, kBlockElements / inner);
       const int64_t units = (rows + rows_per_unit - 1) / rows_per_unit;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
       for (int64_t unit = 0; unit < units; ++unit) {
-        const int64_t first = unit * rows_per_unit;
-        plan.RunRows(op, pa, pb, py, first, std::min(rows, first + rows_per_unit), 0, inner);
+        const int64_t first = unit * rows_per_unit, last = std::min(rows, first + rows_per_unit);
+        plan.RunRows(op, pa, pb, py, first, last, 0, inner);
+        ApplySteps(steps_, py + first * inner, (last - first) * inner);
       }
     }
   }
 
  private:
   const BinaryTraits& traits_;
+  std::vector<UnaryParams> steps_;  // fused steps (ops/activation.h), applied to each unit's output after the op
   int num_threads_;
 };
 
@@ -552,11 +644,13 @@ using namespace cpu;  // NOLINT: the traits tables and kernels above
 std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (!node.domain.empty()) return nullptr;
+  std::vector<UnaryParams> steps;
+  if (!StepParams(node, &steps)) return nullptr;
   for (const BinaryTraits& t : kBinary) {
     if (node.op_type != t.op_type) continue;
     if (ctx.input_dtypes.size() != 2 || !AllF32(ctx, 2)) return nullptr;
     if (ctx.output_shapes[0].size() > kMaxRank) return nullptr;
-    return std::make_unique<BinaryKernel>(t, ctx.num_threads);
+    return std::make_unique<BinaryKernel>(t, ctx.num_threads, std::move(steps));
   }
   for (const UnaryTraits& t : kUnary) {
     if (node.op_type != t.op_type) continue;
@@ -580,7 +674,7 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
           p.gamma = node.GetFloat("_quant_scale", 1.f);
           p.alpha = node.GetFloat("_quant_lo", 0.f);
           p.beta = node.GetFloat("_quant_hi", 0.f);
-          return std::make_unique<UnaryKernel>(kFakeQuantizeTraits, p, ctx.num_threads);
+          return std::make_unique<UnaryKernel>(kFakeQuantizeTraits, p, ctx.num_threads, std::move(steps));
         }
         break;
       case UnaryOp::kClip:
@@ -601,7 +695,7 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
         if (ctx.input_dtypes.size() != 1) return nullptr;
         break;
     }
-    return std::make_unique<UnaryKernel>(t, p, ctx.num_threads);
+    return std::make_unique<UnaryKernel>(t, p, ctx.num_threads, std::move(steps));
   }
   return nullptr;
 }

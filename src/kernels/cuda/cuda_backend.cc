@@ -159,6 +159,8 @@ class CudaBackend final : public DeviceBackend {
 
   std::unique_ptr<Kernel> CreateKernel(const KernelBuildContext& bc) override {
     if (bc.device.kind != Device::kCuda) return nullptr;
+    if (bc.node.Has("_then"))
+      return nullptr;  // fused steps (ops/activation.h): CPU plans make them; the host runs them
     Use(bc.device.ordinal);
     return CreateCudaKernel(bc);
   }

@@ -12,6 +12,7 @@
 
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
+#include "ops/activation.h"
 
 namespace osprey {
 namespace {
@@ -665,11 +666,7 @@ void RoundKernel(KernelContext& ctx) {
   }
   const float s = ctx.node.GetFloat("_quant_scale", 1.f), lo = ctx.node.GetFloat("_quant_lo", 0.f),
               hi = ctx.node.GetFloat("_quant_hi", 0.f);
-  MapF32(ctx, [s, lo, hi](float x) {
-    const float r = std::nearbyint(x / s);
-    const float v = r < lo ? lo : r;
-    return (hi < v ? hi : v) * s;
-  });
+  MapF32(ctx, [s, lo, hi](float x) { return FakeQuantizeValue(x, s, lo, hi); });
 }
 void SinKernel(KernelContext& ctx) {
   MapF32(ctx, [](float x) { return std::sin(x); });

@@ -175,7 +175,7 @@ TEST_F(CliTest, InspectListsUnsupportedOps) {
 
 TEST_F(CliTest, BenchJson) {
   BenchOptions options;
-  options.model = WriteModel();
+  options.model = WriteModel("Abs");  // two steps (a Relu would become the Add's fused step)
   options.batch = 4;
   options.iters = 3;
   options.warmup = 0;
