@@ -3,6 +3,8 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
+# ONNX's single-op test models (installed with the onnx package): the seeds of `make test`'s mutation fuzz.
+ONNX_NODE_TESTS = $$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node"))')
 
 SANITIZE_DIR ?= build-sanitize
 # ccache hits across clones in other folders (CI builds a fresh clone): paths below here are hashed relative to it.
@@ -41,11 +43,14 @@ wheel: setup
 	PATH=$(CURDIR)/.venv/bin:$$PATH .venv/bin/auditwheel repair $(BUILD_DIR)/wheel/raw/osprey-*.whl -w $(BUILD_DIR)/wheel/dist
 	@ls -l $(BUILD_DIR)/wheel/dist
 
-# Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then a brief fuzz run.
+# Unit tests, ONNX conformance, ORT agreement, image/classify/server tests (ctest), then brief fuzz runs (libFuzzer
+# targets; mutated ONNX node test models, fuzz/mutate_models.py).
 test: setup build
 	.venv/bin/python tools/make_test_models.py
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	scripts/fuzz $(FUZZ_SECONDS)
+	.venv/bin/python fuzz/mutate_models.py --seconds $(FUZZ_SECONDS) --seed 1 --work $(BUILD_DIR)/mutate-fuzz \
+	  --bin $(BUILD_DIR)/bin/osprey --models $(ONNX_NODE_TESTS)
 
 # The fast unit tests alone (GoogleTest, ctest label "unit"): seconds, no models to export.
 check: build
@@ -79,8 +84,9 @@ augment-demo: setup build
 tenants-demo: setup build
 	.venv/bin/python tools/tenants_demo.py --bin $(BUILD_DIR)/bin/osprey --out $(BUILD_DIR)/tenants-demo
 
-fuzz: setup
+fuzz: setup build
 	scripts/fuzz 60
+	.venv/bin/python fuzz/mutate_models.py --seconds 60 --work $(BUILD_DIR)/mutate-fuzz --bin $(BUILD_DIR)/bin/osprey
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')

