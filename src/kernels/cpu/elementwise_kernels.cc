@@ -330,44 +330,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void StepRow(const 
 }
 
 // The fused steps of a node as StepRow parameters; false when one has no fast form (the reference kernel runs).
+// An activation step is the kUnary entry of its op (ActivationName), with its alpha and beta.
 bool StepParams(const Node& node, std::vector<UnaryParams>* out) {
   for (const UnaryStep& s : FusedSteps(node)) {
-    UnaryParams p;
     if (s.fake_quantize) {
-      p = {UnaryOp::kFakeQuantize, s.lo, s.hi, s.scale};
-    } else {
-      p.alpha = s.act.alpha;
-      p.beta = s.act.beta;
-      switch (s.act.kind) {
-        case ActivationKind::kRelu:
-          p.op = UnaryOp::kRelu;
-          break;
-        case ActivationKind::kLeakyRelu:
-          p.op = UnaryOp::kLeakyRelu;
-          break;
-        case ActivationKind::kClip:
-          p.op = UnaryOp::kClip;
-          break;
-        case ActivationKind::kSigmoid:
-          p.op = UnaryOp::kSigmoid;
-          break;
-        case ActivationKind::kTanh:
-          p.op = UnaryOp::kTanh;
-          break;
-        case ActivationKind::kHardSigmoid:
-          p.op = UnaryOp::kHardSigmoid;
-          break;
-        case ActivationKind::kHardSwish:
-          p.op = UnaryOp::kHardSwish;
-          break;
-        case ActivationKind::kGelu:
-          p.op = UnaryOp::kGelu;
-          break;
-        default:
-          return false;
-      }
+      out->push_back({UnaryOp::kFakeQuantize, /*alpha=*/s.lo, /*beta=*/s.hi, /*gamma=*/s.scale});
+      continue;
     }
-    out->push_back(p);
+    const std::string name = ActivationName(s.act.kind);
+    const auto* t = std::find_if(std::begin(kUnary), std::end(kUnary),
+                                 [&](const UnaryTraits& u) { return name == u.op_type; });
+    if (t == std::end(kUnary)) return false;
+    out->push_back({t->op, s.act.alpha, s.act.beta, 0.f});
   }
   return true;
 }
