@@ -34,6 +34,25 @@ bool Private(const CompileState& st, const Uses& u, int v) {
   return u.consumers[v].size() == 1 && !st.is_graph_output[v];
 }
 
+// Value -> the node writing it (-1 for graph inputs and constants), built once per pass: a search per candidate would
+// make a graph of many candidates quadratic to compile.
+std::vector<int> Producers(const CompileState& st) {
+  std::vector<int> producer(st.values.size(), -1);
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    for (int out : st.nodes[i].outputs)
+      if (out >= 0) producer[out] = static_cast<int>(i);
+  return producer;
+}
+
+// Removes the nodes marked dead, keeping the others in order.
+void DropDead(CompileState& st, const std::vector<char>& dead) {
+  std::vector<Node> kept;
+  kept.reserve(st.nodes.size());
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
+  st.nodes = std::move(kept);
+}
+
 }  // namespace
 
 bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vector<float>* values) {
@@ -101,10 +120,7 @@ void FoldBatchNorm(CompileState& st) {
     // The conv now produces the BN's output; it stays at its position (its inputs are all earlier).
     dead[j] = 1;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // BatchNormalization of a rank-2 [M, N] tensor (channels = the last axis) made by a MatMul with a constant [K, N]
@@ -170,10 +186,7 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
     u.consumers.resize(st.values.size());
     dead[j] = 1;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // Conv(x, W, B) followed by Mul, Add or Sub (conv output first) with a constant that is one value per output channel
@@ -234,10 +247,7 @@ void FoldConvAffine(CompileState& st) {
       changed = true;
       u.consumers.resize(st.values.size());
     }
-    std::vector<Node> kept;
-    for (size_t i = 0; i < st.nodes.size(); ++i)
-      if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-    st.nodes = std::move(kept);
+    DropDead(st, dead);
   }
 }
 
@@ -312,10 +322,7 @@ void AffineToBatchNorm(CompileState& st) {
     u.consumers.resize(st.values.size());
   }
   if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 bool Fusable(const Node& n) {
@@ -358,10 +365,7 @@ void FuseResidualAdd(CompileState& st) {
       break;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // Whether `n` is a plain 2-D float32 Conv (no fused residual, depthwise or int8 part) with a constant weight of
@@ -389,12 +393,7 @@ bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, ConvWin
 void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   Uses u = CountUses(st);
   std::vector<char> dead(st.nodes.size(), 0);
-  // Value -> the node writing it, built once: a search per candidate would make a graph of many depthwise
-  // convolutions quadratic to compile.
-  std::vector<int> producer(st.values.size(), -1);
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    for (int out : st.nodes[i].outputs)
-      if (out >= 0) producer[out] = static_cast<int>(i);
+  std::vector<int> producer = Producers(st);
   bool changed = false;
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     const Node& dw = st.nodes[j];
@@ -423,10 +422,7 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
     changed = true;
   }
   if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // Conv (with or without a fused residual) whose output only a PRelu with per-channel (or single) constant slopes reads
@@ -434,10 +430,7 @@ void FuseConvDepthwise(CompileState& st, const std::function<bool(const Node&)>&
 // with the PRelu as a post-op. MediaPipe's and MTCNN's models put a PRelu after nearly every convolution.
 void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   Uses u = CountUses(st);
-  std::vector<int> producer(st.values.size(), -1);
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    for (int out : st.nodes[i].outputs)
-      if (out >= 0) producer[out] = static_cast<int>(i);
+  std::vector<int> producer = Producers(st);
   std::vector<char> dead(st.nodes.size(), 0);
   bool changed = false;
   for (size_t j = 0; j < st.nodes.size(); ++j) {
@@ -467,10 +460,7 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
     changed = true;
   }
   if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // The step a unary node computes, if it can join a chain (ops/activation.h UnaryStep): an activation the fusion pass
@@ -521,10 +511,7 @@ void FuseElementwiseChains(CompileState& st) {
     changed = true;
   }
   if (!changed) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 namespace {
@@ -563,10 +550,7 @@ void FuseActivation(CompileState& st) {
       dead[si] = dead[mi] = 1;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // ResizeImage -> CropImage (osprey domain) -> one ResizeImage computing only the cropped window (roi_* attributes,
@@ -598,10 +582,7 @@ void FuseResizeCrop(CompileState& st) {
     resize.outputs[0] = crop.outputs[0];
     dead[j] = 1;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 // Identity, inference Dropout and all-zero Pad copy their input: consumers read the input instead.
@@ -746,10 +727,7 @@ void FoldZeroPadIntoConsumer(CompileState& st) {
     c.inputs[0] = x;
     dead[i] = 1;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(st.nodes[i]));
-  st.nodes = std::move(kept);
+  DropDead(st, dead);
 }
 
 }  // namespace
