@@ -247,6 +247,22 @@ void EvictFromCaches(const void* data, size_t bytes) {
 
 namespace {
 
+// Writes zeros over data[0, bytes) from the calling thread's OpenMP team, thread t its t-th contiguous part: before a
+// timed run, the candidate's source then lies in the caches as a previous kernel's output does in a plan (each part
+// modified in the cache of the core that wrote it). Timed on a source every candidate had read, a kernel splitting its
+// work differently from the kernel before it looked as fast as one splitting it alike, and in the plan it waited on
+// the other core's cache.
+void WriteLikeProducer(void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) return;
+  char* p = static_cast<char*>(data);
+#pragma omp parallel
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
+    const size_t begin = bytes * t / n, end = bytes * (t + 1) / n;
+    std::memset(p + begin, 0, end - begin);
+  }
+}
+
 bool IsTuningCandidate(const dnnl::primitive_desc& pd, const dnnl::primitive_desc& first) {
   const std::string impl = pd.impl_info_str() ? pd.impl_info_str() : "";
   if (impl.rfind("ref", 0) == 0 || impl.find("sse41") != std::string::npos) return false;
@@ -366,9 +382,11 @@ std::string DefaultTuningCachePath() {
   else
     return "";
   const dnnl_version_t* v = dnnl_version();
-  // "rr": choices timed round-robin (FastestImplPosition); files of the earlier one-after-the-other timing are left.
+  // "rrw": choices timed round-robin on a source written as a producer writes it (FastestImplPosition, thirty-fourth
+  // session); files of the earlier timings ("rr": a source every candidate had read) are left, and their choices
+  // timed again.
   const std::string id =
-      HashHex("rr|" + CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) + "|" +
+      HashHex("rrw|" + CpuBrand() + "|" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) + "|" +
               std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "|" +
               v->hash);
   return dir + "/onednn-tuning-" + id + ".tsv";
@@ -585,6 +603,8 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
         continue;
       }
       try {
+        if (const auto src = c.args.find(DNNL_ARG_SRC); src != c.args.end())
+          WriteLikeProducer(src->second.get_data_handle(), src->second.get_desc().get_size());
         const auto start = std::chrono::steady_clock::now();
         c.primitive.execute(stream, c.args);
         stream.wait();
