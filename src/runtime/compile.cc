@@ -202,7 +202,8 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
       end = std::clamp<int64_t>(end, 0, rank);
       for (int64_t i = start; i < end; ++i) out.data<int64_t>()[i - start] = in[i];
     }
-  } else {
+  } else if (!std::all_of(outs.begin(), outs.end(), [](const Tensor& t) { return t.numel() == 0; })) {
+    // (Outputs without elements have nothing to compute: see Step::no_output.)
     for (Tensor& t : outs) kc.outputs.push_back(&t);
     kernel(kc);
     if (fused_steps) ApplyFusedSteps(node, outs[0].data<float>(), outs[0].numel());
@@ -594,6 +595,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     step.threads = nthreads;
     for (int v : node.inputs) step.inputs.push_back(slot_for(v));
     for (int v : node.outputs) step.outputs.push_back(slot_for(v));
+    step.no_output = !node.outputs.empty() && std::all_of(node.outputs.begin(), node.outputs.end(), [&](int v) {
+      return v < 0 || NumElements(st.values[v].shape) == 0;
+    });
     bool any_nhwc = false;
     for (int v : node.inputs) any_nhwc = any_nhwc || (v >= 0 && st.layouts[v] == Layout::kNhwc);
     for (int v : node.outputs) any_nhwc = any_nhwc || st.layouts[v] == Layout::kNhwc;

@@ -351,6 +351,7 @@ std::vector<Tensor> Plan::RunSteps(const std::vector<Tensor>& inputs, std::vecto
   auto run_steps = [&](size_t from, size_t to) {
     for (size_t si = from; si < to; ++si) {
       const Step& step = p.steps[si];
+      if (step.no_output) continue;  // its outputs, bound above, have no elements to write
       if (step.threads != threads) omp_set_num_threads(threads = step.threads);
       KernelContext ctx{step.node, p.opset};
       ctx.inputs.reserve(step.inputs.size());

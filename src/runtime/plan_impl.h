@@ -38,6 +38,10 @@ struct Step {
   std::vector<Shape> input_views;
   std::vector<char> has_view;
   ReferenceKernel reference = nullptr;
+  // Every output has no elements: nothing to compute, so the step is skipped. A kernel looping over the outer dims of
+  // an empty tensor ([2^40, 0] into LayerNormalization, Concat, CumSum, TopK or ReverseSequence: 2^40 empty rows)
+  // would otherwise spin for hours on a request of zero bytes, and InstanceNormalization divided by N * C = 0.
+  bool no_output = false;
   // The node carries fused steps (`_then`, ops/activation.h): applied to output 0 after the reference kernel (the
   // fast kernels apply them themselves).
   bool fused_steps = false;

@@ -128,3 +128,42 @@ def test_models_from_the_mutation_fuzzer(osprey_bin, tmp_path):
     pad = helper.make_graph([helper.make_node("Pad", ["x", "p", "", "a"], ["y"])], "g", [scalar], [y],
                             [i64([1, 1], "p"), i64([0], "a")])
     check("pad_scalar_axes", pad, np.float32(1), "name axis 0 of a scalar")
+
+
+def test_empty_tensors_with_huge_dims_cost_nothing(osprey_bin, tmp_path):
+    """An input of shape [2^40, 0] (zero bytes, so any request can send it where the model's dims are free) through
+    ops whose kernels looped over the outer dims: 2^40 empty rows spun for hours (LayerNormalization, Concat, CumSum,
+    TopK with k = 0, ReverseSequence, Unique along the empty axis), InstanceNormalization divided by N * C = 0. Each
+    must finish promptly, on the fast and the reference kernels, with the empty outputs numpy's rules give."""
+    run = cli_runner(osprey_bin, 30)
+    big = 1 << 40
+    vi = helper.make_tensor_value_info
+    i64 = lambda a, name: numpy_helper.from_array(np.asarray(a, np.int64), name)  # noqa: E731
+    f32 = lambda a, name: numpy_helper.from_array(np.asarray(a, np.float32), name)  # noqa: E731
+    node = helper.make_node
+    two_d = (big, 0)
+    cases = {
+        # Its scale spans the normalised dims [2^40, 0]: an empty initializer of that shape.
+        "layernorm": ([node("LayerNormalization", ["x", "s"], ["y"], axis=0)],
+                      [helper.make_tensor("s", TensorProto.FLOAT, [big, 0], [])], two_d, {"y": (big, 0)}),
+        "concat": ([node("Concat", ["x", "x"], ["y"], axis=1)], [], two_d, {"y": (big, 0)}),
+        "cumsum": ([node("CumSum", ["x", "a"], ["y"])], [i64(1, "a")], two_d, {"y": (big, 0)}),
+        "topk": ([node("TopK", ["x", "k"], ["y", "i"], axis=1)], [i64([0], "k")], two_d, {"y": (big, 0)}),
+        "reverse": ([node("ReverseSequence", ["x", "l"], ["y"], batch_axis=1, time_axis=0)],
+                    [i64(np.zeros(0), "l")], two_d, {"y": (big, 0)}),
+        "unique": ([node("Unique", ["x"], ["y", "first", "inverse", "counts"], axis=1)], [], two_d,
+                   {"y": (big, 0), "inverse": (0,)}),
+        "instance_norm": ([node("InstanceNormalization", ["x", "s", "b"], ["y"])],
+                          [f32(np.ones(0), "s"), f32(np.zeros(0), "b")], (big, 0, 1, 1), {"y": (big, 0, 1, 1)}),
+    }
+    for name, (nodes, inits, shape, want) in cases.items():
+        outputs = [vi(o, TensorProto.FLOAT if o == "y" else TensorProto.INT64, None) for o in nodes[0].output]
+        graph = helper.make_graph(nodes, name, [vi("x", TensorProto.FLOAT, list(shape))], outputs, inits)
+        path = save(tmp_path / f"{name}.onnx", graph, opset=17)
+        np.save(tmp_path / f"{name}.x.npy", np.zeros(shape, np.float32))
+        for extra in ([], ["--reference"]):
+            out = tmp_path / f"{name}{len(extra)}.out"
+            r = run("run", path, "--input", f"x={tmp_path / f'{name}.x.npy'}", "--output-dir", out, *extra)
+            assert r.returncode == 0, (name, extra, r.returncode, r.stderr)
+            for output, shape_wanted in want.items():
+                assert np.load(out / f"{output}.npy").shape == shape_wanted, (name, extra, output)

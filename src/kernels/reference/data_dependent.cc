@@ -212,6 +212,20 @@ std::vector<Tensor> Unique(const Node& node, const std::vector<const Tensor*>& i
   for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
   const int64_t count = shape[axis], slice = outer * inner;
   const bool sorted = node.GetInt("sorted", 1) != 0;
+  if (x.numel() == 0) {
+    // No values: no slices along an empty axis, else `count` empty slices, all equal (one group). Without looping
+    // over the other dims (a [2^40, 0] input along axis 1 would spin through 2^40 empty rows).
+    const int64_t groups = count == 0 ? 0 : 1;
+    Shape out_shape = shape;
+    out_shape[axis] = groups;
+    Tensor first_t(DType::kI64, {groups}), counts_t(DType::kI64, {groups}), inverse_t(DType::kI64, {count});
+    if (groups) {
+      first_t.data<int64_t>()[0] = 0;
+      counts_t.data<int64_t>()[0] = count;
+    }
+    std::fill_n(inverse_t.data<int64_t>(), count, int64_t{0});
+    return {Tensor(x.dtype(), out_shape), std::move(first_t), std::move(inverse_t), std::move(counts_t)};
+  }
   std::vector<int64_t> order(static_cast<size_t>(count));  // slice indices, sorted by value then first index
   std::vector<int64_t> first, inverse(static_cast<size_t>(count)), counts;
   Tensor y;
