@@ -133,8 +133,10 @@ def test_models_from_the_mutation_fuzzer(osprey_bin, tmp_path):
 def test_empty_tensors_with_huge_dims_cost_nothing(osprey_bin, tmp_path):
     """An input of shape [2^40, 0] (zero bytes, so any request can send it where the model's dims are free) through
     ops whose kernels looped over the outer dims: 2^40 empty rows spun for hours (LayerNormalization, Concat, CumSum,
-    TopK with k = 0, ReverseSequence, Unique along the empty axis), InstanceNormalization divided by N * C = 0. Each
-    must finish promptly, on the fast and the reference kernels, with the empty outputs numpy's rules give."""
+    TopK with k = 0, ReverseSequence, Unique along the empty axis; TopK and Split with their k / split given at run
+    time, run on host tensors; BatchNormalization in training mode, whose running statistics are not empty),
+    InstanceNormalization divided by N * C = 0. Each must finish promptly, on the fast and the reference kernels, with
+    the output shapes numpy's rules give."""
     run = cli_runner(osprey_bin, 30)
     big = 1 << 40
     vi = helper.make_tensor_value_info
@@ -155,15 +157,30 @@ def test_empty_tensors_with_huge_dims_cost_nothing(osprey_bin, tmp_path):
                    {"y": (big, 0), "inverse": (0,)}),
         "instance_norm": ([node("InstanceNormalization", ["x", "s", "b"], ["y"])],
                           [f32(np.ones(0), "s"), f32(np.zeros(0), "b")], (big, 0, 1, 1), {"y": (big, 0, 1, 1)}),
+        "batchnorm_training": ([node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                                     training_mode=1)],
+                               [f32(np.ones(3), "s"), f32(np.zeros(3), "b"), f32(np.zeros(3), "m"),
+                                f32(np.ones(3), "v")], (big, 3, 4, 0), {"y": (big, 3, 4, 0), "rm": (3,)}),
+        "topk_k_input": ([node("TopK", ["x", "k"], ["y", "i"], axis=1)], [], two_d, {"y": (big, 0)}),
+        "split_input": ([node("Split", ["x", "split"], ["y", "y2"], axis=1)], [], two_d, {"y": (big, 0)}),
     }
+    run_time_inputs = {"topk_k_input": ("k", np.zeros(1, np.int64)), "split_input": ("split", np.zeros(2, np.int64))}
     for name, (nodes, inits, shape, want) in cases.items():
-        outputs = [vi(o, TensorProto.FLOAT if o == "y" else TensorProto.INT64, None) for o in nodes[0].output]
-        graph = helper.make_graph(nodes, name, [vi("x", TensorProto.FLOAT, list(shape))], outputs, inits)
-        path = save(tmp_path / f"{name}.onnx", graph, opset=17)
+        outputs = [vi(o, TensorProto.INT64 if o in ("first", "inverse", "counts", "i") else TensorProto.FLOAT, None)
+                   for o in nodes[0].output]
+        inputs = [vi("x", TensorProto.FLOAT, list(shape))]
+        args = []
+        if name in run_time_inputs:
+            extra_name, value = run_time_inputs[name]
+            inputs.append(vi(extra_name, TensorProto.INT64, list(value.shape)))
+            np.save(tmp_path / f"{name}.{extra_name}.npy", value)
+            args = ["--input", f"{extra_name}={tmp_path / f'{name}.{extra_name}.npy'}"]
+        graph = helper.make_graph(nodes, name, inputs, outputs, inits)
+        path = save(tmp_path / f"{name}.onnx", graph, opset=17 if name != "batchnorm_training" else 15)
         np.save(tmp_path / f"{name}.x.npy", np.zeros(shape, np.float32))
         for extra in ([], ["--reference"]):
             out = tmp_path / f"{name}{len(extra)}.out"
-            r = run("run", path, "--input", f"x={tmp_path / f'{name}.x.npy'}", "--output-dir", out, *extra)
+            r = run("run", path, "--input", f"x={tmp_path / f'{name}.x.npy'}", *args, "--output-dir", out, *extra)
             assert r.returncode == 0, (name, extra, r.returncode, r.stderr)
             for output, shape_wanted in want.items():
                 assert np.load(out / f"{output}.npy").shape == shape_wanted, (name, extra, output)

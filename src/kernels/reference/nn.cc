@@ -515,7 +515,8 @@ void BatchNormalizationRef(KernelContext& ctx) {
     const double momentum = ctx.node.GetFloat("momentum", 0.9f);
     batch_mean.resize(static_cast<size_t>(channels));
     batch_var.resize(static_cast<size_t>(channels));
-    for (int64_t c = 0; c < channels; ++c) {
+    // No values (N or a spatial dim 0, maybe beside a huge one): the sums are empty, so no loops over the others.
+    for (int64_t c = 0; c < channels && count > 0; ++c) {
       double sum = 0, sum_sq = 0;
       for (int64_t n = 0; n < batch; ++n)
         for (int64_t i = 0; i < size; ++i) sum += xd[(n * channels + c) * size + i];
@@ -540,6 +541,7 @@ void BatchNormalizationRef(KernelContext& ctx) {
     var = batch_var.data();
   }
   float* yd = ctx.Out(0).data<float>();
+  if (x.numel() == 0) return;
 #pragma omp parallel for if (x.numel() >= kMinParallelWork)
   for (int64_t p = 0; p < batch * channels; ++p) {
     const int64_t c = p % channels;
