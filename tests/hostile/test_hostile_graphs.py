@@ -149,6 +149,9 @@ def test_empty_tensors_with_huge_dims_cost_nothing(osprey_bin, tmp_path):
         "layernorm": ([node("LayerNormalization", ["x", "s"], ["y"], axis=0)],
                       [helper.make_tensor("s", TensorProto.FLOAT, [big, 0], [])], two_d, {"y": (big, 0)}),
         "concat": ([node("Concat", ["x", "x"], ["y"], axis=1)], [], two_d, {"y": (big, 0)}),
+        # Folded at compile time: a Concat of two empty [2^40, 0] initializers.
+        "concat_folded": ([node("Concat", ["c", "c"], ["cc"], axis=1), node("Add", ["x", "cc"], ["y"])],
+                          [helper.make_tensor("c", TensorProto.FLOAT, [big, 0], [])], two_d, {"y": (big, 0)}),
         "cumsum": ([node("CumSum", ["x", "a"], ["y"])], [i64(1, "a")], two_d, {"y": (big, 0)}),
         "topk": ([node("TopK", ["x", "k"], ["y", "i"], axis=1)], [i64([0], "k")], two_d, {"y": (big, 0)}),
         "reverse": ([node("ReverseSequence", ["x", "l"], ["y"], batch_axis=1, time_axis=0)],
@@ -167,7 +170,7 @@ def test_empty_tensors_with_huge_dims_cost_nothing(osprey_bin, tmp_path):
     run_time_inputs = {"topk_k_input": ("k", np.zeros(1, np.int64)), "split_input": ("split", np.zeros(2, np.int64))}
     for name, (nodes, inits, shape, want) in cases.items():
         outputs = [vi(o, TensorProto.INT64 if o in ("first", "inverse", "counts", "i") else TensorProto.FLOAT, None)
-                   for o in nodes[0].output]
+                   for o in nodes[-1].output]
         inputs = [vi("x", TensorProto.FLOAT, list(shape))]
         args = []
         if name in run_time_inputs:

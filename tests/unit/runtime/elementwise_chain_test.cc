@@ -171,6 +171,18 @@ TEST(ElementwiseChain, MalformedStepsAreRefused) {
   g.nodes[0].attrs["_then"] = Attribute::Ints({1});
   g.nodes[0].attrs["_then_params"] = Attribute::Floats({0.f});
   expect_error(g, "3 values per step");
+  // Steps on an int32 Add: the steps are float formulas.
+  GraphBuilder b("int_carrier", 13);
+  auto xi = b.Input("x", DType::kI32, {3, 7});
+  Node n;
+  WriteFusedSteps(n, {relu});
+  b.Output(b.Op("Add", {xi, xi}, n.attrs), "y");
+  try {
+    Compile(b.Finish(), {{DType::kI32, {3, 7}}}, kOracle);
+    ADD_FAILURE() << "compiled an int32 Add with fused steps";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need one float32 output"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
