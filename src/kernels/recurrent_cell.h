@@ -53,6 +53,9 @@ struct RecurrentFloatProducts {
   /// step's input projection); false when it was not built for `rows`.
   bool (*project)(const void* self, int64_t dir, const float* x, float* xw, int64_t rows) = nullptr;
   const void* self = nullptr;
+  /// `step` splits each product's columns over the threads: the (direction, item) pairs then run one after another
+  /// (each thread reading part of R per step) instead of one per thread (each reading all of its direction's R).
+  bool splits_steps = false;
 };
 
 /// The reference int8 product: plain loops.
@@ -185,10 +188,12 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
     }
   }
 
-  // The recurrence: directions and items are independent, so (direction, item) pairs run in parallel. An exception
-  // may not leave an OpenMP region: the first one is kept and rethrown after it.
+  // The recurrence: directions and items are independent, so (direction, item) pairs run in parallel, unless the
+  // kernel's step product splits its columns over the threads itself. An exception may not leave an OpenMP region:
+  // the first one is kept and rethrown after it.
   std::exception_ptr failure;
-#pragma omp parallel for collapse(2) schedule(static) if (dims.dirs * batch > 1 && seq * gh * hidden >= (1 << 16))
+#pragma omp parallel for collapse(2) \
+    schedule(static) if (!products.splits_steps && dims.dirs * batch > 1 && seq * gh * hidden >= (1 << 16))
   for (int64_t d = 0; d < dims.dirs; ++d) {
     for (int64_t b = 0; b < batch; ++b) {
       try {

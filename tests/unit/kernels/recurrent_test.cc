@@ -108,6 +108,22 @@ TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   }
 }
 
+// A direction's R larger than any core's cache (hidden 704: 7.9 MB per direction): each step's product is split over
+// the threads, the (direction, item) pairs run one after another, and every other step reads the panels last to
+// first (recurrent_kernels.cc); two items, so each pack is read in both orders within a run and across runs.
+TEST(RecurrentKernels, WideRecurrenceSplitsEachStep) {
+  const int64_t seq = 3, batch = 2, input = 24, hidden = 704, dirs = 2;
+  for (const auto& [op, gates] : {std::pair<const char*, int64_t>{"LSTM", 4}, {"GRU", 3}}) {
+    SCOPED_TRACE(op);
+    std::vector<Tensor> inputs = {
+        RandomTensor({seq, batch, input}, 21), RandomTensor({dirs, gates * hidden, input}, 22, -0.1f, 0.1f),
+        RandomTensor({dirs, gates * hidden, hidden}, 23, -0.05f, 0.05f), RandomTensor({dirs, 2 * gates * hidden}, 24)};
+    ExpectAllOutputsMatch(
+        MakeNode(op, static_cast<int>(inputs.size()), 2, {{"direction", Attribute::String("bidirectional")}}), inputs,
+        FloatKernel(op, true));
+  }
+}
+
 // An LSTM lowered from DynamicQuantizeLSTM (`_int8_weights`, inputs 8 to 11: kernels/recurrent_cell.h): the fast
 // kernel's int8 products (VNNI where the CPU has it; OSPREY_INT8_PAIRING=1 forces the AVX2 ones) against the
 // reference's.
