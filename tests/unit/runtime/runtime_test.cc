@@ -674,6 +674,43 @@ TEST(Runtime, IdentityLikeNodesAreRemoved) {
   EXPECT_EQ(out.data<float>()[3], -in.data<float>()[0]);
 }
 
+// An Identity naming a graph output (how PaddleOCR's exports end): the node writing its input writes the output
+// itself when nothing else reads that input; a value also read elsewhere, and a graph input, keep their copy.
+TEST(Runtime, IdentityNamingAGraphOutputIsWrittenByItsProducer) {
+  Tensor in = RandomTensor({2, 5}, 4);
+  std::vector<float> want(10);
+  for (int r = 0; r < 2; ++r) {
+    const float* x = in.data<float>() + r * 5;
+    double sum = 0;
+    for (int j = 0; j < 5; ++j) sum += std::exp(double(x[j]));
+    for (int j = 0; j < 5; ++j) want[r * 5 + j] = static_cast<float>(std::exp(double(x[j])) / sum);
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    GraphBuilder b("out_identity", 13);
+    auto x = b.Input("x", DType::kF32, {2, 5});
+    if (variant == 2) {
+      b.Output(b.Op("Identity", {x}), "y");
+    } else {
+      auto soft = b.Op("Softmax", {x});
+      b.Output(b.Op("Identity", {soft}), "y");
+      if (variant == 1) b.Output(b.Op("Neg", {soft}), "neg");
+    }
+    Graph g = b.Finish();
+    auto plan = Compile(g, {{DType::kF32, {2, 5}}});
+    EXPECT_EQ(plan->num_steps(), variant == 0 ? 1u : (variant == 1 ? 3u : 1u));
+    std::vector<Tensor> out = plan->Run({in});
+    ASSERT_EQ(ShapeToString(out[0].shape()), "[2, 5]");
+    for (int k = 0; k < 10; ++k) {
+      const float expected = variant == 2 ? in.data<float>()[k] : want[k];
+      EXPECT_NEAR(out[0].data<float>()[k], expected, 1e-6f) << k;
+      if (variant == 1) {
+        EXPECT_NEAR(out[1].data<float>()[k], -want[k], 1e-6f) << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace osprey
 
