@@ -21,8 +21,9 @@ struct KernelContext {
   const Tensor& In(int i) const { return *inputs[i]; }
   bool HasIn(int i) const { return i < static_cast<int>(inputs.size()) && inputs[i] != nullptr; }
   Tensor& Out(int i) const { return *outputs[i]; }
-  /// Device steps: the run's stream (DeviceBackend::AcquireStream; work is queued on it, not waited for) and
-  /// Kernel::WorkspaceBytes() of scratch device memory reserved for this step in the run's arena. Host steps: null.
+  /// Device steps: the run's stream (DeviceBackend::AcquireStream; work is queued on it, not waited for); host steps:
+  /// null. `workspace`: Kernel::WorkspaceBytes() of scratch memory reserved for this step in the run's arena (the
+  /// device's for device steps, the host's for host steps), null when the kernel asks for none.
   void* stream = nullptr;
   void* workspace = nullptr;
 };
@@ -86,8 +87,8 @@ class Kernel {
   virtual void Run(KernelContext& ctx) = 0;
   /// Name saying op, dtype and path, e.g. "ConvF32Dnnl".
   virtual const char* Name() const = 0;
-  /// Device kernels: scratch bytes each run needs (given as KernelContext::workspace, planned in the run's arena so
-  /// concurrent runs never share it). Must not allocate or synchronise in Run.
+  /// Scratch bytes each run needs (given as KernelContext::workspace, planned in the run's arena so concurrent runs
+  /// never share it and a run allocates nothing). Device kernels must not allocate or synchronise in Run.
   virtual size_t WorkspaceBytes() const { return 0; }
   /// Host kernels: true when output 0 may share input `i`'s buffer (same bytes, same layout; element j of the output
   /// written only after element j of that input was read). The memory plan then gives them one buffer where the input

@@ -14,6 +14,8 @@
 // ONNX Runtime computes them, the activation (X once for every step, h at each step) quantised to uint8 with its own
 // range (QuantizeDynamic: DynamicQuantizeLinear's arithmetic), an int32 product, float(acc) * (a_scale * scale[g]).
 // (ORT quantises all batch items' h together; here each item's own: the same for batch 1.)
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -46,12 +48,13 @@ struct RecurrentQuantProduct {
 /// A fast kernel's own float products on its packed weights (`self`); where one is null (or `project` returns false)
 /// the gemm runs on W or R itself.
 struct RecurrentFloatProducts {
-  /// c[n] += sum_k h[k] * R[col0 + n][k] for n < cols, R direction `dir`'s [G*H, H] recurrence weight (one step).
-  void (*step)(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t cols,
+  /// c[i, n] += sum_k h[i, k] * R[col0 + n][k] for i < rows, n < cols (h rows of `depth`, c rows of `cols`), R
+  /// direction `dir`'s [G*H, H] recurrence weight (one step of `rows` batch items).
+  void (*step)(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t rows, int64_t cols,
                int64_t depth) = nullptr;
-  /// xw[r, g] += sum_i x[r, i] * W[g][i] for r < rows, g < G*H, W direction `dir`'s [G*H, I] input weight (every
-  /// step's input projection); false when it was not built for `rows`.
-  bool (*project)(const void* self, int64_t dir, const float* x, float* xw, int64_t rows) = nullptr;
+  /// xw[r, g] = bias[g] + sum_i x[r, i] * W[g][i] for r < rows, g < G*H, W direction `dir`'s [G*H, I] input weight
+  /// (every step's input projection); false, with nothing written, when it was not built for `rows`.
+  bool (*project)(const void* self, int64_t dir, const float* x, const float* bias, float* xw, int64_t rows) = nullptr;
   const void* self = nullptr;
   /// `step` splits each product's columns over the threads: the (direction, item) pairs then run one after another
   /// (each thread reading part of R per step) instead of one per thread (each reading all of its direction's R).
@@ -94,6 +97,16 @@ inline void ApplyRecurrentActivation(const RecurrentActivation& act, float* data
   }
 }
 
+/// Bytes of the input projection RunRecurrent works in: [directions, sequence * batch, gates * hidden] floats for input
+/// X of `x_shape` and input weight W of `w_shape`; 0 for shapes it cannot be (checked when the node runs).
+inline size_t RecurrentProjectionBytes(const Shape& x_shape, const Shape& w_shape) {
+  if (x_shape.size() != 3 || w_shape.size() != 3) return 0;
+  for (int64_t v : {x_shape[0], x_shape[1], w_shape[0], w_shape[1]})
+    if (v <= 0 || v > (int64_t{1} << 31)) return 0;
+  const double bytes = double(w_shape[0]) * double(x_shape[0]) * double(x_shape[1]) * double(w_shape[1]) * 4;
+  return bytes > double(int64_t{1} << 40) ? 0 : static_cast<size_t>(bytes);
+}
+
 namespace recurrent_detail {
 
 struct Dims {
@@ -111,10 +124,11 @@ struct Dims {
 
 /// Runs the RNN, GRU or LSTM node of `ctx` (inputs and outputs as the schema in src/ops/recurrent.cc checked them)
 /// with `gemm` for every matrix product and `activate` for every activation. Items of the batch run in parallel
-/// (OpenMP) when there is enough work.
+/// (OpenMP) when there is enough work. `projection_space`: RecurrentProjectionBytes of memory for the input projection
+/// (a kernel's workspace); null: allocated here.
 inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate,
                          RecurrentQuantProduct quant = {RecurrentQuantProductLoops, nullptr},
-                         RecurrentFloatProducts products = {}) {
+                         RecurrentFloatProducts products = {}, float* projection_space = nullptr) {
   const Node& node = ctx.node;
   const RecurrentSpec spec = ParseRecurrentSpec(node);
   const bool gru = node.op_type == "GRU", lstm = node.op_type == "LSTM";
@@ -150,9 +164,12 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
   float* y_c = lstm && num_outputs > 2 && ctx.outputs[2] ? ctx.Out(2).data<float>() : nullptr;
   if (y) std::fill(y, y + ctx.Out(0).numel(), 0.f);
 
-  // Work space: the input projection of every step, per direction (a Tensor, so the host memory limit applies).
+  // Work space: the input projection of every step, per direction (a Tensor when allocated here, so the host memory
+  // limit applies).
   const int64_t rows = seq * batch;
-  Tensor projection(DType::kF32, Shape{dims.dirs, rows, gh});
+  Tensor allocated;
+  if (!projection_space) allocated = Tensor(DType::kF32, Shape{dims.dirs, rows, gh});
+  float* const projection = projection_space ? projection_space : allocated.data<float>();
   std::vector<uint8_t> xq(int8_weights ? static_cast<size_t>(rows * dims.input) : 0);
   float x_scale = 0.f;
   int32_t x_zero = 0;
@@ -166,11 +183,13 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
       const bool inside_reset = gru && spec.linear_before_reset && g >= 2 * hidden;
       input_bias[static_cast<size_t>(g)] = (wb ? wb[g] : 0.f) + (rb && !inside_reset ? rb[g] : 0.f);
     }
-    float* xw = projection.data<float>() + d * rows * gh;
+    float* xw = projection + d * rows * gh;
+    if (!int8_weights && products.project &&
+        products.project(products.self, d, x.data<float>(), input_bias.data(), xw, rows))
+      continue;
     for (int64_t row = 0; row < rows; ++row) std::copy(input_bias.begin(), input_bias.end(), xw + row * gh);
     if (!int8_weights) {
-      if (!products.project || !products.project(products.self, d, x.data<float>(), xw, rows))
-        gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
+      gemm(x.data<float>(), w.data<float>() + d * gh * dims.input, xw, rows, gh, dims.input);
       continue;
     }
     // X quantised once for every step (as ONNX Runtime quantises the whole input before its product).
@@ -188,104 +207,158 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
     }
   }
 
-  // The recurrence: directions and items are independent, so (direction, item) pairs run in parallel, unless the
-  // kernel's step product splits its columns over the threads itself. An exception may not leave an OpenMP region:
-  // the first one is kept and rethrown after it.
+  // The recurrence: directions and items are independent. The items of a direction run in groups that take each step
+  // together, so one product per step reads R once for the whole group ([n, H] x [H, cols]); (direction, group) pairs
+  // run in parallel. Groups: every item in one when the kernel's step product splits its columns over the threads
+  // itself, else as many as fill the threads beside the directions. Each item keeps its own length (a reverse
+  // direction starts at the item's last valid step); an item past its length is multiplied with the others but left
+  // as it is. An exception may not leave an OpenMP region: the first one is kept and rethrown after it.
+  const int64_t threads = std::max(1, omp_get_max_threads());
+  const int64_t groups =
+      products.splits_steps ? 1 : std::min(batch, std::max<int64_t>(1, (threads + dims.dirs - 1) / dims.dirs));
+  const int64_t group_size = batch > 0 ? (batch + groups - 1) / groups : 0;
   std::exception_ptr failure;
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (!products.splits_steps && dims.dirs * batch > 1 && seq * gh * hidden >= (1 << 16))
+    schedule(static) if (!products.splits_steps && dims.dirs * groups > 1 && seq * gh * hidden >= (1 << 16))
   for (int64_t d = 0; d < dims.dirs; ++d) {
-    for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < groups; ++g) {
       try {
-        const float* xw = projection.data<float>() + d * rows * gh;
+        const int64_t first = g * group_size, n = std::min(batch, first + group_size) - first;
+        if (n <= 0) continue;
+        const float* xw = projection + d * rows * gh;
         const float* rd = r.data<float>() + d * gh * hidden;
         const float* rb = ctx.HasIn(3) ? ctx.In(3).data<float>() + d * 2 * gh + gh : nullptr;
         const float* peep = lstm && ctx.HasIn(7) ? ctx.In(7).data<float>() + d * 3 * hidden : nullptr;
         const bool reverse = spec.reverse || d == 1;
         const int di = static_cast<int>(d);
-        std::vector<float> h(static_cast<size_t>(hidden), 0.f), c(static_cast<size_t>(hidden), 0.f);
-        std::vector<float> gates(static_cast<size_t>(gh)), scratch(static_cast<size_t>(hidden));
+        auto buffer = [](int64_t count) { return std::vector<float>(static_cast<size_t>(count), 0.f); };
+        // Per item (row i of each): the state, the gates (LSTM: i o f c; RNN: one; GRU: z r here, h in `cand`).
+        std::vector<float> h = buffer(n * hidden), c = buffer(n * hidden), scratch = buffer(n * hidden);
+        std::vector<float> gates = buffer(n * (gru ? 2 * hidden : gh)), cand = buffer(gru ? n * hidden : 0);
         std::vector<uint8_t> hq(int8_weights ? static_cast<size_t>(hidden) : 0);
         std::vector<int32_t> acc(int8_weights ? static_cast<size_t>(gh) : 0);
         const int8_t* rq = int8_weights ? ctx.In(8).data<int8_t>() + d * gh * hidden : nullptr;
         const float* rs = int8_weights ? ctx.In(9).data<float>() + d * gh : nullptr;
-        const int64_t state = dims.StateOffset(d, b);
-        if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data());
-        if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data());
-        // c[0..cols) += a · R[col0 .. col0 + cols)^T
-        auto step_gemm = [&](const float* a, int64_t col0, float* c, int64_t cols) {
+        int64_t steps = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t state = dims.StateOffset(d, first + i);
+          if (ctx.HasIn(5)) std::copy_n(ctx.In(5).data<float>() + state, hidden, h.data() + i * hidden);
+          if (lstm && ctx.HasIn(6)) std::copy_n(ctx.In(6).data<float>() + state, hidden, c.data() + i * hidden);
+          steps = std::max(steps, lengths[static_cast<size_t>(first + i)]);
+        }
+        // out[i, 0..cols) += a[i, 0..H) · R[col0 .. col0 + cols)^T for every item i of the group.
+        auto step_gemm = [&](const float* a, int64_t col0, float* out, int64_t cols) {
           if (products.step)
-            products.step(products.self, d, col0, a, c, cols, hidden);
+            products.step(products.self, d, col0, a, out, n, cols, hidden);
           else
-            gemm(a, rd + col0 * hidden, c, 1, cols, hidden);
+            gemm(a, rd + col0 * hidden, out, n, cols, hidden);
         };
-        const int64_t len = lengths[static_cast<size_t>(b)];
-        for (int64_t step = 0; step < len; ++step) {
-          const int64_t t = reverse ? len - 1 - step : step;
-          const float* xw_t = xw + dims.XRow(t, b) * gh;
+        for (int64_t step = 0; step < steps; ++step) {
+          // The step's input row of item i (nullptr once the item is past its length).
+          auto input_row = [&](int64_t i) -> const float* {
+            const int64_t len = lengths[static_cast<size_t>(first + i)];
+            if (step >= len) return nullptr;
+            return xw + dims.XRow(reverse ? len - 1 - step : step, first + i) * gh;
+          };
+          auto time_of = [&](int64_t i) {
+            const int64_t len = lengths[static_cast<size_t>(first + i)];
+            return reverse ? len - 1 - step : step;
+          };
           if (gru) {
             // z and r: f(xw + h·R^T); h gate: g(xw + (r*h)·Rh^T) or, with linear_before_reset,
             // g(xw + r*(h·Rh^T + Rbh)).
-            std::copy(xw_t, xw_t + 2 * hidden, gates.data());
+            for (int64_t i = 0; i < n; ++i)
+              if (const float* xw_t = input_row(i)) std::copy(xw_t, xw_t + 2 * hidden, gates.data() + i * 2 * hidden);
             step_gemm(h.data(), 0, gates.data(), 2 * hidden);
-            activate(spec.Activation(di, 0), gates.data(), 2 * hidden, spec.clip);
-            const float* z = gates.data();
-            const float* reset = gates.data() + hidden;
-            float* cand = gates.data() + 2 * hidden;
             if (spec.linear_before_reset) {
-              for (int64_t k = 0; k < hidden; ++k) scratch[k] = rb ? rb[2 * hidden + k] : 0.f;
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t k = 0; k < hidden; ++k) scratch[i * hidden + k] = rb ? rb[2 * hidden + k] : 0.f;
               step_gemm(h.data(), 2 * hidden, scratch.data(), hidden);
-              for (int64_t k = 0; k < hidden; ++k) cand[k] = xw_t[2 * hidden + k] + reset[k] * scratch[k];
-            } else {
-              for (int64_t k = 0; k < hidden; ++k) scratch[k] = reset[k] * h[k];
-              std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, cand);
-              step_gemm(scratch.data(), 2 * hidden, cand, hidden);
             }
-            activate(spec.Activation(di, 1), cand, hidden, spec.clip);
-            for (int64_t k = 0; k < hidden; ++k) h[k] = (1.f - z[k]) * cand[k] + z[k] * h[k];
+            for (int64_t i = 0; i < n; ++i) {
+              const float* xw_t = input_row(i);
+              if (!xw_t) continue;
+              float* zr = gates.data() + i * 2 * hidden;
+              activate(spec.Activation(di, 0), zr, 2 * hidden, spec.clip);
+              const float* reset = zr + hidden;
+              const float* hi = h.data() + i * hidden;
+              float* si = scratch.data() + i * hidden;
+              float* ci = cand.data() + i * hidden;
+              if (spec.linear_before_reset) {
+                for (int64_t k = 0; k < hidden; ++k) ci[k] = xw_t[2 * hidden + k] + reset[k] * si[k];
+              } else {
+                for (int64_t k = 0; k < hidden; ++k) si[k] = reset[k] * hi[k];
+                std::copy(xw_t + 2 * hidden, xw_t + 3 * hidden, ci);
+              }
+            }
+            if (!spec.linear_before_reset) step_gemm(scratch.data(), 2 * hidden, cand.data(), hidden);
+            for (int64_t i = 0; i < n; ++i) {
+              if (!input_row(i)) continue;
+              const float* z = gates.data() + i * 2 * hidden;
+              float* ci = cand.data() + i * hidden;
+              float* hi = h.data() + i * hidden;
+              activate(spec.Activation(di, 1), ci, hidden, spec.clip);
+              for (int64_t k = 0; k < hidden; ++k) hi[k] = (1.f - z[k]) * ci[k] + z[k] * hi[k];
+            }
           } else if (lstm) {
+            for (int64_t i = 0; i < n; ++i)
+              if (const float* xw_t = input_row(i)) std::copy(xw_t, xw_t + gh, gates.data() + i * gh);
+            if (!int8_weights) step_gemm(h.data(), 0, gates.data(), gh);
             const RecurrentActivation& f = spec.Activation(di, 0);
-            std::copy(xw_t, xw_t + gh, gates.data());
-            float h_scale = 0.f;
-            int32_t h_zero = 0;
-            if (!int8_weights) {
-              step_gemm(h.data(), 0, gates.data(), gh);
-            } else if (QuantizeDynamic(h.data(), hidden, hq.data(), &h_scale, &h_zero)) {
-              quant.product(quant.self, RecurrentWeight::kR, d, rq, hq.data(), h_zero, acc.data(), gh, hidden);
-              for (int64_t g = 0; g < gh; ++g) gates[g] += static_cast<float>(acc[g]) * (h_scale * rs[g]);
+            for (int64_t i = 0; i < n; ++i) {
+              if (!input_row(i)) continue;
+              float* gi = gates.data() + i * gh;
+              float* hi = h.data() + i * hidden;
+              float* ci = c.data() + i * hidden;
+              float* si = scratch.data() + i * hidden;
+              float h_scale = 0.f;
+              int32_t h_zero = 0;
+              if (int8_weights && QuantizeDynamic(hi, hidden, hq.data(), &h_scale, &h_zero)) {
+                quant.product(quant.self, RecurrentWeight::kR, d, rq, hq.data(), h_zero, acc.data(), gh, hidden);
+                for (int64_t j = 0; j < gh; ++j) gi[j] += static_cast<float>(acc[j]) * (h_scale * rs[j]);
+              }
+              float* go = gi + hidden;
+              float* gf = gi + 2 * hidden;
+              float* gc = gi + 3 * hidden;
+              if (peep) {
+                for (int64_t k = 0; k < hidden; ++k) gi[k] += peep[k] * ci[k];
+                for (int64_t k = 0; k < hidden; ++k) gf[k] += peep[2 * hidden + k] * ci[k];
+              }
+              activate(f, gi, hidden, spec.clip);
+              if (spec.input_forget) {
+                for (int64_t k = 0; k < hidden; ++k) gf[k] = 1.f - gi[k];
+              } else {
+                activate(f, gf, hidden, spec.clip);
+              }
+              activate(spec.Activation(di, 1), gc, hidden, spec.clip);
+              for (int64_t k = 0; k < hidden; ++k) ci[k] = gf[k] * ci[k] + gi[k] * gc[k];
+              if (peep)
+                for (int64_t k = 0; k < hidden; ++k) go[k] += peep[hidden + k] * ci[k];
+              activate(f, go, hidden, spec.clip);
+              std::copy(ci, ci + hidden, si);
+              activate(spec.Activation(di, 2), si, hidden, 0.f);
+              for (int64_t k = 0; k < hidden; ++k) hi[k] = go[k] * si[k];
             }
-            float* gi = gates.data();
-            float* go = gates.data() + hidden;
-            float* gf = gates.data() + 2 * hidden;
-            float* gc = gates.data() + 3 * hidden;
-            if (peep) {
-              for (int64_t k = 0; k < hidden; ++k) gi[k] += peep[k] * c[k];
-              for (int64_t k = 0; k < hidden; ++k) gf[k] += peep[2 * hidden + k] * c[k];
-            }
-            activate(f, gi, hidden, spec.clip);
-            if (spec.input_forget) {
-              for (int64_t k = 0; k < hidden; ++k) gf[k] = 1.f - gi[k];
-            } else {
-              activate(f, gf, hidden, spec.clip);
-            }
-            activate(spec.Activation(di, 1), gc, hidden, spec.clip);
-            for (int64_t k = 0; k < hidden; ++k) c[k] = gf[k] * c[k] + gi[k] * gc[k];
-            if (peep)
-              for (int64_t k = 0; k < hidden; ++k) go[k] += peep[hidden + k] * c[k];
-            activate(f, go, hidden, spec.clip);
-            std::copy(c.begin(), c.end(), scratch.begin());
-            activate(spec.Activation(di, 2), scratch.data(), hidden, 0.f);
-            for (int64_t k = 0; k < hidden; ++k) h[k] = go[k] * scratch[k];
           } else {
-            std::copy(xw_t, xw_t + hidden, scratch.data());
+            for (int64_t i = 0; i < n; ++i)
+              if (const float* xw_t = input_row(i)) std::copy(xw_t, xw_t + hidden, scratch.data() + i * hidden);
             step_gemm(h.data(), 0, scratch.data(), hidden);
-            activate(spec.Activation(di, 0), scratch.data(), hidden, spec.clip);
-            std::copy(scratch.begin(), scratch.end(), h.begin());
+            for (int64_t i = 0; i < n; ++i) {
+              if (!input_row(i)) continue;
+              float* si = scratch.data() + i * hidden;
+              activate(spec.Activation(di, 0), si, hidden, spec.clip);
+              std::copy(si, si + hidden, h.data() + i * hidden);
+            }
           }
-          if (y) std::copy(h.begin(), h.end(), y + dims.YOffset(t, d, b));
+          if (y)
+            for (int64_t i = 0; i < n; ++i)
+              if (input_row(i)) std::copy_n(h.data() + i * hidden, hidden, y + dims.YOffset(time_of(i), d, first + i));
         }
-        if (y_h) std::copy(h.begin(), h.end(), y_h + state);
-        if (y_c) std::copy(c.begin(), c.end(), y_c + state);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t state = dims.StateOffset(d, first + i);
+          if (y_h) std::copy_n(h.data() + i * hidden, hidden, y_h + state);
+          if (y_c) std::copy_n(c.data() + i * hidden, hidden, y_c + state);
+        }
       } catch (...) {
 #pragma omp critical(osprey_recurrent_failure)
         if (!failure) failure = std::current_exception();

@@ -764,10 +764,12 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       slot.offset = root[s] == s ? planner_for(slot).Allocate(static_cast<size_t>(NumBytes(slot.dtype, slot.shape)))
                                  : impl->slots[root[s]].offset + delta[s];
     }
-    // A device step's workspace lives for that step only (steps run in order on one stream).
+    // A step's workspace lives for that step only (steps run in order, device steps on one stream).
     Step& step = impl->steps[i];
-    const size_t workspace = step.on_device && step.fast ? step.fast->WorkspaceBytes() : 0;
-    if (workspace) step.workspace_offset = device_planner.Allocate(workspace);
+    const size_t workspace = step.fast ? step.fast->WorkspaceBytes() : 0;
+    ArenaPlanner& workspace_planner = step.on_device ? device_planner : host_planner;
+    step.workspace_bytes = workspace;
+    if (workspace) step.workspace_offset = workspace_planner.Allocate(workspace);
     std::vector<int> done;
     for (int s : impl->steps[i].inputs)
       if (s >= 0 && root[s] == s && last_use[s] == static_cast<int>(i)) done.push_back(s);
@@ -780,7 +782,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
       if (slot.kind == Slot::Kind::kArena)
         planner_for(slot).Free(slot.offset, static_cast<size_t>(NumBytes(slot.dtype, slot.shape)));
     }
-    if (workspace) device_planner.Free(step.workspace_offset, workspace);
+    if (workspace) workspace_planner.Free(step.workspace_offset, workspace);
   }
   impl->arena_bytes = host_planner.size();
   impl->device_arena_bytes = device_planner.size();

@@ -367,10 +367,9 @@ std::vector<Tensor> Plan::RunSteps(const std::vector<Tensor>& inputs, std::vecto
         }
       }
       for (int s : step.outputs) ctx.outputs.push_back(&values[s]);
-      if (p.backend) {
-        ctx.stream = stream;
-        if (step.on_device) ctx.workspace = static_cast<char*>(device_arena->data()) + step.workspace_offset;
-      }
+      if (p.backend) ctx.stream = stream;
+      if (step.workspace_bytes)
+        ctx.workspace = static_cast<char*>((step.on_device ? device_arena : arena)->data()) + step.workspace_offset;
       auto t0 = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       if (step.fast) {
         step.fast->Run(ctx);

@@ -46,10 +46,11 @@ struct Step {
   // fast kernels apply them themselves).
   bool fused_steps = false;
   std::unique_ptr<Kernel> fast;
-  // Runs on the plan's device (its fast kernel came from DeviceBackend::CreateKernel, or it is a copy to the device);
-  // its workspace is [workspace_offset, + fast->WorkspaceBytes()) of the device arena.
+  // Runs on the plan's device (its fast kernel came from DeviceBackend::CreateKernel, or it is a copy to the device).
   bool on_device = false;
-  size_t workspace_offset = 0;
+  // The fast kernel's workspace (Kernel::WorkspaceBytes): [workspace_offset, + workspace_bytes) of the run's arena on
+  // the step's side (device or host).
+  size_t workspace_offset = 0, workspace_bytes = 0;
   // OpenMP threads this step runs with (1 for steps too small to split: SerialWorkThreshold, compile.cc).
   int threads = 1;
 };

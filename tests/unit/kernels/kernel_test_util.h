@@ -6,7 +6,9 @@
 // approximations of exp/tanh/erf. With inputs in [-1, 1) and reductions of up to a few thousand terms that is a few
 // float32 ulps relative to the result, far below 1e-4, while a wrong index or pad gives errors of order 0.1.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "test_util.h"
@@ -66,6 +66,14 @@ inline void RunKernel(Kernel& kernel, const Node& node, const std::vector<Tensor
   KernelContext kc{node, opset};
   for (const Tensor& t : inputs) kc.inputs.push_back(t.buffer() ? &t : nullptr);
   for (Tensor& t : outputs) kc.outputs.push_back(&t);
+  // A host kernel's workspace (Kernel::WorkspaceBytes), as a plan's arena gives it: here full of NaNs, so a kernel
+  // reading a byte of it before writing it shows in its outputs.
+  std::shared_ptr<Buffer> workspace;
+  if (const size_t bytes = kernel.WorkspaceBytes()) {
+    workspace = Allocator::Host().Allocate(bytes);
+    std::memset(workspace->data(), 0xFF, bytes);
+    kc.workspace = workspace->data();
+  }
   kernel.Run(kc);
 }
 

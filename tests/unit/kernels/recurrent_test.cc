@@ -38,6 +38,9 @@ void ExpectAllOutputsMatch(const Node& node, const std::vector<Tensor>& inputs, 
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel->Name()), name);
+  // The input projection of every step in the run's workspace (RunKernel fills it with NaNs first).
+  const Shape& x = inputs[0].shape();
+  EXPECT_EQ(kernel->WorkspaceBytes(), size_t(inputs[1].dim(0) * x[0] * x[1] * inputs[1].dim(1)) * sizeof(float));
   for (int run = 0; run < 2; ++run)
     for (size_t o = 0; o < outputs.size(); ++o) {
       SCOPED_TRACE("run " + std::to_string(run) + ", output " + std::to_string(o));
@@ -85,16 +88,19 @@ TEST(RecurrentKernels, FastMatchesReference) {
   }
 }
 
-// Widths over one panel of 64 columns with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40), and one
-// direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be split over the threads.
+// Widths over one panel of 64 columns with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40), one
+// direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be split over the threads, and
+// batches of 6 and 5 items taking each step together (rows through a panel four at a time, then the rest).
 TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   const struct {
     const char* op;
     int gates;
     int64_t hidden, batch;
     const char* direction;
-  } cases[] = {{"LSTM", 4, 40, 2, "bidirectional"}, {"GRU", 3, 40, 2, "bidirectional"}, {"RNN", 1, 72, 1, "forward"},
-               {"LSTM", 4, 192, 1, "forward"},      {"GRU", 3, 40, 1, "reverse"}};
+  } cases[] = {{"LSTM", 4, 40, 2, "bidirectional"}, {"GRU", 3, 40, 2, "bidirectional"},
+               {"RNN", 1, 72, 1, "forward"},        {"LSTM", 4, 192, 1, "forward"},
+               {"GRU", 3, 40, 1, "reverse"},        {"LSTM", 4, 40, 6, "bidirectional"},
+               {"GRU", 3, 72, 5, "forward"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.op) + " hidden " + std::to_string(c.hidden) + " batch " + std::to_string(c.batch));
     const int64_t seq = 4, input = 16, dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
