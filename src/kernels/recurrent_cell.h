@@ -4,9 +4,10 @@
 // (kernels/cpu/recurrent_kernels.cc, oneDNN's sgemm): they differ only in the matrix product they pass in.
 //
 // Per direction, the input projection X·W^T (+ the biases that add straight onto it) is one [S*N, I] x [I, G*H]
-// product for every step at once; the recurrence then runs per batch item (items are independent), over that
-// item's own sequence length, so a reverse direction starts at each item's last valid step. Steps past an item's
-// length leave zeros in Y; Y_h / Y_c hold the state after the item's last processed step.
+// product for every step at once; the recurrence then runs over groups of batch items taking each step together (one
+// [n, H] x [H, G*H] product per step), each item over its own sequence length, so a reverse direction starts at each
+// item's last valid step. Steps past an item's length leave zeros in Y; Y_h / Y_c hold the state after the item's
+// last processed step.
 //
 // An LSTM lowered from com.microsoft.DynamicQuantizeLSTM (runtime/dynamic_quantize_lstm.cc) carries `_int8_weights` = 1
 // with its int8 weights less their zero points, R' as input 8 ([D, G*H, H], as R) with its scales as input 9
