@@ -53,34 +53,38 @@ __attribute__((target("avx512f"))) void PanelTimesRow(const float* x, const floa
   _mm512_storeu_ps(y + 48, _mm512_add_ps(a3, b3));
 }
 
-// y[r][0..63] = x row r (rows `x_stride` apart) times one panel, for R rows at once (R <= 4): each panel row is loaded
-// once for all of them (16 accumulators for 4 rows), so several batch items cost one pass over the panel.
-template <int R>
+// y[r][0..63] = x row r (rows `x_stride` apart) times one panel, R rows at once, in passes of V vectors (16 columns
+// each): R x V <= 16 accumulators. Each panel row is loaded once for all R rows per pass, so several batch items cost
+// one pass over the panel: 4 rows x 4 vectors, or 8 rows x 2 vectors in two passes (half the panel bytes per
+// multiply-add; the panel does not stay in the first-level cache between passes of 4 rows).
+template <int R, int V>
 __attribute__((target("avx512f"))) void PanelTimesRows(const float* x, int64_t x_stride, const float* panel,
                                                        int64_t k_size, float* y) {
-  // Fully unrolled (GCC kept a rolled loop's accumulators in memory: 4 FMAs per iteration, a third of the speed).
-  __m512 acc[R][4];
+  static_assert(R * V <= 16 && 4 % V == 0, "accumulators must fit the registers");
+  for (int pass = 0; pass < 4 / V; ++pass) {
+    const float* columns = panel + pass * V * 16;
+    // Fully unrolled (GCC kept a rolled loop's accumulators in memory: 4 FMAs per iteration, a third of the speed).
+    __m512 acc[R][V];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < k_size; ++k) {
+      __m512 w[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < k_size; ++k) {
-    const float* p = panel + k * kPanel;
-    const __m512 w0 = _mm512_loadu_ps(p), w1 = _mm512_loadu_ps(p + 16), w2 = _mm512_loadu_ps(p + 32),
-                 w3 = _mm512_loadu_ps(p + 48);
+      for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(columns + k * kPanel + v * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 u = _mm512_set1_ps(x[r * x_stride + k]);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m512 u = _mm512_set1_ps(x[r * x_stride + k]);
-      acc[r][0] = _mm512_fmadd_ps(u, w0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(u, w1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(u, w2, acc[r][2]);
-      acc[r][3] = _mm512_fmadd_ps(u, w3, acc[r][3]);
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(u, w[v], acc[r][v]);
+      }
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) _mm512_storeu_ps(y + r * kPanel + (pass * V + v) * 16, acc[r][v]);
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(y + r * kPanel + v * 16, acc[r][v]);
 }
 
 class GemvKernel final : public Kernel {
@@ -159,22 +163,25 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
   for (int64_t p = first_panel; p < last_panel; ++p) {
     const float* panel = panels + p * kPanel * k;
     const int64_t n0 = p * kPanel, width = std::min(kPanel, n - n0);
-    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-      const int64_t count = std::min<int64_t>(4, rows - r0);
-      alignas(64) float out[4 * kPanel];
+    for (int64_t r0 = 0; r0 < rows;) {  // eight rows at a time, then up to four
+      const int64_t count = rows - r0 >= 8 ? 8 : std::min<int64_t>(4, rows - r0);
+      alignas(64) float out[8 * kPanel];
       const float* xr = x + r0 * k;
       switch (count) {
         case 1:
           PanelTimesRow(xr, panel, k, out);
           break;
         case 2:
-          PanelTimesRows<2>(xr, k, panel, k, out);
+          PanelTimesRows<2, 4>(xr, k, panel, k, out);
           break;
         case 3:
-          PanelTimesRows<3>(xr, k, panel, k, out);
+          PanelTimesRows<3, 4>(xr, k, panel, k, out);
+          break;
+        case 4:
+          PanelTimesRows<4, 4>(xr, k, panel, k, out);
           break;
         default:
-          PanelTimesRows<4>(xr, k, panel, k, out);
+          PanelTimesRows<8, 2>(xr, k, panel, k, out);
       }
       for (int64_t r = 0; r < count; ++r) {
         const float* o = out + r * kPanel;
@@ -185,6 +192,7 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
           std::copy(o, o + width, yp);
         }
       }
+      r0 += count;
     }
   }
 }

@@ -19,7 +19,7 @@ PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::d
 
 /// y[r][j] (+)= sum_k x[r][k] W(k, j) for r < rows, j < n (x rows of k, y rows of n), W packed by PackGemvPanels;
 /// `accumulate`: add to y instead of writing. Panels [first, last) only (a caller splitting the columns over
-/// threads). Up to four rows go through a panel together.
+/// threads). Up to eight rows go through a panel together.
 void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float* y, bool accumulate,
                 int64_t first_panel, int64_t last_panel, int64_t rows = 1);
 
