@@ -90,7 +90,8 @@ TEST(RecurrentKernels, FastMatchesReference) {
 
 // Widths over one panel of 64 columns with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40), one
 // direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be split over the threads, and
-// batches of 6 and 5 items taking each step together (rows through a panel four at a time, then the rest).
+// batches of 6, 5 and 9 items taking each step together (rows through a panel eight or four at a time, then the
+// rest).
 TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   const struct {
     const char* op;
@@ -100,7 +101,7 @@ TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   } cases[] = {{"LSTM", 4, 40, 2, "bidirectional"}, {"GRU", 3, 40, 2, "bidirectional"},
                {"RNN", 1, 72, 1, "forward"},        {"LSTM", 4, 192, 1, "forward"},
                {"GRU", 3, 40, 1, "reverse"},        {"LSTM", 4, 40, 6, "bidirectional"},
-               {"GRU", 3, 72, 5, "forward"}};
+               {"GRU", 3, 72, 5, "forward"},        {"RNN", 1, 72, 9, "bidirectional"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.op) + " hidden " + std::to_string(c.hidden) + " batch " + std::to_string(c.batch));
     const int64_t seq = 4, input = 16, dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
