@@ -57,8 +57,9 @@ struct RecurrentFloatProducts {
   /// (every step's input projection); false, with nothing written, when it was not built for `rows`.
   bool (*project)(const void* self, int64_t dir, const float* x, const float* bias, float* xw, int64_t rows) = nullptr;
   const void* self = nullptr;
-  /// `step` splits each product's columns over the threads: the (direction, item) pairs then run one after another
-  /// (each thread reading part of R per step) instead of one per thread (each reading all of its direction's R).
+  /// `step` splits each product's columns over the threads: the directions then run one after another, each with all
+  /// its items in one group (each thread reading part of R per step), instead of one per thread (each reading all of
+  /// its direction's R).
   bool splits_steps = false;
 };
 
@@ -124,8 +125,8 @@ struct Dims {
 }  // namespace recurrent_detail
 
 /// Runs the RNN, GRU or LSTM node of `ctx` (inputs and outputs as the schema in src/ops/recurrent.cc checked them)
-/// with `gemm` for every matrix product and `activate` for every activation. Items of the batch run in parallel
-/// (OpenMP) when there is enough work. `projection_space`: RecurrentProjectionBytes of memory for the input projection
+/// with `gemm` for every matrix product and `activate` for every activation. Directions and groups of batch items run
+/// in parallel (OpenMP) when there is enough work. `projection_space`: RecurrentProjectionBytes of memory for the input projection
 /// (a kernel's workspace); null: allocated here.
 inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActivate activate,
                          RecurrentQuantProduct quant = {RecurrentQuantProductLoops, nullptr},
