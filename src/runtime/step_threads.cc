@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/load_watch.h"
 #include "ops/op_cost.h"
 #include "runtime/plan_impl.h"
 
@@ -73,8 +75,9 @@ std::string StepTimingKey(const CompileState& st, const Node& node, int threads,
   return key;
 }
 
-// The remembered verdict for `key`, or `decide()` (remembered).
-bool RememberedVerdict(const std::string& key, const std::function<bool()>& decide) {
+// The remembered verdict for `key`, or `decide()`: remembered, unless it is empty (timed under load: the step keeps its
+// threads this time, and a later compile times it again).
+bool RememberedVerdict(const std::string& key, const std::function<std::optional<bool>()>& decide) {
   static std::mutex mu;
   static std::map<std::string, bool> verdicts;
   {
@@ -82,9 +85,10 @@ bool RememberedVerdict(const std::string& key, const std::function<bool()>& deci
     auto it = verdicts.find(key);
     if (it != verdicts.end()) return it->second;
   }
-  const bool verdict = decide();
+  const std::optional<bool> verdict = decide();
+  if (!verdict) return false;
   std::lock_guard<std::mutex> lock(mu);
-  return verdicts.emplace(key, verdict).first->second;
+  return verdicts.emplace(key, *verdict).first->second;
 }
 
 // What a parallel region costs to start after the team idled 300 us: a serial step that long makes the next parallel
@@ -178,8 +182,14 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& st, const
     if (!serial) serial = build_serial();
     return serial != nullptr;
   };
+  // Timed while other work competed for the CPUs (a server compiling a model under traffic, another program starting
+  // beside), the parallel runs wait for a CPU and one thread looks faster: such a verdict is not kept (openWakeWord's
+  // timer model compiled beside a starting Python process ran its 3264 x 128 Gemm on one thread, 0.028 instead of
+  // 0.012 ms, for the life of the process).
   const bool one_thread = env == "1" || RememberedVerdict(StepTimingKey(st, node, threads, bf16), [&] {
-                            return built() && OneThreadFaster(st, node, *serial, parallel, threads);
+                            const LoadWatch watch;
+                            const bool faster = built() && OneThreadFaster(st, node, *serial, parallel, threads);
+                            return watch.Disturbed() ? std::nullopt : std::optional<bool>(faster);
                           });
   if (!one_thread || !built()) return nullptr;
   return serial;

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "core/hash.h"
+#include "core/load_watch.h"
 #include "kernels/cpu/bf16_support.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
@@ -215,10 +216,10 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 //
 // A choice timed while other work competed for the CPUs (a server compiling a lazily loaded model under traffic, a
 // build beside) may be wrong, and a cache would keep it forever. So the tuner watches this process's run delay (time
-// its threads were runnable but waiting for a CPU, /proc/self/task/*/schedstat) while it times: above
-// kDisturbedShare of the wall time the choice is used but marked provisional ("provisional" as a fifth field); this
-// process reuses it for kProvisionalReuseSeconds, and a later process (or this one after that) times it again: a
-// quiet timing replaces it with a final choice, one under load again keeps it (Remember).
+// its threads were runnable but waiting for a CPU, core/load_watch.h) while it times: above
+// LoadWatch::kDisturbedShare of the wall time the choice is used but marked provisional ("provisional" as a fifth
+// field); this process reuses it for kProvisionalReuseSeconds, and a later process (or this one after that) times it
+// again: a quiet timing replaces it with a final choice, one under load again keeps it (Remember).
 bool TuningEnabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("OSPREY_TUNE");
@@ -406,39 +407,7 @@ struct TuningChoice {
   std::chrono::steady_clock::time_point decided{};  // when this process decided it (epoch: read from the file)
 };
 
-constexpr double kDisturbedShare = 0.1;
 constexpr double kProvisionalReuseSeconds = 60;
-
-// Nanoseconds this process's threads have spent runnable but waiting for a CPU (the second field of
-// /proc/self/task/<tid>/schedstat, summed); -1 where the kernel does not expose it.
-int64_t ProcessRunDelayNs() {
-  std::error_code ec;
-  int64_t total = 0;
-  bool any = false;
-  for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) {
-    std::ifstream in(it->path() / "schedstat");
-    int64_t on_cpu = 0, delay = 0;
-    if (in >> on_cpu >> delay) total += delay, any = true;
-  }
-  return any ? total : -1;
-}
-
-// Whether the timings taken between construction and Disturbed() competed with other work for the CPUs.
-class LoadWatch {
- public:
-  LoadWatch() : delay_ns_(ProcessRunDelayNs()), start_(std::chrono::steady_clock::now()) {}
-  bool Disturbed() const {
-    const int64_t delay_ns = ProcessRunDelayNs();
-    if (delay_ns < 0 || delay_ns_ < 0) return false;  // unknown: trust the timing, as before
-    const double wall_ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start_).count();
-    return static_cast<double>(delay_ns - delay_ns_) > kDisturbedShare * wall_ns;
-  }
-
- private:
-  int64_t delay_ns_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 bool CacheFileTooLarge(const std::string& path) {
   std::error_code error;
