@@ -183,9 +183,8 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& st, const
     return serial != nullptr;
   };
   // Timed while other work competed for the CPUs (a server compiling a model under traffic, another program starting
-  // beside), the parallel runs wait for a CPU and one thread looks faster: such a verdict is not kept (openWakeWord's
-  // timer model compiled beside a starting Python process ran its 3264 x 128 Gemm on one thread, 0.028 instead of
-  // 0.012 ms, for the life of the process).
+  // beside), the parallel runs wait for a CPU and one thread can look faster for the life of the process: such a
+  // timing decides nothing (the step keeps the plan's threads) and is not remembered.
   const bool one_thread = env == "1" || RememberedVerdict(StepTimingKey(st, node, threads, bf16), [&] {
                             const LoadWatch watch;
                             const bool faster = built() && OneThreadFaster(st, node, *serial, parallel, threads);
