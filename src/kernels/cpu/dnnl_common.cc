@@ -700,11 +700,14 @@ std::string OwnHash(const std::string& key) { return TuningHash("own-v3?" + key)
 }  // namespace
 
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
-                     const dnnl::primitive_desc_base& pd) {
+                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra) {
   return FirstIsFaster(
       OwnHash(key), kOwnName, kOnednnName, time_own,
-      [&pd] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30); }, kOwnKernelMargin);
+      [&] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30) + (onednn_extra ? onednn_extra() : 0.); },
+      kOwnKernelMargin);
 }
+
+double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs) { return TimePd(pd, runs, 1e30).value_or(1e30); }
 
 std::optional<bool> RememberedOwnVerdict(const std::string& key) {
   if (!TuningEnabled()) return std::nullopt;

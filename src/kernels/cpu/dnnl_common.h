@@ -244,9 +244,14 @@ void EvictFromCaches(const void* data, size_t bytes);
 /// by a margin (timed at most 0.85x: a near tie goes to oneDNN's): `time_own` returns its milliseconds per run (the
 /// best of a few on zero-filled tensors with its weights evicted before each, as `pd` is timed); the two are timed
 /// alternately, twice each, and the verdict remembered under `key` like the implementation choices (names "own" /
-/// "onednn"; a verdict timed under load is provisional). See dnnl_common.cc.
+/// "onednn"; a verdict timed under load is provisional). `onednn_extra`, when given, returns the milliseconds oneDNN's
+/// kernel spends outside the primitive on the same run (a reorder of its source, a SiLU pass), added to pd's. See
+/// dnnl_common.cc.
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
-                     const dnnl::primitive_desc_base& pd);
+                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra = nullptr);
+/// Milliseconds of one run of the primitive `pd` describes on zero-filled arguments, the best of `runs` after one
+/// untimed; 1e30 when oneDNN cannot create or run it.
+double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs);
 /// The verdict PreferOwnKernel remembered for `key` (true: osprey's kernel) when one is in force, so a factory can
 /// build only the kernel it will use.
 std::optional<bool> RememberedOwnVerdict(const std::string& key);

@@ -7,14 +7,17 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/stem_conv.h"
 #include "kernels/cpu/winograd_conv.h"
 #include "ops/activation.h"
 #include "ops/conv_window.h"
@@ -479,25 +482,102 @@ std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& 
   return wg;
 }
 
-// The convolution's kernel: oneDNN's (`build_direct`; nullptr when it has no fast one) or osprey's Winograd.
+// osprey's first-layer convolution (stem_conv.cc) instead of oneDNN's: 1-4 input channels read from the plain
+// input, channels-last output, 8-64 output channels, no residual, PRelu or fused depthwise part. OSPREY_STEM=0
+// never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always otherwise
+// (it saves the input's reorder to NHWC that oneDNN's kernels need).
+std::optional<StemConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                              const std::string& mode) {
+  StemConvGeometry sg;
+  if (mode == "0" || ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.x != g.x_logical || g.group != 1 ||
+      g.dw_stride > 0 || HasFusedPRelu(ctx.node) || ctx.node.GetInt("_residual", 0) != 0 ||
+      g.dilates != memory::dims{0, 0} || ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kNhwc ||
+      !Activation::FromFusedNode(ctx.node, &sg.activation))
+    return std::nullopt;
+  sg.batch = g.x[0];
+  sg.in_c = g.x[1];
+  sg.in_h = g.x[2];
+  sg.in_w = g.x[3];
+  sg.out_c = g.w[0];
+  sg.out_h = g.y[2];
+  sg.out_w = g.y[3];
+  sg.kernel_h = g.w[2];
+  sg.kernel_w = g.w[3];
+  sg.stride_h = g.strides[0];
+  sg.stride_w = g.strides[1];
+  sg.pad_top = g.pad_l[0];
+  sg.pad_left = g.pad_l[1];
+  sg.bias = ctx.present.size() > 2 && ctx.present[2];
+  if (!StemConvApplies(sg)) return std::nullopt;
+  return sg;
+}
+
+// One of osprey's own convolution kernels (`make_own`) or oneDNN's (`build_direct`; nullptr when it has no fast one):
+// `mode` "1" takes osprey's untimed, no tuning takes it when `by_rule`; else the remembered verdict for `key`, or
+// both timed (PreferOwnKernel: osprey's by a margin) and remembered.
+// `direct_extra(direct)`, when given, returns the milliseconds the direct kernel spends outside its primitive.
+template <typename Own>
+std::unique_ptr<Kernel> OwnOrDirect(const KernelBuildContext& ctx, const std::string& key, const std::string& mode,
+                                    bool by_rule, const std::function<std::unique_ptr<Own>()>& make_own,
+                                    const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct,
+                                    const std::function<double(const DnnlConvKernel&)>& direct_extra = nullptr) {
+  const std::optional<bool> remembered = ctx.tune && mode != "1" ? RememberedOwnVerdict(key) : std::nullopt;
+  if (mode == "1" || !ctx.tune || remembered) {  // no timing: the one kernel it will be
+    if (remembered ? *remembered : (mode == "1" || by_rule))
+      if (std::unique_ptr<Own> own = make_own()) return own;
+    return build_direct();
+  }
+  std::unique_ptr<DnnlConvKernel> direct = build_direct();
+  std::unique_ptr<Own> own = make_own();
+  if (!direct || !own) return direct ? std::unique_ptr<Kernel>(std::move(direct)) : std::move(own);
+  const std::function<double()> extra =
+      direct_extra ? std::function<double()>([&] { return direct_extra(*direct); }) : std::function<double()>();
+  if (PreferOwnKernel(
+          key, [&] { return own->TimeMs(3); }, direct->Pd(), extra))
+    return own;
+  return direct;
+}
+
+// The convolution's kernel: oneDNN's (`build_direct`; nullptr when it has no fast one), osprey's Winograd or its
+// first-layer kernel.
 std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const ConvGeometry& g,
                                          const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct) {
+  const char* stem_setting = std::getenv("OSPREY_STEM");
+  const std::string stem_mode = stem_setting ? stem_setting : "";
+  if (const std::optional<StemConvGeometry> sg = StemCandidate(ctx, g, stem_mode)) {
+    // oneDNN's kernel also reorders the plain image to its source layout and may run a SiLU pass after the primitive
+    // (OwnSilu); osprey's reads the image as it is and applies the activation in registers.
+    auto direct_extra = [&](const DnnlConvKernel& direct) {
+      double ms = 0;
+      const memory::desc plain(ToDims(g.x), memory::data_type::f32, memory::format_tag::nchw);
+      if (direct.Pd().src_desc() != plain)
+        ms += PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), plain, CpuEngine(), direct.Pd().src_desc()), 3);
+      if (OwnSilu(ctx.node, g)) {
+        std::vector<float> y(static_cast<size_t>(NumElements(g.y)));
+        double best = 1e30;
+        for (int i = 0; i < 4; ++i) {
+          const auto start = std::chrono::steady_clock::now();
+          SiluInPlace(y.data(), static_cast<int64_t>(y.size()), ctx.num_threads);
+          if (i > 0)
+            best = std::min(
+                best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        }
+        ms += best;
+      }
+      return ms;
+    };
+    return OwnOrDirect<StemConvKernel>(
+        ctx, "stem:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), stem_mode, /*by_rule=*/true,
+        [&] { return CreateStemConv(ctx, *sg); }, build_direct, direct_extra);
+  }
   const char* setting = std::getenv("OSPREY_WINOGRAD");
   const std::string mode = setting ? setting : "";
   const std::optional<WinogradConvGeometry> wg = WinogradCandidate(ctx, g, mode);
   if (!wg) return build_direct();
-  const std::string key = "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast);
-  const std::optional<bool> remembered = ctx.tune && mode != "1" ? RememberedOwnVerdict(key) : std::nullopt;
-  if (mode == "1" || !ctx.tune || remembered) {  // no timing: the one kernel it will be
-    if (!remembered || *remembered)
-      if (std::unique_ptr<Kernel> winograd = CreateWinogradConv(ctx, *wg)) return winograd;
-    return build_direct();
-  }
-  std::unique_ptr<DnnlConvKernel> direct = build_direct();
-  std::unique_ptr<WinogradConvKernel> winograd = CreateWinogradConv(ctx, *wg);
-  if (!direct || !winograd) return direct ? std::unique_ptr<Kernel>(std::move(direct)) : std::move(winograd);
-  if (PreferOwnKernel(key, [&] { return winograd->TimeMs(3); }, direct->Pd())) return winograd;
-  return direct;
+  // WinogradCandidate only offers a layer without tuning where the rule takes it.
+  return OwnOrDirect<WinogradConvKernel>(
+      ctx, "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), mode, /*by_rule=*/true,
+      [&] { return CreateWinogradConv(ctx, *wg); }, build_direct);
 }
 
 std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {

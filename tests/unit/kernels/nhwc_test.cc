@@ -58,6 +58,22 @@ Tensor NanTensor(const Shape& shape) {
   return t;
 }
 
+// A NaN-filled output at the front of a buffer whose last kGuardFloats floats hold kGuardValue: a kernel writing past
+// its output changes them (ExpectGuardIntact).
+constexpr int64_t kGuardFloats = 64;
+constexpr float kGuardValue = 12345.f;
+
+Tensor GuardedNanTensor(const Shape& shape) {
+  Tensor whole = NanTensor({NumElements(shape) + kGuardFloats});
+  for (int64_t i = 0; i < kGuardFloats; ++i) whole.data<float>()[NumElements(shape) + i] = kGuardValue;
+  return Tensor::View(DType::kF32, shape, whole.buffer(), 0);
+}
+
+void ExpectGuardIntact(const Tensor& t) {
+  const float* past = t.data<float>() + t.numel();
+  for (int64_t i = 0; i < kGuardFloats; ++i) ASSERT_EQ(past[i], kGuardValue) << "written past the output, float " << i;
+}
+
 Shape Physical(const Shape& s, Layout layout) { return layout == Layout::kNhwc ? Shape{s[0], s[2], s[3], s[1]} : s; }
 
 // Builds the fast kernel for input 0 / residual (input 3) / output 0 in the given layouts, runs it twice on
@@ -91,8 +107,9 @@ void ExpectLayoutsMatchReference(const Node& node, const std::vector<Tensor>& in
     if (in0 == Layout::kNhwc) run_inputs[0] = ToNhwc(logical_inputs[0]);
     if (node.op_type == "Conv" && inputs.size() > 3 && in3 == Layout::kNhwc)
       run_inputs[3] = ToNhwc(logical_inputs[3]);
-    std::vector<Tensor> run_outputs{NanTensor(Physical(logical, out0))};
+    std::vector<Tensor> run_outputs{GuardedNanTensor(Physical(logical, out0))};
     RunKernel(*kernel, node, run_inputs, run_outputs);
+    ExpectGuardIntact(run_outputs[0]);
     Tensor got = out0 == Layout::kNhwc ? FromNhwc(run_outputs[0]) : run_outputs[0];
     ExpectTensorNear(got, want[0], kFastRtol, atol);
   }
@@ -587,25 +604,27 @@ void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attr
 // ---- osprey's Winograd F(4x4, 3x3) (winograd_conv.cc): channels-last 3x3 stride-1 convolutions with channel counts
 // multiples of 16. OSPREY_WINOGRAD=1 takes it wherever it applies (unset: by timing), so these tests see it on every
 // AVX-512 machine; the plain layouts stay on oneDNN.
-class WinogradSetting {
+// An environment variable set (or unset: nullptr) for a scope.
+class ScopedEnv {
  public:
-  explicit WinogradSetting(const char* value) {
-    const char* old = std::getenv("OSPREY_WINOGRAD");
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
     if (value)
-      setenv("OSPREY_WINOGRAD", value, 1);
+      setenv(name, value, 1);
     else
-      unsetenv("OSPREY_WINOGRAD");
+      unsetenv(name);
   }
-  ~WinogradSetting() {
+  ~ScopedEnv() {
     if (had_)
-      setenv("OSPREY_WINOGRAD", old_.c_str(), 1);
+      setenv(name_.c_str(), old_.c_str(), 1);
     else
-      unsetenv("OSPREY_WINOGRAD");
+      unsetenv(name_.c_str());
   }
 
  private:
+  std::string name_;
   bool had_ = false;
   std::string old_;
 };
@@ -617,7 +636,7 @@ float WinogradAtol(const Shape& w) { return 2e-5f * std::sqrt(static_cast<float>
 // reference; with plain tensors oneDNN's direct convolution.
 void ExpectWinograd(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, bool residual, uint32_t seed) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
-  WinogradSetting always("1");
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
   if (residual) attrs["_residual"] = Attribute::Int(1);
   Node node = ConvNode(attrs, residual ? 4 : bias ? 3 : 2);
   std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
@@ -675,7 +694,7 @@ TEST(NhwcWinograd, SiluSigmoidHardSwish) {
 // The runtime may run the residual add in place: output and residual share one buffer.
 TEST(NhwcWinograd, ResidualInPlace) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
-  WinogradSetting always("1");
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}}, 4);
   std::vector<Tensor> in{RandomTensor({1, 16, 9, 9}, 91), RandomTensor({16, 16, 3, 3}, 92), RandomTensor({16}, 93),
                          RandomTensor({1, 16, 9, 9}, 94)};
@@ -694,7 +713,7 @@ TEST(NhwcWinograd, ResidualInPlace) {
 // transform buffers (per-thread scratch) and matmul arguments (PerCaller); two chunks per run.
 TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
-  WinogradSetting always("1");
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode(
       {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
   const Tensor weight = RandomTensor({128, 128, 3, 3}, 97), bias = RandomTensor({128}, 98);
@@ -736,7 +755,7 @@ TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
 // already overwritten.
 TEST(NhwcWinograd, RefusesToWriteOverItsInput) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's Winograd needs AVX-512";
-  WinogradSetting always("1");
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
   std::vector<Tensor> in = ConvInputs({1, 16, 9, 9}, {16, 16, 3, 3}, 99);
   std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true}));
@@ -755,7 +774,7 @@ TEST(NhwcWinograd, RefusesToWriteOverItsInput) {
 
 // Where it does not apply, oneDNN keeps the convolution: stride 2, dilation, groups, 24 channels.
 TEST(NhwcWinograd, DeclinedShapesStayOnOneDnn) {
-  WinogradSetting always("1");
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
   const std::vector<std::pair<AttributeMap, std::pair<Shape, Shape>>> cases{
       {{{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}, {{1, 16, 9, 9}, {16, 16, 3, 3}}},
       {{{"dilations", Ints({2, 2})}, {"pads", Ints({2, 2, 2, 2})}}, {{1, 16, 9, 9}, {16, 16, 3, 3}}},
@@ -774,7 +793,7 @@ TEST(NhwcWinograd, DeclinedShapesStayOnOneDnn) {
 // Unset, the kernel is chosen by timing both on this machine; the verdict goes to the tuning cache, named, and a
 // second build reads it back (no second line) and makes the same kernel.
 TEST(NhwcWinograd, ChosenByTimingAndRemembered) {
-  WinogradSetting by_timing(nullptr);
+  ScopedEnv by_timing("OSPREY_WINOGRAD", nullptr);
   const std::string path = TempCachePath("osprey-tune-winograd");
   setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}});
@@ -1206,6 +1225,67 @@ TEST(NhwcMeasure, DISABLED_MobileNetV2Block) {
   const double nhwc_ms = MillisecondsPerRun([&] { RunKernel(*nhwc_bn, bn, bn_in, bn_out); });
   std::printf("BatchNormalization + Relu [1, 192, 56, 56]: reference %.3f  fast plain %.3f  fast nhwc %.3f ms\n",
               ref_ms, plain_ms, nhwc_ms);
+}
+
+// ---- osprey's first-layer convolution (stem_conv.cc): 1-4 input channels read from the plain input, 16-64 output
+// channels written channels-last. OSPREY_STEM=1 takes it wherever it applies; with a channels-last input oneDNN runs.
+void ExpectStem(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's first-layer convolution needs AVX-512";
+  ScopedEnv always("OSPREY_STEM", "1");
+  Node node = ConvNode(attrs, bias ? 3 : 2);
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
+  std::vector<bool> constant{false, true};
+  if (bias) in.push_back(RandomTensor({w[0]}, seed + 2)), constant.push_back(true);
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Stem", Layout::kPlain, Layout::kNhwc);
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Dnnl", Layout::kNhwc, Layout::kNhwc);
+}
+
+// MobileNetV2's and EfficientNet's stem: 3 -> 32, 3x3, stride 2, pads 1 (odd sizes: a partial last block per row,
+// border pixels on both sides).
+TEST(NhwcStem, ThreeChannelsStrideTwoClipAndSilu) {
+  for (const char* act : {"Clip", "Silu"}) {
+    SCOPED_TRACE(act);
+    ExpectStem({{"strides", Ints({2, 2})},
+                {"pads", Ints({1, 1, 1, 1})},
+                {"_activation", Attribute::String(act)},
+                {"_alpha", Attribute::Float(0.f)},
+                {"_beta", Attribute::Float(6.f)}},
+               {2, 3, 35, 43}, {32, 3, 3, 3}, true, 101);
+  }
+}
+
+// ResNet's stem: 3 -> 64, 7x7, stride 2, pads 3; six pixels per block (four vectors of channels).
+TEST(NhwcStem, SevenBySevenSixtyFourChannelsRelu) {
+  ExpectStem({{"strides", Ints({2, 2})}, {"pads", Ints({3, 3, 3, 3})}, {"_activation", Attribute::String("Relu")}},
+             {1, 3, 41, 37}, {64, 3, 7, 7}, true, 102);
+}
+
+// One channel (a grey image), 16 and 48 output channels, asymmetric pads, no bias, strides 1 and 3 along the two
+// axes, and activations applied over the row (Sigmoid) or in registers (LeakyRelu) or none.
+TEST(NhwcStem, OneChannelAsymmetricPadsAndStrides) {
+  ExpectStem({{"strides", Ints({1, 3})}, {"pads", Ints({0, 2, 1, 1})}, {"_activation", Attribute::String("Sigmoid")}},
+             {1, 1, 19, 50}, {16, 1, 5, 5}, false, 103);
+  ExpectStem({{"strides", Ints({3, 1})},
+              {"pads", Ints({2, 0, 0, 1})},
+              {"_activation", Attribute::String("LeakyRelu")},
+              {"_alpha", Attribute::Float(0.1f)}},
+             {2, 4, 17, 30}, {48, 4, 3, 4}, true, 104);
+  ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {1, 2, 5, 3}, {16, 2, 3, 3}, true, 105);
+}
+
+// Output channel counts that are not whole vectors: 24 (YOLOv8's stem), 8 and 40 (the last vector masked).
+TEST(NhwcStem, OutputChannelsNotMultiplesOfSixteen) {
+  ExpectStem({{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Silu")}},
+             {1, 3, 33, 29}, {24, 3, 3, 3}, true, 108);
+  ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {2, 3, 7, 31}, {8, 3, 3, 3}, true, 109);
+  ExpectStem({{"strides", Ints({2, 2})}, {"_activation", Attribute::String("Relu")}}, {1, 4, 21, 40}, {40, 4, 5, 5},
+             false, 110);
+}
+
+// A window larger than the image along W (every pixel a border pixel) and an image of one column.
+TEST(NhwcStem, WindowsWiderThanTheImage) {
+  ExpectStem({{"pads", Ints({3, 3, 3, 3})}}, {1, 3, 9, 4}, {32, 3, 7, 7}, true, 106);
+  ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {1, 3, 6, 1}, {16, 3, 3, 3}, false, 107);
 }
 
 }  // namespace
