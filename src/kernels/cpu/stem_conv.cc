@@ -102,9 +102,23 @@ class StemConv final : public StemConvKernel {
       const int64_t last = g_.in_w - g_.kernel_w + g_.pad_left;  // ox * stride <= last
       const int64_t inside_end =
           last < 0 ? inside_begin : std::max(inside_begin, std::min(g_.out_w, last / g_.stride_w + 1));
+      // The row's taps inside the image (rows ky_begin..ky_end of the window) as one list: their input offsets from
+      // the image's column x0 of row 0 and their weights (one loop over taps, not three short nested ones).
+      thread_local std::vector<int64_t> in_off, w_off;
+      in_off.clear();
+      w_off.clear();
+      for (int64_t c = 0; c < g_.in_c; ++c)
+        for (int64_t ky = ky_begin; ky < ky_end; ++ky)
+          for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+            in_off.push_back((c * g_.in_h + iy0 + ky) * g_.in_w + kx);
+            w_off.push_back(((c * g_.kernel_h + ky) * g_.kernel_w + kx) * padded_c_);
+          }
+      const float* image = x + n * g_.in_c * g_.in_h * g_.in_w;
       int64_t ox = 0;
       for (; ox < inside_begin; ++ox) Pixel<V>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
-      for (; ox + P <= inside_end; ox += P) Block<V, P>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
+      for (; ox + P <= inside_end; ox += P)
+        Block<V, P>(image + ox * g_.stride_w - g_.pad_left, in_off.data(), w_off.data(),
+                    static_cast<int64_t>(in_off.size()), bias, ox, out_row);
       for (; ox < g_.out_w; ++ox) Pixel<V>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
       if (!InRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
     }
@@ -146,33 +160,32 @@ class StemConv final : public StemConvKernel {
     return v == V - 1 ? last_mask_ : static_cast<__mmask16>(0xffff);
   }
 
-  // P output pixels from column ox on, all inside the row: no bounds checks along W.
+  // P output pixels from column ox on, all inside the row: no bounds checks along W. `in` is the image's column x0
+  // of the first pixel's window (row 0, channel 0), `taps` taps at in_off (input) and w_off (packed weights).
   template <int V, int P>
-  __attribute__((target("avx512f"))) void Block(const float* x, const float* bias, int64_t n, int64_t iy0,
-                                                int64_t ky_begin, int64_t ky_end, int64_t ox, float* out_row) const {
+  __attribute__((target("avx512f"))) void Block(const float* in, const int64_t* in_off, const int64_t* w_off,
+                                                int64_t taps, const float* bias, int64_t ox, float* out_row) const {
     // Fully unrolled, so the accumulators stay in registers (a rolled loop kept them in memory).
     __m512 acc[P][V];
 #pragma GCC unroll 24
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
-    const int64_t sw = g_.stride_w, x0 = ox * sw - g_.pad_left;
-    for (int64_t c = 0; c < g_.in_c; ++c)
-      for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
-        const float* in = x + ((n * g_.in_c + c) * g_.in_h + iy0 + ky) * g_.in_w + x0;
-        const float* w = packed_.data() + ((c * g_.kernel_h + ky) * g_.kernel_w) * padded_c_;
-        for (int64_t kx = 0; kx < g_.kernel_w; ++kx, w += padded_c_) {
-          __m512 wv[V];
+    const int64_t sw = g_.stride_w;
+    const float* weights = packed_.data();
+    for (int64_t t = 0; t < taps; ++t) {
+      const float* tap = in + in_off[t];
+      const float* w = weights + w_off[t];
+      __m512 wv[V];
 #pragma GCC unroll 4
-          for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
+      for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
 #pragma GCC unroll 24
-          for (int p = 0; p < P; ++p) {
-            const __m512 xv = _mm512_set1_ps(in[p * sw + kx]);
+      for (int p = 0; p < P; ++p) {
+        const __m512 xv = _mm512_set1_ps(tap[p * sw]);
 #pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
-          }
-        }
+        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
       }
+    }
 #pragma GCC unroll 24
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
