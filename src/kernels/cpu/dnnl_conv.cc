@@ -442,6 +442,32 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
 }
 
+// The geometry of a 2-D, ungrouped, undilated float32 convolution without a PRelu or fused depthwise part, as
+// osprey's own kernels take it (own_conv.h); empty for any other (and with bf16 requested: oneDNN's bf16 kernels
+// compete there).
+std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, const ConvGeometry& g) {
+  OwnConvGeometry own;
+  if (ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) ||
+      g.dilates != memory::dims{0, 0} || !Activation::FromFusedNode(ctx.node, &own.activation))
+    return std::nullopt;
+  own.batch = g.x[0];
+  own.in_c = g.x[1];
+  own.in_h = g.x[2];
+  own.in_w = g.x[3];
+  own.out_c = g.w[0];
+  own.out_h = g.y[2];
+  own.out_w = g.y[3];
+  own.kernel_h = g.w[2];
+  own.kernel_w = g.w[3];
+  own.stride_h = g.strides[0];
+  own.stride_w = g.strides[1];
+  own.pad_top = g.pad_l[0];
+  own.pad_left = g.pad_l[1];
+  own.bias = ctx.present.size() > 2 && ctx.present[2];
+  own.residual = ctx.node.GetInt("_residual", 0) != 0;
+  return own;
+}
+
 // osprey's Winograd F(4x4, 3x3) (winograd_conv.cc) instead of oneDNN's direct convolution, for 3x3 stride-1
 // undilated dense float32 convolutions on channels-last tensors with channel counts multiples of 16. It wins where
 // there are enough channels (ResNet-50's 3x3 layers at batch 8: 1.5-2.2x; 64 -> 128 on 28x28 at batch 1: 2.2x) and
@@ -451,26 +477,14 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
 // else for >= 64 input and output channels. OSPREY_WINOGRAD=0 never takes it (to save its memory), =1 wherever it
 // applies (for comparisons and tests). Not with bf16 requested (--precision bf16 / auto: oneDNN's bf16 kernels then
 // compete).
-std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
+std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                       const std::string& mode) {
-  const bool residual = ctx.node.GetInt("_residual", 0) != 0;
-  WinogradConvGeometry wg;
-  if (mode == "0" || ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 ||
-      HasFusedPRelu(ctx.node) || g.w[2] != 3 || g.w[3] != 3 || g.strides != memory::dims{1, 1} ||
-      g.dilates != memory::dims{0, 0} || ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
-      (residual && ctx.InLayout(3) != Layout::kNhwc) || !Activation::FromFusedNode(ctx.node, &wg.activation))
+  std::optional<OwnConvGeometry> own = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
+  if (!own || own->kernel_h != 3 || own->kernel_w != 3 || own->stride_h != 1 || own->stride_w != 1 ||
+      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
+      (own->residual && ctx.InLayout(3) != Layout::kNhwc))
     return std::nullopt;
-  wg.batch = g.x[0];
-  wg.in_c = g.x[1];
-  wg.in_h = g.x[2];
-  wg.in_w = g.x[3];
-  wg.out_c = g.w[0];
-  wg.out_h = g.y[2];
-  wg.out_w = g.y[3];
-  wg.pad_top = g.pad_l[0];
-  wg.pad_left = g.pad_l[1];
-  wg.bias = ctx.present.size() > 2 && ctx.present[2];
-  wg.residual = residual;
+  const OwnConvGeometry& wg = *own;
   // Its transformed weights take 4x the layer's (36 values per input-output channel pair instead of 9): up to 256 x 256
   // channels (9.4 MB) only. ResNet-50's two 512 -> 512 layers would add 75 MB for ~2% of a batch-8 run; the layers
   // kept add 56 MB to its 98 MB of weights (RSS at batch 1: 246 MB without, 348 with all of them, 298 as it is).
@@ -486,29 +500,12 @@ std::optional<WinogradConvGeometry> WinogradCandidate(const KernelBuildContext& 
 // input, channels-last output, 8-64 output channels, no residual, PRelu or fused depthwise part. OSPREY_STEM=0
 // never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always otherwise
 // (it saves the input's reorder to NHWC that oneDNN's kernels need).
-std::optional<StemConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
+std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                               const std::string& mode) {
-  StemConvGeometry sg;
-  if (mode == "0" || ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.x != g.x_logical || g.group != 1 ||
-      g.dw_stride > 0 || HasFusedPRelu(ctx.node) || ctx.node.GetInt("_residual", 0) != 0 ||
-      g.dilates != memory::dims{0, 0} || ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kNhwc ||
-      !Activation::FromFusedNode(ctx.node, &sg.activation))
+  std::optional<OwnConvGeometry> sg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
+  if (!sg || sg->residual || g.x != g.x_logical || ctx.InLayout(0) != Layout::kPlain ||
+      ctx.OutLayout(0) != Layout::kNhwc || !StemConvApplies(*sg))
     return std::nullopt;
-  sg.batch = g.x[0];
-  sg.in_c = g.x[1];
-  sg.in_h = g.x[2];
-  sg.in_w = g.x[3];
-  sg.out_c = g.w[0];
-  sg.out_h = g.y[2];
-  sg.out_w = g.y[3];
-  sg.kernel_h = g.w[2];
-  sg.kernel_w = g.w[3];
-  sg.stride_h = g.strides[0];
-  sg.stride_w = g.strides[1];
-  sg.pad_top = g.pad_l[0];
-  sg.pad_left = g.pad_l[1];
-  sg.bias = ctx.present.size() > 2 && ctx.present[2];
-  if (!StemConvApplies(sg)) return std::nullopt;
   return sg;
 }
 
@@ -544,7 +541,7 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
                                          const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct) {
   const char* stem_setting = std::getenv("OSPREY_STEM");
   const std::string stem_mode = stem_setting ? stem_setting : "";
-  if (const std::optional<StemConvGeometry> sg = StemCandidate(ctx, g, stem_mode)) {
+  if (const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_mode)) {
     // oneDNN's kernel also reorders the plain image to its source layout and may run a SiLU pass after the primitive
     // (OwnSilu); osprey's reads the image as it is and applies the activation in registers.
     auto direct_extra = [&](const DnnlConvKernel& direct) {
@@ -566,16 +563,16 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
       }
       return ms;
     };
-    return OwnOrDirect<StemConvKernel>(
+    return OwnOrDirect<OwnConvKernel>(
         ctx, "stem:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), stem_mode, /*by_rule=*/true,
         [&] { return CreateStemConv(ctx, *sg); }, build_direct, direct_extra);
   }
   const char* setting = std::getenv("OSPREY_WINOGRAD");
   const std::string mode = setting ? setting : "";
-  const std::optional<WinogradConvGeometry> wg = WinogradCandidate(ctx, g, mode);
+  const std::optional<OwnConvGeometry> wg = WinogradCandidate(ctx, g, mode);
   if (!wg) return build_direct();
   // WinogradCandidate only offers a layer without tuning where the rule takes it.
-  return OwnOrDirect<WinogradConvKernel>(
+  return OwnOrDirect<OwnConvKernel>(
       ctx, "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), mode, /*by_rule=*/true,
       [&] { return CreateWinogradConv(ctx, *wg); }, build_direct);
 }

@@ -32,11 +32,11 @@ namespace {
 
 constexpr int64_t kMaxWindow = 11;
 
-class StemConv final : public StemConvKernel {
+class StemConv final : public OwnConvKernel {
  public:
   const char* Name() const override { return "ConvF32Stem"; }
 
-  void Build(const KernelBuildContext& ctx, const StemConvGeometry& g) {
+  void Build(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
     g_ = g;
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
     const Tensor& w = *ctx.input_values[1];
@@ -216,7 +216,7 @@ class StemConv final : public StemConvKernel {
     for (int v = 0; v < V; ++v) Store(acc[v], bias, v * 16, out_row + ox * g_.out_c + v * 16, MaskOf<V>(v));
   }
 
-  StemConvGeometry g_;
+  OwnConvGeometry g_;
   int threads_ = 1;
   int64_t padded_c_ = 0;          // output channels rounded up to whole vectors
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
@@ -225,7 +225,7 @@ class StemConv final : public StemConvKernel {
 
 }  // namespace
 
-bool StemConvApplies(const StemConvGeometry& g) {
+bool StemConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512 && g.batch > 0 && g.in_c >= 1 && g.in_c <= 4 && g.in_h > 0 && g.in_w > 0 && g.out_c >= 8 &&
          g.out_c <= 64 && g.out_h > 0 && g.out_w > 0 && g.kernel_h >= 1 && g.kernel_h <= kMaxWindow &&
@@ -234,7 +234,7 @@ bool StemConvApplies(const StemConvGeometry& g) {
          g.pad_top < g.kernel_h && g.pad_left < g.kernel_w;
 }
 
-std::unique_ptr<StemConvKernel> CreateStemConv(const KernelBuildContext& ctx, const StemConvGeometry& g) {
+std::unique_ptr<OwnConvKernel> CreateStemConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
   if (!StemConvApplies(g) || ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr ||
       ctx.input_values[1]->raw() == nullptr ||
       ctx.input_values[1]->numel() != g.out_c * g.in_c * g.kernel_h * g.kernel_w)

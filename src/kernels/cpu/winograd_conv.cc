@@ -96,13 +96,13 @@ void TransformWeights(const float* w, int64_t channels, int64_t filters, float* 
     }
 }
 
-class WinogradConv final : public WinogradConvKernel {
+class WinogradConv final : public OwnConvKernel {
  public:
   const char* Name() const override { return "ConvF32Winograd"; }
   // TransformOutput reads each residual element just before it writes the output element at the same place.
   bool MayOverwriteInput(int i) const override { return i == 3 && g_.residual; }
 
-  bool Build(const KernelBuildContext& ctx, const WinogradConvGeometry& g) {
+  bool Build(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
     g_ = g;
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
     tiles_h_ = (g.out_h + 3) / 4;
@@ -304,7 +304,7 @@ class WinogradConv final : public WinogradConvKernel {
     }
   }
 
-  WinogradConvGeometry g_;
+  OwnConvGeometry g_;
   int threads_ = 1;
   int64_t tiles_h_ = 0, tiles_w_ = 0, tiles_ = 0, chunk_ = 0;
   dnnl::matmul matmul_;
@@ -317,13 +317,13 @@ class WinogradConv final : public WinogradConvKernel {
 
 }  // namespace
 
-bool WinogradConvApplies(const WinogradConvGeometry& g) {
+bool WinogradConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512 && g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 && g.out_w > 0 && g.in_c > 0 &&
          g.out_c > 0 && g.in_c % 16 == 0 && g.out_c % 16 == 0 && g.pad_top >= 0 && g.pad_left >= 0;
 }
 
-std::unique_ptr<WinogradConvKernel> CreateWinogradConv(const KernelBuildContext& ctx, const WinogradConvGeometry& g) {
+std::unique_ptr<OwnConvKernel> CreateWinogradConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
   if (!WinogradConvApplies(g) || ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr ||
       ctx.input_values[1]->raw() == nullptr)
     return nullptr;

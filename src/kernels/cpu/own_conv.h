@@ -1,0 +1,27 @@
+#pragma once
+// What osprey's own 2-D convolution kernels (winograd_conv.cc, stem_conv.cc) are built from: the shapes and window of
+// one float32 Conv node, filled once by dnnl_conv.cc (OwnConvGeometryOf), which chooses between them and oneDNN.
+#include <cstdint>
+
+#include "kernels/kernel.h"
+#include "ops/activation.h"
+
+namespace osprey::cpu {
+
+struct OwnConvGeometry {
+  int64_t batch = 0, in_c = 0, in_h = 0, in_w = 0;  // input [N, C, H, W] (logical; each kernel says its layout)
+  int64_t out_c = 0, out_h = 0, out_w = 0;          // output [N, K, OH, OW]
+  int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+  bool bias = false;      // input 2, [K]
+  bool residual = false;  // input 3 (the output's shape and layout), added before the activation
+  Activation activation;  // the node's fused activation
+};
+
+/// One of osprey's convolution kernels: its run time, for choosing it against oneDNN's (PreferOwnKernel).
+class OwnConvKernel : public Kernel {
+ public:
+  /// Milliseconds of one run on zero-filled tensors: the best of `runs` after one untimed.
+  virtual double TimeMs(int runs) = 0;
+};
+
+}  // namespace osprey::cpu
