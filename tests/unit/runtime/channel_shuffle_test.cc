@@ -8,6 +8,7 @@
 #include <map>
 
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -16,7 +17,7 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+using testing::kOracle;
 
 Tensor I64(std::vector<int64_t> v) {
   const int64_t n = static_cast<int64_t>(v.size());

@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/fused_depthwise.h"
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -15,8 +16,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
-const CompileOptions kFast{.num_threads = 2, .fast_kernels = true, .fuse = true};
+using testing::kOracle;
+using testing::kFast;
 
 struct Pair {
   int64_t in_c = 16, mid_c = 96, size = 112, stride = 2;

@@ -7,6 +7,7 @@
 
 #include "ops/activation.h"
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -15,8 +16,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
-const CompileOptions kFast{.num_threads = 2, .fast_kernels = true, .fuse = true};
+using testing::kOracle;
+using testing::kFast;
 constexpr float kScale = 0.05f;
 
 // QuantizeLinear -> DequantizeLinear to uint8 with zero point `zp` (what ONNX Runtime's quantiser and tf2onnx write).

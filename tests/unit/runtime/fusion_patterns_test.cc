@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 #include "unit/kernels/kernel_test_util.h"
 
@@ -16,7 +17,7 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+using testing::kOracle;
 
 Tensor F32(Shape shape, std::vector<float> v) { return Tensor::FromVector<float>(std::move(shape), v); }
 Tensor Scalar(float v) { return Tensor::Scalar<float>(v); }

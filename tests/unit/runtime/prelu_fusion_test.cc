@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -16,8 +17,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
-const CompileOptions kFast{.num_threads = 2, .fast_kernels = true, .fuse = true};
+using testing::kOracle;
+using testing::kFast;
 
 // Slopes of both signs and sizes, so that a slope applied to the wrong channel or not at all shows.
 Tensor Slopes(Shape shape, uint32_t seed) { return RandomTensor(std::move(shape), seed, -1.5f, 1.5f); }

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -17,7 +18,7 @@ namespace {
 
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+using testing::kOracle;
 
 std::vector<Tensor> RunPlan(const Graph& graph, const Tensor& x, const CompileOptions& options,
                             std::vector<OpProfile>* profile = nullptr) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "osprey/runtime.h"
+#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -13,7 +14,7 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-const CompileOptions kOracle{.num_threads = 2, .fast_kernels = false, .fuse = false};
+using testing::kOracle;
 
 // `fast_steps`: the count with fast kernels where it differs (unary steps fused into elementwise nodes,
 // FuseElementwiseChains, happen for them only).
