@@ -7,8 +7,8 @@
 
 #include <map>
 
-#include "osprey/runtime.h"
 #include "fusion_test_util.h"
+#include "osprey/runtime.h"
 #include "test_util.h"
 
 namespace osprey {

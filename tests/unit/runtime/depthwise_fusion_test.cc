@@ -4,10 +4,10 @@
 // checked on their own, against the two separate Convs.
 #include <gtest/gtest.h>
 
+#include "fusion_test_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/fused_depthwise.h"
 #include "osprey/runtime.h"
-#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -16,8 +16,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-using testing::kOracle;
 using testing::kFast;
+using testing::kOracle;
 
 struct Pair {
   int64_t in_c = 16, mid_c = 96, size = 112, stride = 2;

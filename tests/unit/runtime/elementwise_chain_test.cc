@@ -5,9 +5,9 @@
 // and its validation are checked on their own.
 #include <gtest/gtest.h>
 
+#include "fusion_test_util.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
-#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -16,8 +16,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-using testing::kOracle;
 using testing::kFast;
+using testing::kOracle;
 constexpr float kScale = 0.05f;
 
 // QuantizeLinear -> DequantizeLinear to uint8 with zero point `zp` (what ONNX Runtime's quantiser and tf2onnx write).

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "osprey/runtime.h"
 #include "fusion_test_util.h"
+#include "osprey/runtime.h"
 #include "test_util.h"
 #include "unit/kernels/kernel_test_util.h"
 

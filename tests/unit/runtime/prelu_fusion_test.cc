@@ -5,10 +5,10 @@
 // checked on their own too.
 #include <gtest/gtest.h>
 
+#include "fusion_test_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
-#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -17,8 +17,8 @@ namespace {
 using testing::ExpectTensorNear;
 using testing::RandomTensor;
 
-using testing::kOracle;
 using testing::kFast;
+using testing::kOracle;
 
 // Slopes of both signs and sizes, so that a slope applied to the wrong channel or not at all shows.
 Tensor Slopes(Shape shape, uint32_t seed) { return RandomTensor(std::move(shape), seed, -1.5f, 1.5f); }

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "fusion_test_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "osprey/runtime.h"
-#include "fusion_test_util.h"
 #include "test_util.h"
 
 namespace osprey {

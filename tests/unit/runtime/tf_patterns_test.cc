@@ -4,8 +4,8 @@
 // without fusion and with reference kernels only; the fused plan's step count shows what was folded.
 #include <gtest/gtest.h>
 
-#include "osprey/runtime.h"
 #include "fusion_test_util.h"
+#include "osprey/runtime.h"
 #include "test_util.h"
 
 namespace osprey {
