@@ -509,6 +509,12 @@ std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, cons
   return sg;
 }
 
+// Milliseconds of the SiLU pass (SiluInPlace) a oneDNN convolution kernel runs over its output `y` when OwnSilu.
+double SiluPassMs(const Shape& y, int threads) {
+  std::vector<float> out(static_cast<size_t>(NumElements(y)));
+  return BestRunMs(3, [&] { SiluInPlace(out.data(), static_cast<int64_t>(out.size()), threads); });
+}
+
 // One of osprey's own convolution kernels (`make_own`) or oneDNN's (`build_direct`; nullptr when it has no fast one):
 // `mode` "1" takes osprey's untimed, no tuning takes it when `by_rule`; else the remembered verdict for `key`, or
 // both timed (PreferOwnKernel: osprey's by a margin) and remembered.
@@ -549,18 +555,7 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
       const memory::desc plain(ToDims(g.x), memory::data_type::f32, memory::format_tag::nchw);
       if (direct.Pd().src_desc() != plain)
         ms += PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), plain, CpuEngine(), direct.Pd().src_desc()), 3);
-      if (OwnSilu(ctx.node, g)) {
-        std::vector<float> y(static_cast<size_t>(NumElements(g.y)));
-        double best = 1e30;
-        for (int i = 0; i < 4; ++i) {
-          const auto start = std::chrono::steady_clock::now();
-          SiluInPlace(y.data(), static_cast<int64_t>(y.size()), ctx.num_threads);
-          if (i > 0)
-            best = std::min(
-                best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-        }
-        ms += best;
-      }
+      if (OwnSilu(ctx.node, g)) ms += SiluPassMs(g.y, ctx.num_threads);
       return ms;
     };
     return OwnOrDirect<OwnConvKernel>(

@@ -1,6 +1,8 @@
 #pragma once
 // What osprey's own 2-D convolution kernels (winograd_conv.cc, stem_conv.cc) are built from: the shapes and window of
 // one float32 Conv node, filled once by dnnl_conv.cc (OwnConvGeometryOf), which chooses between them and oneDNN.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #include "kernels/kernel.h"
@@ -23,5 +25,18 @@ class OwnConvKernel : public Kernel {
   /// Milliseconds of one run on zero-filled tensors: the best of `runs` after one untimed.
   virtual double TimeMs(int runs) = 0;
 };
+
+/// Milliseconds of `run()`: the best of `runs` after one untimed.
+template <class Run>
+double BestRunMs(int runs, Run&& run) {
+  double best = 1e30;
+  for (int i = 0; i <= runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) best = std::min(best, ms);
+  }
+  return best;
+}
 
 }  // namespace osprey::cpu

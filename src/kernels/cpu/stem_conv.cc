@@ -8,20 +8,19 @@
 // output channels) stay in registers over every tap (input channel, kernel row, kernel column): per tap, V weight
 // vectors (packed [C][KH][KW][K] at build) and one broadcast input value per pixel, read from the plain input row.
 // Blocks whose window lies inside the row run without bounds checks; the few at the borders, and a row's last partial
-// block, one pixel at a time with them. Bias and ReLU / Clip / LeakyRelu / SiLU are applied in registers, other
-// activations over the row while it is in the cache.
+// block, one pixel at a time with them. Bias and the activation are applied in registers (activation_avx512.h), Tanh
+// and GELU over the row while it is in the cache.
 #include "kernels/cpu/stem_conv.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
+#include "kernels/cpu/activation_avx512.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
-#include "kernels/cpu/silu_avx512.h"
 
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
 // false positive, as in winograd_conv.cc).
@@ -63,14 +62,7 @@ class StemConv final : public OwnConvKernel {
     std::vector<float> x(static_cast<size_t>(g_.batch * g_.in_c * g_.in_h * g_.in_w));
     std::vector<float> y(static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c));
     std::vector<float> bias(static_cast<size_t>(g_.out_c));
-    double best = 1e30;
-    for (int i = 0; i <= runs; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      Execute(x.data(), bias.data(), y.data());
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      if (i > 0) best = std::min(best, ms);
-    }
-    return best;
+    return BestRunMs(runs, [&] { Execute(x.data(), bias.data(), y.data()); });
   }
 
  private:
@@ -120,39 +112,16 @@ class StemConv final : public OwnConvKernel {
         Block<V, P>(image + ox * g_.stride_w - g_.pad_left, in_off.data(), w_off.data(),
                     static_cast<int64_t>(in_off.size()), bias, ox, out_row);
       for (; ox < g_.out_w; ++ox) Pixel<V>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
-      if (!InRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
+      if (!ActivatesInRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
     }
   }
 
-  static bool InRegisters(ActivationKind kind) {
-    return kind == ActivationKind::kNone || kind == ActivationKind::kRelu || kind == ActivationKind::kClip ||
-           kind == ActivationKind::kLeakyRelu || kind == ActivationKind::kSilu;
-  }
-
-  // Bias and the activations applied in registers, then the store of the lanes in `mask` (the last vector of an
+  // Bias and the activation, where ActivatesInRegisters, then the store of the lanes in `mask` (the last vector of an
   // output channel count that is not a multiple of 16 has fewer).
   __attribute__((target("avx512f"), always_inline)) inline void Store(__m512 value, const float* bias, int64_t k,
                                                                       float* out, __mmask16 mask) const {
     if (bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, bias + k));
-    switch (g_.activation.kind) {
-      case ActivationKind::kRelu:
-        value = _mm512_max_ps(value, _mm512_setzero_ps());
-        break;
-      case ActivationKind::kClip:
-        value = _mm512_min_ps(_mm512_max_ps(value, _mm512_set1_ps(g_.activation.alpha)),
-                              _mm512_set1_ps(g_.activation.beta));
-        break;
-      case ActivationKind::kLeakyRelu:
-        value = _mm512_mask_mul_ps(value, _mm512_cmp_ps_mask(value, _mm512_setzero_ps(), _CMP_LT_OQ), value,
-                                   _mm512_set1_ps(g_.activation.alpha));
-        break;
-      case ActivationKind::kSilu:
-        value = SiluVector(value);
-        break;
-      default:
-        break;
-    }
-    _mm512_mask_storeu_ps(out, mask, value);
+    _mm512_mask_storeu_ps(out, mask, ActivateVector(value, g_.activation));
   }
 
   template <int V>

@@ -1261,7 +1261,7 @@ TEST(NhwcStem, SevenBySevenSixtyFourChannelsRelu) {
 }
 
 // One channel (a grey image), 16 and 48 output channels, asymmetric pads, no bias, strides 1 and 3 along the two
-// axes, and activations applied over the row (Sigmoid) or in registers (LeakyRelu) or none.
+// axes, and activations Sigmoid, LeakyRelu or none.
 TEST(NhwcStem, OneChannelAsymmetricPadsAndStrides) {
   ExpectStem({{"strides", Ints({1, 3})}, {"pads", Ints({0, 2, 1, 1})}, {"_activation", Attribute::String("Sigmoid")}},
              {1, 1, 19, 50}, {16, 1, 5, 5}, false, 103);
@@ -1280,6 +1280,20 @@ TEST(NhwcStem, OutputChannelsNotMultiplesOfSixteen) {
   ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {2, 3, 7, 31}, {8, 3, 3, 3}, true, 109);
   ExpectStem({{"strides", Ints({2, 2})}, {"_activation", Attribute::String("Relu")}}, {1, 4, 21, 40}, {40, 4, 5, 5},
              false, 110);
+}
+
+// The other activations: in registers (activation_avx512.h: HardSigmoid with its alpha and beta, HardSwish) or over
+// the row after it is written (Tanh, GELU).
+TEST(NhwcStem, ActivationsInRegistersAndOverTheRow) {
+  for (const char* act : {"HardSigmoid", "HardSwish", "Tanh", "Gelu"}) {
+    SCOPED_TRACE(act);
+    ExpectStem({{"strides", Ints({2, 2})},
+                {"pads", Ints({1, 1, 1, 1})},
+                {"_activation", Attribute::String(act)},
+                {"_alpha", Attribute::Float(0.3f)},
+                {"_beta", Attribute::Float(0.4f)}},
+               {1, 3, 15, 21}, {32, 3, 3, 3}, true, 111);
+  }
 }
 
 // A window larger than the image along W (every pixel a border pixel) and an image of one column.
