@@ -688,23 +688,23 @@ bool FirstIsFaster(const std::string& hash, const char* first_name, const char* 
 
 const char* const kOwnName = "own";
 const char* const kOnednnName = "onednn";
-// osprey's kernel must be timed this much faster than oneDNN's. Timed alone, a kernel runs with its operands in the
+// osprey's kernel must be timed kOwnKernelMargin (0.85) of oneDNN's by default. Timed alone, a kernel runs with its operands in the
 // caches; in a model they are not, and osprey's Winograd (4x the weights, transformed tiles through memory, three
 // parallel regions per chunk) loses more there than oneDNN's direct convolution: DenseNet-121's 128 -> 32 layers on
 // 14x14 and 7x7 at batch 8 were timed 0.74x and 0.9x of direct alone in one run (1.2-1.4x in the next) and ran
 // 1.1-1.8x slower in the model (docs/performance.md, "Twenty-first session"). A near tie goes to oneDNN's kernel.
-constexpr double kOwnKernelMargin = 0.85;
 // "v3": verdicts timed with the weights in the caches (before cold-weight timing) are timed again.
 std::string OwnHash(const std::string& key) { return TuningHash("own-v3?" + key); }
 
 }  // namespace
 
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
-                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra) {
+                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra,
+                     double margin) {
   return FirstIsFaster(
       OwnHash(key), kOwnName, kOnednnName, time_own,
       [&] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30) + (onednn_extra ? onednn_extra() : 0.); },
-      kOwnKernelMargin);
+      margin);
 }
 
 double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs) { return TimePd(pd, runs, 1e30).value_or(1e30); }

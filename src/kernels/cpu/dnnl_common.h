@@ -241,14 +241,17 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
 void EvictFromCaches(const void* data, size_t bytes);
 
 /// Whether a kernel of osprey's own is faster on this machine than the oneDNN primitive `pd` doing the same operation,
-/// by a margin (timed at most 0.85x: a near tie goes to oneDNN's): `time_own` returns its milliseconds per run (the
+/// by a margin (timed at most `margin` x oneDNN's; by default 0.85: a near tie goes to oneDNN's, and a kernel whose
+/// timing alone flatters it needs more): `time_own` returns its milliseconds per run (the
 /// best of a few on zero-filled tensors with its weights evicted before each, as `pd` is timed); the two are timed
 /// alternately, twice each, and the verdict remembered under `key` like the implementation choices (names "own" /
 /// "onednn"; a verdict timed under load is provisional). `onednn_extra`, when given, returns the milliseconds oneDNN's
 /// kernel spends outside the primitive on the same run (a reorder of its source, a SiLU pass), added to pd's. See
 /// dnnl_common.cc.
+inline constexpr double kOwnKernelMargin = 0.85;
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
-                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra = nullptr);
+                     const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra = nullptr,
+                     double margin = kOwnKernelMargin);
 /// Milliseconds of one run of the primitive `pd` describes on zero-filled arguments, the best of `runs` after one
 /// untimed; 1e30 when oneDNN cannot create or run it.
 double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs);
