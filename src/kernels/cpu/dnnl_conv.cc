@@ -510,10 +510,11 @@ std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, cons
   return sg;
 }
 
-// osprey's 1x1 convolution (pointwise_conv.cc) instead of oneDNN's, on channels-last tensors, for a node with an
-// activation: oneDNN's kernel takes SiLU only as a slow post-op or a second pass over the output. OSPREY_POINTWISE=0
-// never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning (by kPointwiseMargin),
-// and without tuning for SiLU.
+// osprey's 1x1 convolution (pointwise_conv.cc) instead of oneDNN's, on channels-last tensors, for a node ending in
+// SiLU (OwnSilu: oneDNN's kernel then needs a second pass over its output). OSPREY_POINTWISE=0 never takes it, =1
+// wherever it applies (any activation; comparisons and tests); else by timing when tuning (by kPointwiseMargin), and
+// always without tuning. Other activations stay with oneDNN: timed alone, osprey's won ShuffleNet's 1x1 ReLU layers
+// and lost them in the model (2% slower), and tied ResNet-50's.
 // Timed alone, oneDNN's kernel and its SiLU pass find the output in the cache; in a model the pass reads what the
 // next layer has not yet used and oneDNN's kernel lost more: EfficientNet-B0's 16 -> 96 layer on 112x112 was timed
 // 0.86x alone and ran 0.81x in the model, its 40 -> 240 layers 0.93-0.99x and 0.86-0.91x.
@@ -522,7 +523,7 @@ constexpr double kPointwiseMargin = 0.95;
 std::optional<OwnConvGeometry> PointwiseCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                   const std::string& mode) {
   std::optional<OwnConvGeometry> pg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!pg || pg->activation.kind == ActivationKind::kNone || g.x != g.x_logical || g.y != g.y_logical ||
+  if (!pg || (mode != "1" && !OwnSilu(ctx.node, g)) || g.x != g.x_logical || g.y != g.y_logical ||
       ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc || !PointwiseConvApplies(*pg))
     return std::nullopt;
   return pg;
@@ -590,9 +591,8 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
       return OwnSilu(ctx.node, g) ? SiluPassMs(g.y, ctx.num_threads) : 0.;
     };
     return OwnOrDirect<OwnConvKernel>(
-        ctx, "pointwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), pointwise_mode,
-        /*by_rule=*/pg->activation.kind == ActivationKind::kSilu, [&] { return CreatePointwiseConv(ctx, *pg); },
-        build_direct, direct_extra, kPointwiseMargin);
+        ctx, "pointwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), pointwise_mode, /*by_rule=*/true,
+        [&] { return CreatePointwiseConv(ctx, *pg); }, build_direct, direct_extra, kPointwiseMargin);
   }
   const char* setting = std::getenv("OSPREY_WINOGRAD");
   const std::string mode = setting ? setting : "";

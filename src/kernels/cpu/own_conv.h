@@ -26,11 +26,13 @@ class OwnConvKernel : public Kernel {
   virtual double TimeMs(int runs) = 0;
 };
 
-/// Milliseconds of `run()`: the best of `runs` after one untimed.
-template <class Run>
-double BestRunMs(int runs, Run&& run) {
+/// Milliseconds of `run()`: the best of `runs` after one untimed, `before()` untimed before each.
+template <class Run, class Before = void (*)()>
+double BestRunMs(
+    int runs, Run&& run, Before&& before = [] {}) {
   double best = 1e30;
   for (int i = 0; i <= runs; ++i) {
+    before();
     const auto start = std::chrono::steady_clock::now();
     run();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -1,14 +1,17 @@
 // A 1x1, stride-1 convolution on channels-last (NHWC) float32 tensors with bias and activation: the product of the
-// [pixels, C] input and the [C, K] weights. oneDNN's kernel computes it well but takes SiLU only as a slow post-op, so
-// the plan applied SiLU in a second pass over the output (OwnSilu); for the expansion layers of an EfficientNet block
-// that output no longer fits the cache (16 -> 96 channels on 112x112: 4.8 MB), and ONNX Runtime, which also runs
-// SiLU as a pass, was faster there (docs/performance.md, "Thirty-sixth session").
+// [pixels, C] input and the [C, K] weights, for the SiLU layers of EfficientNet and YOLO models. oneDNN's kernel takes
+// SiLU only as a slow post-op, so the plan applied SiLU in a second pass over the output; for the expansion layers of
+// an EfficientNet block that output no longer fits the cache (16 -> 96 channels on 112x112: 4.8 MB), and ONNX Runtime,
+// which also runs SiLU as a pass, was faster there (docs/performance.md, "Thirty-sixth session").
 //
-// Here the pixels go in chunks of 24 and the output channels in groups of up to 4 vectors (64 channels), split evenly;
-// the work is (chunk, group) pairs, split over the threads in contiguous ranges, so a chunk's input stays in the
-// cache for all its groups. Per block of P pixels, P x V accumulators stay in registers over the input channels: per
-// channel V weight vectors (packed [C][K] at build, zeros past the output channels) and one broadcast input value
-// per pixel. Bias and the activation are applied in registers before the store (activation_avx512.h).
+// The output channels go in groups of up to 4 vectors (64 channels), split evenly, each group's weights packed as one
+// contiguous [C][group] block (zeros past the channels); the pixels in chunks of 24. The work is (chunk, group) pairs
+// split over the threads in contiguous ranges: chunk by chunk where the weights are small (a chunk's input stays in
+// the cache for all its groups), group by group where they are large (each thread streams its groups' weights once).
+// The input channels go in blocks whose weights (a tile) stay in the first-level cache while every block of P pixels
+// passes over them, P x V accumulators in registers (per channel V weight vectors and one broadcast input value per
+// pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
+// activation are applied in registers (activation_avx512.h).
 #include "kernels/cpu/pointwise_conv.h"
 
 #include <immintrin.h>
@@ -27,8 +30,12 @@
 namespace osprey::cpu {
 namespace {
 
-constexpr int64_t kMaxInputChannels = 256;
+constexpr int64_t kMaxInputChannels = 4096;
 constexpr int64_t kChunk = 24;  // pixels per work item: a multiple of every block size below
+// Weights above this many bytes go group by group (see the top of the file).
+constexpr int64_t kGroupMajorBytes = int64_t{1} << 20;
+// A group's weights for one block of input channels: half of a 48 KB first-level cache.
+constexpr int64_t kWeightTileBytes = int64_t{24} << 10;
 
 // Pixels per block for V vectors of output channels: 24 accumulators (12 for one vector).
 template <int V>
@@ -44,15 +51,18 @@ class PointwiseConv final : public OwnConvKernel {
     g_ = g;
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
     vectors_ = (g.out_c + 15) / 16;
-    padded_c_ = vectors_ * 16;
     const int64_t groups = (vectors_ + 3) / 4;
     group_vectors_ = (vectors_ + groups - 1) / groups;
     groups_ = (vectors_ + group_vectors_ - 1) / group_vectors_;
     last_mask_ = static_cast<__mmask16>(g.out_c % 16 == 0 ? 0xffff : (1u << (g.out_c % 16)) - 1);
-    packed_.assign(static_cast<size_t>(g.in_c * padded_c_), 0.f);
+    const int64_t width = group_vectors_ * 16;  // a packed row
+    packed_.assign(static_cast<size_t>(groups_ * g.in_c * width), 0.f);
     const float* src = ctx.input_values[1]->data<float>();
     for (int64_t k = 0; k < g.out_c; ++k)
-      for (int64_t c = 0; c < g.in_c; ++c) packed_[static_cast<size_t>(c * padded_c_ + k)] = src[k * g.in_c + c];
+      for (int64_t c = 0; c < g.in_c; ++c)
+        packed_[static_cast<size_t>((k / width * g.in_c + c) * width + k % width)] = src[k * g.in_c + c];
+    group_major_ = static_cast<int64_t>(packed_.size() * sizeof(float)) > kGroupMajorBytes;
+    k_block_ = std::max<int64_t>(16, kWeightTileBytes / (width * static_cast<int64_t>(sizeof(float))));
   }
 
   void Run(KernelContext& ctx) override {
@@ -65,93 +75,147 @@ class PointwiseConv final : public OwnConvKernel {
     Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>());
   }
 
+  // As in a model (and as oneDNN's kernel is timed against it): the activations in the caches, the weights not.
   double TimeMs(int runs) override {
     std::vector<float> x(static_cast<size_t>(g_.batch * g_.in_h * g_.in_w * g_.in_c));
     std::vector<float> y(static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c));
     std::vector<float> bias(static_cast<size_t>(g_.out_c));
-    return BestRunMs(runs, [&] { Execute(x.data(), bias.data(), y.data()); });
+    return BestRunMs(
+        runs, [&] { Execute(x.data(), bias.data(), y.data()); },
+        [&] { EvictFromCaches(packed_.data(), packed_.size() * sizeof(float)); });
   }
 
  private:
   void Execute(const float* x, const float* bias, float* y) const {
     const int64_t pixels = g_.batch * g_.in_h * g_.in_w;
-    const int64_t items = (pixels + kChunk - 1) / kChunk * groups_;
+    const int64_t chunks = (pixels + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t p0 = item / groups_ * kChunk, p1 = std::min(pixels, p0 + kChunk);
-      const int64_t v0 = item % groups_ * group_vectors_;
-      switch (std::min(group_vectors_, vectors_ - v0)) {
+    for (int64_t item = 0; item < chunks * groups_; ++item) {
+      const int64_t chunk = group_major_ ? item % chunks : item / groups_;
+      const int64_t group = group_major_ ? item / chunks : item % groups_;
+      const int64_t p0 = chunk * kChunk, p1 = std::min(pixels, p0 + kChunk);
+      switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
         case 1:
-          Chunk<1>(x, bias, y, p0, p1, v0);
+          Chunk<1>(x, bias, y, p0, p1, group);
           break;
         case 2:
-          Chunk<2>(x, bias, y, p0, p1, v0);
+          Chunk<2>(x, bias, y, p0, p1, group);
           break;
         case 3:
-          Chunk<3>(x, bias, y, p0, p1, v0);
+          Chunk<3>(x, bias, y, p0, p1, group);
           break;
         default:
-          Chunk<4>(x, bias, y, p0, p1, v0);
+          Chunk<4>(x, bias, y, p0, p1, group);
           break;
       }
     }
   }
 
-  // Pixels [p0, p1), output channel vectors [v0, v0 + V).
+  // Pixels [p0, p1), output channel vectors [v0, v0 + V) of group `group`: the input channels in blocks whose weights
+  // stay in the first-level cache while every pixel block passes over them, the partial sums kept in the output.
   template <int V>
   __attribute__((target("avx512f"))) void Chunk(const float* x, const float* bias, float* y, int64_t p0, int64_t p1,
-                                                int64_t v0) const {
+                                                int64_t group) const {
     constexpr int P = PixelsFor<V>();
+    const int64_t v0 = group * group_vectors_;
     const __mmask16 last = v0 + V == vectors_ ? last_mask_ : static_cast<__mmask16>(0xffff);
     __m512 b[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v)
       b[v] = bias ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, bias + (v0 + v) * 16) : _mm512_setzero_ps();
-    const float* w = packed_.data() + v0 * 16;
-    int64_t p = p0;
-    for (; p + P <= p1; p += P) Block<V, P>(x + p * g_.in_c, w, b, y + p * g_.out_c + v0 * 16, last);
-    for (; p < p1; ++p) Block<V, 1>(x + p * g_.in_c, w, b, y + p * g_.out_c + v0 * 16, last);
+    const int64_t width = group_vectors_ * 16;
+    const float* w = packed_.data() + group * g_.in_c * width;
+    const int64_t offset = v0 * 16;  // of the group's first output channel in a pixel
+    const char* const packed_end = reinterpret_cast<const char*>(packed_.data() + packed_.size());
+    const int64_t blocks = (p1 - p0 + P - 1) / P;
+    for (int64_t k0 = 0; k0 < g_.in_c; k0 += k_block_) {
+      const int64_t k1 = std::min(g_.in_c, k0 + k_block_);
+      // The next tile of weights (this group's next block of channels, or the next group's first) is fetched into the
+      // cache while the pixel blocks pass over this one, each block a share of its lines: the hardware prefetcher
+      // alone left every tile's first pass waiting on memory (1.4x the time alone in ResNet-50's 7x7 layers).
+      const char* next = reinterpret_cast<const char*>(w + k1 * width);
+      const int64_t tile_bytes = std::min<int64_t>((k1 - k0) * width * sizeof(float), packed_end - next);
+      for (int64_t i = 0, p = p0; p < p1; ++i, p += P) {
+        const char* pf = next + tile_bytes * i / blocks / 64 * 64;
+        const char* pf_end = next + tile_bytes * (i + 1) / blocks;
+        Block<V, P>(x + p * g_.in_c, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset, std::min<int64_t>(P, p1 - p),
+                    last, pf, pf_end);
+      }
+    }
   }
 
-  // P pixels from `in` (their input channels), V output vectors at `out`, the last one's lanes `last`.
+  // `count` <= P pixels from `in` (their input channels), input channels [k0, k1) (weights from `w`), V output vectors
+  // at `out`, the last one's lanes `last`; the lines [pf, pf_end) are prefetched on the way. The first block of
+  // channels starts from the bias, a later one from the partial sums in `out`; the last applies the activation.
+  // Pixels past `count` repeat the last one and are not stored.
   template <int V, int P>
-  __attribute__((target("avx512f"))) void Block(const float* in, const float* w, const __m512* b, float* out,
-                                                __mmask16 last) const {
+  __attribute__((target("avx512f"))) void Block(const float* in, const float* w, int64_t k0, int64_t k1,
+                                                const __m512* b, float* out, int64_t count, __mmask16 last,
+                                                const char* pf, const char* pf_end) const {
+    const int64_t c = g_.in_c, width = group_vectors_ * 16, k_out = g_.out_c;
+    const bool first = k0 == 0, final = k1 == c;
     // Fully unrolled, so the accumulators stay in registers.
     __m512 acc[P][V];
 #pragma GCC unroll 12
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[p][v] = b[v];
-    const int64_t c = g_.in_c;
-    for (int64_t k = 0; k < c; ++k, w += padded_c_) {
-      __m512 wv[V];
+      for (int v = 0; v < V; ++v) {
+        const __mmask16 lanes = p < count ? (v == V - 1 ? last : static_cast<__mmask16>(0xffff)) : 0;
+        acc[p][v] = first ? b[v] : _mm512_maskz_loadu_ps(lanes, out + p * k_out + v * 16);
+      }
+    if (count == P) {
+      for (int64_t k = k0; k < k1; ++k, w += width) {
+        if (pf < pf_end) {  // one line of the next tile per step (see Chunk)
+          _mm_prefetch(pf, _MM_HINT_T0);
+          pf += 64;
+        }
+        __m512 wv[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
+        for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
 #pragma GCC unroll 12
-      for (int p = 0; p < P; ++p) {
-        const __m512 xv = _mm512_set1_ps(in[p * c + k]);
+        for (int p = 0; p < P; ++p) {
+          const __m512 xv = _mm512_set1_ps(in[p * c + k]);
 #pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
+          for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
+        }
+      }
+    } else {
+      const float* pixel[P];
+#pragma GCC unroll 12
+      for (int p = 0; p < P; ++p) pixel[p] = in + std::min<int64_t>(p, count - 1) * c;
+      for (int64_t k = k0; k < k1; ++k, w += width) {
+        __m512 wv[V];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
+#pragma GCC unroll 12
+        for (int p = 0; p < P; ++p) {
+          const __m512 xv = _mm512_set1_ps(pixel[p][k]);
+#pragma GCC unroll 4
+          for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
+        }
       }
     }
 #pragma GCC unroll 12
     for (int p = 0; p < P; ++p) {
+      if (p >= count) break;
 #pragma GCC unroll 4
-      for (int v = 0; v < V - 1; ++v)
-        _mm512_storeu_ps(out + p * g_.out_c + v * 16, ActivateVector(acc[p][v], g_.activation));
-      _mm512_mask_storeu_ps(out + p * g_.out_c + (V - 1) * 16, last, ActivateVector(acc[p][V - 1], g_.activation));
+      for (int v = 0; v < V; ++v) {
+        const __mmask16 lanes = v == V - 1 ? last : static_cast<__mmask16>(0xffff);
+        _mm512_mask_storeu_ps(out + p * k_out + v * 16, lanes,
+                              final ? ActivateVector(acc[p][v], g_.activation) : acc[p][v]);
+      }
     }
   }
 
   OwnConvGeometry g_;
   int threads_ = 1;
   int64_t vectors_ = 0;        // output channel vectors of 16
-  int64_t padded_c_ = 0;       // vectors_ * 16
   int64_t group_vectors_ = 1;  // vectors per group (the last group may have fewer)
   int64_t groups_ = 1;
+  bool group_major_ = false;      // the work goes group by group (large weights), else chunk by chunk
+  int64_t k_block_ = 1;           // input channels per block (their weights: kWeightTileBytes)
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
-  std::vector<float> packed_;     // [C][padded_c_], zeros past the output channels
+  std::vector<float> packed_;     // [group][C][group_vectors_ * 16], zeros past the output channels
 };
 
 }  // namespace

@@ -1,14 +1,14 @@
 #pragma once
 // osprey's 1x1 convolution on channels-last float32 tensors with its activation applied in registers
-// (pointwise_conv.cc): the expansion layers of MobileNet / EfficientNet blocks, where oneDNN's kernel leaves SiLU to a
-// second pass over an output that no longer fits the cache. dnnl_conv.cc decides when it replaces oneDNN's.
+// (pointwise_conv.cc): SiLU layers, where oneDNN's kernel leaves SiLU to a second pass over an output that may no
+// longer be in the cache. dnnl_conv.cc decides when it replaces oneDNN's.
 #include <memory>
 
 #include "kernels/cpu/own_conv.h"
 
 namespace osprey::cpu {
 
-/// Whether this CPU and `g` suit the kernel: AVX-512 F; a 1x1 window, stride 1, no pads; 1-256 input channels and at
+/// Whether this CPU and `g` suit the kernel: AVX-512 F; a 1x1 window, stride 1, no pads; 1-4096 input channels and at
 /// least 16 output channels; no residual; an activation ActivatesInRegisters computes; non-empty shapes.
 bool PointwiseConvApplies(const OwnConvGeometry& g);
 

@@ -1302,5 +1302,57 @@ TEST(NhwcStem, WindowsWiderThanTheImage) {
   ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {1, 3, 6, 1}, {16, 3, 3, 3}, false, 107);
 }
 
+// ---- osprey's 1x1 convolution (pointwise_conv.cc): channels-last input and output, the activation in registers.
+// OSPREY_POINTWISE=1 takes it for any activation it computes (without: SiLU only).
+void ExpectPointwise(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed,
+                     const char* expected = "ConvF32Pointwise") {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
+  ScopedEnv always("OSPREY_POINTWISE", "1");
+  Node node = ConvNode(attrs, bias ? 3 : 2);
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
+  std::vector<bool> constant{false, true};
+  if (bias) in.push_back(RandomTensor({w[0]}, seed + 2)), constant.push_back(true);
+  ExpectLayoutsMatchReference(node, in, constant, expected, Layout::kNhwc, Layout::kNhwc);
+}
+
+// EfficientNet's first expansion (16 -> 96, SiLU): two groups of 3 vectors; 126 pixels over two images, so the last
+// chunk of 24 pixels has 6, fewer than a block of 8.
+TEST(NhwcPointwise, ExpansionWithSilu) {
+  ExpectPointwise({{"_activation", Attribute::String("Silu")}}, {2, 16, 7, 9}, {96, 16, 1, 1}, true, 201);
+}
+
+// 24 output channels (the last vector masked) without bias; 200 (13 vectors: groups of 4, 4, 4 and 1).
+TEST(NhwcPointwise, OutputChannelsNotMultiplesOfSixteen) {
+  ExpectPointwise({{"_activation", Attribute::String("Relu")}}, {1, 40, 5, 5}, {24, 40, 1, 1}, false, 202);
+  ExpectPointwise({{"_activation", Attribute::String("LeakyRelu")}, {"_alpha", Attribute::Float(0.1f)}}, {1, 8, 3, 7},
+                  {200, 8, 1, 1}, true, 203);
+}
+
+// 1100 input channels: weights of 1.1 MB (group by group) in several tiles of input channels (partial sums kept in the
+// output between them); 15 pixels, the last block of 6 holding 3.
+TEST(NhwcPointwise, ManyInputChannelsInTiles) {
+  ExpectPointwise({{"_activation", Attribute::String("HardSwish")}}, {1, 1100, 3, 5}, {256, 1100, 1, 1}, true, 204);
+}
+
+TEST(NhwcPointwise, ActivationsInRegisters) {
+  for (const char* act : {"Sigmoid", "Clip", "HardSigmoid"}) {
+    SCOPED_TRACE(act);
+    ExpectPointwise({{"_activation", Attribute::String(act)},
+                     {"_alpha", Attribute::Float(0.3f)},
+                     {"_beta", Attribute::Float(0.9f)}},
+                    {1, 24, 4, 6}, {48, 24, 1, 1}, true, 205);
+  }
+}
+
+// What it does not take stays with oneDNN: an activation it does not compute, a stride, pads.
+TEST(NhwcPointwise, OtherConvolutionsStayWithOnednn) {
+  ExpectPointwise({{"_activation", Attribute::String("Tanh")}}, {1, 16, 4, 4}, {32, 16, 1, 1}, true, 206,
+                  "ConvF32Dnnl");
+  ExpectPointwise({{"_activation", Attribute::String("Silu")}, {"strides", Ints({2, 2})}}, {1, 16, 6, 6},
+                  {32, 16, 1, 1}, true, 207, "ConvF32Dnnl");
+  ExpectPointwise({{"_activation", Attribute::String("Silu")}, {"pads", Ints({1, 1, 1, 1})}}, {1, 16, 4, 4},
+                  {32, 16, 1, 1}, true, 208, "ConvF32Dnnl");
+}
+
 }  // namespace
 }  // namespace osprey::testing
