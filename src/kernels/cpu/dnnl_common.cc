@@ -688,8 +688,8 @@ bool FirstIsFaster(const std::string& hash, const char* first_name, const char* 
 
 const char* const kOwnName = "own";
 const char* const kOnednnName = "onednn";
-// osprey's kernel must be timed kOwnKernelMargin (0.85) of oneDNN's by default. Timed alone, a kernel runs with its operands in the
-// caches; in a model they are not, and osprey's Winograd (4x the weights, transformed tiles through memory, three
+// By default osprey's kernel must be timed kOwnKernelMargin (0.85) of oneDNN's. Timed alone, a kernel runs with its
+// operands in the caches; in a model they are not, and osprey's Winograd (4x the weights, transformed tiles through memory, three
 // parallel regions per chunk) loses more there than oneDNN's direct convolution: DenseNet-121's 128 -> 32 layers on
 // 14x14 and 7x7 at batch 8 were timed 0.74x and 0.9x of direct alone in one run (1.2-1.4x in the next) and ran
 // 1.1-1.8x slower in the model (docs/performance.md, "Twenty-first session"). A near tie goes to oneDNN's kernel.

@@ -1,6 +1,7 @@
 #pragma once
-// What osprey's own 2-D convolution kernels (winograd_conv.cc, stem_conv.cc) are built from: the shapes and window of
-// one float32 Conv node, filled once by dnnl_conv.cc (OwnConvGeometryOf), which chooses between them and oneDNN.
+// What osprey's own 2-D convolution kernels (winograd_conv.cc, stem_conv.cc, pointwise_conv.cc) are built from: the
+// shapes and window of one float32 Conv node, filled once by dnnl_conv.cc (OwnConvGeometryOf), which chooses between
+// them and oneDNN; and how they time themselves (BestRunMs).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

@@ -18,7 +18,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -166,15 +165,10 @@ class WinogradConv final : public OwnConvKernel {
     const size_t x_size = static_cast<size_t>(g_.batch * g_.in_h * g_.in_w * g_.in_c);
     const size_t y_size = static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c);
     std::vector<float> x(x_size), y(y_size), bias(static_cast<size_t>(g_.out_c)), residual(g_.residual ? y_size : 0);
-    double best = 1e30;
-    for (int i = 0; i <= runs; ++i) {
-      EvictFromCaches(u_buffer_->data(), u_buffer_->size());  // as in a model: weights cold, activations warm
-      const auto start = std::chrono::steady_clock::now();
-      Execute(x.data(), bias.data(), g_.residual ? residual.data() : nullptr, y.data());
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      if (i > 0) best = std::min(best, ms);
-    }
-    return best;
+    return BestRunMs(
+        runs, [&] { Execute(x.data(), bias.data(), g_.residual ? residual.data() : nullptr, y.data()); },
+        // As in a model: weights cold, activations warm.
+        [&] { EvictFromCaches(u_buffer_->data(), u_buffer_->size()); });
   }
 
  private:
