@@ -64,7 +64,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
-      if (std::unique_ptr<Kernel> k = CreatePlainGlobalPool(ctx)) return k;
+      if (std::unique_ptr<Kernel> k = CreateGlobalPool(ctx)) return k;
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::CreateDnnlPool(ctx);
     if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);

@@ -77,9 +77,10 @@ std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 /// (reduce_kernel.cc), or nullptr.
 std::unique_ptr<Kernel> CreateReduceKernel(const KernelBuildContext& ctx);
 
-/// GlobalMaxPool / GlobalAveragePool of a plain float32 [N, C, spatial...] tensor as a row reduction per channel
-/// (reduce_kernel.cc; oneDNN's pooling on plain data took 0.46 ms for magika's [1, 512, 508]), or nullptr.
-std::unique_ptr<Kernel> CreatePlainGlobalPool(const KernelBuildContext& ctx);
+/// GlobalMaxPool / GlobalAveragePool of a float32 [N, C, spatial...] tensor (reduce_kernel.cc), or nullptr: plain, a
+/// row reduction per channel (oneDNN's pooling on plain data took 0.46 ms for magika's [1, 512, 508]); a channels-last
+/// GlobalAveragePool on AVX-512 CPUs, [N, H * W, C] summed over its middle (else nullptr: oneDNN's pooling).
+std::unique_ptr<Kernel> CreateGlobalPool(const KernelBuildContext& ctx);
 
 /// Transpose of a plain tensor of a 1-, 2-, 4- or 8-byte dtype (transpose_kernel.cc), or nullptr.
 std::unique_ptr<Kernel> CreateTransposeKernel(const KernelBuildContext& ctx);

@@ -953,19 +953,24 @@ TEST(NhwcPool, AveragePoolPaddingCountedOrNot) {
 }
 
 TEST(NhwcPool, GlobalPools) {
-  // All plain: one row reduction per channel (reduce_kernel.cc); any channels-last side: oneDNN's pooling.
+  // Plain input: one row reduction per channel (reduce_kernel.cc). Channels-last input: GlobalAveragePool sums
+  // [N, H * W, C] over its middle on AVX-512 (reduce_kernel.cc; with one image and few channels each thread a share
+  // of the rows: [1, 32, 112, 112]); GlobalMaxPool and other CPUs: oneDNN's pooling.
   const struct {
     const char* op;
     Shape x;
-  } cases[] = {{"GlobalAveragePool", {2, 13, 7, 9}}, {"GlobalMaxPool", {1, 5, 3, 4}}, {"GlobalAveragePool", {1, 1280, 7, 7}}};
+  } cases[] = {{"GlobalAveragePool", {2, 13, 7, 9}},   {"GlobalMaxPool", {1, 5, 3, 4}},
+               {"GlobalAveragePool", {1, 1280, 7, 7}}, {"GlobalAveragePool", {1, 32, 112, 112}},
+               {"GlobalAveragePool", {3, 200, 5, 6}},  {"GlobalMaxPool", {1, 24, 40, 40}}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.op);
+    SCOPED_TRACE(std::string(c.op) + " " + ShapeToString(c.x));
     Node node = MakeNode(c.op, 1, 1);
     for (Layout in0 : kBoth)
       for (Layout out0 : kBoth)
         ExpectLayoutsMatchReference(node, {RandomTensor(c.x, 7)}, {false},
-                                    in0 == Layout::kPlain && out0 == Layout::kPlain
-                                        ? "GlobalPoolF32Rows"
+                                    in0 == Layout::kPlain ? "GlobalPoolF32Rows"
+                                    : std::string(c.op) == "GlobalAveragePool" && __builtin_cpu_supports("avx512f")
+                                        ? "GlobalPoolF32Nhwc"
                                         : std::string(c.op) + "F32Dnnl",
                                     in0, out0);
   }
