@@ -134,6 +134,49 @@ TEST(FusionPatterns, BatchNormAfterMatMulFoldsIntoItsWeights) {
       Ran(RunAgainstOracle(LinearBatchNormGraph(true, true, /*escape=*/true), {1, 49, 32}), "BatchNormalization"));
 }
 
+// ---------------------------------------------------------------- Scale after MatMul
+
+struct LinearScaleSpec {
+  bool bias = true;
+  bool transpose = true;     // back to NCHW between the two, as ConvNeXt's block does
+  Shape scale{24, 1, 1};     // ConvNeXt's layer scale; [24] without the Transpose; [1]: one value
+  bool scale_first = false;  // Mul(s, y)
+  bool escape = false;       // the MatMul's output is a graph output too
+};
+
+// x [2, 5, 7, 32] -> MatMul [32, 24] [-> Add(bias)] [-> Transpose to [2, 24, 5, 7]] -> Mul(s).
+Graph LinearScaleGraph(const LinearScaleSpec& spec) {
+  GraphBuilder b("linear_scale", 13);
+  auto x = b.Input("x", DType::kF32, {2, 5, 7, 32});
+  auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({32, 24}, 3))});
+  if (spec.bias) y = b.Op("Add", {b.Constant(RandomTensor({24}, 4)), y});
+  auto t = spec.transpose ? b.Op("Transpose", {y}, {{"perm", Attribute::Ints({0, 3, 1, 2})}}) : y;
+  auto s = b.Constant(RandomTensor(spec.scale, 5, 0.5f, 1.5f));
+  b.Output(spec.scale_first ? b.Op("Mul", {s, t}) : b.Op("Mul", {t, s}), "y");
+  if (spec.escape) b.Output(y, "pre");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, ScaleAfterMatMulFoldsIntoItsWeights) {
+  for (bool bias : {false, true})
+    for (bool transpose : {false, true}) {
+      SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + (transpose ? ", through a Transpose" : ""));
+      EXPECT_FALSE(Ran(RunAgainstOracle(LinearScaleGraph({.bias = bias,
+                                                          .transpose = transpose,
+                                                          .scale = transpose ? Shape{24, 1, 1} : Shape{24}}),
+                                        {2, 5, 7, 32}),
+                       "Mul"));
+    }
+  EXPECT_FALSE(Ran(RunAgainstOracle(LinearScaleGraph({.scale = {1}, .scale_first = true}), {2, 5, 7, 32}), "Mul"));
+}
+
+TEST(FusionPatterns, ScaleAfterMatMulStaysWhereItIsNotPerColumn) {
+  // Along another axis than the MatMul's columns (here its rows, moved to axis 3 by the Transpose) and with the
+  // MatMul's output escaping: the Mul stays, and the results still match.
+  EXPECT_TRUE(Ran(RunAgainstOracle(LinearScaleGraph({.scale = {7}}), {2, 5, 7, 32}), "Mul"));
+  EXPECT_TRUE(Ran(RunAgainstOracle(LinearScaleGraph({.escape = true}), {2, 5, 7, 32}), "Mul"));
+}
+
 // ---------------------------------------------------------------- LayerNorm
 
 struct LayerNormSpec {
