@@ -53,6 +53,18 @@ void DropDead(CompileState& st, const std::vector<char>& dead) {
   st.nodes = std::move(kept);
 }
 
+// A MatMul by a constant [K, N] weight, with or without a fused constant bias of N values (`_bias`, input 2) and no
+// other fused part: the form the weight folds below rewrite.
+bool MatMulByConstant(const CompileState& st, const Node& mm) {
+  const bool has_bias = mm.Has("_bias");
+  if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 ||
+      mm.attrs.size() != (has_bias ? 1u : 0u) || mm.inputs.size() != (has_bias ? 3u : 2u))
+    return false;
+  const int w = mm.inputs[1];
+  if (!IsF32Known(st, w) || st.values[w].shape.size() != 2) return false;
+  return !has_bias || (IsF32Known(st, mm.inputs[2]) && st.values[mm.inputs[2]].value.numel() == st.values[w].shape[1]);
+}
+
 }  // namespace
 
 bool PerChannelConstant(const CompileState& st, int k, const Shape& ys, std::vector<float>* values) {
@@ -152,16 +164,11 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
         continue;
       mm_i = producer[r_in];
     }
-    if (mm_i < 0 || dead[mm_i]) continue;
+    if (mm_i < 0 || dead[mm_i] || !MatMulByConstant(st, st.nodes[mm_i])) continue;
     Node& mm = st.nodes[mm_i];
     const bool has_bias = mm.Has("_bias");
-    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 ||
-        mm.attrs.size() != (has_bias ? 1u : 0u) || mm.inputs.size() != (has_bias ? 3u : 2u))
-      continue;
     const int w = mm.inputs[1];
-    if (!IsF32Known(st, w) || st.values[w].shape.size() != 2 || st.values[w].shape[1] != n ||
-        (has_bias && (!IsF32Known(st, mm.inputs[2]) || st.values[mm.inputs[2]].value.numel() != n)))
-      continue;
+    if (st.values[w].shape[1] != n) continue;
     const float* gamma = st.values[bn.inputs[1]].value.data<float>();
     const float* beta = st.values[bn.inputs[2]].value.data<float>();
     const float* mean = st.values[bn.inputs[3]].value.data<float>();
@@ -230,19 +237,12 @@ void FoldMatMulScale(CompileState& st) {
       if (axis >= 0) axis = perm.empty() ? static_cast<int>(ts.size()) - 1 - axis : static_cast<int>(perm[axis]);
       mm_i = producer[in];
     }
-    if (mm_i < 0 || dead[mm_i]) continue;
+    if (mm_i < 0 || dead[mm_i] || !MatMulByConstant(st, st.nodes[mm_i])) continue;
     Node& mm = st.nodes[mm_i];
     const bool has_bias = mm.Has("_bias");
-    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.outputs.size() != 1 ||
-        mm.attrs.size() != (has_bias ? 1u : 0u) || mm.inputs.size() != (has_bias ? 3u : 2u))
-      continue;
     const int w = mm.inputs[1];
-    if (!IsF32Known(st, w) || st.values[w].shape.size() != 2) continue;
     const int64_t n = st.values[w].shape[1];
-    const int rank = static_cast<int>(st.values[mm.outputs[0]].shape.size());
-    if ((axis >= 0 && axis != rank - 1) ||
-        (has_bias && (!IsF32Known(st, mm.inputs[2]) || st.values[mm.inputs[2]].value.numel() != n)))
-      continue;
+    if (axis >= 0 && axis != static_cast<int>(st.values[mm.outputs[0]].shape.size()) - 1) continue;
     std::vector<float> s_of(static_cast<size_t>(n));  // copied: AddConstant below may move st.values
     for (int64_t c = 0; c < n; ++c) s_of[static_cast<size_t>(c)] = scale.data<float>()[scale.numel() == 1 ? 0 : c];
     Tensor w2 = st.values[w].value.Clone();

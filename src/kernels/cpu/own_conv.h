@@ -27,6 +27,11 @@ class OwnConvKernel : public Kernel {
   virtual double TimeMs(int runs) = 0;
 };
 
+/// Checks the tensors of one run of kernel `name` built for `g` (own_conv.cc): input 0 in `input_layout`, output 0
+/// channels-last, the residual (input 3, when `g.residual`) channels-last, the bias (input 2, when `g.bias`) of
+/// `g.out_c` values; throws kInternal naming the node otherwise.
+void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout);
+
 /// Milliseconds of `run()`: the best of `runs` after one untimed, `before()` untimed before each.
 template <class Run, class Before = void (*)()>
 double BestRunMs(

@@ -66,12 +66,7 @@ class PointwiseConv final : public OwnConvKernel {
   }
 
   void Run(KernelContext& ctx) override {
-    const Shape x_shape{g_.batch, g_.in_c, g_.in_h, g_.in_w}, y_shape{g_.batch, g_.out_c, g_.out_h, g_.out_w};
-    CheckActivation(ctx.node, Name(), "input", ctx.In(0), x_shape, Layout::kNhwc);
-    CheckActivation(ctx.node, Name(), "output", ctx.Out(0), y_shape, Layout::kNhwc);
-    if (g_.bias && ctx.In(2).numel() != g_.out_c)
-      throw Error(ErrorCode::kInternal,
-                  ctx.node.Describe() + ": " + Name() + " was built for " + std::to_string(g_.out_c) + " bias values");
+    CheckOwnConvTensors(ctx, Name(), g_, Layout::kNhwc);
     Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>());
   }
 

@@ -145,14 +145,8 @@ class WinogradConv final : public OwnConvKernel {
   }
 
   void Run(KernelContext& ctx) override {
-    const Shape x_shape{g_.batch, g_.in_c, g_.in_h, g_.in_w}, y_shape{g_.batch, g_.out_c, g_.out_h, g_.out_w};
-    CheckActivation(ctx.node, Name(), "input", ctx.In(0), x_shape, Layout::kNhwc);
-    CheckActivation(ctx.node, Name(), "output", ctx.Out(0), y_shape, Layout::kNhwc);
-    const float* residual = nullptr;
-    if (g_.residual) {
-      CheckActivation(ctx.node, Name(), "residual", ctx.In(3), y_shape, Layout::kNhwc);
-      residual = ctx.In(3).data<float>();
-    }
+    CheckOwnConvTensors(ctx, Name(), g_, Layout::kNhwc);
+    const float* residual = g_.residual ? ctx.In(3).data<float>() : nullptr;
     if (ctx.In(0).raw() == ctx.Out(0).raw())
       throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + " cannot write over its input");
     RunDnnl(ctx.node, Name(), [&] {

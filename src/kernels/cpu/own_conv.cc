@@ -1,0 +1,19 @@
+#include "kernels/cpu/own_conv.h"
+
+#include <string>
+
+#include "kernels/cpu/dnnl_common.h"
+
+namespace osprey::cpu {
+
+void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout) {
+  const Shape x_shape{g.batch, g.in_c, g.in_h, g.in_w}, y_shape{g.batch, g.out_c, g.out_h, g.out_w};
+  CheckActivation(ctx.node, name, "input", ctx.In(0), x_shape, input_layout);
+  CheckActivation(ctx.node, name, "output", ctx.Out(0), y_shape, Layout::kNhwc);
+  if (g.residual) CheckActivation(ctx.node, name, "residual", ctx.In(3), y_shape, Layout::kNhwc);
+  if (g.bias && ctx.In(2).numel() != g.out_c)
+    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + std::to_string(g.out_c) +
+                                          " bias values, got " + std::to_string(ctx.In(2).numel()));
+}
+
+}  // namespace osprey::cpu
