@@ -21,6 +21,7 @@
 #include "core/hash.h"
 #include "core/load_watch.h"
 #include "kernels/cpu/bf16_support.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
 
@@ -82,6 +83,11 @@ dnnl::memory::desc PlainDesc(const dnnl::memory::dims& dims, dnnl::memory::data_
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * std::max<int64_t>(dims[i + 1], 1);
   return dnnl::memory::desc(dims, type, strides);
+}
+
+bool OwnSiluActivation(const Node& node) {
+  Activation act;
+  return Activation::FromFusedNode(node, &act) && act.kind == ActivationKind::kSilu && FastSiluAvailable();
 }
 
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {

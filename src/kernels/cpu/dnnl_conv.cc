@@ -135,10 +135,7 @@ memory::format_tag ChannelsLastTag(size_t rank) {
 // activation is the depthwise part's for a node with one fused (ops/fused_depthwise.h); the pointwise part's stays a
 // post-op, since the depthwise convolution reads it inside the primitive.
 bool OwnSilu(const Node& node, const ConvGeometry& g) {
-  Activation act;
-  const bool ok = g.dw_stride > 0 ? Activation::FromFusedNode(FusedDepthwisePart(node, g.w[0]), &act)
-                                  : Activation::FromFusedNode(node, &act);
-  return ok && act.kind == ActivationKind::kSilu && FastSiluAvailable();
+  return OwnSiluActivation(g.dw_stride > 0 ? FusedDepthwisePart(node, g.w[0]) : node);
 }
 
 // The convolution primitive for `layout` with the node's post-ops, or an empty descriptor when a needed piece is

@@ -1,11 +1,15 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm (transA/transB, alpha, beta, C broadcast)
 // on oneDNN's matmul primitive. A constant B is reordered once into the layout oneDNN prefers (with Gemm's alpha
 // folded in; plain rows a multiple of 256 elements long get a padded stride, PaddedRows); a constant C becomes a bias
-// (row vector) or a binary-add post-op; `_activation` is a post-op. A MatMul with `_bias` = 1 (fused by the runtime
+// (row vector) or a binary-add post-op; `_activation` is a post-op (SiLU: a pass after the primitive,
+// OwnSiluActivation). A MatMul with `_bias` = 1 (fused by the runtime
 // from MatMul + Add) takes its [N] input 2 as oneDNN's bias.
+#include <omp.h>
+
 #include <cstring>
 #include <unordered_map>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 
 namespace osprey::cpu {
@@ -61,6 +65,7 @@ class DnnlMatMulKernel final : public Kernel {
   // as bf16 once, fp32 accumulation, bias and output) where oneDNN has a fast one and, for Bf16Use::kIfFaster, where
   // it is faster and agrees (PreferBf16).
   bool Finish(const KernelBuildContext& ctx) {
+    threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
     dnnl::matmul::primitive_desc bf16_pd;
     std::string key;
     if (ctx.bf16 != Bf16Use::kNo && b_source == Source::kConstant)
@@ -85,7 +90,8 @@ class DnnlMatMulKernel final : public Kernel {
       add_post_op_index_ = ops.len();
       ops.append_binary(dnnl::algorithm::binary_add, add_md);
     }
-    if (!AppendFusedActivation(node, ops)) return {};
+    own_silu_ = OwnSiluActivation(node);  // applied after the primitive (Run) instead of as a post-op
+    if (!own_silu_ && !AppendFusedActivation(node, ops)) return {};
     attr.set_post_ops(ops);
     memory::desc weights_md =
         b_source == Source::kConstant ? memory::desc(b_md.get_dims(), type, memory::format_tag::any) : b_md;
@@ -99,10 +105,11 @@ class DnnlMatMulKernel final : public Kernel {
     if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return {};
     auto key_for = [&](const memory::desc& weights) {
       return "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights) + "|" + BlockedDescKey(dst_md) + "|" +
-             BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" + std::to_string(static_cast<int>(bias_source)) +
-             std::to_string(static_cast<int>(add_source)) + std::to_string(linear_alpha) +
-             node.GetString("_activation", "") + std::to_string(node.GetFloat("_alpha", 0.f)) +
-             std::to_string(node.GetFloat("_beta", 0.f));
+             BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
+             std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
+             std::to_string(linear_alpha) + node.GetString("_activation", "") +
+             std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f)) +
+             (own_silu_ ? ";own-silu" : "");
     };
     *key = key_for(weights_md);
     pd = FastestImpl<dnnl::matmul::primitive_desc>(ctx, [&] { return make_pd(weights_md); }, *key);
@@ -170,6 +177,7 @@ class DnnlMatMulKernel final : public Kernel {
       run->matmul.Execute(matmul_, stream);
       stream.wait();
     });
+    if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), ctx.Out(0).numel(), threads_);
   }
 
  private:
@@ -210,6 +218,8 @@ class DnnlMatMulKernel final : public Kernel {
   memory bias_mem_, add_mem_;
   memory::desc scratch_md_;
   int add_post_op_index_ = 0;
+  bool own_silu_ = false;  // the fused SiLU runs as SiluInPlace after the primitive (OwnSiluActivation)
+  int threads_ = 1;
   PerCaller<RunState> runs_;
 };
 

@@ -87,6 +87,9 @@ TEST(DnnlMatMul, ConstantBWithRowsMultipleOf256) {
 TEST(DnnlMatMul, FusedActivation) {
   ExpectMatMul({3, 5, 13}, {13, 7}, true, {{"_activation", Attribute::String("Gelu")}});
   ExpectMatMul({5, 13}, {13, 7}, false, {{"_activation", Attribute::String("Relu")}});
+  // SiLU runs as a pass over the output after the primitive (OwnSiluActivation), after its bias / C post-op.
+  ExpectMatMul({4, 6, 21}, {21, 37}, true, {{"_activation", Attribute::String("Silu")}});
+  ExpectMatMul({70, 33}, {33, 40}, false, {{"_activation", Attribute::String("Silu")}});
 }
 
 struct GemmCase {
@@ -113,6 +116,11 @@ void ExpectGemm(const GemmCase& g) {
   std::vector<Tensor> in{RandomTensor(g.a, 3), RandomTensor(g.b, 4)};
   if (has_c) in.push_back(RandomTensor(g.c, 5));
   ExpectFastMatchesReference(node, in, {false, g.constant_b, g.constant_c}, g.name);
+}
+
+// SiLU after the primitive's C post-op (a full C: binary add).
+TEST(DnnlGemm, SiluAfterTheAddedC) {
+  ExpectGemm({.a = {9, 13}, .b = {7, 13}, .c = {9, 7}, .trans_b = true, .beta = 0.5f, .activation = "Silu"});
 }
 
 TEST(DnnlGemm, TransBWithBiasAlphaBeta) {
