@@ -56,12 +56,28 @@ class PointwiseConv final : public OwnConvKernel {
     groups_ = (vectors_ + group_vectors_ - 1) / group_vectors_;
     last_mask_ = static_cast<__mmask16>(g.out_c % 16 == 0 ? 0xffff : (1u << (g.out_c % 16)) - 1);
     const int64_t width = group_vectors_ * 16;  // a packed row
-    packed_.assign(static_cast<size_t>(groups_ * g.in_c * width), 0.f);
-    const float* src = ctx.input_values[1]->data<float>();
-    for (int64_t k = 0; k < g.out_c; ++k)
-      for (int64_t c = 0; c < g.in_c; ++c)
-        packed_[static_cast<size_t>((k / width * g.in_c + c) * width + k % width)] = src[k * g.in_c + c];
-    group_major_ = static_cast<int64_t>(packed_.size() * sizeof(float)) > kGroupMajorBytes;
+    packed_floats_ = groups_ * g.in_c * width;
+    const Tensor& weights = *ctx.input_values[1];
+    auto fill = [&](void* data) {
+      float* packed = static_cast<float*>(data);
+      std::fill(packed, packed + packed_floats_, 0.f);
+      const float* src = weights.data<float>();
+      for (int64_t k = 0; k < g.out_c; ++k)
+        for (int64_t c = 0; c < g.in_c; ++c) packed[(k / width * g.in_c + c) * width + k % width] = src[k * g.in_c + c];
+    };
+    const size_t bytes = static_cast<size_t>(packed_floats_) * sizeof(float);
+    // Shared with every plan packing the same weights the same way (tenants of one backbone, other batch sizes), and
+    // counted with the model's bytes.
+    if (ctx.derive_weight && weights.buffer()) {
+      packed_buffer_ = ctx.derive_weight(
+          weights, "pointwise:" + std::to_string(g.in_c) + "x" + std::to_string(g.out_c) + "/" + std::to_string(width),
+          bytes, fill);
+    } else {
+      packed_buffer_ = Allocator::Host().Allocate(bytes);
+      fill(packed_buffer_->data());
+    }
+    packed_ = static_cast<const float*>(packed_buffer_->data());
+    group_major_ = static_cast<int64_t>(bytes) > kGroupMajorBytes;
     k_block_ = std::max<int64_t>(16, kWeightTileBytes / (width * static_cast<int64_t>(sizeof(float))));
   }
 
@@ -77,7 +93,7 @@ class PointwiseConv final : public OwnConvKernel {
     std::vector<float> bias(static_cast<size_t>(g_.out_c));
     return BestRunMs(
         runs, [&] { Execute(x.data(), bias.data(), y.data()); },
-        [&] { EvictFromCaches(packed_.data(), packed_.size() * sizeof(float)); });
+        [&] { EvictFromCaches(packed_, static_cast<size_t>(packed_floats_) * sizeof(float)); });
   }
 
  private:
@@ -119,9 +135,9 @@ class PointwiseConv final : public OwnConvKernel {
     for (int v = 0; v < V; ++v)
       b[v] = bias ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, bias + (v0 + v) * 16) : _mm512_setzero_ps();
     const int64_t width = group_vectors_ * 16;
-    const float* w = packed_.data() + group * g_.in_c * width;
+    const float* w = packed_ + group * g_.in_c * width;
     const int64_t offset = v0 * 16;  // of the group's first output channel in a pixel
-    const char* const packed_end = reinterpret_cast<const char*>(packed_.data() + packed_.size());
+    const char* const packed_end = reinterpret_cast<const char*>(packed_ + packed_floats_);
     const int64_t blocks = (p1 - p0 + P - 1) / P;
     for (int64_t k0 = 0; k0 < g_.in_c; k0 += k_block_) {
       const int64_t k1 = std::min(g_.in_c, k0 + k_block_);
@@ -210,7 +226,9 @@ class PointwiseConv final : public OwnConvKernel {
   bool group_major_ = false;      // the work goes group by group (large weights), else chunk by chunk
   int64_t k_block_ = 1;           // input channels per block (their weights: kWeightTileBytes)
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
-  std::vector<float> packed_;     // [group][C][group_vectors_ * 16], zeros past the output channels
+  std::shared_ptr<Buffer> packed_buffer_;  // [group][C][group_vectors_ * 16], zeros past the output channels
+  const float* packed_ = nullptr;          // its data
+  int64_t packed_floats_ = 0;
 };
 
 }  // namespace

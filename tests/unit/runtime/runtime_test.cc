@@ -444,6 +444,42 @@ TEST(Runtime, PackedWeightsSharedAcrossModelsAndCounted) {
   ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
 }
 
+// osprey's own 1x1 SiLU convolution (kernels/cpu/pointwise_conv.cc) packs its weights through the store too: two
+// models with the same weights hold one pack. The input is channels-last behind a Transpose, so the convolution gets
+// channels-last tensors; OSPREY_POINTWISE=1 takes the kernel without timing. Oracle: KernelCounts names the kernel,
+// the store's derived entries and bytes do not grow with the second model.
+TEST(Runtime, PointwisePacksSharedAcrossModels) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
+  setenv("OSPREY_POINTWISE", "1", 1);
+  auto make = [] {
+    GraphBuilder b("pointwise", 13);
+    auto x = b.Input("x", DType::kF32, {1, 9, 9, 24});
+    auto xt = b.Op("Transpose", {x}, {{"perm", Attribute::Ints({0, 3, 1, 2})}});
+    auto conv = b.Op("Conv", {xt, b.Constant(RandomTensor({40, 24, 1, 1}, 21)), b.Constant(RandomTensor({40}, 22))});
+    auto silu = b.Op("Mul", {conv, b.Op("Sigmoid", {conv})});
+    b.Output(b.Op("Transpose", {silu}, {{"perm", Attribute::Ints({0, 2, 3, 1})}}), "y");
+    return b.Finish();
+  };
+  auto store = std::make_shared<WeightStore>();
+  ModelOptions opts;
+  opts.weight_store = store;
+  const Tensor x = RandomTensor({1, 9, 9, 24}, 6);
+  Model a(make(), opts), b(make(), opts);
+  const Tensor ya = a.Run({{"x", x}})[0].second;
+  const std::map<std::string, int> kernels = a.PlanFor({{"x", x}})->KernelCounts();
+  EXPECT_EQ(kernels.count("ConvF32Pointwise"), 1u);
+  const size_t packs = store->NumDerivedLive();
+  const int64_t bytes = store->BytesLive();
+  EXPECT_GE(packs, 1u);
+  const Tensor yb = b.Run({{"x", x}})[0].second;
+  EXPECT_EQ(store->NumDerivedLive(), packs) << "the second model reuses the first's pack";
+  EXPECT_EQ(store->BytesLive(), bytes) << "and adds no bytes";
+  EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  unsetenv("OSPREY_POINTWISE");
+  Model alone(make());
+  ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
+}
+
 // Subnormal floats are flushed to zero while a plan runs (core/float_env.h: arithmetic on them can run 100x slower),
 // on the calling thread and on the OpenMP workers of oneDNN's convolution and of osprey's own kernels alike; the
 // caller's floating-point mode is as it was afterwards. The oracle: IEEE arithmetic here, where every product below
