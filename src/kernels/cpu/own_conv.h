@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernel.h"
 #include "ops/activation.h"
@@ -31,6 +32,17 @@ class OwnConvKernel : public Kernel {
 /// channels-last, the residual (input 3, when `g.residual`) channels-last, the bias (input 2, when `g.bias`) of
 /// `g.out_c` values; throws kInternal naming the node otherwise.
 void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout);
+
+/// Zero-filled tensors a kernel times itself on (TimeMs): input and output of `g`'s sizes (in any layout), the bias,
+/// and the residual when `g.residual`.
+struct OwnConvTimingBuffers {
+  explicit OwnConvTimingBuffers(const OwnConvGeometry& g)
+      : x(static_cast<size_t>(g.batch * g.in_c * g.in_h * g.in_w)),
+        y(static_cast<size_t>(g.batch * g.out_c * g.out_h * g.out_w)),
+        bias(static_cast<size_t>(g.out_c)),
+        residual(g.residual ? y.size() : 0) {}
+  std::vector<float> x, y, bias, residual;
+};
 
 /// Milliseconds of `run()`: the best of `runs` after one untimed, `before()` untimed before each.
 template <class Run, class Before = void (*)()>

@@ -88,11 +88,9 @@ class PointwiseConv final : public OwnConvKernel {
 
   // As in a model (and as oneDNN's kernel is timed against it): the activations in the caches, the weights not.
   double TimeMs(int runs) override {
-    std::vector<float> x(static_cast<size_t>(g_.batch * g_.in_h * g_.in_w * g_.in_c));
-    std::vector<float> y(static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c));
-    std::vector<float> bias(static_cast<size_t>(g_.out_c));
+    OwnConvTimingBuffers t(g_);
     return BestRunMs(
-        runs, [&] { Execute(x.data(), bias.data(), y.data()); },
+        runs, [&] { Execute(t.x.data(), t.bias.data(), t.y.data()); },
         [&] { EvictFromCaches(packed_, static_cast<size_t>(packed_floats_) * sizeof(float)); });
   }
 

@@ -54,10 +54,8 @@ class StemConv final : public OwnConvKernel {
   }
 
   double TimeMs(int runs) override {
-    std::vector<float> x(static_cast<size_t>(g_.batch * g_.in_c * g_.in_h * g_.in_w));
-    std::vector<float> y(static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c));
-    std::vector<float> bias(static_cast<size_t>(g_.out_c));
-    return BestRunMs(runs, [&] { Execute(x.data(), bias.data(), y.data()); });
+    OwnConvTimingBuffers t(g_);
+    return BestRunMs(runs, [&] { Execute(t.x.data(), t.bias.data(), t.y.data()); });
   }
 
  private:

@@ -156,11 +156,9 @@ class WinogradConv final : public OwnConvKernel {
   }
 
   double TimeMs(int runs) override {
-    const size_t x_size = static_cast<size_t>(g_.batch * g_.in_h * g_.in_w * g_.in_c);
-    const size_t y_size = static_cast<size_t>(g_.batch * g_.out_h * g_.out_w * g_.out_c);
-    std::vector<float> x(x_size), y(y_size), bias(static_cast<size_t>(g_.out_c)), residual(g_.residual ? y_size : 0);
+    OwnConvTimingBuffers t(g_);
     return BestRunMs(
-        runs, [&] { Execute(x.data(), bias.data(), g_.residual ? residual.data() : nullptr, y.data()); },
+        runs, [&] { Execute(t.x.data(), t.bias.data(), g_.residual ? t.residual.data() : nullptr, t.y.data()); },
         // As in a model: weights cold, activations warm.
         [&] { EvictFromCaches(u_buffer_->data(), u_buffer_->size()); });
   }

@@ -604,30 +604,6 @@ void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attr
 // ---- osprey's Winograd F(4x4, 3x3) (winograd_conv.cc): channels-last 3x3 stride-1 convolutions with channel counts
 // multiples of 16. OSPREY_WINOGRAD=1 takes it wherever it applies (unset: by timing), so these tests see it on every
 // AVX-512 machine; the plain layouts stay on oneDNN.
-// An environment variable set (or unset: nullptr) for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // Winograd's sums differ from the reference's by ~1e-5 of their size (sqrt(C * 9) / 3 for values in [-1, 1]).
 float WinogradAtol(const Shape& w) { return 2e-5f * std::sqrt(static_cast<float>(w[1] * 9)) + kFastAtol; }
