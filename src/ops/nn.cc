@@ -38,6 +38,19 @@ bool HasOutput(const InferContext& c, int i) {
   return i < static_cast<int>(c.node.outputs.size()) && c.node.outputs[i] >= 0;
 }
 
+// Internal: `_residual` = 1 adds input 3, of the output's shape `y`, before the fused activation (Conv, MatMul).
+void CheckFusedResidual(const InferContext& c, const Shape& y) {
+  if (c.node.GetInt("_residual", 0) != 0) {
+    if (!c.Has(3)) c.Fail("_residual is set but input 3 (the residual) is missing");
+    RequireF32(c, 3, "residual");
+    if (c.input_shapes[3] != y)
+      c.Fail("residual input 3 should have the output's shape " + ShapeToString(y) + ", got " +
+             ShapeToString(c.input_shapes[3]));
+  } else if (c.Has(3)) {
+    c.Fail("input 3 is only allowed on a fused node with _residual = 1");
+  }
+}
+
 void CheckFusedActivation(const InferContext& c) {
   Activation act;  // reads _alpha and _beta too, so a wrong kind fails here
   if (!Activation::FromFusedNode(c.node, &act))
@@ -123,16 +136,7 @@ void InferConv(InferContext& c) {
   const std::vector<int64_t> spatial = ResolveConvWindow(c.node, x, kernel, /*ceil_mode=*/false).out;
   Shape y = {x[0], out_channels};
   y.insert(y.end(), spatial.begin(), spatial.end());
-  bool residual = c.node.GetInt("_residual", 0) != 0;
-  if (residual) {
-    if (!c.Has(3)) c.Fail("_residual is set but input 3 (the residual) is missing");
-    RequireF32(c, 3, "residual");
-    if (c.input_shapes[3] != y)
-      c.Fail("residual input 3 should have the output's shape " + ShapeToString(y) + ", got " +
-             ShapeToString(c.input_shapes[3]));
-  } else if (c.Has(3)) {
-    c.Fail("input 3 is only allowed on a fused node with _residual = 1");
-  }
+  CheckFusedResidual(c, y);
   CheckFusedActivation(c);
   if (HasFusedDepthwise(c.node)) {
     y = InferFusedDepthwise(c, y);
@@ -411,6 +415,7 @@ void InferMatMul(InferContext& c) {
       c.Fail("fused bias should have shape [" + std::to_string(b.back()) + "] (the columns of B), got " +
              ShapeToString(c.input_shapes[2]));
   }
+  CheckFusedResidual(c, y);
   CheckFusedActivation(c);
   c.SetOutput(0, DType::kF32, y);
 }
@@ -466,7 +471,8 @@ void RegisterNnOps(OpRegistry& r) {
   r.Add(Schema("RoiAlign", 3, 3, 1, 1, InferRoiAlign));
   r.Add(Schema("MeanVarianceNormalization", 1, 1, 1, 1, InferMeanVarianceNormalization));
   r.Add(Schema("LayerNormalization", 2, 3, 1, 3, InferLayerNormalization));
-  r.Add(Schema("MatMul", 2, 3, 1, 1, InferMatMul));  // input 2: fused bias (internal, with _bias = 1)
+  // Internal inputs: 2, a fused bias (with _bias = 1); 3, a fused residual (with _residual = 1).
+  r.Add(Schema("MatMul", 2, 4, 1, 1, InferMatMul));
   r.Add(Schema("Gemm", 2, 3, 1, 1, InferGemm));
   r.Add(Schema("MaxPool", 1, 1, 1, 2, InferMaxPool));
   r.Add(Schema("AveragePool", 1, 1, 1, 1, InferAveragePool));

@@ -404,42 +404,81 @@ bool Fusable(const Node& n) {
          n.outputs.size() == 1 && !n.Has("_activation");
 }
 
-// Conv(x) + r -> Conv with residual input r. The conv moves to the Add's position, where r is available.
+// Conv(x) + r -> Conv with residual input r; MatMul(x) + r likewise (a transformer's residual connections after its
+// projections). Also through a Transpose: Transpose(MatMul(x), p) + r -> Transpose(MatMul(x, r'), p) with
+// r' = Transpose(r, p^-1): ConvNeXt's block runs its Linear layers on channels-last data, permutes the result back and
+// adds the block's input; once the layout pass stores r channels-last, both Transposes are views of the same bytes.
+// The fused node moves to the Add's position, where r is available.
 void FuseResidualAdd(CompileState& st) {
-  Uses u = CountUses(st);
+  const Uses u = CountUses(st);
+  std::vector<int> producer = Producers(st);
   std::vector<char> dead(st.nodes.size(), 0);
+  std::vector<Node> inserted_before(st.nodes.size()), inserted_after(st.nodes.size());  // op_type empty: none
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     Node& add = st.nodes[j];
-    if (add.op_type != "Add" || add.NumInputs() != 2) continue;
-    int out = add.outputs[0];
+    if (add.op_type != "Add" || !add.domain.empty() || add.NumInputs() != 2 || add.outputs.size() != 1) continue;
+    const int out = add.outputs[0];
     for (int side = 0; side < 2; ++side) {
-      int y = add.inputs[side], r = add.inputs[1 - side];
+      const int y = add.inputs[side], r = add.inputs[1 - side];
       if (y < 0 || r < 0 || y == r || !Private(st, u, y)) continue;
       if (st.values[y].shape != st.values[r].shape || st.values[y].shape != st.values[out].shape) continue;
       if (st.values[y].dtype != DType::kF32 || st.values[r].dtype != DType::kF32) continue;
-      // Find y's producer among live nodes.
-      int pi = -1;
-      for (int i = static_cast<int>(j) - 1; i >= 0; --i) {
-        if (!dead[i] && !st.nodes[i].outputs.empty() && st.nodes[i].outputs[0] == y) {
-          pi = i;
-          break;
-        }
+      int pi = producer[y], ti = -1;  // the producer, and a Transpose between it and the Add
+      if (pi >= 0 && st.nodes[pi].op_type == "Transpose" && st.nodes[pi].domain.empty() &&
+          st.nodes[pi].inputs.size() == 1 && st.nodes[pi].inputs[0] >= 0 && Private(st, u, st.nodes[pi].inputs[0])) {
+        ti = pi;
+        pi = producer[st.nodes[ti].inputs[0]];
       }
-      if (pi < 0) continue;
-      Node& conv = st.nodes[pi];
-      if (conv.op_type != "Conv" || !Fusable(conv) || conv.Has("_residual")) continue;
-      Node fused = conv;
+      if (pi < 0 || dead[pi]) continue;
+      const Node& p = st.nodes[pi];
+      const bool conv = p.op_type == "Conv" && ti < 0;
+      const bool matmul = p.op_type == "MatMul" && p.domain.empty() && !p.Has("_int8") && p.inputs.size() <= 3;
+      if (!(conv || matmul) || !Fusable(p) || p.Has("_residual")) continue;
+      int residual = r;
+      if (ti >= 0) {
+        const size_t rank = st.values[y].shape.size();
+        std::vector<int64_t> perm = st.nodes[ti].GetInts("perm");
+        if (perm.empty())
+          for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+        std::vector<int64_t> inverse(rank, -1);
+        for (size_t d = 0; d < perm.size() && perm.size() == rank; ++d)
+          if (perm[d] >= 0 && perm[d] < static_cast<int64_t>(rank)) inverse[perm[d]] = static_cast<int64_t>(d);
+        if (std::count(inverse.begin(), inverse.end(), -1) > 0) continue;
+        const Shape moved = st.values[p.outputs[0]].shape;  // a copy: AddValue grows st.values
+        residual = st.AddValue(DType::kF32, moved);
+        Node& back = inserted_before[j];
+        back.op_type = "Transpose";
+        back.name = add.name + "/residual_transposed";
+        back.inputs = {r};
+        back.outputs = {residual};
+        back.attrs["perm"] = Attribute::Ints(inverse);
+      }
+      Node fused = st.nodes[pi];
       fused.inputs.resize(4, -1);
-      fused.inputs[3] = r;
+      fused.inputs[3] = residual;
       fused.attrs["_residual"] = Attribute::Int(1);
-      fused.outputs[0] = out;
       dead[pi] = 1;
+      if (ti >= 0) {
+        inserted_after[j] = st.nodes[ti];  // reads the fused node's output as it read the MatMul's, writes the Add's
+        inserted_after[j].outputs[0] = out;
+        dead[ti] = 1;
+      } else {
+        fused.outputs[0] = out;
+      }
       add = std::move(fused);
-      u = CountUses(st);  // consumers changed
+      producer[out] = -1;  // nothing fuses into a node with a residual again
       break;
     }
   }
-  DropDead(st, dead);
+  std::vector<Node> nodes;
+  nodes.reserve(st.nodes.size());
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    if (dead[i]) continue;
+    if (!inserted_before[i].op_type.empty()) nodes.push_back(std::move(inserted_before[i]));
+    nodes.push_back(std::move(st.nodes[i]));
+    if (!inserted_after[i].op_type.empty()) nodes.push_back(std::move(inserted_after[i]));
+  }
+  st.nodes = std::move(nodes);
 }
 
 // Whether `n` is a plain 2-D float32 Conv (no fused residual, depthwise or int8 part) with a constant weight of
@@ -601,12 +640,23 @@ void FuseActivation(CompileState& st) {
     if (st.is_graph_output[y]) continue;
     const auto& cons = u.consumers[y];
     if (cons.size() == 1) {
-      Node& a = st.nodes[cons[0]];
+      // Also through a Transpose: Act(Transpose(y)) = Transpose(Act(y)) for an elementwise activation (the blocks
+      // whose residual FuseResidualAdd fused through the Transpose).
+      int ai = cons[0], transpose = -1;
+      const Node& t = st.nodes[ai];
+      if (t.op_type == "Transpose" && t.domain.empty() && t.outputs.size() == 1 && t.outputs[0] >= 0 &&
+          Private(st, u, t.outputs[0])) {
+        transpose = ai;
+        ai = u.consumers[t.outputs[0]][0];
+      }
+      const Node& a = st.nodes[ai];
       Activation act;
-      if (a.inputs.empty() || a.inputs[0] != y || !FusableActivationOf(st, a, &act)) continue;
+      if (dead[ai] || a.inputs.empty() || a.inputs[0] != (transpose >= 0 ? t.outputs[0] : y) ||
+          !FusableActivationOf(st, a, &act))
+        continue;
       act.WriteTo(n);
-      n.outputs[0] = a.outputs[0];
-      dead[cons[0]] = 1;
+      (transpose >= 0 ? st.nodes[transpose] : n).outputs[0] = a.outputs[0];
+      dead[ai] = 1;
     } else if (cons.size() == 2) {
       // SiLU as exported by PyTorch: Mul(y, Sigmoid(y)).
       int si = -1, mi = -1;

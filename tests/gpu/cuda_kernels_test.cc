@@ -662,6 +662,12 @@ TEST_F(CudaTest, MatMul) {
   ExpectCuda(MakeNode("MatMul", 3, 1, {{"_bias", A::Int(1)}, {"_activation", A::String("Gelu")}}),
              {Uniform({1, 10, 32}, 90, -1.f, 1.f), Uniform({32, 48}, 91, -1.f, 1.f), Uniform({48}, 92, -1.f, 1.f)},
              {false, true, true}, o);
+  // Fused bias + residual + activation (a transformer's residual connection).
+  ExpectCuda(
+      MakeNode("MatMul", 4, 1, {{"_bias", A::Int(1)}, {"_residual", A::Int(1)}, {"_activation", A::String("Relu")}}),
+      {Uniform({1, 10, 32}, 97, -1.f, 1.f), Uniform({32, 48}, 98, -1.f, 1.f), Uniform({48}, 99, -1.f, 1.f),
+       Uniform({1, 10, 48}, 100, -1.f, 1.f)},
+      {false, true, true, false}, o);
   // fp16 mode.
   ExpectCuda(MakeNode("MatMul", 2, 1), {Uniform({3, 64, 96}, 93, -1.f, 1.f), Uniform({96, 80}, 94, -1.f, 1.f)},
              {false, true}, Options{.tol = kFp16, .fp16 = true, .name = "MatMulF32CublasFp16", .needs_device = true});

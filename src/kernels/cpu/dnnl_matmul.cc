@@ -3,7 +3,8 @@
 // folded in; plain rows a multiple of 256 elements long get a padded stride, PaddedRows); a constant C becomes a bias
 // (row vector) or a binary-add post-op; `_activation` is a post-op (SiLU: a pass after the primitive,
 // OwnSiluActivation). A MatMul with `_bias` = 1 (fused by the runtime
-// from MatMul + Add) takes its [N] input 2 as oneDNN's bias.
+// from MatMul + Add) takes its [N] input 2 as oneDNN's bias; one with `_residual` = 1 adds its input 3 (the output's
+// shape) by a sum post-op before the activation, onto the residual in the output's buffer (in place, or copied there).
 #include <omp.h>
 
 #include <cstring>
@@ -59,6 +60,7 @@ class DnnlMatMulKernel final : public Kernel {
   Source bias_source = Source::kNone, add_source = Source::kNone;
   memory::desc bias_md, add_md;        // bias: [1, N]; addend: broadcastable to the output
   Shape c_shape;                       // run-time shape of input 2 (bias or addend)
+  bool residual = false;               // input 3, of the output's shape, summed before the activation
   std::shared_ptr<Buffer> c_constant;  // beta * C when C is a constant
 
   // Creates the primitive: float32, or with ctx.bf16 and a constant B a bf16 one (A reordered to bf16 per run, B packed
@@ -90,6 +92,7 @@ class DnnlMatMulKernel final : public Kernel {
       add_post_op_index_ = ops.len();
       ops.append_binary(dnnl::algorithm::binary_add, add_md);
     }
+    if (residual) ops.append_sum(1.f);    // onto what the output holds when the primitive runs: the residual
     own_silu_ = OwnSiluActivation(node);  // applied after the primitive (Run) instead of as a post-op
     if (!own_silu_ && !AppendFusedActivation(node, ops)) return {};
     attr.set_post_ops(ops);
@@ -110,6 +113,9 @@ class DnnlMatMulKernel final : public Kernel {
              std::to_string(linear_alpha) + node.GetString("_activation", "") +
              std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f)) +
              (own_silu_ ? ";own-silu" : "");
+      // A residual (sum post-op) is left out: it costs about nothing, and with it in the key a product and the same
+      // product fused with its residual were timed apart, and near-ties chose differently (ViT's MLP: brg with the
+      // residual, gemm:jit without, the first 0.2 ms slower in the model with its weights not in the cache).
     };
     *key = key_for(weights_md);
     pd = FastestImpl<dnnl::matmul::primitive_desc>(ctx, [&] { return make_pd(weights_md); }, *key);
@@ -158,6 +164,11 @@ class DnnlMatMulKernel final : public Kernel {
     if (bias_source == Source::kInput || add_source == Source::kInput)
       CheckShape(node, name_, "input C", ctx.In(2), c_shape);
     CheckShape(node, name_, "output", ctx.Out(0), out_shape);
+    if (residual) {
+      CheckShape(node, name_, "residual", ctx.In(3), out_shape);
+      // In place (MayOverwriteInput) the residual is where the sum post-op reads it already.
+      if (ctx.In(3).raw() != ctx.Out(0).raw()) std::memcpy(ctx.Out(0).raw(), ctx.In(3).raw(), ctx.Out(0).nbytes());
+    }
     RunDnnl(node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
       const size_t scratch_bytes = ThreadScratch::Align(scratch_md_.get_size());
@@ -179,6 +190,9 @@ class DnnlMatMulKernel final : public Kernel {
     });
     if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), ctx.Out(0).numel(), threads_);
   }
+
+  // The residual's buffer may become the output's: the sum post-op then adds it where it lies.
+  bool MayOverwriteInput(int i) const override { return i == 3 && residual; }
 
  private:
   // The memories and argument arrays of one run (one set per concurrent caller, PerCaller); `a` is A itself unless
@@ -237,11 +251,15 @@ bool IsConstant(const KernelBuildContext& ctx, int i) {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
-  // Input 2 is the fused bias (`_bias` = 1, a [N] row vector; see the MatMul schema).
-  const bool has_bias = ctx.node.GetInt("_bias", 0) != 0;
-  const size_t num_inputs = has_bias ? 3 : 2;
+  // Input 2 is the fused bias (`_bias` = 1, a [N] row vector), input 3 the fused residual (`_residual` = 1, the
+  // output's shape, plain); see the MatMul schema.
+  const bool has_bias = ctx.node.GetInt("_bias", 0) != 0, has_residual = ctx.node.GetInt("_residual", 0) != 0;
+  const size_t num_inputs = has_residual ? 4 : has_bias ? 3 : 2;
   if (!AllFloat32(ctx) || ctx.input_shapes.size() != num_inputs || ctx.output_shapes.size() != 1) return nullptr;
-  if (has_bias && !ctx.present[2]) return nullptr;
+  if ((has_bias && !ctx.present[2]) || (!has_bias && num_inputs > 2 && ctx.present[2])) return nullptr;
+  if (has_residual && (!ctx.present[3] || ctx.input_shapes[3] != ctx.output_shapes[0] ||
+                       ctx.InLayout(3) != Layout::kPlain || ctx.OutLayout(0) != Layout::kPlain))
+    return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& b = ctx.input_shapes[1];
   if (a.empty() || b.empty() || !AllPositive(a) || !AllPositive(b) || !AllPositive(ctx.output_shapes[0]))
@@ -286,6 +304,7 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
   kernel->a_shape = a;
   kernel->b_shape = b;
   kernel->out_shape = ctx.output_shapes[0];
+  kernel->residual = has_residual;
   if (IsConstant(ctx, 1)) {
     kernel->b_source = Source::kConstant;
     kernel->b_constant = ctx.input_values[1];

@@ -199,7 +199,8 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
 
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
-  if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2)
+  if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2 ||
+      node.Has("_residual"))
     return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];
@@ -219,9 +220,9 @@ std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
     n_stride = trans_b ? k : 1, k_stride = trans_b ? 1 : n;
     if (third && NumElements(ctx.input_shapes[2]) != n) return nullptr;  // C broadcast other than a row: oneDNN
   } else if (node.op_type == "Conv") {
-    if (node.Has("_residual") || node.Has("_int8") || node.Has("_dw_strides") || node.Has("_prelu") ||
-        node.GetInt("group", 1) != 1 || a.size() != 4 || w.size() != 4 || a[0] != 1 || a[2] != 1 || a[3] != 1 ||
-        w[2] != 1 || w[3] != 1 || ctx.output_shapes.empty() || ctx.output_shapes[0] != Shape{1, w[0], 1, 1})
+    if (node.Has("_int8") || node.Has("_dw_strides") || node.Has("_prelu") || node.GetInt("group", 1) != 1 ||
+        a.size() != 4 || w.size() != 4 || a[0] != 1 || a[2] != 1 || a[3] != 1 || w[2] != 1 || w[3] != 1 ||
+        ctx.output_shapes.empty() || ctx.output_shapes[0] != Shape{1, w[0], 1, 1})
       return nullptr;
     k = w[1], n = w[0], n_stride = k, k_stride = 1;
   } else {

@@ -41,8 +41,9 @@ class GemmKernel final : public CudaKernel {
   // Gemm's C: broadcast into Y before the product (beta scales it there).
   bool prefill_c = false;
   StridedCopyGeometry c_copy;
-  // MatMul's fused bias [N] (input 2) and any fused activation, after the product.
-  bool has_bias = false;
+  // MatMul's fused bias [N] (input 2), residual (input 3, the output's shape) and any fused activation, after the
+  // product.
+  bool has_bias = false, has_residual = false;
   int bias_input = 2;
   Activation act;
   int64_t total = 0;
@@ -73,9 +74,10 @@ class GemmKernel final : public CudaKernel {
       if (s != CUBLAS_STATUS_SUCCESS)
         throw Error(ErrorCode::kInternal, std::string(Name()) + ": cuBLAS GEMM: " + api_->GetStatusString(s));
     }
-    if (has_bias || act.op != kUnaryIdentity) {
+    if (has_bias || has_residual || act.op != kUnaryIdentity) {
       const float* bias = has_bias ? static_cast<const float*>(ctx.In(bias_input).raw()) : nullptr;
-      Check(LaunchBiasResidualAct(stream, y, bias, nullptr, total, shape.n, 1, act));
+      const float* residual = has_residual ? static_cast<const float*>(ctx.In(3).raw()) : nullptr;
+      Check(LaunchBiasResidualAct(stream, y, bias, residual, total, shape.n, 1, act));
     }
   }
 
@@ -217,6 +219,10 @@ std::unique_ptr<Kernel> CreateMatMulKernel(const KernelBuildContext& bc) {
   if (node.GetInt("_bias", 0) != 0 && bc.present.size() > 2 && bc.present[2]) {
     if (!PresentF32(bc, 2) || NumElements(bc.input_shapes[2]) != n) return nullptr;
     kernel->has_bias = true;
+  }
+  if (node.GetInt("_residual", 0) != 0) {
+    if (!PresentF32(bc, 3) || bc.input_shapes[3] != bc.output_shapes[0]) return nullptr;
+    kernel->has_residual = true;
   }
   if (!FusedActivation(node, &kernel->act)) return nullptr;
   return kernel;

@@ -808,6 +808,11 @@ void MatMulRef(KernelContext& ctx) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j) yd[r * n + j] += bias[j];
   }
+  if (ctx.node.GetInt("_residual", 0) != 0 && ctx.HasIn(3)) {
+    // Fused residual (see the MatMul schema): input 3, of the output's shape, added before the fused activation.
+    const float* residual = ctx.In(3).data<float>();
+    for (int64_t i = 0; i < y.numel(); ++i) yd[i] += residual[i];
+  }
   ApplyFusedActivation(ctx.node, yd, y.numel());
   if (int8) Int8Grid(ctx.node, "y", yd, y.numel());
 }

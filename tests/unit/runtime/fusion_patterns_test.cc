@@ -177,6 +177,55 @@ TEST(FusionPatterns, ScaleAfterMatMulStaysWhereItIsNotPerColumn) {
   EXPECT_TRUE(Ran(RunAgainstOracle(LinearScaleGraph({.escape = true}), {2, 5, 7, 32}), "Mul"));
 }
 
+// ---------------------------------------------------------------- Residual after MatMul
+
+struct LinearResidualSpec {
+  bool bias = true;
+  bool transpose = false;            // ConvNeXt's block: NCHW input permuted to channels-last, Linear, permuted back
+  bool residual_first = false;       // Add(r, y)
+  bool relu = false;                 // an activation after the Add (fused after the residual)
+  bool escape = false;               // the MatMul's output is a graph output too
+  bool residual_read_later = false;  // the residual is read after the Add (not overwritten in place)
+};
+
+// ViT's x + Linear(x) on x [2, 9, 32], or ConvNeXt's x + Transpose(Linear(Transpose(x))) on x [2, 32, 5, 7].
+Graph LinearResidualGraph(const LinearResidualSpec& spec) {
+  GraphBuilder b("linear_residual", 13);
+  auto x = b.Input("x", DType::kF32, spec.transpose ? Shape{2, 32, 5, 7} : Shape{2, 9, 32});
+  auto h = spec.transpose ? b.Op("Transpose", {x}, {{"perm", Attribute::Ints({0, 2, 3, 1})}}) : x;
+  auto y = b.Op("MatMul", {h, b.Constant(RandomTensor({32, 32}, 3, -0.3f, 0.3f))});
+  if (spec.bias) y = b.Op("Add", {y, b.Constant(RandomTensor({32}, 4))});
+  auto t = spec.transpose ? b.Op("Transpose", {y}, {{"perm", Attribute::Ints({0, 3, 1, 2})}}) : y;
+  auto sum = spec.residual_first ? b.Op("Add", {x, t}) : b.Op("Add", {t, x});
+  if (spec.relu) sum = b.Op("Relu", {sum});
+  if (spec.residual_read_later) sum = b.Op("Mul", {sum, x});
+  b.Output(sum, "y");
+  if (spec.escape) b.Output(y, "pre");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, ResidualAfterMatMulFusesIntoIt) {
+  // Unfused: [Transpose,] MatMul, [Add bias,] [Transpose,] Add [, Relu] [, Mul]. Fused: the MatMul with its bias,
+  // residual and activation, behind a Transpose of the residual and before the one of the result when transposed.
+  for (bool transpose : {false, true})
+    for (bool bias : {false, true})
+      for (bool relu : {false, true}) {
+        const LinearResidualSpec spec{.bias = bias, .transpose = transpose, .residual_first = bias, .relu = relu};
+        SCOPED_TRACE(std::string(transpose ? "through Transposes" : "rows") + (bias ? ", bias" : "") +
+                     (relu ? ", Relu" : ""));
+        ExpectFused(LinearResidualGraph(spec), {transpose ? Shape{2, 32, 5, 7} : Shape{2, 9, 32}}, transpose ? 4 : 1);
+      }
+  // The residual still read after the Add: the kernel copies it into its output instead of summing onto it in place.
+  ExpectFused(LinearResidualGraph({.residual_read_later = true}), {{2, 9, 32}}, 2);
+  EXPECT_FALSE(Ran(
+      RunAgainstOracle(LinearResidualGraph({.transpose = true, .residual_read_later = true}), {2, 32, 5, 7}), "Add"));
+}
+
+TEST(FusionPatterns, ResidualAfterMatMulStaysWhereTheProductEscapes) {
+  EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.escape = true}), {2, 9, 32}), "Add"));
+  EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.transpose = true, .escape = true}), {2, 32, 5, 7}), "Add"));
+}
+
 // ---------------------------------------------------------------- LayerNorm
 
 struct LayerNormSpec {
@@ -347,7 +396,8 @@ TEST(FusionPatterns, MatMulBiasByHand) {
 }
 
 TEST(FusionPatterns, MatMulBiasNotFused) {
-  // A run-time addend, a full-matrix addend, and a product that is also a graph output all stay separate.
+  // A run-time addend and a product that is also a graph output stay separate; a full-matrix addend becomes the
+  // MatMul's residual (a constant: copied into the output before the product is summed onto it).
   {
     GraphBuilder b("runtime_bias", 13);
     auto x = b.Input("x", DType::kF32, {3, 13});
@@ -360,7 +410,7 @@ TEST(FusionPatterns, MatMulBiasNotFused) {
     auto x = b.Input("x", DType::kF32, {3, 13});
     auto y = b.Op("MatMul", {x, b.Constant(RandomTensor({13, 7}, 6))});
     b.Output(b.Op("Add", {y, b.Constant(RandomTensor({3, 7}, 8))}), "y");
-    ExpectFused(b.Finish(), {{3, 13}}, 2);
+    ExpectFused(b.Finish(), {{3, 13}}, 1);
   }
   {
     GraphBuilder b("escaping_product", 13);
@@ -373,8 +423,8 @@ TEST(FusionPatterns, MatMulBiasNotFused) {
 }
 
 TEST(FusionPatterns, TransformerMlpBlock) {
-  // LayerNorm -> Linear -> GELU -> Linear, as in a ViT encoder layer: one LayerNormalization and two MatMuls (the
-  // first with bias and GELU folded in, the second with bias).
+  // LayerNorm -> Linear -> GELU -> Linear -> + x, as in a ViT encoder layer: one LayerNormalization and two MatMuls
+  // (the first with bias and GELU folded in, the second with bias and the residual).
   GraphBuilder b("mlp", 13);
   auto x = b.Input("x", DType::kF32, {1, 5, 13});
   auto h = DecomposedLayerNorm(b, x, 13, {});
@@ -382,7 +432,7 @@ TEST(FusionPatterns, TransformerMlpBlock) {
   h = DecomposedGelu(b, h, GeluForm::kPyTorch);
   h = b.Op("Add", {b.Constant(RandomTensor({13}, 11)), b.Op("MatMul", {h, b.Constant(RandomTensor({24, 13}, 12))})});
   b.Output(b.Op("Add", {x, h}), "y");
-  ExpectFused(b.Finish(), {{1, 5, 13}}, 4);  // LayerNorm, MatMul+bias+Gelu, MatMul+bias, residual Add
+  ExpectFused(b.Finish(), {{1, 5, 13}}, 3);  // LayerNorm, MatMul+bias+Gelu, MatMul+bias+residual
 }
 
 // ---------------------------------------------------------------- what stays unfused: large elementwise ops
