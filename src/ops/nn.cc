@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
@@ -154,6 +155,18 @@ void InferConv(InferContext& c) {
              ShapeToString(slope));
   } else if (c.Has(kPReluSlopeInput)) {
     c.Fail("input 6 is only allowed on a fused node with _prelu = 1");
+  }
+  if (HasInputScale(c.node)) {
+    if (x.size() != 4 || HasFusedDepthwise(c.node) || c.node.GetInt("_int8", 0) != 0)
+      c.Fail("a fused input scale (_input_scale) needs a 2-D convolution without _dw_strides or _int8");
+    if (!c.Has(kInputScaleInput)) c.Fail("_input_scale is set but input 7 (the scale) is missing");
+    RequireF32(c, kInputScaleInput, "input scale");
+    const Shape& s = c.input_shapes[kInputScaleInput];
+    if (s.size() != 4 || (s[0] != 1 && s[0] != x[0]) || s[1] != channels || s[2] != 1 || s[3] != 1)
+      c.Fail("input scale (input 7) should have shape [" + std::to_string(x[0]) + " or 1, " + std::to_string(channels) +
+             ", 1, 1], got " + ShapeToString(s));
+  } else if (c.Has(kInputScaleInput)) {
+    c.Fail("input 7 is only allowed on a fused node with _input_scale = 1");
   }
   c.SetOutput(0, DType::kF32, y);
 }
@@ -462,7 +475,8 @@ OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int ma
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Add(Schema("Conv", 2, 7, 1, 1, InferConv));  // 3: fused residual; 4, 5: fused depthwise; 6: PRelu (internal)
+  // Internal inputs: 3, fused residual; 4, 5: fused depthwise; 6: PRelu; 7: input scale.
+  r.Add(Schema("Conv", 2, 8, 1, 1, InferConv));
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));

@@ -222,7 +222,8 @@ void InferAndFold(CompileState& st) {
 
 // The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
 // OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
-// FuseConvPRelu), OSPREY_FUSE_CHAINS (unary steps into an elementwise node, FuseElementwiseChains).
+// FuseConvPRelu), OSPREY_FUSE_SCALE (a squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale),
+// OSPREY_FUSE_CHAINS (unary steps into an elementwise node, FuseElementwiseChains).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -542,6 +543,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_PRELU"))
     FuseConvPRelu(st,
                   [&](const Node& n) { return CpuKernelFusesPRelu(MakeBuildContext(st, n, nthreads, bf16, tune)); });
+  if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_SCALE"))
+    FuseConvInputScale(st);
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
     FuseElementwiseChains(st);
   if (options.fast_kernels && !on_device) {

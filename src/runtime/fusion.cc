@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/activation.h"
+#include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
 #include "ops/op_registry.h"
@@ -574,6 +575,51 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
   }
   if (!changed) return;
   DropDead(st, dead);
+}
+
+// Mul(x, s) -> 1x1 Conv, where s holds one factor per image and channel ([N, C, 1, 1] or [1, C, 1, 1], computed at run
+// time: a squeeze-and-excitation gate) -> one Conv with `_input_scale` and s as input 7 (ops/conv_input_scale.h), for
+// plans on the CPU's fast kernels: osprey's 1x1 kernel scales the input where it reads it, oneDNN's path scales it in
+// a pass of its own (what the Mul did). The Conv stays where it is: x and s were both read by the Mul before it.
+void FuseConvInputScale(CompileState& st) {
+  const Uses u = CountUses(st);
+  const std::vector<int> producer = Producers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    Node& conv = st.nodes[j];
+    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.empty() || conv.outputs.size() != 1 ||
+        conv.GetInt("group", 1) != 1 || conv.Has("_int8") || conv.Has("_dw_strides") || HasInputScale(conv))
+      continue;
+    const int m = conv.inputs[0];
+    if (m < 0 || !Private(st, u, m) || producer[m] < 0 || dead[producer[m]]) continue;
+    const Shape& ms = st.values[m].shape;
+    const int w = conv.inputs.size() > 1 ? conv.inputs[1] : -1;
+    if (ms.size() != 4 || st.values[m].dtype != DType::kF32 || w < 0 || st.values[w].shape.size() != 4 ||
+        st.values[w].shape[2] != 1 || st.values[w].shape[3] != 1)
+      continue;
+    const Node& mul = st.nodes[producer[m]];
+    if (mul.op_type != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 || mul.Has("_then")) continue;
+    int x = -1, scale = -1;
+    for (int side = 0; side < 2; ++side) {
+      const int a = mul.inputs[side], b = mul.inputs[1 - side];
+      if (a < 0 || b < 0 || st.values[a].shape != ms || st.values[b].dtype != DType::kF32) continue;
+      const Shape& bs = st.values[b].shape;
+      if (bs.size() == 4 && (bs[0] == 1 || bs[0] == ms[0]) && bs[1] == ms[1] && bs[2] == 1 && bs[3] == 1) {
+        x = a;
+        scale = b;
+        break;
+      }
+    }
+    if (x < 0 || st.values[x].dtype != DType::kF32) continue;
+    conv.inputs.resize(kInputScaleInput + 1, -1);
+    conv.inputs[0] = x;
+    conv.inputs[kInputScaleInput] = scale;
+    conv.attrs["_input_scale"] = Attribute::Int(1);
+    dead[producer[m]] = 1;
+    changed = true;
+  }
+  if (changed) DropDead(st, dead);
 }
 
 // The step a unary node computes, if it can join a chain (ops/activation.h UnaryStep): an activation the fusion pass

@@ -234,6 +234,9 @@ void FuseConvDepthwise(CompileState& state, const std::function<bool(const Node&
 /// Conv -> PRelu (per-channel constant slopes) as one Conv with `_prelu` (ops/activation.h) where `fast_kernel_takes`
 /// the fused node (fusion.cc).
 void FuseConvPRelu(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+/// Mul(x, s) -> 1x1 Conv, s one factor per image and input channel computed at run time (a squeeze-and-excitation
+/// gate), as one Conv with `_input_scale` (ops/conv_input_scale.h); for plans on the CPU's fast kernels.
+void FuseConvInputScale(CompileState& state);
 /// Chains of unary activations and fake quantisations after an elementwise node as its fused steps (`_then`,
 /// ops/activation.h; fusion.cc).
 void FuseElementwiseChains(CompileState& state);

@@ -21,6 +21,7 @@
 #include "kernels/cpu/stem_conv.h"
 #include "kernels/cpu/winograd_conv.h"
 #include "ops/activation.h"
+#include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
 
@@ -235,6 +236,15 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
   return key;
 }
 
+// ScaleInputChannels (ops/conv_input_scale.h) on rows [row_begin, row_end), vectorised for the widest ISA here.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void ScaleInputRows(const float* x, const float* scale,
+                                                                                 float* y, int64_t batch,
+                                                                                 int64_t channels, int64_t spatial,
+                                                                                 bool nhwc, int64_t scale_batch,
+                                                                                 int64_t row_begin, int64_t row_end) {
+  ScaleInputChannels(x, scale, y, batch, channels, spatial, nhwc, scale_batch, row_begin, row_end);
+}
+
 // User tensors (input 0, residual input 3, output 0) are plain or NHWC as the build context says; the primitive
 // works in `layout`, and reorders bridge any difference. With NHWC tensors and kChannelsLast there are none.
 class DnnlConvKernel final : public Kernel {
@@ -285,6 +295,13 @@ class DnnlConvKernel final : public Kernel {
     if (g.dw_stride > 0 && !has_bias_) zero_bias_.assign(static_cast<size_t>(g.w[0]), 0.f);  // see MakeConvPd
     residual_ = ctx.node.GetInt("_residual", 0) != 0;
     residual_layout_ = residual_ ? ctx.InLayout(3) : Layout::kPlain;
+    if (HasInputScale(ctx.node)) {  // the input times its gate, in a pass before the primitive (its own scratch)
+      if (ctx.input_shapes.size() <= kInputScaleInput || !ctx.present[kInputScaleInput] ||
+          ctx.InLayout(kInputScaleInput) != Layout::kPlain)
+        return false;
+      scale_batch_ = ctx.input_shapes[kInputScaleInput][0];
+      scaled_bytes_ = ThreadScratch::Align(user_src_md_.get_size());
+    }
     user_residual_md_ = ActivationDesc(g.y, residual_layout_);
     bias_md_ = has_bias_ || !zero_bias_.empty() ? PlainDesc({g.w[0]}) : memory::desc();
     conv_dst_md_ = pd_.dst_desc();
@@ -349,6 +366,8 @@ class DnnlConvKernel final : public Kernel {
     CheckActivation(node, name_, "input", ctx.In(0), x_shape_, src_layout_);
     CheckActivation(node, name_, "output", ctx.Out(0), y_shape_, dst_layout_);
     if (residual_) CheckActivation(node, name_, "residual", ctx.In(3), y_shape_, residual_layout_);
+    if (scaled_bytes_ > 0)
+      CheckShape(node, name_, "input scale", ctx.In(kInputScaleInput), {scale_batch_, x_shape_[1], 1, 1});
     // The primitive writes its destination from the residual already there (sum post-op). When the runtime runs the
     // add in place (residual and output share a buffer) the residual is there already, provided both use one layout.
     const void* residual = residual_ ? ctx.In(3).raw() : nullptr;
@@ -358,9 +377,27 @@ class DnnlConvKernel final : public Kernel {
                                             " cannot add a residual in place when it and the output differ in layout");
     RunDnnl(node, name_, [&] {
       dnnl::stream& stream = ThreadStream();
-      char* scratch = ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
+      char* scratch =
+          ThreadScratch::Reserve(src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_ + scaled_bytes_);
+      const void* x = ctx.In(0).raw();
+      if (scaled_bytes_ > 0) {
+        float* scaled =
+            reinterpret_cast<float*>(scratch + src_bytes_ + dst_bytes_ + scratch_bytes_ + reorder_scratch_bytes_);
+        const float* xd = ctx.In(0).data<float>();
+        const float* sd = ctx.In(kInputScaleInput).data<float>();
+        const int64_t n = x_shape_[0], c = x_shape_[1], spatial = x_shape_[2] * x_shape_[3];
+        const bool nhwc = src_layout_ == Layout::kNhwc;
+        const int64_t rows = InputScaleRows(n, c, spatial, nhwc);
+#pragma omp parallel num_threads(num_threads_) if (n * c * spatial >= (int64_t{1} << 14))
+        {
+          const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+          ScaleInputRows(xd, sd, scaled, n, c, spatial, nhwc, scale_batch_, rows * t / threads,
+                         rows * (t + 1) / threads);
+        }
+        x = scaled;
+      }
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
-      run->io.Point(ctx.In(0).raw(), ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
+      run->io.Point(x, ctx.Out(0).raw(), scratch, src_bytes_, dst_bytes_, scratch_bytes_);
       if (has_bias_) Point(run->bias, ctx.In(2).raw());
       if (reorder_src_) run->io.src_reorder.Execute(src_reorder_, stream);
       // Same layout: a (parallel) copy; otherwise a reorder into the layout the primitive writes.
@@ -428,6 +465,10 @@ class DnnlConvKernel final : public Kernel {
   std::vector<float> prelu_slopes_;
   int prelu_post_op_ = -1;
   size_t src_bytes_ = 0, dst_bytes_ = 0, scratch_bytes_ = 0, reorder_scratch_bytes_ = 0;
+  // A fused input scale (ops/conv_input_scale.h): the scaled input's bytes in the scratch (0: none), the scale's
+  // images.
+  size_t scaled_bytes_ = 0;
+  int64_t scale_batch_ = 1;
   PerCaller<RunState> runs_;
 };
 
@@ -463,6 +504,7 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
   own.pad_left = g.pad_l[1];
   own.bias = ctx.present.size() > 2 && ctx.present[2];
   own.residual = ctx.node.GetInt("_residual", 0) != 0;
+  own.input_scale = HasInputScale(ctx.node);
   return own;
 }
 
@@ -478,8 +520,8 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
 std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                       const std::string& mode) {
   std::optional<OwnConvGeometry> own = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!own || own->kernel_h != 3 || own->kernel_w != 3 || own->stride_h != 1 || own->stride_w != 1 ||
-      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
+  if (!own || own->input_scale || own->kernel_h != 3 || own->kernel_w != 3 || own->stride_h != 1 ||
+      own->stride_w != 1 || ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
       (own->residual && ctx.InLayout(3) != Layout::kNhwc))
     return std::nullopt;
   const OwnConvGeometry& wg = *own;
@@ -501,14 +543,15 @@ std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, 
 std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                               const std::string& mode) {
   std::optional<OwnConvGeometry> sg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!sg || sg->residual || g.x != g.x_logical || ctx.InLayout(0) != Layout::kPlain ||
+  if (!sg || sg->residual || sg->input_scale || g.x != g.x_logical || ctx.InLayout(0) != Layout::kPlain ||
       ctx.OutLayout(0) != Layout::kNhwc || !StemConvApplies(*sg))
     return std::nullopt;
   return sg;
 }
 
 // osprey's 1x1 convolution (pointwise_conv.cc) instead of oneDNN's, on channels-last tensors, for a node ending in
-// SiLU (OwnSilu: oneDNN's kernel then needs a second pass over its output). OSPREY_POINTWISE=0 never takes it, =1
+// SiLU (OwnSilu: oneDNN's kernel then needs a second pass over its output) or with a fused input scale
+// (ops/conv_input_scale.h: oneDNN's path scales the input in a pass first). OSPREY_POINTWISE=0 never takes it, =1
 // wherever it applies (any activation; comparisons and tests); else by timing when tuning (by kPointwiseMargin), and
 // always without tuning. Other activations stay with oneDNN: timed alone, osprey's won ShuffleNet's 1x1 ReLU layers
 // and lost them in the model (2% slower), and tied ResNet-50's.
@@ -520,8 +563,9 @@ constexpr double kPointwiseMargin = 0.95;
 std::optional<OwnConvGeometry> PointwiseCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                   const std::string& mode) {
   std::optional<OwnConvGeometry> pg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!pg || (mode != "1" && !OwnSilu(ctx.node, g)) || g.x != g.x_logical || g.y != g.y_logical ||
-      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc || !PointwiseConvApplies(*pg))
+  if (!pg || (mode != "1" && !OwnSilu(ctx.node, g) && !pg->input_scale) || g.x != g.x_logical || g.y != g.y_logical ||
+      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
+      (pg->residual && ctx.InLayout(3) != Layout::kNhwc) || !PointwiseConvApplies(*pg))
     return std::nullopt;
   return pg;
 }
@@ -530,6 +574,21 @@ std::optional<OwnConvGeometry> PointwiseCandidate(const KernelBuildContext& ctx,
 double SiluPassMs(const Shape& y, int threads) {
   std::vector<float> out(static_cast<size_t>(NumElements(y)));
   return BestRunMs(3, [&] { SiluInPlace(out.data(), static_cast<int64_t>(out.size()), threads); });
+}
+
+// Milliseconds of the pass a oneDNN convolution kernel runs to scale its channels-last input `x` [N, C, H, W] by a
+// fused input scale (DnnlConvKernel::Run).
+double InputScalePassMs(const Shape& x, int threads) {
+  std::vector<float> in(static_cast<size_t>(NumElements(x))), out(in.size()), scale(static_cast<size_t>(x[1]), 1.f);
+  const int64_t rows = InputScaleRows(x[0], x[1], x[2] * x[3], /*nhwc=*/true);
+  return BestRunMs(3, [&] {
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+      ScaleInputRows(in.data(), scale.data(), out.data(), x[0], x[1], x[2] * x[3], true, 1, rows * t / n,
+                     rows * (t + 1) / n);
+    }
+  });
 }
 
 // One of osprey's own convolution kernels (`make_own`) or oneDNN's (`build_direct`; nullptr when it has no fast one):
@@ -585,11 +644,13 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
   const std::string pointwise_mode = pointwise_setting ? pointwise_setting : "";
   if (const std::optional<OwnConvGeometry> pg = PointwiseCandidate(ctx, g, pointwise_mode)) {
     auto direct_extra = [&](const DnnlConvKernel&) {
-      return OwnSilu(ctx.node, g) ? SiluPassMs(g.y, ctx.num_threads) : 0.;
+      return (OwnSilu(ctx.node, g) ? SiluPassMs(g.y, ctx.num_threads) : 0.) +
+             (pg->input_scale ? InputScalePassMs(g.x, ctx.num_threads) : 0.);
     };
     return OwnOrDirect<OwnConvKernel>(
-        ctx, "pointwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), pointwise_mode, /*by_rule=*/true,
-        [&] { return CreatePointwiseConv(ctx, *pg); }, build_direct, direct_extra, kPointwiseMargin);
+        ctx, "pointwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast) + (pg->input_scale ? ";input-scale" : ""),
+        pointwise_mode, /*by_rule=*/true, [&] { return CreatePointwiseConv(ctx, *pg); }, build_direct, direct_extra,
+        kPointwiseMargin);
   }
   const char* setting = std::getenv("OSPREY_WINOGRAD");
   const std::string mode = setting ? setting : "";

@@ -200,7 +200,7 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2 ||
-      node.Has("_residual"))
+      node.Has("_residual") || node.Has("_input_scale"))
     return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];

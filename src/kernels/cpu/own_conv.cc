@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_input_scale.h"
 
 namespace osprey::cpu {
 
@@ -11,6 +12,12 @@ void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnCo
   CheckActivation(ctx.node, name, "input", ctx.In(0), x_shape, input_layout);
   CheckActivation(ctx.node, name, "output", ctx.Out(0), y_shape, Layout::kNhwc);
   if (g.residual) CheckActivation(ctx.node, name, "residual", ctx.In(3), y_shape, Layout::kNhwc);
+  if (g.input_scale) {
+    const Tensor& s = ctx.In(kInputScaleInput);
+    if (s.shape().size() != 4 || (s.dim(0) != 1 && s.dim(0) != g.batch) || s.dim(1) != g.in_c || s.numel() % g.in_c)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for an input scale of " +
+                                            std::to_string(g.in_c) + " channels, got " + ShapeToString(s.shape()));
+  }
   if (g.bias && ctx.In(2).numel() != g.out_c)
     throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for " + std::to_string(g.out_c) +
                                           " bias values, got " + std::to_string(ctx.In(2).numel()));

@@ -18,6 +18,7 @@ struct OwnConvGeometry {
   int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
   bool bias = false;      // input 2, [K]
   bool residual = false;  // input 3 (the output's shape and layout), added before the activation
+  bool input_scale = false;  // input 7, [N or 1, C, 1, 1]: the input times its channel's factor (conv_input_scale.h)
   Activation activation;  // the node's fused activation
 };
 
@@ -30,18 +31,20 @@ class OwnConvKernel : public Kernel {
 
 /// Checks the tensors of one run of kernel `name` built for `g` (own_conv.cc): input 0 in `input_layout`, output 0
 /// channels-last, the residual (input 3, when `g.residual`) channels-last, the bias (input 2, when `g.bias`) of
-/// `g.out_c` values; throws kInternal naming the node otherwise.
+/// `g.out_c` values, the input scale (input 7, when `g.input_scale`) of `g.in_c` values per image; throws kInternal
+/// naming the node otherwise.
 void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout);
 
 /// Zero-filled tensors a kernel times itself on (TimeMs): input and output of `g`'s sizes (in any layout), the bias,
-/// and the residual when `g.residual`.
+/// the residual when `g.residual`, and one image's input scale (ones) when `g.input_scale`.
 struct OwnConvTimingBuffers {
   explicit OwnConvTimingBuffers(const OwnConvGeometry& g)
       : x(static_cast<size_t>(g.batch * g.in_c * g.in_h * g.in_w)),
         y(static_cast<size_t>(g.batch * g.out_c * g.out_h * g.out_w)),
         bias(static_cast<size_t>(g.out_c)),
-        residual(g.residual ? y.size() : 0) {}
-  std::vector<float> x, y, bias, residual;
+        residual(g.residual ? y.size() : 0),
+        scale(g.input_scale ? static_cast<size_t>(g.in_c) : 0, 1.f) {}
+  std::vector<float> x, y, bias, residual, scale;
 };
 
 /// Milliseconds of `run()`: the best of `runs` after one untimed, `before()` untimed before each.

@@ -11,7 +11,9 @@
 // The input channels go in blocks whose weights (a tile) stay in the first-level cache while every block of P pixels
 // passes over them, P x V accumulators in registers (per channel V weight vectors and one broadcast input value per
 // pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
-// activation are applied in registers (activation_avx512.h).
+// activation are applied in registers (activation_avx512.h); a residual joins the bias where the first tile starts its
+// sums (so it may lie in the output's own buffer). A fused input scale (ops/conv_input_scale.h: a squeeze-and-
+// excitation gate) multiplies each chunk's input into a thread's scratch before its groups read it.
 #include "kernels/cpu/pointwise_conv.h"
 
 #include <immintrin.h>
@@ -22,6 +24,7 @@
 
 #include "kernels/cpu/activation_avx512.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/conv_input_scale.h"
 
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
 // false positive, as in winograd_conv.cc).
@@ -42,6 +45,16 @@ template <int V>
 constexpr int PixelsFor() {
   return V == 4 ? 6 : V == 3 ? 8 : 12;
 }
+
+// One run's tensors.
+struct Inputs {
+  const float* x;
+  const float* bias;      // null: none
+  const float* residual;  // null: none
+  const float* scale;     // the input scale (null: none), per image when scale_per_image
+  bool scale_per_image;
+  const float* weights;  // packed as PointwiseConv::packed_ (or a scaled copy)
+};
 
 class PointwiseConv final : public OwnConvKernel {
  public:
@@ -83,38 +96,72 @@ class PointwiseConv final : public OwnConvKernel {
 
   void Run(KernelContext& ctx) override {
     CheckOwnConvTensors(ctx, Name(), g_, Layout::kNhwc);
-    Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>());
+    const Tensor* scale = g_.input_scale ? &ctx.In(kInputScaleInput) : nullptr;
+    Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>(),
+            g_.residual ? ctx.In(3).data<float>() : nullptr, scale ? scale->data<float>() : nullptr,
+            scale && scale->dim(0) > 1);
   }
+
+  // The residual's buffer may become the output's: the first tile reads it before writing its partial sums there.
+  bool MayOverwriteInput(int i) const override { return i == 3 && g_.residual; }
 
   // As in a model (and as oneDNN's kernel is timed against it): the activations in the caches, the weights not.
   double TimeMs(int runs) override {
     OwnConvTimingBuffers t(g_);
     return BestRunMs(
-        runs, [&] { Execute(t.x.data(), t.bias.data(), t.y.data()); },
+        runs,
+        [&] {
+          Execute(t.x.data(), t.bias.data(), t.y.data(), g_.residual ? t.residual.data() : nullptr,
+                  g_.input_scale ? t.scale.data() : nullptr, false);
+        },
         [&] { EvictFromCaches(packed_, static_cast<size_t>(packed_floats_) * sizeof(float)); });
   }
 
  private:
-  void Execute(const float* x, const float* bias, float* y) const {
-    const int64_t pixels = g_.batch * g_.in_h * g_.in_w;
-    const int64_t chunks = (pixels + kChunk - 1) / kChunk;
+  // `scale`: the input scale's factors, per image when `scale_per_image` (else one row for all); null when none. Where
+  // an image has more pixels than the layer output channels, its scaled weights (C x K values) are fewer than its
+  // scaled input (pixels x C): the factors then go into a copy of the packed weights, one image at a time when they
+  // differ per image; else into each chunk's input (Chunk).
+  void Execute(const float* x, const float* bias, float* y, const float* residual, const float* scale,
+               bool scale_per_image) const {
+    const int64_t image_pixels = g_.in_h * g_.in_w, pixels = g_.batch * image_pixels;
+    if (!scale || g_.out_c >= image_pixels) {
+      ExecutePixels(Inputs{x, bias, residual, scale, scale_per_image, packed_}, y, 0, pixels);
+      return;
+    }
+    float* scaled = reinterpret_cast<float*>(ThreadScratch::Reserve(packed_floats_ * sizeof(float)));
+    const int64_t width = group_vectors_ * 16;
+    for (int64_t n = 0; n < (scale_per_image ? g_.batch : 1); ++n) {
+      const float* s = scale + n * g_.in_c;
+      for (int64_t row = 0; row < groups_ * g_.in_c; ++row) {
+        const float f = s[row % g_.in_c];
+        for (int64_t j = 0; j < width; ++j) scaled[row * width + j] = packed_[row * width + j] * f;
+      }
+      const int64_t p0 = scale_per_image ? n * image_pixels : 0, p1 = scale_per_image ? p0 + image_pixels : pixels;
+      ExecutePixels(Inputs{x, bias, residual, nullptr, false, scaled}, y, p0, p1);
+    }
+  }
+
+  // Pixels [q0, q1) of the output.
+  void ExecutePixels(const Inputs& in, float* y, int64_t q0, int64_t q1) const {
+    const int64_t chunks = (q1 - q0 + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t item = 0; item < chunks * groups_; ++item) {
       const int64_t chunk = group_major_ ? item % chunks : item / groups_;
       const int64_t group = group_major_ ? item / chunks : item % groups_;
-      const int64_t p0 = chunk * kChunk, p1 = std::min(pixels, p0 + kChunk);
+      const int64_t p0 = q0 + chunk * kChunk, p1 = std::min(q1, p0 + kChunk);
       switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
         case 1:
-          Chunk<1>(x, bias, y, p0, p1, group);
+          Chunk<1>(in, y, p0, p1, group);
           break;
         case 2:
-          Chunk<2>(x, bias, y, p0, p1, group);
+          Chunk<2>(in, y, p0, p1, group);
           break;
         case 3:
-          Chunk<3>(x, bias, y, p0, p1, group);
+          Chunk<3>(in, y, p0, p1, group);
           break;
         default:
-          Chunk<4>(x, bias, y, p0, p1, group);
+          Chunk<4>(in, y, p0, p1, group);
           break;
       }
     }
@@ -123,9 +170,29 @@ class PointwiseConv final : public OwnConvKernel {
   // Pixels [p0, p1), output channel vectors [v0, v0 + V) of group `group`: the input channels in blocks whose weights
   // stay in the first-level cache while every pixel block passes over them, the partial sums kept in the output.
   template <int V>
-  __attribute__((target("avx512f"))) void Chunk(const float* x, const float* bias, float* y, int64_t p0, int64_t p1,
+  __attribute__((target("avx512f"))) void Chunk(const Inputs& in, float* y, int64_t p0, int64_t p1,
                                                 int64_t group) const {
     constexpr int P = PixelsFor<V>();
+    const float* bias = in.bias;
+    // The chunk's input rows: the input's own, or their scaled copy (first row at pixel p0).
+    const float* x = in.x;
+    int64_t x_base = 0;
+    if (in.scale) {
+      float* scaled = reinterpret_cast<float*>(ThreadScratch::Reserve((p1 - p0) * g_.in_c * sizeof(float)));
+      const int64_t image_pixels = g_.in_h * g_.in_w;
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* s = in.scale + (in.scale_per_image ? p / image_pixels * g_.in_c : 0);
+        const float* row = in.x + p * g_.in_c;
+        float* out = scaled + (p - p0) * g_.in_c;
+        for (int64_t c = 0; c < g_.in_c; c += 16) {
+          const __mmask16 m = c + 16 <= g_.in_c ? 0xffff : static_cast<__mmask16>((1u << (g_.in_c - c)) - 1);
+          _mm512_mask_storeu_ps(out + c, m,
+                                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), _mm512_maskz_loadu_ps(m, s + c)));
+        }
+      }
+      x = scaled;
+      x_base = p0;
+    }
     const int64_t v0 = group * group_vectors_;
     const __mmask16 last = v0 + V == vectors_ ? last_mask_ : static_cast<__mmask16>(0xffff);
     __m512 b[V];
@@ -133,9 +200,9 @@ class PointwiseConv final : public OwnConvKernel {
     for (int v = 0; v < V; ++v)
       b[v] = bias ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, bias + (v0 + v) * 16) : _mm512_setzero_ps();
     const int64_t width = group_vectors_ * 16;
-    const float* w = packed_ + group * g_.in_c * width;
+    const float* w = in.weights + group * g_.in_c * width;
     const int64_t offset = v0 * 16;  // of the group's first output channel in a pixel
-    const char* const packed_end = reinterpret_cast<const char*>(packed_ + packed_floats_);
+    const char* const packed_end = reinterpret_cast<const char*>(in.weights + packed_floats_);
     const int64_t blocks = (p1 - p0 + P - 1) / P;
     for (int64_t k0 = 0; k0 < g_.in_c; k0 += k_block_) {
       const int64_t k1 = std::min(g_.in_c, k0 + k_block_);
@@ -147,20 +214,22 @@ class PointwiseConv final : public OwnConvKernel {
       for (int64_t i = 0, p = p0; p < p1; ++i, p += P) {
         const char* pf = next + tile_bytes * i / blocks / 64 * 64;
         const char* pf_end = next + tile_bytes * (i + 1) / blocks;
-        Block<V, P>(x + p * g_.in_c, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset, std::min<int64_t>(P, p1 - p),
-                    last, pf, pf_end);
+        Block<V, P>(x + (p - x_base) * g_.in_c, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset,
+                    in.residual ? in.residual + p * g_.out_c + offset : nullptr, std::min<int64_t>(P, p1 - p), last, pf,
+                    pf_end);
       }
     }
   }
 
   // `count` <= P pixels from `in` (their input channels), input channels [k0, k1) (weights from `w`), V output vectors
   // at `out`, the last one's lanes `last`; the lines [pf, pf_end) are prefetched on the way. The first block of
-  // channels starts from the bias, a later one from the partial sums in `out`; the last applies the activation.
+  // channels starts from the bias (plus the residual at `res`, laid out as `out`, when not null), a later one from the
+  // partial sums in `out`; the last applies the activation.
   // Pixels past `count` repeat the last one and are not stored.
   template <int V, int P>
   __attribute__((target("avx512f"))) void Block(const float* in, const float* w, int64_t k0, int64_t k1,
-                                                const __m512* b, float* out, int64_t count, __mmask16 last,
-                                                const char* pf, const char* pf_end) const {
+                                                const __m512* b, float* out, const float* res, int64_t count,
+                                                __mmask16 last, const char* pf, const char* pf_end) const {
     const int64_t c = g_.in_c, width = group_vectors_ * 16, k_out = g_.out_c;
     const bool first = k0 == 0, final = k1 == c;
     // Fully unrolled, so the accumulators stay in registers.
@@ -170,7 +239,9 @@ class PointwiseConv final : public OwnConvKernel {
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
         const __mmask16 lanes = p < count ? (v == V - 1 ? last : static_cast<__mmask16>(0xffff)) : 0;
-        acc[p][v] = first ? b[v] : _mm512_maskz_loadu_ps(lanes, out + p * k_out + v * 16);
+        acc[p][v] = !first ? _mm512_maskz_loadu_ps(lanes, out + p * k_out + v * 16)
+                    : res  ? _mm512_add_ps(b[v], _mm512_maskz_loadu_ps(lanes, res + p * k_out + v * 16))
+                           : b[v];
       }
     if (count == P) {
       for (int64_t k = k0; k < k1; ++k, w += width) {
@@ -235,8 +306,7 @@ bool PointwiseConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512 && g.batch > 0 && g.in_c >= 1 && g.in_c <= kMaxInputChannels && g.out_c >= 16 && g.in_h > 0 &&
          g.in_w > 0 && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
-         g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w && !g.residual &&
-         ActivatesInRegisters(g.activation.kind);
+         g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w && ActivatesInRegisters(g.activation.kind);
 }
 
 std::unique_ptr<OwnConvKernel> CreatePointwiseConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {

@@ -9,7 +9,8 @@
 namespace osprey::cpu {
 
 /// Whether this CPU and `g` suit the kernel: AVX-512 F; a 1x1 window, stride 1, no pads; 1-4096 input channels and at
-/// least 16 output channels; no residual; an activation ActivatesInRegisters computes; non-empty shapes.
+/// least 16 output channels; an activation ActivatesInRegisters computes; non-empty shapes (a residual and an input
+/// scale are taken).
 bool PointwiseConvApplies(const OwnConvGeometry& g);
 
 /// The kernel for node `ctx.node` (weights: constant input 1, [K, C, 1, 1]); nullptr when !PointwiseConvApplies(g).

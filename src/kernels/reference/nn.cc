@@ -14,6 +14,7 @@
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/activation.h"
+#include "ops/conv_input_scale.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
 #include "ops/grid_sample.h"
@@ -275,6 +276,13 @@ void ConvRef(KernelContext& ctx) {
   if (int8) {
     x = x.Clone();
     Int8Grid(node, "x", x.data<float>(), x.numel());
+  }
+  if (HasInputScale(node) && ctx.HasIn(kInputScaleInput)) {  // ops/conv_input_scale.h: the input times its gate
+    const Tensor& scale = ctx.In(kInputScaleInput);
+    Tensor scaled(DType::kF32, x.shape());
+    ScaleInputChannels(x.data<float>(), scale.data<float>(), scaled.data<float>(), x.dim(0), x.dim(1),
+                       x.numel() / std::max<int64_t>(1, x.dim(0) * x.dim(1)), /*nhwc=*/false, scale.dim(0));
+    x = scaled;
   }
   const int64_t batch = x.dim(0), channels = x.dim(1), out_channels = w.dim(0);
   const int64_t group = node.GetInt("group", 1);
