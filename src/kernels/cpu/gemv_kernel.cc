@@ -4,7 +4,8 @@
 // 1280 x 1000). Here they are packed once into panels of 64 columns (K rows each, contiguous: oneDNN's aBdc64b on dims
 // {1, N, 1, K}, through PackWeight, so shared and counted like every packed weight) and both threads stream their
 // panels: 0.25 ms cold, 0.04 hot, against oneDNN's 0.36 and 0.056 (docs/performance.md, "Fifteenth session").
-// A fused activation (`_activation`: the small MLP heads of openWakeWord, Gemm + Relu) is applied to the row after.
+// A fused activation (`_activation`: the small MLP heads of openWakeWord, Gemm + Relu) is applied to the row after;
+// a MatMul's fused residual (`_residual`, input 3) joins the bias the products accumulate onto (in place or not).
 // AVX-512 only; elsewhere, and for anything else (a second row, alpha or beta), oneDNN runs it. OSPREY_GEMV=0 turns
 // it off.
 #include <immintrin.h>
@@ -108,7 +109,8 @@ class GemvKernel final : public Kernel {
 
   void Run(KernelContext& ctx) override {
     const Node& node = ctx.node;
-    if (ctx.In(0).numel() != k_ || ctx.Out(0).numel() != n_ || (has_bias_ && ctx.In(2).numel() != n_))
+    if (ctx.In(0).numel() != k_ || ctx.Out(0).numel() != n_ || (has_bias_ && ctx.In(2).numel() != n_) ||
+        (has_residual_ && ctx.In(3).numel() != n_))
       throw Error(ErrorCode::kInternal, node.Describe() + ": GemvF32 was built for " + std::to_string(k_) + " -> " +
                                             std::to_string(n_) + " values");
     const float* x = ctx.In(0).data<float>();
@@ -118,11 +120,20 @@ class GemvKernel final : public Kernel {
     const int64_t panels = (n_ + kPanel - 1) / kPanel;
     const int team =
         n_ * k_ >= (int64_t{1} << 16) ? std::max(1, std::min<int>(threads_, static_cast<int>(panels))) : 1;
-    if (bias) std::copy(bias, bias + n_, y);
+    if (has_residual_) {
+      const float* residual = ctx.In(3).data<float>();  // may be y itself (MayOverwriteInput)
+      for (int64_t i = 0; i < n_; ++i) y[i] = residual[i] + (bias ? bias[i] : 0.f);
+    } else if (bias) {
+      std::copy(bias, bias + n_, y);
+    }
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-    for (int64_t p = 0; p < panels; ++p) GemvPanels(x, w, k_, n_, y, bias != nullptr, p, p + 1);
+    for (int64_t p = 0; p < panels; ++p) GemvPanels(x, w, k_, n_, y, bias != nullptr || has_residual_, p, p + 1);
     activation_.Apply(y, n_);
   }
+
+  bool MayOverwriteInput(int i) const override { return i == 3 && has_residual_; }
+
+  bool has_residual_ = false;  // set by CreateGemv (a MatMul's `_residual`)
 
  private:
   int64_t k_ = 0, n_ = 0;
@@ -200,7 +211,11 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2 ||
-      node.Has("_residual") || node.Has("_input_scale"))
+      node.Has("_input_scale") || (node.Has("_residual") && node.op_type != "MatMul"))
+    return nullptr;
+  const bool residual = node.GetInt("_residual", 0) != 0;
+  if (residual && (ctx.present.size() < 4 || !ctx.present[3] || ctx.input_shapes[3] != ctx.output_shapes[0] ||
+                   ctx.InLayout(3) != Layout::kPlain))
     return nullptr;
   const Shape& a = ctx.input_shapes[0];
   const Shape& w = ctx.input_shapes[1];
@@ -208,7 +223,7 @@ std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   int64_t k = 0, n = 0, n_stride = 0, k_stride = 0;
   if (node.op_type == "MatMul") {
     const bool bias = node.GetInt("_bias", 0) != 0;
-    if (a.size() != 2 || a[0] != 1 || w.size() != 2 || (third && !bias)) return nullptr;
+    if (a.size() != 2 || a[0] != 1 || w.size() != 2 || (third && !bias) || ctx.input_shapes.size() > 4) return nullptr;
     k = w[0], n = w[1], n_stride = 1, k_stride = n;
   } else if (node.op_type == "Gemm") {
     if (a.size() != 2 || w.size() != 2 || node.GetInt("transA", 0) != 0 || node.GetFloat("alpha", 1.f) != 1.f ||
@@ -231,6 +246,7 @@ std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   if (!IsConstant(ctx, 1) || k != a[1] || k <= 0 || n <= 0 || NumElements(ctx.output_shapes[0]) != n) return nullptr;
   auto kernel = std::make_unique<GemvKernel>();
   if (!kernel->Build(ctx, 1, k, n, n_stride, k_stride, third)) return nullptr;
+  kernel->has_residual_ = residual;
   return kernel;
 }
 

@@ -221,6 +221,23 @@ TEST(FusionPatterns, ResidualAfterMatMulFusesIntoIt) {
       RunAgainstOracle(LinearResidualGraph({.transpose = true, .residual_read_later = true}), {2, 32, 5, 7}), "Add"));
 }
 
+TEST(FusionPatterns, ResidualAfterOneRowMatMulStaysOnTheGemvKernel) {
+  // [1, 32] x [32, 32] + bias + x: the one-row kernel (GemvF32, AVX-512) adds the residual where its sums start.
+  GraphBuilder b("row_residual", 13);
+  auto x = b.Input("x", DType::kF32, {1, 32});
+  auto y = b.Op("Add", {b.Op("MatMul", {x, b.Constant(RandomTensor({32, 32}, 3, -0.3f, 0.3f))}),
+                        b.Constant(RandomTensor({32}, 4))});
+  b.Output(b.Op("Relu", {b.Op("Add", {y, x})}), "y");
+  const Graph g = b.Finish();
+  ExpectFused(g, {{1, 32}}, 1);
+  std::vector<OpProfile> profile;
+  Compile(g, {{DType::kF32, {1, 32}}}, {.num_threads = 2})->Run({RandomTensor({1, 32}, 1)}, &profile);
+  ASSERT_EQ(profile.size(), 1u);
+  if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_EQ(profile[0].kernel, "GemvF32");
+  }
+}
+
 TEST(FusionPatterns, ResidualAfterMatMulStaysWhereTheProductEscapes) {
   EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.escape = true}), {2, 9, 32}), "Add"));
   EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.transpose = true, .escape = true}), {2, 32, 5, 7}), "Add"));
