@@ -13,7 +13,8 @@
 // pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
 // activation are applied in registers (activation_avx512.h); a residual joins the bias where the first tile starts its
 // sums (so it may lie in the output's own buffer). A fused input scale (ops/conv_input_scale.h: a squeeze-and-
-// excitation gate) multiplies each chunk's input into a thread's scratch before its groups read it.
+// excitation gate) multiplies a copy of the packed weights where the layer has fewer output channels than an image
+// has pixels, else each chunk's input, into a thread's scratch before its groups read it (Execute).
 #include "kernels/cpu/pointwise_conv.h"
 
 #include <immintrin.h>
