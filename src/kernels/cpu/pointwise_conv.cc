@@ -131,15 +131,22 @@ class PointwiseConv final : public OwnConvKernel {
       return;
     }
     float* scaled = reinterpret_cast<float*>(ThreadScratch::Reserve(packed_floats_ * sizeof(float)));
-    const int64_t width = group_vectors_ * 16;
     for (int64_t n = 0; n < (scale_per_image ? g_.batch : 1); ++n) {
-      const float* s = scale + n * g_.in_c;
-      for (int64_t row = 0; row < groups_ * g_.in_c; ++row) {
-        const float f = s[row % g_.in_c];
-        for (int64_t j = 0; j < width; ++j) scaled[row * width + j] = packed_[row * width + j] * f;
-      }
+      ScaleWeights(scale + n * g_.in_c, scaled);
       const int64_t p0 = scale_per_image ? n * image_pixels : 0, p1 = scale_per_image ? p0 + image_pixels : pixels;
       ExecutePixels(Inputs{x, bias, residual, nullptr, false, scaled}, y, p0, p1);
+    }
+  }
+
+  // scaled = packed_ with each input channel's rows times s[channel] (a packed row is group_vectors_ vectors), split
+  // over the threads: on the run's path, C x K products a run.
+  __attribute__((target("avx512f"))) void ScaleWeights(const float* s, float* scaled) const {
+    const int64_t rows = groups_ * g_.in_c, width = group_vectors_ * 16;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (rows * width >= (int64_t{1} << 14))
+    for (int64_t row = 0; row < rows; ++row) {
+      const __m512 f = _mm512_set1_ps(s[row % g_.in_c]);
+      for (int64_t j = 0; j < width; j += 16)
+        _mm512_storeu_ps(scaled + row * width + j, _mm512_mul_ps(_mm512_loadu_ps(packed_ + row * width + j), f));
     }
   }
 

@@ -238,6 +238,36 @@ TEST(FusionPatterns, ResidualAfterOneRowMatMulStaysOnTheGemvKernel) {
   }
 }
 
+TEST(FusionPatterns, MatMulResidualShapeRuleRejectsMalformedNodes) {
+  // The fused node as the pass writes it, on reference kernels: input 3 must have the product's shape and needs
+  // `_residual` = 1; `_residual` needs input 3.
+  auto graph = [](const Shape& residual, bool attribute, bool input = true) {
+    GraphBuilder b("fused", 13);
+    auto x = b.Input("x", DType::kF32, {2, 9, 32});
+    AttributeMap attrs;
+    if (attribute) attrs["_residual"] = Attribute::Int(1);
+    b.Output(b.Op("MatMul",
+                  {x, b.Constant(RandomTensor({32, 24}, 1)), ValueRef{},
+                   input ? b.Constant(RandomTensor(residual, 2)) : ValueRef{}},
+                  attrs),
+             "y");
+    return b.Finish();
+  };
+  const std::vector<TensorSpec> specs{{DType::kF32, {2, 9, 32}}};
+  testing::ExpectCompileError(graph({2, 9, 32}, true), specs, "residual input 3 should have the output's shape [2, 9, 24]");
+  testing::ExpectCompileError(graph({24}, true), specs, "residual input 3 should have the output's shape");
+  testing::ExpectCompileError(graph({2, 9, 24}, false), specs, "input 3 is only allowed on a fused node with _residual");
+  testing::ExpectCompileError(graph({2, 9, 24}, true, false), specs, "input 3 (the residual) is missing");
+  // Well formed, it adds the residual (reference kernel against MatMul then Add).
+  const Tensor x = RandomTensor({2, 9, 32}, 9);
+  GraphBuilder b("separate", 13);
+  auto in = b.Input("x", DType::kF32, {2, 9, 32});
+  b.Output(b.Op("Add", {b.Op("MatMul", {in, b.Constant(RandomTensor({32, 24}, 1))}), b.Constant(RandomTensor({2, 9, 24}, 2))}),
+           "y");
+  ExpectTensorNear(Compile(graph({2, 9, 24}, true), specs, kOracle)->Run({x})[0],
+                   Compile(b.Finish(), specs, kOracle)->Run({x})[0], 1e-6f, 1e-6f);
+}
+
 TEST(FusionPatterns, ResidualAfterMatMulStaysWhereTheProductEscapes) {
   EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.escape = true}), {2, 9, 32}), "Add"));
   EXPECT_TRUE(Ran(RunAgainstOracle(LinearResidualGraph({.transpose = true, .escape = true}), {2, 32, 5, 7}), "Add"));
