@@ -551,23 +551,34 @@ std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, cons
 
 // osprey's 1x1 convolution (pointwise_conv.cc) instead of oneDNN's, on channels-last tensors, for a node ending in
 // SiLU (OwnSilu: oneDNN's kernel then needs a second pass over its output) or with a fused input scale
-// (ops/conv_input_scale.h: oneDNN's path scales the input in a pass first). OSPREY_POINTWISE=0 never takes it, =1
-// wherever it applies (any activation; comparisons and tests); else by timing when tuning (by kPointwiseMargin), and
-// always without tuning. Other activations stay with oneDNN: timed alone, osprey's won ShuffleNet's 1x1 ReLU layers
-// and lost them in the model (2% slower), and tied ResNet-50's.
+// (ops/conv_input_scale.h: oneDNN's path scales the input in a pass first), and, when tuning, for weight-heavy layers
+// of any window (PointwiseConvWeightHeavy: streaming the weights once for all pixels beat oneDNN on ResNet-50's 7x7
+// layers at batch 1 by 15-30%, docs/performance.md "Thirty-eighth session"), except 3x3 windows Winograd competes
+// for. OSPREY_POINTWISE=0 never takes it, =1 wherever it applies (any activation; comparisons and tests); else by
+// timing when tuning (by kPointwiseMargin), and without tuning for SiLU and input scales only. Other layers stay with
+// oneDNN: timed alone, osprey's won ShuffleNet's 1x1 ReLU layers and lost them in the model (2% slower), and tied
+// ResNet-50's layers of 14x14 and more pixels.
 // Timed alone, oneDNN's kernel and its SiLU pass find the output in the cache; in a model the pass reads what the
 // next layer has not yet used and oneDNN's kernel lost more: EfficientNet-B0's 16 -> 96 layer on 112x112 was timed
 // 0.86x alone and ran 0.81x in the model, its 40 -> 240 layers 0.93-0.99x and 0.86-0.91x.
 constexpr double kPointwiseMargin = 0.95;
+constexpr int64_t kWeightHeavyTimedBytes = int64_t{64} << 10;
 
 std::optional<OwnConvGeometry> PointwiseCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                                  const std::string& mode) {
+                                                  const std::string& mode, const std::string& winograd_mode) {
   std::optional<OwnConvGeometry> pg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!pg || (mode != "1" && !OwnSilu(ctx.node, g) && !pg->input_scale) || g.x != g.x_logical || g.y != g.y_logical ||
-      ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
-      (pg->residual && ctx.InLayout(3) != Layout::kNhwc) || !PointwiseConvApplies(*pg))
+  if (!pg || g.x != g.x_logical || g.y != g.y_logical || ctx.InLayout(0) != Layout::kNhwc ||
+      ctx.OutLayout(0) != Layout::kNhwc || (pg->residual && ctx.InLayout(3) != Layout::kNhwc) ||
+      !PointwiseConvApplies(*pg))
     return std::nullopt;
-  return pg;
+  // A window Winograd takes stays Winograd's to compete for (it beats both on ResNet-50's 14x14 3x3 layers).
+  if (pg->kernel_h * pg->kernel_w > 1 && WinogradCandidate(ctx, g, winograd_mode)) return std::nullopt;
+  // Weight-heavy layers of at least kWeightHeavyTimedBytes of weights: smaller ones take microseconds either way.
+  const bool heavy =
+      PointwiseConvWeightHeavy(*pg) &&
+      pg->out_c * pg->in_c * pg->kernel_h * pg->kernel_w * int64_t{sizeof(float)} >= kWeightHeavyTimedBytes;
+  if (mode == "1" || OwnSilu(ctx.node, g) || pg->input_scale || (ctx.tune && heavy)) return pg;
+  return std::nullopt;
 }
 
 // Milliseconds of the SiLU pass (SiluInPlace) a oneDNN convolution kernel runs over its output `y` when OwnSilu.
@@ -642,23 +653,23 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
   }
   const char* pointwise_setting = std::getenv("OSPREY_POINTWISE");
   const std::string pointwise_mode = pointwise_setting ? pointwise_setting : "";
-  if (const std::optional<OwnConvGeometry> pg = PointwiseCandidate(ctx, g, pointwise_mode)) {
+  const char* winograd_setting = std::getenv("OSPREY_WINOGRAD");
+  const std::string winograd_mode = winograd_setting ? winograd_setting : "";
+  if (const std::optional<OwnConvGeometry> pg = PointwiseCandidate(ctx, g, pointwise_mode, winograd_mode)) {
     auto direct_extra = [&](const DnnlConvKernel&) {
       return (OwnSilu(ctx.node, g) ? SiluPassMs(g.y, ctx.num_threads) : 0.) +
              (pg->input_scale ? InputScalePassMs(g.x, ctx.num_threads) : 0.);
     };
     return OwnOrDirect<OwnConvKernel>(
         ctx, "pointwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast) + (pg->input_scale ? ";input-scale" : ""),
-        pointwise_mode, /*by_rule=*/true, [&] { return CreatePointwiseConv(ctx, *pg); }, build_direct, direct_extra,
-        kPointwiseMargin);
+        pointwise_mode, /*by_rule=*/OwnSilu(ctx.node, g) || pg->input_scale,
+        [&] { return CreatePointwiseConv(ctx, *pg); }, build_direct, direct_extra, kPointwiseMargin);
   }
-  const char* setting = std::getenv("OSPREY_WINOGRAD");
-  const std::string mode = setting ? setting : "";
-  const std::optional<OwnConvGeometry> wg = WinogradCandidate(ctx, g, mode);
+  const std::optional<OwnConvGeometry> wg = WinogradCandidate(ctx, g, winograd_mode);
   if (!wg) return build_direct();
   // WinogradCandidate only offers a layer without tuning where the rule takes it.
   return OwnOrDirect<OwnConvKernel>(
-      ctx, "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), mode, /*by_rule=*/true,
+      ctx, "winograd-f4x3:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), winograd_mode, /*by_rule=*/true,
       [&] { return CreateWinogradConv(ctx, *wg); }, build_direct);
 }
 

@@ -4,13 +4,19 @@
 // an EfficientNet block that output no longer fits the cache (16 -> 96 channels on 112x112: 4.8 MB), and ONNX Runtime,
 // which also runs SiLU as a pass, was faster there (docs/performance.md, "Thirty-sixth session").
 //
+// Also weight-heavy layers of any window (no more output pixels than output channels: ResNet-50's 7x7 layers at batch
+// 1, 3x3 and strided ones included), whose weights oneDNN's kernels read several times: each output pixel's window is
+// gathered into a row first (im2col, Gather; those rows take no more memory than the weights), and the product's rows
+// are then (tap, channel) pairs.
+//
 // The output channels go in groups of up to 4 vectors (64 channels), split evenly, each group's weights packed as one
-// contiguous [C][group] block (zeros past the channels); the pixels in chunks of 24. The work is (chunk, group) pairs
-// split over the threads in contiguous ranges: chunk by chunk where the weights are small (a chunk's input stays in
-// the cache for all its groups), group by group where they are large (each thread streams its groups' weights once).
-// The input channels go in blocks whose weights (a tile) stay in the first-level cache while every block of P pixels
-// passes over them, P x V accumulators in registers (per channel V weight vectors and one broadcast input value per
-// pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
+// contiguous [rows][group] block (zeros past the channels); the pixels in chunks. The work is (chunk, group) pairs
+// split over the threads in contiguous ranges: chunk by chunk where the weights are small (a chunk of 24 pixels' input
+// stays in the cache for all its groups), group by group where they are large (each thread streams its groups'
+// weights once; a chunk takes as many pixels as 1 MB of input rows, all 49 of a 7x7 layer, so each weight is read once
+// for all of them). The rows go in blocks whose weights (a tile) stay in the first-level cache while every block of P
+// pixels passes over them, P x V accumulators in registers (per row V weight vectors and one broadcast input value
+// per pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
 // activation are applied in registers (activation_avx512.h); a residual joins the bias where the first tile starts its
 // sums (so it may lie in the output's own buffer). A fused input scale (ops/conv_input_scale.h: a squeeze-and-
 // excitation gate) multiplies a copy of the packed weights where the layer has fewer output channels than an image
@@ -35,16 +41,28 @@ namespace osprey::cpu {
 namespace {
 
 constexpr int64_t kMaxInputChannels = 4096;
-constexpr int64_t kChunk = 24;  // pixels per work item: a multiple of every block size below
+constexpr int64_t kMaxWindow = 16;  // window sides the kernel gathers for
+// Chunk by chunk, pixels per work item: a multiple of every block size of that order (PixelsFor).
+constexpr int64_t kChunk = 24;
+// Group by group, a work item's input rows (pixels x C floats) stay in the second-level cache while its group's
+// weights pass over them: up to this many bytes of them.
+constexpr int64_t kChunkInputBytes = int64_t{1} << 20;
 // Weights above this many bytes go group by group (see the top of the file).
 constexpr int64_t kGroupMajorBytes = int64_t{1} << 20;
 // A group's weights for one block of input channels: half of a 48 KB first-level cache.
 constexpr int64_t kWeightTileBytes = int64_t{24} << 10;
 
-// Pixels per block for V vectors of output channels: 24 accumulators (12 for one vector).
-template <int V>
+// Pixels per block for V vectors of output channels: 24 accumulators (12 for one vector); group by group (`heavy`),
+// 28 for four vectors: with their weights all 32 registers (the FMA broadcasts the input value from memory). Chunk by
+// chunk, 7 pixels a block ran EfficientNet-B0's layers slower (its SiLU needs registers of its own).
+template <int V, bool heavy>
 constexpr int PixelsFor() {
-  return V == 4 ? 6 : V == 3 ? 8 : 12;
+  return V == 4 ? (heavy ? 7 : 6) : V == 3 ? 8 : 12;
+}
+int PixelsForVectors(int64_t v, bool heavy) {
+  return v == 4   ? (heavy ? PixelsFor<4, true>() : PixelsFor<4, false>())
+         : v == 3 ? PixelsFor<3, false>()
+                  : PixelsFor<1, false>();
 }
 
 // One run's tensors.
@@ -70,22 +88,29 @@ class PointwiseConv final : public OwnConvKernel {
     groups_ = (vectors_ + group_vectors_ - 1) / group_vectors_;
     last_mask_ = static_cast<__mmask16>(g.out_c % 16 == 0 ? 0xffff : (1u << (g.out_c % 16)) - 1);
     const int64_t width = group_vectors_ * 16;  // a packed row
-    packed_floats_ = groups_ * g.in_c * width;
+    taps_ = g.kernel_h * g.kernel_w;
+    depth_ = taps_ * g.in_c;
+    gathered_ = taps_ > 1 || g.stride_h != 1 || g.stride_w != 1 || g.pad_top != 0 || g.pad_left != 0;
+    packed_floats_ = groups_ * depth_ * width;
     const Tensor& weights = *ctx.input_values[1];
-    auto fill = [&](void* data) {
+    auto fill = [&](void* data) {  // row (tap, c) of the product: weights [K, C, KH, KW] at [k, c, tap]
       float* packed = static_cast<float*>(data);
       std::fill(packed, packed + packed_floats_, 0.f);
       const float* src = weights.data<float>();
       for (int64_t k = 0; k < g.out_c; ++k)
-        for (int64_t c = 0; c < g.in_c; ++c) packed[(k / width * g.in_c + c) * width + k % width] = src[k * g.in_c + c];
+        for (int64_t c = 0; c < g.in_c; ++c)
+          for (int64_t t = 0; t < taps_; ++t)
+            packed[(k / width * depth_ + t * g.in_c + c) * width + k % width] = src[(k * g.in_c + c) * taps_ + t];
     };
     const size_t bytes = static_cast<size_t>(packed_floats_) * sizeof(float);
     // Shared with every plan packing the same weights the same way (tenants of one backbone, other batch sizes), and
     // counted with the model's bytes.
     if (ctx.derive_weight && weights.buffer()) {
-      packed_buffer_ = ctx.derive_weight(
-          weights, "pointwise:" + std::to_string(g.in_c) + "x" + std::to_string(g.out_c) + "/" + std::to_string(width),
-          bytes, fill);
+      packed_buffer_ = ctx.derive_weight(weights,
+                                         "pointwise:" + std::to_string(g.in_c) + "x" + std::to_string(g.out_c) + "x" +
+                                             std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + "/" +
+                                             std::to_string(width),
+                                         bytes, fill);
     } else {
       packed_buffer_ = Allocator::Host().Allocate(bytes);
       fill(packed_buffer_->data());
@@ -93,6 +118,20 @@ class PointwiseConv final : public OwnConvKernel {
     packed_ = static_cast<const float*>(packed_buffer_->data());
     group_major_ = static_cast<int64_t>(bytes) > kGroupMajorBytes;
     k_block_ = std::max<int64_t>(16, kWeightTileBytes / (width * static_cast<int64_t>(sizeof(float))));
+    // Pixels per work item: kChunk where the work goes chunk by chunk; where it goes group by group, a multiple of the
+    // block, as many as the second-level cache holds the input rows of (ResNet-50's 7x7 layers: all 49, so
+    // each tile of weights is read once for all of them), but enough items for every thread.
+    const int64_t block = PixelsForVectors(group_vectors_, group_major_), pixels = g.batch * g.out_h * g.out_w;
+    chunk_ = kChunk;
+    if (group_major_) {
+      int64_t blocks = std::min((pixels + block - 1) / block,
+                                std::max<int64_t>(1, kChunkInputBytes / (depth_ * int64_t{sizeof(float)}) / block));
+      if (groups_ < threads_) {
+        const int64_t parts = (threads_ + groups_ - 1) / groups_;  // chunks per group for every thread to have one
+        blocks = std::min(blocks, std::max<int64_t>(1, ((pixels + parts - 1) / parts + block - 1) / block));
+      }
+      chunk_ = block * blocks;
+    }
   }
 
   void Run(KernelContext& ctx) override {
@@ -125,7 +164,13 @@ class PointwiseConv final : public OwnConvKernel {
   // differ per image; else into each chunk's input (Chunk).
   void Execute(const float* x, const float* bias, float* y, const float* residual, const float* scale,
                bool scale_per_image) const {
-    const int64_t image_pixels = g_.in_h * g_.in_w, pixels = g_.batch * image_pixels;
+    const int64_t image_pixels = g_.out_h * g_.out_w, pixels = g_.batch * image_pixels;
+    if (gathered_) {  // the rows in the calling thread's scratch (no larger than the weights; Chunk reserves none)
+      float* rows = reinterpret_cast<float*>(ThreadScratch::Reserve(pixels * depth_ * sizeof(float)));
+      Gather(x, rows);
+      ExecutePixels(Inputs{rows, bias, residual, nullptr, false, packed_}, y, 0, pixels);
+      return;
+    }
     if (!scale || g_.out_c >= image_pixels) {
       ExecutePixels(Inputs{x, bias, residual, scale, scale_per_image, packed_}, y, 0, pixels);
       return;
@@ -135,6 +180,27 @@ class PointwiseConv final : public OwnConvKernel {
       ScaleWeights(scale + n * g_.in_c, scaled);
       const int64_t p0 = scale_per_image ? n * image_pixels : 0, p1 = scale_per_image ? p0 + image_pixels : pixels;
       ExecutePixels(Inputs{x, bias, residual, nullptr, false, scaled}, y, p0, p1);
+    }
+  }
+
+  // rows = the product's input: per output pixel its window's input pixels (tap by tap, C channels each; zeros
+  // outside the image), split over the threads.
+  void Gather(const float* x, float* rows) const {
+    const int64_t c = g_.in_c, out_pixels = g_.batch * g_.out_h * g_.out_w;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (out_pixels * depth_ >= (int64_t{1} << 14))
+    for (int64_t p = 0; p < out_pixels; ++p) {
+      const int64_t n = p / (g_.out_h * g_.out_w), oy = p / g_.out_w % g_.out_h, ox = p % g_.out_w;
+      float* row = rows + p * depth_;
+      for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+        const int64_t iy = oy * g_.stride_h - g_.pad_top + ky;
+        for (int64_t kx = 0; kx < g_.kernel_w; ++kx, row += c) {
+          const int64_t ix = ox * g_.stride_w - g_.pad_left + kx;
+          if (iy < 0 || iy >= g_.in_h || ix < 0 || ix >= g_.in_w)
+            std::fill(row, row + c, 0.f);
+          else
+            std::copy_n(x + ((n * g_.in_h + iy) * g_.in_w + ix) * c, c, row);
+        }
+      }
     }
   }
 
@@ -152,24 +218,27 @@ class PointwiseConv final : public OwnConvKernel {
 
   // Pixels [q0, q1) of the output.
   void ExecutePixels(const Inputs& in, float* y, int64_t q0, int64_t q1) const {
-    const int64_t chunks = (q1 - q0 + kChunk - 1) / kChunk;
+    const int64_t chunks = (q1 - q0 + chunk_ - 1) / chunk_;
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t item = 0; item < chunks * groups_; ++item) {
       const int64_t chunk = group_major_ ? item % chunks : item / groups_;
       const int64_t group = group_major_ ? item / chunks : item % groups_;
-      const int64_t p0 = q0 + chunk * kChunk, p1 = std::min(q1, p0 + kChunk);
+      const int64_t p0 = q0 + chunk * chunk_, p1 = std::min(q1, p0 + chunk_);
       switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
         case 1:
-          Chunk<1>(in, y, p0, p1, group);
+          Chunk<1, PixelsFor<1, false>()>(in, y, p0, p1, group);
           break;
         case 2:
-          Chunk<2>(in, y, p0, p1, group);
+          Chunk<2, PixelsFor<2, false>()>(in, y, p0, p1, group);
           break;
         case 3:
-          Chunk<3>(in, y, p0, p1, group);
+          Chunk<3, PixelsFor<3, false>()>(in, y, p0, p1, group);
           break;
         default:
-          Chunk<4>(in, y, p0, p1, group);
+          if (group_major_)
+            Chunk<4, PixelsFor<4, true>()>(in, y, p0, p1, group);
+          else
+            Chunk<4, PixelsFor<4, false>()>(in, y, p0, p1, group);
           break;
       }
     }
@@ -177,10 +246,9 @@ class PointwiseConv final : public OwnConvKernel {
 
   // Pixels [p0, p1), output channel vectors [v0, v0 + V) of group `group`: the input channels in blocks whose weights
   // stay in the first-level cache while every pixel block passes over them, the partial sums kept in the output.
-  template <int V>
+  template <int V, int P>
   __attribute__((target("avx512f"))) void Chunk(const Inputs& in, float* y, int64_t p0, int64_t p1,
                                                 int64_t group) const {
-    constexpr int P = PixelsFor<V>();
     const float* bias = in.bias;
     // The chunk's input rows: the input's own, or their scaled copy (first row at pixel p0).
     const float* x = in.x;
@@ -208,12 +276,12 @@ class PointwiseConv final : public OwnConvKernel {
     for (int v = 0; v < V; ++v)
       b[v] = bias ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, bias + (v0 + v) * 16) : _mm512_setzero_ps();
     const int64_t width = group_vectors_ * 16;
-    const float* w = in.weights + group * g_.in_c * width;
+    const float* w = in.weights + group * depth_ * width;
     const int64_t offset = v0 * 16;  // of the group's first output channel in a pixel
     const char* const packed_end = reinterpret_cast<const char*>(in.weights + packed_floats_);
     const int64_t blocks = (p1 - p0 + P - 1) / P;
-    for (int64_t k0 = 0; k0 < g_.in_c; k0 += k_block_) {
-      const int64_t k1 = std::min(g_.in_c, k0 + k_block_);
+    for (int64_t k0 = 0; k0 < depth_; k0 += k_block_) {
+      const int64_t k1 = std::min(depth_, k0 + k_block_);
       // The next tile of weights (this group's next block of channels, or the next group's first) is fetched into the
       // cache while the pixel blocks pass over this one, each block a share of its lines: the hardware prefetcher
       // alone left every tile's first pass waiting on memory (1.4x the time alone in ResNet-50's 7x7 layers).
@@ -222,7 +290,7 @@ class PointwiseConv final : public OwnConvKernel {
       for (int64_t i = 0, p = p0; p < p1; ++i, p += P) {
         const char* pf = next + tile_bytes * i / blocks / 64 * 64;
         const char* pf_end = next + tile_bytes * (i + 1) / blocks;
-        Block<V, P>(x + (p - x_base) * g_.in_c, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset,
+        Block<V, P>(x + (p - x_base) * depth_, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset,
                     in.residual ? in.residual + p * g_.out_c + offset : nullptr, std::min<int64_t>(P, p1 - p), last, pf,
                     pf_end);
       }
@@ -238,7 +306,7 @@ class PointwiseConv final : public OwnConvKernel {
   __attribute__((target("avx512f"))) void Block(const float* in, const float* w, int64_t k0, int64_t k1,
                                                 const __m512* b, float* out, const float* res, int64_t count,
                                                 __mmask16 last, const char* pf, const char* pf_end) const {
-    const int64_t c = g_.in_c, width = group_vectors_ * 16, k_out = g_.out_c;
+    const int64_t c = depth_, width = group_vectors_ * 16, k_out = g_.out_c;
     const bool first = k0 == 0, final = k1 == c;
     // Fully unrolled, so the accumulators stay in registers.
     __m512 acc[P][V];
@@ -302,6 +370,10 @@ class PointwiseConv final : public OwnConvKernel {
   int64_t groups_ = 1;
   bool group_major_ = false;      // the work goes group by group (large weights), else chunk by chunk
   int64_t k_block_ = 1;           // input channels per block (their weights: kWeightTileBytes)
+  int64_t chunk_ = 1;             // pixels per work item (see Build)
+  int64_t taps_ = 1;              // window positions
+  int64_t depth_ = 0;             // the product's inner dimension: taps_ x C
+  bool gathered_ = false;         // not a 1x1 stride-1 unpadded window: the input is gathered first (Gather)
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
   std::shared_ptr<Buffer> packed_buffer_;  // [group][C][group_vectors_ * 16], zeros past the output channels
   const float* packed_ = nullptr;          // its data
@@ -312,14 +384,24 @@ class PointwiseConv final : public OwnConvKernel {
 
 bool PointwiseConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.batch > 0 && g.in_c >= 1 && g.in_c <= kMaxInputChannels && g.out_c >= 16 && g.in_h > 0 &&
-         g.in_w > 0 && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
-         g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w && ActivatesInRegisters(g.activation.kind);
+  if (!avx512 || g.batch <= 0 || g.in_c < 1 || g.in_c > kMaxInputChannels || g.out_c < 16 || g.in_h <= 0 ||
+      g.in_w <= 0 || g.out_h <= 0 || g.out_w <= 0 || !ActivatesInRegisters(g.activation.kind))
+    return false;
+  if (g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0)
+    return g.out_h == g.in_h && g.out_w == g.in_w;
+  // Other windows gather each output pixel's window into a row first: only where those rows (pixels x taps x C) take
+  // no more memory than the weights (K x taps x C), and without an input scale (a gate comes before 1x1 layers).
+  return g.kernel_h >= 1 && g.kernel_w >= 1 && g.kernel_h <= kMaxWindow && g.kernel_w <= kMaxWindow &&
+         g.stride_h >= 1 && g.stride_w >= 1 && g.pad_top >= 0 && g.pad_left >= 0 && !g.input_scale &&
+         PointwiseConvWeightHeavy(g);
 }
+
+bool PointwiseConvWeightHeavy(const OwnConvGeometry& g) { return g.batch * g.out_h * g.out_w <= g.out_c; }
 
 std::unique_ptr<OwnConvKernel> CreatePointwiseConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
   if (!PointwiseConvApplies(g) || ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr ||
-      ctx.input_values[1]->raw() == nullptr || ctx.input_values[1]->numel() != g.out_c * g.in_c)
+      ctx.input_values[1]->raw() == nullptr ||
+      ctx.input_values[1]->numel() != g.out_c * g.in_c * g.kernel_h * g.kernel_w)
     return nullptr;
   auto kernel = std::make_unique<PointwiseConv>();
   kernel->Build(ctx, g);

@@ -1325,14 +1325,72 @@ TEST(NhwcPointwise, ActivationsInRegisters) {
   }
 }
 
-// What it does not take stays with oneDNN: an activation it does not compute, a stride, pads.
+// What it does not take stays with oneDNN: an activation it does not compute; a stride or pads where the layer has
+// more output pixels than output channels (36 > 32).
 TEST(NhwcPointwise, OtherConvolutionsStayWithOnednn) {
   ExpectPointwise({{"_activation", Attribute::String("Tanh")}}, {1, 16, 4, 4}, {32, 16, 1, 1}, true, 206,
                   "ConvF32Dnnl");
-  ExpectPointwise({{"_activation", Attribute::String("Silu")}, {"strides", Ints({2, 2})}}, {1, 16, 6, 6},
+  ExpectPointwise({{"_activation", Attribute::String("Silu")}, {"strides", Ints({2, 2})}}, {1, 16, 12, 12},
                   {32, 16, 1, 1}, true, 207, "ConvF32Dnnl");
   ExpectPointwise({{"_activation", Attribute::String("Silu")}, {"pads", Ints({1, 1, 1, 1})}}, {1, 16, 4, 4},
                   {32, 16, 1, 1}, true, 208, "ConvF32Dnnl");
+}
+
+// Weight-heavy layers of other windows (no more output pixels, over all images, than output channels): each output
+// pixel's window is gathered into a row first. A 3x3 layer on 7x7 (49 pixels, 64 channels: all in one chunk, blocks
+// of 7); a stride-2 3x3 with pads on the bottom and right only; a stride-2 1x1 (ResNet's downsample); a 3x5 window
+// with pads over two images (SiLU); weights of 1.2 MB (group by group) with 1152 rows in tiles. (A 3x3 stride-1 window
+// Winograd takes stays its: ResNet-50's 14x14 layers run faster there.)
+TEST(NhwcPointwise, GatheredWindows) {
+  {
+    SCOPED_TRACE("3x3 on 7x7");
+    ExpectPointwise({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}, {1, 40, 7, 7},
+                    {64, 40, 3, 3}, true, 209);
+  }
+  {
+    SCOPED_TRACE("3x3 stride 2, pads bottom and right");
+    ExpectPointwise({{"strides", Ints({2, 2})}, {"pads", Ints({0, 0, 1, 1})}}, {1, 24, 8, 7}, {48, 24, 3, 3}, false,
+                    210);
+  }
+  {
+    SCOPED_TRACE("1x1 stride 2");
+    ExpectPointwise({{"strides", Ints({2, 2})}}, {1, 16, 6, 6}, {32, 16, 1, 1}, true, 211);
+  }
+  {
+    SCOPED_TRACE("3x5 over two images");
+    ExpectPointwise({{"pads", Ints({1, 2, 1, 2})}, {"_activation", Attribute::String("Silu")}}, {2, 8, 4, 5},
+                    {80, 8, 3, 5}, true, 212);
+  }
+  {
+    SCOPED_TRACE("weights group by group");
+    ExpectPointwise({{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}, {1, 128, 9, 9}, {256, 128, 3, 3}, true,
+                    213);
+  }
+}
+
+// A gathered window with a residual, written over the residual itself (the runtime may run it in place) and into
+// another buffer; 20 output channels (the second vector masked).
+TEST(NhwcPointwise, GatheredWindowWithResidual) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
+  ScopedEnv always("OSPREY_POINTWISE", "1");
+  Node node = ConvNode(
+      {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
+  std::vector<Tensor> in = ConvInputs({1, 13, 4, 4}, {20, 13, 3, 3}, 214);
+  in.push_back(RandomTensor({1, 20, 4, 4}, 215));
+  std::vector<Tensor> expected = RunReferenceNode(node, in);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(AllNhwcContext(node, in, {false, true, true, false}));
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_STREQ(kernel->Name(), "ConvF32Pointwise");
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "own output");
+    std::vector<Tensor> run_inputs{ToNhwc(in[0]), in[1], in[2], ToNhwc(in[3])};
+    Tensor out = ToNhwc(in[3]);
+    KernelContext kc{node};
+    for (const Tensor& t : run_inputs) kc.inputs.push_back(&t);
+    kc.outputs.push_back(in_place ? &run_inputs[3] : &out);
+    kernel->Run(kc);
+    ExpectTensorNear(FromNhwc(in_place ? run_inputs[3] : out), expected[0], kFastRtol, kFastAtol);
+  }
 }
 
 }  // namespace
