@@ -285,7 +285,8 @@ class LayoutReorderRef : public Kernel {
 
 // A step whose every output is a run of its input's bytes, output j starting `offsets[j]` bytes in: a Transpose
 // between [N, C, H, W] stored channels-last and plain [N, H, W, C] (layout.cc), an op with OpTraits::same_bytes
-// (Reshape, Flatten, ...), a Slice, Split or Gather taking one contiguous run per output (ByteRunsOf). The memory
+// (Reshape, Flatten, ...), a Transpose moving only axes of extent 1, a Slice, Split or Gather taking one contiguous
+// run per output (ByteRunsOf). The memory
 // plan makes each output a view of its input where it can, and then there is nothing to copy.
 class SameBytesCopy : public Kernel {
  public:
@@ -334,7 +335,7 @@ class DeviceSameBytesCopy final : public SameBytesCopy {
 };
 
 // Where each output of a live node lies in its input 0's bytes, when every output is one run of them: ops with
-// OpTraits::same_bytes (offset 0), a Slice with unit steps or a Split whose outputs are each one run (extent 1 on
+// OpTraits::same_bytes (offset 0), a Transpose that moves only axes of extent 1 (offset 0), a Slice with unit steps or a Split whose outputs are each one run (extent 1 on
 // every axis before the output's first longer one, every axis after that one whole), a Gather of one known index
 // along an axis with only single axes before it; on plain data of one type, at offsets that keep the arena's
 // alignment. Empty otherwise.
@@ -345,6 +346,24 @@ std::vector<int64_t> ByteRunsOf(const CompileState& st, const Node& node) {
     if (out < 0 || st.values[out].dtype != st.values[in].dtype || st.layouts[out] != st.layouts[in]) return {};
   if (OpRegistry::TraitsOf(node.op_type).same_bytes)
     return node.outputs.size() == 1 ? std::vector<int64_t>{0} : std::vector<int64_t>{};
+  if (node.op_type == "Transpose" && node.outputs.size() == 1 && st.layouts[in] == Layout::kPlain) {
+    // Moving only axes of extent 1 keeps every element where it was: ViT's [197, 1, 768] -> [1, 197, 768] around
+    // its attention, tf2onnx's NHWC <-> NCHW Transposes of [N, 1, 1, C] gates.
+    const Shape& shape = st.values[in].shape;
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    std::vector<int64_t> perm = node.GetInts("perm", {});
+    if (perm.empty())
+      for (int64_t a = rank - 1; a >= 0; --a) perm.push_back(a);
+    if (static_cast<int64_t>(perm.size()) != rank) return {};
+    int64_t last = -1;
+    for (int64_t a : perm) {
+      if (a < 0 || a >= rank) return {};
+      if (shape[a] == 1) continue;
+      if (a < last) return {};
+      last = a;
+    }
+    return {0};
+  }
   if ((node.op_type != "Slice" && node.op_type != "Split" && node.op_type != "Gather") ||
       st.layouts[in] != Layout::kPlain)
     return {};

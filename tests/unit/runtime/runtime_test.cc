@@ -122,6 +122,32 @@ TEST(Runtime, ContiguousSlicesAndSplitsAreViews) {
   ExpectTensorNear(out[3], F32({2, 16}, g));
 }
 
+// A Transpose that moves only axes of extent 1 keeps every element where it was: a view of its input (ViT's
+// [197, 1, 768] -> [1, 197, 768] around its attention). One that moves two longer axes is copied by its own kernel.
+TEST(Runtime, TransposesOfUnitAxesAreViews) {
+  GraphBuilder b("transpose_views", 13);
+  auto x = b.Input("x", DType::kF32, {4, 1, 16});
+  auto a = b.Op("Relu", {x});
+  auto moved = b.Op("Transpose", {a}, {{"perm", Attribute::Ints({1, 0, 2})}});  // [1, 4, 16]
+  b.Output(b.Op("Neg", {moved}), "y");
+  auto swapped = b.Op("Transpose", {a}, {{"perm", Attribute::Ints({2, 1, 0})}});  // [16, 1, 4]: a real transpose
+  b.Output(b.Op("Neg", {swapped}), "z");
+  auto plan = Compile(b.Finish(), {{DType::kF32, {4, 1, 16}}});
+  EXPECT_EQ(plan->KernelCounts()["SameBytesCopy"], 1);
+  EXPECT_EQ(plan->KernelCounts()["TransposeCpu"], 1);
+  Tensor in = RandomTensor({4, 1, 16}, 13);
+  auto out = plan->Run({in});
+  const float* v = in.data<float>();
+  std::vector<float> y(64), z(64);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 16; ++c) {
+      y[r * 16 + c] = -std::max(0.f, v[r * 16 + c]);
+      z[c * 4 + r] = -std::max(0.f, v[r * 16 + c]);
+    }
+  ExpectTensorNear(out[0], F32({1, 4, 16}, y));
+  ExpectTensorNear(out[1], F32({16, 1, 4}, z));
+}
+
 // A Reshape or contiguous Split of a graph input reads the caller's tensor in place (Slot::Kind::kView): with the
 // sum a graph output, the plan needs no arena at all, and the input is left as it was.
 TEST(Runtime, ReshapesOfGraphInputsAreViewsOfThem) {
