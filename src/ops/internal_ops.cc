@@ -9,12 +9,17 @@
 //   [N, C, ...] as ShuffleNet exports it. The shuffled tensor is then cut along axis 1 into the outputs, `split[j]`
 //   channels each (default: one output holding all C channels).
 //
+// _MatMulViews(a, b): a batched MatMul of strided views of its inputs (ops/matmul_views.h).
+//
 // _GroupNorm(x, scale, bias), attributes `num_groups`, `epsilon`: GroupNormalization with scale and bias per channel
 //   whatever the model's opset (registered beside GroupNormalization in nn.cc, which it shares schema and kernels
 //   with).
+#include <limits>
 #include <string>
 
+#include "ops/matmul_views.h"
 #include "ops/op_registry.h"
+#include "ops/schema_util.h"
 
 namespace osprey {
 namespace {
@@ -65,10 +70,67 @@ void InferChannelShuffle(InferContext& ctx) {
   }
 }
 
+// Operand `which` of a _MatMulViews node (matmul_views.h) over input `input`: rank 2-6 (`rank`: the other operand's,
+// or 0), extents >= 1, strides >= 0, every element inside the input.
+StridedView CheckedView(InferContext& ctx, const std::string& which, int input, size_t rank) {
+  const StridedView v = ReadView(ctx.node, which);
+  const std::string name = "operand " + which + " (" + which + "_offset, " + which + "_dims, " + which + "_strides)";
+  if (v.dims.size() < 2 || v.dims.size() > 6 || v.strides.size() != v.dims.size() ||
+      (rank != 0 && v.dims.size() != rank))
+    ctx.Fail(name + ": dims and strides need one entry per axis, 2-6 axes, as many as the other operand's; got dims " +
+             ShapeToString(v.dims) + ", strides " + ShapeToString(v.strides));
+  const int64_t elements = NumElements(ctx.input_shapes[input]);
+  // The last element it reads, each term bounded by the input's size before it is added (no overflow).
+  int64_t last = v.offset;
+  bool inside = v.offset >= 0 && v.offset < elements;
+  for (size_t k = 0; k < v.dims.size() && inside; ++k) {
+    if (v.dims[k] < 1 || v.strides[k] < 0) inside = false;
+    if (inside && v.strides[k] > 0 && v.dims[k] - 1 > (elements - 1 - last) / v.strides[k]) inside = false;
+    if (inside) last += (v.dims[k] - 1) * v.strides[k];
+  }
+  if (!inside)
+    ctx.Fail(name + ": offset " + Str(v.offset) + ", dims " + ShapeToString(v.dims) + " and strides " +
+             ShapeToString(v.strides) + " should have extents >= 1, strides >= 0 and stay inside input " + Str(input) +
+             " of shape " + ShapeToString(ctx.input_shapes[input]));
+  return v;
+}
+
+void InferMatMulViews(InferContext& ctx) {
+  for (int i = 0; i < 2; ++i)
+    if (!ctx.Has(i) || ctx.input_dtypes[i] != DType::kF32) ctx.Fail("input " + Str(i) + " should be float32");
+  const StridedView a = CheckedView(ctx, "a", 0, 0), b = CheckedView(ctx, "b", 1, a.dims.size());
+  const size_t rank = a.dims.size();
+  if (a.dims[rank - 1] != b.dims[rank - 2])
+    ctx.Fail("inner dimensions do not match: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
+  Shape p;
+  for (size_t k = 0; k + 2 < rank; ++k) {
+    if (a.dims[k] != b.dims[k] && a.dims[k] != 1 && b.dims[k] != 1)
+      ctx.Fail("batch axes do not broadcast: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
+    p.push_back(std::max(a.dims[k], b.dims[k]));
+  }
+  p.push_back(a.dims[rank - 2]);
+  p.push_back(b.dims[rank - 1]);
+  schema::FiniteFloat(ctx, "scale", ctx.node.GetFloat("scale", 1.f));
+  Shape y = p;
+  if (ctx.node.Has("out_perm")) {
+    const std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
+    std::vector<bool> seen(rank, false);
+    bool ok = perm.size() == rank;
+    for (size_t k = 0; k < perm.size() && ok; ++k) {
+      ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(rank) && !seen[perm[k]];
+      if (ok) seen[perm[k]] = true, y[k] = p[perm[k]];
+    }
+    if (!ok)
+      ctx.Fail("out_perm should be a permutation of the product's " + Str(rank) + " axes, got " + ShapeToString(perm));
+  }
+  ctx.SetOutput(0, DType::kF32, y);
+}
+
 }  // namespace
 
 void RegisterInternalOps(OpRegistry& r) {
   r.Add(kChannelShuffleOp, 1, kManyValues, 1, kManyValues, InferChannelShuffle);
+  r.Add(kMatMulViewsOp, 2, 2, 1, 1, InferMatMulViews);
 }
 
 }  // namespace osprey

@@ -564,6 +564,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
                   [&](const Node& n) { return CpuKernelFusesPRelu(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_SCALE"))
     FuseConvInputScale(st);
+  if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo &&
+      FusionSwitchedOn("OSPREY_FUSE_VIEWS"))
+    FuseMatMulViews(st);
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
     FuseElementwiseChains(st);
   if (options.fast_kernels && !on_device) {

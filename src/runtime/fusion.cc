@@ -6,7 +6,9 @@
 #include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
+#include "ops/matmul_views.h"
 #include "ops/op_registry.h"
+#include "ops/slice.h"
 #include "runtime/plan_impl.h"
 
 namespace osprey {
@@ -581,6 +583,147 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
 // time: a squeeze-and-excitation gate) -> one Conv with `_input_scale` and s as input 7 (ops/conv_input_scale.h), for
 // plans on the CPU's fast kernels: osprey's 1x1 kernel scales the input where it reads it, oneDNN's path scales it in
 // a pass of its own (what the Mul did). The Conv stays where it is: x and s were both read by the Mul before it.
+namespace {
+
+// What `node` does to a view of its input 0 (Transpose, a shape-only op, a unit-step Slice), into `view`; false where
+// the result is not a strided view or the node is none of those.
+bool ApplyToView(const CompileState& st, const Node& node, StridedView* view) {
+  if (!node.domain.empty() || node.inputs.empty() || node.inputs[0] < 0 || node.outputs.size() != 1) return false;
+  const Shape& out = st.values[node.outputs[0]].shape;
+  if (node.op_type == "Transpose") {
+    const int64_t rank = static_cast<int64_t>(view->dims.size());
+    std::vector<int64_t> perm = node.GetInts("perm", {});
+    if (perm.empty())
+      for (int64_t a = rank - 1; a >= 0; --a) perm.push_back(a);
+    if (static_cast<int64_t>(perm.size()) != rank) return false;
+    *view = TransposedView(*view, perm);
+    return view->dims == out;
+  }
+  if (OpRegistry::TraitsOf(node.op_type).same_bytes) return ReshapeView(*view, out, view);
+  if (node.op_type != "Slice") return false;
+  SliceArgs args;
+  const auto known = [&](int i) -> const Tensor* {
+    const int v = i < static_cast<int>(node.inputs.size()) ? node.inputs[i] : -1;
+    return v >= 0 && st.values[v].known ? &st.values[v].value : nullptr;
+  };
+  if (!ReadSliceArgs(node, st.opset, known, &args)) return false;
+  const SliceRange range = ResolveSlice(view->dims, args, node);
+  for (int64_t step : range.step)
+    if (step != 1) return false;
+  *view = SlicedView(*view, range.first, out);
+  return true;
+}
+
+// Operand `v` of a MatMul as a view of the furthest value up the chain of view-making nodes (ApplyToView) that make
+// it, each one's output read by the next alone: `*source` that value, `absorbed` the chain's nodes.
+StridedView OperandView(const CompileState& st, const Uses& u, const std::vector<int>& producer, int v, int* source,
+                        std::vector<int>* absorbed) {
+  std::vector<int> chain;  // nearest first
+  for (int at = v; producer[at] >= 0 && Private(st, u, at);) {
+    const Node& n = st.nodes[producer[at]];
+    const bool viewing =
+        n.domain.empty() && n.outputs.size() == 1 && !n.inputs.empty() && n.inputs[0] >= 0 &&
+        (n.op_type == "Transpose" || n.op_type == "Slice" || OpRegistry::TraitsOf(n.op_type).same_bytes);
+    if (!viewing || st.values[n.inputs[0]].dtype != DType::kF32 || st.values[n.inputs[0]].known) break;
+    chain.push_back(producer[at]);
+    at = n.inputs[0];
+  }
+  // From the furthest value down; where a node's result is not a view, start again from its output.
+  *source = chain.empty() ? v : st.nodes[chain.back()].inputs[0];
+  StridedView view = DenseView(st.values[*source].shape);
+  absorbed->clear();
+  for (size_t k = chain.size(); k-- > 0;) {
+    const Node& n = st.nodes[chain[k]];
+    if (ApplyToView(st, n, &view)) {
+      absorbed->push_back(chain[k]);
+    } else {
+      *source = n.outputs[0];
+      view = DenseView(st.values[*source].shape);
+      absorbed->clear();
+    }
+  }
+  return view;
+}
+
+}  // namespace
+
+void FuseMatMulViews(CompileState& st) {
+  Uses u = CountUses(st);
+  const std::vector<int> producer = Producers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    Node& mm = st.nodes[j];
+    if (mm.op_type != "MatMul" || !mm.domain.empty() || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
+        mm.Has("_bias") || mm.Has("_residual") || mm.Has("_activation") || mm.Has("_int8"))
+      continue;
+    const int a0 = mm.inputs[0], b0 = mm.inputs[1];
+    if (a0 < 0 || b0 < 0 || st.values[a0].known || st.values[b0].known || st.values[a0].dtype != DType::kF32 ||
+        st.values[b0].dtype != DType::kF32 || st.values[a0].shape.size() < 2 ||
+        st.values[a0].shape.size() != st.values[b0].shape.size() || st.values[a0].shape.size() > 6)
+      continue;
+    // A scalar Div or Mul of either operand (the attention's 1 / sqrt(d)) becomes the product's scale.
+    float scale = 1.f;
+    int operand[2] = {a0, b0};
+    std::vector<int> absorbed_nodes;
+    for (int& o : operand) {
+      const int p = producer[o];
+      if (p < 0 || !Private(st, u, o)) continue;
+      const Node& d = st.nodes[p];
+      if ((d.op_type != "Div" && d.op_type != "Mul") || !d.domain.empty() || d.inputs.size() != 2) continue;
+      const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
+      const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
+      if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
+          st.values[x].shape != st.values[o].shape)
+        continue;
+      const float f = st.values[c].value.data<float>()[0];
+      if (!std::isfinite(f) || f == 0.f) continue;
+      scale *= d.op_type == "Div" ? 1.f / f : f;
+      absorbed_nodes.push_back(p);
+      o = x;
+    }
+    StridedView views[2];
+    int sources[2];
+    for (int k = 0; k < 2; ++k) {
+      std::vector<int> absorbed;
+      views[k] = OperandView(st, u, producer, operand[k], &sources[k], &absorbed);
+      absorbed_nodes.insert(absorbed_nodes.end(), absorbed.begin(), absorbed.end());
+    }
+    // oneDNN's strided matmul (gemm:jit) wants each operand's rows or columns contiguous, and the output's rows.
+    const size_t rank = views[0].dims.size();
+    bool unit = true;
+    for (const StridedView& v : views) unit = unit && (v.strides[rank - 1] == 1 || v.strides[rank - 2] == 1);
+    if (!unit) continue;
+    // The product written through a Transpose that alone reads it and keeps its last axis last.
+    const int y = mm.outputs[0];
+    int transpose = -1;
+    if (Private(st, u, y) && st.nodes[u.consumers[y][0]].op_type == "Transpose" &&
+        st.nodes[u.consumers[y][0]].domain.empty()) {
+      const std::vector<int64_t> perm = st.nodes[u.consumers[y][0]].GetInts("perm", {});
+      if (perm.size() == rank && perm.back() == static_cast<int64_t>(rank) - 1) transpose = u.consumers[y][0];
+    }
+    if (absorbed_nodes.empty() && transpose < 0) continue;
+    bool clash = false;  // a node another MatMul of this pass took already
+    for (int n : absorbed_nodes) clash = clash || dead[n];
+    if (clash || (transpose >= 0 && dead[transpose])) continue;
+    Node fused;
+    fused.op_type = kMatMulViewsOp;
+    fused.name = mm.name;
+    fused.inputs = {sources[0], sources[1]};
+    fused.outputs = {y};
+    WriteView(fused, "a", views[0]);
+    WriteView(fused, "b", views[1]);
+    if (scale != 1.f) fused.attrs["scale"] = Attribute::Float(scale);
+    if (transpose >= 0) {
+      fused.attrs["out_perm"] = Attribute::Ints(st.nodes[transpose].GetInts("perm", {}));
+      fused.outputs = {st.nodes[transpose].outputs[0]};
+      dead[transpose] = 1;
+    }
+    for (int n : absorbed_nodes) dead[n] = 1;
+    mm = std::move(fused);
+  }
+  DropDead(st, dead);
+}
+
 void FuseConvInputScale(CompileState& st) {
   const Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);

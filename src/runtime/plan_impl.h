@@ -237,6 +237,10 @@ void FuseConvPRelu(CompileState& state, const std::function<bool(const Node&)>& 
 /// Mul(x, s) -> 1x1 Conv, s one factor per image and input channel computed at run time (a squeeze-and-excitation
 /// gate), as one Conv with `_input_scale` (ops/conv_input_scale.h); for plans on the CPU's fast kernels.
 void FuseConvInputScale(CompileState& state);
+/// MatMuls of two computed operands (attention products) read their operands through the Transposes, Reshapes and
+/// unit-step Slices that made them, and write through a Transpose after them, as one _MatMulViews node
+/// (ops/matmul_views.h), a scalar Div or Mul of an operand folded in; for plans on the CPU's fast kernels (fusion.cc).
+void FuseMatMulViews(CompileState& state);
 /// Chains of unary activations and fake quantisations after an elementwise node as its fused steps (`_then`,
 /// ops/activation.h; fusion.cc).
 void FuseElementwiseChains(CompileState& state);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/matmul_views.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -62,6 +63,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
         op == "DequantizeLinear")
       return cpu::CreateIntegerKernel(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
+    if (op == kMatMulViewsOp) return cpu::CreateDnnlMatMulViews(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
       if (std::unique_ptr<Kernel> k = CreateGlobalPool(ctx)) return k;

@@ -366,6 +366,7 @@ void CheckShape(const Node& node, const char* kernel_name, const char* what, con
 // Factories, one per op family; each returns nullptr for cases it does not handle.
 std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx);
+std::unique_ptr<Kernel> CreateDnnlMatMulViews(const KernelBuildContext& ctx);  // _MatMulViews, dnnl_matmul.cc
 /// A Conv carrying `_int8` attributes (fusion_qdq.cc: QDQ's DequantizeLinear -> Conv -> QuantizeLinear ->
 /// DequantizeLinear) on oneDNN's u8 x s8 convolution, float32 in and out (dnnl_conv_int8.cc); nullptr where oneDNN
 /// offers only a reference implementation. Input 0 and output 0 may be NHWC.

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "ops/matmul_views.h"
 
 namespace osprey::cpu {
 namespace {
@@ -61,6 +62,7 @@ class DnnlMatMulKernel final : public Kernel {
   memory::desc bias_md, add_md;        // bias: [1, N]; addend: broadcastable to the output
   Shape c_shape;                       // run-time shape of input 2 (bias or addend)
   bool residual = false;               // input 3, of the output's shape, summed before the activation
+  size_t a_offset_bytes = 0, b_offset_bytes = 0;  // where A and B start in inputs 0 and 1 (_MatMulViews)
   std::shared_ptr<Buffer> c_constant;  // beta * C when C is a constant
 
   // Creates the primitive: float32, or with ctx.bf16 and a constant B a bf16 one (A reordered to bf16 per run, B packed
@@ -174,10 +176,10 @@ class DnnlMatMulKernel final : public Kernel {
       const size_t scratch_bytes = ThreadScratch::Align(scratch_md_.get_size());
       char* scratch = ThreadScratch::Reserve(a_bf16_bytes_ + scratch_bytes + a_reorder_scratch_md_.get_size());
       const auto run = runs_.Acquire([this] { return MakeRunState(); });
-      Point(run->user_a, ctx.In(0).raw());
+      Point(run->user_a, static_cast<const char*>(ctx.In(0).raw()) + a_offset_bytes);
       Point(run->scratchpad, scratch);
       Point(run->dst, ctx.Out(0).raw());
-      if (b_source == Source::kInput) Point(run->b, ctx.In(1).raw());
+      if (b_source == Source::kInput) Point(run->b, static_cast<const char*>(ctx.In(1).raw()) + b_offset_bytes);
       if (bias_source == Source::kInput) Point(run->bias, ctx.In(2).raw());
       if (add_source == Source::kInput) Point(run->add, ctx.In(2).raw());
       if (a_bf16_bytes_ > 0) {
@@ -323,6 +325,45 @@ std::unique_ptr<Kernel> CreateDnnlMatMul(const KernelBuildContext& ctx) {
       std::memcpy(kernel->c_constant->data(), ctx.input_values[2]->raw(), n * sizeof(float));
     }
   }
+  if (!kernel->Finish(ctx)) return nullptr;
+  return kernel;
+}
+
+// _MatMulViews (ops/matmul_views.h; its schema checked the views): oneDNN's matmul reads strided operands and writes
+// a strided output as they are (memory descriptors with those strides; `gemm:jit` where `brg` takes only dense ones).
+std::unique_ptr<Kernel> CreateDnnlMatMulViews(const KernelBuildContext& ctx) {
+  if (!AllFloat32(ctx) || ctx.input_shapes.size() != 2 || ctx.output_shapes.size() != 1 || IsConstant(ctx, 1))
+    return nullptr;
+  StridedView a = ReadView(ctx.node, "a"), b = ReadView(ctx.node, "b");
+  const size_t rank = a.dims.size();
+  for (StridedView* v : {&a, &b})  // an axis of extent 1 is never stepped along; oneDNN refuses a stride of 0 there
+    for (size_t d = rank; d-- > 0;)
+      if (v->dims[d] == 1 && v->strides[d] == 0) v->strides[d] = d + 1 < rank ? v->strides[d + 1] * v->dims[d + 1] : 1;
+  memory::dims p(rank);
+  for (size_t d = 0; d + 2 < rank; ++d) p[d] = std::max(a.dims[d], b.dims[d]);
+  p[rank - 2] = a.dims[rank - 2];
+  p[rank - 1] = b.dims[rank - 1];
+  std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
+  if (perm.empty())
+    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+  Shape y(rank);
+  for (size_t d = 0; d < rank; ++d) y[d] = p[perm[d]];
+  if (y != ctx.output_shapes[0]) return nullptr;
+  const StridedView dense = DenseView(y);
+  memory::dims y_strides(rank);
+  for (size_t d = 0; d < rank; ++d) y_strides[perm[d]] = dense.strides[d];
+
+  OmpThreadsGuard threads(ctx.num_threads);
+  auto kernel = std::make_unique<DnnlMatMulKernel>("MatMulF32Dnnl", "MatMulBf16Dnnl");
+  kernel->a_md = memory::desc(ToDims(a.dims), memory::data_type::f32, ToDims(a.strides));
+  kernel->b_md = memory::desc(ToDims(b.dims), memory::data_type::f32, ToDims(b.strides));
+  kernel->dst_md = memory::desc(p, memory::data_type::f32, y_strides);
+  kernel->a_offset_bytes = static_cast<size_t>(a.offset) * sizeof(float);
+  kernel->b_offset_bytes = static_cast<size_t>(b.offset) * sizeof(float);
+  kernel->a_shape = ctx.input_shapes[0];
+  kernel->b_shape = ctx.input_shapes[1];
+  kernel->out_shape = y;
+  kernel->linear_alpha = ctx.node.GetFloat("scale", 1.f);
   if (!kernel->Finish(ctx)) return nullptr;
   return kernel;
 }

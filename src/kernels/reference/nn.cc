@@ -18,6 +18,7 @@
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
 #include "ops/grid_sample.h"
+#include "ops/matmul_views.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -825,6 +826,50 @@ void MatMulRef(KernelContext& ctx) {
   if (int8) Int8Grid(ctx.node, "y", yd, y.numel());
 }
 
+// _MatMulViews (ops/matmul_views.h): each operand read through its strides, the product summed in double per output
+// element, times `scale`, stored at the output's position (permuted by `out_perm`).
+void MatMulViewsRef(KernelContext& ctx) {
+  const StridedView a = ReadView(ctx.node, "a"), b = ReadView(ctx.node, "b");
+  const float* ad = ctx.In(0).data<float>();
+  const float* bd = ctx.In(1).data<float>();
+  float* yd = ctx.Out(0).data<float>();
+  const float scale = ctx.node.GetFloat("scale", 1.f);
+  const size_t rank = a.dims.size();
+  Shape p(rank);
+  for (size_t d = 0; d < rank; ++d) p[d] = d + 2 < rank ? std::max(a.dims[d], b.dims[d]) : 0;
+  p[rank - 2] = a.dims[rank - 2];
+  p[rank - 1] = b.dims[rank - 1];
+  std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
+  if (perm.empty())
+    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+  // Output strides of the product's axes: the output is dense in permuted order.
+  Shape y(rank);
+  for (size_t d = 0; d < rank; ++d) y[d] = p[perm[d]];
+  const StridedView dense = DenseView(y);
+  std::vector<int64_t> y_stride(rank);
+  for (size_t d = 0; d < rank; ++d) y_stride[perm[d]] = dense.strides[d];
+  const int64_t k_extent = a.dims[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t flat = 0, total = NumElements(p); flat < total; ++flat) {
+    int64_t rest = flat, ao = a.offset, bo = b.offset, yo = 0;
+    for (size_t d = rank; d-- > 0;) {
+      index[d] = rest % p[d];
+      rest /= p[d];
+      yo += index[d] * y_stride[d];
+      if (d + 2 < rank) {
+        ao += (a.dims[d] == 1 ? 0 : index[d]) * a.strides[d];
+        bo += (b.dims[d] == 1 ? 0 : index[d]) * b.strides[d];
+      }
+    }
+    ao += index[rank - 2] * a.strides[rank - 2];
+    bo += index[rank - 1] * b.strides[rank - 1];
+    double sum = 0;
+    for (int64_t k = 0; k < k_extent; ++k)
+      sum += static_cast<double>(ad[ao + k * a.strides[rank - 1]]) * bd[bo + k * b.strides[rank - 2]];
+    yd[yo] = static_cast<float>(sum * scale);
+  }
+}
+
 std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {
   std::vector<float> t(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
@@ -1050,6 +1095,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("MeanVarianceNormalization", MeanVarianceNormalizationRef);
   t.Add("LayerNormalization", LayerNormalizationRef);
   t.Add("MatMul", MatMulRef);
+  t.Add(kMatMulViewsOp, MatMulViewsRef);
   t.Add("Gemm", GemmRef);
   t.Add("Einsum", EinsumRef);
   t.Add("MaxPool", MaxPoolRef);

@@ -1,0 +1,47 @@
+#pragma once
+// _MatMulViews(A source, B source) -> Y: a batched MatMul whose operands are strided views of larger tensors, made by
+// the attention fusion (runtime/fusion.cc, FuseMatMulViews) from MatMul(Transpose(Reshape(Slice(qkv))), ...) so the
+// Slices, Reshapes and Transposes between a transformer's QKV projection and its attention products copy nothing.
+//
+// Attributes, for operand a (input 0) and b (input 1), in elements of that input: `a_offset` (int >= 0), `a_dims`
+// and `a_strides` (ints, one per axis, rank 2-6, the same rank for a and b); operand a is the tensor of shape a_dims
+// whose element [i0, i1, ...] is the source's flat element a_offset + sum(i_k * a_strides[k]) (every one inside the
+// source). The product P = a x b is batched over the leading axes (broadcast where one side has 1), times `scale`
+// (float, default 1: a Div or Mul by a scalar folded in); `out_perm` (ints, optional) makes the output
+// Transpose(P, out_perm), written in place of a separate copy. The schema (internal_ops.cc) checks all of it, so a
+// graph may carry such a node directly.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "osprey/graph.h"
+
+namespace osprey {
+
+inline constexpr const char* kMatMulViewsOp = "_MatMulViews";
+
+/// A strided view of a plain tensor, in elements: element [i_0, ...] of the view is flat element
+/// offset + sum(i_k * strides[k]).
+struct StridedView {
+  int64_t offset = 0;
+  std::vector<int64_t> dims, strides;
+};
+
+/// The whole of a dense row-major tensor of `shape`.
+StridedView DenseView(const Shape& shape);
+
+/// The view permuted like Transpose(perm) permutes a tensor (perm a permutation of the view's axes).
+StridedView TransposedView(const StridedView& v, const std::vector<int64_t>& perm);
+
+/// The view of the elements [first, first + extent) per axis (a Slice with unit steps).
+StridedView SlicedView(const StridedView& v, const std::vector<int64_t>& first, const Shape& extent);
+
+/// The view reshaped to `to` (same element count) where strides can express it (each group of axes merged was
+/// itself laid out as one run of a stride); false otherwise.
+bool ReshapeView(const StridedView& v, const Shape& to, StridedView* out);
+
+/// Operand `which` ("a" or "b") of a _MatMulViews node, as its attributes give it (unchecked).
+StridedView ReadView(const Node& node, const std::string& which);
+void WriteView(Node& node, const std::string& which, const StridedView& v);
+
+}  // namespace osprey

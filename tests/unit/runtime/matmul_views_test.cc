@@ -1,0 +1,178 @@
+// The attention products read their operands through the Slices, Reshapes and Transposes that made them and write
+// through the Transpose after them: one _MatMulViews node each (ops/matmul_views.h, runtime/fusion.cc
+// FuseMatMulViews), the scale 1 / sqrt(d) folded in. Oracle: the same graph compiled without fusion and with
+// reference kernels only; the fused node's shape rule, reference kernel and oneDNN kernel are checked on their own
+// too, and the view arithmetic against hand-computed strides.
+#include "ops/matmul_views.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "fusion_test_util.h"
+#include "osprey/runtime.h"
+#include "test_util.h"
+
+namespace osprey {
+namespace {
+
+using testing::ExpectTensorNear;
+using testing::kFast;
+using testing::kOracle;
+using testing::RandomTensor;
+
+Tensor I64s(const std::vector<int64_t>& v) { return Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v); }
+
+// torchvision's multi-head attention at batch 1 as it exports it (ViT-B/16 with T tokens, H heads of D): qkv =
+// MatMul(x, W) + b [T, 3HD]; q, k, v = Slices of its last axis, each Reshaped [T, H, D]; q and v Transposed (1, 0, 2),
+// q divided by sqrt(D), k Transposed (1, 2, 0); Softmax(q k) v [H, T, D] Transposed (1, 0, 2) and Reshaped [T, HD].
+// `escape`: q's slice is a graph output too (its chain then stays).
+Graph AttentionGraph(int64_t t, int64_t h, int64_t d, bool escape = false) {
+  GraphBuilder b("attention", 13);
+  const int64_t e = h * d;
+  auto x = b.Input("x", DType::kF32, {t, e});
+  auto qkv = b.Op("Add", {b.Op("MatMul", {x, b.Constant(RandomTensor({e, 3 * e}, 2, -0.3f, 0.3f))}),
+                          b.Constant(RandomTensor({3 * e}, 3))});
+  auto part = [&](int64_t i) {
+    auto s = b.Op("Slice", {qkv, b.Constant(I64s({i * e})), b.Constant(I64s({(i + 1) * e})), b.Constant(I64s({1}))});
+    return std::make_pair(s, b.Op("Reshape", {s, b.Constant(I64s({t, h, d}))}));
+  };
+  auto [q_slice, q] = part(0);
+  auto [k_slice, k] = part(1);
+  auto [v_slice, v] = part(2);
+  if (escape) b.Output(q_slice, "q");
+  auto qt = b.Op("Div", {b.Op("Transpose", {q}, {{"perm", Attribute::Ints({1, 0, 2})}}),
+                         b.Constant(Tensor::Scalar<float>(std::sqrt(static_cast<float>(d))))});
+  auto kt = b.Op("Transpose", {k}, {{"perm", Attribute::Ints({1, 2, 0})}});
+  auto vt = b.Op("Transpose", {v}, {{"perm", Attribute::Ints({1, 0, 2})}});
+  auto probs = b.Op("Softmax", {b.Op("MatMul", {qt, kt})}, {{"axis", Attribute::Int(-1)}});
+  auto context = b.Op("Transpose", {b.Op("MatMul", {probs, vt})}, {{"perm", Attribute::Ints({1, 0, 2})}});
+  b.Output(b.Op("Reshape", {context, b.Constant(I64s({t, e}))}), "y");
+  return b.Finish();
+}
+
+std::vector<std::string> OpsRun(const Graph& g, const Shape& input, const CompileOptions& options,
+                                std::vector<Tensor>* out) {
+  std::vector<OpProfile> profile;
+  *out = Compile(g, {{DType::kF32, input}}, options)->Run({RandomTensor(input, 1)}, &profile);
+  std::vector<std::string> ops;
+  for (const OpProfile& p : profile) ops.push_back(p.op_type);
+  return ops;
+}
+
+TEST(MatMulViews, AttentionProductsReadTheirOperandsInPlace) {
+  for (bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
+    const Graph g = AttentionGraph(13, 3, 8);
+    std::vector<Tensor> want, got;
+    OpsRun(g, {13, 24}, kOracle, &want);
+    const std::vector<std::string> ops =
+        OpsRun(g, {13, 24}, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true}, &got);
+    ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+    if (!fast) continue;  // the pass runs for the CPU's fast kernels only
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), 2);
+    for (const char* gone : {"Slice", "Transpose", "Div"})
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), gone), 0) << gone;
+  }
+}
+
+TEST(MatMulViews, AValueReadElsewhereKeepsItsChain) {
+  const Graph g = AttentionGraph(9, 2, 16, /*escape=*/true);
+  std::vector<Tensor> want, got;
+  OpsRun(g, {9, 32}, kOracle, &want);
+  const std::vector<std::string> ops = OpsRun(g, {9, 32}, kFast, &got);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-5f, 1e-5f);
+  // q's Reshape, Transpose and Div are read by the product alone and go into it; its Slice stays (a graph output).
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "Slice"), 1);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), 2);
+}
+
+// The fused node as a graph may carry it: operands viewed with a broadcast batch axis, a transposed B, the output
+// permuted and scaled; the oneDNN kernel against the reference kernel and against the plain ops it stands for.
+TEST(MatMulViews, FusedNodeMatchesThePlainOps) {
+  const Tensor a_src = RandomTensor({4, 30}, 5), b_src = RandomTensor({2, 7, 10}, 6);
+  // a: [1, 4, 10] = a_src[:, 10:20] (offset 10, strides 0, 30, 1); b: [2, 10, 7] = b_src transposed (0, 2, 1).
+  GraphBuilder b("views", 13);
+  auto a_in = b.Input("a", DType::kF32, {4, 30});
+  auto b_in = b.Input("b", DType::kF32, {2, 7, 10});
+  Node dummy;
+  WriteView(dummy, "a", {10, {1, 4, 10}, {0, 30, 1}});
+  WriteView(dummy, "b", {0, {2, 10, 7}, {70, 1, 10}});
+  AttributeMap attrs = dummy.attrs;
+  attrs["scale"] = Attribute::Float(0.5f);
+  attrs["out_perm"] = Attribute::Ints({1, 0, 2});  // product [2, 4, 7] -> [4, 2, 7]
+  b.Output(b.Op(kMatMulViewsOp, {a_in, b_in}, attrs), "y");
+  const Graph fused = b.Finish();
+
+  GraphBuilder p("plain", 13);
+  auto pa = p.Input("a", DType::kF32, {4, 30});
+  auto pb = p.Input("b", DType::kF32, {2, 7, 10});
+  auto a_view =
+      p.Op("Unsqueeze", {p.Op("Slice", {pa, p.Constant(I64s({10})), p.Constant(I64s({20})), p.Constant(I64s({1}))}),
+                         p.Constant(I64s({0}))});
+  auto b_view = p.Op("Transpose", {pb}, {{"perm", Attribute::Ints({0, 2, 1})}});
+  auto prod = p.Op("Mul", {p.Op("MatMul", {a_view, b_view}), p.Constant(Tensor::Scalar<float>(0.5f))});
+  p.Output(p.Op("Transpose", {prod}, {{"perm", Attribute::Ints({1, 0, 2})}}), "y");
+
+  const std::vector<TensorSpec> specs{{DType::kF32, {4, 30}}, {DType::kF32, {2, 7, 10}}};
+  const Tensor want = Compile(p.Finish(), specs, kOracle)->Run({a_src, b_src})[0];
+  EXPECT_EQ(ShapeToString(want.shape()), "[4, 2, 7]");
+  for (bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "oneDNN kernel" : "reference kernel");
+    std::vector<OpProfile> profile;
+    const Tensor got = Compile(fused, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = false})
+                           ->Run({a_src, b_src}, &profile)[0];
+    ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+    ASSERT_EQ(profile.size(), 1u);
+    if (fast) EXPECT_EQ(profile[0].kernel, "MatMulF32Dnnl");
+  }
+}
+
+TEST(MatMulViews, ShapeRuleRejectsMalformedNodes) {
+  auto graph = [](const StridedView& a, const StridedView& bv, const std::vector<int64_t>& perm = {}) {
+    GraphBuilder b("fused", 13);
+    Node dummy;
+    WriteView(dummy, "a", a);
+    WriteView(dummy, "b", bv);
+    if (!perm.empty()) dummy.attrs["out_perm"] = Attribute::Ints(perm);
+    b.Output(b.Op(kMatMulViewsOp, {b.Input("a", DType::kF32, {4, 6}), b.Input("b", DType::kF32, {6, 5})}, dummy.attrs),
+             "y");
+    return b.Finish();
+  };
+  const std::vector<TensorSpec> specs{{DType::kF32, {4, 6}}, {DType::kF32, {6, 5}}};
+  const StridedView a{0, {4, 6}, {6, 1}}, b{0, {6, 5}, {5, 1}};
+  EXPECT_NO_THROW(Compile(graph(a, b), specs, kOracle));
+  testing::ExpectCompileError(graph({1, {4, 6}, {6, 1}}, b), specs, "stay inside input 0 of shape [4, 6]");
+  testing::ExpectCompileError(graph(a, {0, {6, 5}, {6, 1}}), specs, "stay inside input 1");
+  testing::ExpectCompileError(graph(a, {0, {6, 5}, {-1, 1}}), specs, "strides >= 0");
+  testing::ExpectCompileError(graph(a, {0, {6, 5}, {int64_t{1} << 62, 1}}), specs, "stay inside input 1");
+  testing::ExpectCompileError(graph({0, {4, 6}, {6}}, b), specs, "one entry per axis");
+  testing::ExpectCompileError(graph({0, {24}, {1}}, b), specs, "one entry per axis");
+  testing::ExpectCompileError(graph(a, {0, {5, 5}, {5, 1}}), specs, "inner dimensions do not match");
+  testing::ExpectCompileError(graph(a, b, {0, 0}), specs, "out_perm should be a permutation");
+}
+
+TEST(MatMulViews, ViewArithmetic) {
+  // [4, 6] -> Slice rows 1:3, columns 2:5 -> [2, 3] at offset 8, strides 6, 1.
+  StridedView v = SlicedView(DenseView({4, 6}), {1, 2}, {2, 3});
+  EXPECT_EQ(v.offset, 8);
+  EXPECT_EQ(v.strides, (std::vector<int64_t>{6, 1}));
+  // Splitting an axis gives strides inside its run: [2, 3] -> [2, 3, 1] and [2, 1, 3].
+  StridedView r;
+  ASSERT_TRUE(ReshapeView(v, {2, 3, 1}, &r));
+  EXPECT_EQ(r.strides[0], 6);
+  EXPECT_EQ(r.strides[1], 1);
+  // Merging the two axes of a strided (non-contiguous) view is not a view.
+  EXPECT_FALSE(ReshapeView(v, {6}, &r));
+  // A dense [12, 4] reshaped [3, 4, 4], transposed (1, 0, 2), merged back: not a view; split again: strides.
+  StridedView t = TransposedView(DenseView({3, 4, 4}), {1, 0, 2});
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{4, 16, 1}));
+  EXPECT_FALSE(ReshapeView(t, {4, 12}, &r));
+  ASSERT_TRUE(ReshapeView(t, {2, 2, 3, 2, 2}, &r));
+  EXPECT_EQ(r.strides, (std::vector<int64_t>{8, 4, 16, 2, 1}));
+}
+
+}  // namespace
+}  // namespace osprey
