@@ -102,28 +102,22 @@ void InferMatMulViews(InferContext& ctx) {
   const size_t rank = a.dims.size();
   if (a.dims[rank - 1] != b.dims[rank - 2])
     ctx.Fail("inner dimensions do not match: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
-  Shape p;
-  for (size_t k = 0; k + 2 < rank; ++k) {
+  for (size_t k = 0; k + 2 < rank; ++k)
     if (a.dims[k] != b.dims[k] && a.dims[k] != 1 && b.dims[k] != 1)
       ctx.Fail("batch axes do not broadcast: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
-    p.push_back(std::max(a.dims[k], b.dims[k]));
-  }
-  p.push_back(a.dims[rank - 2]);
-  p.push_back(b.dims[rank - 1]);
   schema::FiniteFloat(ctx, "scale", ctx.node.GetFloat("scale", 1.f));
-  Shape y = p;
   if (ctx.node.Has("out_perm")) {
     const std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
     std::vector<bool> seen(rank, false);
     bool ok = perm.size() == rank;
     for (size_t k = 0; k < perm.size() && ok; ++k) {
       ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(rank) && !seen[perm[k]];
-      if (ok) seen[perm[k]] = true, y[k] = p[perm[k]];
+      if (ok) seen[perm[k]] = true;
     }
     if (!ok)
       ctx.Fail("out_perm should be a permutation of the product's " + Str(rank) + " axes, got " + ShapeToString(perm));
   }
-  ctx.SetOutput(0, DType::kF32, y);
+  ctx.SetOutput(0, DType::kF32, ProductOf(ctx.node, a, b).output);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Strided views for _MatMulViews (matmul_views.h): how Transpose, Slice and Reshape act on one, and its attributes.
 #include "ops/matmul_views.h"
 
+#include <algorithm>
+
 namespace osprey {
 
 StridedView DenseView(const Shape& shape) {
@@ -70,6 +72,22 @@ bool ReshapeView(const StridedView& v, const Shape& to, StridedView* out) {
   for (size_t a = to.size(); a-- > 0;)
     if (to[a] == 1) out->strides[a] = a + 1 < to.size() ? out->strides[a + 1] * to[a + 1] : 1;
   return true;
+}
+
+ViewProduct ProductOf(const Node& node, const StridedView& a, const StridedView& b) {
+  const size_t rank = a.dims.size();
+  ViewProduct p;
+  for (size_t d = 0; d + 2 < rank; ++d) p.dims.push_back(std::max(a.dims[d], b.dims[d]));
+  p.dims.push_back(a.dims[rank - 2]);
+  p.dims.push_back(b.dims[rank - 1]);
+  std::vector<int64_t> perm = node.GetInts("out_perm", {});
+  if (perm.empty())
+    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+  for (size_t d = 0; d < rank; ++d) p.output.push_back(p.dims[perm[d]]);
+  const StridedView dense = DenseView(p.output);
+  p.output_strides.assign(rank, 0);
+  for (size_t d = 0; d < rank; ++d) p.output_strides[perm[d]] = dense.strides[d];
+  return p;
 }
 
 StridedView ReadView(const Node& node, const std::string& which) {

@@ -40,6 +40,15 @@ StridedView SlicedView(const StridedView& v, const std::vector<int64_t>& first, 
 /// itself laid out as one run of a stride); false otherwise.
 bool ReshapeView(const StridedView& v, const Shape& to, StridedView* out);
 
+/// The product of a _MatMulViews node whose operands are `a` and `b` (as its schema checked them): `dims` its shape
+/// (the batch axes broadcast, then M and N), `output` the node's output shape (`dims` permuted by `out_perm`) and
+/// `output_strides` the stride, in that dense output, of each of the product's axes.
+struct ViewProduct {
+  Shape dims, output;
+  std::vector<int64_t> output_strides;
+};
+ViewProduct ProductOf(const Node& node, const StridedView& a, const StridedView& b);
+
 /// Operand `which` ("a" or "b") of a _MatMulViews node, as its attributes give it (unchecked).
 StridedView ReadView(const Node& node, const std::string& which);
 void WriteView(Node& node, const std::string& which, const StridedView& v);

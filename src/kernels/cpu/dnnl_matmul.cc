@@ -339,30 +339,19 @@ std::unique_ptr<Kernel> CreateDnnlMatMulViews(const KernelBuildContext& ctx) {
   for (StridedView* v : {&a, &b})  // an axis of extent 1 is never stepped along; oneDNN refuses a stride of 0 there
     for (size_t d = rank; d-- > 0;)
       if (v->dims[d] == 1 && v->strides[d] == 0) v->strides[d] = d + 1 < rank ? v->strides[d + 1] * v->dims[d + 1] : 1;
-  memory::dims p(rank);
-  for (size_t d = 0; d + 2 < rank; ++d) p[d] = std::max(a.dims[d], b.dims[d]);
-  p[rank - 2] = a.dims[rank - 2];
-  p[rank - 1] = b.dims[rank - 1];
-  std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
-  if (perm.empty())
-    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
-  Shape y(rank);
-  for (size_t d = 0; d < rank; ++d) y[d] = p[perm[d]];
-  if (y != ctx.output_shapes[0]) return nullptr;
-  const StridedView dense = DenseView(y);
-  memory::dims y_strides(rank);
-  for (size_t d = 0; d < rank; ++d) y_strides[perm[d]] = dense.strides[d];
+  const ViewProduct p = ProductOf(ctx.node, a, b);
+  if (p.output != ctx.output_shapes[0]) return nullptr;
 
   OmpThreadsGuard threads(ctx.num_threads);
   auto kernel = std::make_unique<DnnlMatMulKernel>("MatMulF32Dnnl", "MatMulBf16Dnnl");
   kernel->a_md = memory::desc(ToDims(a.dims), memory::data_type::f32, ToDims(a.strides));
   kernel->b_md = memory::desc(ToDims(b.dims), memory::data_type::f32, ToDims(b.strides));
-  kernel->dst_md = memory::desc(p, memory::data_type::f32, y_strides);
+  kernel->dst_md = memory::desc(ToDims(p.dims), memory::data_type::f32, ToDims(p.output_strides));
   kernel->a_offset_bytes = static_cast<size_t>(a.offset) * sizeof(float);
   kernel->b_offset_bytes = static_cast<size_t>(b.offset) * sizeof(float);
   kernel->a_shape = ctx.input_shapes[0];
   kernel->b_shape = ctx.input_shapes[1];
-  kernel->out_shape = y;
+  kernel->out_shape = p.output;
   kernel->linear_alpha = ctx.node.GetFloat("scale", 1.f);
   if (!kernel->Finish(ctx)) return nullptr;
   return kernel;

@@ -835,19 +835,9 @@ void MatMulViewsRef(KernelContext& ctx) {
   float* yd = ctx.Out(0).data<float>();
   const float scale = ctx.node.GetFloat("scale", 1.f);
   const size_t rank = a.dims.size();
-  Shape p(rank);
-  for (size_t d = 0; d < rank; ++d) p[d] = d + 2 < rank ? std::max(a.dims[d], b.dims[d]) : 0;
-  p[rank - 2] = a.dims[rank - 2];
-  p[rank - 1] = b.dims[rank - 1];
-  std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
-  if (perm.empty())
-    for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
-  // Output strides of the product's axes: the output is dense in permuted order.
-  Shape y(rank);
-  for (size_t d = 0; d < rank; ++d) y[d] = p[perm[d]];
-  const StridedView dense = DenseView(y);
-  std::vector<int64_t> y_stride(rank);
-  for (size_t d = 0; d < rank; ++d) y_stride[perm[d]] = dense.strides[d];
+  const ViewProduct product = ProductOf(ctx.node, a, b);
+  const Shape& p = product.dims;
+  const std::vector<int64_t>& y_stride = product.output_strides;
   const int64_t k_extent = a.dims[rank - 1];
   std::vector<int64_t> index(rank, 0);
   for (int64_t flat = 0, total = NumElements(p); flat < total; ++flat) {
