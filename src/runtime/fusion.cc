@@ -579,10 +579,6 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
   DropDead(st, dead);
 }
 
-// Mul(x, s) -> 1x1 Conv, where s holds one factor per image and channel ([N, C, 1, 1] or [1, C, 1, 1], computed at run
-// time: a squeeze-and-excitation gate) -> one Conv with `_input_scale` and s as input 7 (ops/conv_input_scale.h), for
-// plans on the CPU's fast kernels: osprey's 1x1 kernel scales the input where it reads it, oneDNN's path scales it in
-// a pass of its own (what the Mul did). The Conv stays where it is: x and s were both read by the Mul before it.
 namespace {
 
 // What `node` does to a view of its input 0 (Transpose, a shape-only op, a unit-step Slice), into `view`; false where
@@ -647,6 +643,7 @@ StridedView OperandView(const CompileState& st, const Uses& u, const std::vector
 
 }  // namespace
 
+// MatMul(views of a, views of b) [-> Transpose] -> one _MatMulViews node (ops/matmul_views.h; plan_impl.h says when).
 void FuseMatMulViews(CompileState& st) {
   Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);
@@ -724,6 +721,10 @@ void FuseMatMulViews(CompileState& st) {
   DropDead(st, dead);
 }
 
+// Mul(x, s) -> 1x1 Conv, where s holds one factor per image and channel ([N, C, 1, 1] or [1, C, 1, 1], computed at run
+// time: a squeeze-and-excitation gate) -> one Conv with `_input_scale` and s as input 7 (ops/conv_input_scale.h), for
+// plans on the CPU's fast kernels: osprey's 1x1 kernel scales the input where it reads it, oneDNN's path scales it in
+// a pass of its own (what the Mul did). The Conv stays where it is: x and s were both read by the Mul before it.
 void FuseConvInputScale(CompileState& st) {
   const Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);
