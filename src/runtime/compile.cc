@@ -223,7 +223,8 @@ void InferAndFold(CompileState& st) {
 // The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
 // OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
 // FuseConvPRelu), OSPREY_FUSE_SCALE (a squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale),
-// OSPREY_FUSE_CHAINS (unary steps into an elementwise node, FuseElementwiseChains).
+// OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_CHAINS (unary
+// steps into an elementwise node, FuseElementwiseChains).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
