@@ -482,11 +482,13 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
 }
 
 // The geometry of a 2-D, ungrouped, undilated float32 convolution without a PRelu or fused depthwise part, as
-// osprey's own kernels take it (own_conv.h); empty for any other (and with bf16 requested: oneDNN's bf16 kernels
-// compete there).
+// osprey's own kernels take it (own_conv.h); empty for any other, and where bf16 is asked for without timing
+// (Bf16Use::kYes). Where bf16 is allowed if faster, osprey's fp32 kernels compete with oneDNN's kernel where that
+// one's fp32 form was timed faster than its bf16 form (OwnOrDirect): on a CPU whose bf16 is slow (AVX512_BF16 without
+// AMX), --precision auto then runs what fp32 runs instead of oneDNN's fp32 kernels alone (ResNet-50 ~12% slower).
 std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, const ConvGeometry& g) {
   OwnConvGeometry own;
-  if (ctx.bf16 != Bf16Use::kNo || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) ||
+  if (ctx.bf16 == Bf16Use::kYes || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) ||
       g.dilates != memory::dims{0, 0} || !Activation::FromFusedNode(ctx.node, &own.activation))
     return std::nullopt;
   own.batch = g.x[0];
@@ -515,8 +517,8 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
 // convolution computes) or the weights dominate (512 -> 512 on 7x7 at batch 1: 1.08x slower), so: by timing both on
 // this machine when tuning (PreferOwnKernel: by a margin; remembered: a later build makes only the kernel it uses),
 // else for >= 64 input and output channels. OSPREY_WINOGRAD=0 never takes it (to save its memory), =1 wherever it
-// applies (for comparisons and tests). Not with bf16 requested (--precision bf16 / auto: oneDNN's bf16 kernels then
-// compete).
+// applies (for comparisons and tests). With bf16 allowed where faster, only where oneDNN's fp32 form won
+// (OwnOrDirect).
 std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                       const std::string& mode) {
   std::optional<OwnConvGeometry> own = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
@@ -608,11 +610,14 @@ double InputScalePassMs(const Shape& x, int threads) {
 // `direct_extra(direct)`, when given, returns the milliseconds the direct kernel spends outside its primitive; `margin`
 // is PreferOwnKernel's.
 template <typename Own>
-std::unique_ptr<Kernel> OwnOrDirect(const KernelBuildContext& ctx, const std::string& key, const std::string& mode,
+std::unique_ptr<Kernel> OwnOrDirect(const KernelBuildContext& ctx, const std::string& fp32_key, const std::string& mode,
                                     bool by_rule, const std::function<std::unique_ptr<Own>()>& make_own,
                                     const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct,
                                     const std::function<double(const DnnlConvKernel&)>& direct_extra = nullptr,
                                     double margin = kOwnKernelMargin) {
+  // With bf16 allowed where faster (--precision auto / bf16 when tuning), oneDNN's kernel is the faster of its bf16
+  // and fp32 forms: a verdict of its own, and where it is bf16 (timed faster than oneDNN's fp32) it is kept.
+  const std::string key = ctx.bf16 == Bf16Use::kNo ? fp32_key : fp32_key + ";bf16-if-faster";
   const std::optional<bool> remembered = ctx.tune && mode != "1" ? RememberedOwnVerdict(key) : std::nullopt;
   if (mode == "1" || !ctx.tune || remembered) {  // no timing: the one kernel it will be
     if (remembered ? *remembered : (mode == "1" || by_rule))
@@ -620,6 +625,7 @@ std::unique_ptr<Kernel> OwnOrDirect(const KernelBuildContext& ctx, const std::st
     return build_direct();
   }
   std::unique_ptr<DnnlConvKernel> direct = build_direct();
+  if (direct && std::string(direct->Name()) == kConvBf16Name) return direct;
   std::unique_ptr<Own> own = make_own();
   if (!direct || !own) return direct ? std::unique_ptr<Kernel>(std::move(direct)) : std::move(own);
   const std::function<double()> extra =

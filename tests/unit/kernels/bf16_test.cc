@@ -192,6 +192,7 @@ std::vector<std::string> PrecisionChoices(const std::string& path) {
 void ExpectTimedChoice(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
                        bool nhwc, const std::string& bf16_name, const std::string& f32_name) {
   if (!cpu::CpuSupportsBf16()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  ScopedEnv oneDNN_only("OSPREY_POINTWISE", "0");  // osprey's 1x1 kernel competes too where fp32 wins (below)
   const std::string path = TempCachePath("osprey-tune-bf16");
   setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
   std::vector<Tensor> want = RunReferenceNode(node, inputs), outputs;
@@ -233,6 +234,27 @@ TEST(Bf16IfFaster, ChannelsLastConvKeepsTheFasterForm) {
 TEST(Bf16IfFaster, MatMulKeepsTheFasterForm) {
   ExpectTimedChoice(MakeNode("MatMul", 2, 1), {RandomTensor({8, 512}, 1), RandomTensor({512, 256}, 2)},
                     {false, true}, false, "MatMulBf16Dnnl", "MatMulF32Dnnl");
+}
+
+// With bf16 allowed where faster, osprey's own fp32 convolution kernels stay candidates (--precision auto must not
+// run slower than fp32 on a CPU whose bf16 is slow); asked for bf16 without timing (kYes), oneDNN's bf16 kernel runs.
+// OSPREY_WINOGRAD=1 takes Winograd wherever it is a candidate, so the kernel says which.
+TEST(Bf16IfFaster, OwnKernelsStayCandidates) {
+  if (!cpu::CpuSupportsBf16() || !__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  ScopedEnv always("OSPREY_WINOGRAD", "1");
+  Node node = MakeNode("Conv", 3, 1, {{"pads", Ints({1, 1, 1, 1})}});
+  const std::vector<Tensor> in{RandomTensor({1, 32, 10, 10}, 1), RandomTensor({32, 32, 3, 3}, 2),
+                               RandomTensor({32}, 3)};
+  std::vector<Tensor> outputs;
+  for (Bf16Use use : {Bf16Use::kIfFaster, Bf16Use::kYes}) {
+    KernelBuildContext bc = MakeBuildContext(node, in, {false, true, true}, outputs);
+    bc.input_layouts = {Layout::kNhwc, Layout::kPlain, Layout::kPlain};
+    bc.output_layouts = {Layout::kNhwc};
+    bc.bf16 = use;
+    std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_STREQ(kernel->Name(), use == Bf16Use::kYes ? "ConvBf16Dnnl" : "ConvF32Winograd");
+  }
 }
 
 TEST(Bf16IfFaster, RelativeRmsDifference) {
