@@ -369,13 +369,13 @@ class PointwiseConv final : public OwnConvKernel {
   int64_t group_vectors_ = 1;  // vectors per group (the last group may have fewer)
   int64_t groups_ = 1;
   bool group_major_ = false;      // the work goes group by group (large weights), else chunk by chunk
-  int64_t k_block_ = 1;           // input channels per block (their weights: kWeightTileBytes)
+  int64_t k_block_ = 1;           // rows of the product per block (their weights: kWeightTileBytes)
   int64_t chunk_ = 1;             // pixels per work item (see Build)
   int64_t taps_ = 1;              // window positions
   int64_t depth_ = 0;             // the product's inner dimension: taps_ x C
   bool gathered_ = false;         // not a 1x1 stride-1 unpadded window: the input is gathered first (Gather)
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
-  std::shared_ptr<Buffer> packed_buffer_;  // [group][C][group_vectors_ * 16], zeros past the output channels
+  std::shared_ptr<Buffer> packed_buffer_;  // [group][depth_][group_vectors_ * 16], zeros past the output channels
   const float* packed_ = nullptr;          // its data
   int64_t packed_floats_ = 0;
 };
