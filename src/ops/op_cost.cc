@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "ops/matmul_views.h"
+
 namespace osprey {
 namespace {
 
@@ -47,6 +49,10 @@ int64_t EstimatedWork(const Node& node, const std::vector<Shape>& in, const std:
     const Shape& a = in[0];
     const int64_t k = trans_a && a.size() >= 2 ? a[a.size() - 2] : a.back();
     return Mul(2, Mul(Elements(out[0]), k));
+  }
+  if (op == kMatMulViewsOp && !out.empty()) {  // operands are views: K is the last of a_dims
+    const std::vector<int64_t> a_dims = node.GetInts("a_dims", {});
+    return a_dims.empty() ? 0 : Mul(2, Mul(Elements(out[0]), a_dims.back()));
   }
   if ((op == "LSTM" || op == "GRU" || op == "RNN") && in.size() >= 3 && in[0].size() == 3 && in[2].size() == 3) {
     // X [seq, batch, I] (or batch-first: the product is the same), R [dirs, gates x H, H].

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/load_watch.h"
+#include "ops/matmul_views.h"
 #include "ops/op_cost.h"
 #include "runtime/plan_impl.h"
 
@@ -28,7 +29,7 @@ namespace {
 constexpr int64_t kMaxTimedWork = int64_t{1} << 23;
 
 bool ThreadCountMatters(const Node& node) {
-  static const char* const kOps[] = {"Gemm", "MatMul", "LSTM", "GRU", "RNN"};
+  static const char* const kOps[] = {"Gemm", "MatMul", kMatMulViewsOp, "LSTM", "GRU", "RNN"};
   for (const char* op : kOps)
     if (node.op_type == op) return node.domain.empty();
   return false;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fusion_test_util.h"
+#include "ops/op_cost.h"
 #include "osprey/runtime.h"
 #include "test_util.h"
 
@@ -75,6 +76,26 @@ TEST(MatMulViews, AttentionProductsReadTheirOperandsInPlace) {
     for (const char* gone : {"Slice", "Transpose", "Div"})
       EXPECT_EQ(std::count(ops.begin(), ops.end(), gone), 0) << gone;
   }
+}
+
+// Small fused products are candidates for one thread like small MatMuls (step_threads.cc): OSPREY_STEP_THREADS=1 puts
+// every candidate on one thread untimed, the QKV projection and both attention products (the graph's three products).
+TEST(MatMulViews, SmallProductsMayRunOnOneThread) {
+  setenv("OSPREY_STEP_THREADS", "1", 1);
+  auto plan = Compile(AttentionGraph(13, 3, 8), {{DType::kF32, {13, 24}}}, kFast);
+  unsetenv("OSPREY_STEP_THREADS");
+  if (plan->num_single_thread_steps() == 0) GTEST_SKIP() << "OSPREY_TUNE=0: no per-step thread choice";
+  EXPECT_EQ(plan->num_single_thread_steps(), 3u);
+}
+
+// Its work is its products (2 x output elements x K), not its operands' sizes: ViT's q k^T is 12 x 197 x 197 outputs
+// of 64 products each, from views of the [197, 2304] qkv (what decides the one-thread candidates above).
+TEST(MatMulViews, WorkCountsEveryProduct) {
+  Node node;
+  node.op_type = kMatMulViewsOp;
+  WriteView(node, "a", {0, {12, 197, 64}, {64, 2304, 1}});
+  WriteView(node, "b", {768, {12, 64, 197}, {64, 1, 2304}});
+  EXPECT_EQ(EstimatedWork(node, {{197, 2304}, {197, 2304}}, {{12, 197, 197}}), int64_t{2} * 12 * 197 * 197 * 64);
 }
 
 TEST(MatMulViews, AValueReadElsewhereKeepsItsChain) {
