@@ -1284,7 +1284,8 @@ TEST(NhwcStem, WindowsWiderThanTheImage) {
 }
 
 // ---- osprey's 1x1 convolution (pointwise_conv.cc): channels-last input and output, the activation in registers.
-// OSPREY_POINTWISE=1 takes it for any activation it computes (without: SiLU only).
+// OSPREY_POINTWISE=1 takes it wherever it applies (without: SiLU layers and input scales, and weight-heavy layers where
+// they time faster when tuning).
 void ExpectPointwise(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed,
                      const char* expected = "ConvF32Pointwise") {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
@@ -1342,29 +1343,39 @@ TEST(NhwcPointwise, OtherConvolutionsStayWithOnednn) {
 // with pads over two images (SiLU); weights of 1.2 MB (group by group) with 1152 rows in tiles. (A 3x3 stride-1 window
 // Winograd takes stays its: ResNet-50's 14x14 layers run faster there.)
 TEST(NhwcPointwise, GatheredWindows) {
-  {
-    SCOPED_TRACE("3x3 on 7x7");
-    ExpectPointwise({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}}, {1, 40, 7, 7},
-                    {64, 40, 3, 3}, true, 209);
-  }
-  {
-    SCOPED_TRACE("3x3 stride 2, pads bottom and right");
-    ExpectPointwise({{"strides", Ints({2, 2})}, {"pads", Ints({0, 0, 1, 1})}}, {1, 24, 8, 7}, {48, 24, 3, 3}, false,
-                    210);
-  }
-  {
-    SCOPED_TRACE("1x1 stride 2");
-    ExpectPointwise({{"strides", Ints({2, 2})}}, {1, 16, 6, 6}, {32, 16, 1, 1}, true, 211);
-  }
-  {
-    SCOPED_TRACE("3x5 over two images");
-    ExpectPointwise({{"pads", Ints({1, 2, 1, 2})}, {"_activation", Attribute::String("Silu")}}, {2, 8, 4, 5},
-                    {80, 8, 3, 5}, true, 212);
-  }
-  {
-    SCOPED_TRACE("weights group by group");
-    ExpectPointwise({{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}}, {1, 128, 9, 9}, {256, 128, 3, 3}, true,
-                    213);
+  struct Case {
+    const char* name;
+    AttributeMap attrs;
+    Shape x, w;
+    bool bias;
+  };
+  const Case cases[] = {
+      {"3x3 on 7x7",
+       {{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Relu")}},
+       {1, 40, 7, 7},
+       {64, 40, 3, 3},
+       true},
+      {"3x3 stride 2, pads bottom and right",
+       {{"strides", Ints({2, 2})}, {"pads", Ints({0, 0, 1, 1})}},
+       {1, 24, 8, 7},
+       {48, 24, 3, 3},
+       false},
+      {"1x1 stride 2", {{"strides", Ints({2, 2})}}, {1, 16, 6, 6}, {32, 16, 1, 1}, true},
+      {"3x5 over two images",
+       {{"pads", Ints({1, 2, 1, 2})}, {"_activation", Attribute::String("Silu")}},
+       {2, 8, 4, 5},
+       {80, 8, 3, 5},
+       true},
+      {"weights group by group",
+       {{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}},
+       {1, 128, 9, 9},
+       {256, 128, 3, 3},
+       true},
+  };
+  uint32_t seed = 209;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExpectPointwise(c.attrs, c.x, c.w, c.bias, seed++);
   }
 }
 
