@@ -92,6 +92,18 @@ StridedView CheckedView(InferContext& ctx, const std::string& which, int input, 
     ctx.Fail(name + ": offset " + Str(v.offset) + ", dims " + ShapeToString(v.dims) + " and strides " +
              ShapeToString(v.strides) + " should have extents >= 1, strides >= 0 and stay inside input " + Str(input) +
              " of shape " + ShapeToString(ctx.input_shapes[input]));
+  // No more elements than the input holds, and a stride of 0 only on an axis of extent 1: a view selects elements (as
+  // the fusion's Slices, Reshapes and Transposes do), it does not repeat them, so a small input cannot stand for a
+  // large product (K = 2^40 read from one element would loop for hours).
+  int64_t count = 1;
+  for (size_t k = 0; k < v.dims.size(); ++k) {
+    if (v.strides[k] == 0 && v.dims[k] > 1) count = elements + 1;
+    count = count > elements / v.dims[k] ? elements + 1 : count * v.dims[k];
+  }
+  if (count > elements)
+    ctx.Fail(name + ": dims " + ShapeToString(v.dims) + " with strides " + ShapeToString(v.strides) +
+             " repeat elements: a view may take at most the " + Str(elements) + " elements of input " + Str(input) +
+             ", with a stride of 0 only on axes of extent 1");
   return v;
 }
 

@@ -656,8 +656,9 @@ void FuseMatMulViews(CompileState& st) {
     const int a0 = mm.inputs[0], b0 = mm.inputs[1];
     if (a0 < 0 || b0 < 0 || st.values[a0].known || st.values[b0].known || st.values[a0].dtype != DType::kF32 ||
         st.values[b0].dtype != DType::kF32 || st.values[a0].shape.size() < 2 ||
-        st.values[a0].shape.size() != st.values[b0].shape.size() || st.values[a0].shape.size() > 6)
-      continue;
+        st.values[a0].shape.size() != st.values[b0].shape.size() || st.values[a0].shape.size() > 6 ||
+        NumElements(st.values[a0].shape) == 0 || NumElements(st.values[b0].shape) == 0)
+      continue;  // (empty values are folded before this pass; a view of one would have no element to start at)
     // A scalar Div or Mul of either operand (the attention's 1 / sqrt(d)) becomes the product's scale.
     float scale = 1.f;
     int operand[2] = {a0, b0};

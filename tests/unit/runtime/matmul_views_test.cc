@@ -173,6 +173,12 @@ TEST(MatMulViews, ShapeRuleRejectsMalformedNodes) {
   testing::ExpectCompileError(graph({0, {24}, {1}}, b), specs, "one entry per axis");
   testing::ExpectCompileError(graph(a, {0, {5, 5}, {5, 1}}), specs, "inner dimensions do not match");
   testing::ExpectCompileError(graph(a, b, {0, 0}), specs, "out_perm should be a permutation");
+  // Views that repeat elements would let a small input stand for a huge product: K = 2^40 from one element, and a
+  // [5, 6] view (30 elements) of 10 overlapping ones of a 24-element input.
+  testing::ExpectCompileError(graph({0, {1, int64_t{1} << 40}, {0, 0}}, {0, {int64_t{1} << 40, 1}, {0, 0}}), specs,
+                              "repeat elements");
+  testing::ExpectCompileError(graph({0, {5, 6}, {1, 1}}, b), specs, "at most the 24 elements of input 0");
+  testing::ExpectCompileError(graph({0, {4, 6}, {0, 1}}, b), specs, "a stride of 0 only on axes of extent 1");
 }
 
 TEST(MatMulViews, ViewArithmetic) {
