@@ -94,7 +94,7 @@ StridedView CheckedView(InferContext& ctx, const std::string& which, int input, 
              " of shape " + ShapeToString(ctx.input_shapes[input]));
   // No more elements than the input holds, and a stride of 0 only on an axis of extent 1: a view selects elements (as
   // the fusion's Slices, Reshapes and Transposes do), it does not repeat them, so a small input cannot stand for a
-  // large product (K = 2^40 read from one element would loop for hours).
+  // large product (K = 2^40 read from one element: 2^40 steps for each output element).
   int64_t count = 1;
   for (size_t k = 0; k < v.dims.size(); ++k) {
     if (v.strides[k] == 0 && v.dims[k] > 1) count = elements + 1;
