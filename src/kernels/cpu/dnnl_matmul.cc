@@ -20,7 +20,8 @@ namespace {
 using dnnl::memory;
 
 // For a plain (row-major, dense) weights layout whose row stride is a multiple of 256 elements, the same layout with
-// 16 more elements per row (rows stay 64-byte aligned); else an empty desc.
+// 16 more elements per row (rows stay 64-byte aligned); else a zero desc (is_zero(): a memory::desc converts to true
+// either way).
 memory::desc PaddedRows(const memory::desc& md) {
   if (md.get_format_kind() != memory::format_kind::blocked || md.get_inner_nblks() != 0 || md.get_ndims() < 2 ||
       md.get_submemory_offset() != 0)
@@ -128,7 +129,7 @@ class DnnlMatMulKernel final : public Kernel {
       // implementation packs B row-major, the packed copy gets 16 spare floats per row instead (the arithmetic is
       // unchanged), if oneDNN runs it on that stride.
       const memory::desc padded = PaddedRows(pd.weights_desc());
-      if (padded) {
+      if (!padded.is_zero()) {
         const std::string padded_key = key_for(padded);
         dnnl::matmul::primitive_desc padded_pd =
             FastestImpl<dnnl::matmul::primitive_desc>(ctx, [&] { return make_pd(padded); }, padded_key);
