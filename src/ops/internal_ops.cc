@@ -9,7 +9,8 @@
 //   [N, C, ...] as ShuffleNet exports it. The shuffled tensor is then cut along axis 1 into the outputs, `split[j]`
 //   channels each (default: one output holding all C channels).
 //
-// _MatMulViews(a, b): a batched MatMul of strided views of its inputs (ops/matmul_views.h).
+// _MatMulViews(a, b): a batched MatMul of strided views of its inputs; _AttentionViews(q, k, v): softmax(q k) v of
+// strided views (ops/matmul_views.h).
 //
 // _GroupNorm(x, scale, bias), attributes `num_groups`, `epsilon`: GroupNormalization with scale and bias per channel
 //   whatever the model's opset (registered beside GroupNormalization in nn.cc, which it shares schema and kernels
@@ -107,16 +108,21 @@ StridedView CheckedView(InferContext& ctx, const std::string& which, int input, 
   return v;
 }
 
-void InferMatMulViews(InferContext& ctx) {
-  for (int i = 0; i < 2; ++i)
-    if (!ctx.Has(i) || ctx.input_dtypes[i] != DType::kF32) ctx.Fail("input " + Str(i) + " should be float32");
-  const StridedView a = CheckedView(ctx, "a", 0, 0), b = CheckedView(ctx, "b", 1, a.dims.size());
+// a x b as a product of views: inner dimensions that match, batch axes that broadcast.
+void CheckViewProduct(InferContext& ctx, const StridedView& a, const StridedView& b, const std::string& a_label,
+                      const std::string& b_label) {
   const size_t rank = a.dims.size();
   if (a.dims[rank - 1] != b.dims[rank - 2])
-    ctx.Fail("inner dimensions do not match: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
+    ctx.Fail("inner dimensions do not match: " + a_label + " " + ShapeToString(a.dims) + ", " + b_label + " " +
+             ShapeToString(b.dims));
   for (size_t k = 0; k + 2 < rank; ++k)
     if (a.dims[k] != b.dims[k] && a.dims[k] != 1 && b.dims[k] != 1)
-      ctx.Fail("batch axes do not broadcast: a_dims " + ShapeToString(a.dims) + ", b_dims " + ShapeToString(b.dims));
+      ctx.Fail("batch axes do not broadcast: " + a_label + " " + ShapeToString(a.dims) + ", " + b_label + " " +
+               ShapeToString(b.dims));
+}
+
+// `scale` finite; `out_perm`, if given, a permutation of the product's `rank` axes.
+void CheckScaleAndPerm(InferContext& ctx, size_t rank) {
   schema::FiniteFloat(ctx, "scale", ctx.node.GetFloat("scale", 1.f));
   if (ctx.node.Has("out_perm")) {
     const std::vector<int64_t> perm = ctx.node.GetInts("out_perm", {});
@@ -129,7 +135,27 @@ void InferMatMulViews(InferContext& ctx) {
     if (!ok)
       ctx.Fail("out_perm should be a permutation of the product's " + Str(rank) + " axes, got " + ShapeToString(perm));
   }
+}
+
+void InferMatMulViews(InferContext& ctx) {
+  for (int i = 0; i < 2; ++i)
+    if (!ctx.Has(i) || ctx.input_dtypes[i] != DType::kF32) ctx.Fail("input " + Str(i) + " should be float32");
+  const StridedView a = CheckedView(ctx, "a", 0, 0), b = CheckedView(ctx, "b", 1, a.dims.size());
+  CheckViewProduct(ctx, a, b, "a_dims", "b_dims");
+  CheckScaleAndPerm(ctx, a.dims.size());
   ctx.SetOutput(0, DType::kF32, ProductOf(ctx.node, a, b).output);
+}
+
+void InferAttentionViews(InferContext& ctx) {
+  for (int i = 0; i < 3; ++i)
+    if (!ctx.Has(i) || ctx.input_dtypes[i] != DType::kF32) ctx.Fail("input " + Str(i) + " should be float32");
+  const StridedView q = CheckedView(ctx, "q", 0, 0), k = CheckedView(ctx, "k", 1, q.dims.size()),
+                    v = CheckedView(ctx, "v", 2, q.dims.size());
+  CheckViewProduct(ctx, q, k, "q_dims", "k_dims");
+  CheckScaleAndPerm(ctx, q.dims.size());  // before AttentionOf reads out_perm
+  const AttentionProducts p = AttentionOf(ctx.node, q, k, v);
+  CheckViewProduct(ctx, DenseView(p.scores), v, "scores (q k)", "v_dims");
+  ctx.SetOutput(0, DType::kF32, p.context.output);
 }
 
 }  // namespace
@@ -137,6 +163,7 @@ void InferMatMulViews(InferContext& ctx) {
 void RegisterInternalOps(OpRegistry& r) {
   r.Add(kChannelShuffleOp, 1, kManyValues, 1, kManyValues, InferChannelShuffle);
   r.Add(kMatMulViewsOp, 2, 2, 1, 1, InferMatMulViews);
+  r.Add(kAttentionViewsOp, 3, 3, 1, 1, InferAttentionViews);
 }
 
 }  // namespace osprey

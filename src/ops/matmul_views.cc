@@ -90,6 +90,13 @@ ViewProduct ProductOf(const Node& node, const StridedView& a, const StridedView&
   return p;
 }
 
+AttentionProducts AttentionOf(const Node& node, const StridedView& q, const StridedView& k, const StridedView& v) {
+  AttentionProducts p;
+  p.scores = ProductOf(node, q, k).dims;  // (out_perm moves only the output)
+  p.context = ProductOf(node, DenseView(p.scores), v);
+  return p;
+}
+
 StridedView ReadView(const Node& node, const std::string& which) {
   StridedView v;
   v.offset = node.GetInt(which + "_offset", 0);

@@ -10,6 +10,13 @@
 // (float, default 1: a Div or Mul by a scalar folded in); `out_perm` (ints, optional) makes the output
 // Transpose(P, out_perm), written in place of a separate copy. The schema (internal_ops.cc) checks all of it, so a
 // graph may carry such a node directly.
+//
+// _AttentionViews(Q source, K source, V source) -> Y: Softmax(scale x q k) v, one attention over strided views, made
+// by FuseAttentionViews from a _MatMulViews (or MatMul) product, the Softmax over its last axis and the product of
+// that with v, on CPUs whose kernel takes it (kernels/cpu/attention_kernel.cc), so the scores stay in the cache.
+// Attributes: the views `q_*` ([..., M, D]), `k_*` (k transposed: [..., D, T]) and `v_*` ([..., T, Dv]), as a
+// _MatMulViews operand's, the same rank, batch axes broadcasting; `scale` and `out_perm` as _MatMulViews's (of the
+// second product). The output is Transpose(softmax(scale q k) v, out_perm).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +26,7 @@
 namespace osprey {
 
 inline constexpr const char* kMatMulViewsOp = "_MatMulViews";
+inline constexpr const char* kAttentionViewsOp = "_AttentionViews";
 
 /// A strided view of a plain tensor, in elements: element [i_0, ...] of the view is flat element
 /// offset + sum(i_k * strides[k]).
@@ -49,7 +57,16 @@ struct ViewProduct {
 };
 ViewProduct ProductOf(const Node& node, const StridedView& a, const StridedView& b);
 
-/// Operand `which` ("a" or "b") of a _MatMulViews node, as its attributes give it (unchecked).
+/// The two products of an _AttentionViews node with views `q`, `k`, `v`: `scores` = q k (its dims; dense), `context` =
+/// softmax(scores) v, as ProductOf gives it (dims, the node's output shape and strides).
+struct AttentionProducts {
+  Shape scores;
+  ViewProduct context;
+};
+AttentionProducts AttentionOf(const Node& node, const StridedView& q, const StridedView& k, const StridedView& v);
+
+/// Operand `which` ("a" or "b"; "q", "k" or "v") of a _MatMulViews (_AttentionViews) node, as its attributes give it
+/// (unchecked).
 StridedView ReadView(const Node& node, const std::string& which);
 void WriteView(Node& node, const std::string& which, const StridedView& v);
 

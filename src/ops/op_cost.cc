@@ -54,6 +54,13 @@ int64_t EstimatedWork(const Node& node, const std::vector<Shape>& in, const std:
     const std::vector<int64_t> a_dims = node.GetInts("a_dims", {});
     return a_dims.empty() ? 0 : Mul(2, Mul(Elements(out[0]), a_dims.back()));
   }
+  if (op == kAttentionViewsOp && !out.empty()) {  // M x T scores of D products, then M x Dv outputs of T products
+    const std::vector<int64_t> q = node.GetInts("q_dims", {}), k = node.GetInts("k_dims", {}),
+                               v = node.GetInts("v_dims", {});
+    if (q.empty() || k.empty() || v.empty() || v.back() < 1) return 0;
+    const int64_t rows = Elements(out[0]) / v.back();  // context rows, one row of T scores each
+    return Mul(2, Mul(rows, Mul(k.back(), std::min(kCap, q.back() + v.back()))));
+  }
   if ((op == "LSTM" || op == "GRU" || op == "RNN") && in.size() >= 3 && in[0].size() == 3 && in[2].size() == 3) {
     // X [seq, batch, I] (or batch-first: the product is the same), R [dirs, gates x H, H].
     const int64_t inputs = in[0][2], hidden_rows = in[2][1], hidden = in[2][2], dirs = in[2][0];

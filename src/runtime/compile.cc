@@ -223,7 +223,8 @@ void InferAndFold(CompileState& st) {
 // The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
 // OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
 // FuseConvPRelu), OSPREY_FUSE_SCALE (a squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale),
-// OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_CHAINS (unary
+// OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the
+// two attention products and the Softmax between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary
 // steps into an elementwise node, FuseElementwiseChains).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
@@ -568,6 +569,11 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo &&
       FusionSwitchedOn("OSPREY_FUSE_VIEWS"))
     FuseMatMulViews(st);
+  if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo &&
+      FusionSwitchedOn("OSPREY_FUSE_ATTENTION"))
+    FuseAttentionViews(st, [&](const Node& n) {
+      return CpuKernelTakesAttention(MakeBuildContext(st, n, nthreads, bf16, tune));
+    });
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
     FuseElementwiseChains(st);
   if (options.fast_kernels && !on_device) {

@@ -722,6 +722,98 @@ void FuseMatMulViews(CompileState& st) {
   DropDead(st, dead);
 }
 
+// MatMul or _MatMulViews (q, k) [-> Div or Mul by a constant scalar] -> Softmax(last axis) -> MatMul or _MatMulViews
+// (the scores whole, v), each value read by the next node alone -> one _AttentionViews node (ops/matmul_views.h),
+// where `fast_kernel_takes` it.
+void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
+  const Uses u = CountUses(st);
+  const std::vector<int> producer = Producers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  // A product's operands as views: a _MatMulViews node's, or a plain MatMul's whole operands (equal ranks 2-6).
+  auto product_views = [&](const Node& n, StridedView* a, StridedView* b, float* scale) {
+    if (!n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 || n.inputs[1] < 0)
+      return false;
+    if (n.op_type == kMatMulViewsOp) {
+      *a = ReadView(n, "a");
+      *b = ReadView(n, "b");
+      *scale = n.GetFloat("scale", 1.f);
+      return true;
+    }
+    if (n.op_type != "MatMul" || n.Has("_bias") || n.Has("_residual") || n.Has("_activation") || n.Has("_int8"))
+      return false;
+    const CompileValue &x = st.values[n.inputs[0]], &y = st.values[n.inputs[1]];
+    if (x.known || y.known || x.dtype != DType::kF32 || y.dtype != DType::kF32 || x.shape.size() < 2 ||
+        x.shape.size() > 6 || x.shape.size() != y.shape.size() || NumElements(x.shape) == 0 ||
+        NumElements(y.shape) == 0)
+      return false;
+    *a = DenseView(x.shape);
+    *b = DenseView(y.shape);
+    *scale = 1.f;
+    return true;
+  };
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& softmax = st.nodes[j];
+    if (softmax.op_type != "Softmax" || !softmax.domain.empty() || softmax.inputs.size() != 1 ||
+        softmax.outputs.size() != 1 || softmax.inputs[0] < 0)
+      continue;
+    const int scores = softmax.inputs[0], probs = softmax.outputs[0];
+    const int64_t rank = static_cast<int64_t>(st.values[scores].shape.size());
+    int64_t axis = softmax.GetInt("axis", st.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += rank;
+    // (Before opset 13 the axis flattens what follows it into one: the same as the last axis only for the last.)
+    if (axis != rank - 1 || st.values[scores].dtype != DType::kF32 || producer[scores] < 0 ||
+        !Private(st, u, scores) || !Private(st, u, probs))
+      continue;
+    int first = producer[scores];
+    const int second = u.consumers[probs][0];
+    // The scores divided or multiplied by a constant scalar first (BERT-style exports scale them, not q): a factor.
+    float factor = 1.f;
+    int scaling = -1;
+    if (const Node& d = st.nodes[first];
+        (d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() && d.inputs.size() == 2 && d.outputs.size() == 1) {
+      const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
+      const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
+      if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
+          st.values[x].shape != st.values[scores].shape || !Private(st, u, x) || producer[x] < 0)
+        continue;
+      const float f = st.values[c].value.data<float>()[0];
+      if (!std::isfinite(f) || f == 0.f) continue;
+      factor = d.op_type == "Div" ? 1.f / f : f;
+      scaling = first;
+      first = producer[x];
+    }
+    if (dead[first] || dead[second] || (scaling >= 0 && dead[scaling])) continue;
+    StridedView q, k, p, v;
+    float scale = 1.f, second_scale = 1.f;
+    const Node &a = st.nodes[first], &b = st.nodes[second];
+    if (!product_views(a, &q, &k, &scale) || a.Has("out_perm") || !product_views(b, &p, &v, &second_scale) ||
+        second_scale != 1.f || b.inputs[0] != probs || b.inputs[1] == probs)
+      continue;
+    scale *= factor;
+    const StridedView whole = DenseView(st.values[probs].shape);  // the second product reads the probabilities whole
+    if (p.offset != 0 || p.dims != whole.dims || p.strides != whole.strides ||
+        static_cast<int64_t>(q.dims.size()) != rank)
+      continue;
+    Node fused;
+    fused.op_type = kAttentionViewsOp;
+    fused.name = b.name;
+    fused.inputs = {a.inputs[0], a.inputs[1], b.inputs[1]};
+    fused.outputs = b.outputs;
+    WriteView(fused, "q", q);
+    WriteView(fused, "k", k);
+    WriteView(fused, "v", v);
+    if (scale != 1.f) fused.attrs["scale"] = Attribute::Float(scale);
+    if (b.Has("out_perm")) fused.attrs["out_perm"] = Attribute::Ints(b.GetInts("out_perm", {}));
+    if (!fast_kernel_takes(fused)) continue;
+    st.nodes[second] = std::move(fused);
+    dead[first] = dead[j] = 1;
+    if (scaling >= 0) dead[scaling] = 1;
+    changed = true;
+  }
+  if (changed) DropDead(st, dead);
+}
+
 // Mul(x, s) -> 1x1 Conv, where s holds one factor per image and channel ([N, C, 1, 1] or [1, C, 1, 1], computed at run
 // time: a squeeze-and-excitation gate) -> one Conv with `_input_scale` and s as input 7 (ops/conv_input_scale.h), for
 // plans on the CPU's fast kernels: osprey's 1x1 kernel scales the input where it reads it, oneDNN's path scales it in

@@ -241,6 +241,9 @@ void FuseConvInputScale(CompileState& state);
 /// unit-step Slices that made them, and write through a Transpose after them, as one _MatMulViews node
 /// (ops/matmul_views.h), a scalar Div or Mul of an operand folded in; for plans on the CPU's fast kernels (fusion.cc).
 void FuseMatMulViews(CompileState& state);
+/// A product of views (or MatMul), a Softmax over its last axis and the product of that with a third operand, each
+/// read by the next alone, as one _AttentionViews node (ops/matmul_views.h) where `fast_kernel_takes` it (fusion.cc).
+void FuseAttentionViews(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
 /// Chains of unary activations and fake quantisations after an elementwise node as its fused steps (`_then`,
 /// ops/activation.h; fusion.cc).
 void FuseElementwiseChains(CompileState& state);

@@ -21,7 +21,7 @@
 namespace osprey {
 namespace {
 
-// Matrix products and recurrent layers whose EstimatedWork (ops/op_cost.h) is below this are built for one thread
+// Matrix products (attention too) and recurrent layers whose EstimatedWork (ops/op_cost.h) is below this are built for one thread
 // too and timed both ways when tuning (OneThreadFaster): oneDNN's parallel forms of small ones can be several times
 // slower than its serial ones (Silero VAD's single-step LSTM: 0.109 ms on two threads, 0.015 ms on one).
 // Convolutions are left out: timed alone, small ones often looked faster on one thread, but in MobileNetV2,
@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kMaxTimedWork = int64_t{1} << 23;
 
 bool ThreadCountMatters(const Node& node) {
-  static const char* const kOps[] = {"Gemm", "MatMul", kMatMulViewsOp, "LSTM", "GRU", "RNN"};
+  static const char* const kOps[] = {"Gemm", "MatMul", kMatMulViewsOp, kAttentionViewsOp, "LSTM", "GRU", "RNN"};
   for (const char* op : kOps)
     if (node.op_type == op) return node.domain.empty();
   return false;

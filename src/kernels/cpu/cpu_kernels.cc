@@ -64,6 +64,7 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
       return cpu::CreateIntegerKernel(ctx);
     if (op == "MatMul") return cpu::CreateDnnlMatMul(ctx);
     if (op == kMatMulViewsOp) return cpu::CreateDnnlMatMulViews(ctx);
+    if (op == kAttentionViewsOp) return cpu::CreateAttentionViews(ctx);
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
       if (std::unique_ptr<Kernel> k = CreateGlobalPool(ctx)) return k;
@@ -130,6 +131,10 @@ bool CpuKernelFusesPRelu(const KernelBuildContext& ctx) {
   } catch (const dnnl::error&) {
     return false;
   }
+}
+
+bool CpuKernelTakesAttention(const KernelBuildContext& ctx) {
+  return WithinFastKernelLimits(ctx) && cpu::CreateAttentionViews(ctx) != nullptr;
 }
 
 std::unique_ptr<Kernel> CreateLayoutReorderKernel(const Shape& shape, Layout from, Layout to, int num_threads) {

@@ -36,6 +36,14 @@ bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx);
 /// post-op.
 bool CpuKernelFusesPRelu(const KernelBuildContext& ctx);
 
+/// _AttentionViews (ops/matmul_views.h) on AVX-512 (attention_kernel.cc): nullptr on other CPUs, for other layouts,
+/// or where the context rows are not contiguous in the output. The fusion making the node asks first
+/// (CpuKernelTakesAttention), so the node never falls to its reference kernel.
+namespace cpu {
+std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx);
+}
+bool CpuKernelTakesAttention(const KernelBuildContext& ctx);
+
 /// True when CreateCpuKernel builds a kernel for this node (dtypes/shapes/values as in `ctx`) that, asked for kNhwc
 /// on every tensor input and every output, copies channels-last data without a reorder (channel_kernels.cc: Concat
 /// on axis 1, Slice/Split of channels, a Slice box with unit steps, _ChannelShuffle; Resize/Upsample along H and W,

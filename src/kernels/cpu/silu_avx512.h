@@ -1,5 +1,6 @@
 #pragma once
-// SiLU, x / (1 + e^-x), and the sigmoid on 16 floats in an AVX-512 register: the pass kernels run over their own
+// e^x, SiLU, x / (1 + e^-x), and the sigmoid on 16 floats in an AVX-512 register (e^x also for the attention
+// kernel's softmax): the pass kernels run over their own
 // outputs (SiluInPlace, elementwise_kernels.cc) and kernels that apply it in registers before their store
 // (activation_avx512.h).
 // e^-x from a degree-5 polynomial and 2^n by scalef, then x * 1 / (1 + e) with the reciprocal from rcp14 and one
@@ -18,20 +19,27 @@ namespace osprey::cpu {
 // which SiLU does not need.
 inline constexpr float kSigmoidExpC[4] = {0.49999232f, 0.16667115f, 0.04189011f, 0.00831251f};
 
-/// 1 / (1 + e^-v) on the 16 values of `v`: 16 vector operations. v is clamped to [-88.3, 87.3] (e^-v stays finite
-/// and normal); n = round(-v log2e) by adding and subtracting 1.5 * 2^23; r = -v - n ln2 with ln2 split in two.
-__attribute__((target("avx512f"), always_inline)) inline __m512 SigmoidVector(__m512 v) {
+/// e^x on the 16 values of `x`: 12 vector operations. x is clamped to [-87.3, 88.3] (the result stays finite and
+/// normal); n = round(x log2e) by adding and subtracting 1.5 * 2^23; r = x - n ln2 with ln2 split in two; e^r from the
+/// polynomial above, times 2^n by scalef.
+__attribute__((target("avx512f"), always_inline)) inline __m512 ExpVector(__m512 x) {
   using namespace vmath::exp_constants;
   const __m512 one = _mm512_set1_ps(1.f), round = _mm512_set1_ps(12582912.f);
-  const __m512 a = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-kMaxArg)), _mm512_set1_ps(-kMinArg));
-  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(-kLog2e), round), round);
-  const __m512 r = _mm512_fmsub_ps(n, _mm512_set1_ps(kLn2Lo), _mm512_fmadd_ps(n, _mm512_set1_ps(kLn2Hi), a));
+  const __m512 a = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kMinArg)), _mm512_set1_ps(kMaxArg));
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(kLog2e), round), round);
+  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(kLn2Lo), _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), a));
   __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kSigmoidExpC[3]), r, _mm512_set1_ps(kSigmoidExpC[2]));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kSigmoidExpC[1]));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kSigmoidExpC[0]));
   p = _mm512_fmadd_ps(p, r, one);
-  p = _mm512_fmadd_ps(p, r, one);                               // e^r
-  const __m512 d = _mm512_add_ps(one, _mm512_scalef_ps(p, n));  // 1 + e^-v
+  p = _mm512_fmadd_ps(p, r, one);  // e^r
+  return _mm512_scalef_ps(p, n);
+}
+
+/// 1 / (1 + e^-v) on the 16 values of `v`: 16 vector operations (e^-v by ExpVector).
+__attribute__((target("avx512f"), always_inline)) inline __m512 SigmoidVector(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __m512 d = _mm512_add_ps(one, ExpVector(_mm512_sub_ps(_mm512_setzero_ps(), v)));  // 1 + e^-v
   const __m512 y = _mm512_rcp14_ps(d);
   return _mm512_mul_ps(y, _mm512_fnmadd_ps(d, y, _mm512_set1_ps(2.f)));  // one Newton step: y (2 - d y)
 }

@@ -826,16 +826,11 @@ void MatMulRef(KernelContext& ctx) {
   if (int8) Int8Grid(ctx.node, "y", yd, y.numel());
 }
 
-// _MatMulViews (ops/matmul_views.h): each operand read through its strides, the product summed in double per output
-// element, times `scale`, stored at the output's position (permuted by `out_perm`).
-void MatMulViewsRef(KernelContext& ctx) {
-  const StridedView a = ReadView(ctx.node, "a"), b = ReadView(ctx.node, "b");
-  const float* ad = ctx.In(0).data<float>();
-  const float* bd = ctx.In(1).data<float>();
-  float* yd = ctx.Out(0).data<float>();
-  const float scale = ctx.node.GetFloat("scale", 1.f);
+// The product of the views a (of ad) and b (of bd) as ProductOf gives it, each output element summed in double, times
+// `scale`, stored at its position in y (product.output_strides).
+void ViewsProductRef(const float* ad, const StridedView& a, const float* bd, const StridedView& b, float scale,
+                     const ViewProduct& product, float* yd) {
   const size_t rank = a.dims.size();
-  const ViewProduct product = ProductOf(ctx.node, a, b);
   const Shape& p = product.dims;
   const std::vector<int64_t>& y_stride = product.output_strides;
   const int64_t k_extent = a.dims[rank - 1];
@@ -858,6 +853,34 @@ void MatMulViewsRef(KernelContext& ctx) {
       sum += static_cast<double>(ad[ao + k * a.strides[rank - 1]]) * bd[bo + k * b.strides[rank - 2]];
     yd[yo] = static_cast<float>(sum * scale);
   }
+}
+
+// _MatMulViews (ops/matmul_views.h): each operand read through its strides, the product summed in double per output
+// element, times `scale`, stored at the output's position (permuted by `out_perm`).
+void MatMulViewsRef(KernelContext& ctx) {
+  const StridedView a = ReadView(ctx.node, "a"), b = ReadView(ctx.node, "b");
+  ViewsProductRef(ctx.In(0).data<float>(), a, ctx.In(1).data<float>(), b, ctx.node.GetFloat("scale", 1.f),
+                  ProductOf(ctx.node, a, b), ctx.Out(0).data<float>());
+}
+
+// _AttentionViews (ops/matmul_views.h): the scores scale x q k as _MatMulViews computes them, a softmax of each row in
+// double, then the product with v: the three ops it stands for, one after the other.
+void AttentionViewsRef(KernelContext& ctx) {
+  const StridedView q = ReadView(ctx.node, "q"), k = ReadView(ctx.node, "k"), v = ReadView(ctx.node, "v");
+  const AttentionProducts p = AttentionOf(ctx.node, q, k, v);
+  const StridedView dense = DenseView(p.scores);
+  std::vector<float> scores(static_cast<size_t>(NumElements(p.scores)));
+  ViewsProductRef(ctx.In(0).data<float>(), q, ctx.In(1).data<float>(), k, ctx.node.GetFloat("scale", 1.f),
+                  {p.scores, p.scores, dense.strides}, scores.data());
+  const int64_t keys = p.scores.back();
+  for (size_t row = 0; row < scores.size(); row += keys) {
+    float* s = scores.data() + row;
+    const float top = *std::max_element(s, s + keys);
+    double sum = 0;
+    for (int64_t j = 0; j < keys; ++j) sum += std::exp(static_cast<double>(s[j]) - top);
+    for (int64_t j = 0; j < keys; ++j) s[j] = static_cast<float>(std::exp(static_cast<double>(s[j]) - top) / sum);
+  }
+  ViewsProductRef(scores.data(), dense, ctx.In(2).data<float>(), v, 1.f, p.context, ctx.Out(0).data<float>());
 }
 
 std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {
@@ -1086,6 +1109,7 @@ void AddNnReferenceKernels(ReferenceKernelTable& t) {
   t.Add("LayerNormalization", LayerNormalizationRef);
   t.Add("MatMul", MatMulRef);
   t.Add(kMatMulViewsOp, MatMulViewsRef);
+  t.Add(kAttentionViewsOp, AttentionViewsRef);
   t.Add("Gemm", GemmRef);
   t.Add("Einsum", EinsumRef);
   t.Add("MaxPool", MaxPoolRef);

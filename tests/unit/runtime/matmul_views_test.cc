@@ -62,30 +62,167 @@ std::vector<std::string> OpsRun(const Graph& g, const Shape& input, const Compil
   return ops;
 }
 
+// Whether this CPU's fast kernels take an _AttentionViews node (attention_kernel.cc: AVX-512): where they do, the two
+// products and the Softmax become one node; elsewhere the products stay _MatMulViews.
+bool AttentionKernelHere() { return __builtin_cpu_supports("avx512f"); }
+
 TEST(MatMulViews, AttentionProductsReadTheirOperandsInPlace) {
-  for (bool fast : {true, false}) {
-    SCOPED_TRACE(fast ? "fast kernels" : "reference kernels");
-    const Graph g = AttentionGraph(13, 3, 8);
+  for (const char* fuse_attention : {"1", "0"})
+    for (bool fast : {true, false}) {
+      SCOPED_TRACE(std::string(fast ? "fast kernels" : "reference kernels") + ", OSPREY_FUSE_ATTENTION=" +
+                   fuse_attention);
+      setenv("OSPREY_FUSE_ATTENTION", fuse_attention, 1);
+      const Graph g = AttentionGraph(13, 3, 8);
+      std::vector<Tensor> want, got;
+      OpsRun(g, {13, 24}, kOracle, &want);
+      const std::vector<std::string> ops =
+          OpsRun(g, {13, 24}, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true}, &got);
+      unsetenv("OSPREY_FUSE_ATTENTION");
+      ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+      if (!fast) continue;  // the passes run for the CPU's fast kernels only
+      const bool fused = AttentionKernelHere() && std::string(fuse_attention) == "1";
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), fused ? 0 : 2);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), fused ? 1 : 0);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "Softmax"), fused ? 0 : 1);
+      for (const char* gone : {"Slice", "Transpose", "Div"})
+        EXPECT_EQ(std::count(ops.begin(), ops.end(), gone), 0) << gone;
+    }
+}
+
+// The attention kernel's edges: keys not a multiple of 16 (a masked tail), context rows of 24 and 80 floats (a masked
+// last vector; two groups of vectors), query rows not a multiple of its 6-row blocks over several 48-row tasks, heads
+// of ViT-B/16's size; against the unfused graph on reference kernels.
+TEST(AttentionViews, MatchesTheUnfusedGraph) {
+  struct Case {
+    int64_t t, h, d;
+  };
+  for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}}) {
+    SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d));
+    const Graph g = AttentionGraph(c.t, c.h, c.d);
     std::vector<Tensor> want, got;
-    OpsRun(g, {13, 24}, kOracle, &want);
-    const std::vector<std::string> ops =
-        OpsRun(g, {13, 24}, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = true}, &got);
+    OpsRun(g, {c.t, c.h * c.d}, kOracle, &want);
+    const std::vector<std::string> ops = OpsRun(g, {c.t, c.h * c.d}, kFast, &got);
     ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
-    if (!fast) continue;  // the pass runs for the CPU's fast kernels only
-    EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), 2);
-    for (const char* gone : {"Slice", "Transpose", "Div"})
-      EXPECT_EQ(std::count(ops.begin(), ops.end(), gone), 0) << gone;
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), AttentionKernelHere() ? 1 : 0);
   }
 }
 
+// softmax(scale q k) v of whole operands, q and v with two batch entries and k^T broadcast over them, the output
+// transposed: as plain ops, and as the one _AttentionViews node such a graph may carry, on both kernels.
+TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
+  const Shape qs{2, 9, 5}, ks{1, 5, 21}, vs{2, 21, 18};
+  const Tensor q = RandomTensor(qs, 7), k = RandomTensor(ks, 8), v = RandomTensor(vs, 9);
+  GraphBuilder p("plain", 13);
+  auto scores = p.Op("Mul", {p.Op("MatMul", {p.Input("q", DType::kF32, qs), p.Input("k", DType::kF32, ks)}),
+                             p.Constant(Tensor::Scalar<float>(0.7f))});
+  auto context = p.Op("MatMul", {p.Op("Softmax", {scores}, {{"axis", Attribute::Int(2)}}), p.Input("v", DType::kF32, vs)});
+  p.Output(p.Op("Transpose", {context}, {{"perm", Attribute::Ints({1, 0, 2})}}), "y");
+  const Graph plain = p.Finish();
+  const std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
+  const Tensor want = Compile(plain, specs, kOracle)->Run({q, k, v})[0];
+  ASSERT_EQ(ShapeToString(want.shape()), "[9, 2, 18]");
+
+  GraphBuilder b("fused", 13);
+  Node attrs;
+  WriteView(attrs, "q", DenseView(qs));
+  WriteView(attrs, "k", DenseView(ks));
+  WriteView(attrs, "v", DenseView(vs));
+  attrs.attrs["scale"] = Attribute::Float(0.7f);
+  attrs.attrs["out_perm"] = Attribute::Ints({1, 0, 2});
+  b.Output(b.Op(kAttentionViewsOp,
+                {b.Input("q", DType::kF32, qs), b.Input("k", DType::kF32, ks), b.Input("v", DType::kF32, vs)},
+                attrs.attrs),
+           "y");
+  const Graph fused = b.Finish();
+  for (bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "fast kernels" : "reference kernel");
+    std::vector<OpProfile> profile;
+    const Tensor got = Compile(fused, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = false})
+                           ->Run({q, k, v}, &profile)[0];
+    ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+    ASSERT_EQ(profile.size(), 1u);
+    if (fast && AttentionKernelHere()) {
+      EXPECT_EQ(profile[0].kernel, "AttentionF32");
+    }
+  }
+  // The plain graph fuses (plain MatMuls, the Mul of the scores folded in) where the kernel takes it.
+  std::vector<OpProfile> profile;
+  const Tensor got = Compile(plain, specs, kFast)->Run({q, k, v}, &profile)[0];
+  ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+  int fused_steps = 0;
+  for (const OpProfile& step : profile) fused_steps += step.op_type == "_AttentionViews";
+  EXPECT_EQ(fused_steps, AttentionKernelHere() ? 1 : 0);
+}
+
+// A Softmax over another axis, or whose probabilities are read elsewhere too, is not an attention: nothing fuses.
+TEST(AttentionViews, OtherSoftmaxesStay) {
+  for (bool escape : {false, true}) {
+    SCOPED_TRACE(escape ? "probabilities read elsewhere" : "softmax over axis 1");
+    const Shape qs{2, 6, 4}, ks{2, 4, 6}, vs{2, 6, 3};
+    GraphBuilder p("plain", 13);
+    auto probs = p.Op("Softmax", {p.Op("MatMul", {p.Input("q", DType::kF32, qs), p.Input("k", DType::kF32, ks)})},
+                      {{"axis", Attribute::Int(escape ? -1 : 1)}});
+    p.Output(p.Op("MatMul", {probs, p.Input("v", DType::kF32, vs)}), "y");
+    if (escape) p.Output(probs, "probs");
+    const Graph g = p.Finish();
+    const std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
+    const std::vector<Tensor> inputs{RandomTensor(qs, 1), RandomTensor(ks, 2), RandomTensor(vs, 3)};
+    const std::vector<Tensor> want = Compile(g, specs, kOracle)->Run(inputs);
+    std::vector<OpProfile> profile;
+    const std::vector<Tensor> got = Compile(g, specs, kFast)->Run(inputs, &profile);
+    for (size_t i = 0; i < want.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-5f, 1e-5f);
+    for (const OpProfile& step : profile) EXPECT_NE(step.op_type, "_AttentionViews");
+  }
+}
+
+TEST(AttentionViews, ShapeRuleRejectsMalformedNodes) {
+  auto graph = [](const StridedView& q, const StridedView& k, const StridedView& v,
+                  const std::vector<int64_t>& perm = {}) {
+    GraphBuilder b("fused", 13);
+    Node attrs;
+    WriteView(attrs, "q", q);
+    WriteView(attrs, "k", k);
+    WriteView(attrs, "v", v);
+    if (!perm.empty()) attrs.attrs["out_perm"] = Attribute::Ints(perm);
+    b.Output(b.Op(kAttentionViewsOp, {b.Input("x", DType::kF32, {8, 24}), b.Input("x2", DType::kF32, {8, 24}),
+                                      b.Input("x3", DType::kF32, {8, 24})},
+                  attrs.attrs),
+             "y");
+    return b.Finish();
+  };
+  const std::vector<TensorSpec> specs(3, TensorSpec{DType::kF32, {8, 24}});
+  // Two heads of 4 over 8 tokens of a [8, 24] qkv: q at column 0, k at 8, v at 16.
+  const StridedView q{0, {2, 8, 4}, {4, 24, 1}}, k{8, {2, 4, 8}, {4, 1, 24}}, v{16, {2, 8, 4}, {4, 24, 1}};
+  EXPECT_NO_THROW(Compile(graph(q, k, v), specs, kOracle));
+  testing::ExpectCompileError(graph(q, {8, {2, 3, 8}, {4, 1, 24}}, v), specs, "inner dimensions do not match: q_dims");
+  testing::ExpectCompileError(graph(q, k, {16, {2, 7, 4}, {4, 24, 1}}), specs,
+                              "inner dimensions do not match: scores (q k)");
+  testing::ExpectCompileError(graph(q, k, {16, {8, 4}, {24, 1}}), specs, "as many as the other operand's");
+  testing::ExpectCompileError(graph(q, k, {20, {2, 8, 4}, {4, 24, 1}}), specs, "stay inside input 2");
+  testing::ExpectCompileError(graph(q, k, v, {0, 0, 1}), specs, "out_perm should be a permutation");
+  testing::ExpectCompileError(graph(q, {8, {2, 4, 8}, {0, 1, 24}}, v), specs, "repeat elements");
+}
+
+// Its work is both products: ViT-B/16's 12 heads of 197 x 197 scores over 64, then 197 x 64 outputs over 197.
+TEST(AttentionViews, WorkCountsBothProducts) {
+  Node node;
+  node.op_type = kAttentionViewsOp;
+  WriteView(node, "q", {0, {12, 197, 64}, {64, 2304, 1}});
+  WriteView(node, "k", {768, {12, 64, 197}, {64, 1, 2304}});
+  WriteView(node, "v", {1536, {12, 197, 64}, {64, 2304, 1}});
+  EXPECT_EQ(EstimatedWork(node, {{197, 2304}, {197, 2304}, {197, 2304}}, {{197, 12, 64}}),
+            int64_t{2} * 12 * 197 * 197 * (64 + 64));
+}
+
 // Small fused products are candidates for one thread like small MatMuls (step_threads.cc): OSPREY_STEP_THREADS=1 puts
-// every candidate on one thread untimed, the QKV projection and both attention products (the graph's three products).
+// every candidate on one thread untimed, the QKV projection and both attention products (the graph's three products),
+// or the one attention node that takes them.
 TEST(MatMulViews, SmallProductsMayRunOnOneThread) {
   setenv("OSPREY_STEP_THREADS", "1", 1);
   auto plan = Compile(AttentionGraph(13, 3, 8), {{DType::kF32, {13, 24}}}, kFast);
   unsetenv("OSPREY_STEP_THREADS");
   if (plan->num_single_thread_steps() == 0) GTEST_SKIP() << "OSPREY_TUNE=0: no per-step thread choice";
-  EXPECT_EQ(plan->num_single_thread_steps(), 3u);
+  EXPECT_EQ(plan->num_single_thread_steps(), AttentionKernelHere() ? 2u : 3u);  // the two products fused, or not
 }
 
 // Its work is its products (2 x output elements x K), not its operands' sizes: ViT's q k^T is 12 x 197 x 197 outputs
@@ -107,7 +244,8 @@ TEST(MatMulViews, AValueReadElsewhereKeepsItsChain) {
   for (size_t i = 0; i < got.size(); ++i) ExpectTensorNear(got[i], want[i], 1e-5f, 1e-5f);
   // q's Reshape, Transpose and Div are read by the product alone and go into it; its Slice stays (a graph output).
   EXPECT_EQ(std::count(ops.begin(), ops.end(), "Slice"), 1);
-  EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), 2);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "_MatMulViews"), AttentionKernelHere() ? 0 : 2);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), AttentionKernelHere() ? 1 : 0);
 }
 
 // The fused node as a graph may carry it: operands viewed with a broadcast batch axis, a transposed B, the output
@@ -147,7 +285,9 @@ TEST(MatMulViews, FusedNodeMatchesThePlainOps) {
                            ->Run({a_src, b_src}, &profile)[0];
     ExpectTensorNear(got, want, 1e-5f, 1e-5f);
     ASSERT_EQ(profile.size(), 1u);
-    if (fast) EXPECT_EQ(profile[0].kernel, "MatMulF32Dnnl");
+    if (fast) {
+      EXPECT_EQ(profile[0].kernel, "MatMulF32Dnnl");
+    }
   }
 }
 
