@@ -155,6 +155,12 @@ void InferAttentionViews(InferContext& ctx) {
   CheckScaleAndPerm(ctx, q.dims.size());  // before AttentionOf reads out_perm
   const AttentionProducts p = AttentionOf(ctx.node, q, k, v);
   CheckViewProduct(ctx, DenseView(p.scores), v, "scores (q k)", "v_dims");
+  // Multiply-adds: every score (batch x M x T) takes D of them and gives Dv; each factor checked before it is applied.
+  int64_t work = q.dims.back() + v.dims.back();
+  for (int64_t d : p.scores) work = d > kMaxAttentionWork / work ? kMaxAttentionWork + 1 : work * d;
+  if (work > kMaxAttentionWork)
+    ctx.Fail("scores " + ShapeToString(p.scores) + " of depth " + Str(q.dims.back()) + " with context rows of " +
+             Str(v.dims.back()) + " take more than " + Str(kMaxAttentionWork) + " multiply-adds, the limit of one node");
   ctx.SetOutput(0, DType::kF32, p.context.output);
 }
 

@@ -863,24 +863,54 @@ void MatMulViewsRef(KernelContext& ctx) {
                   ProductOf(ctx.node, a, b), ctx.Out(0).data<float>());
 }
 
-// _AttentionViews (ops/matmul_views.h): the scores scale x q k as _MatMulViews computes them, a softmax of each row in
-// double, then the product with v: the three ops it stands for, one after the other.
+// _AttentionViews (ops/matmul_views.h): for each batch index and query row, its scores scale x q k summed in double,
+// a softmax in double, then the context row, summed in double: the three ops it stands for, one row at a time (memory
+// for one row of scores, however many rows there are).
 void AttentionViewsRef(KernelContext& ctx) {
   const StridedView q = ReadView(ctx.node, "q"), k = ReadView(ctx.node, "k"), v = ReadView(ctx.node, "v");
   const AttentionProducts p = AttentionOf(ctx.node, q, k, v);
-  const StridedView dense = DenseView(p.scores);
-  std::vector<float> scores(static_cast<size_t>(NumElements(p.scores)));
-  ViewsProductRef(ctx.In(0).data<float>(), q, ctx.In(1).data<float>(), k, ctx.node.GetFloat("scale", 1.f),
-                  {p.scores, p.scores, dense.strides}, scores.data());
-  const int64_t keys = p.scores.back();
-  for (size_t row = 0; row < scores.size(); row += keys) {
-    float* s = scores.data() + row;
-    const float top = *std::max_element(s, s + keys);
-    double sum = 0;
-    for (int64_t j = 0; j < keys; ++j) sum += std::exp(static_cast<double>(s[j]) - top);
-    for (int64_t j = 0; j < keys; ++j) s[j] = static_cast<float>(std::exp(static_cast<double>(s[j]) - top) / sum);
+  const float* qd = ctx.In(0).data<float>();
+  const float* kd = ctx.In(1).data<float>();
+  const float* vd = ctx.In(2).data<float>();
+  float* yd = ctx.Out(0).data<float>();
+  const double scale = ctx.node.GetFloat("scale", 1.f);
+  const size_t rank = q.dims.size();
+  const int64_t rows = p.scores[rank - 2], keys = p.scores[rank - 1], depth = q.dims[rank - 1];
+  const int64_t width = v.dims[rank - 1];
+  const std::vector<int64_t>& y_stride = p.context.output_strides;
+  std::vector<double> s(static_cast<size_t>(keys));
+  const Shape& c = p.context.dims;  // batch axes: q's, k's and v's broadcast
+  for (int64_t b = 0, batches = NumElements(c) / (c[rank - 2] * c[rank - 1]); b < batches; ++b) {
+    int64_t qo = q.offset, ko = k.offset, vo = v.offset, yo = 0;
+    for (int64_t d = static_cast<int64_t>(rank) - 3, rest = b; d >= 0; --d) {
+      const int64_t i = rest % c[d];
+      rest /= c[d];
+      qo += (q.dims[d] == 1 ? 0 : i) * q.strides[d];
+      ko += (k.dims[d] == 1 ? 0 : i) * k.strides[d];
+      vo += (v.dims[d] == 1 ? 0 : i) * v.strides[d];
+      yo += i * y_stride[d];
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      double top = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < keys; ++j) {
+        double sum = 0;
+        for (int64_t d = 0; d < depth; ++d)
+          sum += static_cast<double>(qd[qo + i * q.strides[rank - 2] + d * q.strides[rank - 1]]) *
+                 kd[ko + d * k.strides[rank - 2] + j * k.strides[rank - 1]];
+        s[j] = static_cast<double>(static_cast<float>(sum * scale));  // the scores as the unfused graph holds them
+        top = std::max(top, s[j]);
+      }
+      double total = 0;
+      for (double& x : s) total += (x = std::exp(x - top));
+      for (int64_t e = 0; e < width; ++e) {
+        double sum = 0;
+        for (int64_t j = 0; j < keys; ++j)
+          sum += static_cast<double>(static_cast<float>(s[j] / total)) *
+                 vd[vo + j * v.strides[rank - 2] + e * v.strides[rank - 1]];
+        yd[yo + i * y_stride[rank - 2] + e * y_stride[rank - 1]] = static_cast<float>(sum);
+      }
+    }
   }
-  ViewsProductRef(scores.data(), dense, ctx.In(2).data<float>(), v, 1.f, p.context, ctx.Out(0).data<float>());
 }
 
 std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {

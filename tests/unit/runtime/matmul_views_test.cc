@@ -107,10 +107,10 @@ TEST(AttentionViews, MatchesTheUnfusedGraph) {
   }
 }
 
-// softmax(scale q k) v of whole operands, q and v with two batch entries and k^T broadcast over them, the output
-// transposed: as plain ops, and as the one _AttentionViews node such a graph may carry, on both kernels.
-TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
-  const Shape qs{2, 9, 5}, ks{1, 5, 21}, vs{2, 21, 18};
+// softmax(scale q k) v of whole operands, q and v with two batch entries and k^T broadcast over them (or only v with
+// three), the output transposed: as plain ops, and as the one _AttentionViews node such a graph may carry, on both
+// kernels.
+void ExpectAttentionMatchesPlainOps(const Shape& qs, const Shape& ks, const Shape& vs, const std::string& out_shape) {
   const Tensor q = RandomTensor(qs, 7), k = RandomTensor(ks, 8), v = RandomTensor(vs, 9);
   GraphBuilder p("plain", 13);
   auto scores = p.Op("Mul", {p.Op("MatMul", {p.Input("q", DType::kF32, qs), p.Input("k", DType::kF32, ks)}),
@@ -120,7 +120,7 @@ TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
   const Graph plain = p.Finish();
   const std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
   const Tensor want = Compile(plain, specs, kOracle)->Run({q, k, v})[0];
-  ASSERT_EQ(ShapeToString(want.shape()), "[9, 2, 18]");
+  ASSERT_EQ(ShapeToString(want.shape()), out_shape);
 
   GraphBuilder b("fused", 13);
   Node attrs;
@@ -152,6 +152,11 @@ TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
   int fused_steps = 0;
   for (const OpProfile& step : profile) fused_steps += step.op_type == "_AttentionViews";
   EXPECT_EQ(fused_steps, AttentionKernelHere() ? 1 : 0);
+}
+
+TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
+  ExpectAttentionMatchesPlainOps({2, 9, 5}, {1, 5, 21}, {2, 21, 18}, "[9, 2, 18]");
+  ExpectAttentionMatchesPlainOps({1, 9, 5}, {1, 5, 21}, {3, 21, 18}, "[9, 3, 18]");
 }
 
 // A Softmax over another axis, or whose probabilities are read elsewhere too, is not an attention: nothing fuses.
@@ -201,6 +206,22 @@ TEST(AttentionViews, ShapeRuleRejectsMalformedNodes) {
   testing::ExpectCompileError(graph(q, k, {20, {2, 8, 4}, {4, 24, 1}}), specs, "stay inside input 2");
   testing::ExpectCompileError(graph(q, k, v, {0, 0, 1}), specs, "out_perm should be a permutation");
   testing::ExpectCompileError(graph(q, {8, {2, 4, 8}, {0, 1, 24}}, v), specs, "repeat elements");
+  // Work its output does not bound: 2^21 query rows of depth 1 over 2^21 keys, one context element each, from
+  // 2^21-element inputs: 2^43 multiply-adds for an 8 MiB output.
+  {
+    const int64_t n = int64_t{1} << 21;
+    GraphBuilder b("huge", 13);
+    Node attrs;
+    WriteView(attrs, "q", {0, {n, 1}, {1, 1}});
+    WriteView(attrs, "k", {0, {1, n}, {1, 1}});
+    WriteView(attrs, "v", {0, {n, 1}, {1, 1}});
+    b.Output(b.Op(kAttentionViewsOp, {b.Input("q", DType::kF32, {n}), b.Input("k", DType::kF32, {n}),
+                                      b.Input("v", DType::kF32, {n})},
+                  attrs.attrs),
+             "y");
+    testing::ExpectCompileError(b.Finish(), std::vector<TensorSpec>(3, TensorSpec{DType::kF32, {n}}),
+                                "multiply-adds, the limit of one node");
+  }
 }
 
 // Its work is both products: ViT-B/16's 12 heads of 197 x 197 scores over 64, then 197 x 64 outputs over 197.
