@@ -1,18 +1,21 @@
-// _AttentionViews (ops/matmul_views.h) on AVX-512: softmax(scale q k) v for one block of query rows at a time, the
-// block's scores kept in a per-thread scratch row block (in L1/L2) between the two products instead of written out
-// as a [.., M, T] tensor, read by a Softmax pass and read again by the second product. Per attention head (a batch
+// _AttentionViews (ops/matmul_views.h) on AVX-512 or AVX2: softmax(scale q k) v for one block of query rows at a time,
+// the block's scores kept in a per-thread scratch row block (in L1/L2) between the two products instead of written
+// out as a [.., M, T] tensor, read by a Softmax pass and read again by the second product. Per attention head (a batch
 // index of the product), k is packed transposed, [D][T rounded up to 16], and v row by row, [T][Dv], once per
-// thread; a block of kRows query rows then takes its scores 16 keys at a time (kRows x up to 4 vectors of
-// accumulators over D), the softmax numerators of each row in place (max, e^(s - max) by ExpVector, their sum), and
-// the context rows as kRows x up to 4 vectors of Dv over T, scaled by 1 / sum as they are stored. Work is split into
-// (head, row chunk) tasks over the plan's threads. On ViT-B/16 at batch 1 (12 heads of 197 x 197 x 64) it replaced
-// two _MatMulViews products and a Softmax (docs/performance.md, thirty-ninth session).
+// thread; a block of kRows query rows then takes its scores a few vectors of keys at a time (kRows x up to 4 AVX-512
+// or 2 AVX2 vectors of accumulators over D), the softmax numerators of each row in place (max, e^(s - max), their
+// sum), and the context rows as kRows x up to 4 (2) vectors of Dv over T, scaled by 1 / sum as they are stored. The
+// loops are written once (attention_rows.inc) and compiled for each instruction set. Work is split into (head, row
+// chunk) tasks over the plan's threads. On ViT-B/16 at batch 1 (12 heads of 197 x 197 x 64) it replaced two
+// _MatMulViews products and a Softmax (docs/performance.md, thirty-ninth session).
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
@@ -25,7 +28,7 @@ namespace {
 // GCC 12's masked AVX-512 intrinsics pass an "undefined" vector through and then warn that it may be uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-constexpr int kRows = 6;            // query rows per block: kRows x 4 vectors of accumulators
+constexpr int kRows = 6;            // query rows per block: kRows x kMaxVectors vectors of accumulators
 constexpr int64_t kChunkRows = 48;  // query rows per task (a multiple of kRows)
 
 // One head's operands, in elements: q[i][d] = q[i * q_row + d * q_d], k (transposed) kt[d][j] = k[d * k_d + j * k_t],
@@ -41,142 +44,94 @@ struct Head {
   int64_t o_row;
 };
 
-// Scores of kRows query rows (qr) against C x 16 keys of the packed kt (row length tp), times `scale`, into s (row
-// length tp).
-template <int C>
-__attribute__((target("avx512f"))) inline void Scores(const float* const* qr, int64_t q_d, int64_t depth,
-                                                      const float* kt, int64_t tp, float* s, float scale) {
-  __m512 acc[kRows][C];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < depth; ++d, kt += tp) {
-    __m512 kv[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) kv[c] = _mm512_loadu_ps(kt + 16 * c);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 b = _mm512_set1_ps(qr[r][d * q_d]);
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(b, kv[c], acc[r][c]);
-    }
-  }
-  const __m512 f = _mm512_set1_ps(scale);
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(s + r * tp + 16 * c, _mm512_mul_ps(acc[r][c], f));
-}
+// ---- AVX-512: 16 lanes, 6 rows x 4 vectors of accumulators (of 32 registers).
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+namespace avx512 {
+using V = __m512;
+constexpr int kLanes = 16, kMaxVectors = 4;
+inline V Zero() { return _mm512_setzero_ps(); }
+inline V Load(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V Set1(float x) { return _mm512_set1_ps(x); }
+inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+inline V ExpV(V x) { return ExpVector(x); }
+inline float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
+inline float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
+inline __mmask16 First(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+inline V LoadFirst(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(Set1(fill), First(n), p); }
+inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n), v); }
+#include "kernels/cpu/attention_rows.inc"
+}  // namespace avx512
+#pragma GCC pop_options
 
-// Context rows: the kRows rows of s (numerators, row length tp) times the packed v (rows of dv floats, from column
-// 16 c0 on, C vectors, the last one masked by `last`), each row times inv[r], stored to out[r] for r < count.
-template <int C>
-__attribute__((target("avx512f"))) inline void Values(const float* s, int64_t tp, int64_t keys, const float* v,
-                                                      int64_t dv, __mmask16 last, float* const* out, const float* inv,
-                                                      int count) {
-  __m512 acc[kRows][C];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < keys; ++t, v += dv) {
-    __m512 vv[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c)
-      vv[c] = c + 1 < C ? _mm512_loadu_ps(v + 16 * c) : _mm512_maskz_loadu_ps(last, v + 16 * c);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 b = _mm512_set1_ps(s[r * tp + t]);
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(b, vv[c], acc[r][c]);
-    }
-  }
-  // A loop over the constant kRows, unrolled: indexing acc by a run-time row count would put it on the stack.
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= count) break;
-    const __m512 f = _mm512_set1_ps(inv[r]);
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      const __m512 y = _mm512_mul_ps(acc[r][c], f);
-      if (c + 1 < C)
-        _mm512_storeu_ps(out[r] + 16 * c, y);
-      else
-        _mm512_mask_storeu_ps(out[r] + 16 * c, last, y);
-    }
-  }
+// ---- AVX2 + FMA: 8 lanes, 6 rows x 2 vectors of accumulators (of 16 registers).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+using V = __m256;
+constexpr int kLanes = 8, kMaxVectors = 2;
+inline V Zero() { return _mm256_setzero_ps(); }
+inline V Load(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V Set1(float x) { return _mm256_set1_ps(x); }
+inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
+// e^x as ExpVector computes it (silu_avx512.h: the same clamp, reduction and polynomial), 2^n built in the exponent
+// bits (AVX2 has no scalef; n stays within [-126, 127] after the clamp).
+inline V ExpV(V x) {
+  using namespace vmath::exp_constants;
+  const V one = Set1(1.f), round = Set1(12582912.f);
+  const V a = _mm256_min_ps(_mm256_max_ps(x, Set1(kMinArg)), Set1(kMaxArg));
+  const V n = _mm256_sub_ps(Fma(a, Set1(kLog2e), round), round);
+  const V r = Fma(n, Set1(kLn2Lo), _mm256_fnmadd_ps(n, Set1(kLn2Hi), a));
+  V p = Fma(Set1(kSigmoidExpC[3]), r, Set1(kSigmoidExpC[2]));
+  p = Fma(p, r, Set1(kSigmoidExpC[1]));
+  p = Fma(p, r, Set1(kSigmoidExpC[0]));
+  p = Fma(p, r, one);
+  p = Fma(p, r, one);
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return Mul(p, _mm256_castsi256_ps(bits));
 }
-
-// The softmax numerators e^(s - max) of s[0, keys) in place; returns 1 / their sum.
-__attribute__((target("avx512f"))) inline float Numerators(float* s, int64_t keys) {
-  const int64_t full = keys / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (keys - full)) - 1);
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-  if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, s + full));
-  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < full; j += 16) {
-    const __m512 e = ExpVector(_mm512_sub_ps(_mm512_loadu_ps(s + j), top));
-    _mm512_storeu_ps(s + j, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  if (tail) {
-    const __m512 e = ExpVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + full), top));
-    _mm512_mask_storeu_ps(s + full, tail, e);
-    sum = _mm512_mask_add_ps(sum, tail, sum, e);
-  }
-  return 1.f / _mm512_reduce_add_ps(sum);
+inline float ReduceMax(V v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
-
-// Query rows [i0, i1) of head h: kt packed [depth][tp], v packed [keys][dv], s a kRows x tp scratch.
-__attribute__((target("avx512f"))) void Rows(const Head& h, int64_t depth, int64_t keys, int64_t dv, float scale,
-                                             const float* kt, int64_t tp, const float* v, float* s, int64_t i0,
-                                             int64_t i1) {
-  const int64_t key_vectors = tp / 16, dv_vectors = (dv + 15) / 16;
-  const int64_t key_groups = (key_vectors + 3) / 4, dv_groups = (dv_vectors + 3) / 4;
-  const __mmask16 last = static_cast<__mmask16>(dv % 16 == 0 ? 0xffff : (1u << (dv % 16)) - 1);
-  for (int64_t i = i0; i < i1; i += kRows) {
-    const int count = static_cast<int>(std::min<int64_t>(kRows, i1 - i));
-    const float* qr[kRows];
-    float* out[kRows];
-    for (int r = 0; r < kRows; ++r) {  // rows past the end repeat the last one (computed, not stored)
-      const int64_t row = i + std::min(r, count - 1);
-      qr[r] = h.q + row * h.q_row;
-      out[r] = h.o + row * h.o_row;
-    }
-    for (int64_t g = 0, c0 = 0; g < key_groups; ++g) {  // groups of 1-4 vectors, as even as they come
-      const int64_t c = key_vectors * (g + 1) / key_groups - c0;
-      const float* kc = kt + 16 * c0;
-      float* sc = s + 16 * c0;
-      switch (c) {
-        case 4: Scores<4>(qr, h.q_d, depth, kc, tp, sc, scale); break;
-        case 3: Scores<3>(qr, h.q_d, depth, kc, tp, sc, scale); break;
-        case 2: Scores<2>(qr, h.q_d, depth, kc, tp, sc, scale); break;
-        default: Scores<1>(qr, h.q_d, depth, kc, tp, sc, scale); break;
-      }
-      c0 += c;
-    }
-    float inv[kRows];
-    for (int r = 0; r < count; ++r) inv[r] = Numerators(s + r * tp, keys);
-    for (int64_t g = 0, c0 = 0; g < dv_groups; ++g) {
-      const int64_t c = dv_vectors * (g + 1) / dv_groups - c0;
-      const __mmask16 mask = c0 + c == dv_vectors ? last : static_cast<__mmask16>(0xffff);
-      float* oc[kRows];
-      for (int r = 0; r < kRows; ++r) oc[r] = out[r] + 16 * c0;
-      const float* vc = v + 16 * c0;
-      switch (c) {
-        case 4: Values<4>(s, tp, keys, vc, dv, mask, oc, inv, count); break;
-        case 3: Values<3>(s, tp, keys, vc, dv, mask, oc, inv, count); break;
-        case 2: Values<2>(s, tp, keys, vc, dv, mask, oc, inv, count); break;
-        default: Values<1>(s, tp, keys, vc, dv, mask, oc, inv, count); break;
-      }
-      c0 += c;
-    }
-  }
+inline float ReduceAdd(V v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
+inline __m256i First(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+inline V LoadFirst(const float* p, int n, float fill) {
+  const __m256i m = First(n);
+  return _mm256_blendv_ps(Set1(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+inline void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, First(n), v); }
+#include "kernels/cpu/attention_rows.inc"
+}  // namespace avx2
+#pragma GCC pop_options
 
+using RowsFn = void (*)(const Head&, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, float*,
+                        int64_t, int64_t);
+
+// The instruction set the kernel runs on: AVX-512 where the CPU has it, else AVX2 with FMA, else none (the fusion
+// then keeps the unfused ops). OSPREY_ATTENTION_ISA=avx2 takes AVX2 on an AVX-512 CPU (tests of that path).
+RowsFn RowsForThisCpu() {
+  const char* isa = std::getenv("OSPREY_ATTENTION_ISA");
+  const bool want_avx2 = isa != nullptr && std::string(isa) == "avx2";
+  if (__builtin_cpu_supports("avx512f") && !want_avx2) return avx512::Rows;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::Rows;
+  return nullptr;
+}
 // k transposed into kt[d][j] (rows of tp, zero past `keys`) and v into rows of dv floats, each read row by row.
 void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, float* kt, float* v) {
   for (int64_t j = 0; j < keys; ++j) {
@@ -191,8 +146,8 @@ void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, fl
 class AttentionViewsKernel final : public Kernel {
  public:
   AttentionViewsKernel(const StridedView& q, const StridedView& k, const StridedView& v, const AttentionProducts& p,
-                       float scale, int threads)
-      : q_(q), k_(k), v_(v), p_(p), scale_(scale), threads_(threads) {
+                       float scale, int threads, RowsFn rows)
+      : q_(q), k_(k), v_(v), p_(p), scale_(scale), threads_(threads), rows_fn_(rows) {
     const size_t rank = q.dims.size();
     rows_ = p.scores[rank - 2];
     keys_ = p.scores[rank - 1];
@@ -236,8 +191,8 @@ class AttentionViewsKernel final : public Kernel {
           Pack(h, depth_, keys_, dv_, tp_, kt, v);
           packed = head;
         }
-        Rows(h, depth_, keys_, dv_, scale_, kt, tp_, v, s, chunk * kChunkRows,
-             std::min(rows_, (chunk + 1) * kChunkRows));
+        rows_fn_(h, depth_, keys_, dv_, scale_, kt, tp_, v, s, chunk * kChunkRows,
+                 std::min(rows_, (chunk + 1) * kChunkRows));
       }
     }
   }
@@ -247,6 +202,7 @@ class AttentionViewsKernel final : public Kernel {
   AttentionProducts p_;
   float scale_;
   int threads_;
+  RowsFn rows_fn_;
   int64_t rows_ = 0, keys_ = 0, depth_ = 0, dv_ = 0, tp_ = 0, heads_ = 1;
   size_t scratch_bytes_ = 0;
 };
@@ -254,7 +210,8 @@ class AttentionViewsKernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx) {
-  if (!__builtin_cpu_supports("avx512f") || ctx.input_shapes.size() != 3 || ctx.output_shapes.size() != 1) return nullptr;
+  const RowsFn rows = RowsForThisCpu();
+  if (rows == nullptr || ctx.input_shapes.size() != 3 || ctx.output_shapes.size() != 1) return nullptr;
   for (DType t : ctx.input_dtypes)
     if (t != DType::kF32) return nullptr;
   for (Layout l : ctx.input_layouts)
@@ -266,7 +223,7 @@ std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx) {
   // Context rows are stored as vectors: their elements must be contiguous in the output (out_perm keeps the last axis).
   if (p.context.output != ctx.output_shapes[0] || p.context.output_strides[rank - 1] != 1) return nullptr;
   const int threads = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
-  return std::make_unique<AttentionViewsKernel>(q, k, v, p, ctx.node.GetFloat("scale", 1.f), threads);
+  return std::make_unique<AttentionViewsKernel>(q, k, v, p, ctx.node.GetFloat("scale", 1.f), threads, rows);
 }
 
 }  // namespace osprey::cpu

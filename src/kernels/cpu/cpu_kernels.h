@@ -36,8 +36,8 @@ bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx);
 /// post-op.
 bool CpuKernelFusesPRelu(const KernelBuildContext& ctx);
 
-/// _AttentionViews (ops/matmul_views.h) on AVX-512 (attention_kernel.cc): nullptr on other CPUs, for other layouts,
-/// or where the context rows are not contiguous in the output. The fusion making the node asks first
+/// _AttentionViews (ops/matmul_views.h) on AVX-512 or AVX2 with FMA (attention_kernel.cc): nullptr on other CPUs, for
+/// other layouts, or where the context rows are not contiguous in the output. The fusion making the node asks first
 /// (CpuKernelTakesAttention), so the node never falls to its reference kernel.
 namespace cpu {
 std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx);

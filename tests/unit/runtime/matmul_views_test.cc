@@ -62,9 +62,26 @@ std::vector<std::string> OpsRun(const Graph& g, const Shape& input, const Compil
   return ops;
 }
 
-// Whether this CPU's fast kernels take an _AttentionViews node (attention_kernel.cc: AVX-512): where they do, the two
-// products and the Softmax become one node; elsewhere the products stay _MatMulViews.
-bool AttentionKernelHere() { return __builtin_cpu_supports("avx512f"); }
+// Whether this CPU's fast kernels take an _AttentionViews node (attention_kernel.cc: AVX-512, or AVX2 with FMA): where
+// they do, the two products and the Softmax become one node; elsewhere the products stay _MatMulViews.
+bool AttentionKernelHere() {
+  return __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
+
+// The attention kernel's instruction sets to test on this CPU: its own choice, and AVX2 where it chose AVX-512.
+std::vector<std::string> AttentionIsas() {
+  if (__builtin_cpu_supports("avx512f")) return {"", "avx2"};
+  return {""};
+}
+
+// Sets OSPREY_ATTENTION_ISA (attention_kernel.cc) for its lifetime; "" leaves the kernel its own choice.
+class AttentionIsa {
+ public:
+  explicit AttentionIsa(const std::string& isa) {
+    if (!isa.empty()) setenv("OSPREY_ATTENTION_ISA", isa.c_str(), 1);
+  }
+  ~AttentionIsa() { unsetenv("OSPREY_ATTENTION_ISA"); }
+};
 
 TEST(MatMulViews, AttentionProductsReadTheirOperandsInPlace) {
   for (const char* fuse_attention : {"1", "0"})
@@ -96,15 +113,17 @@ TEST(AttentionViews, MatchesTheUnfusedGraph) {
   struct Case {
     int64_t t, h, d;
   };
-  for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}}) {
-    SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d));
-    const Graph g = AttentionGraph(c.t, c.h, c.d);
-    std::vector<Tensor> want, got;
-    OpsRun(g, {c.t, c.h * c.d}, kOracle, &want);
-    const std::vector<std::string> ops = OpsRun(g, {c.t, c.h * c.d}, kFast, &got);
-    ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
-    EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), AttentionKernelHere() ? 1 : 0);
-  }
+  for (const std::string& isa : AttentionIsas())
+    for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}, Case{9, 1, 4}}) {
+      SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d) + " " + isa);
+      const AttentionIsa use(isa);
+      const Graph g = AttentionGraph(c.t, c.h, c.d);
+      std::vector<Tensor> want, got;
+      OpsRun(g, {c.t, c.h * c.d}, kOracle, &want);
+      const std::vector<std::string> ops = OpsRun(g, {c.t, c.h * c.d}, kFast, &got);
+      ExpectTensorNear(got[0], want[0], 1e-5f, 1e-5f);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), AttentionKernelHere() ? 1 : 0);
+    }
 }
 
 // softmax(scale q k) v of whole operands, q and v with two batch entries and k^T broadcast over them (or only v with
@@ -134,17 +153,19 @@ void ExpectAttentionMatchesPlainOps(const Shape& qs, const Shape& ks, const Shap
                 attrs.attrs),
            "y");
   const Graph fused = b.Finish();
-  for (bool fast : {false, true}) {
-    SCOPED_TRACE(fast ? "fast kernels" : "reference kernel");
-    std::vector<OpProfile> profile;
-    const Tensor got = Compile(fused, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = false})
-                           ->Run({q, k, v}, &profile)[0];
-    ExpectTensorNear(got, want, 1e-5f, 1e-5f);
-    ASSERT_EQ(profile.size(), 1u);
-    if (fast && AttentionKernelHere()) {
-      EXPECT_EQ(profile[0].kernel, "AttentionF32");
+  for (const std::string& isa : AttentionIsas())
+    for (bool fast : {false, true}) {
+      SCOPED_TRACE(std::string(fast ? "fast kernels " : "reference kernel ") + isa);
+      const AttentionIsa use(isa);
+      std::vector<OpProfile> profile;
+      const Tensor got = Compile(fused, specs, CompileOptions{.num_threads = 2, .fast_kernels = fast, .fuse = false})
+                             ->Run({q, k, v}, &profile)[0];
+      ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+      ASSERT_EQ(profile.size(), 1u);
+      if (fast && AttentionKernelHere()) {
+        EXPECT_EQ(profile[0].kernel, "AttentionF32");
+      }
     }
-  }
   // The plain graph fuses (plain MatMuls, the Mul of the scores folded in) where the kernel takes it.
   std::vector<OpProfile> profile;
   const Tensor got = Compile(plain, specs, kFast)->Run({q, k, v}, &profile)[0];
