@@ -160,7 +160,8 @@ void InferAttentionViews(InferContext& ctx) {
   for (int64_t d : p.scores) work = d > kMaxAttentionWork / work ? kMaxAttentionWork + 1 : work * d;
   if (work > kMaxAttentionWork)
     ctx.Fail("scores " + ShapeToString(p.scores) + " of depth " + Str(q.dims.back()) + " with context rows of " +
-             Str(v.dims.back()) + " take more than " + Str(kMaxAttentionWork) + " multiply-adds, the limit of one node");
+             Str(v.dims.back()) + " take more than " + Str(kMaxAttentionWork) +
+             " multiply-adds, the limit of one node");
   ctx.SetOutput(0, DType::kF32, p.context.output);
 }
 

@@ -6,10 +6,10 @@
 // Attributes, for operand a (input 0) and b (input 1), in elements of that input: `a_offset` (int >= 0), `a_dims`
 // and `a_strides` (ints, one per axis, rank 2-6, the same rank for a and b); operand a is the tensor of shape a_dims
 // whose element [i0, i1, ...] is the source's flat element a_offset + sum(i_k * a_strides[k]) (every one inside the
-// source; no more elements than the source has, a stride of 0 only on an axis of extent 1). The product P = a x b is batched over the leading axes (broadcast where one side has 1), times `scale`
-// (float, default 1: a Div or Mul by a scalar folded in); `out_perm` (ints, optional) makes the output
-// Transpose(P, out_perm), written in place of a separate copy. The schema (internal_ops.cc) checks all of it, so a
-// graph may carry such a node directly.
+// source; no more elements than the source has, a stride of 0 only on an axis of extent 1). The product P = a x b is
+// batched over the leading axes (broadcast where one side has 1), times `scale` (float, default 1: a Div or Mul by a
+// scalar folded in); `out_perm` (ints, optional) makes the output Transpose(P, out_perm), written in place of a
+// separate copy. The schema (internal_ops.cc) checks all of it, so a graph may carry such a node directly.
 //
 // _AttentionViews(Q source, K source, V source) -> Y: Softmax(scale x q k) v, one attention over strided views, made
 // by FuseAttentionViews from a _MatMulViews (or MatMul) product, the Softmax over its last axis and the product of

@@ -571,9 +571,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     FuseMatMulViews(st);
   if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo &&
       FusionSwitchedOn("OSPREY_FUSE_ATTENTION"))
-    FuseAttentionViews(st, [&](const Node& n) {
-      return CpuKernelTakesAttention(MakeBuildContext(st, n, nthreads, bf16, tune));
-    });
+    FuseAttentionViews(
+        st, [&](const Node& n) { return CpuKernelTakesAttention(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
     FuseElementwiseChains(st);
   if (options.fast_kernels && !on_device) {

@@ -762,16 +762,16 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     int64_t axis = softmax.GetInt("axis", st.opset >= 13 ? -1 : 1);
     if (axis < 0) axis += rank;
     // (Before opset 13 the axis flattens what follows it into one: the same as the last axis only for the last.)
-    if (axis != rank - 1 || st.values[scores].dtype != DType::kF32 || producer[scores] < 0 ||
-        !Private(st, u, scores) || !Private(st, u, probs))
+    if (axis != rank - 1 || st.values[scores].dtype != DType::kF32 || producer[scores] < 0 || !Private(st, u, scores) ||
+        !Private(st, u, probs))
       continue;
     int first = producer[scores];
     const int second = u.consumers[probs][0];
     // The scores divided or multiplied by a constant scalar first (BERT-style exports scale them, not q): a factor.
     float factor = 1.f;
     int scaling = -1;
-    if (const Node& d = st.nodes[first];
-        (d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() && d.inputs.size() == 2 && d.outputs.size() == 1) {
+    if (const Node& d = st.nodes[first]; (d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() &&
+                                         d.inputs.size() == 2 && d.outputs.size() == 1) {
       const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
       const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
       if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||

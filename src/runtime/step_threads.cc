@@ -21,9 +21,9 @@
 namespace osprey {
 namespace {
 
-// Matrix products (attention too) and recurrent layers whose EstimatedWork (ops/op_cost.h) is below this are built for one thread
-// too and timed both ways when tuning (OneThreadFaster): oneDNN's parallel forms of small ones can be several times
-// slower than its serial ones (Silero VAD's single-step LSTM: 0.109 ms on two threads, 0.015 ms on one).
+// Matrix products (attention too) and recurrent layers whose EstimatedWork (ops/op_cost.h) is below this are built for
+// one thread too and timed both ways when tuning (OneThreadFaster): oneDNN's parallel forms of small ones can be
+// several times slower than its serial ones (Silero VAD's single-step LSTM: 0.109 ms on two threads, 0.015 ms on one).
 // Convolutions are left out: timed alone, small ones often looked faster on one thread, but in MobileNetV2,
 // EfficientNet and ShuffleNet the networks did not get faster (within this host's noise, some slower).
 constexpr int64_t kMaxTimedWork = int64_t{1} << 23;

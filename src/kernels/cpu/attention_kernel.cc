@@ -110,7 +110,9 @@ inline float ReduceAdd(V v) {
   m = _mm_add_ps(m, _mm_movehl_ps(m, m));
   return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
-inline __m256i First(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+inline __m256i First(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 inline V LoadFirst(const float* p, int n, float fill) {
   const __m256i m = First(n);
   return _mm256_blendv_ps(Set1(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
@@ -159,6 +161,24 @@ class AttentionViewsKernel final : public Kernel {
   }
   const char* Name() const override { return "AttentionF32"; }
 
+  // The operands of the first head (batch index 0).
+  Head Operands(const float* qd, const float* kd, const float* vd, float* yd) const {
+    const size_t rank = q_.dims.size();
+    Head h;
+    h.q = qd + q_.offset;
+    h.q_row = q_.strides[rank - 2];
+    h.q_d = q_.strides[rank - 1];
+    h.k = kd + k_.offset;
+    h.k_d = k_.strides[rank - 2];
+    h.k_t = k_.strides[rank - 1];
+    h.v = vd + v_.offset;
+    h.v_t = v_.strides[rank - 2];
+    h.v_e = v_.strides[rank - 1];
+    h.o = yd;
+    h.o_row = p_.context.output_strides[rank - 2];
+    return h;
+  }
+
   void Run(KernelContext& ctx) override {
     const float* qd = ctx.In(0).data<float>();
     const float* kd = ctx.In(1).data<float>();
@@ -176,9 +196,7 @@ class AttentionViewsKernel final : public Kernel {
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t head = task / chunks, chunk = task % chunks;
         // The head's batch index, axis by axis (innermost last), into each operand's offset (1: broadcast).
-        Head h{qd + q_.offset, q_.strides[rank - 2], q_.strides[rank - 1], kd + k_.offset, k_.strides[rank - 2],
-               k_.strides[rank - 1], vd + v_.offset, v_.strides[rank - 2], v_.strides[rank - 1], yd,
-               p_.context.output_strides[rank - 2]};
+        Head h = Operands(qd, kd, vd, yd);
         for (int64_t d = static_cast<int64_t>(rank) - 3, rest = head; d >= 0; --d) {
           const int64_t index = rest % p_.context.dims[d];
           rest /= p_.context.dims[d];

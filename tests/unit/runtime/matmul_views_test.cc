@@ -86,8 +86,8 @@ class AttentionIsa {
 TEST(MatMulViews, AttentionProductsReadTheirOperandsInPlace) {
   for (const char* fuse_attention : {"1", "0"})
     for (bool fast : {true, false}) {
-      SCOPED_TRACE(std::string(fast ? "fast kernels" : "reference kernels") + ", OSPREY_FUSE_ATTENTION=" +
-                   fuse_attention);
+      SCOPED_TRACE(std::string(fast ? "fast kernels" : "reference kernels") +
+                   ", OSPREY_FUSE_ATTENTION=" + fuse_attention);
       setenv("OSPREY_FUSE_ATTENTION", fuse_attention, 1);
       const Graph g = AttentionGraph(13, 3, 8);
       std::vector<Tensor> want, got;
@@ -115,7 +115,8 @@ TEST(AttentionViews, MatchesTheUnfusedGraph) {
   };
   for (const std::string& isa : AttentionIsas())
     for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}, Case{9, 1, 4}}) {
-      SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d) + " " + isa);
+      SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d) + " " +
+                   isa);
       const AttentionIsa use(isa);
       const Graph g = AttentionGraph(c.t, c.h, c.d);
       std::vector<Tensor> want, got;
@@ -134,7 +135,8 @@ void ExpectAttentionMatchesPlainOps(const Shape& qs, const Shape& ks, const Shap
   GraphBuilder p("plain", 13);
   auto scores = p.Op("Mul", {p.Op("MatMul", {p.Input("q", DType::kF32, qs), p.Input("k", DType::kF32, ks)}),
                              p.Constant(Tensor::Scalar<float>(0.7f))});
-  auto context = p.Op("MatMul", {p.Op("Softmax", {scores}, {{"axis", Attribute::Int(2)}}), p.Input("v", DType::kF32, vs)});
+  auto context =
+      p.Op("MatMul", {p.Op("Softmax", {scores}, {{"axis", Attribute::Int(2)}}), p.Input("v", DType::kF32, vs)});
   p.Output(p.Op("Transpose", {context}, {{"perm", Attribute::Ints({1, 0, 2})}}), "y");
   const Graph plain = p.Finish();
   const std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
@@ -148,10 +150,10 @@ void ExpectAttentionMatchesPlainOps(const Shape& qs, const Shape& ks, const Shap
   WriteView(attrs, "v", DenseView(vs));
   attrs.attrs["scale"] = Attribute::Float(0.7f);
   attrs.attrs["out_perm"] = Attribute::Ints({1, 0, 2});
-  b.Output(b.Op(kAttentionViewsOp,
-                {b.Input("q", DType::kF32, qs), b.Input("k", DType::kF32, ks), b.Input("v", DType::kF32, vs)},
-                attrs.attrs),
-           "y");
+  b.Output(
+      b.Op(kAttentionViewsOp,
+           {b.Input("q", DType::kF32, qs), b.Input("k", DType::kF32, ks), b.Input("v", DType::kF32, vs)}, attrs.attrs),
+      "y");
   const Graph fused = b.Finish();
   for (const std::string& isa : AttentionIsas())
     for (bool fast : {false, true}) {
@@ -210,8 +212,9 @@ TEST(AttentionViews, ShapeRuleRejectsMalformedNodes) {
     WriteView(attrs, "k", k);
     WriteView(attrs, "v", v);
     if (!perm.empty()) attrs.attrs["out_perm"] = Attribute::Ints(perm);
-    b.Output(b.Op(kAttentionViewsOp, {b.Input("x", DType::kF32, {8, 24}), b.Input("x2", DType::kF32, {8, 24}),
-                                      b.Input("x3", DType::kF32, {8, 24})},
+    b.Output(b.Op(kAttentionViewsOp,
+                  {b.Input("x", DType::kF32, {8, 24}), b.Input("x2", DType::kF32, {8, 24}),
+                   b.Input("x3", DType::kF32, {8, 24})},
                   attrs.attrs),
              "y");
     return b.Finish();
@@ -236,8 +239,8 @@ TEST(AttentionViews, ShapeRuleRejectsMalformedNodes) {
     WriteView(attrs, "q", {0, {n, 1}, {1, 1}});
     WriteView(attrs, "k", {0, {1, n}, {1, 1}});
     WriteView(attrs, "v", {0, {n, 1}, {1, 1}});
-    b.Output(b.Op(kAttentionViewsOp, {b.Input("q", DType::kF32, {n}), b.Input("k", DType::kF32, {n}),
-                                      b.Input("v", DType::kF32, {n})},
+    b.Output(b.Op(kAttentionViewsOp,
+                  {b.Input("q", DType::kF32, {n}), b.Input("k", DType::kF32, {n}), b.Input("v", DType::kF32, {n})},
                   attrs.attrs),
              "y");
     testing::ExpectCompileError(b.Finish(), std::vector<TensorSpec>(3, TensorSpec{DType::kF32, {n}}),
