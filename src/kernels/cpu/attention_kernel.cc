@@ -134,15 +134,27 @@ RowsFn RowsForThisCpu() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::Rows;
   return nullptr;
 }
-// k transposed into kt[d][j] (rows of tp, zero past `keys`) and v into rows of dv floats, each read row by row.
+// k transposed into kt[d][j] (rows of tp, zero past `keys`), 16 keys at a time (each key's D floats read once, each
+// kt line written whole), and v into rows of dv floats (copied row by row where a row's elements are contiguous).
 void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, float* kt, float* v) {
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* key = h.k + j * h.k_t;
-    for (int64_t d = 0; d < depth; ++d) kt[d * tp + j] = key[d * h.k_d];
-    const float* value = h.v + j * h.v_t;
-    for (int64_t e = 0; e < dv; ++e) v[j * dv + e] = value[e * h.v_e];
+  constexpr int64_t kBlock = 16;
+  for (int64_t j0 = 0; j0 < keys; j0 += kBlock) {
+    const int64_t j1 = std::min(keys, j0 + kBlock);
+    for (int64_t d = 0; d < depth; ++d) {
+      const float* key = h.k + d * h.k_d;
+      float* row = kt + d * tp;
+      for (int64_t j = j0; j < j1; ++j) row[j] = key[j * h.k_t];
+    }
   }
   for (int64_t d = 0; d < depth; ++d) std::fill(kt + d * tp + keys, kt + (d + 1) * tp, 0.f);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* value = h.v + j * h.v_t;
+    if (h.v_e == 1) {
+      std::copy(value, value + dv, v + j * dv);
+    } else {
+      for (int64_t e = 0; e < dv; ++e) v[j * dv + e] = value[e * h.v_e];
+    }
+  }
 }
 
 class AttentionViewsKernel final : public Kernel {
