@@ -155,6 +155,15 @@ void InferAttentionViews(InferContext& ctx) {
   CheckScaleAndPerm(ctx, q.dims.size());  // before AttentionOf reads out_perm
   const AttentionProducts p = AttentionOf(ctx.node, q, k, v);
   CheckViewProduct(ctx, DenseView(p.scores), v, "scores (q k)", "v_dims");
+  if (ctx.Has(3)) {
+    const Shape& bias = ctx.input_shapes[3];
+    bool broadcasts = ctx.input_dtypes[3] == DType::kF32 && bias.size() <= p.scores.size();
+    for (size_t a = 0; a < bias.size() && broadcasts; ++a)
+      broadcasts = bias[a] == 1 || bias[a] == p.scores[p.scores.size() - bias.size() + a];
+    if (!broadcasts)
+      ctx.Fail("input 3 (bias) should be float32 and broadcast to the scores " + ShapeToString(p.scores) + ", got " +
+               ShapeToString(bias));
+  }
   // Multiply-adds: every score (batch x M x T) takes D of them and gives Dv; each factor checked before it is applied.
   int64_t work = q.dims.back() + v.dims.back();
   for (int64_t d : p.scores) work = d > kMaxAttentionWork / work ? kMaxAttentionWork + 1 : work * d;
@@ -170,7 +179,7 @@ void InferAttentionViews(InferContext& ctx) {
 void RegisterInternalOps(OpRegistry& r) {
   r.Add(kChannelShuffleOp, 1, kManyValues, 1, kManyValues, InferChannelShuffle);
   r.Add(kMatMulViewsOp, 2, 2, 1, 1, InferMatMulViews);
-  r.Add(kAttentionViewsOp, 3, 3, 1, 1, InferAttentionViews);
+  r.Add(kAttentionViewsOp, 3, 4, 1, 1, InferAttentionViews);
 }
 
 }  // namespace osprey

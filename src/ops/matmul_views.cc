@@ -97,6 +97,17 @@ AttentionProducts AttentionOf(const Node& node, const StridedView& q, const Stri
   return p;
 }
 
+StridedView BroadcastView(const Shape& from, const Shape& to) {
+  const StridedView dense = DenseView(from);
+  StridedView v;
+  v.dims = to;
+  v.strides.assign(to.size(), 0);
+  const size_t lead = to.size() - from.size();
+  for (size_t a = 0; a < from.size(); ++a)
+    if (from[a] != 1) v.strides[lead + a] = dense.strides[a];
+  return v;
+}
+
 StridedView ReadView(const Node& node, const std::string& which) {
   StridedView v;
   v.offset = node.GetInt(which + "_offset", 0);

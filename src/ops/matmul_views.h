@@ -16,7 +16,9 @@
 // that with v, on CPUs whose kernel takes it (kernels/cpu/attention_kernel.cc), so the scores stay in the cache.
 // Attributes: the views `q_*` ([..., M, D]), `k_*` (k transposed: [..., D, T]) and `v_*` ([..., T, Dv]), as a
 // _MatMulViews operand's, the same rank, batch axes broadcasting; `scale` and `out_perm` as _MatMulViews's (of the
-// second product). The output is Transpose(softmax(scale q k) v, out_perm).
+// second product). Optional input 3, `bias`: float32, numpy-broadcastable to the scores' shape, added to scale q k
+// before the softmax (Swin's relative position bias and shifted-window mask, an attention mask). The output is
+// Transpose(softmax(scale q k + bias) v, out_perm).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -70,6 +72,10 @@ struct AttentionProducts {
   ViewProduct context;
 };
 AttentionProducts AttentionOf(const Node& node, const StridedView& q, const StridedView& k, const StridedView& v);
+
+/// A tensor of shape `from` read as one of shape `to` it broadcasts to (numpy rules, `from` aligned to the right):
+/// dims `to`, strides 0 on the axes it repeats. Not a view the schemas accept (it repeats elements): for reading only.
+StridedView BroadcastView(const Shape& from, const Shape& to);
 
 /// Operand `which` ("a" or "b"; "q", "k" or "v") of a _MatMulViews (_AttentionViews) node, as its attributes give it
 /// (unchecked).

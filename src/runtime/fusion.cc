@@ -722,9 +722,9 @@ void FuseMatMulViews(CompileState& st) {
   DropDead(st, dead);
 }
 
-// MatMul or _MatMulViews (q, k) [-> Div or Mul by a constant scalar] -> Softmax(last axis) -> MatMul or _MatMulViews
-// (the scores whole, v), each value read by the next node alone -> one _AttentionViews node (ops/matmul_views.h),
-// where `fast_kernel_takes` it.
+// MatMul or _MatMulViews (q, k) [-> Div or Mul by a constant scalar] [-> up to two terms added] -> Softmax(last axis)
+// -> MatMul or _MatMulViews (the scores whole, v), each value read by the next node alone -> one _AttentionViews node
+// (ops/matmul_views.h), where `fast_kernel_takes` it.
 void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   const Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);
@@ -765,25 +765,113 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     if (axis != rank - 1 || st.values[scores].dtype != DType::kF32 || producer[scores] < 0 || !Private(st, u, scores) ||
         !Private(st, u, probs))
       continue;
-    int first = producer[scores];
     const int second = u.consumers[probs][0];
-    // The scores divided or multiplied by a constant scalar first (BERT-style exports scale them, not q): a factor.
-    float factor = 1.f;
-    int scaling = -1;
-    if (const Node& d = st.nodes[first]; (d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() &&
-                                         d.inputs.size() == 2 && d.outputs.size() == 1) {
-      const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
-      const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
-      if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
-          st.values[x].shape != st.values[scores].shape || !Private(st, u, x) || producer[x] < 0)
+    const Shape& score_shape = st.values[scores].shape;
+    // Up from the Softmax: terms added to the scores (each a value and the shape the scores had where it was added:
+    // an Add of something that broadcasts to them, or Reshape -> Add of a constant -> Reshape back, Swin's shifted-
+    // window mask), then a Div or Mul of the scores by a constant scalar (BERT-style exports scale the scores, not
+    // q), then the product. Each value on the way is read by the next node alone.
+    std::vector<std::pair<int, Shape>> terms;
+    std::vector<int> absorbed;
+    int at = scores;
+    auto private_producer = [&](int value) {
+      return value >= 0 && !st.values[value].known && Private(st, u, value) && producer[value] >= 0 &&
+                     !dead[producer[value]]
+                 ? producer[value]
+                 : -1;
+    };
+    // An Add's operand that is not `from` when `from` is one of them, else -1; *term the other.
+    auto add_of = [&](const Node& n, int* from, int* term) {
+      if (n.op_type != "Add" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+      for (int side = 0; side < 2; ++side) {
+        const int x = n.inputs[side], t = n.inputs[1 - side];
+        if (x < 0 || t < 0 || st.values[t].dtype != DType::kF32 ||
+            st.values[x].shape != st.values[n.outputs[0]].shape || private_producer(x) < 0)
+          continue;
+        *from = x;
+        *term = t;
+        return true;
+      }
+      return false;
+    };
+    while (terms.size() < 2) {
+      const int pi = private_producer(at);
+      if (pi < 0) break;
+      const Node& n = st.nodes[pi];
+      int x = -1, t = -1;
+      if (add_of(n, &x, &t)) {
+        terms.emplace_back(t, st.values[at].shape);
+        absorbed.push_back(pi);
+        at = x;
         continue;
-      const float f = st.values[c].value.data<float>()[0];
-      if (!std::isfinite(f) || f == 0.f) continue;
-      factor = d.op_type == "Div" ? 1.f / f : f;
-      scaling = first;
-      first = producer[x];
+      }
+      if (n.op_type != "Reshape" || !n.domain.empty() || n.outputs.size() != 1) break;
+      const int inner = private_producer(n.inputs[0]);
+      if (inner < 0 || !add_of(st.nodes[inner], &x, &t) || !st.values[t].known) break;
+      const int r1 = private_producer(x);
+      if (r1 < 0 || st.nodes[r1].op_type != "Reshape" || !st.nodes[r1].domain.empty() ||
+          st.values[st.nodes[r1].inputs[0]].shape != score_shape)
+        break;
+      terms.emplace_back(t, st.values[x].shape);
+      absorbed.insert(absorbed.end(), {pi, inner, r1});
+      at = st.nodes[r1].inputs[0];
     }
-    if (dead[first] || dead[second] || (scaling >= 0 && dead[scaling])) continue;
+    float factor = 1.f;
+    if (const int pi = private_producer(at); pi >= 0) {
+      const Node& d = st.nodes[pi];
+      if ((d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() && d.inputs.size() == 2 &&
+          d.outputs.size() == 1) {
+        const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
+        const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
+        if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
+            st.values[x].shape != score_shape)
+          continue;
+        const float f = st.values[c].value.data<float>()[0];
+        if (!std::isfinite(f) || f == 0.f) continue;
+        factor = d.op_type == "Div" ? 1.f / f : f;
+        absorbed.push_back(pi);
+        at = x;
+      }
+    }
+    const int first = private_producer(at);
+    if (first < 0) continue;
+    // One term added at the scores' own shape is the node's bias as it is; more, or one added in another shape, are
+    // summed now into one constant of the scores' shape (they must be constants, the sum at most kMaxBiasFloats).
+    int bias = -1;
+    if (terms.size() == 1 && terms[0].second == score_shape) {
+      bias = terms[0].first;
+      const Shape& bs = st.values[bias].shape;
+      bool broadcasts = bs.size() <= score_shape.size();
+      for (size_t d = 0; d < bs.size() && broadcasts; ++d)
+        broadcasts = bs[d] == 1 || bs[d] == score_shape[score_shape.size() - bs.size() + d];
+      if (!broadcasts) continue;
+    } else if (!terms.empty()) {
+      constexpr int64_t kMaxBiasFloats = int64_t{1} << 24;
+      bool constant = NumElements(score_shape) <= kMaxBiasFloats;
+      for (const auto& [t, shape] : terms) {
+        const Shape& ts = st.values[t].shape;
+        constant = constant && IsF32Known(st, t) && ts.size() <= shape.size();
+        for (size_t d = 0; d < ts.size() && constant; ++d)
+          constant = ts[d] == 1 || ts[d] == shape[shape.size() - ts.size() + d];
+      }
+      if (!constant) continue;
+      std::vector<float> sum(static_cast<size_t>(NumElements(score_shape)), 0.f);
+      for (const auto& [t, shape] : terms) {
+        const StridedView from = BroadcastView(st.values[t].shape, shape);
+        const float* data = st.values[t].value.data<float>();
+        std::vector<int64_t> index(shape.size(), 0);
+        for (size_t flat = 0; flat < sum.size(); ++flat) {
+          int64_t rest = static_cast<int64_t>(flat), offset = 0;
+          for (size_t d = shape.size(); d-- > 0;) {
+            offset += rest % shape[d] * from.strides[d];
+            rest /= shape[d];
+          }
+          sum[flat] += data[offset];
+        }
+      }
+      bias = st.AddConstant(Tensor::FromVector<float>(score_shape, sum));
+    }
+    if (dead[first] || dead[second]) continue;
     StridedView q, k, p, v;
     float scale = 1.f, second_scale = 1.f;
     const Node &a = st.nodes[first], &b = st.nodes[second];
@@ -799,6 +887,7 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     fused.op_type = kAttentionViewsOp;
     fused.name = b.name;
     fused.inputs = {a.inputs[0], a.inputs[1], b.inputs[1]};
+    if (bias >= 0) fused.inputs.push_back(bias);
     fused.outputs = b.outputs;
     WriteView(fused, "q", q);
     WriteView(fused, "k", k);
@@ -808,7 +897,7 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     if (!fast_kernel_takes(fused)) continue;
     st.nodes[second] = std::move(fused);
     dead[first] = dead[j] = 1;
-    if (scaling >= 0) dead[scaling] = 1;
+    for (int n : absorbed) dead[n] = 1;
     changed = true;
   }
   if (changed) DropDead(st, dead);

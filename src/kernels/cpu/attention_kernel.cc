@@ -29,10 +29,10 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 constexpr int kRows = 6;            // query rows per block: kRows x kMaxVectors vectors of accumulators
-constexpr int64_t kChunkRows = 48;  // query rows per task (a multiple of kRows)
+constexpr int64_t kChunkRows = 48;  // query rows per task at most, where the heads alone do not share the work out
 
 // One head's operands, in elements: q[i][d] = q[i * q_row + d * q_d], k (transposed) kt[d][j] = k[d * k_d + j * k_t],
-// v[j][e] = v[j * v_t + e * v_e]; the context row i at o + i * o_row, its elements contiguous.
+// v[j][e] = v[j * v_t + e * v_e]; the context row i at o + i * o_row, its elements contiguous; the bias, if any.
 struct Head {
   const float* q;
   int64_t q_row, q_d;
@@ -42,6 +42,8 @@ struct Head {
   int64_t v_t, v_e;
   float* o;
   int64_t o_row;
+  const float* b = nullptr;  // the bias of score [i][j] at b[i * b_row + j * b_t] (null: none)
+  int64_t b_row = 0, b_t = 0;
 };
 
 // ---- AVX-512: 16 lanes, 6 rows x 4 vectors of accumulators (of 32 registers).
@@ -160,8 +162,9 @@ void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, fl
 class AttentionViewsKernel final : public Kernel {
  public:
   AttentionViewsKernel(const StridedView& q, const StridedView& k, const StridedView& v, const AttentionProducts& p,
-                       float scale, int threads, RowsFn rows)
-      : q_(q), k_(k), v_(v), p_(p), scale_(scale), threads_(threads), rows_fn_(rows) {
+                       const Shape* bias, float scale, int threads, RowsFn rows)
+      : q_(q), k_(k), v_(v), p_(p), has_bias_(bias != nullptr), scale_(scale), threads_(threads), rows_fn_(rows) {
+    if (bias != nullptr) bias_ = BroadcastView(*bias, p.scores);
     const size_t rank = q.dims.size();
     rows_ = p.scores[rank - 2];
     keys_ = p.scores[rank - 1];
@@ -174,7 +177,7 @@ class AttentionViewsKernel final : public Kernel {
   const char* Name() const override { return "AttentionF32"; }
 
   // The operands of the first head (batch index 0).
-  Head Operands(const float* qd, const float* kd, const float* vd, float* yd) const {
+  Head Operands(const float* qd, const float* kd, const float* vd, float* yd, const float* bd) const {
     const size_t rank = q_.dims.size();
     Head h;
     h.q = qd + q_.offset;
@@ -188,6 +191,11 @@ class AttentionViewsKernel final : public Kernel {
     h.v_e = v_.strides[rank - 1];
     h.o = yd;
     h.o_row = p_.context.output_strides[rank - 2];
+    if (bd != nullptr) {
+      h.b = bd;
+      h.b_row = bias_.strides[rank - 2];
+      h.b_t = bias_.strides[rank - 1];
+    }
     return h;
   }
 
@@ -196,8 +204,13 @@ class AttentionViewsKernel final : public Kernel {
     const float* kd = ctx.In(1).data<float>();
     const float* vd = ctx.In(2).data<float>();
     float* yd = ctx.Out(0).data<float>();
+    const float* bd = has_bias_ ? ctx.In(3).data<float>() : nullptr;
     const size_t rank = q_.dims.size();
-    const int64_t chunks = (rows_ + kChunkRows - 1) / kChunkRows, tasks = heads_ * chunks;
+    // Whole heads per task where there are enough to go round (each packs its k and v once), else chunks of at most
+    // kChunkRows rows, as even as whole blocks of kRows make them (49 rows: 30 + 19, not 48 + 1).
+    const int64_t chunks = heads_ >= 4 * threads_ ? 1 : (rows_ + kChunkRows - 1) / kChunkRows;
+    const int64_t chunk_rows = ((rows_ + chunks - 1) / chunks + kRows - 1) / kRows * kRows;
+    const int64_t tasks = heads_ * chunks;
 #pragma omp parallel num_threads(threads_) if (tasks > 1)
     {
       float* kt = reinterpret_cast<float*>(ThreadScratch::Reserve(scratch_bytes_));
@@ -208,28 +221,30 @@ class AttentionViewsKernel final : public Kernel {
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t head = task / chunks, chunk = task % chunks;
         // The head's batch index, axis by axis (innermost last), into each operand's offset (1: broadcast).
-        Head h = Operands(qd, kd, vd, yd);
+        Head h = Operands(qd, kd, vd, yd, bd);
         for (int64_t d = static_cast<int64_t>(rank) - 3, rest = head; d >= 0; --d) {
           const int64_t index = rest % p_.context.dims[d];
           rest /= p_.context.dims[d];
           if (q_.dims[d] != 1) h.q += index * q_.strides[d];
           if (k_.dims[d] != 1) h.k += index * k_.strides[d];
           if (v_.dims[d] != 1) h.v += index * v_.strides[d];
+          if (bd != nullptr && p_.scores[d] != 1) h.b += index * bias_.strides[d];
           h.o += index * p_.context.output_strides[d];
         }
         if (packed != head) {
           Pack(h, depth_, keys_, dv_, tp_, kt, v);
           packed = head;
         }
-        rows_fn_(h, depth_, keys_, dv_, scale_, kt, tp_, v, s, chunk * kChunkRows,
-                 std::min(rows_, (chunk + 1) * kChunkRows));
+        rows_fn_(h, depth_, keys_, dv_, scale_, kt, tp_, v, s, chunk * chunk_rows,
+                 std::min(rows_, (chunk + 1) * chunk_rows));
       }
     }
   }
 
  private:
-  StridedView q_, k_, v_;
+  StridedView q_, k_, v_, bias_;
   AttentionProducts p_;
+  bool has_bias_;
   float scale_;
   int threads_;
   RowsFn rows_fn_;
@@ -241,7 +256,9 @@ class AttentionViewsKernel final : public Kernel {
 
 std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx) {
   const RowsFn rows = RowsForThisCpu();
-  if (rows == nullptr || ctx.input_shapes.size() != 3 || ctx.output_shapes.size() != 1) return nullptr;
+  if (rows == nullptr || ctx.input_shapes.size() < 3 || ctx.input_shapes.size() > 4 || ctx.output_shapes.size() != 1)
+    return nullptr;
+  const bool has_bias = ctx.input_shapes.size() == 4 && (ctx.present.size() < 4 || ctx.present[3]);
   for (DType t : ctx.input_dtypes)
     if (t != DType::kF32) return nullptr;
   for (Layout l : ctx.input_layouts)
@@ -253,7 +270,8 @@ std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx) {
   // Context rows are stored as vectors: their elements must be contiguous in the output (out_perm keeps the last axis).
   if (p.context.output != ctx.output_shapes[0] || p.context.output_strides[rank - 1] != 1) return nullptr;
   const int threads = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
-  return std::make_unique<AttentionViewsKernel>(q, k, v, p, ctx.node.GetFloat("scale", 1.f), threads, rows);
+  return std::make_unique<AttentionViewsKernel>(q, k, v, p, has_bias ? &ctx.input_shapes[3] : nullptr,
+                                                ctx.node.GetFloat("scale", 1.f), threads, rows);
 }
 
 }  // namespace osprey::cpu

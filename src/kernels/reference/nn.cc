@@ -863,8 +863,8 @@ void MatMulViewsRef(KernelContext& ctx) {
                   ProductOf(ctx.node, a, b), ctx.Out(0).data<float>());
 }
 
-// _AttentionViews (ops/matmul_views.h): for each batch index and query row, its scores scale x q k summed in double,
-// a softmax in double, then the context row, summed in double: the three ops it stands for, one row at a time (memory
+// _AttentionViews (ops/matmul_views.h): for each batch index and query row, its scores scale x q k summed in double
+// (plus the bias), a softmax in double, then the context row, summed in double: the three ops it stands for, one row at a time (memory
 // for one row of scores, however many rows there are).
 void AttentionViewsRef(KernelContext& ctx) {
   const StridedView q = ReadView(ctx.node, "q"), k = ReadView(ctx.node, "k"), v = ReadView(ctx.node, "v");
@@ -879,12 +879,16 @@ void AttentionViewsRef(KernelContext& ctx) {
   const int64_t width = v.dims[rank - 1];
   const std::vector<int64_t>& y_stride = p.context.output_strides;
   std::vector<double> s(static_cast<size_t>(keys));
+  const bool has_bias = ctx.HasIn(3);
+  const StridedView bias = has_bias ? BroadcastView(ctx.In(3).shape(), p.scores) : StridedView{};
+  const float* bd = has_bias ? ctx.In(3).data<float>() : nullptr;
   const Shape& c = p.context.dims;  // batch axes: q's, k's and v's broadcast
   for (int64_t b = 0, batches = NumElements(c) / (c[rank - 2] * c[rank - 1]); b < batches; ++b) {
-    int64_t qo = q.offset, ko = k.offset, vo = v.offset, yo = 0;
+    int64_t qo = q.offset, ko = k.offset, vo = v.offset, yo = 0, bo = 0;
     for (int64_t d = static_cast<int64_t>(rank) - 3, rest = b; d >= 0; --d) {
       const int64_t i = rest % c[d];
       rest /= c[d];
+      if (has_bias && p.scores[d] != 1) bo += i * bias.strides[d];
       qo += (q.dims[d] == 1 ? 0 : i) * q.strides[d];
       ko += (k.dims[d] == 1 ? 0 : i) * k.strides[d];
       vo += (v.dims[d] == 1 ? 0 : i) * v.strides[d];
@@ -897,7 +901,9 @@ void AttentionViewsRef(KernelContext& ctx) {
         for (int64_t d = 0; d < depth; ++d)
           sum += static_cast<double>(qd[qo + i * q.strides[rank - 2] + d * q.strides[rank - 1]]) *
                  kd[ko + d * k.strides[rank - 2] + j * k.strides[rank - 1]];
-        s[j] = static_cast<double>(static_cast<float>(sum * scale));  // the scores as the unfused graph holds them
+        float score = static_cast<float>(sum * scale);  // the scores as the unfused graph holds them
+        if (has_bias) score += bd[bo + i * bias.strides[rank - 2] + j * bias.strides[rank - 1]];
+        s[j] = score;
         top = std::max(top, s[j]);
       }
       double total = 0;

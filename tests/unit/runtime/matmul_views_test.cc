@@ -114,7 +114,8 @@ TEST(AttentionViews, MatchesTheUnfusedGraph) {
     int64_t t, h, d;
   };
   for (const std::string& isa : AttentionIsas())
-    for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}, Case{9, 1, 4}}) {
+    for (const Case& c : {Case{13, 3, 8}, Case{40, 2, 24}, Case{101, 1, 80}, Case{197, 2, 64}, Case{9, 1, 4},
+                          Case{50, 9, 8}}) {  // (9 heads: whole heads per task on 2 threads)
       SCOPED_TRACE("T " + std::to_string(c.t) + ", H " + std::to_string(c.h) + ", D " + std::to_string(c.d) + " " +
                    isa);
       const AttentionIsa use(isa);
@@ -182,6 +183,53 @@ TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
   ExpectAttentionMatchesPlainOps({1, 9, 5}, {1, 5, 21}, {3, 21, 18}, "[9, 3, 18]");
 }
 
+// Terms added to the scores before the softmax become the node's bias: a constant relative-position bias [H, M, T],
+// a key mask computed at run time [B, 1, 1, T], and Swin's shifted windows (the scores Reshaped [B, W, H, M, T], a
+// constant [1, W, 1, M, T] mask added, Reshaped back) summed with its bias into one constant. Against the unfused
+// graph on reference kernels.
+TEST(AttentionViews, AddedTermsBecomeTheBias) {
+  enum Kind { kConstant, kRuntimeMask, kShiftedWindows };
+  for (const std::string& isa : AttentionIsas())
+    for (Kind kind : {kConstant, kRuntimeMask, kShiftedWindows}) {
+      SCOPED_TRACE("kind " + std::to_string(kind) + " " + isa);
+      const AttentionIsa use(isa);
+      const int64_t b = 4, h = 3, m = 10, t = 10, d = 8, windows = 2;
+      const Shape qs{b, h, m, d}, ks{b, h, d, t}, vs{b, h, t, d};
+      GraphBuilder g("terms", 13);
+      auto q = g.Input("q", DType::kF32, qs), k = g.Input("k", DType::kF32, ks), v = g.Input("v", DType::kF32, vs);
+      auto scores = g.Op("Mul", {g.Op("MatMul", {q, k}), g.Constant(Tensor::Scalar<float>(0.35f))});
+      std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
+      std::vector<Tensor> inputs{RandomTensor(qs, 1), RandomTensor(ks, 2), RandomTensor(vs, 3)};
+      if (kind == kRuntimeMask) {
+        const Shape mask{b, 1, 1, t};
+        scores = g.Op("Add", {scores, g.Input("mask", DType::kF32, mask)});
+        specs.push_back({DType::kF32, mask});
+        inputs.push_back(RandomTensor(mask, 4, -3.f, 0.f));
+      } else {
+        scores = g.Op("Add", {scores, g.Constant(RandomTensor({h, m, t}, 5))});
+      }
+      if (kind == kShiftedWindows) {
+        auto split = g.Op("Reshape", {scores, g.Constant(I64s({b / windows, windows, h, m, t}))});
+        auto masked = g.Op("Add", {split, g.Constant(RandomTensor({1, windows, 1, m, t}, 6, -100.f, 0.f))});
+        scores = g.Op("Reshape", {masked, g.Constant(I64s({b, h, m, t}))});
+      }
+      auto probs = g.Op("Softmax", {scores}, {{"axis", Attribute::Int(-1)}});
+      g.Output(g.Op("MatMul", {probs, v}), "y");
+      const Graph graph = g.Finish();
+      const Tensor want = Compile(graph, specs, kOracle)->Run(inputs)[0];
+      std::vector<OpProfile> profile;
+      const Tensor got = Compile(graph, specs, kFast)->Run(inputs, &profile)[0];
+      ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+      std::vector<std::string> ops;
+      for (const OpProfile& step : profile) ops.push_back(step.op_type);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "_AttentionViews"), AttentionKernelHere() ? 1 : 0);
+      if (AttentionKernelHere()) {
+        for (const char* gone : {"Add", "Reshape", "Softmax", "Mul"})
+          EXPECT_EQ(std::count(ops.begin(), ops.end(), gone), 0) << gone;
+      }
+    }
+}
+
 // A Softmax over another axis, or whose probabilities are read elsewhere too, is not an attention: nothing fuses.
 TEST(AttentionViews, OtherSoftmaxesStay) {
   for (bool escape : {false, true}) {
@@ -229,6 +277,21 @@ TEST(AttentionViews, ShapeRuleRejectsMalformedNodes) {
   testing::ExpectCompileError(graph(q, k, {16, {8, 4}, {24, 1}}), specs, "as many as the other operand's");
   testing::ExpectCompileError(graph(q, k, {20, {2, 8, 4}, {4, 24, 1}}), specs, "stay inside input 2");
   testing::ExpectCompileError(graph(q, k, v, {0, 0, 1}), specs, "out_perm should be a permutation");
+  {  // a bias that does not broadcast to the [2, 8, 8] scores
+    GraphBuilder b("bias", 13);
+    Node attrs;
+    WriteView(attrs, "q", q);
+    WriteView(attrs, "k", k);
+    WriteView(attrs, "v", v);
+    b.Output(b.Op(kAttentionViewsOp,
+                  {b.Input("x", DType::kF32, {8, 24}), b.Input("x2", DType::kF32, {8, 24}),
+                   b.Input("x3", DType::kF32, {8, 24}), b.Input("bias", DType::kF32, {3, 8})},
+                  attrs.attrs),
+             "y");
+    std::vector<TensorSpec> with_bias = specs;
+    with_bias.push_back({DType::kF32, {3, 8}});
+    testing::ExpectCompileError(b.Finish(), with_bias, "input 3 (bias) should be float32 and broadcast");
+  }
   testing::ExpectCompileError(graph(q, {8, {2, 4, 8}, {0, 1, 24}}, v), specs, "repeat elements");
   // Work its output does not bound: 2^21 query rows of depth 1 over 2^21 keys, one context element each, from
   // 2^21-element inputs: 2^43 multiply-adds for an 8 MiB output.
