@@ -731,7 +731,7 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
   std::vector<char> dead(st.nodes.size(), 0);
   bool changed = false;
   // A product's operands as views: a _MatMulViews node's, or a plain MatMul's whole operands (equal ranks 2-6).
-  auto product_views = [&](const Node& n, StridedView* a, StridedView* b, float* scale) {
+  auto product_views_of = [&](const Node& n, StridedView* a, StridedView* b, float* scale) {
     if (!n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1 || n.inputs[0] < 0 || n.inputs[1] < 0)
       return false;
     if (n.op_type == kMatMulViewsOp) {
@@ -751,6 +751,19 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     *b = DenseView(y.shape);
     *scale = 1.f;
     return true;
+  };
+  // With `residual`, a MatMul with a fused residual (the scores plus a term of their shape, runtime/fusion.cc
+  // FuseResiduals: Swin's last stage, whose one window makes the position bias as large as the scores) gives it there.
+  auto product_views = [&](const Node& n, StridedView* a, StridedView* b, float* scale, int* residual) {
+    if (residual != nullptr && n.op_type == "MatMul" && n.GetInt("_residual", 0) == 1 && n.inputs.size() == 4 &&
+        n.inputs[2] < 0 && n.inputs[3] >= 0 && !n.Has("_bias")) {
+      Node plain = n;
+      plain.inputs.resize(2);
+      plain.attrs.erase("_residual");
+      *residual = n.inputs[3];
+      return product_views_of(plain, a, b, scale);
+    }
+    return product_views_of(n, a, b, scale);
   };
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     const Node& softmax = st.nodes[j];
@@ -835,6 +848,24 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     }
     const int first = private_producer(at);
     if (first < 0) continue;
+    if (dead[first] || dead[second]) continue;
+    StridedView q, k, p, v;
+    float scale = 1.f, second_scale = 1.f;
+    const Node &a = st.nodes[first], &b = st.nodes[second];
+    int residual = -1;
+    if (!product_views(a, &q, &k, &scale, &residual) || a.Has("out_perm") ||
+        !product_views(b, &p, &v, &second_scale, nullptr) || second_scale != 1.f || b.inputs[0] != probs ||
+        b.inputs[1] == probs)
+      continue;
+    scale *= factor;
+    if (residual >= 0) {  // added before any factor would be folded into the scale: none may be there
+      if (factor != 1.f) continue;
+      terms.emplace_back(residual, score_shape);
+    }
+    const StridedView whole = DenseView(st.values[probs].shape);  // the second product reads the probabilities whole
+    if (p.offset != 0 || p.dims != whole.dims || p.strides != whole.strides ||
+        static_cast<int64_t>(q.dims.size()) != rank)
+      continue;
     // One term added at the scores' own shape is the node's bias as it is; more, or one added in another shape, are
     // summed now into one constant of the scores' shape (they must be constants, the sum at most kMaxBiasFloats).
     int bias = -1;
@@ -871,18 +902,6 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
       }
       bias = st.AddConstant(Tensor::FromVector<float>(score_shape, sum));
     }
-    if (dead[first] || dead[second]) continue;
-    StridedView q, k, p, v;
-    float scale = 1.f, second_scale = 1.f;
-    const Node &a = st.nodes[first], &b = st.nodes[second];
-    if (!product_views(a, &q, &k, &scale) || a.Has("out_perm") || !product_views(b, &p, &v, &second_scale) ||
-        second_scale != 1.f || b.inputs[0] != probs || b.inputs[1] == probs)
-      continue;
-    scale *= factor;
-    const StridedView whole = DenseView(st.values[probs].shape);  // the second product reads the probabilities whole
-    if (p.offset != 0 || p.dims != whole.dims || p.strides != whole.strides ||
-        static_cast<int64_t>(q.dims.size()) != rank)
-      continue;
     Node fused;
     fused.op_type = kAttentionViewsOp;
     fused.name = b.name;

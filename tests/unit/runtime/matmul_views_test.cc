@@ -188,16 +188,20 @@ TEST(AttentionViews, BroadcastScaleAndOutputPermutation) {
 // constant [1, W, 1, M, T] mask added, Reshaped back) summed with its bias into one constant. Against the unfused
 // graph on reference kernels.
 TEST(AttentionViews, AddedTermsBecomeTheBias) {
-  enum Kind { kConstant, kRuntimeMask, kShiftedWindows };
+  // kFullShape: a term as large as the scores, added straight to the product (no scale): the residual fusion takes it
+  // into the MatMul first (Swin's last stage, one window), and the attention from there.
+  enum Kind { kConstant, kRuntimeMask, kShiftedWindows, kFullShape };
   for (const std::string& isa : AttentionIsas())
-    for (Kind kind : {kConstant, kRuntimeMask, kShiftedWindows}) {
+    for (Kind kind : {kConstant, kRuntimeMask, kShiftedWindows, kFullShape}) {
       SCOPED_TRACE("kind " + std::to_string(kind) + " " + isa);
       const AttentionIsa use(isa);
       const int64_t b = 4, h = 3, m = 10, t = 10, d = 8, windows = 2;
       const Shape qs{b, h, m, d}, ks{b, h, d, t}, vs{b, h, t, d};
       GraphBuilder g("terms", 13);
       auto q = g.Input("q", DType::kF32, qs), k = g.Input("k", DType::kF32, ks), v = g.Input("v", DType::kF32, vs);
-      auto scores = g.Op("Mul", {g.Op("MatMul", {q, k}), g.Constant(Tensor::Scalar<float>(0.35f))});
+      auto scores = kind == kFullShape
+                        ? g.Op("MatMul", {q, k})
+                        : g.Op("Mul", {g.Op("MatMul", {q, k}), g.Constant(Tensor::Scalar<float>(0.35f))});
       std::vector<TensorSpec> specs{{DType::kF32, qs}, {DType::kF32, ks}, {DType::kF32, vs}};
       std::vector<Tensor> inputs{RandomTensor(qs, 1), RandomTensor(ks, 2), RandomTensor(vs, 3)};
       if (kind == kRuntimeMask) {
@@ -206,7 +210,8 @@ TEST(AttentionViews, AddedTermsBecomeTheBias) {
         specs.push_back({DType::kF32, mask});
         inputs.push_back(RandomTensor(mask, 4, -3.f, 0.f));
       } else {
-        scores = g.Op("Add", {scores, g.Constant(RandomTensor({h, m, t}, 5))});
+        scores =
+            g.Op("Add", {scores, g.Constant(RandomTensor(kind == kFullShape ? Shape{b, h, m, t} : Shape{h, m, t}, 5))});
       }
       if (kind == kShiftedWindows) {
         auto split = g.Op("Reshape", {scores, g.Constant(I64s({b / windows, windows, h, m, t}))});
