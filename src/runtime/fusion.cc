@@ -779,7 +779,7 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
         !Private(st, u, probs))
       continue;
     const int second = u.consumers[probs][0];
-    const Shape& score_shape = st.values[scores].shape;
+    const Shape score_shape = st.values[scores].shape;  // (a copy: AddConstant below grows st.values)
     // Up from the Softmax: terms added to the scores (each a value and the shape the scores had where it was added:
     // an Add of something that broadcasts to them, or Reshape -> Add of a constant -> Reshape back, Swin's shifted-
     // window mask), then a Div or Mul of the scores by a constant scalar (BERT-style exports scale the scores, not
@@ -798,7 +798,7 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
       if (n.op_type != "Add" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
       for (int side = 0; side < 2; ++side) {
         const int x = n.inputs[side], t = n.inputs[1 - side];
-        if (x < 0 || t < 0 || st.values[t].dtype != DType::kF32 ||
+        if (x < 0 || t < 0 || x == t || st.values[t].dtype != DType::kF32 ||
             st.values[x].shape != st.values[n.outputs[0]].shape || private_producer(x) < 0)
           continue;
         *from = x;
@@ -890,7 +890,6 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
       for (const auto& [t, shape] : terms) {
         const StridedView from = BroadcastView(st.values[t].shape, shape);
         const float* data = st.values[t].value.data<float>();
-        std::vector<int64_t> index(shape.size(), 0);
         for (size_t flat = 0; flat < sum.size(); ++flat) {
           int64_t rest = static_cast<int64_t>(flat), offset = 0;
           for (size_t d = shape.size(); d-- > 0;) {
