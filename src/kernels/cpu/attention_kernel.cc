@@ -259,8 +259,8 @@ std::unique_ptr<Kernel> CreateAttentionViews(const KernelBuildContext& ctx) {
   if (rows == nullptr || ctx.input_shapes.size() < 3 || ctx.input_shapes.size() > 4 || ctx.output_shapes.size() != 1)
     return nullptr;
   const bool has_bias = ctx.input_shapes.size() == 4 && (ctx.present.size() < 4 || ctx.present[3]);
-  for (DType t : ctx.input_dtypes)
-    if (t != DType::kF32) return nullptr;
+  for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)
+    if ((i < 3 || has_bias) && ctx.input_dtypes[i] != DType::kF32) return nullptr;
   for (Layout l : ctx.input_layouts)
     if (l != Layout::kPlain) return nullptr;
   if (ctx.OutLayout(0) != Layout::kPlain) return nullptr;
