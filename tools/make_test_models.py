@@ -35,6 +35,12 @@ MODELS = {
     "convnext_tiny": ({}, 224),
     "vit_b_16": ({}, 224),
 }
+# Exported only when named (`--only swin_t`, `bench/compare_cpu --models swin_t`), not by `make test`: architectures
+# for checking that a speed-up is general (Swin's windowed attention with a position bias and shifted-window masks).
+EXTRA_MODELS = {
+    "swin_t": ({}, 224),
+}
+SPECS = {**MODELS, **EXTRA_MODELS}
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -60,7 +66,7 @@ def model_paths(name: str, out_dir: Path = None) -> dict:
 
 
 def input_shape(name: str, batch: int) -> tuple:
-    size = MODELS[name][1]
+    size = SPECS[name][1]
     return (batch, 3, size, size)
 
 
@@ -149,11 +155,36 @@ def build_model(name: str):
     import torch
     import torchvision
 
-    kwargs, _ = MODELS[name]
+    kwargs, _ = SPECS[name]
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(weights=None, **kwargs)
     _make_parameters_realistic(model, name)
     return model
+
+
+def _dropouts_of_ratio_zero_as_identity(path: Path) -> None:
+    """Dropout nodes whose ratio is a constant 0 become Identity (the same values in any mode). Swin's attention, as
+    the exporter writes it, keeps F.dropout(p=0) in training mode, which OpenVINO refuses to read."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    constants = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant" and n.attribute}
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    changed = False
+    for node in model.graph.node:
+        if node.op_type != "Dropout" or len(node.input) < 2 or node.input[1] not in constants:
+            continue
+        if numpy_helper.to_array(constants[node.input[1]].attribute[0].t).item() != 0.0:
+            continue
+        if len(node.output) > 1 and node.output[1] in read:
+            continue  # the mask is read: left as it is
+        node.op_type = "Identity"
+        del node.input[1:]
+        del node.output[1:]
+        changed = True
+    if changed:
+        onnx.save(model, str(path))
 
 
 def export_model(name: str, out_dir: Path, force: bool = False) -> str:
@@ -191,6 +222,7 @@ def export_model(name: str, out_dir: Path, force: bool = False) -> str:
                 last_error = e
         if exported_opset is None:
             raise RuntimeError(f"{name}: export failed at opsets {OPSETS}: {last_error}")
+        _dropouts_of_ratio_zero_as_identity(tmp)
         os.replace(tmp, paths["onnx"])
     finally:
         if tmp.exists():
@@ -210,7 +242,7 @@ def ensure_models(names, out_dir: Path = None, force: bool = False, log=print) -
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(MODELS),
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(SPECS),
                         help="export only these models (default: all)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: $OSPREY_MODEL_CACHE or ~/.cache/osprey/models)")
