@@ -157,10 +157,7 @@ void InferAttentionViews(InferContext& ctx) {
   CheckViewProduct(ctx, DenseView(p.scores), v, "scores (q k)", "v_dims");
   if (ctx.Has(3)) {
     const Shape& bias = ctx.input_shapes[3];
-    bool broadcasts = ctx.input_dtypes[3] == DType::kF32 && bias.size() <= p.scores.size();
-    for (size_t a = 0; a < bias.size() && broadcasts; ++a)
-      broadcasts = bias[a] == 1 || bias[a] == p.scores[p.scores.size() - bias.size() + a];
-    if (!broadcasts)
+    if (ctx.input_dtypes[3] != DType::kF32 || !BroadcastsTo(bias, p.scores))
       ctx.Fail("input 3 (bias) should be float32 and broadcast to the scores " + ShapeToString(p.scores) + ", got " +
                ShapeToString(bias));
   }

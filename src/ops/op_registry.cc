@@ -90,6 +90,20 @@ int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node) {
   return a;
 }
 
+bool BroadcastsTo(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1 && from[d] != to[to.size() - from.size() + d]) return false;
+  return true;
+}
+
+std::vector<int64_t> TransposePerm(const Node& node, size_t rank) {
+  if (node.Has("perm")) return node.GetInts("perm");
+  std::vector<int64_t> perm;
+  for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  return perm;
+}
+
 Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node) {
   size_t r = std::max(a.size(), b.size());
   Shape out(r);

@@ -151,6 +151,12 @@ void ValidateOps(const Graph& graph);
 int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node);
 /// Numpy-style multidirectional broadcast; throws kInvalidArgument naming `node` on mismatch.
 Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node);
+/// Whether a tensor of shape `from` broadcasts to `to` alone (numpy rules, `from` aligned to the right, each of its
+/// dims equal or 1), so `to` is the result.
+bool BroadcastsTo(const Shape& from, const Shape& to);
+/// A Transpose node's permutation for an input of `rank` axes: its `perm`, or the axes reversed where it has none
+/// (ONNX's default). Unchecked.
+std::vector<int64_t> TransposePerm(const Node& node, size_t rank);
 
 // ---- augmentation op helpers (src/ops/augment_ops.cc), shared by the schemas and both kernel libraries ----
 /// OpenCV's GaussianBlur size rule: `ksize` when > 0, else cvRound(sigma * (uint8 ? 3 : 4) * 2 + 1) | 1 (0 when

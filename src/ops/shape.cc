@@ -413,9 +413,7 @@ void InferUnsqueeze(InferContext& ctx) {
 void InferTranspose(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
   int64_t rank = static_cast<int64_t>(in.size());
-  std::vector<int64_t> perm = ctx.node.GetInts("perm");
-  if (!ctx.node.Has("perm"))
-    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  const std::vector<int64_t> perm = TransposePerm(ctx.node, in.size());
   if (static_cast<int64_t>(perm.size()) != rank)
     ctx.Fail("perm " + IntsToString(perm) + " has " + Str(perm.size()) + " entries for an input of rank " + Str(rank));
   std::vector<bool> used(rank, false);

@@ -353,9 +353,7 @@ std::vector<int64_t> ByteRunsOf(const CompileState& st, const Node& node) {
     // its attention, tf2onnx's NHWC <-> NCHW Transposes of [N, 1, 1, C] gates.
     const Shape& shape = st.values[in].shape;
     const int64_t rank = static_cast<int64_t>(shape.size());
-    std::vector<int64_t> perm = node.GetInts("perm", {});
-    if (perm.empty())
-      for (int64_t a = rank - 1; a >= 0; --a) perm.push_back(a);
+    const std::vector<int64_t> perm = TransposePerm(node, shape.size());
     if (static_cast<int64_t>(perm.size()) != rank) return {};
     int64_t last = -1;
     for (int64_t a : perm) {

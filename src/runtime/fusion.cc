@@ -236,8 +236,8 @@ void FoldMatMulScale(CompileState& st) {
       const Node& tr = st.nodes[transpose_i];
       const int in = tr.inputs.empty() ? -1 : tr.inputs[0];
       if (in < 0 || !Private(st, u, in)) continue;
-      const std::vector<int64_t> perm = tr.GetInts("perm");  // none: the axes reversed
-      if (axis >= 0) axis = perm.empty() ? static_cast<int>(ts.size()) - 1 - axis : static_cast<int>(perm[axis]);
+      const std::vector<int64_t> perm = TransposePerm(tr, ts.size());
+      if (axis >= 0) axis = static_cast<int>(perm[axis]);
       mm_i = producer[in];
     }
     if (mm_i < 0 || dead[mm_i] || !MatMulByConstant(st, st.nodes[mm_i])) continue;
@@ -440,9 +440,7 @@ void FuseResidualAdd(CompileState& st) {
       int residual = r;
       if (ti >= 0) {
         const size_t rank = st.values[y].shape.size();
-        std::vector<int64_t> perm = st.nodes[ti].GetInts("perm");
-        if (perm.empty())
-          for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+        const std::vector<int64_t> perm = TransposePerm(st.nodes[ti], rank);
         std::vector<int64_t> inverse(rank, -1);
         for (size_t d = 0; d < perm.size() && perm.size() == rank; ++d)
           if (perm[d] >= 0 && perm[d] < static_cast<int64_t>(rank)) inverse[perm[d]] = static_cast<int64_t>(d);
@@ -581,17 +579,32 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
 
 namespace {
 
+// `d` as a value times a constant scalar (finite, non-zero): a Div of it by one, or a Mul of it and one on either side
+// (the attention's 1 / sqrt(d)); `*x` the value, `*factor` the scalar (inverted for a Div). False for anything else.
+bool ScalarScaling(const CompileState& st, const Node& d, int* x, float* factor) {
+  if ((d.op_type != "Div" && d.op_type != "Mul") || !d.domain.empty() || d.inputs.size() != 2 ||
+      d.outputs.size() != 1 || d.outputs[0] < 0)
+    return false;
+  const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
+  const int c = d.inputs[first_known ? 0 : 1], v = d.inputs[first_known ? 1 : 0];
+  if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || v < 0 || st.values[v].known ||
+      st.values[v].shape != st.values[d.outputs[0]].shape)
+    return false;
+  const float f = st.values[c].value.data<float>()[0];
+  if (!std::isfinite(f) || f == 0.f) return false;
+  *x = v;
+  *factor = d.op_type == "Div" ? 1.f / f : f;
+  return true;
+}
+
 // What `node` does to a view of its input 0 (Transpose, a shape-only op, a unit-step Slice), into `view`; false where
 // the result is not a strided view or the node is none of those.
 bool ApplyToView(const CompileState& st, const Node& node, StridedView* view) {
   if (!node.domain.empty() || node.inputs.empty() || node.inputs[0] < 0 || node.outputs.size() != 1) return false;
   const Shape& out = st.values[node.outputs[0]].shape;
   if (node.op_type == "Transpose") {
-    const int64_t rank = static_cast<int64_t>(view->dims.size());
-    std::vector<int64_t> perm = node.GetInts("perm", {});
-    if (perm.empty())
-      for (int64_t a = rank - 1; a >= 0; --a) perm.push_back(a);
-    if (static_cast<int64_t>(perm.size()) != rank) return false;
+    const std::vector<int64_t> perm = TransposePerm(node, view->dims.size());
+    if (perm.size() != view->dims.size()) return false;
     *view = TransposedView(*view, perm);
     return view->dims == out;
   }
@@ -665,17 +678,10 @@ void FuseMatMulViews(CompileState& st) {
     std::vector<int> absorbed_nodes;
     for (int& o : operand) {
       const int p = producer[o];
-      if (p < 0 || !Private(st, u, o)) continue;
-      const Node& d = st.nodes[p];
-      if ((d.op_type != "Div" && d.op_type != "Mul") || !d.domain.empty() || d.inputs.size() != 2) continue;
-      const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
-      const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
-      if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
-          st.values[x].shape != st.values[o].shape)
-        continue;
-      const float f = st.values[c].value.data<float>()[0];
-      if (!std::isfinite(f) || f == 0.f) continue;
-      scale *= d.op_type == "Div" ? 1.f / f : f;
+      int x = -1;
+      float f = 1.f;
+      if (p < 0 || !Private(st, u, o) || !ScalarScaling(st, st.nodes[p], &x, &f)) continue;
+      scale *= f;
       absorbed_nodes.push_back(p);
       o = x;
     }
@@ -831,17 +837,8 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     }
     float factor = 1.f;
     if (const int pi = private_producer(at); pi >= 0) {
-      const Node& d = st.nodes[pi];
-      if ((d.op_type == "Div" || d.op_type == "Mul") && d.domain.empty() && d.inputs.size() == 2 &&
-          d.outputs.size() == 1) {
-        const bool first_known = d.op_type == "Mul" && IsF32Known(st, d.inputs[0]);  // Mul commutes, Div does not
-        const int c = d.inputs[first_known ? 0 : 1], x = d.inputs[first_known ? 1 : 0];
-        if (!IsF32Known(st, c) || st.values[c].value.numel() != 1 || x < 0 || st.values[x].known ||
-            st.values[x].shape != score_shape)
-          continue;
-        const float f = st.values[c].value.data<float>()[0];
-        if (!std::isfinite(f) || f == 0.f) continue;
-        factor = d.op_type == "Div" ? 1.f / f : f;
+      int x = -1;
+      if (ScalarScaling(st, st.nodes[pi], &x, &factor)) {
         absorbed.push_back(pi);
         at = x;
       }
@@ -871,20 +868,12 @@ void FuseAttentionViews(CompileState& st, const std::function<bool(const Node&)>
     int bias = -1;
     if (terms.size() == 1 && terms[0].second == score_shape) {
       bias = terms[0].first;
-      const Shape& bs = st.values[bias].shape;
-      bool broadcasts = bs.size() <= score_shape.size();
-      for (size_t d = 0; d < bs.size() && broadcasts; ++d)
-        broadcasts = bs[d] == 1 || bs[d] == score_shape[score_shape.size() - bs.size() + d];
-      if (!broadcasts) continue;
+      if (!BroadcastsTo(st.values[bias].shape, score_shape)) continue;
     } else if (!terms.empty()) {
       constexpr int64_t kMaxBiasFloats = int64_t{1} << 24;
       bool constant = NumElements(score_shape) <= kMaxBiasFloats;
-      for (const auto& [t, shape] : terms) {
-        const Shape& ts = st.values[t].shape;
-        constant = constant && IsF32Known(st, t) && ts.size() <= shape.size();
-        for (size_t d = 0; d < ts.size() && constant; ++d)
-          constant = ts[d] == 1 || ts[d] == shape[shape.size() - ts.size() + d];
-      }
+      for (const auto& [t, shape] : terms)
+        constant = constant && IsF32Known(st, t) && BroadcastsTo(st.values[t].shape, shape);
       if (!constant) continue;
       std::vector<float> sum(static_cast<size_t>(NumElements(score_shape)), 0.f);
       for (const auto& [t, shape] : terms) {
@@ -1178,9 +1167,7 @@ void SwapPadTranspose(CompileState& st) {
       if (pad.inputs.size() > 3 && pad.inputs[3] >= 0) continue;
       pads = st.values[pad.inputs[1]].value.ToInt64Vector();
     }
-    std::vector<int64_t> perm = tr.GetInts("perm", {});
-    if (perm.empty())
-      for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    const std::vector<int64_t> perm = TransposePerm(tr, rank);
     if (pads.size() != 2 * rank || perm.size() != rank) continue;
     std::vector<int64_t> new_pads(2 * rank);
     Shape moved(rank);

@@ -555,9 +555,7 @@ void CenterCropPadKernel(KernelContext& ctx) {
 void TransposeKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
   int64_t rank = in.rank();
-  std::vector<int64_t> perm = ctx.node.GetInts("perm");
-  if (!ctx.node.Has("perm"))
-    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  const std::vector<int64_t> perm = TransposePerm(ctx.node, static_cast<size_t>(rank));
   std::vector<int64_t> in_strides = Strides(in.shape());
   std::vector<int64_t> strides(rank);
   Shape expected(rank);

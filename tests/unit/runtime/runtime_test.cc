@@ -193,7 +193,9 @@ TEST(Runtime, ResidualConvolutionWritesOverItsResidual) {
     reference.fast_kernels = false;
     reference.fuse = false;
     auto oracle = Compile(g, {{DType::kF32, {1, 16, 8, 8}}}, reference);
-    if (chain) EXPECT_EQ(plan->arena_bytes(), 2u * 4096u) << "r takes a's buffer";
+    if (chain) {
+      EXPECT_EQ(plan->arena_bytes(), 2u * 4096u) << "r takes a's buffer";
+    }
     Tensor in = RandomTensor({1, 16, 8, 8}, 9);
     ExpectTensorNear(plan->Run({in})[0], oracle->Run({in})[0], 1e-4f);
   }
@@ -459,7 +461,9 @@ std::pair<std::map<std::string, int>, Tensor> ExpectPacksShared(const std::funct
   EXPECT_EQ(store->NumDerivedLive(), packs) << "the second model reuses the first's packs";
   EXPECT_EQ(store->BytesLive(), after_a) << "and adds no bytes";
   EXPECT_EQ(ya.nbytes(), yb.nbytes());
-  if (ya.nbytes() == yb.nbytes()) EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  if (ya.nbytes() == yb.nbytes()) {
+    EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  }
   Model alone(make());
   ExpectTensorNear(alone.Run({{"x", x}})[0].second, ya);
   return {a.PlanFor({{"x", x}})->KernelCounts(), ya};
