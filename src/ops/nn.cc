@@ -99,10 +99,42 @@ Shape InferFusedDepthwise(InferContext& c, const Shape& pointwise_y) {
   return {pointwise_y[0], channels, spatial[0], spatial[1]};
 }
 
+// X of a Conv: input 0, or with `_input_parts` (ops/conv_input_scale.h) the channel concatenation of its parts.
+Shape ConvInputShape(InferContext& c) {
+  if (!HasInputParts(c.node)) {
+    if (c.input_shapes.size() > kInputPartsInput) c.Fail("inputs 10 and on are only allowed with _input_parts");
+    return c.input_shapes[0];
+  }
+  const std::vector<int64_t> parts = c.node.GetInts("_input_parts");
+  const int k = static_cast<int>(parts.size());
+  if (k < 2 || k > kMaxInputParts)
+    c.Fail("_input_parts should list 2 to " + std::to_string(kMaxInputParts) + " channel counts, got " +
+           std::to_string(k));
+  if (static_cast<int>(c.input_shapes.size()) != InputPartIndex(k - 1) + 1)
+    c.Fail("_input_parts lists " + std::to_string(k) + " parts: inputs 0 and 10 to " +
+           std::to_string(InputPartIndex(k - 1)) + " should hold them, got " + std::to_string(c.input_shapes.size()) +
+           " inputs");
+  Shape x = c.input_shapes[0];
+  if (x.size() != 4) c.Fail("a Conv with _input_parts needs rank-4 parts, got " + ShapeToString(x));
+  x[1] = 0;
+  for (int i = 0; i < k; ++i) {
+    const int in = InputPartIndex(i);
+    if (!c.Has(in)) c.Fail("part " + std::to_string(i) + " (input " + std::to_string(in) + ") is missing");
+    RequireF32(c, in, "X part");
+    const Shape& p = c.input_shapes[in];
+    if (p.size() != 4 || p[0] != x[0] || p[2] != x[2] || p[3] != x[3] || p[1] != parts[i] || parts[i] < 1)
+      c.Fail("part " + std::to_string(i) + " (input " + std::to_string(in) + ") should have shape [" +
+             std::to_string(x[0]) + ", " + std::to_string(parts[i]) + ", " + std::to_string(x[2]) + ", " +
+             std::to_string(x[3]) + "], got " + ShapeToString(p));
+    x[1] += parts[i];
+  }
+  return x;
+}
+
 void InferConv(InferContext& c) {
   RequireF32(c, 0, "X");
   RequireF32(c, 1, "W");
-  const Shape& x = c.input_shapes[0];
+  const Shape x = ConvInputShape(c);
   const Shape& w = c.input_shapes[1];
   SpatialRank(c, x);
   if (w.size() != x.size())
@@ -167,6 +199,22 @@ void InferConv(InferContext& c) {
              ", 1, 1], got " + ShapeToString(s));
   } else if (c.Has(kInputScaleInput)) {
     c.Fail("input 7 is only allowed on a fused node with _input_scale = 1");
+  }
+  if ((HasInputAffine(c.node) || HasInputParts(c.node)) &&
+      (x.size() != 4 || HasFusedDepthwise(c.node) || c.node.GetInt("_int8", 0) != 0 || HasInputScale(c.node)))
+    c.Fail(
+        "a fused input affine or parts (_input_affine, _input_parts) needs a 2-D convolution without _dw_strides, "
+        "_int8 or _input_scale");
+  if (HasInputAffine(c.node)) {
+    for (int in : {kInputAffineScale, kInputAffineShift}) {
+      if (!c.Has(in)) c.Fail("_input_affine is set but input " + std::to_string(in) + " is missing");
+      RequireF32(c, in, "input affine");
+      if (c.input_shapes[in] != Shape{channels})
+        c.Fail("input affine (input " + std::to_string(in) + ") should have shape [" + std::to_string(channels) +
+               "], got " + ShapeToString(c.input_shapes[in]));
+    }
+  } else if (c.Has(kInputAffineScale) || c.Has(kInputAffineShift) || c.node.Has("_input_relu")) {
+    c.Fail("inputs 8 and 9 and _input_relu are only allowed on a fused node with _input_affine = 1");
   }
   c.SetOutput(0, DType::kF32, y);
 }
@@ -476,7 +524,7 @@ OpSchema Schema(const char* op_type, int min_in, int max_in, int min_out, int ma
 
 void RegisterNnOps(OpRegistry& r) {
   // Internal inputs: 3, fused residual; 4, 5: fused depthwise; 6: PRelu; 7: input scale.
-  r.Add(Schema("Conv", 2, 8, 1, 1, InferConv));
+  r.Add(Schema("Conv", 2, kInputPartsInput + kMaxInputParts - 1, 1, 1, InferConv));
   r.Add(Schema("ConvTranspose", 2, 3, 1, 1, InferConvTranspose));
   r.Add(Schema("BatchNormalization", 5, 5, 1, 5, InferBatchNormalization));
   r.Add(Schema("InstanceNormalization", 3, 3, 1, 1, InferInstanceNormalization));

@@ -225,7 +225,8 @@ void InferAndFold(CompileState& st) {
 // FuseConvPRelu), OSPREY_FUSE_SCALE (a squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale),
 // OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the
 // two attention products and the Softmax between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary
-// steps into an elementwise node, FuseElementwiseChains).
+// steps into an elementwise node, FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization
+// before a 1x1 Conv as its fused input, FuseConvInputs).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -576,6 +577,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });
+    if (options.fuse && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_INPUTS"))
+      FuseConvInputs(
+          st, [&](const Node& n) { return CpuKernelTakesFusedInput(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   } else {
     st.layouts.assign(st.values.size(), Layout::kPlain);
     st.transparent.assign(st.nodes.size(), 0);

@@ -955,6 +955,107 @@ void FuseConvInputScale(CompileState& st) {
   if (changed) DropDead(st, dead);
 }
 
+// After the layout pass, on channels-last values: Concat (along the channels) -> BatchNormalization (inference, no
+// activation or ReLU) -> 1x1 Conv, each read by the next alone, either of the first two optional -> one Conv with
+// `_input_parts` (the Concat's inputs) and `_input_affine` (the normalisation's per-channel a and b, `_input_relu`)
+// (ops/conv_input_scale.h), where `fast_kernel_takes` it (osprey's 1x1 kernel, which forms its input chunk by chunk
+// where it reads it): the passes that wrote and read the whole concatenated, normalised feature map are gone. DenseNet
+// concatenates every earlier feature map and normalises it before each 1x1 layer; SqueezeNet's fire modules, YOLO's
+// C2f and SPPF blocks concatenate before one.
+// Only where the Conv's input takes at least kMinFusedInputBytes: smaller ones stay in a core's cache between the
+// passes, which then cost little, and osprey's kernel ran some of those layers slower than oneDNN's (DenseNet-121 at
+// batch 1 on a Zen 4: its last block's 100-200 KB inputs 1.46-1.51 ms fused against 1.25-1.27, its first block's
+// 0.8-3.2 MB 3.5-3.6 against 4.0-4.1; docs/performance.md "Fortieth session").
+constexpr int64_t kMinFusedInputBytes = int64_t{1} << 20;
+
+void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
+  const Uses u = CountUses(st);
+  const std::vector<int> producer = Producers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  auto nhwc_f32 = [&](int v) {
+    return v >= 0 && st.layouts[v] == Layout::kNhwc && st.values[v].dtype == DType::kF32 &&
+           st.values[v].shape.size() == 4;
+  };
+  // The live node writing private NHWC value `v` if it is a `op` node, else -1.
+  auto private_producer = [&](int v, const char* op) {
+    if (!nhwc_f32(v) || !Private(st, u, v) || producer[v] < 0 || dead[producer[v]]) return -1;
+    const Node& n = st.nodes[producer[v]];
+    return n.op_type == op && n.domain.empty() && n.outputs.size() == 1 ? producer[v] : -1;
+  };
+  bool changed = false;
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& conv = st.nodes[j];
+    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
+        conv.inputs.size() > kInputScaleInput || conv.GetInt("group", 1) != 1 || conv.Has("_int8") ||
+        conv.Has("_dw_strides") || conv.Has("_prelu") || HasFusedInput(conv) || !nhwc_f32(conv.inputs[0]) ||
+        NumElements(st.values[conv.inputs[0]].shape) * int64_t{sizeof(float)} < kMinFusedInputBytes)
+      continue;
+    Node fused = conv;
+    int x = conv.inputs[0];
+    std::vector<int> absorbed;
+    const int bn_index = private_producer(x, "BatchNormalization");
+    if (bn_index >= 0) {
+      const Node& bn = st.nodes[bn_index];
+      const int64_t channels = st.values[x].shape[1];
+      bool known = bn.inputs.size() == 5 && bn.GetInt("training_mode", 0) == 0 && nhwc_f32(bn.inputs[0]);
+      for (int k = 1; k <= 4 && known; ++k)
+        known = IsF32Known(st, bn.inputs[k]) && st.values[bn.inputs[k]].value.numel() == channels;
+      const std::string act = bn.GetString("_activation", "");
+      if (known && (act.empty() || act == "Relu")) {
+        // The BatchNormalization kernel's constants, in its float expressions (batchnorm.cc).
+        const float* gamma = st.values[bn.inputs[1]].value.data<float>();
+        const float* beta = st.values[bn.inputs[2]].value.data<float>();
+        const float* mean = st.values[bn.inputs[3]].value.data<float>();
+        const float* var = st.values[bn.inputs[4]].value.data<float>();
+        const float eps = bn.GetFloat("epsilon", 1e-5f);
+        Tensor a(DType::kF32, {channels}), b(DType::kF32, {channels});
+        for (int64_t c = 0; c < channels; ++c) {
+          a.data<float>()[c] = gamma[c] / std::sqrt(var[c] + eps);
+          b.data<float>()[c] = beta[c] - mean[c] * a.data<float>()[c];
+        }
+        fused.inputs.resize(kInputAffineShift + 1, -1);
+        fused.inputs[kInputAffineScale] = st.AddConstant(std::move(a));
+        fused.inputs[kInputAffineShift] = st.AddConstant(std::move(b));
+        st.layouts.resize(st.values.size(), Layout::kPlain);
+        fused.attrs["_input_affine"] = Attribute::Int(1);
+        if (!act.empty()) fused.attrs["_input_relu"] = Attribute::Int(1);
+        x = bn.inputs[0];
+        absorbed.push_back(bn_index);
+      }
+    }
+    const int concat_index = private_producer(x, "Concat");
+    if (concat_index >= 0) {
+      const Node& concat = st.nodes[concat_index];
+      const int64_t axis = concat.GetInt("axis", 0);
+      bool parts_ok = (axis == 1 || axis == -3) && concat.inputs.size() >= 2 &&
+                      static_cast<int>(concat.inputs.size()) <= kMaxInputParts;
+      for (int v : concat.inputs) parts_ok = parts_ok && nhwc_f32(v);
+      if (parts_ok) {
+        std::vector<int64_t> channels;
+        for (int v : concat.inputs) channels.push_back(st.values[v].shape[1]);
+        fused.inputs.resize(InputPartIndex(static_cast<int>(channels.size()) - 1) + 1, -1);
+        for (size_t i = 0; i < channels.size(); ++i)
+          fused.inputs[InputPartIndex(static_cast<int>(i))] = concat.inputs[i];
+        fused.attrs["_input_parts"] = Attribute::Ints(std::move(channels));
+        x = -1;
+        absorbed.push_back(concat_index);
+      }
+    }
+    if (absorbed.empty()) continue;
+    if (x >= 0) fused.inputs[0] = x;
+    if (!fast_kernel_takes(fused)) continue;
+    st.nodes[j] = std::move(fused);
+    for (int n : absorbed) dead[n] = 1;
+    changed = true;
+  }
+  if (!changed) return;
+  std::vector<char> transparent;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) transparent.push_back(st.transparent[i]);
+  DropDead(st, dead);
+  st.transparent = std::move(transparent);
+}
+
 // The step a unary node computes, if it can join a chain (ops/activation.h UnaryStep): an activation the fusion pass
 // reads (constant Clip bounds), or a fake quantisation (a Round with `_quant_scale`, fusion_qdq.cc).
 bool StepOfNode(const CompileState& st, const Node& n, UnaryStep* step) {

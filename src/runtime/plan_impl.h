@@ -191,6 +191,11 @@ struct CompileState {
   int AddValue(DType dtype, Shape shape);
 };
 
+/// After AssignLayouts: a Concat and/or an inference BatchNormalization (its ReLU too) read only by a 1x1 Conv on
+/// channels-last values, as the Conv's fused input parts and affine (ops/conv_input_scale.h), where
+/// `fast_kernel_takes` the fused node (fusion.cc).
+void FuseConvInputs(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+
 /// Internal op inserted by AssignLayouts: converts input 0 (layout attr "from") to output 0 (layout attr "to").
 inline constexpr const char* kLayoutReorderOp = "_LayoutReorder";
 

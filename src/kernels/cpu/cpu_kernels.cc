@@ -133,6 +133,15 @@ bool CpuKernelFusesPRelu(const KernelBuildContext& ctx) {
   }
 }
 
+bool CpuKernelTakesFusedInput(const KernelBuildContext& ctx) {
+  if (!WithinFastKernelLimits(ctx)) return false;
+  try {
+    return cpu::CpuConvTakesFusedInput(ctx);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 bool CpuKernelTakesAttention(const KernelBuildContext& ctx) {
   return WithinFastKernelLimits(ctx) && cpu::CreateAttentionViews(ctx) != nullptr;
 }

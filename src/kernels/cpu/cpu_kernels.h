@@ -35,6 +35,10 @@ bool CpuKernelFusesDepthwise(const KernelBuildContext& ctx);
 /// True when `ctx.node`, a Conv carrying a fused PRelu (ops/activation.h), gets oneDNN's kernel with the PRelu as a
 /// post-op.
 bool CpuKernelFusesPRelu(const KernelBuildContext& ctx);
+/// True when `ctx.node`, a Conv whose input carries a fused affine (a BatchNormalization and its ReLU) or is a
+/// concatenation of parts (ops/conv_input_scale.h), gets osprey's 1x1 kernel, which forms that input where it reads it;
+/// the fusion making the node asks first (FuseConvInputs), so the node never falls to its reference kernel.
+bool CpuKernelTakesFusedInput(const KernelBuildContext& ctx);
 
 /// _AttentionViews (ops/matmul_views.h) on AVX-512 or AVX2 with FMA (attention_kernel.cc): nullptr on other CPUs, for
 /// other layouts, or where the context rows are not contiguous in the output. The fusion making the node asks first

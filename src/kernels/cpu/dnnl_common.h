@@ -402,6 +402,9 @@ bool DnnlConvFusesDepthwise(const KernelBuildContext& ctx);
 /// Whether a Conv carrying a fused PRelu (ops/activation.h HasFusedPRelu) gets a oneDNN kernel with the PRelu as a
 /// post-op (not its reference implementation).
 bool DnnlConvFusesPRelu(const KernelBuildContext& ctx);
+/// True when `ctx.node`, a Conv with a fused input affine or parts (ops/conv_input_scale.h), gets osprey's 1x1 kernel
+/// (pointwise_conv.cc): every part, the residual and the output channels-last, float32, a window it takes.
+bool CpuConvTakesFusedInput(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);

@@ -47,7 +47,7 @@ struct ConvGeometry {
 bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   const Node& node = ctx.node;
   if (ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1) return false;
-  g.x = ctx.input_shapes[0];
+  g.x = JoinedInputShape(node, ctx.input_shapes);
   g.w = ctx.input_shapes[1];
   g.y = g.out = ctx.output_shapes[0];
   const int64_t rank = static_cast<int64_t>(g.x.size());
@@ -473,6 +473,17 @@ class DnnlConvKernel final : public Kernel {
 };
 
 // Channels-last tensors exist only for rank-4 float32 activations, and only on input 0, the residual and output 0.
+// A fused input affine or parts: every part, the residual and the output channels-last, the rest plain.
+bool FusedInputLayouts(const KernelBuildContext& ctx) {
+  for (size_t i = 0; i < ctx.input_layouts.size(); ++i) {
+    const bool part = i == 0 || (HasInputParts(ctx.node) && i >= static_cast<size_t>(kInputPartsInput));
+    if (ctx.present.size() > i && ctx.present[i] &&
+        ctx.input_layouts[i] != (part || i == 3 ? Layout::kNhwc : Layout::kPlain))
+      return false;
+  }
+  return ctx.output_layouts.size() == 1 && ctx.output_layouts[0] == Layout::kNhwc;
+}
+
 bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_layouts.size(); ++i)
     if (ctx.input_layouts[i] != Layout::kPlain && i != 0 && i != 3) return false;
@@ -507,6 +518,9 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
   own.bias = ctx.present.size() > 2 && ctx.present[2];
   own.residual = ctx.node.GetInt("_residual", 0) != 0;
   own.input_scale = HasInputScale(ctx.node);
+  own.input_affine = HasInputAffine(ctx.node);
+  own.input_relu = ctx.node.GetInt("_input_relu", 0) != 0;
+  if (HasInputParts(ctx.node)) own.input_parts = ctx.node.GetInts("_input_parts");
   return own;
 }
 
@@ -522,9 +536,9 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
 std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                                       const std::string& mode) {
   std::optional<OwnConvGeometry> own = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!own || own->input_scale || own->kernel_h != 3 || own->kernel_w != 3 || own->stride_h != 1 ||
-      own->stride_w != 1 || ctx.InLayout(0) != Layout::kNhwc || ctx.OutLayout(0) != Layout::kNhwc ||
-      (own->residual && ctx.InLayout(3) != Layout::kNhwc))
+  if (!own || own->input_scale || own->input_affine || !own->input_parts.empty() || own->kernel_h != 3 ||
+      own->kernel_w != 3 || own->stride_h != 1 || own->stride_w != 1 || ctx.InLayout(0) != Layout::kNhwc ||
+      ctx.OutLayout(0) != Layout::kNhwc || (own->residual && ctx.InLayout(3) != Layout::kNhwc))
     return std::nullopt;
   const OwnConvGeometry& wg = *own;
   // Its transformed weights take 4x the layer's (36 values per input-output channel pair instead of 9): up to 256 x 256
@@ -545,8 +559,8 @@ std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, 
 std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                               const std::string& mode) {
   std::optional<OwnConvGeometry> sg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
-  if (!sg || sg->residual || sg->input_scale || g.x != g.x_logical || ctx.InLayout(0) != Layout::kPlain ||
-      ctx.OutLayout(0) != Layout::kNhwc || !StemConvApplies(*sg))
+  if (!sg || sg->residual || sg->input_scale || sg->input_affine || !sg->input_parts.empty() || g.x != g.x_logical ||
+      ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kNhwc || !StemConvApplies(*sg))
     return std::nullopt;
   return sg;
 }
@@ -640,6 +654,12 @@ std::unique_ptr<Kernel> OwnOrDirect(const KernelBuildContext& ctx, const std::st
 // first-layer kernel.
 std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const ConvGeometry& g,
                                          const std::function<std::unique_ptr<DnnlConvKernel>()>& build_direct) {
+  // A fused input affine or parts (runtime/fusion.cc FuseConvInputs) runs on osprey's 1x1 kernel alone: the fusion
+  // makes such a node only where CpuKernelTakesFusedInput says it does.
+  if (HasInputAffine(ctx.node) || HasInputParts(ctx.node)) {
+    const std::optional<OwnConvGeometry> pg = OwnConvGeometryOf(ctx, g);
+    return pg && g.x == g.x_logical && FusedInputLayouts(ctx) ? CreatePointwiseConv(ctx, *pg) : nullptr;
+  }
   const char* stem_setting = std::getenv("OSPREY_STEM");
   const std::string stem_mode = stem_setting ? stem_setting : "";
   if (const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_mode)) {
@@ -696,7 +716,7 @@ std::unique_ptr<Kernel> TryCreateDnnlConv(const KernelBuildContext& ctx, ConvLay
 std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx, ConvLayout layout) {
   if (!AnyNhwc(ctx)) return TryCreateDnnlConv(ctx, layout);
   // Asked for channels-last tensors: declining would leave them to a reference kernel that reads them as plain.
-  if (!LayoutsAreSupportedShape(ctx))
+  if (!LayoutsAreSupportedShape(ctx) && !(HasInputParts(ctx.node) && FusedInputLayouts(ctx)))
     ThrowUnsupportedLayouts(ctx.node, kConvName, "only input 0, the residual and output 0 of a 2-D Conv may be NHWC");
   std::unique_ptr<Kernel> kernel;
   try {
@@ -753,6 +773,15 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   OmpThreadsGuard threads(ctx.num_threads);
   return (ctx.bf16 != Bf16Use::kNo && MakeConvPd(ctx, g, ConvLayout::kChannelsLast, /*bf16=*/true)) ||
          static_cast<bool>(MakeConvPd(ctx, g, ConvLayout::kChannelsLast));
+}
+
+bool CpuConvTakesFusedInput(const KernelBuildContext& ctx) {
+  if (!(HasInputAffine(ctx.node) || HasInputParts(ctx.node)) || !AllFloat32(ctx) || !FusedInputLayouts(ctx))
+    return false;
+  ConvGeometry g;
+  if (!ComputeGeometry(ctx, g) || g.x != g.x_logical) return false;
+  const std::optional<OwnConvGeometry> pg = OwnConvGeometryOf(ctx, g);
+  return pg && PointwiseConvApplies(*pg);
 }
 
 bool DnnlConvFusesPRelu(const KernelBuildContext& ctx) {

@@ -19,6 +19,9 @@ struct OwnConvGeometry {
   bool bias = false;      // input 2, [K]
   bool residual = false;  // input 3 (the output's shape and layout), added before the activation
   bool input_scale = false;  // input 7, [N or 1, C, 1, 1]: the input times its channel's factor (conv_input_scale.h)
+  bool input_affine = false;  // inputs 8 and 9, [C] each: the input times a plus b per channel (conv_input_scale.h)
+  bool input_relu = false;    // with input_affine: then max(., 0)
+  std::vector<int64_t> input_parts;  // not empty: the input's channels come from these parts (conv_input_scale.h)
   Activation activation;  // the node's fused activation
 };
 
@@ -31,7 +34,8 @@ class OwnConvKernel : public Kernel {
 
 /// Checks the tensors of one run of kernel `name` built for `g` (own_conv.cc): input 0 in `input_layout`, output 0
 /// channels-last, the residual (input 3, when `g.residual`) channels-last, the bias (input 2, when `g.bias`) of
-/// `g.out_c` values, the input scale (input 7, when `g.input_scale`) of `g.in_c` values per image; throws kInternal
+/// `g.out_c` values, the input scale (input 7, when `g.input_scale`) of `g.in_c` values per image, the parts and the
+/// input affine (`g.input_parts`, `g.input_affine`) of their channels; throws kInternal
 /// naming the node otherwise.
 void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout);
 

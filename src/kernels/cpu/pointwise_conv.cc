@@ -73,7 +73,25 @@ struct Inputs {
   const float* scale;     // the input scale (null: none), per image when scale_per_image
   bool scale_per_image;
   const float* weights;  // packed as PointwiseConv::packed_ (or a scaled copy)
+  const float* const* parts = nullptr;  // the input's parts (OwnConvGeometry::input_parts; null: x is the input)
+  const float* affine_a = nullptr;      // the input affine (null: none): x * a + b per channel
+  const float* affine_b = nullptr;
+  // The chunk's input rows are formed in a scratch first (Chunk).
+  bool Transformed() const { return scale || parts || affine_a; }
 };
+
+// dst[0, n) = src[0, n) times s (when not null), times a plus b (when a is not null), then max(., 0) when `relu`.
+__attribute__((target("avx512f"))) void TransformRow(const float* src, float* dst, int64_t n, const float* s,
+                                                     const float* a, const float* b, bool relu) {
+  for (int64_t c = 0; c < n; c += 16) {
+    const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, src + c);
+    if (s) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, s + c));
+    if (a) v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a + c), _mm512_maskz_loadu_ps(m, b + c));
+    if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(dst + c, m, v);
+  }
+}
 
 class PointwiseConv final : public OwnConvKernel {
  public:
@@ -136,9 +154,31 @@ class PointwiseConv final : public OwnConvKernel {
 
   void Run(KernelContext& ctx) override {
     CheckOwnConvTensors(ctx, Name(), g_, Layout::kNhwc);
+    const float* bias = g_.bias ? ctx.In(2).data<float>() : nullptr;
+    const float* residual = g_.residual ? ctx.In(3).data<float>() : nullptr;
+    if (g_.input_affine || !g_.input_parts.empty()) {  // formed chunk by chunk where the rows are read (Chunk)
+      std::vector<const float*> parts(g_.input_parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) parts[i] = ctx.In(InputPartIndex(static_cast<int>(i))).data<float>();
+      Inputs in{ctx.In(0).data<float>(), bias, residual, nullptr, false, packed_};
+      if (!parts.empty()) in.parts = parts.data();
+      if (g_.input_affine) {
+        in.affine_a = ctx.In(kInputAffineScale).data<float>();
+        in.affine_b = ctx.In(kInputAffineShift).data<float>();
+      }
+      const int64_t pixels = g_.batch * g_.out_h * g_.out_w;
+      if (group_major_) {  // every group reads every row: all rows formed once first, split over the threads
+        float* rows = reinterpret_cast<float*>(ThreadScratch::Reserve(pixels * g_.in_c * sizeof(float)));
+        const int64_t blocks = (pixels + kChunk - 1) / kChunk;
+#pragma omp parallel for num_threads(threads_) schedule(static)
+        for (int64_t b = 0; b < blocks; ++b)
+          FormRows(in, b * kChunk, std::min(pixels, (b + 1) * kChunk), rows + b * kChunk * g_.in_c);
+        in = Inputs{rows, bias, residual, nullptr, false, packed_};
+      }
+      ExecutePixels(in, ctx.Out(0).data<float>(), 0, pixels);
+      return;
+    }
     const Tensor* scale = g_.input_scale ? &ctx.In(kInputScaleInput) : nullptr;
-    Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>(),
-            g_.residual ? ctx.In(3).data<float>() : nullptr, scale ? scale->data<float>() : nullptr,
+    Execute(ctx.In(0).data<float>(), bias, ctx.Out(0).data<float>(), residual, scale ? scale->data<float>() : nullptr,
             scale && scale->dim(0) > 1);
   }
 
@@ -216,59 +256,85 @@ class PointwiseConv final : public OwnConvKernel {
     }
   }
 
-  // Pixels [q0, q1) of the output.
+  // Pixels [q0, q1) of the output. Input rows formed in a scratch (Inputs::Transformed) are formed once per chunk:
+  // chunk by chunk, a work item is a chunk and all its groups.
   void ExecutePixels(const Inputs& in, float* y, int64_t q0, int64_t q1) const {
     const int64_t chunks = (q1 - q0 + chunk_ - 1) / chunk_;
+    if (in.Transformed() && !group_major_) {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        const int64_t p0 = q0 + chunk * chunk_, p1 = std::min(q1, p0 + chunk_);
+        const float* rows = FormRows(in, p0, p1);
+        for (int64_t group = 0; group < groups_; ++group) ChunkOfGroup(in, rows, p0, y, p0, p1, group);
+      }
+      return;
+    }
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t item = 0; item < chunks * groups_; ++item) {
       const int64_t chunk = group_major_ ? item % chunks : item / groups_;
       const int64_t group = group_major_ ? item / chunks : item % groups_;
       const int64_t p0 = q0 + chunk * chunk_, p1 = std::min(q1, p0 + chunk_);
-      switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
-        case 1:
-          Chunk<1, PixelsFor<1, false>()>(in, y, p0, p1, group);
-          break;
-        case 2:
-          Chunk<2, PixelsFor<2, false>()>(in, y, p0, p1, group);
-          break;
-        case 3:
-          Chunk<3, PixelsFor<3, false>()>(in, y, p0, p1, group);
-          break;
-        default:
-          if (group_major_)
-            Chunk<4, PixelsFor<4, true>()>(in, y, p0, p1, group);
-          else
-            Chunk<4, PixelsFor<4, false>()>(in, y, p0, p1, group);
-          break;
+      if (in.Transformed())
+        ChunkOfGroup(in, FormRows(in, p0, p1), p0, y, p0, p1, group);
+      else
+        ChunkOfGroup(in, in.x, 0, y, p0, p1, group);
+    }
+  }
+
+  // Chunk for the group's vector count; `x` holds the input rows from pixel `x_base` on.
+  void ChunkOfGroup(const Inputs& in, const float* x, int64_t x_base, float* y, int64_t p0, int64_t p1,
+                    int64_t group) const {
+    switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
+      case 1:
+        Chunk<1, PixelsFor<1, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      case 2:
+        Chunk<2, PixelsFor<2, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      case 3:
+        Chunk<3, PixelsFor<3, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      default:
+        if (group_major_)
+          Chunk<4, PixelsFor<4, true>()>(in, x, x_base, y, p0, p1, group);
+        else
+          Chunk<4, PixelsFor<4, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+    }
+  }
+
+  // The input rows of pixels [p0, p1) formed in the calling thread's scratch: scaled, joined from the parts, with the
+  // affine and its ReLU applied.
+  // `formed`: where to put them (null: the scratch).
+  const float* FormRows(const Inputs& in, int64_t p0, int64_t p1, float* formed = nullptr) const {
+    if (!formed) formed = reinterpret_cast<float*>(ThreadScratch::Reserve((p1 - p0) * g_.in_c * sizeof(float)));
+    const int64_t image_pixels = g_.in_h * g_.in_w;
+    const bool relu = g_.input_relu;
+    for (int64_t p = p0; p < p1; ++p) {
+      float* out = formed + (p - p0) * g_.in_c;
+      if (in.parts) {
+        int64_t first = 0;
+        for (size_t i = 0; i < g_.input_parts.size(); ++i) {
+          const int64_t c = g_.input_parts[i];
+          TransformRow(in.parts[i] + p * c, out + first, c, nullptr, in.affine_a ? in.affine_a + first : nullptr,
+                       in.affine_a ? in.affine_b + first : nullptr, relu);
+          first += c;
+        }
+      } else {
+        const float* s = in.scale ? in.scale + (in.scale_per_image ? p / image_pixels * g_.in_c : 0) : nullptr;
+        TransformRow(in.x + p * g_.in_c, out, g_.in_c, s, in.affine_a, in.affine_b, relu);
       }
     }
+    return formed;
   }
 
   // Pixels [p0, p1), output channel vectors [v0, v0 + V) of group `group`: the input channels in blocks whose weights
   // stay in the first-level cache while every pixel block passes over them, the partial sums kept in the output.
+  // `x`: the input rows from pixel `x_base` on (the input's own, or formed by FormRows).
   template <int V, int P>
-  __attribute__((target("avx512f"))) void Chunk(const Inputs& in, float* y, int64_t p0, int64_t p1,
-                                                int64_t group) const {
+  __attribute__((target("avx512f"))) void Chunk(const Inputs& in, const float* x, int64_t x_base, float* y, int64_t p0,
+                                                int64_t p1, int64_t group) const {
     const float* bias = in.bias;
-    // The chunk's input rows: the input's own, or their scaled copy (first row at pixel p0).
-    const float* x = in.x;
-    int64_t x_base = 0;
-    if (in.scale) {
-      float* scaled = reinterpret_cast<float*>(ThreadScratch::Reserve((p1 - p0) * g_.in_c * sizeof(float)));
-      const int64_t image_pixels = g_.in_h * g_.in_w;
-      for (int64_t p = p0; p < p1; ++p) {
-        const float* s = in.scale + (in.scale_per_image ? p / image_pixels * g_.in_c : 0);
-        const float* row = in.x + p * g_.in_c;
-        float* out = scaled + (p - p0) * g_.in_c;
-        for (int64_t c = 0; c < g_.in_c; c += 16) {
-          const __mmask16 m = c + 16 <= g_.in_c ? 0xffff : static_cast<__mmask16>((1u << (g_.in_c - c)) - 1);
-          _mm512_mask_storeu_ps(out + c, m,
-                                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), _mm512_maskz_loadu_ps(m, s + c)));
-        }
-      }
-      x = scaled;
-      x_base = p0;
-    }
     const int64_t v0 = group * group_vectors_;
     const __mmask16 last = v0 + V == vectors_ ? last_mask_ : static_cast<__mmask16>(0xffff);
     __m512 b[V];
@@ -387,8 +453,15 @@ bool PointwiseConvApplies(const OwnConvGeometry& g) {
   if (!avx512 || g.batch <= 0 || g.in_c < 1 || g.in_c > kMaxInputChannels || g.out_c < 16 || g.in_h <= 0 ||
       g.in_w <= 0 || g.out_h <= 0 || g.out_w <= 0 || !ActivatesInRegisters(g.activation.kind))
     return false;
-  if (g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0)
-    return g.out_h == g.in_h && g.out_w == g.in_w;
+  const bool plain_window =
+      g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0;
+  // A fused affine or parts (formed where the rows are read): the plain 1x1 form only, without an input scale.
+  if (g.input_affine || !g.input_parts.empty()) {
+    int64_t joined = 0;
+    for (int64_t c : g.input_parts) joined += c;
+    if (!plain_window || g.input_scale || (!g.input_parts.empty() && joined != g.in_c)) return false;
+  }
+  if (plain_window) return g.out_h == g.in_h && g.out_w == g.in_w;
   // Other windows gather each output pixel's window into a row first: only where those rows (pixels x taps x C) take
   // no more memory than the weights (K x taps x C), and without an input scale (a gate comes before 1x1 layers).
   return g.kernel_h >= 1 && g.kernel_w >= 1 && g.kernel_h <= kMaxWindow && g.kernel_w <= kMaxWindow &&

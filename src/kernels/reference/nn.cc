@@ -278,6 +278,38 @@ void ConvRef(KernelContext& ctx) {
     x = x.Clone();
     Int8Grid(node, "x", x.data<float>(), x.numel());
   }
+  if (HasInputParts(node)) {  // ops/conv_input_scale.h: X is its parts concatenated along the channels
+    const std::vector<int64_t> parts = node.GetInts("_input_parts");
+    Shape shape = x.shape();
+    shape[1] = 0;
+    for (int64_t c : parts) shape[1] += c;
+    Tensor joined(DType::kF32, shape);
+    const int64_t plane = shape[2] * shape[3];
+    int64_t first = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const float* src = ctx.In(InputPartIndex(static_cast<int>(i))).data<float>();
+      for (int64_t n = 0; n < shape[0]; ++n)
+        std::copy_n(src + n * parts[i] * plane, parts[i] * plane,
+                    joined.data<float>() + (n * shape[1] + first) * plane);
+      first += parts[i];
+    }
+    x = joined;
+  }
+  if (HasInputAffine(node)) {  // ops/conv_input_scale.h: x * a + b per channel, then the ReLU
+    const float* a = ctx.In(kInputAffineScale).data<float>();
+    const float* b = ctx.In(kInputAffineShift).data<float>();
+    const bool relu = node.GetInt("_input_relu", 0) != 0;
+    Tensor t(DType::kF32, x.shape());
+    const int64_t channels = x.dim(1), plane = x.numel() / std::max<int64_t>(1, x.dim(0) * channels);
+    const float* xs = x.data<float>();
+    float* ts = t.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t c = i / plane % channels;
+      const float v = xs[i] * a[c] + b[c];
+      ts[i] = relu ? std::max(v, 0.f) : v;
+    }
+    x = t;
+  }
   if (HasInputScale(node) && ctx.HasIn(kInputScaleInput)) {  // ops/conv_input_scale.h: the input times its gate
     const Tensor& scale = ctx.In(kInputScaleInput);
     Tensor scaled(DType::kF32, x.shape());
