@@ -166,6 +166,10 @@ TEST(ConvInputFusion, FusedNodeReferenceMatchesConcatAffineReluConv) {
   const std::vector<Tensor> got = Compile(FusedNodeGraph(kPartB, {7}), specs, kOracle)->Run(inputs);
   ASSERT_EQ(got.size(), 1u);
   ExpectTensorNear(got[0], expected[0], 1e-6f, 1e-6f);
+  // Written in a model file, the node compiles in a fast plan too (it stays plain, on the reference kernel).
+  const std::vector<Tensor> fast = Compile(FusedNodeGraph(kPartB, {7}), specs, kFast)->Run(inputs);
+  ASSERT_EQ(fast.size(), 1u);
+  ExpectTensorNear(fast[0], expected[0], 1e-6f, 1e-6f);
 }
 
 TEST(ConvInputFusion, ShapeRuleRejectsMalformedFusedNodes) {
