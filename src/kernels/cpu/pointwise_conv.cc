@@ -51,6 +51,8 @@ constexpr int64_t kChunkInputBytes = int64_t{1} << 20;
 constexpr int64_t kGroupMajorBytes = int64_t{1} << 20;
 // A group's weights for one block of input channels: half of a 48 KB first-level cache.
 constexpr int64_t kWeightTileBytes = int64_t{24} << 10;
+// Group by group, a fused input's rows (`_input_parts`, `_input_affine`) formed all at once up to this many bytes.
+constexpr int64_t kMaxFormedBytes = int64_t{8} << 20;
 
 // Pixels per block for V vectors of output channels: 24 accumulators (12 for one vector); group by group (`heavy`),
 // 28 for four vectors: with their weights all 32 registers (the FMA broadcasts the input value from memory). Chunk by
@@ -166,7 +168,9 @@ class PointwiseConv final : public OwnConvKernel {
         in.affine_b = ctx.In(kInputAffineShift).data<float>();
       }
       const int64_t pixels = g_.batch * g_.out_h * g_.out_w;
-      if (group_major_) {  // every group reads every row: all rows formed once first, split over the threads
+      // Every group reads every row: all rows formed once first, split over the threads, where they take at most
+      // kMaxFormedBytes (the thread's scratch keeps its size; larger ones are formed per work item, as chunk by chunk).
+      if (group_major_ && pixels * g_.in_c * int64_t{sizeof(float)} <= kMaxFormedBytes) {
         float* rows = reinterpret_cast<float*>(ThreadScratch::Reserve(pixels * g_.in_c * sizeof(float)));
         const int64_t blocks = (pixels + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads_) schedule(static)

@@ -100,6 +100,7 @@ TEST(ConvInputFusion, ConcatAndNormalisationFuseIntoThe1x1Conv) {
         DenseSpec{.norm = false, .relu = false},                             // parts only (SqueezeNet, YOLO)
         DenseSpec{.parts = {}},                                              // affine only (a pre-activation ResNet)
         DenseSpec{.batch = 1, .size = 24, .parts = {320, 256}, .out = 520},  // group by group (2.4 MB of weights)
+        DenseSpec{.batch = 2, .size = 44, .parts = {320, 256}, .out = 464},  // and over 8 MB of rows: per work item
         DenseSpec{.batch = 3, .size = 24, .parts = {16, 16, 16, 16, 16, 16, 16, 16, 16, 17}, .out = 16}}) {
     SCOPED_TRACE("batch " + std::to_string(spec.batch) + ", " + std::to_string(spec.parts.size()) + " parts, norm " +
                  std::to_string(spec.norm) + ", relu " + std::to_string(spec.relu) + ", out " +
