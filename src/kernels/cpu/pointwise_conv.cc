@@ -20,7 +20,9 @@
 // activation are applied in registers (activation_avx512.h); a residual joins the bias where the first tile starts its
 // sums (so it may lie in the output's own buffer). A fused input scale (ops/conv_input_scale.h: a squeeze-and-
 // excitation gate) multiplies a copy of the packed weights where the layer has fewer output channels than an image
-// has pixels, else each chunk's input, into a thread's scratch before its groups read it (Execute).
+// has pixels, else each chunk's input, into a thread's scratch before its groups read it (Execute). So are a fused
+// concatenation's parts and a normalisation's affine and ReLU (`_input_parts`, `_input_affine`: runtime/fusion.cc
+// FuseConvInputs): each chunk's rows formed once for all its groups (FormRows).
 #include "kernels/cpu/pointwise_conv.h"
 
 #include <immintrin.h>
@@ -78,7 +80,7 @@ struct Inputs {
   const float* const* parts = nullptr;  // the input's parts (OwnConvGeometry::input_parts; null: x is the input)
   const float* affine_a = nullptr;      // the input affine (null: none): x * a + b per channel
   const float* affine_b = nullptr;
-  // The chunk's input rows are formed in a scratch first (Chunk).
+  // The chunk's input rows are formed in a scratch first (FormRows).
   bool Transformed() const { return scale || parts || affine_a; }
 };
 
@@ -158,7 +160,7 @@ class PointwiseConv final : public OwnConvKernel {
     CheckOwnConvTensors(ctx, Name(), g_, Layout::kNhwc);
     const float* bias = g_.bias ? ctx.In(2).data<float>() : nullptr;
     const float* residual = g_.residual ? ctx.In(3).data<float>() : nullptr;
-    if (g_.input_affine || !g_.input_parts.empty()) {  // formed chunk by chunk where the rows are read (Chunk)
+    if (g_.input_affine || !g_.input_parts.empty()) {  // formed chunk by chunk where the rows are read (FormRows)
       std::vector<const float*> parts(g_.input_parts.size());
       for (size_t i = 0; i < parts.size(); ++i) parts[i] = ctx.In(InputPartIndex(static_cast<int>(i))).data<float>();
       Inputs in{ctx.In(0).data<float>(), bias, residual, nullptr, false, packed_};
