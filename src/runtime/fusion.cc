@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/activation.h"
+#include "ops/batch_norm.h"
 #include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
@@ -1002,17 +1003,15 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
         known = IsF32Known(st, bn.inputs[k]) && st.values[bn.inputs[k]].value.numel() == channels;
       const std::string act = bn.GetString("_activation", "");
       if (known && (act.empty() || act == "Relu")) {
-        // The BatchNormalization kernel's constants, in its float expressions (batchnorm.cc).
+        // The BatchNormalization kernels' own factors (ops/batch_norm.h).
         const float* gamma = st.values[bn.inputs[1]].value.data<float>();
         const float* beta = st.values[bn.inputs[2]].value.data<float>();
         const float* mean = st.values[bn.inputs[3]].value.data<float>();
         const float* var = st.values[bn.inputs[4]].value.data<float>();
         const float eps = bn.GetFloat("epsilon", 1e-5f);
         Tensor a(DType::kF32, {channels}), b(DType::kF32, {channels});
-        for (int64_t c = 0; c < channels; ++c) {
-          a.data<float>()[c] = gamma[c] / std::sqrt(var[c] + eps);
-          b.data<float>()[c] = beta[c] - mean[c] * a.data<float>()[c];
-        }
+        for (int64_t c = 0; c < channels; ++c)
+          BatchNormFactors(gamma[c], beta[c], mean[c], var[c], eps, a.data<float>() + c, b.data<float>() + c);
         fused.inputs.resize(kInputAffineShift + 1, -1);
         fused.inputs[kInputAffineScale] = st.AddConstant(std::move(a));
         fused.inputs[kInputAffineShift] = st.AddConstant(std::move(b));
@@ -1029,7 +1028,7 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
       const int64_t axis = concat.GetInt("axis", 0);
       bool parts_ok = (axis == 1 || axis == -3) && concat.inputs.size() >= 2 &&
                       static_cast<int>(concat.inputs.size()) <= kMaxInputParts;
-      for (int v : concat.inputs) parts_ok = parts_ok && nhwc_f32(v);
+      for (int v : concat.inputs) parts_ok = parts_ok && nhwc_f32(v) && st.values[v].shape[1] >= 1;
       if (parts_ok) {
         std::vector<int64_t> channels;
         for (int v : concat.inputs) channels.push_back(st.values[v].shape[1]);

@@ -20,6 +20,7 @@
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/vector_math.h"
 #include "ops/activation.h"
+#include "ops/batch_norm.h"
 
 namespace osprey::cpu {
 namespace {
@@ -176,11 +177,9 @@ class BatchNormKernel final : public Kernel {
     const float* shift = s.params[1]->data<float>();
     const float* mean = s.params[2]->data<float>();
     const float* var = s.params[3]->data<float>();
-    // Same float expressions as the reference kernel, so the folded constants agree with it bit for bit.
-    for (int64_t c = 0; c < channels; ++c) {
-      a_[c] = scale[c] / std::sqrt(var[c] + s.epsilon);
-      b_[c] = shift[c] - mean[c] * a_[c];
-    }
+    // The reference kernel's factors (ops/batch_norm.h), so the folded constants agree with it bit for bit.
+    for (int64_t c = 0; c < channels; ++c)
+      BatchNormFactors(scale[c], shift[c], mean[c], var[c], s.epsilon, &a_[c], &b_[c]);
     numel_ = NumElements(s.x);
     params_ = RowParams{a_.data(), b_.data(), channels, 1, out_layout == Layout::kNhwc, s.act};
     if (params_.nhwc) {

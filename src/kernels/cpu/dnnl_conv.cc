@@ -472,7 +472,6 @@ class DnnlConvKernel final : public Kernel {
   PerCaller<RunState> runs_;
 };
 
-// Channels-last tensors exist only for rank-4 float32 activations, and only on input 0, the residual and output 0.
 // A fused input affine or parts: every part, the residual and the output channels-last, the rest plain.
 bool FusedInputLayouts(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_layouts.size(); ++i) {
@@ -484,6 +483,7 @@ bool FusedInputLayouts(const KernelBuildContext& ctx) {
   return ctx.output_layouts.size() == 1 && ctx.output_layouts[0] == Layout::kNhwc;
 }
 
+// Channels-last tensors exist only for rank-4 float32 activations, and only on input 0, the residual and output 0.
 bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_layouts.size(); ++i)
     if (ctx.input_layouts[i] != Layout::kPlain && i != 0 && i != 3) return false;

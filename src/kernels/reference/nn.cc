@@ -14,6 +14,7 @@
 #include "kernels/reference/dispatch.h"
 #include "kernels/reference/reference.h"
 #include "ops/activation.h"
+#include "ops/batch_norm.h"
 #include "ops/conv_input_scale.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
@@ -278,21 +279,18 @@ void ConvRef(KernelContext& ctx) {
     x = x.Clone();
     Int8Grid(node, "x", x.data<float>(), x.numel());
   }
-  if (HasInputParts(node)) {  // ops/conv_input_scale.h: X is its parts concatenated along the channels
-    const std::vector<int64_t> parts = node.GetInts("_input_parts");
-    Shape shape = x.shape();
-    shape[1] = 0;
-    for (int64_t c : parts) shape[1] += c;
-    Tensor joined(DType::kF32, shape);
-    const int64_t plane = shape[2] * shape[3];
-    int64_t first = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const float* src = ctx.In(InputPartIndex(static_cast<int>(i))).data<float>();
-      for (int64_t n = 0; n < shape[0]; ++n)
-        std::copy_n(src + n * parts[i] * plane, parts[i] * plane,
-                    joined.data<float>() + (n * shape[1] + first) * plane);
-      first += parts[i];
-    }
+  if (HasInputParts(
+          node)) {  // ops/conv_input_scale.h: X is its parts concatenated along the channels (Concat's kernel)
+    Node concat;
+    concat.op_type = "Concat";
+    concat.name = node.name;
+    concat.attrs["axis"] = Attribute::Int(1);
+    Tensor joined(DType::kF32, JoinedInputShape(node, {x.shape()}));
+    KernelContext join{concat, ctx.opset};
+    for (size_t i = 0; i < node.GetInts("_input_parts").size(); ++i)
+      join.inputs.push_back(ctx.inputs[InputPartIndex(static_cast<int>(i))]);
+    join.outputs = {&joined};
+    FindReferenceKernel("Concat")(join);
     x = joined;
   }
   if (HasInputAffine(node)) {  // ops/conv_input_scale.h: x * a + b per channel, then the ReLU
@@ -586,8 +584,8 @@ void BatchNormalizationRef(KernelContext& ctx) {
 #pragma omp parallel for if (x.numel() >= kMinParallelWork)
   for (int64_t p = 0; p < batch * channels; ++p) {
     const int64_t c = p % channels;
-    const float a = scale[c] / std::sqrt(var[c] + epsilon);
-    const float b = shift[c] - mean[c] * a;
+    float a, b;
+    BatchNormFactors(scale[c], shift[c], mean[c], var[c], epsilon, &a, &b);
     const float* xp = xd + p * size;
     float* yp = yd + p * size;
     for (int64_t i = 0; i < size; ++i) yp[i] = xp[i] * a + b;

@@ -131,18 +131,27 @@ TEST(ConvInputFusion, StaysWhereItCannotFuse) {
 
 const Shape kPartA{2, 3, 5, 4}, kPartB{2, 4, 5, 4};
 
-Graph FusedNodeGraph(const Shape& b_shape, const Shape& affine_shape, AttributeMap extra = {}) {
+// `drop`: attributes to leave out; `scale`: an input scale at input 7 too; `no_shift`: input 9 left out.
+struct FusedNodeOptions {
+  AttributeMap extra;
+  std::vector<std::string> drop;
+  bool scale = false, no_shift = false;
+};
+
+Graph FusedNodeGraph(const Shape& b_shape, const Shape& affine_shape, const FusedNodeOptions& o = {}) {
   GraphBuilder b("fused", 13);
   auto pa = b.Input("a", DType::kF32, kPartA);
   auto pb = b.Input("b", DType::kF32, b_shape);
   AttributeMap attrs{{"_input_parts", Attribute::Ints({3, 4})},
                      {"_input_affine", Attribute::Int(1)},
                      {"_input_relu", Attribute::Int(1)}};
-  for (auto& [k, v] : extra) attrs[k] = v;
+  for (auto& [k, v] : o.extra) attrs[k] = v;
+  for (const std::string& k : o.drop) attrs.erase(k);
   b.Output(b.Op("Conv",
                 {pa, b.Constant(RandomTensor({6, 7, 1, 1}, 1)), b.Constant(RandomTensor({6}, 2)), ValueRef{},
-                 ValueRef{}, ValueRef{}, ValueRef{}, ValueRef{}, b.Constant(RandomTensor(affine_shape, 3)),
-                 b.Constant(RandomTensor(affine_shape, 4)), pb},
+                 ValueRef{}, ValueRef{}, ValueRef{}, o.scale ? b.Constant(RandomTensor({1, 7, 1, 1}, 5)) : ValueRef{},
+                 b.Constant(RandomTensor(affine_shape, 3)),
+                 o.no_shift ? ValueRef{} : b.Constant(RandomTensor(affine_shape, 4)), pb},
                 attrs),
            "y");
   return b.Finish();
@@ -180,12 +189,17 @@ TEST(ConvInputFusion, ShapeRuleRejectsMalformedFusedNodes) {
   expect_error(FusedNodeGraph({2, 5, 5, 4}, {7}), {2, 5, 5, 4}, "part 1 (input 10) should have shape [2, 4, 5, 4]");
   expect_error(FusedNodeGraph({2, 4, 5, 3}, {7}), {2, 4, 5, 3}, "part 1 (input 10) should have shape");
   expect_error(FusedNodeGraph(kPartB, {8}), kPartB, "input affine (input 8) should have shape [7]");
-  expect_error(FusedNodeGraph(kPartB, {7}, {{"_input_parts", Attribute::Ints({3, 4, 2})}}), kPartB,
+  expect_error(FusedNodeGraph(kPartB, {7}, {.extra = {{"_input_parts", Attribute::Ints({3, 4, 2})}}}), kPartB,
                "_input_parts lists 3 parts");
-  expect_error(FusedNodeGraph(kPartB, {7}, {{"_input_parts", Attribute::Ints({7})}}), kPartB,
-               "_input_parts should list 2 to");
-  expect_error(FusedNodeGraph(kPartB, {7}, {{"_input_affine", Attribute::Int(0)}}), kPartB,
+  expect_error(FusedNodeGraph(kPartB, {7}, {.extra = {{"_input_parts", Attribute::Ints({7})}}}), kPartB,
+               "_input_parts should list 2 to 256");
+  expect_error(FusedNodeGraph(kPartB, {7}, {.extra = {{"_input_affine", Attribute::Int(0)}}}), kPartB,
                "inputs 8 and 9 and _input_relu are only allowed on a fused node with _input_affine = 1");
+  expect_error(FusedNodeGraph(kPartB, {7}, {.drop = {"_input_parts"}}), kPartB,
+               "inputs 10 and on are only allowed with _input_parts");
+  expect_error(FusedNodeGraph(kPartB, {7}, {.no_shift = true}), kPartB, "_input_affine is set but input 9 is missing");
+  expect_error(FusedNodeGraph(kPartB, {7}, {.extra = {{"_input_scale", Attribute::Int(1)}}, .scale = true}), kPartB,
+               "needs a 2-D convolution without _dw_strides, _int8 or _input_scale");
 }
 
 }  // namespace
