@@ -226,7 +226,8 @@ void InferAndFold(CompileState& st) {
 // OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the
 // two attention products and the Softmax between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary
 // steps into an elementwise node, FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization
-// before a 1x1 Conv as its fused input, FuseConvInputs).
+// before a 1x1 Conv as its fused input, FuseConvInputs), OSPREY_FUSE_POOLS (a pool of a Concat as a Concat of pooled
+// parts, PoolConcatParts).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -574,6 +575,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
         st, [&](const Node& n) { return CpuKernelTakesAttention(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_CHAINS"))
     FuseElementwiseChains(st);
+  if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_POOLS")) PoolConcatParts(st);
   if (options.fast_kernels && !on_device) {
     AssignLayouts(st,
                   [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });

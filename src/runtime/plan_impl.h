@@ -220,6 +220,10 @@ void FuseTransformerPatterns(CompileState& state);
 /// _ChannelShuffle node (fusion_patterns.cc).
 void FuseDataMovementPatterns(CompileState& state);
 
+/// MaxPool / AveragePool of a channel Concat => Concat of the pooled parts, where the pool shrinks its input
+/// (fusion_patterns.cc; CPU fast plans, `OSPREY_FUSE_POOLS=0` off).
+void PoolConcatParts(CompileState& state);
+
 /// Fusion passes on live nodes (docs/architecture.md): BN folding into Conv, Conv + Add residual, activation fusion.
 /// TensorFlow-export patterns (fusion_tf.cc): Keras hard-swish/hard-sigmoid chains to one node; NCHW -> NHWC
 /// Transposes sunk below elementwise ops and cancelled against their inverse.
