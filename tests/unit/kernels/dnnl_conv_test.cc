@@ -1,15 +1,19 @@
 // oneDNN Conv kernel. Oracle: the reference Conv kernel (kernels/reference), run on the same node and inputs.
-#include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/dnnl_conv.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
+#include <thread>
 
 #include "kernel_test_util.h"
+#include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/own_conv.h"
 
 namespace osprey::testing {
 namespace {
@@ -273,6 +277,24 @@ TEST(DnnlTuning, EvictingFromTheCachesKeepsTheBytes) {
   cpu::EvictFromCaches(nullptr, 64);
   cpu::EvictFromCaches(bytes.data(), 0);
   EXPECT_EQ(bytes, want);
+}
+
+// A kernel timing itself runs once more than it times (the first run untimed), except that a run of
+// kLongTimedRunMs or more is the last and its time the result: a huge layer is run once, not 4 times per round.
+TEST(DnnlTuning, RunsALongLayerOnce) {
+  int runs = 0;
+  const double short_ms = cpu::BestRunMs(3, [&] { ++runs; });
+  EXPECT_EQ(runs, 4);
+  EXPECT_LT(short_ms, cpu::kLongTimedRunMs);
+  runs = 0;
+  const auto long_run = std::chrono::milliseconds(static_cast<int>(cpu::kLongTimedRunMs) + 5);
+  const double long_ms = cpu::BestRunMs(3, [&] {
+    ++runs;
+    std::this_thread::sleep_for(long_run);
+  });
+  EXPECT_EQ(runs, 1);
+  EXPECT_GE(long_ms, cpu::kLongTimedRunMs);
+  EXPECT_LT(long_ms, 1e30);
 }
 
 TEST(DnnlConv, DeclinesRuntimeWeights) {
