@@ -218,8 +218,9 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // CPU model, oneDNN ISA and version: $OSPREY_TUNE_CACHE (a file; empty: none) or
 // ${XDG_CACHE_HOME:-~/.cache}/osprey/onednn-tuning-<id>.tsv. One line per choice: a hash of the operation's key and
 // thread count, the position in oneDNN's list, the implementation's name and how many candidates were timed. A line
-// is only trusted when the implementation at that position still has that name; anything else is timed again. Files
-// over kMaxTuningCacheBytes are left alone (neither read nor extended).
+// is only trusted when the implementation at that position still has that name; anything else is timed again. Only
+// the first kMaxTuningCacheBytes of a file are read, and a file past it is not extended (a full file used to be left
+// unread, so every choice was timed again from the moment it filled).
 //
 // A choice timed while other work competed for the CPUs (a server compiling a lazily loaded model under traffic, a
 // build beside) may be wrong, and a cache would keep it forever. So the tuner watches this process's run delay (time
@@ -433,8 +434,13 @@ std::unordered_map<std::string, TuningChoice>& TuningChoices() {
   if (loaded_from == path) return choices;
   loaded_from = path;
   choices.clear();
-  if (path.empty() || CacheFileTooLarge(path)) return choices;
-  std::ifstream in(path);
+  if (path.empty()) return choices;
+  std::ifstream file(path, std::ios::binary);
+  std::string text(kMaxTuningCacheBytes, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(std::max<std::streamsize>(file.gcount(), 0)));
+  if (text.size() == kMaxTuningCacheBytes) text.resize(text.rfind('\n') + 1);  // npos + 1: none; else the cut line
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
@@ -519,6 +525,23 @@ void RememberVerdict(const std::string& hash, const TuningChoice& verdict) {
 std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std::to_string(omp_get_max_threads())); }
 
 }  // namespace
+
+std::string TuningActivationKey(const dnnl::memory::dims& dims) {
+  if (dims.size() < 2) {
+    std::string key;
+    for (auto d : dims) key += std::to_string(d) + ",";
+    return key + ";";
+  }
+  int64_t work = 1;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (i != 1) work = CheckedMul(work, dims[i]);
+  int64_t size_class = work;
+  if (work > 16) {
+    const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(work));
+    size_class = work & (int64_t{3} << (top - 1));
+  }
+  return "c" + std::to_string(dims[1]) + "x" + std::to_string(size_class) + ";";
+}
 
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;

@@ -212,6 +212,14 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 /// Position of the fastest of oneDNN's implementations of the operation `make()` describes (0: oneDNN's first
 /// choice), timed on this machine at the calling thread's OpenMP thread count; remembered per `key` (which must
 /// describe the operation, its attributes and layouts completely) and thread count for the life of the process.
+/// How a tuning key holds the size of an activation [N, C, spatial...]: C exactly, the product of the other dims
+/// (images x pixels) by its size class, `n` with all but its two leading bits cleared (exact up to 16, then 16, 24, 32,
+/// 48, 64, 96, ...). Shapes of one class share their choices: a model with free image dims (an OCR detector at each
+/// page's size) was timed again at every new size, its first request 6x what it took with the choice remembered
+/// (PP-OCRv4's detector: 950 against 150 ms, docs/performance.md "Forty-first session"). Which implementation wins
+/// moves with the channels, the window and the amount of work, not with a few pixels more.
+std::string TuningActivationKey(const dnnl::memory::dims& dims);
+
 /// `make` returns a new primitive descriptor each call (only a new one can step through the list). See
 /// dnnl_common.cc.
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);

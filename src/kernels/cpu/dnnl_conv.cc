@@ -216,9 +216,9 @@ std::string ConvTuningKey(const KernelBuildContext& ctx, const ConvGeometry& g, 
     for (auto d : dims) key += std::to_string(d) + ",";
     key += ";";
   };
-  put_dims(g.x);
+  key += TuningActivationKey(g.x);  // images x pixels by size class (dnnl_common.h)
   put_dims(g.w);
-  put_dims(g.y);
+  key += TuningActivationKey(g.y);
   put_dims(g.strides);
   put_dims(g.dilates);
   put_dims(g.pad_l);

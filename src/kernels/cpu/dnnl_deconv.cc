@@ -92,11 +92,9 @@ dnnl::deconvolution_forward::primitive_desc MakeDeconvPd(const KernelBuildContex
 }
 
 std::string DeconvTuningKey(const KernelBuildContext& ctx, const DeconvGeometry& g) {
-  std::string key = "deconv:";
-  for (const auto* dims : {&g.x, &g.w, &g.y}) {
-    for (int64_t d : *dims) key += std::to_string(d) + ",";
-    key += ";";
-  }
+  std::string key = "deconv:" + TuningActivationKey(g.x);  // images x pixels by size class (dnnl_common.h)
+  for (int64_t d : g.w) key += std::to_string(d) + ",";
+  key += ";" + TuningActivationKey(g.y);
   for (const auto* dims : {&g.strides, &g.dilates, &g.pad_l, &g.pad_r}) {
     for (int64_t d : *dims) key += std::to_string(d) + ",";
     key += ";";

@@ -14,6 +14,7 @@
 #include "kernel_test_util.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/own_conv.h"
+#include "osprey/runtime.h"
 
 namespace osprey::testing {
 namespace {
@@ -241,6 +242,29 @@ TEST(DnnlTuning, LeavesAnOversizedCacheFileAlone) {
   std::filesystem::remove(path);
 }
 
+// A file that filled up is still read, up to the limit: the choices in it are used, not timed again.
+TEST(DnnlTuning, ReadsTheChoicesOfAFullCacheFile) {
+  const std::string first = TempCachePath("osprey-tune-choice"), full = TempCachePath("osprey-tune-full");
+  setenv("OSPREY_TUNE_CACHE", first.c_str(), 1);
+  const Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
+  ExpectConv(node, {1, 24, 11, 9}, {40, 24, 3, 3}, true, 4);
+  const std::vector<std::string> lines = Lines(first);
+  ASSERT_EQ(lines.size(), 1u);
+  {
+    std::ofstream out(full);
+    out << lines[0] << "\n";
+    for (int i = 0; i < 30000; ++i) out << "00000000000000000000000000000000 0 filler:line 1\n";  // ~1.5 MB
+  }
+  setenv("OSPREY_TUNE_CACHE", full.c_str(), 1);
+  const osprey::TuningCounts before = osprey::KernelTuningCounts();
+  ExpectConv(node, {1, 24, 11, 9}, {40, 24, 3, 3}, true, 4);
+  const osprey::TuningCounts after = osprey::KernelTuningCounts();
+  EXPECT_EQ(after.timed + after.provisional, before.timed + before.provisional) << "timed again";
+  EXPECT_GT(after.cached, before.cached);
+  std::filesystem::remove(first);
+  std::filesystem::remove(full);
+}
+
 TEST(DnnlTuning, IgnoresAHostileCacheFile) {
   const std::string path = TempCachePath("osprey-tune-hostile");
   {
@@ -277,6 +301,30 @@ TEST(DnnlTuning, EvictingFromTheCachesKeepsTheBytes) {
   cpu::EvictFromCaches(nullptr, 64);
   cpu::EvictFromCaches(bytes.data(), 0);
   EXPECT_EQ(bytes, want);
+}
+
+// Tuning keys hold an activation's channels exactly and its images x pixels by size class (two leading bits), so a
+// model with free image dims is not timed again at every size.
+TEST(DnnlTuning, SizesOfOneClassShareAChoice) {
+  EXPECT_EQ(cpu::TuningActivationKey({1, 32, 4, 4}), "c32x16;");
+  EXPECT_EQ(cpu::TuningActivationKey({1, 32, 17, 1}), "c32x16;");
+  EXPECT_EQ(cpu::TuningActivationKey({1, 32, 5, 5}), "c32x24;");
+  EXPECT_EQ(cpu::TuningActivationKey({1, 32, 31, 1}), "c32x24;");
+  EXPECT_EQ(cpu::TuningActivationKey({2, 32, 4, 4}), "c32x32;");
+  EXPECT_EQ(cpu::TuningActivationKey({2, 33, 4, 4}), "c33x32;");
+  EXPECT_EQ(cpu::TuningActivationKey({3, 7, 3}), "c7x9;");              // 1-D: images x length, exact up to 16
+  EXPECT_EQ(cpu::TuningActivationKey({1, 8, 480, 640}), "c8x262144;");  // 307,200 -> 2^18
+  EXPECT_EQ(cpu::TuningActivationKey({1, 8, 544, 704}), "c8x262144;");  // 382,976 -> 2^18
+  EXPECT_EQ(cpu::TuningActivationKey({1, 8, 736, 736}), "c8x524288;");  // 541,696 -> 2^19
+  const std::string path = TempCachePath("osprey-tune-class");
+  setenv("OSPREY_TUNE_CACHE", path.c_str(), 1);
+  const Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
+  ExpectConv(node, {1, 32, 20, 24}, {40, 32, 3, 3}, true, 7);  // 480 pixels: class 384
+  ExpectConv(node, {1, 32, 21, 24}, {40, 32, 3, 3}, true, 8);  // 504: class 384, the choice above
+  EXPECT_EQ(Lines(path).size(), 1u);
+  ExpectConv(node, {1, 32, 40, 24}, {40, 32, 3, 3}, true, 9);  // 960: class 768, timed
+  EXPECT_EQ(Lines(path).size(), 2u);
+  std::filesystem::remove(path);
 }
 
 // A kernel timing itself runs once more than it times (the first run untimed), except that a run of
