@@ -526,6 +526,15 @@ std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std:
 
 }  // namespace
 
+namespace {
+// `n` with all but its two leading bits cleared; exact up to 16.
+int64_t SizeClass(int64_t n) {
+  if (n <= 16) return n;
+  const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(n));
+  return n & (int64_t{3} << (top - 1));
+}
+}  // namespace
+
 std::string TuningActivationKey(const dnnl::memory::dims& dims) {
   if (dims.size() < 2) {
     std::string key;
@@ -535,12 +544,35 @@ std::string TuningActivationKey(const dnnl::memory::dims& dims) {
   int64_t work = 1;
   for (size_t i = 0; i < dims.size(); ++i)
     if (i != 1) work = CheckedMul(work, dims[i]);
-  int64_t size_class = work;
-  if (work > 16) {
-    const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(work));
-    size_class = work & (int64_t{3} << (top - 1));
+  return "c" + std::to_string(dims[1]) + "x" + std::to_string(SizeClass(work)) + ";";
+}
+
+std::string TuningOperandKey(const dnnl::memory::desc& md, TuningDims how) {
+  if (!md) return "-;";
+  const dnnl::memory::dims dims = md.get_dims();
+  std::string key = std::to_string(static_cast<int>(md.get_data_type())) + ":";
+  if (how == TuningDims::kRowsByClass && !dims.empty()) {
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < dims.size(); ++i) rows = CheckedMul(rows, dims[i]);
+    key += std::to_string(dims.size()) + "r" + std::to_string(SizeClass(rows)) + "x" + std::to_string(dims.back());
+  } else {
+    for (auto d : dims) key += std::to_string(how == TuningDims::kExact ? d : SizeClass(d)) + ",";
   }
-  return "c" + std::to_string(dims[1]) + "x" + std::to_string(size_class) + ";";
+  if (md.get_format_kind() != dnnl::memory::format_kind::blocked) return key + "any;";
+  // The layout without the sizes: dims from the largest stride to the smallest, whether rows are padded, inner blocks.
+  const dnnl::memory::dims strides = md.get_strides();
+  std::vector<int> order(dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return strides[a] > strides[b]; });
+  key += "|";
+  for (int i : order) key += std::to_string(i);
+  int64_t elements = 1;
+  for (auto d : md.get_padded_dims()) elements = CheckedMul(elements, d);
+  const bool dense = md.get_size() == static_cast<size_t>(elements) * dnnl::memory::data_type_size(md.get_data_type());
+  key += dense ? "d" : "p";
+  for (auto b : md.get_inner_blks()) key += "b" + std::to_string(b);
+  for (auto i : md.get_inner_idxs()) key += "i" + std::to_string(i);
+  return key + ";";
 }
 
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {

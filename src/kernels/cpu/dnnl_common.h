@@ -220,6 +220,13 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 /// moves with the channels, the window and the amount of work, not with a few pixels more.
 std::string TuningActivationKey(const dnnl::memory::dims& dims);
 
+/// The same for a MatMul operand: its data type and layout (the order of its strides, dense or not, inner blocks) and
+/// its dims: kExact all of them (a constant weight), kRowsByClass the last exactly and the product of the others by
+/// size class (an activation [rows, K] by a constant weight: tokens or pixels vary, K and N do not), kAllByClass
+/// each by size class (both operands computed: attention's [T, d] x [d, T] products vary in every dim with T).
+enum class TuningDims { kExact, kRowsByClass, kAllByClass };
+std::string TuningOperandKey(const dnnl::memory::desc& md, TuningDims dims);
+
 /// `make` returns a new primitive descriptor each call (only a new one can step through the list). See
 /// dnnl_common.cc.
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);

@@ -109,9 +109,13 @@ class DnnlMatMulKernel final : public Kernel {
     dnnl::matmul::primitive_desc pd = make_pd(weights_md);
     if (!pd || IsReferenceImpl(pd)) return {};
     if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return {};
+    // Operands by size class where they vary with the input (TuningOperandKey): a model of free sequence length or
+    // image width is not timed again at every length.
+    const TuningDims rows = b_source == Source::kConstant ? TuningDims::kRowsByClass : TuningDims::kAllByClass;
+    const TuningDims fixed = b_source == Source::kConstant ? TuningDims::kExact : TuningDims::kAllByClass;
     auto key_for = [&](const memory::desc& weights) {
-      return "matmul:" + BlockedDescKey(src_md) + "|" + BlockedDescKey(weights) + "|" + BlockedDescKey(dst_md) + "|" +
-             BlockedDescKey(bias_md) + "|" + BlockedDescKey(add_md) + "|" +
+      return "matmul2:" + TuningOperandKey(src_md, rows) + TuningOperandKey(weights, fixed) +
+             TuningOperandKey(dst_md, rows) + TuningOperandKey(bias_md, fixed) + TuningOperandKey(add_md, rows) + "|" +
              std::to_string(static_cast<int>(bias_source)) + std::to_string(static_cast<int>(add_source)) +
              std::to_string(linear_alpha) + node.GetString("_activation", "") +
              std::to_string(node.GetFloat("_alpha", 0.f)) + std::to_string(node.GetFloat("_beta", 0.f)) +

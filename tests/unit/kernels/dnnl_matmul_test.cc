@@ -17,6 +17,43 @@ std::string OneRowKernel(const std::string& otherwise) {
   return __builtin_cpu_supports("avx512f") ? "GemvF32" : otherwise;
 }
 
+// A MatMul's tuning key holds the operands' sizes by class where they vary with the input (tokens, widths), exactly
+// where they are a constant weight's, and their layouts exactly.
+TEST(DnnlMatMul, TuningKeysHoldSizesByClass) {
+  using cpu::TuningDims;
+  using cpu::TuningOperandKey;
+  using dnnl::memory;
+  const auto plain = [](memory::dims dims) {
+    return memory::desc(dims, memory::data_type::f32,
+                        dims.size() == 3 ? memory::format_tag::abc : memory::format_tag::ab);
+  };
+  // 197 and 230 tokens: class 192; 260: class 256. K exact.
+  EXPECT_EQ(TuningOperandKey(plain({197, 768}), TuningDims::kRowsByClass),
+            TuningOperandKey(plain({230, 768}), TuningDims::kRowsByClass));
+  EXPECT_NE(TuningOperandKey(plain({197, 768}), TuningDims::kRowsByClass),
+            TuningOperandKey(plain({260, 768}), TuningDims::kRowsByClass));
+  EXPECT_NE(TuningOperandKey(plain({197, 768}), TuningDims::kRowsByClass),
+            TuningOperandKey(plain({197, 769}), TuningDims::kRowsByClass));
+  EXPECT_EQ(TuningOperandKey(plain({2, 100, 64}), TuningDims::kRowsByClass),
+            TuningOperandKey(plain({1, 200, 64}), TuningDims::kRowsByClass));  // rows are batch x tokens
+  // Attention's operands: every dim by class; a constant weight's exactly.
+  EXPECT_EQ(TuningOperandKey(plain({12, 64, 197}), TuningDims::kAllByClass),
+            TuningOperandKey(plain({12, 64, 220}), TuningDims::kAllByClass));
+  EXPECT_NE(TuningOperandKey(plain({768, 2304}), TuningDims::kExact),
+            TuningOperandKey(plain({768, 2305}), TuningDims::kExact));
+  // Layouts: a transposed operand, padded rows and oneDNN's choice ("any") are not the same key.
+  const memory::desc rows(memory::dims{64, 256}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc columns(memory::dims{64, 256}, memory::data_type::f32, memory::format_tag::ba);
+  const memory::desc padded(memory::dims{64, 256}, memory::data_type::f32, memory::dims{272, 1});
+  const memory::desc any(memory::dims{64, 256}, memory::data_type::f32, memory::format_tag::any);
+  const std::vector<std::string> keys = {
+      TuningOperandKey(rows, TuningDims::kExact), TuningOperandKey(columns, TuningDims::kExact),
+      TuningOperandKey(padded, TuningDims::kExact), TuningOperandKey(any, TuningDims::kExact),
+      TuningOperandKey(memory::desc(), TuningDims::kExact)};
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (size_t j = i + 1; j < keys.size(); ++j) EXPECT_NE(keys[i], keys[j]) << i << " " << j;
+}
+
 TEST(DnnlMatMul, TwoDimensional) {
   ExpectMatMul({5, 13}, {13, 7}, true);
   ExpectMatMul({5, 13}, {13, 7}, false);
