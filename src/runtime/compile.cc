@@ -493,7 +493,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
                                             const CompileOptions& options, WeightStore* weights,
                                             std::shared_ptr<MemoryAccount> account, int64_t* subgraph_nodes) {
   // The heap the plan's objects keep is charged to it (Plan::heap_bytes); a device plan's is not (a device backend
-  // may take its memory from the heap, and the GPU budget counts that apart).
+  // may take its memory from the heap, and the GPU budget counts that apart). The process-wide tuning choices are
+  // read first, outside the measure.
+  if (options.device.kind == Device::kHost && options.fast_kernels && options.tune) cpu::LoadKernelTuningChoices();
   const HeapMeasure measure(options.device.kind == Device::kHost);
   const FlushDenormals flush;  // constant folding and kernel timing compute as runs do
   graph.Validate();

@@ -687,7 +687,7 @@ void FuseDataMovementPatterns(CompileState& st) { FuseChannelShuffle(st); }
 // MaxPool or AveragePool(Concat(x_0..x_k, axis 1)), the Concat read by the pool alone => Concat(Pool(x_0)..Pool(x_k)):
 // a pool works channel by channel, so pooling the parts gives the same channels. Made only where the pool shrinks its
 // input (a stride above 1): the Concat then copies the smaller tensor, and FuseConvInputs can take it into the next 1x1
-// Conv. SqueezeNet's two Fire-module Concats before a MaxPool are this (2 of its 3 remaining Concats at batch 8).
+// Conv. SqueezeNet's two Fire-module Concats before a MaxPool are this (the two Concats FuseConvInputs left it).
 // The pools take the Concat's place, the new Concat the pool's.
 void PoolConcatParts(CompileState& st) {
   NodeView g(st);

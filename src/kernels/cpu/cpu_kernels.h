@@ -56,6 +56,13 @@ bool CpuKernelTakesAttention(const KernelBuildContext& ctx);
 /// tensors, so the layout pass makes their outputs channels-last exactly when all their tensor inputs are.
 bool CpuKernelFollowsNhwc(const KernelBuildContext& ctx);
 
+/// Reads the kernel tuning cache file into this process's choices now, if it has not been (dnnl_common.cc). A compile
+/// calls it before it measures the heap its plan keeps: a file of 10,000 choices takes ~1.5 MB of heap, which was
+/// charged to the first plan a process compiled (and made the serve tests' budget arithmetic depend on the file).
+namespace cpu {
+void LoadKernelTuningChoices();
+}
+
 /// Float32 elementwise ops (elementwise_kernels.cc): unary activations and maths, Add/Sub/Mul/Div with any
 /// broadcast, classified when the kernel runs from the tensors it gets, so it also serves layout-transparent steps
 /// (physical channels-last shapes and [N, H, W, C] views of plain operands). nullptr for other ops or dtypes.

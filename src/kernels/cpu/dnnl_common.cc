@@ -575,6 +575,12 @@ std::string TuningOperandKey(const dnnl::memory::desc& md, TuningDims how) {
   return key + ";";
 }
 
+void LoadKernelTuningChoices() {
+  if (!TuningEnabled()) return;
+  std::lock_guard<std::mutex> lock(TuningMutex());
+  TuningChoices();
+}
+
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {
   if (!TuningEnabled()) return 0;
   const std::string hash = TuningHash(key);

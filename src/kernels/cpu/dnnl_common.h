@@ -209,9 +209,6 @@ struct PackedWeight {
 PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                         const dnnl::memory::desc& to, float scale = 1.f);
 
-/// Position of the fastest of oneDNN's implementations of the operation `make()` describes (0: oneDNN's first
-/// choice), timed on this machine at the calling thread's OpenMP thread count; remembered per `key` (which must
-/// describe the operation, its attributes and layouts completely) and thread count for the life of the process.
 /// How a tuning key holds the size of an activation [N, C, spatial...]: C exactly, the product of the other dims
 /// (images x pixels) by its size class, `n` with all but its two leading bits cleared (exact up to 16, then 16, 24, 32,
 /// 48, 64, 96, ...). Shapes of one class share their choices: a model with free image dims (an OCR detector at each
@@ -227,8 +224,11 @@ std::string TuningActivationKey(const dnnl::memory::dims& dims);
 enum class TuningDims { kExact, kRowsByClass, kAllByClass };
 std::string TuningOperandKey(const dnnl::memory::desc& md, TuningDims dims);
 
-/// `make` returns a new primitive descriptor each call (only a new one can step through the list). See
-/// dnnl_common.cc.
+/// Position of the fastest of oneDNN's implementations of the operation `make()` describes (0: oneDNN's first
+/// choice), timed on this machine at the calling thread's OpenMP thread count; remembered per `key` (which must
+/// describe the operation, its attributes and layouts completely, its sizes at least by class: TuningActivationKey)
+/// and thread count for the life of the process. `make` returns a new primitive descriptor each call (only a new one
+/// can step through the list). See dnnl_common.cc.
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);
 
 /// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation

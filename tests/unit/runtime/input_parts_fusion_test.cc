@@ -75,14 +75,8 @@ struct Steps {
 };
 
 Steps RunAgainstOracle(const Graph& graph, const Shape& x_shape) {
-  const Tensor x = RandomTensor(x_shape, 9, -2.f, 2.f);
-  const std::vector<Tensor> want = Compile(graph, {{DType::kF32, x_shape}}, kOracle)->Run({x});
-  std::vector<OpProfile> profile;
-  const std::vector<Tensor> got = Compile(graph, {{DType::kF32, x_shape}}, kFast)->Run({x}, &profile);
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
   Steps s;
-  for (const OpProfile& p : profile) {
+  for (const OpProfile& p : testing::RunFastAgainstOracle(graph, x_shape)) {
     s.concats += p.op_type == "Concat";
     s.norms += p.op_type == "BatchNormalization";
     if (p.op_type == "Conv") s.kernels += " " + p.kernel;

@@ -63,15 +63,9 @@ Graph SeGraph(const SeSpec& spec) {
 // Runs `graph` with kFast and against the oracle; returns how many Mul steps the fast plan kept and the kernels its
 // Conv steps ran on.
 std::pair<size_t, std::string> RunAgainstOracle(const Graph& graph, const Shape& x_shape) {
-  const Tensor x = RandomTensor(x_shape, 9, -2.f, 2.f);
-  const std::vector<Tensor> want = Compile(graph, {{DType::kF32, x_shape}}, kOracle)->Run({x});
-  std::vector<OpProfile> profile;
-  const std::vector<Tensor> got = Compile(graph, {{DType::kF32, x_shape}}, kFast)->Run({x}, &profile);
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
   size_t muls = 0;
   std::string kernels;
-  for (const OpProfile& p : profile) {
+  for (const OpProfile& p : testing::RunFastAgainstOracle(graph, x_shape)) {
     muls += p.op_type == "Mul";
     if (p.op_type == "Conv") kernels += " " + p.kernel;
   }

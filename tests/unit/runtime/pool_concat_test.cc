@@ -13,9 +13,6 @@
 namespace osprey {
 namespace {
 
-using testing::ExpectTensorNear;
-using testing::kFast;
-using testing::kOracle;
 using testing::RandomTensor;
 using testing::ScopedEnv;
 
@@ -64,16 +61,8 @@ struct Steps {
 };
 
 Steps RunAgainstOracle(const PoolSpec& spec, int64_t batch = 2, int64_t size = 40) {
-  const Graph graph = PoolGraph(spec, batch, size);
-  const Shape shape{batch, 16, size, size};
-  const Tensor x = RandomTensor(shape, 9, -2.f, 2.f);
-  const std::vector<Tensor> want = Compile(graph, {{DType::kF32, shape}}, kOracle)->Run({x});
-  std::vector<OpProfile> profile;
-  const std::vector<Tensor> got = Compile(graph, {{DType::kF32, shape}}, kFast)->Run({x}, &profile);
-  EXPECT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) ExpectTensorNear(got[i], want[i], 1e-4f, 1e-4f);
   Steps s;
-  for (const OpProfile& p : profile) {
+  for (const OpProfile& p : testing::RunFastAgainstOracle(PoolGraph(spec, batch, size), {batch, 16, size, size})) {
     s.pools += p.op_type == spec.op;
     s.concats += p.op_type == "Concat";
   }
