@@ -553,7 +553,7 @@ std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, 
 }
 
 // osprey's first-layer convolution (stem_conv.cc) instead of oneDNN's: 1-4 input channels read from the plain
-// input, channels-last output, 8-64 output channels, no residual, PRelu or fused depthwise part. OSPREY_STEM=0
+// input, channels-last output, 8-128 output channels, no residual, PRelu or fused depthwise part. OSPREY_STEM=0
 // never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always otherwise
 // (it saves the input's reorder to NHWC that oneDNN's kernels need).
 std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,

@@ -1,15 +1,15 @@
-// A network's first convolution: an image of 1-4 channels (plain NCHW, as the request brings it) into 8-64
+// A network's first convolution: an image of 1-4 channels (plain NCHW, as the request brings it) into 8-128
 // channels-last output channels, any window up to 11 x 11 and stride, bias and activation. oneDNN 3.2 has no fast
 // kernel reading a plain source for a channels-last destination, so the plan reordered the image to NHWC first, and its
 // direct kernel then ran the 3-channel product at ~75 GFLOP/s with a SiLU pass after: EfficientNet-B0's 3 -> 32 3x3
 // stride-2 layer took 0.29 ms against ONNX Runtime's 0.21 (docs/performance.md, "Thirty-fifth session").
 //
-// Here each thread takes whole output rows. Per block of P output pixels of a row, P x V accumulators (V vectors of 16
-// output channels) stay in registers over every tap (input channel, kernel row, kernel column): per tap, V weight
-// vectors (packed [C][KH][KW][K] at build) and one broadcast input value per pixel, read from the plain input row.
-// Blocks whose window lies inside the row run without bounds checks; the few at the borders, and a row's last partial
-// block, one pixel at a time with them. Bias and the activation are applied in registers (activation_avx512.h), Tanh
-// and GELU over the row while it is in the cache.
+// Here each thread takes whole output rows, their output channels in blocks of up to 64 (SqueezeNet's 96: 64 + 32). Per
+// block of P output pixels of a row, P x V accumulators (V vectors of 16 output channels) stay in registers over every
+// tap (input channel, kernel row, kernel column): per tap, V weight vectors (packed [C][KH][KW][K] at build) and one
+// broadcast input value per pixel, read from the plain input row. Blocks whose window lies inside the row run without
+// bounds checks; the few at the borders, and a row's last partial block, one pixel at a time with them. Bias and the
+// activation are applied in registers (activation_avx512.h), Tanh and GELU over the row while it is in the cache.
 #include "kernels/cpu/stem_conv.h"
 
 #include <immintrin.h>
@@ -59,54 +59,74 @@ class StemConv final : public OwnConvKernel {
   }
 
  private:
+  // Every output row on the thread team; per row, the output channels in blocks of up to 64 (4 vectors), each block
+  // over the whole row while its input rows are in the cache.
   void Execute(const float* x, const float* bias, float* y) const {
-    switch (padded_c_ / 16) {
-      case 1:
-        return Rows<1, 24>(x, bias, y);
-      case 2:
-        return Rows<2, 12>(x, bias, y);
-      case 3:
-        return Rows<3, 8>(x, bias, y);
-      default:
-        return Rows<4, 6>(x, bias, y);
-    }
-  }
-
-  // Every output row, P pixels at a time, V vectors of output channels.
-  template <int V, int P>
-  __attribute__((target("avx512f"))) void Rows(const float* x, const float* bias, float* y) const {
     const int64_t rows = g_.batch * g_.out_h;
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t n = row / g_.out_h, oy = row % g_.out_h;
-      const int64_t iy0 = oy * g_.stride_h - g_.pad_top;
-      const int64_t ky_begin = std::max<int64_t>(0, -iy0), ky_end = std::min(g_.kernel_h, g_.in_h - iy0);
+      RowGeometry r;
+      r.iy0 = oy * g_.stride_h - g_.pad_top;
+      r.ky_begin = std::max<int64_t>(0, -r.iy0);
+      r.ky_end = std::min(g_.kernel_h, g_.in_h - r.iy0);
+      r.n = n;
       float* out_row = y + (n * g_.out_h + oy) * g_.out_w * g_.out_c;
       // Output columns whose whole window lies inside the row: [inside_begin, inside_end).
-      const int64_t inside_begin = std::min(g_.out_w, (g_.pad_left + g_.stride_w - 1) / g_.stride_w);
+      r.inside_begin = std::min(g_.out_w, (g_.pad_left + g_.stride_w - 1) / g_.stride_w);
       const int64_t last = g_.in_w - g_.kernel_w + g_.pad_left;  // ox * stride <= last
-      const int64_t inside_end =
-          last < 0 ? inside_begin : std::max(inside_begin, std::min(g_.out_w, last / g_.stride_w + 1));
+      r.inside_end = last < 0 ? r.inside_begin : std::max(r.inside_begin, std::min(g_.out_w, last / g_.stride_w + 1));
       // The row's taps inside the image (rows ky_begin..ky_end of the window) as one list: their input offsets from
       // the image's column x0 of row 0 and their weights (one loop over taps, not three short nested ones).
       thread_local std::vector<int64_t> in_off, w_off;
       in_off.clear();
       w_off.clear();
       for (int64_t c = 0; c < g_.in_c; ++c)
-        for (int64_t ky = ky_begin; ky < ky_end; ++ky)
+        for (int64_t ky = r.ky_begin; ky < r.ky_end; ++ky)
           for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
-            in_off.push_back((c * g_.in_h + iy0 + ky) * g_.in_w + kx);
+            in_off.push_back((c * g_.in_h + r.iy0 + ky) * g_.in_w + kx);
             w_off.push_back(((c * g_.kernel_h + ky) * g_.kernel_w + kx) * padded_c_);
           }
-      const float* image = x + n * g_.in_c * g_.in_h * g_.in_w;
-      int64_t ox = 0;
-      for (; ox < inside_begin; ++ox) Pixel<V>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
-      for (; ox + P <= inside_end; ox += P)
-        Block<V, P>(image + ox * g_.stride_w - g_.pad_left, in_off.data(), w_off.data(),
-                    static_cast<int64_t>(in_off.size()), bias, ox, out_row);
-      for (; ox < g_.out_w; ++ox) Pixel<V>(x, bias, n, iy0, ky_begin, ky_end, ox, out_row);
+      r.in_off = in_off.data();
+      r.w_off = w_off.data();
+      r.taps = static_cast<int64_t>(in_off.size());
+      for (int64_t k0 = 0; k0 < padded_c_; k0 += 64) {
+        switch (std::min<int64_t>(4, (padded_c_ - k0) / 16)) {
+          case 1:
+            RowBlock<1, 24>(x, bias, r, k0, out_row);
+            break;
+          case 2:
+            RowBlock<2, 12>(x, bias, r, k0, out_row);
+            break;
+          case 3:
+            RowBlock<3, 8>(x, bias, r, k0, out_row);
+            break;
+          default:
+            RowBlock<4, 6>(x, bias, r, k0, out_row);
+        }
+      }
       if (!ActivatesInRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
     }
+  }
+
+  // What the blocks of one output row share.
+  struct RowGeometry {
+    int64_t n, iy0, ky_begin, ky_end, inside_begin, inside_end, taps;
+    const int64_t* in_off;
+    const int64_t* w_off;
+  };
+
+  // Output channels [k0, k0 + 16 V) of one row, P pixels at a time.
+  template <int V, int P>
+  __attribute__((target("avx512f"))) void RowBlock(const float* x, const float* bias, const RowGeometry& r, int64_t k0,
+                                                   float* out_row) const {
+    const float* image = x + r.n * g_.in_c * g_.in_h * g_.in_w;
+    const bool last_block = k0 + 16 * V == padded_c_;
+    int64_t ox = 0;
+    for (; ox < r.inside_begin; ++ox) Pixel<V>(x, bias, r, k0, last_block, ox, out_row);
+    for (; ox + P <= r.inside_end; ox += P)
+      Block<V, P>(image + ox * g_.stride_w - g_.pad_left, r, k0, last_block, bias, ox, out_row);
+    for (; ox < g_.out_w; ++ox) Pixel<V>(x, bias, r, k0, last_block, ox, out_row);
   }
 
   // Bias and the activation, where ActivatesInRegisters, then the store of the lanes in `mask` (the last vector of an
@@ -117,16 +137,19 @@ class StemConv final : public OwnConvKernel {
     _mm512_mask_storeu_ps(out, mask, ActivateVector(value, g_.activation));
   }
 
+  // The lanes of vector v of a block: all, but for the last vector of the last block (a channel count that is not a
+  // multiple of 16).
   template <int V>
-  __mmask16 MaskOf(int v) const {
-    return v == V - 1 ? last_mask_ : static_cast<__mmask16>(0xffff);
+  __mmask16 MaskOf(int v, bool last_block) const {
+    return last_block && v == V - 1 ? last_mask_ : static_cast<__mmask16>(0xffff);
   }
 
-  // P output pixels from column ox on, all inside the row: no bounds checks along W. `in` is the image's column x0
-  // of the first pixel's window (row 0, channel 0), `taps` taps at in_off (input) and w_off (packed weights).
+  // P output pixels from column ox on, all inside the row: no bounds checks along W; output channels [k0, k0 + 16 V).
+  // `in` is the image's column x0 of the first pixel's window (row 0, channel 0); the row's taps at r.in_off (input)
+  // and r.w_off (packed weights).
   template <int V, int P>
-  __attribute__((target("avx512f"))) void Block(const float* in, const int64_t* in_off, const int64_t* w_off,
-                                                int64_t taps, const float* bias, int64_t ox, float* out_row) const {
+  __attribute__((target("avx512f"))) void Block(const float* in, const RowGeometry& r, int64_t k0, bool last_block,
+                                                const float* bias, int64_t ox, float* out_row) const {
     // Fully unrolled, so the accumulators stay in registers (a rolled loop kept them in memory).
     __m512 acc[P][V];
 #pragma GCC unroll 24
@@ -134,10 +157,10 @@ class StemConv final : public OwnConvKernel {
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
     const int64_t sw = g_.stride_w;
-    const float* weights = packed_.data();
-    for (int64_t t = 0; t < taps; ++t) {
-      const float* tap = in + in_off[t];
-      const float* w = weights + w_off[t];
+    const float* weights = packed_.data() + k0;
+    for (int64_t t = 0; t < r.taps; ++t) {
+      const float* tap = in + r.in_off[t];
+      const float* w = weights + r.w_off[t];
       __m512 wv[V];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
@@ -151,13 +174,15 @@ class StemConv final : public OwnConvKernel {
 #pragma GCC unroll 24
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) Store(acc[p][v], bias, v * 16, out_row + (ox + p) * g_.out_c + v * 16, MaskOf<V>(v));
+      for (int v = 0; v < V; ++v)
+        Store(acc[p][v], bias, k0 + v * 16, out_row + (ox + p) * g_.out_c + k0 + v * 16, MaskOf<V>(v, last_block));
   }
 
-  // One output pixel, with bounds checks (the borders and a row's last columns).
+  // One output pixel, with bounds checks (the borders and a row's last columns); output channels [k0, k0 + 16 V).
   template <int V>
-  __attribute__((target("avx512f"))) void Pixel(const float* x, const float* bias, int64_t n, int64_t iy0,
-                                                int64_t ky_begin, int64_t ky_end, int64_t ox, float* out_row) const {
+  __attribute__((target("avx512f"))) void Pixel(const float* x, const float* bias, const RowGeometry& r, int64_t k0,
+                                                bool last_block, int64_t ox, float* out_row) const {
+    const int64_t n = r.n, iy0 = r.iy0, ky_begin = r.ky_begin, ky_end = r.ky_end;
     __m512 acc[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
@@ -166,7 +191,7 @@ class StemConv final : public OwnConvKernel {
     for (int64_t c = 0; c < g_.in_c; ++c)
       for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
         const float* in = x + ((n * g_.in_c + c) * g_.in_h + iy0 + ky) * g_.in_w + x0;
-        const float* w = packed_.data() + ((c * g_.kernel_h + ky) * g_.kernel_w) * padded_c_;
+        const float* w = packed_.data() + ((c * g_.kernel_h + ky) * g_.kernel_w) * padded_c_ + k0;
         for (int64_t kx = kx_begin; kx < kx_end; ++kx) {
           const __m512 xv = _mm512_set1_ps(in[kx]);
 #pragma GCC unroll 4
@@ -175,7 +200,8 @@ class StemConv final : public OwnConvKernel {
         }
       }
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) Store(acc[v], bias, v * 16, out_row + ox * g_.out_c + v * 16, MaskOf<V>(v));
+    for (int v = 0; v < V; ++v)
+      Store(acc[v], bias, k0 + v * 16, out_row + ox * g_.out_c + k0 + v * 16, MaskOf<V>(v, last_block));
   }
 
   OwnConvGeometry g_;
@@ -190,7 +216,7 @@ class StemConv final : public OwnConvKernel {
 bool StemConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   return avx512 && g.batch > 0 && g.in_c >= 1 && g.in_c <= 4 && g.in_h > 0 && g.in_w > 0 && g.out_c >= 8 &&
-         g.out_c <= 64 && g.out_h > 0 && g.out_w > 0 && g.kernel_h >= 1 && g.kernel_h <= kMaxWindow &&
+         g.out_c <= 128 && g.out_h > 0 && g.out_w > 0 && g.kernel_h >= 1 && g.kernel_h <= kMaxWindow &&
          g.kernel_w >= 1 && g.kernel_w <= kMaxWindow && g.stride_h >= 1 && g.stride_w >= 1 &&
          g.stride_h <= kMaxWindow && g.stride_w <= kMaxWindow && g.pad_top >= 0 && g.pad_left >= 0 &&
          g.pad_top < g.kernel_h && g.pad_left < g.kernel_w;

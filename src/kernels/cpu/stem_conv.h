@@ -9,7 +9,7 @@
 
 namespace osprey::cpu {
 
-/// Whether this CPU and `g` suit the kernel: AVX-512 F; 1-4 input channels; 8-64 output channels; windows up to
+/// Whether this CPU and `g` suit the kernel: AVX-512 F; 1-4 input channels; 8-128 output channels; windows up to
 /// 11 x 11; non-empty shapes.
 bool StemConvApplies(const OwnConvGeometry& g);
 

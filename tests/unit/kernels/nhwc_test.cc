@@ -1208,7 +1208,7 @@ TEST(NhwcMeasure, DISABLED_MobileNetV2Block) {
               ref_ms, plain_ms, nhwc_ms);
 }
 
-// ---- osprey's first-layer convolution (stem_conv.cc): 1-4 input channels read from the plain input, 16-64 output
+// ---- osprey's first-layer convolution (stem_conv.cc): 1-4 input channels read from the plain input, 8-128 output
 // channels written channels-last. OSPREY_STEM=1 takes it wherever it applies; with a channels-last input oneDNN runs.
 void ExpectStem(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed) {
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's first-layer convolution needs AVX-512";
@@ -1252,6 +1252,17 @@ TEST(NhwcStem, OneChannelAsymmetricPadsAndStrides) {
               {"_alpha", Attribute::Float(0.1f)}},
              {2, 4, 17, 30}, {48, 4, 3, 4}, true, 104);
   ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {1, 2, 5, 3}, {16, 2, 3, 3}, true, 105);
+}
+
+// More than 64 output channels, run as blocks of up to 64 per row: SqueezeNet 1.0's 3 -> 96 7x7 stride 2 (64 + 32),
+// 128 (64 + 64) with SiLU, and 72 (64 + 8, the last vector masked) with Tanh, applied once over the row.
+TEST(NhwcStem, MoreThanSixtyFourOutputChannelsInBlocks) {
+  ExpectStem({{"strides", Ints({2, 2})}, {"_activation", Attribute::String("Relu")}}, {2, 3, 29, 31}, {96, 3, 7, 7},
+             true, 111);
+  ExpectStem({{"strides", Ints({2, 2})}, {"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Silu")}},
+             {1, 3, 25, 33}, {128, 3, 3, 3}, true, 112);
+  ExpectStem({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Tanh")}}, {1, 2, 9, 27}, {72, 2, 3, 3},
+             false, 113);
 }
 
 // Output channel counts that are not whole vectors: 24 (YOLOv8's stem), 8 and 40 (the last vector masked).
