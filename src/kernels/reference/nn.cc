@@ -279,8 +279,8 @@ void ConvRef(KernelContext& ctx) {
     x = x.Clone();
     Int8Grid(node, "x", x.data<float>(), x.numel());
   }
-  if (HasInputParts(
-          node)) {  // ops/conv_input_scale.h: X is its parts concatenated along the channels (Concat's kernel)
+  // ops/conv_input_scale.h: X is its parts concatenated along the channels (Concat's kernel).
+  if (HasInputParts(node)) {
     Node concat;
     concat.op_type = "Concat";
     concat.name = node.name;
