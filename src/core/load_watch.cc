@@ -17,11 +17,13 @@ int64_t ProcessRunDelayNs() {
   return any ? total : -1;
 }
 
-bool LoadWatch::Disturbed() const {
+double LoadWatch::DelayShare() const {
   const int64_t delay_ns = ProcessRunDelayNs();
-  if (delay_ns < 0 || delay_ns_ < 0) return false;  // unknown: trust the timing
+  if (delay_ns < 0 || delay_ns_ < 0) return 0;  // unknown: trust the timing
   const double wall_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start_).count();
-  return static_cast<double>(delay_ns - delay_ns_) > kDisturbedShare * wall_ns;
+  return wall_ns > 0 ? static_cast<double>(delay_ns - delay_ns_) / wall_ns : 0;
 }
+
+bool LoadWatch::Disturbed() const { return DelayShare() > kDisturbedShare; }
 
 }  // namespace osprey

@@ -21,6 +21,8 @@ class LoadWatch {
   /// True when the threads waited for a CPU more than kDisturbedShare of the wall time since construction; false
   /// where the kernel does not say (the timing is then trusted).
   bool Disturbed() const;
+  /// The share of the wall time since construction the threads waited for a CPU (0 where the kernel does not say).
+  double DelayShare() const;
 
  private:
   int64_t delay_ns_;

@@ -597,6 +597,25 @@ const char* Describe() {
   }();
   return text.c_str();
 }
+
+const std::string& TimingContext() {
+  static const std::string context = [] {
+    const Policy& p = GetPolicy();
+    const Policy defaults;
+    std::string text;
+    if (p.use_libgomp) {
+      text = "libgomp";
+      for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+        if (const char* v = std::getenv(name)) text += std::string(" ") + name + "=" + v;
+    } else if (p.spin_ns != defaults.spin_ns || p.yield_ns != defaults.yield_ns) {
+      text = Describe();
+    }
+    if (NoTakeOver()) text += " no-take-over";
+    if (NoSteer()) text += " no-steer";
+    return text;
+  }();
+  return context;
+}
 }  // namespace osprey::threads
 
 // Default visibility: a shared object that links this (a Python module built with hidden symbols) exports them too.

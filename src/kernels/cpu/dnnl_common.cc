@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "kernels/cpu/own_conv.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
+#include "threads/team.h"
 
 namespace osprey::cpu {
 
@@ -522,7 +524,34 @@ void RememberVerdict(const std::string& hash, const TuningChoice& verdict) {
   SaveTuningChoice(hash, verdict);
 }
 
-std::string TuningHash(const std::string& key) { return HashHex(key + "@" + std::to_string(omp_get_max_threads())); }
+// A choice holds for the thread count and the threading runtime's waits it was timed with (threads::TimingContext: ""
+// under the default, so the default's keys are those of earlier files).
+std::string TuningHash(const std::string& key) {
+  const std::string& context = threads::TimingContext();
+  return HashHex(key + "@" + std::to_string(omp_get_max_threads()) + (context.empty() ? "" : "|" + context));
+}
+
+// OSPREY_TUNE_LOG=1: one line on stderr per choice timed (the operation's key, each candidate's milliseconds, the
+// choice, and the share of the time this process's threads waited for a CPU), for finding out why a choice was made.
+void LogTimedChoice(const std::string& key, const std::string& timings, const TuningChoice& chosen,
+                    const LoadWatch& watch, bool disturbed) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("OSPREY_TUNE_LOG");
+    return e && std::string(e) == "1";
+  }();
+  if (!enabled) return;
+  char share[32];
+  std::snprintf(share, sizeof share, "%.2f", watch.DelayShare());
+  std::fprintf(stderr, "osprey tuning: %s @%d threads: %s -> %s (run delay %s of the time%s)\n", key.c_str(),
+               omp_get_max_threads(), timings.c_str(), chosen.name.c_str(), share, disturbed ? ", provisional" : "");
+}
+
+// "name ms" for a timed candidate.
+std::string TimingText(const std::string& name, double ms) {
+  char text[48];
+  std::snprintf(text, sizeof text, " %.3f ms", ms);
+  return name + text;
+}
 
 }  // namespace
 
@@ -660,9 +689,11 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
   TuningChoice best{0, first.impl_info_str(), 0};
   double best_ms = 1e30;
   int candidates = 0;
+  std::string timings;
   for (const Candidate& c : timed) {
     if (c.best_ms >= 1e30) continue;
     ++candidates;
+    timings += (timings.empty() ? "" : ",") + TimingText(c.name, c.best_ms);
     if (c.best_ms < best_ms) {
       best_ms = c.best_ms;
       best = {c.index, c.name, 0};
@@ -670,7 +701,9 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
   }
   if (candidates == 0) return 0;  // none could be timed: oneDNN's first choice, nothing remembered
   best.candidates = candidates;
-  return Remember(hash, best, watch.Disturbed(), remembered).position;
+  const bool disturbed = watch.Disturbed();
+  LogTimedChoice(key, timings, best, watch, disturbed);
+  return Remember(hash, best, disturbed, remembered).position;
 }
 
 // ------------------------------------------------------------------------------------- bf16 or fp32, by timing
@@ -742,9 +775,10 @@ std::optional<bool> VerdictInForce(const std::optional<Remembered>& remembered) 
 
 // Whether `first` is faster than `second` (each returns ms per run) by the factor `margin` (first < margin x second):
 // timed alternately, twice each, keeping each one's best, so a burst of load elsewhere does not decide alone;
-// remembered under `hash` (names `first_name` / `second_name`, position 1 for the first).
-bool FirstIsFaster(const std::string& hash, const char* first_name, const char* second_name,
+// remembered under `key` (names `first_name` / `second_name`, position 1 for the first).
+bool FirstIsFaster(const std::string& key, const char* first_name, const char* second_name,
                    const std::function<double()>& first, const std::function<double()>& second, double margin = 1.0) {
+  const std::string hash = TuningHash(key);
   const std::optional<Remembered> remembered = RememberedPair(hash, first_name, second_name);
   if (const std::optional<bool> verdict = VerdictInForce(remembered)) return *verdict;
   const LoadWatch watch;
@@ -755,8 +789,13 @@ bool FirstIsFaster(const std::string& hash, const char* first_name, const char* 
     first_ms = std::min(first_ms, first());
   }
   const bool faster = first_ms < margin * second_ms;
-  return Remember(hash, {faster ? 1 : 0, faster ? first_name : second_name, 2}, watch.Disturbed(), remembered)
-             .position == 1;
+  const TuningChoice choice{faster ? 1 : 0, faster ? first_name : second_name, 2};
+  char factor[32];
+  std::snprintf(factor, sizeof factor, " (x%.2f)", margin);
+  const bool disturbed = watch.Disturbed();
+  LogTimedChoice(key, TimingText(first_name, first_ms) + factor + "," + TimingText(second_name, second_ms), choice,
+                 watch, disturbed);
+  return Remember(hash, choice, disturbed, remembered).position == 1;
 }
 
 const char* const kOwnName = "own";
@@ -767,7 +806,7 @@ const char* const kOnednnName = "onednn";
 // 14x14 and 7x7 at batch 8 were timed 0.74x and 0.9x of direct alone in one run (1.2-1.4x in the next) and ran
 // 1.1-1.8x slower in the model (docs/performance.md, "Twenty-first session"). A near tie goes to oneDNN's kernel.
 // "v3": verdicts timed with the weights in the caches (before cold-weight timing) are timed again.
-std::string OwnHash(const std::string& key) { return TuningHash("own-v3?" + key); }
+std::string OwnKey(const std::string& key) { return "own-v3?" + key; }
 
 }  // namespace
 
@@ -775,7 +814,7 @@ bool PreferOwnKernel(const std::string& key, const std::function<double()>& time
                      const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra,
                      double margin) {
   return FirstIsFaster(
-      OwnHash(key), kOwnName, kOnednnName, time_own,
+      OwnKey(key), kOwnName, kOnednnName, time_own,
       [&] { return TimePd(pd, 3, 1e30, /*cold_weights=*/true).value_or(1e30) + (onednn_extra ? onednn_extra() : 0.); },
       margin);
 }
@@ -784,7 +823,7 @@ double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs) { return TimeP
 
 std::optional<bool> RememberedOwnVerdict(const std::string& key) {
   if (!TuningEnabled()) return std::nullopt;
-  return VerdictInForce(RememberedPair(OwnHash(key), kOwnName, kOnednnName));
+  return VerdictInForce(RememberedPair(TuningHash(OwnKey(key)), kOwnName, kOnednnName));
 }
 
 double RelativeRmsDifference(const std::vector<float>& want, const std::vector<float>& got) {
@@ -801,7 +840,7 @@ bool PreferBf16(const std::string& key, const dnnl::primitive_desc& f32, const d
                 const dnnl::memory::desc& user_src, const dnnl::memory::desc& user_dst,
                 const dnnl::memory::desc& weights_plain, const void* weights) {
   const bool faster = FirstIsFaster(
-      TuningHash("bf16?" + key), "bf16", "fp32", [&] { return KernelMs(bf16, user_src, user_dst); },
+      "bf16?" + key, "bf16", "fp32", [&] { return KernelMs(bf16, user_src, user_dst); },
       [&] { return KernelMs(f32, user_src, user_dst); });
   if (!faster) return false;
   // The agreement depends on the weights too: remembered per operation and weight content.
