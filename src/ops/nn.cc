@@ -9,6 +9,7 @@
 #include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
+#include "ops/fused_pool.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -131,6 +132,20 @@ Shape ConvInputShape(InferContext& c) {
   return x;
 }
 
+// The output shape of a Conv with a fused MaxPool (ops/fused_pool.h) whose convolution gives `conv_y`.
+Shape InferFusedPool(InferContext& c, const Shape& conv_y) {
+  if (conv_y.size() != 4 || HasFusedDepthwise(c.node) || HasFusedPRelu(c.node) || c.node.GetInt("_int8", 0) != 0 ||
+      c.node.GetInt("_residual", 0) != 0 || HasInputScale(c.node) || HasInputAffine(c.node) || HasInputParts(c.node))
+    c.Fail("a fused MaxPool (_pool_kernel) needs a 2-D convolution without another fused part, got output " +
+           ShapeToString(conv_y));
+  const Node pool = FusedPoolPart(c.node);
+  const std::vector<int64_t> kernel = ReadWindowInts(pool, "kernel_shape", 2, 1, 1);
+  const int64_t ceil_mode = pool.GetInt("ceil_mode", 0);
+  if (ceil_mode != 0 && ceil_mode != 1) c.Fail("_pool_ceil should be 0 or 1, got " + std::to_string(ceil_mode));
+  const std::vector<int64_t> spatial = ResolveConvWindow(pool, conv_y, kernel, ceil_mode != 0).out;
+  return {conv_y[0], conv_y[1], spatial[0], spatial[1]};
+}
+
 void InferConv(InferContext& c) {
   RequireF32(c, 0, "X");
   RequireF32(c, 1, "W");
@@ -216,6 +231,7 @@ void InferConv(InferContext& c) {
   } else if (c.Has(kInputAffineScale) || c.Has(kInputAffineShift) || c.node.Has("_input_relu")) {
     c.Fail("inputs 8 and 9 and _input_relu are only allowed on a fused node with _input_affine = 1");
   }
+  if (HasFusedPool(c.node)) y = InferFusedPool(c, y);
   c.SetOutput(0, DType::kF32, y);
 }
 

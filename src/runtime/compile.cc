@@ -227,7 +227,7 @@ void InferAndFold(CompileState& st) {
 // two attention products and the Softmax between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary
 // steps into an elementwise node, FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization
 // before a 1x1 Conv as its fused input, FuseConvInputs), OSPREY_FUSE_POOLS (a pool of a Concat as a Concat of pooled
-// parts, PoolConcatParts).
+// parts, PoolConcatParts), OSPREY_FUSE_CONV_POOL (a MaxPool after a first-layer Conv into it, FuseConvMaxPool).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -584,6 +584,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     if (options.fuse && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_INPUTS"))
       FuseConvInputs(
           st, [&](const Node& n) { return CpuKernelTakesFusedInput(MakeBuildContext(st, n, nthreads, bf16, tune)); });
+    if (options.fuse && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_CONV_POOL"))
+      FuseConvMaxPool(st,
+                      [&](const Node& n) { return CpuKernelFusesPool(MakeBuildContext(st, n, nthreads, bf16, tune)); });
   } else {
     st.layouts.assign(st.values.size(), Layout::kPlain);
     st.transparent.assign(st.nodes.size(), 0);

@@ -7,6 +7,7 @@
 #include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
+#include "ops/fused_pool.h"
 #include "ops/matmul_views.h"
 #include "ops/op_registry.h"
 #include "ops/slice.h"
@@ -1045,6 +1046,53 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
     if (!fast_kernel_takes(fused)) continue;
     st.nodes[j] = std::move(fused);
     for (int n : absorbed) dead[n] = 1;
+    changed = true;
+  }
+  if (!changed) return;
+  std::vector<char> transparent;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) transparent.push_back(st.transparent[i]);
+  DropDead(st, dead);
+  st.transparent = std::move(transparent);
+}
+
+// After AssignLayouts: a Conv whose output only a 2-D MaxPool (dilation 1, no Indices) reads -> one Conv with the pool
+// fused (ops/fused_pool.h), where `fast_kernel_takes` the fused node (osprey's first-layer kernel: an image of 1-4
+// plain channels into channels-last output), which pools the convolution's rows in the cache. ResNet, DenseNet,
+// GoogLeNet, ShuffleNet and SqueezeNet start so; SqueezeNet's first convolution writes 36 MB at batch 8 that its pool
+// read back (docs/performance.md, "Forty-second session").
+void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
+  const Uses u = CountUses(st);
+  const std::vector<int> producer = Producers(st);
+  std::vector<char> dead(st.nodes.size(), 0);
+  bool changed = false;
+  for (size_t j = 0; j < st.nodes.size(); ++j) {
+    const Node& pool = st.nodes[j];
+    if (pool.op_type != "MaxPool" || !pool.domain.empty() || pool.inputs.size() != 1 || pool.outputs.size() != 1 ||
+        pool.outputs[0] < 0)
+      continue;
+    const int y = pool.inputs[0];
+    if (y < 0 || !Private(st, u, y) || producer[y] < 0 || dead[producer[y]]) continue;
+    const int ci = producer[y];
+    const Node& conv = st.nodes[ci];
+    const Shape& mid = st.values[y].shape;
+    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 || HasFusedPool(conv) ||
+        st.values[y].dtype != DType::kF32 || mid.size() != 4 || st.layouts[y] != Layout::kNhwc ||
+        st.layouts[pool.outputs[0]] != Layout::kNhwc)
+      continue;
+    const std::vector<int64_t> kernel = pool.GetInts("kernel_shape", {});
+    if (kernel.size() != 2) continue;
+    ConvWindow win;
+    try {
+      win = ResolveConvWindow(pool, mid, kernel, pool.GetInt("ceil_mode", 0) != 0);
+    } catch (const Error&) {
+      continue;  // the shape rule would have refused it; leave the pool to say so
+    }
+    if (win.dilations != std::vector<int64_t>{1, 1}) continue;
+    Node fused = FusePoolInto(conv, pool, {win.pad_begin[0], win.pad_begin[1], win.pad_end[0], win.pad_end[1]});
+    if (!fast_kernel_takes(fused)) continue;
+    st.nodes[ci] = std::move(fused);
+    dead[j] = 1;
     changed = true;
   }
   if (!changed) return;

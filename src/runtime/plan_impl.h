@@ -196,6 +196,10 @@ struct CompileState {
 /// `fast_kernel_takes` the fused node (fusion.cc).
 void FuseConvInputs(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
 
+/// After AssignLayouts: a MaxPool reading only a first-layer Conv's channels-last output, as the Conv's fused pool
+/// (ops/fused_pool.h), where `fast_kernel_takes` the fused node (fusion.cc).
+void FuseConvMaxPool(CompileState& state, const std::function<bool(const Node&)>& fast_kernel_takes);
+
 /// Internal op inserted by AssignLayouts: converts input 0 (layout attr "from") to output 0 (layout attr "to").
 inline constexpr const char* kLayoutReorderOp = "_LayoutReorder";
 

@@ -142,6 +142,15 @@ bool CpuKernelTakesFusedInput(const KernelBuildContext& ctx) {
   }
 }
 
+bool CpuKernelFusesPool(const KernelBuildContext& ctx) {
+  if (!WithinFastKernelLimits(ctx)) return false;
+  try {
+    return cpu::CpuConvFusesPool(ctx);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 bool CpuKernelTakesAttention(const KernelBuildContext& ctx) {
   return WithinFastKernelLimits(ctx) && cpu::CreateAttentionViews(ctx) != nullptr;
 }

@@ -39,6 +39,9 @@ bool CpuKernelFusesPRelu(const KernelBuildContext& ctx);
 /// concatenation of parts (ops/conv_input_scale.h), gets osprey's 1x1 kernel, which forms that input where it reads it;
 /// the fusion making the node asks first (FuseConvInputs), so the node never falls to its reference kernel.
 bool CpuKernelTakesFusedInput(const KernelBuildContext& ctx);
+/// True when `ctx.node`, a Conv carrying a fused MaxPool (ops/fused_pool.h), gets osprey's first-layer kernel, which
+/// pools the convolution's rows in the cache; the fusion asks first (FuseConvMaxPool).
+bool CpuKernelFusesPool(const KernelBuildContext& ctx);
 
 /// _AttentionViews (ops/matmul_views.h) on AVX-512 or AVX2 with FMA (attention_kernel.cc): nullptr on other CPUs, for
 /// other layouts, or where the context rows are not contiguous in the output. The fusion making the node asks first

@@ -420,6 +420,9 @@ bool DnnlConvFusesPRelu(const KernelBuildContext& ctx);
 /// True when `ctx.node`, a Conv with a fused input affine or parts (ops/conv_input_scale.h), gets osprey's 1x1 kernel
 /// (pointwise_conv.cc): every part, the residual and the output channels-last, float32, a window it takes.
 bool CpuConvTakesFusedInput(const KernelBuildContext& ctx);
+/// True when `ctx.node`, a Conv carrying a fused MaxPool (ops/fused_pool.h), gets osprey's first-layer kernel
+/// (stem_conv.cc), the only one that runs it.
+bool CpuConvFusesPool(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);

@@ -24,6 +24,7 @@
 #include "ops/conv_input_scale.h"
 #include "ops/conv_window.h"
 #include "ops/fused_depthwise.h"
+#include "ops/fused_pool.h"
 
 namespace osprey::cpu {
 namespace {
@@ -70,6 +71,12 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
         ResolveConvWindow(FusedPointwisePart(node), g.x, kernel, /*ceil_mode=*/false).out;
     g.y = {g.x[0], g.w[0], pointwise[0], pointwise[1]};
   }
+  if (HasFusedPool(node)) {  // only osprey's first-layer kernel runs it (ChooseConvKernel); g.y is the convolution's
+    if (rank != 4 || HasFusedDepthwise(node)) return false;
+    std::vector<int64_t> kernel(g.w.begin() + 2, g.w.end());
+    const std::vector<int64_t> conv = ResolveConvWindow(FusedConvPart(node), g.x, kernel, /*ceil_mode=*/false).out;
+    g.y = {g.x[0], g.w[0], conv[0], conv[1]};
+  }
   g.group = node.GetInt("group", 1);
   const int64_t in_c = g.x[1], out_c = g.w[0];
   if (g.group <= 0 || in_c % g.group != 0 || out_c % g.group != 0 || g.w[1] * g.group != in_c) return false;
@@ -100,8 +107,8 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   // do) runs as the same convolution along W. [N, C, 1, L] is the same memory as [N, C, L, 1] in both layouts, as are
   // the weights [M, C, 1, k] and [M, C, k, 1], and oneDNN's kernels block along W: magika's 256 -> 512 5x1
   // convolution over 512 rows took 6.2 ms as it was and 3.1 ms swapped (docs/performance.md, "Twentieth session").
-  if (rank == 4 && g.dw_stride == 0 && g.x[3] == 1 && g.w[3] == 1 && g.y[3] == 1 && g.pad_l[1] == 0 &&
-      g.pad_r[1] == 0 && g.x[2] > 1) {
+  if (rank == 4 && g.dw_stride == 0 && !HasFusedPool(node) && g.x[3] == 1 && g.w[3] == 1 && g.y[3] == 1 &&
+      g.pad_l[1] == 0 && g.pad_r[1] == 0 && g.x[2] > 1) {
     for (Shape* t : {&g.x, &g.w, &g.y, &g.out}) std::swap((*t)[2], (*t)[3]);
     for (memory::dims* t : {&g.strides, &g.dilates, &g.pad_l, &g.pad_r}) std::swap((*t)[0], (*t)[1]);
   }
@@ -515,6 +522,19 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
   own.stride_w = g.strides[1];
   own.pad_top = g.pad_l[0];
   own.pad_left = g.pad_l[1];
+  if (HasFusedPool(ctx.node)) {
+    const std::vector<int64_t> kernel = ctx.node.GetInts("_pool_kernel"), strides = ctx.node.GetInts("_pool_strides"),
+                               pads = ctx.node.GetInts("_pool_pads");
+    if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4 || g.out.size() != 4) return std::nullopt;
+    own.pool_kh = kernel[0];
+    own.pool_kw = kernel[1];
+    own.pool_sh = strides[0];
+    own.pool_sw = strides[1];
+    own.pool_top = pads[0];
+    own.pool_left = pads[1];
+    own.pooled_h = g.out[2];
+    own.pooled_w = g.out[3];
+  }
   own.bias = ctx.present.size() > 2 && ctx.present[2];
   own.residual = ctx.node.GetInt("_residual", 0) != 0;
   own.input_scale = HasInputScale(ctx.node);
@@ -662,6 +682,12 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
   }
   const char* stem_setting = std::getenv("OSPREY_STEM");
   const std::string stem_mode = stem_setting ? stem_setting : "";
+  // A fused MaxPool runs on osprey's first-layer kernel alone: the fusion makes such a node only where it takes it
+  // (CpuKernelFusesPool).
+  if (HasFusedPool(ctx.node)) {
+    const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_mode);
+    return sg && StemConvPoolApplies(*sg) ? CreateStemConv(ctx, *sg) : nullptr;
+  }
   if (const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_mode)) {
     // oneDNN's kernel also reorders the plain image to its source layout and may run a SiLU pass after the primitive
     // (OwnSilu); osprey's reads the image as it is and applies the activation in registers.
@@ -786,6 +812,15 @@ bool CpuConvTakesFusedInput(const KernelBuildContext& ctx) {
   if (!ComputeGeometry(ctx, g) || g.x != g.x_logical) return false;
   const std::optional<OwnConvGeometry> pg = OwnConvGeometryOf(ctx, g);
   return pg && PointwiseConvApplies(*pg);
+}
+
+bool CpuConvFusesPool(const KernelBuildContext& ctx) {
+  if (!HasFusedPool(ctx.node) || !AllFloat32(ctx)) return false;
+  ConvGeometry g;
+  if (!ComputeGeometry(ctx, g)) return false;
+  const char* stem_setting = std::getenv("OSPREY_STEM");
+  const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_setting ? stem_setting : "");
+  return sg && StemConvPoolApplies(*sg);
 }
 
 bool DnnlConvFusesPRelu(const KernelBuildContext& ctx) {

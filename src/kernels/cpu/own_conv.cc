@@ -9,6 +9,7 @@ namespace osprey::cpu {
 
 void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout) {
   const Shape x_shape{g.batch, g.in_c, g.in_h, g.in_w}, y_shape{g.batch, g.out_c, g.out_h, g.out_w};
+  const Shape pooled_shape{g.batch, g.out_c, g.pooled_h, g.pooled_w};
   if (g.input_parts.empty()) {
     CheckActivation(ctx.node, name, "input", ctx.In(0), x_shape, input_layout);
   } else {
@@ -22,7 +23,7 @@ void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnCo
         throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for an input affine of " +
                                               std::to_string(g.in_c) + " channels, got " +
                                               ShapeToString(ctx.In(in).shape()));
-  CheckActivation(ctx.node, name, "output", ctx.Out(0), y_shape, Layout::kNhwc);
+  CheckActivation(ctx.node, name, "output", ctx.Out(0), g.pool_kh > 0 ? pooled_shape : y_shape, Layout::kNhwc);
   if (g.residual) CheckActivation(ctx.node, name, "residual", ctx.In(3), y_shape, Layout::kNhwc);
   if (g.input_scale) {
     const Tensor& s = ctx.In(kInputScaleInput);

@@ -23,6 +23,9 @@ struct OwnConvGeometry {
   bool input_relu = false;    // with input_affine: then max(., 0)
   std::vector<int64_t> input_parts;  // not empty: the input's channels come from these parts (conv_input_scale.h)
   Activation activation;  // the node's fused activation
+  // A fused MaxPool (ops/fused_pool.h; the first-layer kernel only) when pool_kh > 0: its window, strides and top/left
+  // pads; output 0 is then [N, K, pooled_h, pooled_w] (out_h and out_w stay the convolution's).
+  int64_t pool_kh = 0, pool_kw = 0, pool_sh = 1, pool_sw = 1, pool_top = 0, pool_left = 0, pooled_h = 0, pooled_w = 0;
 };
 
 /// One of osprey's convolution kernels: its run time, for choosing it against oneDNN's (PreferOwnKernel).
@@ -33,10 +36,10 @@ class OwnConvKernel : public Kernel {
 };
 
 /// Checks the tensors of one run of kernel `name` built for `g` (own_conv.cc): input 0 in `input_layout`, output 0
-/// channels-last, the residual (input 3, when `g.residual`) channels-last, the bias (input 2, when `g.bias`) of
-/// `g.out_c` values, the input scale (input 7, when `g.input_scale`) of `g.in_c` values per image, the parts and the
-/// input affine (`g.input_parts`, `g.input_affine`) of their channels; throws kInternal
-/// naming the node otherwise.
+/// channels-last (pooled when `g` has a fused pool), the residual (input 3, when `g.residual`) channels-last, the bias
+/// (input 2, when `g.bias`) of `g.out_c` values, the input scale (input 7, when `g.input_scale`) of `g.in_c` values per
+/// image, the parts and the input affine (`g.input_parts`, `g.input_affine`) of their channels; throws kInternal naming
+/// the node otherwise.
 void CheckOwnConvTensors(const KernelContext& ctx, const char* name, const OwnConvGeometry& g, Layout input_layout);
 
 /// Zero-filled tensors a kernel times itself on (TimeMs): input and output of `g`'s sizes (in any layout), the bias,

@@ -10,6 +10,8 @@
 // broadcast input value per pixel, read from the plain input row. Blocks whose window lies inside the row run without
 // bounds checks; the few at the borders, and a row's last partial block, one pixel at a time with them. Bias and the
 // activation are applied in registers (activation_avx512.h), Tanh and GELU over the row while it is in the cache.
+// With a fused MaxPool (ops/fused_pool.h) the rows go to a small ring per thread instead and are pooled there
+// (ExecutePooled): the wide convolution output (36 MB for SqueezeNet at batch 8) never goes to memory and back.
 #include "kernels/cpu/stem_conv.h"
 
 #include <immintrin.h>
@@ -59,54 +61,115 @@ class StemConv final : public OwnConvKernel {
   }
 
  private:
-  // Every output row on the thread team; per row, the output channels in blocks of up to 64 (4 vectors), each block
-  // over the whole row while its input rows are in the cache.
+  // Every output row on the thread team (or, with a fused pool, every pooled row: ExecutePooled).
   void Execute(const float* x, const float* bias, float* y) const {
+    if (g_.pool_kh > 0) return ExecutePooled(x, bias, y);
     const int64_t rows = g_.batch * g_.out_h;
 #pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t row = 0; row < rows; ++row) {
-      const int64_t n = row / g_.out_h, oy = row % g_.out_h;
-      RowGeometry r;
-      r.iy0 = oy * g_.stride_h - g_.pad_top;
-      r.ky_begin = std::max<int64_t>(0, -r.iy0);
-      r.ky_end = std::min(g_.kernel_h, g_.in_h - r.iy0);
-      r.n = n;
-      float* out_row = y + (n * g_.out_h + oy) * g_.out_w * g_.out_c;
-      // Output columns whose whole window lies inside the row: [inside_begin, inside_end).
-      r.inside_begin = std::min(g_.out_w, (g_.pad_left + g_.stride_w - 1) / g_.stride_w);
-      const int64_t last = g_.in_w - g_.kernel_w + g_.pad_left;  // ox * stride <= last
-      r.inside_end = last < 0 ? r.inside_begin : std::max(r.inside_begin, std::min(g_.out_w, last / g_.stride_w + 1));
-      // The row's taps inside the image (rows ky_begin..ky_end of the window) as one list: their input offsets from
-      // the image's column x0 of row 0 and their weights (one loop over taps, not three short nested ones).
-      thread_local std::vector<int64_t> in_off, w_off;
-      in_off.clear();
-      w_off.clear();
-      for (int64_t c = 0; c < g_.in_c; ++c)
-        for (int64_t ky = r.ky_begin; ky < r.ky_end; ++ky)
-          for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
-            in_off.push_back((c * g_.in_h + r.iy0 + ky) * g_.in_w + kx);
-            w_off.push_back(((c * g_.kernel_h + ky) * g_.kernel_w + kx) * padded_c_);
+    for (int64_t row = 0; row < rows; ++row)
+      ComputeRow(x, bias, row / g_.out_h, row % g_.out_h, y + row * g_.out_w * g_.out_c);
+  }
+
+  // With a fused MaxPool: each thread takes a contiguous band of pooled rows; per pooled row, the convolution rows of
+  // its window are computed into a ring of pool_kh rows (a row two windows share, at stride < window, is computed
+  // once), their maximum taken down the window, then across it, into the pooled row. The wide convolution output
+  // never leaves the core's caches.
+  void ExecutePooled(const float* x, const float* bias, float* y) const {
+    const int64_t rows = g_.batch * g_.pooled_h, row_floats = g_.out_w * g_.out_c;
+#pragma omp parallel num_threads(threads_)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      std::vector<float> ring(static_cast<size_t>(g_.pool_kh * row_floats)), down(static_cast<size_t>(row_floats));
+      std::vector<int64_t> held(static_cast<size_t>(g_.pool_kh),
+                                -1);  // the convolution row (n * out_h + oy) a slot holds
+      for (int64_t row = rows * t / nt; row < rows * (t + 1) / nt; ++row) {
+        const int64_t n = row / g_.pooled_h, py = row % g_.pooled_h;
+        const int64_t y0 = py * g_.pool_sh - g_.pool_top;
+        const int64_t ya = std::max<int64_t>(0, y0), yb = std::min(g_.out_h, y0 + g_.pool_kh);
+        for (int64_t oy = ya; oy < yb; ++oy) {
+          const size_t slot = static_cast<size_t>(oy % g_.pool_kh);
+          float* conv_row = ring.data() + slot * row_floats;
+          if (held[slot] != n * g_.out_h + oy) {
+            ComputeRow(x, bias, n, oy, conv_row);
+            held[slot] = n * g_.out_h + oy;
           }
-      r.in_off = in_off.data();
-      r.w_off = w_off.data();
-      r.taps = static_cast<int64_t>(in_off.size());
-      for (int64_t k0 = 0; k0 < padded_c_; k0 += 64) {
-        switch (std::min<int64_t>(4, (padded_c_ - k0) / 16)) {
-          case 1:
-            RowBlock<1, 24>(x, bias, r, k0, out_row);
-            break;
-          case 2:
-            RowBlock<2, 12>(x, bias, r, k0, out_row);
-            break;
-          case 3:
-            RowBlock<3, 8>(x, bias, r, k0, out_row);
-            break;
-          default:
-            RowBlock<4, 6>(x, bias, r, k0, out_row);
+          if (oy == ya)
+            std::copy(conv_row, conv_row + row_floats, down.data());
+          else
+            MaxInto(down.data(), conv_row, row_floats);
         }
+        PoolAcross(down.data(), y + row * g_.pooled_w * g_.out_c);
       }
-      if (!ActivatesInRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
     }
+  }
+
+  // dst = max(dst, src), elementwise over n values.
+  __attribute__((target("avx512f"))) static void MaxInto(float* dst, const float* src, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(dst + i, _mm512_max_ps(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(src + i)));
+    for (; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+  }
+
+  // One pooled row from `down` (the window's maximum down the rows, out_w pixels of out_c channels): per pooled column
+  // the maximum over the window's columns inside the row.
+  __attribute__((target("avx512f"))) void PoolAcross(const float* down, float* out) const {
+    const int64_t k = g_.out_c;
+    for (int64_t px = 0; px < g_.pooled_w; ++px) {
+      const int64_t x0 = px * g_.pool_sw - g_.pool_left;
+      const int64_t xa = std::max<int64_t>(0, x0), xb = std::min(g_.out_w, x0 + g_.pool_kw);
+      float* o = out + px * k;
+      for (int64_t c = 0; c < k; c += 16) {
+        const __mmask16 mask = static_cast<__mmask16>(k - c >= 16 ? 0xffff : (1u << (k - c)) - 1);
+        __m512 m = _mm512_maskz_loadu_ps(mask, down + xa * k + c);
+        for (int64_t ix = xa + 1; ix < xb; ++ix) m = _mm512_max_ps(m, _mm512_maskz_loadu_ps(mask, down + ix * k + c));
+        _mm512_mask_storeu_ps(o + c, mask, m);
+      }
+    }
+  }
+
+  // Output row oy of image n into out_row (out_w pixels of out_c channels); per row, the output channels in blocks of
+  // up to 64 (4 vectors), each block over the whole row while its input rows are in the cache.
+  void ComputeRow(const float* x, const float* bias, int64_t n, int64_t oy, float* out_row) const {
+    RowGeometry r;
+    r.iy0 = oy * g_.stride_h - g_.pad_top;
+    r.ky_begin = std::max<int64_t>(0, -r.iy0);
+    r.ky_end = std::min(g_.kernel_h, g_.in_h - r.iy0);
+    r.n = n;
+    // Output columns whose whole window lies inside the row: [inside_begin, inside_end).
+    r.inside_begin = std::min(g_.out_w, (g_.pad_left + g_.stride_w - 1) / g_.stride_w);
+    const int64_t last = g_.in_w - g_.kernel_w + g_.pad_left;  // ox * stride <= last
+    r.inside_end = last < 0 ? r.inside_begin : std::max(r.inside_begin, std::min(g_.out_w, last / g_.stride_w + 1));
+    // The row's taps inside the image (rows ky_begin..ky_end of the window) as one list: their input offsets from
+    // the image's column x0 of row 0 and their weights (one loop over taps, not three short nested ones).
+    thread_local std::vector<int64_t> in_off, w_off;
+    in_off.clear();
+    w_off.clear();
+    for (int64_t c = 0; c < g_.in_c; ++c)
+      for (int64_t ky = r.ky_begin; ky < r.ky_end; ++ky)
+        for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+          in_off.push_back((c * g_.in_h + r.iy0 + ky) * g_.in_w + kx);
+          w_off.push_back(((c * g_.kernel_h + ky) * g_.kernel_w + kx) * padded_c_);
+        }
+    r.in_off = in_off.data();
+    r.w_off = w_off.data();
+    r.taps = static_cast<int64_t>(in_off.size());
+    for (int64_t k0 = 0; k0 < padded_c_; k0 += 64) {
+      switch (std::min<int64_t>(4, (padded_c_ - k0) / 16)) {
+        case 1:
+          RowBlock<1, 24>(x, bias, r, k0, out_row);
+          break;
+        case 2:
+          RowBlock<2, 12>(x, bias, r, k0, out_row);
+          break;
+        case 3:
+          RowBlock<3, 8>(x, bias, r, k0, out_row);
+          break;
+        default:
+          RowBlock<4, 6>(x, bias, r, k0, out_row);
+      }
+    }
+    if (!ActivatesInRegisters(g_.activation.kind)) g_.activation.Apply(out_row, g_.out_w * g_.out_c);
   }
 
   // What the blocks of one output row share.
@@ -222,8 +285,16 @@ bool StemConvApplies(const OwnConvGeometry& g) {
          g.pad_top < g.kernel_h && g.pad_left < g.kernel_w;
 }
 
+bool StemConvPoolApplies(const OwnConvGeometry& g) {
+  if (g.pool_kh <= 0) return true;
+  return g.pool_kh <= kMaxWindow && g.pool_kw >= 1 && g.pool_kw <= kMaxWindow && g.pool_sh >= 1 && g.pool_sw >= 1 &&
+         g.pool_sh <= kMaxWindow && g.pool_sw <= kMaxWindow && g.pool_top >= 0 && g.pool_left >= 0 &&
+         g.pool_top < g.pool_kh && g.pool_left < g.pool_kw && g.pooled_h > 0 && g.pooled_w > 0 &&
+         (g.pooled_h - 1) * g.pool_sh - g.pool_top < g.out_h && (g.pooled_w - 1) * g.pool_sw - g.pool_left < g.out_w;
+}
+
 std::unique_ptr<OwnConvKernel> CreateStemConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
-  if (!StemConvApplies(g) || ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr ||
+  if (!StemConvApplies(g) || !StemConvPoolApplies(g) || ctx.input_values.size() < 2 || ctx.input_values[1] == nullptr ||
       ctx.input_values[1]->raw() == nullptr ||
       ctx.input_values[1]->numel() != g.out_c * g.in_c * g.kernel_h * g.kernel_w)
     return nullptr;

@@ -13,6 +13,10 @@ namespace osprey::cpu {
 /// 11 x 11; non-empty shapes.
 bool StemConvApplies(const OwnConvGeometry& g);
 
+/// Whether the kernel also runs `g`'s fused MaxPool (pool_kh > 0): windows up to 11 x 11, pads smaller than the
+/// window, every pooled output's window holding a convolution output.
+bool StemConvPoolApplies(const OwnConvGeometry& g);
+
 /// The kernel for node `ctx.node` (weights: constant input 1, [K, C, KH, KW]); nullptr when !StemConvApplies(g).
 std::unique_ptr<OwnConvKernel> CreateStemConv(const KernelBuildContext& ctx, const OwnConvGeometry& g);
 

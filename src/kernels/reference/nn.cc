@@ -18,6 +18,7 @@
 #include "ops/conv_input_scale.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
+#include "ops/fused_pool.h"
 #include "ops/grid_sample.h"
 #include "ops/matmul_views.h"
 #include "ops/op_registry.h"
@@ -268,8 +269,29 @@ void FusedDepthwiseConvRef(KernelContext& ctx) {
   ConvRef(second);
 }
 
+// A Conv with a fused MaxPool (ops/fused_pool.h): the convolution, then the pool's reference kernel.
+void FusedPoolConvRef(KernelContext& ctx) {
+  const Node conv = FusedConvPart(ctx.node);
+  const Tensor& x = ctx.In(0);
+  const Tensor& w = ctx.In(1);
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  Shape mid_shape = {x.dim(0), w.dim(0)};
+  for (int64_t d : ResolveConvWindow(conv, x.shape(), kernel, /*ceil_mode=*/false).out) mid_shape.push_back(d);
+  Tensor mid(DType::kF32, mid_shape);
+  KernelContext first{conv, ctx.opset};
+  first.inputs = ctx.inputs;
+  first.outputs = {&mid};
+  ConvRef(first);
+  const Node pool = FusedPoolPart(ctx.node);
+  KernelContext second{pool, ctx.opset};
+  second.inputs = {&mid};
+  second.outputs = {ctx.outputs[0]};
+  FindReferenceKernel("MaxPool")(second);
+}
+
 void ConvRef(KernelContext& ctx) {
   if (HasFusedDepthwise(ctx.node)) return FusedDepthwiseConvRef(ctx);
+  if (HasFusedPool(ctx.node)) return FusedPoolConvRef(ctx);
   const Node& node = ctx.node;
   Tensor x = ctx.In(0);
   const Tensor& w = ctx.In(1);
