@@ -4,7 +4,10 @@
 #include <limits>
 #include <string>
 
+#include "ops/conv_window.h"
+#include "ops/fused_pool.h"
 #include "ops/matmul_views.h"
+#include "osprey/error.h"
 
 namespace osprey {
 namespace {
@@ -41,6 +44,15 @@ int64_t EstimatedWork(const Node& node, const std::vector<Shape>& in, const std:
     // W is [C_out, C_in / group, k...] for Conv: every output element sums C_in / group x k products. For
     // ConvTranspose W is [C_in, C_out / group, k...]: every input element feeds C_out / group x k outputs.
     const Shape& w = in[w_index];
+    if (HasFusedPool(node) && in[0].size() == 4 && w.size() == 4) {  // the convolution's output, before its pool
+      try {
+        const std::vector<int64_t> conv =
+            ResolveConvWindow(FusedConvPart(node), in[0], {w[2], w[3]}, /*ceil_mode=*/false).out;
+        return Mul(2, Mul(Elements({in[0][0], w[0], conv[0], conv[1]}), Product(w, 1)));
+      } catch (const Error&) {
+        return 0;  // the shape rule refuses it
+      }
+    }
     return Mul(2, Mul(Elements(op == "ConvTranspose" ? in[0] : out[0]), Product(w, 1)));
   }
   if ((op == "Gemm" || op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul") && !out.empty() &&
