@@ -573,14 +573,16 @@ std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, 
 }
 
 // osprey's first-layer convolution (stem_conv.cc) instead of oneDNN's: 1-4 input channels read from the plain
-// input, channels-last output, 8-128 output channels, no residual, PRelu or fused depthwise part. OSPREY_STEM=0
-// never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always otherwise
-// (it saves the input's reorder to NHWC that oneDNN's kernels need).
+// input (or a channels-last one: TensorFlow exports transpose their NHWC image, which the layout pass turns into a
+// channels-last copy), channels-last output, 8-128 output channels, no residual, PRelu or fused depthwise part.
+// OSPREY_STEM=0 never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always
+// otherwise (it saves the input's reorder to NHWC that oneDNN's kernels need).
 std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
                                               const std::string& mode) {
   std::optional<OwnConvGeometry> sg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
   if (!sg || sg->residual || sg->input_scale || sg->input_affine || !sg->input_parts.empty() || g.x != g.x_logical ||
-      ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kNhwc || !StemConvApplies(*sg))
+      (ctx.InLayout(0) != Layout::kPlain && ctx.InLayout(0) != Layout::kNhwc) || ctx.OutLayout(0) != Layout::kNhwc ||
+      !StemConvApplies(*sg))
     return std::nullopt;
   return sg;
 }
@@ -693,9 +695,10 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
     // (OwnSilu); osprey's reads the image as it is and applies the activation in registers.
     auto direct_extra = [&](const DnnlConvKernel& direct) {
       double ms = 0;
-      const memory::desc plain(ToDims(g.x), memory::data_type::f32, memory::format_tag::nchw);
-      if (direct.Pd().src_desc() != plain)
-        ms += PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), plain, CpuEngine(), direct.Pd().src_desc()), 3);
+      const memory::desc user(ToDims(g.x), memory::data_type::f32,
+                              ctx.InLayout(0) == Layout::kNhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
+      if (direct.Pd().src_desc() != user)
+        ms += PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), user, CpuEngine(), direct.Pd().src_desc()), 3);
       if (OwnSilu(ctx.node, g)) ms += SiluPassMs(g.y, ctx.num_threads);
       return ms;
     };

@@ -1,4 +1,5 @@
-// A network's first convolution: an image of 1-4 channels (plain NCHW, as the request brings it) into 8-128
+// A network's first convolution: an image of 1-4 channels (plain NCHW, as the request brings it, or channels-last, as
+// a TensorFlow export's transposed NHWC image is) into 8-128
 // channels-last output channels, any window up to 11 x 11 and stride, bias and activation. oneDNN 3.2 has no fast
 // kernel reading a plain source for a channels-last destination, so the plan reordered the image to NHWC first, and its
 // direct kernel then ran the 3-channel product at ~75 GFLOP/s with a SiLU pass after: EfficientNet-B0's 3 -> 32 3x3
@@ -39,6 +40,11 @@ class StemConv final : public OwnConvKernel {
 
   void Build(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
     g_ = g;
+    nhwc_input_ = ctx.InLayout(0) == Layout::kNhwc;
+    // Input floats between horizontally adjacent pixels, between channels, and one row's floats.
+    pixel_ = nhwc_input_ ? g.in_c : 1;
+    channel_ = nhwc_input_ ? 1 : g.in_h * g.in_w;
+    row_ = g.in_w * pixel_;
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
     const Tensor& w = *ctx.input_values[1];
     const int64_t taps = g.in_c * g.kernel_h * g.kernel_w;
@@ -51,7 +57,7 @@ class StemConv final : public OwnConvKernel {
   }
 
   void Run(KernelContext& ctx) override {
-    CheckOwnConvTensors(ctx, Name(), g_, Layout::kPlain);
+    CheckOwnConvTensors(ctx, Name(), g_, nhwc_input_ ? Layout::kNhwc : Layout::kPlain);
     Execute(ctx.In(0).data<float>(), g_.bias ? ctx.In(2).data<float>() : nullptr, ctx.Out(0).data<float>());
   }
 
@@ -148,7 +154,7 @@ class StemConv final : public OwnConvKernel {
     for (int64_t c = 0; c < g_.in_c; ++c)
       for (int64_t ky = r.ky_begin; ky < r.ky_end; ++ky)
         for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
-          in_off.push_back((c * g_.in_h + r.iy0 + ky) * g_.in_w + kx);
+          in_off.push_back(c * channel_ + (r.iy0 + ky) * row_ + kx * pixel_);
           w_off.push_back(((c * g_.kernel_h + ky) * g_.kernel_w + kx) * padded_c_);
         }
     r.in_off = in_off.data();
@@ -188,7 +194,7 @@ class StemConv final : public OwnConvKernel {
     int64_t ox = 0;
     for (; ox < r.inside_begin; ++ox) Pixel<V>(x, bias, r, k0, last_block, ox, out_row);
     for (; ox + P <= r.inside_end; ox += P)
-      Block<V, P>(image + ox * g_.stride_w - g_.pad_left, r, k0, last_block, bias, ox, out_row);
+      Block<V, P>(image + (ox * g_.stride_w - g_.pad_left) * pixel_, r, k0, last_block, bias, ox, out_row);
     for (; ox < g_.out_w; ++ox) Pixel<V>(x, bias, r, k0, last_block, ox, out_row);
   }
 
@@ -219,7 +225,7 @@ class StemConv final : public OwnConvKernel {
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
-    const int64_t sw = g_.stride_w;
+    const int64_t sw = g_.stride_w * pixel_;
     const float* weights = packed_.data() + k0;
     for (int64_t t = 0; t < r.taps; ++t) {
       const float* tap = in + r.in_off[t];
@@ -253,10 +259,10 @@ class StemConv final : public OwnConvKernel {
     const int64_t kx_begin = std::max<int64_t>(0, -x0), kx_end = std::min(g_.kernel_w, g_.in_w - x0);
     for (int64_t c = 0; c < g_.in_c; ++c)
       for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
-        const float* in = x + ((n * g_.in_c + c) * g_.in_h + iy0 + ky) * g_.in_w + x0;
+        const float* in = x + n * g_.in_c * g_.in_h * g_.in_w + c * channel_ + (iy0 + ky) * row_ + x0 * pixel_;
         const float* w = packed_.data() + ((c * g_.kernel_h + ky) * g_.kernel_w) * padded_c_ + k0;
         for (int64_t kx = kx_begin; kx < kx_end; ++kx) {
-          const __m512 xv = _mm512_set1_ps(in[kx]);
+          const __m512 xv = _mm512_set1_ps(in[kx * pixel_]);
 #pragma GCC unroll 4
           for (int v = 0; v < V; ++v)
             acc[v] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + kx * padded_c_ + v * 16), acc[v]);
@@ -268,6 +274,8 @@ class StemConv final : public OwnConvKernel {
   }
 
   OwnConvGeometry g_;
+  bool nhwc_input_ = false;  // the image channels-last (a TensorFlow export's NHWC input) instead of plain NCHW
+  int64_t pixel_ = 1, channel_ = 1, row_ = 1;  // input floats between adjacent pixels, channels, rows
   int threads_ = 1;
   int64_t padded_c_ = 0;          // output channels rounded up to whole vectors
   __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels

@@ -1,8 +1,8 @@
 #pragma once
 // osprey's convolution for a network's first layer (stem_conv.cc): few input channels (1-4: an image), read straight
-// from the plain NCHW input, written channels-last (NHWC) with bias and activation. dnnl_conv.cc decides when it
-// replaces oneDNN's, which needs the input reordered to NHWC first and runs a 3-channel input at a fraction of its
-// speed.
+// from the plain NCHW input (or a channels-last one), written channels-last (NHWC) with bias and activation, and a
+// fused MaxPool. dnnl_conv.cc decides when it replaces oneDNN's, which needs a plain input reordered to NHWC first and
+// runs a 3-channel input at a fraction of its speed.
 #include <memory>
 
 #include "kernels/cpu/own_conv.h"

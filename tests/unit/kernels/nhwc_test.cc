@@ -1218,7 +1218,8 @@ void ExpectStem(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, u
   std::vector<bool> constant{false, true};
   if (bias) in.push_back(RandomTensor({w[0]}, seed + 2)), constant.push_back(true);
   ExpectLayoutsMatchReference(node, in, constant, "ConvF32Stem", Layout::kPlain, Layout::kNhwc);
-  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Dnnl", Layout::kNhwc, Layout::kNhwc);
+  // A TensorFlow export's image: its NHWC input transposed, which the layout pass makes a channels-last copy.
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Stem", Layout::kNhwc, Layout::kNhwc);
 }
 
 // MobileNetV2's and EfficientNet's stem: 3 -> 32, 3x3, stride 2, pads 1 (odd sizes: a partial last block per row,

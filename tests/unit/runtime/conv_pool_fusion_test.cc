@@ -26,12 +26,15 @@ struct StemSpec {
                     {"pads", Attribute::Ints({1, 1, 1, 1})}};
   bool escape = false;   // the convolution's output is a graph output too
   bool indices = false;  // MaxPool's Indices are asked for
+  bool nhwc = false;     // the image comes as [N, H, W, C] and is transposed (a tf2onnx export)
 };
 
 // x -> Conv (-> activation) -> MaxPool -> 1x1 Conv (so channels-last maps throughout).
 Graph StemGraph(const StemSpec& spec, int64_t batch, int64_t size) {
   GraphBuilder b("conv_pool", 13);
-  auto x = b.Input("x", DType::kF32, {batch, spec.in_c, size, size});
+  ValueRef x = spec.nhwc ? b.Op("Transpose", {b.Input("x", DType::kF32, {batch, size, size, spec.in_c})},
+                                {{"perm", Attribute::Ints({0, 3, 1, 2})}})
+                         : b.Input("x", DType::kF32, {batch, spec.in_c, size, size});
   ValueRef y = b.Op("Conv",
                     {x, b.Constant(RandomTensor({spec.out_c, spec.in_c, spec.kernel, spec.kernel}, 1, -0.3f, 0.3f)),
                      b.Constant(RandomTensor({spec.out_c}, 2))},
@@ -60,8 +63,8 @@ struct Steps {
 
 Steps RunAgainstOracle(const StemSpec& spec, int64_t batch = 2, int64_t size = 37) {
   Steps s;
-  for (const OpProfile& p :
-       testing::RunFastAgainstOracle(StemGraph(spec, batch, size), {batch, spec.in_c, size, size})) {
+  const Shape x = spec.nhwc ? Shape{batch, size, size, spec.in_c} : Shape{batch, spec.in_c, size, size};
+  for (const OpProfile& p : testing::RunFastAgainstOracle(StemGraph(spec, batch, size), x)) {
     if (p.op_type == "Conv" && s.stem_kernel.empty()) s.stem_kernel = p.kernel;
     s.pools += p.op_type == "MaxPool";
   }
@@ -81,7 +84,8 @@ TEST(FuseConvMaxPool, FirstLayersPoolTheirRowsInCache) {
                                 {"auto_pad", Attribute::String("SAME_UPPER")}};
   const AttributeMap overlapping{{"kernel_shape", Attribute::Ints({5, 5})}, {"strides", Attribute::Ints({1, 1})}};
   for (const StemSpec& spec : {
-           StemSpec{},                                                                 // ResNet: 7x7/2, 3x3/2 pad 1
+           StemSpec{},
+           StemSpec{.nhwc = true},  // Keras' ResNet via tf2onnx // ResNet: 7x7/2, 3x3/2 pad 1
            StemSpec{.out_c = 96, .pad = 0, .pool = ceil_uneven},                       // SqueezeNet's 96: 64 + 32
            StemSpec{.in_c = 1, .out_c = 13, .kernel = 3, .pad = 1, .activation = ""},  // channels not a multiple of 16
            StemSpec{.in_c = 4, .out_c = 64, .kernel = 3, .stride = 1, .pad = 1, .pool = same_upper},
