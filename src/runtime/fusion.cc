@@ -1077,8 +1077,9 @@ void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& f
     const Node& conv = st.nodes[ci];
     const Shape& mid = st.values[y].shape;
     if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 || HasFusedPool(conv) ||
-        st.values[y].dtype != DType::kF32 || mid.size() != 4 || st.layouts[y] != Layout::kNhwc ||
-        st.layouts[pool.outputs[0]] != Layout::kNhwc)
+        conv.Has("_int8") || conv.Has("_residual") || conv.Has("_dw_strides") || conv.Has("_prelu") ||
+        HasFusedInput(conv) || HasInputScale(conv) || st.values[y].dtype != DType::kF32 || mid.size() != 4 ||
+        st.layouts[y] != Layout::kNhwc || st.layouts[pool.outputs[0]] != Layout::kNhwc)
       continue;
     const std::vector<int64_t> kernel = pool.GetInts("kernel_shape", {});
     if (kernel.size() != 2) continue;

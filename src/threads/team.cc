@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/timing_context.h"
 #include "threads/team.h"
 
 namespace {
@@ -598,24 +599,18 @@ const char* Describe() {
   return text.c_str();
 }
 
-const std::string& TimingContext() {
-  static const std::string context = [] {
-    const Policy& p = GetPolicy();
-    const Policy defaults;
-    std::string text;
-    if (p.use_libgomp) {
-      text = "libgomp";
-      for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
-        if (const char* v = std::getenv(name)) text += std::string(" ") + name + "=" + v;
-    } else if (p.spin_ns != defaults.spin_ns || p.yield_ns != defaults.yield_ns) {
-      text = Describe();
-    }
-    if (NoTakeOver()) text += " no-take-over";
-    if (NoSteer()) text += " no-steer";
-    return text;
-  }();
-  return context;
-}
+// The tuner's timing context (core/timing_context.h) for this runtime: "" under its default waits, else what differs;
+// under libgomp (OSPREY_OMP_RUNTIME=libgomp) core's own text for libgomp. Set before main, before any kernel is timed.
+const bool g_timing_context_set = [] {
+  const Policy& p = GetPolicy();
+  if (p.use_libgomp) return false;
+  const Policy defaults;
+  std::string text = p.spin_ns != defaults.spin_ns || p.yield_ns != defaults.yield_ns ? Describe() : "";
+  if (NoTakeOver()) text += " no-take-over";
+  if (NoSteer()) text += " no-steer";
+  SetTimingContext(std::move(text));
+  return true;
+}();
 }  // namespace osprey::threads
 
 // Default visibility: a shared object that links this (a Python module built with hidden symbols) exports them too.

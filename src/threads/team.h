@@ -1,8 +1,6 @@
 // osprey's OpenMP runtime (team.cc): what the rest of osprey may ask of it.
 #pragma once
 
-#include <string>
-
 namespace osprey::threads {
 
 /// Parallel regions of more than one thread this process has started on osprey's runtime (0 under libgomp).
@@ -18,11 +16,5 @@ long WakesSteeredOntoTheWakersCpu();
 bool UsingLibgomp();
 /// One line for logs: which runtime, and its wait policy.
 const char* Describe();
-/// What a kernel timed in this process depends on beyond the CPU and the thread count: "" under osprey's runtime with
-/// its default waits, else the runtime and the settings that differ (libgomp and its OMP_WAIT_POLICY/GOMP_SPINCOUNT, a
-/// passive or active wait, OSPREY_OMP_SPIN_US/YIELD_US, OSPREY_OMP_TAKE_OVER/STEER=0). A kernel of three parallel
-/// regions per chunk (Winograd) ran at oneDNN's speed with OMP_WAIT_POLICY=passive and at half its time with the
-/// default, so the tuning choices (kernels/cpu/dnnl_common.cc) are keyed by it.
-const std::string& TimingContext();
 
 }  // namespace osprey::threads

@@ -21,12 +21,12 @@
 
 #include "core/hash.h"
 #include "core/load_watch.h"
+#include "core/timing_context.h"
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/own_conv.h"
 #include "ops/activation.h"
 #include "osprey/runtime.h"
-#include "threads/team.h"
 
 namespace osprey::cpu {
 
@@ -524,10 +524,10 @@ void RememberVerdict(const std::string& hash, const TuningChoice& verdict) {
   SaveTuningChoice(hash, verdict);
 }
 
-// A choice holds for the thread count and the threading runtime's waits it was timed with (threads::TimingContext: ""
-// under the default, so the default's keys are those of earlier files).
+// A choice holds for the thread count and the threading runtime's waits it was timed with (core/timing_context.h: ""
+// under osprey's runtime with its default waits, so those keys are those of earlier files).
 std::string TuningHash(const std::string& key) {
-  const std::string& context = threads::TimingContext();
+  const std::string& context = TimingContext();
   return HashHex(key + "@" + std::to_string(omp_get_max_threads()) + (context.empty() ? "" : "|" + context));
 }
 

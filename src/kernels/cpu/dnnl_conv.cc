@@ -818,7 +818,7 @@ bool CpuConvTakesFusedInput(const KernelBuildContext& ctx) {
 }
 
 bool CpuConvFusesPool(const KernelBuildContext& ctx) {
-  if (!HasFusedPool(ctx.node) || !AllFloat32(ctx)) return false;
+  if (!HasFusedPool(ctx.node) || ctx.node.Has("_int8") || !AllFloat32(ctx)) return false;
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;
   const char* stem_setting = std::getenv("OSPREY_STEM");
