@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/load_watch.h"
+#include "core/size_class.h"
 #include "ops/matmul_views.h"
 #include "ops/op_cost.h"
 #include "runtime/plan_impl.h"
@@ -35,24 +36,26 @@ bool ThreadCountMatters(const Node& node) {
   return false;
 }
 
-// Everything about a step that its timing depends on: op, attributes, input and output types, shapes, layouts, which
-// inputs are constant, thread count and bf16 use. The verdict is remembered per key for the process, so every plan
-// that has the step (other batch sizes' plans aside: other shapes) runs the same kernel and shares its packed weights.
+// Everything about a step that its timing depends on: op, attributes, input and output types, shapes (a constant's
+// exactly, a computed value's dims by size class: core/size_class.h), layouts, which inputs are constant, thread count
+// and bf16 use. The verdict is remembered per key for the process, so every plan that has the step (other batch sizes'
+// plans aside: other shapes) runs the same kernel and shares its packed weights; a model seeing a new sequence length
+// or image width (an OCR recogniser: every text line) is timed once per class, and the verdicts stay few.
 std::string StepTimingKey(const CompileState& st, const Node& node, int threads, Bf16Use bf16) {
   std::string key = node.op_type + "|" + std::to_string(threads) + "|" + std::to_string(static_cast<int>(bf16));
-  auto put_shape = [&key](const Shape& s) {
-    for (int64_t d : s) key += std::to_string(d) + ",";
+  auto put_shape = [&key](const Shape& s, bool exact) {
+    for (int64_t d : s) key += std::to_string(exact ? d : SizeClass(d)) + ",";
   };
   for (int v : node.inputs) {
     key += "|i";
     if (v < 0) continue;
     key += std::to_string(static_cast<int>(st.values[v].dtype)) + (st.values[v].known ? "k" : "") +
            std::to_string(static_cast<int>(st.layouts[v])) + ":";
-    put_shape(st.values[v].shape);
+    put_shape(st.values[v].shape, st.values[v].known);
   }
   for (int v : node.outputs) {
     key += "|o" + std::to_string(static_cast<int>(st.layouts[v])) + ":";
-    put_shape(st.values[v].shape);
+    put_shape(st.values[v].shape, false);
   }
   for (const auto& [name, a] : node.attrs) {
     key += "|" + name + "=";
@@ -69,7 +72,9 @@ std::string StepTimingKey(const CompileState& st, const Node& node, int threads,
       case Attribute::Kind::kStrings:
         for (const std::string& s : a.strings) key += s + ",";
         break;
-      case Attribute::Kind::kTensor: put_shape(a.t.shape()); break;
+      case Attribute::Kind::kTensor:
+        put_shape(a.t.shape(), true);
+        break;
       case Attribute::Kind::kGraph: break;
     }
   }

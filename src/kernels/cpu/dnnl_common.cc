@@ -21,6 +21,7 @@
 
 #include "core/hash.h"
 #include "core/load_watch.h"
+#include "core/size_class.h"
 #include "core/timing_context.h"
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -555,15 +556,6 @@ std::string TimingText(const std::string& name, double ms) {
 
 }  // namespace
 
-namespace {
-// `n` with all but its two leading bits cleared; exact up to 16.
-int64_t SizeClass(int64_t n) {
-  if (n <= 16) return n;
-  const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(n));
-  return n & (int64_t{3} << (top - 1));
-}
-}  // namespace
-
 std::string TuningActivationKey(const dnnl::memory::dims& dims) {
   if (dims.size() < 2) {
     std::string key;
@@ -608,6 +600,18 @@ void LoadKernelTuningChoices() {
   if (!TuningEnabled()) return;
   std::lock_guard<std::mutex> lock(TuningMutex());
   TuningChoices();
+}
+
+bool MoveToRememberedImpl(dnnl::primitive_desc& pd, const std::string& key) {
+  if (!TuningEnabled()) return false;
+  const std::optional<Remembered> remembered = RememberedChoice(TuningHash(key), [&pd](const TuningChoice& choice) {
+    bool reached = true;
+    for (int i = 0; i < choice.position && reached; ++i) reached = pd.next_impl();
+    return reached && choice.name == pd.impl_info_str();
+  });
+  if (!remembered || !remembered->use) return false;
+  ++g_cached;
+  return true;
 }
 
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key) {

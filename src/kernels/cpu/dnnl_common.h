@@ -233,10 +233,18 @@ int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const
 
 /// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation
 /// (FastestImplPosition) when `ctx.tune`, else oneDNN's first choice; empty when `make()` is.
+/// Moves `pd` on to the implementation remembered for `key` (FastestImplPosition's choice, in force) and returns true
+/// when it has that name; false otherwise (`pd` may have moved: make a new one).
+bool MoveToRememberedImpl(dnnl::primitive_desc& pd, const std::string& key);
+
 template <class Pd, class Make>
 Pd FastestImpl(const KernelBuildContext& ctx, const Make& make, const std::string& key) {
   Pd pd = make();
   if (!pd || !ctx.tune) return pd;
+  // A remembered choice costs this one descriptor (a new input shape builds every kernel again: PP-OCR's recogniser
+  // at each new width).
+  if (MoveToRememberedImpl(pd, key)) return pd;
+  pd = make();
   const int position = FastestImplPosition([&make] { return dnnl::primitive_desc(make()); }, key);
   for (int i = 0; i < position; ++i)
     if (!pd.next_impl()) return make();  // cannot happen: the list does not change
