@@ -970,6 +970,17 @@ void FuseConvInputScale(CompileState& st) {
 // 0.8-3.2 MB 3.5-3.6 against 4.0-4.1; docs/performance.md "Fortieth session").
 constexpr int64_t kMinFusedInputBytes = int64_t{1} << 20;
 
+namespace {
+// DropDead for the passes after AssignLayouts: the nodes' transparency marks (CompileState::transparent) follow.
+void DropDeadAfterLayouts(CompileState& st, const std::vector<char>& dead) {
+  std::vector<char> transparent;
+  for (size_t i = 0; i < st.nodes.size(); ++i)
+    if (!dead[i]) transparent.push_back(st.transparent[i]);
+  DropDead(st, dead);
+  st.transparent = std::move(transparent);
+}
+}  // namespace
+
 void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   const Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);
@@ -1048,19 +1059,14 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
     for (int n : absorbed) dead[n] = 1;
     changed = true;
   }
-  if (!changed) return;
-  std::vector<char> transparent;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) transparent.push_back(st.transparent[i]);
-  DropDead(st, dead);
-  st.transparent = std::move(transparent);
+  if (changed) DropDeadAfterLayouts(st, dead);
 }
 
 // After AssignLayouts: a Conv whose output only a 2-D MaxPool (dilation 1, no Indices) reads -> one Conv with the pool
 // fused (ops/fused_pool.h), where `fast_kernel_takes` the fused node (osprey's first-layer kernel: an image of 1-4
-// plain channels into channels-last output), which pools the convolution's rows in the cache. ResNet, DenseNet,
-// GoogLeNet, ShuffleNet and SqueezeNet start so; SqueezeNet's first convolution writes 36 MB at batch 8 that its pool
-// read back (docs/performance.md, "Forty-second session").
+// channels, plain or channels-last, into channels-last output), which pools the convolution's rows in the cache.
+// ResNet, DenseNet, GoogLeNet, ShuffleNet and SqueezeNet start so; SqueezeNet's first convolution writes 36 MB at batch
+// 8 that its pool read back (docs/performance.md, "Forty-second session").
 void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {
   const Uses u = CountUses(st);
   const std::vector<int> producer = Producers(st);
@@ -1096,12 +1102,7 @@ void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& f
     dead[j] = 1;
     changed = true;
   }
-  if (!changed) return;
-  std::vector<char> transparent;
-  for (size_t i = 0; i < st.nodes.size(); ++i)
-    if (!dead[i]) transparent.push_back(st.transparent[i]);
-  DropDead(st, dead);
-  st.transparent = std::move(transparent);
+  if (changed) DropDeadAfterLayouts(st, dead);
 }
 
 // The step a unary node computes, if it can join a chain (ops/activation.h UnaryStep): an activation the fusion pass

@@ -86,8 +86,8 @@ class StemConv final : public OwnConvKernel {
     {
       const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       std::vector<float> ring(static_cast<size_t>(g_.pool_kh * row_floats)), down(static_cast<size_t>(row_floats));
-      std::vector<int64_t> held(static_cast<size_t>(g_.pool_kh),
-                                -1);  // the convolution row (n * out_h + oy) a slot holds
+      // The convolution row (n * out_h + oy) each slot of the ring holds.
+      std::vector<int64_t> held(static_cast<size_t>(g_.pool_kh), -1);
       for (int64_t row = rows * t / nt; row < rows * (t + 1) / nt; ++row) {
         const int64_t n = row / g_.pooled_h, py = row % g_.pooled_h;
         const int64_t y0 = py * g_.pool_sh - g_.pool_top;
