@@ -211,7 +211,7 @@ PackedWeight PackWeight(const KernelBuildContext& ctx, const dnnl::memory::desc&
 // was built, not by speed on this machine. On the 2-vCPU AMD EPYC (AVX2) build machine, oneDNN 3.2's first choices
 // for convolutions (brgconv, brgconv_1x1, brdgmm_dw) took up to 1.6x as long as its jit:avx2 / jit_1x1 / jit_dw
 // kernels on some layers and half as long on others (docs/performance.md). So kernels time the candidates once per
-// distinct operation and thread count, at build time, on zero-filled tensors (one set of buffers shared by all),
+// distinct operation, thread count and threading runtime's waits (TuningHash), at build time, on zero-filled tensors (one set of buffers shared by all),
 // round-robin (one untimed run each, then three timed rounds of one run each), and keep the fastest. Candidates:
 // the first choice and every other implementation reading and writing the same source and destination layouts,
 // except the reference and SSE4.1 ones and im2col+GEMM convolutions (never faster where a JIT kernel exists).
