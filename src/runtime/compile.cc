@@ -77,13 +77,15 @@ Precision ParsePrecision(const std::string& text, const std::string& what) {
               what + " must be \"fp32\", \"bf16\" (CPU), \"auto\" or \"fp16\" (GPU), got \"" + text + "\"");
 }
 
-int CompileState::AddConstant(Tensor t) {
+int CompileState::AddConstant(Tensor t) { return AddStoredConstant(weights ? weights->Intern(t) : std::move(t)); }
+
+int CompileState::AddStoredConstant(Tensor t) {
   CompileValue v;
   v.typed = true;
   v.dtype = t.dtype();
   v.shape = t.shape();
   v.known = true;
-  v.value = weights ? weights->Intern(t) : std::move(t);
+  v.value = std::move(t);
   values.push_back(std::move(v));
   is_graph_output.push_back(0);
   return static_cast<int>(values.size()) - 1;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/hash.h"
 #include "ops/activation.h"
 #include "ops/batch_norm.h"
 #include "ops/conv_input_scale.h"
@@ -41,6 +42,32 @@ bool Private(const CompileState& st, const Uses& u, int v) {
 
 // Value -> the node writing it (-1 for graph inputs and constants), built once per pass: a search per candidate would
 // make a graph of many candidates quadratic to compile.
+// A new constant: weight `w` (a float32 constant) with channel c's values times scale[c], channel c being row c (a
+// Conv's weight [K, ...]) or, with `columns`, column c (a MatMul's [K, N]): batch normalisation or a per-channel Mul
+// folded into the layer. With a weight store the scaled weight is derived from `w` once (WeightStore::Derive, keyed
+// by the scales) and every later compile of the model gets that buffer: a new input shape compiles the model again
+// (PP-OCR's recogniser at every text width), and copying, scaling and hashing its weights each time took ~4 ms of a
+// 20 ms compile. Returns the new value's id.
+int ScaledWeight(CompileState& st, int w, const std::vector<float>& scale, bool columns) {
+  const Tensor& source = st.values[w].value;
+  const int64_t n = static_cast<int64_t>(scale.size());
+  const int64_t per = source.numel() / std::max<int64_t>(n, 1);
+  auto fill = [&](float* out) {
+    const float* in = source.data<float>();
+    for (int64_t i = 0; i < source.numel(); ++i) out[i] = in[i] * scale[static_cast<size_t>(columns ? i % n : i / per)];
+  };
+  if (st.weights == nullptr || source.raw() == nullptr) {
+    Tensor scaled(DType::kF32, source.shape());
+    fill(scaled.data<float>());
+    return st.AddConstant(std::move(scaled));
+  }
+  const std::string key = std::string(columns ? "columns" : "rows") + " scaled by " +
+                          HashBytes(scale.data(), scale.size() * sizeof(float)).ToHex();
+  std::shared_ptr<Buffer> buffer =
+      st.weights->Derive(source, key, source.nbytes(), [&](void* data) { fill(static_cast<float*>(data)); });
+  return st.AddStoredConstant(Tensor::View(DType::kF32, source.shape(), std::move(buffer), 0));
+}
+
 std::vector<int> Producers(const CompileState& st) {
   std::vector<int> producer(st.values.size(), -1);
   for (size_t i = 0; i < st.nodes.size(); ++i)
@@ -111,23 +138,21 @@ void FoldBatchNorm(CompileState& st) {
     if (!params_known) continue;
     const Tensor& w = st.values[conv.inputs[1]].value;
     const int64_t cout = w.dim(0);
-    const int64_t per = w.numel() / std::max<int64_t>(cout, 1);
     const float* gamma = st.values[bn.inputs[1]].value.data<float>();
     const float* beta = st.values[bn.inputs[2]].value.data<float>();
     const float* mean = st.values[bn.inputs[3]].value.data<float>();
     const float* var = st.values[bn.inputs[4]].value.data<float>();
     if (st.values[bn.inputs[1]].value.numel() != cout) continue;
     const float eps = bn.GetFloat("epsilon", 1e-5f);
-    Tensor w2 = w.Clone();
+    std::vector<float> scale(static_cast<size_t>(cout));
     Tensor b2(DType::kF32, {cout});
     for (int64_t c = 0; c < cout; ++c) {
-      float s = gamma[c] / std::sqrt(var[c] + eps);
-      float* wc = w2.data<float>() + c * per;
-      for (int64_t k = 0; k < per; ++k) wc[k] *= s;
+      const float s = gamma[c] / std::sqrt(var[c] + eps);
+      scale[static_cast<size_t>(c)] = s;
       float b = nb >= 3 ? st.values[conv.inputs[2]].value.data<float>()[c] : 0.f;
       b2.data<float>()[c] = (b - mean[c]) * s + beta[c];
     }
-    int w_id = st.AddConstant(std::move(w2));
+    int w_id = ScaledWeight(st, conv.inputs[1], scale, /*columns=*/false);
     int b_id = st.AddConstant(std::move(b2));
     u.consumers.resize(st.values.size());
     conv.inputs.resize(3);
@@ -179,17 +204,17 @@ void FoldBatchNormIntoMatMul(CompileState& st) {
     const float* mean = st.values[bn.inputs[3]].value.data<float>();
     const float* var = st.values[bn.inputs[4]].value.data<float>();
     const float eps = bn.GetFloat("epsilon", 1e-5f);
-    Tensor w2 = st.values[w].value.Clone();
+    std::vector<float> scale(static_cast<size_t>(n));
     Tensor b2(DType::kF32, {n});
-    const int64_t rows = w2.dim(0);
     for (int64_t c = 0; c < n; ++c) {
       const float s = gamma[c] / std::sqrt(var[c] + eps);
-      for (int64_t r = 0; r < rows; ++r) w2.data<float>()[r * n + c] *= s;
+      scale[static_cast<size_t>(c)] = s;
       const float b = has_bias ? st.values[mm.inputs[2]].value.data<float>()[c] : 0.f;
       b2.data<float>()[c] = (b - mean[c]) * s + beta[c];
     }
     const int out = bn.outputs[0];
-    mm.inputs = {mm.inputs[0], st.AddConstant(std::move(w2)), st.AddConstant(std::move(b2))};
+    const int w2 = ScaledWeight(st, w, scale, /*columns=*/true);
+    mm.inputs = {mm.inputs[0], w2, st.AddConstant(std::move(b2))};
     mm.attrs["_bias"] = Attribute::Int(1);
     if (reshape_i >= 0)
       st.nodes[reshape_i].outputs[0] = out;
@@ -250,11 +275,7 @@ void FoldMatMulScale(CompileState& st) {
     if (axis >= 0 && axis != static_cast<int>(st.values[mm.outputs[0]].shape.size()) - 1) continue;
     std::vector<float> s_of(static_cast<size_t>(n));  // copied: AddConstant below may move st.values
     for (int64_t c = 0; c < n; ++c) s_of[static_cast<size_t>(c)] = scale.data<float>()[scale.numel() == 1 ? 0 : c];
-    Tensor w2 = st.values[w].value.Clone();
-    const int64_t rows = w2.dim(0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < n; ++c) w2.data<float>()[r * n + c] *= s_of[static_cast<size_t>(c)];
-    std::vector<int> inputs{mm.inputs[0], st.AddConstant(std::move(w2))};
+    std::vector<int> inputs{mm.inputs[0], ScaledWeight(st, w, s_of, /*columns=*/true)};
     if (has_bias) {
       Tensor b2 = st.values[mm.inputs[2]].value.Clone();
       for (int64_t c = 0; c < n; ++c) b2.data<float>()[c] *= s_of[static_cast<size_t>(c)];
@@ -308,14 +329,8 @@ void FoldConvAffine(CompileState& st) {
       float* bp = b2.data<float>();
       for (int64_t c = 0; c < cout; ++c) bp[c] = bias ? bias[c] : 0.f;
       if (mul) {
-        Tensor w2 = w.Clone();
-        const int64_t per = w.numel() / std::max<int64_t>(cout, 1);
-        for (int64_t c = 0; c < cout; ++c) {
-          float* wc = w2.data<float>() + c * per;
-          for (int64_t e = 0; e < per; ++e) wc[e] *= kval(c);
-          bp[c] *= kval(c);
-        }
-        conv.inputs[1] = st.AddConstant(std::move(w2));
+        for (int64_t c = 0; c < cout; ++c) bp[c] *= kval(c);
+        conv.inputs[1] = ScaledWeight(st, conv.inputs[1], kv, /*columns=*/false);
       } else {
         for (int64_t c = 0; c < cout; ++c) bp[c] = add ? bp[c] + kval(c) : bp[c] - kval(c);
       }

@@ -187,6 +187,8 @@ struct CompileState {
   std::vector<char> transparent;
   static constexpr char kTransparentElementwise = 1, kTransparentCopy = 2;
   int AddConstant(Tensor t);
+  /// AddConstant for a tensor the weight store already holds (WeightStore::Derive): not interned again.
+  int AddStoredConstant(Tensor t);
   /// A new value of the given type, not known at compile time.
   int AddValue(DType dtype, Shape shape);
 };

@@ -115,5 +115,44 @@ TEST(WeightIntern, HashBytesCoversEveryByteAndLength) {
   }
 }
 
+// A batch normalisation folded into the Conv before it scales the Conv's weight; with a store, the scaled weight is
+// derived from the stored one once (runtime/fusion.cc ScaledWeight) and every later compile of the model (a new input
+// shape) gets that buffer instead of copying, scaling and interning the weight again. Oracle: the unfused plan.
+Graph ConvBatchNorm(const Tensor& w, float gamma) {
+  GraphBuilder g("conv_bn", 13);
+  auto x = g.Input("x", DType::kF32, {-1, 3, -1, -1});
+  const Tensor c = Tensor::FromVector<float>({4}, {gamma, 0.5f, 2.f, -1.f});
+  const Tensor d = Tensor::FromVector<float>({4}, {0.1f, -0.2f, 0.3f, 0.f});
+  const Tensor v = Tensor::FromVector<float>({4}, {1.f, 0.25f, 4.f, 0.5f});
+  auto y = g.Op("Conv", {x, g.Constant(w)}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  g.Output(g.Op("BatchNormalization", {y, g.Constant(c), g.Constant(d), g.Constant(d), g.Constant(v)}), "y");
+  return g.Finish();
+}
+
+TEST(WeightIntern, FoldedWeightsAreDerivedOncePerModel) {
+  const Tensor w = RandomTensor({4, 3, 3, 3}, 4);
+  const CompileOptions folded{.num_threads = 1, .fast_kernels = false, .fuse = true};
+  const CompileOptions oracle{.num_threads = 1, .fast_kernels = false, .fuse = false};
+  WeightStore store;
+  std::vector<std::shared_ptr<const Plan>> plans;
+  for (const Shape& shape : {Shape{1, 3, 8, 8}, Shape{2, 3, 5, 9}, Shape{1, 3, 7, 4}}) {
+    SCOPED_TRACE(ShapeToString(shape));
+    plans.push_back(Compile(ConvBatchNorm(w, 1.5f), {{DType::kF32, shape}}, folded, &store));
+    EXPECT_EQ(store.NumDerivedLive(), 1u) << "one scaled weight for every shape";
+    const Tensor x = RandomTensor(shape, 5);
+    testing::ExpectTensorNear(plans.back()->Run({x})[0],
+                              Compile(ConvBatchNorm(w, 1.5f), {{DType::kF32, shape}}, oracle)->Run({x})[0], 1e-5f,
+                              1e-5f);
+  }
+  // Other scales, another derived weight; without a store the fold still works.
+  plans.push_back(Compile(ConvBatchNorm(w, -3.f), {{DType::kF32, {1, 3, 8, 8}}}, folded, &store));
+  EXPECT_EQ(store.NumDerivedLive(), 2u);
+  const Tensor x = RandomTensor({1, 3, 8, 8}, 6);
+  testing::ExpectTensorNear(Compile(ConvBatchNorm(w, -3.f), {{DType::kF32, {1, 3, 8, 8}}}, folded)->Run({x})[0],
+                            plans.back()->Run({x})[0], 1e-6f, 1e-6f);
+  plans.clear();
+  EXPECT_EQ(store.NumDerivedLive(), 0u) << "the derived weights live with the plans";
+}
+
 }  // namespace
 }  // namespace osprey
