@@ -107,3 +107,28 @@ def test_choices_hold_for_the_wait_policy_they_were_timed_with(osprey_bin, ensur
         own = bench(osprey_bin, model, cache, **settings)
         assert timed(own) == timed(passive), (settings, own, passive)
         assert timed(bench(osprey_bin, model, cache, **settings)) == own["provisional"], settings
+
+
+def test_tune_log_prints_each_timed_choice(osprey_bin, ensure_model, tmp_path):
+    """OSPREY_TUNE_LOG=1: one stderr line per choice timed, naming the candidates' times and the choice; none for
+    choices read from the file."""
+    model = ensure_model("mobilenet_v2")["onnx"]
+    cache = tmp_path / "tuning.tsv"
+    env = dict(os.environ, OSPREY_TUNE_CACHE=str(cache), OMP_NUM_THREADS="2", OSPREY_TUNE_LOG="1")
+    cmd = [str(osprey_bin), "bench", str(model), "--iters", "1", "--warmup", "0", "--threads", "2", "--json"]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    counts = json.loads(first.stdout)["tuning"]
+    logged = [line for line in first.stderr.splitlines() if line.startswith("osprey tuning: ")]
+    assert len(logged) == counts["timed"] + counts["provisional"] + counts["kept"] >= 10, first.stderr
+    for line in logged:
+        assert " ms" in line and " -> " in line and "run delay" in line, line
+    # Every chosen name is one the line timed.
+    for line in logged:
+        chosen = line.split(" -> ")[1].split(" (run delay")[0]
+        assert chosen + " " in line.split(" -> ")[0], line
+    final = tmp_path / "final.tsv"
+    final.write_text("".join(" ".join(f[:4]) + "\n" for f in lines(cache)))
+    env["OSPREY_TUNE_CACHE"] = str(final)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and "osprey tuning: " not in second.stderr, second.stderr
