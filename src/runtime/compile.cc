@@ -686,9 +686,13 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
         step.fast = backend->CreateKernel(bc);
         step.on_device = step.fast != nullptr;
       }
+      if (options.fast_kernels && !step.fast && tune && KnownToRunOnOneThread(st, node, nthreads, bf16)) {
+        step.fast = CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
+        if (step.fast) step.threads = 1;
+      }
       if (options.fast_kernels && !step.fast)
         step.fast = CreateCpuKernel(MakeBuildContext(st, node, nthreads, bf16, tune));
-      if (step.fast && !step.on_device && tune && nthreads > 1) {
+      if (step.fast && !step.on_device && tune && nthreads > 1 && step.threads != 1) {
         std::unique_ptr<Kernel> serial = SingleThreadKernelIfFaster(st, node, *step.fast, nthreads, bf16, [&] {
           return CreateCpuKernel(MakeBuildContext(st, node, 1, bf16, tune));
         });

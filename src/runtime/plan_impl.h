@@ -263,6 +263,11 @@ void FuseAttentionViews(CompileState& state, const std::function<bool(const Node
 /// ops/activation.h; fusion.cc).
 void FuseElementwiseChains(CompileState& state);
 
+/// Whether a step of a multi-thread plan is already known to run on one thread (OSPREY_STEP_THREADS=1, or a verdict
+/// SingleThreadKernelIfFaster remembered for its description): then only its one-thread kernel is built (a new input
+/// shape builds every kernel again).
+bool KnownToRunOnOneThread(const CompileState& state, const Node& node, int threads, Bf16Use bf16);
+
 /// For a step of a multi-thread plan whose fast kernel is `parallel`: the kernel `build_serial` makes (for one
 /// thread) when the step is a small Gemm/MatMul/LSTM/GRU/RNN and one thread is clearly faster on this machine
 /// (timed once per step description and process; OSPREY_STEP_THREADS=0/1 forces never/always), else null

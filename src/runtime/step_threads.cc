@@ -83,18 +83,31 @@ std::string StepTimingKey(const CompileState& st, const Node& node, int threads,
 
 // The remembered verdict for `key`, or `decide()`: remembered, unless it is empty (timed under load: the step keeps its
 // threads this time, and a later compile times it again).
+struct Verdicts {
+  std::mutex mu;
+  std::map<std::string, bool> by_key;
+};
+
+Verdicts& StepVerdicts() {
+  static Verdicts verdicts;
+  return verdicts;
+}
+
+// The verdict remembered for `key`, if any.
+std::optional<bool> KnownVerdict(const std::string& key) {
+  Verdicts& v = StepVerdicts();
+  std::lock_guard<std::mutex> lock(v.mu);
+  auto it = v.by_key.find(key);
+  return it == v.by_key.end() ? std::nullopt : std::optional<bool>(it->second);
+}
+
 bool RememberedVerdict(const std::string& key, const std::function<std::optional<bool>()>& decide) {
-  static std::mutex mu;
-  static std::map<std::string, bool> verdicts;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = verdicts.find(key);
-    if (it != verdicts.end()) return it->second;
-  }
+  if (const std::optional<bool> known = KnownVerdict(key)) return *known;
   const std::optional<bool> verdict = decide();
   if (!verdict) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  return verdicts.emplace(key, *verdict).first->second;
+  Verdicts& v = StepVerdicts();
+  std::lock_guard<std::mutex> lock(v.mu);
+  return v.by_key.emplace(key, *verdict).first->second;
 }
 
 // What a parallel region costs to start after the team idled 300 us: a serial step that long makes the next parallel
@@ -175,14 +188,28 @@ int64_t StepWork(const CompileState& st, const Node& node) {
 
 }  // namespace
 
+// OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without timing
+// (both for comparisons and tests); unset, the timing decides. Read at every compile.
+std::string StepThreadsSetting() {
+  const char* value = std::getenv("OSPREY_STEP_THREADS");
+  return value ? value : "";
+}
+
+bool StepThreadsCandidate(const CompileState& st, const Node& node, int threads, const std::string& setting) {
+  return setting != "0" && threads > 1 && ThreadCountMatters(node) && StepWork(st, node) < kMaxTimedWork;
+}
+
+bool KnownToRunOnOneThread(const CompileState& st, const Node& node, int threads, Bf16Use bf16) {
+  const std::string env = StepThreadsSetting();
+  if (!StepThreadsCandidate(st, node, threads, env)) return false;
+  return env == "1" || KnownVerdict(StepTimingKey(st, node, threads, bf16)).value_or(false);
+}
+
 std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& st, const Node& node, Kernel& parallel,
                                                    int threads, Bf16Use bf16,
                                                    const std::function<std::unique_ptr<Kernel>()>& build_serial) {
-  // OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without
-  // timing (both for comparisons and tests); unset, the timing decides. Read at every compile.
-  const char* value = std::getenv("OSPREY_STEP_THREADS");
-  const std::string env = value ? value : "";
-  if (env == "0" || threads <= 1 || !ThreadCountMatters(node) || StepWork(st, node) >= kMaxTimedWork) return nullptr;
+  const std::string env = StepThreadsSetting();
+  if (!StepThreadsCandidate(st, node, threads, env)) return nullptr;
   std::unique_ptr<Kernel> serial;
   auto built = [&] {
     if (!serial) serial = build_serial();
