@@ -123,7 +123,7 @@ void FoldBatchNorm(CompileState& st) {
   std::vector<char> dead(st.nodes.size(), 0);
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     Node& conv = st.nodes[i];
-    if (conv.op_type != "Conv" || dead[i] || conv.outputs.size() != 1) continue;
+    if (conv.op_type != "Conv" || dead[i] || conv.outputs.size() != 1 || HasFusedPool(conv)) continue;
     int y = conv.outputs[0];
     if (!Private(st, u, y) || st.values[y].dtype != DType::kF32) continue;
     int j = u.consumers[y][0];
@@ -302,7 +302,7 @@ void FoldConvAffine(CompileState& st) {
     for (size_t i = 0; i < st.nodes.size(); ++i) {
       Node& conv = st.nodes[i];
       if (conv.op_type != "Conv" || dead[i] || conv.outputs.size() != 1 || conv.Has("_activation") ||
-          conv.Has("_residual"))
+          conv.Has("_residual") || HasFusedPool(conv))
         continue;
       const int y = conv.outputs[0];
       if (!Private(st, u, y) || st.values[y].dtype != DType::kF32) continue;
@@ -419,9 +419,10 @@ void AffineToBatchNorm(CompileState& st) {
   DropDead(st, dead);
 }
 
+// (A Conv carrying a pool, written so in a model file, takes nothing more: its output is the pool's.)
 bool Fusable(const Node& n) {
   return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "BatchNormalization") &&
-         n.outputs.size() == 1 && !n.Has("_activation");
+         n.outputs.size() == 1 && !n.Has("_activation") && !HasFusedPool(n);
 }
 
 // Conv(x) + r -> Conv with residual input r; MatMul(x) + r likewise (a transformer's residual connections after its
@@ -502,8 +503,8 @@ void FuseResidualAdd(CompileState& st) {
 // Whether `n` is a plain 2-D float32 Conv (no fused residual, depthwise or int8 part) with a constant weight of
 // `kernel` x `kernel`, a constant or absent bias, dilation 1 and equal strides of 1 or 2; `win` receives its window.
 bool SimpleConv2d(const CompileState& st, const Node& n, int64_t kernel, ConvWindow* win) {
-  if (n.op_type != "Conv" || n.outputs.size() != 1 || n.Has("_residual") || n.Has("_dw_strides") ||
-      n.Has("_int8") || n.inputs.size() < 2 || n.inputs[0] < 0 || !IsF32Known(st, n.inputs[1]))
+  if (n.op_type != "Conv" || n.outputs.size() != 1 || n.Has("_residual") || n.Has("_dw_strides") || n.Has("_int8") ||
+      HasFusedPool(n) || n.inputs.size() < 2 || n.inputs[0] < 0 || !IsF32Known(st, n.inputs[1]))
     return false;
   if (n.inputs.size() > 2 && n.inputs[2] >= 0 && !IsF32Known(st, n.inputs[2])) return false;
   const Shape& x = st.values[n.inputs[0]].shape;
@@ -572,8 +573,8 @@ void FuseConvPRelu(CompileState& st, const std::function<bool(const Node&)>& fas
     if (y < 0 || !Private(st, u, y) || producer[y] < 0) continue;
     const Node& conv = st.nodes[producer[y]];
     if (conv.op_type != "Conv" || conv.outputs.size() != 1 || !conv.GetString("_activation", "").empty() ||
-        conv.Has("_dw_strides") || conv.Has("_int8") || conv.Has("_prelu") || st.values[y].dtype != DType::kF32 ||
-        st.values[prelu.outputs[0]].shape != st.values[y].shape)
+        conv.Has("_dw_strides") || conv.Has("_int8") || conv.Has("_prelu") || HasFusedPool(conv) ||
+        st.values[y].dtype != DType::kF32 || st.values[prelu.outputs[0]].shape != st.values[y].shape)
       continue;
     std::vector<float> slopes;
     if (!PerChannelConstant(st, prelu.inputs[1], st.values[y].shape, &slopes)) continue;
@@ -939,7 +940,8 @@ void FuseConvInputScale(CompileState& st) {
   for (size_t j = 0; j < st.nodes.size(); ++j) {
     Node& conv = st.nodes[j];
     if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.empty() || conv.outputs.size() != 1 ||
-        conv.GetInt("group", 1) != 1 || conv.Has("_int8") || conv.Has("_dw_strides") || HasInputScale(conv))
+        conv.GetInt("group", 1) != 1 || conv.Has("_int8") || conv.Has("_dw_strides") || HasInputScale(conv) ||
+        HasFusedPool(conv))
       continue;
     const int m = conv.inputs[0];
     if (m < 0 || !Private(st, u, m) || producer[m] < 0 || dead[producer[m]]) continue;
@@ -1015,7 +1017,8 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
     const Node& conv = st.nodes[j];
     if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
         conv.inputs.size() > kInputScaleInput || conv.GetInt("group", 1) != 1 || conv.Has("_int8") ||
-        conv.Has("_dw_strides") || conv.Has("_prelu") || HasFusedInput(conv) || !nhwc_f32(conv.inputs[0]) ||
+        conv.Has("_dw_strides") || conv.Has("_prelu") || HasFusedInput(conv) || HasFusedPool(conv) ||
+        !nhwc_f32(conv.inputs[0]) ||
         NumElements(st.values[conv.inputs[0]].shape) * int64_t{sizeof(float)} < kMinFusedInputBytes)
       continue;
     Node fused = conv;

@@ -796,10 +796,10 @@ std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx) {
 }
 
 bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
-  // A fused input affine or parts is made after the layout pass, on channels-last values (FuseConvInputs); one in a
-  // model file stays plain and runs on the reference kernel.
+  // A fused input affine or parts, or a fused pool, is made after the layout pass, on channels-last values
+  // (FuseConvInputs, FuseConvMaxPool); one in a model file stays plain and runs on the reference kernel.
   if (ctx.input_shapes.size() < 2 || ctx.input_shapes[0].size() != 4 || !AllFloat32(ctx) || HasInputAffine(ctx.node) ||
-      HasInputParts(ctx.node))
+      HasInputParts(ctx.node) || HasFusedPool(ctx.node))
     return false;
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;

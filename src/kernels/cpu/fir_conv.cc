@@ -91,7 +91,8 @@ class FirConvKernel final : public Kernel {
   bool Build(const KernelBuildContext& ctx) {
     const Node& node = ctx.node;
     if (node.Has("_residual") || node.Has("_int8") || node.Has("_dw_strides") || node.Has("_prelu") ||
-        node.Has("_input_scale") || ctx.input_shapes.size() < 2 || ctx.output_shapes.size() != 1)
+        node.Has("_input_scale") || node.Has("_pool_kernel") || ctx.input_shapes.size() < 2 ||
+        ctx.output_shapes.size() != 1)
       return false;
     Activation::FromFusedNode(node, &activation_);
     for (size_t i = 0; i < ctx.input_dtypes.size(); ++i)

@@ -211,7 +211,7 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (!GemvPanelsAvailable() || ctx.bf16 == Bf16Use::kYes || !Float32Everywhere(ctx) || ctx.input_shapes.size() < 2 ||
-      node.Has("_input_scale") || node.Has("_input_affine") || node.Has("_input_parts") ||
+      node.Has("_input_scale") || node.Has("_input_affine") || node.Has("_input_parts") || node.Has("_pool_kernel") ||
       (node.Has("_residual") && node.op_type != "MatMul"))
     return nullptr;
   const bool residual = node.GetInt("_residual", 0) != 0;

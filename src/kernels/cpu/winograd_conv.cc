@@ -305,8 +305,8 @@ class WinogradConv final : public OwnConvKernel {
 
 bool WinogradConvApplies(const OwnConvGeometry& g) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 && g.out_w > 0 && g.in_c > 0 &&
-         g.out_c > 0 && g.in_c % 16 == 0 && g.out_c % 16 == 0 && g.pad_top >= 0 && g.pad_left >= 0;
+  return avx512 && g.pool_kh == 0 && g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 && g.out_w > 0 &&
+         g.in_c > 0 && g.out_c > 0 && g.in_c % 16 == 0 && g.out_c % 16 == 0 && g.pad_top >= 0 && g.pad_left >= 0;
 }
 
 std::unique_ptr<OwnConvKernel> CreateWinogradConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {

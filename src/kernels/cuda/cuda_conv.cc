@@ -392,9 +392,9 @@ class ConvTransposeKernel final : public CudaKernel {
 std::unique_ptr<Kernel> CreateConvKernel(const KernelBuildContext& bc) {
   const Node& node = bc.node;
   if (node.GetInt("_int8", 0) != 0) return nullptr;  // the int8 chain's rounding steps: host only
-  // Fused depthwise, PRelu or input scale: CPU plans only.
+  // Fused depthwise, PRelu, input scale or pool: CPU plans only.
   if (node.Has("_dw_strides") || node.Has("_prelu") || node.Has("_input_scale") || node.Has("_input_affine") ||
-      node.Has("_input_parts"))
+      node.Has("_input_parts") || node.Has("_pool_kernel"))
     return nullptr;
   if (bc.input_dtypes.size() < 2 || bc.input_dtypes[0] != DType::kF32 || bc.input_dtypes[1] != DType::kF32 ||
       bc.output_dtypes[0] != DType::kF32 || !bc.present[0] || !bc.present[1])

@@ -144,6 +144,23 @@ TEST(FuseConvMaxPool, FusedNodeShapeAndReferenceMatchItsParts) {
   const Tensor got = Compile(b.Finish(), specs, testing::kOracle)->Run({in})[0];
   EXPECT_EQ(got.shape(), want.shape());
   testing::ExpectTensorNear(got, want, 1e-5f, 1e-5f);
+  // Written so in a model file and followed by a batch normalisation of negative scales, in a fast plan: the
+  // normalisation is not folded into the convolution (through the pool a max would become a min), and no kernel
+  // that does not pool takes the node.
+  GraphBuilder bn("fused_bn", 13);
+  auto bnx = bn.Input("x", DType::kF32, {2, 3, 29, 31});
+  auto pooled = bn.Op("Conv", {bnx, bn.Constant(w)},
+                      {{"strides", Attribute::Ints({2, 2})},
+                       {"_pool_kernel", Attribute::Ints({3, 3})},
+                       {"_pool_strides", Attribute::Ints({2, 2})}});
+  const Tensor scale = RandomTensor({16}, 7, -2.f, -0.5f), shift = RandomTensor({16}, 8);
+  const Tensor var = RandomTensor({16}, 9, 0.5f, 2.f);
+  bn.Output(bn.Op("BatchNormalization",
+                  {pooled, bn.Constant(scale), bn.Constant(shift), bn.Constant(shift), bn.Constant(var)}),
+            "y");
+  const Graph with_bn = bn.Finish();
+  testing::ExpectTensorNear(Compile(with_bn, specs, testing::kFast)->Run({in})[0],
+                            Compile(with_bn, specs, testing::kOracle)->Run({in})[0], 1e-4f, 1e-4f);
   // A fused pool needs a 2-D convolution.
   GraphBuilder bad("bad", 13);
   auto bx = bad.Input("x", DType::kF32, {2, 3, 29});
