@@ -24,14 +24,16 @@ void SetTimingContext(std::string context) {
 }
 
 const std::string& TimingContext() {
-  Context& c = Stored();
-  if (!c.set) {  // no osprey runtime linked in: libgomp, which reads these once at load
-    c.set = true;
-    c.text = "libgomp";
+  // No osprey runtime linked in: libgomp, which reads these once at load (a thread-safe static: compiles may run on
+  // several threads at once).
+  static const std::string libgomp = [] {
+    std::string text = "libgomp";
     for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
-      if (const char* v = std::getenv(name)) c.text += std::string(" ") + name + "=" + v;
-  }
-  return c.text;
+      if (const char* v = std::getenv(name)) text += std::string(" ") + name + "=" + v;
+    return text;
+  }();
+  const Context& c = Stored();
+  return c.set ? c.text : libgomp;
 }
 
 }  // namespace osprey

@@ -12,7 +12,8 @@ namespace osprey {
 /// runs on libgomp: "libgomp" plus its OMP_WAIT_POLICY / GOMP_SPINCOUNT when set.
 const std::string& TimingContext();
 
-/// Called by osprey's OpenMP runtime when it is linked in (src/threads/team.cc, before main) with its text.
+/// Called by osprey's OpenMP runtime when it is linked in (src/threads/team.cc, before main: not thread-safe) with its
+/// text.
 void SetTimingContext(std::string context);
 
 }  // namespace osprey
