@@ -432,6 +432,8 @@ bool CpuConvTakesFusedInput(const KernelBuildContext& ctx);
 /// (stem_conv.cc), the only one that runs it.
 bool CpuConvFusesPool(const KernelBuildContext& ctx);
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx);
+/// Milliseconds of one run of oneDNN's pool for the pooling node `ctx.node` on channels-last tensors (1e30: none).
+double DnnlNhwcPoolMs(const KernelBuildContext& ctx);
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx);
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx);
 

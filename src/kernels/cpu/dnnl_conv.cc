@@ -619,6 +619,15 @@ std::optional<OwnConvGeometry> PointwiseCandidate(const KernelBuildContext& ctx,
   return std::nullopt;
 }
 
+// Milliseconds of the reorder oneDNN's kernel `direct` needs from the image (input 0 as the plan holds it) to its
+// source layout (0 when it reads it as it is).
+double ImageReorderMs(const KernelBuildContext& ctx, const ConvGeometry& g, const DnnlConvKernel& direct) {
+  const memory::desc user(ToDims(g.x), memory::data_type::f32,
+                          ctx.InLayout(0) == Layout::kNhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
+  if (direct.Pd().src_desc() == user) return 0;
+  return PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), user, CpuEngine(), direct.Pd().src_desc()), 3);
+}
+
 // Milliseconds of the SiLU pass (SiluInPlace) a oneDNN convolution kernel runs over its output `y` when OwnSilu.
 double SiluPassMs(const Shape& y, int threads) {
   std::vector<float> out(static_cast<size_t>(NumElements(y)));
@@ -694,13 +703,7 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
     // oneDNN's kernel also reorders the plain image to its source layout and may run a SiLU pass after the primitive
     // (OwnSilu); osprey's reads the image as it is and applies the activation in registers.
     auto direct_extra = [&](const DnnlConvKernel& direct) {
-      double ms = 0;
-      const memory::desc user(ToDims(g.x), memory::data_type::f32,
-                              ctx.InLayout(0) == Layout::kNhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
-      if (direct.Pd().src_desc() != user)
-        ms += PrimitiveMs(dnnl::reorder::primitive_desc(CpuEngine(), user, CpuEngine(), direct.Pd().src_desc()), 3);
-      if (OwnSilu(ctx.node, g)) ms += SiluPassMs(g.y, ctx.num_threads);
-      return ms;
+      return ImageReorderMs(ctx, g, direct) + (OwnSilu(ctx.node, g) ? SiluPassMs(g.y, ctx.num_threads) : 0.);
     };
     return OwnOrDirect<OwnConvKernel>(
         ctx, "stem:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), stem_mode, /*by_rule=*/true,
@@ -817,13 +820,52 @@ bool CpuConvTakesFusedInput(const KernelBuildContext& ctx) {
   return pg && PointwiseConvApplies(*pg);
 }
 
+// With tuning (and no OSPREY_STEM=1), the fused kernel is timed against what the plan would run without the fusion:
+// oneDNN's convolution (plus its reorder of the image, as for the stem alone) and oneDNN's pool over its output,
+// remembered as `stem-pool:` (PreferOwnKernel at a margin of 1: both sides write their outputs to memory alike, and
+// the fused side's saving is that it writes a quarter as much). On this machine's kind oneDNN's convolution ties the
+// stem kernel and the pool decides; elsewhere oneDNN's convolution may win by more than the pool costs.
 bool CpuConvFusesPool(const KernelBuildContext& ctx) {
   if (!HasFusedPool(ctx.node) || ctx.node.Has("_int8") || !AllFloat32(ctx)) return false;
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;
   const char* stem_setting = std::getenv("OSPREY_STEM");
-  const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, stem_setting ? stem_setting : "");
-  return sg && StemConvPoolApplies(*sg);
+  const std::string mode = stem_setting ? stem_setting : "";
+  const std::optional<OwnConvGeometry> sg = StemCandidate(ctx, g, mode);
+  if (!sg || !StemConvPoolApplies(*sg)) return false;
+  if (!ctx.tune || mode == "1") return true;
+  std::string key = "stem-pool:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast);
+  for (const char* attr : {"_pool_kernel", "_pool_strides", "_pool_pads"})
+    for (int64_t v : ctx.node.GetInts(attr)) key += std::to_string(v) + ",";
+  key += std::to_string(ctx.node.GetInt("_pool_ceil", 0));
+  if (const std::optional<bool> remembered = RememberedOwnVerdict(key)) return *remembered;
+  OmpThreadsGuard threads(ctx.num_threads);
+  // The two nodes the fusion replaces, as build contexts of their own.
+  const Node conv_node = FusedConvPart(ctx.node), pool_node = FusedPoolPart(ctx.node);
+  KernelBuildContext conv_ctx{conv_node, ctx.opset}, pool_ctx{pool_node, ctx.opset};
+  conv_ctx.present = ctx.present;
+  conv_ctx.input_dtypes = ctx.input_dtypes;
+  conv_ctx.input_shapes = ctx.input_shapes;
+  conv_ctx.input_values = ctx.input_values;
+  conv_ctx.output_dtypes = ctx.output_dtypes;
+  conv_ctx.output_shapes = {g.y};
+  conv_ctx.input_layouts = ctx.input_layouts;
+  conv_ctx.output_layouts = {Layout::kNhwc};
+  conv_ctx.num_threads = pool_ctx.num_threads = ctx.num_threads;
+  conv_ctx.tune = pool_ctx.tune = true;
+  pool_ctx.present = {true};
+  pool_ctx.input_dtypes = pool_ctx.output_dtypes = {DType::kF32};
+  pool_ctx.input_shapes = {g.y};
+  pool_ctx.output_shapes = ctx.output_shapes;
+  pool_ctx.input_layouts = pool_ctx.output_layouts = {Layout::kNhwc};
+  ConvGeometry cg;
+  auto direct = std::make_unique<DnnlConvKernel>();
+  if (!ComputeGeometry(conv_ctx, cg) || !direct->Build(conv_ctx, cg, ConvLayout::kChannelsLast)) return true;
+  std::unique_ptr<OwnConvKernel> own = CreateStemConv(ctx, *sg);
+  if (!own) return false;
+  auto extra = [&] { return DnnlNhwcPoolMs(pool_ctx) + ImageReorderMs(ctx, g, *direct); };
+  return PreferOwnKernel(
+      key, [&] { return own->TimeMs(3); }, direct->Pd(), extra, /*margin=*/1.0);
 }
 
 bool DnnlConvFusesPRelu(const KernelBuildContext& ctx) {

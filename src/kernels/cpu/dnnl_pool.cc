@@ -222,6 +222,14 @@ std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx) {
                                            Layout::kPlain, dst_md, p.dtype);
 }
 
+double DnnlNhwcPoolMs(const KernelBuildContext& ctx) {
+  PoolGeometry p;
+  if (ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 4 || !ComputePoolGeometry(ctx, p)) return 1e30;
+  OmpThreadsGuard threads(ctx.num_threads);
+  const dnnl::pooling_forward::primitive_desc pd = MakePoolPd(p, Layout::kNhwc);
+  return pd ? PrimitiveMs(pd, 3) : 1e30;
+}
+
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx) {
   PoolGeometry p;
   if (ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 4 || !ComputePoolGeometry(ctx, p)) return false;

@@ -75,6 +75,7 @@ bool HasStemKernel() { return __builtin_cpu_supports("avx512f"); }
 
 TEST(FuseConvMaxPool, FirstLayersPoolTheirRowsInCache) {
   if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512";
+  ScopedEnv always("OSPREY_STEM", "1");  // fused wherever the kernel applies (else timed against oneDNN: below)
   const AttributeMap ceil_uneven{{"kernel_shape", Attribute::Ints({3, 2})},
                                  {"strides", Attribute::Ints({2, 3})},
                                  {"pads", Attribute::Ints({0, 1, 1, 0})},
@@ -99,6 +100,19 @@ TEST(FuseConvMaxPool, FirstLayersPoolTheirRowsInCache) {
     }
     ScopedEnv off("OSPREY_FUSE_CONV_POOL", "0");
     EXPECT_EQ(RunAgainstOracle(spec).pools, 1u);
+  }
+}
+
+// When tuning, the fused kernel is timed against oneDNN's convolution and pool (CpuConvFusesPool): either plan agrees
+// with the oracle; a fused plan runs it on the first-layer kernel, an unfused one keeps its pool.
+TEST(FuseConvMaxPool, TimedAgainstOneDnnWhenTuning) {
+  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512";
+  for (int64_t batch : {1, 4}) {
+    const Steps s = RunAgainstOracle(StemSpec{.out_c = 64}, batch, 61);
+    if (s.pools == 0)
+      EXPECT_EQ(s.stem_kernel, "ConvF32Stem");
+    else
+      EXPECT_EQ(s.pools, 1u);
   }
 }
 
