@@ -1081,8 +1081,9 @@ void FuseConvInputs(CompileState& st, const std::function<bool(const Node&)>& fa
 }
 
 // After AssignLayouts: a Conv whose output only a 2-D MaxPool (dilation 1, no Indices) reads -> one Conv with the pool
-// fused (ops/fused_pool.h), where `fast_kernel_takes` the fused node (osprey's first-layer kernel: an image of 1-4
-// channels, plain or channels-last, into channels-last output), which pools the convolution's rows in the cache.
+// fused (ops/fused_pool.h), where `fast_kernel_takes` the fused node (osprey's first-layer kernel, an image of 1-4
+// channels, plain or channels-last, into channels-last output, applies and, when tuning, times faster than the unfused
+// pair: CpuConvFusesPool), which pools the convolution's rows in the cache.
 // ResNet, DenseNet, GoogLeNet, ShuffleNet and SqueezeNet start so; SqueezeNet's first convolution writes 36 MB at batch
 // 8 that its pool read back (docs/performance.md, "Forty-second session").
 void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& fast_kernel_takes) {

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "fusion_test_util.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "osprey/runtime.h"
 #include "test_util.h"
 
