@@ -1,5 +1,10 @@
 #include "ops/fused_pool.h"
 
+#include "ops/activation.h"
+#include "ops/conv_input_scale.h"
+#include "ops/conv_window.h"
+#include "ops/fused_depthwise.h"
+
 namespace osprey {
 namespace {
 
@@ -8,6 +13,18 @@ constexpr const char* kPoolAttrs[] = {"_pool_kernel", "_pool_strides", "_pool_pa
 }  // namespace
 
 bool HasFusedPool(const Node& conv) { return conv.op_type == "Conv" && conv.Has("_pool_kernel"); }
+
+bool CarriesAnotherFusedPart(const Node& conv) {
+  return HasFusedDepthwise(conv) || HasFusedPRelu(conv) || conv.GetInt("_int8", 0) != 0 ||
+         conv.GetInt("_residual", 0) != 0 || HasInputScale(conv) || HasInputAffine(conv) || HasInputParts(conv);
+}
+
+Shape FusedConvOutputShape(const Node& fused, const Shape& x, const Shape& w) {
+  const std::vector<int64_t> kernel(w.begin() + 2, w.end());
+  Shape y = {x[0], w[0]};
+  for (int64_t d : ResolveConvWindow(FusedConvPart(fused), x, kernel, /*ceil_mode=*/false).out) y.push_back(d);
+  return y;
+}
 
 Node FusedConvPart(const Node& fused) {
   Node part = fused;

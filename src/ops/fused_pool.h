@@ -17,6 +17,13 @@ namespace osprey {
 /// Whether `conv` carries a fused MaxPool (`_pool_kernel`).
 bool HasFusedPool(const Node& conv);
 
+/// Whether `conv` carries a fused part a pool cannot follow (a residual, a depthwise convolution, a PRelu, int8
+/// rounding, an input scale, affine or parts): the shape rule refuses a pool beside one, and the fusion makes none.
+bool CarriesAnotherFusedPart(const Node& conv);
+
+/// The convolution's output shape [N, K, OH, OW] of a fused node with input `x` and weights `w` (before the pool).
+Shape FusedConvOutputShape(const Node& fused, const Shape& x, const Shape& w);
+
 /// The convolution of a fused node: the node without the `_pool_*` attributes.
 Node FusedConvPart(const Node& fused);
 

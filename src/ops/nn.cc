@@ -134,8 +134,7 @@ Shape ConvInputShape(InferContext& c) {
 
 // The output shape of a Conv with a fused MaxPool (ops/fused_pool.h) whose convolution gives `conv_y`.
 Shape InferFusedPool(InferContext& c, const Shape& conv_y) {
-  if (conv_y.size() != 4 || HasFusedDepthwise(c.node) || HasFusedPRelu(c.node) || c.node.GetInt("_int8", 0) != 0 ||
-      c.node.GetInt("_residual", 0) != 0 || HasInputScale(c.node) || HasInputAffine(c.node) || HasInputParts(c.node))
+  if (conv_y.size() != 4 || CarriesAnotherFusedPart(c.node))
     c.Fail("a fused MaxPool (_pool_kernel) needs a 2-D convolution without another fused part, got output " +
            ShapeToString(conv_y));
   const Node pool = FusedPoolPart(c.node);

@@ -4,7 +4,6 @@
 #include <limits>
 #include <string>
 
-#include "ops/conv_window.h"
 #include "ops/fused_pool.h"
 #include "ops/matmul_views.h"
 #include "osprey/error.h"
@@ -46,9 +45,7 @@ int64_t EstimatedWork(const Node& node, const std::vector<Shape>& in, const std:
     const Shape& w = in[w_index];
     if (HasFusedPool(node) && in[0].size() == 4 && w.size() == 4) {  // the convolution's output, before its pool
       try {
-        const std::vector<int64_t> conv =
-            ResolveConvWindow(FusedConvPart(node), in[0], {w[2], w[3]}, /*ceil_mode=*/false).out;
-        return Mul(2, Mul(Elements({in[0][0], w[0], conv[0], conv[1]}), Product(w, 1)));
+        return Mul(2, Mul(Elements(FusedConvOutputShape(node, in[0], w)), Product(w, 1)));
       } catch (const Error&) {
         return 0;  // the shape rule refuses it
       }

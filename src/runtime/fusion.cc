@@ -40,8 +40,6 @@ bool Private(const CompileState& st, const Uses& u, int v) {
   return u.consumers[v].size() == 1 && !st.is_graph_output[v];
 }
 
-// Value -> the node writing it (-1 for graph inputs and constants), built once per pass: a search per candidate would
-// make a graph of many candidates quadratic to compile.
 // A new constant: weight `w` (a float32 constant) with channel c's values times scale[c], channel c being row c (a
 // Conv's weight [K, ...]) or, with `columns`, column c (a MatMul's [K, N]): batch normalisation or a per-channel Mul
 // folded into the layer. With a weight store the scaled weight is derived from `w` once (WeightStore::Derive, keyed
@@ -68,6 +66,8 @@ int ScaledWeight(CompileState& st, int w, const std::vector<float>& scale, bool 
   return st.AddStoredConstant(Tensor::View(DType::kF32, source.shape(), std::move(buffer), 0));
 }
 
+// Value -> the node writing it (-1 for graph inputs and constants), built once per pass: a search per candidate would
+// make a graph of many candidates quadratic to compile.
 std::vector<int> Producers(const CompileState& st) {
   std::vector<int> producer(st.values.size(), -1);
   for (size_t i = 0; i < st.nodes.size(); ++i)
@@ -1102,8 +1102,7 @@ void FuseConvMaxPool(CompileState& st, const std::function<bool(const Node&)>& f
     const Node& conv = st.nodes[ci];
     const Shape& mid = st.values[y].shape;
     if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 || HasFusedPool(conv) ||
-        conv.Has("_int8") || conv.Has("_residual") || conv.Has("_dw_strides") || conv.Has("_prelu") ||
-        HasFusedInput(conv) || HasInputScale(conv) || st.values[y].dtype != DType::kF32 || mid.size() != 4 ||
+        CarriesAnotherFusedPart(conv) || st.values[y].dtype != DType::kF32 || mid.size() != 4 ||
         st.layouts[y] != Layout::kNhwc || st.layouts[pool.outputs[0]] != Layout::kNhwc)
       continue;
     const std::vector<int64_t> kernel = pool.GetInts("kernel_shape", {});

@@ -81,8 +81,7 @@ std::string StepTimingKey(const CompileState& st, const Node& node, int threads,
   return key;
 }
 
-// The remembered verdict for `key`, or `decide()`: remembered, unless it is empty (timed under load: the step keeps its
-// threads this time, and a later compile times it again).
+// The verdicts remembered for the process.
 struct Verdicts {
   std::mutex mu;
   std::map<std::string, bool> by_key;
@@ -101,6 +100,8 @@ std::optional<bool> KnownVerdict(const std::string& key) {
   return it == v.by_key.end() ? std::nullopt : std::optional<bool>(it->second);
 }
 
+// The remembered verdict for `key`, or `decide()`: remembered, unless it is empty (timed under load: the step keeps its
+// threads this time, and a later compile times it again).
 bool RememberedVerdict(const std::string& key, const std::function<std::optional<bool>()>& decide) {
   if (const std::optional<bool> known = KnownVerdict(key)) return *known;
   const std::optional<bool> verdict = decide();
@@ -186,8 +187,6 @@ int64_t StepWork(const CompileState& st, const Node& node) {
   return EstimatedWork(node, in, out);
 }
 
-}  // namespace
-
 // OSPREY_STEP_THREADS: 0 keeps every step on the plan's threads, 1 puts every candidate on one thread without timing
 // (both for comparisons and tests); unset, the timing decides. Read at every compile.
 std::string StepThreadsSetting() {
@@ -198,6 +197,8 @@ std::string StepThreadsSetting() {
 bool StepThreadsCandidate(const CompileState& st, const Node& node, int threads, const std::string& setting) {
   return setting != "0" && threads > 1 && ThreadCountMatters(node) && StepWork(st, node) < kMaxTimedWork;
 }
+
+}  // namespace
 
 bool KnownToRunOnOneThread(const CompileState& st, const Node& node, int threads, Bf16Use bf16) {
   const std::string env = StepThreadsSetting();

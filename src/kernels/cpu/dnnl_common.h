@@ -231,12 +231,12 @@ std::string TuningOperandKey(const dnnl::memory::desc& md, TuningDims dims);
 /// can step through the list). See dnnl_common.cc.
 int FastestImplPosition(const std::function<dnnl::primitive_desc()>& make, const std::string& key);
 
-/// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation
-/// (FastestImplPosition) when `ctx.tune`, else oneDNN's first choice; empty when `make()` is.
 /// Moves `pd` on to the implementation remembered for `key` (FastestImplPosition's choice, in force) and returns true
 /// when it has that name; false otherwise (`pd` may have moved: make a new one).
 bool MoveToRememberedImpl(dnnl::primitive_desc& pd, const std::string& key);
 
+/// The primitive descriptor `make()` returns, moved on to the fastest of oneDNN's implementations of its operation
+/// (FastestImplPosition) when `ctx.tune`, else oneDNN's first choice; empty when `make()` is.
 template <class Pd, class Make>
 Pd FastestImpl(const KernelBuildContext& ctx, const Make& make, const std::string& key) {
   Pd pd = make();

@@ -73,9 +73,7 @@ bool ComputeGeometry(const KernelBuildContext& ctx, ConvGeometry& g) {
   }
   if (HasFusedPool(node)) {  // only osprey's first-layer kernel runs it (ChooseConvKernel); g.y is the convolution's
     if (rank != 4 || HasFusedDepthwise(node)) return false;
-    std::vector<int64_t> kernel(g.w.begin() + 2, g.w.end());
-    const std::vector<int64_t> conv = ResolveConvWindow(FusedConvPart(node), g.x, kernel, /*ceil_mode=*/false).out;
-    g.y = {g.x[0], g.w[0], conv[0], conv[1]};
+    g.y = FusedConvOutputShape(node, g.x, g.w);
   }
   g.group = node.GetInt("group", 1);
   const int64_t in_c = g.x[1], out_c = g.w[0];

@@ -8,11 +8,12 @@
 // Here each thread takes whole output rows, their output channels in blocks of up to 64 (SqueezeNet's 96: 64 + 32). Per
 // block of P output pixels of a row, P x V accumulators (V vectors of 16 output channels) stay in registers over every
 // tap (input channel, kernel row, kernel column): per tap, V weight vectors (packed [C][KH][KW][K] at build) and one
-// broadcast input value per pixel, read from the plain input row. Blocks whose window lies inside the row run without
-// bounds checks; the few at the borders, and a row's last partial block, one pixel at a time with them. Bias and the
-// activation are applied in registers (activation_avx512.h), Tanh and GELU over the row while it is in the cache.
-// With a fused MaxPool (ops/fused_pool.h) the rows go to a small ring per thread instead and are pooled there
-// (ExecutePooled): the wide convolution output (36 MB for SqueezeNet at batch 8) never goes to memory and back.
+// broadcast input value per pixel, read from the input row (pixel, channel and row strides for either layout). Blocks
+// whose window lies inside the row run without bounds checks; the few at the borders, and a row's last partial block,
+// one pixel at a time with them. Bias and the activation are applied in registers (activation_avx512.h), Tanh and GELU
+// over the row while it is in the cache. With a fused MaxPool (ops/fused_pool.h) the rows go to a small ring per thread
+// instead and are pooled there (ExecutePooled): the wide convolution output (36 MB for SqueezeNet at batch 8) never
+// goes to memory and back.
 #include "kernels/cpu/stem_conv.h"
 
 #include <immintrin.h>

@@ -272,12 +272,7 @@ void FusedDepthwiseConvRef(KernelContext& ctx) {
 // A Conv with a fused MaxPool (ops/fused_pool.h): the convolution, then the pool's reference kernel.
 void FusedPoolConvRef(KernelContext& ctx) {
   const Node conv = FusedConvPart(ctx.node);
-  const Tensor& x = ctx.In(0);
-  const Tensor& w = ctx.In(1);
-  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-  Shape mid_shape = {x.dim(0), w.dim(0)};
-  for (int64_t d : ResolveConvWindow(conv, x.shape(), kernel, /*ceil_mode=*/false).out) mid_shape.push_back(d);
-  Tensor mid(DType::kF32, mid_shape);
+  Tensor mid(DType::kF32, FusedConvOutputShape(ctx.node, ctx.In(0).shape(), ctx.In(1).shape()));
   KernelContext first{conv, ctx.opset};
   first.inputs = ctx.inputs;
   first.outputs = {&mid};
