@@ -600,10 +600,20 @@ const char* Describe() {
 }
 
 // The tuner's timing context (core/timing_context.h) for this runtime: "" under its default waits, else what differs;
-// under libgomp (OSPREY_OMP_RUNTIME=libgomp) core's own text for libgomp. Set before main, before any kernel is timed.
+// under libgomp core's own text for libgomp: with OSPREY_OMP_RUNTIME=libgomp, and where a libgomp in the process's
+// global scope took the entry points (the Python module imported after PyTorch): the dynamic linker then binds
+// GOMP_parallel to libgomp's, as it bound libdnnl's calls when this object was loaded. Set before main (in the module:
+// when it is loaded, after its relocations), before any kernel is timed.
+// (Compared by the object that holds it: in a shared object the address of an exported function is the bound one.)
+bool EntryPointsAreOurs() {
+  Dl_info bound{}, ours{};
+  void* f = dlsym(RTLD_DEFAULT, "GOMP_parallel");
+  return f != nullptr && dladdr(f, &bound) != 0 && dladdr(reinterpret_cast<void*>(&GetPolicy), &ours) != 0 &&
+         bound.dli_fbase == ours.dli_fbase;
+}
 const bool g_timing_context_set = [] {
   const Policy& p = GetPolicy();
-  if (p.use_libgomp) return false;
+  if (p.use_libgomp || !EntryPointsAreOurs()) return false;
   const Policy defaults;
   std::string text = p.spin_ns != defaults.spin_ns || p.yield_ns != defaults.yield_ns ? Describe() : "";
   if (NoTakeOver()) text += " no-take-over";

@@ -96,3 +96,23 @@ def test_module_runs_on_osprey_runtime(preload, ours):
         assert regions and int(regions.group(1)) > 0, proc.stderr
     else:
         assert regions is None, proc.stderr
+
+
+def tuning_keys(preload, cache):
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    env.update(PYTHONPATH=str(BUILD / "python"), OSPREY_TUNE_CACHE=str(cache))
+    env.pop("OSPREY_TUNE", None)
+    proc = subprocess.run([sys.executable, "-c", RUN_SCRIPT, preload], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    return {line.split()[0] for line in cache.read_text().splitlines() if line.strip()}
+
+
+def test_choices_timed_on_a_libgomp_that_took_over_are_its_own(tmp_path):
+    """Kernel choices hold for the threading runtime they were timed on (core/timing_context.h). Where a libgomp in the
+    global scope runs the module's regions (PyTorch imported first), the choices are libgomp's, not those of osprey's
+    runtime; a libgomp loaded privately runs nothing, so its choices are osprey's."""
+    ours = tuning_keys("no", tmp_path / "no.tsv")
+    assert ours, "the Conv's kernel choice was not timed"
+    assert tuning_keys("local", tmp_path / "local.tsv") == ours
+    assert not tuning_keys("global", tmp_path / "global.tsv") & ours
