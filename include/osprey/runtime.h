@@ -124,7 +124,9 @@ class WeightStore;
 /// Host execution arenas are shared by every plan of the process: a run takes an idle one that fits (or a new one),
 /// charged to its plan's account while it runs, and gives it back when it ends; idle ones are charged to the pool.
 /// So models that run in turn hold one arena between them, not one each. TrimSharedArenas frees those idle for
-/// `idle_seconds` (0: all idle ones) and returns the bytes freed; SharedArenaBytes is the bytes of the idle ones.
+/// `idle_seconds` (0: all idle ones), and the kernels' per-thread scratch blocks not used for as long when no run is
+/// in progress, and returns the bytes freed; SharedArenaBytes is the bytes of the idle arenas and of the scratch
+/// blocks.
 size_t TrimSharedArenas(double idle_seconds);
 int64_t SharedArenaBytes();
 

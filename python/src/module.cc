@@ -4,6 +4,7 @@
 // - NumPy arrays out: an output tensor's buffer becomes the array's memory (a capsule holds the shared_ptr);
 // - the GIL is released around every run, decode and augmentation;
 // - osprey::Error becomes the osprey.Error subclass of its code, with the message the CLI prints.
+#include <malloc.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -182,6 +183,8 @@ nb::object DimsToPython(const ValueInfo& info) {
 
 class PyModel {
  public:
+  static constexpr int64_t kTrimAfterBytes = int64_t{4} << 20;
+
   PyModel(nb::handle source, int threads, const std::string& precision, const std::string& device) {
     const DeviceSpec where = ParseDevice(device, "device");
     if (where.kind != Device::kHost) {
@@ -279,6 +282,22 @@ class PyModel {
   }
 
   const std::string& path() const { return path_; }
+
+  // `del model` gives the memory back, as the server's unload does: the model's weights and plans go with it, then
+  // the process's idle execution arenas (pooled for the next run of any model: nothing else in a Python process
+  // trims them) and the heap's free pages. Not for a small model (a graph built per item, say): that trim costs
+  // ~0.25 ms, more than such an item's whole run, and its next item reuses what is pooled.
+  ~PyModel() {
+    nb::gil_scoped_release release;
+    const bool large = model_ && model_->WeightBytes() + model_->RuntimeBytes() >= kTrimAfterBytes;
+    model_.reset();
+    directory_.reset();
+    if (!large) return;
+    TrimSharedArenas(0);
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+  }
 
  private:
   std::string path_;

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/cpu/thread_scratch.h"
 #include "osprey/runtime.h"
 
 namespace osprey {
@@ -82,7 +83,9 @@ size_t ArenaPool::Trim(double idle_seconds) {
 
 int64_t ArenaPool::IdleBytes() const { return impl_->account->BytesLive(); }
 
-size_t TrimSharedArenas(double idle_seconds) { return ArenaPool::Host().Trim(idle_seconds); }
-int64_t SharedArenaBytes() { return ArenaPool::Host().IdleBytes(); }
+size_t TrimSharedArenas(double idle_seconds) {
+  return ArenaPool::Host().Trim(idle_seconds) + cpu::TrimThreadScratch(idle_seconds);
+}
+int64_t SharedArenaBytes() { return ArenaPool::Host().IdleBytes() + cpu::ThreadScratchBytes(); }
 
 }  // namespace osprey

@@ -9,6 +9,7 @@
 #include "core/float_env.h"
 #include "kernels/cpu/bf16_support.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/thread_scratch.h"
 #include "kernels/reference/reference.h"
 #include "ops/activation.h"
 #include "ops/op_registry.h"
@@ -499,6 +500,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   // read first, outside the measure.
   if (options.device.kind == Device::kHost && options.fast_kernels && options.tune) cpu::LoadKernelTuningChoices();
   const HeapMeasure measure(options.device.kind == Device::kHost);
+  const cpu::ThreadScratch::InUse scratch;  // kernel timings run kernels
   const FlushDenormals flush;  // constant folding and kernel timing compute as runs do
   graph.Validate();
   ValidateOps(graph);

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/float_env.h"
+#include "kernels/cpu/thread_scratch.h"
 #include "ops/activation.h"
 #include "runtime/arena_pool.h"
 #include "runtime/plan_impl.h"
@@ -262,6 +263,7 @@ struct WorkerFloatModes {
 }  // namespace
 
 std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpProfile>* profile) const {
+  const cpu::ThreadScratch::InUse scratch;  // kernels run: their threads' scratch is not trimmed meanwhile
   const FlushDenormals flush;
   const WorkerFloatModes workers(impl_->backend == nullptr ? impl_->num_threads : 1);
   // The first run's caches (kernels' lazily made state, oneDNN's) stay with the plan: measured like its compile.

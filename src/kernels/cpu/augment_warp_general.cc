@@ -31,8 +31,8 @@
 #endif
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/image_common.h"
+#include "kernels/cpu/thread_scratch.h"
 #include "ops/op_registry.h"
 
 namespace osprey {

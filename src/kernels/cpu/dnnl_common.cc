@@ -41,35 +41,6 @@ dnnl::stream& ThreadStream() {
   return stream;
 }
 
-namespace {
-
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-
-struct ScratchBlock {
-  std::unique_ptr<char, FreeDeleter> data;
-  size_t capacity = 0;
-};
-
-}  // namespace
-
-char* ThreadScratch::Reserve(size_t bytes) {
-  thread_local ScratchBlock block;
-  if (bytes == 0) bytes = 64;
-  if (bytes > block.capacity) {
-    // Grow by half again so a thread that sees slowly increasing sizes does not reallocate on every call.
-    size_t capacity = Align(std::max(bytes, block.capacity + block.capacity / 2));
-    char* p = static_cast<char*>(std::aligned_alloc(64, capacity));
-    if (p == nullptr)
-      throw Error(ErrorCode::kResourceExhausted,
-                  "oneDNN scratch memory: could not allocate " + std::to_string(capacity) + " bytes");
-    block.data.reset(p);
-    block.capacity = capacity;
-  }
-  return block.data.get();
-}
-
 OmpThreadsGuard::OmpThreadsGuard(int num_threads) {
   if (num_threads <= 0) return;
   previous_ = omp_get_max_threads();

@@ -10,11 +10,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/thread_scratch.h"
 #include "kernels/kernel.h"
 
 namespace osprey::cpu {
@@ -24,17 +25,6 @@ const dnnl::engine& CpuEngine();
 
 /// A stream on CpuEngine() owned by the calling thread (a stream is not meant to be shared between threads).
 dnnl::stream& ThreadStream();
-
-/// Per-thread scratch memory for one Run call: reorder buffers and the primitive scratchpad. Kernels on one thread
-/// run one after another, so one growing block per thread is enough; it lives as long as the thread.
-class ThreadScratch {
- public:
-  /// Reserves `bytes` (rounded up to 64-byte multiples per region) and returns the base, 64-byte aligned. The
-  /// pointer stays valid until the next Reserve on this thread.
-  static char* Reserve(size_t bytes);
-  /// Rounds a region size up so consecutive regions stay 64-byte aligned.
-  static size_t Align(size_t bytes) { return (bytes + 63) / 64 * 64; }
-};
 
 /// Sets the OpenMP thread count of the calling thread for the guard's lifetime. oneDNN (OpenMP runtime) fixes a
 /// primitive's thread partitioning when the primitive is created, so kernels are created under this guard with the
