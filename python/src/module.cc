@@ -13,7 +13,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <new>
@@ -38,6 +40,46 @@ using namespace nb::literals;
 
 namespace osprey::python {
 namespace {
+
+// ---- the GIL ---------------------------------------------------------------------------------------------------
+
+// Releases the GIL for its scope. When a daemon thread takes the GIL back after the interpreter began to exit, CPython
+// (before 3.14) ends the thread with pthread_exit, and the unwinding through C++ frames (this destructor is noexcept)
+// aborted the process: "terminate called without an active exception", exit status 134, whenever a program ended
+// while a daemon thread was running a model. So an atexit hook (RegisterExitHook) sets `g_exiting`, and a thread that
+// comes back after it never takes the GIL: it waits for the process to end. The hook also waits (GIL released) for
+// threads already on their way back (`g_returning`), so none is left waiting for a GIL that exit then hands it.
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_returning{0};
+
+class ReleaseGil {
+ public:
+  ReleaseGil() : state_(PyEval_SaveThread()) {}
+  ~ReleaseGil() {
+    g_returning.fetch_add(1);
+    if (g_exiting.load()) {
+      g_returning.fetch_sub(1);
+      nb::set_leak_warnings(false);  // this thread's objects stay: nanobind would list them at exit as leaks
+      for (;;) pause();
+    }
+    PyEval_RestoreThread(state_);
+    g_returning.fetch_sub(1);
+  }
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+void RegisterExitHook() {
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function([] {
+    g_exiting.store(true);
+    PyThreadState* state = PyEval_SaveThread();
+    for (int waited_ms = 0; g_returning.load() > 0 && waited_ms < 2000; ++waited_ms) usleep(1000);
+    PyEval_RestoreThread(state);
+  }));
+}
 
 // ---- errors ----------------------------------------------------------------------------------------------------
 
@@ -202,11 +244,11 @@ class PyModel {
       nb::bytes b = nb::borrow<nb::bytes>(source);
       const char* data = b.c_str();
       size_t size = b.size();
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       graph = ParseOnnxModel(data, size, "");
     } else {
       path_ = PathOf(source);
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       if (std::filesystem::is_directory(path_)) {
         directory_ = OpenModelDirectory(path_);
         graph = directory_->graph;
@@ -214,7 +256,7 @@ class PyModel {
         graph = LoadOnnxModel(path_);
       }
     }
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     model_ = std::make_unique<Model>(std::move(graph), options);
   }
 
@@ -245,7 +287,7 @@ class PyModel {
     for (auto [k, v] : kwargs) add(nb::cast<std::string>(nb::str(k)), v);
     std::vector<std::pair<std::string, Tensor>> outputs;
     {
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       outputs = model_->Run(inputs);
     }
     nb::dict result;
@@ -288,7 +330,6 @@ class PyModel {
   // trims them) and the heap's free pages. Not for a small model (a graph built per item, say): that trim costs
   // ~0.25 ms, more than such an item's whole run, and its next item reuses what is pooled.
   ~PyModel() {
-    nb::gil_scoped_release release;
     const bool large = model_ && model_->WeightBytes() + model_->RuntimeBytes() >= kTrimAfterBytes;
     model_.reset();
     directory_.reset();
@@ -329,7 +370,7 @@ nb::object Decode(nb::handle source, int channels, std::optional<std::pair<int64
     Py_buffer view;
     if (PyObject_GetBuffer(source.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
     try {
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       t = DecodeImage(view.buf, static_cast<size_t>(view.len), options);
     } catch (...) {
       PyBuffer_Release(&view);
@@ -338,7 +379,7 @@ nb::object Decode(nb::handle source, int channels, std::optional<std::pair<int64
     PyBuffer_Release(&view);
   } else if (IsPathLike(source)) {
     std::string path = PathOf(source);
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     t = ReadImageFile(path, options);
   } else {
     throw Error(ErrorCode::kInvalidArgument, "decode(): expected bytes or a path, got " +
@@ -372,7 +413,7 @@ class PyClassifier {
     ClassifierOptions options;
     options.num_threads = threads;
     options.batch_size = batch_size;
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     classifier_ = std::make_unique<Classifier>(OpenModelDirectory(path), options);
   }
 
@@ -381,7 +422,7 @@ class PyClassifier {
     Tensor t = ImageTensor(a, "image");
     Tensor out;
     {
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       out = classifier_->preprocessor().Run(t);
     }
     return ToArray(std::move(out));
@@ -412,7 +453,7 @@ class PyClassifier {
     }
     std::vector<std::vector<ClassScore>> results(n);
     {
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       if (!paths.empty()) {
         auto files = classifier_->ClassifyFiles(paths, top_k);
         for (size_t i = 0; i < files.size(); ++i) {
@@ -506,7 +547,7 @@ class PyPipeline {
     }
     augment::Sample out;
     {
-      nb::gil_scoped_release release;
+      ReleaseGil release;
       out = pipeline_.Apply(sample, seed);
     }
     const size_t kp = out.keypoints.size() / 3;
@@ -555,7 +596,7 @@ int CliMain(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (std::string& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
-  nb::gil_scoped_release release;
+  ReleaseGil release;
   return cli::RunCommandLine(static_cast<int>(storage.size()), argv.data(), cli::InProcessServe());
 }
 
@@ -566,6 +607,7 @@ NB_MODULE(_osprey, m) {
   using namespace osprey::python;
   m.doc() = "osprey's native core; use the `osprey` package's API.";
   RegisterErrors(m);
+  RegisterExitHook();
   m.attr("__version__") = osprey::kOspreyVersion;
 
   nb::class_<PyModel>(m, "Model")

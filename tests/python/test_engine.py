@@ -220,3 +220,43 @@ def test_deleting_a_model_gives_its_memory_back():
     before, loaded, after = map(float, proc.stdout.split())
     assert loaded - before > 60, (before, loaded, after)  # weights, arena and output resident while loaded
     assert after - before < 8, (before, loaded, after)
+
+
+EXIT_SCRIPT = """
+import threading
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+import osprey
+
+k = np.random.default_rng(0).standard_normal((64, 64, 3, 3)).astype(np.float32)
+graph = helper.make_graph([helper.make_node("Conv", ["x", "k"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 96, 96])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 96, 96])],
+                          [helper.make_tensor("k", TensorProto.FLOAT, k.shape, k.ravel())])
+model = osprey.Model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+x = np.ones((1, 64, 96, 96), np.float32)
+started = threading.Barrier(5)
+
+def serve():
+    started.wait()
+    while True:
+        model.run(x)
+
+for _ in range(4):
+    threading.Thread(target=serve, daemon=True).start()
+started.wait()
+model.run(x)
+print("done")
+"""
+
+
+def test_program_exits_cleanly_while_daemon_threads_run_a_model():
+    """A program that ends while daemon threads are inside `run` (a web app's workers) exits with status 0. CPython
+    ends such a thread with pthread_exit when it takes the GIL back during exit, and the unwinding through osprey's
+    GIL guard aborted the process ("terminate called without an active exception", status 134, every time here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip() == "done", (proc.returncode, proc.stderr[-2000:])
+        assert "leaked" not in proc.stderr, proc.stderr[-2000:]
