@@ -40,6 +40,12 @@ Tensor Clahe(const Tensor& img, double clip_limit, int64_t tiles_x, int64_t tile
 Tensor AddShadows(const Tensor& img, const std::vector<std::vector<std::array<int64_t, 2>>>& polygons,
                   const std::vector<double>& intensities);
 
+/// AlbumentationsX's RandomBrightnessContrast with brightness_by_max false (its default; torchvision's model) on a
+/// uint8 image: contrast about the image's mean grey level mu (cv2 RGB2GRAY for RGB, the mean of every value
+/// otherwise), floor(clip(x * contrast + mu * (1 - contrast))), then brightness trunc(clip(y * brightness)), as its
+/// 256-entry table; contrast 1 is brightness alone, brightness 1 contrast alone (contrast 0: round(mu) everywhere).
+Tensor BrightnessContrastAboutMean(const Tensor& img, double brightness, double contrast);
+
 /// Albumentations' per-image Normalize modes ("image", "image_per_channel", "min_max", "min_max_per_channel") on a
 /// uint8 image: float32 [H, W, C], statistics of this image, eps 1e-4, clipped to [-20, 20].
 Tensor NormalizePerImage(const Tensor& img, const std::string& mode);

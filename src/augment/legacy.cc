@@ -1,5 +1,5 @@
-// Albumentations' other spellings: 1.3.x's older parameter names and units, and the values 2.x always writes, rewritten
-// to the 1.4.24 names transforms.cc reads (docs/augment.md, "Pipeline JSON").
+// Albumentations' other spellings: 1.3.x's older parameter names and units, the values 2.x always writes and
+// AlbumentationsX's new names, rewritten to the 1.4.24 names transforms.cc reads (docs/augment.md, "Pipeline JSON").
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -79,13 +79,100 @@ json FromAlbumentations13(const std::string& type, const json& j, const std::str
   return out;
 }
 
+namespace {
+
+// AlbumentationsX (`pip install albumentationsx`, 2.0.9 on: the maintained successor of albumentations, whose last
+// release is 2.0.8) renamed the sampling ranges from *_limit to *_range, and a few more. Read under 2.0.8's names.
+struct Renamed {
+  const char* type;
+  const char* name;  // AlbumentationsX's
+  const char* was;   // albumentations 2.0.8's
+};
+constexpr Renamed kAlbumentationsXNames[] = {
+    {"Rotate", "angle_range", "limit"},
+    {"SafeRotate", "angle_range", "limit"},
+    {"ColorJitter", "brightness_range", "brightness"},
+    {"ColorJitter", "contrast_range", "contrast"},
+    {"ColorJitter", "saturation_range", "saturation"},
+    {"ColorJitter", "hue_range", "hue"},
+    {"RandomBrightnessContrast", "brightness_range", "brightness_limit"},
+    {"RandomBrightnessContrast", "contrast_range", "contrast_limit"},
+    {"RandomBrightnessContrast", "ensure_safe_output", "ensure_safe_range"},
+    {"HueSaturationValue", "hue_shift_range", "hue_shift_limit"},
+    {"HueSaturationValue", "sat_shift_range", "sat_shift_limit"},
+    {"HueSaturationValue", "val_shift_range", "val_shift_limit"},
+    {"RandomGamma", "gamma_range", "gamma_limit"},
+    {"GaussianBlur", "blur_range", "blur_limit"},
+    {"GaussianBlur", "sigma_range", "sigma_limit"},
+    {"Blur", "blur_range", "blur_limit"},
+    {"MedianBlur", "blur_range", "blur_limit"},
+    {"MotionBlur", "blur_range", "blur_limit"},
+    {"RandomScale", "scale_range", "scale_limit"},
+    {"ShiftScaleRotate", "rotate_range", "rotate_limit"},
+    {"ShiftScaleRotate", "scale_range", "scale_limit"},
+    {"ShiftScaleRotate", "shift_range_x", "shift_limit_x"},
+    {"ShiftScaleRotate", "shift_range_y", "shift_limit_y"},
+    {"CLAHE", "clip_range", "clip_limit"},
+    {"RandomShadow", "num_shadows_range", "num_shadows_limit"},
+    {"GridDistortion", "distort_range", "distort_limit"},
+};
+
+// AlbumentationsX's new parameters, at the values that leave 2.0.8's behaviour.
+struct Neutral {
+  const char* type;
+  const char* name;
+  const char* value;  // JSON text
+  const char* why;    // what osprey does instead, for the refusal of another value
+};
+constexpr Neutral kAlbumentationsXNeutral[] = {
+    {"RandomRotate90", "group_element", "null", "osprey draws one of the four rotations"},
+    {"RandomRotate90", "group_elements", "null", "osprey draws one of the four rotations"},
+    {"RandomResizedCrop", "sampling_method", "\"standard\"", "osprey samples the crop as torchvision does"},
+    {"GaussianBlur", "blur_z_range", "null", "osprey blurs 2-D images"},
+    {"GaussianBlur", "sigma_z_range", "null", "osprey blurs 2-D images"},
+    {"GaussianBlur", "volume_mode", "\"slice\"", "osprey blurs 2-D images"},
+    {"GridDistortion", "map_resolution_range", "[1.0, 1.0]", "osprey computes the map at full resolution"},
+    {"Normalize", "clip_range", "null", "osprey leaves the normalised values unclipped"},
+};
+
+}  // namespace
+
+json FromAlbumentationsX(const std::string& type, const json& j, const std::string& path) {
+  if (!j.is_object()) return j;
+  json out = j;
+  for (const Renamed& r : kAlbumentationsXNames) {
+    if (type != r.type || !out.contains(r.name)) continue;
+    if (!out.contains(r.was)) out[r.was] = out[r.name];
+    out.erase(r.name);
+  }
+  for (const Neutral& n : kAlbumentationsXNeutral) {
+    if (type != n.type || !out.contains(n.name)) continue;
+    const json neutral = json::parse(n.value);
+    const json& v = out[n.name];
+    if (v != neutral && !(v.is_number() && neutral.is_number() && v.get<double>() == neutral.get<double>()))
+      throw Error(ErrorCode::kUnsupported, "pipeline: " + path + "." + n.name + " = " + v.dump() +
+                                               " is not supported (" + n.why + "; only " + neutral.dump() + ")");
+    out.erase(n.name);
+  }
+  if (type == "ElasticTransform" && (out.contains("control_grid_shape") || out.contains("displacement_range")))
+    throw Error(
+        ErrorCode::kUnsupported,
+        "pipeline: " + path +
+            ": AlbumentationsX's ElasticTransform (control_grid_shape, displacement_range) "
+            "is not supported: it displaces a coarse control grid, a different transform from the Gaussian-"
+            "smoothed random field (alpha, sigma) of albumentations 1.4 and 2.0 that osprey runs; save the pipeline "
+            "with albumentations 2.0.8, or give osprey {\"type\": \"ElasticTransform\", \"alpha\": ..., \"sigma\": "
+            "...}");
+  return out;
+}
+
 // Albumentations 2.x writes every parameter, including new ones at values that change nothing. Those are dropped;
 // the same parameters at values that would change the result are refused by name. With `major` >= 2 the parameters
 // whose meaning changed get an internal marker (GaussianBlur: "_kernel_rule": "sigma", 2.x's size-from-sigma rule;
 // MotionBlur: "_kernel_rule": "v2", 2.x's line).
 json FromAlbumentations2(const std::string& type, const json& j, const std::string& path, int major) {
   if (!j.is_object()) return j;
-  json out = j;
+  json out = FromAlbumentationsX(type, j, path);
   auto drop_if = [&](const char* key, const std::function<bool(const json&)>& no_op, const std::string& why) {
     auto it = out.find(key);
     if (it == out.end()) return;

@@ -174,6 +174,11 @@ BoxFilter ParseBoxFilter(const json& bp, const std::string& path) {
   Params ps(bp, path, "bbox_params");
   ps.Ignore("format"), ps.Ignore("label_fields"), ps.Ignore("check_each_transform"), ps.Ignore("clip");
   ps.Ignore("filter_invalid_bboxes"), ps.Ignore("max_accept_ratio");
+  // AlbumentationsX: format -> coord_format, clip -> clip_bboxes_on_input; boxes clipped after each transform (as
+  // 2.0.8 always did) unless clip_after_transform is false; oriented boxes ("obb") are its own.
+  ps.Ignore("coord_format"), ps.Ignore("clip_bboxes_on_input");
+  ps.Require("clip_after_transform", true);
+  ps.Require("bbox_type", "hbb");
   f.min_area = ps.Num("min_area", 0);
   f.min_visibility = ps.Num("min_visibility", 0);
   f.min_width = ps.Num("min_width", 0);

@@ -103,11 +103,15 @@ struct ParsedPipeline {
 /// the transform name, `path` its JSON path for errors.
 nlohmann::json FromAlbumentations13(const std::string& type, const nlohmann::json& spec, const std::string& path);
 
-/// Albumentations 2.x spelling: no-op values it always writes (area_for_downscale null, PadIfNeeded padding 0, ...)
-/// dropped, other values of those parameters refused by name; `major` is the writing version's major number (1 when
-/// unknown): with 2 or more, parameters whose meaning changed are marked for their factory (legacy.cc).
+/// Albumentations 2.x spelling: AlbumentationsX's names (FromAlbumentationsX) read as 2.0.8's; no-op values 2.x always
+/// writes (area_for_downscale null, PadIfNeeded padding 0, ...) dropped, other values of those parameters refused by
+/// name; `major` is the writing version's major number (1 when unknown): with 2 or more, parameters whose meaning
+/// changed are marked for their factory (legacy.cc).
 nlohmann::json FromAlbumentations2(const std::string& type, const nlohmann::json& spec, const std::string& path,
                                    int major);
+/// AlbumentationsX (2.0.9 on) names -> albumentations 2.0.8's (`*_range` -> `*_limit`, ...); its new parameters at
+/// their neutral values dropped, other values refused by name; its new ElasticTransform refused (legacy.cc).
+nlohmann::json FromAlbumentationsX(const std::string& type, const nlohmann::json& spec, const std::string& path);
 
 /// Parses osprey or Albumentations pipeline JSON (docs/augment.md). Errors name the JSON path.
 ParsedPipeline ParsePipelineJson(const std::string& text);

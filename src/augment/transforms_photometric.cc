@@ -34,11 +34,22 @@ void AddPhotometricTransforms(std::map<std::string, Factory>& f) {
   f["RandomBrightnessContrast"] = [](Params& ps) {
     const Range bl = ps.Rng2("brightness_limit", {-0.2, 0.2}, Params::kSymmetric);
     const Range cl = ps.Rng2("contrast_limit", {-0.2, 0.2}, Params::kSymmetric);
-    ps.Require("brightness_by_max", true);
+    // true: albumentations' x * alpha + beta * 255; false (AlbumentationsX's default): torchvision's model, contrast
+    // about the image's mean grey, then brightness as a factor 1 + beta (BrightnessContrastAboutMean).
+    const bool by_max = ps.Bool("brightness_by_max", true);
     ps.Require("ensure_safe_range", false);
+    if (!by_max && (bl.first < -1 || cl.first < -1))
+      Bad(ps.At(bl.first < -1 ? "brightness_limit" : "contrast_limit"),
+          "must be >= -1 with brightness_by_max false (factors 1 + x are not negative)");
     return Photo("RandomBrightnessContrast", [=](Rng& rng, const View&, std::vector<PhotoStep>& out) {
-      const double alpha = 1 + rng.Uniform(cl.first, cl.second), beta = rng.Uniform(bl.first, bl.second) * 255;
-      out.push_back(Lut(LutFrom([&](int x) { return x * alpha + beta; })));
+      const double alpha = 1 + rng.Uniform(cl.first, cl.second), beta = rng.Uniform(bl.first, bl.second);
+      if (by_max) {
+        out.push_back(Lut(LutFrom([&](int x) { return x * alpha + beta * 255; })));
+        return;
+      }
+      PhotoStep s;
+      s.host = [alpha, beta](const Tensor& img) { return BrightnessContrastAboutMean(img, 1 + beta, alpha); };
+      out.push_back(s);
     });
   };
   f["HueSaturationValue"] = [](Params& ps) {

@@ -4,6 +4,7 @@ difference <= 3 grey levels, box IoU >= 0.9, same boxes kept). Albumentations ru
 (albumentations_oracle.py) under the venv of each version."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ from test_augment_cli import read_rgb, write_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE = Path(__file__).parent / "albumentations_oracle.py"
-VENVS = {"1.4": REPO / ".venv" / "bin" / "python", "2.x": REPO / ".venv-alb2" / "bin" / "python"}
+# ALB2_PY: another Python for the 2.x oracle (one with AlbumentationsX; test_albumentationsx.py checks it without).
+VENVS = {"1.4": REPO / ".venv" / "bin" / "python",
+         "2.x": Path(os.environ.get("ALB2_PY", REPO / ".venv-alb2" / "bin" / "python"))}
 
 # Every transform osprey supports, with the parameters it needs to construct (defaults otherwise).
 CORPUS = {
