@@ -7,6 +7,7 @@ processes, the usual DataLoader-style setup, each with cv2.setNumThreads(1)):
 Prints images/s and the ratio osprey/Albumentations (above 1: osprey faster)."""
 
 import argparse
+import inspect
 import json
 import multiprocessing as mp
 import os
@@ -27,14 +28,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pipeline():
+    # AlbumentationsX (2.0.9 on) renamed GaussianBlur's blur_limit and BboxParams' format.
+    x = "coord_format" in inspect.signature(A.BboxParams).parameters
     return A.Compose([
         A.RandomResizedCrop(size=(800, 800), scale=(0.3, 1.0), p=1.0),
         A.HorizontalFlip(p=0.5),
         A.Affine(scale=(0.9, 1.1), translate_percent=(-0.05, 0.05), rotate=(-10, 10), p=0.7),
         A.ColorJitter(p=0.8),
-        A.GaussianBlur(blur_limit=(3, 5), p=0.5),
+        A.GaussianBlur(**{"blur_range" if x else "blur_limit": (3, 5)}, p=0.5),
         A.Resize(640, 640, p=1.0),
-    ], bbox_params=A.BboxParams(format="coco", min_visibility=0.1, label_fields=["labels"]))
+    ], bbox_params=A.BboxParams(**{"coord_format" if x else "format": "coco"}, min_visibility=0.1,
+                                label_fields=["labels"]))
 
 
 def make_dataset(root: Path, n: int, width: int, height: int):
