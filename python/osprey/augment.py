@@ -41,10 +41,11 @@ class Pipeline:
         doc = json.loads(json_text)
         root = doc.get("transform", doc) if isinstance(doc, dict) else {}
         params = (root.get("bbox_params") if isinstance(root, dict) else None) or doc.get("bbox_params") or {}
-        self.bbox_format: str = params.get("format") or "pascal_voc"
+        # AlbumentationsX writes coord_format where albumentations wrote format
+        self.bbox_format: str = params.get("format") or params.get("coord_format") or "pascal_voc"
         self.label_fields: List[str] = list(params.get("label_fields") or [])
         kp = (root.get("keypoint_params") if isinstance(root, dict) else None) or {}
-        self.keypoint_format: str = kp.get("format") or "xy"
+        self.keypoint_format: str = kp.get("format") or kp.get("coord_format") or "xy"
         self.keypoint_label_fields: List[str] = list(kp.get("label_fields") or [])
         self.remove_invisible: bool = kp.get("remove_invisible", True) is not False
 

@@ -200,3 +200,19 @@ def test_keypoints_move_like_albumentations():
                                             "keypoint_params": {"format": "xya"}}))
     with pytest.raises(osprey.Unsupported, match="xya"):
         angles(image=image, keypoints=[(5.0, 7.0, 0.3)])
+
+
+def test_albumentationsx_files_keep_their_box_format():
+    """AlbumentationsX writes bbox_params' format as `coord_format`: boxes given in it (YOLO here) come back in it. The
+    file is AlbumentationsX's own HorizontalFlip as it saved it (tests/augment/data/albumentationsx), set to YOLO and
+    p = 1; the oracle is the flip by hand (x_centre -> 1 - x_centre)."""
+    saved = json.loads((REPO / "tests" / "augment" / "data" / "albumentationsx" / "defaults" /
+                        "HorizontalFlip.json").read_text())
+    assert saved["transform"]["bbox_params"]["coord_format"] == "pascal_voc"
+    saved["transform"]["bbox_params"]["coord_format"] = "yolo"
+    saved["transform"]["transforms"][0]["p"] = 1.0
+    pipe = Pipeline.from_json(json.dumps(saved))
+    assert pipe.bbox_format == "yolo"
+    image = np.zeros((40, 60, 3), np.uint8)
+    out = pipe(image=image, bboxes=[(0.25, 0.5, 0.2, 0.4)], labels=[1], seed=0)
+    np.testing.assert_allclose(out["bboxes"][0][:4], (0.75, 0.5, 0.2, 0.4), atol=1e-6)
