@@ -21,7 +21,10 @@ using Clock = std::chrono::steady_clock;
 struct Block {
   char* data = nullptr;
   size_t capacity = 0;
-  Clock::time_point last_use;
+  // Idle time as trims see it (a clock read per Reserve would cost more than the Reserve): `used` is set by each
+  // Reserve and cleared by a trim, which then starts `idle_since`.
+  bool used = false;
+  Clock::time_point idle_since;
   bool pinned = false;  // reserved outside any InUse: never freed by a trim
 };
 
@@ -85,7 +88,7 @@ char* ThreadScratch::Reserve(size_t bytes) {
   if (t_in_use > 0 || omp_in_parallel()) {
     b.pinned = false;  // an earlier use outside an InUse on this thread is over
     Grow(b, bytes);
-    b.last_use = Clock::now();
+    b.used = true;
     return b.data;
   }
   std::lock_guard<std::mutex> lock(Blocks().mu);
@@ -106,12 +109,16 @@ size_t TrimThreadScratch(double idle_seconds) {
   Registry& r = Blocks();
   std::unique_lock<std::shared_mutex> running(r.running, std::try_to_lock);
   if (!running.owns_lock()) return 0;
-  const Clock::time_point cutoff = Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(std::max(0.0, idle_seconds)));
+  const Clock::time_point now = Clock::now();
+  const auto idle = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(idle_seconds));
   size_t freed = 0;
   std::lock_guard<std::mutex> lock(r.mu);
   for (Block* b : r.blocks) {
-    if (b->pinned || b->capacity == 0 || b->last_use > cutoff) continue;
+    if (b->used) {  // used since the last trim: idle from now
+      b->used = false;
+      b->idle_since = now;
+    }
+    if (b->pinned || b->capacity == 0 || (idle_seconds > 0 && now - b->idle_since < idle)) continue;
     freed += b->capacity;
     Free(*b);
   }

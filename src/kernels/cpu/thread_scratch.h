@@ -29,8 +29,9 @@ class ThreadScratch {
   };
 };
 
-/// Frees the blocks of threads that reserved none for `idle_seconds` (0: every block), unless kernels are running
-/// (an InUse alive on any thread: then nothing, and 0). Returns the bytes freed. TrimSharedArenas calls it.
+/// Frees the blocks that no Reserve used for `idle_seconds` (as trims see it: a block used since the previous trim is
+/// idle from this one; 0: every block), unless kernels are running (an InUse alive on any thread: then nothing, and
+/// 0). Returns the bytes freed. TrimSharedArenas calls it.
 size_t TrimThreadScratch(double idle_seconds);
 /// Bytes the threads' blocks hold.
 int64_t ThreadScratchBytes();
