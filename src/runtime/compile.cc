@@ -499,7 +499,7 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   // may take its memory from the heap, and the GPU budget counts that apart). The process-wide tuning choices are
   // read first, outside the measure.
   if (options.device.kind == Device::kHost && options.fast_kernels && options.tune) cpu::LoadKernelTuningChoices();
-  const HeapMeasure measure(options.device.kind == Device::kHost);
+  const HeapMeasure measure(options.device.kind == Device::kHost, account, HeapMeasure::Phase::kCompile);
   const cpu::ThreadScratch::InUse scratch;  // kernel timings run kernels
   const FlushDenormals flush;  // constant folding and kernel timing compute as runs do
   graph.Validate();

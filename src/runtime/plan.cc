@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/float_env.h"
 #include "kernels/cpu/thread_scratch.h"
@@ -59,18 +62,67 @@ int64_t Plan::heap_bytes() const { return impl_->heap_bytes.load(); }
 
 namespace {
 thread_local int g_heap_measures = 0;  // HeapMeasures alive on this thread
+std::atomic<int64_t> g_heap_readings{0};
+
+// Per account, per phase: measures taken and their sum. Keyed by the account's address; an entry whose account has
+// gone (a later account at the same address) starts again.
+struct HeapSamples {
+  std::weak_ptr<MemoryAccount> account;
+  int count[2] = {0, 0};
+  int64_t sum[2] = {0, 0};
+};
+std::mutex g_samples_mu;
+std::unordered_map<const MemoryAccount*, HeapSamples>& Samples() {
+  static auto* samples = new std::unordered_map<const MemoryAccount*, HeapSamples>();  // outlives exit-time plans
+  return *samples;
+}
+
+HeapSamples& SamplesOf(const std::shared_ptr<MemoryAccount>& account) {  // under g_samples_mu
+  auto& all = Samples();
+  HeapSamples& s = all[account.get()];
+  if (s.account.lock() != account) s = HeapSamples{account};
+  if (all.size() > 64)  // drop the entries of accounts that are gone
+    for (auto it = all.begin(); it != all.end();) it = it->second.account.expired() ? all.erase(it) : std::next(it);
+  return all[account.get()];
+}
+
+int64_t ReadUntrackedHeap() {
+  g_heap_readings.fetch_add(1, std::memory_order_relaxed);
+  return Allocator::Host().UntrackedHeapBytes();
+}
 }  // namespace
 
-HeapMeasure::HeapMeasure(bool wanted) {
-  if (wanted && g_heap_measures == 0) before_ = Allocator::Host().UntrackedHeapBytes();
+HeapMeasure::HeapMeasure(bool wanted, const std::shared_ptr<MemoryAccount>& account, Phase phase)
+    : account_(account), phase_(phase) {
+  if (wanted && g_heap_measures == 0) {
+    if (account) {
+      std::lock_guard<std::mutex> lock(g_samples_mu);
+      const HeapSamples& s = SamplesOf(account);
+      const int i = static_cast<int>(phase);
+      if (s.count[i] >= kSampled) estimate_ = s.sum[i] / s.count[i];
+    }
+    if (estimate_ < 0) before_ = ReadUntrackedHeap();
+  }
   ++g_heap_measures;
 }
 
 HeapMeasure::~HeapMeasure() { --g_heap_measures; }
 
 int64_t HeapMeasure::Grown() const {
-  return before_ < 0 ? 0 : std::max<int64_t>(Allocator::Host().UntrackedHeapBytes() - before_, 0);
+  if (estimate_ >= 0) return estimate_;
+  if (before_ < 0) return 0;
+  const int64_t grown = std::max<int64_t>(ReadUntrackedHeap() - before_, 0);
+  if (account_) {
+    std::lock_guard<std::mutex> lock(g_samples_mu);
+    HeapSamples& s = SamplesOf(account_);
+    const int i = static_cast<int>(phase_);
+    ++s.count[i];
+    s.sum[i] += grown;
+  }
+  return grown;
 }
+
+int64_t HeapMeasure::Readings() { return g_heap_readings.load(std::memory_order_relaxed); }
 
 size_t Plan::num_steps() const { return impl_->steps.size(); }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
@@ -268,7 +320,7 @@ std::vector<Tensor> Plan::Run(const std::vector<Tensor>& inputs, std::vector<OpP
   const WorkerFloatModes workers(impl_->backend == nullptr ? impl_->num_threads : 1);
   // The first run's caches (kernels' lazily made state, oneDNN's) stay with the plan: measured like its compile.
   if (impl_->first_run.load(std::memory_order_relaxed) && impl_->first_run.exchange(false)) {
-    const HeapMeasure measure(impl_->backend == nullptr);
+    const HeapMeasure measure(impl_->backend == nullptr, impl_->account, HeapMeasure::Phase::kFirstRun);
     std::vector<Tensor> outputs = RunSteps(inputs, profile);
     impl_->ChargeHeap(measure.Grown());
     return outputs;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kernels/cpu/bf16_support.h"
+#include "runtime/plan_impl.h"
 #include "test_util.h"
 
 namespace osprey {
@@ -602,6 +603,39 @@ TEST(Runtime, PlanObjectsHeapIsChargedToTheModelUntilThePlanGoes) {
 #else
   GTEST_SKIP() << "the C library cannot count its heap (glibc >= 2.33: mallinfo2)";
 #endif
+}
+
+// glibc's count of its heap walks every free chunk (3 ms per reading in a process that had compiled ~100 shapes), so a
+// model's first HeapMeasure::kSampled compiles and first runs are measured and its later ones charged their mean.
+TEST(Runtime, PlanHeapIsMeasuredForAModelsFirstShapesThenEstimated) {
+  if (Allocator::Host().UntrackedHeapBytes() < 0) GTEST_SKIP() << "malloc is not glibc's here (a sanitizer's)";
+  auto graph = [] {
+    GraphBuilder b("conv");
+    auto x = b.Input("x", DType::kF32, {1, 8, -1, -1});
+    b.Output(b.Op("Relu", {b.Op("Conv", {x, b.Constant(RandomTensor({16, 8, 3, 3}, 3))},
+                                {{"pads", Attribute::Ints({1, 1, 1, 1})}})}),
+             "y");
+    return b.Finish();
+  };
+  ModelOptions opts;
+  opts.plan_cache_capacity = 16;
+  opts.compile.num_threads = 1;
+  Model model(graph(), opts);
+  constexpr int kSampled = 4;  // HeapMeasure::kSampled (runtime/plan_impl.h)
+  auto run = [&](int64_t side) { model.Run({{"x", RandomTensor({1, 8, side, side}, 4)}}); };
+  const int64_t start = HeapMeasure::Readings();
+  for (int i = 0; i < kSampled; ++i) run(10 + i);
+  EXPECT_EQ(HeapMeasure::Readings() - start, 4 * kSampled) << "two readings around each compile and first run";
+  const int64_t measured = model.RuntimeBytes();
+  EXPECT_GT(measured, 0);
+  const int64_t before = HeapMeasure::Readings();
+  for (int i = 0; i < 3; ++i) run(20 + i);
+  EXPECT_EQ(HeapMeasure::Readings(), before) << "later shapes read nothing";
+  // Each later plan is charged the mean (per phase, each rounded down) of the measured ones.
+  EXPECT_NEAR(static_cast<double>(model.RuntimeBytes() - measured), 3.0 * measured / kSampled, 3 * 2);
+  Model other(graph(), opts);  // another model is measured from its first shape
+  other.Run({{"x", RandomTensor({1, 8, 30, 30}, 5)}});
+  EXPECT_EQ(HeapMeasure::Readings() - before, 4);
 }
 
 TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
