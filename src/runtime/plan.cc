@@ -64,12 +64,20 @@ namespace {
 thread_local int g_heap_measures = 0;  // HeapMeasures alive on this thread
 std::atomic<int64_t> g_heap_readings{0};
 
-// Per account, per phase: measures taken and their sum. Keyed by the account's address; an entry whose account has
-// gone (a later account at the same address) starts again.
+// Per account, per phase: the last kSampled measures (a ring), how many were taken and how many estimates since the
+// last. Keyed by the account's address; an entry whose account has gone (a later account there) starts again.
 struct HeapSamples {
+  struct Phase {
+    int64_t last[HeapMeasure::kSampled] = {};
+    int count = 0, estimated = 0;
+    int64_t Mean() const {
+      int64_t sum = 0;
+      for (int64_t v : last) sum += v;
+      return sum / HeapMeasure::kSampled;
+    }
+  };
   std::weak_ptr<MemoryAccount> account;
-  int count[2] = {0, 0};
-  int64_t sum[2] = {0, 0};
+  Phase phase[2];
 };
 std::mutex g_samples_mu;
 std::unordered_map<const MemoryAccount*, HeapSamples>& Samples() {
@@ -97,9 +105,11 @@ HeapMeasure::HeapMeasure(bool wanted, const std::shared_ptr<MemoryAccount>& acco
   if (wanted && g_heap_measures == 0) {
     if (account) {
       std::lock_guard<std::mutex> lock(g_samples_mu);
-      const HeapSamples& s = SamplesOf(account);
-      const int i = static_cast<int>(phase);
-      if (s.count[i] >= kSampled) estimate_ = s.sum[i] / s.count[i];
+      HeapSamples::Phase& s = SamplesOf(account).phase[static_cast<int>(phase)];
+      if (s.count >= kSampled && s.estimated < kEstimatesPerMeasure) {
+        estimate_ = s.Mean();
+        ++s.estimated;
+      }
     }
     if (estimate_ < 0) before_ = ReadUntrackedHeap();
   }
@@ -114,10 +124,9 @@ int64_t HeapMeasure::Grown() const {
   const int64_t grown = std::max<int64_t>(ReadUntrackedHeap() - before_, 0);
   if (account_) {
     std::lock_guard<std::mutex> lock(g_samples_mu);
-    HeapSamples& s = SamplesOf(account_);
-    const int i = static_cast<int>(phase_);
-    ++s.count[i];
-    s.sum[i] += grown;
+    HeapSamples::Phase& s = SamplesOf(account_).phase[static_cast<int>(phase_)];
+    s.last[s.count++ % kSampled] = grown;
+    s.estimated = 0;
   }
   return grown;
 }

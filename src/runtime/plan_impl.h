@@ -127,12 +127,15 @@ struct Plan::Impl {
 ///
 /// glibc's count (mallinfo2) walks every free chunk of the heap: 0.05 ms in a fresh process, 3 ms once a process had
 /// compiled ~100 shapes of an OCR recogniser (17,000 free chunks), four times per new shape: a quarter of its first
-/// call. So a model's (`account`'s) first kSampled compiles and first runs are measured, and its later ones are
-/// charged the mean of those (plans of one model at other shapes hold the same kernels and primitives).
+/// call. So a model's (`account`'s) first kSampled compiles and first runs are measured, then one in
+/// kEstimatesPerMeasure + 1, and the others are charged the mean of its last kSampled measures (plans of one model at
+/// other shapes hold the same kernels and primitives; the later measures follow what a plan adds once the process's
+/// caches are full: PP-OCRv4's recogniser 3.5 MB for its first shapes, 1.7 after ~100).
 class HeapMeasure {
  public:
   enum class Phase { kCompile, kFirstRun };
   static constexpr int kSampled = 4;
+  static constexpr int kEstimatesPerMeasure = 15;
   HeapMeasure(bool wanted, const std::shared_ptr<MemoryAccount>& account, Phase phase);
   ~HeapMeasure();
   HeapMeasure(const HeapMeasure&) = delete;

@@ -606,7 +606,8 @@ TEST(Runtime, PlanObjectsHeapIsChargedToTheModelUntilThePlanGoes) {
 }
 
 // glibc's count of its heap walks every free chunk (3 ms per reading in a process that had compiled ~100 shapes), so a
-// model's first HeapMeasure::kSampled compiles and first runs are measured and its later ones charged their mean.
+// model's first HeapMeasure::kSampled compiles and first runs are measured, then one in kEstimatesPerMeasure + 1, and
+// the others charged the mean of the last measures.
 TEST(Runtime, PlanHeapIsMeasuredForAModelsFirstShapesThenEstimated) {
   if (Allocator::Host().UntrackedHeapBytes() < 0) GTEST_SKIP() << "malloc is not glibc's here (a sanitizer's)";
   auto graph = [] {
@@ -633,9 +634,13 @@ TEST(Runtime, PlanHeapIsMeasuredForAModelsFirstShapesThenEstimated) {
   EXPECT_EQ(HeapMeasure::Readings(), before) << "later shapes read nothing";
   // Each later plan is charged the mean (per phase, each rounded down) of the measured ones.
   EXPECT_NEAR(static_cast<double>(model.RuntimeBytes() - measured), 3.0 * measured / kSampled, 3 * 2);
+  for (int i = 3; i < HeapMeasure::kEstimatesPerMeasure; ++i) run(30 + i);
+  EXPECT_EQ(HeapMeasure::Readings(), before);
+  run(60);  // then one in kEstimatesPerMeasure + 1 is measured again: the estimate follows the process's state
+  EXPECT_EQ(HeapMeasure::Readings() - before, 4);
   Model other(graph(), opts);  // another model is measured from its first shape
   other.Run({{"x", RandomTensor({1, 8, 30, 30}, 5)}});
-  EXPECT_EQ(HeapMeasure::Readings() - before, 4);
+  EXPECT_EQ(HeapMeasure::Readings() - before, 8);
 }
 
 TEST(Runtime, LargeOutputBuffersAreReusedOnceDroppedAndTrimmedWhenIdle) {
