@@ -223,6 +223,16 @@ nb::object DimsToPython(const ValueInfo& info) {
   return nb::tuple(dims);
 }
 
+// After a model is freed: the process's idle execution arenas and kernel scratch (pooled for the next run of any
+// model; in a server its housekeeping frees them, here nothing else would) and the heap's free pages, as the server's
+// unload does.
+void GiveMemoryBack() {
+  TrimSharedArenas(0);
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 class PyModel {
  public:
   static constexpr int64_t kTrimAfterBytes = int64_t{4} << 20;
@@ -325,19 +335,14 @@ class PyModel {
 
   const std::string& path() const { return path_; }
 
-  // `del model` gives the memory back, as the server's unload does: the model's weights and plans go with it, then
-  // the process's idle execution arenas (pooled for the next run of any model: nothing else in a Python process
-  // trims them) and the heap's free pages. Not for a small model (a graph built per item, say): that trim costs
-  // ~0.25 ms, more than such an item's whole run, and its next item reuses what is pooled.
+  // `del model` gives the memory back: the model's weights and plans go with it, then GiveMemoryBack. Not for a small
+  // model (a graph built per item, say): that trim costs ~0.25 ms, more than such an item's whole run, and its next
+  // item reuses what is pooled.
   ~PyModel() {
     const bool large = model_ && model_->WeightBytes() + model_->RuntimeBytes() >= kTrimAfterBytes;
     model_.reset();
     directory_.reset();
-    if (!large) return;
-    TrimSharedArenas(0);
-#if defined(__GLIBC__)
-    malloc_trim(0);
-#endif
+    if (large) GiveMemoryBack();
   }
 
  private:
@@ -416,6 +421,12 @@ class PyClassifier {
     ReleaseGil release;
     classifier_ = std::make_unique<Classifier>(OpenModelDirectory(path), options);
   }
+  ~PyClassifier() {
+    classifier_.reset();
+    GiveMemoryBack();
+  }
+  PyClassifier(const PyClassifier&) = delete;
+  PyClassifier& operator=(const PyClassifier&) = delete;
 
   nb::object Preprocess(nb::handle image) {
     InArray a = AsArray(image, "image");
