@@ -154,15 +154,9 @@ json FromAlbumentationsX(const std::string& type, const json& j, const std::stri
                                                " is not supported (" + n.why + "; only " + neutral.dump() + ")");
     out.erase(n.name);
   }
+  // AlbumentationsX's ElasticTransform is another transform under the old name: a cubic B-spline control grid.
   if (type == "ElasticTransform" && (out.contains("control_grid_shape") || out.contains("displacement_range")))
-    throw Error(
-        ErrorCode::kUnsupported,
-        "pipeline: " + path +
-            ": AlbumentationsX's ElasticTransform (control_grid_shape, displacement_range) "
-            "is not supported: it displaces a coarse control grid, a different transform from the Gaussian-"
-            "smoothed random field (alpha, sigma) of albumentations 1.4 and 2.0 that osprey runs; save the pipeline "
-            "with albumentations 2.0.8, or give osprey {\"type\": \"ElasticTransform\", \"alpha\": ..., \"sigma\": "
-            "...}");
+    out["_field"] = "bspline";
   return out;
 }
 

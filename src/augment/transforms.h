@@ -110,7 +110,8 @@ nlohmann::json FromAlbumentations13(const std::string& type, const nlohmann::jso
 nlohmann::json FromAlbumentations2(const std::string& type, const nlohmann::json& spec, const std::string& path,
                                    int major);
 /// AlbumentationsX (2.0.9 on) names -> albumentations 2.0.8's (`*_range` -> `*_limit`, ...); its new parameters at
-/// their neutral values dropped, other values refused by name; its new ElasticTransform refused (legacy.cc).
+/// their neutral values dropped, other values refused by name; its new ElasticTransform (a B-spline control grid)
+/// marked "_field": "bspline" for the factory (legacy.cc).
 nlohmann::json FromAlbumentationsX(const std::string& type, const nlohmann::json& spec, const std::string& path);
 
 /// Parses osprey or Albumentations pipeline JSON (docs/augment.md). Errors name the JSON path.

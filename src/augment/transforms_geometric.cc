@@ -7,6 +7,95 @@
 
 namespace osprey::augment {
 
+namespace {
+
+// AlbumentationsX's ElasticTransform: a rows x columns grid of cubic B-spline coefficients, each a vector of length
+// radius * sqrt(u) at angle 2 pi v (uniform in a disk), radius = magnitude * min(H - 1, W - 1), the magnitude drawn
+// from displacement_range; the dense displacement is the tensor-product spline over the image (spans = rows - 3 across
+// its height, columns - 3 across its width), added to the identity map.
+std::shared_ptr<Transform> BsplineElastic(Params& ps) {
+  const Range mag = ps.Rng2("displacement_range", {0.02, 0.05}, Params::kFixed);
+  if (mag.first < 0) Bad(ps.At("displacement_range"), "must be >= 0");
+  int64_t rows = 7, cols = 7;
+  if (const json* g = ps.Get("control_grid_shape")) {
+    if (!g->is_array() || g->size() != 2 || !(*g)[0].is_number_integer() || !(*g)[1].is_number_integer())
+      Bad(ps.At("control_grid_shape"), "expected [rows, columns], found " + g->dump());
+    rows = (*g)[0].get<int64_t>(), cols = (*g)[1].get<int64_t>();
+  }
+  // At least 4 coefficients per axis (one cubic span); 256 is far past any useful grid and bounds the work.
+  if (rows < 4 || cols < 4 || rows > 256 || cols > 256)
+    Bad(ps.At("control_grid_shape"), "expected two integers in 4..256");
+  // AlbumentationsX's bound for a map that does not fold over itself.
+  if (2 * mag.second * std::sqrt(double((rows - 3) * (rows - 3) + (cols - 3) * (cols - 3))) >= 0.75)
+    Bad(ps.At("displacement_range"),
+        "with this control_grid_shape the map may fold: 2 * high * sqrt((rows - 3)^2 + "
+        "(columns - 3)^2) must be less than 0.75");
+  const int interpolation = ps.Interpolation();
+  const int border = ps.Border(0);
+  const double fill = ps.Fill();
+  return Geo("ElasticTransform", [=](Rng& rng, const View& v) {
+    const int64_t w = v.width, h = v.height;
+    const double magnitude = mag.first == mag.second ? mag.first : rng.Uniform(mag.first, mag.second);
+    GeoStep identity = Resample(Mat3{}, w, h, interpolation);
+    if (magnitude == 0 || std::min(h, w) <= 1) return identity;
+    const double radius = magnitude * static_cast<double>(std::min(h - 1, w - 1));
+    std::vector<double> coef(static_cast<size_t>(rows * cols * 2));
+    for (int64_t k = 0; k < rows * cols; ++k) {
+      const double r = radius * std::sqrt(rng.Uniform(0, 1)), a = 2 * M_PI * rng.Uniform(0, 1);
+      coef[static_cast<size_t>(2 * k)] = r * std::cos(a), coef[static_cast<size_t>(2 * k + 1)] = r * std::sin(a);
+    }
+    // Per output index along an axis: the first of its 4 coefficients and their weights.
+    auto axis = [](int64_t length, int64_t count, std::vector<int64_t>* base, std::vector<std::array<double, 4>>* wts) {
+      const int64_t spans = count - 3;
+      for (int64_t i = 0; i < length; ++i) {
+        const double c = static_cast<double>(i) * static_cast<double>(spans) / static_cast<double>(length - 1);
+        const int64_t b = std::clamp<int64_t>(static_cast<int64_t>(std::floor(c)), 0, spans - 1);
+        const double t = c - static_cast<double>(b), u = 1 - t;
+        base->push_back(b);
+        wts->push_back({u * u * u / 6, (3 * t * t * t - 6 * t * t + 4) / 6,
+                        (-3 * t * t * t + 3 * t * t + 3 * t + 1) / 6, t * t * t / 6});
+      }
+    };
+    std::vector<int64_t> row_base, col_base;
+    std::vector<std::array<double, 4>> row_w, col_w;
+    axis(h, rows, &row_base, &row_w);
+    axis(w, cols, &col_base, &col_w);
+    auto d = std::make_shared<DenseRemap>();
+    d->width = w, d->height = h;
+    d->map_x.resize(static_cast<size_t>(w * h));
+    d->map_y.resize(static_cast<size_t>(w * h));
+    std::vector<double> line(static_cast<size_t>(cols * 2));  // the row's spline through the grid's columns
+    double shift = 0;
+    for (int64_t y = 0; y < h; ++y) {
+      std::fill(line.begin(), line.end(), 0.0);
+      for (int i = 0; i < 4; ++i)
+        for (int64_t c = 0; c < cols * 2; ++c)
+          line[static_cast<size_t>(c)] +=
+              row_w[static_cast<size_t>(y)][i] *
+              coef[static_cast<size_t>((row_base[static_cast<size_t>(y)] + i) * cols * 2 + c)];
+      for (int64_t x = 0; x < w; ++x) {
+        double dx = 0, dy = 0;
+        for (int j = 0; j < 4; ++j) {
+          const double wt = col_w[static_cast<size_t>(x)][j];
+          const size_t at = static_cast<size_t>((col_base[static_cast<size_t>(x)] + j) * 2);
+          dx += wt * line[at], dy += wt * line[at + 1];
+        }
+        const size_t at = static_cast<size_t>(y * w + x);
+        d->map_x[at] = static_cast<float>(x + dx), d->map_y[at] = static_cast<float>(y + dy);
+        shift = std::max({shift, std::fabs(dx), std::fabs(dy)});
+      }
+    }
+    d->max_shift = shift;
+    d->interpolation = interpolation, d->border = border, d->fill = fill;
+    GeoStep s;
+    s.width = w, s.height = h;
+    s.dense = std::move(d);
+    return s;
+  });
+}
+
+}  // namespace
+
 void AddGeometricTransforms(std::map<std::string, Factory>& f) {
   f["HorizontalFlip"] = [](Params&) {
     return Geo("HorizontalFlip", [](Rng&, const View& v) {
@@ -360,7 +449,8 @@ void AddGeometricTransforms(std::map<std::string, Factory>& f) {
       return s;
     });
   };
-  f["ElasticTransform"] = [](Params& ps) {
+  f["ElasticTransform"] = [](Params& ps) -> std::shared_ptr<Transform> {
+    if (ps.Str("_field", "") == "bspline") return BsplineElastic(ps);
     // Albumentations' construction with osprey's random source: noise per pixel (one plane, or two without
     // same_dxdy), Gaussian-smoothed with sigma, scaled by alpha, added to the identity map (a dense field). Files from
     // 2.x: the noise is float32 N(0, 1) divided by its largest magnitude (or U(-1, 1)), the planes stacked vertically
