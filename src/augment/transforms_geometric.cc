@@ -9,6 +9,15 @@ namespace osprey::augment {
 
 namespace {
 
+// The step of a dense displacement field (ElasticTransform's): its map, resampled with these settings.
+GeoStep DenseStep(std::shared_ptr<DenseRemap> d, int interpolation, int border, double fill) {
+  d->interpolation = interpolation, d->border = border, d->fill = fill;
+  GeoStep s;
+  s.width = d->width, s.height = d->height;
+  s.dense = std::move(d);
+  return s;
+}
+
 // AlbumentationsX's ElasticTransform: a rows x columns grid of cubic B-spline coefficients, each a vector of length
 // radius * sqrt(u) at angle 2 pi v (uniform in a disk), radius = magnitude * min(H - 1, W - 1), the magnitude drawn
 // from displacement_range; the dense displacement is the tensor-product spline over the image (spans = rows - 3 across
@@ -86,11 +95,7 @@ std::shared_ptr<Transform> BsplineElastic(Params& ps) {
       }
     }
     d->max_shift = shift;
-    d->interpolation = interpolation, d->border = border, d->fill = fill;
-    GeoStep s;
-    s.width = w, s.height = h;
-    s.dense = std::move(d);
-    return s;
+    return DenseStep(std::move(d), interpolation, border, fill);
   });
 }
 
@@ -511,11 +516,7 @@ void AddGeometricTransforms(std::map<std::string, Factory>& f) {
           shift = std::max({shift, double(std::fabs(ddx)), double(std::fabs(ddy))});
         }
       d->max_shift = shift;
-      d->interpolation = interpolation, d->border = border, d->fill = fill;
-      GeoStep s;
-      s.width = w, s.height = h;
-      s.dense = std::move(d);
-      return s;
+      return DenseStep(std::move(d), interpolation, border, fill);
     });
   };
 }
