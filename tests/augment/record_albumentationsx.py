@@ -6,8 +6,8 @@ a multi-GB install from PyPI). Run with a Python that has it, e.g. the bench ven
 
 Writes tests/augment/data/albumentationsx/: input.png (a 128x96 photo, written by the project's .venv beforehand:
 the same file is read by both), for each case of CASES its pipeline as AlbumentationsX saves it (CASE.json), its
-output image (CASE.png) and boxes (in results.json); its ElasticTransform's field statistics (results.json "elastic",
-the pipelines as elastic_NAME.json); and defaults/TRANSFORM.json, each transform osprey supports as
+output image (CASE.png) and boxes (in results.json); the field statistics of its ElasticTransform and GridDistortion
+(results.json "fields", the pipelines as NAME.json); and defaults/TRANSFORM.json, each transform osprey supports as
 AlbumentationsX saves it with its default parameters."""
 
 import inspect
@@ -70,14 +70,16 @@ CASES = {
                                                        "brightness_by_max": True}, BOX),
 }
 
-# ElasticTransform, AlbumentationsX's own (a B-spline control grid): random, so compared by the statistics of its field
-# (field_stats.py) over ELASTIC_WARPS warps of a coordinate image, at lags of ELASTIC_LAG pixels.
-ELASTIC = {
-    "default": {},
-    "coarse": {"displacement_range": (0.04, 0.04), "control_grid_shape": (5, 5)},
-    "fine": {"displacement_range": (0.01, 0.015), "control_grid_shape": (12, 12)},
+# Random displacement fields, compared by their statistics (field_stats.py) over FIELD_WARPS warps of a coordinate image
+# at lags of FIELD_LAG pixels: ElasticTransform, AlbumentationsX's own (a B-spline control grid), and GridDistortion.
+FIELDS = {
+    "elastic_default": ("ElasticTransform", {}),
+    "elastic_coarse": ("ElasticTransform", {"displacement_range": (0.04, 0.04), "control_grid_shape": (5, 5)}),
+    "elastic_fine": ("ElasticTransform", {"displacement_range": (0.01, 0.015), "control_grid_shape": (12, 12)}),
+    "grid_default": ("GridDistortion", {}),
+    "grid_strong": ("GridDistortion", {"num_steps": 5, "distort_range": (-0.5, 0.5)}),
 }
-ELASTIC_WARPS, ELASTIC_LAG = 64, 16
+FIELD_WARPS, FIELD_LAG = 64, 16
 
 # Every transform osprey supports, with what it needs to construct (AlbumentationsX's names).
 DEFAULTS = {
@@ -110,13 +112,13 @@ def main():
         cv2.imwrite(str(OUT / f"{name}.png"), cv2.cvtColor(np.ascontiguousarray(out["image"]), cv2.COLOR_RGB2BGR),
                     [cv2.IMWRITE_PNG_COMPRESSION, 9])
         results[name] = {"box": box, "boxes": [[round(float(v), 3) for v in b] for b in out["bboxes"]]}
-    results["elastic"] = {}
-    for name, params in ELASTIC.items():
-        pipe = A.Compose([A.ElasticTransform(p=1.0, **params)], seed=7)
-        A.save(pipe, str(OUT / f"elastic_{name}.json"), data_format="json")
-        warps = [pipe(image=coordinate_image())["image"] for _ in range(ELASTIC_WARPS)]
-        std, corr = field_statistics(warps, ELASTIC_LAG)
-        results["elastic"][name] = {"std": round(std, 4), "corr": {k: round(v, 4) for k, v in corr.items()}}
+    results["fields"] = {}
+    for name, (transform, params) in FIELDS.items():
+        pipe = A.Compose([getattr(A, transform)(p=1.0, **params)], seed=7)
+        A.save(pipe, str(OUT / f"{name}.json"), data_format="json")
+        warps = [pipe(image=coordinate_image())["image"] for _ in range(FIELD_WARPS)]
+        std, corr = field_statistics(warps, FIELD_LAG)
+        results["fields"][name] = {"std": round(std, 4), "corr": {k: round(v, 4) for k, v in corr.items()}}
     (OUT / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (OUT / "defaults").mkdir(exist_ok=True)
     for transform, params in DEFAULTS.items():

@@ -1,6 +1,6 @@
 """AlbumentationsX (`pip install albumentationsx`: the maintained successor of albumentations, whose last release is
 2.0.8) saves pipelines under new names (`*_range` for `*_limit`, `coord_format`, `bbox_type`, ...) and changed
-RandomBrightnessContrast's default model and ElasticTransform's algorithm. osprey reads its files and matches what it
+RandomBrightnessContrast's default model and ElasticTransform's algorithm (GridDistortion's field compared too). osprey reads its files and matches what it
 does. The oracle is
 AlbumentationsX 2.5.1 itself, recorded by record_albumentationsx.py (it needs PyTorch, too heavy to install for the
 tests): its saved pipelines, output images and boxes in data/albumentationsx/. Deterministic settings: mean absolute
@@ -18,7 +18,7 @@ from field_stats import SIZE, coordinate_image, field_statistics
 
 DATA = Path(__file__).parent / "data" / "albumentationsx"
 RESULTS = json.loads((DATA / "results.json").read_text())
-CASES = sorted(k for k in RESULTS if k not in ("version", "elastic"))
+CASES = sorted(k for k in RESULTS if k not in ("version", "fields"))
 
 
 def dataset(tmp_path, box):
@@ -74,12 +74,13 @@ def test_every_saved_default_loads(augment, tmp_path):
     assert not failures, failures
 
 
-@pytest.mark.parametrize("name", sorted(RESULTS["elastic"]))
-def test_elastic_field_statistics_match_albumentationsx(augment, tmp_path, name):
-    """AlbumentationsX's ElasticTransform (a cubic B-spline control grid, not 2.0's smoothed noise) is random: its
-    field's standard deviation and correlation at 16, 32 and 48 pixels, read from warped coordinate images, against
-    AlbumentationsX's own over 64 warps (std within 12 %, correlation within 0.08, as test_albumentations_elastic.py)."""
-    theirs = RESULTS["elastic"][name]
+@pytest.mark.parametrize("name", sorted(RESULTS["fields"]))
+def test_random_fields_match_albumentationsx(augment, tmp_path, name):
+    """AlbumentationsX's ElasticTransform (a cubic B-spline control grid, not 2.0's smoothed noise) and GridDistortion
+    are random: the field's standard deviation and correlation at 16, 32 and 48 pixels, read from warped coordinate
+    images, against AlbumentationsX's own over 64 warps (std within 12 %, correlation within 0.08, as
+    test_albumentations_elastic.py)."""
+    theirs = RESULTS["fields"][name]
     root = tmp_path / "coords"
     (root / "images").mkdir(parents=True)
     cv2.imwrite(str(root / "images" / "c.png"), cv2.cvtColor(coordinate_image(), cv2.COLOR_RGB2BGR))
@@ -87,7 +88,7 @@ def test_elastic_field_statistics_match_albumentationsx(augment, tmp_path, name)
         "images": [{"id": 1, "file_name": "c.png", "width": SIZE, "height": SIZE}], "annotations": [],
         "categories": [{"id": 1, "name": "thing"}]}))
     out = tmp_path / "out"
-    r = augment("--pipeline", DATA / f"elastic_{name}.json", "--input", root / "annotations.json", "--output", out,
+    r = augment("--pipeline", DATA / f"{name}.json", "--input", root / "annotations.json", "--output", out,
                 "--image-format", "png", "--copies", "64", "--seed", "11")
     assert r.returncode == 0, r.stderr
     std, corr = field_statistics([read_rgb(out / "images" / f"c_{k}.png") for k in range(64)], 16)
