@@ -81,6 +81,10 @@ std::string InferenceServer::MetricsText() {
       << "# HELP osprey_device_releases_total GPU contexts released because no loaded model used the device.\n"
       << "# TYPE osprey_device_releases_total counter\n"
       << "osprey_device_releases_total " << stats.device_releases << "\n";
+  out << "# HELP osprey_shared_execution_bytes Idle execution arenas and kernels' per-thread scratch, shared by every "
+         "model, in the accounted bytes, freed after --arena-idle seconds unused.\n"
+      << "# TYPE osprey_shared_execution_bytes gauge\n"
+      << "osprey_shared_execution_bytes " << SharedArenaBytes() << "\n";
   const int64_t budget = impl.manager->options().memory_budget_bytes;
   out << "# HELP osprey_memory_budget_bytes --memory-budget: the accounted bytes loaded models are kept under (0 = "
          "none).\n"

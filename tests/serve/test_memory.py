@@ -260,6 +260,34 @@ def test_memory_given_back_after_unload(start_repo, tmp_path):
     assert after - baseline <= tolerance, (baseline, loaded, after)
 
 
+def test_execution_memory_of_a_large_request_is_given_back_when_idle(start_repo, tmp_path):
+    """A large request's execution memory (its arena and the kernels' per-thread scratch: a convolution on plain NCHW
+    tensors reorders through the scratch) is counted in /metrics while it waits for reuse and freed after --arena-idle
+    seconds unused: the gauge goes to 0 and RSS comes back down. Before, each request thread kept its scratch at the
+    size of the largest request it had run, for the life of the server, in no account."""
+    d = tmp_path / "repo" / "conv" / "1"
+    d.mkdir(parents=True)
+    k = weights(5, (32, 32, 3, 3))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "k"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("GlobalAveragePool", ["c"], ["y"])],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32, 96, 96])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32, 1, 1])], [numpy_helper.from_array(k, "k")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(d / "model.onnx"))
+    server = start_repo(tmp_path / "repo", "--arena-idle", 1)
+    x = np.random.default_rng(4).standard_normal((8, 32, 96, 96)).astype(np.float32)  # 9 MiB
+    status, y = infer(server, "conv", x)
+    assert status == 200 and y.shape == (8, 32, 1, 1), y
+    held = metric(server, "osprey_shared_execution_bytes")
+    # The arena of the intermediate [8, 32, 96, 96] (9 MiB) and the input's reorder in the scratch (9 MiB).
+    assert held >= 17 * MiB, held
+    peak = rss_bytes(server)
+    deadline = time.time() + 20
+    while metric(server, "osprey_shared_execution_bytes") > 0 and time.time() < deadline:
+        time.sleep(0.25)
+    assert metric(server, "osprey_shared_execution_bytes") == 0
+    assert rss_bytes(server) <= peak - held / 2, (peak, held, rss_bytes(server))
+
+
 def test_shared_backbone_counted_once(start_repo, tmp_path):
     repo = tmp_path / "repo"
     names = [f"t{i}" for i in range(5)]
