@@ -3,6 +3,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -64,12 +65,13 @@ namespace {
 thread_local int g_heap_measures = 0;  // HeapMeasures alive on this thread
 std::atomic<int64_t> g_heap_readings{0};
 
-// Per account, per phase: the last kSampled measures (a ring), how many were taken and how many estimates since the
-// last. Keyed by the account's address; an entry whose account has gone (a later account there) starts again.
+// Per account, per phase: the last kSampled measures (a ring: `next` is the oldest), how many of them were taken (up to
+// kSampled) and how many estimates since the last. Keyed by the account's address; an entry whose account has gone (a
+// later account there) starts again.
 struct HeapSamples {
   struct Phase {
     int64_t last[HeapMeasure::kSampled] = {};
-    int count = 0, estimated = 0;
+    int count = 0, next = 0, estimated = 0;
     int64_t Mean() const {
       int64_t sum = 0;
       for (int64_t v : last) sum += v;
@@ -125,7 +127,9 @@ int64_t HeapMeasure::Grown() const {
   if (account_) {
     std::lock_guard<std::mutex> lock(g_samples_mu);
     HeapSamples::Phase& s = SamplesOf(account_).phase[static_cast<int>(phase_)];
-    s.last[s.count++ % kSampled] = grown;
+    s.last[s.next] = grown;
+    s.next = (s.next + 1) % kSampled;
+    s.count = std::min(s.count + 1, kSampled);
     s.estimated = 0;
   }
   return grown;
