@@ -142,7 +142,10 @@ json FromAlbumentationsX(const std::string& type, const json& j, const std::stri
   json out = j;
   for (const Renamed& r : kAlbumentationsXNames) {
     if (type != r.type || !out.contains(r.name)) continue;
-    if (!out.contains(r.was)) out[r.was] = out[r.name];
+    if (out.contains(r.was) && out[r.was] != out[r.name])
+      Bad(path + "." + r.name, std::string("also given as '") + r.was + "' (its name before AlbumentationsX) with " +
+                                   "another value: keep one");
+    out[r.was] = out[r.name];
     out.erase(r.name);
   }
   for (const Neutral& n : kAlbumentationsXNeutral) {

@@ -22,6 +22,8 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from albumentations_oracle import X_NAMES, tuples  # noqa: E402
+from corpus import CORPUS  # noqa: E402
 from field_stats import coordinate_image, field_statistics  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "albumentationsx"
@@ -81,19 +83,11 @@ FIELDS = {
 }
 FIELD_WARPS, FIELD_LAG = 64, 16
 
-# Every transform osprey supports, with what it needs to construct (AlbumentationsX's names).
-DEFAULTS = {
-    "HorizontalFlip": {}, "VerticalFlip": {}, "Transpose": {}, "RandomRotate90": {}, "Rotate": {}, "Affine": {},
-    "Perspective": {}, "RandomResizedCrop": {"size": (64, 64)}, "RandomCrop": {"height": 32, "width": 32},
-    "CenterCrop": {"height": 32, "width": 32}, "BBoxSafeRandomCrop": {},
-    "RandomSizedBBoxSafeCrop": {"height": 64, "width": 64}, "Resize": {"height": 64, "width": 80},
-    "LongestMaxSize": {"max_size": 96}, "SmallestMaxSize": {"max_size": 72},
-    "PadIfNeeded": {"min_height": 160, "min_width": 160}, "ColorJitter": {}, "RandomBrightnessContrast": {},
-    "HueSaturationValue": {}, "RandomGamma": {}, "GaussianBlur": {}, "GaussNoise": {}, "ToGray": {},
-    "ImageCompression": {}, "CoarseDropout": {}, "RandomScale": {}, "ShiftScaleRotate": {}, "Blur": {},
-    "MedianBlur": {}, "SafeRotate": {}, "RandomSizedCrop": {"min_max_height": (50, 100), "size": (64, 64)},
-    "MotionBlur": {}, "CLAHE": {}, "RandomShadow": {}, "GridDistortion": {}, "ElasticTransform": {},
-}
+# Every transform osprey supports (corpus.py), in AlbumentationsX's names, and those test_albumentations_versions.py
+# covers in files of its own.
+DEFAULTS = {name: {X_NAMES.get(name, {}).get(k, k): tuples(v) for k, v in params.items()}
+            for name, params in CORPUS.items()}
+DEFAULTS.update({"MotionBlur": {}, "CLAHE": {}, "RandomShadow": {}, "GridDistortion": {}, "ElasticTransform": {}})
 
 
 def compose(transform, params):

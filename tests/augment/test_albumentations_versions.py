@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
+from corpus import CORPUS
 from test_augment_cli import read_rgb, write_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,21 +21,6 @@ ORACLE = Path(__file__).parent / "albumentations_oracle.py"
 # ALB2_PY: another Python for the 2.x oracle (one with AlbumentationsX; test_albumentationsx.py checks it without).
 VENVS = {"1.4": REPO / ".venv" / "bin" / "python",
          "2.x": Path(os.environ.get("ALB2_PY", REPO / ".venv-alb2" / "bin" / "python"))}
-
-# Every transform osprey supports, with the parameters it needs to construct (defaults otherwise).
-CORPUS = {
-    "HorizontalFlip": {}, "VerticalFlip": {}, "Transpose": {}, "RandomRotate90": {}, "Rotate": {}, "Affine": {},
-    "Perspective": {}, "RandomResizedCrop": {"size": [64, 64]}, "RandomCrop": {"height": 32, "width": 32},
-    "CenterCrop": {"height": 32, "width": 32}, "BBoxSafeRandomCrop": {},
-    "RandomSizedBBoxSafeCrop": {"height": 64, "width": 64}, "Resize": {"height": 64, "width": 80},
-    "LongestMaxSize": {"max_size": 96}, "SmallestMaxSize": {"max_size": 72},
-    "PadIfNeeded": {"min_height": 160, "min_width": 160}, "ColorJitter": {}, "RandomBrightnessContrast": {},
-    "HueSaturationValue": {}, "RandomGamma": {}, "GaussianBlur": {}, "GaussNoise": {}, "ToGray": {},
-    "ImageCompression": {}, "CoarseDropout": {}, "RandomScale": {}, "ShiftScaleRotate": {}, "Blur": {},
-    "MedianBlur": {}, "SafeRotate": {},
-    "RandomSizedCrop": {"min_max_height": [50, 100], "size": [64, 64]},
-}
-
 
 def oracle(version, job, tmp_path):
     python = VENVS[version]

@@ -124,3 +124,23 @@ def test_settings_osprey_does_not_run_are_refused_by_name(augment, tmp_path, whe
     r = augment("--pipeline", path, "--input", dataset(tmp_path, [36.0, 28.0, 84.0, 70.0]), "--output", tmp_path / "o")
     assert r.returncode != 0 and key in r.stderr.replace("ensure_safe_range", "ensure_safe_output") and words in r.stderr, \
         r.stderr
+
+
+@pytest.mark.parametrize("file,transform,edit,words", [
+    ("elastic_default", 0, {"control_grid_shape": [3, 3]}, "control_grid_shape: expected two integers in 4..256"),
+    ("elastic_default", 0, {"control_grid_shape": [7, 100000]}, "control_grid_shape: expected two integers in 4..256"),
+    ("elastic_default", 0, {"control_grid_shape": "7x7"}, "control_grid_shape: expected [rows, columns]"),
+    ("elastic_default", 0, {"displacement_range": [-0.01, 0.02]}, "displacement_range: must be >= 0"),
+    ("defaults/RandomBrightnessContrast", 0, {"brightness_range": [-1.5, 0.2]}, "must be >= -1 with brightness_by_max"),
+    ("defaults/Rotate", 0, {"limit": [-10, 10]}, "also given as 'limit'"),
+])
+def test_bad_values_are_refused_by_name(augment, tmp_path, file, transform, edit, words):
+    """Values AlbumentationsX would refuse, or that could not mean one thing: a grid of fewer than 4 coefficients or
+    more than osprey bounds (the work grows with it), a negative displacement, a brightness factor below 0 in the
+    torchvision model, a parameter under both its new and its old name with two values."""
+    saved = json.loads((DATA / f"{file}.json").read_text())
+    saved["transform"]["transforms"][transform].update(edit)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(saved))
+    r = augment("--pipeline", path, "--input", dataset(tmp_path, [36.0, 28.0, 84.0, 70.0]), "--output", tmp_path / "o")
+    assert r.returncode != 0 and words in r.stderr, r.stderr
