@@ -8,6 +8,7 @@
 #include "osprey/error.h"
 #include "osprey/heads.h"
 #include "serve/multipart.h"
+#include "serve/tensor_json.h"
 
 namespace osprey::serve {
 namespace fs = std::filesystem;
@@ -98,7 +99,7 @@ json TrainingService::Start(const std::string& name, const HttpRequest& request,
       if (!out) throw Error(ErrorCode::kUnavailable, "train: cannot store the uploaded images");
     }
   } else {
-    json body = json::parse(request.body, nullptr, false);
+    const json body = ParseJsonBody(request.body, false);  // depth-checked, as the infer routes
     if (!body.is_object() || !body.contains("backbone") || !body["backbone"].is_string() ||
         !body.contains("dataset") || !body["dataset"].is_string())
       throw Error(ErrorCode::kInvalidArgument,

@@ -271,6 +271,10 @@ def test_http_training_job(trained, osprey_bin, tmp_path):
         status, answer = server.json("POST", "/v2/repository/models/digits/train",
                                      {"backbone": "digits", "dataset": "data"})
         assert status == 400 and "own backbone" in answer["error"]
+        deep = b"[" * 100000 + b"]" * 100000  # refused before parsing, as on the infer routes
+        status, _, answer = server.request("POST", "/v2/repository/models/t6/train", deep,
+                                           {"Content-Type": "application/json"})
+        assert status == 400 and b"nested deeper" in answer, answer
     finally:
         server.kill()
     off = Server(osprey_bin, repo)
