@@ -57,6 +57,27 @@ void CheckBytes(const Node& node, const char* kernel, const char* what, const Te
         std::string(what) + " holds " + std::to_string(t.nbytes()) + " bytes, expected " + std::to_string(expected));
 }
 
+// n runs of `run` bytes, run i copied from src(i) to dst(i): a fixed-size copy (no call) for runs of up to 16 bytes,
+// where a memcpy call per run would cost more than the copy (RAFT's [.., 2] coordinates split and concatenated).
+template <class Src, class Dst>
+void CopyRuns(int64_t run, int64_t n, Src src, Dst dst) {
+  auto fixed = [&](auto bytes) {
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst(i), src(i), bytes);
+  };
+  switch (run) {
+    case 4:
+      return fixed(std::integral_constant<size_t, 4>());
+    case 8:
+      return fixed(std::integral_constant<size_t, 8>());
+    case 12:
+      return fixed(std::integral_constant<size_t, 12>());
+    case 16:
+      return fixed(std::integral_constant<size_t, 16>());
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst(i), src(i), static_cast<size_t>(run));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Concat and Split, plain, along any axis, rank and dtype: for each index of the axes before `axis` ("outer"), part i
 // (Concat's input i, Split's output i) is one contiguous block of the whole tensor's row (Split: LeViT's q, k, v).
@@ -64,7 +85,7 @@ class PlainBlocks final : public Kernel {
  public:
   PlainBlocks(bool split, std::vector<size_t> part_bytes, int64_t outer)
       : split_(split), part_bytes_(std::move(part_bytes)), outer_(outer) {
-    for (size_t b : part_bytes_) row_bytes_ += b;
+    for (size_t b : part_bytes_) row_bytes_ += b, small_parts_ = small_parts_ && b <= kSmallPartBytes;
   }
   const char* Name() const override { return split_ ? "SplitPlain" : "ConcatPlain"; }
   void Run(KernelContext& ctx) override {
@@ -109,10 +130,32 @@ class PlainBlocks final : public Kernel {
       }
     };
     if (total == 0) return;
-    if (static_cast<int64_t>(total) < kMinParallelBytes || omp_get_max_threads() == 1) {
-      copy(0, total);
+    const bool parallel = static_cast<int64_t>(total) >= kMinParallelBytes && omp_get_max_threads() > 1;
+    if (small_parts_) {  // part by part, a fixed-size copy per row
+      auto rows = [&](int64_t o0, int64_t o1) {
+        size_t at = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          const size_t p = part_bytes_[i], row = row_bytes_;
+          if (split_)
+            CopyRuns(
+                static_cast<int64_t>(p), o1 - o0, [&](int64_t o) { return whole_in + (o0 + o) * row + at; },
+                [&](int64_t o) { return out_part[i] + (o0 + o) * p; });
+          else
+            CopyRuns(
+                static_cast<int64_t>(p), o1 - o0, [&](int64_t o) { return in_part[i] + (o0 + o) * p; },
+                [&](int64_t o) { return whole_out + (o0 + o) * row + at; });
+          at += p;
+        }
+      };
+      if (!parallel) return rows(0, outer_);
+#pragma omp parallel
+      {
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        rows(outer_ * t / threads, outer_ * (t + 1) / threads);
+      }
       return;
     }
+    if (!parallel) return copy(0, total);
 #pragma omp parallel
     {
       const size_t threads = omp_get_num_threads(), t = omp_get_thread_num();
@@ -123,8 +166,12 @@ class PlainBlocks final : public Kernel {
  private:
   bool split_;
   std::vector<size_t> part_bytes_;
+  // Parts of at most this many bytes per row are copied part by part with fixed-size copies instead of one memcpy
+  // call per part and row.
+  static constexpr size_t kSmallPartBytes = 16;
   int64_t outer_;
   size_t row_bytes_ = 0;
+  bool small_parts_ = true;
 };
 
 // Concat, channels-last: per pixel, input i's C_i floats go to channels [first_i, first_i + C_i) of the output row.
@@ -579,24 +626,11 @@ class SlicePlain final : public Kernel {
   }
 
  private:
-  // n runs of `run` bytes to dst, run i read at src + offset(i): a fixed-size copy for runs of up to 16 bytes.
+  // n runs of `run` bytes to dst, run i read at src + offset(i).
   template <class Offset>
   static void Runs(int64_t run, const char* src, char* dst, int64_t n, Offset offset) {
-    auto fixed = [&](auto bytes) {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * bytes, src + offset(i), bytes);
-    };
-    switch (run) {
-      case 4:
-        return fixed(std::integral_constant<int64_t, 4>());
-      case 8:
-        return fixed(std::integral_constant<int64_t, 8>());
-      case 12:
-        return fixed(std::integral_constant<int64_t, 12>());
-      case 16:
-        return fixed(std::integral_constant<int64_t, 16>());
-      default:
-        for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * run, src + offset(i), static_cast<size_t>(run));
-    }
+    CopyRuns(
+        run, n, [&](int64_t i) { return src + offset(i); }, [&](int64_t i) { return dst + i * run; });
   }
 
   // Output rows [r0, r1): with one outer dim, rows at a fixed input step; else their input offsets (bytes) in blocks

@@ -304,6 +304,37 @@ template <class F>
   for (int64_t i = 0; i < n; ++i) y[i] = f(y[i]);
 }
 
+// m short runs of n elements (output run r at y + r * n; input k's run r at pk + r * rk, element i at i * sk): one
+// call for a block of rows whose runs are too short for a call each (RAFT's [320, 1, 1, 2] + [1, 7, 7, 2]).
+template <class F>
+[[gnu::always_inline]] inline void BinaryRowsOf(const float* a, int64_t sa, int64_t ra, const float* b, int64_t sb,
+                                                int64_t rb, float* y, int64_t n, int64_t m, F f) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = f(a[r * ra + i * sa], b[r * rb + i * sb]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRows(BinaryOp op, const float* a, int64_t sa,
+                                                                             int64_t ra, const float* b, int64_t sb,
+                                                                             int64_t rb, float* y, int64_t n,
+                                                                             int64_t m) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Add{});
+    case BinaryOp::kSub:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Sub{});
+    case BinaryOp::kMul:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Mul{});
+    case BinaryOp::kDiv:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Div{});
+    case BinaryOp::kPRelu:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, PRelu{});
+    case BinaryOp::kMax:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Max{});
+    case BinaryOp::kMin:
+      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Min{});
+  }
+}
+
 // A fused step (ops/activation.h UnaryStep) on y[0, n), in place: the unary ops a chain may hold.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void StepRow(const UnaryParams& p, float* y, int64_t n) {
   switch (p.op) {
@@ -448,6 +479,9 @@ struct BinaryPlan {
     return which;
   }
 
+  // Runs shorter than this are done a block of rows per call.
+  static constexpr int64_t kShortRun = 16;
+
   // Output runs [first, last) of `inner` elements each, starting at element `skip` of the first and `take` of each.
   void RunRows(BinaryOp op, const float* a, const float* b, float* y, int64_t first, int64_t last, int64_t skip,
                int64_t take) const {
@@ -462,9 +496,8 @@ struct BinaryPlan {
       oa += counter[d] * stride_a[d];
       ob += counter[d] * stride_b[d];
     }
-    for (int64_t row = first; row < last; ++row) {
-      BinaryRow(op, a + oa + skip * ia, ia, b + ob + skip * ib, ib, y + row * inner + skip, take);
-      for (int d = rank - 2; d >= 0; --d) {
+    auto next = [&](int from) {  // the next row, counting from dim `from` down
+      for (int d = from; d >= 0; --d) {
         if (++counter[d] < dims[d]) {
           oa += stride_a[d];
           ob += stride_b[d];
@@ -474,6 +507,23 @@ struct BinaryPlan {
         oa -= stride_a[d] * (dims[d] - 1);
         ob -= stride_b[d] * (dims[d] - 1);
       }
+    };
+    if (inner < kShortRun && rank >= 2) {  // rows along dim rank - 2 in one call (take == inner: short runs)
+      const int64_t span = dims[rank - 2], ra = stride_a[rank - 2], rb = stride_b[rank - 2];
+      for (int64_t row = first; row < last;) {
+        const int64_t m = std::min(last - row, span - counter[rank - 2]);
+        BinaryRows(op, a + oa, ia, ra, b + ob, ib, rb, y + row * inner, inner, m);
+        row += m;
+        counter[rank - 2] += m - 1;  // the last row of the block, then one more
+        oa += (m - 1) * ra;
+        ob += (m - 1) * rb;
+        next(rank - 2);
+      }
+      return;
+    }
+    for (int64_t row = first; row < last; ++row) {
+      BinaryRow(op, a + oa + skip * ia, ia, b + ob + skip * ib, ib, y + row * inner + skip, take);
+      next(rank - 2);
     }
   }
 };

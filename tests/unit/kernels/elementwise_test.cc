@@ -138,27 +138,30 @@ TEST(ElementwiseF32, BinaryBroadcastsMatchReference) {
     Shape a, b;
   };
   const Case cases[] = {
-      {{2, 3, 5, 7}, {2, 3, 5, 7}},        // same shape
+      {{2, 3, 5, 7}, {2, 3, 5, 7}},            // same shape
       {{1, 32, 112, 112}, {1, 32, 112, 112}},  // same shape, threaded
-      {{2, 3, 5, 7}, {}},                  // scalar
-      {{}, {2, 3, 5, 7}},                  // scalar first
-      {{1, 16, 56, 56}, {1}},              // one-element tensor
-      {{1, 32, 56, 56}, {1, 32, 1, 1}},    // per channel, NCHW (Keras BN as Mul/Add)
-      {{8, 32, 28, 28}, {32, 1, 1}},       // per channel, NCHW, batch 8, threaded
-      {{1, 56, 56, 24}, {24}},             // per channel, NHWC (tf2onnx's [C] constants)
-      {{8, 28, 28, 96}, {1, 1, 1, 96}},    // per channel, NHWC, threaded
-      {{24}, {1, 56, 56, 24}},             // per channel first
-      {{1, 96, 14, 14}, {1, 96, 1, 1}},    // squeeze-excite gate, NCHW
-      {{1, 14, 14, 96}, {1, 1, 1, 96}},    // squeeze-excite gate, NHWC view
-      {{2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast (outer product)
-      {{4, 1, 100000}, {4, 3, 1}},         // long runs against a per-row value, threaded in pieces
-      {{3, 197, 768}, {768}},              // transformer bias
-      {{1, 224, 224, 3}, {3}},             // NHWC image and per-channel mean (Keras Normalization): widened runs
-      {{3}, {8, 224, 224, 3}},             // the same, pattern first, threaded
-      {{1, 7, 11, 5}, {1, 1, 1, 5}},       // 77 pixels (prime factors only 7 and 11) of 5 channels
-      {{2, 30, 3}, {2, 1, 3}},             // a pattern per batch index: not widened
-      {{1, 1, 1, 1}, {1, 1, 1, 1}},        // one element
-      {{0, 3}, {3}},                       // empty
+      {{2, 3, 5, 7}, {}},                      // scalar
+      {{}, {2, 3, 5, 7}},                      // scalar first
+      {{1, 16, 56, 56}, {1}},                  // one-element tensor
+      {{1, 32, 56, 56}, {1, 32, 1, 1}},        // per channel, NCHW (Keras BN as Mul/Add)
+      {{8, 32, 28, 28}, {32, 1, 1}},           // per channel, NCHW, batch 8, threaded
+      {{1, 56, 56, 24}, {24}},                 // per channel, NHWC (tf2onnx's [C] constants)
+      {{8, 28, 28, 96}, {1, 1, 1, 96}},        // per channel, NHWC, threaded
+      {{24}, {1, 56, 56, 24}},                 // per channel first
+      {{1, 96, 14, 14}, {1, 96, 1, 1}},        // squeeze-excite gate, NCHW
+      {{1, 14, 14, 96}, {1, 1, 1, 96}},        // squeeze-excite gate, NHWC view
+      {{2, 1, 5, 1}, {1, 3, 1, 7}},            // both broadcast (outer product)
+      {{4, 1, 100000}, {4, 3, 1}},             // long runs against a per-row value, threaded in pieces
+      {{3, 197, 768}, {768}},                  // transformer bias
+      {{1, 224, 224, 3}, {3}},                 // NHWC image and per-channel mean (Keras Normalization): widened runs
+      {{3}, {8, 224, 224, 3}},                 // the same, pattern first, threaded
+      {{1, 7, 11, 5}, {1, 1, 1, 5}},           // 77 pixels (prime factors only 7 and 11) of 5 channels
+      {{2, 30, 3}, {2, 1, 3}},                 // a pattern per batch index: not widened
+      {{320, 1, 1, 2}, {1, 7, 7, 2}},          // RAFT's sampling grids: runs of 2, a block of rows per call
+      {{1000, 1, 1, 3}, {1, 7, 9, 3}},         // the same, threaded, units ending inside a block of 63 rows
+      {{5, 4, 1, 6}, {5, 1, 3, 1}},            // short runs of one value against contiguous runs
+      {{1, 1, 1, 1}, {1, 1, 1, 1}},            // one element
+      {{0, 3}, {3}},                           // empty
   };
   for (const char* op : {"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min"}) {
     for (const Case& c : cases) {

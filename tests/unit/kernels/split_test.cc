@@ -70,7 +70,7 @@ TEST(ConcatPlain, UnequalPartsOfOneImageAreSharedAmongThreads) {
 TEST(ConcatPlain, ManyRowsSmallAndEmptyParts) {
   ExpectConcat({RandomTensor({300, 5, 7}, 11), RandomTensor({300, 0, 7}, 12), RandomTensor({300, 50, 7}, 13)}, 1);
   ExpectConcat({RandomTensor({4, 3}, 14), RandomTensor({4, 1}, 15)}, -1);  // small: one thread
-  std::vector<Tensor> many;  // 150 parts of 1-3 floats over 400 rows: each thread's share walks part after part
+  std::vector<Tensor> many;  // 150 parts of 1-3 floats over 400 rows: small parts, in parallel
   for (uint32_t i = 0; i < 150; ++i) many.push_back(RandomTensor({400, 1 + i % 3}, 100 + i));
   ExpectConcat(many, 1);
   Tensor a(DType::kI64, {2, 2}), b(DType::kI64, {1, 2});
@@ -78,6 +78,19 @@ TEST(ConcatPlain, ManyRowsSmallAndEmptyParts) {
   b.data<int64_t>()[0] = 40;
   b.data<int64_t>()[1] = 41;
   ExpectConcat({a, b}, 0);
+}
+
+TEST(SplitPlain, CoordinatePairsAsRaftSplitsAndJoinsThem) {
+  // Parts of one float per row (fixed-size copies, not a memcpy call each): RAFT's [.., 2] sampling grids taken
+  // apart into x and y and put back together, one thread and in parallel (4 MiB).
+  ExpectSplit(RandomTensor({320, 7, 7, 2}, 20), 3, {1, 1});
+  ExpectConcat({RandomTensor({320, 7, 7, 1}, 21), RandomTensor({320, 7, 7, 1}, 22)}, 3);
+  ExpectSplit(RandomTensor({4096, 128, 2}, 23), -1, {1, 1});
+  ExpectConcat({RandomTensor({4096, 128, 1}, 24), RandomTensor({4096, 128, 3}, 25), RandomTensor({4096, 128, 0}, 26)},
+               2);
+  Tensor bytes(DType::kU8, {70000, 5});  // parts of 3 and 2 bytes: the copy of any other size
+  for (int64_t i = 0; i < bytes.numel(); ++i) bytes.data<uint8_t>()[i] = static_cast<uint8_t>(i * 13);
+  ExpectSplit(bytes, 1, {3, 2});
 }
 
 }  // namespace
