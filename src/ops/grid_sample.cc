@@ -127,6 +127,8 @@ GridSampleParams ReadGridSample(const Node& node, int64_t height, int64_t width)
 }
 
 int GridTaps(const GridSampleParams& p, float gx, float gy, int64_t offset[kMaxGridTaps], float weight[kMaxGridTaps]) {
+  if (p.mode == GridSampleParams::kLinear && p.padding == GridSampleParams::kZeros)
+    return LinearZerosTaps(p, gx, gy, offset, weight);
   if (std::isnan(gx) || std::isnan(gy)) return -1;
   const Axis ax{p, p.width}, ay{p, p.height};
   const double fx = ax.Coordinate(gx), fy = ay.Coordinate(gy);

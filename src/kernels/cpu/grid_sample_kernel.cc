@@ -25,6 +25,7 @@ class GridSampleKernel final : public Kernel {
     const int64_t batch = x.dim(0), channels = x.dim(1), h = x.dim(2), w = x.dim(3);
     const int64_t rows = grid.dim(1), cols = grid.dim(2), plane = h * w, points = rows * cols;
     const GridSampleParams p = ReadGridSample(ctx.node, h, w);
+    const bool linear_zeros = p.mode == GridSampleParams::kLinear && p.padding == GridSampleParams::kZeros;
     const float* xd = x.data<float>();
     const float* gd = grid.data<float>();
     float* yd = y.data<float>();
@@ -38,7 +39,8 @@ class GridSampleKernel final : public Kernel {
       float weight[kMaxGridTaps];
       for (int64_t i = (nr % rows) * cols, end = i + cols; i < end; ++i) {
         const float* g = gd + (n * points + i) * 2;
-        const int taps = GridTaps(p, g[0], g[1], offset, weight);
+        const int taps =
+            linear_zeros ? LinearZerosTaps(p, g[0], g[1], offset, weight) : GridTaps(p, g[0], g[1], offset, weight);
         const float* in = xd + n * channels * plane;
         float* out = yd + n * channels * points + i;
         for (int64_t c = 0; c < channels; ++c, in += plane, out += points) {
