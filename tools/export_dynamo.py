@@ -36,6 +36,9 @@ EXTRA = {
     "vgg11_bn": ({}, 224), "swin_t": ({}, 224), "swin_v2_t": ({}, 256), "maxvit_t": ({}, 224),
     "deeplabv3_mobilenet_v3_large": ({"weights_backbone": None, "aux_loss": False}, 320),
     "lraspp_mobilenet_v3_large": ({"weights_backbone": None}, 320),
+    # Optical flow (GridSample, a convolutional GRU, coordinate grids split and joined): the two 256 x 128 frames side
+    # by side in one 256 x 256 input; the output is the last refinement's flow.
+    "raft_small": ({}, 256),
 }
 # timm architecture -> input size (its pretrained configuration's); exported as "timm-<architecture>".
 TIMM = {
@@ -68,6 +71,18 @@ def build(name):
         model = timm.create_model(name[len("timm-"):], pretrained=False).eval()
         mtm._make_parameters_realistic(model, name)
         return model
+    if name == "raft_small":
+        class Flow(torch.nn.Module):  # one input, the two frames side by side; the final flow out
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                half = x.shape[-1] // 2
+                return self.inner(x[..., :half], x[..., half:], num_flow_updates=6)[-1]
+        model = Flow(torchvision.models.optical_flow.raft_small(weights=None, **kwargs))
+        mtm._make_parameters_realistic(model, name)
+        return model
     ctor = getattr(torchvision.models, name, None) or getattr(torchvision.models.segmentation, name)
     model = ctor(weights=None, **kwargs)
     if ctor.__module__.startswith("torchvision.models.segmentation"):
@@ -95,7 +110,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    mtm.MODELS.update(EXTRA)  # make_test_models' inputs and calibration read the input size from there
+    mtm.SPECS.update(EXTRA)  # make_test_models' inputs and calibration read the input size from there
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in args.only or list(MODELS):
