@@ -282,20 +282,32 @@ template <class F>
   }
 }
 
+// g(functor of op): the one mapping from a BinaryOp to its functor, for the row functions below.
+template <class G>
+[[gnu::always_inline]] inline void WithBinaryOp(BinaryOp op, G g) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return g(Add{});
+    case BinaryOp::kSub:
+      return g(Sub{});
+    case BinaryOp::kMul:
+      return g(Mul{});
+    case BinaryOp::kDiv:
+      return g(Div{});
+    case BinaryOp::kPRelu:
+      return g(PRelu{});
+    case BinaryOp::kMax:
+      return g(Max{});
+    case BinaryOp::kMin:
+      return g(Min{});
+  }
+}
+
 __attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRow(BinaryOp op, const float* a, int64_t sa,
                                                                               const float* b, int64_t sb, float* y,
                                                                               int64_t n) {
-  switch (op) {
-    case BinaryOp::kAdd: return BinaryRowOf(a, sa, b, sb, y, n, Add{});
-    case BinaryOp::kSub: return BinaryRowOf(a, sa, b, sb, y, n, Sub{});
-    case BinaryOp::kMul: return BinaryRowOf(a, sa, b, sb, y, n, Mul{});
-    case BinaryOp::kDiv: return BinaryRowOf(a, sa, b, sb, y, n, Div{});
-    case BinaryOp::kPRelu: return BinaryRowOf(a, sa, b, sb, y, n, PRelu{});
-    case BinaryOp::kMax:
-      return BinaryRowOf(a, sa, b, sb, y, n, Max{});
-    case BinaryOp::kMin:
-      return BinaryRowOf(a, sa, b, sb, y, n, Min{});
-  }
+  WithBinaryOp(
+      op, [&](auto f) __attribute__((always_inline)) { BinaryRowOf(a, sa, b, sb, y, n, f); });
 }
 
 template <class F>
@@ -317,22 +329,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BinaryRows(Bin
                                                                              int64_t ra, const float* b, int64_t sb,
                                                                              int64_t rb, float* y, int64_t n,
                                                                              int64_t m) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Add{});
-    case BinaryOp::kSub:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Sub{});
-    case BinaryOp::kMul:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Mul{});
-    case BinaryOp::kDiv:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Div{});
-    case BinaryOp::kPRelu:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, PRelu{});
-    case BinaryOp::kMax:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Max{});
-    case BinaryOp::kMin:
-      return BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, Min{});
-  }
+  WithBinaryOp(
+      op, [&](auto f) __attribute__((always_inline)) { BinaryRowsOf(a, sa, ra, b, sb, rb, y, n, m, f); });
 }
 
 // A fused step (ops/activation.h UnaryStep) on y[0, n), in place: the unary ops a chain may hold.
