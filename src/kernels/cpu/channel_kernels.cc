@@ -136,6 +136,7 @@ class PlainBlocks final : public Kernel {
         size_t at = 0;
         for (int64_t i = 0; i < k; ++i) {
           const size_t p = part_bytes_[i], row = row_bytes_;
+          if (p == 0) continue;
           if (split_)
             CopyRuns(
                 static_cast<int64_t>(p), o1 - o0, [&](int64_t o) { return whole_in + (o0 + o) * row + at; },
