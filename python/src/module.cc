@@ -646,6 +646,11 @@ NB_MODULE(_osprey, m) {
   m.def("decode", &Decode, "source"_a, "channels"_a = 3, "min_size"_a = nb::none(), "max_pixels"_a = 0);
   m.def("cli_main", &CliMain, "args"_a);
   m.def("default_threads", &osprey::DefaultNumThreads);
+  m.def("cuda_devices", [] {  // GPUs this build can run on: 0 without CUDA, a driver or a device
+    osprey::InitDevices();
+    osprey::DeviceBackend* cuda = osprey::GetDeviceBackend(osprey::Device::kCuda);
+    return cuda ? cuda->DeviceCount() : 0;
+  });
   // Host bytes in osprey's buffers now / at most since reset_peak (tests check that inputs are not copied).
   m.def("host_bytes_live", [] { return osprey::Allocator::Host().BytesLive(); });
   m.def("host_bytes_peak", [] { return osprey::Allocator::Host().BytesPeak(); });
