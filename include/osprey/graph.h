@@ -80,10 +80,19 @@ struct ValueInfo {
   std::string ShapeString() const;  // "[N, 3, 224, 224]" / "[?]"
 };
 
+/// What an ONNX file says about its model (ModelProto's fields; empty for graphs built in code). Not part of the
+/// fingerprint: it changes nothing the model computes.
+struct ModelMetadata {
+  std::string producer_name, producer_version, domain, description, graph_description;
+  int64_t version = 0;
+  std::vector<std::pair<std::string, std::string>> properties;  // metadata_props, in file order
+};
+
 /// The IR. Nodes are kept in topological order (Validate() checks). Values are numbered 0..num_values-1.
 struct Graph {
   std::string name;
   int opset = 17;
+  ModelMetadata metadata;
   std::vector<std::string> value_names;  // indexed by value id
   std::vector<Node> nodes;
   std::vector<int> inputs;                     // graph input value ids (not constants)

@@ -106,6 +106,11 @@ class Model:
         (host: arenas, plan-private constants, the heap its plans' objects keep, measured at each plan's first run) and device_bytes (GPU: device arenas, weights' device copies)."""
         return dict(self._model.memory())
 
+    def metadata(self) -> Dict[str, Any]:
+        """What the ONNX file says about the model: producer_name, producer_version, graph_name, graph_description,
+        domain, description, version, and custom_metadata_map (its metadata_props: {key: value})."""
+        return dict(self._model.metadata())
+
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}: {i.dtype}{list(i.shape) if i.shape is not None else '[?]'}" for i in self.inputs)
         return f"osprey.Model({self._model.path or '<bytes>'!s}; inputs {ins})"

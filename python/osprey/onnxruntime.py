@@ -103,17 +103,18 @@ class NodeArg:
 
 
 class ModelMetadata:
-    """What `InferenceSession.get_modelmeta()` returns; osprey reads no metadata from the file, so the fields are
-    empty."""
+    """What `InferenceSession.get_modelmeta()` returns: the ONNX file's producer_name, graph_name,
+    graph_description, domain, description, version and custom_metadata_map (its metadata_props; PaddleOCR's
+    recognisers keep their character list there)."""
 
-    def __init__(self) -> None:
-        self.producer_name = ""
-        self.graph_name = ""
-        self.graph_description = ""
-        self.domain = ""
-        self.description = ""
-        self.version = 0
-        self.custom_metadata_map: Dict[str, str] = {}
+    def __init__(self, fields: Dict[str, Any]) -> None:
+        self.producer_name: str = fields["producer_name"]
+        self.graph_name: str = fields["graph_name"]
+        self.graph_description: str = fields["graph_description"]
+        self.domain: str = fields["domain"]
+        self.description: str = fields["description"]
+        self.version: int = fields["version"]
+        self.custom_metadata_map: Dict[str, str] = dict(fields["custom_metadata_map"])
 
 
 def get_available_providers() -> List[str]:
@@ -186,7 +187,7 @@ class InferenceSession:
         return self._options
 
     def get_modelmeta(self) -> ModelMetadata:
-        return ModelMetadata()
+        return ModelMetadata(self._model.metadata())
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, Any],
             run_options: Optional[RunOptions] = None) -> List[Any]:

@@ -333,6 +333,23 @@ class PyModel {
     return d;
   }
 
+  // The ONNX file's own description of the model (ONNX Runtime's ModelMetadata fields).
+  nb::dict Metadata() const {
+    const Graph& g = model_->graph();
+    const ModelMetadata& m = g.metadata;
+    nb::dict d, custom;
+    d["producer_name"] = m.producer_name;
+    d["producer_version"] = m.producer_version;
+    d["graph_name"] = g.name;
+    d["graph_description"] = m.graph_description;
+    d["domain"] = m.domain;
+    d["description"] = m.description;
+    d["version"] = m.version;
+    for (const auto& [key, value] : m.properties) custom[nb::str(key.c_str(), key.size())] = value;
+    d["custom_metadata_map"] = custom;
+    return d;
+  }
+
   const std::string& path() const { return path_; }
 
   // `del model` gives the memory back: the model's weights and plans go with it, then GiveMemoryBack. Not for a small
@@ -628,6 +645,7 @@ NB_MODULE(_osprey, m) {
       .def("infos", &PyModel::Infos, "outputs"_a)
       .def("inspect", &PyModel::Inspect)
       .def("memory", &PyModel::Memory)
+      .def("metadata", &PyModel::Metadata)
       .def_prop_ro("path", &PyModel::path);
 
   nb::class_<PyClassifier>(m, "Classifier")

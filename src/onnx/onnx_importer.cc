@@ -496,7 +496,17 @@ Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const On
                   const std::vector<onnx_wire::RawSpan>* raw_spans = nullptr) {
   if (!model.has_graph()) Bad("ONNX model has no graph");
   std::vector<std::string> problems;
-  return Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems, raw_spans).Import();
+  Graph graph =
+      Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems, raw_spans).Import();
+  ModelMetadata& m = graph.metadata;
+  m.producer_name = model.producer_name();
+  m.producer_version = model.producer_version();
+  m.domain = model.domain();
+  m.description = model.doc_string();
+  m.graph_description = model.graph().doc_string();
+  m.version = model.model_version();
+  for (const auto& p : model.metadata_props()) m.properties.emplace_back(p.key(), p.value());
+  return graph;
 }
 
 void ParseModelProto(const void* data, size_t size, const std::string& source, onnx::ModelProto* model) {

@@ -94,6 +94,25 @@ def test_session_options_are_accepted_as_onnxruntime_code_sets_them():
     session = ort.InferenceSession(onnx_models.add_one(), sess_options=options)
     assert session.get_session_options() is options
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    assert session.get_overridable_initializers() == [] and session.get_modelmeta().custom_metadata_map == {}
+    assert session.get_overridable_initializers() == []
     (y,) = session.run(None, {"x": np.full((2, 4), 2, np.float32)})
     np.testing.assert_array_equal(y, np.full((2, 4), 3, np.float32))
+
+
+def test_model_metadata_as_onnxruntime_reads_it():
+    """PaddleOCR's recognisers keep their character list in metadata_props; RapidOCR reads it through
+    get_modelmeta().custom_metadata_map."""
+    import onnx
+    model = onnx.load_from_string(onnx_models.add_one())
+    model.producer_name, model.producer_version, model.domain = "paddle2onnx", "1.2.3", "ai.test"
+    model.doc_string, model.model_version, model.graph.doc_string = "a model", 7, "its graph"
+    for key, value in [("character", "a\nb\nc\n\u00e9\n\u4e2d"), ("shape", "[3, 48, 320]"), ("empty", "")]:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    ours, theirs = both(model.SerializeToString())
+    mine, want = ours.get_modelmeta(), theirs.get_modelmeta()
+    for field in ("producer_name", "graph_name", "graph_description", "domain", "description", "version",
+                  "custom_metadata_map"):
+        assert getattr(mine, field) == getattr(want, field), field
+    assert mine.custom_metadata_map["character"].split("\n")[-1] == "\u4e2d"
+    assert osprey.Model(onnx_models.add_one()).metadata()["custom_metadata_map"] == {}

@@ -88,8 +88,12 @@ TEST(PromoteHalf, AttributesAndSubgraphs) {
   Graph g = b.Finish();
   ASSERT_TRUE(PromoteHalfFloats(g));
   for (const Node& n : g.nodes) {
-    if (n.op_type == "Cast") EXPECT_EQ(n.attrs.at("to").i, 1);
-    if (n.op_type == "ConstantOfShape") EXPECT_EQ(n.attrs.at("value").t.dtype(), DType::kF32);
+    if (n.op_type == "Cast") {
+      EXPECT_EQ(n.attrs.at("to").i, 1);
+    }
+    if (n.op_type == "ConstantOfShape") {
+      EXPECT_EQ(n.attrs.at("value").t.dtype(), DType::kF32);
+    }
     if (n.op_type == "If") {
       const Graph& then = *n.attrs.at("then_branch").g;
       EXPECT_EQ(then.output_infos[0].dtype, DType::kF32);
