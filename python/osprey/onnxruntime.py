@@ -12,7 +12,8 @@ What it covers (the calls inference code makes): `InferenceSession` (a path or t
 `get_session_options`, `get_modelmeta`, `run`, `set_providers`), `SessionOptions` (`intra_op_num_threads` is used; the
 other fields are accepted and do not change anything: osprey always optimises the graph fully and runs its nodes in
 order), `RunOptions` (accepted), `GraphOptimizationLevel`, `ExecutionMode`, `get_available_providers`, `get_device`.
-Errors are osprey's (`osprey.InvalidArgument`, a `ValueError`, ...), with ONNX Runtime's wording where inputs or
+Packages you do not edit: `osprey.onnxruntime.install()` before importing them makes their `import onnxruntime` give
+this module. Errors are osprey's (`osprey.InvalidArgument`, a `ValueError`, ...), with ONNX Runtime's wording where inputs or
 outputs are named wrongly. Not covered: OrtValue and IO binding, training, custom op libraries, profiling.
 
 Providers: "CUDAExecutionProvider" runs on the GPU where this osprey was built with CUDA and a GPU is present, else
@@ -22,10 +23,19 @@ warning, as ONNX Runtime skips a provider it was not built with.
 from __future__ import annotations
 
 import enum
+import sys
+import types
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import _osprey, InvalidArgument, Model, Unavailable, Unsupported, __version__  # noqa: F401
+import numpy as np
+
+from . import _osprey, InvalidArgument, Model, Unavailable, Unsupported
+from . import __version__ as osprey_version  # noqa: F401
+
+# The ONNX Runtime API this module follows, for packages that compare onnxruntime.__version__; osprey's own version is
+# osprey_version.
+__version__ = "1.20.0+osprey"
 
 _CPU = "CPUExecutionProvider"
 _CUDA = "CUDAExecutionProvider"
@@ -117,6 +127,22 @@ class ModelMetadata:
         self.custom_metadata_map: Dict[str, str] = dict(fields["custom_metadata_map"])
 
 
+def set_default_logger_severity(level: int) -> None:
+    """Accepted for compatibility (osprey's library code logs nothing)."""
+
+
+def set_default_logger_verbosity(level: int) -> None:
+    """Accepted for compatibility."""
+
+
+def disable_telemetry_events() -> None:
+    """Accepted for compatibility: osprey sends no telemetry."""
+
+
+def enable_telemetry_events() -> None:
+    """Accepted for compatibility: osprey sends no telemetry."""
+
+
 def get_available_providers() -> List[str]:
     """The providers osprey can run here: the CPU always, CUDA where it was built with CUDA and a GPU is present."""
     return [_CUDA, _CPU] if _osprey.cuda_devices() > 0 else [_CPU]
@@ -200,7 +226,12 @@ class InferenceSession:
         missing = sorted(inputs - set(input_feed))
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({sorted(input_feed)}).")
-        outputs = self._model.run(dict(input_feed))
+        # A list or a Python number takes the input's dtype, as ONNX Runtime converts them (Magika feeds lists of
+        # ints to an int32 input); an array keeps its own, and a wrong one is refused.
+        dtypes = {i.name: i.dtype for i in self._model.inputs}
+        feeds = {name: value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtypes[name])
+                 for name, value in input_feed.items()}
+        outputs = self._model.run(feeds)
         if not output_names:
             return list(outputs.values())
         for name in output_names:
@@ -210,3 +241,20 @@ class InferenceSession:
 
     def end_profiling(self) -> str:
         return ""  # osprey's per-node times: `osprey bench --profile MODEL`
+
+
+# `from onnxruntime.capi import _pybind_state as C` (NudeNet and others reach for it): the same functions there.
+capi = types.ModuleType(__name__ + ".capi")
+capi._pybind_state = types.ModuleType(__name__ + ".capi._pybind_state")
+for _name in ("get_available_providers", "get_device", "set_default_logger_severity", "disable_telemetry_events",
+              "enable_telemetry_events", "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode"):
+    setattr(capi._pybind_state, _name, globals()[_name])
+
+
+def install() -> None:
+    """Makes `import onnxruntime` give this module, for packages written for ONNX Runtime that you do not edit
+    (RapidOCR, NudeNet, Magika, ...): call it before importing them. `onnxruntime.capi._pybind_state` is answered
+    too."""
+    sys.modules["onnxruntime"] = sys.modules[__name__]
+    sys.modules["onnxruntime.capi"] = capi
+    sys.modules["onnxruntime.capi._pybind_state"] = capi._pybind_state

@@ -1,5 +1,8 @@
 """osprey.onnxruntime: ONNX Runtime's session API on osprey, checked against onnxruntime itself (same calls, same
 models, compared results, metadata and refusals)."""
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -116,3 +119,30 @@ def test_model_metadata_as_onnxruntime_reads_it():
         assert getattr(mine, field) == getattr(want, field), field
     assert mine.custom_metadata_map["character"].split("\n")[-1] == "\u4e2d"
     assert osprey.Model(onnx_models.add_one()).metadata()["custom_metadata_map"] == {}
+
+
+def test_lists_take_the_inputs_dtype_as_onnxruntime_converts_them():
+    ours, theirs = both(onnx_models.two_inputs())
+    feeds = {"a": [[0.5, 1, 2], [3, 4, 5]], "b": [[1, 2, 3], [4, 5, 6]]}  # Python lists: float32 and int64 inputs
+    for g, w in zip(ours.run(None, feeds), theirs.run(None, feeds)):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(ValueError, match="int64"):  # an array of another dtype is refused, as ONNX Runtime refuses it
+        ours.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)})
+
+
+def test_install_answers_import_onnxruntime_for_packages_you_do_not_edit():
+    script = """
+import osprey.onnxruntime as shim
+shim.install()
+import onnxruntime
+from onnxruntime.capi import _pybind_state as C
+assert onnxruntime is shim and C.get_available_providers()[-1] == "CPUExecutionProvider"
+onnxruntime.disable_telemetry_events()
+onnxruntime.set_default_logger_severity(3)
+from packaging.version import Version
+assert Version(onnxruntime.__version__) >= Version("1.16")
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
