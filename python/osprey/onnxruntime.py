@@ -12,9 +12,10 @@ What it covers (the calls inference code makes): `InferenceSession` (a path or t
 `get_session_options`, `get_modelmeta`, `run`, `set_providers`), `SessionOptions` (`intra_op_num_threads` is used; the
 other fields are accepted and do not change anything: osprey always optimises the graph fully and runs its nodes in
 order), `RunOptions` (accepted), `GraphOptimizationLevel`, `ExecutionMode`, `get_available_providers`, `get_device`.
-Packages you do not edit: `osprey.onnxruntime.install()` before importing them makes their `import onnxruntime` give
-this module. Errors are osprey's (`osprey.InvalidArgument`, a `ValueError`, ...), with ONNX Runtime's wording where inputs or
-outputs are named wrongly. Not covered: OrtValue and IO binding, training, custom op libraries, profiling.
+Packages you do not edit: `osprey.onnxruntime.install()` before importing them makes their `import onnxruntime`
+give this module. Errors are osprey's (`osprey.InvalidArgument`, a `ValueError`, ...), with ONNX Runtime's wording
+where inputs or outputs are named wrongly. Not covered: OrtValue and IO binding, training, custom op libraries,
+profiling.
 
 Providers: "CUDAExecutionProvider" runs on the GPU where this osprey was built with CUDA and a GPU is present, else
 (as ONNX Runtime does) on the CPU with a warning; "CPUExecutionProvider" on the CPU; any other provider is skipped with a
