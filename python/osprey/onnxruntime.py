@@ -18,8 +18,8 @@ where inputs or outputs are named wrongly. Not covered: OrtValue and IO binding,
 profiling.
 
 Providers: "CUDAExecutionProvider" runs on the GPU where this osprey was built with CUDA and a GPU is present, else
-(as ONNX Runtime does) on the CPU with a warning; "CPUExecutionProvider" on the CPU; any other provider is skipped with a
-warning, as ONNX Runtime skips a provider it was not built with.
+(as ONNX Runtime does) on the CPU with a warning; "CPUExecutionProvider" on the CPU; any other provider is skipped
+with a warning, as ONNX Runtime skips a provider it was not built with.
 """
 from __future__ import annotations
 
