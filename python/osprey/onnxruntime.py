@@ -169,8 +169,6 @@ class InferenceSession:
                  **kwargs: Any) -> None:
         self._options = sess_options if sess_options is not None else SessionOptions()
         self._source = path_or_bytes
-        self._model: Optional[Model] = None
-        self._providers: List[str] = []
         self.set_providers(providers, provider_options)
 
     def set_providers(self, providers: Optional[Sequence[Any]] = None,
@@ -183,17 +181,18 @@ class InferenceSession:
         for name in _provider_names(providers):
             if name == _CUDA:
                 try:
-                    self._model = Model(source, threads=threads, device="cuda")
-                    self._providers = [_CUDA, _CPU]
-                    return
+                    return self._use(Model(source, threads=threads, device="cuda"), [_CUDA, _CPU])
                 except (Unsupported, Unavailable) as e:
                     warnings.warn(f"osprey: CUDAExecutionProvider is not available here ({e}); running on the CPU",
                                   RuntimeWarning, stacklevel=3)
             elif name != _CPU:
                 warnings.warn(f"osprey: {name} is not an osprey provider; skipped (available: "
                               f"{', '.join(get_available_providers())})", RuntimeWarning, stacklevel=3)
-        self._model = Model(source, threads=threads, device="cpu")
-        self._providers = [_CPU]
+        self._use(Model(source, threads=threads, device="cpu"), [_CPU])
+
+    def _use(self, model: Model, providers: List[str]) -> None:
+        self._model, self._providers = model, providers
+        self._input_dtypes = {i.name: i.dtype for i in model.inputs}  # read once: `run` checks names against them
 
     def get_inputs(self) -> List[NodeArg]:
         return [NodeArg(*i) for i in self._model.inputs]
@@ -220,16 +219,15 @@ class InferenceSession:
             run_options: Optional[RunOptions] = None) -> List[Any]:
         """Runs the model: a list of NumPy arrays, one per name of `output_names` (all outputs, in the model's order,
         when it is None or empty)."""
-        inputs = {i.name for i in self._model.inputs}
-        for name in input_feed:
-            if name not in inputs:
-                raise InvalidArgument(f"Invalid input name: {name} (the model's inputs: {', '.join(sorted(inputs))})")
-        missing = sorted(inputs - set(input_feed))
-        if missing:
+        dtypes = self._input_dtypes
+        if input_feed.keys() != dtypes.keys():
+            for name in input_feed:
+                if name not in dtypes:
+                    raise InvalidArgument(f"Invalid input name: {name} (the model's inputs: {', '.join(dtypes)})")
+            missing = sorted(dtypes.keys() - input_feed.keys())
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({sorted(input_feed)}).")
         # A list or a Python number takes the input's dtype, as ONNX Runtime converts them (Magika feeds lists of
         # ints to an int32 input); an array keeps its own, and a wrong one is refused.
-        dtypes = {i.name: i.dtype for i in self._model.inputs}
         feeds = {name: value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtypes[name])
                  for name, value in input_feed.items()}
         outputs = self._model.run(feeds)
