@@ -29,8 +29,6 @@ import types
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-import numpy as np
-
 from . import _osprey, InvalidArgument, Model, Unavailable, Unsupported
 from . import __version__ as osprey_version  # noqa: F401
 
@@ -227,10 +225,8 @@ class InferenceSession:
             missing = sorted(dtypes.keys() - input_feed.keys())
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({sorted(input_feed)}).")
         # A list or a Python number takes the input's dtype, as ONNX Runtime converts them (Magika feeds lists of
-        # ints to an int32 input); an array keeps its own, and a wrong one is refused.
-        feeds = {name: value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dtypes[name])
-                 for name, value in input_feed.items()}
-        outputs = self._model.run(feeds)
+        # ints to an int32 input): Model.run does that.
+        outputs = self._model.run(input_feed if isinstance(input_feed, dict) else dict(input_feed))
         if not output_names:
             return list(outputs.values())
         for name in output_names:

@@ -148,9 +148,18 @@ DType DTypeFromDlpack(nb::dlpack::dtype t, std::string_view what) {
     if (code == C::Int && t.bits == 64) return DType::kI64;
     if (code == C::Bool && t.bits == 8) return DType::kBool;
   }
+  const char* kind = code == C::Float     ? "float"
+                     : code == C::Int     ? "int"
+                     : code == C::UInt    ? "uint"
+                     : code == C::Bool    ? "bool"
+                     : code == C::Complex ? "complex"
+                                          : nullptr;
+  const std::string name =
+      kind ? kind + std::to_string(t.bits) : "code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits";
   throw Error(ErrorCode::kInvalidArgument,
-              std::string(what) + ": arrays of this dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
-                  " bits) are not supported; use float32, float16, int8, uint8, int32, int64 or bool");
+              std::string(what) + ": " + name + (t.lanes == 1 ? "" : " x" + std::to_string(t.lanes)) +
+                  " arrays are not supported; convert it (x.astype(...)) to float32, float16, int8, uint8, int32, "
+                  "int64 or bool, whichever the model's input is");
 }
 
 nb::dlpack::dtype DlpackFromDType(DType d) {
@@ -170,11 +179,15 @@ nb::dlpack::dtype DlpackFromDType(DType d) {
 }
 
 /// Any array-like -> a C-contiguous CPU ndarray (the same memory when it already is one; else NumPy converts it).
-InArray AsArray(nb::handle obj, const std::string& what) {
+/// Something without a dtype of its own (a list, a Python number) becomes `untyped_as` when given (a model input's
+/// dtype, as ONNX Runtime converts lists); an array keeps its dtype.
+InArray AsArray(nb::handle obj, const std::string& what, const char* untyped_as = nullptr) {
   InArray a;
   if (nb::try_cast(obj, a, /*convert=*/true)) return a;
   nb::object np = nb::module_::import_("numpy");
-  nb::object converted = np.attr("ascontiguousarray")(obj);
+  nb::object converted = untyped_as && !nb::hasattr(obj, "dtype")
+                             ? np.attr("ascontiguousarray")(obj, "dtype"_a = untyped_as)
+                             : np.attr("ascontiguousarray")(obj);
   if (nb::try_cast(converted, a, true)) return a;
   throw Error(ErrorCode::kInvalidArgument, what + ": expected a NumPy array (or something numpy.asarray accepts), got " +
                                                std::string(nb::type_name(obj.type()).c_str()));
@@ -277,7 +290,11 @@ class PyModel {
     auto add = [&](const std::string& name, nb::handle value) {
       // The common case (a C-contiguous array) builds no message strings: this is the per-call overhead.
       InArray a;
-      if (!nb::try_cast(value, a, /*convert=*/true)) a = AsArray(value, "input \"" + name + "\"");
+      if (!nb::try_cast(value, a, /*convert=*/true)) {
+        const auto info = std::find_if(g.input_infos.begin(), g.input_infos.end(),
+                                       [&](const ValueInfo& i) { return i.name == name; });
+        a = AsArray(value, "input \"" + name + "\"", info != g.input_infos.end() ? DTypeName(info->dtype) : nullptr);
+      }
       keep.push_back(std::move(a));
       inputs[name] = BorrowTensor(keep.back(), name);  // the input's name starts any dtype error
     };

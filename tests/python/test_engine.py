@@ -68,6 +68,11 @@ def test_several_inputs_dtypes_and_bytes_source():
     big = np.zeros((2, 6), dtype=np.float32)
     big[:, ::2] = a
     np.testing.assert_array_equal(model.run(big[:, ::2], b.tolist())["s"], a + b)
+    # A list takes the input's dtype (float32 here, where NumPy alone would make float64), as ONNX Runtime converts
+    # lists; an array of another dtype is refused, naming it.
+    np.testing.assert_array_equal(model.run({"a": a.tolist(), "b": b})["p"], a * b)
+    with pytest.raises(osprey.InvalidArgument, match="float64 arrays are not supported"):
+        model.run({"a": a.astype(np.float64), "b": b})
 
 
 def test_input_read_in_place():
