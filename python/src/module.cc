@@ -293,7 +293,8 @@ class PyModel {
       if (!nb::try_cast(value, a, /*convert=*/true)) {
         const auto info = std::find_if(g.input_infos.begin(), g.input_infos.end(),
                                        [&](const ValueInfo& i) { return i.name == name; });
-        a = AsArray(value, "input \"" + name + "\"", info != g.input_infos.end() ? DTypeName(info->dtype) : nullptr);
+        a = AsArray(value, "input \"" + name + "\"",
+                    info != g.input_infos.end() && info->dtype != DType::kBF16 ? DTypeName(info->dtype) : nullptr);
       }
       keep.push_back(std::move(a));
       inputs[name] = BorrowTensor(keep.back(), name);  // the input's name starts any dtype error
