@@ -351,19 +351,23 @@ class PyModel {
     return d;
   }
 
-  // The ONNX file's own description of the model (ONNX Runtime's ModelMetadata fields).
+  // The ONNX file's own description of the model (ONNX Runtime's ModelMetadata fields). The file's strings are not
+  // checked for UTF-8 when parsed: invalid bytes read as U+FFFD.
   nb::dict Metadata() const {
     const Graph& g = model_->graph();
     const ModelMetadata& m = g.metadata;
+    auto text = [](const std::string& s) {
+      return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+    };
     nb::dict d, custom;
-    d["producer_name"] = m.producer_name;
-    d["producer_version"] = m.producer_version;
-    d["graph_name"] = g.name;
-    d["graph_description"] = m.graph_description;
-    d["domain"] = m.domain;
-    d["description"] = m.description;
+    d["producer_name"] = text(m.producer_name);
+    d["producer_version"] = text(m.producer_version);
+    d["graph_name"] = text(g.name);
+    d["graph_description"] = text(m.graph_description);
+    d["domain"] = text(m.domain);
+    d["description"] = text(m.description);
     d["version"] = m.version;
-    for (const auto& [key, value] : m.properties) custom[nb::str(key.c_str(), key.size())] = value;
+    for (const auto& [key, value] : m.properties) custom[text(key)] = text(value);
     d["custom_metadata_map"] = custom;
     return d;
   }

@@ -119,6 +119,9 @@ def test_model_metadata_as_onnxruntime_reads_it():
         assert getattr(mine, field) == getattr(want, field), field
     assert mine.custom_metadata_map["character"].split("\n")[-1] == "\u4e2d"
     assert osprey.Model(onnx_models.add_one()).metadata()["custom_metadata_map"] == {}
+    # Bytes that are not UTF-8 (the file is not checked when parsed) read as U+FFFD, not an exception.
+    bad = model.SerializeToString().replace(b"[3, 48, 320]", b"[3, \xff\xfe, 320]")
+    assert osprey.Model(bad).metadata()["custom_metadata_map"]["shape"] == "[3, \ufffd\ufffd, 320]"
 
 
 def test_lists_take_the_inputs_dtype_as_onnxruntime_converts_them():
