@@ -31,6 +31,9 @@ CHECK = textwrap.dedent("""
     model = osprey.Model(open(sys.argv[1], "rb").read())
     y = model.run(np.zeros((2, 4), np.float32))["y"]
     assert y.tolist() == [[1.0] * 4] * 2, y
+    import osprey.onnxruntime as ort  # the ONNX Runtime API, without onnxruntime installed
+    session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": [[0.0] * 4]})[0].tolist() == [[1.0] * 4]
     img = osprey.decode(sys.argv[2])
     assert img.dtype == np.uint8 and img.ndim == 3
     pipe = Pipeline.from_json(json.dumps({"type": "Compose", "transforms": [{"type": "HorizontalFlip", "p": 1}]}))
