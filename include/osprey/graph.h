@@ -80,8 +80,8 @@ struct ValueInfo {
   std::string ShapeString() const;  // "[N, 3, 224, 224]" / "[?]"
 };
 
-/// What an ONNX file says about its model (ModelProto's fields; empty for graphs built in code). Not part of the
-/// fingerprint: it changes nothing the model computes.
+/// What an ONNX file says about its model (ModelProto's fields). Not part of the fingerprint: it changes nothing the
+/// model computes.
 struct ModelMetadata {
   std::string producer_name, producer_version, domain, description, graph_description;
   int64_t version = 0;
@@ -92,7 +92,9 @@ struct ModelMetadata {
 struct Graph {
   std::string name;
   int opset = 17;
-  ModelMetadata metadata;
+  /// The file's metadata (null for graphs built in code); shared, so the copies the runtime makes of a graph (per
+  /// shape, per segment) do not copy a file's metadata_props, which may be as large as the file allows.
+  std::shared_ptr<const ModelMetadata> metadata;
   std::vector<std::string> value_names;  // indexed by value id
   std::vector<Node> nodes;
   std::vector<int> inputs;                     // graph input value ids (not constants)

@@ -355,9 +355,12 @@ class PyModel {
   // checked for UTF-8 when parsed: invalid bytes read as U+FFFD.
   nb::dict Metadata() const {
     const Graph& g = model_->graph();
-    const ModelMetadata& m = g.metadata;
+    const ModelMetadata none;
+    const ModelMetadata& m = g.metadata ? *g.metadata : none;
     auto text = [](const std::string& s) {
-      return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+      PyObject* str = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+      if (!str) throw nb::python_error();  // out of memory
+      return nb::steal<nb::str>(str);
     };
     nb::dict d, custom;
     d["producer_name"] = text(m.producer_name);

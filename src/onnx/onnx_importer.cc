@@ -498,7 +498,8 @@ Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const On
   std::vector<std::string> problems;
   Graph graph =
       Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems, raw_spans).Import();
-  ModelMetadata& m = graph.metadata;
+  auto metadata = std::make_shared<ModelMetadata>();
+  ModelMetadata& m = *metadata;
   m.producer_name = model.producer_name();
   m.producer_version = model.producer_version();
   m.domain = model.domain();
@@ -506,6 +507,7 @@ Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const On
   m.graph_description = model.graph().doc_string();
   m.version = model.model_version();
   for (const auto& p : model.metadata_props()) m.properties.emplace_back(p.key(), p.value());
+  graph.metadata = std::move(metadata);
   return graph;
 }
 

@@ -131,6 +131,30 @@ onnx::ModelProto AddReluModel(bool raw) {
   return m;
 }
 
+TEST(OnnxImport, ModelMetadataIsKeptAndSharedByCopies) {
+  onnx::ModelProto m = AddReluModel(true);
+  m.set_producer_name("paddle2onnx");
+  m.set_model_version(7);
+  m.set_doc_string("a model");
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"character", std::string(100000, 'x')}, {"shape", "[3, 48, 320]"}}) {
+    auto* p = m.add_metadata_props();
+    p->set_key(key);
+    p->set_value(value);
+  }
+  const Graph g = Parse(m);
+  ASSERT_TRUE(g.metadata);
+  EXPECT_EQ(g.metadata->producer_name, "paddle2onnx");
+  EXPECT_EQ(g.metadata->version, 7);
+  EXPECT_EQ(g.metadata->description, "a model");
+  ASSERT_EQ(g.metadata->properties.size(), 2u);
+  EXPECT_EQ(g.metadata->properties[0].second.size(), 100000u);
+  EXPECT_EQ(g.metadata->properties[1], (std::pair<std::string, std::string>{"shape", "[3, 48, 320]"}));
+  const Graph copy = g;  // the runtime copies graphs per shape and segment: the metadata is not copied with them
+  EXPECT_EQ(copy.metadata.get(), g.metadata.get());
+  EXPECT_EQ(copy.Fingerprint(), Parse(AddReluModel(true)).Fingerprint());  // not part of the fingerprint
+}
+
 TEST(OnnxImport, InitializerEncodingsAgree) {
   onnx::ModelProto m = AddReluModel(true);
   auto* g = m.mutable_graph();
