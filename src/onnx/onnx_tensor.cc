@@ -1,15 +1,17 @@
 // ONNX TensorProto -> osprey Tensor, for initializers, tensor attributes and the conformance .pb files.
 #include <onnx/onnx_pb.h>
 
+#include <bit>
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string_view>
 
 #include "core/memory_advice.h"
-
 #include "osprey/onnx.h"
 
 namespace osprey {
@@ -25,6 +27,7 @@ std::string OnnxDTypeName(int onnx_type) {
 DType DTypeFromOnnx(int onnx_type) {
   switch (onnx_type) {
     case onnx::TensorProto_DataType_FLOAT:
+    case onnx::TensorProto_DataType_DOUBLE:  // computed as float32 (TensorFromProto converts the values)
       return DType::kF32;
     case onnx::TensorProto_DataType_FLOAT16:
       return DType::kF16;
@@ -45,7 +48,7 @@ DType DTypeFromOnnx(int onnx_type) {
   }
   throw Error(ErrorCode::kUnsupported, "ONNX element type " + OnnxDTypeName(onnx_type) +
                                            " is not supported (supported: FLOAT, FLOAT16, BFLOAT16, INT8, UINT8, "
-                                           "INT32, INT64, BOOL)");
+                                           "INT32, INT64, BOOL; DOUBLE as FLOAT)");
 }
 
 namespace {
@@ -137,8 +140,33 @@ void CheckCount(const std::string& what, const Shape& shape, int64_t numel, cons
 // `raw_data`, when given, is the tensor's raw_data payload read from the model bytes directly (onnx_wire.h: the
 // importer leaves it out of the parsed message); it replaces tp.raw_data().
 Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what,
+                       const std::string_view* raw_data);
+
+// A DOUBLE tensor's values become float32 (rounded to nearest; osprey computes float64 as float32, as OpenVINO's CPU
+// plugin does: PyTorch's exporters write float64 constants where a model builds position tables in float64).
+Tensor DoubleAsFloat(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what,
+                     const std::string_view* raw_data) {
+  onnx::TensorProto bits = tp;  // the same bytes read as 8-byte integers, then reinterpreted
+  bits.set_data_type(onnx::TensorProto_DataType_INT64);
+  bits.clear_double_data();
+  if (!tp.has_raw_data() && raw_data == nullptr && tp.data_location() != onnx::TensorProto_DataLocation_EXTERNAL)
+    for (double v : tp.double_data()) bits.add_int64_data(std::bit_cast<int64_t>(v));
+  const Tensor raw = TensorFromProto(bits, base_dir, what, raw_data);
+  Tensor out(DType::kF32, raw.shape());
+  const int64_t* in = raw.data<int64_t>();
+  float* o = out.data<float>();
+  for (int64_t i = 0, n = raw.numel(); i < n; ++i) {
+    const double v = std::bit_cast<double>(in[i]);  // beyond float's range: infinity (a cast there is undefined)
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    o[i] = !(std::fabs(v) > std::numeric_limits<float>::max()) ? static_cast<float>(v) : v > 0 ? kInf : -kInf;
+  }
+  return out;
+}
+
+Tensor TensorFromProto(const onnx::TensorProto& tp, const std::string& base_dir, const std::string& what,
                        const std::string_view* raw_data) {
   if (tp.has_segment()) throw Error(ErrorCode::kUnsupported, what + ": segmented tensors are not supported");
+  if (tp.data_type() == onnx::TensorProto_DataType_DOUBLE) return DoubleAsFloat(tp, base_dir, what, raw_data);
   DType dtype;
   try {
     dtype = DTypeFromOnnx(tp.data_type());

@@ -69,17 +69,12 @@ ConvWindow ResolveConvWindow(const Node& node, const Shape& x, const std::vector
     } else if (w.auto_pad == AutoPad::kValid) {
       out = in >= dk ? (in - dk) / s + 1 : 0;
     } else {
+      // ONNX: floor (or ceil) of span / s, plus 1; with ceil_mode a window longer than the padded input still gives
+      // one output (Hugging Face's EfficientNet pools 7x7 with AvgPool2d(2560, ceil_mode=True)).
       const int64_t span = in + pads[i] + pads[n + i] - dk;
-      if (span < 0) {
-        out = 0;
-      } else {
-        out = span / s + 1;
-        if (ceil_mode && span % s != 0) {
-          ++out;
-          // A window that would start inside the end padding is dropped (PyTorch and ONNX Runtime agree).
-          if ((out - 1) * s >= in + pads[i]) --out;
-        }
-      }
+      out = (ceil_mode ? -FloorDiv(-span, s) : FloorDiv(span, s)) + 1;
+      // A window that would start inside the end padding is dropped (PyTorch and ONNX Runtime agree).
+      if (ceil_mode && out > 1 && (out - 1) * s >= in + pads[i]) --out;
     }
     if (out < 1)
       Fail(node, "window of size " + std::to_string(dk) + " (kernel " + ShapeToString(kernel) + ", dilations " +

@@ -271,6 +271,7 @@ namespace schema {
 DType DTypeFromOnnxCode(const InferContext& ctx, int64_t code, const char* attr) {
   switch (code) {
     case 1:
+    case 11:  // double: computed as float32 (onnx_tensor.cc DTypeFromOnnx)
       return DType::kF32;
     case 2:
       return DType::kU8;

@@ -135,7 +135,7 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
   const bool count_include_pad = !is_max && node.GetInt("count_include_pad", 0) != 0;
   if (count_include_pad) p.algorithm = dnnl::algorithm::pooling_avg_include_padding;
   // The pads do not depend on ceil_mode; the output sizes are y's.
-  const ConvWindow win = ResolveConvWindow(node, x, k, /*ceil_mode=*/false);
+  const ConvWindow win = ResolveConvWindow(node, x, k, node.GetInt("ceil_mode", 0) != 0);
   const std::vector<int64_t>& s = win.strides;
   const std::vector<int64_t>& d = win.dilations;
   for (int64_t i = 0; i < spatial; ++i) {
@@ -149,8 +149,14 @@ bool ComputePoolGeometry(const KernelBuildContext& ctx, PoolGeometry& p) {
     if (span < 0 || span / s[i] + 1 != out) {
       const int64_t needed = (out - 1) * s[i] + k_eff - in - pl;
       if (needed < pr) return false;
-      // With count_include_pad both oneDNN and ONNX (reference and ONNX Runtime) divide by the whole kernel,
-      // ceil_mode overhang included, so the grown padding changes nothing else.
+      // count_include_pad counts the declared padding, not ceil_mode's overhang past it (ONNX >= 1.18, ONNX Runtime,
+      // PyTorch); oneDNN would count the grown padding too. Without declared padding the two averages agree.
+      if (count_include_pad) {
+        if (std::any_of(win.pad_begin.begin(), win.pad_begin.end(), [](int64_t v) { return v != 0; }) ||
+            std::any_of(win.pad_end.begin(), win.pad_end.end(), [](int64_t v) { return v != 0; }))
+          return false;
+        p.algorithm = dnnl::algorithm::pooling_avg_exclude_padding;
+      }
       pr = needed;
     }
     // A window lying wholly in padding has no defined oneDNN result.

@@ -427,6 +427,7 @@ std::unique_ptr<Kernel> CreatePool(const KernelBuildContext& bc) {
     g.s[i] = w.s[i];
     g.d[i] = w.d[i];
     g.pb[i] = w.pb[i];
+    g.pe[i] = w.pe[i];
   }
   return Make(bc, "F32Cuda",
               [g](KernelContext& ctx, cudaStream_t s) { return LaunchPool(s, g, InF(ctx, 0), OutF(ctx)); });

@@ -162,7 +162,7 @@ struct PoolGeometry {
   int64_t p = 2;  // LpPool
   int64_t planes = 0;
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
-  int64_t pb[3] = {0, 0, 0};
+  int64_t pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
 };
 cudaError_t LaunchPool(cudaStream_t stream, const PoolGeometry& g, const float* x, float* y);
 /// y[p] = mean (or max) of x[p * size .. (p + 1) * size).

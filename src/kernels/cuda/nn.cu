@@ -9,7 +9,6 @@ namespace {
 OSPREY_HD void PoolElement(int64_t i, const PoolGeometry& g, const float* x, float* y) {
   const int64_t out_vol = g.out[0] * g.out[1] * g.out[2];
   const int64_t in_vol = g.in[0] * g.in[1] * g.in[2];
-  const int64_t kvol = g.k[0] * g.k[1] * g.k[2];
   {
     const int64_t plane = i / out_vol;
     int64_t r = i % out_vol;
@@ -51,7 +50,16 @@ OSPREY_HD void PoolElement(int64_t i, const PoolGeometry& g, const float* x, flo
     if (g.kind == kPoolMax) {
       y[i] = best;
     } else if (g.kind == kPoolAverage) {
-      const int64_t divisor = g.count_include_pad ? kvol : valid;
+      // count_include_pad: the taps in the input or its declared padding, as the reference's PaddedTaps.
+      int64_t divisor = valid;
+      if (g.count_include_pad) {
+        const int64_t start[3] = {z0, y0, x0};
+        divisor = 1;
+        for (int d = 0; d < 3; ++d) {
+          const int64_t room = g.in[d] + g.pe[d] - start[d];
+          divisor *= room <= 0 ? 0 : min(g.k[d], (room + g.d[d] - 1) / g.d[d]);
+        }
+      }
       y[i] = divisor > 0 ? static_cast<float>(acc / static_cast<double>(divisor)) : 0.f;
     } else {
       y[i] = static_cast<float>(g.p == 2 ? sqrt(acc) : pow(acc, 1.0 / static_cast<double>(g.p)));

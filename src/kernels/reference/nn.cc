@@ -156,8 +156,8 @@ Window3 ToWindow3(const ConvWindow& w, const Shape& y) {
 }
 
 Window3 MakeWindow(const Node& node, const Shape& x, const Shape& y, const std::vector<int64_t>& kernel) {
-  // ceil_mode changes only the output sizes, which come from y.
-  return ToWindow3(ResolveConvWindow(node, x, kernel, /*ceil_mode=*/false), y);
+  // ceil_mode changes only the output sizes, which come from y (but a window longer than the input fits only with it).
+  return ToWindow3(ResolveConvWindow(node, x, kernel, node.GetInt("ceil_mode", 0) != 0), y);
 }
 
 MatMulBatches BatchedMatMul(const Shape& a, const Shape& b) {
@@ -443,6 +443,19 @@ void ConvTransposeRef(KernelContext& ctx) {
 
 enum class PoolKind { kMax, kAverage, kLp };
 
+// The taps of the window starting at (z0, y0, x0) that lie in the input or its declared padding: AveragePool's divisor
+// with count_include_pad. ceil_mode's overhang past the padding is not counted (ONNX >= 1.18, ONNX Runtime, PyTorch;
+// ONNX Runtime before 1.16 divided by the whole kernel).
+int64_t PaddedTaps(const Window3& g, int64_t z0, int64_t y0, int64_t x0) {
+  const int64_t start[3] = {z0, y0, x0};
+  int64_t taps = 1;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t room = g.in[i] + g.pe[i] - start[i];  // start >= -pb: the window never begins before the padding
+    taps *= room <= 0 ? 0 : std::min(g.k[i], (room + g.d[i] - 1) / g.d[i]);
+  }
+  return taps;
+}
+
 void PoolRef(KernelContext& ctx, PoolKind kind) {
   const Node& node = ctx.node;
   const Tensor& x = ctx.In(0);
@@ -495,8 +508,7 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
             yp[out_index] = best;
             if (indices) indices[plane * out_vol + out_index] = best_index < 0 ? -1 : plane * in_vol + best_index;
           } else if (kind == PoolKind::kAverage) {
-            // count_include_pad counts every tap, ceil_mode overhang included (ONNX reference and ONNX Runtime).
-            const int64_t divisor = count_include_pad ? g.KVol() : valid;
+            const int64_t divisor = count_include_pad ? PaddedTaps(g, z0, y0, x0) : valid;
             yp[out_index] = divisor > 0 ? static_cast<float>(acc / divisor) : 0.f;
           } else {
             yp[out_index] = static_cast<float>(p == 2 ? std::sqrt(acc) : std::pow(acc, 1.0 / p));

@@ -519,8 +519,11 @@ TEST(OnnxImport, BadTensorsAreErrorsNotCrashes) {
             }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(fails_with([](onnx::TensorProto* t) { t->clear_raw_data(); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(fails_with([](onnx::TensorProto* t) { t->set_data_type(onnx::TensorProto_DataType_DOUBLE); }),
+  EXPECT_EQ(fails_with([](onnx::TensorProto* t) { t->set_data_type(onnx::TensorProto_DataType_UINT16); }),
             ErrorCode::kUnsupported);
+  // DOUBLE is read as float64 (then kept as float32): 12 bytes are not 3 of them.
+  EXPECT_EQ(fails_with([](onnx::TensorProto* t) { t->set_data_type(onnx::TensorProto_DataType_DOUBLE); }),
+            ErrorCode::kInvalidArgument);
   // External data with no model directory.
   EXPECT_EQ(fails_with([](onnx::TensorProto* t) {
               t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
@@ -564,13 +567,35 @@ TEST(OnnxImport, TensorFromOnnxBytesAndDTypes) {
   EXPECT_EQ(DTypeFromOnnx(onnx::TensorProto_DataType_BFLOAT16), DType::kBF16);
   EXPECT_EQ(DTypeFromOnnx(onnx::TensorProto_DataType_UINT8), DType::kU8);
   try {
-    DTypeFromOnnx(onnx::TensorProto_DataType_DOUBLE);
+    DTypeFromOnnx(onnx::TensorProto_DataType_UINT16);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("DOUBLE"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("UINT16"), std::string::npos);
   }
   EXPECT_THROW(DTypeFromOnnx(99), Error);
+
+  // float64 is computed as float32: DOUBLE tensors become float32, rounded to nearest, from double_data or raw_data.
+  EXPECT_EQ(DTypeFromOnnx(onnx::TensorProto_DataType_DOUBLE), DType::kF32);
+  const std::vector<double> values = {0.1, -2.5, 1e300, 3.0000001};
+  onnx::TensorProto d;
+  d.set_data_type(onnx::TensorProto_DataType_DOUBLE);
+  d.add_dims(4);
+  for (double v : values) d.add_double_data(v);
+  onnx::TensorProto raw = d;
+  raw.clear_double_data();
+  raw.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double)));
+  for (const onnx::TensorProto* proto : {&d, &raw}) {
+    bytes = proto->SerializeAsString();
+    Tensor f = TensorFromOnnxBytes(bytes.data(), bytes.size());
+    ASSERT_EQ(f.dtype(), DType::kF32);
+    ASSERT_EQ(f.shape(), (Shape{4}));
+    const std::vector<float> want = {0.1f, -2.5f, std::numeric_limits<float>::infinity(), 3.0000001f};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(f.data<float>()[i], want[i]) << i;
+  }
+  d.add_double_data(1.0);  // five values for four elements
+  bytes = d.SerializeAsString();
+  EXPECT_THROW(TensorFromOnnxBytes(bytes.data(), bytes.size()), Error);
 }
 
 TEST(OnnxImport, MinusOneDimIsDynamicOtherNegativeDimsAreRefused) {

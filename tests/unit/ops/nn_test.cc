@@ -745,12 +745,25 @@ TEST(NnOpsPool, AveragePoolCountIncludePad) {
   auto include = RunReferenceNode(MakeNode("AveragePool", 1, 1, attrs), {x});
   ExpectTensorNear(include[0], F32({1, 1, 4, 4}, {0.25f, 0.75f, 1.25f, 0.75f, 1.25f, 3, 4, 2.25f, 2.75f, 6, 7, 3.75f,
                                                   1.75f, 3.75f, 4.25f, 2.25f}));
-  // ceil_mode: the last window [3, 4, overhang] divides by 2 valid values, or by all 3 taps with count_include_pad.
+  // ceil_mode: the last window [3, 4, overhang] divides by its 2 values; count_include_pad counts declared padding
+  // only, never the overhang past it (ONNX >= 1.18, ONNX Runtime 1.32 and PyTorch; ONNX Runtime 1.20 gave 7 / 3).
   AttributeMap ceil = {{"kernel_shape", Ints({3})}, {"strides", Ints({2})}, {"ceil_mode", Attribute::Int(1)}};
   Tensor x1 = F32({1, 1, 4}, {1, 2, 3, 4});
   ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, ceil), {x1})[0], F32({1, 1, 2}, {2, 3.5f}));
   ceil["count_include_pad"] = Attribute::Int(1);
-  ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, ceil), {x1})[0], F32({1, 1, 2}, {2, 7.f / 3}));
+  ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, ceil), {x1})[0], F32({1, 1, 2}, {2, 3.5f}));
+  // Padded by 1 each side: windows [pad 1 2], [2 3 4], [4 pad overhang] -> 3/3, 9/3, 4/2.
+  ceil["pads"] = Ints({1, 1});
+  ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, ceil), {x1})[0], F32({1, 1, 3}, {1, 3, 2}));
+  // A window longer than the input (Hugging Face's EfficientNet: AvgPool2d(2560, ceil_mode=True) on 7x7) gives one
+  // output, the mean; without ceil_mode it does not fit.
+  AttributeMap longer = {{"kernel_shape", Ints({2560})},
+                         {"strides", Ints({2560})},
+                         {"ceil_mode", Attribute::Int(1)},
+                         {"count_include_pad", Attribute::Int(1)}};
+  ExpectTensorNear(RunReferenceNode(MakeNode("AveragePool", 1, 1, longer), {x1})[0], F32({1, 1, 1}, {2.5f}));
+  longer["ceil_mode"] = Attribute::Int(0);
+  EXPECT_THROW(RunReferenceNode(MakeNode("AveragePool", 1, 1, longer), {x1}), Error);
   // Strided 1-D with SAME_UPPER: in 5, k 3, s 2 -> out 3, total pad 2 -> 1 each side.
   auto same = RunReferenceNode(
       MakeNode("AveragePool", 1, 1,

@@ -1,0 +1,102 @@
+"""Patterns found in models from Hugging Face transformers exported by PyTorch, each against an independent oracle.
+
+- float64 constants: the dynamo exporter folds tables a model builds in float64 into DOUBLE initializers (RT-DETR's
+  sine position embedding: DOUBLE -> Sin/Cos -> Concat -> Cast to float). osprey computes float64 as float32 (as
+  OpenVINO's CPU plugin does); the oracle is NumPy in float64 (ONNX Runtime 1.20 has no float64 Cos kernel).
+- AveragePool with ceil_mode: a window may be longer than the input (transformers' EfficientNet ends with
+  AvgPool2d(2560, ceil_mode=True) on 7x7), and count_include_pad counts the declared padding but not ceil_mode's
+  overhang past it. Oracle: PyTorch (ONNX >= 1.18 and ONNX Runtime 1.32 agree; the ONNX Runtime 1.20 of these tests
+  still divides by the whole kernel, microsoft/onnxruntime#16203).
+"""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import osprey
+
+F, D = TensorProto.FLOAT, TensorProto.DOUBLE
+
+
+def save(tmp_path, name, nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+@pytest.mark.parametrize("encoding", ["raw_data", "double_data"])
+def test_float64_constants_are_computed_as_float32(tmp_path, encoding):
+    # RT-DETR's table: positions x frequencies in float64, Sin and Cos, joined, cast to float, added to the features.
+    table = np.outer(np.arange(20, dtype=np.float64), 1.0 / 10000 ** (np.arange(8) / 8.0))
+    if encoding == "raw_data":
+        angles = numpy_helper.from_array(table, "angles")
+    else:
+        angles = helper.make_tensor("angles", D, table.shape, table.ravel().tolist())
+    scale = helper.make_tensor("scale", D, [], [0.5])
+    nodes = [helper.make_node("Sin", ["angles"], ["sin"]), helper.make_node("Cos", ["angles"], ["cos"]),
+             helper.make_node("Concat", ["sin", "cos"], ["table"], axis=1),
+             helper.make_node("Cast", ["x"], ["x64"], to=D),  # float -> double -> float around a double Mul
+             helper.make_node("Mul", ["x64", "scale"], ["half64"]),
+             helper.make_node("Add", ["half64", "table"], ["sum64"]),
+             helper.make_node("Cast", ["sum64"], ["y"], to=F)]
+    path = save(tmp_path, "double", nodes, [helper.make_tensor_value_info("x", F, [20, 16])],
+                [helper.make_tensor_value_info("y", F, [20, 16])], [angles, scale])
+    x = np.random.default_rng(0).standard_normal((20, 16)).astype(np.float32)
+    want = (x.astype(np.float64) * 0.5 + np.concatenate([np.sin(table), np.cos(table)], axis=1)).astype(np.float32)
+    got = osprey.Model(path, threads=1).run({"x": x})["y"]
+    assert got.dtype == np.float32
+    # float32 arguments of Sin/Cos up to 19: one ulp of the argument (1.9e-6) moves the result as much.
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
+
+
+def test_a_float64_graph_input_takes_float32(tmp_path):
+    path = save(tmp_path, "double_in", [helper.make_node("Cast", ["x"], ["y"], to=F)],
+                [helper.make_tensor_value_info("x", D, [3])], [helper.make_tensor_value_info("y", F, [3])])
+    model = osprey.Model(path, threads=1)
+    np.testing.assert_array_equal(model.run({"x": np.array([1.5, -2, 3], np.float32)})["y"], [1.5, -2, 3])
+    with pytest.raises(osprey.InvalidArgument, match="float64 arrays are not supported"):
+        model.run({"x": np.array([1.5, -2, 3])})
+
+
+# (input H, W), kernel, stride, pads (top/left = bottom/right), count_include_pad
+POOLS = [((8, 8), 3, 2, 0, True), ((8, 8), 3, 2, 1, True), ((8, 8), 3, 2, 1, False), ((7, 9), (3, 2), (2, 3), 1, True),
+         ((7, 7), 9, 9, 0, True), ((7, 7), 2560, 2560, 0, True), ((7, 5), (8, 6), 3, 0, False), ((6, 6), 2, 3, 0, True)]
+
+
+@pytest.mark.parametrize("size,kernel,stride,pad,include", POOLS)
+def test_average_pool_with_ceil_mode_matches_pytorch(tmp_path, size, kernel, stride, pad, include):
+    pair = lambda v: list(v) if isinstance(v, tuple) else [v, v]  # noqa: E731
+    x = np.random.default_rng(sum(size)).standard_normal((2, 3, *size)).astype(np.float32)
+    # PyTorch refuses padding over half the kernel; these kernels longer than the input have none.
+    want = torch.nn.functional.avg_pool2d(torch.from_numpy(x), pair(kernel), pair(stride), pad, ceil_mode=True,
+                                          count_include_pad=include).numpy()
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=pair(kernel), strides=pair(stride),
+                            pads=[pad] * 4, ceil_mode=1, count_include_pad=int(include))
+    path = save(tmp_path, "pool", [node], [helper.make_tensor_value_info("x", F, x.shape)],
+                [helper.make_tensor_value_info("y", F, None)])
+    for threads in (1, 2):
+        got = osprey.Model(path, threads=threads).run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_efficientnet_head_exported_by_pytorch(tmp_path):
+    """transformers' EfficientNetEncoder pools with nn.AvgPool2d(config.hidden_dim, ceil_mode=True): a 2560-wide window
+    over the last 7x7 features, one output per channel, exported here by PyTorch's TorchScript exporter."""
+    torch.manual_seed(0)
+    head = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 1), torch.nn.AvgPool2d(2560, ceil_mode=True),
+                               torch.nn.Flatten(), torch.nn.Linear(32, 5)).eval()
+    x = torch.randn(2, 8, 7, 7)
+    buffer = io.BytesIO()
+    torch.onnx.export(head, (x,), buffer, input_names=["x"], output_names=["y"], opset_version=17)
+    path = tmp_path / "head.onnx"
+    path.write_bytes(buffer.getvalue())
+    with torch.no_grad():
+        want = head(x).numpy()
+    np.testing.assert_allclose(osprey.Model(str(path), threads=2).run({"x": x.numpy()})["y"], want, rtol=1e-5,
+                               atol=1e-5)
