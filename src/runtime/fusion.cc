@@ -1187,22 +1187,25 @@ void FuseActivation(CompileState& st) {
     if (st.is_graph_output[y]) continue;
     const auto& cons = u.consumers[y];
     if (cons.size() == 1) {
-      // Also through a Transpose: Act(Transpose(y)) = Transpose(Act(y)) for an elementwise activation (the blocks
-      // whose residual FuseResidualAdd fused through the Transpose).
-      int ai = cons[0], transpose = -1;
-      const Node& t = st.nodes[ai];
-      if (t.op_type == "Transpose" && t.domain.empty() && t.outputs.size() == 1 && t.outputs[0] >= 0 &&
-          Private(st, u, t.outputs[0])) {
-        transpose = ai;
-        ai = u.consumers[t.outputs[0]][0];
+      // Also through data movement: Act(Transpose(y)) = Transpose(Act(y)) for an elementwise activation, and so
+      // through a Reshape (the blocks whose residual FuseResidualAdd fused through the Transpose; a convolution on
+      // tokens, SwapTokenImageTransposes: Conv -> Transpose -> Reshape -> Gelu).
+      int ai = cons[0], last = -1, moved = y;
+      for (int hops = 0; hops < 2; ++hops) {
+        const Node& t = st.nodes[ai];
+        const bool movement = t.op_type == "Transpose" || OpRegistry::TraitsOf(t.op_type).same_bytes;
+        if (!movement || !t.domain.empty() || t.inputs.empty() || t.inputs[0] != moved || t.outputs.size() != 1 ||
+            t.outputs[0] < 0 || !Private(st, u, t.outputs[0]))
+          break;
+        last = ai;
+        moved = t.outputs[0];
+        ai = u.consumers[moved][0];
       }
       const Node& a = st.nodes[ai];
       Activation act;
-      if (dead[ai] || a.inputs.empty() || a.inputs[0] != (transpose >= 0 ? t.outputs[0] : y) ||
-          !FusableActivationOf(st, a, &act))
-        continue;
+      if (dead[ai] || a.inputs.empty() || a.inputs[0] != moved || !FusableActivationOf(st, a, &act)) continue;
       act.WriteTo(n);
-      (transpose >= 0 ? st.nodes[transpose] : n).outputs[0] = a.outputs[0];
+      (last >= 0 ? st.nodes[last] : n).outputs[0] = a.outputs[0];
       dead[ai] = 1;
     } else if (cons.size() == 2) {
       // SiLU as exported by PyTorch: Mul(y, Sigmoid(y)).
@@ -1368,6 +1371,69 @@ void SwapPadTranspose(CompileState& st) {
   }
 }
 
+// Tokens [B, N, C] as an image [B, C, H, W] and back, as transformers write it around convolutions on tokens
+// (SegFormer/PVTv2's Mix-FFN and spatial reduction, patch embeddings: x.transpose(1, 2).view(B, C, H, W), then
+// y.flatten(2).transpose(1, 2)):
+//   Transpose(x [B, N, C], perm 0,2,1) -> Reshape [B, C, H, W]    becomes  Reshape [B, H, W, C] -> Transpose 0,3,1,2
+//   Reshape(y [B, C, H, W]) -> [B, C, N] -> Transpose(perm 0,2,1)  becomes  Transpose 0,2,3,1 -> Reshape [B, N, C]
+// the same values, with the Transposes now between plain [B, H, W, C] and channels-last [B, C, H, W]: the layout pass
+// makes them views (layout.cc ChannelTranspose), where before both moved every element and the image went through a
+// reorder to plain for the Reshape. The middle value must be read by the second node alone.
+void SwapTokenImageTransposes(CompileState& st) {
+  Uses u = CountUses(st);
+  auto reshape_to = [&](const Node& like, int in, const Shape& to, int out) {
+    Node r = like;
+    r.inputs = {in, st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(to.size())}, to))};
+    r.outputs = {out};
+    r.attrs.erase("allowzero");
+    return r;
+  };
+  auto transpose_of = [](const Node& like, int in, std::vector<int64_t> perm, int out) {
+    Node t = like;
+    t.inputs = {in};
+    t.outputs = {out};
+    t.attrs["perm"] = Attribute::Ints(std::move(perm));
+    return t;
+  };
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    const Node& first = st.nodes[i];
+    if (first.outputs.size() != 1 || first.inputs.empty() || first.inputs[0] < 0 || first.outputs[0] < 0 ||
+        !first.domain.empty() || (first.op_type != "Transpose" && first.op_type != "Reshape"))
+      continue;
+    const int x = first.inputs[0], mid = first.outputs[0];
+    if (!Private(st, u, mid) || st.values[x].known || st.values[x].dtype != DType::kF32) continue;
+    const size_t si = static_cast<size_t>(u.consumers[mid][0]);
+    if (si <= i) continue;
+    const Node& second = st.nodes[si];
+    if (second.outputs.size() != 1 || second.outputs[0] < 0 || second.inputs.empty() || second.inputs[0] != mid ||
+        !second.domain.empty())
+      continue;
+    const Shape &xs = st.values[x].shape, &ys = st.values[second.outputs[0]].shape;
+    const std::vector<int64_t> swap_last{0, 2, 1};
+    Node a, b;
+    if (first.op_type == "Transpose" && second.op_type == "Reshape" && xs.size() == 3 &&
+        TransposePerm(first, 3) == swap_last && ys.size() == 4 && ys[0] == xs[0] && ys[1] == xs[2] &&
+        ys[2] * ys[3] == xs[1]) {
+      const Shape nhwc{ys[0], ys[2], ys[3], ys[1]};
+      const int tmp = st.AddValue(DType::kF32, nhwc);
+      a = reshape_to(second, x, nhwc, tmp);
+      b = transpose_of(first, tmp, {0, 3, 1, 2}, second.outputs[0]);
+    } else if (first.op_type == "Reshape" && second.op_type == "Transpose" && xs.size() == 4 &&
+               st.values[mid].shape.size() == 3 && TransposePerm(second, 3) == swap_last && ys.size() == 3 &&
+               ys[0] == xs[0] && ys[2] == xs[1] && ys[1] == xs[2] * xs[3]) {
+      const Shape nhwc{xs[0], xs[2], xs[3], xs[1]};
+      const int tmp = st.AddValue(DType::kF32, nhwc);
+      a = transpose_of(second, x, {0, 2, 3, 1}, tmp);
+      b = reshape_to(first, tmp, ys, second.outputs[0]);
+    } else {
+      continue;
+    }
+    st.nodes[i] = std::move(a);
+    st.nodes[si] = std::move(b);
+    u = CountUses(st);
+  }
+}
+
 // Pad(x, zeros on H/W) -> Conv or AveragePool without padding: the consumer pads instead (zero padding is what Conv
 // does, and an average over explicit zeros is AveragePool with count_include_pad = 1). Exporters write this pattern for
 // AvgPool2d(padding=p), and the reference Pad would otherwise copy the whole activation.
@@ -1437,6 +1503,7 @@ void RunFusionPasses(CompileState& state) {
   FuseResizeCrop(state);
   EliminateIdentities(state);
   SwapPadTranspose(state);
+  SwapTokenImageTransposes(state);
   FuseTfExportPatterns(state);
   FoldZeroPadIntoConsumer(state);
   FuseTransformerPatterns(state);

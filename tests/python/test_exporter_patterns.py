@@ -100,3 +100,49 @@ def test_efficientnet_head_exported_by_pytorch(tmp_path):
         want = head(x).numpy()
     np.testing.assert_allclose(osprey.Model(str(path), threads=2).run({"x": x.numpy()})["y"], want, rtol=1e-5,
                                atol=1e-5)
+
+
+class TokenConvolutions(torch.nn.Module):
+    """SegFormer / PVTv2 blocks in small: Mix-FFN (a depthwise convolution on tokens, GELU after the tokens are back)
+    and spatial-reduction attention's key/value convolution, tokens [B, N, C] viewed as an image and back."""
+
+    def __init__(self, c=32, hidden=64, size=(12, 10)):
+        super().__init__()
+        self.size = size
+        self.fc1, self.fc2 = torch.nn.Linear(c, hidden), torch.nn.Linear(hidden, c)
+        self.dw = torch.nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.sr, self.norm, self.act = torch.nn.Conv2d(c, c, 2, stride=2), torch.nn.LayerNorm(c), torch.nn.GELU()
+
+    def forward(self, x):
+        b, _, c = x.shape
+        h, w = self.size
+        t = self.act(self.dw(self.fc1(x).transpose(1, 2).view(b, -1, h, w)).flatten(2).transpose(1, 2))
+        y = self.fc2(t) + x
+        kv = self.sr(y.permute(0, 2, 1).reshape(b, c, h, w)).reshape(b, c, -1).permute(0, 2, 1)
+        return y, self.norm(kv)
+
+
+def test_convolutions_on_tokens_run_without_transposes(tmp_path, run_cli):
+    """Transpose [B, N, C] -> Reshape [B, C, H, W] (and back) becomes Reshape [B, H, W, C] -> a channels-last view, so
+    no Transpose moves data (SegFormer-B0 at 512x512: 174 -> 113 ms), and the GELU behind the Transpose and Reshape is
+    fused into the convolution. Oracle: PyTorch; the profile shows what ran."""
+    torch.manual_seed(0)
+    model = TokenConvolutions().eval()
+    x = torch.randn(2, 120, 32)
+    buffer = io.BytesIO()
+    torch.onnx.export(model, (x,), buffer, input_names=["x"], output_names=["y", "kv"], opset_version=17)
+    path = tmp_path / "tokens.onnx"
+    path.write_bytes(buffer.getvalue())
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    got = osprey.Model(str(path), threads=2).run({"x": x.numpy()})
+    for name, ref in zip(["y", "kv"], want):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-5)
+    np.save(tmp_path / "x.npy", x.numpy())
+    r = run_cli("bench", path, "--input", f"x={tmp_path / 'x.npy'}", "--iters", "1", "--warmup", "0", "--profile",
+                "--top", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    nodes = r.stdout.split("all nodes")[1]
+    assert "TransposeCpu" not in nodes and "_LayoutReorder" not in nodes, nodes
+    assert "Erf" not in nodes and "Gelu" not in nodes, nodes  # GELU fused into the depthwise convolution
+    assert nodes.count("TransposeLayoutCopy") == 4, nodes
