@@ -82,6 +82,17 @@ const OpTraits& OpRegistry::TraitsOf(const std::string& op_type) {
   return schema ? schema->traits : kNone;
 }
 
+int64_t GatherIndex(const Node& node, int64_t v, int64_t dim, int64_t zero_outside) {
+  if (zero_outside != 0) {
+    if (zero_outside == 2 && v < 0) v += dim;
+    return v >= 0 && v < dim ? v : -1;
+  }
+  if (v < -dim || v >= dim)
+    throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": index " + std::to_string(v) +
+                                                 " is out of range for an axis of size " + std::to_string(dim));
+  return v < 0 ? v + dim : v;
+}
+
 int64_t NormalizeAxis(int64_t axis, int64_t rank, const Node& node) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= std::max<int64_t>(rank, 1))

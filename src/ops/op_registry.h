@@ -141,6 +141,10 @@ inline constexpr const char* kGroupNormOp = "_GroupNorm";
 /// (what a one-hot product gives) where ONNX's Gather wraps negative indices and rejects the others; 1: as is,
 /// 2: a negative index wraps once first (OneHot's rule), then the same.
 inline constexpr const char* kGatherZeroOutside = "_zero_outside";
+/// Gather's index `v` into an axis of `dim` elements (`zero_outside`: the node's kGatherZeroOutside): its position in
+/// [0, dim), or -1 for a zero slice; throws kInvalidArgument naming `node` for an index ONNX's Gather rejects. Shared
+/// by the reference kernel and the fast one (kernels/cpu/channel_kernels.cc).
+int64_t GatherIndex(const Node& node, int64_t v, int64_t dim, int64_t zero_outside);
 
 /// Checks every node's op is known (ONNX default domain) and its arity fits. Throws kUnsupported with ONE message
 /// listing every unsupported op with its node name, or kInvalidArgument for a bad arity.

@@ -79,8 +79,10 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Resize" || op == "Upsample") return cpu::CreateResize(ctx);
     if (op == "STFT") return cpu::CreateStftKernel(ctx);
     if (op == "DFT") return cpu::CreateDftKernel(ctx);
-    if (op == "Concat" || op == "Slice" || op == "Split" || op == kChannelShuffleOp) return CreateChannelKernel(ctx);
+    if (op == "Concat" || op == "Slice" || op == "Split" || op == "Gather" || op == kChannelShuffleOp)
+      return CreateChannelKernel(ctx);
     if (op == "Pad") return CreatePadKernel(ctx);
+    if (op == "Col2Im") return CreateCol2ImKernel(ctx);
     if (op == "Transpose") return CreateTransposeKernel(ctx);
     if (op == "GridSample") return CreateGridSampleKernel(ctx);
     if (op.rfind("Reduce", 0) == 0) return CreateReduceKernel(ctx);

@@ -92,7 +92,7 @@ std::unique_ptr<Kernel> CreateStridedSoftmax(const KernelBuildContext& ctx, int6
 constexpr int kSimdAvx2 = 1, kSimdAvx512 = 2;
 int AugmentSimdLevel();
 
-/// Concat, Slice/Split of channels and _ChannelShuffle (channel_kernels.cc), or nullptr.
+/// Concat, Slice/Split of channels, _ChannelShuffle and plain Gather (channel_kernels.cc), or nullptr.
 std::unique_ptr<Kernel> CreateChannelKernel(const KernelBuildContext& ctx);
 
 /// ReduceSum/Mean/SumSquare/L1/L2/Max/Min of a plain float32 tensor whose reduced axes form one block
@@ -103,6 +103,9 @@ std::unique_ptr<Kernel> CreateReduceKernel(const KernelBuildContext& ctx);
 /// row reduction per channel (oneDNN's pooling on plain data took 0.46 ms for magika's [1, 512, 508]); a channels-last
 /// GlobalAveragePool on AVX-512 CPUs, [N, H * W, C] summed over its middle (else nullptr: oneDNN's pooling).
 std::unique_ptr<Kernel> CreateGlobalPool(const KernelBuildContext& ctx);
+
+/// Col2Im of plain float32 data with two spatial dims and constant image and block sizes (fold_kernel.cc), or nullptr.
+std::unique_ptr<Kernel> CreateCol2ImKernel(const KernelBuildContext& ctx);
 
 /// Transpose of a plain tensor of a 1-, 2-, 4- or 8-byte dtype (transpose_kernel.cc), or nullptr.
 std::unique_ptr<Kernel> CreateTransposeKernel(const KernelBuildContext& ctx);

@@ -239,12 +239,7 @@ void SliceKernel(KernelContext& ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-int64_t CheckedIndex(const KernelContext& ctx, int64_t v, int64_t dim) {
-  if (v < -dim || v >= dim)
-    throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": index " + std::to_string(v) +
-                                                 " is out of range for an axis of size " + std::to_string(dim));
-  return v < 0 ? v + dim : v;
-}
+int64_t CheckedIndex(const KernelContext& ctx, int64_t v, int64_t dim) { return GatherIndex(ctx.node, v, dim, 0); }
 
 std::vector<int64_t> IndexValues(const Tensor& t) {
   std::vector<int64_t> v(t.numel());
@@ -267,10 +262,7 @@ void GatherKernel(KernelContext& ctx) {
   int64_t dim = data.dim(axis);
   std::vector<int64_t> indices = IndexValues(ctx.In(1));
   const int64_t zero_outside = ctx.node.GetInt(kGatherZeroOutside, 0);  // -1 below: a zero slice
-  for (int64_t& v : indices) {
-    if (zero_outside == 2 && v < 0) v += dim;
-    v = zero_outside != 0 ? (v >= 0 && v < dim ? v : -1) : CheckedIndex(ctx, v, dim);
-  }
+  for (int64_t& v : indices) v = GatherIndex(ctx.node, v, dim, zero_outside);
   size_t es = DTypeSize(data.dtype());
   int64_t outer = Product(data.shape(), 0, axis);
   size_t inner = static_cast<size_t>(Product(data.shape(), axis + 1, rank)) * es;

@@ -93,5 +93,54 @@ TEST(SplitPlain, CoordinatePairsAsRaftSplitsAndJoinsThem) {
   ExpectSplit(bytes, 1, {3, 2});
 }
 
+// Gather of plain data (GatherPlain): any axis, dtype and index shape, int32 or int64 indices, negative ones wrapped,
+// constant or not. Oracle: the reference Gather, exact.
+void ExpectGather(const Tensor& data, const Tensor& indices, int64_t axis, bool constant_indices = true) {
+  SCOPED_TRACE(ShapeToString(data.shape()) + " axis " + std::to_string(axis) + " indices " +
+               ShapeToString(indices.shape()));
+  Node node = MakeNode("Gather", 2, 1, {{"axis", Attribute::Int(axis)}});
+  ExpectAllOutputsMatch(node, {data, indices}, {false, constant_indices}, "GatherPlain");
+}
+
+TEST(GatherPlain, AnyAxisDtypeAndIndexShape) {
+  // F.unfold as PyTorch's dynamo exporter writes it (MobileViTV2): the rows, then the columns, of 2x2 patches.
+  std::vector<int64_t> halves;
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t i = 0; i < 16; ++i) halves.push_back(2 * i + j);
+  const Tensor patches = Tensor::FromVector<int64_t>({2, 16}, halves);
+  ExpectGather(RandomTensor({1, 8, 32, 32}, 1), patches, 2);
+  ExpectGather(RandomTensor({1, 8, 2, 16, 32}, 2), patches, 4);
+  ExpectGather(RandomTensor({2, 5, 7}, 3), Tensor::FromVector<int32_t>({4}, {-1, 0, 3, -5}), 1);
+  ExpectGather(RandomTensor({2, 10, 3}, 4), Tensor::FromVector<int64_t>({3}, {9, 0, 9}), 1);  // 12-byte runs
+  ExpectGather(RandomTensor({3, 1000, 64}, 5), Tensor::FromVector<int64_t>({500}, std::vector<int64_t>(500, 7)), 1);
+  ExpectGather(RandomTensor({6, 4}, 6), Tensor::FromVector<int64_t>({}, {-2}), 0);  // a scalar index
+  ExpectGather(RandomTensor({4, 9}, 7), Tensor::FromVector<int64_t>({2, 2}, {8, 0, 1, 8}), 1, /*constant=*/false);
+  ExpectGather(Tensor::FromVector<int64_t>({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}),
+               Tensor::FromVector<int64_t>({2, 2}, {3, 0, 0, 2}), 0);  // an embedding's rows
+  ExpectGather(Tensor::FromVector<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}), Tensor::FromVector<int64_t>({2}, {2, 1}), 1);
+}
+
+TEST(GatherPlain, IndicesOutsideTheAxisAreErrorsOrZeroSlices) {
+  const Tensor data = RandomTensor({2, 5, 3}, 8);
+  Node node = MakeNode("Gather", 2, 1, {{"axis", Attribute::Int(1)}});
+  const Tensor bad = Tensor::FromVector<int64_t>({2}, {1, 5});
+  std::vector<Tensor> outputs;
+  KernelBuildContext bc =
+      MakeBuildContext(node, {data, Tensor::FromVector<int64_t>({2}, {1, 4})}, {false, false}, outputs);
+  std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
+  ASSERT_NE(kernel, nullptr);
+  try {
+    RunKernel(*kernel, node, {data, bad}, outputs);
+    ADD_FAILURE() << "index 5 of an axis of 5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("index 5 is out of range for an axis of size 5"), std::string::npos)
+        << e.what();
+  }
+  // The one-hot fusion's Gather (kGatherZeroOutside): an index outside the axis gives a zero slice.
+  node.attrs[kGatherZeroOutside] = Attribute::Int(1);
+  ExpectAllOutputsMatch(node, {data, Tensor::FromVector<int64_t>({3}, {5, 0, -1})}, {false, true}, "GatherPlain");
+}
+
 }  // namespace
 }  // namespace osprey::testing
