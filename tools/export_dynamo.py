@@ -10,6 +10,10 @@ GlobalAveragePool as ReduceMean, Swin's shifted-window masks as ScatterND/Gather
 Weights are make_test_models' seeded ones (calibrated BatchNorm, random LayerNorm), batch 1, static shapes; each NAME
 gets NAME.onnx and NAME.input1.npy in DIR (default ~/.cache/osprey/models-dynamo). Existing files are kept.
 
+Names starting `hf-` are Hugging Face transformers architectures (vision models built from their default
+configuration, random weights; input: the seeded normal image of make_test_models at the architecture's usual size);
+a model the dynamo exporter refuses (BEiT, Swin) is exported with the TorchScript one, as for timm.
+
 Names starting `timm-` are architectures from timm (PyPI; the most used library of image models, hundreds of
 architectures nobody here tuned for: attention hybrids, re-parameterised nets, GroupNorm/GRN/weight-standardised layers,
 TF "same" padding), random weights made realistic the same way, at their pretrained configuration's input size.
@@ -53,6 +57,47 @@ TIMM = {
     "repvit_m0_9": 224, "starnet_s1": 224, "mambaout_femto": 224,
 }
 EXTRA.update({f"timm-{name}": ({}, size) for name, size in TIMM.items()})
+# Hugging Face transformers architecture -> (config class, model class, input size, config overrides), built from
+# the default configuration with random weights (the hub is not reached); exported as "hf-<name>". Their code is
+# written for PyTorch, not for export: float64 position tables (RT-DETR), F.unfold/F.fold (MobileViTV2), a pooling
+# window longer than the image (EfficientNet), convolutions on tokens (SegFormer, PVTv2), relative position biases
+# (BEiT), interpolated position embeddings (DINOv2), detection heads (DETR, YOLOS, RT-DETR).
+HF = {
+    "vit": ("ViTConfig", "ViTForImageClassification", 224, {}),
+    "deit": ("DeiTConfig", "DeiTForImageClassification", 224, {}),
+    "beit": ("BeitConfig", "BeitForImageClassification", 224, {"use_relative_position_bias": True}),
+    "dinov2": ("Dinov2Config", "Dinov2ForImageClassification", 224, {}),
+    "swin": ("SwinConfig", "SwinForImageClassification", 224, {}),
+    "swinv2": ("Swinv2Config", "Swinv2ForImageClassification", 256, {}),
+    "convnextv2": ("ConvNextV2Config", "ConvNextV2ForImageClassification", 224, {}),
+    "segformer": ("SegformerConfig", "SegformerForSemanticSegmentation", 512, {}),
+    "dpt": ("DPTConfig", "DPTForDepthEstimation", 384, {}),
+    "depth_anything": ("DepthAnythingConfig", "DepthAnythingForDepthEstimation", 518, {}),
+    "glpn": ("GLPNConfig", "GLPNForDepthEstimation", 480, {}),
+    "upernet": ("UperNetConfig", "UperNetForSemanticSegmentation", 512, {}),
+    "detr": ("DetrConfig", "DetrForObjectDetection", 512, {"use_timm_backbone": False,
+                                                            "use_pretrained_backbone": False}),
+    "rt_detr": ("RTDetrConfig", "RTDetrForObjectDetection", 640, {"use_timm_backbone": False,
+                                                                   "use_pretrained_backbone": False}),
+    "yolos": ("YolosConfig", "YolosForObjectDetection", 512, {"num_detection_tokens": 100, "image_size": [512, 512]}),
+    "mobilenet_v1": ("MobileNetV1Config", "MobileNetV1ForImageClassification", 224, {}),
+    "mobilenet_v2": ("MobileNetV2Config", "MobileNetV2ForImageClassification", 224, {}),
+    "mobilevit": ("MobileViTConfig", "MobileViTForImageClassification", 256, {}),
+    "mobilevitv2": ("MobileViTV2Config", "MobileViTV2ForImageClassification", 256, {}),
+    "efficientnet": ("EfficientNetConfig", "EfficientNetForImageClassification", 224, {}),
+    "levit": ("LevitConfig", "LevitForImageClassification", 224, {}),
+    "pvt_v2": ("PvtV2Config", "PvtV2ForImageClassification", 224, {}),
+    "cvt": ("CvtConfig", "CvtForImageClassification", 224, {}),
+    "clip_vision": ("CLIPVisionConfig", "CLIPVisionModelWithProjection", 224, {}),
+    "siglip_vision": ("SiglipVisionConfig", "SiglipVisionModel", 224, {}),
+    "regnet": ("RegNetConfig", "RegNetForImageClassification", 224, {}),
+    "resnet": ("ResNetConfig", "ResNetForImageClassification", 224, {}),
+    "poolformer": ("PoolFormerConfig", "PoolFormerForImageClassification", 224, {}),
+    "focalnet": ("FocalNetConfig", "FocalNetForImageClassification", 224, {}),
+    "hiera": ("HieraConfig", "HieraForImageClassification", 224, {}),
+    "bit": ("BitConfig", "BitForImageClassification", 224, {}),
+}
+EXTRA.update({f"hf-{name}": ({}, spec[2]) for name, spec in HF.items()})
 MODELS = dict(mtm.MODELS, **EXTRA)
 
 
@@ -66,6 +111,22 @@ def build(name):
 
     kwargs, _ = MODELS[name]
     torch.manual_seed(0)
+    if name.startswith("hf-"):
+        import transformers
+
+        config_class, model_class, _, overrides = HF[name[len("hf-"):]]
+        inner = getattr(transformers, model_class)(getattr(transformers, config_class)(**overrides)).eval()
+
+        class Outputs(torch.nn.Module):  # the model output's tensors (logits, boxes, depth, embeddings) as a tuple
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                out = self.inner(pixel_values=x)
+                return tuple(getattr(out, k) for k in ("logits", "pred_boxes", "predicted_depth", "image_embeds",
+                                                       "pooler_output") if getattr(out, k, None) is not None)
+        return Outputs(inner).eval()
     if name.startswith("timm-"):
         import timm
         model = timm.create_model(name[len("timm-"):], pretrained=False).eval()
@@ -131,7 +192,7 @@ def main(argv=None) -> int:
                                             output_names=["logits"], verbose=False)
                 program.save(str(tmp))
             except Exception as e:  # noqa: BLE001 -- then as a user would: the TorchScript exporter
-                if exporter == "dynamo" and not name.startswith("timm-"):
+                if exporter == "dynamo" and not name.startswith(("timm-", "hf-")):
                     raise
                 if exporter == "dynamo":
                     exporter = f"torchscript (dynamo failed: {str(e).splitlines()[0][:120]})"
