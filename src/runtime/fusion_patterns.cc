@@ -10,6 +10,7 @@
 //   Bias:      MatMul(A, B) -> Add(., bias[N])             => MatMul(A, B, bias) with `_bias` = 1
 //   Mean:      ReduceMean over every spatial axis, keeping dims => GlobalAveragePool
 //   Einsum:    a two-input contraction                     => [Transpose, Reshape] x2 -> MatMul [-> Reshape, Transpose]
+//   NaN guard: [Add(s, constant finite mask) ->] Softmax -> Where(IsNaN(p), 0, p) => Softmax [an all-zero mask dropped]
 // and, for convolutional nets (FuseDataMovementPatterns):
 //   Channel shuffle: Concat -> Reshape [N, g, C/g, H, W] -> Transpose(0, 2, 1, 3, 4) -> Reshape [N, C, H, W]
 //              [-> channel Slices]                     => _ChannelShuffle (src/ops/internal_ops.cc)
@@ -742,6 +743,63 @@ void PoolConcatParts(CompileState& st) {
 }
 
 // Run before activation fusion, which can then fold the Gelu into the MatMul that feeds it.
+// ---------------------------------------------------------------- attention's NaN guard
+
+// A constant whose every element is finite (for `zeros`, zero).
+bool FiniteConstant(const CompileState& st, int v, bool zeros) {
+  if (!IsF32Constant(st, v)) return false;
+  const Tensor& t = st.values[v].value;
+  const float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(p[i]) || (zeros && p[i] != 0.f)) return false;
+  return true;
+}
+
+// PyTorch's dynamo exporter writes scaled_dot_product_attention with a mask as
+//   Add(scores, mask) -> Softmax -> Where(IsNaN(probs), 0, probs)
+// (onnxscript's decomposition: a row masked everywhere gives NaN, the Where makes it zeros). Hugging Face's ViT,
+// DeiT, DINOv2, DETR and Depth Anything pass a mask that is a constant once folded (all zeros: every position
+// attends). With a constant mask of finite values, finite activations give finite scores and the guard changes
+// nothing, so it goes, and an all-zero mask goes too: the Softmax then meets its products and FuseAttentionViews
+// makes one kernel of the three (Depth Anything's 1370-token attention wrote and read three [6, 1370, 1370] tensors
+// per layer). A mask that is not a constant, or holds an infinity, keeps the guard: a row masked everywhere is real.
+// Only NaN or infinite activations, which make the model's output NaN anyway, would see the difference.
+void DropSoftmaxNanGuard(CompileState& st) {
+  NodeView g(st);
+  for (int w = 0; w < static_cast<int>(st.nodes.size()); ++w) {
+    if (!g.Is(w, "Where") || g.node(w).inputs.size() != 3) continue;
+    const Node& where = g.node(w);
+    const int cond = where.inputs[0], zero = where.inputs[1], probs = where.inputs[2];
+    const int isnan = g.Producer(cond), sm = g.Producer(probs);
+    if (!g.Is(isnan, "IsNaN") || g.node(isnan).inputs[0] != probs || g.SoleConsumer(cond) != w ||
+        !g.Is(sm, "Softmax") || !FiniteConstant(st, zero, /*zeros=*/true) || st.values[zero].value.numel() != 1 ||
+        st.is_graph_output[probs] || g.Consumers(probs).size() != 2 || !SameShape(st, probs, where.outputs[0]))
+      continue;
+    // The scores: a product (anything but an Add), or an Add of a finite constant mask to one.
+    const int scores = g.node(sm).inputs[0];
+    const int add = g.Producer(scores);
+    int drop_add = -1;
+    if (g.Is(add, "Add")) {
+      const Node& a = g.node(add);
+      if (a.inputs.size() != 2) continue;
+      const int mask = IsF32Constant(st, a.inputs[1]) ? a.inputs[1] : a.inputs[0], other = OtherInput(a, mask);
+      if (other < 0 || !FiniteConstant(st, mask, false) || IsF32Constant(st, other)) continue;
+      if (FiniteConstant(st, mask, true) && SameShape(st, other, scores) && g.SoleConsumer(scores) == sm)
+        drop_add = add;  // softmax(x + 0) = softmax(x)
+    }
+    if (drop_add >= 0) {
+      g.node(sm).inputs[0] =
+          OtherInput(g.node(drop_add), IsF32Constant(st, g.node(drop_add).inputs[1]) ? g.node(drop_add).inputs[1]
+                                                                                     : g.node(drop_add).inputs[0]);
+      g.Kill(drop_add);
+    }
+    g.node(sm).outputs[0] = where.outputs[0];
+    g.Kill(isnan);
+    g.Kill(w);
+  }
+  g.Compact();
+}
+
 void FuseTransformerPatterns(CompileState& st) {
   EinsumToMatMul(st);  // first: its MatMuls then take a bias like any other
   FuseLayerNorm(st);  // before the rewrite below: its ReduceMeans are over the last axis, never spatial-only
@@ -749,6 +807,7 @@ void FuseTransformerPatterns(CompileState& st) {
   SpatialMeanToGlobalAveragePool(st);
   FuseGelu(st);
   FuseMatMulBias(st);
+  DropSoftmaxNanGuard(st);
 }
 
 }  // namespace osprey

@@ -7,11 +7,14 @@
   AvgPool2d(2560, ceil_mode=True) on 7x7), and count_include_pad counts the declared padding but not ceil_mode's
   overhang past it. Oracle: PyTorch (ONNX >= 1.18 and ONNX Runtime 1.32 agree; the ONNX Runtime 1.20 of these tests
   still divides by the whole kernel, microsoft/onnxruntime#16203).
+- Convolutions on tokens (SegFormer, PVTv2) and the NaN guard of scaled_dot_product_attention with a mask (ViT,
+  DINOv2, DETR): values against PyTorch or ONNX Runtime, and the profile says the rewrite happened.
 """
 
 import io
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
@@ -146,3 +149,54 @@ def test_convolutions_on_tokens_run_without_transposes(tmp_path, run_cli):
     assert "TransposeCpu" not in nodes and "_LayoutReorder" not in nodes, nodes
     assert "Erf" not in nodes and "Gelu" not in nodes, nodes  # GELU fused into the depthwise convolution
     assert nodes.count("TransposeLayoutCopy") == 4, nodes
+
+
+def attention_with_nan_guard(tmp_path, mask, runtime_mask=False):
+    """softmax(q k^T / 8 + mask) v as PyTorch's dynamo exporter writes scaled_dot_product_attention with a mask: the
+    probabilities go through Where(IsNaN(p), 0, p)."""
+    b, h, t, d = 1, 2, 40, 16
+    scale = numpy_helper.from_array(np.array(0.125, np.float32), "scale")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    inits = [scale, zero] + ([] if runtime_mask else [numpy_helper.from_array(mask, "mask")])
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]), helper.make_node("Mul", ["qk", "scale"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "mask"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+             helper.make_node("IsNaN", ["probs"], ["nan"]), helper.make_node("Where", ["nan", "zero", "probs"], ["p"]),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, F, [b, h, t, d]) for n in ("q", "k", "v")]
+    if runtime_mask:
+        inputs.append(helper.make_tensor_value_info("mask", F, list(mask.shape)))
+    path = save(tmp_path, "sdpa", nodes, inputs, [helper.make_tensor_value_info("y", F, [b, h, t, d])], inits)
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal((b, h, t, d)).astype(np.float32) for n in ("q", "k", "v")}
+    if runtime_mask:
+        feeds["mask"] = mask
+    return path, feeds
+
+
+@pytest.mark.parametrize("case", ["zeros", "finite", "row_masked_with_inf", "runtime"])
+def test_attention_nan_guard_of_the_dynamo_exporter(tmp_path, run_cli, case):
+    """With a constant mask of finite values the guard changes nothing for finite activations: it is dropped (an
+    all-zero mask too) and the attention runs as one kernel. A mask that masks a whole row with -inf, or one known
+    only at run time, keeps it: that row's output is zeros, as ONNX Runtime gives. Oracle: ONNX Runtime."""
+    mask = np.zeros((1, 1, 40, 40), np.float32)
+    if case != "zeros":
+        mask[..., ::3] = np.finfo(np.float32).min  # transformers' masked value: finite
+    if case == "row_masked_with_inf":
+        mask[..., 5, :] = -np.inf
+    path, feeds = attention_with_nan_guard(tmp_path, mask, runtime_mask=case == "runtime")
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = osprey.Model(path, threads=2).run(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if case == "row_masked_with_inf":
+        assert not np.isnan(want).any() and np.all(got[:, :, 5] == 0)
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    r = run_cli("bench", path, *args, "--iters", "1", "--warmup", "0", "--profile", "--top", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    nodes = r.stdout.split("all nodes")[1]
+    guarded = case in ("row_masked_with_inf", "runtime")
+    assert ("IsNaN" in nodes) == guarded and ("_AttentionViews" in nodes) == (not guarded), nodes
