@@ -126,7 +126,9 @@ def build(name):
                 out = self.inner(pixel_values=x)
                 return tuple(getattr(out, k) for k in ("logits", "pred_boxes", "predicted_depth", "image_embeds",
                                                        "pooler_output") if getattr(out, k, None) is not None)
-        return Outputs(inner).eval()
+        model = Outputs(inner).eval()
+        mtm._make_parameters_realistic(model, name)  # zero-initialised heads (EfficientNet, MobileViTV2) give zeros
+        return model
     if name.startswith("timm-"):
         import timm
         model = timm.create_model(name[len("timm-"):], pretrained=False).eval()
