@@ -200,3 +200,24 @@ def test_attention_nan_guard_of_the_dynamo_exporter(tmp_path, run_cli, case):
     nodes = r.stdout.split("all nodes")[1]
     guarded = case in ("row_masked_with_inf", "runtime")
     assert ("IsNaN" in nodes) == guarded and ("_AttentionViews" in nodes) == (not guarded), nodes
+
+
+def test_pool_windows_far_longer_than_the_input_cost_what_the_input_does(tmp_path):
+    """ceil_mode lets a window of 2^30 (or pads of 2^30) reach a 7-pixel input: a pool walks only the taps that land
+    in it (the reference kernel walked every tap: seconds per output, minutes in 3-D), and count_include_pad's divisor
+    (2^90 taps here) does not overflow. Oracle: hand-computed values."""
+    big = 1 << 30
+    x = np.ones((1, 1, 7, 7, 7), np.float32)
+    cases = [("MaxPool", {}, x[..., 0], [1.0]),
+             ("AveragePool", {"count_include_pad": 1}, x[..., 0], [1.0]),
+             # 3-D, pads 2^30 - 1: two windows per dim, 1 and 6 input taps each of 2^30 counted.
+             ("AveragePool", {"count_include_pad": 1, "pads": [big - 1] * 6}, x,
+              [a * b * c / 2.0 ** 90 for a in (1, 6) for b in (1, 6) for c in (1, 6)])]
+    for op, attrs, data, want in cases:
+        rank = data.ndim - 2
+        node = helper.make_node(op, ["x"], ["y"], kernel_shape=[big] * rank, strides=[big] * rank, ceil_mode=1,
+                                **attrs)
+        path = save(tmp_path, f"{op}{rank}", [node], [helper.make_tensor_value_info("x", F, data.shape)],
+                    [helper.make_tensor_value_info("y", F, None)], opset=19)
+        got = osprey.Model(path, threads=2).run({"x": data})["y"]
+        np.testing.assert_allclose(got.ravel(), want, rtol=1e-6)

@@ -22,16 +22,20 @@ OSPREY_HD void PoolElement(int64_t i, const PoolGeometry& g, const float* x, flo
     float best = -3.402823466e+38f;  // lowest float, as the reference starts
     bool found = false;
     int64_t valid = 0;
-    for (int64_t kz = 0; kz < g.k[0]; ++kz) {
+    // Only the taps that land in the input (the reference's TapsWithin): a window may be far longer than it.
+    const int64_t start[3] = {z0, y0, x0};
+    int64_t lo[3], hi[3];
+    for (int d = 0; d < 3; ++d) {
+      lo[d] = start[d] >= 0 ? 0 : min(g.k[d], (-start[d] + g.d[d] - 1) / g.d[d]);
+      hi[d] = g.in[d] - start[d] <= 0 ? 0 : min(g.k[d], (g.in[d] - start[d] + g.d[d] - 1) / g.d[d]);
+    }
+    for (int64_t kz = lo[0]; kz < hi[0]; ++kz) {
       const int64_t iz = z0 + kz * g.d[0];
-      if (iz < 0 || iz >= g.in[0]) continue;
-      for (int64_t ky = 0; ky < g.k[1]; ++ky) {
+      for (int64_t ky = lo[1]; ky < hi[1]; ++ky) {
         const int64_t iy = y0 + ky * g.d[1];
-        if (iy < 0 || iy >= g.in[1]) continue;
         const float* row = xp + (iz * g.in[1] + iy) * g.in[2];
-        for (int64_t kx = 0; kx < g.k[2]; ++kx) {
+        for (int64_t kx = lo[2]; kx < hi[2]; ++kx) {
           const int64_t ix = x0 + kx * g.d[2];
-          if (ix < 0 || ix >= g.in[2]) continue;
           ++valid;
           const float v = row[ix];
           if (g.kind == kPoolMax) {
@@ -51,13 +55,12 @@ OSPREY_HD void PoolElement(int64_t i, const PoolGeometry& g, const float* x, flo
       y[i] = best;
     } else if (g.kind == kPoolAverage) {
       // count_include_pad: the taps in the input or its declared padding, as the reference's PaddedTaps.
-      int64_t divisor = valid;
+      double divisor = static_cast<double>(valid);
       if (g.count_include_pad) {
-        const int64_t start[3] = {z0, y0, x0};
         divisor = 1;
         for (int d = 0; d < 3; ++d) {
           const int64_t room = g.in[d] + g.pe[d] - start[d];
-          divisor *= room <= 0 ? 0 : min(g.k[d], (room + g.d[d] - 1) / g.d[d]);
+          divisor *= room <= 0 ? 0. : static_cast<double>(min(g.k[d], (room + g.d[d] - 1) / g.d[d]));
         }
       }
       y[i] = divisor > 0 ? static_cast<float>(acc / static_cast<double>(divisor)) : 0.f;

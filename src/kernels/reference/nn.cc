@@ -443,15 +443,23 @@ void ConvTransposeRef(KernelContext& ctx) {
 
 enum class PoolKind { kMax, kAverage, kLp };
 
-// The taps of the window starting at (z0, y0, x0) that lie in the input or its declared padding: AveragePool's divisor
-// with count_include_pad. ceil_mode's overhang past the padding is not counted (ONNX >= 1.18, ONNX Runtime, PyTorch;
-// ONNX Runtime before 1.16 divided by the whole kernel).
-int64_t PaddedTaps(const Window3& g, int64_t z0, int64_t y0, int64_t x0) {
-  const int64_t start[3] = {z0, y0, x0};
-  int64_t taps = 1;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t room = g.in[i] + g.pe[i] - start[i];  // start >= -pb: the window never begins before the padding
-    taps *= room <= 0 ? 0 : std::min(g.k[i], (room + g.d[i] - 1) / g.d[i]);
+// The taps [*lo, *hi) of a window along one dim, starting at `start` with dilation `d`, that land in [0, limit): the
+// input (limit = its size), so a pool walks only those (a window may be far longer than the input: a kernel of 2^30
+// with ceil_mode, or pads as large, took seconds per output), or the input and its end padding (limit = size + pad).
+void TapsWithin(int64_t start, int64_t k, int64_t d, int64_t limit, int64_t* lo, int64_t* hi) {
+  *lo = start >= 0 ? 0 : std::min(k, (-start + d - 1) / d);
+  *hi = limit - start <= 0 ? 0 : std::min(k, (limit - start + d - 1) / d);
+}
+
+// AveragePool's divisor with count_include_pad: the window's taps in the input or its declared padding. ceil_mode's
+// overhang past the padding is not counted (ONNX >= 1.18, ONNX Runtime, PyTorch; ONNX Runtime before 1.16 divided by
+// the whole kernel). A double: three dims of 2^31 taps overflow an int64.
+double PaddedTaps(const Window3& g, const int64_t start[3]) {
+  double taps = 1;
+  for (int i = 0; i < 3; ++i) {  // start >= -pb: every tap before the end of the padding counts
+    int64_t lo = 0, hi = 0;
+    TapsWithin(start[i], g.k[i], g.d[i], g.in[i] + g.pe[i], &lo, &hi);
+    taps *= static_cast<double>(hi);
   }
   return taps;
 }
@@ -468,7 +476,9 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
   int64_t* indices = kind == PoolKind::kMax && HasOut(ctx, 1, y.numel()) ? ctx.Out(1).data<int64_t>() : nullptr;
   const float* xd = x.data<float>();
   float* yd = y.data<float>();
-#pragma omp parallel for if (planes * out_vol * g.KVol() >= kMinParallelWork)
+  // Work per output: at most the input's extent per dim (a window's KVol may overflow).
+  const int64_t taps_bound = std::min(g.k[0], g.in[0]) * std::min(g.k[1], g.in[1]) * std::min(g.k[2], g.in[2]);
+#pragma omp parallel for if (planes * out_vol * taps_bound >= kMinParallelWork)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const float* xp = xd + plane * in_vol;
     float* yp = yd + plane * out_vol;
@@ -480,15 +490,15 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
           double acc = 0;
           float best = std::numeric_limits<float>::lowest();
           int64_t best_index = -1, valid = 0;
-          for (int64_t kz = 0; kz < g.k[0]; ++kz) {
+          const int64_t start[3] = {z0, y0, x0};
+          int64_t lo[3], hi[3];
+          for (int i = 0; i < 3; ++i) TapsWithin(start[i], g.k[i], g.d[i], g.in[i], &lo[i], &hi[i]);
+          for (int64_t kz = lo[0]; kz < hi[0]; ++kz) {
             const int64_t iz = z0 + kz * g.d[0];
-            if (iz < 0 || iz >= g.in[0]) continue;
-            for (int64_t ky = 0; ky < g.k[1]; ++ky) {
+            for (int64_t ky = lo[1]; ky < hi[1]; ++ky) {
               const int64_t iy = y0 + ky * g.d[1];
-              if (iy < 0 || iy >= g.in[1]) continue;
-              for (int64_t kx = 0; kx < g.k[2]; ++kx) {
+              for (int64_t kx = lo[2]; kx < hi[2]; ++kx) {
                 const int64_t ix = x0 + kx * g.d[2];
-                if (ix < 0 || ix >= g.in[2]) continue;
                 ++valid;
                 const float v = xp[(iz * g.in[1] + iy) * g.in[2] + ix];
                 if (kind == PoolKind::kMax) {
@@ -508,7 +518,7 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
             yp[out_index] = best;
             if (indices) indices[plane * out_vol + out_index] = best_index < 0 ? -1 : plane * in_vol + best_index;
           } else if (kind == PoolKind::kAverage) {
-            const int64_t divisor = count_include_pad ? PaddedTaps(g, z0, y0, x0) : valid;
+            const double divisor = count_include_pad ? PaddedTaps(g, start) : static_cast<double>(valid);
             yp[out_index] = divisor > 0 ? static_cast<float>(acc / divisor) : 0.f;
           } else {
             yp[out_index] = static_cast<float>(p == 2 ? std::sqrt(acc) : std::pow(acc, 1.0 / p));
