@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exports torchvision and timm models with PyTorch's current default ONNX exporter (torch.export + onnxscript, `dynamo=True`).
 
-Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force] [--exporter dynamo|torchscript]
+Usage: tools/export_dynamo.py [--only NAME ...] [--out DIR] [--force] [--exporter dynamo|torchscript] [--opset N]
 
 Needs a Python with torch >= 2.5, torchvision and onnxscript (bench/torch_dynamo makes one in .venv-torch; the
 project's .venv has Debian's torch 1.13, whose exporter is the TorchScript one tools/make_test_models.py uses). The
@@ -21,6 +21,10 @@ A model the dynamo exporter refuses is exported with the TorchScript one (`dynam
 the tool says which. `--exporter torchscript` uses the TorchScript exporter for every model (still what much code in
 the wild calls: other graphs again, e.g. Flatten for view, BatchNormalization in training mode for weight
 standardisation), by default into ~/.cache/osprey/models-torchscript.
+
+`--opset N` asks the dynamo exporter for that opset (its default is 20; PyTorch 2.15 writes up to 23, where
+scaled_dot_product_attention becomes ONNX's Attention op and RMSNorm RMSNormalization), by default into
+~/.cache/osprey/models-dynamo-opsetN.
 """
 
 import argparse
@@ -167,8 +171,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default ~/.cache/osprey/models-<exporter>")
     parser.add_argument("--force", action="store_true", help="export again even if the files exist")
     parser.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
+    parser.add_argument("--opset", type=int, default=None, help="the dynamo exporter's opset (default: its own)")
     args = parser.parse_args(argv)
-    args.out = args.out or default_dir(args.exporter)
+    args.out = args.out or default_dir(args.exporter + (f"-opset{args.opset}" if args.opset else ""))
     import numpy as np
     import torch
 
@@ -190,8 +195,9 @@ def main(argv=None) -> int:
             try:
                 if exporter != "dynamo":
                     raise RuntimeError("--exporter torchscript")
+                opset = {"opset_version": args.opset} if args.opset else {}
                 program = torch.onnx.export(model, (x,), dynamo=True, input_names=["input"],
-                                            output_names=["logits"], verbose=False)
+                                            output_names=["logits"], verbose=False, **opset)
                 program.save(str(tmp))
             except Exception as e:  # noqa: BLE001 -- then as a user would: the TorchScript exporter
                 if exporter == "dynamo" and not name.startswith(("timm-", "hf-")):

@@ -1,5 +1,5 @@
 #pragma once
-/// ONNX importer: turns a serialized ModelProto (opsets 7..21 of the default domain) into an osprey Graph.
+/// ONNX importer: turns a serialized ModelProto (opsets 7..28 of the default domain) into an osprey Graph.
 /// Protobuf types stay inside src/onnx; nothing here pulls in the generated headers.
 #include <cstddef>
 #include <map>
@@ -12,7 +12,7 @@ namespace osprey {
 
 /// Oldest and newest default-domain opset the importer accepts.
 constexpr int kMinOnnxOpset = 7;
-constexpr int kMaxOnnxOpset = 21;
+constexpr int kMaxOnnxOpset = 28;
 
 /// What the importer does after building the graph.
 struct OnnxImportOptions {

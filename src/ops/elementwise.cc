@@ -125,8 +125,10 @@ void InferPRelu(InferContext& ctx) {
 void CheckModAttrs(const InferContext& ctx) {
   int64_t fmod = ctx.node.GetInt("fmod", 0);
   if (fmod != 0 && fmod != 1) ctx.Fail("attribute 'fmod' must be 0 or 1, got " + std::to_string(fmod));
-  if (fmod == 0 && ctx.input_dtypes[0] == DType::kF32)
-    ctx.Fail("attribute 'fmod' must be 1 for floating-point inputs, got 0");
+  // Opset 28 defined fmod = 0 for floating point (a floor remainder, the sign of the divisor); before it the spec
+  // required fmod = 1 there.
+  if (fmod == 0 && ctx.input_dtypes[0] == DType::kF32 && ctx.opset < 28)
+    ctx.Fail("attribute 'fmod' must be 1 for floating-point inputs before opset 28, got 0");
 }
 
 void CheckBitShiftAttrs(const InferContext& ctx) {
@@ -245,7 +247,9 @@ void RegisterElementwiseOps(OpRegistry& r) {
   AddSchema(r, "Mod", 2, 2, BinaryInfer(kNumeric, false, CheckModAttrs));
   AddSchema(r, "Pow", 2, 2, InferPow, kBroadcastTransparent);
   AddSchema(r, "PRelu", 2, 2, InferPRelu, kBroadcastTransparent);
-  AddSchema(r, "BitShift", 2, 2, BinaryInfer(Bit(DType::kU8), false, CheckBitShiftAttrs));
+  // Signed types from opset 28 (an arithmetic right shift); accepted at every opset, the unsigned results being
+  // the same.
+  AddSchema(r, "BitShift", 2, 2, BinaryInfer(kInts, false, CheckBitShiftAttrs));
   AddSchema(r, "Equal", 2, 2, BinaryInfer(kNumeric | kBool, true));
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
     AddSchema(r, op, 2, 2, BinaryInfer(kNumeric, true));

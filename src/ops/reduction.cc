@@ -129,8 +129,9 @@ void InferTopK(InferContext& ctx) {
   ctx.SetOutput(1, DType::kI64, out);
 }
 
-// CumSum: the running sum along the axis given as input 1 (a scalar, read by the kernel), same shape and dtype.
-void InferCumSum(InferContext& ctx) {
+// CumSum, CumProd: the running sum or product along the axis given as input 1 (a scalar, read by the kernel), same
+// shape and dtype.
+void InferCumulative(InferContext& ctx) {
   if (!ctx.Has(0) || !ctx.Has(1)) ctx.Fail("inputs 'x' and 'axis' are required");
   const DType t = ctx.input_dtypes[0];
   if (t != DType::kF32 && t != DType::kI32 && t != DType::kI64)
@@ -150,14 +151,15 @@ void AddSchema(OpRegistry& r, const char* op_type, int min_inputs, int max_input
 }  // namespace
 
 void RegisterReductionOps(OpRegistry& r) {
-  for (const char* op : {"ReduceMax", "ReduceMin"}) AddSchema(r, op, 1, 2, ReduceInfer(kNumeric));
+  for (const char* op : {"ReduceMax", "ReduceMin"}) AddSchema(r, op, 1, 2, ReduceInfer(kNumeric | Bit(DType::kBool)));
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare"})
     AddSchema(r, op, 1, 2, ReduceInfer(kFloat | kWideInts));
   for (const char* op : {"ReduceLogSum", "ReduceLogSumExp"}) AddSchema(r, op, 1, 2, ReduceInfer(kFloat));
   AddSchema(r, "ArgMax", 1, 1, InferArgReduce);
   AddSchema(r, "ArgMin", 1, 1, InferArgReduce);
   AddSchema(r, "TopK", 1, 2, InferTopK, 2);
-  AddSchema(r, "CumSum", 2, 2, InferCumSum);
+  AddSchema(r, "CumSum", 2, 2, InferCumulative);
+  AddSchema(r, "CumProd", 2, 2, InferCumulative);
 }
 
 }  // namespace osprey

@@ -820,6 +820,8 @@ void InferSpaceToDepth(InferContext& ctx) {
   RequireAttr(ctx, "blocksize");
   int64_t b = ctx.node.GetInt("blocksize", 0);
   if (b < 1) ctx.Fail("blocksize must be >= 1, got " + Str(b));
+  const std::string mode = ctx.node.GetString("mode", "DCR");  // opset 28
+  if (mode != "DCR" && mode != "CRD") ctx.Fail("mode '" + mode + "' is not one of DCR, CRD");
   if (in[2] % b != 0 || in[3] % b != 0)
     ctx.Fail("height and width of " + ShapeToString(in) + " are not divisible by blocksize " + Str(b));
   Shape out = {in[0], in[1] * b * b, in[2] / b, in[3] / b};

@@ -21,7 +21,8 @@ every op they use has the same signature (attributes, inputs, outputs) at both; 
 constraints (bfloat16), so this keeps the ~200 opset-22 tests meaningful.
 
 Environment: OSPREY_BIN (binary), OSPREY_CONFORMANCE_FILTER (regex on test names, for quick runs),
-OSPREY_CONFORMANCE_SUMMARY (summary file; default <build dir>/conformance-summary.txt).
+OSPREY_CONFORMANCE_SUMMARY (summary file; default <build dir>/conformance-summary.txt), OSPREY_CONFORMANCE_DATA
+(the node tests' data directory; default the installed onnx package's).
 Also runnable as a script: `.venv/bin/python tests/conformance/test_onnx_node.py [--filter REGEX] [--bin PATH]`.
 """
 
@@ -44,7 +45,10 @@ from onnx import numpy_helper
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 EXCLUSIONS_FILE = HERE / "exclusions.txt"
-NODE_TEST_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
+# onnx <= 1.18 ships the node tests' data in its wheel; newer wheels ship only the generators
+# (tools/onnx_node_data.py writes the data of the installed onnx into a directory given here).
+NODE_TEST_DIR = Path(os.environ.get("OSPREY_CONFORMANCE_DATA")
+                     or Path(onnx.__file__).parent / "backend" / "test" / "data" / "node")
 
 RTOL = 1e-3
 ATOL = 1e-5

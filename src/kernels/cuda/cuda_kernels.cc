@@ -312,7 +312,7 @@ std::unique_ptr<Kernel> CreateBinary(const KernelBuildContext& bc) {
     code = kBinMin;
   else if (op == "PRelu")
     code = kBinPRelu;
-  else if (op == "Mod")
+  else if (op == "Mod" && bc.node.GetInt("fmod", 0) == 1)  // the float remainder of opset 28's fmod = 0: host
     code = kBinMod;
   else
     return nullptr;

@@ -359,9 +359,13 @@ void ModKernel(KernelContext& ctx) {
   const Node& node = ctx.node;
   const bool fmod = node.GetInt("fmod", 0) != 0;
   NumericBinary(ctx, [&node, fmod](auto a, auto b) -> decltype(a) {
-    if constexpr (kIsFloat<decltype(a)>)
-      return std::fmod(a, b);
-    else
+    if constexpr (kIsFloat<decltype(a)>) {
+      auto r = std::fmod(a, b);  // NaN for an infinite a, a zero or NaN b; a for an infinite b
+      if (fmod) return r;
+      // fmod = 0 (opset 28): a - floor(a / b) * b, the sign of b; a zero takes b's sign.
+      if (r == 0) return std::copysign(decltype(a){0}, b);
+      return (r < 0) != (b < 0) ? r + b : r;
+    } else
       return IntMod(node, a, b, fmod);
   });
 }
@@ -426,13 +430,34 @@ void PReluKernel(KernelContext& ctx) {
   });
 }
 
-void BitShiftKernel(KernelContext& ctx) {
-  if (ctx.In(0).dtype() != DType::kU8) UnsupportedDType(ctx.node, ctx.In(0).dtype());
-  const bool left = ctx.node.GetString("direction", "") == "LEFT";
-  BinaryMap<uint8_t, uint8_t, uint8_t>(ctx.node, ctx.In(0), ctx.In(1), ctx.Out(0), [left](uint8_t a, uint8_t b) {
-    if (b >= 8) return uint8_t{0};
-    return static_cast<uint8_t>(left ? a << b : a >> b);
+// Opset 28: a signed right shift is arithmetic; a shift by a negative amount or by the width or more gives what the
+// sign extension alone gives (-1 for a right shift of a negative value, else 0); a left shift drops the bits shifted
+// past the sign bit (done on the unsigned bits).
+template <class T>
+void BitShiftOf(KernelContext& ctx, bool left) {
+  using U = std::make_unsigned_t<T>;
+  constexpr int kBits = 8 * sizeof(T);
+  BinaryMap<T, T, T>(ctx.node, ctx.In(0), ctx.In(1), ctx.Out(0), [left](T a, T b) {
+    bool out_of_range = static_cast<int64_t>(b) >= kBits;
+    if constexpr (std::is_signed_v<T>) out_of_range = out_of_range || b < 0;
+    if (left) return out_of_range ? T{0} : static_cast<T>(static_cast<U>(static_cast<U>(a) << b));
+    if (out_of_range) {
+      if constexpr (std::is_signed_v<T>)
+        if (a < 0) return static_cast<T>(-1);
+      return T{0};
+    }
+    return static_cast<T>(a >> b);  // arithmetic for a signed T (C++20)
   });
+}
+void BitShiftKernel(KernelContext& ctx) {
+  const bool left = ctx.node.GetString("direction", "") == "LEFT";
+  switch (ctx.In(0).dtype()) {
+    case DType::kU8: return BitShiftOf<uint8_t>(ctx, left);
+    case DType::kI8: return BitShiftOf<int8_t>(ctx, left);
+    case DType::kI32: return BitShiftOf<int32_t>(ctx, left);
+    case DType::kI64: return BitShiftOf<int64_t>(ctx, left);
+    default: UnsupportedDType(ctx.node, ctx.In(0).dtype());
+  }
 }
 
 template <class Op>

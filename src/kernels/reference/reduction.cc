@@ -175,6 +175,12 @@ void ReduceProdKernel(KernelContext& ctx) {
 
 template <bool kMax>
 void ReduceExtremeKernel(KernelContext& ctx) {
+  if (ctx.In(0).dtype() == DType::kBool) {  // opset 20: any (max) / all (min); the empty set gives false / true
+    Reduce<bool>(
+        ctx, static_cast<uint8_t>(!kMax), [](uint8_t& a, bool v) { a = kMax ? (a || v) : (a && v); },
+        [](uint8_t a, int64_t) { return a != 0; });
+    return;
+  }
   DispatchNumeric(ctx.node, ctx.In(0).dtype(), [&](auto tag) {
     using T = decltype(tag);
     // The empty set reduces to the identity: -inf / +inf for floats, the type's limits for integers.
@@ -357,9 +363,10 @@ void TopKKernel(KernelContext& ctx) {
   });
 }
 
-// CumSum along `axis` (input 1, negative from the end): exclusive starts each sum at 0 without the element itself,
-// reverse runs from the end. Sums in double (float32) or int64 per position.
-void CumSumKernel(KernelContext& ctx) {
+// CumSum (CumProd, opset 26) along `axis` (input 1, negative from the end): exclusive starts each sum at 0 (product
+// at 1) without the element itself, reverse runs from the end. Accumulates in double (float32) or int64 per position.
+template <bool kProduct>
+void CumulativeKernel(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
   Tensor& y = ctx.Out(0);
   if (y.shape() != x.shape()) throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": output shape mismatch");
@@ -381,16 +388,24 @@ void CumSumKernel(KernelContext& ctx) {
     T* out = y.data<T>();
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
-        Acc sum = 0;
+        Acc acc = kProduct ? 1 : 0;
+        auto step_in = [&acc](T v) {
+          if constexpr (kProduct && std::is_integral_v<Acc>)  // wraps as the element type would, without UB
+            acc = static_cast<Acc>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(static_cast<Acc>(v)));
+          else if constexpr (kProduct)
+            acc *= v;
+          else
+            acc += v;
+        };
         for (int64_t step = 0; step < n; ++step) {
           const int64_t k = reverse ? n - 1 - step : step;
           const int64_t at = (o * n + k) * inner + i;
           if (exclusive) {
-            out[at] = static_cast<T>(sum);
-            sum += in[at];
+            out[at] = static_cast<T>(acc);
+            step_in(in[at]);
           } else {
-            sum += in[at];
-            out[at] = static_cast<T>(sum);
+            step_in(in[at]);
+            out[at] = static_cast<T>(acc);
           }
         }
       }
@@ -402,7 +417,8 @@ void CumSumKernel(KernelContext& ctx) {
 
 void AddReductionReferenceKernels(ReferenceKernelTable& t) {
   t.Add("ReduceSum", ReduceSumKernel);
-  t.Add("CumSum", CumSumKernel);
+  t.Add("CumSum", CumulativeKernel<false>);
+  t.Add("CumProd", CumulativeKernel<true>);
   t.Add("ReduceMean", ReduceMeanKernel);
   t.Add("ReduceProd", ReduceProdKernel);
   t.Add("ReduceMax", ReduceExtremeKernel<true>);

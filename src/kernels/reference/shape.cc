@@ -855,14 +855,19 @@ void DepthToSpaceKernel(KernelContext& ctx) {
   CopyStrided(DTypeSize(in.dtype()), {n, co, h, b, w, b}, Bytes(in), strides, Bytes(ctx.Out(0)));
 }
 
-// SpaceToDepth writes (N, b, b, C, H', W') in output order from input element (n, c, h' * b + i, w' * b + j).
+// SpaceToDepth writes (N, b, b, C, H', W') in output order (DCR; CRD, opset 28: (N, C, b, b, H', W')) from input
+// element (n, c, h' * b + i, w' * b + j).
 void SpaceToDepthKernel(KernelContext& ctx) {
   const Tensor& in = ctx.In(0);
   int64_t b = ctx.node.GetInt("blocksize", 1);
   int64_t n = in.dim(0), c = in.dim(1), h = in.dim(2), w = in.dim(3);
   CheckOutput(ctx, 0, {n, c * b * b, h / b, w / b});
-  std::vector<int64_t> strides = {c * h * w, w, 1, h * w, b * w, b};
-  CopyStrided(DTypeSize(in.dtype()), {n, b, b, c, h / b, w / b}, Bytes(in), strides, Bytes(ctx.Out(0)));
+  if (ctx.node.GetString("mode", "DCR") == "CRD")
+    CopyStrided(DTypeSize(in.dtype()), {n, c, b, b, h / b, w / b}, Bytes(in), {c * h * w, h * w, w, 1, b * w, b},
+                Bytes(ctx.Out(0)));
+  else
+    CopyStrided(DTypeSize(in.dtype()), {n, b, b, c, h / b, w / b}, Bytes(in), {c * h * w, w, 1, h * w, b * w, b},
+                Bytes(ctx.Out(0)));
 }
 
 }  // namespace
