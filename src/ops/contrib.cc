@@ -16,21 +16,14 @@ namespace osprey {
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
          op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" || op_type == "QuickGelu" ||
-         op_type == "SkipLayerNormalization" || op_type == "Attention" || op_type == "MultiHeadAttention" ||
+         op_type == "SkipLayerNormalization" || op_type == "MultiHeadAttention" ||
          op_type == "QLinearMul" || op_type == "QLinearSoftmax" || op_type == "QLinearConcat";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
-  return IsContribOnlyOp(op_type) || op_type == "QuantizeLinear" || op_type == "DequantizeLinear" || op_type == "Gelu";
+  return IsContribOnlyOp(op_type) || op_type == "QuantizeLinear" || op_type == "DequantizeLinear" ||
+         op_type == "Gelu" || op_type == "Attention";
 }
-
-namespace {
-
-void LoweredWhenCompiled(InferContext& c) {
-  throw Error(ErrorCode::kInternal, c.node.Describe() + ": a com.microsoft op is lowered before inference");
-}
-
-}  // namespace
 
 void RegisterContribOps(OpRegistry& r) {
   r.Add(OpSchema{"FastGelu", 1, 2, 1, 1, LoweredWhenCompiled, {}});
@@ -38,8 +31,9 @@ void RegisterContribOps(OpRegistry& r) {
   r.Add(OpSchema{"QuickGelu", 1, 1, 1, 1, LoweredWhenCompiled, {}});
   // (input, skip, gamma, beta?, bias?) -> (output, mean?, inv_std_var?, input_skip_bias_sum?)
   r.Add(OpSchema{"SkipLayerNormalization", 3, 5, 1, 4, LoweredWhenCompiled, {}});
-  // (input, weights, bias?, mask_index?, past?, attention_bias?, past_sequence_length?) -> (output, present?)
-  r.Add(OpSchema{"Attention", 2, 7, 1, 2, LoweredWhenCompiled, {}});
+  // (input, weights, bias?, mask_index?, past?, attention_bias?, past_sequence_length?) -> (output, present?); the
+  // arities also admit ONNX's Attention (opset 23: ops/function_ops.cc), each domain's checked where it is lowered.
+  r.Add(OpSchema{"Attention", 2, 7, 1, 4, LoweredWhenCompiled, {}});
   // (query, key?, value?, bias?, key_padding_mask?, attention_bias?, past_key?, past_value?, past_sequence_length?,
   //  cache_indirection?) -> (output, present_key?, present_value?, qk?)
   r.Add(OpSchema{"MultiHeadAttention", 1, 10, 1, 4, LoweredWhenCompiled, {}});

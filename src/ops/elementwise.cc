@@ -174,6 +174,22 @@ void InferCast(InferContext& ctx) {
   ctx.SetOutput(0, schema::DTypeFromOnnxCode(ctx, ctx.node.GetInt("to", 0)), ctx.input_shapes[0]);
 }
 
+// BitCast (opset 26): the same bytes read as type `to`, which must be as wide. Not to double (osprey holds float64 as
+// float32) and not to bool from another type (a byte other than 0 or 1 is no bool).
+void InferBitCast(InferContext& ctx) {
+  RequireInput(ctx, 0);
+  if (!ctx.node.Has("to")) ctx.Fail("attribute 'to' is required");
+  const int64_t to = ctx.node.GetInt("to", 0);
+  if (to == 11) throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": BitCast to double is not supported");
+  const DType in = ctx.input_dtypes[0], out = schema::DTypeFromOnnxCode(ctx, to);
+  if (out == DType::kBool && in != DType::kBool)
+    throw Error(ErrorCode::kUnsupported, ctx.node.Describe() + ": BitCast to bool from " + DTypeName(in) +
+                                             " is not supported (a byte other than 0 or 1 is not a bool)");
+  if (DTypeSize(in) != DTypeSize(out))
+    ctx.Fail(std::string("BitCast needs types of one width, got ") + DTypeName(in) + " to " + DTypeName(out));
+  ctx.SetOutput(0, out, ctx.input_shapes[0]);
+}
+
 void InferCastLike(InferContext& ctx) {
   RequireInput(ctx, 0);
   RequireInput(ctx, 1);
@@ -268,6 +284,7 @@ void RegisterElementwiseOps(OpRegistry& r) {
   AddSchema(r, "Clip", 1, 3, InferClip, kFusableActivation);  // min and max: scalars
   AddSchema(r, "Cast", 1, 1, InferCast);
   AddSchema(r, "CastLike", 2, 2, InferCastLike);
+  AddSchema(r, "BitCast", 1, 1, InferBitCast);
 }
 
 namespace schema {

@@ -34,6 +34,10 @@ void InferContext::Fail(const std::string& message) const {
   throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": " + message);
 }
 
+void LoweredWhenCompiled(InferContext& c) {
+  throw Error(ErrorCode::kInternal, c.node.Describe() + ": this op is lowered to others before inference");
+}
+
 const OpRegistry& OpRegistry::Get() {
   static const OpRegistry registry = [] {
     OpRegistry r;
@@ -54,6 +58,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterFoldOps(r);
     RegisterLinalgOps(r);
     RegisterDeformConvOps(r);
+    RegisterFunctionOps(r);
     std::sort(r.schemas_.begin(), r.schemas_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.op_type < b.op_type; });
     return r;

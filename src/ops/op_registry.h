@@ -120,6 +120,11 @@ void RegisterSignalOps(OpRegistry& r);        // DFT, STFT, MelWeightMatrix (sig
 void RegisterFoldOps(OpRegistry& r);          // Col2Im, MaxUnpool (fold.cc)
 void RegisterLinalgOps(OpRegistry& r);        // Det (linalg.cc)
 void RegisterDeformConvOps(OpRegistry& r);    // DeformConv, 2-D (deform_conv.cc)
+void RegisterFunctionOps(OpRegistry& r);      // RMSNormalization, RotaryEmbedding, Swish, SwiGLU (function_ops.cc)
+
+/// The infer function of an op lowered to other ops when a model is compiled (runtime/contrib_ops.cc,
+/// runtime/function_ops.cc), which never reaches inference itself: throws kInternal.
+void LoweredWhenCompiled(InferContext& c);
 
 /// ONNX domain of osprey's own ops (image ops). Nodes in this domain are looked up in the same registry.
 inline constexpr const char* kOspreyDomain = "osprey";

@@ -296,6 +296,28 @@ void InferScatterElements(InferContext& ctx) {
   ctx.SetOutput(0, ctx.input_dtypes[0], data);
 }
 
+// TensorScatter (opset 24, a KV cache update): past_cache [B, .., max_seq (axis), ..], update of its shape but for
+// the axis (at most max_seq), write_indices [B] (int64, default zeros); mode "linear" or "circular".
+void InferTensorScatter(InferContext& ctx) {
+  const Shape& cache = InShape(ctx, 0);
+  const Shape& update = InShape(ctx, 1);
+  const int64_t rank = static_cast<int64_t>(cache.size());
+  if (rank < 2) ctx.Fail("past_cache must have rank >= 2, got " + ShapeToString(cache));
+  const int64_t axis = NormalizeAxis(ctx.node.GetInt("axis", -2), rank, ctx.node);
+  if (axis == 0) ctx.Fail("axis must not be 0 (the batch axis)");
+  const std::string mode = ctx.node.GetString("mode", "linear");
+  if (mode != "linear" && mode != "circular") ctx.Fail("mode '" + mode + "' is not one of linear, circular");
+  if (ctx.input_dtypes[1] != ctx.input_dtypes[0]) ctx.Fail("update's dtype differs from past_cache's");
+  bool fits = static_cast<int64_t>(update.size()) == rank;
+  for (int64_t d = 0; fits && d < rank; ++d) fits = d == axis ? update[d] <= cache[d] : update[d] == cache[d];
+  if (!fits)
+    ctx.Fail("update " + ShapeToString(update) + " must have past_cache's shape " + ShapeToString(cache) +
+             " with at most as many entries on axis " + Str(axis));
+  if (ctx.Has(2) && (ctx.input_dtypes[2] != DType::kI64 || InShape(ctx, 2) != Shape{cache[0]}))
+    ctx.Fail("write_indices must be int64 [" + Str(cache[0]) + "], got " + ShapeToString(InShape(ctx, 2)));
+  ctx.SetOutput(0, ctx.input_dtypes[0], cache);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 void InferReshape(InferContext& ctx) {
   const Shape& in = InShape(ctx, 0);
@@ -896,6 +918,7 @@ void RegisterShapeOps(OpRegistry& r) {
   Add(r, "GatherElements", 2, 2, 1, 1, InferGatherElements);
   Add(r, "GatherND", 2, 2, 1, 1, InferGatherND);
   Add(r, "ScatterND", 3, 3, 1, 1, InferScatterND);
+  Add(r, "TensorScatter", 2, 3, 1, 1, InferTensorScatter);
   Add(r, "ScatterElements", 3, 3, 1, 1, InferScatterElements);
   Add(r, "Scatter", 3, 3, 1, 1, InferScatterElements);
   Add(r, "Reshape", 1, 2, 1, 1, InferReshape, {.same_bytes = true});

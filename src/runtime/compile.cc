@@ -133,6 +133,10 @@ void InferAndFoldNode(CompileState& st, const Node& node) {
     for (const Node& lowered : LowerContribOp(st, node)) InferAndFoldNode(st, lowered);
     return;
   }
+  if (IsLoweredFunctionOp(node)) {
+    for (const Node& lowered : LowerFunctionOp(st, node)) InferAndFoldNode(st, lowered);
+    return;
+  }
   if (node.op_type == "DynamicQuantizeLSTM" && node.domain == kMicrosoftDomain) {
     InferAndFoldNode(st, DequantizedLstm(st, node));
     return;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ops/op_registry.h"
-#include "runtime/plan_impl.h"
+#include "runtime/lowering.h"
 
 namespace osprey {
 namespace {
@@ -23,41 +23,29 @@ int Input(const Node& n, size_t i) { return i < n.inputs.size() ? n.inputs[i] : 
 // per-head Reshape/Transpose, Q K^T * scale, the masks added (a raw 0/1 mask as (1 - mask) * mask_filter_value,
 // unidirectional as that value above the diagonal, an attention bias as is), Softmax over the last axis, times V,
 // heads merged.
-class AttentionBuilder {
+class AttentionBuilder : public NodeBuilder {
  public:
-  AttentionBuilder(CompileState& st, const Node& node) : st_(st), node_(node) {}
+  using NodeBuilder::NodeBuilder;
 
-  [[noreturn]] void Fail(const std::string& what) const {
-    throw Error(ErrorCode::kUnsupported, node_.Describe() + ": " + what);
-  }
-  int Temp() { return st_.AddValue(DType::kF32, {}); }
-  int Ints(std::vector<int64_t> v) {
-    return st_.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v));
-  }
-  int Add(const char* op, const std::string& suffix, std::vector<int> inputs) {
-    const int out = Temp();
-    nodes_.push_back(MakeNode(op, node_.name + suffix, std::move(inputs), {out}));
-    return out;
-  }
   // [B, T, N x h] -> [B, N, T, h] (or [B, N, h, T] with `keys_transposed`).
   int Heads(int x, int64_t batch, int64_t length, int64_t heads, int64_t head, bool keys_transposed,
             const std::string& name) {
     const int split = Add("Reshape", "/" + name + "_heads", {x, Ints({batch, length, heads, head})});
     const int out = Add("Transpose", "/" + name + "_transpose", {split});
-    nodes_.back().attrs["perm"] =
+    Last().attrs["perm"] =
         Attribute::Ints(keys_transposed ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
     return out;
   }
   // Q [B, N, S, h] and K^T [B, N, h, L] -> scaled scores [B, N, S, L].
   void Scores(int q, int kt, float scale) {
-    scores_ = Add("Mul", "/scale", {Add("MatMul", "/qk", {q, kt}), st_.AddConstant(Tensor::Scalar<float>(scale))});
+    scores_ = Add("Mul", "/scale", {Add("MatMul", "/qk", {q, kt}), Float(scale)});
   }
   // A raw 0/1 mask (any integer or float type) reshaped to `shape` (broadcast against [B, N, S, L]).
   void RawMask(int mask, std::vector<int64_t> shape, float filter) {
     const int as_float = Add("Cast", "/mask_float", {mask});
-    nodes_.back().attrs["to"] = Attribute::Int(1);  // FLOAT
-    const int inverted = Add("Sub", "/mask_invert", {st_.AddConstant(Tensor::Scalar<float>(1.f)), as_float});
-    const int valued = Add("Mul", "/mask_value", {inverted, st_.AddConstant(Tensor::Scalar<float>(filter))});
+    Last().attrs["to"] = Attribute::Int(1);  // FLOAT
+    const int inverted = Add("Sub", "/mask_invert", {Float(1.f), as_float});
+    const int valued = Add("Mul", "/mask_value", {inverted, Float(filter)});
     AddToScores(Add("Reshape", "/mask_shape", {valued, Ints(std::move(shape))}), "/mask");
   }
   void Causal(int64_t seq, int64_t total, float filter) {
@@ -90,16 +78,14 @@ class AttentionBuilder {
   // Softmax, times V [B, N, L, hv], heads merged into `out` [B, S, N x hv].
   std::vector<Node> Finish(int v, int64_t batch, int64_t seq, int64_t hidden_v, int out) {
     const int probs = Add("Softmax", "/softmax", {scores_});
-    nodes_.back().attrs["axis"] = Attribute::Int(-1);
+    Last().attrs["axis"] = Attribute::Int(-1);
     const int merged = Add("Transpose", "/merge", {Add("MatMul", "/context", {probs, v})});
-    nodes_.back().attrs["perm"] = Attribute::Ints({0, 2, 1, 3});
-    nodes_.push_back(MakeNode("Reshape", node_.name, {merged, Ints({batch, seq, hidden_v})}, {out}));
-    return std::move(nodes_);
+    Last().attrs["perm"] = Attribute::Ints({0, 2, 1, 3});
+    Add("Reshape", "", {merged, Ints({batch, seq, hidden_v})}, out);
+    return Take();
   }
 
-  CompileState& st_;
-  const Node& node_;
-  std::vector<Node> nodes_;
+ private:
   int scores_ = -1;
 };
 

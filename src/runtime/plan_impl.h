@@ -309,6 +309,10 @@ inline Node MakeNode(std::string op, std::string name, std::vector<int> inputs, 
 /// BiasGelu, QuickGelu, SkipLayerNormalization), and those default-domain nodes (contrib_ops.cc).
 bool IsLoweredContribOp(const Node& node);
 std::vector<Node> LowerContribOp(CompileState& state, const Node& node);
+/// Whether `node` is one of ONNX's function ops osprey lowers to the ops that define them (Attention,
+/// RMSNormalization, RotaryEmbedding, Swish, SwiGLU; function_ops.cc), and those nodes.
+bool IsLoweredFunctionOp(const Node& node);
+std::vector<Node> LowerFunctionOp(CompileState& state, const Node& node);
 
 struct Activation;  // ops/activation.h
 /// The activation a live unary node computes when it may be fused into its producer (OpTraits::fusable_activation

@@ -960,6 +960,10 @@ void CastInto(const Node& node, const Tensor& in, Tensor& out) {
 }
 
 void CastKernel(KernelContext& ctx) { CastInto(ctx.node, ctx.In(0), ctx.Out(0)); }
+void BitCastKernel(KernelContext& ctx) {
+  if (ctx.Out(0).nbytes() != ctx.In(0).nbytes()) throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": size");
+  if (ctx.Out(0).raw() != ctx.In(0).raw()) std::memcpy(ctx.Out(0).raw(), ctx.In(0).raw(), ctx.In(0).nbytes());
+}
 
 }  // namespace
 
@@ -1031,6 +1035,7 @@ void AddElementwiseReferenceKernels(ReferenceKernelTable& t) {
   t.Add("Clip", ClipKernel);
   t.Add("Where", WhereKernel);
   t.Add("Cast", CastKernel);
+  t.Add("BitCast", BitCastKernel);
   t.Add("CastLike", CastKernel);
 }
 

@@ -426,6 +426,42 @@ void ScatterNDKernel(KernelContext& ctx) {
   ApplyUpdates(ctx, offsets, slice_elems, updates, out);
 }
 
+// TensorScatter: the cache, with update's rows written from write_indices[b] on along the axis (modulo its length in
+// "circular" mode; in "linear" mode a row past its end is an error).
+void TensorScatterKernel(KernelContext& ctx) {
+  const Tensor& cache = ctx.In(0);
+  const Tensor& update = ctx.In(1);
+  Tensor& out = ctx.Out(0);
+  CheckOutput(ctx, 0, cache.shape());
+  const int64_t rank = cache.rank();
+  int64_t axis = ctx.node.GetInt("axis", -2);
+  if (axis < 0) axis += rank;
+  const bool circular = ctx.node.GetString("mode", "linear") == "circular";
+  const int64_t batch = cache.dim(0), max_seq = cache.dim(axis), seq = update.dim(axis);
+  const int64_t inner = Product(cache.shape(), axis + 1, rank), per_batch = Product(cache.shape(), 1, axis);
+  const size_t es = DTypeSize(cache.dtype()), row = static_cast<size_t>(inner) * es;
+  if (out.raw() != cache.raw()) CopyBytes(out.raw(), cache.raw(), cache.nbytes());
+  const char* src = Bytes(update);
+  char* dst = Bytes(out);
+  for (int64_t b = 0; b < batch; ++b) {
+    if (seq == 0) break;  // nothing to write (and max_seq may be 0)
+    int64_t start = ctx.inputs.size() > 2 && ctx.inputs[2] ? ctx.In(2).data<int64_t>()[b] : 0;
+    if (circular)
+      start = ((start % max_seq) + max_seq) % max_seq;
+    else if (start < 0 || start > max_seq - seq)
+      throw Error(ErrorCode::kInvalidArgument, ctx.node.Describe() + ": write index " + std::to_string(start) +
+                                                   " of batch " + std::to_string(b) + " and " + std::to_string(seq) +
+                                                   " entries do not fit the cache's " + std::to_string(max_seq) +
+                                                   " (mode linear)");
+    for (int64_t p = 0; p < per_batch; ++p)
+      for (int64_t s = 0; s < seq; ++s) {
+        const int64_t at = circular ? (start + s) % max_seq : start + s;
+        const int64_t outer = b * per_batch + p;
+        std::memcpy(dst + ((outer * max_seq + at) * inner) * es, src + ((outer * seq + s) * inner) * es, row);
+      }
+  }
+}
+
 // Trilu: keeps element (i, j) of each trailing matrix where j - i >= k (upper) or j - i <= k (lower).
 void TriluKernel(KernelContext& ctx) {
   const Tensor& x = ctx.In(0);
@@ -882,6 +918,7 @@ void AddShapeReferenceKernels(ReferenceKernelTable& t) {
   t.Add("GatherND", GatherNDKernel);
   t.Add("ScatterND", ScatterNDKernel);
   t.Add("ScatterElements", ScatterElementsKernel);
+  t.Add("TensorScatter", TensorScatterKernel);
   t.Add("Scatter", ScatterElementsKernel);
   t.Add("Reshape", CopyKernel);
   t.Add("Flatten", CopyKernel);
