@@ -218,7 +218,9 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
            " keys are too many for a masked attention (at most 2^24 pairs)");
   ConstantBias bias;
   std::vector<int> runtime_terms;
-  if (mask >= 0) {
+  // No queries or no keys: an empty product (zeros when there are no keys), nothing to mask.
+  const bool empty = seq == 0 || total == 0;
+  if (mask >= 0 && !empty) {
     const DType mt = b.Value(mask).dtype;
     if (mt != DType::kBool && mt != DType::kF32)
       b.Fail(std::string("attn_mask must be bool or float, got ") + DTypeName(mt));
@@ -238,7 +240,7 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
       runtime_terms.push_back(term);
     }
   }
-  if (nonpad >= 0) {
+  if (nonpad >= 0 && !empty) {
     // Per batch b, the keys j < nonpad[b] are valid; causal and window frontiers are offset by nonpad[b] - S.
     const DType nt = b.Value(nonpad).dtype;
     if ((nt != DType::kI64 && nt != DType::kI32) || b.Value(nonpad).shape != Shape{batch})
@@ -266,7 +268,7 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
     if (right >= 0) also("LessOrEqual", -right, "right");
     const int term = b.Add("Where", "/nonpad_bias", {allowed, b.Float(0.f), b.Float(kNegInf)});
     runtime_terms.push_back(b.Add("Reshape", "/nonpad_heads", {term, b.Ints({batch, 1, seq, total})}));
-  } else {
+  } else if (!empty) {
     AddFrontier(causal, left, right, past, seq, total, &bias);
   }
 

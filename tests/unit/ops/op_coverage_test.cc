@@ -33,6 +33,9 @@ const std::set<std::string> kNoKernel = {
     // com.microsoft, lowered to default-domain ops when compiled (runtime/contrib_ops.cc; test_contrib_ops.py)
     "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization", "Attention", "MultiHeadAttention", "QLinearMul",
     "QLinearSoftmax", "QLinearConcat",
+    // ONNX function ops (opsets 23-28), lowered to the ops that define them when compiled (runtime/function_ops.cc;
+    // the conformance suite on the newest onnx, tests/onnx_latest); Attention is in both domains (above).
+    "RMSNormalization", "RotaryEmbedding", "Swish", "SwiGLU",
     "Loop",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
     "Scan",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
 };
@@ -49,12 +52,14 @@ std::string Repo() {
   return r ? r : "../..";
 }
 
-// Normalized names of the ONNX backend node tests in the project venv's onnx package (empty when not installed).
+// Normalized names of the ONNX backend node tests in the project venvs' onnx packages: .venv's and .venv-onnx's (the
+// newest onnx, whose data tools/onnx_node_data.py writes); empty when neither is installed.
 std::vector<std::string> NodeTests() {
   std::vector<std::string> names;
-  const fs::path lib = fs::path(Repo()) / ".venv" / "lib";
   std::error_code ec;
-  if (!fs::is_directory(lib, ec)) return names;
+  for (const char* venv : {".venv", ".venv-onnx"}) {
+  const fs::path lib = fs::path(Repo()) / venv / "lib";
+  if (!fs::is_directory(lib, ec)) continue;
   for (const auto& py : fs::directory_iterator(lib, ec)) {
     const fs::path node = py.path() / "site-packages" / "onnx" / "backend" / "test" / "data" / "node";
     if (!fs::is_directory(node, ec)) continue;
@@ -62,6 +67,7 @@ std::vector<std::string> NodeTests() {
       const std::string n = t.path().filename().string();
       if (n.rfind("test_", 0) == 0) names.push_back(Normalized(n.substr(5)));
     }
+  }
   }
   return names;
 }
