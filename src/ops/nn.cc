@@ -1,5 +1,5 @@
 // Schemas (arity, attribute checks, shape/dtype inference) for the neural-network op family: convolutions, pools,
-// normalisations, MatMul/Gemm and the softmax family. ONNX semantics for opsets 7..21, float32 only.
+// normalisations, MatMul/Gemm and the softmax family. ONNX semantics for opsets 7..28, float32 only.
 #include <algorithm>
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-// Schemas of the recurrent ops RNN, GRU and LSTM (ONNX opsets 7..21; `layout` from opset 14). float32 only.
+// Schemas of the recurrent ops RNN, GRU and LSTM (ONNX opsets 7..28; `layout` from opset 14). float32 only.
 //
 // Inputs: X, W, R, B?, sequence_lens?, initial_h?, and for LSTM initial_c?, P?. Outputs (each optional): Y, Y_h, and
 // for LSTM Y_c. With G gates per direction (RNN 1, GRU 3, LSTM 4), D directions and hidden size H:
