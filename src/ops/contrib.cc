@@ -6,7 +6,11 @@
 // SkipLayerNormalization (LayerNormalization of input + skip [+ bias] over the last axis) Attention (self-attention
 // with merged Q/K/V weights) and MultiHeadAttention (Q, K, V projected apart). The last four are lowered to
 // default-domain ops when a model is compiled (runtime/contrib_ops.cc), so their schemas here only give arities for
-// ValidateOps; inference runs on the lowered nodes.
+// ValidateOps; inference runs on the lowered nodes. A model ONNX Runtime saved after optimising it
+// (SessionOptions.optimized_model_filepath at ORT_ENABLE_EXTENDED, ORT's documented offline mode) holds FusedConv
+// (Conv [+ Z] + activation), FusedGemm, FusedMatMul (TransposeMatMul, its older name) and DynamicQuantizeMatMul,
+// lowered the same way. Its NCHWc ops (com.microsoft.nchwc, saved at ORT_ENABLE_ALL) are hardware-specific and refused
+// with that advice (ValidateOps).
 #include <string>
 
 #include "ops/op_registry.h"
@@ -16,8 +20,10 @@ namespace osprey {
 bool IsContribOnlyOp(const std::string& op_type) {
   return op_type == "QLinearAdd" || op_type == "QLinearGlobalAveragePool" || op_type == "QGemm" ||
          op_type == "DynamicQuantizeLSTM" || op_type == "FastGelu" || op_type == "BiasGelu" || op_type == "QuickGelu" ||
-         op_type == "SkipLayerNormalization" || op_type == "MultiHeadAttention" ||
-         op_type == "QLinearMul" || op_type == "QLinearSoftmax" || op_type == "QLinearConcat";
+         op_type == "SkipLayerNormalization" || op_type == "MultiHeadAttention" || op_type == "QLinearMul" ||
+         op_type == "QLinearSoftmax" || op_type == "QLinearConcat" || op_type == "FusedConv" ||
+         op_type == "FusedGemm" || op_type == "FusedMatMul" || op_type == "TransposeMatMul" ||
+         op_type == "DynamicQuantizeMatMul";
 }
 
 bool IsMicrosoftDomainOp(const std::string& op_type) {
@@ -41,6 +47,12 @@ void RegisterContribOps(OpRegistry& r) {
   r.Add(OpSchema{"QLinearMul", 7, 8, 1, 1, LoweredWhenCompiled, {}});
   r.Add(OpSchema{"QLinearSoftmax", 5, 5, 1, 1, LoweredWhenCompiled, {}});
   r.Add(OpSchema{"QLinearConcat", 5, 2 + 3 * 4096, 1, 1, LoweredWhenCompiled, {}});
+  // ORT's saved optimised models: (X, W, B?, Z?), (A, B, C?), (A, B), (A, B), (A, B, b_scale, b_zero_point?, bias?).
+  r.Add(OpSchema{"FusedConv", 2, 4, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"FusedGemm", 2, 3, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"FusedMatMul", 2, 2, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"TransposeMatMul", 2, 2, 1, 1, LoweredWhenCompiled, {}});
+  r.Add(OpSchema{"DynamicQuantizeMatMul", 3, 5, 1, 1, LoweredWhenCompiled, {}});
 }
 
 }  // namespace osprey

@@ -8,6 +8,8 @@ namespace osprey {
 
 void RegisterFunctionOps(OpRegistry& r) {
   r.Add(OpSchema{"RMSNormalization", 2, 2, 1, 1, LoweredWhenCompiled, {}});      // (X, scale) -> Y
+  // ONNX Runtime's RMS norm, which its optimiser writes in the default domain: (X, scale) -> (Y, inv_std_var?)
+  r.Add(OpSchema{"SimplifiedLayerNormalization", 2, 2, 1, 2, LoweredWhenCompiled, {}});
   r.Add(OpSchema{"RotaryEmbedding", 3, 4, 1, 1, LoweredWhenCompiled, {}});       // (X, cos, sin, position_ids?)
   r.Add(OpSchema{"Swish", 1, 1, 1, 1, LoweredWhenCompiled, {}});                 // x * sigmoid(alpha x)
   r.Add(OpSchema{"SwiGLU", 2, 2, 1, 1, LoweredWhenCompiled, {}});                // Swish(A) * B

@@ -140,6 +140,7 @@ Shape BroadcastShapes(const Shape& a, const Shape& b, const Node& node) {
 void ValidateOps(const Graph& graph) {
   std::ostringstream unknown;
   int num_unknown = 0;
+  bool nchwc = false;
   const OpRegistry& registry = OpRegistry::Get();
   for (const Node& n : graph.nodes) {
     // ORT's contrib ops (QLinearAdd, QGemm, ...) exist only in com.microsoft; Q/DQ are in both domains.
@@ -151,6 +152,7 @@ void ValidateOps(const Graph& graph) {
     if (!schema) {
       unknown << (num_unknown++ ? ", " : "") << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << " (node '"
               << n.name << "')";
+      nchwc = nchwc || n.domain == "com.microsoft.nchwc";
       continue;
     }
     for (const auto& [key, a] : n.attrs)
@@ -167,8 +169,12 @@ void ValidateOps(const Graph& graph) {
                                                    std::to_string(no));
   }
   if (num_unknown)
-    throw Error(ErrorCode::kUnsupported, "model uses " + std::to_string(num_unknown) +
-                                             " unsupported op(s): " + unknown.str());
+    throw Error(ErrorCode::kUnsupported,
+                "model uses " + std::to_string(num_unknown) + " unsupported op(s): " + unknown.str() +
+                    (nchwc ? " (ONNX Runtime's NCHWc layout ops, written when it saves a model optimised at "
+                             "ORT_ENABLE_ALL for the CPU it ran on; save it at ORT_ENABLE_EXTENDED, or use the "
+                             "original)"
+                           : ""));
 }
 
 }  // namespace osprey

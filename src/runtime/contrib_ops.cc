@@ -2,7 +2,9 @@
 // model is compiled; each lowered node is then inferred and folded like any other (and fused: a Gelu after a MatMul,
 // a LayerNormalization). The arithmetic is the contrib kernels': FastGelu's tanh form is ONNX Gelu's "tanh"
 // approximation, SkipLayerNormalization's epsilon defaults to 1e-12 as ONNX Runtime's does.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,119 @@ std::vector<Node> LowerQLinear(CompileState& st, const Node& node) {
   return nodes;
 }
 
+// The activation of ORT's FusedConv (`activation` with `activation_params`: LeakyRelu [alpha], Clip [min, max],
+// HardSigmoid [alpha, beta]) or FusedGemm (`activation_alpha`, `activation_beta`, `activation_gamma`) as a
+// default-domain node from `x` to `out`; without one, an Identity.
+void AppendActivation(NodeBuilder& b, const CompileState& st, const Node& node, int x, int out) {
+  const std::string act = node.GetString("activation", "");
+  const std::vector<float> params = node.GetFloats("activation_params", {});
+  const bool conv = node.op_type == "FusedConv";
+  // Parameter i: FusedConv's activation_params[i], FusedGemm's activation_alpha / beta / gamma.
+  auto param = [&](size_t i, float fallback) {
+    static const char* const kGemmNames[] = {"activation_alpha", "activation_beta", "activation_gamma"};
+    if (conv) return i < params.size() ? params[i] : fallback;
+    return node.GetFloat(kGemmNames[i], fallback);
+  };
+  if (act.empty()) {
+    b.Add("Identity", "/activation", {x}, out);
+    return;
+  }
+  if (act == "Relu" || act == "Tanh" || act == "Sigmoid" || act == "Softsign" || act == "Softplus" ||
+      act == "HardSwish") {
+    b.Add(act.c_str(), "/" + act, {x}, out);
+  } else if (act == "LeakyRelu" || act == "Elu" || act == "ThresholdedRelu") {
+    b.Add(act.c_str(), "/" + act, {x}, out);
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, act == "LeakyRelu" ? 0.01f : 1.f));
+  } else if (act == "HardSigmoid") {
+    b.Add("HardSigmoid", "/HardSigmoid", {x}, out);
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, 0.2f));
+    b.Last().attrs["beta"] = Attribute::Float(param(1, 0.5f));
+  } else if (act == "Selu") {
+    b.Add("Selu", "/Selu", {x}, out);
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, 1.67326319f));
+    b.Last().attrs["gamma"] = Attribute::Float(conv ? param(1, 1.05070102f) : param(2, 1.05070102f));
+  } else if (act == "Clip") {
+    const float lo = param(0, -std::numeric_limits<float>::max()), hi = param(1, std::numeric_limits<float>::max());
+    if (st.opset < 11) {
+      b.Add("Clip", "/Clip", {x}, out);
+      b.Last().attrs["min"] = Attribute::Float(lo);
+      b.Last().attrs["max"] = Attribute::Float(hi);
+    } else {
+      b.Add("Clip", "/Clip", {x, b.Float(lo), b.Float(hi)}, out);
+    }
+  } else {
+    b.Fail("activation '" + act + "' is not supported");
+  }
+}
+
+// ONNX Runtime's saved optimised models (ORT_ENABLE_EXTENDED): FusedConv (X, W, B?, Z?) = act(Conv(X, W, B) + Z);
+// FusedGemm (A, B, C?) = act(Gemm); FusedMatMul / TransposeMatMul (A, B) = alpha * op(A) op(B), transBatchA/B reading
+// an operand stored [d0, batch.., d_last] as [batch.., d0, d_last] (ORT's MatmulTransposeFusion writes it for
+// attention's K and V kept [T, B x N, h]), then transA/B swapping the last two;
+// DynamicQuantizeMatMul (A, B int8/uint8, b_scale, b_zero_point?, bias?) = A quantized to uint8 as
+// DynamicQuantizeLinear does, times B in integers, scaled by both scales, plus bias (ORT's arithmetic).
+std::vector<Node> LowerOrtFused(CompileState& st, const Node& node) {
+  NodeBuilder b(st, node);
+  const std::string& op = node.op_type;
+  const int out = node.outputs[0];
+  if (op == "FusedConv" || op == "FusedGemm") {
+    Node inner = node;
+    inner.domain.clear();
+    inner.op_type = op == "FusedConv" ? "Conv" : "Gemm";
+    inner.name = node.name + "/" + inner.op_type;
+    for (const char* a : {"activation", "activation_params", "activation_alpha", "activation_beta", "activation_gamma"})
+      inner.attrs.erase(a);
+    int y = b.Temp();
+    if (op == "FusedConv" && node.inputs.size() > 3) inner.inputs.resize(3);
+    inner.outputs = {y};
+    std::vector<Node> nodes = {inner};
+    if (op == "FusedConv" && Input(node, 3) >= 0) y = b.Add("Add", "/sum", {y, node.inputs[3]});
+    AppendActivation(b, st, node, y, out);
+    for (Node& n : b.Take()) nodes.push_back(std::move(n));
+    return nodes;
+  }
+  if (op == "DynamicQuantizeMatMul") {
+    const int a = node.inputs[0], w = node.inputs[1], w_scale = node.inputs[2];
+    if (st.values[a].dtype != DType::kF32) b.Fail("input A must be float32");
+    const int aq = b.Temp(), a_scale = b.Temp(), a_zero = b.Temp();
+    b.Add("DynamicQuantizeLinear", "/quantize_a", {a}, aq);
+    b.Last().outputs = {aq, a_scale, a_zero};
+    std::vector<int> mm_inputs = {aq, w, a_zero};
+    if (Input(node, 3) >= 0) mm_inputs.push_back(node.inputs[3]);
+    const int product = b.Add("MatMulInteger", "/integer", mm_inputs);
+    const int as_float = b.Add("Cast", "/float", {product});
+    b.Last().attrs["to"] = Attribute::Int(1);  // FLOAT
+    const int scaled =
+        b.Add("Mul", "/scale", {as_float, b.Add("Mul", "/scales", {a_scale, w_scale})}, Input(node, 4) >= 0 ? -1 : out);
+    if (Input(node, 4) >= 0) b.Add("Add", "/bias", {scaled, node.inputs[4]}, out);
+    return b.Take();
+  }
+  // FusedMatMul / TransposeMatMul
+  const float alpha = node.GetFloat("alpha", 1.f);
+  auto operand = [&](int x, const char* batch_attr, const char* trans_attr, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < rank; ++d) perm.push_back(d);
+    // transBatch: stored [d0, b1, .., bk, d_last], read as [b1, .., bk, d0, d_last].
+    if (node.GetInt(batch_attr, 0) != 0 && rank > 2) std::rotate(perm.begin(), perm.begin() + 1, perm.end() - 1);
+    if (node.GetInt(trans_attr, 0) != 0) {
+      if (rank < 2) b.Fail(std::string(trans_attr) + " needs a matrix, got rank " + std::to_string(rank));
+      std::swap(perm[rank - 2], perm[rank - 1]);
+    }
+    bool identity = true;
+    for (int64_t d = 0; d < rank; ++d) identity = identity && perm[d] == d;
+    if (identity) return x;
+    const int t = b.Add("Transpose", "/" + name + "_transpose", {x});
+    b.Last().attrs["perm"] = Attribute::Ints(perm);
+    return t;
+  };
+  const int a = operand(node.inputs[0], "transBatchA", "transA", "a");
+  const int w = operand(node.inputs[1], "transBatchB", "transB", "b");
+  const int product = b.Add("MatMul", "/matmul", {a, w}, alpha == 1.f ? out : -1);
+  if (alpha != 1.f) b.Add("Mul", "/alpha", {product, b.Float(alpha)}, out);
+  return b.Take();
+}
+
 }  // namespace
 
 bool IsLoweredContribOp(const Node& node) {
@@ -257,7 +372,9 @@ bool IsLoweredContribOp(const Node& node) {
          (node.op_type == "Gelu" || node.op_type == "FastGelu" || node.op_type == "BiasGelu" ||
           node.op_type == "QuickGelu" || node.op_type == "SkipLayerNormalization" || node.op_type == "Attention" ||
           node.op_type == "MultiHeadAttention" || node.op_type == "QLinearMul" || node.op_type == "QLinearSoftmax" ||
-          node.op_type == "QLinearConcat");
+          node.op_type == "QLinearConcat" || node.op_type == "FusedConv" || node.op_type == "FusedGemm" ||
+          node.op_type == "FusedMatMul" || node.op_type == "TransposeMatMul" ||
+          node.op_type == "DynamicQuantizeMatMul");
 }
 
 std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
@@ -267,6 +384,9 @@ std::vector<Node> LowerContribOp(CompileState& st, const Node& node) {
   if (op == "Attention") return LowerAttention(st, node);
   if (op == "MultiHeadAttention") return LowerMultiHeadAttention(st, node);
   if (op == "QLinearMul" || op == "QLinearSoftmax" || op == "QLinearConcat") return LowerQLinear(st, node);
+  if (op == "FusedConv" || op == "FusedGemm" || op == "FusedMatMul" || op == "TransposeMatMul" ||
+      op == "DynamicQuantizeMatMul")
+    return LowerOrtFused(st, node);
   auto temp = [&st]() { return st.AddValue(DType::kF32, {}); };  // typed by inference
   if (op == "Gelu") {
     Node g = node;

@@ -6,7 +6,8 @@
 //                          mask (a shorter last dim padded as masked), is_causal with the past's offset, softcap,
 //                          nonpad_kv_seqlen (24), local windows (25), the four qk_matmul_output modes; a row whose
 //                          every key is masked gives zeros (the spec's errata), softmax_precision computed in float32.
-//   RMSNormalization (23)  X / sqrt(mean(X^2 over axis..) + epsilon) * scale
+//   RMSNormalization (23)  X / sqrt(mean(X^2 over axis..) + epsilon) * scale (and ONNX Runtime's
+//                          SimplifiedLayerNormalization, which its optimiser writes in the default domain)
 //   RotaryEmbedding (23)   halves or interleaved pairs rotated by the cos/sin caches (position_ids gather them)
 //   Swish (24)             x * sigmoid(alpha x);  SwiGLU (28): Swish(A) * B
 #include <cmath>
@@ -329,6 +330,9 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
 
 // ------------------------------------------------------------------------------------------- RMSNormalization
 
+// Also ONNX Runtime's SimplifiedLayerNormalization (default domain, any opset: what its optimiser writes for an RMS
+// norm, and for a decomposed LayerNorm's last steps), whose optional output 1 is 1 / rms. Pow(x, 2) as a decomposing
+// exporter writes it, so a ReduceMean -> Sub before it fuses with it into LayerNormalization (FuseLayerNorm).
 std::vector<Node> LowerRmsNormalization(CompileState& st, const Node& node) {
   FunctionLowering b(st, node);
   const int x = node.inputs[0], scale = Input(node, 1);
@@ -342,10 +346,14 @@ std::vector<Node> LowerRmsNormalization(CompileState& st, const Node& node) {
   if (axis < 0) axis += rank;
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
-  const int mean = b.Add("ReduceMean", "/mean_square", {b.Add("Mul", "/square", {x, x}), b.Ints(axes)});
+  const int square = b.Add("Pow", "/square", {x, b.Float(2.f)});
+  const int mean = st.opset >= 18 ? b.Add("ReduceMean", "/mean_square", {square, b.Ints(axes)})
+                                  : b.Add("ReduceMean", "/mean_square", {square});
+  if (st.opset < 18) b.Last().attrs["axes"] = Attribute::Ints(axes);
   b.Last().attrs["keepdims"] = Attribute::Int(1);
   const int rms = b.Add("Sqrt", "/rms", {b.Add("Add", "/epsilon", {mean, b.Float(node.GetFloat("epsilon", 1e-5f))})});
   b.Add("Mul", "", {b.Add("Div", "/normalized", {x, rms}), scale}, node.outputs[0]);
+  if (Output(node, 1) >= 0) b.Add("Reciprocal", "/inv_std_var", {rms}, Output(node, 1));
   return b.Take();
 }
 
@@ -423,7 +431,8 @@ std::vector<Node> LowerRotaryEmbedding(CompileState& st, const Node& node) {
 bool IsLoweredFunctionOp(const Node& node) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
   const std::string& op = node.op_type;
-  return op == "Attention" || op == "RMSNormalization" || op == "RotaryEmbedding" || op == "Swish" || op == "SwiGLU";
+  return op == "Attention" || op == "RMSNormalization" || op == "RotaryEmbedding" || op == "Swish" || op == "SwiGLU" ||
+         op == "SimplifiedLayerNormalization";
 }
 
 std::vector<Node> LowerFunctionOp(CompileState& st, const Node& node) {
@@ -431,7 +440,7 @@ std::vector<Node> LowerFunctionOp(CompileState& st, const Node& node) {
     throw Error(ErrorCode::kInvalidArgument, node.Describe() + ": input 0 and output 0 are required");
   const std::string& op = node.op_type;
   if (op == "Attention") return LowerAttention(st, node);
-  if (op == "RMSNormalization") return LowerRmsNormalization(st, node);
+  if (op == "RMSNormalization" || op == "SimplifiedLayerNormalization") return LowerRmsNormalization(st, node);
   if (op == "RotaryEmbedding") return LowerRotaryEmbedding(st, node);
   FunctionLowering b(st, node);
   const float alpha = node.GetFloat("alpha", 1.f);

@@ -36,6 +36,9 @@ const std::set<std::string> kNoKernel = {
     // ONNX function ops (opsets 23-28), lowered to the ops that define them when compiled (runtime/function_ops.cc;
     // the conformance suite on the newest onnx, tests/onnx_latest); Attention is in both domains (above).
     "RMSNormalization", "RotaryEmbedding", "Swish", "SwiGLU",
+    // ONNX Runtime's RMS norm in the default domain and its optimiser's com.microsoft ops (runtime/function_ops.cc,
+    // contrib_ops.cc; tests/python/test_ort_optimized.py)
+    "SimplifiedLayerNormalization", "FusedConv", "FusedGemm", "FusedMatMul", "TransposeMatMul", "DynamicQuantizeMatMul",
     "Loop",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
     "Scan",  // unrolled when compiled (runtime/inline_loop.cc; tests/e2e/test_control_flow.py)
 };
