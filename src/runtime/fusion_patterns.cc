@@ -204,6 +204,9 @@ void SpatialMeanToGlobalAveragePool(CompileState& st) {
 
 // ---------------------------------------------------------------- LayerNorm
 
+// With a Transpose between the Sub and the rest that moves the mean's axis last (ONNX Runtime's transpose optimiser
+// writes ConvNeXt's channels LayerNorm so: ReduceMean(axis 1) -> Sub -> Transpose(0, 2, 3, 1) -> the rest), the
+// Transpose is hoisted to read x and the LayerNormalization reads it, as in the model before ORT optimised it.
 void FuseLayerNorm(CompileState& st) {
   NodeView g(st);
   for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
@@ -211,16 +214,28 @@ void FuseLayerNorm(CompileState& st) {
     const int x = g.node(i).inputs.empty() ? -1 : g.node(i).inputs[0];
     if (!IsF32(st, x) || st.values[x].shape.empty()) continue;
     const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
-    const int64_t channels = st.values[x].shape.back();
-    if (channels <= 0 || !IsLastAxisMean(st, g.node(i), rank)) continue;
+    std::vector<int64_t> mean_axes;
+    if (!KeptMeanAxes(st, g.node(i), rank, &mean_axes) || mean_axes.size() != 1) continue;
     const int mean = g.node(i).outputs[0];
 
     const int sub = g.SoleConsumer(mean);
     if (!g.Is(sub, "Sub") || g.node(sub).inputs.size() != 2 || g.node(sub).inputs[0] != x ||
         g.node(sub).inputs[1] != mean)
       continue;
-    const int d = g.node(sub).outputs[0];
+    int d = g.node(sub).outputs[0];
     if (!IsF32(st, d) || !SameShape(st, d, x) || st.is_graph_output[d]) continue;
+    int hoisted = -1;  // the Transpose after the Sub, when the mean is not over the last axis
+    if (mean_axes[0] != rank - 1) {
+      hoisted = g.SoleConsumer(d);
+      if (!g.Is(hoisted, "Transpose") || g.node(hoisted).outputs.size() != 1) continue;
+      const std::vector<int64_t> perm = TransposePerm(g.node(hoisted), static_cast<size_t>(rank));
+      if (static_cast<int64_t>(perm.size()) != rank || perm.back() != mean_axes[0]) continue;
+      d = g.node(hoisted).outputs[0];
+      if (!IsF32(st, d) || st.is_graph_output[d]) continue;
+    }
+    const int ln_in = hoisted >= 0 ? d : x;  // the value the LayerNormalization reads (x, or x transposed)
+    const int64_t channels = st.values[ln_in].shape.back();
+    if (channels <= 0) continue;
     const std::vector<int>& d_readers = g.Consumers(d);
     if (d_readers.size() != 2) continue;
 
@@ -247,9 +262,11 @@ void FuseLayerNorm(CompileState& st) {
     if (!g.Is(sqrt, "Sqrt")) continue;
     const int std_dev = g.node(sqrt).outputs[0];
     if (g.SoleConsumer(std_dev) != div || g.node(div).inputs[1] != std_dev) continue;
-    if (!SameShape(st, g.node(var_mean).outputs[0], mean) || !SameShape(st, std_dev, mean)) continue;
+    Shape stat_shape = st.values[ln_in].shape;
+    stat_shape.back() = 1;
+    if (st.values[g.node(var_mean).outputs[0]].shape != stat_shape || st.values[std_dev].shape != stat_shape) continue;
     int last = div;
-    if (!SameShape(st, g.node(div).outputs[0], x)) continue;
+    if (!SameShape(st, g.node(div).outputs[0], ln_in)) continue;
 
     // Optional affine part: Mul(gamma) then Add(beta), each with a per-channel constant.
     std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
@@ -258,7 +275,7 @@ void FuseLayerNorm(CompileState& st) {
     int next = g.SoleConsumer(g.node(last).outputs[0]);
     if (g.Is(next, "Mul")) {
       const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-      if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], x)) {
+      if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], ln_in)) {
         gamma_id = other;
         last = next;
         absorbed.push_back(next);
@@ -267,7 +284,7 @@ void FuseLayerNorm(CompileState& st) {
     }
     if (g.Is(next, "Add")) {
       const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-      if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], x)) {
+      if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], ln_in)) {
         beta_id = other;
         last = next;
         absorbed.push_back(next);
@@ -277,7 +294,8 @@ void FuseLayerNorm(CompileState& st) {
     Node ln;
     ln.op_type = "LayerNormalization";
     ln.name = FusedName(g.node(i).name, "LayerNormalization");
-    ln.inputs = {x, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
+    if (hoisted >= 0) g.node(hoisted).inputs[0] = x;  // it now gives x transposed, which ln_in names
+    ln.inputs = {ln_in, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
     ln.outputs = {g.node(last).outputs[0]};
     ln.attrs["axis"] = Attribute::Int(-1);
     ln.attrs["epsilon"] = Attribute::Float(epsilon);

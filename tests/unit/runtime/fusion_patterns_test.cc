@@ -364,6 +364,33 @@ TEST(FusionPatterns, LayerNormNotFusedOverOtherAxes) {
   ExpectFused(g, {{3, 13}}, UnfusedSteps(g, {{3, 13}}));
 }
 
+// ONNX Runtime's transpose optimiser moves ConvNeXt's Permute between the Sub and the rest of the LayerNorm (then
+// writes the rest as SimplifiedLayerNormalization, lowered back to this chain): ReduceMean(axis 1) -> Sub ->
+// Transpose(0, 2, 3, 1) -> Pow -> ReduceMean(last) -> Add -> Sqrt -> Div -> Mul -> Add. The Transpose is hoisted to
+// read x and the rest fuses; a Transpose that does not move the mean's axis last leaves the chain as written.
+Graph LayerNormAcrossTransposeGraph(const std::vector<int64_t>& perm) {
+  GraphBuilder b("layernorm_transposed", 13);
+  auto x = b.Input("x", DType::kF32, {1, 5, 4, 3});
+  auto d = b.Op("Sub", {x, b.Op("ReduceMean", {x}, {{"axes", Attribute::Ints({1})}})});
+  auto t = b.Op("Transpose", {d}, {{"perm", Attribute::Ints(perm)}});
+  const AttributeMap last_axis{{"axes", Attribute::Ints({-1})}};
+  auto var = b.Op("ReduceMean", {b.Op("Pow", {t, b.Constant(Scalar(2.f))})}, last_axis);
+  auto y = b.Op("Div", {t, b.Op("Sqrt", {b.Op("Add", {var, b.Constant(Scalar(1e-6f))})})});
+  const int64_t channels = perm.back() == 1 ? 5 : (perm.back() == 2 ? 4 : 3);
+  y = b.Op("Mul", {y, b.Constant(RandomTensor({channels}, 3, 0.5f, 1.5f))});
+  b.Output(b.Op("Add", {y, b.Constant(RandomTensor({channels}, 4))}), "y");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, LayerNormAcrossOrtsTransposeIsHoisted) {
+  const std::vector<std::string> ops = RunAgainstOracle(LayerNormAcrossTransposeGraph({0, 2, 3, 1}), {1, 5, 4, 3});
+  EXPECT_TRUE(Ran(ops, "LayerNormalization"));
+  EXPECT_FALSE(Ran(ops, "Sub"));
+  const std::vector<std::string> kept = RunAgainstOracle(LayerNormAcrossTransposeGraph({0, 1, 3, 2}), {1, 5, 4, 3});
+  EXPECT_FALSE(Ran(kept, "LayerNormalization"));
+  EXPECT_TRUE(Ran(kept, "Sub"));
+}
+
 // ---------------------------------------------------------------- GELU
 
 enum class GeluForm { kPyTorch, kHalfFirst, kHalfOnSum, kMulByInverseSqrt2, kDivByTwo };
