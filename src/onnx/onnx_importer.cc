@@ -16,6 +16,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "onnx/onnx_functions.h"
 #include "onnx/onnx_wire.h"
 #include "ops/control_flow.h"
 #include "ops/op_registry.h"
@@ -495,9 +496,10 @@ class Importer {
 Graph ImportModel(onnx::ModelProto& model, const std::string& base_dir, const OnnxImportOptions& options,
                   const std::vector<onnx_wire::RawSpan>* raw_spans = nullptr) {
   if (!model.has_graph()) Bad("ONNX model has no graph");
+  const int opset = DefaultOpset(model);
+  InlineModelFunctions(&model, opset);
   std::vector<std::string> problems;
-  Graph graph =
-      Importer(*model.mutable_graph(), DefaultOpset(model), base_dir, options, 0, &problems, raw_spans).Import();
+  Graph graph = Importer(*model.mutable_graph(), opset, base_dir, options, 0, &problems, raw_spans).Import();
   auto metadata = std::make_shared<ModelMetadata>();
   ModelMetadata& m = *metadata;
   m.producer_name = model.producer_name();

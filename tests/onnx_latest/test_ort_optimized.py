@@ -55,7 +55,8 @@ FUSED_MATMUL = {
 def test_fused_matmul_matches_onnxruntime(osprey_bin, tmp_path, case):
     a_shape, b_shape, attrs = FUSED_MATMUL[case]
     path = tmp_path / "m.onnx"
-    ms_model(path, helper.make_node("FusedMatMul", ["A", "B"], ["Y"], domain=MS, **attrs),
+    op = "TransposeMatMul" if case == "trans_a_b" else "FusedMatMul"  # the older name, the same kernel in ORT
+    ms_model(path, helper.make_node(op, ["A", "B"], ["Y"], domain=MS, **attrs),
              [f32("A", a_shape), f32("B", b_shape)])
     feeds = {"A": RNG.standard_normal(a_shape).astype(np.float32),
              "B": RNG.standard_normal(b_shape).astype(np.float32)}
@@ -112,6 +113,25 @@ def test_dynamic_quantize_matmul_matches_onnxruntime(osprey_bin, tmp_path, weigh
     ms_model(path, node, [f32("A", [4, 16])], inits)
     check_against_ort(osprey_bin, tmp_path, path, {"A": RNG.standard_normal((4, 16)).astype(np.float32)},
                       rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_simplified_layer_normalization_matches_onnxruntime(osprey_bin, tmp_path, opset):
+    """ORT's RMS norm in the default domain (ReduceMean's axes an attribute before opset 18), with 1 / rms."""
+    node = helper.make_node("SimplifiedLayerNormalization", ["X", "scale"], ["Y", "inv"], axis=-1, epsilon=1e-5)
+    graph = helper.make_graph([node], "g", [f32("X", [2, 5, 16])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "inv")],
+                              [numpy_helper.from_array(RNG.standard_normal(16).astype(np.float32), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = tmp_path / "sln.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = (RNG.standard_normal((2, 5, 16)) * 3).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = outputs_of(osprey_bin, path, {"X": x}, tmp_path, ["Y", "inv"])
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
 def zoo_model(name) -> Path:
