@@ -2,6 +2,8 @@
 // or Gelu op, so both arrive decomposed into elementwise chains):
 //   LayerNorm: ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(d, std)
 //              [-> Mul(gamma)] [-> Add(beta)]             => LayerNormalization(x, gamma, beta), axis -1
+//              (also with a Transpose after the Sub moving the mean's axis last, as ONNX Runtime's optimiser writes it,
+//              and Flax's form: E[x^2] - E[x]^2 [-> Max(0)] -> Add(eps) -> Sqrt -> Div(x - mean, .), jax2onnx's export)
 //   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
 //                                                          => Gelu(x)
 //   GroupNorm: Reshape [N, C, ...] -> [N, G, L] -> InstanceNormalization(s[G], b[G]) -> Reshape [N, C, ...]
@@ -204,6 +206,43 @@ void SpatialMeanToGlobalAveragePool(CompileState& st) {
 
 // ---------------------------------------------------------------- LayerNorm
 
+// The end of a decomposed LayerNorm over the last axis of `x`, whose normalised value `div` computes: its optional
+// affine part, Mul(gamma) then Add(beta) with per-channel constants, taken in; the last node of it becomes
+// LayerNormalization(x, gamma, beta) and the `absorbed` nodes go.
+void ReplaceWithLayerNorm(CompileState& st, NodeView& g, int x, float epsilon, int div, std::vector<int> absorbed) {
+  const int64_t channels = st.values[x].shape.back();
+  std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
+  int gamma_id = -1, beta_id = -1, last = div;
+  int next = g.SoleConsumer(g.node(last).outputs[0]);
+  if (g.Is(next, "Mul")) {
+    const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
+    if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], x)) {
+      gamma_id = other;
+      last = next;
+      absorbed.push_back(next);
+      next = g.SoleConsumer(g.node(last).outputs[0]);
+    }
+  }
+  if (g.Is(next, "Add")) {
+    const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
+    if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], x)) {
+      beta_id = other;
+      last = next;
+      absorbed.push_back(next);
+    }
+  }
+  Node ln;
+  ln.op_type = "LayerNormalization";
+  ln.name = FusedName(g.node(absorbed.front()).name, "LayerNormalization");
+  ln.inputs = {x, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
+  ln.outputs = {g.node(last).outputs[0]};
+  ln.attrs["axis"] = Attribute::Int(-1);
+  ln.attrs["epsilon"] = Attribute::Float(epsilon);
+  for (int n : absorbed)
+    if (n != last) g.Kill(n);
+  g.node(last) = std::move(ln);
+}
+
 // With a Transpose between the Sub and the rest that moves the mean's axis last (ONNX Runtime's transpose optimiser
 // writes ConvNeXt's channels LayerNorm so: ReduceMean(axis 1) -> Sub -> Transpose(0, 2, 3, 1) -> the rest), the
 // Transpose is hoisted to read x and the LayerNormalization reads it, as in the model before ORT optimised it.
@@ -265,43 +304,72 @@ void FuseLayerNorm(CompileState& st) {
     Shape stat_shape = st.values[ln_in].shape;
     stat_shape.back() = 1;
     if (st.values[g.node(var_mean).outputs[0]].shape != stat_shape || st.values[std_dev].shape != stat_shape) continue;
-    int last = div;
     if (!SameShape(st, g.node(div).outputs[0], ln_in)) continue;
-
-    // Optional affine part: Mul(gamma) then Add(beta), each with a per-channel constant.
-    std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
-    int gamma_id = -1, beta_id = -1;
-    std::vector<int> absorbed = {i, sub, square, var_mean, add_eps, sqrt, div};
-    int next = g.SoleConsumer(g.node(last).outputs[0]);
-    if (g.Is(next, "Mul")) {
-      const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-      if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], ln_in)) {
-        gamma_id = other;
-        last = next;
-        absorbed.push_back(next);
-        next = g.SoleConsumer(g.node(last).outputs[0]);
-      }
-    }
-    if (g.Is(next, "Add")) {
-      const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-      if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], ln_in)) {
-        beta_id = other;
-        last = next;
-        absorbed.push_back(next);
-      }
-    }
-
-    Node ln;
-    ln.op_type = "LayerNormalization";
-    ln.name = FusedName(g.node(i).name, "LayerNormalization");
     if (hoisted >= 0) g.node(hoisted).inputs[0] = x;  // it now gives x transposed, which ln_in names
-    ln.inputs = {ln_in, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
-    ln.outputs = {g.node(last).outputs[0]};
-    ln.attrs["axis"] = Attribute::Int(-1);
-    ln.attrs["epsilon"] = Attribute::Float(epsilon);
+    ReplaceWithLayerNorm(st, g, ln_in, epsilon, div, {i, sub, square, var_mean, add_eps, sqrt, div});
+  }
+  g.Compact();
+}
+
+// Flax's LayerNorm (use_fast_variance, its default; jax2onnx writes it so): the variance as E[x^2] - E[x]^2 clamped
+// at zero, x - mean divided by its root. ReduceMean(x) feeds Sub(x, mean) and Mul(mean, mean); Mul(x, x) ->
+// ReduceMean -> Sub(., mean^2) [-> Max(., 0)] -> Add(eps) -> Sqrt -> Div(x - mean, .) [-> Mul(gamma)] [-> Add(beta)]
+// => LayerNormalization, whose two-pass variance is the exact value the formula approximates.
+void FuseFastVarianceLayerNorm(CompileState& st) {
+  NodeView g(st);
+  for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
+    if (!g.Is(i, "ReduceMean")) continue;
+    const int x = g.node(i).inputs.empty() ? -1 : g.node(i).inputs[0];
+    if (!IsF32(st, x) || st.values[x].shape.empty()) continue;
+    const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
+    if (st.values[x].shape.back() <= 0 || !IsLastAxisMean(st, g.node(i), rank)) continue;
+    const int mean = g.node(i).outputs[0];
+    if (st.is_graph_output[mean] || g.Consumers(mean).size() != 2) continue;
+    int sub = -1, mean_sq = -1;
+    for (int c : g.Consumers(mean)) {
+      const Node& n = g.node(c);
+      if (g.Is(c, "Sub") && n.inputs.size() == 2 && n.inputs[0] == x && n.inputs[1] == mean) sub = c;
+      if (g.Is(c, "Mul") && n.inputs.size() == 2 && n.inputs[0] == mean && n.inputs[1] == mean) mean_sq = c;
+    }
+    if (sub < 0 || mean_sq < 0) continue;
+    int square = -1;
+    for (int c : g.Consumers(x))
+      if (g.Is(c, "Mul") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == x && g.node(c).inputs[1] == x)
+        square = c;
+    if (square < 0) continue;
+    const int second = g.SoleConsumer(g.node(square).outputs[0]);
+    if (!g.Is(second, "ReduceMean") || !IsLastAxisMean(st, g.node(second), rank)) continue;
+    const int var = g.SoleConsumer(g.node(second).outputs[0]);
+    if (!g.Is(var, "Sub") || g.node(var).inputs.size() != 2 || g.node(var).inputs[0] != g.node(second).outputs[0] ||
+        g.node(var).inputs[1] != g.node(mean_sq).outputs[0] || g.SoleConsumer(g.node(mean_sq).outputs[0]) != var)
+      continue;
+    std::vector<int> absorbed = {i, sub, mean_sq, square, second, var};
+    int next = g.SoleConsumer(g.node(var).outputs[0]);
+    if (g.Is(next, "Max") && g.node(next).inputs.size() == 2 &&
+        ScalarNear(st, OtherInput(g.node(next), g.node(var).outputs[0]), 0.0)) {
+      absorbed.push_back(next);
+      next = g.SoleConsumer(g.node(next).outputs[0]);
+    }
+    if (!g.Is(next, "Add")) continue;
+    float epsilon = 0;
+    const int before_eps = g.node(absorbed.back()).outputs[0];
+    if (!ScalarConstant(st, OtherInput(g.node(next), before_eps), &epsilon) || !(epsilon > 0)) continue;
+    absorbed.push_back(next);
+    const int sqrt = g.SoleConsumer(g.node(next).outputs[0]);
+    if (!g.Is(sqrt, "Sqrt")) continue;
+    const int centered = g.node(sub).outputs[0];
+    const int div = g.SoleConsumer(centered);
+    if (!g.Is(div, "Div") || g.node(div).inputs.size() != 2 || g.node(div).inputs[0] != centered ||
+        g.node(div).inputs[1] != g.node(sqrt).outputs[0] || g.SoleConsumer(g.node(sqrt).outputs[0]) != div ||
+        st.is_graph_output[centered] || !SameShape(st, g.node(div).outputs[0], x))
+      continue;
+    bool escapes = false;
     for (int n : absorbed)
-      if (n != last) g.Kill(n);
-    g.node(last) = std::move(ln);
+      for (int v : g.node(n).outputs) escapes = escapes || st.is_graph_output[v];
+    if (escapes) continue;
+    absorbed.push_back(sqrt);
+    absorbed.push_back(div);
+    ReplaceWithLayerNorm(st, g, x, epsilon, div, absorbed);
   }
   g.Compact();
 }
@@ -821,6 +889,7 @@ void DropSoftmaxNanGuard(CompileState& st) {
 void FuseTransformerPatterns(CompileState& st) {
   EinsumToMatMul(st);  // first: its MatMuls then take a bias like any other
   FuseLayerNorm(st);  // before the rewrite below: its ReduceMeans are over the last axis, never spatial-only
+  FuseFastVarianceLayerNorm(st);
   FuseGroupNorm(st);
   SpatialMeanToGlobalAveragePool(st);
   FuseGelu(st);

@@ -391,6 +391,35 @@ TEST(FusionPatterns, LayerNormAcrossOrtsTransposeIsHoisted) {
   EXPECT_TRUE(Ran(kept, "Sub"));
 }
 
+// Flax's LayerNorm (use_fast_variance) as jax2onnx writes it: var = max(E[x^2] - E[x]^2, 0).
+Graph FlaxLayerNormGraph(bool with_max, bool mean_escapes) {
+  GraphBuilder b("flax_layernorm", 23);
+  auto x = b.Input("x", DType::kF32, {2, 7, 16});
+  auto axes = b.Constant(Tensor::FromVector<int64_t>({1}, {-1}));
+  auto mean = b.Op("ReduceMean", {x, axes});
+  auto centered = b.Op("Sub", {x, mean});
+  auto second = b.Op("ReduceMean", {b.Op("Mul", {x, x}), axes});
+  auto var = b.Op("Sub", {second, b.Op("Mul", {mean, mean})});
+  if (with_max) var = b.Op("Max", {var, b.Constant(Scalar(0.f))});
+  auto std_dev = b.Op("Sqrt", {b.Op("Add", {var, b.Constant(Scalar(1e-6f))})});
+  auto y = b.Op("Mul", {b.Op("Div", {centered, std_dev}), b.Constant(RandomTensor({16}, 3, 0.5f, 1.5f))});
+  b.Output(b.Op("Add", {y, b.Constant(RandomTensor({16}, 4))}), "y");
+  if (mean_escapes) b.Output(mean, "mean");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, FlaxLayerNormFuses) {
+  for (bool with_max : {true, false}) {
+    SCOPED_TRACE(with_max ? "with Max(0)" : "without Max");
+    const std::vector<std::string> ops = RunAgainstOracle(FlaxLayerNormGraph(with_max, false), {2, 7, 16});
+    EXPECT_TRUE(Ran(ops, "LayerNormalization"));
+    EXPECT_FALSE(Ran(ops, "Sqrt"));
+  }
+  // The mean is also a graph output: the chain stays as written.
+  Graph g = FlaxLayerNormGraph(true, true);
+  ExpectFused(g, {{2, 7, 16}}, UnfusedSteps(g, {{2, 7, 16}}));
+}
+
 // ---------------------------------------------------------------- GELU
 
 enum class GeluForm { kPyTorch, kHalfFirst, kHalfOnSum, kMulByInverseSqrt2, kDivByTwo };
