@@ -1,7 +1,9 @@
 // The com.microsoft ops of ONNX Runtime's transformer optimiser (ops/contrib.cc) as default-domain ops, made when a
 // model is compiled; each lowered node is then inferred and folded like any other (and fused: a Gelu after a MatMul,
 // a LayerNormalization). The arithmetic is the contrib kernels': FastGelu's tanh form is ONNX Gelu's "tanh"
-// approximation, SkipLayerNormalization's epsilon defaults to 1e-12 as ONNX Runtime's does.
+// approximation, SkipLayerNormalization's epsilon defaults to 1e-12 as ONNX Runtime's does. Also the com.microsoft ops
+// of models ORT saved after optimising them (FusedConv, FusedGemm, FusedMatMul, DynamicQuantizeMatMul:
+// LowerOrtFused).
 #include <algorithm>
 #include <cmath>
 #include <limits>

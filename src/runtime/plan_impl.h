@@ -305,12 +305,15 @@ inline Node MakeNode(std::string op, std::string name, std::vector<int> inputs, 
   return n;
 }
 
-/// Whether `node` is one of ONNX Runtime's transformer-optimiser ops osprey lowers (com.microsoft Gelu, FastGelu,
-/// BiasGelu, QuickGelu, SkipLayerNormalization), and those default-domain nodes (contrib_ops.cc).
+/// Whether `node` is one of ONNX Runtime's com.microsoft ops osprey lowers (its transformer optimiser's Gelu, FastGelu,
+/// BiasGelu, QuickGelu, SkipLayerNormalization, Attention, MultiHeadAttention; QLinearMul/Softmax/Concat; a saved
+/// optimised model's FusedConv, FusedGemm, FusedMatMul, DynamicQuantizeMatMul), and those default-domain nodes
+/// (contrib_ops.cc).
 bool IsLoweredContribOp(const Node& node);
 std::vector<Node> LowerContribOp(CompileState& state, const Node& node);
 /// Whether `node` is one of ONNX's function ops osprey lowers to the ops that define them (Attention,
-/// RMSNormalization, RotaryEmbedding, Swish, SwiGLU; function_ops.cc), and those nodes.
+/// RMSNormalization, RotaryEmbedding, Swish, SwiGLU; ORT's SimplifiedLayerNormalization; function_ops.cc), and those
+/// nodes.
 bool IsLoweredFunctionOp(const Node& node);
 std::vector<Node> LowerFunctionOp(CompileState& state, const Node& node);
 
