@@ -214,7 +214,8 @@ std::vector<Node> LowerAttention(CompileState& st, const Node& node) {
   const bool causal = node.GetInt("is_causal", 0) != 0;
   const int64_t left = node.GetInt("left_window_size", -1), right = node.GetInt("right_window_size", -1);
   if (left < -1 || right < -1) b.Fail("left_window_size and right_window_size must be -1 or >= 0");
-  if (seq * total > kMaxBiasElements && (causal || left >= 0 || right >= 0 || mask >= 0 || nonpad >= 0))
+  // (Declared dims may be hostile: compared by division, as seq x total could overflow.)
+  if (total > 0 && seq > kMaxBiasElements / total && (causal || left >= 0 || right >= 0 || mask >= 0 || nonpad >= 0))
     b.Fail(std::to_string(seq) + " queries x " + std::to_string(total) +
            " keys are too many for a masked attention (at most 2^24 pairs)");
   ConstantBias bias;
