@@ -243,18 +243,26 @@ void ReplaceWithLayerNorm(CompileState& st, NodeView& g, int x, float epsilon, i
   g.node(last) = std::move(ln);
 }
 
+// Node i as the start of a decomposed LayerNorm: a ReduceMean keeping dims of a float32 tensor of rank >= 1 over known
+// axes. Returns its input (-1 otherwise) and fills *rank and *axes.
+int MeanStart(const CompileState& st, NodeView& g, int i, int64_t* rank, std::vector<int64_t>* axes) {
+  if (!g.Is(i, "ReduceMean") || g.node(i).inputs.empty()) return -1;
+  const int x = g.node(i).inputs[0];
+  if (!IsF32(st, x) || st.values[x].shape.empty()) return -1;
+  *rank = static_cast<int64_t>(st.values[x].shape.size());
+  return KeptMeanAxes(st, g.node(i), *rank, axes) ? x : -1;
+}
+
 // With a Transpose between the Sub and the rest that moves the mean's axis last (ONNX Runtime's transpose optimiser
 // writes ConvNeXt's channels LayerNorm so: ReduceMean(axis 1) -> Sub -> Transpose(0, 2, 3, 1) -> the rest), the
 // Transpose is hoisted to read x and the LayerNormalization reads it, as in the model before ORT optimised it.
 void FuseLayerNorm(CompileState& st) {
   NodeView g(st);
   for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
-    if (!g.Is(i, "ReduceMean")) continue;
-    const int x = g.node(i).inputs.empty() ? -1 : g.node(i).inputs[0];
-    if (!IsF32(st, x) || st.values[x].shape.empty()) continue;
-    const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
+    int64_t rank = 0;
     std::vector<int64_t> mean_axes;
-    if (!KeptMeanAxes(st, g.node(i), rank, &mean_axes) || mean_axes.size() != 1) continue;
+    const int x = MeanStart(st, g, i, &rank, &mean_axes);
+    if (x < 0 || mean_axes.size() != 1) continue;
     const int mean = g.node(i).outputs[0];
 
     const int sub = g.SoleConsumer(mean);
@@ -318,11 +326,10 @@ void FuseLayerNorm(CompileState& st) {
 void FuseFastVarianceLayerNorm(CompileState& st) {
   NodeView g(st);
   for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
-    if (!g.Is(i, "ReduceMean")) continue;
-    const int x = g.node(i).inputs.empty() ? -1 : g.node(i).inputs[0];
-    if (!IsF32(st, x) || st.values[x].shape.empty()) continue;
-    const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
-    if (st.values[x].shape.back() <= 0 || !IsLastAxisMean(st, g.node(i), rank)) continue;
+    int64_t rank = 0;
+    std::vector<int64_t> mean_axes;
+    const int x = MeanStart(st, g, i, &rank, &mean_axes);
+    if (x < 0 || mean_axes != std::vector<int64_t>{rank - 1} || st.values[x].shape.back() <= 0) continue;
     const int mean = g.node(i).outputs[0];
     if (st.is_graph_output[mean] || g.Consumers(mean).size() != 2) continue;
     int sub = -1, mean_sq = -1;

@@ -93,6 +93,23 @@ def test_hostile_functions_get_clear_errors(osprey_bin, tmp_path):
     path = tmp_path / "doubling.onnx"
     save(path, [helper.make_node("F0", ["x"], ["y"], domain="custom")], [f32("x", [2])], [f32("y", [2])], levels)
     expect_error(osprey_bin, path, tmp_path, "expand to more than")
+    # A subgraph inside a body; a function defined twice; a call with more inputs than the function declares.
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [], [f32("z", [2])])
+    nested = helper.make_function("custom", "Act", ["x"], ["y"], [helper.make_node(
+        "If", ["c"], ["y"], then_branch=branch, else_branch=branch)], [helper.make_opsetid("", 23)])
+    path = tmp_path / "subgraph.onnx"
+    save(path, [helper.make_node("Act", ["x"], ["y"], domain="custom")], [f32("x", [2])], [f32("y", [2])], [nested])
+    expect_error(osprey_bin, path, tmp_path, "a subgraph inside a function body is not supported")
+    relu = helper.make_function("custom", "Act", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                                [helper.make_opsetid("", 23)])
+    path = tmp_path / "twice.onnx"
+    save(path, [helper.make_node("Act", ["x"], ["y"], domain="custom")], [f32("x", [2])], [f32("y", [2])],
+         [relu, relu])
+    expect_error(osprey_bin, path, tmp_path, "is defined twice")
+    path = tmp_path / "arity.onnx"
+    save(path, [helper.make_node("Act", ["x", "x"], ["y"], domain="custom")], [f32("x", [2])], [f32("y", [2])],
+         [relu])
+    expect_error(osprey_bin, path, tmp_path, "the function declares 1 and 1")
     # A body written for another opset than the model's.
     other = helper.make_function("custom", "Act", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
                                  [helper.make_opsetid("", 17)])

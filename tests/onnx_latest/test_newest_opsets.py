@@ -243,3 +243,27 @@ def test_hostile_models_get_clear_errors(osprey_bin, tmp_path):
     path = tmp_path / "future.onnx"
     save(path, [helper.make_node("Relu", ["x"], ["y"])], [f32("x", [3])], [f32("y", [3])], opset=29)
     expect_error(osprey_bin, path, {"x": np.zeros(3, np.float32)}, tmp_path, "opsets 7..28", "version_converter")
+
+
+def test_malformed_new_ops_get_clear_errors(osprey_bin, tmp_path):
+    """Each refusal the new ops' schemas and lowerings make, by its message (a clear error, exit code 1)."""
+    cases = {
+        "bitcast_to_double": ([helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.DOUBLE)],
+                              [f32("x", [2])], 26, "BitCast to double is not supported"),
+        "bitcast_to_bool": ([helper.make_node("BitCast", ["b"], ["y"], to=TensorProto.BOOL)],
+                            [helper.make_tensor_value_info("b", TensorProto.UINT8, [2])], 26, "BitCast to bool"),
+        "rope_odd_dim": ([helper.make_node("RotaryEmbedding", ["x", "c", "c"], ["y"], rotary_embedding_dim=3)],
+                         [f32("x", [1, 2, 3, 8]), f32("c", [1, 3, 1])], 23, "must be even"),
+        "rope_cache_shape": ([helper.make_node("RotaryEmbedding", ["x", "c", "c"], ["y"])],
+                             [f32("x", [1, 2, 3, 8]), f32("c", [1, 3, 3])], 23, "without position_ids"),
+        "rmsnorm_axis": ([helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=5)],
+                         [f32("x", [2, 3, 4]), f32("s", [4])], 23, "out of range"),
+        "swiglu_shapes": ([helper.make_node("SwiGLU", ["a", "b"], ["y"])], [f32("a", [2, 4]), f32("b", [2, 3])], 28,
+                          "A and B must have the same shape"),
+        "attention_3d_heads": ([helper.make_node("Attention", ["q", "q", "q"], ["y"])], [f32("q", [1, 4, 8])], 23,
+                               "need q_num_heads and kv_num_heads"),
+    }
+    for name, (nodes, inputs, opset, fragment) in cases.items():
+        path = tmp_path / f"{name}.onnx"
+        save(path, nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)], opset=opset)
+        expect_error(osprey_bin, path, {}, tmp_path, fragment)

@@ -162,6 +162,15 @@ def test_zoo_models_ort_saved_optimised_agree_with_the_original(osprey_bin, tmp_
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * float(np.abs(expected).max()))
 
 
+def test_unknown_fused_activation_is_refused_by_name(osprey_bin, tmp_path):
+    inits = [numpy_helper.from_array(np.zeros((2, 2, 1, 1), np.float32), "W")]
+    path = tmp_path / "act.onnx"
+    ms_model(path, helper.make_node("FusedConv", ["X", "W"], ["Y"], domain=MS, activation="Gelu"),
+             [f32("X", [1, 2, 3, 3])], inits)
+    proc, _ = run_osprey(osprey_bin, path, {}, tmp_path, "--random-inputs")
+    assert proc.returncode == 1 and "activation 'Gelu' is not supported" in proc.stderr, proc.stderr
+
+
 def test_nchwc_models_are_refused_with_advice(osprey_bin, tmp_path):
     saved = tmp_path / "nchwc.onnx"
     options = ort.SessionOptions()
