@@ -5,7 +5,16 @@
 
 namespace osprey {
 
-enum class ErrorCode { kInvalidArgument, kNotFound, kUnsupported, kResourceExhausted, kUnavailable, kInternal };
+/// kDeadlineExceeded: a run stopped because its deadline passed (RunDeadline). Appended last: bindings index by code.
+enum class ErrorCode {
+  kInvalidArgument,
+  kNotFound,
+  kUnsupported,
+  kResourceExhausted,
+  kUnavailable,
+  kInternal,
+  kDeadlineExceeded
+};
 
 /// Short lowercase name of a code ("invalid argument", ...).
 const char* ErrorCodeName(ErrorCode code);

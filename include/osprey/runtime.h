@@ -1,14 +1,15 @@
 #pragma once
 /// Compiling and running graphs: Plan, PlanCache, WeightStore, Model.
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +69,28 @@ struct OpProfile {
   std::string op_type;
   std::string kernel;
   double ms = 0;
+};
+
+/// A deadline for the runs made on the constructing thread while it lives (Model::Run, Plan::Run, the plans of a model
+/// run in parts, each iteration of a loop run step by step): they check it before every step, so a run past it stops
+/// at its next step (one step is not interrupted) and throws Error(kDeadlineExceeded) saying `reason` and where it
+/// stopped. Nested deadlines: the earliest applies. A server sets one per request on the thread that runs it.
+class RunDeadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  RunDeadline(Clock::time_point at, std::string reason);
+  ~RunDeadline();
+  RunDeadline(const RunDeadline&) = delete;
+  RunDeadline& operator=(const RunDeadline&) = delete;
+  /// Whether the calling thread has a deadline and it has passed (cheap without one: what runs call per step).
+  static bool Passed();
+  /// Throws kDeadlineExceeded for the calling thread's deadline; `where` names what was about to run.
+  [[noreturn]] static void Throw(const std::string& where);
+
+ private:
+  Clock::time_point at_, set_;
+  std::string reason_;
+  const RunDeadline* outer_;
 };
 
 /// A graph compiled for concrete input shapes: constants folded, passes applied, kernels prepared, and a memory plan

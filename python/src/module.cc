@@ -83,12 +83,12 @@ void RegisterExitHook() {
 
 // ---- errors ----------------------------------------------------------------------------------------------------
 
-PyObject* g_errors[6] = {};  // indexed by ErrorCode
+PyObject* g_errors[6] = {};  // indexed by ErrorCode (codes without a class here: osprey.Error)
 PyObject* g_base_error = nullptr;
 
 PyObject* ErrorClass(ErrorCode code) {
   int i = static_cast<int>(code);
-  return (i >= 0 && i < 6 && g_errors[i]) ? g_errors[i] : g_base_error;
+  return (i >= 0 && i < static_cast<int>(std::size(g_errors)) && g_errors[i]) ? g_errors[i] : g_base_error;
 }
 
 void RegisterErrors(nb::module_& m) {

@@ -1,6 +1,7 @@
 // osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
 //              [--streams S] [--threads T] [--max-queue N] [--http-threads N] [--max-body-size SIZE]
 //              [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N] [--max-request-megapixels N]
+//              [--max-request-seconds S]
 #include "cli/serve.h"
 
 #include <malloc.h>
@@ -203,6 +204,13 @@ void AddServeOptions(CLI::App* serve) {
                     "Decoded megapixels per request, summed over its images (0 = no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
+  serve
+      ->add_option("--max-request-seconds", o.limits.max_seconds,
+                   "Seconds from a request's arrival to its answer: a request still queued then gets 504 without "
+                   "running, a run past it stops at its next step (0 = no limit; a client may ask for less with "
+                   "parameters.timeout in microseconds or a gRPC deadline)")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
   serve->add_option("--log-level", o.log_level, "debug, info, warning, error or off (logs go to stderr)")
       ->capture_default_str();
   serve->add_option("--log-format", o.log_format, "text, or json (one object per line)")
@@ -282,6 +290,7 @@ int RunServeCommand(std::ostream& out) {
                      {"max_batch_size", o.limits.max_batch_size},
                      {"max_images", o.limits.max_images},
                      {"max_request_megapixels", o.limits.max_megapixels},
+                     {"max_request_seconds", o.limits.max_seconds},
                      {"access_log", o.access_log},
                      {"shared_memory", o.allow_shared_memory}});
   serve::ModelManager manager(manager_options);

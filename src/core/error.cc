@@ -10,6 +10,8 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kResourceExhausted: return "resource exhausted";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kDeadlineExceeded:
+      return "deadline exceeded";
   }
   return "unknown";
 }

@@ -234,6 +234,7 @@ std::shared_ptr<const Plan> Model::PlanFor(const std::map<std::string, Tensor>& 
 
 std::vector<std::pair<std::string, Tensor>> Model::Run(const std::map<std::string, Tensor>& inputs,
                                                        std::vector<OpProfile>* profile) {
+  if (RunDeadline::Passed()) RunDeadline::Throw("the run started");
   std::vector<TensorSpec> specs;
   std::vector<Tensor> ordered = OrderedInputs(inputs, &specs);
   CompileOptions compile = options_.compile;

@@ -415,10 +415,13 @@ std::vector<Tensor> Plan::RunSteps(const std::vector<Tensor>& inputs, std::vecto
   int threads = p.num_threads;
   omp_set_num_threads(threads);
   std::vector<Tensor> views;
-  auto run_steps = [&](size_t from, size_t to) {
+  auto run_steps = [&](size_t from, size_t to, bool check_deadline = true) {
     for (size_t si = from; si < to; ++si) {
       const Step& step = p.steps[si];
       if (step.no_output) continue;  // its outputs, bound above, have no elements to write
+      if (check_deadline && RunDeadline::Passed())
+        RunDeadline::Throw("node '" + step.node.name + "' (" + step.node.op_type + ", step " + std::to_string(si + 1) +
+                           " of " + std::to_string(p.steps.size()) + ")");
       if (step.threads != threads) omp_set_num_threads(threads = step.threads);
       KernelContext ctx{step.node, p.opset};
       ctx.inputs.reserve(step.inputs.size());
@@ -466,7 +469,7 @@ std::vector<Tensor> Plan::RunSteps(const std::vector<Tensor>& inputs, std::vecto
       run_steps(0, p.steps.size());
     } else {
       run_steps(0, gb);
-      RunDeviceGraph(p, device_arena.get(), stream, [&] { run_steps(gb, ge); });
+      RunDeviceGraph(p, device_arena.get(), stream, [&] { run_steps(gb, ge, false); });  // no stop mid-capture
       run_steps(ge, p.steps.size());
     }
   } catch (...) {

@@ -9,9 +9,10 @@
 #include <exception>
 #include <mutex>
 #include <sstream>
-
-#include "serve/prometheus.h"
 #include <thread>
+
+#include "osprey/runtime.h"
+#include "serve/prometheus.h"
 
 namespace osprey::serve {
 namespace {
@@ -20,6 +21,24 @@ using Clock = std::chrono::steady_clock;
 
 double MicrosSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::micro>(end - start).count();
+}
+
+// A request answered without running because its deadline passed while it waited.
+Error Late(const Deadline& deadline, const std::string& model, Clock::time_point since, const char* where) {
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.1f", MicrosSince(since, Clock::now()) / 1000);
+  return Error(ErrorCode::kDeadlineExceeded, "deadline exceeded (" + deadline.reason + "): model '" + model +
+                                                 "': not run, it waited " + ms + " ms " + where);
+}
+
+// Waits for `ready` until the deadline (without one: for as long as it takes); false when the deadline passed first.
+template <class Ready>
+bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, const Deadline& deadline, Ready ready) {
+  if (!deadline.set()) {
+    cv.wait(lock, ready);
+    return true;
+  }
+  return cv.wait_until(lock, deadline.at, ready);
 }
 
 const std::vector<double> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
@@ -37,6 +56,7 @@ struct Pending {
   int64_t rows = 0;
   std::string key;  // requests with equal non-empty keys may share a batch; empty = runs alone
   Clock::time_point enqueued;
+  Deadline deadline;
   bool done = false;
   Scheduler::Outputs outputs;
   std::exception_ptr error;
@@ -86,6 +106,21 @@ std::string BatchKey(const LoadedModel& loaded, const std::map<std::string, Tens
 }
 
 }  // namespace
+
+Deadline RequestDeadline(Clock::time_point arrived, double max_seconds, int64_t timeout_us, const Deadline& transport) {
+  Deadline deadline = transport;
+  auto earlier = [&](double seconds, std::string reason) {
+    if (!(seconds > 0)) return;
+    seconds = std::min(seconds, 1e7);  // ~4 months: far enough, and no overflow of the clock
+    const auto at = arrived + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    if (at < deadline.at) deadline = {at, std::move(reason)};
+  };
+  char text[48];
+  std::snprintf(text, sizeof text, "--max-request-seconds %g", max_seconds);
+  earlier(max_seconds, text);
+  earlier(static_cast<double>(timeout_us) * 1e-6, "parameters.timeout " + std::to_string(timeout_us) + " us");
+  return deadline;
+}
 
 Tensor ConcatRows(const std::vector<Tensor>& parts) {
   if (parts.empty()) throw Error(ErrorCode::kInternal, "ConcatRows: no tensors");
@@ -137,8 +172,10 @@ struct Scheduler::Impl {
     return lane.get();
   }
 
-  Outputs RunDirect(Lane* lane, const std::shared_ptr<LoadedModel>& loaded, const std::map<std::string, Tensor>& in);
-  Outputs RunBatched(Lane* lane, const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> in);
+  Outputs RunDirect(Lane* lane, const std::shared_ptr<LoadedModel>& loaded, const std::map<std::string, Tensor>& in,
+                    const Deadline& deadline);
+  Outputs RunBatched(Lane* lane, const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> in,
+                     const Deadline& deadline);
   void Executor(Lane* lane);
   // The oldest queued request an idle executor may start: one whose key no executor is gathering for.
   static std::deque<std::shared_ptr<Pending>>::iterator Startable(Lane* lane) {
@@ -151,7 +188,7 @@ struct Scheduler::Impl {
 };
 
 Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<LoadedModel>& loaded,
-                                              const std::map<std::string, Tensor>& inputs) {
+                                              const std::map<std::string, Tensor>& inputs, const Deadline& deadline) {
   const auto enqueued = Clock::now();
   {
     std::unique_lock<std::mutex> lock(lane->mu);
@@ -160,8 +197,9 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
         throw QueueFullError("model '" + loaded->name + "': the queue is full (" + std::to_string(options.max_queue) +
                              " requests waiting, --max-queue); retry later");
       ++lane->waiting;
-      lane->done_cv.wait(lock, [&] { return lane->running < options.streams; });
+      const bool free = WaitUntil(lane->done_cv, lock, deadline, [&] { return lane->running < options.streams; });
       --lane->waiting;
+      if (!free) throw Late(deadline, loaded->name, enqueued, "for a stream (--streams)");
     }
     ++lane->running;
   }
@@ -174,7 +212,13 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
     }
   } release{lane};
   const auto start = Clock::now();
-  Outputs outputs = loaded->model->Run(inputs);
+  Outputs outputs;
+  if (deadline.set()) {
+    const RunDeadline run_deadline(deadline.at, deadline.reason);
+    outputs = loaded->model->Run(inputs);
+  } else {
+    outputs = loaded->model->Run(inputs);
+  }
   const auto end = Clock::now();
   int64_t rows = 1;
   if (!inputs.empty() && inputs.begin()->second.rank() > 0) rows = inputs.begin()->second.dim(0);
@@ -187,9 +231,10 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
 }
 
 Scheduler::Outputs Scheduler::Impl::RunBatched(Lane* lane, const std::shared_ptr<LoadedModel>& loaded,
-                                               std::map<std::string, Tensor> inputs) {
+                                               std::map<std::string, Tensor> inputs, const Deadline& deadline) {
   auto pending = std::make_shared<Pending>();
   pending->loaded = loaded;
+  pending->deadline = deadline;
   pending->key = BatchKey(*loaded, inputs, &pending->rows);
   pending->inputs = std::move(inputs);
   std::unique_lock<std::mutex> lock(lane->mu);
@@ -201,7 +246,15 @@ Scheduler::Outputs Scheduler::Impl::RunBatched(Lane* lane, const std::shared_ptr
   pending->enqueued = Clock::now();
   lane->queue.push_back(pending);
   lane->work_cv.notify_all();
-  lane->done_cv.wait(lock, [&] { return pending->done; });
+  if (!WaitUntil(lane->done_cv, lock, deadline, [&] { return pending->done; })) {
+    // Still queued: leave the queue unanswered by a run. Already taken by an executor: its run stops by itself.
+    auto it = std::find(lane->queue.begin(), lane->queue.end(), pending);
+    if (it != lane->queue.end()) {
+      lane->queue.erase(it);
+      throw Late(deadline, loaded->name, pending->enqueued, "in its queue");
+    }
+    lane->done_cv.wait(lock, [&] { return pending->done; });
+  }
   if (pending->error) std::rethrow_exception(pending->error);
   return std::move(pending->outputs);
 }
@@ -249,15 +302,30 @@ void Scheduler::Impl::Executor(Lane* lane) {
 }
 
 // Runs one batch; fills each request's outputs or error (does not mark them done).
-void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pending>>& batch) {
+void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pending>>& taken) {
   const auto start = Clock::now();
+  // Requests already past their deadline are answered without running; the rest run with theirs (a batch with the
+  // latest of them, none if one has none: it stops only when every request in it is late).
+  std::vector<std::shared_ptr<Pending>> batch;
+  for (const auto& p : taken) {
+    if (p->deadline.set() && start >= p->deadline.at)
+      p->error = std::make_exception_ptr(Late(p->deadline, lane->name, p->enqueued, "in its queue"));
+    else
+      batch.push_back(p);
+  }
+  if (batch.empty()) return;
   Model& model = *batch[0]->loaded->model;
+  auto run = [](Model& m, const std::map<std::string, Tensor>& in, const Deadline& deadline) {
+    if (!deadline.set()) return m.Run(in);
+    const RunDeadline run_deadline(deadline.at, deadline.reason);
+    return m.Run(in);
+  };
   std::vector<double> compute_us;
   std::vector<double> batch_rows;
   auto run_alone = [&](Pending* p) {
     const auto t0 = Clock::now();
     try {
-      p->outputs = p->loaded->model->Run(p->inputs);
+      p->outputs = run(*p->loaded->model, p->inputs, p->deadline);
     } catch (...) {
       p->error = std::current_exception();
     }
@@ -279,7 +347,10 @@ void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pen
         for (const auto& p : batch) parts.push_back(p->inputs.at(name));
         joined[name] = ConcatRows(parts);
       }
-      Outputs outputs = model.Run(joined);
+      Deadline latest = batch[0]->deadline;
+      for (const auto& p : batch)
+        if (p->deadline.at > latest.at) latest = p->deadline;
+      Outputs outputs = run(model, joined, latest);
       const double us = MicrosSince(start, Clock::now());
       // Every output must carry the batch along dim 0 to be split; otherwise the requests run one by one.
       ok = true;
@@ -327,10 +398,12 @@ Scheduler::~Scheduler() {
   }
 }
 
-Scheduler::Outputs Scheduler::Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs) {
+Scheduler::Outputs Scheduler::Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs,
+                                  const Deadline& deadline) {
   Lane* lane = impl_->LaneFor(loaded->name);
-  if (loaded->directory.batching.max_batch_size > 0) return impl_->RunBatched(lane, loaded, std::move(inputs));
-  return impl_->RunDirect(lane, loaded, inputs);
+  if (loaded->directory.batching.max_batch_size > 0)
+    return impl_->RunBatched(lane, loaded, std::move(inputs), deadline);
+  return impl_->RunDirect(lane, loaded, inputs, deadline);
 }
 
 Scheduler::Counters Scheduler::ModelCounters(const std::string& model) {

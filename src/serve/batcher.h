@@ -4,6 +4,7 @@
 // the oldest request, wait up to max_queue_delay_us for compatible ones (same model version, same dtypes and non-batch
 // dims, rows summing to at most max_batch_size), concatenate them along dim 0, run the model once and hand each request
 // exactly its own rows. Models without batching run on the caller's thread, at most S at a time.
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +16,19 @@
 #include "serve/model_manager.h"
 
 namespace osprey::serve {
+
+/// When a request must be answered by (steady clock; none by default) and why ("parameters.timeout 5000 us", ...).
+struct Deadline {
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
+  std::string reason;
+  bool set() const { return at != std::chrono::steady_clock::time_point::max(); }
+};
+
+/// The deadline of a request that arrived at `arrived`, the earliest of: `max_seconds` after it (--max-request-seconds;
+/// 0 = none), a client's `timeout_us` microseconds after it (parameters.timeout, Triton's; 0 = none) and `transport`'s
+/// (a gRPC call's deadline).
+Deadline RequestDeadline(std::chrono::steady_clock::time_point arrived, double max_seconds, int64_t timeout_us = 0,
+                         const Deadline& transport = {});
 
 struct SchedulerOptions {
   int streams = 1;      // concurrent runs (batches or requests) per model
@@ -39,8 +53,11 @@ class Scheduler {
 
   /// Runs `inputs` (already checked against the model's declared inputs) on `loaded`, batched with other requests when
   /// its config asks for it. Returns the outputs for this request's rows only. Thread-safe; blocks until done. Throws
-  /// QueueFullError when the model's queue holds max_queue requests, and whatever Model::Run throws.
-  Outputs Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs);
+  /// QueueFullError when the model's queue holds max_queue requests, and whatever Model::Run throws. With a
+  /// deadline: a request still waiting for a stream or a batch when it passes is answered kDeadlineExceeded without
+  /// running, and a run past it stops at its next step (RunDeadline; a batch only once every request in it is late).
+  Outputs Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs,
+              const Deadline& deadline = {});
 
   /// Prometheus text for osprey_batch_size, osprey_queue_duration_us and osprey_compute_duration_us (per model).
   std::string MetricsText();

@@ -30,6 +30,8 @@ grpc::Status ToStatus(const Error& e) {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
     case ErrorCode::kUnavailable:
       return {grpc::StatusCode::UNAVAILABLE, e.what()};
+    case ErrorCode::kDeadlineExceeded:
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
     default:
       return {grpc::StatusCode::INTERNAL, e.what()};
   }
@@ -52,15 +54,25 @@ grpc::Status Call(const char* method, const std::string& model, F&& body) {
     status = {grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()};
   }
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  const int http_like = status.ok() ? 200
+  const int http_like = status.ok()                                                   ? 200
                         : status.error_code() == grpc::StatusCode::NOT_FOUND          ? 404
                         : status.error_code() == grpc::StatusCode::INVALID_ARGUMENT   ? 400
                         : status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? 413
                         : status.error_code() == grpc::StatusCode::UNAVAILABLE        ? 503
+                        : status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED  ? 504
                                                                                       : 500;
   log::Request("GRPC", std::string("/inference.GRPCInferenceService/") + method + (model.empty() ? "" : "/" + model),
                http_like, 0, 0, us, status.ok() ? "" : json({{"error", status.error_message()}}).dump());
   return status;
+}
+
+// The call's deadline (grpc-timeout), if the client set one.
+Deadline CallDeadline(const grpc::ServerContext& context) {
+  const auto at = context.deadline();
+  if (at >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) return {};
+  const auto left = at - std::chrono::system_clock::now();
+  return {std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left),
+          "the gRPC call's deadline"};
 }
 
 // JSON (field names as the proto's) into a message; unknown fields (osprey's extras) are skipped.
@@ -271,18 +283,19 @@ class Service final : public inference::GRPCInferenceService::Service {
                                             inference::SystemSharedMemoryUnregisterResponse*) override {
     return Call("SystemSharedMemoryUnregister", "", [&] { server_->UnregisterSharedMemory(request->name()); });
   }
-  grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest* request,
+  grpc::Status ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* request,
                           inference::ModelInferResponse* response) override {
     return Call("ModelInfer", request->model_name(), [&] {
       std::string header_length;
       const std::string body = RestBody(*request, &header_length);
       const std::string& model = request->model_name();
-      InferenceServer::InferResult r =
-          server_->Infer(model, request->model_version(),
-                         [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits,
-                             const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory) {
-                           return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
-                         });
+      InferenceServer::InferResult r = server_->Infer(
+          model, request->model_version(),
+          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
+              const SharedMemoryRegions* shared_memory) {
+            return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
+          },
+          CallDeadline(*context));
       response->set_model_name(r.loaded->name);
       response->set_model_version(r.loaded->version);
       response->set_id(request->id());

@@ -306,7 +306,16 @@ InferRequest DecodeInferRequest(const std::vector<ValueInfo>& model_inputs, cons
         request.ignored_parameters.push_back(where + key);
     }
   };
-  note_parameters(request.header, {"binary_data_output"}, "");
+  note_parameters(request.header, {"binary_data_output", "timeout"}, "");
+  if (auto p = request.header.find("parameters"); p != request.header.end() && p->contains("timeout")) {
+    const json& timeout = (*p)["timeout"];
+    if (!timeout.is_number_integer() || timeout.get<int64_t>() < 0)
+      throw BadRequest(
+          "malformed request: parameters.timeout must be a whole number of microseconds >= 0 (0 = no "
+          "timeout), got " +
+          timeout.dump());
+    request.timeout_us = timeout.get<int64_t>();
+  }
   if (auto out_it = request.header.find("outputs"); out_it != request.header.end() && out_it->is_array())
     for (const json& o : *out_it)
       if (o.is_object() && o.contains("name") && o["name"].is_string())

@@ -25,6 +25,7 @@ struct RequestLimits {
   int64_t max_batch_size = 256;  // --max-batch-size: rows (dim 0) of a rank >= 2 input whose dim 0 is variable
   int64_t max_images = 128;      // --max-images: encoded images per request (BYTES elements, multipart parts)
   int64_t max_megapixels = 200;  // --max-request-megapixels: decoded pixels per request, summed over its images
+  double max_seconds = 0;        // --max-request-seconds: from arrival to answer, the run included (0 = no limit)
 };
 
 /// A request over one of the RequestLimits: answered 413 with the message (which names the flag).
@@ -59,6 +60,7 @@ struct InferRequest {
   nlohmann::json header = nlohmann::json::object();  // the JSON part ({} for a raw binary body)
   std::map<std::string, Tensor> inputs;              // every model input, checked against its declaration
   std::vector<std::string> ignored_parameters;       // parameters osprey does not act on ("sequence_id", ...)
+  int64_t timeout_us = 0;  // parameters.timeout (Triton's: microseconds from arrival; 0 = none)
 };
 
 /// Decodes an infer body for a model with `model_inputs`. `header_length` is the Inference-Header-Content-Length header

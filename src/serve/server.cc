@@ -3,6 +3,7 @@
 #include "serve/server.h"
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 
 #include "osprey/error.h"
@@ -27,6 +28,8 @@ int StatusForError(ErrorCode code) {
     case ErrorCode::kResourceExhausted:
     case ErrorCode::kUnavailable:
       return 503;
+    case ErrorCode::kDeadlineExceeded:
+      return 504;
     default:
       return 500;
   }
@@ -245,6 +248,9 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
           response.content_type = "application/octet-stream";
         }
       } else {
+        const Deadline deadline = RequestDeadline(start, impl_->limits.max_seconds);
+        std::optional<RunDeadline> run_deadline;
+        if (deadline.set()) run_deadline.emplace(deadline.at, deadline.reason);
         response = ClassifyRequest(
             request, [&] { return impl_->AcquireModel(model, version); }, route.query, impl_->limits,
             [this](const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {

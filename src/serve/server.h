@@ -73,15 +73,18 @@ class InferenceServer {
   };
   /// Decodes one infer request with `decode` (given the model's inputs, the limits, the image decoder for BYTES inputs
   /// and the shared memory regions, null when off), runs it through the scheduler and records its statistics.
-  /// QueueFullError when the model's queue is full.
+  /// QueueFullError when the model's queue is full. Its deadline is the earliest of the request's parameters.timeout,
+  /// --max-request-seconds (both from the call) and `transport`'s (a gRPC call's); past it, kDeadlineExceeded.
   using Decoder = std::function<InferRequest(const std::vector<ValueInfo>& inputs, const RequestLimits&,
                                              const ImageInputDecoder&, const SharedMemoryRegions*)>;
-  InferResult Infer(const std::string& model, const std::string& version, const Decoder& decode);
+  InferResult Infer(const std::string& model, const std::string& version, const Decoder& decode,
+                    const Deadline& transport = {});
 
   struct Impl;  // server_impl.h
 
  private:
-  InferResult InferUntimed(const std::string& model, const std::string& version, const Decoder& decode);
+  InferResult InferUntimed(const std::string& model, const std::string& version, const Decoder& decode,
+                           std::chrono::steady_clock::time_point arrived, const Deadline& transport);
   std::unique_ptr<Impl> impl_;
 };
 

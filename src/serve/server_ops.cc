@@ -247,13 +247,13 @@ void InferenceServer::UnloadModel(const std::string& model, const json& paramete
 }
 
 InferenceServer::InferResult InferenceServer::Infer(const std::string& model, const std::string& version,
-                                                    const Decoder& decode) {
+                                                    const Decoder& decode, const Deadline& transport) {
   const auto start = std::chrono::steady_clock::now();
   auto micros = [&] {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   };
   try {
-    InferResult result = InferUntimed(model, version, decode);
+    InferResult result = InferUntimed(model, version, decode, start, transport);
     impl_->Record(model, true, micros());
     return result;
   } catch (const Error& e) {
@@ -267,7 +267,9 @@ InferenceServer::InferResult InferenceServer::Infer(const std::string& model, co
 }
 
 InferenceServer::InferResult InferenceServer::InferUntimed(const std::string& model, const std::string& version,
-                                                           const Decoder& decode) {
+                                                           const Decoder& decode,
+                                                           std::chrono::steady_clock::time_point arrived,
+                                                           const Deadline& transport) {
   InferResult result;
   result.loaded = impl_->AcquireModel(model, version);
   const LoadedModel& loaded = *result.loaded;
@@ -286,7 +288,8 @@ InferenceServer::InferResult InferenceServer::InferUntimed(const std::string& mo
                "infer '" + model + "': osprey does not act on these request parameters: " + names,
                {{"model", model}, {"parameters", result.request.ignored_parameters}});
   }
-  result.results = impl_->scheduler->Run(result.loaded, std::move(result.request.inputs));
+  const Deadline deadline = RequestDeadline(arrived, impl_->limits.max_seconds, result.request.timeout_us, transport);
+  result.results = impl_->scheduler->Run(result.loaded, std::move(result.request.inputs), deadline);
   impl_->manager->AfterRun();
   return result;
 }

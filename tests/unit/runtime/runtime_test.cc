@@ -844,5 +844,60 @@ TEST(Runtime, ZeroPadFoldsIntoAveragePoolAndConv) {
   ExpectTensorNear(got[1], want[1], 1e-4f, 1e-4f);
 }
 
+// Deadlines (RunDeadline): checked before every step, per thread, the earliest of nested ones applying; a stopped run
+// leaves the model as it was. Oracles: the code and message of the error, and the same model's output without one.
+TEST(RunDeadline, StopsRunsAtTheNextStepOfTheirThread) {
+  using Clock = RunDeadline::Clock;
+  GraphBuilder b("chain", 13);
+  auto x = b.Input("x", DType::kF32, {256, 256});
+  auto w = b.Constant(RandomTensor({256, 256}, 5));
+  ValueRef v = x;
+  for (int i = 0; i < 64; ++i) v = b.Op("Tanh", {b.Op("MatMul", {v, w})});  // 2.1 GFLOP: never done in 3 ms
+  b.Output(v, "y");
+  Model model(b.Finish());
+  const Tensor in = RandomTensor({256, 256}, 1);
+  const auto want = model.Run({{"x", in}});
+  auto expect_stopped = [&](const std::string& reason) {
+    try {
+      model.Run({{"x", in}});
+      ADD_FAILURE() << "the run outlived its deadline (" << reason << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("deadline exceeded (" + reason + "): the run stopped after ", 0), 0u)
+          << e.what();
+    }
+  };
+  {
+    const RunDeadline far(Clock::now() + std::chrono::hours(1), "far");
+    ExpectTensorNear(model.Run({{"x", in}})[0].second, want[0].second, 0.f, 0.f);
+  }
+  {
+    const RunDeadline passed(Clock::now() - std::chrono::milliseconds(1), "passed");
+    EXPECT_TRUE(RunDeadline::Passed());
+    expect_stopped("passed");
+  }
+  {
+    const RunDeadline soon(Clock::now() + std::chrono::milliseconds(3), "soon");
+    expect_stopped("soon");  // mid-run, or before it if this thread was descheduled for 3 ms
+  }
+  {
+    const RunDeadline outer(Clock::now() - std::chrono::milliseconds(1), "outer");
+    const RunDeadline inner(Clock::now() + std::chrono::hours(1), "inner");
+    expect_stopped("outer");
+    std::thread other([&] {  // another thread's runs have no deadline
+      EXPECT_FALSE(RunDeadline::Passed());
+      ExpectTensorNear(model.Run({{"x", in}})[0].second, want[0].second, 0.f, 0.f);
+    });
+    other.join();
+  }
+  {
+    const RunDeadline outer(Clock::now() + std::chrono::hours(1), "outer");
+    const RunDeadline inner(Clock::now() - std::chrono::milliseconds(1), "inner");
+    expect_stopped("inner");
+  }
+  EXPECT_FALSE(RunDeadline::Passed());
+  ExpectTensorNear(model.Run({{"x", in}})[0].second, want[0].second, 0.f, 0.f);  // stopped runs left nothing behind
+}
+
 }  // namespace
 }  // namespace osprey
