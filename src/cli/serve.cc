@@ -22,6 +22,7 @@
 #include "serve/http_server.h"
 #include "serve/log.h"
 #include "serve/model_manager.h"
+#include "serve/responses.h"
 #include "serve/server.h"
 
 namespace osprey::cli {
@@ -33,6 +34,7 @@ struct ServeCommandOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   int grpc_port = -1;
+  int metrics_port = -1;
   std::string memory_budget = "0";
   std::string gpu_memory_budget = "0";
   std::string memory_budget_rss = "on";
@@ -139,6 +141,12 @@ void AddServeOptions(CLI::App* serve) {
   serve->add_option("--grpc-port", o.grpc_port,
                     "Also serve the KServe v2 gRPC API on this port (Triton's default: 8001; 0 = any free port; "
                     "-1 = no gRPC)")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
+  serve
+      ->add_option("--metrics-port", o.metrics_port,
+                   "Also serve GET /metrics alone on this port, as Triton does (its default: 8002; 0 = any free port; "
+                   "-1 = only on --port)")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   serve
@@ -334,11 +342,42 @@ int RunServeCommand(std::ostream& out) {
     grpc_options.threads = o.workers;
     grpc = std::make_unique<serve::GrpcServer>(&server, grpc_options);
   }
+  // --metrics-port: a listener of its own that answers GET /metrics only (Prometheus scrape configs written for
+  // Triton point at a port of their own), on one I/O thread, stopped with the main server.
+  struct MetricsListener {
+    std::unique_ptr<serve::HttpServer> server;
+    std::thread thread;
+    ~MetricsListener() {
+      if (!server) return;
+      server->Stop();
+      if (thread.joinable()) thread.join();
+    }
+  } metrics_listener;
+  if (o.metrics_port >= 0) {
+    serve::HttpServerOptions metrics_options;
+    metrics_options.host = o.host;
+    metrics_options.port = o.metrics_port;
+    metrics_options.io_threads = 1;
+    metrics_options.max_body_bytes = 4096;
+    metrics_options.read_timeout_seconds = o.read_timeout;
+    metrics_options.stop_on_signals = false;
+    metrics_listener.server =
+        std::make_unique<serve::HttpServer>(metrics_options, [&server](const serve::HttpRequest& r) {
+          const std::string path = r.target.substr(0, r.target.find('?'));
+          if (path != "/metrics")
+            return serve::ErrorResponse(404,
+                                        "this port (--metrics-port) serves GET /metrics only; the API is on --port");
+          return server.Handle(r);
+        });
+    metrics_listener.thread = std::thread([&metrics_listener] { metrics_listener.server->Run(); });
+  }
+  const serve::HttpServer* metrics = metrics_listener.server.get();
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string url = "http://" + host + ":" + std::to_string(http.port());
   const std::vector<serve::ModelIndexEntry> index = manager.Index();
-  out << "osprey serve: listening on " << url << " (" << index.size() << " model(s) in " << o.repository
-      << ")" << (grpc ? ", gRPC on " + host + ":" + std::to_string(grpc->port()) : std::string())
+  out << "osprey serve: listening on " << url << " (" << index.size() << " model(s) in " << o.repository << ")"
+      << (grpc ? ", gRPC on " + host + ":" + std::to_string(grpc->port()) : std::string())
+      << (metrics ? ", metrics on " + host + ":" + std::to_string(metrics->port()) : std::string())
       << "; try: " << CurlExample(url, index, o.repository) << std::endl;
   http.Run();
   if (grpc) grpc->Shutdown();

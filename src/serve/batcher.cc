@@ -411,6 +411,10 @@ Scheduler::Counters Scheduler::ModelCounters(const std::string& model) {
   std::lock_guard<std::mutex> lanes_lock(impl_->lanes_mu);
   auto it = impl_->lanes.find(model);
   if (it == impl_->lanes.end()) return c;
+  {
+    std::lock_guard<std::mutex> lock(it->second->mu);
+    c.pending = static_cast<uint64_t>(it->second->waiting) + it->second->queue.size();
+  }
   std::lock_guard<std::mutex> lock(it->second->metrics_mu);
   const LaneMetrics& m = it->second->metrics;
   c.executions = m.batch.count;

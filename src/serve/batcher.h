@@ -70,6 +70,7 @@ class Scheduler {
     double queue_us = 0;       // summed over requests
     double compute_us = 0;     // summed over requests (each request counts its batch's run)
     uint64_t last_ms = 0;      // wall-clock time of the last run's end, milliseconds since the epoch (0: none)
+    uint64_t pending = 0;      // requests waiting now: for a stream, or in the batching queue
   };
   Counters ModelCounters(const std::string& model);
 

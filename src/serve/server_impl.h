@@ -30,6 +30,17 @@ struct InferenceServer::Impl {
   std::mutex metrics_mu;
   std::map<std::string, RequestMetrics> metrics;  // per model, infer and classify requests
   void Record(const std::string& model, bool ok, double us);
+  // What one model did: its requests (infer and classify) and its runs through the scheduler. The statistics
+  // extension and /metrics' Triton families both read it.
+  struct Activity {
+    RequestMetrics requests;
+    Scheduler::Counters runs;
+  };
+  Activity ActivityOf(const std::string& model);
+  // Machine-wide CPU busy share since the previous call (since boot the first time), from /proc/stat.
+  std::mutex cpu_mu;
+  uint64_t cpu_busy = 0, cpu_total = 0;
+  double CpuUtilization();
 
   std::mutex preprocessors_mu;
   std::map<std::string, std::shared_ptr<ImagePreprocessor>> preprocessors;

@@ -1,10 +1,114 @@
 // GET /metrics: Prometheus text of the server's request metrics, model manager counters, memory and the scheduler's
-// histograms.
+// histograms, and Triton's metric families (nv_*) for the dashboards, alerts and tools written against Triton.
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "serve/server_impl.h"
 
 namespace osprey::serve {
+namespace {
+
+// "model=\"m\",version=\"v\"" for one index entry.
+std::string TritonLabels(const ModelIndexEntry& entry) {
+  return "model=\"" + PrometheusLabel(entry.name) + "\",version=\"" + PrometheusLabel(entry.version) + "\"";
+}
+
+std::string Number(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+// /proc/meminfo's MemTotal and MemAvailable, bytes (0 when unreadable).
+std::pair<uint64_t, uint64_t> MemoryTotalAndAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t value = 0, total = 0, available = 0;
+  std::string unit;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemTotal:") total = value * 1024;
+    if (key == "MemAvailable:") available = value * 1024;
+  }
+  return {total, available};
+}
+
+// Triton's per-model families (its metric names, types and labels; docs/serving.md, "Metrics"), then its CPU ones.
+void WriteTritonFamilies(std::ostringstream& out, InferenceServer::Impl& impl,
+                         const std::vector<ModelIndexEntry>& index) {
+  std::vector<std::pair<const ModelIndexEntry*, InferenceServer::Impl::Activity>> rows;
+  for (const ModelIndexEntry& entry : index) {
+    InferenceServer::Impl::Activity a = impl.ActivityOf(entry.name);
+    if (entry.status == ModelStatus::kReady || a.requests.success + a.requests.failure > 0)
+      rows.emplace_back(&entry, std::move(a));
+  }
+  using Activity = InferenceServer::Impl::Activity;
+  const struct {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const Activity&);
+  } families[] = {
+      {"nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
+       [](const Activity& a) { return static_cast<double>(a.requests.success); }},
+      {"nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes",
+       [](const Activity& a) { return static_cast<double>(a.requests.failure); }},
+      {"nv_inference_count", "counter", "Number of inferences performed (a batch of n counts n)",
+       [](const Activity& a) { return static_cast<double>(a.runs.inferences); }},
+      {"nv_inference_exec_count", "counter", "Number of model executions performed (a batch counts once)",
+       [](const Activity& a) { return static_cast<double>(a.runs.executions); }},
+      {"nv_inference_pending_request_count", "gauge", "Instantaneous number of requests waiting to run",
+       [](const Activity& a) { return static_cast<double>(a.runs.pending); }},
+      {"nv_inference_request_duration_us", "counter",
+       "Cumulative inference request duration of successful "
+       "requests in microseconds (decoding, queue and run)",
+       [](const Activity& a) { return a.requests.success_us; }},
+      {"nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds",
+       [](const Activity& a) { return a.runs.queue_us; }},
+      {"nv_inference_compute_input_duration_us", "counter",
+       "Cumulative compute input duration in microseconds (osprey decodes inputs before the queue: 0)",
+       [](const Activity&) { return 0.0; }},
+      {"nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration in microseconds",
+       [](const Activity& a) { return a.runs.compute_us; }},
+      {"nv_inference_compute_output_duration_us", "counter",
+       "Cumulative inference compute output duration in microseconds (outputs are encoded after the run: 0)",
+       [](const Activity&) { return 0.0; }},
+  };
+  for (const auto& family : families) {
+    out << "# HELP " << family.name << " " << family.help << "\n# TYPE " << family.name << " " << family.type << "\n";
+    for (const auto& [entry, activity] : rows)
+      out << family.name << "{" << TritonLabels(*entry) << "} " << Number(family.value(activity)) << "\n";
+  }
+  const auto [total, available] = MemoryTotalAndAvailable();
+  out << "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0], all cores, since the previous scrape\n"
+      << "# TYPE nv_cpu_utilization gauge\n"
+      << "nv_cpu_utilization " << Number(impl.CpuUtilization()) << "\n"
+      << "# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes\n"
+      << "# TYPE nv_cpu_memory_total_bytes gauge\n"
+      << "nv_cpu_memory_total_bytes " << total << "\n"
+      << "# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes\n"
+      << "# TYPE nv_cpu_memory_used_bytes gauge\n"
+      << "nv_cpu_memory_used_bytes " << (total > available ? total - available : 0) << "\n";
+}
+
+}  // namespace
+
+double InferenceServer::Impl::CpuUtilization() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return 0;
+  const uint64_t idle_all = idle + iowait;
+  const uint64_t total = user + nice + system + idle_all + irq + softirq + steal;
+  const uint64_t busy = total - idle_all;
+  std::lock_guard<std::mutex> lock(cpu_mu);
+  const uint64_t d_total = total - cpu_total, d_busy = busy - cpu_busy;
+  cpu_total = total;
+  cpu_busy = busy;
+  if (d_total == 0 || d_busy > d_total) return 0.0;
+  return static_cast<double>(d_busy) / static_cast<double>(d_total);
+}
 
 std::string InferenceServer::MetricsText() {
   Impl& impl = *impl_;
@@ -98,6 +202,7 @@ std::string InferenceServer::MetricsText() {
       << "# TYPE process_resident_memory_bytes gauge\n"
       << "process_resident_memory_bytes " << ProcessResidentBytes() << "\n";
   out << impl.scheduler->MetricsText();
+  WriteTritonFamilies(out, impl, index);
   return out.str();
 }
 

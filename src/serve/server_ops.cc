@@ -62,6 +62,16 @@ void InferenceServer::Impl::Record(const std::string& model, bool ok, double us)
   m.duration.Add(us);
 }
 
+InferenceServer::Impl::Activity InferenceServer::Impl::ActivityOf(const std::string& model) {
+  Activity a;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    if (auto it = metrics.find(model); it != metrics.end()) a.requests = it->second;
+  }
+  a.runs = scheduler->ModelCounters(model);
+  return a;
+}
+
 std::shared_ptr<LoadedModel> InferenceServer::Impl::AcquireModel(const std::string& model, const std::string& version) {
   std::shared_ptr<LoadedModel> loaded = manager->Acquire(model, version);
   std::lock_guard<std::mutex> lock(served_mu);
@@ -180,12 +190,9 @@ json InferenceServer::Statistics(const std::string& model, const std::string& ve
     if (!model.empty() && entry.name != model) continue;
     if (!version.empty() && entry.version != version) continue;
     found = true;
-    RequestMetrics m;
-    {
-      std::lock_guard<std::mutex> lock(impl_->metrics_mu);
-      if (auto it = impl_->metrics.find(entry.name); it != impl_->metrics.end()) m = it->second;
-    }
-    const Scheduler::Counters c = impl_->scheduler->ModelCounters(entry.name);
+    const Impl::Activity activity = impl_->ActivityOf(entry.name);
+    const RequestMetrics& m = activity.requests;
+    const Scheduler::Counters& c = activity.runs;
     json inference_stats = {{"success", Duration(m.success, m.success_us)},
                             {"fail", Duration(m.failure, m.failure_us)},
                             {"queue", Duration(c.requests, c.queue_us)},
