@@ -5,7 +5,8 @@
 
 namespace osprey {
 
-/// kDeadlineExceeded: a run stopped because its deadline passed (RunDeadline). Appended last: bindings index by code.
+/// kDeadlineExceeded: a run stopped because its deadline passed; kCancelled: because whoever asked for it went away
+/// (RunDeadline). Appended last: bindings index by code.
 enum class ErrorCode {
   kInvalidArgument,
   kNotFound,
@@ -13,7 +14,8 @@ enum class ErrorCode {
   kResourceExhausted,
   kUnavailable,
   kInternal,
-  kDeadlineExceeded
+  kDeadlineExceeded,
+  kCancelled
 };
 
 /// Short lowercase name of a code ("invalid argument", ...).

@@ -74,11 +74,14 @@ struct OpProfile {
 /// A deadline for the runs made on the constructing thread while it lives (Model::Run, Plan::Run, the plans of a model
 /// run in parts, each iteration of a loop run step by step): they check it before every step, so a run past it stops
 /// at its next step (one step is not interrupted) and throws Error(kDeadlineExceeded) saying `reason` and where it
-/// stopped. Nested deadlines: the earliest applies. A server sets one per request on the thread that runs it.
+/// stopped; likewise Error(kCancelled) saying `cancel_reason` once `cancelled` (called per step: cheap, thread-safe)
+/// returns true. Nested deadlines: the earliest applies, and every cancel check. A server sets one per request on the
+/// thread that runs it (Clock::time_point::max(): no deadline, only the cancel check).
 class RunDeadline {
  public:
   using Clock = std::chrono::steady_clock;
-  RunDeadline(Clock::time_point at, std::string reason);
+  RunDeadline(Clock::time_point at, std::string reason, std::function<bool()> cancelled = nullptr,
+              std::string cancel_reason = "");
   ~RunDeadline();
   RunDeadline(const RunDeadline&) = delete;
   RunDeadline& operator=(const RunDeadline&) = delete;
@@ -90,6 +93,8 @@ class RunDeadline {
  private:
   Clock::time_point at_, set_;
   std::string reason_;
+  std::function<bool()> cancelled_;
+  std::string cancel_reason_;
   const RunDeadline* outer_;
 };
 

@@ -12,6 +12,8 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kDeadlineExceeded:
       return "deadline exceeded";
+    case ErrorCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -41,6 +41,18 @@ bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, 
   return cv.wait_until(lock, deadline.at, ready);
 }
 
+// A request whose sender went away before it ran: answered (to no one) without running.
+Error Gone(const Deadline& deadline, const std::string& model) {
+  return Error(ErrorCode::kCancelled, "cancelled (" + deadline.cancel_reason + "): model '" + model + "': not run");
+}
+
+// Runs `model` under the request's deadline and cancel check (RunDeadline), when it has either.
+Scheduler::Outputs RunWithin(Model& model, const std::map<std::string, Tensor>& inputs, const Deadline& deadline) {
+  if (!deadline.set() && !deadline.cancelled) return model.Run(inputs);
+  const RunDeadline run_deadline(deadline.at, deadline.reason, deadline.cancelled, deadline.cancel_reason);
+  return model.Run(inputs);
+}
+
 const std::vector<double> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 
 struct LaneMetrics {
@@ -113,7 +125,10 @@ Deadline RequestDeadline(Clock::time_point arrived, double max_seconds, int64_t 
     if (!(seconds > 0)) return;
     seconds = std::min(seconds, 1e7);  // ~4 months: far enough, and no overflow of the clock
     const auto at = arrived + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-    if (at < deadline.at) deadline = {at, std::move(reason)};
+    if (at < deadline.at) {
+      deadline.at = at;
+      deadline.reason = std::move(reason);
+    }
   };
   char text[48];
   std::snprintf(text, sizeof text, "--max-request-seconds %g", max_seconds);
@@ -212,13 +227,7 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
     }
   } release{lane};
   const auto start = Clock::now();
-  Outputs outputs;
-  if (deadline.set()) {
-    const RunDeadline run_deadline(deadline.at, deadline.reason);
-    outputs = loaded->model->Run(inputs);
-  } else {
-    outputs = loaded->model->Run(inputs);
-  }
+  Outputs outputs = RunWithin(*loaded->model, inputs, deadline);
   const auto end = Clock::now();
   int64_t rows = 1;
   if (!inputs.empty() && inputs.begin()->second.rank() > 0) rows = inputs.begin()->second.dim(0);
@@ -304,28 +313,26 @@ void Scheduler::Impl::Executor(Lane* lane) {
 // Runs one batch; fills each request's outputs or error (does not mark them done).
 void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pending>>& taken) {
   const auto start = Clock::now();
-  // Requests already past their deadline are answered without running; the rest run with theirs (a batch with the
-  // latest of them, none if one has none: it stops only when every request in it is late).
+  // Requests already past their deadline or cancelled are answered without running; the rest run with theirs (a
+  // batch with the latest deadline of them, none if one has none, and cancelled only when all of them are: it stops
+  // only when no request in it wants the answer any more).
   std::vector<std::shared_ptr<Pending>> batch;
   for (const auto& p : taken) {
     if (p->deadline.set() && start >= p->deadline.at)
       p->error = std::make_exception_ptr(Late(p->deadline, lane->name, p->enqueued, "in its queue"));
+    else if (p->deadline.Cancelled())
+      p->error = std::make_exception_ptr(Gone(p->deadline, lane->name));
     else
       batch.push_back(p);
   }
   if (batch.empty()) return;
   Model& model = *batch[0]->loaded->model;
-  auto run = [](Model& m, const std::map<std::string, Tensor>& in, const Deadline& deadline) {
-    if (!deadline.set()) return m.Run(in);
-    const RunDeadline run_deadline(deadline.at, deadline.reason);
-    return m.Run(in);
-  };
   std::vector<double> compute_us;
   std::vector<double> batch_rows;
   auto run_alone = [&](Pending* p) {
     const auto t0 = Clock::now();
     try {
-      p->outputs = run(*p->loaded->model, p->inputs, p->deadline);
+      p->outputs = RunWithin(*p->loaded->model, p->inputs, p->deadline);
     } catch (...) {
       p->error = std::current_exception();
     }
@@ -347,10 +354,23 @@ void Scheduler::Impl::RunBatch(Lane* lane, const std::vector<std::shared_ptr<Pen
         for (const auto& p : batch) parts.push_back(p->inputs.at(name));
         joined[name] = ConcatRows(parts);
       }
-      Deadline latest = batch[0]->deadline;
-      for (const auto& p : batch)
-        if (p->deadline.at > latest.at) latest = p->deadline;
-      Outputs outputs = run(model, joined, latest);
+      Deadline latest;
+      latest.at = batch[0]->deadline.at;
+      bool all_can_cancel = true;
+      for (const auto& p : batch) {
+        if (p->deadline.at >= latest.at) {
+          latest.at = p->deadline.at;
+          latest.reason = p->deadline.reason;
+        }
+        all_can_cancel &= static_cast<bool>(p->deadline.cancelled);
+      }
+      if (all_can_cancel) {
+        latest.cancel_reason = "every request of the batch was cancelled";
+        latest.cancelled = [&batch] {
+          return std::all_of(batch.begin(), batch.end(), [](const auto& p) { return p->deadline.Cancelled(); });
+        };
+      }
+      Outputs outputs = RunWithin(model, joined, latest);
       const double us = MicrosSince(start, Clock::now());
       // Every output must carry the batch along dim 0 to be split; otherwise the requests run one by one.
       ok = true;

@@ -5,6 +5,7 @@
 // dims, rows summing to at most max_batch_size), concatenate them along dim 0, run the model once and hand each request
 // exactly its own rows. Models without batching run on the caller's thread, at most S at a time.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,11 +18,15 @@
 
 namespace osprey::serve {
 
-/// When a request must be answered by (steady clock; none by default) and why ("parameters.timeout 5000 us", ...).
+/// When a request must be answered by (steady clock; none by default) and why ("parameters.timeout 5000 us", ...),
+/// and whether whoever sent it went away (`cancelled`: a closed connection, a cancelled gRPC call; thread-safe).
 struct Deadline {
   std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
   std::string reason;
+  std::function<bool()> cancelled;
+  std::string cancel_reason;
   bool set() const { return at != std::chrono::steady_clock::time_point::max(); }
+  bool Cancelled() const { return cancelled && cancelled(); }
 };
 
 /// The deadline of a request that arrived at `arrived`, the earliest of: `max_seconds` after it (--max-request-seconds;
@@ -56,6 +61,7 @@ class Scheduler {
   /// QueueFullError when the model's queue holds max_queue requests, and whatever Model::Run throws. With a
   /// deadline: a request still waiting for a stream or a batch when it passes is answered kDeadlineExceeded without
   /// running, and a run past it stops at its next step (RunDeadline; a batch only once every request in it is late).
+  /// A cancelled request (Deadline::cancelled) is not started, and its run stops at its next step (kCancelled).
   Outputs Run(const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> inputs,
               const Deadline& deadline = {});
 

@@ -32,6 +32,8 @@ grpc::Status ToStatus(const Error& e) {
       return {grpc::StatusCode::UNAVAILABLE, e.what()};
     case ErrorCode::kDeadlineExceeded:
       return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
+    case ErrorCode::kCancelled:
+      return {grpc::StatusCode::CANCELLED, e.what()};
     default:
       return {grpc::StatusCode::INTERNAL, e.what()};
   }
@@ -60,19 +62,25 @@ grpc::Status Call(const char* method, const std::string& model, F&& body) {
                         : status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? 413
                         : status.error_code() == grpc::StatusCode::UNAVAILABLE        ? 503
                         : status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED  ? 504
+                        : status.error_code() == grpc::StatusCode::CANCELLED          ? 499
                                                                                       : 500;
   log::Request("GRPC", std::string("/inference.GRPCInferenceService/") + method + (model.empty() ? "" : "/" + model),
                http_like, 0, 0, us, status.ok() ? "" : json({{"error", status.error_message()}}).dump());
   return status;
 }
 
-// The call's deadline (grpc-timeout), if the client set one.
-Deadline CallDeadline(const grpc::ServerContext& context) {
-  const auto at = context.deadline();
-  if (at >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) return {};
+// The call's deadline (grpc-timeout), if the client set one, and its cancel check (the client cancelled the call or
+// went away).
+Deadline CallDeadline(grpc::ServerContext* context) {
+  Deadline d;
+  d.cancelled = [context] { return context->IsCancelled(); };
+  d.cancel_reason = "the gRPC call was cancelled";
+  const auto at = context->deadline();
+  if (at >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) return d;
   const auto left = at - std::chrono::system_clock::now();
-  return {std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left),
-          "the gRPC call's deadline"};
+  d.at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+  d.reason = "the gRPC call's deadline";
+  return d;
 }
 
 // JSON (field names as the proto's) into a message; unknown fields (osprey's extras) are skipped.
@@ -295,7 +303,7 @@ class Service final : public inference::GRPCInferenceService::Service {
               const SharedMemoryRegions* shared_memory) {
             return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
           },
-          CallDeadline(*context));
+          CallDeadline(context));
       response->set_model_name(r.loaded->name);
       response->set_model_version(r.loaded->version);
       response->set_id(request->id());

@@ -1,5 +1,7 @@
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
@@ -197,6 +199,9 @@ class Session : public std::enable_shared_from_this<Session> {
                                   "retry later")};
       return Send(std::move(busy), keep_alive && !server.stopping, version, false);
     }
+    auto gone = std::make_shared<std::atomic<bool>>(false);
+    request.client_gone = [gone] { return gone->load(std::memory_order_relaxed); };
+    WatchClient(gone);
     // The guard keeps the I/O threads running until the answer is written, even when nothing else is pending.
     auto guard = net::make_work_guard(stream_.get_executor());
     net::post(*server.workers, [self = shared_from_this(), request = std::move(request), keep_alive, version,
@@ -204,9 +209,33 @@ class Session : public std::enable_shared_from_this<Session> {
       HttpResponse response = self->Call(request);
       self->server_->pending.fetch_sub(1);
       net::post(self->stream_.get_executor(), [self, response = std::move(response), keep_alive, version]() mutable {
+        self->StopWatching();
         self->Send(std::move(response), keep_alive && !self->server_->stopping, version, false);
       });
     });
+  }
+
+  // While a worker runs this connection's request: a wait for the socket to become readable (no byte consumed), then
+  // a peek. End of stream or an error: the client closed the connection, nobody will read the answer (`gone`, which
+  // the run checks between steps). A byte: the client sent its next request already (pipelining): it is there, and
+  // watching stops.
+  void WatchClient(std::shared_ptr<std::atomic<bool>> gone) {
+    if (buffer_.size() > 0) return;  // already holds more from the client
+    watching_ = true;
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gone](beast::error_code ec) {
+      if (ec || !self->watching_) return;  // cancelled: the answer is being sent
+      char byte;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->WatchClient(gone);
+      self->watching_ = false;
+      if (n <= 0) gone->store(true, std::memory_order_relaxed);
+    });
+  }
+  void StopWatching() {
+    if (!watching_) return;
+    watching_ = false;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
   }
 
   HttpResponse Call(const HttpRequest& request) {
@@ -275,6 +304,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::vector<char> drain_buffer_;
   bool idle_ = false;
+  bool watching_ = false;  // WatchClient is waiting on the socket (on this session's strand)
   // The request being answered, for the log.
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string method_, target_;

@@ -20,6 +20,9 @@ struct HttpRequest {
   std::string target;  // path with query, as sent
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  /// Set for requests run on a worker: whether the client has closed its connection since it sent this request (so
+  /// nobody will read the answer). Thread-safe, cheap.
+  std::function<bool()> client_gone;
   /// Value of the first header named `name` (case-insensitive), "" when absent.
   std::string Header(std::string_view name) const;
 };

@@ -30,9 +30,21 @@ int StatusForError(ErrorCode code) {
       return 503;
     case ErrorCode::kDeadlineExceeded:
       return 504;
+    case ErrorCode::kCancelled:
+      return 499;  // nginx's "client closed request": logged, never seen by the client
     default:
       return 500;
   }
+}
+
+// A REST request's cancel check: its client closed the connection (HttpRequest::client_gone).
+Deadline ClientGone(const HttpRequest& request) {
+  Deadline d;
+  if (request.client_gone) {
+    d.cancelled = request.client_gone;
+    d.cancel_reason = "the client closed the connection";
+  }
+  return d;
 }
 
 HttpResponse ErrorAnswer(const Error& e) {
@@ -232,13 +244,14 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
     HttpResponse response;
     try {
       if (action == "infer") {
-        InferResult r = Infer(model, version,
-                              [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits,
-                                  const ImageInputDecoder& images, const SharedMemoryRegions* shared_memory) {
-                                return DecodeInferRequest(inputs, model, request.body,
-                                                          request.Header("Inference-Header-Content-Length"), limits,
-                                                          images, shared_memory);
-                              });
+        InferResult r = Infer(
+            model, version,
+            [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
+                const SharedMemoryRegions* shared_memory) {
+              return DecodeInferRequest(inputs, model, request.body, request.Header("Inference-Header-Content-Length"),
+                                        limits, images, shared_memory);
+            },
+            ClientGone(request));
         InferResponse encoded = EncodeInferResponse(
             r.request.header, r.loaded->name, r.loaded->version,
             SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels, r.shared_memory));
@@ -248,9 +261,10 @@ HttpResponse InferenceServer::Handle(const HttpRequest& request) {
           response.content_type = "application/octet-stream";
         }
       } else {
-        const Deadline deadline = RequestDeadline(start, impl_->limits.max_seconds);
+        const Deadline deadline = RequestDeadline(start, impl_->limits.max_seconds, 0, ClientGone(request));
         std::optional<RunDeadline> run_deadline;
-        if (deadline.set()) run_deadline.emplace(deadline.at, deadline.reason);
+        if (deadline.set() || deadline.cancelled)
+          run_deadline.emplace(deadline.at, deadline.reason, deadline.cancelled, deadline.cancel_reason);
         response = ClassifyRequest(
             request, [&] { return impl_->AcquireModel(model, version); }, route.query, impl_->limits,
             [this](const LoadedModel& loaded, std::string_view encoded, ImageBudget* budget) {

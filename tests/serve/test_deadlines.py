@@ -192,3 +192,50 @@ def test_grpc_deadline_stops_the_run(spin_repo, start_repo):
     # The server stopped the first run too: the stream is free for a request with a 5 s deadline of its own.
     ok = client.infer("spin", inputs(1), client_timeout=5).as_numpy("y")
     np.testing.assert_allclose(ok, expected(np.ones((1, 64), np.float32), [1]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_closed_connection_stops_its_run(spin_repo, start_repo):
+    """A REST client that sends an expensive request and hangs up: the run stops at its next step (logged 499), so the
+    stream serves the next request instead of spending the loop's tens of seconds for nobody."""
+    import socket
+
+    server = start_repo(spin_repo, "--streams", 1, "--access-log")
+    x = np.ones((1, 64), np.float32)
+    check_answer(*infer(server, "spin", x, [1]), x, [1])
+    payload = json.dumps(body(x, [LONG])).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /v2/models/spin/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        time.sleep(0.5)  # the run has started
+    # Without the stop, this waits for the loop (tens of seconds) and gets 504 at its own 5 s deadline.
+    check_answer(*infer(server, "spin", x, [2], timeout_us=5_000_000), x, [2])
+    deadline = time.monotonic() + 10
+    while "cancelled (the client closed the connection)" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert re.search(r"POST /v2/models/spin/infer.*499.*cancelled \(the client closed the connection\): the run "
+                     r"stopped after", server.output()), server.output()[-2000:]
+    assert failures(server, "spin")[0] == 1
+    # A client that waits gets its answer as before (the watch does not mistake a slow run for a hang-up).
+    check_answer(*infer(server, "spin", x, [40]), x, [40])
+
+
+def test_a_cancelled_grpc_call_stops_its_run(spin_repo, start_repo):
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+
+    server = start_repo(spin_repo, "--grpc-port", 0, "--streams", 1)
+    port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+    def inputs(steps):
+        a = grpcclient.InferInput("x", [1, 64], "FP32")
+        a.set_data_from_numpy(np.ones((1, 64), np.float32))
+        b = grpcclient.InferInput("steps", [1], "INT64")
+        b.set_data_from_numpy(np.array([steps], np.int64))
+        return [a, b]
+
+    client.infer("spin", inputs(1))
+    call = client.async_infer("spin", inputs(LONG), callback=lambda result, error: None)
+    time.sleep(0.5)
+    call.cancel()
+    ok = client.infer("spin", inputs(2), client_timeout=5).as_numpy("y")
+    np.testing.assert_allclose(ok, expected(np.ones((1, 64), np.float32), [2]), rtol=1e-5, atol=1e-5)

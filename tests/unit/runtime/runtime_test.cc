@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <omp.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <thread>
@@ -857,6 +858,14 @@ TEST(RunDeadline, StopsRunsAtTheNextStepOfTheirThread) {
   Model model(b.Finish());
   const Tensor in = RandomTensor({256, 256}, 1);
   const auto want = model.Run({{"x", in}});
+  auto expect_stopped_as = [&](ErrorCode code) {
+    try {
+      model.Run({{"x", in}});
+      ADD_FAILURE() << "the run was not stopped";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+    }
+  };
   auto expect_stopped = [&](const std::string& reason) {
     try {
       model.Run({{"x", in}});
@@ -897,6 +906,29 @@ TEST(RunDeadline, StopsRunsAtTheNextStepOfTheirThread) {
   }
   EXPECT_FALSE(RunDeadline::Passed());
   ExpectTensorNear(model.Run({{"x", in}})[0].second, want[0].second, 0.f, 0.f);  // stopped runs left nothing behind
+
+  // Cancelled from another thread mid-run: kCancelled with the cancel reason (no deadline set).
+  std::atomic<bool> gone{false};
+  {
+    const RunDeadline cancel(
+        Clock::time_point::max(), "", [&gone] { return gone.load(); }, "caller left");
+    EXPECT_FALSE(RunDeadline::Passed());
+    std::thread leaver([&gone] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      gone = true;
+    });
+    try {
+      for (int i = 0; i < 1000; ++i) model.Run({{"x", in}});  // far longer than 2 ms
+      ADD_FAILURE() << "the cancelled runs went on";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kCancelled) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("cancelled (caller left): the run stopped after ", 0), 0u) << e.what();
+    }
+    leaver.join();
+    // An inner deadline far away does not hide the outer cancel check.
+    const RunDeadline inner(Clock::now() + std::chrono::hours(1), "inner");
+    expect_stopped_as(ErrorCode::kCancelled);
+  }
 }
 
 }  // namespace
