@@ -347,8 +347,14 @@ GrpcServer::GrpcServer(InferenceServer* server, GrpcServerOptions options) : imp
   builder.RegisterService(impl_->service.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
+  // The synchronous server takes a thread per call in flight from the quota, plus its pollers (one per completion
+  // queue, and a spare it makes before it hands a call to a poller): one completion queue instead of one per core
+  // (with 2 per core the quota ran out at 3 calls, "Server Threadpool Exhausted" to perf_analyzer at concurrency 4).
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
   grpc::ResourceQuota quota("osprey-grpc");
-  quota.SetMaxThreads(std::max(2, options.threads + 1));  // +1: gRPC's own poller
+  quota.SetMaxThreads(std::max(1, options.threads) + std::max(0, options.waiting) + 2);
   builder.SetResourceQuota(quota);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0)

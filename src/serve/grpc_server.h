@@ -12,7 +12,9 @@ struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   int port = 8001;                        // 0 = any free port (see GrpcServer::port())
   int64_t max_message_bytes = 64 << 20;   // largest request message (as --max-body-size for REST)
-  int threads = 4;                        // most requests served at once (as --workers); beyond: RESOURCE_EXHAUSTED
+  int threads = 4;                        // calls served at once (as --workers)
+  int waiting = 64;  // calls held beyond those, each on a thread of its own waiting for the model's turn (as
+                     // --max-queue, at most 64); beyond: RESOURCE_EXHAUSTED
 };
 
 class GrpcServer {

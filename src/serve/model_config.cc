@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +10,8 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <map>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "osprey/error.h"
@@ -87,6 +88,32 @@ void CheckDeclared(const Declared& declared, const ValueInfo& info, bool batched
 
 json Dims(const google::protobuf::RepeatedField<int64_t>& dims) { return json(std::vector<int64_t>(dims.begin(), dims.end())); }
 
+// The keys of a JSON configuration that `type` has no field for (by proto name or JSON name), as "Type.key",
+// recursing into message fields (objects, and arrays of objects) at most 16 levels deep.
+void UnknownJsonFields(const json& object, const google::protobuf::Descriptor& type, int depth,
+                       std::vector<std::string>* unknown) {
+  if (depth > 16) throw Bad("model configuration: nested more than 16 levels");
+  for (const auto& [key, value] : object.items()) {
+    const google::protobuf::FieldDescriptor* field = type.FindFieldByName(key);
+    for (int i = 0; !field && i < type.field_count(); ++i)
+      if (type.field(i)->json_name() == key) field = type.field(i);
+    if (!field) {
+      unknown->push_back(type.name() + "." + key);
+      continue;
+    }
+    if (field->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || field->is_map()) continue;
+    const google::protobuf::Descriptor& inner = *field->message_type();
+    if (value.is_object()) UnknownJsonFields(value, inner, depth + 1, unknown);
+    if (value.is_array())
+      for (const json& item : value)
+        if (item.is_object()) UnknownJsonFields(item, inner, depth + 1, unknown);
+  }
+}
+
+// The checks and "not acted on" notes both readers share; `path` names the source in messages.
+inference::ModelConfig CheckedConfig(inference::ModelConfig config, const std::string& path,
+                                     std::vector<std::string> skipped, std::vector<std::string>* ignored);
+
 }  // namespace
 
 inference::DataType TritonDType(DType dtype) {
@@ -132,7 +159,32 @@ inference::ModelConfig ReadConfigPbtxt(const std::string& path, std::vector<std:
   if (!parser.ParseFromString(text.str(), &config) || !collector.errors.empty())
     throw Bad(path + ": not a valid Triton model configuration: " +
               (collector.errors.empty() ? std::string("parse error") : collector.errors.front()));
-  std::vector<std::string> skipped = collector.ignored;
+  return CheckedConfig(std::move(config), path, collector.ignored, ignored);
+}
+
+inference::ModelConfig ParseConfigJson(const std::string& text, const std::string& what,
+                                       std::vector<std::string>* ignored) {
+  json parsed;
+  try {
+    parsed = json::parse(text, nullptr, true, false);
+  } catch (const json::exception& e) {
+    throw Bad(what + ": not JSON: " + e.what());
+  }
+  if (!parsed.is_object()) throw Bad(what + ": must be a JSON object (Triton's model configuration)");
+  std::vector<std::string> skipped;
+  UnknownJsonFields(parsed, *inference::ModelConfig::descriptor(), 0, &skipped);
+  inference::ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &config, options);
+  if (!status.ok()) throw Bad(what + ": not a valid Triton model configuration: " + std::string(status.message()));
+  return CheckedConfig(std::move(config), what, skipped, ignored);
+}
+
+namespace {
+
+inference::ModelConfig CheckedConfig(inference::ModelConfig config, const std::string& path,
+                                     std::vector<std::string> skipped, std::vector<std::string>* ignored) {
   // Declared (so that the config endpoint can report them) but not acted on.
   if (config.instance_group_size() > 0)
     skipped.push_back("ModelConfig.instance_group (osprey runs --streams concurrent runs per model)");
@@ -149,6 +201,8 @@ inference::ModelConfig ReadConfigPbtxt(const std::string& path, std::vector<std:
   if (ignored) *ignored = std::move(skipped);
   return config;
 }
+
+}  // namespace
 
 inference::ModelConfig ServingConfig(const ModelDirectory& md, const inference::ModelConfig& declared,
                                      int64_t server_max_batch, int streams) {

@@ -17,6 +17,12 @@ namespace osprey::serve {
 /// kInvalidArgument naming the file and line when the text does not parse.
 inference::ModelConfig ReadConfigPbtxt(const std::string& path, std::vector<std::string>* ignored);
 
+/// The same from Triton's JSON form (a repository load request's "config" parameter: proto field names or their
+/// lowerCamelCase JSON names, enums by name, 64-bit numbers as numbers or strings); `what` names it in messages.
+/// Unknown fields are named in `ignored` like the pbtxt reader's; the checks are the same.
+inference::ModelConfig ParseConfigJson(const std::string& text, const std::string& what,
+                                       std::vector<std::string>* ignored);
+
 /// The configuration osprey serves `md` with: `declared` (from config.pbtxt, may be empty) checked against the graph —
 /// a declared input or output must exist with the same data type and dims — and completed from it (inputs, outputs,
 /// labels, max_batch_size: the batching config, else `server_max_batch` when every input's first dim is variable, else

@@ -169,6 +169,8 @@ struct ModelManager::Impl {
     std::shared_ptr<const inference::ModelConfig> declared;  // config.pbtxt only
   };
   std::map<std::string, FileCheck> file_checks;
+  // name -> the configuration a load request gave (Triton's "config" parameter), used instead of config.pbtxt
+  std::map<std::string, std::shared_ptr<const inference::ModelConfig>> overrides;
   std::set<std::string> logged_problems;        // "name: problem" already in the log
   std::map<Key, std::shared_ptr<const ModelDescription>> descriptions;  // read without loading (Describe)
   int64_t reserved_bytes = 0;                 // size estimates of loads in progress
@@ -484,7 +486,7 @@ struct ModelManager::Impl {
       if (!parsed) throw std::runtime_error(failure);
       ModelDirectory md = std::move(*parsed);
       parsed.reset();
-      const inference::ModelConfig declared = ReadDeclaredConfig(name_dir);
+      const inference::ModelConfig declared = DeclaredConfig(name_dir);
       ApplyBatching(declared, &md);
       auto config = std::make_shared<const inference::ModelConfig>(
           ServingConfig(md, declared, options.max_batch_size, options.streams));
@@ -557,6 +559,16 @@ struct ModelManager::Impl {
       lock.lock();
     }
     e.cv.notify_all();
+  }
+
+  // The configuration a load request gave for the model, else its config.pbtxt.
+  inference::ModelConfig DeclaredConfig(const fs::path& name_dir) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = overrides.find(name_dir.filename().string());
+      if (it != overrides.end()) return *it->second;
+    }
+    return ReadDeclaredConfig(name_dir);
   }
 
   // config.pbtxt in the model's directory, when there is one (its ignored fields logged once per model).
@@ -752,8 +764,28 @@ std::shared_ptr<LoadedModel> ModelManager::Acquire(const std::string& name, cons
   return impl_->Acquire(name, version, /*retry_failed=*/false);
 }
 
-void ModelManager::Load(const std::string& name) {
+void ModelManager::Load(const std::string& name, std::shared_ptr<const inference::ModelConfig> config) {
   impl_->Scan();  // an explicit load picks up a version added since
+  bool reloaded = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->overrides.find(name);
+    const bool changes = config || it != impl_->overrides.end();  // a new configuration, or back to config.pbtxt
+    if (config)
+      impl_->overrides[name] = std::move(config);
+    else if (it != impl_->overrides.end())
+      impl_->overrides.erase(it);
+    if (changes) {
+      for (auto d = impl_->descriptions.begin(); d != impl_->descriptions.end();)
+        d = d->first.first == name ? impl_->descriptions.erase(d) : std::next(d);
+      for (auto& [key, e] : impl_->entries)
+        if (key.first == name && e->status == ModelStatus::kReady) {
+          impl_->UnloadLocked(*e, "unloaded: reloading with the configuration of a load request");
+          reloaded = true;
+        }
+    }
+  }
+  if (reloaded) ReturnMemoryToOs();
   impl_->Acquire(name, "", /*retry_failed=*/true);
 }
 
@@ -873,7 +905,7 @@ std::shared_ptr<const ModelDescription> ModelManager::Describe(const std::string
   auto d = std::make_shared<ModelDescription>();
   try {
     ModelDirectory md = OpenForServing(name_dir, v);
-    const inference::ModelConfig declared = impl_->ReadDeclaredConfig(name_dir);
+    const inference::ModelConfig declared = impl_->DeclaredConfig(name_dir);
     ApplyBatching(declared, &md);
     d->config = std::make_shared<const inference::ModelConfig>(
         ServingConfig(md, declared, options_.max_batch_size, options_.streams));

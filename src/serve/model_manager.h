@@ -98,7 +98,9 @@ class ModelManager {
   /// it (the state does not change). Same errors as Acquire, except that it never evicts or loads.
   std::shared_ptr<const ModelDescription> Describe(const std::string& name, const std::string& version = "");
   /// Explicit load (same errors as Acquire) and unload (kNotFound if not loaded). Unload returns memory to the OS.
-  void Load(const std::string& name);
+  /// `config` (Triton's load "config" parameter) replaces the model's config.pbtxt for this and later loads, until a
+  /// load without one; a load that changes the configuration in effect reloads a loaded model.
+  void Load(const std::string& name, std::shared_ptr<const inference::ModelConfig> config = nullptr);
   void Unload(const std::string& name);
   /// Called after a request ran a model: with a --memory-budget, wakes the housekeeping pass at once, which evicts
   /// the least recently used models if the run's packed weights and arena pushed the accounted bytes over the budget

@@ -28,20 +28,45 @@ json Duration(uint64_t count, double us) {
   return {{"count", count}, {"ns", static_cast<uint64_t>(std::max(0.0, us) * 1000.0)}};
 }
 
-// Repository load/unload parameters: Triton's "config" override and "file:" contents are refused (osprey reads
-// config.json / config.pbtxt from the model directory); anything else is logged as ignored.
-void CheckRepositoryParameters(const std::string& action, const std::string& model, const json& parameters) {
-  if (parameters.is_null()) return;
+// Repository load/unload parameters: a load's "config" (Triton's configuration override, a JSON string) is parsed and
+// returned; "file:" contents are refused (osprey loads model files from the repository only); anything else is
+// logged as ignored.
+std::shared_ptr<const inference::ModelConfig> CheckRepositoryParameters(const std::string& action,
+                                                                        const std::string& model,
+                                                                        const json& parameters) {
+  std::shared_ptr<const inference::ModelConfig> config;
+  if (parameters.is_null()) return config;
   if (!parameters.is_object()) throw BadRequest(action + " '" + model + "': 'parameters' must be an object");
   for (const auto& [key, value] : parameters.items()) {
-    if (key == "config" || key.rfind("file:", 0) == 0)
+    if (key == "config" && action == "load") {
+      if (!value.is_string())
+        throw BadRequest("load '" + model +
+                         "': parameter 'config' must be a string holding the model "
+                         "configuration as JSON (Triton's form)");
+      std::vector<std::string> ignored;
+      config = std::make_shared<const inference::ModelConfig>(
+          ParseConfigJson(value.get<std::string>(), "load '" + model + "': parameter 'config'", &ignored));
+      if (!ignored.empty()) {
+        std::string fields;
+        for (const std::string& f : ignored) fields += (fields.empty() ? "" : ", ") + f;
+        log::Event(log::Level::kWarning, "config_ignored",
+                   "load '" + model +
+                       "': osprey does not use these fields of the given configuration and ignores "
+                       "them: " +
+                       fields,
+                   {{"model", model}, {"fields", ignored}});
+      }
+      continue;
+    }
+    if (key.rfind("file:", 0) == 0)
       throw Error(ErrorCode::kUnsupported,
                   action + " '" + model + "': parameter '" + key +
-                      "' is not supported: osprey reads the model's configuration from config.json and config.pbtxt "
-                      "in its directory of the repository; edit those and load again");
+                      "' is not supported: osprey loads model files from its repository only; copy them into " +
+                      "<repository>/" + model + "/<version>/ and load again");
     log::Event(log::Level::kWarning, "parameter_ignored", action + " '" + model + "': parameter '" + key + "' ignored",
                {{"model", model}, {"parameter", key}});
   }
+  return config;
 }
 
 }  // namespace
@@ -236,8 +261,7 @@ json InferenceServer::RepositoryIndex(bool ready_only) {
 }
 
 void InferenceServer::LoadModel(const std::string& model, const json& parameters) {
-  CheckRepositoryParameters("load", model, parameters);
-  impl_->manager->Load(model);
+  impl_->manager->Load(model, CheckRepositoryParameters("load", model, parameters));
 }
 
 void InferenceServer::UnloadModel(const std::string& model, const json& parameters) {

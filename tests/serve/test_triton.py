@@ -42,6 +42,7 @@ def triton_server(tmp_path, demo_model, start_repo):
     copy_model(repo, "other", demo_model)
     server = start_repo(repo, "--grpc-port", 0, "--access-log")
     server.grpc_port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    server.demo = demo_model
     return server
 
 
@@ -150,10 +151,37 @@ def test_repository_load_unload_and_states(triton_server):
     g.unload_model("other")
     index = {m.name: m for m in g.get_model_repository_index().models}
     assert index["other"].state == "UNAVAILABLE" and index["other"].reason == "unloaded: by request"
-    # A config override on load is refused with the reason, not accepted and ignored.
+    # A configuration given with the load replaces config.pbtxt, as in Triton (model_analyzer's remote mode loads each
+    # variant so): the served configuration shows it until a load without one goes back to the repository's.
+    base = h.get_model_config("other")
+    variant = dict(base, max_batch_size=2, dynamic_batching={"max_queue_delay_microseconds": "1000"},
+                   instance_group=[{"count": 2, "kind": "KIND_GPU"}], optimization={"priority": "PRIORITY_MAX"})
+    h.load_model("other", config=json.dumps(variant))
+    assert h.is_model_ready("other")
+    served = h.get_model_config("other")
+    assert served["max_batch_size"] == 2 and served["dynamic_batching"]["max_queue_delay_microseconds"] == 1000
+    assert g.get_model_config("other").config.max_batch_size == 2
+    x = RNG.standard_normal((2, 1, 32, 32)).astype(np.float32)
+    inp = httpclient.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_allclose(h.infer("other", [inp]).as_numpy("logits"), ort_logits(triton_server.demo, x),
+                               rtol=1e-4, atol=1e-4)
+    time.sleep(0.2)
+    assert re.search(r"config_ignored: load 'other': .*ModelConfig.optimization.*instance_group",
+                     triton_server.output()), triton_server.output()[-3000:]
+    # A configuration that does not fit the model fails the load naming the field; camelCase JSON names work too.
     with pytest.raises(InferenceServerException) as e:
-        h.load_model("other", config=json.dumps({"max_batch_size": 2}))
-    assert "config.pbtxt" in e.value.message()
+        g.load_model("other", config=json.dumps({"maxBatchSize": 2, "input": [{"name": "nope", "dataType": "TYPE_FP32",
+                                                                             "dims": ["1"]}]}))
+    assert "input 'nope'" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        h.load_model("other", config="{not json")
+    assert "parameter 'config': not JSON" in e.value.message()
+    status, _, body = triton_server.request("POST", "/v2/repository/models/other/load",
+                                            {"parameters": {"config": "{}", "file:1/model.onnx": "AAAA"}})
+    assert status == 400 and b"loads model files from its repository only" in body
+    h.load_model("other")  # back to the repository's configuration
+    assert h.get_model_config("other")["max_batch_size"] == base["max_batch_size"] != 2
     with pytest.raises(InferenceServerException) as e:
         g.load_model("nope")
     assert "NOT_FOUND" in str(e.value.status())
@@ -380,3 +408,24 @@ def test_names_that_clients_percent_encode(tmp_path, demo_model, start_repo):
     lines = [json.loads(l) for l in server.output().splitlines() if l.startswith("{")]
     models = {l.get("model") for l in lines if l["event"] in ("request", "request_failed")}
     assert name in models and "bad%zzname" in models and "tenant%20one%2B%C3%A9" not in models, models
+
+
+def test_grpc_calls_beyond_the_workers_wait_for_their_turn(triton_server, demo_model):
+    """More concurrent gRPC calls than --workers (4) are held and served, as perf_analyzer's --concurrency-range needs
+    (with gRPC's default completion queue per core, the 4th concurrent call got "Server Threadpool Exhausted")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    xs = [RNG.standard_normal((1, 1, 32, 32)).astype(np.float32) for _ in range(12)]
+    barrier = __import__("threading").Barrier(len(xs))
+
+    def call(x):
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton_server.grpc_port}")
+        inp = grpcclient.InferInput("image", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        barrier.wait()
+        return client.infer("digits", [inp]).as_numpy("logits")
+
+    with ThreadPoolExecutor(len(xs)) as pool:
+        outs = list(pool.map(call, xs))
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out, ort_logits(demo_model, x), rtol=1e-4, atol=1e-4)
