@@ -83,6 +83,7 @@ struct Lane {
   std::deque<std::shared_ptr<Pending>> queue;
   std::vector<std::string> forming;  // batch keys executors are gathering requests for (one executor per key)
   bool stop = false;
+  int streams = 1;  // concurrent runs allowed now: the loaded model's (its instance_group count, else --streams)
   int running = 0;  // direct path: runs in progress
   int waiting = 0;  // direct path: callers waiting for a stream
   std::vector<std::thread> executors;
@@ -191,7 +192,11 @@ struct Scheduler::Impl {
                     const Deadline& deadline);
   Outputs RunBatched(Lane* lane, const std::shared_ptr<LoadedModel>& loaded, std::map<std::string, Tensor> in,
                      const Deadline& deadline);
-  void Executor(Lane* lane);
+  void Executor(Lane* lane, int index);
+  // The model's concurrent runs (LoadedModel::streams, else --streams), set on its lane (under lane->mu).
+  void SetStreams(Lane* lane, const LoadedModel& loaded) {
+    lane->streams = std::max(1, loaded.streams > 0 ? loaded.streams : options.streams);
+  }
   // The oldest queued request an idle executor may start: one whose key no executor is gathering for.
   static std::deque<std::shared_ptr<Pending>>::iterator Startable(Lane* lane) {
     const std::vector<std::string>& forming = lane->forming;
@@ -207,12 +212,13 @@ Scheduler::Outputs Scheduler::Impl::RunDirect(Lane* lane, const std::shared_ptr<
   const auto enqueued = Clock::now();
   {
     std::unique_lock<std::mutex> lock(lane->mu);
-    if (lane->running >= options.streams) {
+    SetStreams(lane, *loaded);
+    if (lane->running >= lane->streams) {
       if (lane->waiting >= options.max_queue)
         throw QueueFullError("model '" + loaded->name + "': the queue is full (" + std::to_string(options.max_queue) +
                              " requests waiting, --max-queue); retry later");
       ++lane->waiting;
-      const bool free = WaitUntil(lane->done_cv, lock, deadline, [&] { return lane->running < options.streams; });
+      const bool free = WaitUntil(lane->done_cv, lock, deadline, [&] { return lane->running < lane->streams; });
       --lane->waiting;
       if (!free) throw Late(deadline, loaded->name, enqueued, "for a stream (--streams)");
     }
@@ -250,8 +256,11 @@ Scheduler::Outputs Scheduler::Impl::RunBatched(Lane* lane, const std::shared_ptr
   if (static_cast<int>(lane->queue.size()) >= options.max_queue)
     throw QueueFullError("model '" + loaded->name + "': the queue is full (" + std::to_string(options.max_queue) +
                          " requests waiting, --max-queue); retry later");
-  while (static_cast<int>(lane->executors.size()) < options.streams)
-    lane->executors.emplace_back([this, lane] { Executor(lane); });
+  SetStreams(lane, *loaded);
+  while (static_cast<int>(lane->executors.size()) < lane->streams) {
+    const int index = static_cast<int>(lane->executors.size());
+    lane->executors.emplace_back([this, lane, index] { Executor(lane, index); });
+  }
   pending->enqueued = Clock::now();
   lane->queue.push_back(pending);
   lane->work_cv.notify_all();
@@ -268,10 +277,12 @@ Scheduler::Outputs Scheduler::Impl::RunBatched(Lane* lane, const std::shared_ptr
   return std::move(pending->outputs);
 }
 
-void Scheduler::Impl::Executor(Lane* lane) {
+// Executor `index` of a lane takes work while index < lane->streams (a reload with fewer instances idles the rest).
+void Scheduler::Impl::Executor(Lane* lane, int index) {
   std::unique_lock<std::mutex> lock(lane->mu);
   for (;;) {
-    lane->work_cv.wait(lock, [&] { return lane->stop || Startable(lane) != lane->queue.end(); });
+    lane->work_cv.wait(lock,
+                       [&] { return lane->stop || (index < lane->streams && Startable(lane) != lane->queue.end()); });
     auto start = Startable(lane);
     if (start == lane->queue.end()) {
       if (lane->stop && lane->queue.empty()) return;

@@ -1,5 +1,6 @@
 #pragma once
-// Per-model scheduling for the server: dynamic batching (config.json "batching"), streams (S concurrent runs per model)
+// Per-model scheduling for the server: dynamic batching (config.json "batching"), streams (S concurrent runs per model:
+// its instance_group count, else --streams)
 // and the per-model queue limit. Requests for a model with max_batch_size > 0 are queued; S executor threads each take
 // the oldest request, wait up to max_queue_delay_us for compatible ones (same model version, same dtypes and non-batch
 // dims, rows summing to at most max_batch_size), concatenate them along dim 0, run the model once and hand each request

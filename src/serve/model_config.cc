@@ -186,8 +186,19 @@ namespace {
 inference::ModelConfig CheckedConfig(inference::ModelConfig config, const std::string& path,
                                      std::vector<std::string> skipped, std::vector<std::string>* ignored) {
   // Declared (so that the config endpoint can report them) but not acted on.
-  if (config.instance_group_size() > 0)
-    skipped.push_back("ModelConfig.instance_group (osprey runs --streams concurrent runs per model)");
+  int64_t instances = 0;
+  for (const auto& g : config.instance_group()) {
+    if (g.count() < 0 || g.count() > kMaxInstances)
+      throw Bad(path + ": instance_group count " + std::to_string(g.count()) + ": 0 to " +
+                std::to_string(kMaxInstances) + " (concurrent runs of the model)");
+    instances += g.count() == 0 ? 1 : g.count();
+    if (g.kind() != inference::ModelInstanceGroup::KIND_AUTO && g.kind() != inference::ModelInstanceGroup::KIND_CPU)
+      skipped.push_back("ModelInstanceGroup.kind " + inference::ModelInstanceGroup::Kind_Name(g.kind()) +
+                        " (the model runs where config.json's device or --device puts it)");
+  }
+  if (instances > kMaxInstances)
+    throw Bad(path + ": instance_group counts sum to " + std::to_string(instances) + ", more than " +
+              std::to_string(kMaxInstances) + " concurrent runs of the model");
   if (config.dynamic_batching().preferred_batch_size_size() > 0)
     skipped.push_back("ModelDynamicBatching.preferred_batch_size");
   if (!config.platform().empty() && config.platform() != "onnxruntime_onnx" && config.platform() != "osprey_onnx")
@@ -259,8 +270,15 @@ inference::ModelConfig ServingConfig(const ModelDirectory& md, const inference::
   auto* group = config.add_instance_group();
   group->set_name(md.name);
   group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
-  group->set_count(streams);
+  group->set_count(Instances(declared, streams));
   return config;
+}
+
+int Instances(const inference::ModelConfig& declared, int streams) {
+  if (declared.instance_group_size() == 0) return streams;
+  int64_t total = 0;
+  for (const auto& g : declared.instance_group()) total += g.count() <= 0 ? 1 : g.count();
+  return static_cast<int>(std::clamp<int64_t>(total, 1, kMaxInstances));
 }
 
 void ApplyBatching(const inference::ModelConfig& declared, ModelDirectory* md) {

@@ -30,6 +30,11 @@ inference::ModelConfig ParseConfigJson(const std::string& text, const std::strin
 inference::ModelConfig ServingConfig(const ModelDirectory& md, const inference::ModelConfig& declared,
                                      int64_t server_max_batch, int streams);
 
+/// Concurrent runs of a model (its streams): the sum of its declared instance_group counts (a count of 0 is Triton's
+/// default, 1; at most kMaxInstances, checked when the configuration is read), else `streams` (--streams).
+inline constexpr int kMaxInstances = 64;
+int Instances(const inference::ModelConfig& declared, int streams);
+
 /// Applies config.pbtxt's batching to `md` when config.json set none: dynamic_batching with max_batch_size > 0 turns
 /// osprey's dynamic batching on.
 void ApplyBatching(const inference::ModelConfig& declared, ModelDirectory* md);

@@ -516,6 +516,7 @@ struct ModelManager::Impl {
       loaded->version = e.version;
       loaded->directory = std::move(md);
       loaded->model = std::move(model);
+      loaded->streams = config->instance_group(0).count();
       loaded->config = std::move(config);
       loaded->device = model_options.compile.device;
     } catch (const std::exception& ex) {
@@ -766,6 +767,7 @@ std::shared_ptr<LoadedModel> ModelManager::Acquire(const std::string& name, cons
 
 void ModelManager::Load(const std::string& name, std::shared_ptr<const inference::ModelConfig> config) {
   impl_->Scan();  // an explicit load picks up a version added since
+  impl_->ResolveVersion(name, "");  // kNotFound before anything is kept for a name that is not in the repository
   bool reloaded = false;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -54,6 +54,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::shared_ptr<const inference::ModelConfig> config;  // Triton's view of it (config.pbtxt + the model)
   DeviceSpec device;                                     // where it runs
+  int streams = 1;  // concurrent runs: its instance_group count, else --streams (Instances)
 };
 
 /// What metadata and config answers need, without loading the model (no weights, no plans).

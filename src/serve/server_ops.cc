@@ -40,21 +40,15 @@ std::shared_ptr<const inference::ModelConfig> CheckRepositoryParameters(const st
   for (const auto& [key, value] : parameters.items()) {
     if (key == "config" && action == "load") {
       if (!value.is_string())
-        throw BadRequest("load '" + model +
-                         "': parameter 'config' must be a string holding the model "
-                         "configuration as JSON (Triton's form)");
+        throw BadRequest("load '" + model + "': parameter 'config' must be a string: the configuration as JSON");
       std::vector<std::string> ignored;
       config = std::make_shared<const inference::ModelConfig>(
           ParseConfigJson(value.get<std::string>(), "load '" + model + "': parameter 'config'", &ignored));
       if (!ignored.empty()) {
         std::string fields;
         for (const std::string& f : ignored) fields += (fields.empty() ? "" : ", ") + f;
-        log::Event(log::Level::kWarning, "config_ignored",
-                   "load '" + model +
-                       "': osprey does not use these fields of the given configuration and ignores "
-                       "them: " +
-                       fields,
-                   {{"model", model}, {"fields", ignored}});
+        const std::string what = "load '" + model + "': osprey does not use these fields of the configuration: ";
+        log::Event(log::Level::kWarning, "config_ignored", what + fields, {{"model", model}, {"fields", ignored}});
       }
       continue;
     }

@@ -239,3 +239,43 @@ def test_a_cancelled_grpc_call_stops_its_run(spin_repo, start_repo):
     call.cancel()
     ok = client.infer("spin", inputs(2), client_timeout=5).as_numpy("y")
     np.testing.assert_allclose(ok, expected(np.ones((1, 64), np.float32), [2]), rtol=1e-5, atol=1e-5)
+
+
+def test_instance_group_count_sets_a_models_concurrent_runs(spin_repo, tmp_path, start_repo):
+    """Triton's instance_group count is the model's number of concurrent runs (--streams otherwise): with 2, a short
+    request runs beside a long one; after a load with a configuration of count 1, it waits and misses its deadline."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(spin_repo / "spin", repo / "spin")
+    (repo / "spin" / "config.pbtxt").write_text("instance_group [ { count: 2 kind: KIND_CPU } ]\n")
+    server = start_repo(repo, "--streams", 1, "--http-threads", 4)
+    x = np.ones((1, 64), np.float32)
+    check_answer(*infer(server, "spin", x, [1]), x, [1])
+    assert server.json("GET", "/v2/models/spin/config")[1]["instance_group"][0]["count"] == 2
+
+    def beside_a_long_run():
+        long_answer = {}
+        t = threading.Thread(target=lambda: long_answer.setdefault("r", infer(server, "spin", x, [LONG], 1_500_000)))
+        t.start()
+        time.sleep(0.3)
+        short = infer(server, "spin", x, [1], timeout_us=500_000)
+        t.join()
+        assert long_answer["r"][0] == 504
+        return short
+
+    status, answer = beside_a_long_run()
+    check_answer(status, answer, x, [1])
+    config = server.json("GET", "/v2/models/spin/config")[1]
+    config["instance_group"] = [{"count": 1, "kind": "KIND_CPU"}]
+    status, _, body_ = server.request("POST", "/v2/repository/models/spin/load",
+                                      {"parameters": {"config": json.dumps(config)}})
+    assert status == 200, body_
+    assert server.json("GET", "/v2/models/spin/config")[1]["instance_group"][0]["count"] == 1
+    status, answer = beside_a_long_run()
+    assert status == 504 and "waited" in answer["error"] and "for a stream" in answer["error"], answer
+    # Counts are bounded: a configuration asking for more than 64 concurrent runs is refused, naming it.
+    config["instance_group"] = [{"count": 100000}]
+    status, _, body_ = server.request("POST", "/v2/repository/models/spin/load",
+                                      {"parameters": {"config": json.dumps(config)}})
+    assert status == 400 and b"instance_group count 100000" in body_, body_
