@@ -166,21 +166,26 @@ def test_a_request_that_waits_past_its_deadline_is_not_run(spin_repo, start_repo
     check_answer(*infer(server, model, x, [1], timeout_us=5_000_000), x, [1])
 
 
-def test_grpc_deadline_stops_the_run(spin_repo, start_repo):
+def grpc_spin(spin_repo, start_repo):
+    """(tritonclient.grpc, a client of a new server on the spin model with one stream, inputs(steps) for it)."""
     grpcclient = pytest.importorskip("tritonclient.grpc")
-    from tritonclient.utils import InferenceServerException
-
     server = start_repo(spin_repo, "--grpc-port", 0, "--streams", 1)
     port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
 
     def inputs(steps):
-        x = np.ones((1, 64), np.float32)
         a = grpcclient.InferInput("x", [1, 64], "FP32")
-        a.set_data_from_numpy(x)
+        a.set_data_from_numpy(np.ones((1, 64), np.float32))
         b = grpcclient.InferInput("steps", [1], "INT64")
         b.set_data_from_numpy(np.array([steps], np.int64))
         return [a, b]
+
+    return grpcclient, grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), inputs
+
+
+def test_grpc_deadline_stops_the_run(spin_repo, start_repo):
+    from tritonclient.utils import InferenceServerException
+
+    _, client, inputs = grpc_spin(spin_repo, start_repo)
 
     ok = client.infer("spin", inputs(2)).as_numpy("y")
     np.testing.assert_allclose(ok, expected(np.ones((1, 64), np.float32), [2]), rtol=1e-5, atol=1e-5)
@@ -220,18 +225,7 @@ def test_a_closed_connection_stops_its_run(spin_repo, start_repo):
 
 
 def test_a_cancelled_grpc_call_stops_its_run(spin_repo, start_repo):
-    grpcclient = pytest.importorskip("tritonclient.grpc")
-
-    server = start_repo(spin_repo, "--grpc-port", 0, "--streams", 1)
-    port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-
-    def inputs(steps):
-        a = grpcclient.InferInput("x", [1, 64], "FP32")
-        a.set_data_from_numpy(np.ones((1, 64), np.float32))
-        b = grpcclient.InferInput("steps", [1], "INT64")
-        b.set_data_from_numpy(np.array([steps], np.int64))
-        return [a, b]
+    _, client, inputs = grpc_spin(spin_repo, start_repo)
 
     client.infer("spin", inputs(1))
     call = client.async_infer("spin", inputs(LONG), callback=lambda result, error: None)
