@@ -87,7 +87,8 @@ class RunDeadline {
   RunDeadline& operator=(const RunDeadline&) = delete;
   /// Whether the calling thread has a deadline and it has passed (cheap without one: what runs call per step).
   static bool Passed();
-  /// Throws kDeadlineExceeded for the calling thread's deadline; `where` names what was about to run.
+  /// Throws kCancelled (a cancel check fired before the deadline) or kDeadlineExceeded for the calling thread's
+  /// deadline; `where` names what was about to run.
   [[noreturn]] static void Throw(const std::string& where);
 
  private:
