@@ -213,23 +213,19 @@ void ReplaceWithLayerNorm(CompileState& st, NodeView& g, int x, float epsilon, i
   const int64_t channels = st.values[x].shape.back();
   std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
   int gamma_id = -1, beta_id = -1, last = div;
-  int next = g.SoleConsumer(g.node(last).outputs[0]);
-  if (g.Is(next, "Mul")) {
+  const struct {
+    const char* op;
+    std::vector<float>* values;
+    int* id;
+  } affine[] = {{"Mul", &gamma, &gamma_id}, {"Add", &beta, &beta_id}};
+  for (const auto& part : affine) {  // Mul(gamma), then Add(beta); either may be absent
+    const int next = g.SoleConsumer(g.node(last).outputs[0]);
+    if (!g.Is(next, part.op)) continue;
     const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-    if (ChannelVector(st, other, channels, &gamma) && SameShape(st, g.node(next).outputs[0], x)) {
-      gamma_id = other;
-      last = next;
-      absorbed.push_back(next);
-      next = g.SoleConsumer(g.node(last).outputs[0]);
-    }
-  }
-  if (g.Is(next, "Add")) {
-    const int other = OtherInput(g.node(next), g.node(last).outputs[0]);
-    if (ChannelVector(st, other, channels, &beta) && SameShape(st, g.node(next).outputs[0], x)) {
-      beta_id = other;
-      last = next;
-      absorbed.push_back(next);
-    }
+    if (!ChannelVector(st, other, channels, part.values) || !SameShape(st, g.node(next).outputs[0], x)) continue;
+    *part.id = other;
+    last = next;
+    absorbed.push_back(next);
   }
   Node ln;
   ln.op_type = "LayerNormalization";
