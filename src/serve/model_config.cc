@@ -16,6 +16,7 @@
 
 #include "osprey/error.h"
 #include "osprey/runtime.h"
+#include "serve/tensor_json.h"
 
 namespace osprey::serve {
 namespace {
@@ -89,10 +90,9 @@ void CheckDeclared(const Declared& declared, const ValueInfo& info, bool batched
 json Dims(const google::protobuf::RepeatedField<int64_t>& dims) { return json(std::vector<int64_t>(dims.begin(), dims.end())); }
 
 // The keys of a JSON configuration that `type` has no field for (by proto name or JSON name), as "Type.key",
-// recursing into message fields (objects, and arrays of objects) at most 16 levels deep.
-void UnknownJsonFields(const json& object, const google::protobuf::Descriptor& type, int depth,
+// recursing into message fields (objects, and arrays of objects; CheckJsonDepth bounded the nesting).
+void UnknownJsonFields(const json& object, const google::protobuf::Descriptor& type,
                        std::vector<std::string>* unknown) {
-  if (depth > 16) throw Bad("model configuration: nested more than 16 levels");
   for (const auto& [key, value] : object.items()) {
     const google::protobuf::FieldDescriptor* field = type.FindFieldByName(key);
     for (int i = 0; !field && i < type.field_count(); ++i)
@@ -103,11 +103,18 @@ void UnknownJsonFields(const json& object, const google::protobuf::Descriptor& t
     }
     if (field->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE || field->is_map()) continue;
     const google::protobuf::Descriptor& inner = *field->message_type();
-    if (value.is_object()) UnknownJsonFields(value, inner, depth + 1, unknown);
+    if (value.is_object()) UnknownJsonFields(value, inner, unknown);
     if (value.is_array())
       for (const json& item : value)
-        if (item.is_object()) UnknownJsonFields(item, inner, depth + 1, unknown);
+        if (item.is_object()) UnknownJsonFields(item, inner, unknown);
   }
+}
+
+// The model's concurrent runs its instance groups declare: their counts summed, a count of 0 (Triton's default) as 1.
+int64_t InstanceSum(const inference::ModelConfig& config) {
+  int64_t total = 0;
+  for (const auto& g : config.instance_group()) total += g.count() <= 0 ? 1 : g.count();
+  return total;
 }
 
 // The checks and "not acted on" notes both readers share; `path` names the source in messages.
@@ -166,13 +173,14 @@ inference::ModelConfig ParseConfigJson(const std::string& text, const std::strin
                                        std::vector<std::string>* ignored) {
   json parsed;
   try {
+    CheckJsonDepth(text);
     parsed = json::parse(text, nullptr, true, false);
   } catch (const json::exception& e) {
     throw Bad(what + ": not JSON: " + e.what());
   }
   if (!parsed.is_object()) throw Bad(what + ": must be a JSON object (Triton's model configuration)");
   std::vector<std::string> skipped;
-  UnknownJsonFields(parsed, *inference::ModelConfig::descriptor(), 0, &skipped);
+  UnknownJsonFields(parsed, *inference::ModelConfig::descriptor(), &skipped);
   inference::ModelConfig config;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
@@ -186,17 +194,15 @@ namespace {
 inference::ModelConfig CheckedConfig(inference::ModelConfig config, const std::string& path,
                                      std::vector<std::string> skipped, std::vector<std::string>* ignored) {
   // Declared (so that the config endpoint can report them) but not acted on.
-  int64_t instances = 0;
   for (const auto& g : config.instance_group()) {
     if (g.count() < 0 || g.count() > kMaxInstances)
       throw Bad(path + ": instance_group count " + std::to_string(g.count()) + ": 0 to " +
                 std::to_string(kMaxInstances) + " (concurrent runs of the model)");
-    instances += g.count() == 0 ? 1 : g.count();
     if (g.kind() != inference::ModelInstanceGroup::KIND_AUTO && g.kind() != inference::ModelInstanceGroup::KIND_CPU)
       skipped.push_back("ModelInstanceGroup.kind " + inference::ModelInstanceGroup::Kind_Name(g.kind()) +
                         " (the model runs where config.json's device or --device puts it)");
   }
-  if (instances > kMaxInstances)
+  if (const int64_t instances = InstanceSum(config); instances > kMaxInstances)
     throw Bad(path + ": instance_group counts sum to " + std::to_string(instances) + ", more than " +
               std::to_string(kMaxInstances) + " concurrent runs of the model");
   if (config.dynamic_batching().preferred_batch_size_size() > 0)
@@ -276,9 +282,7 @@ inference::ModelConfig ServingConfig(const ModelDirectory& md, const inference::
 
 int Instances(const inference::ModelConfig& declared, int streams) {
   if (declared.instance_group_size() == 0) return streams;
-  int64_t total = 0;
-  for (const auto& g : declared.instance_group()) total += g.count() <= 0 ? 1 : g.count();
-  return static_cast<int>(std::clamp<int64_t>(total, 1, kMaxInstances));
+  return static_cast<int>(std::clamp<int64_t>(InstanceSum(declared), 1, kMaxInstances));
 }
 
 void ApplyBatching(const inference::ModelConfig& declared, ModelDirectory* md) {

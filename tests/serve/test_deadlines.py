@@ -121,6 +121,8 @@ def test_bad_timeouts_are_refused(spin_repo, start_repo):
         assert status == 400 and "parameters.timeout must be a whole number of microseconds" in answer["error"], answer
     status, answer = infer(server, "spin", x, [1], timeout_us=0)  # 0: no timeout (Triton's convention)
     check_answer(status, answer, x, [1])
+    status, answer = infer(server, "spin", x, [1], timeout_us=2**63 - 1)  # far: clamped, no overflow of the clock
+    check_answer(status, answer, x, [1])
 
 
 def test_server_limit_applies_to_every_request(spin_repo, start_repo):

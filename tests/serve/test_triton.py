@@ -181,6 +181,16 @@ def test_repository_load_unload_and_states(triton_server):
     status, _, body = triton_server.request("POST", "/v2/repository/models/other/load",
                                             {"parameters": {"config": "{}", "file:1/model.onnx": "AAAA"}})
     assert status == 400 and b"loads model files from its repository only" in body
+    status, _, body = triton_server.request("POST", "/v2/repository/models/other/load",
+                                            {"parameters": {"config": {"max_batch_size": 2}}})
+    assert status == 400 and b"parameter 'config' must be a string" in body
+    deep = '{"dynamic_batching": ' * 100 + "{}" + "}" * 100  # nested past the JSON depth limit, refused before parsing
+    status, _, body = triton_server.request("POST", "/v2/repository/models/other/load",
+                                            {"parameters": {"config": deep}})
+    assert status == 400 and b"nested" in body, body
+    with pytest.raises(InferenceServerException) as e:  # a name not in the repository: nothing is kept for it
+        h.load_model("nope", config=json.dumps({"max_batch_size": 2}))
+    assert "not found" in e.value.message()
     h.load_model("other")  # back to the repository's configuration
     assert h.get_model_config("other")["max_batch_size"] == base["max_batch_size"] != 2
     with pytest.raises(InferenceServerException) as e:
