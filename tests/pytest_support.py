@@ -61,3 +61,29 @@ def ensure_model():
         return paths
 
     return ensure
+
+
+_ORT_U8S8_EXACT = None
+
+
+def ort_u8s8_exact() -> bool:
+    """Whether ONNX Runtime's uint8 x int8 products are exact on this CPU. Without VNNI (AVX2: Zen 3, older Xeons)
+    its kernels sum adjacent products in 16 bits (vpmaddubsw), saturating: 255 x 127 + 255 x 127 gives 32767, as ORT's
+    quantisation docs warn. There ORT is no oracle for int8 products with large weights; osprey's are exact
+    (kernels/cpu/int8_pairing.h, integer_kernels.cc). Probed once: a MatMulInteger of 255s by 127s."""
+    global _ORT_U8S8_EXACT
+    if _ORT_U8S8_EXACT is None:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+        k = 64
+        graph = helper.make_graph([helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "u8s8_probe",
+                                  [helper.make_tensor_value_info("A", TensorProto.UINT8, [1, k])],
+                                  [helper.make_tensor_value_info("Y", TensorProto.INT32, [1, 1])],
+                                  [numpy_helper.from_array(np.full((k, 1), 127, np.int8), "B")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = int(session.run(None, {"A": np.full((1, k), 255, np.uint8)})[0][0, 0])
+        _ORT_U8S8_EXACT = got == 255 * 127 * k
+    return _ORT_U8S8_EXACT

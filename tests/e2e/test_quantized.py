@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 import make_trained_resnet  # noqa: E402
 import quantize_models  # noqa: E402
+from pytest_support import ort_u8s8_exact  # noqa: E402  (conftest.py put tests/ on the path)
 
 CALIBRATION = slice(0, 32)
 EVALUATION = slice(100, 196)
@@ -186,6 +187,28 @@ def quantised_vs_ort(run_cli, work_dir, tmp_path, name, graph, opset, calibratio
     assert diff.max() <= 2 * step + 1e-6
     assert (diff > 0).mean() <= 0.05
     return model, got, literal
+
+
+def qlinear_matmuls_as_qdq(model_path: Path, out: Path) -> Path:
+    """`model_path` with each QLinearMatMul written as DequantizeLinear (both inputs) -> MatMul -> QuantizeLinear: the
+    op's definition, which ORT unoptimised computes in float32, exactly for these integer products. The oracle where
+    ORT's own uint8 x int8 products saturate (pytest_support.ort_u8s8_exact)."""
+    model = onnx.load(str(model_path))
+    nodes = []
+    for n in model.graph.node:
+        if n.op_type != "QLinearMatMul":
+            nodes.append(n)
+            continue
+        a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = n.input
+        y = n.output[0]
+        nodes += [helper.make_node("DequantizeLinear", [a, a_scale, a_zero], [y + "_a"]),
+                  helper.make_node("DequantizeLinear", [b, b_scale, b_zero], [y + "_b"], axis=-1),
+                  helper.make_node("MatMul", [y + "_a", y + "_b"], [y + "_f"]),
+                  helper.make_node("QuantizeLinear", [y + "_f", y_scale, y_zero], [y])]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.save(model, str(out))
+    return out
 
 
 def profile(run_cli, model, work_dir):
@@ -350,7 +373,8 @@ def test_qoperator_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_pa
     activations): QLinearMatMul, com.microsoft QLinearMul, QLinearSoftmax, QLinearConcat and QLinearAdd, with uint8
     Transposes between them. osprey lowers each to DequantizeLinear -> float op -> QuantizeLinear (QLinearMatMul onto
     the int8 matmul), moves DequantizeLinears above data movement so the pairs fuse (runtime/fusion_qdq.cc). Oracle:
-    ORT unoptimised (quantised_vs_ort's bound); and no quantisation step left on a reference kernel."""
+    ORT unoptimised (quantised_vs_ort's bound; its QLinearMatMuls as their definition where ORT's products
+    saturate); and no quantisation step left on a reference kernel."""
     rng = np.random.default_rng(9)
     t, d = 24, 32
 
@@ -375,7 +399,8 @@ def test_qoperator_attention_block_matches_onnxruntime(run_cli, work_dir, tmp_pa
     ops = {n.op_type for n in onnx.load(str(model)).graph.node}
     assert {"QLinearMatMul", "QLinearMul", "QLinearSoftmax", "QLinearConcat", "QLinearAdd"} <= ops, ops
     got = run_osprey(run_cli, model, x, work_dir)
-    literal = run_ort(model, x, optimise=False)
+    oracle = model if ort_u8s8_exact() else qlinear_matmuls_as_qdq(model, tmp_path / "qop_as_qdq.onnx")
+    literal = run_ort(oracle, x, optimise=False)
     step = output_step(model) if onnx.load(str(model)).graph.node[-1].op_type == "DequantizeLinear" else None
     diff = np.abs(got - literal)
     scale = step if step else float(np.abs(literal).max()) / 100

@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pytest_support import ort_u8s8_exact
 from test_newest_opsets import f32, outputs_of, run_osprey
 
 RNG = np.random.default_rng(7)
@@ -102,17 +103,30 @@ def test_fused_gemm_matches_onnxruntime(osprey_bin, tmp_path, activation, attrs)
 
 @pytest.mark.parametrize("weights", ["int8", "uint8"])
 def test_dynamic_quantize_matmul_matches_onnxruntime(osprey_bin, tmp_path, weights):
+    """Oracle: the op's definition in NumPy (A quantised to uint8 as DynamicQuantizeLinear does, integer products,
+    scales, bias), and ORT where its uint8 x int8 products are exact (not on AVX2 without VNNI: pytest_support)."""
     dtype = np.int8 if weights == "int8" else np.uint8
     low, high = (-128, 128) if weights == "int8" else (0, 256)
-    inits = [numpy_helper.from_array(RNG.integers(low, high, (16, 6)).astype(dtype), "B"),
-             numpy_helper.from_array((RNG.random(6) * 0.02 + 0.001).astype(np.float32), "b_scale"),
-             numpy_helper.from_array(np.full(6, 3 if weights == "int8" else 120, dtype), "b_zero"),
-             numpy_helper.from_array(RNG.standard_normal(6).astype(np.float32), "bias")]
+    b = RNG.integers(low, high, (16, 6)).astype(dtype)
+    b_scale = (RNG.random(6) * 0.02 + 0.001).astype(np.float32)
+    b_zero = np.full(6, 3 if weights == "int8" else 120, dtype)
+    bias = RNG.standard_normal(6).astype(np.float32)
+    inits = [numpy_helper.from_array(b, "B"), numpy_helper.from_array(b_scale, "b_scale"),
+             numpy_helper.from_array(b_zero, "b_zero"), numpy_helper.from_array(bias, "bias")]
     node = helper.make_node("DynamicQuantizeMatMul", ["A", "B", "b_scale", "b_zero", "bias"], ["Y"], domain=MS)
     path = tmp_path / "q.onnx"
     ms_model(path, node, [f32("A", [4, 16])], inits)
-    check_against_ort(osprey_bin, tmp_path, path, {"A": RNG.standard_normal((4, 16)).astype(np.float32)},
-                      rtol=1e-4, atol=1e-4)
+    a = RNG.standard_normal((4, 16)).astype(np.float32)
+    low_a, high_a = min(0.0, float(a.min())), max(0.0, float(a.max()))
+    a_scale = np.float32((high_a - low_a) / 255)
+    a_zero = np.clip(np.round(-low_a / a_scale), 0, 255)
+    qa = np.clip(np.round(a / a_scale) + a_zero, 0, 255)
+    products = (qa - a_zero).astype(np.int64) @ (b.astype(np.int64) - b_zero.astype(np.int64))
+    expected = products.astype(np.float32) * (a_scale * b_scale) + bias
+    (got,) = outputs_of(osprey_bin, path, {"A": a}, tmp_path, ["Y"])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    if weights == "uint8" or ort_u8s8_exact():
+        check_against_ort(osprey_bin, tmp_path, path, {"A": a}, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("opset", [13, 17])
