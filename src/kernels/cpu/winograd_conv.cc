@@ -5,9 +5,10 @@
 // 36 multiplications per tile and channel pair where the direct convolution needs 16 x 9 = 144.
 //
 // Tiles go in chunks sized so a chunk's V and M (36 x tiles x channels each) stay near the caches (kChunkBytes); per
-// chunk: the input transform (osprey's threads, 16 channels per AVX-512 vector, zeros outside the image), oneDNN's
-// batched matrix multiplication (its brgemm kernels, weights prepacked in its layout), and the output transform with
-// bias, residual and activation. A last chunk with fewer tiles multiplies zero rows (one primitive for every chunk).
+// chunk: the input transform (osprey's threads, 16 channels per AVX-512 vector or 8 per AVX2 one, zeros outside the
+// image), oneDNN's batched matrix multiplication (its brgemm kernels, weights prepacked in its layout), and the output
+// transform with bias, residual and activation. A last chunk with fewer tiles multiplies zero rows (one primitive for
+// every chunk).
 //
 // Measured on a 2-vCPU Zen 4 (docs/performance.md, "Seventeenth session"), each layer alone: ResNet-50's 3x3 layers
 // 1.5-2.2x faster than oneDNN 3.2's direct convolution (brgconv) at batch 8 and 1.2-1.6x at batch 1 (less inside a
@@ -38,29 +39,65 @@ constexpr int64_t kPositions = 36;              // 6x6 transformed tile
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
 constexpr int64_t kMinChunkTiles = 16;
 
-// B^T d for one column (or row) of six vectors: the input transform's 1-D step.
-__attribute__((target("avx512f"), always_inline)) inline void InputStep(const __m512* d, __m512* t) {
-  const __m512 four = _mm512_set1_ps(4.f), five = _mm512_set1_ps(5.f), two = _mm512_set1_ps(2.f);
-  t[0] = _mm512_add_ps(_mm512_fnmadd_ps(five, d[2], _mm512_mul_ps(four, d[0])), d[4]);  // 4d0 - 5d2 + d4
-  const __m512 a = _mm512_fnmadd_ps(four, d[2], d[4]);                                 // d4 - 4d2
-  const __m512 b = _mm512_fnmadd_ps(four, d[1], d[3]);                                 // d3 - 4d1
-  t[1] = _mm512_add_ps(a, b);
-  t[2] = _mm512_sub_ps(a, b);
-  const __m512 c = _mm512_sub_ps(d[4], d[2]);
-  const __m512 e = _mm512_mul_ps(two, _mm512_sub_ps(d[3], d[1]));
-  t[3] = _mm512_add_ps(c, e);  // -2d1 - d2 + 2d3 + d4
-  t[4] = _mm512_sub_ps(c, e);  // 2d1 - d2 - 2d3 + d4
-  t[5] = _mm512_add_ps(_mm512_fnmadd_ps(five, d[3], _mm512_mul_ps(four, d[1])), d[5]);  // 4d1 - 5d3 + d5
-}
+// ---- The per-tile transforms (winograd_tiles.inc) for each instruction set: 16 channels per AVX-512 vector, 8 per
+// AVX2 one.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+namespace avx512 {
+using V = __m512;
+constexpr int64_t kLanes = 16;
+inline V Zero() { return _mm512_setzero_ps(); }
+inline V Load(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V Set1(float x) { return _mm512_set1_ps(x); }
+inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V Fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+inline V Min(V a, V b) { return _mm512_min_ps(a, b); }
+inline V LeakyRelu(V v, V slope) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, Zero(), _CMP_LT_OQ), v, slope); }
+#include "kernels/cpu/winograd_tiles.inc"
+}  // namespace avx512
+#pragma GCC pop_options
 
-// A^T m for six vectors: the output transform's 1-D step (four results).
-__attribute__((target("avx512f"), always_inline)) inline void OutputStep(const __m512* m, __m512* o) {
-  const __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);
-  const __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);
-  o[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);
-  o[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.f), d34, d12);
-  o[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.f), s34, s12);
-  o[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.f), d34, d12), m[5]);
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+using V = __m256;
+constexpr int64_t kLanes = 8;
+inline V Zero() { return _mm256_setzero_ps(); }
+inline V Load(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V Set1(float x) { return _mm256_set1_ps(x); }
+inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V Fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
+inline V Min(V a, V b) { return _mm256_min_ps(a, b); }
+inline V LeakyRelu(V v, V slope) {
+  return _mm256_blendv_ps(v, _mm256_mul_ps(v, slope), _mm256_cmp_ps(v, Zero(), _CMP_LT_OQ));
+}
+#include "kernels/cpu/winograd_tiles.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+
+// The transforms of this CPU: AVX-512's where it has it, else AVX2's (with FMA), else none.
+struct TileTransforms {
+  decltype(&avx512::InputTile) input = nullptr;
+  decltype(&avx512::OutputTile) output = nullptr;
+};
+const TileTransforms& Transforms() {
+  static const TileTransforms t = [] {
+    if (__builtin_cpu_supports("avx512f")) return TileTransforms{avx512::InputTile, avx512::OutputTile};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return TileTransforms{avx2::InputTile, avx2::OutputTile};
+    return TileTransforms{};
+  }();
+  return t;
 }
 
 // G g for three taps (the weight transform's 1-D step), in double.
@@ -194,8 +231,9 @@ class WinogradConv final : public OwnConvKernel {
   }
 
   // V[p][t][c] for the chunk's tiles t (zeros for t >= count, rows the multiplication still reads).
-  __attribute__((target("avx512f"))) void TransformInput(const float* x, int64_t first, int64_t count, float* v) const {
+  void TransformInput(const float* x, int64_t first, int64_t count, float* v) const {
     const int64_t c_size = g_.in_c, chunk = chunk_;
+    const auto input_tile = Transforms().input;
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t t = 0; t < chunk; ++t) {
       if (t >= count) {
@@ -210,34 +248,18 @@ class WinogradConv final : public OwnConvKernel {
         for (int j = 0; j < 6; ++j)
           inside[i][j] = y0 + i >= 0 && y0 + i < g_.in_h && x0 + j >= 0 && x0 + j < g_.in_w;
       const int64_t base = ((n * g_.in_h + y0) * g_.in_w + x0) * c_size;  // may be negative: read only inside
-      for (int64_t c = 0; c < c_size; c += 16) {
-        __m512 rows[6][6];
-        for (int i = 0; i < 6; ++i) {
-          __m512 d[6];
-          for (int j = 0; j < 6; ++j)
-            d[j] = inside[i][j] ? _mm512_loadu_ps(x + (base + (i * g_.in_w + j) * c_size + c)) : _mm512_setzero_ps();
-          InputStep(d, rows[i]);
-        }
-        for (int j = 0; j < 6; ++j) {
-          __m512 d[6], out[6];
-          for (int i = 0; i < 6; ++i) d[i] = rows[i][j];
-          InputStep(d, out);
-          for (int i = 0; i < 6; ++i) _mm512_storeu_ps(v + ((i * 6 + j) * chunk + t) * c_size + c, out[i]);
-        }
-      }
+      input_tile(x, base, g_.in_w, c_size, inside, v + t * c_size, chunk * c_size);
     }
   }
 
   // y for the chunk's tiles from M[p][t][k], with bias, residual and activation.
-  __attribute__((target("avx512f"))) void TransformOutput(const float* m, int64_t first, int64_t count,
-                                                          const float* bias, const float* residual, float* y) const {
+  void TransformOutput(const float* m, int64_t first, int64_t count, const float* bias, const float* residual,
+                       float* y) const {
     const int64_t k_size = g_.out_c, chunk = chunk_;
     const ActivationKind kind = g_.activation.kind;
     const bool inline_act = kind == ActivationKind::kNone || kind == ActivationKind::kRelu ||
                             kind == ActivationKind::kClip || kind == ActivationKind::kLeakyRelu;
-    const __m512 lo = _mm512_set1_ps(kind == ActivationKind::kClip ? g_.activation.alpha : 0.f);
-    const __m512 hi = _mm512_set1_ps(g_.activation.beta);
-    const __m512 slope = _mm512_set1_ps(g_.activation.alpha);
+    const auto output_tile = Transforms().output;
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (int64_t t = 0; t < count; ++t) {
       const int64_t tile = first + t, per_image = tiles_h_ * tiles_w_;
@@ -245,40 +267,8 @@ class WinogradConv final : public OwnConvKernel {
       const int rows = static_cast<int>(std::min<int64_t>(4, g_.out_h - ty * 4));
       const int cols = static_cast<int>(std::min<int64_t>(4, g_.out_w - tx * 4));
       const int64_t offset = ((n * g_.out_h + ty * 4) * g_.out_w + tx * 4) * k_size;
-      for (int64_t k = 0; k < k_size; k += 16) {
-        __m512 partial[6][4];
-        for (int i = 0; i < 6; ++i) {
-          __m512 row[6];
-          for (int j = 0; j < 6; ++j) row[j] = _mm512_loadu_ps(m + ((i * 6 + j) * chunk + t) * k_size + k);
-          OutputStep(row, partial[i]);
-        }
-        const __m512 b = bias ? _mm512_loadu_ps(bias + k) : _mm512_setzero_ps();
-        for (int j = 0; j < cols; ++j) {
-          __m512 col[6], out[4];
-          for (int i = 0; i < 6; ++i) col[i] = partial[i][j];
-          OutputStep(col, out);
-          for (int i = 0; i < rows; ++i) {
-            const int64_t at = offset + (i * g_.out_w + j) * k_size + k;
-            __m512 value = _mm512_add_ps(out[i], b);
-            if (residual) value = _mm512_add_ps(value, _mm512_loadu_ps(residual + at));
-            switch (kind) {
-              case ActivationKind::kRelu:
-                value = _mm512_max_ps(value, _mm512_setzero_ps());
-                break;
-              case ActivationKind::kClip:
-                value = _mm512_min_ps(_mm512_max_ps(value, lo), hi);
-                break;
-              case ActivationKind::kLeakyRelu:
-                value = _mm512_mask_mul_ps(value, _mm512_cmp_ps_mask(value, _mm512_setzero_ps(), _CMP_LT_OQ), value,
-                                           slope);
-                break;
-              default:
-                break;
-            }
-            _mm512_storeu_ps(y + at, value);
-          }
-        }
-      }
+      output_tile(m + t * k_size, chunk * k_size, k_size, rows, cols, g_.out_w, offset, bias, residual, kind,
+                  g_.activation.alpha, g_.activation.beta, y);
       if (!inline_act)
         for (int i = 0; i < rows; ++i) {
           float* span = y + offset + i * g_.out_w * k_size;
@@ -304,9 +294,9 @@ class WinogradConv final : public OwnConvKernel {
 }  // namespace
 
 bool WinogradConvApplies(const OwnConvGeometry& g) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && g.pool_kh == 0 && g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 && g.out_w > 0 &&
-         g.in_c > 0 && g.out_c > 0 && g.in_c % 16 == 0 && g.out_c % 16 == 0 && g.pad_top >= 0 && g.pad_left >= 0;
+  return Transforms().input != nullptr && g.pool_kh == 0 && g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 &&
+         g.out_w > 0 && g.in_c > 0 && g.out_c > 0 && g.in_c % 16 == 0 && g.out_c % 16 == 0 && g.pad_top >= 0 &&
+         g.pad_left >= 0;
 }
 
 std::unique_ptr<OwnConvKernel> CreateWinogradConv(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
