@@ -43,8 +43,8 @@ try:
 finally:
     if _omp_set is not None:
         os.environ.pop(_omp_set, None)
-from ._osprey import (Error, Internal, InvalidArgument, NotFound, ResourceExhausted, Unavailable,  # noqa: F401,E402
-                      Unsupported)
+from ._osprey import (Cancelled, DeadlineExceeded, Error, Internal, InvalidArgument, NotFound,  # noqa: F401,E402
+                      ResourceExhausted, RunOptions, Unavailable, Unsupported)
 
 __version__: str = _osprey.__version__
 
@@ -76,14 +76,21 @@ class Model:
                  device: str = "cpu") -> None:
         self._model = _osprey.Model(source, threads, precision, device)
 
-    def run(self, *inputs: Any, **named: Any) -> Dict[str, Any]:
+    def run(self, *inputs: Any, run_options: Optional[RunOptions] = None, **named: Any) -> Dict[str, Any]:
         """Runs the model; returns {output name: numpy.ndarray} in the model's output order.
 
         Inputs: one dict {name: array}, arrays in the model's input order (positional, or one list), or name=array
         keywords. C-contiguous arrays of the right dtype are read in place; anything else NumPy can convert is
         converted once. Output arrays own osprey's buffers (no copy).
+
+        `run_options` (an `osprey.RunOptions`): a `timeout` in seconds, and `terminate`, which another thread may set
+        while the run is in progress; the run then stops before its next step and raises `osprey.DeadlineExceeded`
+        (a TimeoutError) or `osprey.Cancelled`. A first run of a new input shape compiles before it runs steps: the
+        compile is not interrupted. (A model input named "run_options" is given in the dict form.)
         """
-        return self._model.run(*inputs, **named)
+        if run_options is None:
+            return self._model.run(*inputs, **named)
+        return self._model.run_with(run_options, *inputs, **named)
 
     __call__ = run
 
@@ -174,4 +181,4 @@ def classify(model_dir: PathLike, images: Sequence[Union[PathLike, bytes, Any]],
 
 __all__ = ["Model", "TensorInfo", "load_onnx", "decode", "classify", "Classifier", "ClassScore", "Error",
            "InvalidArgument", "NotFound", "Unsupported", "ResourceExhausted", "Unavailable", "Internal",
-           "__version__"]
+           "DeadlineExceeded", "Cancelled", "RunOptions", "__version__"]

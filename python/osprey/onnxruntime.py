@@ -9,9 +9,10 @@
 
 What it covers (the calls inference code makes): `InferenceSession` (a path or the model's bytes; `sess_options`,
 `providers`; `get_inputs`, `get_outputs`, `get_overridable_initializers`, `get_providers`, `get_provider_options`,
-`get_session_options`, `get_modelmeta`, `run`, `set_providers`), `SessionOptions` (`intra_op_num_threads` is used; the
-other fields are accepted and do not change anything: osprey always optimises the graph fully and runs its nodes in
-order), `RunOptions` (accepted), `GraphOptimizationLevel`, `ExecutionMode`, `get_available_providers`, `get_device`.
+`get_session_options`, `get_modelmeta`, `run`, `set_providers`), `SessionOptions` (`intra_op_num_threads` is used;
+the other fields are accepted and do not change anything: osprey always optimises the graph fully and runs its nodes
+in order), `RunOptions` (`terminate` stops a run in progress; the rest accepted), `GraphOptimizationLevel`,
+`ExecutionMode`, `get_available_providers`, `get_device`.
 Packages you do not edit: `osprey.onnxruntime.install()` before importing them makes their `import onnxruntime`
 give this module. Errors are osprey's (`osprey.InvalidArgument`, a `ValueError`, ...), with ONNX Runtime's wording
 where inputs or outputs are named wrongly. Not covered: OrtValue and IO binding, training, custom op libraries,
@@ -87,14 +88,16 @@ class SessionOptions:
         return self._configs[key]
 
 
-class RunOptions:
-    """Accepted by `InferenceSession.run` for compatibility; osprey does not use it."""
+class RunOptions(_osprey.RunOptions):
+    """ONNX Runtime's run options. `terminate = True`, set from another thread, stops the runs using these options
+    before their next step (`osprey.Cancelled`; ONNX Runtime raises its Fail with "Exiting due to terminate flag");
+    osprey's `timeout` (seconds, 0 = none) is here too. The other fields are accepted and change nothing."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
-        self.terminate = False
         self.only_execute_path_to_fetches = False
 
 
@@ -226,7 +229,8 @@ class InferenceSession:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({sorted(input_feed)}).")
         # A list or a Python number takes the input's dtype, as ONNX Runtime converts them (Magika feeds lists of
         # ints to an int32 input): Model.run does that.
-        outputs = self._model.run(input_feed if isinstance(input_feed, dict) else dict(input_feed))
+        feed = input_feed if isinstance(input_feed, dict) else dict(input_feed)
+        outputs = self._model.run(feed, run_options=run_options) if run_options is not None else self._model.run(feed)
         if not output_names:
             return list(outputs.values())
         for name in output_names:

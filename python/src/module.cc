@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <new>
@@ -83,7 +85,7 @@ void RegisterExitHook() {
 
 // ---- errors ----------------------------------------------------------------------------------------------------
 
-PyObject* g_errors[6] = {};  // indexed by ErrorCode (codes without a class here: osprey.Error)
+PyObject* g_errors[8] = {};  // indexed by ErrorCode (codes without a class here: osprey.Error)
 PyObject* g_base_error = nullptr;
 
 PyObject* ErrorClass(ErrorCode code) {
@@ -110,7 +112,12 @@ void RegisterErrors(nb::module_& m) {
        "Past a memory or size limit (osprey's or the machine's)."},
       {ErrorCode::kUnavailable, "Unavailable", PyExc_RuntimeError, "Temporarily unavailable; retrying may work."},
       {ErrorCode::kInternal, "Internal", PyExc_RuntimeError, "A bug in osprey (please report it)."},
+      {ErrorCode::kDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError,
+       "A run stopped at its deadline (RunOptions.timeout) before its next step."},
+      {ErrorCode::kCancelled, "Cancelled", PyExc_RuntimeError,
+       "A run stopped before its next step because RunOptions.terminate was set."},
   };
+  static_assert(std::size(g_errors) == static_cast<size_t>(ErrorCode::kCancelled) + 1, "a class slot per code");
   for (const Kind& k : kinds) {
     PyObject* bases = PyTuple_Pack(2, g_base_error, k.builtin);
     std::string qualified = std::string("osprey.") + k.name;
@@ -246,6 +253,14 @@ void GiveMemoryBack() {
 #endif
 }
 
+// Options of runs (ONNX Runtime's RunOptions): `timeout` in seconds (0: none) and `terminate`, which another thread
+// sets to stop the runs using these options before their next step (RunDeadline; osprey.DeadlineExceeded,
+// osprey.Cancelled).
+struct PyRunOptions {
+  std::atomic<bool> terminate{false};
+  double timeout = 0;
+};
+
 class PyModel {
  public:
   static constexpr int64_t kTrimAfterBytes = int64_t{4} << 20;
@@ -283,7 +298,9 @@ class PyModel {
     model_ = std::make_unique<Model>(std::move(graph), options);
   }
 
-  nb::dict Run(nb::args args, nb::kwargs kwargs) {
+  nb::dict Run(nb::args args, nb::kwargs kwargs) { return RunWith(nullptr, args, kwargs); }
+
+  nb::dict RunWith(const PyRunOptions* options, nb::args args, nb::kwargs kwargs) {
     const Graph& g = model_->graph();
     std::vector<InArray> keep;  // the arrays whose memory the tensors borrow, alive until the run returns
     std::map<std::string, Tensor> inputs;
@@ -316,6 +333,18 @@ class PyModel {
     std::vector<std::pair<std::string, Tensor>> outputs;
     {
       ReleaseGil release;
+      std::optional<RunDeadline> deadline;
+      if (options) {
+        char limit[48];
+        std::snprintf(limit, sizeof limit, "RunOptions.timeout %g s", options->timeout);
+        const auto at = options->timeout > 0
+                            ? RunDeadline::Clock::now() + std::chrono::duration_cast<RunDeadline::Clock::duration>(
+                                                              std::chrono::duration<double>(options->timeout))
+                            : RunDeadline::Clock::time_point::max();
+        deadline.emplace(
+            at, limit, [options] { return options->terminate.load(std::memory_order_relaxed); },
+            "RunOptions.terminate was set");
+      }
       outputs = model_->Run(inputs);
     }
     nb::dict result;
@@ -667,11 +696,26 @@ NB_MODULE(_osprey, m) {
       .def(nb::init<nb::handle, int, const std::string&, const std::string&>(), "source"_a, "threads"_a = 0,
            "precision"_a = "fp32", "device"_a = "cpu")
       .def("run", &PyModel::Run)
+      .def("run_with", &PyModel::RunWith, "options"_a.none(), "args"_a, "kwargs"_a)
       .def("infos", &PyModel::Infos, "outputs"_a)
       .def("inspect", &PyModel::Inspect)
       .def("memory", &PyModel::Memory)
       .def("metadata", &PyModel::Metadata)
       .def_prop_ro("path", &PyModel::path);
+
+  nb::class_<PyRunOptions>(m, "RunOptions")
+      .def(nb::init<>())
+      .def_prop_rw(
+          "terminate", [](const PyRunOptions& o) { return o.terminate.load(); },
+          [](PyRunOptions& o, bool v) { o.terminate.store(v); })
+      .def_prop_rw(
+          "timeout", [](const PyRunOptions& o) { return o.timeout; },
+          [](PyRunOptions& o, double v) {
+            if (!(v >= 0) || v > 1e9)
+              throw osprey::Error(osprey::ErrorCode::kInvalidArgument,
+                                  "RunOptions.timeout is in seconds, 0 (none) to 1e9; got " + std::to_string(v));
+            o.timeout = v;
+          });
 
   nb::class_<PyClassifier>(m, "Classifier")
       .def(nb::init<nb::handle, int, int64_t>(), "model_dir"_a, "threads"_a = 0, "batch_size"_a = 32)
