@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/silu_avx512.h"
+#include "kernels/cpu/simd_lanes.h"
 #include "ops/matmul_views.h"
 
 namespace osprey::cpu {
@@ -50,17 +51,8 @@ struct Head {
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 namespace avx512 {
-using V = __m512;
-constexpr int kLanes = 16, kMaxVectors = 4;
-inline V Zero() { return _mm512_setzero_ps(); }
-inline V Load(const float* p) { return _mm512_loadu_ps(p); }
-inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
-inline V Set1(float x) { return _mm512_set1_ps(x); }
-inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
-inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
-inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+using namespace simd::avx512;
+constexpr int kMaxVectors = 4;
 inline V ExpV(V x) { return ExpVector(x); }
 inline float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
 inline float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
@@ -75,17 +67,8 @@ inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-using V = __m256;
-constexpr int kLanes = 8, kMaxVectors = 2;
-inline V Zero() { return _mm256_setzero_ps(); }
-inline V Load(const float* p) { return _mm256_loadu_ps(p); }
-inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
-inline V Set1(float x) { return _mm256_set1_ps(x); }
-inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
-inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
-inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
-inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
+using namespace simd::avx2;
+constexpr int kMaxVectors = 2;
 // e^x as ExpVector computes it (silu_avx512.h: the same clamp, reduction and polynomial), 2^n built in the exponent
 // bits (AVX2 has no scalef; n stays within [-126, 127] after the clamp).
 inline V ExpV(V x) {

@@ -24,6 +24,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/simd_lanes.h"
 
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
 // false positive, as in augment_color_kernels.cc).
@@ -44,19 +45,7 @@ constexpr int64_t kMinChunkTiles = 16;
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 namespace avx512 {
-using V = __m512;
-constexpr int64_t kLanes = 16;
-inline V Zero() { return _mm512_setzero_ps(); }
-inline V Load(const float* p) { return _mm512_loadu_ps(p); }
-inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
-inline V Set1(float x) { return _mm512_set1_ps(x); }
-inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
-inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
-inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline V Fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
-inline V Min(V a, V b) { return _mm512_min_ps(a, b); }
+using namespace simd::avx512;
 inline V LeakyRelu(V v, V slope) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, Zero(), _CMP_LT_OQ), v, slope); }
 #include "kernels/cpu/winograd_tiles.inc"
 }  // namespace avx512
@@ -65,19 +54,7 @@ inline V LeakyRelu(V v, V slope) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_ma
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 namespace avx2 {
-using V = __m256;
-constexpr int64_t kLanes = 8;
-inline V Zero() { return _mm256_setzero_ps(); }
-inline V Load(const float* p) { return _mm256_loadu_ps(p); }
-inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
-inline V Set1(float x) { return _mm256_set1_ps(x); }
-inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
-inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
-inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
-inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V Fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
-inline V Min(V a, V b) { return _mm256_min_ps(a, b); }
+using namespace simd::avx2;
 inline V LeakyRelu(V v, V slope) {
   return _mm256_blendv_ps(v, _mm256_mul_ps(v, slope), _mm256_cmp_ps(v, Zero(), _CMP_LT_OQ));
 }
