@@ -87,3 +87,37 @@ def ort_u8s8_exact() -> bool:
         got = int(session.run(None, {"A": np.full((1, k), 255, np.uint8)})[0][0, 0])
         _ORT_U8S8_EXACT = got == 255 * 127 * k
     return _ORT_U8S8_EXACT
+
+
+def spin_model(h0, w, width):
+    """An ONNX model whose run the request sets the length of, for the tests that stop runs: y[N, width] = x + mean(h),
+    h = tanh(h @ w) repeated max(steps) times from h0 (a Loop following the data, at most osprey's 10,000 iterations).
+    Inputs x [N, width] float32 and steps [S] int64."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    n = h0.shape[0]
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+         helper.make_node("Tanh", ["hw"], ["h_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [n, n])])
+    nodes = [
+        helper.make_node("ReduceMax", ["steps"], ["m"], keepdims=0),
+        helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+        helper.make_node("Loop", ["m", "true", "H0"], ["h"], body=body),
+        helper.make_node("ReduceMean", ["h"], ["s"], keepdims=0),
+        helper.make_node("Add", ["x", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "spin",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width]),
+         helper.make_tensor_value_info("steps", TensorProto.INT64, ["S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        [numpy_helper.from_array(np.asarray(h0, np.float32), "H0"),
+         numpy_helper.from_array(np.asarray(w, np.float32), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

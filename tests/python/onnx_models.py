@@ -1,7 +1,7 @@
 """Tiny ONNX graphs built with onnx.helper for the Python tests (shared by the test files and DataLoader workers)."""
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 
 def add_one(shape=("N", 4)) -> bytes:
@@ -46,30 +46,6 @@ def identity() -> bytes:
 
 def spin(n=256) -> bytes:
     """y[B, 4] = x + mean(h), h = tanh(h @ W) repeated max(steps) times from h0 = 0.01 (W = I / 2): a run whose length
-    the input sets (a Loop following the data), for the tests that stop runs."""
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
-         helper.make_node("Tanh", ["hw"], ["h_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [n, n])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [n, n])])
-    h0 = np.full((n, n), 0.01, np.float32)
-    w = (np.eye(n) / 2).astype(np.float32)
-    nodes = [
-        helper.make_node("ReduceMax", ["steps"], ["m"], keepdims=0),
-        helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
-        helper.make_node("Loop", ["m", "true", "h0"], ["h"], body=body),
-        helper.make_node("ReduceMean", ["h"], ["s"], keepdims=0),
-        helper.make_node("Add", ["x", "s"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes, "spin",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4]),
-         helper.make_tensor_value_info("steps", TensorProto.INT64, ["S"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])],
-        [numpy_helper.from_array(h0, "h0"), numpy_helper.from_array(w, "W")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    the input sets (pytest_support.spin_model), for the tests that stop runs."""
+    from pytest_support import spin_model  # tests/: on the path through conftest.py
+    return spin_model(np.full((n, n), 0.01, np.float32), np.eye(n, dtype=np.float32) / 2, 4).SerializeToString()

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import onnx
 import pytest
+import pytest_support  # conftest.py put tests/ on the path
 from onnx import TensorProto, helper, numpy_helper
 
 N = 512
@@ -25,31 +26,8 @@ LONG = 10000  # iterations: far longer than any deadline below (osprey's loop li
 
 
 def spin_model() -> onnx.ModelProto:
-    """y[N, 64] = x + mean(h), h = tanh(h @ W) repeated max(steps) times from H0."""
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
-         helper.make_node("Tanh", ["hw"], ["h_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [N, N])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [N, N])])
-    nodes = [
-        helper.make_node("ReduceMax", ["steps"], ["m"], keepdims=0),
-        helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
-        helper.make_node("Loop", ["m", "true", "H0"], ["h"], body=body),
-        helper.make_node("ReduceMean", ["h"], ["s"], keepdims=0),
-        helper.make_node("Add", ["x", "s"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes, "spin",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64]),
-         helper.make_tensor_value_info("steps", TensorProto.INT64, ["N"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
-        [numpy_helper.from_array(H0, "H0"), numpy_helper.from_array(W, "W")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    """y[N, 64] = x + mean(h), h = tanh(h @ W) repeated max(steps) times from H0 (pytest_support.spin_model)."""
+    return pytest_support.spin_model(H0, W, 64)
 
 
 def expected(x, steps):
