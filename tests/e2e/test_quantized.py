@@ -191,8 +191,8 @@ def quantised_vs_ort(run_cli, work_dir, tmp_path, name, graph, opset, calibratio
 
 def qlinear_matmuls_as_qdq(model_path: Path, out: Path) -> Path:
     """`model_path` with each QLinearMatMul written as DequantizeLinear (both inputs) -> MatMul -> QuantizeLinear: the
-    op's definition, which ORT unoptimised computes in float32, exactly for these integer products. The oracle where
-    ORT's own uint8 x int8 products saturate (pytest_support.ort_u8s8_exact)."""
+    op's definition, which ORT unoptimised computes in float32 (within float rounding of the exact integer products,
+    not saturated). The oracle where ORT's own uint8 x int8 products saturate (pytest_support.ort_u8s8_exact)."""
     model = onnx.load(str(model_path))
     nodes = []
     for n in model.graph.node:
