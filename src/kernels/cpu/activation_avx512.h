@@ -4,7 +4,7 @@
 // ops/activation.h's; SiLU and Sigmoid share silu_avx512.h's exponential.
 #include <immintrin.h>
 
-#include "kernels/cpu/silu_avx512.h"
+#include "kernels/cpu/silu_vector.h"
 #include "ops/activation.h"
 
 namespace osprey::cpu {

@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
-#include "kernels/cpu/silu_avx512.h"
+#include "kernels/cpu/silu_vector.h"
 #include "kernels/cpu/simd_lanes.h"
 #include "ops/matmul_views.h"
 
@@ -69,22 +69,7 @@ inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n)
 namespace avx2 {
 using namespace simd::avx2;
 constexpr int kMaxVectors = 2;
-// e^x as ExpVector computes it (silu_avx512.h: the same clamp, reduction and polynomial), 2^n built in the exponent
-// bits (AVX2 has no scalef; n stays within [-126, 127] after the clamp).
-inline V ExpV(V x) {
-  using namespace vmath::exp_constants;
-  const V one = Set1(1.f), round = Set1(12582912.f);
-  const V a = _mm256_min_ps(_mm256_max_ps(x, Set1(kMinArg)), Set1(kMaxArg));
-  const V n = _mm256_sub_ps(Fma(a, Set1(kLog2e), round), round);
-  const V r = Fma(n, Set1(kLn2Lo), _mm256_fnmadd_ps(n, Set1(kLn2Hi), a));
-  V p = Fma(Set1(kSigmoidExpC[3]), r, Set1(kSigmoidExpC[2]));
-  p = Fma(p, r, Set1(kSigmoidExpC[1]));
-  p = Fma(p, r, Set1(kSigmoidExpC[0]));
-  p = Fma(p, r, one);
-  p = Fma(p, r, one);
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return Mul(p, _mm256_castsi256_ps(bits));
-}
+inline V ExpV(V x) { return ExpVector(x); }  // silu_vector.h's AVX2 overload
 inline float ReduceMax(V v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));

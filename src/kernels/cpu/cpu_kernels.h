@@ -77,8 +77,8 @@ std::unique_ptr<Kernel> CreateSelectKernel(const KernelBuildContext& ctx);
 
 /// SiLU (x / (1 + e^-x)) on data[0, n) in place, on up to `threads` OpenMP threads, for kernels that apply it to their
 /// own output instead of oneDNN's slower swish post-op (elementwise_kernels.cc). FastSiluAvailable(): whether the
-/// fast (AVX-512) pass exists on this CPU; elsewhere SiluInPlace is a plain loop and oneDNN's post-op is the better
-/// choice.
+/// fast pass (AVX-512, or AVX2 + FMA) exists on this CPU and OSPREY_OWN_SILU is not 0; elsewhere SiluInPlace is a
+/// plain loop and oneDNN's post-op is the better choice.
 bool FastSiluAvailable();
 void SiluInPlace(float* data, int64_t n, int threads);
 

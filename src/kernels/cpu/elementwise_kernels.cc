@@ -33,7 +33,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/silu_avx512.h"
+#include "kernels/cpu/silu_vector.h"
 #include "kernels/cpu/vector_math.h"
 #include "ops/activation.h"
 
@@ -726,7 +726,7 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
 // ---------------------------------------------------------------------------------------------------------------
 // SiLU in place, for kernels that apply it to their own output (dnnl_conv.cc): oneDNN's swish post-op cost ~0.37 ns
 // per element inside its convolutions on the 2-vCPU Zen 4 (a 1x1 16 -> 96 convolution on 112x112: 0.20 ms without,
-// 0.64 ms with it); this pass (silu_avx512.h) costs ~0.16 ns per element there.
+// 0.64 ms with it); this pass (silu_vector.h) costs ~0.16 ns per element there. AVX-512, or AVX2 + FMA.
 namespace {
 
 __attribute__((target("avx512f"))) void SiluAvx512(float* x, int64_t n) {
@@ -736,19 +736,42 @@ __attribute__((target("avx512f"))) void SiluAvx512(float* x, int64_t n) {
   }
 }
 
+__attribute__((target("avx2,fma"))) void SiluAvx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, SiluVector(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(x + i, mask, SiluVector(_mm256_maskload_ps(x + i, mask)));
+  }
+}
+
+using SiluRowFn = void (*)(float*, int64_t);
+
+// The pass for this CPU (null: none, the scalar loop); OSPREY_OWN_SILU=avx2 takes the AVX2 pass on an AVX-512 CPU
+// (tests of that path).
+SiluRowFn SiluRow() {
+  static const SiluRowFn row = []() -> SiluRowFn {
+    const char* e = std::getenv("OSPREY_OWN_SILU");
+    if (__builtin_cpu_supports("avx512f") && !(e && std::string(e) == "avx2")) return SiluAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SiluAvx2;
+    return nullptr;
+  }();
+  return row;
+}
+
 }  // namespace
 
-// OSPREY_OWN_SILU=0 leaves SiLU to oneDNN's post-op everywhere (for comparisons).
+// OSPREY_OWN_SILU=0 leaves SiLU to oneDNN's post-op in the plans compiled while it is set (for comparisons:
+// bench/ab_switch).
 bool FastSiluAvailable() {
-  static const bool available = [] {
-    const char* e = std::getenv("OSPREY_OWN_SILU");
-    return __builtin_cpu_supports("avx512f") && !(e && std::string(e) == "0");
-  }();
-  return available;
+  const char* e = std::getenv("OSPREY_OWN_SILU");
+  return SiluRow() != nullptr && !(e && std::string(e) == "0");
 }
 
 void SiluInPlace(float* data, int64_t n, int threads) {
-  if (!FastSiluAvailable()) {
+  const SiluRowFn row = SiluRow();
+  if (!row) {
     for (int64_t i = 0; i < n; ++i) data[i] = data[i] / (1.f + vmath::Exp(-data[i]));
     return;
   }
@@ -756,7 +779,7 @@ void SiluInPlace(float* data, int64_t n, int threads) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-  for (int64_t b = 0; b < blocks; ++b) SiluAvx512(data + b * kBlock, std::min(kBlock, n - b * kBlock));
+  for (int64_t b = 0; b < blocks; ++b) row(data + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
 }  // namespace osprey

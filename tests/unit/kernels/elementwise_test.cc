@@ -210,8 +210,9 @@ TEST(ElementwiseF32, DeclinesOtherDtypes) {
   EXPECT_TRUE(FastKernelDeclines(MakeNode("Abs", 1, 1), {i32}, {false}));
 }
 
-// SiluInPlace (the convolution kernel's own SiLU pass, rcp14 + one Newton step on AVX-512) against x / (1 + e^-x) in
-// double: lengths 1..40 (masked tails), large arguments of both signs, zeros, and on two threads a long run.
+// SiluInPlace (the convolution kernel's own SiLU pass, rcp14 or AVX2's rcp + one Newton step) against x / (1 + e^-x)
+// in double (ctest's silu_avx2_pass runs it on the AVX2 pass): lengths 1..40 (masked tails), large arguments of both
+// signs, zeros, and on two threads a long run.
 TEST(SiluInPlace, MatchesTheFormulaWithTailsAndLargeArguments) {
   auto check = [](std::vector<float> x, int threads) {
     const std::vector<float> in = x;

@@ -1,10 +1,11 @@
 #pragma once
-// e^x, SiLU, x / (1 + e^-x), and the sigmoid on 16 floats in an AVX-512 register (e^x also for the attention
-// kernel's softmax): the pass kernels run over their own
-// outputs (SiluInPlace, elementwise_kernels.cc) and kernels that apply it in registers before their store
-// (activation_avx512.h).
-// e^-x from a degree-5 polynomial and 2^n by scalef, then x * 1 / (1 + e) with the reciprocal from rcp14 and one
-// Newton step instead of a division: relative error < 4e-7 against x / (1 + std::exp(-x)).
+// e^x, SiLU, x / (1 + e^-x), and the sigmoid on the floats of one vector register, AVX-512 (16) or AVX2 + FMA (8; the
+// same functions overloaded on __m256): e^x also for the attention kernel's softmax, SiLU for the pass kernels run
+// over their own outputs (SiluInPlace, elementwise_kernels.cc) and for kernels that apply it in registers before
+// their store (activation_avx512.h).
+// e^-x from a degree-5 polynomial and 2^n (scalef; on AVX2 built in the exponent bits), then x * 1 / (1 + e) with the
+// reciprocal from rcp14 (AVX2: rcp) and one Newton step instead of a division: relative error < 4e-7 (AVX2 < 1e-6)
+// against x / (1 + std::exp(-x)).
 #include <immintrin.h>
 
 #include "kernels/cpu/vector_math.h"
@@ -47,6 +48,35 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 SigmoidVector(__
 /// v / (1 + e^-v) on the 16 values of `v`.
 __attribute__((target("avx512f"), always_inline)) inline __m512 SiluVector(__m512 v) {
   return _mm512_mul_ps(v, SigmoidVector(v));
+}
+
+/// e^x on the 8 values of `x`, as the AVX-512 ExpVector (the same clamp, reduction and polynomial); 2^n is built in
+/// the exponent bits (n stays within [-126, 127] after the clamp).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 ExpVector(__m256 x) {
+  using namespace vmath::exp_constants;
+  const __m256 one = _mm256_set1_ps(1.f), round = _mm256_set1_ps(12582912.f);
+  const __m256 a = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMinArg)), _mm256_set1_ps(kMaxArg));
+  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(a, _mm256_set1_ps(kLog2e), round), round);
+  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), a));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kSigmoidExpC[3]), r, _mm256_set1_ps(kSigmoidExpC[2]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSigmoidExpC[1]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kSigmoidExpC[0]));
+  p = _mm256_fmadd_ps(p, r, one);
+  p = _mm256_fmadd_ps(p, r, one);  // e^r
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+/// 1 / (1 + e^-v) on the 8 values of `v` (rcp's 12 bits and one Newton step).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 SigmoidVector(__m256 v) {
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.f), ExpVector(_mm256_sub_ps(_mm256_setzero_ps(), v)));
+  const __m256 y = _mm256_rcp_ps(d);
+  return _mm256_mul_ps(y, _mm256_fnmadd_ps(d, y, _mm256_set1_ps(2.f)));
+}
+
+/// v / (1 + e^-v) on the 8 values of `v`.
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 SiluVector(__m256 v) {
+  return _mm256_mul_ps(v, SigmoidVector(v));
 }
 #pragma GCC diagnostic pop
 
