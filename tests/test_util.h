@@ -78,12 +78,6 @@ inline Tensor RandomTensor(Shape shape, uint32_t seed, float lo = -1.f, float hi
   return t;
 }
 
-// Whether osprey's own vector kernels written for AVX-512 and AVX2 (the 1x1 convolution, Winograd, attention, the SiLU
-// pass) run on this CPU: AVX-512, or AVX2 with FMA.
-inline bool OwnVectorKernelsHere() {
-  return __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-}
-
 // An environment variable set (or unset: nullptr) for a scope.
 class ScopedEnv {
  public:

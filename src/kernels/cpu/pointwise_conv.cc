@@ -17,7 +17,7 @@
 // for all of them). The rows go in blocks whose weights (a tile) stay in the first-level cache while every block of P
 // pixels passes over them, P x V accumulators in registers (per row V weight vectors and one broadcast input value
 // per pixel), the partial sums kept in the output between tiles; the next tile is prefetched on the way. Bias and the
-// activation are applied in registers (activation_vector.h); a residual joins the bias where the first tile starts its
+// activation are applied in registers (activation_avx512.h); a residual joins the bias where the first tile starts its
 // sums (so it may lie in the output's own buffer). A fused input scale (ops/conv_input_scale.h: a squeeze-and-
 // excitation gate) multiplies a copy of the packed weights where the layer has fewer output channels than an image
 // has pixels, else each chunk's input, into a thread's scratch before its groups read it (Execute). So are a fused
@@ -29,13 +29,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
-#include "kernels/cpu/activation_vector.h"
+#include "kernels/cpu/activation_avx512.h"
 #include "kernels/cpu/dnnl_common.h"
-#include "kernels/cpu/simd_lanes.h"
 #include "ops/conv_input_scale.h"
 
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports once inlined (a known
@@ -59,6 +56,19 @@ constexpr int64_t kWeightTileBytes = int64_t{24} << 10;
 // Group by group, a fused input's rows (`_input_parts`, `_input_affine`) formed all at once up to this many bytes.
 constexpr int64_t kMaxFormedBytes = int64_t{8} << 20;
 
+// Pixels per block for V vectors of output channels: 24 accumulators (12 for one vector); group by group (`heavy`),
+// 28 for four vectors: with their weights all 32 registers (the FMA broadcasts the input value from memory). Chunk by
+// chunk, 7 pixels a block ran EfficientNet-B0's layers slower (its SiLU needs registers of its own).
+template <int V, bool heavy>
+constexpr int PixelsFor() {
+  return V == 4 ? (heavy ? 7 : 6) : V == 3 ? 8 : 12;
+}
+int PixelsForVectors(int64_t v, bool heavy) {
+  return v == 4   ? (heavy ? PixelsFor<4, true>() : PixelsFor<4, false>())
+         : v == 3 ? PixelsFor<3, false>()
+                  : PixelsFor<1, false>();
+}
+
 // One run's tensors.
 struct Inputs {
   const float* x;
@@ -74,88 +84,17 @@ struct Inputs {
   bool Transformed() const { return scale || parts || affine_a; }
 };
 
-// What the loops (pointwise_rows.inc) read of the layer.
-struct Layer {
-  int64_t out_c = 0;
-  int64_t depth = 0;          // the product's inner dimension: taps x C
-  int64_t vectors = 0;        // output channel vectors of kLanes
-  int64_t group_vectors = 1;  // vectors per group (the last group may have fewer)
-  int64_t k_block = 1;        // rows of the product per block (their weights: kWeightTileBytes)
-  int64_t packed_floats = 0;
-  int last_lanes = 0;        // the lanes of the last vector that are output channels
-  bool group_major = false;  // the work goes group by group (large weights), else chunk by chunk
-  Activation activation;
-};
-
-// ---- The loops for each instruction set (pointwise_rows.inc).
-// AVX-512: 16 lanes; pixels per block for V vectors of output channels: 24 accumulators (12 for one vector); group by
-// group (`heavy`), 28 for four vectors: with their weights all 32 registers (the FMA broadcasts the input value from
-// memory). Chunk by chunk, 7 pixels a block ran EfficientNet-B0's layers slower (its SiLU needs registers of its own).
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-namespace avx512 {
-using namespace simd::avx512;
-constexpr int kMaxVectors = 4;
-template <int V, bool heavy>
-constexpr int PixelsFor() {
-  return V == 4 ? (heavy ? 7 : 6) : V == 3 ? 8 : 12;
-}
-inline __mmask16 First(int n) { return static_cast<__mmask16>((1u << n) - 1); }
-inline V LoadFirst(const float* p, int n) { return _mm512_maskz_loadu_ps(First(n), p); }
-inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n), v); }
-#include "kernels/cpu/pointwise_rows.inc"
-}  // namespace avx512
-#pragma GCC pop_options
-
-// AVX2 + FMA: 8 lanes, 16 registers: 12 accumulators, up to 3 weight vectors and the broadcast input value; masked
-// loads and stores only where a vector is partly output channels.
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2 {
-using namespace simd::avx2;
-constexpr int kMaxVectors = 3;
-template <int V, bool heavy>
-constexpr int PixelsFor() {
-  return V == 3 ? 4 : V == 2 ? 6 : 12;
-}
-inline __m256i First(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-inline V LoadFirst(const float* p, int n) { return n == kLanes ? Load(p) : _mm256_maskload_ps(p, First(n)); }
-inline void StoreFirst(float* p, V v, int n) {
-  if (n == kLanes)
-    Store(p, v);
-  else
-    _mm256_maskstore_ps(p, First(n), v);
-}
-#include "kernels/cpu/pointwise_rows.inc"
-}  // namespace avx2
-#pragma GCC pop_options
-
-// The loops of one instruction set.
-struct Isa {
-  int lanes;
-  int max_vectors;
-  decltype(&avx512::PixelsPerBlock) pixels_per_block;
-  decltype(&avx512::TransformRow) transform_row;
-  decltype(&avx512::ScaleRows) scale_rows;
-  decltype(&avx512::ChunkOfGroup) chunk_of_group;
-};
-constexpr Isa kAvx512{16, avx512::kMaxVectors, avx512::PixelsPerBlock, avx512::TransformRow, avx512::ScaleRows,
-                      avx512::ChunkOfGroup};
-constexpr Isa kAvx2{8, avx2::kMaxVectors, avx2::PixelsPerBlock, avx2::TransformRow, avx2::ScaleRows,
-                    avx2::ChunkOfGroup};
-
-// This CPU's: AVX-512 where it has it, else AVX2 with FMA, else none (oneDNN's kernels then run every 1x1 layer).
-// OSPREY_POINTWISE_ISA=avx2 takes AVX2 on an AVX-512 CPU (tests of that path).
-const Isa* IsaHere() {
-  static const Isa* isa = []() -> const Isa* {
-    const char* e = std::getenv("OSPREY_POINTWISE_ISA");
-    if (__builtin_cpu_supports("avx512f") && !(e && std::string(e) == "avx2")) return &kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
-    return nullptr;
-  }();
-  return isa;
+// dst[0, n) = src[0, n) times s (when not null), times a plus b (when a is not null), then max(., 0) when `relu`.
+__attribute__((target("avx512f"))) void TransformRow(const float* src, float* dst, int64_t n, const float* s,
+                                                     const float* a, const float* b, bool relu) {
+  for (int64_t c = 0; c < n; c += 16) {
+    const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, src + c);
+    if (s) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, s + c));
+    if (a) v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, a + c), _mm512_maskz_loadu_ps(m, b + c));
+    if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(dst + c, m, v);
+  }
 }
 
 class PointwiseConv final : public OwnConvKernel {
@@ -164,15 +103,13 @@ class PointwiseConv final : public OwnConvKernel {
 
   void Build(const KernelBuildContext& ctx, const OwnConvGeometry& g) {
     g_ = g;
-    isa_ = IsaHere();
     threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
-    const int lanes = isa_->lanes;
-    vectors_ = (g.out_c + lanes - 1) / lanes;
-    const int64_t groups = (vectors_ + isa_->max_vectors - 1) / isa_->max_vectors;
+    vectors_ = (g.out_c + 15) / 16;
+    const int64_t groups = (vectors_ + 3) / 4;
     group_vectors_ = (vectors_ + groups - 1) / groups;
     groups_ = (vectors_ + group_vectors_ - 1) / group_vectors_;
-    const int last_lanes = static_cast<int>(g.out_c % lanes == 0 ? lanes : g.out_c % lanes);
-    const int64_t width = group_vectors_ * lanes;  // a packed row
+    last_mask_ = static_cast<__mmask16>(g.out_c % 16 == 0 ? 0xffff : (1u << (g.out_c % 16)) - 1);
+    const int64_t width = group_vectors_ * 16;  // a packed row
     taps_ = g.kernel_h * g.kernel_w;
     depth_ = taps_ * g.in_c;
     gathered_ = taps_ > 1 || g.stride_h != 1 || g.stride_w != 1 || g.pad_top != 0 || g.pad_left != 0;
@@ -206,7 +143,7 @@ class PointwiseConv final : public OwnConvKernel {
     // Pixels per work item: kChunk where the work goes chunk by chunk; where it goes group by group, a multiple of the
     // block, as many as the second-level cache holds the input rows of (ResNet-50's 7x7 layers: all 49, so
     // each tile of weights is read once for all of them), but enough items for every thread.
-    const int64_t block = isa_->pixels_per_block(group_vectors_, group_major_), pixels = g.batch * g.out_h * g.out_w;
+    const int64_t block = PixelsForVectors(group_vectors_, group_major_), pixels = g.batch * g.out_h * g.out_w;
     chunk_ = kChunk;
     if (group_major_) {
       int64_t blocks = std::min((pixels + block - 1) / block,
@@ -217,8 +154,6 @@ class PointwiseConv final : public OwnConvKernel {
       }
       chunk_ = block * blocks;
     }
-    layer_ = Layer{g.out_c, depth_, vectors_, group_vectors_, k_block_, packed_floats_, last_lanes, group_major_,
-                   g.activation};
   }
 
   void Run(KernelContext& ctx) override {
@@ -317,8 +252,14 @@ class PointwiseConv final : public OwnConvKernel {
 
   // scaled = packed_ with each input channel's rows times s[channel] (a packed row is group_vectors_ vectors), split
   // over the threads: on the run's path, C x K products a run.
-  void ScaleWeights(const float* s, float* scaled) const {
-    isa_->scale_rows(packed_, s, scaled, groups_ * g_.in_c, group_vectors_ * isa_->lanes, g_.in_c, threads_);
+  __attribute__((target("avx512f"))) void ScaleWeights(const float* s, float* scaled) const {
+    const int64_t rows = groups_ * g_.in_c, width = group_vectors_ * 16;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (rows * width >= (int64_t{1} << 14))
+    for (int64_t row = 0; row < rows; ++row) {
+      const __m512 f = _mm512_set1_ps(s[row % g_.in_c]);
+      for (int64_t j = 0; j < width; j += 16)
+        _mm512_storeu_ps(scaled + row * width + j, _mm512_mul_ps(_mm512_loadu_ps(packed_ + row * width + j), f));
+    }
   }
 
   // Pixels [q0, q1) of the output. Input rows formed in a scratch (Inputs::Transformed) are formed once per chunk:
@@ -346,10 +287,26 @@ class PointwiseConv final : public OwnConvKernel {
     }
   }
 
-  // Group `group` of pixels [p0, p1) (pointwise_rows.inc); `x` holds the input rows from pixel `x_base` on.
+  // Chunk for the group's vector count; `x` holds the input rows from pixel `x_base` on.
   void ChunkOfGroup(const Inputs& in, const float* x, int64_t x_base, float* y, int64_t p0, int64_t p1,
                     int64_t group) const {
-    isa_->chunk_of_group(layer_, in, x, x_base, y, p0, p1, group);
+    switch (std::min(group_vectors_, vectors_ - group * group_vectors_)) {
+      case 1:
+        Chunk<1, PixelsFor<1, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      case 2:
+        Chunk<2, PixelsFor<2, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      case 3:
+        Chunk<3, PixelsFor<3, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+      default:
+        if (group_major_)
+          Chunk<4, PixelsFor<4, true>()>(in, x, x_base, y, p0, p1, group);
+        else
+          Chunk<4, PixelsFor<4, false>()>(in, x, x_base, y, p0, p1, group);
+        break;
+    }
   }
 
   // The input rows of pixels [p0, p1) formed in the calling thread's scratch: scaled, joined from the parts, with the
@@ -365,23 +322,122 @@ class PointwiseConv final : public OwnConvKernel {
         int64_t first = 0;
         for (size_t i = 0; i < g_.input_parts.size(); ++i) {
           const int64_t c = g_.input_parts[i];
-          isa_->transform_row(in.parts[i] + p * c, out + first, c, nullptr, in.affine_a ? in.affine_a + first : nullptr,
+          TransformRow(in.parts[i] + p * c, out + first, c, nullptr, in.affine_a ? in.affine_a + first : nullptr,
                        in.affine_a ? in.affine_b + first : nullptr, relu);
           first += c;
         }
       } else {
         const float* s = in.scale ? in.scale + (in.scale_per_image ? p / image_pixels * g_.in_c : 0) : nullptr;
-        isa_->transform_row(in.x + p * g_.in_c, out, g_.in_c, s, in.affine_a, in.affine_b, relu);
+        TransformRow(in.x + p * g_.in_c, out, g_.in_c, s, in.affine_a, in.affine_b, relu);
       }
     }
     return formed;
   }
 
+  // Pixels [p0, p1), output channel vectors [v0, v0 + V) of group `group`: the input channels in blocks whose weights
+  // stay in the first-level cache while every pixel block passes over them, the partial sums kept in the output.
+  // `x`: the input rows from pixel `x_base` on (the input's own, or formed by FormRows).
+  template <int V, int P>
+  __attribute__((target("avx512f"))) void Chunk(const Inputs& in, const float* x, int64_t x_base, float* y, int64_t p0,
+                                                int64_t p1, int64_t group) const {
+    const float* bias = in.bias;
+    const int64_t v0 = group * group_vectors_;
+    const __mmask16 last = v0 + V == vectors_ ? last_mask_ : static_cast<__mmask16>(0xffff);
+    __m512 b[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v)
+      b[v] = bias ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, bias + (v0 + v) * 16) : _mm512_setzero_ps();
+    const int64_t width = group_vectors_ * 16;
+    const float* w = in.weights + group * depth_ * width;
+    const int64_t offset = v0 * 16;  // of the group's first output channel in a pixel
+    const char* const packed_end = reinterpret_cast<const char*>(in.weights + packed_floats_);
+    const int64_t blocks = (p1 - p0 + P - 1) / P;
+    for (int64_t k0 = 0; k0 < depth_; k0 += k_block_) {
+      const int64_t k1 = std::min(depth_, k0 + k_block_);
+      // The next tile of weights (this group's next block of channels, or the next group's first) is fetched into the
+      // cache while the pixel blocks pass over this one, each block a share of its lines: the hardware prefetcher
+      // alone left every tile's first pass waiting on memory (1.4x the time alone in ResNet-50's 7x7 layers).
+      const char* next = reinterpret_cast<const char*>(w + k1 * width);
+      const int64_t tile_bytes = std::min<int64_t>((k1 - k0) * width * sizeof(float), packed_end - next);
+      for (int64_t i = 0, p = p0; p < p1; ++i, p += P) {
+        const char* pf = next + tile_bytes * i / blocks / 64 * 64;
+        const char* pf_end = next + tile_bytes * (i + 1) / blocks;
+        Block<V, P>(x + (p - x_base) * depth_, w + k0 * width, k0, k1, b, y + p * g_.out_c + offset,
+                    in.residual ? in.residual + p * g_.out_c + offset : nullptr, std::min<int64_t>(P, p1 - p), last, pf,
+                    pf_end);
+      }
+    }
+  }
+
+  // `count` <= P pixels from `in` (their input channels), input channels [k0, k1) (weights from `w`), V output vectors
+  // at `out`, the last one's lanes `last`; the lines [pf, pf_end) are prefetched on the way. The first block of
+  // channels starts from the bias (plus the residual at `res`, laid out as `out`, when not null), a later one from the
+  // partial sums in `out`; the last applies the activation.
+  // Pixels past `count` repeat the last one and are not stored.
+  template <int V, int P>
+  __attribute__((target("avx512f"))) void Block(const float* in, const float* w, int64_t k0, int64_t k1,
+                                                const __m512* b, float* out, const float* res, int64_t count,
+                                                __mmask16 last, const char* pf, const char* pf_end) const {
+    const int64_t c = depth_, width = group_vectors_ * 16, k_out = g_.out_c;
+    const bool first = k0 == 0, final = k1 == c;
+    // Fully unrolled, so the accumulators stay in registers.
+    __m512 acc[P][V];
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __mmask16 lanes = p < count ? (v == V - 1 ? last : static_cast<__mmask16>(0xffff)) : 0;
+        acc[p][v] = !first ? _mm512_maskz_loadu_ps(lanes, out + p * k_out + v * 16)
+                    : res  ? _mm512_add_ps(b[v], _mm512_maskz_loadu_ps(lanes, res + p * k_out + v * 16))
+                           : b[v];
+      }
+    if (count == P) {
+      for (int64_t k = k0; k < k1; ++k, w += width) {
+        if (pf < pf_end) {  // one line of the next tile per step (see Chunk)
+          _mm_prefetch(pf, _MM_HINT_T0);
+          pf += 64;
+        }
+        __m512 wv[V];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
+#pragma GCC unroll 12
+        for (int p = 0; p < P; ++p) {
+          const __m512 xv = _mm512_set1_ps(in[p * c + k]);
+#pragma GCC unroll 4
+          for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
+        }
+      }
+    } else {
+      const float* pixel[P];
+#pragma GCC unroll 12
+      for (int p = 0; p < P; ++p) pixel[p] = in + std::min<int64_t>(p, count - 1) * c;
+      for (int64_t k = k0; k < k1; ++k, w += width) {
+        __m512 wv[V];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(w + v * 16);
+#pragma GCC unroll 12
+        for (int p = 0; p < P; ++p) {
+          const __m512 xv = _mm512_set1_ps(pixel[p][k]);
+#pragma GCC unroll 4
+          for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xv, wv[v], acc[p][v]);
+        }
+      }
+    }
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p) {
+      if (p >= count) break;
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __mmask16 lanes = v == V - 1 ? last : static_cast<__mmask16>(0xffff);
+        _mm512_mask_storeu_ps(out + p * k_out + v * 16, lanes,
+                              final ? ActivateVector(acc[p][v], g_.activation) : acc[p][v]);
+      }
+    }
+  }
+
   OwnConvGeometry g_;
-  const Isa* isa_ = nullptr;  // this CPU's loops
-  Layer layer_;               // what they read
   int threads_ = 1;
-  int64_t vectors_ = 0;        // output channel vectors (of isa_->lanes floats)
+  int64_t vectors_ = 0;        // output channel vectors of 16
   int64_t group_vectors_ = 1;  // vectors per group (the last group may have fewer)
   int64_t groups_ = 1;
   bool group_major_ = false;      // the work goes group by group (large weights), else chunk by chunk
@@ -390,7 +446,8 @@ class PointwiseConv final : public OwnConvKernel {
   int64_t taps_ = 1;              // window positions
   int64_t depth_ = 0;             // the product's inner dimension: taps_ x C
   bool gathered_ = false;         // not a 1x1 stride-1 unpadded window: the input is gathered first (Gather)
-  std::shared_ptr<Buffer> packed_buffer_;  // [group][depth_][group_vectors_ * lanes], zeros past the output channels
+  __mmask16 last_mask_ = 0xffff;  // the lanes of the last vector that are output channels
+  std::shared_ptr<Buffer> packed_buffer_;  // [group][depth_][group_vectors_ * 16], zeros past the output channels
   const float* packed_ = nullptr;          // its data
   int64_t packed_floats_ = 0;
 };
@@ -398,7 +455,8 @@ class PointwiseConv final : public OwnConvKernel {
 }  // namespace
 
 bool PointwiseConvApplies(const OwnConvGeometry& g) {
-  if (!IsaHere() || g.pool_kh > 0 || g.batch <= 0 || g.in_c < 1 || g.in_c > kMaxInputChannels || g.out_c < 16 ||
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 || g.pool_kh > 0 || g.batch <= 0 || g.in_c < 1 || g.in_c > kMaxInputChannels || g.out_c < 16 ||
       g.in_h <= 0 || g.in_w <= 0 || g.out_h <= 0 || g.out_w <= 0 || !ActivatesInRegisters(g.activation.kind))
     return false;
   const bool plain_window =

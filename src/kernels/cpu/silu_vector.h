@@ -2,7 +2,7 @@
 // e^x, SiLU, x / (1 + e^-x), and the sigmoid on the floats of one vector register, AVX-512 (16) or AVX2 + FMA (8; the
 // same functions overloaded on __m256): e^x also for the attention kernel's softmax, SiLU for the pass kernels run
 // over their own outputs (SiluInPlace, elementwise_kernels.cc) and for kernels that apply it in registers before
-// their store (activation_vector.h).
+// their store (activation_avx512.h).
 // e^-x from a degree-5 polynomial and 2^n (scalef; on AVX2 built in the exponent bits), then x * 1 / (1 + e) with the
 // reciprocal from rcp14 (AVX2: rcp) and one Newton step instead of a division: relative error < 4e-7 (AVX2 < 1e-6)
 // against x / (1 + std::exp(-x)).

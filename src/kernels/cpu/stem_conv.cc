@@ -10,7 +10,7 @@
 // tap (input channel, kernel row, kernel column): per tap, V weight vectors (packed [C][KH][KW][K] at build) and one
 // broadcast input value per pixel, read from the input row (pixel, channel and row strides for either layout). Blocks
 // whose window lies inside the row run without bounds checks; the few at the borders, and a row's last partial block,
-// one pixel at a time with them. Bias and the activation are applied in registers (activation_vector.h), Tanh and GELU
+// one pixel at a time with them. Bias and the activation are applied in registers (activation_avx512.h), Tanh and GELU
 // over the row while it is in the cache. With a fused MaxPool (ops/fused_pool.h) the rows go to a small ring per thread
 // instead and are pooled there (ExecutePooled): the wide convolution output (36 MB for SqueezeNet at batch 8) never
 // goes to memory and back.
@@ -22,7 +22,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/activation_vector.h"
+#include "kernels/cpu/activation_avx512.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 

@@ -604,6 +604,9 @@ void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attr
 // ---- osprey's Winograd F(4x4, 3x3) (winograd_conv.cc): channels-last 3x3 stride-1 convolutions with channel counts
 // multiples of 16. OSPREY_WINOGRAD=1 takes it wherever it applies (unset: by timing), so these tests see it on every
 // AVX-512 or AVX2 machine (each runs its own transforms: winograd_tiles.inc); the plain layouts stay on oneDNN.
+bool WinogradHere() {
+  return __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
 
 // Winograd's sums differ from the reference's by ~1e-5 of their size (sqrt(C * 9) / 3 for values in [-1, 1]).
 float WinogradAtol(const Shape& w) { return 2e-5f * std::sqrt(static_cast<float>(w[1] * 9)) + kFastAtol; }
@@ -611,7 +614,7 @@ float WinogradAtol(const Shape& w) { return 2e-5f * std::sqrt(static_cast<float>
 // The Conv node (pads, activation, residual as given) on x and w, every tensor NHWC: osprey's Winograd, matching the
 // reference; with plain tensors oneDNN's direct convolution.
 void ExpectWinograd(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, bool residual, uint32_t seed) {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_WINOGRAD", "1");
   if (residual) attrs["_residual"] = Attribute::Int(1);
   Node node = ConvNode(attrs, residual ? 4 : bias ? 3 : 2);
@@ -669,7 +672,7 @@ TEST(NhwcWinograd, SiluSigmoidHardSwish) {
 
 // The runtime may run the residual add in place: output and residual share one buffer.
 TEST(NhwcWinograd, ResidualInPlace) {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}}, 4);
   std::vector<Tensor> in{RandomTensor({1, 16, 9, 9}, 91), RandomTensor({16, 16, 3, 3}, 92), RandomTensor({16}, 93),
@@ -688,7 +691,7 @@ TEST(NhwcWinograd, ResidualInPlace) {
 // One kernel run by several threads at once (one plan serving concurrent requests): each caller has its own
 // transform buffers (per-thread scratch) and matmul arguments (PerCaller); two chunks per run.
 TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode(
       {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
@@ -730,7 +733,7 @@ TEST(NhwcWinograd, ConcurrentRunsFromSeveralThreads) {
 // Output over its own input (a planner bug) is refused with an error naming the kernel, not computed from a tile
 // already overwritten.
 TEST(NhwcWinograd, RefusesToWriteOverItsInput) {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's Winograd needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_WINOGRAD", "1");
   Node node = ConvNode({{"pads", Ints({1, 1, 1, 1})}});
   std::vector<Tensor> in = ConvInputs({1, 16, 9, 9}, {16, 16, 3, 3}, 99);
@@ -783,7 +786,7 @@ TEST(NhwcWinograd, ChosenByTimingAndRemembered) {
     int position = -1;
     if (fields >> hash >> position >> name && (name == "own" || name == "onednn")) verdict = name;
   }
-  if (!OwnVectorKernelsHere()) {
+  if (!WinogradHere()) {
     EXPECT_EQ(verdict, "") << "nothing to choose without AVX-512 or AVX2";
   } else {
     ASSERT_NE(verdict, "") << "no Winograd verdict in " << path;
@@ -1300,7 +1303,7 @@ TEST(NhwcStem, WindowsWiderThanTheImage) {
 // they time faster when tuning).
 void ExpectPointwise(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed,
                      const char* expected = "ConvF32Pointwise") {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512 or AVX2 with FMA";
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
   ScopedEnv always("OSPREY_POINTWISE", "1");
   Node node = ConvNode(attrs, bias ? 3 : 2);
   std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
@@ -1394,7 +1397,7 @@ TEST(NhwcPointwise, GatheredWindows) {
 // A gathered window with a residual, written over the residual itself (the runtime may run it in place) and into
 // another buffer; 20 output channels (the second vector masked).
 TEST(NhwcPointwise, GatheredWindowWithResidual) {
-  if (!OwnVectorKernelsHere()) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512 or AVX2 with FMA";
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's 1x1 convolution needs AVX-512";
   ScopedEnv always("OSPREY_POINTWISE", "1");
   Node node = ConvNode(
       {{"pads", Ints({1, 1, 1, 1})}, {"_residual", Attribute::Int(1)}, {"_activation", Attribute::String("Relu")}}, 4);
