@@ -2,10 +2,13 @@
 """Quantises a float ONNX model with ONNX Runtime's quantiser (`onnxruntime.quantization.quantize_static`, default
 settings: int8 activations and weights, per-tensor, MinMax calibration) and caches the result beside the test models.
 
-Usage: tools/quantize_models.py MODEL.onnx CALIBRATION.npy [--format qdq|qoperator] [--out OUT.onnx] [--samples N]
+Usage: tools/quantize_models.py MODEL.onnx CALIBRATION.npy [--format qdq|qoperator|dynamic] [--out OUT.onnx]
+                                [--samples N]
 
-Formats: "qdq" (QuantizeLinear/DequantizeLinear pairs around float ops, what ORT recommends on x64) and "qoperator"
-(QLinearConv, QLinearMatMul and the com.microsoft ops QLinearAdd, QLinearGlobalAveragePool, QGemm).
+Formats: "qdq" (QuantizeLinear/DequantizeLinear pairs around float ops, what ORT recommends on x64), "qoperator"
+(QLinearConv, QLinearMatMul and the com.microsoft ops QLinearAdd, QLinearGlobalAveragePool, QGemm) and "dynamic"
+(`quantize_dynamic`: DynamicQuantizeLinear -> ConvInteger / MatMulInteger per Conv, MatMul and Gemm, uint8 weights
+with a zero point, as ddddocr's model has; ONNX Runtime has no ConvInteger for int8 weights; no calibration).
 The calibration reader feeds the first N images of CALIBRATION.npy ([n, C, H, W] float32, already normalised) one at
 a time. The output is written to a temporary name and renamed, so an interrupted run never leaves a half-written
 model that a later run would take for a cached one. Seeded by construction (MinMax calibration has no randomness).
@@ -17,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-FORMATS = ("qdq", "qoperator")
+FORMATS = ("qdq", "qoperator", "dynamic")
 
 
 def quantized_path(model: Path, fmt: str, out_dir: Path = None) -> Path:
@@ -66,10 +69,15 @@ def ensure_quantized(model: Path, calibration, fmt: str, out: Path = None, sampl
             from onnxruntime.quantization.shape_inference import quant_pre_process
             source = Path(tmp).with_suffix(".pre.onnx")
             quant_pre_process(str(model), str(source))
-        quantize_static(str(source), tmp, Reader(),
-                        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                        per_channel=per_channel,
-                        activation_type=QuantType.QUInt8 if unsigned_activations else QuantType.QInt8)
+        if fmt == "dynamic":
+            from onnxruntime.quantization import quantize_dynamic
+            quantize_dynamic(str(source), tmp, op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+                             per_channel=per_channel, weight_type=QuantType.QUInt8)
+        else:
+            quantize_static(str(source), tmp, Reader(),
+                            quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+                            per_channel=per_channel,
+                            activation_type=QuantType.QUInt8 if unsigned_activations else QuantType.QInt8)
         os.replace(tmp, out)
     finally:
         for leftover in (tmp, str(Path(tmp).with_suffix(".pre.onnx"))):

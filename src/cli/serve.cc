@@ -331,6 +331,7 @@ int RunServeCommand(std::ostream& out) {
   http_options.worker_threads = o.workers;
   http_options.max_pending = o.max_queue;
   http_options.run_inline = serve::InferenceServer::RunsInline;
+  http_options.lane = serve::InferenceServer::Lane;
   serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
 
   std::unique_ptr<serve::GrpcServer> grpc;

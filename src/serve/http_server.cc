@@ -10,7 +10,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/beast.hpp>
 #include <cerrno>
 #include <chrono>
@@ -21,6 +20,7 @@
 #include <thread>
 
 #include "osprey/error.h"
+#include "serve/lane_pool.h"
 #include "serve/log.h"
 
 namespace osprey::serve {
@@ -77,7 +77,7 @@ struct HttpServer::Impl {
   net::signal_set signals{ioc};
   net::steady_timer accept_backoff{acceptor.get_executor()};  // on the acceptor's strand
   std::chrono::steady_clock::time_point last_accept_warning{};
-  std::unique_ptr<net::thread_pool> workers;
+  std::unique_ptr<LanePool> workers;  // in lanes (options.lane): one model's flood cannot starve the others
   std::atomic<int> pending{0};  // requests handed to workers and not yet answered
   std::atomic<bool> stopping{false};
   std::mutex sessions_mu;
@@ -204,7 +204,8 @@ class Session : public std::enable_shared_from_this<Session> {
     WatchClient(gone);
     // The guard keeps the I/O threads running until the answer is written, even when nothing else is pending.
     auto guard = net::make_work_guard(stream_.get_executor());
-    net::post(*server.workers, [self = shared_from_this(), request = std::move(request), keep_alive, version,
+    const std::string lane = server.options.lane ? server.options.lane(request) : std::string();
+    server.workers->Post(lane, [self = shared_from_this(), request = std::move(request), keep_alive, version,
                                 guard = std::move(guard)]() mutable {
       HttpResponse response = self->Call(request);
       self->server_->pending.fetch_sub(1);
@@ -395,15 +396,14 @@ void HttpServer::Run() {
       if (!ec) impl->StopNow();
     });
   }
-  if (impl->options.worker_threads > 0)
-    impl->workers = std::make_unique<net::thread_pool>(static_cast<size_t>(impl->options.worker_threads));
+  if (impl->options.worker_threads > 0) impl->workers = std::make_unique<LanePool>(impl->options.worker_threads);
   impl->Accept(impl);
   const int n = std::max(1, impl->options.io_threads);
   std::vector<std::thread> threads;
   for (int i = 1; i < n; ++i) threads.emplace_back([impl] { impl->ioc.run(); });
   impl->ioc.run();
   for (auto& t : threads) t.join();
-  if (impl->workers) impl->workers->join();
+  if (impl->workers) impl->workers->Join();
 }
 
 void HttpServer::Stop() { impl_->StopNow(); }

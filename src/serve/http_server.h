@@ -50,6 +50,10 @@ struct HttpServerOptions {
   int worker_threads = 0;
   /// Requests waiting for a worker beyond those running; more get 503 with Retry-After at once.
   int max_pending = 1024;
+  /// The lane of a request run on a worker (its model's name; "" = none): a free worker takes the oldest request of
+  /// the lane that holds the fewest workers (serve/lane_pool.h), so one model's flood cannot starve the others.
+  /// Empty: one lane, first in first out. Called on an I/O thread: must be cheap and must not throw.
+  std::function<std::string(const HttpRequest&)> lane;
   /// Requests that are cheap and must stay fast while every worker is busy (health, metrics): run on the I/O thread.
   std::function<bool(const HttpRequest&)> run_inline;
 };

@@ -161,6 +161,16 @@ bool InferenceServer::RunsInline(const HttpRequest& request) {
   return path == "/metrics" || path == "/v2" || path == "/v2/health/live" || path == "/v2/health/ready";
 }
 
+std::string InferenceServer::Lane(const HttpRequest& request) {
+  try {
+    const std::vector<std::string> seg = Split(request.target).seg;
+    if (seg.size() >= 3 && seg[0] == "v2" && seg[1] == "models" && seg[2] != "stats") return seg[2];
+    if (seg.size() >= 4 && seg[0] == "v2" && seg[1] == "repository" && seg[2] == "models") return seg[3];
+  } catch (const Error&) {  // a malformed path: Handle answers it
+  }
+  return "";
+}
+
 HttpResponse InferenceServer::Handle(const HttpRequest& request) {
   Route route;
   try {

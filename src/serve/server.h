@@ -41,6 +41,9 @@ class InferenceServer {
   /// Requests that must answer at once whatever the load (health, server metadata, metrics): the HTTP server runs
   /// them on its I/O threads, and everything else on its workers.
   static bool RunsInline(const HttpRequest& request);
+  /// The worker lane of a request (HttpServerOptions::lane): the model a /v2/models/{name}/... or
+  /// /v2/repository/models/{name}/... path names, else "".
+  static std::string Lane(const HttpRequest& request);
   /// The /metrics text (Prometheus exposition format).
   std::string MetricsText();
 

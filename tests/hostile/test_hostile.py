@@ -313,13 +313,13 @@ def test_classify_part_count_is_bounded(start_server):
 # ---------------------------------------------------------------------------------------------------------------------
 # 5. Health answers while every worker is busy (ordering, not timing: it returns before the work queued ahead of it).
 
-def slow_model(root: Path):
+def slow_model(root: Path, layers=40):
     n = 1024
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n])
     w = numpy_helper.from_array((np.eye(n, dtype=np.float32) * 0.5), "W")
     nodes, prev = [], "x"
-    for i in range(40):
+    for i in range(layers):
         nodes.append(helper.make_node("MatMul", [prev, "W"], [f"m{i}"]))
         prev = f"m{i}"
     nodes.append(helper.make_node("Relu", [prev], ["y"]))
@@ -350,6 +350,46 @@ def test_health_answers_while_workers_are_busy(tmp_path, start_repo):
         t.join()
     assert done == [200] * 4
     assert answered_while_busy, "health waited behind the four heavy requests"
+
+
+def test_a_flood_of_one_model_does_not_starve_another(tmp_path, start_repo):
+    """Twelve requests for a slow model (one stream) hold both workers and queue the rest; a request for another model
+    then runs when the first worker frees: at most two slow requests finish after it was sent and before it is
+    answered (ordering, not timing). First in first out ran it after every slow request sent before it."""
+    repo = tmp_path / "repo"
+    slow_model(repo, layers=80)
+    vec_model(repo / "fast" / "1")
+    server = start_repo(repo, "--workers", 2, "--streams", 1, "--load", "slow", "--load", "fast")
+    rows = np.ones((256, 1024), np.float32).tobytes()
+    header = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [256, 1024],
+                          "parameters": {"binary_data_size": len(rows)}}], "parameters": {"binary_data_output": True}}
+    assert binary_infer(server, "slow", header, rows)[0] == 200  # compiled and warm
+    fast = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    assert server.request("POST", "/v2/models/fast/infer", json.dumps(fast).encode())[0] == 200
+    done, lock = [], threading.Lock()
+
+    def heavy():
+        status = binary_infer(server, "slow", header, rows)[0]
+        with lock:
+            done.append(status)
+
+    threads = [threading.Thread(target=heavy) for _ in range(12)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)  # let them reach the workers and the queue
+    with lock:
+        before = len(done)
+    status, _, body = server.request("POST", "/v2/models/fast/infer", json.dumps(fast).encode(), timeout=120)
+    with lock:
+        after = len(done)
+    for t in threads:
+        t.join()
+    assert status == 200, body
+    assert done == [200] * 12
+    assert before <= 6, f"the slow requests ran too fast to queue ({before} of 12 done in 0.3 s): make them slower"
+    assert after - before <= 2, (f"the fast model's request waited for {after - before} slow requests "
+                                 f"({before} had finished when it was sent)")
+    assert_healthy(server)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -19,13 +19,17 @@
 //   VNNI oneDNN's int8 kernels sum pairs of products in 16 bits, saturating.) The reference kernels ran ddddocr's
 //   model 40x slower than ONNX Runtime (docs/performance.md, "Eleventh session").
 #pragma GCC optimize("no-trapping-math")  // clamps vectorise as compare-and-select (nothing reads FP flags)
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/int16_gemm.h"
 #include "kernels/cpu/spare_pool.h"
 #include "ops/conv_window.h"
 #include "ops/dynamic_quantize.h"
@@ -413,6 +417,204 @@ class IntegerInt8Kernel final : public Kernel {
   PerCaller<RunState> runs_;
 };
 
+// ConvInteger (2-D, one group) / MatMulInteger exactly on AVX2 without VNNI (int16_gemm.h): both operands widened to
+// int16 less their zero points, products summed in 32 bits by vpmaddwd. MatMul: the activation rows are A and the
+// weight is B, packed once. Conv: the weight [M][C kh kw] is A and each block of output pixels is gathered (im2col)
+// into B panels on its thread, so the result comes out [M][pixels], the NCHW layout. Used where IntegerInt8Kernel is
+// not (no VNNI): the float32 kernel below it ran ddddocr's dynamically quantised CRNN 1.6x slower than ONNX Runtime.
+class IntegerInt16Kernel final : public Kernel {
+ public:
+  const char* Name() const override { return conv_ ? "ConvIntegerInt16Avx2" : "MatMulIntegerInt16Avx2"; }
+
+  bool Build(const KernelBuildContext& ctx, bool conv) {
+    conv_ = conv;
+    if (!Int16GemmAvailable()) return false;
+    if (ctx.input_dtypes.size() < 2 || !IsQuantizedType(ctx.input_dtypes[0]) || !IsQuantizedType(ctx.input_dtypes[1]))
+      return false;
+    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node) || !ctx.input_values[1])
+      return false;
+    for (Layout l : ctx.input_layouts)
+      if (l != Layout::kPlain) return false;
+    for (Layout l : ctx.output_layouts)
+      if (l != Layout::kPlain) return false;
+    if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
+    const bool has_wzp = ctx.present.size() > 3 && ctx.present[3];
+    if (has_wzp && !ctx.input_values[3]) return false;
+    dequantize_ = ctx.node.GetInt("_dequantize", 0) != 0;
+    const Tensor& w = *ctx.input_values[1];
+    const Shape& ws = w.shape();
+    x_ = ctx.input_shapes[0];
+    y_ = ctx.output_shapes[0];
+    threads_ = std::max(1, ctx.num_threads);
+    if (ws.size() != (conv ? 4u : 2u)) return false;
+    out_c_ = ws[conv ? 0 : 1];
+    k_ = conv ? ws[1] * ws[2] * ws[3] : ws[0];
+    kp_ = Int16PairedK(k_);
+    // Each product is at most 255 x 255: sums of up to 33,025 of them fit int32.
+    if (k_ <= 0 || k_ > 33025 || out_c_ <= 0) return false;
+    const Tensor* wzp = has_wzp ? ctx.input_values[3] : nullptr;
+    const int64_t zps = wzp ? wzp->numel() : 0;
+    if (zps > 1 && zps != out_c_) return false;
+    auto weight = [&, zps, wzp](int64_t out, int64_t i) {  // element i of W, less output channel out's zero point
+      return static_cast<int16_t>(AsFloat(w, i) - (zps == 0 ? 0.f : AsFloat(*wzp, zps == 1 ? 0 : out)));
+    };
+    if (conv) {
+      if (x_.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != out_c_ || y_[0] != x_[0]) return false;
+      if (ctx.node.GetInt("group", 1) != 1) return false;
+      const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", {ws[2], ws[3]});
+      if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
+      win_ = ResolveConvWindow(ctx.node, x_, kernel, /*ceil_mode=*/false);
+      for (int i = 0; i < 2; ++i)
+        if (win_.out[i] != y_[2 + i]) return false;
+    } else {
+      if (x_.empty() || x_.back() != k_ || y_.empty() || y_.back() != out_c_) return false;
+      if (NumElements(y_) != NumElements(x_) / k_ * out_c_) return false;
+    }
+    // The weight, once: conv [M][Kp] rows (A), MatMul packed panels (B). Shared between plans of the same weight and
+    // zero points (the key names them).
+    const size_t bytes = sizeof(int16_t) * static_cast<size_t>(conv ? out_c_ * kp_ : Int16PackedSize(k_, out_c_));
+    auto fill = [&](void* data) {
+      int16_t* out = static_cast<int16_t*>(data);
+      if (conv) {
+        for (int64_t m = 0; m < out_c_; ++m)
+          for (int64_t k = 0; k < kp_; ++k) out[m * kp_ + k] = k < k_ ? weight(m, m * k_ + k) : int16_t{0};
+      } else {
+        PackInt16B(
+            k_, out_c_, [&](int64_t k, int64_t n) { return weight(n, k * out_c_ + n); }, out);
+      }
+    };
+    std::string key = conv ? "int16-conv-weight" : "int16-matmul-weight";
+    if (wzp) {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a of the zero points' bytes
+      for (size_t i = 0; i < wzp->nbytes(); ++i)
+        h = (h ^ static_cast<const uint8_t*>(wzp->raw())[i]) * 1099511628211ull;
+      key += ":zp" + std::to_string(zps) + ":" + std::to_string(h);
+    }
+    if (ctx.derive_weight && w.buffer()) {
+      weight_ = ctx.derive_weight(w, key, bytes, fill);
+    } else {
+      weight_ = Allocator::Host().Allocate(bytes);
+      fill(weight_->data());
+    }
+    return true;
+  }
+
+  void Run(KernelContext& ctx) override {
+    const Tensor& x = ctx.In(0);
+    if (x.shape() != x_ || ctx.Out(0).shape() != y_)
+      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + " was built for input " +
+                                            ShapeToString(x_) + ", got " + ShapeToString(x.shape()));
+    const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
+    const size_t acc_bytes =
+        dequantize_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(NumElements(y_))) : 0;
+    const size_t a_bytes =
+        conv_ ? 0 : ThreadScratch::Align(sizeof(int16_t) * static_cast<size_t>(NumElements(x_) / k_ * kp_));
+    // This thread's block also holds its pixel panels (RunConv): a second Reserve here would move the first.
+    char* scratch = ThreadScratch::Reserve(acc_bytes + a_bytes + (conv_ ? PanelBytes() : 0));
+    int32_t* acc = dequantize_ ? reinterpret_cast<int32_t*>(scratch) : ctx.Out(0).data<int32_t>();
+    const int16_t* w = static_cast<const int16_t*>(weight_->data());
+    if (conv_)
+      RunConv(x, zero, w, reinterpret_cast<int16_t*>(scratch + acc_bytes), acc);
+    else
+      RunMatMul(x, zero, w, reinterpret_cast<int16_t*>(scratch + acc_bytes), acc);
+    if (dequantize_) RunDequantize(ctx, conv_, acc, threads_);
+  }
+
+ private:
+  // dst[i] = src[i * stride] - zero for i < n (8-bit src of either signedness).
+  static void Shift(const Tensor& x, int64_t offset, int64_t stride, int64_t n, int32_t zero, int16_t* dst) {
+    auto run = [&](const auto* src) {
+      src += offset;
+      if (stride == 1) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int16_t>(src[i * stride] - zero);
+      }
+    };
+    if (x.dtype() == DType::kU8)
+      run(x.data<uint8_t>());
+    else
+      run(x.data<int8_t>());
+  }
+
+  void RunMatMul(const Tensor& x, int32_t zero, const int16_t* b, int16_t* a, int32_t* c) const {
+    const int64_t rows = NumElements(x_) / k_;
+    for (int64_t r = 0; r < rows; ++r) {
+      Shift(x, r * k_, 1, k_, zero, a + r * kp_);
+      if (kp_ > k_) a[r * kp_ + k_] = 0;
+    }
+    // Columns split over threads in whole panels.
+    const int64_t panels = (out_c_ + kInt16PanelCols - 1) / kInt16PanelCols;
+    const int parts = static_cast<int>(std::min<int64_t>(threads_, panels));
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+    for (int part = 0; part < parts; ++part) {
+      const int64_t n0 = panels * part / parts * kInt16PanelCols;
+      const int64_t n1 = std::min(out_c_, panels * (part + 1) / parts * kInt16PanelCols);
+      if (n0 < n1) Int16Gemm(a, kp_, rows, kp_, b, c, out_c_, n0, n1);
+    }
+  }
+
+  // Output pixels gathered at once: K rows of them, then their panels, ~96 KiB each (int16_gemm.cc's block is 192).
+  int64_t PixelBlock() const {
+    return std::max<int64_t>(1, (int64_t{48} << 10) / (kp_ * kInt16PanelCols)) * kInt16PanelCols;
+  }
+  size_t BlockBytes() const { return ThreadScratch::Align(sizeof(int16_t) * static_cast<size_t>(PixelBlock() * kp_)); }
+  size_t PanelBytes() const { return 2 * BlockBytes(); }
+
+  // `own`: the calling thread's PanelBytes; the others reserve theirs. Per block of output pixels: row k (a tap of an
+  // input channel) of the im2col matrix is runs of one input row each (contiguous at stride 1), then the rows are
+  // interleaved into panels (PackInt16Rows).
+  void RunConv(const Tensor& x, int32_t zero, const int16_t* w, int16_t* own, int32_t* c) const {
+    const int64_t images = x_[0], channels = x_[1], ih = x_[2], iw = x_[3], oh = y_[2], ow = y_[3];
+    const int64_t pixels = oh * ow, kh = win_.kernel[0], kw = win_.kernel[1];
+    const int64_t sy = win_.strides[0], sx = win_.strides[1], dy = win_.dilations[0], dx = win_.dilations[1];
+    const int64_t block = PixelBlock(), blocks = (pixels + block - 1) / block;
+    const int parts = static_cast<int>(std::min<int64_t>(threads_, images * blocks));
+#pragma omp parallel for num_threads(parts) schedule(dynamic, 1) if (parts > 1)
+    for (int64_t job = 0; job < images * blocks; ++job) {
+      const int64_t n = job / blocks, p0 = job % blocks * block, count = std::min(block, pixels - p0);
+      int16_t* rows =
+          omp_get_thread_num() == 0 ? own : reinterpret_cast<int16_t*>(ThreadScratch::Reserve(PanelBytes()));
+      int16_t* packed = rows + BlockBytes() / sizeof(int16_t);
+      const int64_t x_base = n * channels * ih * iw;
+      int64_t k = 0;
+      for (int64_t ch = 0; ch < channels; ++ch)
+        for (int64_t ky = 0; ky < kh; ++ky)
+          for (int64_t kx = 0; kx < kw; ++kx, ++k) {
+            int16_t* row = rows + k * block;
+            const int64_t off_x = kx * dx - win_.pad_begin[1];
+            // Output columns whose input column is inside: ox * sx + off_x in [0, iw).
+            const int64_t lo = off_x >= 0 ? 0 : (-off_x + sx - 1) / sx;
+            const int64_t hi = std::min(ow, iw - off_x <= 0 ? 0 : (iw - off_x - 1) / sx + 1);
+            for (int64_t j = 0; j < count;) {
+              const int64_t p = p0 + j, oy = p / ow, ox0 = p % ow, run = std::min(ow - ox0, count - j);
+              const int64_t yy = oy * sy - win_.pad_begin[0] + ky * dy;
+              int16_t* dst = row + j;
+              if (yy < 0 || yy >= ih) {
+                std::fill(dst, dst + run, int16_t{0});
+              } else {
+                const int64_t a = std::clamp(lo, ox0, ox0 + run), b = std::clamp(hi, a, ox0 + run);
+                std::fill(dst, dst + (a - ox0), int16_t{0});
+                if (b > a) Shift(x, x_base + (ch * ih + yy) * iw + a * sx + off_x, sx, b - a, zero, dst + (a - ox0));
+                std::fill(dst + (b - ox0), dst + run, int16_t{0});
+              }
+              j += run;
+            }
+          }
+      PackInt16Rows(rows, block, k_, count, packed);
+      Int16Gemm(w, kp_, out_c_, kp_, packed, c + n * out_c_ * pixels + p0, pixels, 0, count);
+    }
+  }
+
+  bool conv_ = false, dequantize_ = false;
+  Shape x_, y_;
+  int64_t out_c_ = 0, k_ = 0, kp_ = 0;
+  int threads_ = 1;
+  ConvWindow win_;
+  std::shared_ptr<Buffer> weight_;
+};
+
 // DynamicQuantizeLinear(x float32) -> (y uint8, y_scale, y_zero_point): the reference's arithmetic (min/max with 0,
 // scale = (max - min) / 255, zero point and values rounded half to even and saturated, NaN -> zero point) in
 // vectorised loops, split over the plan's threads for large tensors; bit-identical (tests/unit/kernels/integer_test.cc).
@@ -568,6 +770,13 @@ std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
     OmpThreadsGuard threads(ctx.num_threads);
     auto int8 = std::make_unique<IntegerInt8Kernel>();
     if (int8->Build(ctx, conv)) return int8;
+  }
+  {
+    OmpThreadsGuard threads(ctx.num_threads);
+    auto int16 = std::make_unique<IntegerInt16Kernel>();
+    if (std::getenv("OSPREY_INT16") == nullptr || std::string(std::getenv("OSPREY_INT16")) != "0") {
+      if (int16->Build(ctx, conv)) return int16;
+    }
   }
   Tensor weight;
   // ConvInteger's w_zero_point is per output channel (axis 0 of W); MatMulInteger's b_zero_point per column of B.

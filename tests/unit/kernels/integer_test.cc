@@ -33,22 +33,26 @@ Tensor Scalar8(int v) {
   return t;
 }
 
-// Both kernels: the int8 one where this CPU's int8 products are exact (VNNI or AMX; OSPREY_INT8_PAIRING=1 makes
-// osprey treat them as inexact, as on an AVX2-only CPU), then the float32 one. `int8_name` empty: the int8 kernel
-// must decline.
+// Every kernel: the int8 one where this CPU's int8 products are exact (VNNI or AMX; OSPREY_INT8_PAIRING=1 makes
+// osprey treat them as inexact, as on a CPU without VNNI), else the int16 one where the CPU has AVX2, and the float32
+// one (OSPREY_INT16=0, or no AVX2). An empty name: that kernel must decline.
 void ExpectExact(const Node& node, const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
-                 const std::string& int8_name, const std::string& float_name) {
+                 const std::string& int8_name, const std::string& int16_name, const std::string& float_name) {
   std::vector<Tensor> expected = RunReferenceNode(node, inputs);
-  for (const char* force_inexact : {"0", "1"}) {
+  for (const auto& [force_inexact, int16_switch] : {std::pair{"0", "1"}, {"1", "1"}, {"1", "0"}}) {
     setenv("OSPREY_INT8_PAIRING", force_inexact, 1);
+    setenv("OSPREY_INT16", int16_switch, 1);
     const bool int8 = Int8ProductsExact() && !int8_name.empty();
-    SCOPED_TRACE(std::string("OSPREY_INT8_PAIRING=") + force_inexact);
+    const bool int16 =
+        !int8 && std::string(int16_switch) == "1" && __builtin_cpu_supports("avx2") && !int16_name.empty();
+    SCOPED_TRACE(std::string("OSPREY_INT8_PAIRING=") + force_inexact + " OSPREY_INT16=" + int16_switch);
     std::vector<Tensor> outputs;
     KernelBuildContext bc = MakeBuildContext(node, inputs, constant, outputs);
     std::unique_ptr<Kernel> kernel = CreateCpuKernel(bc);
     unsetenv("OSPREY_INT8_PAIRING");
+    unsetenv("OSPREY_INT16");
     ASSERT_NE(kernel, nullptr);
-    EXPECT_EQ(std::string(kernel->Name()), int8 ? int8_name : float_name);
+    EXPECT_EQ(std::string(kernel->Name()), int8 ? int8_name : int16 ? int16_name : float_name);
     for (int run = 0; run < 2; ++run) {
       RunKernel(*kernel, node, inputs, outputs);
       ExpectTensorNear(outputs[0], expected[0], 0.f, 0.f);
@@ -59,9 +63,10 @@ void ExpectExact(const Node& node, const std::vector<Tensor>& inputs, const std:
 TEST(IntegerKernels, ConvIntegerUint8WeightsWithZeroPointsAsQuantizeDynamicWrites) {
   Node node = MakeNode("ConvInteger", 4, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})},
                                              {"strides", Attribute::Ints({2, 1})}});
-  ExpectExact(node, {Bytes<uint8_t>({1, 5, 9, 8}, 1), Bytes<uint8_t>({7, 5, 3, 3}, 2), Scalar8<uint8_t>(131),
-                     Scalar8<uint8_t>(119)},
-              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
+  ExpectExact(
+      node,
+      {Bytes<uint8_t>({1, 5, 9, 8}, 1), Bytes<uint8_t>({7, 5, 3, 3}, 2), Scalar8<uint8_t>(131), Scalar8<uint8_t>(119)},
+      {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
 }
 
 // Per-channel uint8 weight zero points far from 128 (w - w_zp outside int8: the int8 kernel's window sums), batch 2,
@@ -73,12 +78,35 @@ TEST(IntegerKernels, ConvIntegerWindowSumsPaddingDilationBatch) {
   Tensor zp(DType::kU8, {10});
   for (int i = 0; i < 10; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(i * 27);
   ExpectExact(node, {Bytes<uint8_t>({2, 19, 11, 13}, 7), Bytes<uint8_t>({10, 19, 3, 2}, 8), Scalar8<uint8_t>(200), zp},
-              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
   Node same = MakeNode("ConvInteger", 4, 1, {{"auto_pad", Attribute::String("SAME_UPPER")}});
   Tensor zp8(DType::kI8, {6});
   for (int i = 0; i < 6; ++i) zp8.data<int8_t>()[i] = static_cast<int8_t>(i * 50 - 125);
   ExpectExact(same, {Bytes<uint8_t>({1, 8, 7, 9}, 9), Bytes<int8_t>({6, 8, 3, 3}, 10), Tensor(), zp8},
-              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerAsF32Dnnl");
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+}
+
+// Enough pixels and taps for several pixel blocks on two threads (the int16 kernel gathers 80 pixels at a time here,
+// runs that start and end inside output rows), an odd K (3 x 5 x 5 taps: the zero row of the last pair), stride 2 with
+// padding that clips at both ends, int8 activations with a zero point; then MatMul rows that fill 4-row blocks unevenly
+// and columns past a panel.
+TEST(IntegerKernels, ConvIntegerManyPixelBlocksOddDepth) {
+  Node node = MakeNode("ConvInteger", 4, 1, {{"pads", Attribute::Ints({1, 2, 2, 1})}});
+  ExpectExact(node,
+              {Bytes<uint8_t>({2, 64, 30, 31}, 13), Bytes<uint8_t>({17, 64, 3, 3}, 14), Scalar8<uint8_t>(77),
+               Scalar8<uint8_t>(140)},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+  Node strided =
+      MakeNode("ConvInteger", 4, 1, {{"pads", Attribute::Ints({2, 2, 2, 2})}, {"strides", Attribute::Ints({2, 2})}});
+  ExpectExact(
+      strided,
+      {Bytes<int8_t>({1, 3, 41, 37}, 15), Bytes<int8_t>({5, 3, 5, 5}, 16), Scalar8<int8_t>(-9), Scalar8<int8_t>(4)},
+      {false, true, false, true}, "", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+  Node matmul = MakeNode("MatMulInteger", 4, 1);
+  ExpectExact(
+      matmul,
+      {Bytes<uint8_t>({2, 7, 301}, 17), Bytes<uint8_t>({301, 37}, 18), Scalar8<uint8_t>(255), Scalar8<uint8_t>(0)},
+      {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerInt16Avx2", "MatMulIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPoint) {
@@ -87,7 +115,7 @@ TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPo
   for (int i = 0; i < 6; ++i) zp.data<int8_t>()[i] = static_cast<int8_t>(i * 7 - 20);
   std::vector<Tensor> in{Bytes<int8_t>({2, 4, 6, 5}, 3), Bytes<int8_t>({6, 2, 2, 3}, 4), Tensor(), zp};
   // int8 activations and groups: the int8 kernel declines (uint8 activations, one group only).
-  ExpectExact(node, in, {false, true, false, true}, "", "ConvIntegerAsF32Dnnl");
+  ExpectExact(node, in, {false, true, false, true}, "", "", "ConvIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, MatMulIntegerPerColumnZeroPointsBatched) {
@@ -95,10 +123,10 @@ TEST(IntegerKernels, MatMulIntegerPerColumnZeroPointsBatched) {
   Tensor zp(DType::kU8, {9});
   for (int i = 0; i < 9; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(100 + 5 * i);
   ExpectExact(node, {Bytes<uint8_t>({3, 4, 33}, 5), Bytes<uint8_t>({33, 9}, 6), Scalar8<uint8_t>(128), zp},
-              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerAsF32Dnnl");
+              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerInt16Avx2", "MatMulIntegerAsF32Dnnl");
   // int8 weights with one zero point, a vector times a matrix.
   ExpectExact(node, {Bytes<uint8_t>({70}, 11), Bytes<int8_t>({70, 5}, 12), Scalar8<uint8_t>(3), Scalar8<int8_t>(-77)},
-              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerAsF32Dnnl");
+              {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerInt16Avx2", "MatMulIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, DynamicQuantizeLinearBitIdentical) {

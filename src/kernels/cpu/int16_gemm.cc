@@ -1,0 +1,102 @@
+#include "kernels/cpu/int16_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace osprey::cpu {
+namespace {
+
+// Rows x 16 columns of C over all of K: 2 x `kRows` accumulators of 8 int32 (12 of 16 registers at 6 rows).
+template <int kRows>
+__attribute__((target("avx2"))) void Block(const int16_t* a, int64_t lda, int64_t kp, const int16_t* panel, int32_t* c,
+                                           int64_t ldc, int64_t cols) {
+  __m256i acc[kRows][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int64_t k = 0; k < kp; k += 2) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kInt16PanelCols));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kInt16PanelCols + 16));
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + r * lda + k, sizeof(pair));
+      const __m256i av = _mm256_set1_epi32(pair);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    int32_t* row = c + r * ldc;
+    if (cols == kInt16PanelCols) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), acc[r][0]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 8), acc[r][1]);
+    } else {
+      alignas(32) int32_t tmp[kInt16PanelCols];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[r][0]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), acc[r][1]);
+      std::memcpy(row, tmp, static_cast<size_t>(cols) * sizeof(int32_t));
+    }
+  }
+}
+
+using BlockFn = void (*)(const int16_t*, int64_t, int64_t, const int16_t*, int32_t*, int64_t, int64_t);
+constexpr int kMaxRows = 4;
+constexpr BlockFn kBlocks[7] = {nullptr, Block<1>, Block<2>, Block<3>, Block<4>, Block<5>, Block<6>};
+
+}  // namespace
+
+bool Int16GemmAvailable() {
+  static const bool available = __builtin_cpu_supports("avx2");
+  return available;
+}
+
+__attribute__((target("avx2"))) void PackInt16Rows(const int16_t* rows, int64_t ld, int64_t k_count, int64_t cols,
+                                                   int16_t* out) {
+  const int64_t kp = Int16PairedK(k_count), panels = (cols + kInt16PanelCols - 1) / kInt16PanelCols;
+  alignas(32) int16_t pad0[kInt16PanelCols], pad1[kInt16PanelCols];
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t c0 = p * kInt16PanelCols, n = std::min(kInt16PanelCols, cols - c0);
+    int16_t* panel = out + p * kp * kInt16PanelCols;
+    for (int64_t k = 0; k < kp; k += 2) {
+      const int16_t* r0 = rows + k * ld + c0;
+      const int16_t* r1 = k + 1 < k_count ? rows + (k + 1) * ld + c0 : nullptr;
+      if (n < kInt16PanelCols || r1 == nullptr) {  // a short last panel or the zero row past an odd K
+        std::fill(pad0, pad0 + kInt16PanelCols, int16_t{0});
+        std::fill(pad1, pad1 + kInt16PanelCols, int16_t{0});
+        std::copy(r0, r0 + n, pad0);
+        if (r1) std::copy(r1, r1 + n, pad1);
+        r0 = pad0;
+        r1 = pad1;
+      }
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1));
+      // unpack works within 128-bit halves: lo = columns 0-3 | 8-11, hi = 4-7 | 12-15, each as (a, b) pairs.
+      const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + k * kInt16PanelCols),
+                          _mm256_permute2x128_si256(lo, hi, 0x20));  // columns 0-7
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + k * kInt16PanelCols + 16),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));  // columns 8-15
+    }
+  }
+}
+
+void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t ldc,
+               int64_t n0, int64_t n1) {
+  // Blocks of panels that fit L2 together (~192 KiB); in each, every row block of A (6 x kp, in L1) runs against each
+  // panel, so A is read once per panel block and the panels from L2.
+  const int64_t panel_elems = kp * kInt16PanelCols;
+  const int64_t block_cols = std::max<int64_t>(1, (int64_t{96} << 10) / panel_elems) * kInt16PanelCols;
+  for (int64_t nb = n0; nb < n1; nb += block_cols) {
+    const int64_t ne = std::min(n1, nb + block_cols);
+    for (int64_t m = 0; m < m_count; m += kMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m_count - m));
+      for (int64_t n = nb; n < ne; n += kInt16PanelCols)
+        kBlocks[rows](a + m * lda, lda, kp, b + n / kInt16PanelCols * panel_elems, c + m * ldc + n, ldc,
+                      std::min(kInt16PanelCols, ne - n));
+    }
+  }
+}
+
+}  // namespace osprey::cpu
