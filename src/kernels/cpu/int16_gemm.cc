@@ -8,13 +8,24 @@
 namespace osprey::cpu {
 namespace {
 
-// Rows x 16 columns of C over all of K: 2 x `kRows` accumulators of 8 int32 (12 of 16 registers at 6 rows).
+// Rows x 16 columns of C over `kp` of K (even): 2 x `kRows` accumulators of 8 int32, started from C when `add` (a
+// later slice of K), else from zero.
 template <int kRows>
 __attribute__((target("avx2"))) void Block(const int16_t* a, int64_t lda, int64_t kp, const int16_t* panel, int32_t* c,
-                                           int64_t ldc, int64_t cols) {
+                                           int64_t ldc, int64_t cols, bool add) {
   __m256i acc[kRows][2];
+  alignas(32) int32_t tmp[kInt16PanelCols] = {};
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int r = 0; r < kRows; ++r) {
+    if (!add) {
+      acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+      continue;
+    }
+    const int32_t* row = c + r * ldc;
+    if (cols < kInt16PanelCols) row = static_cast<const int32_t*>(std::memcpy(tmp, row, cols * sizeof(int32_t)));
+    acc[r][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+    acc[r][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 8));
+  }
   for (int64_t k = 0; k < kp; k += 2) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kInt16PanelCols));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kInt16PanelCols + 16));
@@ -33,7 +44,6 @@ __attribute__((target("avx2"))) void Block(const int16_t* a, int64_t lda, int64_
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), acc[r][0]);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 8), acc[r][1]);
     } else {
-      alignas(32) int32_t tmp[kInt16PanelCols];
       _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[r][0]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), acc[r][1]);
       std::memcpy(row, tmp, static_cast<size_t>(cols) * sizeof(int32_t));
@@ -41,7 +51,7 @@ __attribute__((target("avx2"))) void Block(const int16_t* a, int64_t lda, int64_
   }
 }
 
-using BlockFn = void (*)(const int16_t*, int64_t, int64_t, const int16_t*, int32_t*, int64_t, int64_t);
+using BlockFn = void (*)(const int16_t*, int64_t, int64_t, const int16_t*, int32_t*, int64_t, int64_t, bool);
 constexpr int kMaxRows = 4;
 constexpr BlockFn kBlocks[7] = {nullptr, Block<1>, Block<2>, Block<3>, Block<4>, Block<5>, Block<6>};
 
@@ -84,17 +94,23 @@ __attribute__((target("avx2"))) void PackInt16Rows(const int16_t* rows, int64_t 
 
 void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t ldc,
                int64_t n0, int64_t n1) {
-  // Blocks of panels that fit L2 together (~192 KiB); in each, every row block of A (6 x kp, in L1) runs against each
-  // panel, so A is read once per panel block and the panels from L2.
-  const int64_t panel_elems = kp * kInt16PanelCols;
-  const int64_t block_cols = std::max<int64_t>(1, (int64_t{96} << 10) / panel_elems) * kInt16PanelCols;
-  for (int64_t nb = n0; nb < n1; nb += block_cols) {
-    const int64_t ne = std::min(n1, nb + block_cols);
-    for (int64_t m = 0; m < m_count; m += kMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m_count - m));
-      for (int64_t n = nb; n < ne; n += kInt16PanelCols)
-        kBlocks[rows](a + m * lda, lda, kp, b + n / kInt16PanelCols * panel_elems, c + m * ldc + n, ldc,
-                      std::min(kInt16PanelCols, ne - n));
+  // K in slices of at most 768 (a 4-row block of A in L1: 6 KiB); per slice, blocks of panels that fit L2 together
+  // (~192 KiB), and in each every row block of A runs against each panel, so each slice of A is read once per panel
+  // block and the panels from L2. Later slices add to C (large K: a 3x3 convolution of 512 channels is K 4608, whose
+  // weight, 4.7 MB, was read again for every 16 pixels without the slices).
+  constexpr int64_t kSlice = 768;
+  for (int64_t k0 = 0; k0 < kp; k0 += kSlice) {
+    const int64_t kc = std::min(kSlice, kp - k0);
+    const int64_t block_cols = std::max<int64_t>(1, (int64_t{96} << 10) / (kc * kInt16PanelCols)) * kInt16PanelCols;
+    for (int64_t nb = n0; nb < n1; nb += block_cols) {
+      const int64_t ne = std::min(n1, nb + block_cols);
+      for (int64_t m = 0; m < m_count; m += kMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m_count - m));
+        for (int64_t n = nb; n < ne; n += kInt16PanelCols)
+          kBlocks[rows](a + m * lda + k0, lda, kc,
+                        b + n / kInt16PanelCols * kp * kInt16PanelCols + k0 * kInt16PanelCols, c + m * ldc + n, ldc,
+                        std::min(kInt16PanelCols, ne - n), k0 > 0);
+      }
     }
   }
 }

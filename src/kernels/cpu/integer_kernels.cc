@@ -555,25 +555,33 @@ class IntegerInt16Kernel final : public Kernel {
     }
   }
 
-  // Output pixels gathered at once: K rows of them, then their panels, ~96 KiB each (int16_gemm.cc's block is 192).
+  // Output pixels gathered at once: K rows of them (at most ~1 MiB), then their panels (as much again).
   int64_t PixelBlock() const {
-    return std::max<int64_t>(1, (int64_t{48} << 10) / (kp_ * kInt16PanelCols)) * kInt16PanelCols;
+    const int64_t pixels = (y_[2] * y_[3] + kInt16PanelCols - 1) / kInt16PanelCols * kInt16PanelCols;
+    return std::clamp<int64_t>((int64_t{256} << 10) / kp_ / kInt16PanelCols * kInt16PanelCols, kInt16PanelCols,
+                               std::min<int64_t>(pixels, 1024));
   }
   size_t BlockBytes() const { return ThreadScratch::Align(sizeof(int16_t) * static_cast<size_t>(PixelBlock() * kp_)); }
   size_t PanelBytes() const { return 2 * BlockBytes(); }
 
   // `own`: the calling thread's PanelBytes; the others reserve theirs. Per block of output pixels: row k (a tap of an
   // input channel) of the im2col matrix is runs of one input row each (contiguous at stride 1), then the rows are
-  // interleaved into panels (PackInt16Rows).
+  // interleaved into panels (PackInt16Rows). With fewer blocks than threads (small images, deep layers) the output
+  // channels are split too, each part gathering the block itself (1 / channels of its products).
   void RunConv(const Tensor& x, int32_t zero, const int16_t* w, int16_t* own, int32_t* c) const {
     const int64_t images = x_[0], channels = x_[1], ih = x_[2], iw = x_[3], oh = y_[2], ow = y_[3];
     const int64_t pixels = oh * ow, kh = win_.kernel[0], kw = win_.kernel[1];
     const int64_t sy = win_.strides[0], sx = win_.strides[1], dy = win_.dilations[0], dx = win_.dilations[1];
     const int64_t block = PixelBlock(), blocks = (pixels + block - 1) / block;
-    const int parts = static_cast<int>(std::min<int64_t>(threads_, images * blocks));
+    const int64_t row_blocks = (out_c_ + 3) / 4;  // int16_gemm.cc's 4-row blocks
+    const int64_t splits = std::clamp<int64_t>((threads_ + images * blocks - 1) / (images * blocks), 1, row_blocks);
+    const int64_t jobs = images * blocks * splits;
+    const int parts = static_cast<int>(std::min<int64_t>(threads_, jobs));
 #pragma omp parallel for num_threads(parts) schedule(dynamic, 1) if (parts > 1)
-    for (int64_t job = 0; job < images * blocks; ++job) {
-      const int64_t n = job / blocks, p0 = job % blocks * block, count = std::min(block, pixels - p0);
+    for (int64_t job = 0; job < jobs; ++job) {
+      const int64_t split = job % splits, n = job / splits / blocks, p0 = job / splits % blocks * block;
+      const int64_t count = std::min(block, pixels - p0);
+      const int64_t m0 = row_blocks * split / splits * 4, m1 = std::min(out_c_, row_blocks * (split + 1) / splits * 4);
       int16_t* rows =
           omp_get_thread_num() == 0 ? own : reinterpret_cast<int16_t*>(ThreadScratch::Reserve(PanelBytes()));
       int16_t* packed = rows + BlockBytes() / sizeof(int16_t);
@@ -603,7 +611,7 @@ class IntegerInt16Kernel final : public Kernel {
             }
           }
       PackInt16Rows(rows, block, k_, count, packed);
-      Int16Gemm(w, kp_, out_c_, kp_, packed, c + n * out_c_ * pixels + p0, pixels, 0, count);
+      Int16Gemm(w + m0 * kp_, kp_, m1 - m0, kp_, packed, c + (n * out_c_ + m0) * pixels + p0, pixels, 0, count);
     }
   }
 

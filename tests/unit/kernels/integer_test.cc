@@ -107,6 +107,18 @@ TEST(IntegerKernels, ConvIntegerManyPixelBlocksOddDepth) {
       matmul,
       {Bytes<uint8_t>({2, 7, 301}, 17), Bytes<uint8_t>({301, 37}, 18), Scalar8<uint8_t>(255), Scalar8<uint8_t>(0)},
       {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerInt16Avx2", "MatMulIntegerAsF32Dnnl");
+  // K past int16_gemm.cc's slice of 768 (three slices, the last odd; zero points mid-range: the float32 kernel is exact
+  // only below 2^24), and a deep 3x3 layer on a small image (its
+  // output channels split over the threads, K 900 in two slices).
+  ExpectExact(
+      matmul,
+      {Bytes<uint8_t>({5, 1601}, 19), Bytes<uint8_t>({1601, 20}, 20), Scalar8<uint8_t>(120), Scalar8<uint8_t>(131)},
+      {false, true, false, true}, "MatMulIntegerInt8Dnnl", "MatMulIntegerInt16Avx2", "MatMulIntegerAsF32Dnnl");
+  Node deep = MakeNode("ConvInteger", 4, 1, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  ExpectExact(deep,
+              {Bytes<uint8_t>({1, 100, 5, 6}, 21), Bytes<uint8_t>({22, 100, 3, 3}, 22), Scalar8<uint8_t>(128),
+               Scalar8<uint8_t>(128)},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPoint) {
