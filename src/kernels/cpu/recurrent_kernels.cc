@@ -71,8 +71,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FastActivate(c
 // The int8 products of an `_int8_weights` LSTM (kernels/recurrent_cell.h). With AVX-512 VNNI each weight of each
 // direction is packed at build as [G/16][K/4][16 columns][4 bytes] (K and G padded with zeros), so one vpdpbusd
 // multiplies 4 consecutive activation bytes with 4 weights of each of 16 columns. Without VNNI (AVX2) the weights are
-// widened to int16 and packed [G/8][K/2][8][2], and vpmaddwd multiplies 2 activation values with 2 weights of each of 8
-// columns, summing pairs in 32 bits (255 x 128 x 2 fits: exact, unlike vpmaddubsw's 16-bit sums). Either way the
+// packed [G/8][K/2][8][2] as int8 and widened to int16 as they are loaded (vpmovsxbw: a step reads 1 byte per weight,
+// as with VNNI; packed as int16, ddddocr's 512-wide LSTM read 2 MB per step and direction, beyond L2), and vpmaddwd
+// multiplies 2 activation values with 2 weights of each of 8 columns, summing pairs in 32 bits (255 x 128 x 2 fits:
+// exact, unlike vpmaddubsw's 16-bit sums). Either way the
 // activation's zero point comes off with each column's weight sum. The plain loops ran ddddocr's LSTM in 43 ms where
 // the float LSTM took 5.3 (docs/performance.md, "Twentieth session"). The int8 weights are 1/4 of the float ones per
 // step (1 MB instead of 4 for ddddocr's 512-wide LSTM), which is what a step is bound by.
@@ -87,7 +89,7 @@ class PackedInt8Weight {
     const int64_t cw = vnni ? 16 : 8, kw = vnni ? 4 : 2;  // columns per block, values per column and step
     kb_ = (depth_ + kw - 1) / kw;
     gb_ = (cols_ + cw - 1) / cw;
-    const size_t element = vnni ? 1 : 2;
+    const size_t element = 1;
     const size_t packed_bytes = cpu::ThreadScratch::Align(static_cast<size_t>(dirs_ * gb_ * kb_ * cw * kw) * element);
     const size_t bytes = packed_bytes + static_cast<size_t>(dirs_ * gb_ * cw) * sizeof(int32_t);
     auto fill = [&](void* data) {
@@ -99,15 +101,12 @@ class PackedInt8Weight {
           for (int64_t k = 0; k < depth_; ++k) {
             const int8_t v = w[(d * cols_ + g) * depth_ + k];
             const size_t at = static_cast<size_t>((((d * gb_ + g / cw) * kb_ + k / kw) * cw + g % cw) * kw + k % kw);
-            if (vnni)
-              static_cast<int8_t*>(data)[at] = v;
-            else
-              static_cast<int16_t*>(data)[at] = v;
+            static_cast<int8_t*>(data)[at] = v;
             sums[d * gb_ * cw + g] += v;
           }
     };
     if (ctx.derive_weight && w8.buffer()) {
-      buffer_ = ctx.derive_weight(w8, vnni ? "lstm-int8-vnni" : "lstm-int8-avx2", bytes, fill);
+      buffer_ = ctx.derive_weight(w8, vnni ? "lstm-int8-vnni" : "lstm-int8-avx2-bytes", bytes, fill);
     } else {
       buffer_ = Allocator::Host().Allocate(bytes);
       fill(buffer_->data());
@@ -188,7 +187,10 @@ class PackedInt8Weight {
       const uint32_t lo = aq[2 * k], hi = 2 * k + 1 < depth_ ? aq[2 * k + 1] : 0;
       pairs[static_cast<size_t>(k)] = static_cast<int32_t>(lo | (hi << 16));
     }
-    const int16_t* w = reinterpret_cast<const int16_t*>(packed_) + dir * gb_ * kb_ * 16;
+    const int8_t* w = reinterpret_cast<const int8_t*>(packed_) + dir * gb_ * kb_ * 16;
+    auto widen = [](const int8_t* p) {  // 16 int8 weights (8 columns x 2) as int16
+      return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    };
     const int32_t* sums = col_sums_ + dir * gb_ * 8;
     const __m256i zero = _mm256_set1_epi32(a_zero);
     auto store = [&](__m256i sum, int64_t b) {
@@ -202,12 +204,10 @@ class PackedInt8Weight {
     int64_t b = 0;
     for (; b + 4 <= gb_; b += 4) {  // four blocks of 8 columns share each broadcast
       __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-      const int16_t* w0 = w + b * kb_ * 16;
+      const int8_t* w0 = w + b * kb_ * 16;
       for (int64_t k = 0; k < kb_; ++k) {
         const __m256i x = _mm256_set1_epi32(pairs[static_cast<size_t>(k)]);
-        auto load = [&](int64_t j) {
-          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + (j * kb_ + k) * 16));
-        };
+        auto load = [&](int64_t j) { return widen(w0 + (j * kb_ + k) * 16); };
         a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x, load(0)));
         a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x, load(1)));
         a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(x, load(2)));
@@ -220,10 +220,10 @@ class PackedInt8Weight {
     }
     for (; b < gb_; ++b) {
       __m256i a = _mm256_setzero_si256();
-      const int16_t* wb = w + b * kb_ * 16;
+      const int8_t* wb = w + b * kb_ * 16;
       for (int64_t k = 0; k < kb_; ++k)
-        a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_set1_epi32(pairs[static_cast<size_t>(k)]),
-                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + k * 16))));
+        a = _mm256_add_epi32(a,
+                             _mm256_madd_epi16(_mm256_set1_epi32(pairs[static_cast<size_t>(k)]), widen(wb + k * 16)));
       store(a, b);
     }
   }
@@ -231,7 +231,7 @@ class PackedInt8Weight {
   bool vnni_ = false;
   int64_t dirs_ = 0, cols_ = 0, depth_ = 0, kb_ = 0, gb_ = 0;  // blocks of values (4 or 2) and of columns (16 or 8)
   std::shared_ptr<Buffer> buffer_;
-  const char* packed_ = nullptr;       // int8 (VNNI) or int16 (AVX2) blocks
+  const char* packed_ = nullptr;       // int8 blocks (VNNI: 16 columns x 4; AVX2: 8 x 2)
   const int32_t* col_sums_ = nullptr;  // per direction and (padded) column
 };
 
