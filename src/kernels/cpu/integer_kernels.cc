@@ -83,6 +83,65 @@ void RunDequantize(KernelContext& ctx, bool conv, const int32_t* acc, int thread
   }
 }
 
+// What both integer kernels below need of a ConvInteger (2-D, one group) / MatMulInteger node, checked once: 8-bit
+// inputs, a constant weight with a constant zero point (one, or one per output channel), one activation zero point,
+// plain layouts, and shapes that agree (the convolution's window resolved against them).
+struct IntegerProduct {
+  bool dequantize = false;  // the `_dequantize` epilogue: float32 out
+  Shape x, y;
+  const Tensor* w = nullptr;
+  const Tensor* wzp = nullptr;  // absent: zero
+  int64_t zps = 0, out_c = 0, k = 0;
+  ConvWindow win;  // ConvInteger
+  int threads = 1;
+  int32_t WeightZero(int64_t m) const { return zps == 0 ? 0 : static_cast<int32_t>(AsFloat(*wzp, zps == 1 ? 0 : m)); }
+};
+
+bool ResolveIntegerProduct(const KernelBuildContext& ctx, bool conv, IntegerProduct* p) {
+  if (ctx.input_dtypes.size() < 2 || !IsQuantizedType(ctx.input_dtypes[0]) || !IsQuantizedType(ctx.input_dtypes[1]))
+    return false;
+  if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node) || !ctx.input_values[1])
+    return false;
+  for (Layout l : ctx.input_layouts)
+    if (l != Layout::kPlain) return false;
+  for (Layout l : ctx.output_layouts)
+    if (l != Layout::kPlain) return false;
+  if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
+  const bool has_wzp = ctx.present.size() > 3 && ctx.present[3];
+  if (has_wzp && !ctx.input_values[3]) return false;
+  p->dequantize = ctx.node.GetInt("_dequantize", 0) != 0;
+  p->w = ctx.input_values[1];
+  p->wzp = has_wzp ? ctx.input_values[3] : nullptr;
+  p->zps = p->wzp ? p->wzp->numel() : 0;
+  p->x = ctx.input_shapes[0];
+  p->y = ctx.output_shapes[0];
+  p->threads = std::max(1, ctx.num_threads);
+  const Shape& ws = p->w->shape();
+  if (ws.size() != (conv ? 4u : 2u)) return false;
+  p->out_c = ws[conv ? 0 : 1];
+  p->k = conv ? ws[1] * ws[2] * ws[3] : ws[0];
+  if (p->k <= 0 || p->out_c <= 0 || (p->zps > 1 && p->zps != p->out_c)) return false;
+  const Shape& x = p->x;
+  const Shape& y = p->y;
+  if (!conv)
+    return !x.empty() && x.back() == p->k && !y.empty() && y.back() == p->out_c &&
+           NumElements(y) == NumElements(x) / p->k * p->out_c;
+  if (x.size() != 4 || y.size() != 4 || ws[1] != x[1] || y[1] != p->out_c || y[0] != x[0]) return false;
+  if (ctx.node.GetInt("group", 1) != 1) return false;
+  const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", {ws[2], ws[3]});
+  if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
+  p->win = ResolveConvWindow(ctx.node, x, kernel, /*ceil_mode=*/false);
+  return p->win.out[0] == y[2] && p->win.out[1] == y[3];
+}
+
+// The activation's zero point (input 2; 0 when absent), after checking that `ctx` has the shapes `name` was built for.
+int32_t ActivationZero(const KernelContext& ctx, const char* name, const Shape& x, const Shape& y) {
+  if (ctx.In(0).shape() != x || ctx.Out(0).shape() != y)
+    throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + name + " was built for input " + ShapeToString(x) +
+                                          ", got " + ShapeToString(ctx.In(0).shape()));
+  return ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
+}
+
 class IntegerAsFloatKernel final : public Kernel {
  public:
   IntegerAsFloatKernel(const char* name, Node float_node, Tensor weight) : name_(name), node_(std::move(float_node)),
@@ -197,40 +256,26 @@ class IntegerInt8Kernel final : public Kernel {
 
   bool Build(const KernelBuildContext& ctx, bool conv) {
     conv_ = conv;
-    if (!Int8ProductsExact()) return false;
-    if (ctx.input_dtypes.size() < 2 || ctx.input_dtypes[0] != DType::kU8 || !IsQuantizedType(ctx.input_dtypes[1]))
+    IntegerProduct p;
+    if (!Int8ProductsExact() || !ResolveIntegerProduct(ctx, conv, &p) || ctx.input_dtypes[0] != DType::kU8)
       return false;
-    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node) || !ctx.input_values[1])
-      return false;
-    dequantize_ = ctx.node.GetInt("_dequantize", 0) != 0;
-    for (Layout l : ctx.input_layouts)
-      if (l != Layout::kPlain) return false;
-    for (Layout l : ctx.output_layouts)
-      if (l != Layout::kPlain) return false;
-    if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
-    const bool has_wzp = ctx.present.size() > 3 && ctx.present[3];
-    if (has_wzp && !ctx.input_values[3]) return false;
-    const Tensor& w = *ctx.input_values[1];
-    x_ = ctx.input_shapes[0];
-    y_ = ctx.output_shapes[0];
-    threads_ = std::max(1, ctx.num_threads);
-    const Shape& ws = w.shape();
-    const int64_t axis = conv ? 0 : 1;  // output channels of W
-    if (ws.size() != (conv ? 4u : 2u)) return false;
-    const int64_t out_c = ws[axis];
-    const Tensor* wzp = has_wzp ? ctx.input_values[3] : nullptr;
-    const int64_t zps = wzp ? wzp->numel() : 0;
-    if (zps > 1 && zps != out_c) return false;
-    k_ = conv ? ws[1] * ws[2] * ws[3] : ws[0];
     // Sums stay inside int32: |x - x_zp| <= 255, |w'| <= 128, |c[m]| <= 255.
-    if (k_ <= 0 || k_ > 16384) return false;
+    if (p.k > 16384) return false;
+    dequantize_ = p.dequantize;
+    x_ = p.x;
+    y_ = p.y;
+    k_ = p.k;
+    win_ = p.win;
+    threads_ = p.threads;
+    const Tensor& w = *p.w;
+    const Shape& ws = w.shape();
+    const int64_t out_c = p.out_c;
     const bool w_u8 = w.dtype() == DType::kU8;
     Tensor wq(DType::kI8, ws);
     comp_.assign(static_cast<size_t>(out_c), 0);
     for (int64_t i = 0; i < w.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(AsFloat(w, i) - (w_u8 ? 128 : 0));
     for (int64_t m = 0; m < out_c; ++m) {
-      const int zp = zps == 0 ? 0 : static_cast<int>(AsFloat(*wzp, zps == 1 ? 0 : m));
-      comp_[m] = (w_u8 ? 128 : 0) - zp;
+      comp_[m] = (w_u8 ? 128 : 0) - p.WeightZero(m);
       if (comp_[m] != 0) correct_ = true;
     }
 
@@ -238,17 +283,10 @@ class IntegerInt8Kernel final : public Kernel {
     attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
     memory::desc w_plain, w_any;
     if (conv) {
-      if (x_.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != out_c || y_[0] != x_[0]) return false;
-      if (ctx.node.GetInt("group", 1) != 1) return false;
-      const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", {ws[2], ws[3]});
-      if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
-      win_ = ResolveConvWindow(ctx.node, x_, kernel, /*ceil_mode=*/false);
       memory::dims st, di, pl, pr;
       for (int i = 0; i < 2; ++i) {
         const int64_t l = win_.pad_begin[i], r = win_.pad_end[i], s = win_.strides[i];
         if (l < 0 || r < 0) return false;
-        const int64_t span = x_[2 + i] + l + r - win_.EffectiveKernel(i);
-        if (span < 0 || span / s + 1 != y_[2 + i]) return false;
         st.push_back(s);
         di.push_back(win_.dilations[i] - 1);
         pl.push_back(l);
@@ -271,9 +309,7 @@ class IntegerInt8Kernel final : public Kernel {
         return false;
       }
     } else {
-      if (x_.empty() || x_.back() != k_ || y_.empty() || y_.back() != out_c) return false;
       const int64_t rows = NumElements(x_) / k_;
-      if (NumElements(y_) != rows * out_c) return false;
       user_src_md_ = memory::desc({rows, k_}, memory::data_type::u8, memory::format_tag::ab);
       user_dst_md_ = memory::desc({rows, out_c}, memory::data_type::s32, memory::format_tag::ab);
       w_plain = memory::desc(ToDims(ws), memory::data_type::s8, memory::format_tag::ab);
@@ -300,10 +336,7 @@ class IntegerInt8Kernel final : public Kernel {
 
   void Run(KernelContext& ctx) override {
     const Tensor& x = ctx.In(0);
-    if (x.shape() != x_ || ctx.Out(0).shape() != y_)
-      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + " was built for input " +
-                                            ShapeToString(x_) + ", got " + ShapeToString(x.shape()));
-    const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
+    const int32_t zero = ActivationZero(ctx, Name(), x_, y_);
     RunDnnl(ctx.node, Name(), [&] {
       dnnl::stream& stream = ThreadStream();
       char* scratch = ThreadScratch::Reserve(io_.TotalBytes() + sums_bytes_ + acc_bytes_);
@@ -428,48 +461,22 @@ class IntegerInt16Kernel final : public Kernel {
 
   bool Build(const KernelBuildContext& ctx, bool conv) {
     conv_ = conv;
-    if (!Int16GemmAvailable()) return false;
-    if (ctx.input_dtypes.size() < 2 || !IsQuantizedType(ctx.input_dtypes[0]) || !IsQuantizedType(ctx.input_dtypes[1]))
-      return false;
-    if (ctx.output_dtypes.size() != 1 || ctx.output_dtypes[0] != ResultType(ctx.node) || !ctx.input_values[1])
-      return false;
-    for (Layout l : ctx.input_layouts)
-      if (l != Layout::kPlain) return false;
-    for (Layout l : ctx.output_layouts)
-      if (l != Layout::kPlain) return false;
-    if (ctx.present.size() > 2 && ctx.present[2] && NumElements(ctx.input_shapes[2]) > 1) return false;  // per row
-    const bool has_wzp = ctx.present.size() > 3 && ctx.present[3];
-    if (has_wzp && !ctx.input_values[3]) return false;
-    dequantize_ = ctx.node.GetInt("_dequantize", 0) != 0;
-    const Tensor& w = *ctx.input_values[1];
-    const Shape& ws = w.shape();
-    x_ = ctx.input_shapes[0];
-    y_ = ctx.output_shapes[0];
-    threads_ = std::max(1, ctx.num_threads);
-    if (ws.size() != (conv ? 4u : 2u)) return false;
-    out_c_ = ws[conv ? 0 : 1];
-    k_ = conv ? ws[1] * ws[2] * ws[3] : ws[0];
-    kp_ = Int16PairedK(k_);
+    IntegerProduct p;
     // Each product is at most 255 x 255: sums of up to 33,025 of them fit int32.
-    if (k_ <= 0 || k_ > 33025 || out_c_ <= 0) return false;
-    const Tensor* wzp = has_wzp ? ctx.input_values[3] : nullptr;
-    const int64_t zps = wzp ? wzp->numel() : 0;
-    if (zps > 1 && zps != out_c_) return false;
-    auto weight = [&, zps, wzp](int64_t out, int64_t i) {  // element i of W, less output channel out's zero point
-      return static_cast<int16_t>(AsFloat(w, i) - (zps == 0 ? 0.f : AsFloat(*wzp, zps == 1 ? 0 : out)));
+    if (!Int16GemmAvailable() || !ResolveIntegerProduct(ctx, conv, &p) || p.k > 33025) return false;
+    dequantize_ = p.dequantize;
+    x_ = p.x;
+    y_ = p.y;
+    out_c_ = p.out_c;
+    k_ = p.k;
+    kp_ = Int16PairedK(k_);
+    win_ = p.win;
+    threads_ = p.threads;
+    const Tensor& w = *p.w;
+    const Tensor* wzp = p.wzp;
+    auto weight = [&](int64_t out, int64_t i) {  // element i of W, less output channel out's zero point
+      return static_cast<int16_t>(static_cast<int32_t>(AsFloat(w, i)) - p.WeightZero(out));
     };
-    if (conv) {
-      if (x_.size() != 4 || y_.size() != 4 || ws[1] != x_[1] || y_[1] != out_c_ || y_[0] != x_[0]) return false;
-      if (ctx.node.GetInt("group", 1) != 1) return false;
-      const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape", {ws[2], ws[3]});
-      if (kernel != std::vector<int64_t>{ws[2], ws[3]}) return false;
-      win_ = ResolveConvWindow(ctx.node, x_, kernel, /*ceil_mode=*/false);
-      for (int i = 0; i < 2; ++i)
-        if (win_.out[i] != y_[2 + i]) return false;
-    } else {
-      if (x_.empty() || x_.back() != k_ || y_.empty() || y_.back() != out_c_) return false;
-      if (NumElements(y_) != NumElements(x_) / k_ * out_c_) return false;
-    }
     // The weight, once: conv [M][Kp] rows (A), MatMul packed panels (B). Shared between plans of the same weight and
     // zero points (the key names them).
     const size_t bytes = sizeof(int16_t) * static_cast<size_t>(conv ? out_c_ * kp_ : Int16PackedSize(k_, out_c_));
@@ -488,7 +495,7 @@ class IntegerInt16Kernel final : public Kernel {
       uint64_t h = 1469598103934665603ull;  // FNV-1a of the zero points' bytes
       for (size_t i = 0; i < wzp->nbytes(); ++i)
         h = (h ^ static_cast<const uint8_t*>(wzp->raw())[i]) * 1099511628211ull;
-      key += ":zp" + std::to_string(zps) + ":" + std::to_string(h);
+      key += ":zp" + std::to_string(p.zps) + ":" + std::to_string(h);
     }
     if (ctx.derive_weight && w.buffer()) {
       weight_ = ctx.derive_weight(w, key, bytes, fill);
@@ -501,10 +508,7 @@ class IntegerInt16Kernel final : public Kernel {
 
   void Run(KernelContext& ctx) override {
     const Tensor& x = ctx.In(0);
-    if (x.shape() != x_ || ctx.Out(0).shape() != y_)
-      throw Error(ErrorCode::kInternal, ctx.node.Describe() + ": " + Name() + " was built for input " +
-                                            ShapeToString(x_) + ", got " + ShapeToString(x.shape()));
-    const int32_t zero = ctx.HasIn(2) && ctx.In(2).numel() > 0 ? static_cast<int32_t>(AsFloat(ctx.In(2), 0)) : 0;
+    const int32_t zero = ActivationZero(ctx, Name(), x_, y_);
     const size_t acc_bytes =
         dequantize_ ? ThreadScratch::Align(sizeof(int32_t) * static_cast<size_t>(NumElements(y_))) : 0;
     const size_t a_bytes =
