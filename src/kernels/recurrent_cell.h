@@ -44,6 +44,10 @@ struct RecurrentQuantProduct {
   void (*product)(const void* self, RecurrentWeight which, int64_t dir, const int8_t* w, const uint8_t* aq,
                   int32_t a_zero, int32_t* acc, int64_t cols, int64_t depth) = nullptr;
   const void* self = nullptr;
+  /// The input projection of all `rows` rows of aq [rows, depth] at once (acc [rows, cols] as `product` with kW would
+  /// give row by row, reading W once instead of once per row); false, with nothing written, when the kernel has none.
+  bool (*project)(const void* self, int64_t dir, const uint8_t* aq, int64_t rows, int32_t a_zero,
+                  int32_t* acc) = nullptr;
 };
 
 /// A fast kernel's own float products on its packed weights (`self`); where one is null (or `project` returns false)
@@ -199,11 +203,16 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
     if (!x_nonzero) continue;
     const int8_t* wq = ctx.In(10).data<int8_t>() + d * gh * dims.input;
     const float* ws = ctx.In(11).data<float>() + d * gh;
+    std::vector<int32_t> all;
+    if (quant.project) all.resize(static_cast<size_t>(rows * gh));
+    const bool projected = quant.project && quant.project(quant.self, d, xq.data(), rows, x_zero, all.data());
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * gh * dims.input >= (1 << 18))
     for (int64_t row = 0; row < rows; ++row) {
-      std::vector<int32_t> acc(static_cast<size_t>(gh));
-      quant.product(quant.self, RecurrentWeight::kW, d, wq, xq.data() + row * dims.input, x_zero, acc.data(), gh,
-                    dims.input);
+      std::vector<int32_t> own(projected ? 0 : static_cast<size_t>(gh));
+      const int32_t* acc = projected ? all.data() + row * gh : own.data();
+      if (!projected)
+        quant.product(quant.self, RecurrentWeight::kW, d, wq, xq.data() + row * dims.input, x_zero, own.data(), gh,
+                      dims.input);
       float* out = xw + row * gh;
       for (int64_t g = 0; g < gh; ++g) out[g] += static_cast<float>(acc[g]) * (x_scale * ws[g]);
     }

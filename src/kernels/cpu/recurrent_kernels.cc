@@ -22,6 +22,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/gemv_panel.h"
+#include "kernels/cpu/int16_gemm.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/recurrent_cell.h"
 
@@ -235,12 +236,68 @@ class PackedInt8Weight {
   const int32_t* col_sums_ = nullptr;  // per direction and (padded) column
 };
 
+// W [D, G, I] int8 as the B operand of int16_gemm.h's product ([I] x [G] per direction), for the input projection of
+// every step at once on AVX2: row by row, each of ddddocr's 32 rows read W again (1 MB per direction).
+class ProjectionInt16 {
+ public:
+  ProjectionInt16(const KernelBuildContext& ctx, const Tensor& w8) {
+    dirs_ = w8.dim(0);
+    cols_ = w8.dim(1);
+    depth_ = w8.dim(2);
+    threads_ = std::max(1, ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads());
+    const int64_t per_dir = cpu::Int16PackedSize(depth_, cols_);
+    const size_t bytes = sizeof(int16_t) * static_cast<size_t>(dirs_ * per_dir);
+    auto fill = [&](void* data) {
+      const int8_t* w = w8.data<int8_t>();
+      for (int64_t d = 0; d < dirs_; ++d)
+        cpu::PackInt16B(
+            depth_, cols_, [&](int64_t k, int64_t g) { return int16_t{w[(d * cols_ + g) * depth_ + k]}; },
+            static_cast<int16_t*>(data) + d * per_dir);
+    };
+    if (ctx.derive_weight && w8.buffer()) {
+      buffer_ = ctx.derive_weight(w8, "lstm-w-int16-panels", bytes, fill);
+    } else {
+      buffer_ = Allocator::Host().Allocate(bytes);
+      fill(buffer_->data());
+    }
+  }
+
+  // acc [rows, G] for aq [rows, I] of direction `dir`: the columns' panels split over the threads.
+  void Run(int64_t dir, const uint8_t* aq, int64_t rows, int32_t a_zero, int32_t* acc) const {
+    const int64_t kp = cpu::Int16PairedK(depth_);
+    std::vector<int16_t> a(static_cast<size_t>(rows * kp), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < depth_; ++k) a[r * kp + k] = static_cast<int16_t>(aq[r * depth_ + k] - a_zero);
+    const int16_t* b = static_cast<const int16_t*>(buffer_->data()) + dir * cpu::Int16PackedSize(depth_, cols_);
+    const int64_t panels = (cols_ + cpu::kInt16PanelCols - 1) / cpu::kInt16PanelCols;
+    const int parts = static_cast<int>(std::min<int64_t>(threads_, panels));
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1 && rows * cols_ * depth_ >= (1 << 18))
+    for (int part = 0; part < parts; ++part) {
+      const int64_t n0 = panels * part / parts * cpu::kInt16PanelCols;
+      const int64_t n1 = std::min(cols_, panels * (part + 1) / parts * cpu::kInt16PanelCols);
+      if (n0 < n1) cpu::Int16Gemm(a.data(), kp, rows, kp, b, acc, cols_, n0, n1);
+    }
+  }
+
+ private:
+  int64_t dirs_ = 0, cols_ = 0, depth_ = 0;
+  int threads_ = 1;
+  std::shared_ptr<Buffer> buffer_;
+};
+
 struct PackedLstmWeights {
   PackedInt8Weight r, w;
+  std::unique_ptr<ProjectionInt16> projection;  // AVX2 without VNNI
   static void Product(const void* self, RecurrentWeight which, int64_t dir, const int8_t*, const uint8_t* aq,
                       int32_t a_zero, int32_t* acc, int64_t, int64_t) {
     const auto* p = static_cast<const PackedLstmWeights*>(self);
     (which == RecurrentWeight::kR ? p->r : p->w).Run(dir, aq, a_zero, acc);
+  }
+  static bool Project(const void* self, int64_t dir, const uint8_t* aq, int64_t rows, int32_t a_zero, int32_t* acc) {
+    const auto* p = static_cast<const PackedLstmWeights*>(self);
+    if (!p->projection) return false;
+    p->projection->Run(dir, aq, rows, a_zero, acc);
+    return true;
   }
 };
 
@@ -400,7 +457,8 @@ class RecurrentF32Dnnl final : public Kernel {
                             ? static_cast<float*>(ctx.workspace)
                             : nullptr;
     if (packed_)
-      RunRecurrent(ctx, DnnlGemmTransB, FastActivate, {PackedLstmWeights::Product, packed_.get()}, {}, projection);
+      RunRecurrent(ctx, DnnlGemmTransB, FastActivate,
+                   {PackedLstmWeights::Product, packed_.get(), PackedLstmWeights::Project}, {}, projection);
     else if (packed_float_)
       RunRecurrent(
           ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr},
@@ -432,11 +490,12 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
     static const bool has_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512f");
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
     const bool vnni = has_vnni && Int8ProductsExact();
-    if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && (vnni || has_avx2))
-      return std::make_unique<RecurrentF32Dnnl>(
-          ctx, vnni ? "LSTMInt8Vnni" : "LSTMInt8Avx2",
-          std::unique_ptr<PackedLstmWeights>(
-              new PackedLstmWeights{PackedInt8Weight(ctx, *r8, vnni), PackedInt8Weight(ctx, *w8, vnni)}));
+    if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && (vnni || has_avx2)) {
+      auto packed = std::unique_ptr<PackedLstmWeights>(
+          new PackedLstmWeights{PackedInt8Weight(ctx, *r8, vnni), PackedInt8Weight(ctx, *w8, vnni), nullptr});
+      if (!vnni && cpu::Int16GemmAvailable()) packed->projection = std::make_unique<ProjectionInt16>(ctx, *w8);
+      return std::make_unique<RecurrentF32Dnnl>(ctx, vnni ? "LSTMInt8Vnni" : "LSTMInt8Avx2", std::move(packed));
+    }
     return std::make_unique<RecurrentF32Dnnl>(ctx, "LSTMInt8");
   }
   // Packed R when it is a constant (known at build) and the panels can run here; then W too when it is constant.
