@@ -115,4 +115,16 @@ void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const
   }
 }
 
+void Int16GemmThreaded(const int16_t* a, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t n_count,
+                       int threads, int64_t min_work) {
+  const int64_t panels = (n_count + kInt16PanelCols - 1) / kInt16PanelCols;
+  const int parts = m_count * kp * n_count < min_work ? 1 : static_cast<int>(std::clamp<int64_t>(threads, 1, panels));
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const int64_t n0 = panels * part / parts * kInt16PanelCols;
+    const int64_t n1 = std::min(n_count, panels * (part + 1) / parts * kInt16PanelCols);
+    if (n0 < n1) Int16Gemm(a, kp, m_count, kp, b, c, n_count, n0, n1);
+  }
+}
+
 }  // namespace osprey::cpu

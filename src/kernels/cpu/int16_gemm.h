@@ -45,4 +45,9 @@ void PackInt16Rows(const int16_t* rows, int64_t ld, int64_t k_count, int64_t col
 void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t ldc,
                int64_t n0, int64_t n1);
 
+/// All of C [M, N] (row stride N), A packed as above with row stride kp, the columns split over up to `threads`
+/// threads in whole panels (one thread below `min_work` multiply-adds).
+void Int16GemmThreaded(const int16_t* a, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t n_count,
+                       int threads, int64_t min_work = 0);
+
 }  // namespace osprey::cpu

@@ -548,15 +548,7 @@ class IntegerInt16Kernel final : public Kernel {
       Shift(x, r * k_, 1, k_, zero, a + r * kp_);
       if (kp_ > k_) a[r * kp_ + k_] = 0;
     }
-    // Columns split over threads in whole panels.
-    const int64_t panels = (out_c_ + kInt16PanelCols - 1) / kInt16PanelCols;
-    const int parts = static_cast<int>(std::min<int64_t>(threads_, panels));
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-    for (int part = 0; part < parts; ++part) {
-      const int64_t n0 = panels * part / parts * kInt16PanelCols;
-      const int64_t n1 = std::min(out_c_, panels * (part + 1) / parts * kInt16PanelCols);
-      if (n0 < n1) Int16Gemm(a, kp_, rows, kp_, b, c, out_c_, n0, n1);
-    }
+    Int16GemmThreaded(a, rows, kp_, b, c, out_c_, threads_);
   }
 
   // Output pixels gathered at once: K rows of them (at most ~1 MiB), then their panels (as much again).

@@ -269,14 +269,7 @@ class ProjectionInt16 {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t k = 0; k < depth_; ++k) a[r * kp + k] = static_cast<int16_t>(aq[r * depth_ + k] - a_zero);
     const int16_t* b = static_cast<const int16_t*>(buffer_->data()) + dir * cpu::Int16PackedSize(depth_, cols_);
-    const int64_t panels = (cols_ + cpu::kInt16PanelCols - 1) / cpu::kInt16PanelCols;
-    const int parts = static_cast<int>(std::min<int64_t>(threads_, panels));
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1 && rows * cols_ * depth_ >= (1 << 18))
-    for (int part = 0; part < parts; ++part) {
-      const int64_t n0 = panels * part / parts * cpu::kInt16PanelCols;
-      const int64_t n1 = std::min(cols_, panels * (part + 1) / parts * cpu::kInt16PanelCols);
-      if (n0 < n1) cpu::Int16Gemm(a.data(), kp, rows, kp, b, acc, cols_, n0, n1);
-    }
+    cpu::Int16GemmThreaded(a.data(), rows, kp, b, acc, cols_, threads_, int64_t{1} << 18);
   }
 
  private:
