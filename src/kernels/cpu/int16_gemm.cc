@@ -52,8 +52,10 @@ __attribute__((target("avx2"))) void Block(const int16_t* a, int64_t lda, int64_
 }
 
 using BlockFn = void (*)(const int16_t*, int64_t, int64_t, const int16_t*, int32_t*, int64_t, int64_t, bool);
+// 4 rows: 8 accumulators, 2 panel vectors, a broadcast and a product in registers (6 rows spilled to the stack: 44
+// against 58 GMAC/s on one Zen 3 thread).
 constexpr int kMaxRows = 4;
-constexpr BlockFn kBlocks[7] = {nullptr, Block<1>, Block<2>, Block<3>, Block<4>, Block<5>, Block<6>};
+constexpr BlockFn kBlocks[kMaxRows + 1] = {nullptr, Block<1>, Block<2>, Block<3>, Block<4>};
 
 }  // namespace
 

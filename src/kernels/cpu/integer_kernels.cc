@@ -551,7 +551,7 @@ class IntegerInt16Kernel final : public Kernel {
     Int16GemmThreaded(a, rows, kp_, b, c, out_c_, threads_);
   }
 
-  // Output pixels gathered at once: K rows of them (at most ~1 MiB), then their panels (as much again).
+  // Output pixels gathered at once: K rows of them (~512 KiB; 16 pixels at least), then their panels (as much again).
   int64_t PixelBlock() const {
     const int64_t pixels = (y_[2] * y_[3] + kInt16PanelCols - 1) / kInt16PanelCols * kInt16PanelCols;
     return std::clamp<int64_t>((int64_t{256} << 10) / kp_ / kInt16PanelCols * kInt16PanelCols, kInt16PanelCols,
@@ -775,12 +775,10 @@ std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx) {
     auto int8 = std::make_unique<IntegerInt8Kernel>();
     if (int8->Build(ctx, conv)) return int8;
   }
-  {
-    OmpThreadsGuard threads(ctx.num_threads);
+  // OSPREY_INT16=0: the float32 kernel instead (A/B, tests); read when a plan is compiled.
+  if (const char* e = std::getenv("OSPREY_INT16"); e == nullptr || std::string(e) != "0") {
     auto int16 = std::make_unique<IntegerInt16Kernel>();
-    if (std::getenv("OSPREY_INT16") == nullptr || std::string(std::getenv("OSPREY_INT16")) != "0") {
-      if (int16->Build(ctx, conv)) return int16;
-    }
+    if (int16->Build(ctx, conv)) return int16;
   }
   Tensor weight;
   // ConvInteger's w_zero_point is per output channel (axis 0 of W); MatMulInteger's b_zero_point per column of B.

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FastActivate(c
 // activation's zero point comes off with each column's weight sum. The plain loops ran ddddocr's LSTM in 43 ms where
 // the float LSTM took 5.3 (docs/performance.md, "Twentieth session"). The int8 weights are 1/4 of the float ones per
 // step (1 MB instead of 4 for ddddocr's 512-wide LSTM), which is what a step is bound by.
+// 16 int8 weights (8 columns x 2 values) as int16.
+__attribute__((target("avx2"))) inline __m256i WidenInt8(const int8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 class PackedInt8Weight {
  public:
   // The packed weight lives in a buffer from the weight store where there is one (shared with other plans and
@@ -189,9 +195,6 @@ class PackedInt8Weight {
       pairs[static_cast<size_t>(k)] = static_cast<int32_t>(lo | (hi << 16));
     }
     const int8_t* w = reinterpret_cast<const int8_t*>(packed_) + dir * gb_ * kb_ * 16;
-    auto widen = [](const int8_t* p) {  // 16 int8 weights (8 columns x 2) as int16
-      return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    };
     const int32_t* sums = col_sums_ + dir * gb_ * 8;
     const __m256i zero = _mm256_set1_epi32(a_zero);
     auto store = [&](__m256i sum, int64_t b) {
@@ -208,7 +211,7 @@ class PackedInt8Weight {
       const int8_t* w0 = w + b * kb_ * 16;
       for (int64_t k = 0; k < kb_; ++k) {
         const __m256i x = _mm256_set1_epi32(pairs[static_cast<size_t>(k)]);
-        auto load = [&](int64_t j) { return widen(w0 + (j * kb_ + k) * 16); };
+        auto load = [&](int64_t j) { return WidenInt8(w0 + (j * kb_ + k) * 16); };
         a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x, load(0)));
         a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x, load(1)));
         a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(x, load(2)));
@@ -223,8 +226,8 @@ class PackedInt8Weight {
       __m256i a = _mm256_setzero_si256();
       const int8_t* wb = w + b * kb_ * 16;
       for (int64_t k = 0; k < kb_; ++k)
-        a = _mm256_add_epi32(a,
-                             _mm256_madd_epi16(_mm256_set1_epi32(pairs[static_cast<size_t>(k)]), widen(wb + k * 16)));
+        a = _mm256_add_epi32(
+            a, _mm256_madd_epi16(_mm256_set1_epi32(pairs[static_cast<size_t>(k)]), WidenInt8(wb + k * 16)));
       store(a, b);
     }
   }
@@ -278,20 +281,22 @@ class ProjectionInt16 {
   std::shared_ptr<Buffer> buffer_;
 };
 
+// R packed for the steps; W packed for the input projection, either as one int16 product (AVX2 without VNNI) or
+// for the row-by-row products (VNNI).
 struct PackedLstmWeights {
-  PackedInt8Weight r, w;
-  std::unique_ptr<ProjectionInt16> projection;  // AVX2 without VNNI
+  PackedInt8Weight r;
+  std::optional<PackedInt8Weight> w;
+  std::unique_ptr<ProjectionInt16> projection;
   static void Product(const void* self, RecurrentWeight which, int64_t dir, const int8_t*, const uint8_t* aq,
                       int32_t a_zero, int32_t* acc, int64_t, int64_t) {
     const auto* p = static_cast<const PackedLstmWeights*>(self);
-    (which == RecurrentWeight::kR ? p->r : p->w).Run(dir, aq, a_zero, acc);
+    (which == RecurrentWeight::kR ? p->r : *p->w).Run(dir, aq, a_zero, acc);
   }
   static bool Project(const void* self, int64_t dir, const uint8_t* aq, int64_t rows, int32_t a_zero, int32_t* acc) {
-    const auto* p = static_cast<const PackedLstmWeights*>(self);
-    if (!p->projection) return false;
-    p->projection->Run(dir, aq, rows, a_zero, acc);
+    static_cast<const PackedLstmWeights*>(self)->projection->Run(dir, aq, rows, a_zero, acc);
     return true;
   }
+  RecurrentQuantProduct Products() const { return {Product, this, projection ? Project : nullptr}; }
 };
 
 // The float weights packed at build. R [D, G*H, H] per direction and per column range a step multiplies (LSTM: all
@@ -450,8 +455,7 @@ class RecurrentF32Dnnl final : public Kernel {
                             ? static_cast<float*>(ctx.workspace)
                             : nullptr;
     if (packed_)
-      RunRecurrent(ctx, DnnlGemmTransB, FastActivate,
-                   {PackedLstmWeights::Product, packed_.get(), PackedLstmWeights::Project}, {}, projection);
+      RunRecurrent(ctx, DnnlGemmTransB, FastActivate, packed_->Products(), {}, projection);
     else if (packed_float_)
       RunRecurrent(
           ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr},
@@ -484,9 +488,11 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
     const bool vnni = has_vnni && Int8ProductsExact();
     if (r8 != nullptr && r8->raw() != nullptr && w8 != nullptr && w8->raw() != nullptr && (vnni || has_avx2)) {
-      auto packed = std::unique_ptr<PackedLstmWeights>(
-          new PackedLstmWeights{PackedInt8Weight(ctx, *r8, vnni), PackedInt8Weight(ctx, *w8, vnni), nullptr});
-      if (!vnni && cpu::Int16GemmAvailable()) packed->projection = std::make_unique<ProjectionInt16>(ctx, *w8);
+      auto packed = std::unique_ptr<PackedLstmWeights>(new PackedLstmWeights{PackedInt8Weight(ctx, *r8, vnni)});
+      if (vnni)
+        packed->w.emplace(ctx, *w8, vnni);
+      else
+        packed->projection = std::make_unique<ProjectionInt16>(ctx, *w8);  // AVX2 (has_avx2)
       return std::make_unique<RecurrentF32Dnnl>(ctx, vnni ? "LSTMInt8Vnni" : "LSTMInt8Avx2", std::move(packed));
     }
     return std::make_unique<RecurrentF32Dnnl>(ctx, "LSTMInt8");
