@@ -119,6 +119,12 @@ TEST(IntegerKernels, ConvIntegerManyPixelBlocksOddDepth) {
               {Bytes<uint8_t>({1, 100, 5, 6}, 21), Bytes<uint8_t>({22, 100, 3, 3}, 22), Scalar8<uint8_t>(128),
                Scalar8<uint8_t>(128)},
               {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+  // K 33,026: past what the int16 kernel's int32 sums hold in the worst case (33,025 x 255 x 255), so it declines and
+  // the float32 kernel runs (the int8 one declines past 16,384).
+  ExpectExact(
+      matmul,
+      {Bytes<uint8_t>({1, 33026}, 23), Bytes<uint8_t>({33026, 3}, 24), Scalar8<uint8_t>(128), Scalar8<uint8_t>(128)},
+      {false, true, false, true}, "", "", "MatMulIntegerAsF32Dnnl");
 }
 
 TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPoint) {
