@@ -341,7 +341,7 @@ int RunServeCommand(std::ostream& out) {
     grpc_options.port = o.grpc_port;
     grpc_options.max_message_bytes = http_options.max_body_bytes;
     grpc_options.threads = o.workers;
-    grpc_options.waiting = std::min(o.max_queue, 64);
+    grpc_options.waiting = o.max_queue;
     grpc = std::make_unique<serve::GrpcServer>(&server, grpc_options);
   }
   // --metrics-port: a listener of its own that answers GET /metrics only (Prometheus scrape configs written for

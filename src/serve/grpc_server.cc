@@ -9,6 +9,7 @@
 
 #include "osprey/error.h"
 #include "serve/kserve.h"
+#include "serve/lane_pool.h"
 #include "serve/log.h"
 #include "serve/proto/inference.grpc.pb.h"
 #include "serve/server.h"
@@ -71,7 +72,7 @@ grpc::Status Call(const char* method, const std::string& model, F&& body) {
 
 // The call's deadline (grpc-timeout), if the client set one, and its cancel check (the client cancelled the call or
 // went away).
-Deadline CallDeadline(grpc::ServerContext* context) {
+Deadline CallDeadline(grpc::CallbackServerContext* context) {
   Deadline d;
   d.cancelled = [context] { return context->IsCancelled(); };
   d.cancel_reason = "the gRPC call was cancelled";
@@ -211,65 +212,68 @@ std::string RestBody(const inference::ModelInferRequest& request, std::string* h
   return body + binary;
 }
 
-class Service final : public inference::GRPCInferenceService::Service {
+// The callback API: a call holds no thread while it waits. Every method but the health checks goes to the pool's
+// workers in the lane of its model (serve/lane_pool.h, as REST requests), so a flood of one model neither holds
+// threads that other models' calls need nor is taken ahead of them; a call the pool refuses is UNAVAILABLE at once.
+class Service final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit Service(InferenceServer* server) : server_(server) {}
+  Service(InferenceServer* server, LanePool* pool) : server_(server), pool_(pool) {}
 
-  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
-                          inference::ServerLiveResponse* response) override {
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* response) override {
     response->set_live(true);
-    return grpc::Status::OK;
+    return Done(context, grpc::Status::OK);
   }
-  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
-                           inference::ServerReadyResponse* response) override {
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* response) override {
     response->set_ready(true);
-    return grpc::Status::OK;
+    return Done(context, grpc::Status::OK);
   }
-  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* request,
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
                           inference::ModelReadyResponse* response) override {
-    return Call("ModelReady", request->name(),
-                [&] { response->set_ready(server_->ModelReady(request->name(), request->version())); });
+    return Queue(context, "ModelReady", request->name(),
+                [=, this] { response->set_ready(server_->ModelReady(request->name(), request->version())); });
   }
-  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
                               inference::ServerMetadataResponse* response) override {
-    return Call("ServerMetadata", "", [&] { FromJson(server_->ServerMetadata(), response); });
+    return Queue(context, "ServerMetadata", "", [=, this] { FromJson(server_->ServerMetadata(), response); });
   }
-  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* request,
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
                              inference::ModelMetadataResponse* response) override {
-    return Call("ModelMetadata", request->name(),
-                [&] { FromJson(server_->ModelMetadata(request->name(), request->version()), response); });
+    return Queue(context, "ModelMetadata", request->name(),
+                [=, this] { FromJson(server_->ModelMetadata(request->name(), request->version()), response); });
   }
-  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* request,
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
                            inference::ModelConfigResponse* response) override {
-    return Call("ModelConfig", request->name(), [&] {
+    return Queue(context, "ModelConfig", request->name(), [=, this] {
       *response->mutable_config() = *server_->ModelConfig(request->name(), request->version());
     });
   }
-  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* request,
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
                                inference::ModelStatisticsResponse* response) override {
-    return Call("ModelStatistics", request->name(),
-                [&] { FromJson(server_->Statistics(request->name(), request->version()), response); });
+    return Queue(context, "ModelStatistics", request->name(),
+                [=, this] { FromJson(server_->Statistics(request->name(), request->version()), response); });
   }
-  grpc::Status RepositoryIndex(grpc::ServerContext*, const inference::RepositoryIndexRequest* request,
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
                                inference::RepositoryIndexResponse* response) override {
-    return Call("RepositoryIndex", "",
-                [&] { FromJson(json{{"models", server_->RepositoryIndex(request->ready())}}, response); });
+    return Queue(context, "RepositoryIndex", "",
+                [=, this] { FromJson(json{{"models", server_->RepositoryIndex(request->ready())}}, response); });
   }
-  grpc::Status RepositoryModelLoad(grpc::ServerContext*, const inference::RepositoryModelLoadRequest* request,
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
                                    inference::RepositoryModelLoadResponse*) override {
-    return Call("RepositoryModelLoad", request->model_name(), [&] {
+    return Queue(context, "RepositoryModelLoad", request->model_name(), [=, this] {
       server_->LoadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
     });
   }
-  grpc::Status RepositoryModelUnload(grpc::ServerContext*, const inference::RepositoryModelUnloadRequest* request,
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
                                      inference::RepositoryModelUnloadResponse*) override {
-    return Call("RepositoryModelUnload", request->model_name(), [&] {
+    return Queue(context, "RepositoryModelUnload", request->model_name(), [=, this] {
       server_->UnloadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
     });
   }
-  grpc::Status SystemSharedMemoryStatus(grpc::ServerContext*, const inference::SystemSharedMemoryStatusRequest* request,
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
                                         inference::SystemSharedMemoryStatusResponse* response) override {
-    return Call("SystemSharedMemoryStatus", "", [&] {
+    return Queue(context, "SystemSharedMemoryStatus", "", [=, this] {
       for (const json& r : server_->SharedMemoryStatus(request->name())) {
         auto& status = (*response->mutable_regions())[r["name"].get<std::string>()];
         status.set_name(r["name"].get<std::string>());
@@ -279,21 +283,21 @@ class Service final : public inference::GRPCInferenceService::Service {
       }
     });
   }
-  grpc::Status SystemSharedMemoryRegister(grpc::ServerContext*,
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* context,
                                           const inference::SystemSharedMemoryRegisterRequest* request,
                                           inference::SystemSharedMemoryRegisterResponse*) override {
-    return Call("SystemSharedMemoryRegister", "", [&] {
+    return Queue(context, "SystemSharedMemoryRegister", "", [=, this] {
       server_->RegisterSharedMemory(request->name(), request->key(), request->offset(), request->byte_size());
     });
   }
-  grpc::Status SystemSharedMemoryUnregister(grpc::ServerContext*,
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* context,
                                             const inference::SystemSharedMemoryUnregisterRequest* request,
                                             inference::SystemSharedMemoryUnregisterResponse*) override {
-    return Call("SystemSharedMemoryUnregister", "", [&] { server_->UnregisterSharedMemory(request->name()); });
+    return Queue(context, "SystemSharedMemoryUnregister", "", [=, this] { server_->UnregisterSharedMemory(request->name()); });
   }
-  grpc::Status ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* request,
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
                           inference::ModelInferResponse* response) override {
-    return Call("ModelInfer", request->model_name(), [&] {
+    return Queue(context, "ModelInfer", request->model_name(), [=, this] {
       std::string header_length;
       const std::string body = RestBody(*request, &header_length);
       const std::string& model = request->model_name();
@@ -327,12 +331,32 @@ class Service final : public inference::GRPCInferenceService::Service {
   }
 
  private:
+  static grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+  // Runs `body` (Call: errors as status codes, the access log) on a worker in `model`'s lane. The request and response
+  // messages live until Finish.
+  template <class F>
+  grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* context, const char* method, const std::string& model,
+                                  F body) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (!pool_->Post(model, [reactor, method, model, body = std::move(body)]() mutable {
+          reactor->Finish(Call(method, model, body));
+        }))
+      reactor->Finish(Call(method, model, [this] { throw Error(ErrorCode::kUnavailable, pool_->Refusal()); }));
+    return reactor;
+  }
+
   InferenceServer* server_;
+  LanePool* pool_;
 };
 
 }  // namespace
 
 struct GrpcServer::Impl {
+  std::unique_ptr<LanePool> pool;  // outlives the server: Shutdown waits for the calls it still holds
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -340,22 +364,15 @@ struct GrpcServer::Impl {
 };
 
 GrpcServer::GrpcServer(InferenceServer* server, GrpcServerOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->service = std::make_unique<Service>(server);
+  const int threads = std::max(1, options.threads);
+  impl_->pool = std::make_unique<LanePool>(threads, threads + std::max(0, options.waiting));
+  impl_->service = std::make_unique<Service>(server, impl_->pool.get());
   grpc::ServerBuilder builder;
   const std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
   builder.AddListeningPort(host + ":" + std::to_string(options.port), grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_->service.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
-  // The synchronous server takes a thread per call in flight from the quota, plus its pollers (one per completion
-  // queue, and a spare it makes before it hands a call to a poller): one completion queue instead of one per core
-  // (with 2 per core the quota ran out at 3 calls, "Server Threadpool Exhausted" to perf_analyzer at concurrency 4).
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
-  grpc::ResourceQuota quota("osprey-grpc");
-  quota.SetMaxThreads(std::max(1, options.threads) + std::max(0, options.waiting) + 2);
-  builder.SetResourceQuota(quota);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0)
     throw Error(ErrorCode::kUnavailable, "serve: cannot listen for gRPC on " + host + ":" + std::to_string(options.port));
@@ -368,7 +385,9 @@ int GrpcServer::port() const { return impl_->port; }
 void GrpcServer::Shutdown() {
   if (impl_->shut_down) return;
   impl_->shut_down = true;
+  // Calls still queued run (or see their cancellation) on the pool's workers while the server waits for them.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  impl_->pool->Join();
 }
 
 }  // namespace osprey::serve

@@ -12,14 +12,14 @@ struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   int port = 8001;                        // 0 = any free port (see GrpcServer::port())
   int64_t max_message_bytes = 64 << 20;   // largest request message (as --max-body-size for REST)
-  int threads = 4;                        // calls served at once (as --workers)
-  int waiting = 64;  // calls held beyond those, each on a thread of its own waiting for the model's turn (as
-                     // --max-queue, at most 64); beyond: RESOURCE_EXHAUSTED
+  int threads = 4;                        // workers that run calls (as --workers; a pool of their own)
+  int waiting = 256;  // calls held beyond those without a thread (as --max-queue); beyond, a call for a model that
+                      // holds its share of them is UNAVAILABLE (serve/lane_pool.h)
 };
 
 class GrpcServer {
  public:
-  /// Starts serving at once (gRPC's own threads). Throws Error kUnavailable when the address cannot be bound.
+  /// Starts serving at once (gRPC's threads take calls, the pool's workers run them). Throws Error kUnavailable when the address cannot be bound.
   GrpcServer(InferenceServer* server, GrpcServerOptions options);
   ~GrpcServer();  // Shutdown()
   int port() const;

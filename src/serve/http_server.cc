@@ -78,7 +78,6 @@ struct HttpServer::Impl {
   net::steady_timer accept_backoff{acceptor.get_executor()};  // on the acceptor's strand
   std::chrono::steady_clock::time_point last_accept_warning{};
   std::unique_ptr<LanePool> workers;  // in lanes (options.lane): one model's flood cannot starve the others
-  std::atomic<int> pending{0};  // requests handed to workers and not yet answered
   std::atomic<bool> stopping{false};
   std::mutex sessions_mu;
   std::map<Session*, std::weak_ptr<Session>> sessions;
@@ -190,30 +189,25 @@ class Session : public std::enable_shared_from_this<Session> {
       HttpResponse response = Call(request);
       return Send(std::move(response), keep_alive && !server.stopping, version, false);
     }
-    const int limit = std::max(1, server.options.worker_threads) + std::max(0, server.options.max_pending);
-    if (server.pending.fetch_add(1) >= limit) {
-      server.pending.fetch_sub(1);
-      HttpResponse busy{503, "application/json", {{"Retry-After", "1"}},
-                        JsonError("the server is busy: " + std::to_string(limit) +
-                                  " requests are running or waiting for a worker (--workers + --max-queue); "
-                                  "retry later")};
-      return Send(std::move(busy), keep_alive && !server.stopping, version, false);
-    }
     auto gone = std::make_shared<std::atomic<bool>>(false);
     request.client_gone = [gone] { return gone->load(std::memory_order_relaxed); };
     WatchClient(gone);
     // The guard keeps the I/O threads running until the answer is written, even when nothing else is pending.
     auto guard = net::make_work_guard(stream_.get_executor());
     const std::string lane = server.options.lane ? server.options.lane(request) : std::string();
-    server.workers->Post(lane, [self = shared_from_this(), request = std::move(request), keep_alive, version,
-                                guard = std::move(guard)]() mutable {
+    const bool queued = server.workers->Post(lane, [self = shared_from_this(), request = std::move(request), keep_alive,
+                                                    version, guard = std::move(guard)]() mutable {
       HttpResponse response = self->Call(request);
-      self->server_->pending.fetch_sub(1);
       net::post(self->stream_.get_executor(), [self, response = std::move(response), keep_alive, version]() mutable {
         self->StopWatching();
         self->Send(std::move(response), keep_alive && !self->server_->stopping, version, false);
       });
     });
+    if (!queued) {
+      StopWatching();
+      HttpResponse busy{503, "application/json", {{"Retry-After", "1"}}, JsonError(server.workers->Refusal())};
+      Send(std::move(busy), keep_alive && !server.stopping, version, false);
+    }
   }
 
   // While a worker runs this connection's request: a wait for the socket to become readable (no byte consumed), then
@@ -396,7 +390,8 @@ void HttpServer::Run() {
       if (!ec) impl->StopNow();
     });
   }
-  if (impl->options.worker_threads > 0) impl->workers = std::make_unique<LanePool>(impl->options.worker_threads);
+  if (impl->options.worker_threads > 0) impl->workers = std::make_unique<LanePool>(
+        impl->options.worker_threads, std::max(1, impl->options.worker_threads) + std::max(0, impl->options.max_pending));
   impl->Accept(impl);
   const int n = std::max(1, impl->options.io_threads);
   std::vector<std::thread> threads;

@@ -392,6 +392,76 @@ def test_a_flood_of_one_model_does_not_starve_another(tmp_path, start_repo):
     assert_healthy(server)
 
 
+def test_a_grpc_flood_of_one_model_does_not_starve_another(tmp_path, start_repo):
+    """The same over gRPC, with the flood kept up: twelve calls for the slow model always in flight (each answered or
+    refused one is sent again) where 2 workers + 4 waiting fit. The calls beyond the slow model's share are refused
+    (UNAVAILABLE), and each call for the other model is still taken, and answered before more than two slow calls
+    finish. gRPC's synchronous server held a thread per call: the flood kept them all and the other model's calls got
+    RESOURCE_EXHAUSTED ("Server Threadpool Exhausted")."""
+    import re
+
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    repo = tmp_path / "repo"
+    slow_model(repo, layers=80)
+    vec_model(repo / "fast" / "1")
+    server = start_repo(repo, "--workers", 2, "--streams", 1, "--max-queue", 4, "--grpc-port", 0,
+                        "--load", "slow", "--load", "fast")
+    port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+
+    def inputs(shape):
+        x = grpcclient.InferInput("x", list(shape), "FP32")
+        x.set_data_from_numpy(np.ones(shape, np.float32))
+        return [x]
+
+    client.infer("slow", inputs((256, 1024)))  # compiled and warm
+    client.infer("fast", inputs((1, 4)))
+    slow = inputs((256, 1024))
+    answered, refused, in_flight = [0], [], [0]
+    lock, stop = threading.Lock(), threading.Event()
+
+    def send():
+        with lock:
+            in_flight[0] += 1
+        client.async_infer("slow", slow, callback=finished)
+
+    def finished(result, error):
+        with lock:
+            in_flight[0] -= 1
+            if error is None:
+                answered[0] += 1
+            else:
+                refused.append(error)
+        if not stop.is_set():
+            threading.Timer(0 if error is None else 0.02, send).start()
+
+    for _ in range(12):
+        send()
+    try:
+        time.sleep(0.3)  # the workers and the queue are full
+        for _ in range(3):
+            with lock:
+                before = answered[0]
+            out = client.infer("fast", inputs((1, 4)), client_timeout=120).as_numpy("y")
+            with lock:
+                after = answered[0]
+            np.testing.assert_allclose(out, np.full((1, 4), 2, np.float32))
+            assert after - before <= 2, f"the fast model's call waited for {after - before} slow calls"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        deadline = time.monotonic() + 120
+        while in_flight[0] > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert refused, "the flood was never refused: send more calls"
+    for e in refused:
+        assert isinstance(e, InferenceServerException) and "UNAVAILABLE" in str(e.status()), str(e)
+        assert "the server is busy" in e.message(), e.message()
+    assert_healthy(server)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # 6. Out of file descriptors: the accept loop backs off instead of spinning.
 

@@ -52,10 +52,10 @@ TEST(LanePool, AnotherLaneGoesBeforeAFloodWithOneWorker) {
   Log log;
   {
     LanePool pool(1);
-    pool.Post("a", [&] { gate.Wait(); });
+    EXPECT_TRUE(pool.Post("a", [&] { gate.Wait(); }));
     gate.WaitForWaiters(1);
-    for (int i = 1; i <= 5; ++i) pool.Post("a", [&log, i] { log.Add("a" + std::to_string(i)); });
-    pool.Post("b", [&log] { log.Add("b1"); });
+    for (int i = 1; i <= 5; ++i) EXPECT_TRUE(pool.Post("a", [&log, i] { log.Add("a" + std::to_string(i)); }));
+    EXPECT_TRUE(pool.Post("b", [&log] { log.Add("b1"); }));
     gate.Open();
   }  // Join: runs what is queued
   EXPECT_EQ(log.order, (std::vector<std::string>{"b1", "a1", "a2", "a3", "a4", "a5"}));
@@ -68,13 +68,13 @@ TEST(LanePool, LanesHoldingFewerWorkersGoFirst) {
   Log log;
   {
     LanePool pool(2);
-    pool.Post("a", [&] { gate.Wait(); });
-    pool.Post("a", [&] { second.Wait(); });
+    EXPECT_TRUE(pool.Post("a", [&] { gate.Wait(); }));
+    EXPECT_TRUE(pool.Post("a", [&] { second.Wait(); }));
     gate.WaitForWaiters(1);
     second.WaitForWaiters(1);
-    for (int i = 1; i <= 3; ++i) pool.Post("a", [&log, i] { log.Add("a" + std::to_string(i)); });
-    pool.Post("b", [&log] { log.Add("b"); });
-    pool.Post("c", [&log] { log.Add("c"); });
+    for (int i = 1; i <= 3; ++i) EXPECT_TRUE(pool.Post("a", [&log, i] { log.Add("a" + std::to_string(i)); }));
+    EXPECT_TRUE(pool.Post("b", [&log] { log.Add("b"); }));
+    EXPECT_TRUE(pool.Post("c", [&log] { log.Add("c"); }));
     gate.Open();  // one worker frees; the other stays with a until `second` opens
     for (;;) {
       {
@@ -97,10 +97,10 @@ TEST(LanePool, OneLaneUsesEveryWorker) {
   {
     LanePool pool(2);
     for (int i = 0; i < 2; ++i)
-      pool.Post("a", [&] {
+      EXPECT_TRUE(pool.Post("a", [&] {
         gate.Wait();
         ++done;
-      });
+      }));
     gate.WaitForWaiters(2);  // would hang if a lane were held to fewer workers
     gate.Open();
   }
@@ -110,10 +110,40 @@ TEST(LanePool, OneLaneUsesEveryWorker) {
 TEST(LanePool, JoinRunsWhatIsQueuedAndIsIdempotent) {
   std::atomic<int> done{0};
   LanePool pool(2);
-  for (int i = 0; i < 50; ++i) pool.Post(std::to_string(i % 7), [&] { ++done; });
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(pool.Post(std::to_string(i % 7), [&] { ++done; }));
   pool.Join();
   pool.Join();
   EXPECT_EQ(done.load(), 50);
+}
+
+// Full (capacity 4, all lane a's): a is refused, b is taken up to its share (4 / 2 lanes), c up to its (4 / 3), d (4 / 4),
+// and nothing beyond 2 x capacity in all, however many lanes come. Without the shares a flood of one model got every
+// other model's request refused (503 / UNAVAILABLE) as soon as it filled the queue.
+TEST(LanePool, AFullPoolRefusesTheFloodButTakesOtherLanesUpToTheirShare) {
+  Gate gate;
+  std::atomic<int> done{0};
+  {
+    LanePool pool(1, 4);
+    EXPECT_TRUE(pool.Post("a", [&] { gate.Wait(); }));
+    gate.WaitForWaiters(1);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(pool.Post("a", [&] { ++done; }));
+    EXPECT_FALSE(pool.Post("a", [&] { ++done; }));
+    EXPECT_TRUE(pool.Post("b", [&] { ++done; }));
+    EXPECT_TRUE(pool.Post("b", [&] { ++done; }));
+    EXPECT_FALSE(pool.Post("b", [&] { ++done; }));
+    EXPECT_TRUE(pool.Post("c", [&] { ++done; }));
+    EXPECT_FALSE(pool.Post("c", [&] { ++done; }));  // 4 / 3 lanes: one each
+    EXPECT_TRUE(pool.Post("d", [&] { ++done; }));   // 4 / 4 lanes: one; 8 held now, 2 x capacity
+    EXPECT_FALSE(pool.Post("e", [&] { ++done; }));  // below its share, but the pool holds 2 x capacity
+    gate.Open();
+  }
+  EXPECT_EQ(done.load(), 7);
+}
+
+TEST(LanePool, RefusesOnceStopping) {
+  LanePool pool(1);
+  pool.Join();
+  EXPECT_FALSE(pool.Post("a", [] {}));
 }
 
 }  // namespace
