@@ -1,6 +1,6 @@
 // osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
 //              [--streams S] [--threads T] [--max-queue N] [--http-threads N] [--max-body-size SIZE]
-//              [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N] [--max-request-megapixels N]
+//              [--max-request-memory SIZE] [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N] [--max-request-megapixels N]
 //              [--max-request-seconds S]
 #include "cli/serve.h"
 
@@ -22,6 +22,7 @@
 #include "serve/http_server.h"
 #include "serve/log.h"
 #include "serve/model_manager.h"
+#include "serve/request_memory.h"
 #include "serve/responses.h"
 #include "serve/server.h"
 
@@ -55,6 +56,7 @@ struct ServeCommandOptions {
   int max_shared_memory_regions = 64;
   serve::RequestLimits limits;
   std::string max_body_size = "64M";
+  std::string max_request_memory = "1G";
   double read_timeout = 30;
   serve::TrainingOptions training;
 };
@@ -228,6 +230,11 @@ void AddServeOptions(CLI::App* serve) {
                                                 "failed requests are always logged");
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
+  serve->add_option("--max-request-memory", o.max_request_memory,
+                    "Request bytes held at once over all connections and both protocols (bodies read, waiting and "
+                    "running); a REST request that does not fit gets 503 with Retry-After before its body is read, a "
+                    "gRPC call UNAVAILABLE (0 = no limit)")
+      ->capture_default_str();
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))
       ->capture_default_str();
@@ -295,6 +302,7 @@ int RunServeCommand(std::ostream& out) {
                      {"http_threads", o.http_threads},
                      {"max_queue", o.max_queue},
                      {"max_body_size", ParseByteSize(o.max_body_size, "--max-body-size")},
+                     {"max_request_memory", ParseByteSize(o.max_request_memory, "--max-request-memory")},
                      {"max_batch_size", o.limits.max_batch_size},
                      {"max_images", o.limits.max_images},
                      {"max_request_megapixels", o.limits.max_megapixels},
@@ -332,6 +340,8 @@ int RunServeCommand(std::ostream& out) {
   http_options.max_pending = o.max_queue;
   http_options.run_inline = serve::InferenceServer::RunsInline;
   http_options.lane = serve::InferenceServer::Lane;
+  http_options.request_memory =
+      std::make_shared<serve::RequestMemory>(ParseByteSize(o.max_request_memory, "--max-request-memory"));
   serve::HttpServer http(http_options, [&server](const serve::HttpRequest& r) { return server.Handle(r); });
 
   std::unique_ptr<serve::GrpcServer> grpc;
@@ -342,6 +352,7 @@ int RunServeCommand(std::ostream& out) {
     grpc_options.max_message_bytes = http_options.max_body_bytes;
     grpc_options.threads = o.workers;
     grpc_options.waiting = o.max_queue;
+    grpc_options.request_memory = http_options.request_memory;
     grpc = std::make_unique<serve::GrpcServer>(&server, grpc_options);
   }
   // --metrics-port: a listener of its own that answers GET /metrics only (Prometheus scrape configs written for

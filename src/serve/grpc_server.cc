@@ -11,6 +11,7 @@
 #include "serve/kserve.h"
 #include "serve/lane_pool.h"
 #include "serve/log.h"
+#include "serve/request_memory.h"
 #include "serve/proto/inference.grpc.pb.h"
 #include "serve/server.h"
 
@@ -217,7 +218,8 @@ std::string RestBody(const inference::ModelInferRequest& request, std::string* h
 // threads that other models' calls need nor is taken ahead of them; a call the pool refuses is UNAVAILABLE at once.
 class Service final : public inference::GRPCInferenceService::CallbackService {
  public:
-  Service(InferenceServer* server, LanePool* pool) : server_(server), pool_(pool) {}
+  Service(InferenceServer* server, LanePool* pool, std::shared_ptr<RequestMemory> memory)
+      : server_(server), pool_(pool), memory_(std::move(memory)) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* response) override {
@@ -297,7 +299,7 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
                           inference::ModelInferResponse* response) override {
-    return Queue(context, "ModelInfer", request->model_name(), [=, this] {
+    return Queue(context, "ModelInfer", request->model_name(), static_cast<int64_t>(request->ByteSizeLong()), [=, this] {
       std::string header_length;
       const std::string body = RestBody(*request, &header_length);
       const std::string& model = request->model_name();
@@ -336,21 +338,36 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     reactor->Finish(status);
     return reactor;
   }
-  // Runs `body` (Call: errors as status codes, the access log) on a worker in `model`'s lane. The request and response
-  // messages live until Finish.
+  // Runs `body` (Call: errors as status codes, the access log) on a worker in `model`'s lane, holding `bytes` (the
+  // request message's) of --max-request-memory until it is answered. The request and response messages live until
+  // Finish.
+  template <class F>
+  grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* context, const char* method, const std::string& model,
+                                  int64_t bytes, F body) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    auto refuse = [&](const std::string& why) {
+      reactor->Finish(Call(method, model, [&] { throw Error(ErrorCode::kUnavailable, why); }));
+      return reactor;
+    };
+    std::shared_ptr<RequestMemory::Hold> hold = memory_ ? memory_->Take(bytes) : nullptr;
+    if (memory_ && !hold) return refuse(memory_->Refusal(bytes));
+    if (!pool_->Post(model, [reactor, method, model, body = std::move(body), hold = std::move(hold)]() mutable {
+          grpc::Status status = Call(method, model, body);
+          hold.reset();
+          reactor->Finish(status);
+        }))
+      return refuse(pool_->Refusal());
+    return reactor;
+  }
   template <class F>
   grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* context, const char* method, const std::string& model,
                                   F body) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (!pool_->Post(model, [reactor, method, model, body = std::move(body)]() mutable {
-          reactor->Finish(Call(method, model, body));
-        }))
-      reactor->Finish(Call(method, model, [this] { throw Error(ErrorCode::kUnavailable, pool_->Refusal()); }));
-    return reactor;
+    return Queue(context, method, model, 0, std::move(body));
   }
 
   InferenceServer* server_;
   LanePool* pool_;
+  std::shared_ptr<RequestMemory> memory_;
 };
 
 }  // namespace
@@ -366,7 +383,7 @@ struct GrpcServer::Impl {
 GrpcServer::GrpcServer(InferenceServer* server, GrpcServerOptions options) : impl_(std::make_unique<Impl>()) {
   const int threads = std::max(1, options.threads);
   impl_->pool = std::make_unique<LanePool>(threads, threads + std::max(0, options.waiting));
-  impl_->service = std::make_unique<Service>(server, impl_->pool.get());
+  impl_->service = std::make_unique<Service>(server, impl_->pool.get(), options.request_memory);
   grpc::ServerBuilder builder;
   const std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
   builder.AddListeningPort(host + ":" + std::to_string(options.port), grpc::InsecureServerCredentials(), &impl_->port);

@@ -7,6 +7,7 @@
 namespace osprey::serve {
 
 class InferenceServer;
+class RequestMemory;
 
 struct GrpcServerOptions {
   std::string host = "127.0.0.1";
@@ -15,6 +16,9 @@ struct GrpcServerOptions {
   int threads = 4;                        // workers that run calls (as --workers; a pool of their own)
   int waiting = 256;  // calls held beyond those without a thread (as --max-queue); beyond, a call for a model that
                       // holds its share of them is UNAVAILABLE (serve/lane_pool.h)
+  /// The bytes of requests held at once, shared with REST (serve/request_memory.h; null = no limit): an infer call
+  /// whose message does not fit is UNAVAILABLE at once.
+  std::shared_ptr<RequestMemory> request_memory;
 };
 
 class GrpcServer {

@@ -22,6 +22,7 @@
 #include "osprey/error.h"
 #include "serve/lane_pool.h"
 #include "serve/log.h"
+#include "serve/request_memory.h"
 
 namespace osprey::serve {
 
@@ -113,6 +114,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void ReadHeader() {
     if (server_->stopping) return Close();
+    hold_.reset();
     parser_.emplace();
     if (buffer_.size() == 0 && buffer_.capacity() > kHeaderReadBytes) buffer_.shrink_to_fit();  // idle: give it back
     parser_->header_limit(64 * 1024);
@@ -148,6 +150,14 @@ class Session : public std::enable_shared_from_this<Session> {
                         "request body of " + std::to_string(*length) + " bytes is larger than --max-body-size (" +
                             std::to_string(limit) + " bytes)",
                         true);
+    if (server_->options.request_memory) {
+      const int64_t bytes = static_cast<int64_t>(length.value_or(limit));  // chunked: the most it may be
+      hold_ = server_->options.request_memory->Take(bytes);
+      if (!hold_)
+        return Send(HttpResponse{503, "application/json", {{"Retry-After", "1"}},
+                                 JsonError(server_->options.request_memory->Refusal(bytes))},
+                    false, 11, true);
+    }
     if (EqualsIgnoreCase(std::string(parser_->get()[http::field::expect]), "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       stream_.expires_after(server_->Timeout());
@@ -182,11 +192,13 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& field : message) request.headers.emplace_back(field.name_string(), field.value());
     request.body = std::move(message.body());
     bytes_in_ = request.body.size();
+    if (hold_) hold_->Shrink(static_cast<int64_t>(request.body.size()));
     const bool keep_alive = message.keep_alive();
     const unsigned version = message.version();
     HttpServer::Impl& server = *server_;
     if (!server.workers || (server.options.run_inline && server.options.run_inline(request))) {
       HttpResponse response = Call(request);
+      hold_.reset();
       return Send(std::move(response), keep_alive && !server.stopping, version, false);
     }
     auto gone = std::make_shared<std::atomic<bool>>(false);
@@ -196,8 +208,11 @@ class Session : public std::enable_shared_from_this<Session> {
     auto guard = net::make_work_guard(stream_.get_executor());
     const std::string lane = server.options.lane ? server.options.lane(request) : std::string();
     const bool queued = server.workers->Post(lane, [self = shared_from_this(), request = std::move(request), keep_alive,
-                                                    version, guard = std::move(guard)]() mutable {
+                                                    version, guard = std::move(guard),
+                                                    hold = std::move(hold_)]() mutable {
       HttpResponse response = self->Call(request);
+      request = HttpRequest();  // its body goes back to the budget before the answer is written
+      hold.reset();
       net::post(self->stream_.get_executor(), [self, response = std::move(response), keep_alive, version]() mutable {
         self->StopWatching();
         self->Send(std::move(response), keep_alive && !self->server_->stopping, version, false);
@@ -298,6 +313,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::vector<char> drain_buffer_;
+  std::shared_ptr<RequestMemory::Hold> hold_;  // the request's share of --max-request-memory, while it is held
   bool idle_ = false;
   bool watching_ = false;  // WatchClient is waiting on the socket (on this session's strand)
   // The request being answered, for the log.

@@ -14,6 +14,8 @@
 
 namespace osprey::serve {
 
+class RequestMemory;
+
 /// One request as the handler sees it. The body is fully read.
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
@@ -54,6 +56,10 @@ struct HttpServerOptions {
   /// the lane that holds the fewest workers (serve/lane_pool.h), so one model's flood cannot starve the others.
   /// Empty: one lane, first in first out. Called on an I/O thread: must be cheap and must not throw.
   std::function<std::string(const HttpRequest&)> lane;
+  /// The bytes of request bodies held at once over all connections (serve/request_memory.h; null = no limit): a
+  /// request whose Content-Length (or --max-body-size, chunked) does not fit gets 503 with Retry-After before its body
+  /// is read.
+  std::shared_ptr<RequestMemory> request_memory;
   /// Requests that are cheap and must stay fast while every worker is busy (health, metrics): run on the I/O thread.
   std::function<bool(const HttpRequest&)> run_inline;
 };

@@ -5,6 +5,7 @@ import http.client
 import io
 import json
 import os
+import re
 import resource
 import socket
 import struct
@@ -459,6 +460,99 @@ def test_a_grpc_flood_of_one_model_does_not_starve_another(tmp_path, start_repo)
     for e in refused:
         assert isinstance(e, InferenceServerException) and "UNAVAILABLE" in str(e.status()), str(e)
         assert "the server is busy" in e.message(), e.message()
+    assert_healthy(server)
+
+
+def read_answer(sock) -> tuple:
+    """(status, headers text, body) of one HTTP answer read from a raw socket (Content-Length bodies)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(head.split()[1]), head.decode(), body
+
+
+def test_request_bodies_held_at_once_are_bounded(tmp_path, start_repo):
+    """Two clients announce 3 MiB bodies and send 10 bytes of them (held); a third 3 MiB request does not fit in
+    --max-request-memory 8M and gets 503 + Retry-After at once, before sending its body, while a small request still
+    runs. When the two hang up, their bytes go back and a 3 MiB request is read again. Without the budget the server
+    held --workers + --max-queue bodies of --max-body-size (16 GiB at the defaults) for a client that asked."""
+    repo = tmp_path / "repo"
+    vec_model(repo / "vec" / "1")
+    server = start_repo(repo, "--max-request-memory", "8M", "--max-body-size", "4M")
+    big = 3 << 20
+
+    def announce(length):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(b"POST /v2/models/vec/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(length).encode() + b"\r\n\r\n")
+        return sock
+
+    held = [announce(big), announce(big)]
+    for sock in held:
+        sock.sendall(b"{" * 10)
+    time.sleep(0.3)  # both headers read
+    third = announce(big)
+    status, head, body = read_answer(third)
+    third.close()
+    assert status == 503 and "retry-after: 1" in head.lower(), (status, head)
+    assert "--max-request-memory" in json.loads(body)["error"], body
+    small = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    assert server.request("POST", "/v2/models/vec/infer", json.dumps(small).encode())[0] == 200
+    for sock in held:
+        sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the server sees the hang-ups
+        sock = announce(big)
+        sock.sendall(b" " * big)
+        status, _, body = read_answer(sock)
+        sock.close()
+        if status != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == 400, body  # read and parsed (blanks are no JSON document), not refused
+    assert_healthy(server)
+
+
+def test_grpc_calls_held_at_once_are_bounded(tmp_path, start_repo):
+    """gRPC calls share the budget: with --max-request-memory 3M and one worker busy, 1 MiB infer calls beyond it
+    are UNAVAILABLE at once (they were parked, each holding its message), the others answered."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    import re as _re
+
+    repo = tmp_path / "repo"
+    slow_model(repo, layers=80)
+    server = start_repo(repo, "--workers", 1, "--streams", 1, "--max-request-memory", "3M", "--grpc-port", 0,
+                        "--load", "slow")
+    port = int(_re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    x = grpcclient.InferInput("x", [256, 1024], "FP32")
+    x.set_data_from_numpy(np.ones((256, 1024), np.float32))
+    client.infer("slow", [x])
+    done, lock = [], threading.Lock()
+
+    def finished(result, error):
+        with lock:
+            done.append(error)
+
+    for _ in range(8):
+        client.async_infer("slow", [x], callback=finished)
+    deadline = time.monotonic() + 120
+    while len(done) < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    refused = [e for e in done if e is not None]
+    assert len(done) == 8 and refused and len(refused) < 8, [str(e) for e in refused]
+    for e in refused:
+        assert "UNAVAILABLE" in str(e.status()) and "--max-request-memory" in e.message(), str(e)
     assert_healthy(server)
 
 
