@@ -1,6 +1,7 @@
 // osprey serve --model-repository DIR [--host H] [--port P] [--memory-budget SIZE] [--idle-unload S] [--load M ...]
 //              [--streams S] [--threads T] [--max-queue N] [--http-threads N] [--max-body-size SIZE]
-//              [--max-request-memory SIZE] [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N] [--max-request-megapixels N]
+//              [--max-request-memory SIZE] [--read-timeout S] [--workers N] [--max-batch-size N] [--max-images N]
+//              [--max-request-megapixels N]
 //              [--max-request-seconds S]
 #include "cli/serve.h"
 
@@ -230,10 +231,11 @@ void AddServeOptions(CLI::App* serve) {
                                                 "failed requests are always logged");
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
-  serve->add_option("--max-request-memory", o.max_request_memory,
-                    "Request bytes held at once over all connections and both protocols (bodies read, waiting and "
-                    "running); a REST request that does not fit gets 503 with Retry-After before its body is read, a "
-                    "gRPC call UNAVAILABLE (0 = no limit)")
+  serve
+      ->add_option("--max-request-memory", o.max_request_memory,
+                   "Request bytes held at once over all connections and both protocols (bodies read, waiting and "
+                   "running); a REST request that does not fit gets 503 with Retry-After before its body is read, a "
+                   "gRPC call UNAVAILABLE (0 = no limit)")
       ->capture_default_str();
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))

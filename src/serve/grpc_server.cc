@@ -11,8 +11,8 @@
 #include "serve/kserve.h"
 #include "serve/lane_pool.h"
 #include "serve/log.h"
-#include "serve/request_memory.h"
 #include "serve/proto/inference.grpc.pb.h"
+#include "serve/request_memory.h"
 #include "serve/server.h"
 
 namespace osprey::serve {
@@ -231,50 +231,60 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     response->set_ready(true);
     return Done(context, grpc::Status::OK);
   }
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
-                          inference::ModelReadyResponse* response) override {
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override {
     return Queue(context, "ModelReady", request->name(),
-                [=, this] { response->set_ready(server_->ModelReady(request->name(), request->version())); });
+                 [=, this] { response->set_ready(server_->ModelReady(request->name(), request->version())); });
   }
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
-                              inference::ServerMetadataResponse* response) override {
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* response) override {
     return Queue(context, "ServerMetadata", "", [=, this] { FromJson(server_->ServerMetadata(), response); });
   }
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
-                             inference::ModelMetadataResponse* response) override {
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override {
     return Queue(context, "ModelMetadata", request->name(),
-                [=, this] { FromJson(server_->ModelMetadata(request->name(), request->version()), response); });
+                 [=, this] { FromJson(server_->ModelMetadata(request->name(), request->version()), response); });
   }
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
-                           inference::ModelConfigResponse* response) override {
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override {
     return Queue(context, "ModelConfig", request->name(), [=, this] {
       *response->mutable_config() = *server_->ModelConfig(request->name(), request->version());
     });
   }
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
-                               inference::ModelStatisticsResponse* response) override {
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override {
     return Queue(context, "ModelStatistics", request->name(),
-                [=, this] { FromJson(server_->Statistics(request->name(), request->version()), response); });
+                 [=, this] { FromJson(server_->Statistics(request->name(), request->version()), response); });
   }
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
-                               inference::RepositoryIndexResponse* response) override {
-    return Queue(context, "RepositoryIndex", "",
-                [=, this] { FromJson(json{{"models", server_->RepositoryIndex(request->ready())}}, response); });
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override {
+    return Queue(context, "RepositoryIndex", "", [=, this] {
+      FromJson(json{{"models", server_->RepositoryIndex(request->ready())}}, response);
+    });
   }
-  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-                                   inference::RepositoryModelLoadResponse*) override {
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                const inference::RepositoryModelLoadRequest* request,
+                                                inference::RepositoryModelLoadResponse*) override {
     return Queue(context, "RepositoryModelLoad", request->model_name(), [=, this] {
       server_->LoadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
     });
   }
-  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-                                     inference::RepositoryModelUnloadResponse*) override {
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context,
+                                                  const inference::RepositoryModelUnloadRequest* request,
+                                                  inference::RepositoryModelUnloadResponse*) override {
     return Queue(context, "RepositoryModelUnload", request->model_name(), [=, this] {
       server_->UnloadModel(request->model_name(), RepositoryParametersJson(request->parameters()));
     });
   }
-  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
-                                        inference::SystemSharedMemoryStatusResponse* response) override {
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                     const inference::SystemSharedMemoryStatusRequest* request,
+                                                     inference::SystemSharedMemoryStatusResponse* response) override {
     return Queue(context, "SystemSharedMemoryStatus", "", [=, this] {
       for (const json& r : server_->SharedMemoryStatus(request->name())) {
         auto& status = (*response->mutable_regions())[r["name"].get<std::string>()];
@@ -286,50 +296,53 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     });
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* context,
-                                          const inference::SystemSharedMemoryRegisterRequest* request,
-                                          inference::SystemSharedMemoryRegisterResponse*) override {
+                                                       const inference::SystemSharedMemoryRegisterRequest* request,
+                                                       inference::SystemSharedMemoryRegisterResponse*) override {
     return Queue(context, "SystemSharedMemoryRegister", "", [=, this] {
       server_->RegisterSharedMemory(request->name(), request->key(), request->offset(), request->byte_size());
     });
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* context,
-                                            const inference::SystemSharedMemoryUnregisterRequest* request,
-                                            inference::SystemSharedMemoryUnregisterResponse*) override {
-    return Queue(context, "SystemSharedMemoryUnregister", "", [=, this] { server_->UnregisterSharedMemory(request->name()); });
+                                                         const inference::SystemSharedMemoryUnregisterRequest* request,
+                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+    return Queue(context, "SystemSharedMemoryUnregister", "",
+                 [=, this] { server_->UnregisterSharedMemory(request->name()); });
   }
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
-                          inference::ModelInferResponse* response) override {
-    return Queue(context, "ModelInfer", request->model_name(), static_cast<int64_t>(request->ByteSizeLong()), [=, this] {
-      std::string header_length;
-      const std::string body = RestBody(*request, &header_length);
-      const std::string& model = request->model_name();
-      InferenceServer::InferResult r = server_->Infer(
-          model, request->model_version(),
-          [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
-              const SharedMemoryRegions* shared_memory) {
-            return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
-          },
-          CallDeadline(context));
-      response->set_model_name(r.loaded->name);
-      response->set_model_version(r.loaded->version);
-      response->set_id(request->id());
-      for (const ResponseOutput& out :
-           SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels, r.shared_memory)) {
-        auto* o = response->add_outputs();
-        o->set_name(out.name);
-        o->set_datatype(out.datatype);
-        for (int64_t d : out.shape) o->add_shape(d);
-        // One entry per output, empty for one in shared memory: clients find an output's contents by its index.
-        std::string* raw = response->add_raw_output_contents();
-        if (out.shared_memory) {
-          // written there by SelectOutputs
-        } else if (out.datatype == "BYTES") {
-          for (const std::string& s : out.strings) AppendBinaryBytes(raw, s);
-        } else {
-          raw->assign(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
-        }
-      }
-    });
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override {
+    return Queue(
+        context, "ModelInfer", request->model_name(), static_cast<int64_t>(request->ByteSizeLong()), [=, this] {
+          std::string header_length;
+          const std::string body = RestBody(*request, &header_length);
+          const std::string& model = request->model_name();
+          InferenceServer::InferResult r = server_->Infer(
+              model, request->model_version(),
+              [&](const std::vector<ValueInfo>& inputs, const RequestLimits& limits, const ImageInputDecoder& images,
+                  const SharedMemoryRegions* shared_memory) {
+                return DecodeInferRequest(inputs, model, body, header_length, limits, images, shared_memory);
+              },
+              CallDeadline(context));
+          response->set_model_name(r.loaded->name);
+          response->set_model_version(r.loaded->version);
+          response->set_id(request->id());
+          for (const ResponseOutput& out :
+               SelectOutputs(r.request.header, model, r.results, r.loaded->directory.labels, r.shared_memory)) {
+            auto* o = response->add_outputs();
+            o->set_name(out.name);
+            o->set_datatype(out.datatype);
+            for (int64_t d : out.shape) o->add_shape(d);
+            // One entry per output, empty for one in shared memory: clients find an output's contents by its index.
+            std::string* raw = response->add_raw_output_contents();
+            if (out.shared_memory) {
+              // written there by SelectOutputs
+            } else if (out.datatype == "BYTES") {
+              for (const std::string& s : out.strings) AppendBinaryBytes(raw, s);
+            } else {
+              raw->assign(static_cast<const char*>(out.tensor.raw()), out.tensor.nbytes());
+            }
+          }
+        });
   }
 
  private:

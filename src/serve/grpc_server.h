@@ -23,7 +23,8 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  /// Starts serving at once (gRPC's threads take calls, the pool's workers run them). Throws Error kUnavailable when the address cannot be bound.
+  /// Starts serving at once (gRPC's threads take calls, the pool's workers run them). Throws Error kUnavailable when
+  /// the address cannot be bound.
   GrpcServer(InferenceServer* server, GrpcServerOptions options);
   ~GrpcServer();  // Shutdown()
   int port() const;

@@ -154,7 +154,9 @@ class Session : public std::enable_shared_from_this<Session> {
       const int64_t bytes = static_cast<int64_t>(length.value_or(limit));  // chunked: the most it may be
       hold_ = server_->options.request_memory->Take(bytes);
       if (!hold_)
-        return Send(HttpResponse{503, "application/json", {{"Retry-After", "1"}},
+        return Send(HttpResponse{503,
+                                 "application/json",
+                                 {{"Retry-After", "1"}},
                                  JsonError(server_->options.request_memory->Refusal(bytes))},
                     false, 11, true);
     }
@@ -406,8 +408,10 @@ void HttpServer::Run() {
       if (!ec) impl->StopNow();
     });
   }
-  if (impl->options.worker_threads > 0) impl->workers = std::make_unique<LanePool>(
-        impl->options.worker_threads, std::max(1, impl->options.worker_threads) + std::max(0, impl->options.max_pending));
+  if (impl->options.worker_threads > 0)
+    impl->workers =
+        std::make_unique<LanePool>(impl->options.worker_threads,
+                                   std::max(1, impl->options.worker_threads) + std::max(0, impl->options.max_pending));
   impl->Accept(impl);
   const int n = std::max(1, impl->options.io_threads);
   std::vector<std::thread> threads;

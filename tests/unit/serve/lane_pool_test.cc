@@ -116,9 +116,9 @@ TEST(LanePool, JoinRunsWhatIsQueuedAndIsIdempotent) {
   EXPECT_EQ(done.load(), 50);
 }
 
-// Full (capacity 4, all lane a's): a is refused, b is taken up to its share (4 / 2 lanes), c up to its (4 / 3), d (4 / 4),
-// and nothing beyond 2 x capacity in all, however many lanes come. Without the shares a flood of one model got every
-// other model's request refused (503 / UNAVAILABLE) as soon as it filled the queue.
+// Full (capacity 4, all lane a's): a is refused, b is taken up to its share (4 / 2 lanes), c up to its (4 / 3), d (4 /
+// 4), and nothing beyond 2 x capacity in all, however many lanes come. Without the shares a flood of one model got
+// every other model's request refused (503 / UNAVAILABLE) as soon as it filled the queue.
 TEST(LanePool, AFullPoolRefusesTheFloodButTakesOtherLanesUpToTheirShare) {
   Gate gate;
   std::atomic<int> done{0};
