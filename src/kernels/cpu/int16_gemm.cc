@@ -64,26 +64,52 @@ bool Int16GemmAvailable() {
   return available;
 }
 
-__attribute__((target("avx2"))) void PackInt16Rows(const int16_t* rows, int64_t ld, int64_t k_count, int64_t cols,
-                                                   int16_t* out) {
+namespace {
+
+// 16 values of a row as int16, less `zero` (8-bit rows) or as they are (int16 rows).
+struct LoadInt16 {
+  __attribute__((target("avx2"))) __m256i operator()(const int16_t* p) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+};
+struct LoadU8 {
+  __m256i zero;
+  __attribute__((target("avx2"))) __m256i operator()(const uint8_t* p) const {
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), zero);
+  }
+};
+struct LoadS8 {
+  __m256i zero;
+  __attribute__((target("avx2"))) __m256i operator()(const int8_t* p) const {
+    return _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), zero);
+  }
+};
+
+template <typename T, typename Load>
+__attribute__((target("avx2"))) void PackRows(const T* rows, int64_t ld, int64_t k_count, int64_t cols, Load load,
+                                              int16_t* out) {
   const int64_t kp = Int16PairedK(k_count), panels = (cols + kInt16PanelCols - 1) / kInt16PanelCols;
-  alignas(32) int16_t pad0[kInt16PanelCols], pad1[kInt16PanelCols];
+  alignas(32) T pad0[kInt16PanelCols], pad1[kInt16PanelCols];
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t c0 = p * kInt16PanelCols, n = std::min(kInt16PanelCols, cols - c0);
     int16_t* panel = out + p * kp * kInt16PanelCols;
     for (int64_t k = 0; k < kp; k += 2) {
-      const int16_t* r0 = rows + k * ld + c0;
-      const int16_t* r1 = k + 1 < k_count ? rows + (k + 1) * ld + c0 : nullptr;
-      if (n < kInt16PanelCols || r1 == nullptr) {  // a short last panel or the zero row past an odd K
-        std::fill(pad0, pad0 + kInt16PanelCols, int16_t{0});
-        std::fill(pad1, pad1 + kInt16PanelCols, int16_t{0});
+      const T* r0 = rows + k * ld + c0;
+      const T* r1 = k + 1 < k_count ? rows + (k + 1) * ld + c0 : nullptr;
+      __m256i a, b;
+      if (n < kInt16PanelCols) {  // a short last panel: the columns past `cols` are zero after the load
+        std::fill(pad0, pad0 + kInt16PanelCols, T{0});
+        std::fill(pad1, pad1 + kInt16PanelCols, T{0});
         std::copy(r0, r0 + n, pad0);
         if (r1) std::copy(r1, r1 + n, pad1);
-        r0 = pad0;
-        r1 = pad1;
+        const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16(static_cast<int16_t>(n)),
+                                                _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        a = _mm256_and_si256(load(pad0), keep);
+        b = r1 ? _mm256_and_si256(load(pad1), keep) : _mm256_setzero_si256();
+      } else {
+        a = load(r0);
+        b = r1 ? load(r1) : _mm256_setzero_si256();  // the zero row past an odd K
       }
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
-      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1));
       // unpack works within 128-bit halves: lo = columns 0-3 | 8-11, hi = 4-7 | 12-15, each as (a, b) pairs.
       const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + k * kInt16PanelCols),
@@ -92,6 +118,36 @@ __attribute__((target("avx2"))) void PackInt16Rows(const int16_t* rows, int64_t 
                           _mm256_permute2x128_si256(lo, hi, 0x31));  // columns 8-15
     }
   }
+}
+
+}  // namespace
+
+void PackInt16Rows(const int16_t* rows, int64_t ld, int64_t k_count, int64_t cols, int16_t* out) {
+  PackRows(rows, ld, k_count, cols, LoadInt16{}, out);
+}
+
+__attribute__((target("avx2"))) void PackInt16Rows(const uint8_t* rows, int64_t ld, int64_t k_count, int64_t cols,
+                                                   int32_t zero, int16_t* out) {
+  PackRows(rows, ld, k_count, cols, LoadU8{_mm256_set1_epi16(static_cast<int16_t>(zero))}, out);
+}
+
+__attribute__((target("avx2"))) void PackInt16Rows(const int8_t* rows, int64_t ld, int64_t k_count, int64_t cols,
+                                                   int32_t zero, int16_t* out) {
+  PackRows(rows, ld, k_count, cols, LoadS8{_mm256_set1_epi16(static_cast<int16_t>(zero))}, out);
+}
+
+__attribute__((target("avx2"))) void ShiftInt16(const uint8_t* src, int64_t n, int32_t zero, int16_t* dst) {
+  const LoadU8 load{_mm256_set1_epi16(static_cast<int16_t>(zero))};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), load(src + i));
+  for (; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
+}
+
+__attribute__((target("avx2"))) void ShiftInt16(const int8_t* src, int64_t n, int32_t zero, int16_t* dst) {
+  const LoadS8 load{_mm256_set1_epi16(static_cast<int16_t>(zero))};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), load(src + i));
+  for (; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
 }
 
 void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t ldc,

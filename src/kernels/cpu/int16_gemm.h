@@ -39,6 +39,14 @@ void PackInt16B(int64_t k_count, int64_t n_count, Get b, int16_t* out) {
 /// Packs rows [0, K) x columns [0, cols) of a row-major int16 matrix (row stride ld) as B (panels of 16 columns,
 /// columns past `cols` and a last odd row zero); `out` holds Int16PackedSize(K, cols) elements.
 void PackInt16Rows(const int16_t* rows, int64_t ld, int64_t k_count, int64_t cols, int16_t* out);
+/// The same from 8-bit rows, `zero` taken off each value on the way (a pointwise convolution's input is its own
+/// im2col matrix: packed straight from the tensor).
+void PackInt16Rows(const uint8_t* rows, int64_t ld, int64_t k_count, int64_t cols, int32_t zero, int16_t* out);
+void PackInt16Rows(const int8_t* rows, int64_t ld, int64_t k_count, int64_t cols, int32_t zero, int16_t* out);
+
+/// dst[i] = src[i] - zero for i < n.
+void ShiftInt16(const uint8_t* src, int64_t n, int32_t zero, int16_t* dst);
+void ShiftInt16(const int8_t* src, int64_t n, int32_t zero, int16_t* dst);
 
 /// C[m][n] for m in [0, M), n in [n0, n1) (n0 a multiple of 16; n1 <= N, the columns C holds): A is M x Kp at `a`
 /// (row stride lda), `b` the packed B (panel n0 / 16 first: pass the whole packing), C row stride ldc.

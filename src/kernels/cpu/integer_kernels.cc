@@ -472,6 +472,7 @@ class IntegerInt16Kernel final : public Kernel {
     kp_ = Int16PairedK(k_);
     win_ = p.win;
     threads_ = p.threads;
+    if (conv) PlanConv();
     const Tensor& w = *p.w;
     const Tensor* wzp = p.wzp;
     auto weight = [&](int64_t out, int64_t i) {  // element i of W, less output channel out's zero point
@@ -529,12 +530,8 @@ class IntegerInt16Kernel final : public Kernel {
   static void Shift(const Tensor& x, int64_t offset, int64_t stride, int64_t n, int32_t zero, int16_t* dst) {
     auto run = [&](const auto* src) {
       src += offset;
-      if (stride == 1) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
-      } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int16_t>(src[i * stride] - zero);
-      }
+      if (stride == 1) return ShiftInt16(src, n, zero, dst);
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<int16_t>(src[i * stride] - zero);
     };
     if (x.dtype() == DType::kU8)
       run(x.data<uint8_t>());
@@ -551,12 +548,35 @@ class IntegerInt16Kernel final : public Kernel {
     Int16GemmThreaded(a, rows, kp_, b, c, out_c_, threads_);
   }
 
-  // Output pixels gathered at once: K rows of them (~512 KiB; 16 pixels at least), then their panels (as much again).
-  int64_t PixelBlock() const {
-    const int64_t pixels = (y_[2] * y_[3] + kInt16PanelCols - 1) / kInt16PanelCols * kInt16PanelCols;
-    return std::clamp<int64_t>((int64_t{256} << 10) / kp_ / kInt16PanelCols * kInt16PanelCols, kInt16PanelCols,
-                               std::min<int64_t>(pixels, 1024));
+  // How a convolution's output is cut into jobs (Build). Output pixels are gathered in blocks of whole panels, the
+  // rows of a block in at most kBlockRowBytes (its panels take as much again), the blocks of an image equal in
+  // panels. Where images x blocks leave threads idle, the work is cut further: the output channels when they
+  // outnumber the pixels (each part gathers the block itself but reads only its share of the weight, which is then
+  // the larger operand: ResNet's last 3x3 layers, 512 channels of K 4608 over 49 pixels), else the pixels into
+  // smaller blocks; and the job count is rounded up to a multiple of the threads where the panels allow, so that no
+  // thread runs a last job alone (1024 + 1024 + 1024 + 64 pixels on two threads ran 2048 on one).
+  static constexpr int64_t kBlockRowBytes = 128 << 10;
+  void PlanConv() {
+    const int64_t images = x_[0], pixels = y_[2] * y_[3];
+    const int64_t panels = (pixels + kInt16PanelCols - 1) / kInt16PanelCols;
+    const int64_t max_panels =
+        std::max<int64_t>(1, kBlockRowBytes / (kp_ * int64_t{sizeof(int16_t)}) / kInt16PanelCols);
+    int64_t blocks = (panels + max_panels - 1) / max_panels;
+    splits_ = 1;
+    if (images * blocks < threads_) {
+      if (out_c_ > pixels)
+        splits_ = std::clamp<int64_t>((threads_ + images * blocks - 1) / (images * blocks), 1, (out_c_ + 3) / 4);
+      else
+        blocks = std::min(panels, (threads_ + images - 1) / images);
+    } else if (images * blocks % threads_ != 0 && threads_ > 1) {
+      const int64_t jobs = (images * blocks + threads_ - 1) / threads_ * threads_;
+      blocks = std::min(panels, (jobs + images - 1) / images);
+    }
+    const int64_t block_panels = (panels + blocks - 1) / blocks;
+    block_ = block_panels * kInt16PanelCols;
+    blocks_ = (panels + block_panels - 1) / block_panels;
   }
+  int64_t PixelBlock() const { return block_; }
   size_t BlockBytes() const { return ThreadScratch::Align(sizeof(int16_t) * static_cast<size_t>(PixelBlock() * kp_)); }
   size_t PanelBytes() const { return 2 * BlockBytes(); }
 
@@ -568,9 +588,10 @@ class IntegerInt16Kernel final : public Kernel {
     const int64_t images = x_[0], channels = x_[1], ih = x_[2], iw = x_[3], oh = y_[2], ow = y_[3];
     const int64_t pixels = oh * ow, kh = win_.kernel[0], kw = win_.kernel[1];
     const int64_t sy = win_.strides[0], sx = win_.strides[1], dy = win_.dilations[0], dx = win_.dilations[1];
-    const int64_t block = PixelBlock(), blocks = (pixels + block - 1) / block;
+    const int64_t block = block_, blocks = blocks_, splits = splits_;
+    const bool pointwise = kh == 1 && kw == 1 && sy == 1 && sx == 1 && ih * iw == pixels &&
+                           win_.pad_begin[0] == 0 && win_.pad_begin[1] == 0;
     const int64_t row_blocks = (out_c_ + 3) / 4;  // int16_gemm.cc's 4-row blocks
-    const int64_t splits = std::clamp<int64_t>((threads_ + images * blocks - 1) / (images * blocks), 1, row_blocks);
     const int64_t jobs = images * blocks * splits;
     const int parts = static_cast<int>(std::min<int64_t>(threads_, jobs));
 #pragma omp parallel for num_threads(parts) schedule(dynamic, 1) if (parts > 1)
@@ -582,6 +603,14 @@ class IntegerInt16Kernel final : public Kernel {
           omp_get_thread_num() == 0 ? own : reinterpret_cast<int16_t*>(ThreadScratch::Reserve(PanelBytes()));
       int16_t* packed = rows + BlockBytes() / sizeof(int16_t);
       const int64_t x_base = n * channels * ih * iw;
+      if (pointwise) {  // the input is its own im2col matrix
+        if (x.dtype() == DType::kU8)
+          PackInt16Rows(x.data<uint8_t>() + x_base + p0, pixels, k_, count, zero, packed);
+        else
+          PackInt16Rows(x.data<int8_t>() + x_base + p0, pixels, k_, count, zero, packed);
+        Int16Gemm(w + m0 * kp_, kp_, m1 - m0, kp_, packed, c + (n * out_c_ + m0) * pixels + p0, pixels, 0, count);
+        continue;
+      }
       int64_t k = 0;
       for (int64_t ch = 0; ch < channels; ++ch)
         for (int64_t ky = 0; ky < kh; ++ky)
@@ -615,6 +644,7 @@ class IntegerInt16Kernel final : public Kernel {
   Shape x_, y_;
   int64_t out_c_ = 0, k_ = 0, kp_ = 0;
   int threads_ = 1;
+  int64_t block_ = 0, blocks_ = 0, splits_ = 1;  // PlanConv
   ConvWindow win_;
   std::shared_ptr<Buffer> weight_;
 };

@@ -127,6 +127,26 @@ TEST(IntegerKernels, ConvIntegerManyPixelBlocksOddDepth) {
       {false, true, false, true}, "", "", "MatMulIntegerAsF32Dnnl");
 }
 
+// Pointwise (1 x 1, stride 1, no padding): the int16 kernel packs the input straight into panels. Batch 2, an odd K
+// (301 channels: the zero row of the last pair), 667 pixels in several blocks with a short last panel; int8 and uint8
+// activations. Then 1 x 1 with stride 2, which gathers as any window does.
+TEST(IntegerKernels, ConvIntegerPointwise) {
+  Node node = MakeNode("ConvInteger", 4, 1);
+  ExpectExact(node,
+              {Bytes<uint8_t>({2, 301, 23, 29}, 25), Bytes<uint8_t>({12, 301, 1, 1}, 26), Scalar8<uint8_t>(91),
+               Scalar8<uint8_t>(133)},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+  ExpectExact(
+      node,
+      {Bytes<int8_t>({1, 9, 5, 7}, 27), Bytes<int8_t>({3, 9, 1, 1}, 28), Scalar8<int8_t>(-100), Scalar8<int8_t>(7)},
+      {false, true, false, true}, "", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+  Node strided = MakeNode("ConvInteger", 4, 1, {{"strides", Attribute::Ints({2, 2})}});
+  ExpectExact(strided,
+              {Bytes<uint8_t>({1, 33, 15, 16}, 29), Bytes<uint8_t>({5, 33, 1, 1}, 30), Scalar8<uint8_t>(3),
+               Scalar8<uint8_t>(250)},
+              {false, true, false, true}, "ConvIntegerInt8Dnnl", "ConvIntegerInt16Avx2", "ConvIntegerAsF32Dnnl");
+}
+
 TEST(IntegerKernels, ConvIntegerInt8PerChannelZeroPointsGroupsNoActivationZeroPoint) {
   Node node = MakeNode("ConvInteger", 4, 1, {{"group", Attribute::Int(2)}});
   Tensor zp(DType::kI8, {6});
