@@ -102,8 +102,9 @@ __attribute__((target("avx2"))) void PackRows(const T* rows, int64_t ld, int64_t
         std::fill(pad1, pad1 + kInt16PanelCols, T{0});
         std::copy(r0, r0 + n, pad0);
         if (r1) std::copy(r1, r1 + n, pad1);
-        const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16(static_cast<int16_t>(n)),
-                                                _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        const __m256i keep =
+            _mm256_cmpgt_epi16(_mm256_set1_epi16(static_cast<int16_t>(n)),
+                               _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
         a = _mm256_and_si256(load(pad0), keep);
         b = r1 ? _mm256_and_si256(load(pad1), keep) : _mm256_setzero_si256();
       } else {

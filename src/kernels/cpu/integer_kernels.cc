@@ -589,8 +589,8 @@ class IntegerInt16Kernel final : public Kernel {
     const int64_t pixels = oh * ow, kh = win_.kernel[0], kw = win_.kernel[1];
     const int64_t sy = win_.strides[0], sx = win_.strides[1], dy = win_.dilations[0], dx = win_.dilations[1];
     const int64_t block = block_, blocks = blocks_, splits = splits_;
-    const bool pointwise = kh == 1 && kw == 1 && sy == 1 && sx == 1 && ih * iw == pixels &&
-                           win_.pad_begin[0] == 0 && win_.pad_begin[1] == 0;
+    const bool pointwise = kh == 1 && kw == 1 && sy == 1 && sx == 1 && ih * iw == pixels && win_.pad_begin[0] == 0 &&
+                           win_.pad_begin[1] == 0;
     const int64_t row_blocks = (out_c_ + 3) / 4;  // int16_gemm.cc's 4-row blocks
     const int64_t jobs = images * blocks * splits;
     const int parts = static_cast<int>(std::min<int64_t>(threads_, jobs));
