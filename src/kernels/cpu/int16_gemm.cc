@@ -137,18 +137,23 @@ __attribute__((target("avx2"))) void PackInt16Rows(const int8_t* rows, int64_t l
   PackRows(rows, ld, k_count, cols, LoadS8{_mm256_set1_epi16(static_cast<int16_t>(zero))}, out);
 }
 
-__attribute__((target("avx2"))) void ShiftInt16(const uint8_t* src, int64_t n, int32_t zero, int16_t* dst) {
-  const LoadU8 load{_mm256_set1_epi16(static_cast<int16_t>(zero))};
+namespace {
+
+template <typename T, typename Load>
+__attribute__((target("avx2"))) void Shift(const T* src, int64_t n, int32_t zero, Load load, int16_t* dst) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), load(src + i));
   for (; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
 }
 
+}  // namespace
+
+__attribute__((target("avx2"))) void ShiftInt16(const uint8_t* src, int64_t n, int32_t zero, int16_t* dst) {
+  Shift(src, n, zero, LoadU8{_mm256_set1_epi16(static_cast<int16_t>(zero))}, dst);
+}
+
 __attribute__((target("avx2"))) void ShiftInt16(const int8_t* src, int64_t n, int32_t zero, int16_t* dst) {
-  const LoadS8 load{_mm256_set1_epi16(static_cast<int16_t>(zero))};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), load(src + i));
-  for (; i < n; ++i) dst[i] = static_cast<int16_t>(src[i] - zero);
+  Shift(src, n, zero, LoadS8{_mm256_set1_epi16(static_cast<int16_t>(zero))}, dst);
 }
 
 void Int16Gemm(const int16_t* a, int64_t lda, int64_t m_count, int64_t kp, const int16_t* b, int32_t* c, int64_t ldc,
