@@ -50,7 +50,8 @@ struct HttpServerOptions {
   bool stop_on_signals = true;       // SIGINT/SIGTERM call Stop()
   /// Workers that run the handler, so that I/O threads only read, parse and write (0 = run it on the I/O threads).
   int worker_threads = 0;
-  /// Requests waiting for a worker beyond those running; more get 503 with Retry-After at once.
+  /// Requests waiting for a worker beyond those running; more get 503 with Retry-After at once, except for a lane
+  /// holding less than its share of them (serve/lane_pool.h).
   int max_pending = 1024;
   /// The lane of a request run on a worker (its model's name; "" = none): a free worker takes the oldest request of
   /// the lane that holds the fewest workers (serve/lane_pool.h), so one model's flood cannot starve the others.
