@@ -482,10 +482,11 @@ def read_answer(sock) -> tuple:
 
 
 def test_request_bodies_held_at_once_are_bounded(tmp_path, start_repo):
-    """Two clients announce 3 MiB bodies and send 10 bytes of them (held); a third 3 MiB request does not fit in
+    """Two clients send all but 10 bytes of 3 MiB bodies and stall (held); a third 3 MiB request does not fit in
     --max-request-memory 8M and gets 503 + Retry-After at once, before sending its body, while a small request still
-    runs. When the two hang up, their bytes go back and a 3 MiB request is read again. Without the budget the server
-    held --workers + --max-queue bodies of --max-body-size (16 GiB at the defaults) for a client that asked."""
+    runs. Bytes count as they arrive: clients that announce 3 MiB and send nothing hold nothing, and once the two
+    stalled ones hang up a 3 MiB body is read again. Without the budget the server held --workers + --max-queue bodies
+    of --max-body-size (16 GiB at the defaults) for clients that sent them."""
     repo = tmp_path / "repo"
     vec_model(repo / "vec" / "1")
     server = start_repo(repo, "--max-request-memory", "8M", "--max-body-size", "4M")
@@ -497,29 +498,51 @@ def test_request_bodies_held_at_once_are_bounded(tmp_path, start_repo):
                      b"Content-Length: " + str(length).encode() + b"\r\n\r\n")
         return sock
 
+    def read_big():
+        """Status of a whole 3 MiB body of blanks (read and parsed: 400, no JSON document; or 503)."""
+        sock = announce(big)
+        try:
+            sock.sendall(b" " * big)
+        except OSError:  # refused and closed while sending
+            pass
+        status, _, body = read_answer(sock)
+        sock.close()
+        return status, body
+
+    idle = [announce(big) for _ in range(4)]  # 12 MiB announced, nothing sent
+    time.sleep(0.3)
+    assert read_big()[0] == 400, "announced bytes that never came were held"
     held = [announce(big), announce(big)]
     for sock in held:
-        sock.sendall(b"{" * 10)
-    time.sleep(0.3)  # both headers read
+        sock.sendall(b"{" * (big - 10))
+    time.sleep(0.5)  # both bodies read as far as they came
     third = announce(big)
     status, head, body = read_answer(third)
     third.close()
     assert status == 503 and "retry-after: 1" in head.lower(), (status, head)
     assert "--max-request-memory" in json.loads(body)["error"], body
+    # A chunked body announces nothing: it is refused once what arrived does not fit.
+    chunked = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    chunked.sendall(b"POST /v2/models/vec/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                    f"{big:x}\r\n".encode())
+    try:
+        chunked.sendall(b" " * big + b"\r\n0\r\n\r\n")
+    except OSError:  # refused and closed while sending
+        pass
+    status, _, body = read_answer(chunked)
+    chunked.close()
+    assert status == 503 and "--max-request-memory" in json.loads(body)["error"], (status, body)
     small = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
     assert server.request("POST", "/v2/models/vec/infer", json.dumps(small).encode())[0] == 200
-    for sock in held:
+    for sock in held + idle:
         sock.close()
     deadline = time.monotonic() + 10
     while True:  # the server sees the hang-ups
-        sock = announce(big)
-        sock.sendall(b" " * big)
-        status, _, body = read_answer(sock)
-        sock.close()
+        status, body = read_big()
         if status != 503 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert status == 400, body  # read and parsed (blanks are no JSON document), not refused
+    assert status == 400, body
     assert_healthy(server)
 
 
