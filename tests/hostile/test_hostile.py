@@ -579,6 +579,128 @@ def test_grpc_calls_held_at_once_are_bounded(tmp_path, start_repo):
     assert_healthy(server)
 
 
+class Http2Flood:
+    """A raw HTTP/2 client (no library): opens `streams` gRPC ModelInfer calls on one connection, each announcing a
+    `size`-byte message, and sends all but its last byte as the server's flow-control windows allow, never finishing.
+    gRPC grants each stream the window its announced message needs, so the server holds what arrives."""
+
+    def __init__(self, port: int, streams: int, size: int):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.lock = threading.Lock()
+        self.conn_window, self.initial = 65535, 65535
+        self.windows, self.left, self.reset, self.goaway = {}, {}, set(), False
+        self.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + self.frame(4, 0, 0, b""))
+        threading.Thread(target=self.read, daemon=True).start()
+        literal = lambda n, v: b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v  # HPACK, no indexing
+        headers = b"".join(literal(n, v) for n, v in [
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+            (b":authority", b"osprey"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+        for i in range(streams):
+            sid = 1 + 2 * i
+            with self.lock:
+                self.windows[sid], self.left[sid] = self.initial, size - 1
+                self.send(self.frame(1, 4, sid, headers))  # HEADERS, END_HEADERS
+            self.data(sid, b"\0" + struct.pack(">I", size))  # the gRPC prefix: not compressed, the length
+
+    @staticmethod
+    def frame(kind, flags, sid, payload):
+        return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", sid) + payload
+
+    def send(self, data):
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            self.goaway = True
+
+    def data(self, sid, payload):
+        self.send(self.frame(0, 0, sid, payload))
+        self.conn_window -= len(payload)
+        self.windows[sid] -= len(payload)
+
+    def read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.goaway = True
+                return
+            buf += chunk
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                n = int.from_bytes(buf[:3], "big")
+                kind, flags, sid, payload = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n]
+                buf = buf[9 + n:]
+                with self.lock:
+                    if kind == 4 and not flags & 1:  # SETTINGS: INITIAL_WINDOW_SIZE moves every stream's window
+                        for i in range(0, len(payload), 6):
+                            key, value = struct.unpack(">HI", payload[i:i + 6])
+                            if key == 4:
+                                for k in self.windows:
+                                    self.windows[k] += value - self.initial
+                                self.initial = value
+                        self.send(self.frame(4, 1, 0, b""))
+                    elif kind == 8:  # WINDOW_UPDATE
+                        step = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
+                        if sid == 0:
+                            self.conn_window += step
+                        elif sid in self.windows:
+                            self.windows[sid] += step
+                    elif kind == 6 and not flags & 1:  # PING
+                        self.send(self.frame(6, 1, 0, payload))
+                    elif kind in (1, 3):  # HEADERS (trailers: the call ended) or RST_STREAM
+                        self.reset.add(sid)
+                    elif kind == 7:
+                        self.goaway = True
+
+    def pump(self) -> int:
+        """Sends what the windows allow now; the bytes sent."""
+        sent = 0
+        with self.lock:
+            for sid, left in self.left.items():
+                n = min(left, self.conn_window, self.windows[sid], 16384)
+                if sid in self.reset or self.goaway or n <= 0:
+                    continue
+                self.data(sid, b"\0" * n)
+                self.left[sid] -= n
+                sent += n
+        return sent
+
+
+def test_grpc_bytes_in_transit_are_bounded(tmp_path, start_repo):
+    """Calls that announce large messages and never finish them: gRPC reads a message whole before the service sees
+    it, so only its memory quota (sized from --max-request-memory) bounds what they hold. Without it the server held
+    all 240 MiB sent here."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    repo = tmp_path / "repo"
+    vec_model(repo / "vec" / "1")
+    server = start_repo(repo, "--max-body-size", "8M", "--max-request-memory", "24M", "--grpc-port", 0)
+    port = int(re.search(r"gRPC on 127\.0\.0\.1:(\d+)", server.output()).group(1))
+    base = peak_rss(server.proc.pid)
+    floods = [Http2Flood(port, streams=8, size=8_000_000) for _ in range(4)]
+    sent, still = 0, time.monotonic()
+    while time.monotonic() - still < 2 and sent < 4 * 8 * 8_000_000:
+        moved = sum(f.pump() for f in floods)
+        sent += moved
+        if moved:
+            still = time.monotonic()
+        else:
+            time.sleep(0.01)
+    grown = peak_rss(server.proc.pid) - base
+    refused = sum(len(f.reset) for f in floods) + sum(f.goaway for f in floods)
+    for f in floods:
+        f.sock.close()
+    # The quota is 32 MiB here (two 8 MiB messages + 16 MiB); gRPC's own buffers come on top.
+    assert grown < (120 << 20), f"peak RSS grew {grown >> 20} MiB while {sent >> 20} MiB were sent, {refused} refused"
+    assert refused, "no stream was reset and no connection closed"
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    x = grpcclient.InferInput("x", [2, 4], "FP32")
+    x.set_data_from_numpy(np.arange(8, dtype=np.float32).reshape(2, 4))
+    assert (client.infer("vec", [x]).as_numpy("y") == 2 * np.arange(8).reshape(2, 4)).all()
+    assert_healthy(server)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # 6. Out of file descriptors: the accept loop backs off instead of spinning.
 
