@@ -21,8 +21,10 @@
 namespace osprey::cpu {
 namespace {
 
-// Output columns per panel: four zmm accumulators (two sets, for two k at a time).
-constexpr int64_t kPanel = kGemvPanel;
+// Output columns per panel with AVX-512: four zmm accumulators (two sets, for two k at a time).
+constexpr int64_t kPanel = 64;
+// With AVX2: two ymm.
+constexpr int64_t kPanelAvx2 = 16;
 
 // y[0..63] = x[0..K) times one panel (K rows of 64).
 __attribute__((target("avx512f"))) void PanelTimesRow(const float* x, const float* panel, int64_t k_size, float* y) {
@@ -85,6 +87,32 @@ __attribute__((target("avx512f"))) void PanelTimesRows(const float* x, int64_t x
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) _mm512_storeu_ps(y + r * kPanel + (pass * V + v) * 16, acc[r][v]);
+  }
+}
+
+// The same on AVX2 + FMA (the recurrent steps only) for a panel of 16 columns: R rows x 2 vectors, each of the
+// panel's rows (64 bytes) loaded once for the R rows; R x 2 accumulators (8 for R = 4: the FMA latency, 4 cycles on
+// 2 ports, hidden).
+template <int R>
+__attribute__((target("avx2,fma"))) void PanelTimesRowsAvx2(const float* x, int64_t x_stride, const float* panel,
+                                                            int64_t k_size, float* y) {
+  static_assert(R >= 1 && R <= 4, "accumulators must fit the registers");
+  __m256 acc[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < k_size; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelAvx2), w1 = _mm256_loadu_ps(panel + k * kPanelAvx2 + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 u = _mm256_broadcast_ss(x + r * x_stride + k);
+      acc[r][0] = _mm256_fmadd_ps(u, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(u, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(y + r * kPanelAvx2, acc[r][0]);
+    _mm256_storeu_ps(y + r * kPanelAvx2 + 8, acc[r][1]);
   }
 }
 
@@ -163,39 +191,73 @@ bool GemvPanelsAvailable() {
   return available;
 }
 
+bool RecurrentPanelsAvailable() {
+  static const bool available =
+      (__builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) && [] {
+        const char* e = std::getenv("OSPREY_GEMV");
+        return !(e && std::string(e) == "0");
+      }();
+  return available;
+}
+
+int64_t GemvPanelWidth() {
+  static const int64_t width = __builtin_cpu_supports("avx512f") ? kPanel : kPanelAvx2;
+  return width;
+}
+
 PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                             int64_t n, int64_t k) {
-  const dnnl::memory::desc to({1, n, 1, k}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::aBdc64b);
+  const dnnl::memory::desc to({1, n, 1, k}, dnnl::memory::data_type::f32,
+                              GemvPanelWidth() == kPanel ? dnnl::memory::format_tag::aBdc64b
+                                                         : dnnl::memory::format_tag::aBdc16b);
   return PackWeight(ctx, from, source, to);
 }
 
 void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float* y, bool accumulate,
                 int64_t first_panel, int64_t last_panel, int64_t rows) {
+  const int64_t panel_width = GemvPanelWidth();
+  const bool avx512 = panel_width == kPanel;
   for (int64_t p = first_panel; p < last_panel; ++p) {
-    const float* panel = panels + p * kPanel * k;
-    const int64_t n0 = p * kPanel, width = std::min(kPanel, n - n0);
-    for (int64_t r0 = 0; r0 < rows;) {  // eight rows at a time, then up to four
-      const int64_t count = rows - r0 >= 8 ? 8 : std::min<int64_t>(4, rows - r0);
+    const float* panel = panels + p * panel_width * k;
+    const int64_t n0 = p * panel_width, width = std::min(panel_width, n - n0);
+    for (int64_t r0 = 0; r0 < rows;) {  // eight rows at a time (AVX2: four), then up to four
+      const int64_t count = rows - r0 >= 8 && avx512 ? 8 : std::min<int64_t>(4, rows - r0);
       alignas(64) float out[8 * kPanel];
       const float* xr = x + r0 * k;
-      switch (count) {
-        case 1:
-          PanelTimesRow(xr, panel, k, out);
-          break;
-        case 2:
-          PanelTimesRows<2, 4>(xr, k, panel, k, out);
-          break;
-        case 3:
-          PanelTimesRows<3, 4>(xr, k, panel, k, out);
-          break;
-        case 4:
-          PanelTimesRows<4, 4>(xr, k, panel, k, out);
-          break;
-        default:
-          PanelTimesRows<8, 2>(xr, k, panel, k, out);
+      if (!avx512) {
+        switch (count) {
+          case 1:
+            PanelTimesRowsAvx2<1>(xr, k, panel, k, out);
+            break;
+          case 2:
+            PanelTimesRowsAvx2<2>(xr, k, panel, k, out);
+            break;
+          case 3:
+            PanelTimesRowsAvx2<3>(xr, k, panel, k, out);
+            break;
+          default:
+            PanelTimesRowsAvx2<4>(xr, k, panel, k, out);
+        }
+      } else {
+        switch (count) {
+          case 1:
+            PanelTimesRow(xr, panel, k, out);
+            break;
+          case 2:
+            PanelTimesRows<2, 4>(xr, k, panel, k, out);
+            break;
+          case 3:
+            PanelTimesRows<3, 4>(xr, k, panel, k, out);
+            break;
+          case 4:
+            PanelTimesRows<4, 4>(xr, k, panel, k, out);
+            break;
+          default:
+            PanelTimesRows<8, 2>(xr, k, panel, k, out);
+        }
       }
       for (int64_t r = 0; r < count; ++r) {
-        const float* o = out + r * kPanel;
+        const float* o = out + r * panel_width;
         float* yp = y + (r0 + r) * n + n0;
         if (accumulate) {
           for (int64_t j = 0; j < width; ++j) yp[j] += o[j];

@@ -374,7 +374,7 @@ class PackedFloatWeights {
 
   static bool Project(const void* self, int64_t dir, const float* x, const float* bias, float* xw, int64_t rows) {
     const auto* p = static_cast<const PackedFloatWeights*>(self);
-    if (p->w_packs_.empty() || rows != p->rows_) return false;
+    if (p->w_packs_.empty() || rows != p->rows_) { fprintf(stderr, "PROJ MISS %ld %ld %zu\n", (long)rows, (long)p->rows_, p->w_packs_.size()); return false; }
     char* scratch = cpu::ThreadScratch::Reserve(cpu::ThreadScratch::Align(p->scratch_md_.get_size()));
     cpu::ExecArgs args;
     args.Add(DNNL_ARG_SRC, cpu::WrapMemory(p->x_md_, x))
@@ -399,7 +399,7 @@ class PackedFloatWeights {
                                             ", which were not packed");
     const size_t index = static_cast<size_t>(dir) * p->ranges_.size() + range;
     const float* panels = static_cast<const float*>(p->packs_[index].memory.get_data_handle());
-    const int64_t count = (cols + cpu::kGemvPanel - 1) / cpu::kGemvPanel;
+    const int64_t width = cpu::GemvPanelWidth(), count = (cols + width - 1) / width;
     const int team = !omp_in_parallel() && rows * cols * depth >= kSplitProduct
                          ? std::max(1, std::min<int>(p->threads_, static_cast<int>(count)))
                          : 1;
@@ -499,7 +499,7 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
   }
   // Packed R when it is a constant (known at build) and the panels can run here; then W too when it is constant.
   const Tensor* r = ctx.input_values.size() > 2 ? ctx.input_values[2] : nullptr;
-  if (r != nullptr && r->raw() != nullptr && r->rank() == 3 && cpu::GemvPanelsAvailable()) {
+  if (r != nullptr && r->raw() != nullptr && r->rank() == 3 && cpu::RecurrentPanelsAvailable()) {
     const int64_t hidden = r->dim(2);
     if (hidden > 0 && r->dim(1) % hidden == 0) {
       auto packed = std::make_unique<PackedFloatWeights>(ctx, *r, op, hidden);
