@@ -114,6 +114,29 @@ bool AllFloat32(const KernelBuildContext& ctx) {
   return true;
 }
 
+dnnl::memory::desc PaddedRows(const dnnl::memory::desc& md) {
+  using dnnl::memory;
+  if (md.get_format_kind() != memory::format_kind::blocked || md.get_inner_nblks() != 0 || md.get_ndims() < 2 ||
+      md.get_submemory_offset() != 0)
+    return {};
+  const int n = md.get_ndims();
+  const memory::dims dims = md.get_dims(), strides = md.get_strides(), padded_dims = md.get_padded_dims();
+  memory::dim expected = 1;
+  for (int i = n - 1; i >= 0; --i) {  // dense row-major: each stride is the product of the dims inside it
+    if (strides[i] != expected || padded_dims[i] != dims[i]) return {};
+    expected *= dims[i];
+  }
+  const memory::dim row = dims[n - 1];
+  if (row < 256 || row % 256 != 0 || dims[n - 2] < 2) return {};
+  memory::dims padded(n);
+  memory::dim stride = 1;
+  for (int i = n - 1; i >= 0; --i) {
+    padded[i] = stride;
+    stride *= i == n - 1 ? row + 16 : dims[i];
+  }
+  return memory::desc(dims, md.get_data_type(), padded);
+}
+
 bool IsReferenceImpl(const dnnl::primitive_desc_base& pd) {
   const char* impl = pd.impl_info_str();
   return impl == nullptr || std::strncmp(impl, "ref", 3) == 0;

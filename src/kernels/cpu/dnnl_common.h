@@ -186,6 +186,11 @@ bool AllFloat32(const KernelBuildContext& ctx);
 /// kernel is then at least as good, so the factory declines.
 bool IsReferenceImpl(const dnnl::primitive_desc_base& pd);
 
+/// For a plain (row-major, dense) weights layout whose row stride is a multiple of 256 elements, the same layout with
+/// 16 more elements per row (rows stay 64-byte aligned); else a zero desc (is_zero(): a memory::desc converts to true
+/// either way). Rows 1 KiB apart put the rows a GEMM packs together into the same few cache sets (dnnl_matmul.cc).
+dnnl::memory::desc PaddedRows(const dnnl::memory::desc& md);
+
 /// A weight reordered into the layout a primitive prefers, in a host buffer shared through the weight store when the
 /// build context has one (charged to it) and private otherwise.
 struct PackedWeight {

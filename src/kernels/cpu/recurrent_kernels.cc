@@ -356,6 +356,13 @@ class PackedFloatWeights {
     dnnl::matmul::primitive_desc pd(cpu::CpuEngine(), x_md, w_any, bias_md, xw_md, cpu::BaseAttr(),
                                     /*allow_empty=*/true);
     if (!pd || cpu::IsReferenceImpl(pd)) return;
+    // W^T plain with G*H a multiple of 256 (an LSTM of hidden 64, 128, 256...): rows padded, as a MatMul's constant B
+    // (a bidirectional 512-wide LSTM at batch 8: 3.3 -> 1.4 ms per direction on a 2-vCPU EPYC Zen 3).
+    if (const memory::desc padded = cpu::PaddedRows(pd.weights_desc()); !padded.is_zero()) {
+      dnnl::matmul::primitive_desc padded_pd(cpu::CpuEngine(), x_md, padded, bias_md, xw_md, cpu::BaseAttr(),
+                                             /*allow_empty=*/true);
+      if (padded_pd && !cpu::IsReferenceImpl(padded_pd) && padded_pd.weights_desc() == padded) pd = padded_pd;
+    }
     // W_d^T as [1, I, G*H]: W's element (g, i) of direction d is at (d * G*H + g) * I + i.
     const memory::desc whole({dirs, input, gh}, memory::data_type::f32, memory::dims{gh * input, 1, input});
     std::vector<cpu::PackedWeight> packs;
