@@ -91,28 +91,46 @@ __attribute__((target("avx512f"))) void PanelTimesRows(const float* x, int64_t x
 }
 
 // The same on AVX2 + FMA (the recurrent steps only) for a panel of 16 columns: R rows x 2 vectors, each of the
-// panel's rows (64 bytes) loaded once for the R rows; R x 2 accumulators (8 for R = 4: the FMA latency, 4 cycles on
-// 2 ports, hidden).
+// panel's rows (64 bytes) loaded once for the R rows. S interleaved sums over k (k = s mod S) make R x 2 x S >= 8
+// independent accumulators: the FMA latency (4 cycles, 2 ports) hidden for one row as for four.
+// acc[r] += x[r][k] * the panel's row k (16 columns), for R rows.
 template <int R>
-__attribute__((target("avx2,fma"))) void PanelTimesRowsAvx2(const float* x, int64_t x_stride, const float* panel,
-                                                            int64_t k_size, float* y) {
-  static_assert(R >= 1 && R <= 4, "accumulators must fit the registers");
-  __m256 acc[R][2];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < k_size; ++k) {
-    const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelAvx2), w1 = _mm256_loadu_ps(panel + k * kPanelAvx2 + 8);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 u = _mm256_broadcast_ss(x + r * x_stride + k);
-      acc[r][0] = _mm256_fmadd_ps(u, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(u, w1, acc[r][1]);
-    }
-  }
+__attribute__((target("avx2,fma"), always_inline)) inline void PanelRowTimesAvx2(const float* x, int64_t x_stride,
+                                                                                const float* panel, int64_t k,
+                                                                                __m256 (&acc)[R][2]) {
+  const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelAvx2), w1 = _mm256_loadu_ps(panel + k * kPanelAvx2 + 8);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(y + r * kPanelAvx2, acc[r][0]);
-    _mm256_storeu_ps(y + r * kPanelAvx2 + 8, acc[r][1]);
+    const __m256 u = _mm256_broadcast_ss(x + r * x_stride + k);
+    acc[r][0] = _mm256_fmadd_ps(u, w0, acc[r][0]);
+    acc[r][1] = _mm256_fmadd_ps(u, w1, acc[r][1]);
+  }
+}
+
+template <int R, int S>
+__attribute__((target("avx2,fma"))) void PanelTimesRowsAvx2(const float* x, int64_t x_stride, const float* panel,
+                                                            int64_t k_size, float* y) {
+  static_assert(R >= 1 && R * S <= 6, "accumulators must fit the registers");
+  __m256 acc[S][R][2];
+#pragma GCC unroll 4
+  for (int t = 0; t < S; ++t)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + S <= k_size; k += S)
+#pragma GCC unroll 4
+    for (int t = 0; t < S; ++t) PanelRowTimesAvx2<R>(x, x_stride, panel, k + t, acc[t]);
+  for (; k < k_size; ++k) PanelRowTimesAvx2<R>(x, x_stride, panel, k, acc[0]);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m256 a0 = acc[0][r][0], a1 = acc[0][r][1];
+#pragma GCC unroll 4
+    for (int t = 1; t < S; ++t) {
+      a0 = _mm256_add_ps(a0, acc[t][r][0]);
+      a1 = _mm256_add_ps(a1, acc[t][r][1]);
+    }
+    _mm256_storeu_ps(y + r * kPanelAvx2, a0);
+    _mm256_storeu_ps(y + r * kPanelAvx2 + 8, a1);
   }
 }
 
@@ -227,16 +245,16 @@ void GemvPanels(const float* x, const float* panels, int64_t k, int64_t n, float
       if (!avx512) {
         switch (count) {
           case 1:
-            PanelTimesRowsAvx2<1>(xr, k, panel, k, out);
+            PanelTimesRowsAvx2<1, 4>(xr, k, panel, k, out);
             break;
           case 2:
-            PanelTimesRowsAvx2<2>(xr, k, panel, k, out);
+            PanelTimesRowsAvx2<2, 2>(xr, k, panel, k, out);
             break;
           case 3:
-            PanelTimesRowsAvx2<3>(xr, k, panel, k, out);
+            PanelTimesRowsAvx2<3, 2>(xr, k, panel, k, out);
             break;
           default:
-            PanelTimesRowsAvx2<4>(xr, k, panel, k, out);
+            PanelTimesRowsAvx2<4, 1>(xr, k, panel, k, out);
         }
       } else {
         switch (count) {

@@ -20,9 +20,11 @@ using testing::RandomTensor;
 using testing::RunKernel;
 
 // The float kernel's name: with R constant (known at build) the steps run on R packed in panels (gemv_panel.h) where
-// the CPU has AVX-512; R known only at run time, or no AVX-512: oneDNN's sgemm.
+// the CPU has AVX-512 (panels of 64 columns) or AVX2 + FMA (16); R known only at run time, or neither: oneDNN's sgemm.
 std::string FloatKernel(const std::string& op, bool r_constant) {
-  return op + (r_constant && __builtin_cpu_supports("avx512f") ? "F32Panels" : "F32Dnnl");
+  const bool panels = __builtin_cpu_supports("avx512f") ||
+                      (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  return op + (r_constant && panels ? "F32Panels" : "F32Dnnl");
 }
 
 // Compares every output of the fast kernel with the reference kernel's, over two runs.
@@ -88,10 +90,11 @@ TEST(RecurrentKernels, FastMatchesReference) {
   }
 }
 
-// Widths over one panel of 64 columns with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40), one
-// direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be split over the threads, and
-// batches of 6, 5 and 9 items taking each step together (rows through a panel eight or four at a time, then the
-// rest).
+// Widths over one panel with a partial last one (hidden 40: LSTM 160 columns, GRU 80 + 40: 64-column panels with
+// AVX-512, 16 with AVX2), one direction at batch 1 with a product large enough (LSTM hidden 192: 768 x 192) to be
+// split over the threads, and batches of 6, 5 and 9 items taking each step together (rows through a panel eight or
+// four at a time, then the rest; hidden 5 and 13 in FastMatchesReference leave a remainder of k past the AVX2
+// kernel's interleaved sums).
 TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   const struct {
     const char* op;
