@@ -808,6 +808,11 @@ std::string OwnKey(const std::string& key) { return "own-v3?" + key; }
 
 }  // namespace
 
+bool PreferFirstTimed(const std::string& key, const char* first_name, const char* second_name,
+                      const std::function<double()>& first, const std::function<double()>& second) {
+  return FirstIsFaster(key, first_name, second_name, first, second);
+}
+
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra,
                      double margin) {

@@ -274,6 +274,11 @@ inline constexpr double kOwnKernelMargin = 0.85;
 bool PreferOwnKernel(const std::string& key, const std::function<double()>& time_own,
                      const dnnl::primitive_desc_base& pd, const std::function<double()>& onednn_extra = nullptr,
                      double margin = kOwnKernelMargin);
+/// Whether `first` is faster than `second` on this machine (each returns its milliseconds per run), timed alternately
+/// twice each and remembered under `key` (with the thread count) like every tuning choice; names `first_name` /
+/// `second_name`. For choices between two ways of running osprey's own kernels.
+bool PreferFirstTimed(const std::string& key, const char* first_name, const char* second_name,
+                      const std::function<double()>& first, const std::function<double()>& second);
 /// Milliseconds of one run of the primitive `pd` describes on zero-filled arguments, the best of `runs` after one
 /// untimed; 1e30 when oneDNN cannot create or run it.
 double PrimitiveMs(const dnnl::primitive_desc_base& pd, int runs);

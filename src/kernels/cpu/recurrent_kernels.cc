@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -330,9 +332,15 @@ class PackedFloatWeights {
     // 512-wide LSTM (4 MiB of R per direction, 2 MiB caches): 5.8 -> 3.0 ms with the alternating order below; a
     // 256-wide one (1 MiB): 0.67 ms with a direction per thread against 0.79 split (docs/performance.md,
     // "Thirty-fifth session").
-    splits_steps_ = threads_ > 1 && gh * hidden >= kSplitProduct &&
-                    gh * hidden * static_cast<int64_t>(sizeof(float)) > CoreCacheBytes();
+    // Where a large last-level cache serves R, a direction per thread wins instead (ChooseRecurrentSplit times both).
+    can_split_ = threads_ > 1 && gh * hidden >= kSplitProduct;
+    splits_steps_ = can_split_ && gh * hidden * static_cast<int64_t>(sizeof(float)) > CoreCacheBytes();
   }
+
+  // Whether each step's product may be split over the threads (the directions one after another) instead of each
+  // (direction, group of items) running on a thread of its own; and whether it is.
+  bool can_split() const { return can_split_; }
+  void set_splits_steps(bool split) { splits_steps_ = split && can_split_; }
 
   bool splits_steps() const { return splits_steps_; }
 
@@ -433,6 +441,7 @@ class PackedFloatWeights {
 
   int64_t hidden_;
   int threads_;
+  bool can_split_ = false;
   bool splits_steps_ = false;
   std::vector<std::pair<int64_t, int64_t>> ranges_;  // (first column, columns) a step multiplies
   std::vector<cpu::PackedWeight> packs_;             // R per direction, per range
@@ -479,6 +488,72 @@ class RecurrentF32Dnnl final : public Kernel {
   size_t projection_bytes_;
 };
 
+// One run of `kernel` on zeros (the sequence lengths, when an input, the whole sequence; constants as they are) in
+// milliseconds, after one untimed run; 1e30 when a tensor is not float32/int32 or the inputs are over 64 MiB.
+double RecurrentRunMs(const KernelBuildContext& bc, Kernel& kernel) {
+  std::vector<Tensor> owned;
+  owned.reserve(bc.input_shapes.size() + bc.output_shapes.size());
+  KernelContext ctx{bc.node, bc.opset};
+  int64_t bytes = 0;
+  auto zeros = [&](DType dtype, const Shape& shape) -> Tensor* {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes += n * static_cast<int64_t>(DTypeSize(dtype));
+    if (bytes > (int64_t{64} << 20) || (dtype != DType::kF32 && dtype != DType::kI32)) return nullptr;
+    owned.push_back(Tensor::Zeros(dtype, shape));
+    return &owned.back();
+  };
+  for (size_t i = 0; i < bc.input_shapes.size(); ++i) {
+    if (i >= bc.present.size() || !bc.present[i]) {
+      ctx.inputs.push_back(nullptr);
+    } else if (i < bc.input_values.size() && bc.input_values[i] != nullptr) {
+      ctx.inputs.push_back(bc.input_values[i]);
+    } else {
+      Tensor* t = zeros(bc.input_dtypes[i], bc.input_shapes[i]);
+      if (!t) return 1e30;
+      if (i == 4) {  // sequence_lens: every item the whole sequence
+        const int64_t seq = bc.node.GetInt("layout", 0) == 0 ? bc.input_shapes[0][0] : bc.input_shapes[0][1];
+        std::fill_n(t->data<int32_t>(), t->numel(), static_cast<int32_t>(seq));
+      }
+      ctx.inputs.push_back(t);
+    }
+  }
+  for (size_t o = 0; o < bc.output_shapes.size(); ++o) {
+    Tensor* t = zeros(bc.output_dtypes[o], bc.output_shapes[o]);
+    if (!t) return 1e30;
+    ctx.outputs.push_back(t);
+  }
+  kernel.Run(ctx);
+  const auto start = std::chrono::steady_clock::now();
+  kernel.Run(ctx);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Whether each step's product is split over the threads (the directions one after another) or each (direction, group
+// of items) runs on a thread of its own: timed on this machine, the whole kernel both ways, when the build tunes
+// (remembered like every tuning choice); else PackedFloatWeights' cache rule. The rule came from a Sapphire Rapids
+// Xeon (2 MiB of L2 per core, R from memory): split 2.7 against 5.4 ms for a bidirectional 512-wide LSTM at batch 1.
+// On a 2-vCPU EPYC Zen 3 (512 KiB of L2, 32 MiB of L3) a direction per thread won at every batch tried: 256-wide
+// 1.0 against 1.1-1.4 ms at batch 1, 5.2-5.8 against 6.2-7.5 at batch 8 (docs/performance.md, "Fifty-second
+// session"). Timing the steps' products alone chose wrongly there: the activations run on one thread when split.
+void ChooseRecurrentSplit(const KernelBuildContext& ctx, Kernel& kernel, PackedFloatWeights& weights) {
+  if (!weights.can_split() || !ctx.tune || ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 3) return;
+  cpu::OmpThreadsGuard threads(ctx.num_threads);
+  const bool rule = weights.splits_steps();
+  std::string key = "recurrent-steps:" + ctx.node.op_type + ":" + ctx.node.GetString("direction", "forward");
+  for (size_t i = 0; i < ctx.input_shapes.size() && i < 4; ++i) key += ":" + ShapeToString(ctx.input_shapes[i]);
+  auto time = [&](bool split) {
+    weights.set_splits_steps(split);
+    return RecurrentRunMs(ctx, kernel);
+  };
+  try {
+    weights.set_splits_steps(cpu::PreferFirstTimed(key, "split", "per-direction", [&] { return time(true); },
+                                                   [&] { return time(false); }));
+  } catch (const std::exception&) {
+    weights.set_splits_steps(rule);  // timing is advice: the rule stands
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
@@ -514,7 +589,12 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
       const Shape& x = ctx.input_shapes[0];
       if (w != nullptr && w->raw() != nullptr && w->rank() == 3 && x.size() == 3 && w->dim(1) == r->dim(1))
         packed->BuildProjection(ctx, *w, x[0] * x[1]);
-      if (packed->ok()) return std::make_unique<RecurrentF32Dnnl>(ctx, op + "F32Panels", nullptr, std::move(packed));
+      if (packed->ok()) {
+        PackedFloatWeights* weights = packed.get();
+        auto kernel = std::make_unique<RecurrentF32Dnnl>(ctx, op + "F32Panels", nullptr, std::move(packed));
+        ChooseRecurrentSplit(ctx, *kernel, *weights);
+        return kernel;
+      }
     }
   }
   return std::make_unique<RecurrentF32Dnnl>(ctx, op + "F32Dnnl");
