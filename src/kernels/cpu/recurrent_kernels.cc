@@ -529,28 +529,58 @@ double RecurrentRunMs(const KernelBuildContext& bc, Kernel& kernel) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The operation and its shapes, for remembering timed choices.
+std::string RecurrentTuningKey(const KernelBuildContext& ctx) {
+  std::string key = ctx.node.op_type + ":" + ctx.node.GetString("direction", "forward");
+  for (size_t i = 0; i < ctx.input_shapes.size() && i < 4; ++i) key += ":" + ShapeToString(ctx.input_shapes[i]);
+  return key;
+}
+
 // Whether each step's product is split over the threads (the directions one after another) or each (direction, group
-// of items) runs on a thread of its own: timed on this machine, the whole kernel both ways, when the build tunes
-// (remembered like every tuning choice); else PackedFloatWeights' cache rule. The rule came from a Sapphire Rapids
-// Xeon (2 MiB of L2 per core, R from memory): split 2.7 against 5.4 ms for a bidirectional 512-wide LSTM at batch 1.
-// On a 2-vCPU EPYC Zen 3 (512 KiB of L2, 32 MiB of L3) a direction per thread won at every batch tried: 256-wide
-// 1.0 against 1.1-1.4 ms at batch 1, 5.2-5.8 against 6.2-7.5 at batch 8 (docs/performance.md, "Fifty-second
-// session"). Timing the steps' products alone chose wrongly there: the activations run on one thread when split.
+// of items) runs on a thread of its own: OSPREY_RECURRENT_SPLIT=1 / 0 forces it; else timed on this machine, the
+// whole kernel both ways, when the build tunes (remembered like every tuning choice); else PackedFloatWeights' cache
+// rule. The rule came from a Sapphire Rapids Xeon (2 MiB of L2 per core, R from memory): split 2.7 against 5.4 ms for
+// a bidirectional 512-wide LSTM at batch 1. On a 2-vCPU EPYC Zen 3 (512 KiB of L2, 32 MiB of L3) a direction per
+// thread won at every batch tried: 256-wide 1.0 against 1.1-1.4 ms at batch 1, 5.2-5.8 against 6.2-7.5 at batch 8
+// (docs/performance.md, "Fifty-second session"). Timing the steps' products alone chose wrongly there: split, the
+// activations run on one thread.
 void ChooseRecurrentSplit(const KernelBuildContext& ctx, Kernel& kernel, PackedFloatWeights& weights) {
-  if (!weights.can_split() || !ctx.tune || ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 3) return;
+  if (!weights.can_split()) return;
+  if (const char* forced = std::getenv("OSPREY_RECURRENT_SPLIT"); forced && (*forced == '0' || *forced == '1'))
+    return weights.set_splits_steps(*forced == '1');
+  if (!ctx.tune || ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 3) return;
   cpu::OmpThreadsGuard threads(ctx.num_threads);
   const bool rule = weights.splits_steps();
-  std::string key = "recurrent-steps:" + ctx.node.op_type + ":" + ctx.node.GetString("direction", "forward");
-  for (size_t i = 0; i < ctx.input_shapes.size() && i < 4; ++i) key += ":" + ShapeToString(ctx.input_shapes[i]);
   auto time = [&](bool split) {
     weights.set_splits_steps(split);
     return RecurrentRunMs(ctx, kernel);
   };
   try {
-    weights.set_splits_steps(cpu::PreferFirstTimed(key, "split", "per-direction", [&] { return time(true); },
+    weights.set_splits_steps(cpu::PreferFirstTimed("recurrent-steps:" + RecurrentTuningKey(ctx), "split",
+                                                   "per-direction", [&] { return time(true); },
                                                    [&] { return time(false); }));
   } catch (const std::exception&) {
     weights.set_splits_steps(rule);  // timing is advice: the rule stands
+  }
+}
+
+// Without AVX-512 the panels (16 columns, AVX2) are timed against oneDNN's sgemm when the build tunes, the whole kernel
+// each way: a one-step 128-wide LSTM (Silero VAD's) ran 17 us on the panels against 10 on the sgemm, which splits
+// even that small a product over the threads (2-vCPU EPYC Zen 3); a 32-step bidirectional one 0.25-0.36 against
+// 0.34-0.60 ms. OSPREY_GEMV=1 keeps the panels untimed (the tests), =0 leaves them out.
+bool PanelsBeatOnednn(const KernelBuildContext& ctx, Kernel& panels, Kernel& onednn) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const char* forced = std::getenv("OSPREY_GEMV");
+  if (avx512 || (forced && std::string(forced) == "1") || !ctx.tune || ctx.input_shapes.empty() ||
+      ctx.input_shapes[0].size() != 3)
+    return true;
+  cpu::OmpThreadsGuard threads(ctx.num_threads);
+  try {
+    return cpu::PreferFirstTimed("recurrent-panels-avx2:" + RecurrentTuningKey(ctx), "panels", "onednn",
+                                 [&] { return RecurrentRunMs(ctx, panels); },
+                                 [&] { return RecurrentRunMs(ctx, onednn); });
+  } catch (const std::exception&) {
+    return true;
   }
 }
 
@@ -593,6 +623,8 @@ std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx) {
         PackedFloatWeights* weights = packed.get();
         auto kernel = std::make_unique<RecurrentF32Dnnl>(ctx, op + "F32Panels", nullptr, std::move(packed));
         ChooseRecurrentSplit(ctx, *kernel, *weights);
+        auto onednn = std::make_unique<RecurrentF32Dnnl>(ctx, op + "F32Dnnl");
+        if (!PanelsBeatOnednn(ctx, *kernel, *onednn)) return onednn;
         return kernel;
       }
     }

@@ -21,7 +21,11 @@ using testing::RunKernel;
 
 // The float kernel's name: with R constant (known at build) the steps run on R packed in panels (gemv_panel.h) where
 // the CPU has AVX-512 (panels of 64 columns) or AVX2 + FMA (16); R known only at run time, or neither: oneDNN's sgemm.
+// Without AVX-512 a tuning build times the panels against oneDNN's sgemm; OSPREY_GEMV=1 (set for these tests) keeps
+// the panels, so that they are what is checked.
+const bool kPanelsKept = setenv("OSPREY_GEMV", "1", 1) == 0;
 std::string FloatKernel(const std::string& op, bool r_constant) {
+  EXPECT_TRUE(kPanelsKept);
   const bool panels = __builtin_cpu_supports("avx512f") ||
                       (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   return op + (r_constant && panels ? "F32Panels" : "F32Dnnl");
@@ -118,13 +122,16 @@ TEST(RecurrentKernels, PackedStepsOverSeveralPanels) {
   }
 }
 
-// A direction's R larger than any core's cache (hidden 704: 7.9 MB per direction): each step's product is split over
-// the threads, the (direction, item) pairs run one after another, and every other step reads the panels last to
-// first (recurrent_kernels.cc); two items, so each pack is read in both orders within a run and across runs.
+// A direction's R larger than any core's cache (hidden 704: 7.9 MB per direction): each step's product split over
+// the threads, the (direction, item) pairs one after another, every other step reading the panels last to first
+// (recurrent_kernels.cc); two items, so each pack is read in both orders within a run and across runs. And the other
+// way, a direction per thread (OSPREY_RECURRENT_SPLIT forces each; a tuning build times them).
 TEST(RecurrentKernels, WideRecurrenceSplitsEachStep) {
   const int64_t seq = 3, batch = 2, input = 24, hidden = 704, dirs = 2;
-  for (const auto& [op, gates] : {std::pair<const char*, int64_t>{"LSTM", 4}, {"GRU", 3}}) {
-    SCOPED_TRACE(op);
+  for (const auto& [op, gates, split] :
+       {std::tuple<const char*, int64_t, const char*>{"LSTM", 4, "1"}, {"GRU", 3, "1"}, {"LSTM", 4, "0"}}) {
+    SCOPED_TRACE(std::string(op) + " split " + split);
+    setenv("OSPREY_RECURRENT_SPLIT", split, 1);
     std::vector<Tensor> inputs = {
         RandomTensor({seq, batch, input}, 21), RandomTensor({dirs, gates * hidden, input}, 22, -0.1f, 0.1f),
         RandomTensor({dirs, gates * hidden, hidden}, 23, -0.05f, 0.05f), RandomTensor({dirs, 2 * gates * hidden}, 24)};
@@ -132,6 +139,7 @@ TEST(RecurrentKernels, WideRecurrenceSplitsEachStep) {
         MakeNode(op, static_cast<int>(inputs.size()), 2, {{"direction", Attribute::String("bidirectional")}}), inputs,
         FloatKernel(op, true));
   }
+  unsetenv("OSPREY_RECURRENT_SPLIT");
 }
 
 // An LSTM lowered from DynamicQuantizeLSTM (`_int8_weights`, inputs 8 to 11: kernels/recurrent_cell.h): the fast
