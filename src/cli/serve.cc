@@ -232,11 +232,12 @@ void AddServeOptions(CLI::App* serve) {
   serve->add_option("--max-body-size", o.max_body_size, "Largest request body; larger ones get 413")
       ->capture_default_str();
   serve
-      ->add_option("--max-request-memory", o.max_request_memory,
-                   "Request bytes held at once over all connections and both protocols (bodies as they arrive, "
-                   "waiting and running); a REST request that does not fit gets 503 with Retry-After (before its body "
-                   "is read when its Content-Length does not fit), a gRPC call UNAVAILABLE; also gRPC's memory quota for "
-                   "messages still arriving (at least 2 x --max-body-size + 16M; 0 = no limit)")
+      ->add_option(
+          "--max-request-memory", o.max_request_memory,
+          "Request bytes held at once over all connections and both protocols (bodies as they arrive, "
+          "waiting and running); a REST request that does not fit gets 503 with Retry-After (before its body "
+          "is read when its Content-Length does not fit), a gRPC call UNAVAILABLE; also gRPC's memory quota for "
+          "messages still arriving (at least 2 x --max-body-size + 16M; 0 = no limit)")
       ->capture_default_str();
   serve->add_option("--read-timeout", o.read_timeout, "Seconds a client may take to send a request or stay idle")
       ->check(CLI::Range(0.01, 1e6))

@@ -181,7 +181,7 @@ struct ModelManager::Impl {
   bool stopping = false;
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
   bool resident_warned = false;          // memory_above_ceiling logged
-  Clock::time_point last_trim{};  // TrimFreeHeapLocked
+  Clock::time_point last_trim{};         // TrimFreeHeapLocked
   std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
   std::atomic<bool> wake_pending{false};  // AfterRun came within kWakeMs of the last wake: the next pass comes soon
   static constexpr int64_t kWakeMs = 20;

@@ -96,8 +96,8 @@ __attribute__((target("avx512f"))) void PanelTimesRows(const float* x, int64_t x
 // acc[r] += x[r][k] * the panel's row k (16 columns), for R rows.
 template <int R>
 __attribute__((target("avx2,fma"), always_inline)) inline void PanelRowTimesAvx2(const float* x, int64_t x_stride,
-                                                                                const float* panel, int64_t k,
-                                                                                __m256 (&acc)[R][2]) {
+                                                                                 const float* panel, int64_t k,
+                                                                                 __m256 (&acc)[R][2]) {
   const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelAvx2), w1 = _mm256_loadu_ps(panel + k * kPanelAvx2 + 8);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -225,9 +225,9 @@ int64_t GemvPanelWidth() {
 
 PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                             int64_t n, int64_t k) {
-  const dnnl::memory::desc to({1, n, 1, k}, dnnl::memory::data_type::f32,
-                              GemvPanelWidth() == kPanel ? dnnl::memory::format_tag::aBdc64b
-                                                         : dnnl::memory::format_tag::aBdc16b);
+  const dnnl::memory::desc to(
+      {1, n, 1, k}, dnnl::memory::data_type::f32,
+      GemvPanelWidth() == kPanel ? dnnl::memory::format_tag::aBdc64b : dnnl::memory::format_tag::aBdc16b);
   return PackWeight(ctx, from, source, to);
 }
 

@@ -20,7 +20,8 @@ bool GemvPanelsAvailable();
 bool RecurrentPanelsAvailable();
 
 /// W(k, n) for k < `k`, n < `n`, as `from` describes it in `source` (dims {1, n, 1, k}), packed into panels of
-/// GemvPanelWidth() columns (k rows each, zero columns past n) through the weight store (shared and counted like every pack).
+/// GemvPanelWidth() columns (k rows each, zero columns past n) through the weight store (shared and counted like every
+/// pack).
 PackedWeight PackGemvPanels(const KernelBuildContext& ctx, const dnnl::memory::desc& from, const Tensor& source,
                             int64_t n, int64_t k);
 

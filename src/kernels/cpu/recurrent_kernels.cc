@@ -389,7 +389,7 @@ class PackedFloatWeights {
 
   static bool Project(const void* self, int64_t dir, const float* x, const float* bias, float* xw, int64_t rows) {
     const auto* p = static_cast<const PackedFloatWeights*>(self);
-    if (p->w_packs_.empty() || rows != p->rows_) { fprintf(stderr, "PROJ MISS %ld %ld %zu\n", (long)rows, (long)p->rows_, p->w_packs_.size()); return false; }
+    if (p->w_packs_.empty() || rows != p->rows_) return false;
     char* scratch = cpu::ThreadScratch::Reserve(cpu::ThreadScratch::Align(p->scratch_md_.get_size()));
     cpu::ExecArgs args;
     args.Add(DNNL_ARG_SRC, cpu::WrapMemory(p->x_md_, x))
@@ -556,9 +556,9 @@ void ChooseRecurrentSplit(const KernelBuildContext& ctx, Kernel& kernel, PackedF
     return RecurrentRunMs(ctx, kernel);
   };
   try {
-    weights.set_splits_steps(cpu::PreferFirstTimed("recurrent-steps:" + RecurrentTuningKey(ctx), "split",
-                                                   "per-direction", [&] { return time(true); },
-                                                   [&] { return time(false); }));
+    weights.set_splits_steps(cpu::PreferFirstTimed(
+        "recurrent-steps:" + RecurrentTuningKey(ctx), "split", "per-direction", [&] { return time(true); },
+        [&] { return time(false); }));
   } catch (const std::exception&) {
     weights.set_splits_steps(rule);  // timing is advice: the rule stands
   }
@@ -576,9 +576,9 @@ bool PanelsBeatOnednn(const KernelBuildContext& ctx, Kernel& panels, Kernel& one
     return true;
   cpu::OmpThreadsGuard threads(ctx.num_threads);
   try {
-    return cpu::PreferFirstTimed("recurrent-panels-avx2:" + RecurrentTuningKey(ctx), "panels", "onednn",
-                                 [&] { return RecurrentRunMs(ctx, panels); },
-                                 [&] { return RecurrentRunMs(ctx, onednn); });
+    return cpu::PreferFirstTimed(
+        "recurrent-panels-avx2:" + RecurrentTuningKey(ctx), "panels", "onednn",
+        [&] { return RecurrentRunMs(ctx, panels); }, [&] { return RecurrentRunMs(ctx, onednn); });
   } catch (const std::exception&) {
     return true;
   }

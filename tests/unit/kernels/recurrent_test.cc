@@ -26,8 +26,8 @@ using testing::RunKernel;
 const bool kPanelsKept = setenv("OSPREY_GEMV", "1", 1) == 0;
 std::string FloatKernel(const std::string& op, bool r_constant) {
   EXPECT_TRUE(kPanelsKept);
-  const bool panels = __builtin_cpu_supports("avx512f") ||
-                      (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  const bool panels =
+      __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   return op + (r_constant && panels ? "F32Panels" : "F32Dnnl");
 }
 
