@@ -411,8 +411,9 @@ GrpcServer::GrpcServer(InferenceServer* server, GrpcServerOptions options) : imp
   // two largest messages and some room, so that refusals below it stay the budget's own (per call, UNAVAILABLE).
   if (options.request_memory && options.request_memory->limit() > 0) {
     grpc::ResourceQuota quota("osprey-grpc");
-    quota.Resize(static_cast<size_t>(
-        std::max(options.request_memory->limit(), 2 * options.max_message_bytes + (int64_t{16} << 20))));
+    constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() / 4;  // --max-body-size of exabytes: no overflow
+    const int64_t two_messages = 2 * std::min(options.max_message_bytes, kHuge);
+    quota.Resize(static_cast<size_t>(std::max(options.request_memory->limit(), two_messages + (int64_t{16} << 20))));
     builder.SetResourceQuota(quota);
   }
   impl_->server = builder.BuildAndStart();

@@ -181,7 +181,7 @@ struct ModelManager::Impl {
   bool stopping = false;
   bool budget_check = false;  // AfterRun: the housekeeping pass runs now
   bool resident_warned = false;          // memory_above_ceiling logged
-  Clock::time_point last_trim{};         // TrimFreeHeapLocked
+  Clock::time_point last_trim{};         // TrimFreeHeapLocked's last look
   std::atomic<int64_t> last_wake_ms{0};  // AfterRun's last wake (steady clock), to wake at most every kWakeMs
   std::atomic<bool> wake_pending{false};  // AfterRun came within kWakeMs of the last wake: the next pass comes soon
   static constexpr int64_t kWakeMs = 20;
@@ -659,12 +659,14 @@ struct ModelManager::Impl {
   }
 
   // Freed heap that glibc keeps rather than returns (a gRPC flood's receive buffers, a burst's small allocations:
-  // fragments of its arenas, which M_TRIM_THRESHOLD never reaches) goes back to the OS every 5 s while malloc's free
-  // lists hold 64 MiB or more. A trim of pages already given back costs ~2 ms per GiB of free lists (measured).
+  // fragments of its arenas, which M_TRIM_THRESHOLD never reaches) goes back to the OS when malloc's free lists hold
+  // 64 MiB or more, looked at every 5 s (mallinfo2 takes every arena's lock; the pass itself can run every 20 ms
+  // under load). A trim of pages already given back costs ~2 ms per GiB of free lists (measured).
   void TrimFreeHeapLocked(std::unique_lock<std::mutex>& lock, Clock::time_point now) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-    if (now - last_trim < std::chrono::seconds(5) || mallinfo2().fordblks < (size_t{64} << 20)) return;
+    if (now - last_trim < std::chrono::seconds(5)) return;
     last_trim = now;
+    if (mallinfo2().fordblks < (size_t{64} << 20)) return;
     lock.unlock();
     ReturnMemoryToOs();
     lock.lock();

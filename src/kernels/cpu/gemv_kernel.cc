@@ -90,9 +90,6 @@ __attribute__((target("avx512f"))) void PanelTimesRows(const float* x, int64_t x
   }
 }
 
-// The same on AVX2 + FMA (the recurrent steps only) for a panel of 16 columns: R rows x 2 vectors, each of the
-// panel's rows (64 bytes) loaded once for the R rows. S interleaved sums over k (k = s mod S) make R x 2 x S >= 8
-// independent accumulators: the FMA latency (4 cycles, 2 ports) hidden for one row as for four.
 // acc[r] += x[r][k] * the panel's row k (16 columns), for R rows.
 template <int R>
 __attribute__((target("avx2,fma"), always_inline)) inline void PanelRowTimesAvx2(const float* x, int64_t x_stride,
@@ -107,6 +104,9 @@ __attribute__((target("avx2,fma"), always_inline)) inline void PanelRowTimesAvx2
   }
 }
 
+// PanelTimesRows on AVX2 + FMA (the recurrent steps only) for a panel of 16 columns: R rows x 2 vectors, each of the
+// panel's rows (64 bytes) loaded once for the R rows. S interleaved sums over k (k = s mod S) make R x 2 x S >= 8
+// independent accumulators: the FMA latency (4 cycles, 2 ports) hidden for one row as for four.
 template <int R, int S>
 __attribute__((target("avx2,fma"))) void PanelTimesRowsAvx2(const float* x, int64_t x_stride, const float* panel,
                                                             int64_t k_size, float* y) {
@@ -201,20 +201,21 @@ bool IsConstant(const KernelBuildContext& ctx, size_t i) {
 
 }  // namespace
 
+// OSPREY_GEMV=0 turns the panels off (for comparisons).
+static bool PanelsAllowed() {
+  const char* e = std::getenv("OSPREY_GEMV");
+  return !(e && std::string(e) == "0");
+}
+
 bool GemvPanelsAvailable() {
-  static const bool available = __builtin_cpu_supports("avx512f") && [] {
-    const char* e = std::getenv("OSPREY_GEMV");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool available = __builtin_cpu_supports("avx512f") && PanelsAllowed();
   return available;
 }
 
 bool RecurrentPanelsAvailable() {
   static const bool available =
-      (__builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) && [] {
-        const char* e = std::getenv("OSPREY_GEMV");
-        return !(e && std::string(e) == "0");
-      }();
+      (__builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) &&
+      PanelsAllowed();
   return available;
 }
 

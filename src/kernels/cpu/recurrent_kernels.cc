@@ -498,11 +498,12 @@ double RecurrentRunMs(const KernelBuildContext& bc, Kernel& kernel) {
   owned.reserve(bc.input_shapes.size() + bc.output_shapes.size());
   KernelContext ctx{bc.node, bc.opset};
   int64_t bytes = 0;
+  constexpr int64_t kMaxBytes = int64_t{64} << 20;
   auto zeros = [&](DType dtype, const Shape& shape) -> Tensor* {
     int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    bytes += n * static_cast<int64_t>(DTypeSize(dtype));
-    if (bytes > (int64_t{64} << 20) || (dtype != DType::kF32 && dtype != DType::kI32))
+    for (int64_t d : shape) n = d < 0 || (d > 0 && n > kMaxBytes / d) ? kMaxBytes + 1 : n * d;
+    bytes += std::min(n, kMaxBytes + 1) * static_cast<int64_t>(DTypeSize(dtype));
+    if (bytes > kMaxBytes || (dtype != DType::kF32 && dtype != DType::kI32))
       throw Error(ErrorCode::kUnsupported, "recurrent timing: tensors too large or not float32/int32");
     owned.push_back(Tensor::Zeros(dtype, shape));
     return &owned.back();
@@ -533,10 +534,20 @@ double RecurrentRunMs(const KernelBuildContext& bc, Kernel& kernel) {
   return ms;
 }
 
-// The operation and its shapes, for remembering timed choices.
+// The operation and its shapes, for remembering timed choices: X's dims by size class (a recogniser's sequence length
+// follows each text line's width: not timed again at every width, as TuningActivationKey), W, R and B exactly.
 std::string RecurrentTuningKey(const KernelBuildContext& ctx) {
-  std::string key = ctx.node.op_type + ":" + ctx.node.GetString("direction", "forward");
-  for (size_t i = 0; i < ctx.input_shapes.size() && i < 4; ++i) key += ":" + ShapeToString(ctx.input_shapes[i]);
+  std::string key = ctx.node.op_type + ":" + ctx.node.GetString("direction", "forward") + ":" +
+                    std::to_string(ctx.node.GetInt("layout", 0)) + ":";
+  for (size_t i = 0; i < ctx.input_shapes.size() && i < 4; ++i) {
+    if (i == 0) {
+      const dnnl::memory::dims x(ctx.input_shapes[0].begin(), ctx.input_shapes[0].end());
+      key += cpu::TuningOperandKey(dnnl::memory::desc(x, dnnl::memory::data_type::f32, dnnl::memory::format_tag::abc),
+                                   cpu::TuningDims::kAllByClass);
+    } else {
+      key += ShapeToString(ctx.input_shapes[i]) + ";";
+    }
+  }
   return key;
 }
 
