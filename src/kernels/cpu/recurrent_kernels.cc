@@ -404,17 +404,39 @@ class PackedFloatWeights {
     return true;
   }
 
-  static void Step(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t rows, int64_t cols,
-                   int64_t depth) {
-    const auto* p = static_cast<const PackedFloatWeights*>(self);
+  // The packed panels of direction `dir`'s range (col0, cols); throws when it was not packed.
+  const float* Panels(int64_t dir, int64_t col0, int64_t cols, int64_t depth, size_t* index_out = nullptr) const {
     size_t range = 0;
-    while (range < p->ranges_.size() && p->ranges_[range].first != col0) ++range;
-    if (range == p->ranges_.size() || p->ranges_[range].second != cols || depth != p->hidden_)
+    while (range < ranges_.size() && ranges_[range].first != col0) ++range;
+    if (range == ranges_.size() || ranges_[range].second != cols || depth != hidden_ || dir < 0 ||
+        static_cast<size_t>(dir) * ranges_.size() + range >= packs_.size())
       throw Error(ErrorCode::kInternal, "recurrent step product asked for columns " + std::to_string(col0) + " + " +
                                             std::to_string(cols) + " of depth " + std::to_string(depth) +
                                             ", which were not packed");
-    const size_t index = static_cast<size_t>(dir) * p->ranges_.size() + range;
-    const float* panels = static_cast<const float*>(p->packs_[index].memory.get_data_handle());
+    const size_t index = static_cast<size_t>(dir) * ranges_.size() + range;
+    if (index_out) *index_out = index;
+    return static_cast<const float*>(packs_[index].memory.get_data_handle());
+  }
+
+  // Columns [first, last) of Step's product on the calling thread (RecurrentFloatProducts::step_columns): first and
+  // last multiples of the panel width, or last == cols.
+  static void StepColumns(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t rows,
+                          int64_t cols, int64_t depth, int64_t first, int64_t last) {
+    const auto* p = static_cast<const PackedFloatWeights*>(self);
+    const float* panels = p->Panels(dir, col0, cols, depth);
+    const int64_t width = cpu::GemvPanelWidth();
+    if (first < 0 || last > cols || first > last || first % width != 0 || (last % width != 0 && last != cols))
+      throw Error(ErrorCode::kInternal, "recurrent step product asked for columns " + std::to_string(first) + ".." +
+                                            std::to_string(last) + " of " + std::to_string(cols) +
+                                            ", not on panel boundaries");
+    if (first < last) cpu::GemvPanels(h, panels, depth, cols, c, true, first / width, (last + width - 1) / width, rows);
+  }
+
+  static void Step(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t rows, int64_t cols,
+                   int64_t depth) {
+    const auto* p = static_cast<const PackedFloatWeights*>(self);
+    size_t index = 0;
+    const float* panels = p->Panels(dir, col0, cols, depth, &index);
     const int64_t width = cpu::GemvPanelWidth(), count = (cols + width - 1) / width;
     const int team = !omp_in_parallel() && rows * cols * depth >= kSplitProduct
                          ? std::max(1, std::min<int>(p->threads_, static_cast<int>(count)))
@@ -476,7 +498,8 @@ class RecurrentF32Dnnl final : public Kernel {
     else if (packed_float_)
       RunRecurrent(
           ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr},
-          {PackedFloatWeights::Step, PackedFloatWeights::Project, packed_float_.get(), packed_float_->splits_steps()},
+          {PackedFloatWeights::Step, PackedFloatWeights::Project, packed_float_.get(), packed_float_->splits_steps(),
+           PackedFloatWeights::StepColumns, cpu::GemvPanelWidth()},
           projection);
     else
       RunRecurrent(ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr}, {}, projection);

@@ -147,6 +147,40 @@ TEST(RecurrentKernels, WideRecurrenceSplitsEachStep) {
   unsetenv("OSPREY_RECURRENT_SPLIT");
 }
 
+// Split steps run whole on the threads, each over its own hidden units (recurrent_cell.h: products, then cells, a
+// barrier per step, h in two buffers), with every optional input: uneven sequence lengths (one item of none, whose
+// state stays), initial states, peepholes, both layouts, reverse and both directions; LSTM, GRU with
+// linear_before_reset and RNN, wide enough to be split (gates x hidden^2 >= 2^17) and of whole panels (hidden a
+// multiple of 64). GRU without linear_before_reset keeps the products-only split (WideRecurrenceSplitsEachStep).
+TEST(RecurrentKernels, SplitStepsRunOverEachThreadsUnits) {
+  setenv("OSPREY_RECURRENT_SPLIT", "1", 1);
+  const int64_t seq = 5, batch = 3;
+  for (const Case& c : {Case{"LSTM", 4, "bidirectional", 1}, Case{"LSTM", 4, "reverse", 0},
+                        Case{"GRU", 3, "bidirectional", 0}, Case{"RNN", 1, "forward", 1}}) {
+    const int64_t hidden = c.gates == 4 ? 192 : c.gates == 3 ? 256 : 384, input = 24;
+    const int64_t dirs = std::string(c.direction) == "bidirectional" ? 2 : 1;
+    const bool lstm = std::string(c.op) == "LSTM";
+    SCOPED_TRACE(std::string(c.op) + " " + c.direction);
+    AttributeMap attrs = {{"direction", Attribute::String(c.direction)}, {"layout", Attribute::Int(c.layout)}};
+    if (c.gates == 3) attrs["linear_before_reset"] = Attribute::Int(1);
+    const Shape x_shape = c.layout == 0 ? Shape{seq, batch, input} : Shape{batch, seq, input};
+    const Shape state = c.layout == 0 ? Shape{dirs, batch, hidden} : Shape{batch, dirs, hidden};
+    std::vector<Tensor> inputs = {RandomTensor(x_shape, 41),
+                                  RandomTensor({dirs, c.gates * hidden, input}, 42, -0.2f, 0.2f),
+                                  RandomTensor({dirs, c.gates * hidden, hidden}, 43, -0.1f, 0.1f),
+                                  RandomTensor({dirs, 2 * c.gates * hidden}, 44),
+                                  Tensor::FromVector<int32_t>({batch}, {5, 2, 0}),
+                                  RandomTensor(state, 45)};
+    if (lstm) {
+      inputs.push_back(RandomTensor(state, 46));
+      inputs.push_back(RandomTensor({dirs, 3 * hidden}, 47));
+    }
+    ExpectAllOutputsMatch(MakeNode(c.op, static_cast<int>(inputs.size()), lstm ? 3 : 2, attrs), inputs,
+                          FloatKernel(c.op, true));
+  }
+  unsetenv("OSPREY_RECURRENT_SPLIT");
+}
+
 // The tuning build's own choices, untold (neither OSPREY_GEMV nor OSPREY_RECURRENT_SPLIT set): without AVX-512 the
 // panels or oneDNN's sgemm and, with the panels, the split or a direction per thread, each timed on the whole kernel
 // (recurrent_kernels.cc; R of 768 x 192 may be split). Whichever is chosen, the outputs are the reference's, also at a
