@@ -136,11 +136,12 @@ struct Dims {
 struct Cell {
   const RecurrentSpec& spec;
   RecurrentActivate activate;
-  int di;          // direction
+  int di;  // direction
   int64_t hidden;
   const float* peep;  // LSTM peepholes (i o f) of the direction, or null
 
-  // LSTM: gi the item's gates (i o f c, xw + h·R^T), ci its cell state (updated), si hidden floats of scratch; h into ho.
+  // LSTM: gi the item's gates (i o f c, xw + h·R^T), ci its cell state (updated), si hidden floats of scratch; h into
+  // ho.
   void Lstm(float* gi, float* ci, float* si, float* ho, int64_t u0, int64_t u1) const {
     const int64_t m = u1 - u0;
     float* g_i = gi + u0;
@@ -467,9 +468,9 @@ inline void RunRecurrent(KernelContext& ctx, RecurrentGemm gemm, RecurrentActiva
             if (spec.linear_before_reset) {
               for (int64_t i = 0; i < n; ++i)
                 if (const float* xw_t = input_row(i))
-                  cell.GruLinearBeforeReset(gates.data() + i * 2 * hidden, scratch.data() + i * hidden, xw_t + 2 * hidden,
-                                            cand.data() + i * hidden, h.data() + i * hidden, h.data() + i * hidden, 0,
-                                            hidden);
+                  cell.GruLinearBeforeReset(gates.data() + i * 2 * hidden, scratch.data() + i * hidden,
+                                            xw_t + 2 * hidden, cand.data() + i * hidden, h.data() + i * hidden,
+                                            h.data() + i * hidden, 0, hidden);
             } else {
               for (int64_t i = 0; i < n; ++i) {
                 const float* xw_t = input_row(i);

@@ -496,11 +496,10 @@ class RecurrentF32Dnnl final : public Kernel {
     if (packed_)
       RunRecurrent(ctx, DnnlGemmTransB, FastActivate, packed_->Products(), {}, projection);
     else if (packed_float_)
-      RunRecurrent(
-          ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr},
-          {PackedFloatWeights::Step, PackedFloatWeights::Project, packed_float_.get(), packed_float_->splits_steps(),
-           PackedFloatWeights::StepColumns, cpu::GemvPanelWidth()},
-          projection);
+      RunRecurrent(ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr},
+                   {PackedFloatWeights::Step, PackedFloatWeights::Project, packed_float_.get(),
+                    packed_float_->splits_steps(), PackedFloatWeights::StepColumns, cpu::GemvPanelWidth()},
+                   projection);
     else
       RunRecurrent(ctx, DnnlGemmTransB, FastActivate, {RecurrentQuantProductLoops, nullptr}, {}, projection);
   }
