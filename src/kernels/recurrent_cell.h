@@ -66,8 +66,9 @@ struct RecurrentFloatProducts {
   /// its direction's R).
   bool splits_steps = false;
   /// Columns [first, last) of what `step` computes for the range at col0 (c rows of `cols`), on the calling thread;
-  /// first and last multiples of `column_block` (or last == cols). With it, a split step runs whole on the threads,
-  /// each over its own hidden units (their columns of every gate, then their activations), one barrier per step.
+  /// first and last multiples of `column_block` (or last == cols). With it, a split step runs whole on the threads:
+  /// chunks of hidden units, each taken by a free thread (its columns of every gate, then its cells), one barrier per
+  /// step.
   void (*step_columns)(const void* self, int64_t dir, int64_t col0, const float* h, float* c, int64_t rows,
                        int64_t cols, int64_t depth, int64_t first, int64_t last) = nullptr;
   int64_t column_block = 0;
