@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Export Keras applications to ONNX with tf2onnx: the TensorFlow-exported model set of issue 11.
+"""Export Keras applications (and four recurrent Keras models) to ONNX with tf2onnx: issue 11's TensorFlow set.
 
 Usage: .venv-tf/bin/python tools/export_keras.py [--models a,b,...] [--opsets 13,17] [--int8] [--out DIR] [--force]
 
@@ -16,6 +16,13 @@ own output on one random batch.
 full-integer quantisation (TFLiteConverter, Optimize.DEFAULT, TFLITE_BUILTINS_INT8, 8 random calibration images in
 [-1, 1]; per-channel int8 weights, int8 activations with zero points) and then tf2onnx --tflite (opset 17, QDQ form:
 QuantizeLinear / DequantizeLinear around float ops), batch 1. Written to DIR/<name>.int8.onnx.
+
+Besides the applications, four recurrent models written for this set (RECURRENT; not in the default list, which
+`bench/keras` times as the applications; `bench/keras --models crnn_lstm,...` times them): a CRNN text-line recogniser
+(32 x 128 grey input, three Conv3x3 + ReLU + MaxPool at 64 / 128 / 256 channels, the width as time: 32 steps of 1024
+features, two Bidirectional LSTM or GRU of 256, Dense(97) softmax) and a text classifier (64 int32 token ids,
+Embedding(5000, 128), one LSTM or GRU of 512, Dense(4)). tf2onnx writes Keras's LSTM as ONNX LSTM and its GRU
+(reset_after=True) as a Loop with the cell in its body. Float-only (no `--int8`).
 """
 
 import argparse
@@ -40,6 +47,35 @@ MODELS = {
     "efficientnet_v2_b0": ("EfficientNetV2B0", 224),
     "efficientnet_b1": ("EfficientNetB1", 240),
     "mobilenet": ("MobileNet", 224),
+}
+
+
+def _crnn(keras, cell):
+    inp = keras.Input((32, 128, 1), name="input")
+    x = inp
+    for channels, pool in ((64, (2, 2)), (128, (2, 2)), (256, (2, 1))):
+        x = keras.layers.Conv2D(channels, 3, padding="same", activation="relu")(x)
+        x = keras.layers.MaxPooling2D(pool)(x)
+    x = keras.layers.Permute((2, 1, 3))(x)  # [N, W=32, H=4, C=256]: the width is time
+    x = keras.layers.Reshape((32, 4 * 256))(x)
+    for _ in range(2):
+        x = keras.layers.Bidirectional(getattr(keras.layers, cell)(256, return_sequences=True))(x)
+    return keras.Model(inp, keras.layers.Dense(97, activation="softmax")(x))
+
+
+def _text(keras, cell):
+    inp = keras.Input((64,), dtype="int32", name="input")
+    x = keras.layers.Embedding(5000, 128)(inp)
+    x = getattr(keras.layers, cell)(512)(x)
+    return keras.Model(inp, keras.layers.Dense(4)(x))
+
+
+# name -> (builder(keras), input shape without the batch, input dtype)
+RECURRENT = {
+    "crnn_lstm": (lambda keras: _crnn(keras, "LSTM"), (32, 128, 1), "float32"),
+    "crnn_gru": (lambda keras: _crnn(keras, "GRU"), (32, 128, 1), "float32"),
+    "text_lstm": (lambda keras: _text(keras, "LSTM"), (64,), "int32"),
+    "text_gru": (lambda keras: _text(keras, "GRU"), (64,), "int32"),
 }
 # ConvNeXtTiny does not convert with TF 2.21 / tf2onnx 1.17 (nested StatefulPartitionedCall left after freezing, Erfc).
 DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50",
@@ -107,10 +143,15 @@ def export(name, opset, out_dir, force=False):
     import keras
     import tf2onnx
 
-    ctor, size = MODELS[name]
     keras.utils.set_random_seed(SEED)
-    model = getattr(keras.applications, ctor)(weights=None, input_shape=(size, size, 3))
-    spec = (tf.TensorSpec((None, size, size, 3), tf.float32, name="input"),)
+    if name in RECURRENT:
+        build, shape, dtype = RECURRENT[name]
+        model = build(keras)
+    else:
+        ctor, size = MODELS[name]
+        model = getattr(keras.applications, ctor)(weights=None, input_shape=(size, size, 3))
+        shape, dtype = (size, size, 3), "float32"
+    spec = (tf.TensorSpec((None,) + shape, dtype, name="input"),)
 
     @tf.function(input_signature=spec)
     def forward(x):
@@ -119,19 +160,27 @@ def export(name, opset, out_dir, force=False):
     start = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    # Freeze first: from_function leaves constants Keras captures from Python (EfficientNet's normalisation mean and
-    # variance) as graph inputs.
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    if name in RECURRENT:
+        # from_function keeps the layers' while loops whole, which tf2onnx rewrites to LSTM (or a Loop); the frozen
+        # graph_def below is not readable by ONNX Runtime for these ("Invalid tensor data type 0").
+        tf2onnx.convert.from_function(forward, input_signature=spec, opset=opset, output_path=str(tmp))
+    else:
+        # Freeze first: from_function leaves constants Keras captures from Python (EfficientNet's normalisation mean
+        # and variance) as graph inputs.
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    frozen = convert_variables_to_constants_v2(forward.get_concrete_function())
-    tf2onnx.convert.from_graph_def(frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
-                                   output_names=[t.name for t in frozen.outputs], opset=opset, output_path=str(tmp))
+        frozen = convert_variables_to_constants_v2(forward.get_concrete_function())
+        tf2onnx.convert.from_graph_def(frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
+                                       output_names=[t.name for t in frozen.outputs], opset=opset,
+                                       output_path=str(tmp))
     try:
         import onnxruntime as ort
     except ImportError:
         ort = None
     if ort is not None:
-        x = np.random.default_rng(0).uniform(0, 255, (2, size, size, 3)).astype(np.float32)
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 5000, (2,) + shape).astype(dtype) if dtype == "int32" else \
+            rng.uniform(0, 255, (2,) + shape).astype(np.float32)
         want = forward(tf.constant(x)).numpy()
         session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
         got = session.run(None, {session.get_inputs()[0].name: x})[0]
@@ -145,15 +194,18 @@ def export(name, opset, out_dir, force=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma list of " + ",".join(MODELS))
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="comma list of " + ",".join(list(MODELS) + list(RECURRENT)))
     parser.add_argument("--opsets", default="13")
     parser.add_argument("--out", default=str(default_dir()))
     parser.add_argument("--int8", action="store_true", help="full-integer TFLite through tf2onnx --tflite instead")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
     for name in [m for m in args.models.split(",") if m]:
-        if name not in MODELS:
+        if name not in MODELS and name not in RECURRENT:
             parser.error(f"unknown model {name}")
+        if args.int8 and name in RECURRENT:
+            parser.error(f"{name}: --int8 is for the applications only")
         if args.int8:
             print(export_int8(name, args.out, args.force))
             continue
