@@ -24,6 +24,7 @@ constexpr NamedKind kNames[] = {
     {"HardSwish", ActivationKind::kHardSwish},
     {"Silu", ActivationKind::kSilu},
     {"Gelu", ActivationKind::kGelu},
+    {"GeluTanh", ActivationKind::kGeluTanh},  // Gelu with approximate = "tanh": no op of that name
 };
 
 // Runs `f` on every value of data[0, n): one loop per kind, the kind chosen once.
@@ -57,6 +58,8 @@ void WithFormula(const Activation& a, Visit visit) {
       return visit([](float x) { return x / (1.f + std::exp(-x)); });
     case ActivationKind::kGelu:
       return visit([](float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); });
+    case ActivationKind::kGeluTanh:
+      return visit([](float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); });
   }
 }
 
@@ -186,9 +189,16 @@ void ApplyPReluPlanes(const float* slopes, int64_t num_slopes, int64_t channels,
 
 bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>& values, Activation* out) {
   Activation a;
-  if (n.op_type == "Gelu" && n.GetString("approximate", "none") != "none") return false;
-  if (!ParseActivationName(n.op_type, &a.kind) || a.kind == ActivationKind::kNone || a.kind == ActivationKind::kSilu)
+  if (!ParseActivationName(n.op_type, &a.kind) || a.kind == ActivationKind::kNone || a.kind == ActivationKind::kSilu ||
+      a.kind == ActivationKind::kGeluTanh)
     return false;
+  if (a.kind == ActivationKind::kGelu) {
+    const std::string approximate = n.GetString("approximate", "none");
+    if (approximate == "tanh")
+      a.kind = ActivationKind::kGeluTanh;
+    else if (approximate != "none")
+      return false;
+  }
   if (a.kind == ActivationKind::kLeakyRelu) {
     a.alpha = n.GetFloat("alpha", 0.01f);
   } else if (a.kind == ActivationKind::kHardSigmoid) {

@@ -23,6 +23,7 @@ enum class ActivationKind : uint8_t {
   kHardSwish,    // x * min(max(x / 6 + 1/2, 0), 1)
   kSilu,         // x / (1 + exp(-x)): Mul(x, Sigmoid(x)) fused; no ONNX op of its own
   kGelu,         // 0.5 x (1 + erf(x / sqrt 2)) (Gelu with approximate = "none")
+  kGeluTanh,     // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (Gelu with approximate = "tanh")
 };
 
 struct Activation {
@@ -87,8 +88,7 @@ bool ParseActivationName(const std::string& name, ActivationKind* kind);
 /// The activation that unary node `n` (an op whose schema has OpTraits::fusable_activation) computes, its
 /// parameters from its attributes (LeakyRelu alpha, HardSigmoid alpha and beta, Clip min and max before opset 11)
 /// or, for Clip from opset 11 on, its min and max inputs: `values[k]` is input k's float32 value when it is known at
-/// compile time, else null (or `values` shorter). False when the node is none (Gelu with approximate = "tanh") or a
-/// Clip bound it has is not known.
+/// compile time, else null (or `values` shorter). False when the node is none or a Clip bound it has is not known.
 bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>& values, Activation* out);
 
 }  // namespace osprey

@@ -3,9 +3,12 @@
 //   LayerNorm: ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(d, std)
 //              [-> Mul(gamma)] [-> Add(beta)]             => LayerNormalization(x, gamma, beta), axis -1
 //              (also with a Transpose after the Sub moving the mean's axis last, as ONNX Runtime's optimiser writes it,
-//              and Flax's form: E[x^2] - E[x]^2 [-> Max(0)] -> Add(eps) -> Sqrt -> Div(x - mean, .), jax2onnx's export)
+//              and Flax's form: E[x^2] - E[x]^2 [-> Max(0)] -> Add(eps) -> Sqrt -> Div(x - mean, .), jax2onnx's export;
+//              and Keras 3's through tf2onnx: x * inv + (Neg(mean) * inv [+ beta]), inv = 1 / Sqrt(var + eps) [* gamma])
 //   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
 //                                                          => Gelu(x)
+//              Pow(x, 3) -> Mul(0.044715) -> Add(x) -> Mul(sqrt(2 / pi)) -> Tanh -> Add(1) -> Mul(x, .) -> Mul(0.5)
+//                                                          => Gelu(x), approximate "tanh"
 //   GroupNorm: Reshape [N, C, ...] -> [N, G, L] -> InstanceNormalization(s[G], b[G]) -> Reshape [N, C, ...]
 //              [-> Mul(gamma[C])] [-> Add(beta[C])]        => _GroupNorm(x, scale[C], bias[C]), num_groups G
 //              (nn.GroupNorm as PyTorch's exporters write it: PoolFormer, diffusion U-Nets)
@@ -440,6 +443,97 @@ void FuseGroupNorm(CompileState& st) {
   g.Compact();
 }
 
+// Node i as a mean over the last axis keeping dims: ReduceMean so, or GlobalAveragePool on a rank-3 tensor (tf2onnx
+// writes the mean over the last of three axes so). Returns its float32 input, else -1.
+int LastAxisMeanOf(const CompileState& st, NodeView& g, int i) {
+  if (i < 0 || g.node(i).inputs.empty()) return -1;
+  const int x = g.node(i).inputs[0];
+  if (!IsF32(st, x) || st.values[x].shape.empty()) return -1;
+  const int64_t rank = static_cast<int64_t>(st.values[x].shape.size());
+  if (g.Is(i, "GlobalAveragePool")) return rank == 3 ? x : -1;
+  return g.Is(i, "ReduceMean") && IsLastAxisMean(st, g.node(i), rank) ? x : -1;
+}
+
+// Keras 3's LayerNormalization as tf2onnx writes it: mean = E[x], var = E[(x - mean)^2] (Sub, then Mul(d, d)),
+// inv = Reciprocal(Sqrt(var + eps)) [* gamma], out = x * inv + (Neg(mean) * inv [+ beta]) => LayerNormalization.
+void FuseKerasLayerNorm(CompileState& st) {
+  NodeView g(st);
+  for (int i = 0; i < static_cast<int>(st.nodes.size()); ++i) {
+    const int x = LastAxisMeanOf(st, g, i);
+    if (x < 0) continue;
+    const int64_t channels = st.values[x].shape.back();
+    const int mean = g.node(i).outputs[0];
+    if (channels <= 0 || st.is_graph_output[mean] || g.Consumers(mean).size() != 2) continue;
+    int sub = -1, neg = -1;
+    for (int c : g.Consumers(mean)) {
+      if (g.Is(c, "Sub") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == x && g.node(c).inputs[1] == mean)
+        sub = c;
+      else if (g.Is(c, "Neg"))
+        neg = c;
+    }
+    if (sub < 0 || neg < 0) continue;
+    const int d = g.node(sub).outputs[0];
+    const int square = g.SoleConsumer(d);
+    if (!g.Is(square, "Mul") || g.node(square).inputs != std::vector<int>{d, d}) continue;
+    const int var_mean = g.SoleConsumer(g.node(square).outputs[0]);
+    if (LastAxisMeanOf(st, g, var_mean) != g.node(square).outputs[0]) continue;
+    const int add_eps = g.SoleConsumer(g.node(var_mean).outputs[0]);
+    float epsilon = 0;
+    if (!g.Is(add_eps, "Add") ||
+        !ScalarConstant(st, OtherInput(g.node(add_eps), g.node(var_mean).outputs[0]), &epsilon) || !(epsilon >= 0))
+      continue;
+    const int sqrt = g.SoleConsumer(g.node(add_eps).outputs[0]);
+    const int recip = g.Is(sqrt, "Sqrt") ? g.SoleConsumer(g.node(sqrt).outputs[0]) : -1;
+    if (!g.Is(recip, "Reciprocal")) continue;
+    std::vector<int> absorbed = {i, sub, square, var_mean, add_eps, sqrt, recip, neg};
+    // inv: the reciprocal, or it times gamma.
+    std::vector<float> gamma(static_cast<size_t>(channels), 1.f), beta(static_cast<size_t>(channels), 0.f);
+    int gamma_id = -1, beta_id = -1, inv = g.node(recip).outputs[0];
+    const int scale = g.SoleConsumer(inv);
+    if (g.Is(scale, "Mul") && ChannelVector(st, OtherInput(g.node(scale), inv), channels, &gamma)) {
+      gamma_id = OtherInput(g.node(scale), inv);
+      inv = g.node(scale).outputs[0];
+      absorbed.push_back(scale);
+    }
+    if (st.is_graph_output[inv] || g.Consumers(inv).size() != 2) continue;
+    int times_x = -1, times_neg = -1;
+    for (int c : g.Consumers(inv)) {
+      if (!g.Is(c, "Mul")) continue;
+      const int other = OtherInput(g.node(c), inv);
+      if (other == x) times_x = c;
+      if (other == g.node(neg).outputs[0] && g.SoleConsumer(other) == c) times_neg = c;
+    }
+    if (times_x < 0 || times_neg < 0) continue;
+    absorbed.insert(absorbed.end(), {times_x, times_neg});
+    // The shift: Neg(mean) * inv, plus beta when the layer centres.
+    int shift = g.node(times_neg).outputs[0];
+    const int center = g.SoleConsumer(shift);
+    if (g.Is(center, "Add") && ChannelVector(st, OtherInput(g.node(center), shift), channels, &beta)) {
+      beta_id = OtherInput(g.node(center), shift);
+      shift = g.node(center).outputs[0];
+      absorbed.push_back(center);
+    }
+    const int last = g.SoleConsumer(shift);
+    const int scaled = g.node(times_x).outputs[0];
+    if (!g.Is(last, "Add") || OtherInput(g.node(last), shift) != scaled || g.SoleConsumer(scaled) != last ||
+        !SameShape(st, g.node(last).outputs[0], x))
+      continue;
+    Shape stat_shape = st.values[x].shape;
+    stat_shape.back() = 1;
+    if (st.values[mean].shape != stat_shape || st.values[g.node(var_mean).outputs[0]].shape != stat_shape) continue;
+    Node ln;
+    ln.op_type = "LayerNormalization";
+    ln.name = FusedName(g.node(i).name, "LayerNormalization");
+    ln.inputs = {x, ChannelConstant(st, gamma_id, gamma), ChannelConstant(st, beta_id, beta)};
+    ln.outputs = {g.node(last).outputs[0]};
+    ln.attrs["axis"] = Attribute::Int(-1);
+    ln.attrs["epsilon"] = Attribute::Float(epsilon);
+    for (int n : absorbed) g.Kill(n);
+    g.node(last) = std::move(ln);
+  }
+  g.Compact();
+}
+
 // ---------------------------------------------------------------- GELU
 
 // Mul(q, 0.5) or Div(q, 2) reading `q`: multiplies by one half.
@@ -451,25 +545,81 @@ bool IsHalving(const CompileState& st, NodeView& g, int n, int q) {
   return false;
 }
 
+// The product of binary node `n` with scalar constant `k` (either side): its other input, else -1.
+int TimesScalar(const CompileState& st, NodeView& g, int n, double k) {
+  if (!g.Is(n, "Mul") || g.node(n).inputs.size() != 2) return -1;
+  for (int side = 0; side < 2; ++side)
+    if (ScalarNear(st, g.node(n).inputs[1 - side], k)) return g.node(n).inputs[side];
+  return -1;
+}
+
+// Erf node `e` reading x / sqrt(2) or x * (1 / sqrt(2)): x, with the scaling node added to `inside`; else -1.
+int ErfGeluInput(const CompileState& st, NodeView& g, int e, std::vector<int>* inside) {
+  const int t = g.node(e).inputs[0];
+  const int scale = g.Producer(t);
+  if (g.SoleConsumer(t) != e) return -1;
+  int x = -1;
+  if (g.Is(scale, "Div") && g.node(scale).inputs.size() == 2 && ScalarNear(st, g.node(scale).inputs[1], kSqrt2))
+    x = g.node(scale).inputs[0];
+  else
+    x = TimesScalar(st, g, scale, 1.0 / kSqrt2);
+  if (!IsF32(st, x) || !SameShape(st, t, x)) return -1;
+  inside->push_back(scale);
+  return x;
+}
+
+// Tanh node `e` reading sqrt(2 / pi) * (x + 0.044715 * x^3), the cube as Pow(x, 3) or (x * x) * x in either order:
+// x, with the nodes computing the argument added to `inside`; else -1.
+int TanhGeluInput(const CompileState& st, NodeView& g, int e, std::vector<int>* inside) {
+  const int arg = g.node(e).inputs[0];
+  const int outer = g.Producer(arg);
+  const int sum = TimesScalar(st, g, outer, 0.7978845608028654);
+  const int add = g.Producer(sum);
+  if (g.SoleConsumer(arg) != e || g.SoleConsumer(sum) != outer || !g.Is(add, "Add") ||
+      g.node(add).inputs.size() != 2)
+    return -1;
+  for (int side = 0; side < 2; ++side) {
+    const int x = g.node(add).inputs[side], term = g.node(add).inputs[1 - side];
+    const int scale = g.Producer(term);
+    const int cube = TimesScalar(st, g, scale, 0.044715);
+    if (!IsF32(st, x) || !SameShape(st, arg, x) || g.SoleConsumer(term) != add || g.SoleConsumer(cube) != scale)
+      continue;
+    std::vector<int> nodes = {outer, add, scale};
+    const int c = g.Producer(cube);
+    if (g.Is(c, "Pow") && g.node(c).inputs.size() == 2 && g.node(c).inputs[0] == x &&
+        ScalarNear(st, g.node(c).inputs[1], 3.0)) {
+      nodes.push_back(c);
+    } else if (g.Is(c, "Mul") && g.node(c).inputs.size() == 2) {  // x * (x * x) or (x * x) * x
+      const int square = OtherInput(g.node(c), x);
+      const int sq = g.Producer(square);
+      if (square < 0 || g.SoleConsumer(square) != c || !g.Is(sq, "Mul") || g.node(sq).inputs.size() != 2 ||
+          g.node(sq).inputs[0] != x || g.node(sq).inputs[1] != x)
+        continue;
+      nodes.push_back(c);
+      nodes.push_back(sq);
+    } else {
+      continue;
+    }
+    inside->insert(inside->end(), nodes.begin(), nodes.end());
+    return x;
+  }
+  return -1;
+}
+
+// 0.5 x (1 + erf(x / sqrt 2)) => Gelu; 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) => Gelu with approximate =
+// "tanh" (PyTorch's gelu(approximate="tanh") and Hugging Face's gelu_new as exported, Keras's gelu(approximate=True)
+// through tf2onnx).
 void FuseGelu(CompileState& st) {
   NodeView g(st);
   for (int e = 0; e < static_cast<int>(st.nodes.size()); ++e) {
-    if (!g.Is(e, "Erf") || g.node(e).inputs.size() != 1) continue;
-    // Erf's input is x / sqrt(2) or x * (1 / sqrt(2)).
-    const int t = g.node(e).inputs[0];
-    const int scale = g.Producer(t);
-    if (g.SoleConsumer(t) != e) continue;
-    int x = -1;
-    if (g.Is(scale, "Div") && g.node(scale).inputs.size() == 2 && ScalarNear(st, g.node(scale).inputs[1], kSqrt2))
-      x = g.node(scale).inputs[0];
-    else if (g.Is(scale, "Mul") && g.node(scale).inputs.size() == 2) {
-      for (int side = 0; side < 2 && x < 0; ++side)
-        if (ScalarNear(st, g.node(scale).inputs[1 - side], 1.0 / kSqrt2)) x = g.node(scale).inputs[side];
-    }
-    if (!IsF32(st, x) || !SameShape(st, t, x)) continue;
-    const int erf_out = g.node(e).outputs[0];
-    const int add_one = g.SoleConsumer(erf_out);
-    if (!g.Is(add_one, "Add") || !ScalarNear(st, OtherInput(g.node(add_one), erf_out), 1.0)) continue;
+    const bool erf = g.Is(e, "Erf"), tanh = g.Is(e, "Tanh");
+    if ((!erf && !tanh) || g.node(e).inputs.size() != 1) continue;
+    std::vector<int> inside;
+    const int x = erf ? ErfGeluInput(st, g, e, &inside) : TanhGeluInput(st, g, e, &inside);
+    if (x < 0) continue;
+    const int f = g.node(e).outputs[0];  // erf(...) or tanh(...)
+    const int add_one = g.SoleConsumer(f);
+    if (!g.Is(add_one, "Add") || !ScalarNear(st, OtherInput(g.node(add_one), f), 1.0)) continue;
     const int a = g.node(add_one).outputs[0];
     if (!SameShape(st, a, x)) continue;
     const int m1 = g.SoleConsumer(a);
@@ -480,7 +630,8 @@ void FuseGelu(CompileState& st) {
     if (!SameShape(st, q, x)) continue;
 
     // The rest computes x * a * 0.5 in one of three orders.
-    std::vector<int> absorbed = {scale, e, add_one, m1};
+    std::vector<int> absorbed = inside;
+    absorbed.insert(absorbed.end(), {e, add_one, m1});
     int last = -1;
     if (o1 == x) {  // (x * a) * 0.5
       const int m2 = g.SoleConsumer(q);
@@ -503,6 +654,7 @@ void FuseGelu(CompileState& st) {
     gelu.name = FusedName(g.node(e).name, "Gelu");
     gelu.inputs = {x};
     gelu.outputs = {g.node(last).outputs[0]};
+    if (tanh) gelu.attrs["approximate"] = Attribute::String("tanh");
     for (int n : absorbed)
       if (n != last) g.Kill(n);
     g.node(last) = std::move(gelu);
@@ -893,6 +1045,7 @@ void FuseTransformerPatterns(CompileState& st) {
   EinsumToMatMul(st);  // first: its MatMuls then take a bias like any other
   FuseLayerNorm(st);  // before the rewrite below: its ReduceMeans are over the last axis, never spatial-only
   FuseFastVarianceLayerNorm(st);
+  FuseKerasLayerNorm(st);
   FuseGroupNorm(st);
   SpatialMeanToGlobalAveragePool(st);
   FuseGelu(st);

@@ -68,6 +68,11 @@ struct Gelu {
     return 0.5f * v * (1.f + vmath::Erf(v * 0.70710678118654752f));
   }
 };
+struct GeluTanh {
+  [[gnu::always_inline]] float operator()(float v) const {
+    return 0.5f * v * (1.f + vmath::Tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+  }
+};
 
 // Rows of the tensor as the loops see them: plain, row r is (n, c = r % channels) with `inner` values sharing one
 // a/b; NHWC, row r is one pixel with `channels` values, one a/b each. x may equal y (in-place runs).
@@ -129,6 +134,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BatchNormRows(
       return AffineRows(p, x, y, begin, end, Silu{});
     case ActivationKind::kGelu:
       return AffineRows(p, x, y, begin, end, Gelu{});
+    case ActivationKind::kGeluTanh:
+      return AffineRows(p, x, y, begin, end, GeluTanh{});
   }
 }
 

@@ -65,6 +65,13 @@ bool OwnSiluActivation(const Node& node) {
   return Activation::FromFusedNode(node, &act) && act.kind == ActivationKind::kSilu && FastSiluAvailable();
 }
 
+bool OwnGeluActivation(const Node& node) {
+  Activation act;
+  const char* e = std::getenv("OSPREY_OWN_GELU");
+  return Activation::FromFusedNode(node, &act) &&
+         (act.kind == ActivationKind::kGelu || act.kind == ActivationKind::kGeluTanh) && !(e && std::string(e) == "0");
+}
+
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
   Activation act;
   if (!Activation::FromFusedNode(node, &act)) return false;
@@ -99,6 +106,9 @@ bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {
       break;
     case ActivationKind::kGelu:
       ops.append_eltwise(algorithm::eltwise_gelu_erf, 0.f, 0.f);
+      break;
+    case ActivationKind::kGeluTanh:
+      ops.append_eltwise(algorithm::eltwise_gelu_tanh, 0.f, 0.f);
       break;
   }
   return true;

@@ -352,6 +352,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void StepRow(const 
       return MapInPlace(y, n, HardSwish{});
     case UnaryOp::kGelu:
       return MapInPlace(y, n, Gelu{});
+    case UnaryOp::kGeluTanh:
+      return MapInPlace(y, n, GeluTanh{});
     case UnaryOp::kFakeQuantize:
       return MapInPlace(y, n, FakeQuantize{p.gamma, p.alpha, p.beta});
     default:
@@ -365,6 +367,10 @@ bool StepParams(const Node& node, std::vector<UnaryParams>* out) {
   for (const UnaryStep& s : FusedSteps(node)) {
     if (s.fake_quantize) {
       out->push_back({UnaryOp::kFakeQuantize, /*alpha=*/s.lo, /*beta=*/s.hi, /*gamma=*/s.scale});
+      continue;
+    }
+    if (s.act.kind == ActivationKind::kGeluTanh) {  // Gelu's entry, approximate = "tanh"
+      out->push_back({UnaryOp::kGeluTanh, 0.f, 0.f, 0.f});
       continue;
     }
     const std::string name = ActivationName(s.act.kind);
@@ -767,6 +773,15 @@ SiluRowFn SiluRow() {
 bool FastSiluAvailable() {
   const char* e = std::getenv("OSPREY_OWN_SILU");
   return SiluRow() != nullptr && !(e && std::string(e) == "0");
+}
+
+void GeluInPlace(bool tanh, float* data, int64_t n, int threads) {
+  const UnaryParams p{tanh ? UnaryOp::kGeluTanh : UnaryOp::kGelu};
+  constexpr int64_t kBlock = int64_t{1} << 14;  // as SiluInPlace
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+  for (int64_t b = 0; b < blocks; ++b) StepRow(p, data + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
 void SiluInPlace(float* data, int64_t n, int threads) {

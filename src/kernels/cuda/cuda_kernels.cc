@@ -44,6 +44,8 @@ int UnaryCodeOf(ActivationKind kind) {
       return kUnarySilu;
     case ActivationKind::kGelu:
       return kUnaryGelu;
+    case ActivationKind::kGeluTanh:
+      return kUnaryGeluTanh;
   }
   return kUnaryIdentity;
 }

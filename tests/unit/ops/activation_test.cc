@@ -17,7 +17,7 @@ using testing::MakeNode;
 constexpr ActivationKind kAllKinds[] = {
     ActivationKind::kNone,    ActivationKind::kRelu, ActivationKind::kLeakyRelu,   ActivationKind::kClip,
     ActivationKind::kSigmoid, ActivationKind::kTanh, ActivationKind::kHardSigmoid, ActivationKind::kHardSwish,
-    ActivationKind::kSilu,    ActivationKind::kGelu};
+    ActivationKind::kSilu,    ActivationKind::kGelu, ActivationKind::kGeluTanh};
 
 TEST(Activation, NamesRoundTrip) {
   for (ActivationKind kind : kAllKinds) {
@@ -32,7 +32,8 @@ TEST(Activation, NamesRoundTrip) {
 }
 
 // Every op with the fusable_activation trait reads as the activation of its own name, and every activation but
-// kNone and kSilu (no ONNX op: Mul(x, Sigmoid(x)) fused) is such an op: the trait and the type agree.
+// kNone, kSilu (no ONNX op: Mul(x, Sigmoid(x)) fused) and kGeluTanh (Gelu with approximate = "tanh") is such an op:
+// the trait and the type agree.
 TEST(Activation, FusableTraitMatchesKinds) {
   const OpRegistry& registry = OpRegistry::Get();
   int fusable = 0;
@@ -45,7 +46,7 @@ TEST(Activation, FusableTraitMatchesKinds) {
     EXPECT_EQ(ActivationName(act.kind), name);
   }
   for (ActivationKind kind : kAllKinds) {
-    if (kind == ActivationKind::kNone || kind == ActivationKind::kSilu) continue;
+    if (kind == ActivationKind::kNone || kind == ActivationKind::kSilu || kind == ActivationKind::kGeluTanh) continue;
     EXPECT_TRUE(OpRegistry::TraitsOf(ActivationName(kind)).fusable_activation) << ActivationName(kind);
   }
   EXPECT_EQ(fusable, 8);
@@ -80,7 +81,10 @@ TEST(Activation, OfNodeReadsParametersAndDefaults) {
   ASSERT_TRUE(ActivationOfNode(MakeNode("Relu", 1, 1), 17, {}, &act));
   EXPECT_EQ(act.alpha, 0.f);
   EXPECT_EQ(act.beta, 0.f);
-  EXPECT_FALSE(ActivationOfNode(MakeNode("Gelu", 1, 1, {{"approximate", Attribute::String("tanh")}}), 20, {}, &act));
+  ASSERT_TRUE(ActivationOfNode(MakeNode("Gelu", 1, 1, {{"approximate", Attribute::String("tanh")}}), 20, {}, &act));
+  EXPECT_EQ(act.kind, ActivationKind::kGeluTanh);
+  EXPECT_FALSE(ActivationOfNode(MakeNode("Gelu", 1, 1, {{"approximate", Attribute::String("fast")}}), 20, {}, &act));
+  EXPECT_FALSE(ActivationOfNode(MakeNode("GeluTanh", 1, 1), 20, {}, &act));  // a fused kind, not an op
   ASSERT_TRUE(ActivationOfNode(MakeNode("Gelu", 1, 1), 20, {}, &act));
   EXPECT_EQ(act.kind, ActivationKind::kGelu);
   EXPECT_FALSE(ActivationOfNode(MakeNode("Exp", 1, 1), 17, {}, &act));
@@ -136,6 +140,9 @@ TEST(Activation, Formulas) {
   EXPECT_EQ((Activation{ActivationKind::kHardSwish}.Apply(x)), x * (x / 6.f + 0.5f));
   EXPECT_EQ((Activation{ActivationKind::kSilu}.Apply(x)), x / (1.f + std::exp(1.5f)));
   EXPECT_EQ((Activation{ActivationKind::kGelu}.Apply(x)), 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)));
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) at x = -1.5, in double: -0.1004284...
+  EXPECT_NEAR((Activation{ActivationKind::kGeluTanh}.Apply(x)),
+              0.5 * -1.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (-1.5 + 0.044715 * -3.375))), 1e-6);
   // The in-place form is the scalar one, value for value (NaN and infinities included).
   std::vector<float> values = {-INFINITY, -8.f, -3.f, -0.5f, -0.f, 0.f, 0.25f, 3.f, 9.f, INFINITY, NAN};
   for (ActivationKind kind : kAllKinds) {

@@ -420,6 +420,50 @@ TEST(FusionPatterns, FlaxLayerNormFuses) {
   ExpectFused(g, {{2, 7, 16}}, UnfusedSteps(g, {{2, 7, 16}}));
 }
 
+// Keras 3's LayerNormalization through tf2onnx: the mean over the last axis as GlobalAveragePool (rank 3) or
+// ReduceMean, var = mean((x - mean)^2), inv = 1 / sqrt(var + eps) [* gamma], x * inv + (-mean * inv [+ beta]).
+Graph KerasLayerNormGraph(const Shape& shape, bool affine, bool mean_escapes = false) {
+  GraphBuilder b("keras_layernorm", 18);
+  auto x = b.Input("x", DType::kF32, shape);
+  const int64_t c = shape.back();
+  auto axes = b.Constant(Tensor::FromVector<int64_t>({1}, {-1}));
+  auto last_mean = [&](ValueRef v) {
+    return shape.size() == 3 ? b.Op("GlobalAveragePool", {v}) : b.Op("ReduceMean", {v, axes});
+  };
+  auto mean = last_mean(x);
+  auto d = b.Op("Sub", {x, mean});
+  auto var = last_mean(b.Op("Mul", {d, d}));
+  auto inv = b.Op("Reciprocal", {b.Op("Sqrt", {b.Op("Add", {var, b.Constant(Scalar(1e-3f))})})});
+  if (affine) inv = b.Op("Mul", {inv, b.Constant(RandomTensor({c}, 3, 0.5f, 1.5f))});
+  auto shift = b.Op("Mul", {b.Op("Neg", {mean}), inv});
+  if (affine) shift = b.Op("Add", {shift, b.Constant(RandomTensor({c}, 4))});
+  b.Output(b.Op("Add", {b.Op("Mul", {x, inv}), shift}), "y");
+  if (mean_escapes) b.Output(mean, "mean");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, KerasLayerNormFuses) {
+  for (const Shape& shape : {Shape{2, 7, 16}, Shape{2, 3, 5, 16}})
+    for (bool affine : {true, false}) {
+      SCOPED_TRACE(std::to_string(shape.size()) + (affine ? "-D, affine" : "-D"));
+      const std::vector<std::string> ops = RunAgainstOracle(KerasLayerNormGraph(shape, affine), shape);
+      EXPECT_TRUE(Ran(ops, "LayerNormalization"));
+      EXPECT_FALSE(Ran(ops, "Sqrt"));
+      EXPECT_FALSE(Ran(ops, "Reciprocal"));
+    }
+  // The mean is also a graph output: no LayerNormalization (it would have to compute the mean twice).
+  EXPECT_FALSE(Ran(RunAgainstOracle(KerasLayerNormGraph({2, 7, 16}, true, true), {2, 7, 16}), "LayerNormalization"));
+  // GlobalAveragePool on rank 4 averages H and W, not the last axis: not a LayerNorm.
+  GraphBuilder b("spatial_moments", 17);
+  auto x = b.Input("x", DType::kF32, {1, 4, 3, 3});
+  auto mean = b.Op("GlobalAveragePool", {x});
+  auto d = b.Op("Sub", {x, mean});
+  auto inv = b.Op("Reciprocal", {b.Op("Sqrt", {b.Op("Add", {b.Op("GlobalAveragePool", {b.Op("Mul", {d, d})}),
+                                                             b.Constant(Scalar(1e-3f))})})});
+  b.Output(b.Op("Add", {b.Op("Mul", {x, inv}), b.Op("Mul", {b.Op("Neg", {mean}), inv})}), "y");
+  EXPECT_FALSE(Ran(RunAgainstOracle(b.Finish(), {1, 4, 3, 3}), "LayerNormalization"));
+}
+
 // ---------------------------------------------------------------- GELU
 
 enum class GeluForm { kPyTorch, kHalfFirst, kHalfOnSum, kMulByInverseSqrt2, kDivByTwo };
@@ -471,6 +515,48 @@ TEST(FusionPatterns, GeluValuesByHand) {
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double v = x.data<float>()[i];
     EXPECT_NEAR(y.data<float>()[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-5) << "x = " << v;
+  }
+}
+
+enum class CubeForm { kPow, kSquareFirst, kSquareLast };
+
+// The tanh approximation as exporters write it: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the 0.5 first
+// (Keras through tf2onnx) or last (PyTorch's gelu(approximate="tanh"), Hugging Face's gelu_new).
+Graph TanhGeluGraph(CubeForm cube_form, bool half_first, float kappa = 0.044715f) {
+  GraphBuilder b("gelu_tanh", 13);
+  auto x = b.Input("x", DType::kF32, {3, 5, 13});
+  ValueRef cube = cube_form == CubeForm::kPow ? b.Op("Pow", {x, b.Constant(Scalar(3.f))})
+                  : cube_form == CubeForm::kSquareFirst ? b.Op("Mul", {b.Op("Mul", {x, x}), x})
+                                                        : b.Op("Mul", {x, b.Op("Mul", {x, x})});
+  auto inner = b.Op("Add", {x, b.Op("Mul", {b.Constant(Scalar(kappa)), cube})});
+  auto t = b.Op("Tanh", {b.Op("Mul", {b.Constant(Scalar(0.7978846f)), inner})});
+  auto a = b.Op("Add", {b.Constant(Scalar(1.f)), t});
+  auto half = b.Constant(Scalar(0.5f));
+  b.Output(half_first ? b.Op("Mul", {b.Op("Mul", {half, x}), a}) : b.Op("Mul", {half, b.Op("Mul", {x, a})}), "y");
+  return b.Finish();
+}
+
+TEST(FusionPatterns, TanhGeluForms) {
+  for (CubeForm cube : {CubeForm::kPow, CubeForm::kSquareFirst, CubeForm::kSquareLast})
+    for (bool half_first : {false, true}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(cube)) + (half_first ? " half first" : " half last"));
+      ExpectFused(TanhGeluGraph(cube, half_first), {{3, 5, 13}}, 1);
+    }
+  EXPECT_TRUE(Ran(RunAgainstOracle(TanhGeluGraph(CubeForm::kPow, true), {3, 5, 13}), "Gelu"));
+  // Not GELU's constant: no Gelu (the chain may still fuse into other elementwise nodes).
+  const std::vector<std::string> ops = RunAgainstOracle(TanhGeluGraph(CubeForm::kPow, true, 0.05f), {3, 5, 13});
+  EXPECT_FALSE(Ran(ops, "Gelu"));
+}
+
+TEST(FusionPatterns, TanhGeluValuesByHand) {
+  auto plan = Compile(TanhGeluGraph(CubeForm::kPow, true), {{DType::kF32, {3, 5, 13}}});
+  EXPECT_EQ(plan->num_steps(), 1u);
+  Tensor x = RandomTensor({3, 5, 13}, 5, -4.f, 4.f);
+  Tensor y = plan->Run({x})[0];
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data<float>()[i];
+    const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(y.data<float>()[i], want, 1e-5) << "x = " << v;
   }
 }
 
