@@ -81,9 +81,9 @@ std::unique_ptr<Kernel> CreateSelectKernel(const KernelBuildContext& ctx);
 /// plain loop and oneDNN's post-op is the better choice.
 bool FastSiluAvailable();
 void SiluInPlace(float* data, int64_t n, int threads);
-/// GELU (the erf form, or with `tanh` the tanh approximation) on data[0, n) in place, on up to `threads` OpenMP
-/// threads: the MatMul kernel's pass over its own output instead of oneDNN's post-op (elementwise_kernels.cc).
-void GeluInPlace(bool tanh, float* data, int64_t n, int threads);
+/// GELU's tanh approximation on data[0, n) in place, on up to `threads` OpenMP threads: the MatMul kernel's pass over
+/// its own output instead of oneDNN's post-op (elementwise_kernels.cc).
+void GeluTanhInPlace(float* data, int64_t n, int threads);
 
 /// Softmax / LogSoftmax (opset >= 13) over a non-last axis with at least 8 positions after it (softmax_kernel.cc), for
 /// when oneDNN has only its reference implementation; nullptr otherwise.

@@ -178,9 +178,10 @@ bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops);
 /// (SiluInPlace, where the fast pass exists) instead of as oneDNN's swish post-op, ~2.3x slower per element
 /// (dnnl_conv.cc, dnnl_matmul.cc).
 bool OwnSiluActivation(const Node& node);
-/// Whether the node's fused activation is GELU (erf or tanh) and a MatMul kernel should apply it itself after its
-/// primitive (GeluInPlace) instead of as oneDNN's post-op: on gemm:jit (AVX2) the gelu_tanh post-op made Keras
-/// ViT's [1568, 192] x [192, 768] take 6.2 ms against 3.1 + 1.2 for the product and a pass (dnnl_matmul.cc).
+/// Whether the node's fused activation is GELU's tanh form and a MatMul kernel should apply it itself after its
+/// primitive (GeluTanhInPlace) instead of as oneDNN's gelu_tanh post-op: on gemm:jit (AVX2) that made a Keras ViT's
+/// [1568, 192] x [192, 768] take 5.2-6.2 ms against 3.7 with the pass (the product alone ~2.6-3.1). The erf form
+/// stays a post-op (even within the noise: torchvision's vit_b_16 and convnext_tiny, 2-vCPU EPYC Zen 3).
 /// OSPREY_OWN_GELU=0 leaves it to oneDNN in the plans compiled while it is set (comparisons).
 bool OwnGeluActivation(const Node& node);
 

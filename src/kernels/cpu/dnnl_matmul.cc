@@ -1,8 +1,8 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm (transA/transB, alpha, beta, C broadcast)
 // on oneDNN's matmul primitive. A constant B is reordered once into the layout oneDNN prefers (with Gemm's alpha
 // folded in; plain rows a multiple of 256 elements long get a padded stride, PaddedRows); a constant C becomes a bias
-// (row vector) or a binary-add post-op; `_activation` is a post-op (SiLU and GELU: a pass after the primitive,
-// OwnSiluActivation, OwnGeluActivation). A MatMul with `_bias` = 1 (fused by the runtime
+// (row vector) or a binary-add post-op; `_activation` is a post-op (SiLU and tanh GELU: a pass after the
+// primitive, OwnSiluActivation, OwnGeluActivation). A MatMul with `_bias` = 1 (fused by the runtime
 // from MatMul + Add) takes its [N] input 2 as oneDNN's bias; one with `_residual` = 1 adds its input 3 (the output's
 // shape) by a sum post-op before the activation, onto the residual in the output's buffer (in place, or copied there).
 #include <omp.h>
@@ -12,7 +12,6 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
-#include "ops/activation.h"
 #include "ops/matmul_views.h"
 
 namespace osprey::cpu {
@@ -74,8 +73,6 @@ class DnnlMatMulKernel final : public Kernel {
     if (residual) ops.append_sum(1.f);    // onto what the output holds when the primitive runs: the residual
     own_silu_ = OwnSiluActivation(node);  // applied after the primitive (Run) instead of as a post-op
     own_gelu_ = OwnGeluActivation(node);  // the same
-    Activation act;
-    own_gelu_tanh_ = own_gelu_ && Activation::FromFusedNode(node, &act) && act.kind == ActivationKind::kGeluTanh;
     if (!own_silu_ && !own_gelu_ && !AppendFusedActivation(node, ops)) return {};
     attr.set_post_ops(ops);
     memory::desc weights_md =
@@ -175,7 +172,7 @@ class DnnlMatMulKernel final : public Kernel {
       stream.wait();
     });
     if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), ctx.Out(0).numel(), threads_);
-    if (own_gelu_) GeluInPlace(own_gelu_tanh_, ctx.Out(0).data<float>(), ctx.Out(0).numel(), threads_);
+    if (own_gelu_) GeluTanhInPlace(ctx.Out(0).data<float>(), ctx.Out(0).numel(), threads_);
   }
 
   // The residual's buffer may become the output's: the sum post-op then adds it where it lies.
@@ -220,8 +217,7 @@ class DnnlMatMulKernel final : public Kernel {
   memory::desc scratch_md_;
   int add_post_op_index_ = 0;
   bool own_silu_ = false;  // the fused SiLU runs as SiluInPlace after the primitive (OwnSiluActivation)
-  bool own_gelu_ = false;  // the fused GELU runs as GeluInPlace after the primitive (OwnGeluActivation)
-  bool own_gelu_tanh_ = false;  // that GELU is the tanh approximation
+  bool own_gelu_ = false;  // the fused tanh GELU runs as GeluTanhInPlace after the primitive (OwnGeluActivation)
   int threads_ = 1;
   PerCaller<RunState> runs_;
 };

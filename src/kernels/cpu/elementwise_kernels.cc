@@ -775,8 +775,8 @@ bool FastSiluAvailable() {
   return SiluRow() != nullptr && !(e && std::string(e) == "0");
 }
 
-void GeluInPlace(bool tanh, float* data, int64_t n, int threads) {
-  const UnaryParams p{tanh ? UnaryOp::kGeluTanh : UnaryOp::kGelu};
+void GeluTanhInPlace(float* data, int64_t n, int threads) {
+  const UnaryParams p{UnaryOp::kGeluTanh};
   constexpr int64_t kBlock = int64_t{1} << 14;  // as SiluInPlace
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;

@@ -127,6 +127,9 @@ TEST(DnnlMatMul, FusedActivation) {
   // SiLU runs as a pass over the output after the primitive (OwnSiluActivation), after its bias / C post-op.
   ExpectMatMul({4, 6, 21}, {21, 37}, true, {{"_activation", Attribute::String("Silu")}});
   ExpectMatMul({70, 33}, {33, 40}, false, {{"_activation", Attribute::String("Silu")}});
+  // GELU's tanh form too (OwnGeluActivation); large enough for the pass to split over the threads.
+  ExpectMatMul({4, 6, 21}, {21, 37}, true, {{"_activation", Attribute::String("GeluTanh")}});
+  ExpectMatMul({700, 33}, {33, 64}, false, {{"_activation", Attribute::String("GeluTanh")}});
 }
 
 struct GemmCase {
