@@ -17,12 +17,23 @@ full-integer quantisation (TFLiteConverter, Optimize.DEFAULT, TFLITE_BUILTINS_IN
 [-1, 1]; per-channel int8 weights, int8 activations with zero points) and then tf2onnx --tflite (opset 17, QDQ form:
 QuantizeLinear / DequantizeLinear around float ops), batch 1. Written to DIR/<name>.int8.onnx.
 
-Besides the applications, four recurrent models written for this set (RECURRENT; not in the default list, which
-`bench/keras` times as the applications; `bench/keras --models crnn_lstm,...` times them): a CRNN text-line recogniser
-(32 x 128 grey input, three Conv3x3 + ReLU + MaxPool at 64 / 128 / 256 channels, the width as time: 32 steps of 1024
-features, two Bidirectional LSTM or GRU of 256, Dense(97) softmax) and a text classifier (64 int32 token ids,
-Embedding(5000, 128), one LSTM or GRU of 512, Dense(4)). tf2onnx writes Keras's LSTM as ONNX LSTM and its GRU
-(reset_after=True) as a Loop with the cell in its body. Float-only (no `--int8`).
+Besides the applications, seven models written for this set (WRITTEN; not in the default list, which `bench/keras`
+times as the applications; `bench/keras --models crnn_lstm,... --opsets 17` times them; float only, no `--int8`):
+- a CRNN text-line recogniser (32 x 128 grey input, three Conv3x3 + ReLU + MaxPool at 64 / 128 / 256 channels, the
+  width as time: 32 steps of 1024 features, two Bidirectional LSTM or GRU of 256, Dense(97) softmax): crnn_lstm,
+  crnn_gru; a text classifier (64 int32 token ids, Embedding(5000, 128), one LSTM or GRU of 512, Dense(4)):
+  text_lstm, text_gru. tf2onnx writes Keras's LSTM as ONNX LSTM, its GRU (reset_after=True) as a Loop;
+- vit_tiny: 16x16 patches of 224 x 224 as a Conv2D of 192, a learned position embedding, four pre-norm blocks
+  (LayerNormalization, MultiHeadAttention of 3 heads x 64, Dense(768) with GELU's tanh form, Dense(192)), mean pool,
+  Dense(1000); text_transformer: 128 int32 tokens, Embedding(8000, 256) + position, two post-norm blocks (4 heads x
+  64, ReLU MLP of 1024), mean pool, Dense(4). tf2onnx writes Keras 3's LayerNormalization as its moments
+  (GlobalAveragePool on [N, T, C]) and x * inv + (-mean * inv + beta), MultiHeadAttention's einsums as
+  Transpose/Reshape/MatMul, GELU as Pow(x, 3) ... Tanh. (Keras's exact GELU arrives as Erfc, which tf2onnx 1.17
+  cannot convert.) LayerNormalization gets random gamma and beta, as a trained one has;
+- kws_conv1d: a keyword spotter on 16000 samples: Conv1D(64, 80, stride 4) + BatchNorm + ReLU, MaxPool1D(4), four
+  SeparableConv1D (64 / 128 / 128 / 256, kernel 3, dilation 1 / 2 / 4 / 8) + BatchNorm + swish, Conv1D(256, 3,
+  stride 2) + ReLU, global max pool, Dense(12). tf2onnx writes each 1-D layer as a [N, C, 1, W] Conv between
+  Unsqueeze/Transpose and Squeeze/Transpose.
 """
 
 import argparse
@@ -70,12 +81,74 @@ def _text(keras, cell):
     return keras.Model(inp, keras.layers.Dense(4)(x))
 
 
+def _layer_norm(keras, **kw):
+    return keras.layers.LayerNormalization(gamma_initializer=keras.initializers.RandomNormal(1.0, 0.1),
+                                           beta_initializer=keras.initializers.RandomNormal(0.0, 0.1), **kw)
+
+
+def _encoder_block(keras, x, heads, ff, pre_norm):
+    layers, width = keras.layers, x.shape[-1]
+    if pre_norm:
+        y = _layer_norm(keras, epsilon=1e-6)(x)
+        x = layers.Add()([x, layers.MultiHeadAttention(heads, 64)(y, y)])
+        y = layers.Dense(ff)(_layer_norm(keras, epsilon=1e-6)(x))
+        y = layers.Activation(lambda t: keras.activations.gelu(t, approximate=True))(y)
+        return layers.Add()([x, layers.Dense(width)(y)])
+    x = _layer_norm(keras)(layers.Add()([x, layers.MultiHeadAttention(heads, 64)(x, x)]))
+    y = layers.Dense(width)(layers.Dense(ff, activation="relu")(x))
+    return _layer_norm(keras)(layers.Add()([x, y]))
+
+
+def _position_embedding(keras, x):
+    class PositionEmbedding(keras.layers.Layer):
+        def build(self, shape):
+            self.table = self.add_weight(shape=(1,) + tuple(shape[1:]), initializer="random_normal")
+
+        def call(self, v):
+            return v + self.table
+
+    return PositionEmbedding()(x)
+
+
+def _vit_tiny(keras):
+    inp = keras.Input((224, 224, 3), name="input")
+    x = keras.layers.Reshape((196, 192))(keras.layers.Conv2D(192, 16, strides=16)(inp))
+    x = _position_embedding(keras, x)
+    for _ in range(4):
+        x = _encoder_block(keras, x, 3, 768, True)
+    x = keras.layers.GlobalAveragePooling1D()(_layer_norm(keras, epsilon=1e-6)(x))
+    return keras.Model(inp, keras.layers.Dense(1000)(x))
+
+
+def _text_transformer(keras):
+    inp = keras.Input((128,), dtype="int32", name="input")
+    x = _position_embedding(keras, keras.layers.Embedding(8000, 256)(inp))
+    for _ in range(2):
+        x = _encoder_block(keras, x, 4, 1024, False)
+    return keras.Model(inp, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(x)))
+
+
+def _kws_conv1d(keras):
+    layers = keras.layers
+    inp = keras.Input((16000, 1), name="input")
+    x = layers.Conv1D(64, 80, strides=4, padding="same")(inp)
+    x = layers.MaxPooling1D(4)(layers.ReLU()(layers.BatchNormalization()(x)))
+    for channels, dilation in ((64, 1), (128, 2), (128, 4), (256, 8)):
+        x = layers.SeparableConv1D(channels, 3, padding="same", dilation_rate=dilation)(x)
+        x = layers.Activation("swish")(layers.BatchNormalization()(x))
+    x = layers.Conv1D(256, 3, strides=2, padding="same", activation="relu")(x)
+    return keras.Model(inp, layers.Dense(12)(layers.GlobalMaxPooling1D()(x)))
+
+
 # name -> (builder(keras), input shape without the batch, input dtype)
-RECURRENT = {
+WRITTEN = {
     "crnn_lstm": (lambda keras: _crnn(keras, "LSTM"), (32, 128, 1), "float32"),
     "crnn_gru": (lambda keras: _crnn(keras, "GRU"), (32, 128, 1), "float32"),
     "text_lstm": (lambda keras: _text(keras, "LSTM"), (64,), "int32"),
     "text_gru": (lambda keras: _text(keras, "GRU"), (64,), "int32"),
+    "vit_tiny": (_vit_tiny, (224, 224, 3), "float32"),
+    "text_transformer": (_text_transformer, (128,), "int32"),
+    "kws_conv1d": (_kws_conv1d, (16000, 1), "float32"),
 }
 # ConvNeXtTiny does not convert with TF 2.21 / tf2onnx 1.17 (nested StatefulPartitionedCall left after freezing, Erfc).
 DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50",
@@ -144,8 +217,8 @@ def export(name, opset, out_dir, force=False):
     import tf2onnx
 
     keras.utils.set_random_seed(SEED)
-    if name in RECURRENT:
-        build, shape, dtype = RECURRENT[name]
+    if name in WRITTEN:
+        build, shape, dtype = WRITTEN[name]
         model = build(keras)
     else:
         ctor, size = MODELS[name]
@@ -160,7 +233,7 @@ def export(name, opset, out_dir, force=False):
     start = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    if name in RECURRENT:
+    if name in WRITTEN:
         # from_function keeps the layers' while loops whole, which tf2onnx rewrites to LSTM (or a Loop); the frozen
         # graph_def below is not readable by ONNX Runtime for these ("Invalid tensor data type 0").
         tf2onnx.convert.from_function(forward, input_signature=spec, opset=opset, output_path=str(tmp))
@@ -195,16 +268,16 @@ def export(name, opset, out_dir, force=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma list of " + ",".join(list(MODELS) + list(RECURRENT)))
+                        help="comma list of " + ",".join(list(MODELS) + list(WRITTEN)))
     parser.add_argument("--opsets", default="13")
     parser.add_argument("--out", default=str(default_dir()))
     parser.add_argument("--int8", action="store_true", help="full-integer TFLite through tf2onnx --tflite instead")
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args()
     for name in [m for m in args.models.split(",") if m]:
-        if name not in MODELS and name not in RECURRENT:
+        if name not in MODELS and name not in WRITTEN:
             parser.error(f"unknown model {name}")
-        if args.int8 and name in RECURRENT:
+        if args.int8 and name in WRITTEN:
             parser.error(f"{name}: --int8 is for the applications only")
         if args.int8:
             print(export_int8(name, args.out, args.force))
