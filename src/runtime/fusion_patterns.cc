@@ -4,7 +4,8 @@
 //              [-> Mul(gamma)] [-> Add(beta)]             => LayerNormalization(x, gamma, beta), axis -1
 //              (also with a Transpose after the Sub moving the mean's axis last, as ONNX Runtime's optimiser writes it,
 //              and Flax's form: E[x^2] - E[x]^2 [-> Max(0)] -> Add(eps) -> Sqrt -> Div(x - mean, .), jax2onnx's export;
-//              and Keras 3's through tf2onnx: x * inv + (Neg(mean) * inv [+ beta]), inv = 1 / Sqrt(var + eps) [* gamma])
+//              and Keras 3's through tf2onnx: x * inv + (Neg(mean) * inv [+ beta]),
+//              inv = 1 / Sqrt(var + eps) [* gamma])
 //   GELU:      Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x, .) -> Mul(0.5)  (any operand order, 0.5 anywhere)
 //                                                          => Gelu(x)
 //              Pow(x, 3) -> Mul(0.044715) -> Add(x) -> Mul(sqrt(2 / pi)) -> Tanh -> Add(1) -> Mul(x, .) -> Mul(0.5)
@@ -575,8 +576,7 @@ int TanhGeluInput(const CompileState& st, NodeView& g, int e, std::vector<int>* 
   const int outer = g.Producer(arg);
   const int sum = TimesScalar(st, g, outer, 0.7978845608028654);
   const int add = g.Producer(sum);
-  if (g.SoleConsumer(arg) != e || g.SoleConsumer(sum) != outer || !g.Is(add, "Add") ||
-      g.node(add).inputs.size() != 2)
+  if (g.SoleConsumer(arg) != e || g.SoleConsumer(sum) != outer || !g.Is(add, "Add") || g.node(add).inputs.size() != 2)
     return -1;
   for (int side = 0; side < 2; ++side) {
     const int x = g.node(add).inputs[side], term = g.node(add).inputs[1 - side];

@@ -68,7 +68,8 @@ bool OwnSiluActivation(const Node& node) {
 bool OwnGeluActivation(const Node& node) {
   Activation act;
   const char* e = std::getenv("OSPREY_OWN_GELU");
-  return Activation::FromFusedNode(node, &act) && act.kind == ActivationKind::kGeluTanh && !(e && std::string(e) == "0");
+  return Activation::FromFusedNode(node, &act) && act.kind == ActivationKind::kGeluTanh &&
+         !(e && std::string(e) == "0");
 }
 
 bool AppendFusedActivation(const Node& node, dnnl::post_ops& ops) {

@@ -458,8 +458,9 @@ TEST(FusionPatterns, KerasLayerNormFuses) {
   auto x = b.Input("x", DType::kF32, {1, 4, 3, 3});
   auto mean = b.Op("GlobalAveragePool", {x});
   auto d = b.Op("Sub", {x, mean});
-  auto inv = b.Op("Reciprocal", {b.Op("Sqrt", {b.Op("Add", {b.Op("GlobalAveragePool", {b.Op("Mul", {d, d})}),
-                                                             b.Constant(Scalar(1e-3f))})})});
+  auto inv = b.Op(
+      "Reciprocal",
+      {b.Op("Sqrt", {b.Op("Add", {b.Op("GlobalAveragePool", {b.Op("Mul", {d, d})}), b.Constant(Scalar(1e-3f))})})});
   b.Output(b.Op("Add", {b.Op("Mul", {x, inv}), b.Op("Mul", {b.Op("Neg", {mean}), inv})}), "y");
   EXPECT_FALSE(Ran(RunAgainstOracle(b.Finish(), {1, 4, 3, 3}), "LayerNormalization"));
 }
@@ -525,7 +526,7 @@ enum class CubeForm { kPow, kSquareFirst, kSquareLast };
 Graph TanhGeluGraph(CubeForm cube_form, bool half_first, float kappa = 0.044715f) {
   GraphBuilder b("gelu_tanh", 13);
   auto x = b.Input("x", DType::kF32, {3, 5, 13});
-  ValueRef cube = cube_form == CubeForm::kPow ? b.Op("Pow", {x, b.Constant(Scalar(3.f))})
+  ValueRef cube = cube_form == CubeForm::kPow           ? b.Op("Pow", {x, b.Constant(Scalar(3.f))})
                   : cube_form == CubeForm::kSquareFirst ? b.Op("Mul", {b.Op("Mul", {x, x}), x})
                                                         : b.Op("Mul", {x, b.Op("Mul", {x, x})});
   auto inner = b.Op("Add", {x, b.Op("Mul", {b.Constant(Scalar(kappa)), cube})});
