@@ -250,7 +250,7 @@ void RegisterElementwiseOps(OpRegistry& r) {
   for (const char* op : {"LeakyRelu", "HardSigmoid"})
     AddSchema(r, op, 1, 1, UnaryInfer(kFloat, ReadAlphaBeta), kFusableActivation);
   AddSchema(r, "Celu", 1, 1, UnaryInfer(kFloat, CheckAlphaNonZero), kTransparent);
-  AddSchema(r, "Gelu", 1, 1, UnaryInfer(kFloat, CheckGelu), kFusableActivation);  // approximate = "none" fuses
+  AddSchema(r, "Gelu", 1, 1, UnaryInfer(kFloat, CheckGelu), kFusableActivation);  // kGelu or kGeluTanh
   // Unary ops that are also defined on signed integers.
   for (const char* op : {"Neg", "Abs", "Sign"}) AddSchema(r, op, 1, 1, UnaryInfer(kFloat | kSignedInts), kTransparent);
   AddSchema(r, "Relu", 1, 1, UnaryInfer(kFloat | kSignedInts), kFusableActivation);

@@ -240,8 +240,6 @@ bool UnaryOpFor(const KernelBuildContext& bc, Activation* a) {
     a->op = kUnaryAbs;
   else if (op == "Erf")
     a->op = kUnaryErf;
-  else if (op == "Gelu")  // approximate = "tanh"; "none" is the activation above
-    a->op = kUnaryGeluTanh;
   else if (op == "Floor")
     a->op = kUnaryFloor;
   else if (op == "Ceil")

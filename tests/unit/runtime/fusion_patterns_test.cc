@@ -549,6 +549,19 @@ TEST(FusionPatterns, TanhGeluForms) {
   EXPECT_FALSE(Ran(ops, "Gelu"));
 }
 
+// After an elementwise op, the fused tanh GELU becomes one of its steps (fast kernels: StepRow's kGeluTanh).
+TEST(FusionPatterns, TanhGeluAsAStepOfAnElementwiseChain) {
+  GraphBuilder b("add_gelu_tanh", 13);
+  auto x = b.Input("x", DType::kF32, {4, 9, 40});
+  auto y = b.Op("Add", {x, b.Constant(RandomTensor({40}, 8))});
+  auto cube = b.Op("Pow", {y, b.Constant(Scalar(3.f))});
+  auto inner = b.Op("Add", {y, b.Op("Mul", {b.Constant(Scalar(0.044715f)), cube})});
+  auto a = b.Op("Add", {b.Constant(Scalar(1.f)), b.Op("Tanh", {b.Op("Mul", {b.Constant(Scalar(0.7978846f)), inner})})});
+  b.Output(b.Op("Mul", {b.Op("Mul", {b.Constant(Scalar(0.5f)), y}), a}), "z");
+  const std::vector<std::string> ops = RunAgainstOracle(b.Finish(), {4, 9, 40});
+  EXPECT_EQ(ops, std::vector<std::string>{"Add"});
+}
+
 TEST(FusionPatterns, TanhGeluValuesByHand) {
   auto plan = Compile(TanhGeluGraph(CubeForm::kPow, true), {{DType::kF32, {3, 5, 13}}});
   EXPECT_EQ(plan->num_steps(), 1u);
