@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "ops/activation.h"
 #include "ops/op_registry.h"
@@ -262,6 +263,223 @@ void SinkChannelTransposes(CompileState& st) {
   }
 }
 
+// Labels name the non-unit axes of the value a movement chain starts from (x) by their axis there; -1 marks a unit dim.
+using AxisLabels = std::vector<int>;
+
+bool ConcreteShape(const Shape& s) {
+  return std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 0; });
+}
+
+// The labels of a movement node's output from those of its input 0: a Transpose, or a same-bytes op (Reshape,
+// Squeeze, Unsqueeze, Flatten, Identity) that only adds or drops unit dims. False for anything else.
+bool MovedLabels(const CompileState& st, const Node& n, const AxisLabels& in, AxisLabels* out) {
+  if (!n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1 || n.outputs[0] < 0)
+    return false;
+  const Shape& is = st.values[n.inputs[0]].shape;
+  const Shape& os = st.values[n.outputs[0]].shape;
+  if (is.size() != in.size() || !ConcreteShape(os)) return false;
+  out->clear();
+  if (n.op_type == "Transpose") {
+    std::vector<int64_t> perm = n.GetInts("perm", {});
+    if (perm.empty())
+      for (size_t a = is.size(); a-- > 0;) perm.push_back(static_cast<int64_t>(a));
+    if (n.inputs.size() != 1 || perm.size() != is.size()) return false;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(is.size())) return false;
+      out->push_back(in[p]);
+    }
+    return true;
+  }
+  if (!OpRegistry::TraitsOf(n.op_type).same_bytes) return false;
+  std::vector<int64_t> in_dims, out_dims;  // the non-unit dims in order: must be the same
+  AxisLabels kept;
+  for (size_t a = 0; a < is.size(); ++a)
+    if (is[a] != 1) in_dims.push_back(is[a]), kept.push_back(in[a]);
+  for (int64_t d : os)
+    if (d != 1) out_dims.push_back(d);
+  if (in_dims != out_dims) return false;
+  size_t next = 0;
+  for (int64_t d : os) out->push_back(d == 1 ? -1 : kept[next++]);
+  return true;
+}
+
+// Whether the labels list x's non-unit axes in x's order (the elements are in x's order: a reshape of x).
+bool InXOrder(const AxisLabels& labels) {
+  int last = -1;
+  for (int l : labels) {
+    if (l < 0) continue;
+    if (l <= last) return false;
+    last = l;
+  }
+  return true;
+}
+
+// A known constant operand k of an elementwise op on a value of shape `s` with `labels`, as a constant broadcasting
+// the same way over x's shape `xs` (its non-unit dims moved to the axes of x they label); -1 when it has none: a dim
+// the op broadcasts it over that x does not have, or non-unit dims in another order than x's. With `make` false only
+// checks (returns k or -1).
+int ConstantInX(CompileState& st, int k, const Shape& s, const AxisLabels& labels, const Shape& xs, bool make) {
+  if (k < 0 || !st.values[k].known) return -1;
+  const Tensor& t = st.values[k].value;
+  if (t.numel() == 1) return k;
+  const Shape& ks = t.shape();
+  if (ks.size() > s.size()) return -1;
+  Shape moved(xs.size(), 1);
+  int last = -1;
+  for (size_t b = 0; b < ks.size(); ++b) {
+    const size_t a = s.size() - ks.size() + b;
+    if (ks[b] == 1) continue;
+    if (ks[b] != s[a] || labels[a] <= last) return -1;
+    last = labels[a];
+    moved[last] = ks[b];
+  }
+  if (!make) return k;
+  return moved == ks ? k : st.AddConstant(t.Reshaped(moved));
+}
+
+// Elementwise nodes a movement chain may carry: output the shape of its operands from the chain, every other operand
+// a constant (a scalar parameter for layout-transparent ops; any constant ConstantInX can move for broadcasting ones).
+bool ElementwiseOnChain(CompileState& st, const Node& n, const std::map<int, AxisLabels>& labels, const Shape& xs,
+                        AxisLabels* out) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
+  const OpTraits traits = OpRegistry::TraitsOf(n.op_type);
+  if (!traits.layout_transparent && !traits.layout_transparent_broadcast) return false;
+  const Shape& os = st.values[n.outputs[0]].shape;
+  const AxisLabels* chain = nullptr;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int v = n.inputs[k];
+    const auto it = v < 0 ? labels.end() : labels.find(v);
+    if (it != labels.end()) {
+      if (st.values[v].shape != os || (chain != nullptr && *chain != it->second)) return false;
+      if (traits.layout_transparent && k != 0) return false;
+      chain = &it->second;
+    }
+  }
+  if (chain == nullptr) return false;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int v = n.inputs[k];
+    if (v < 0 || labels.count(v)) continue;
+    if (traits.layout_transparent ? !st.values[v].known : ConstantInX(st, v, os, *chain, xs, false) < 0) return false;
+  }
+  *out = *chain;
+  return true;
+}
+
+// Collapses a chain of data movement (Transposes, and Reshapes/Squeezes/Unsqueezes of unit dims) with elementwise ops
+// between, from x to a value whose elements are in x's order again, into the elementwise ops on x (constants moved to
+// x's axes) and at most one Reshape. tf2onnx writes every Keras Conv1D as Unsqueeze -> Transpose -> Conv -> Squeeze
+// and the layer's batch norm and activation after a Transpose back to [N, W, C]: Conv -> Squeeze -> Mul(k[C, 1]) ->
+// Transpose(0, 2, 1) -> Sigmoid, Mul -> Unsqueeze(1) -> Transpose(0, 3, 1, 2) -> Conv becomes Conv -> Mul(k[C, 1, 1])
+// -> Sigmoid, Mul -> Conv, which folds into the Conv (FoldConvAffine, FuseActivation). The chain's inner values must
+// be read by the chain only; its elementwise ops may branch and join (x * Sigmoid(x)).
+void CollapseMovementChains(CompileState& st) {
+  constexpr size_t kMaxChain = 64;
+  const size_t max_rounds = st.nodes.size() + 1;
+  for (size_t round = 0; round < max_rounds; ++round) {
+    const auto c = Consumers(st);
+    bool changed = false;
+    for (size_t start = 0; start < st.nodes.size() && !changed; ++start) {
+      const Node& first = st.nodes[start];
+      if (first.inputs.empty() || first.inputs[0] < 0) continue;
+      const int x = first.inputs[0];
+      const Shape xs = st.values[x].shape;
+      if (!ConcreteShape(xs)) continue;
+      AxisLabels xl(xs.size());
+      for (size_t a = 0; a < xs.size(); ++a) xl[a] = xs[a] == 1 ? -1 : static_cast<int>(a);
+      AxisLabels moved;
+      if (!MovedLabels(st, first, xl, &moved)) continue;
+      // Grow the chain in execution order over the readers of its values.
+      std::map<int, AxisLabels> labels{{first.outputs[0], moved}};
+      std::map<int, int> producer{{first.outputs[0], static_cast<int>(start)}};
+      std::vector<int> chain{static_cast<int>(start)};
+      std::set<int> elementwise;  // the chain's nodes that are not movement
+      std::set<int> pending(c[first.outputs[0]].begin(), c[first.outputs[0]].end());
+      while (!pending.empty() && chain.size() < kMaxChain) {
+        const int j = *pending.begin();
+        pending.erase(pending.begin());
+        const Node& n = st.nodes[j];
+        AxisLabels out;
+        const auto in = n.inputs.empty() ? labels.end() : labels.find(n.inputs[0]);
+        const bool movement = in != labels.end() && MovedLabels(st, n, in->second, &out);
+        if (!movement && !ElementwiseOnChain(st, n, labels, xs, &out)) continue;
+        if (!movement) elementwise.insert(j);
+        labels[n.outputs[0]] = out;
+        producer[n.outputs[0]] = j;
+        chain.push_back(j);
+        pending.insert(c[n.outputs[0]].begin(), c[n.outputs[0]].end());
+      }
+      // The last value in x's order whose making reads nothing else of the chain's and is read only by it.
+      for (size_t e = chain.size(); e-- > 0 && !changed;) {
+        const int v = st.nodes[chain[e]].outputs[0];
+        if (!InXOrder(labels[v])) continue;
+        std::set<int> part;  // chain nodes v depends on
+        std::vector<int> todo{chain[e]};
+        while (!todo.empty()) {
+          const int k = todo.back();
+          todo.pop_back();
+          if (!part.insert(k).second) continue;
+          for (int u : st.nodes[k].inputs)
+            if (producer.count(u)) todo.push_back(producer[u]);
+        }
+        bool closed = true;
+        int movements = 0, transposes = 0;
+        for (int k : part) {
+          const Node& n = st.nodes[k];
+          movements += !elementwise.count(k);
+          transposes += n.op_type == "Transpose";
+          if (n.outputs[0] == v) continue;
+          closed = closed && !st.is_graph_output[n.outputs[0]];
+          for (int r : c[n.outputs[0]]) closed = closed && part.count(r);
+        }
+        if (!closed || (movements < 2 && transposes == 0)) continue;
+        // Rewrite: the part's elementwise ops on x's shape, then v as a Reshape of the last (if its shape differs).
+        std::map<int, int> in_x;  // chain value -> the value holding its elements in x's shape
+        std::vector<Node> nodes;
+        const int v_producer = chain[e];
+        const std::string v_name = st.nodes[v_producer].name;
+        // The chain value whose elements v holds: made by the last elementwise op before it, or x itself. Of v's
+        // shape already (x's), that op writes v; x is read in v's place.
+        int source = v;
+        while (producer.count(source) && !elementwise.count(producer[source]))
+          source = st.nodes[producer[source]].inputs[0];
+        const bool same_shape = st.values[v].shape == xs;
+        if (same_shape && source == x && st.is_graph_output[v]) continue;  // would need a copy
+        for (size_t k = 0; k < st.nodes.size(); ++k) {
+          if (!part.count(static_cast<int>(k))) {
+            nodes.push_back(std::move(st.nodes[k]));
+            continue;
+          }
+          Node n = std::move(st.nodes[k]);
+          const int out = n.outputs[0];
+          if (!elementwise.count(static_cast<int>(k))) {
+            in_x[out] = k == start ? x : in_x.at(n.inputs[0]);
+          } else {
+            const AxisLabels& ol = labels[out];
+            const Shape os = st.values[out].shape;
+            for (int& u : n.inputs)
+              if (u >= 0) u = in_x.count(u) ? in_x[u] : ConstantInX(st, u, os, ol, xs, true);
+            n.outputs[0] = same_shape && out == source ? v : st.AddValue(st.values[out].dtype, xs);
+            in_x[out] = n.outputs[0];
+            nodes.push_back(std::move(n));
+          }
+          if (static_cast<int>(k) == v_producer && !same_shape) {
+            const Shape& vs = st.values[v].shape;
+            const int shape = st.AddConstant(Tensor::FromVector<int64_t>({static_cast<int64_t>(vs.size())}, vs));
+            nodes.push_back(MakeNode("Reshape", v_name + "/in_order", {in_x[v], shape}, {v}));
+          }
+        }
+        st.nodes = std::move(nodes);
+        if (same_shape && source == x)
+          for (Node& n : st.nodes)
+            for (int& u : n.inputs)
+              if (u == v) u = x;
+        changed = true;
+      }
+    }
+    if (!changed) break;
+  }
+}
+
 // Whether v is a known integer constant of shape [1, ..., 1, depth] holding 0, 1, ..., depth - 1.
 bool IsArange(const CompileState& st, int v, int64_t depth) {
   if (v < 0 || !st.values[v].known) return false;
@@ -386,6 +604,7 @@ void OneHotMatMulToGather(CompileState& st) {
 void FuseTfExportPatterns(CompileState& st) {
   FuseHardActivations(st);
   SinkChannelTransposes(st);
+  CollapseMovementChains(st);
   OneHotMatMulToGather(st);
 }
 

@@ -323,3 +323,54 @@ TEST(TfPatterns, ElementwiseOnChannelsLastDataWithPlainOperands) {
 
 }  // namespace
 }  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// A Keras Conv1D block as tf2onnx writes it, on [N, W, C] data: Unsqueeze(1) -> Transpose(0, 3, 1, 2) -> Conv 1x3 ->
+// Squeeze(2) -> Mul(k [C, 1]) (the batch norm's scale) -> Transpose(0, 2, 1) -> x * Sigmoid(x) -> Unsqueeze(1) ->
+// Transpose(0, 3, 1, 2) -> the next Conv. `tap_inner`: the first Transpose(0, 2, 1)'s output is also a graph output;
+// `w_scale`: the scale varies along W instead of C; `wc_mul`: then a Mul by a [W, C] constant (its elements in another
+// order than the Conv output's [C, W]).
+Graph Conv1dBlocks(bool tap_inner, bool w_scale, bool wc_mul = false) {
+  GraphBuilder b("conv1d", 13);
+  const int64_t c = 6, w = 20;
+  auto axes = [&](int64_t a) { return b.Constant(Tensor::FromVector<int64_t>({1}, {a})); };
+  auto conv = [&](ValueRef v, uint32_t seed) {
+    return b.Op("Conv", {v, b.Constant(RandomTensor({c, c, 1, 3}, seed, -0.5f, 0.5f))},
+                {{"pads", Attribute::Ints({0, 1, 0, 1})}});
+  };
+  auto perm = [](std::vector<int64_t> p) { return AttributeMap{{"perm", Attribute::Ints(std::move(p))}}; };
+  auto x = b.Input("x", DType::kF32, {2, w, c});
+  auto y = b.Op("Transpose", {b.Op("Unsqueeze", {x, axes(1)})}, perm({0, 3, 1, 2}));
+  y = b.Op("Squeeze", {conv(y, 1), axes(2)});
+  y = b.Op("Mul", {y, b.Constant(RandomTensor(w_scale ? Shape{1, w} : Shape{c, 1}, 3, 0.5f, 1.5f))});
+  y = b.Op("Transpose", {y}, perm({0, 2, 1}));
+  if (tap_inner) b.Output(y, "inner");
+  if (wc_mul) y = b.Op("Mul", {y, b.Constant(RandomTensor({w, c}, 4, 0.5f, 1.5f))});
+  y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+  y = b.Op("Transpose", {b.Op("Unsqueeze", {y, axes(1)})}, perm({0, 3, 1, 2}));
+  y = b.Op("Transpose", {b.Op("Squeeze", {conv(y, 2), axes(2)})}, perm({0, 2, 1}));
+  b.Output(y, "y");
+  return b.Finish();
+}
+
+TEST(TfPatterns, Conv1dMovementChainCollapses) {
+  // The Squeeze -> Mul -> Transpose -> SiLU -> Unsqueeze -> Transpose between the Convs leaves x in its own order: it
+  // becomes Mul(k [C, 1, 1]) -> SiLU on the Conv's output, folded into it. Left: Unsqueeze, Transpose, Conv, Conv,
+  // Squeeze, Transpose.
+  ExpectFusedSteps(Conv1dBlocks(false, false), {2, 20, 6}, 6);
+}
+
+TEST(TfPatterns, Conv1dMovementChainStaysWhenItCannotMove) {
+  // The Transpose's output also a graph output: nothing collapses (13 steps, as unfused).
+  ExpectFusedSteps(Conv1dBlocks(true, false), {2, 20, 6}, 13);
+  // A scale along W moves to the Conv's output as [1, 1, 1, W]: not per channel, so the Mul stays, and the SiLU after
+  // it; the movement around them still goes: Unsqueeze, Transpose, Conv, Mul, Sigmoid, Mul, Conv, Squeeze, Transpose.
+  ExpectFusedSteps(Conv1dBlocks(false, true), {2, 20, 6}, 9);
+  // A [W, C] constant would have to be transposed to move: the chain stops there, nothing collapses (14 steps).
+  ExpectFusedSteps(Conv1dBlocks(false, false, true), {2, 20, 6}, 14);
+}
+
+}  // namespace
+}  // namespace osprey
