@@ -56,9 +56,6 @@ constexpr int kMaxVectors = 4;
 inline V ExpV(V x) { return ExpVector(x); }
 inline float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
 inline float ReduceAdd(V v) { return _mm512_reduce_add_ps(v); }
-inline __mmask16 First(int n) { return static_cast<__mmask16>((1u << n) - 1); }
-inline V LoadFirst(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(Set1(fill), First(n), p); }
-inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n), v); }
 #include "kernels/cpu/attention_rows.inc"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -80,14 +77,6 @@ inline float ReduceAdd(V v) {
   m = _mm_add_ps(m, _mm_movehl_ps(m, m));
   return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
-inline __m256i First(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-inline V LoadFirst(const float* p, int n, float fill) {
-  const __m256i m = First(n);
-  return _mm256_blendv_ps(Set1(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
-}
-inline void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, First(n), v); }
 #include "kernels/cpu/attention_rows.inc"
 }  // namespace avx2
 #pragma GCC pop_options

@@ -23,6 +23,9 @@ inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c
 inline V Fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
 inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
 inline V Min(V a, V b) { return _mm512_min_ps(a, b); }
+inline __mmask16 First(int n) { return static_cast<__mmask16>((1u << n) - 1); }  // the first n lanes, n in [0, 16]
+inline V LoadFirst(const float* p, int n, float fill) { return _mm512_mask_loadu_ps(Set1(fill), First(n), p); }
+inline void StoreFirst(float* p, V v, int n) { _mm512_mask_storeu_ps(p, First(n), v); }
 }  // namespace avx512
 #pragma GCC pop_options
 
@@ -42,6 +45,14 @@ inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a b + c
 inline V Fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
 inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
 inline V Min(V a, V b) { return _mm256_min_ps(a, b); }
+inline __m256i First(int n) {  // the first n lanes, n in [0, 8]
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline V LoadFirst(const float* p, int n, float fill) {  // the first n lanes from p (only they are read), the rest fill
+  const __m256i m = First(n);
+  return _mm256_blendv_ps(Set1(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+inline void StoreFirst(float* p, V v, int n) { _mm256_maskstore_ps(p, First(n), v); }  // only the first n lanes
 }  // namespace avx2
 #pragma GCC pop_options
 

@@ -604,7 +604,7 @@ void ExpectResidualEveryLayout(const Shape& x, const Shape& w, AttributeMap attr
 // ---- osprey's Winograd F(4x4, 3x3) (winograd_conv.cc): channels-last 3x3 stride-1 convolutions with channel counts
 // multiples of 16. OSPREY_WINOGRAD=1 takes it wherever it applies (unset: by timing), so these tests see it on every
 // AVX-512 or AVX2 machine (each runs its own transforms: winograd_tiles.inc); the plain layouts stay on oneDNN.
-bool WinogradHere() {
+bool WinogradHere() {  // also the first-layer convolution's condition (ExpectStem)
   return __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
 
@@ -1212,9 +1212,11 @@ TEST(NhwcMeasure, DISABLED_MobileNetV2Block) {
 }
 
 // ---- osprey's first-layer convolution (stem_conv.cc): 1-4 input channels read from the plain input, 8-128 output
-// channels written channels-last. OSPREY_STEM=1 takes it wherever it applies; with a channels-last input oneDNN runs.
+// channels written channels-last. OSPREY_STEM=1 takes it wherever it applies, on AVX-512 or AVX2 + FMA (each its own
+// loops, stem_conv_rows.inc: 16- or 8-lane vectors, so channel counts that are whole vectors on one are not on the
+// other).
 void ExpectStem(AttributeMap attrs, const Shape& x, const Shape& w, bool bias, uint32_t seed) {
-  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "osprey's first-layer convolution needs AVX-512";
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's first-layer convolution needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_STEM", "1");
   Node node = ConvNode(attrs, bias ? 3 : 2);
   std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor(w, seed + 1)};
@@ -1276,6 +1278,14 @@ TEST(NhwcStem, OutputChannelsNotMultiplesOfSixteen) {
   ExpectStem({{"pads", Ints({1, 1, 1, 1})}}, {2, 3, 7, 31}, {8, 3, 3, 3}, true, 109);
   ExpectStem({{"strides", Ints({2, 2})}, {"_activation", Attribute::String("Relu")}}, {1, 4, 21, 40}, {40, 4, 5, 5},
              false, 110);
+}
+
+// A raw audio signal's first layer, a window of one row: a keyword spotter's 1 -> 64, 80 taps, stride 4, pads 38
+// with ReLU (the border pixels: 10 at each end), and wav2vec 2.0's 1 -> 12 (of its 512), 10 taps, stride 5, no pads.
+TEST(NhwcStem, OneRowWindowsOfAudio) {
+  ExpectStem({{"strides", Ints({1, 4})}, {"pads", Ints({0, 38, 0, 38})}, {"_activation", Attribute::String("Relu")}},
+             {2, 1, 1, 400}, {64, 1, 1, 80}, true, 114);
+  ExpectStem({{"strides", Ints({1, 5})}}, {1, 1, 1, 333}, {12, 1, 1, 10}, false, 115);
 }
 
 // The other activations: in registers (activation_avx512.h: HardSigmoid with its alpha and beta, HardSwish) or over

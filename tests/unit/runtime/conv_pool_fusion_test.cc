@@ -70,10 +70,12 @@ Steps RunAgainstOracle(const StemSpec& spec, int64_t batch = 2, int64_t size = 3
   return s;
 }
 
-bool HasStemKernel() { return __builtin_cpu_supports("avx512f"); }
+bool HasStemKernel() {
+  return __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
 
 TEST(FuseConvMaxPool, FirstLayersPoolTheirRowsInCache) {
-  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512";
+  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512 or AVX2 with FMA";
   ScopedEnv always("OSPREY_STEM", "1");  // fused wherever the kernel applies (else timed against oneDNN: below)
   const AttributeMap ceil_uneven{{"kernel_shape", Attribute::Ints({3, 2})},
                                  {"strides", Attribute::Ints({2, 3})},
@@ -105,7 +107,7 @@ TEST(FuseConvMaxPool, FirstLayersPoolTheirRowsInCache) {
 // When tuning, the fused kernel is timed against oneDNN's convolution and pool (CpuConvFusesPool): either plan agrees
 // with the oracle; a fused plan runs it on the first-layer kernel, an unfused one keeps its pool.
 TEST(FuseConvMaxPool, TimedAgainstOneDnnWhenTuning) {
-  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512";
+  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512 or AVX2 with FMA";
   for (int64_t batch : {1, 4}) {
     const Steps s = RunAgainstOracle(StemSpec{.out_c = 64}, batch, 61);
     if (s.pools == 0)
@@ -116,7 +118,7 @@ TEST(FuseConvMaxPool, TimedAgainstOneDnnWhenTuning) {
 }
 
 TEST(FuseConvMaxPool, StaysWhereThePoolIsNotTheConvolutionsAlone) {
-  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512";
+  if (!HasStemKernel()) GTEST_SKIP() << "osprey's first-layer kernel needs AVX-512 or AVX2 with FMA";
   const AttributeMap dilated{{"kernel_shape", Attribute::Ints({3, 3})},
                              {"strides", Attribute::Ints({2, 2})},
                              {"dilations", Attribute::Ints({2, 2})}};
