@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/pointwise_conv.h"
+#include "kernels/cpu/depthwise_conv.h"
 #include "kernels/cpu/stem_conv.h"
 #include "kernels/cpu/winograd_conv.h"
 #include "ops/activation.h"
@@ -585,6 +586,43 @@ std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, cons
   return sg;
 }
 
+// osprey's depthwise convolution (depthwise_conv.cc) instead of oneDNN's, on channels-last tensors: one filter per
+// channel, any window, stride and dilation, bias and activation, nothing else fused.
+std::optional<OwnConvGeometry> DepthwiseCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
+                                                  const std::string& mode) {
+  OwnConvGeometry own;
+  if (mode == "0" || ctx.bf16 == Bf16Use::kYes || g.x.size() != 4 || g.group != g.x[1] || g.w[0] != g.x[1] ||
+      g.w[1] != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) || HasFusedPool(ctx.node) ||
+      ctx.node.GetInt("_residual", 0) != 0 || HasInputScale(ctx.node) || HasInputAffine(ctx.node) ||
+      HasInputParts(ctx.node) || g.x != g.x_logical || g.y != g.y_logical || ctx.InLayout(0) != Layout::kNhwc ||
+      ctx.OutLayout(0) != Layout::kNhwc || !Activation::FromFusedNode(ctx.node, &own.activation))
+    return std::nullopt;
+  own.batch = g.x[0];
+  own.in_c = own.out_c = g.x[1];
+  own.in_h = g.x[2];
+  own.in_w = g.x[3];
+  own.out_h = g.y[2];
+  own.out_w = g.y[3];
+  own.kernel_h = g.w[2];
+  own.kernel_w = g.w[3];
+  own.stride_h = g.strides[0];
+  own.stride_w = g.strides[1];
+  own.dilation_h = g.dilates[0] + 1;
+  own.dilation_w = g.dilates[1] + 1;
+  own.pad_top = g.pad_l[0];
+  own.pad_left = g.pad_l[1];
+  own.bias = ctx.present.size() > 2 && ctx.present[2];
+  if (!DepthwiseConvApplies(own)) return std::nullopt;
+  return own;
+}
+
+// Whether oneDNN's kernel for a convolution is a generic one (im2col + GEMM, or the reference loops), which a
+// depthwise layer falls to where oneDNN's jit_dw refuses it.
+bool GenericDnnlConv(const DnnlConvKernel& direct) {
+  const std::string impl = direct.Pd().impl_info_str() ? direct.Pd().impl_info_str() : "";
+  return impl.find("gemm") != std::string::npos || impl.find("ref") != std::string::npos;
+}
+
 // osprey's 1x1 convolution (pointwise_conv.cc) instead of oneDNN's, on channels-last tensors, for a node ending in
 // SiLU (OwnSilu: oneDNN's kernel then needs a second pass over its output) or with a fused input scale
 // (ops/conv_input_scale.h: oneDNN's path scales the input in a pass first), and, when tuning, for weight-heavy layers
@@ -706,6 +744,19 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
     return OwnOrDirect<OwnConvKernel>(
         ctx, "stem:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), stem_mode, /*by_rule=*/true,
         [&] { return CreateStemConv(ctx, *sg); }, build_direct, direct_extra);
+  }
+  // A depthwise layer oneDNN runs on a generic kernel (a dilation jit_dw refuses): osprey's, timed against it when
+  // tuning. OSPREY_DEPTHWISE=0 never takes it, =1 for every depthwise layer it applies to.
+  const char* depthwise_setting = std::getenv("OSPREY_DEPTHWISE");
+  const std::string depthwise_mode = depthwise_setting ? depthwise_setting : "";
+  if (const std::optional<OwnConvGeometry> dg = DepthwiseCandidate(ctx, g, depthwise_mode)) {
+    std::unique_ptr<DnnlConvKernel> direct = depthwise_mode == "1" ? nullptr : build_direct();
+    if (depthwise_mode == "1" || !direct || GenericDnnlConv(*direct))
+      return OwnOrDirect<OwnConvKernel>(
+          ctx, "depthwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), depthwise_mode, /*by_rule=*/true,
+          [&] { return CreateDepthwiseConv(ctx, *dg); },
+          [&] { return direct ? std::move(direct) : build_direct(); });
+    return direct;
   }
   const char* pointwise_setting = std::getenv("OSPREY_POINTWISE");
   const std::string pointwise_mode = pointwise_setting ? pointwise_setting : "";

@@ -16,6 +16,7 @@ struct OwnConvGeometry {
   int64_t batch = 0, in_c = 0, in_h = 0, in_w = 0;  // input [N, C, H, W] (logical; each kernel says its layout)
   int64_t out_c = 0, out_h = 0, out_w = 0;          // output [N, K, OH, OW]
   int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+  int64_t dilation_h = 1, dilation_w = 1;  // other than 1 for the depthwise kernel only (depthwise_conv.h)
   bool bias = false;      // input 2, [K]
   bool residual = false;  // input 3 (the output's shape and layout), added before the activation
   bool input_scale = false;  // input 7, [N or 1, C, 1, 1]: the input times its channel's factor (conv_input_scale.h)

@@ -1288,6 +1288,42 @@ TEST(NhwcStem, OneRowWindowsOfAudio) {
   ExpectStem({{"strides", Ints({1, 5})}}, {1, 1, 1, 333}, {12, 1, 1, 10}, false, 115);
 }
 
+// ---- osprey's depthwise convolution (depthwise_conv.cc): channels-last, one filter per channel, any window, stride
+// and dilation. OSPREY_DEPTHWISE=1 takes it wherever it applies (unset: where oneDNN's kernel is a generic one).
+void ExpectDepthwise(AttributeMap attrs, const Shape& x, int64_t kh, int64_t kw, bool bias, uint32_t seed) {
+  if (!WinogradHere()) GTEST_SKIP() << "osprey's depthwise convolution needs AVX-512 or AVX2 with FMA";
+  ScopedEnv always("OSPREY_DEPTHWISE", "1");
+  attrs["group"] = Attribute::Int(x[1]);
+  Node node = ConvNode(attrs, bias ? 3 : 2);
+  std::vector<Tensor> in{RandomTensor(x, seed), RandomTensor({x[1], 1, kh, kw}, seed + 1)};
+  std::vector<bool> constant{false, true};
+  if (bias) in.push_back(RandomTensor({x[1]}, seed + 2)), constant.push_back(true);
+  ExpectLayoutsMatchReference(node, in, constant, "ConvF32Depthwise", Layout::kNhwc, Layout::kNhwc);
+}
+
+// A Keras SeparableConv1D's depthwise part at dilation 8, "same" pads (8 each side), as tf2onnx writes it ([N, C, 1,
+// W]); and at dilation 3 with 13 channels (the last vector partial on either instruction set) and SiLU.
+TEST(NhwcDepthwise, OneRowDilated) {
+  ExpectDepthwise({{"dilations", Ints({1, 8})}, {"pads", Ints({0, 8, 0, 8})}}, {2, 32, 1, 70}, 1, 3, true, 121);
+  ExpectDepthwise({{"dilations", Ints({1, 3})}, {"pads", Ints({0, 2, 0, 4})}, {"_activation", Attribute::String("Silu")}},
+                  {1, 13, 1, 40}, 1, 3, false, 122);
+}
+
+// MobileNet's 3x3 stride 2 with ReLU6 (odd sizes: border pixels on both sides), a 5x5 at dilation 2 with asymmetric
+// pads and strides, and Tanh applied over the piece after it is written.
+TEST(NhwcDepthwise, TwoDimensionalWindowsStridesAndActivations) {
+  ExpectDepthwise({{"strides", Ints({2, 2})},
+                   {"pads", Ints({1, 1, 1, 1})},
+                   {"_activation", Attribute::String("Clip")},
+                   {"_alpha", Attribute::Float(0.f)},
+                   {"_beta", Attribute::Float(6.f)}},
+                  {2, 24, 15, 17}, 3, 3, true, 123);
+  ExpectDepthwise({{"strides", Ints({1, 2})}, {"dilations", Ints({2, 2})}, {"pads", Ints({3, 1, 2, 4})}},
+                  {1, 40, 11, 13}, 5, 5, true, 124);
+  ExpectDepthwise({{"pads", Ints({1, 1, 1, 1})}, {"_activation", Attribute::String("Tanh")}}, {1, 8, 6, 150}, 3, 3,
+                  false, 125);
+}
+
 // The other activations: in registers (activation_avx512.h: HardSigmoid with its alpha and beta, HardSwish) or over
 // the row after it is written (Tanh, GELU).
 TEST(NhwcStem, ActivationsInRegistersAndOverTheRow) {
