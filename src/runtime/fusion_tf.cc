@@ -10,6 +10,8 @@
 //   batch normalisation and activation inside; sunk, those meet the Conv and fold into it (FoldConvAffine,
 //   FuseActivation) and the pair disappears. A ReduceMean over H and W (keepdims) behind such a Transpose (a
 //   squeeze-excite block) becomes a GlobalAveragePool in front of it;
+// - a chain of Transposes and unit-dim Reshapes with elementwise ops between that ends with x's elements in x's order
+//   becomes the ops on x and at most one Reshape (CollapseMovementChains: Keras Conv1D blocks);
 // - a one-hot embedding, MatMul(Cast(Equal(idx, arange(D))), W[D, K]) as JAX and Keras write it (integer idx whose last
 //   dim is 1, dropped by a Reshape of the indices) or MatMul([Cast](OneHot(idx, D, [0, 1])), W) as PyTorch and
 //   tf.one_hot do, becomes Gather(W, idx), with zero rows for indices the one-hot product sends nowhere (attribute
@@ -374,11 +376,14 @@ bool ElementwiseOnChain(CompileState& st, const Node& n, const std::map<int, Axi
 // be read by the chain only; its elementwise ops may branch and join (x * Sigmoid(x)).
 void CollapseMovementChains(CompileState& st) {
   constexpr size_t kMaxChain = 64;
-  const size_t max_rounds = st.nodes.size() + 1;
+  const size_t max_rounds = st.nodes.size() + 2;
+  // One rewrite per round (consumer lists are recounted); a rewrite changes only nodes from its chain's start on, so
+  // the next round resumes there, and a last round from the first node confirms that nothing is left.
+  size_t begin = 0;
   for (size_t round = 0; round < max_rounds; ++round) {
     const auto c = Consumers(st);
     bool changed = false;
-    for (size_t start = 0; start < st.nodes.size() && !changed; ++start) {
+    for (size_t start = begin; start < st.nodes.size() && !changed; ++start) {
       const Node& first = st.nodes[start];
       if (first.inputs.empty() || first.inputs[0] < 0) continue;
       const int x = first.inputs[0];
@@ -474,9 +479,13 @@ void CollapseMovementChains(CompileState& st) {
             for (int& u : n.inputs)
               if (u == v) u = x;
         changed = true;
+        begin = start;
       }
     }
-    if (!changed) break;
+    if (!changed) {
+      if (begin == 0) break;
+      begin = 0;
+    }
   }
 }
 
