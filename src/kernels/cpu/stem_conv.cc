@@ -52,6 +52,7 @@ struct StemRows {
 // What the blocks of one output row share.
 struct RowGeometry {
   int64_t n, iy0, ky_begin, ky_end, inside_begin, inside_end, taps;
+  int64_t ox_begin, ox_end;  // the columns to compute
   const int64_t* in_off;
   const int64_t* w_off;
 };
@@ -125,9 +126,16 @@ class StemConv final : public OwnConvKernel {
     if (bias) std::copy(bias, bias + g.out_c, padded_bias.begin());
     const float* b = bias ? padded_bias.data() : nullptr;
     if (g.pool_kh > 0) return ExecutePooled(x, b, y);
+    // Rows, each cut into `parts` pieces of columns where there are fewer than two rows per thread (a 1-D signal is
+    // one row per image).
     const int64_t rows = g.batch * g.out_h;
+    const int64_t parts = rows >= 2 * threads_ ? 1 : std::min(g.out_w, (2 * threads_ + rows - 1) / rows);
 #pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t row = 0; row < rows; ++row) ComputeRow(x, b, row / g.out_h, row % g.out_h, y + row * g.out_w * g.out_c);
+    for (int64_t task = 0; task < rows * parts; ++task) {
+      const int64_t row = task / parts, part = task % parts;
+      ComputeRow(x, b, row / g.out_h, row % g.out_h, y + row * g.out_w * g.out_c, g.out_w * part / parts,
+                 g.out_w * (part + 1) / parts);
+    }
   }
 
   // With a fused MaxPool: each thread takes a contiguous band of pooled rows; per pooled row, the convolution rows of
@@ -153,7 +161,7 @@ class StemConv final : public OwnConvKernel {
           const size_t slot = static_cast<size_t>(oy % g.pool_kh);
           float* conv_row = ring.data() + slot * row_floats;
           if (held[slot] != n * g.out_h + oy) {
-            ComputeRow(x, bias, n, oy, conv_row);
+            ComputeRow(x, bias, n, oy, conv_row, 0, g.out_w);
             held[slot] = n * g.out_h + oy;
           }
           if (yb - ya == 1)  // one row in the window (a 1-D pool): pooled across as it is
@@ -174,10 +182,13 @@ class StemConv final : public OwnConvKernel {
     }
   }
 
-  // Output row oy of image n into out_row (out_w pixels of out_c channels).
-  void ComputeRow(const float* x, const float* bias, int64_t n, int64_t oy, float* out_row) const {
+  // Columns [ox_begin, ox_end) of output row oy of image n into out_row (out_w pixels of out_c channels).
+  void ComputeRow(const float* x, const float* bias, int64_t n, int64_t oy, float* out_row, int64_t ox_begin,
+                  int64_t ox_end) const {
     const OwnConvGeometry& g = rows_.g;
     RowGeometry r;
+    r.ox_begin = ox_begin;
+    r.ox_end = ox_end;
     r.iy0 = oy * g.stride_h - g.pad_top;
     r.ky_begin = std::max<int64_t>(0, -r.iy0);
     r.ky_end = std::min(g.kernel_h, g.in_h - r.iy0);
@@ -204,7 +215,8 @@ class StemConv final : public OwnConvKernel {
       avx512::RowBlocks(rows_, x, bias, r, out_row);
     else
       avx2::RowBlocks(rows_, x, bias, r, out_row);
-    if (!ActivatesInRegisters(g.activation.kind)) g.activation.Apply(out_row, g.out_w * g.out_c);
+    if (!ActivatesInRegisters(g.activation.kind))
+      g.activation.Apply(out_row + ox_begin * g.out_c, (ox_end - ox_begin) * g.out_c);
   }
 
   StemRows rows_;
