@@ -247,8 +247,8 @@ void PoolConcatParts(CompileState& state);
 
 /// Fusion passes on live nodes (docs/architecture.md): BN folding into Conv, Conv + Add residual, activation fusion.
 /// TensorFlow-export patterns (fusion_tf.cc): Keras hard-swish/hard-sigmoid chains to one node; NCHW -> NHWC
-/// Transposes sunk below elementwise ops and cancelled against their inverse; chains of Transposes and unit-dim Reshapes
-/// with elementwise ops between that leave x in its order collapsed into the ops on x.
+/// Transposes sunk below elementwise ops and cancelled against their inverse; chains of Transposes and unit-dim
+/// Reshapes with elementwise ops between that leave x in its order collapsed into the ops on x.
 void FuseTfExportPatterns(CompileState& state);
 
 /// Quantised models (fusion_qdq.cc): a QLinearConv with constant weights becomes DequantizeLinear -> fp32 Conv ->

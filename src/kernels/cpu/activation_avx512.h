@@ -1,7 +1,7 @@
 #pragma once
 // A fused activation applied to 16 floats in an AVX-512 register (or 8 in an AVX2 one), before a kernel stores them:
-// what osprey's own convolution kernels (stem_conv.cc, pointwise_conv.cc) do instead of a pass over their output. The formulas are
-// ops/activation.h's; SiLU and Sigmoid share silu_vector.h's exponential.
+// what osprey's own convolution kernels (stem_conv.cc, pointwise_conv.cc) do instead of a pass over their output. The
+// formulas are ops/activation.h's; SiLU and Sigmoid share silu_vector.h's exponential.
 #include <immintrin.h>
 
 #include "kernels/cpu/silu_vector.h"

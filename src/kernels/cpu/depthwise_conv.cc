@@ -99,8 +99,8 @@ class DepthwiseConv final : public OwnConvKernel {
 }  // namespace
 
 bool DepthwiseConvApplies(const OwnConvGeometry& g) {
-  static const bool simd = __builtin_cpu_supports("avx512f") ||
-                           (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  static const bool simd =
+      __builtin_cpu_supports("avx512f") || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   return simd && g.batch > 0 && g.in_c > 0 && g.in_c == g.out_c && g.in_h > 0 && g.in_w > 0 && g.out_h > 0 &&
          g.out_w > 0 && g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 &&
          g.dilation_w > 0 && g.pad_top >= 0 && g.pad_left >= 0 && g.pad_top < (g.kernel_h - 1) * g.dilation_h + 1 &&

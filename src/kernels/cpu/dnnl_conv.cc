@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/depthwise_conv.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/pointwise_conv.h"
-#include "kernels/cpu/depthwise_conv.h"
 #include "kernels/cpu/stem_conv.h"
 #include "kernels/cpu/winograd_conv.h"
 #include "ops/activation.h"
@@ -503,24 +503,31 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
 // (Bf16Use::kYes). Where bf16 is allowed if faster, osprey's fp32 kernels compete with oneDNN's kernel where that
 // one's fp32 form was timed faster than its bf16 form (OwnOrDirect): on a CPU whose bf16 is slow (AVX512_BF16 without
 // AMX), --precision auto then runs what fp32 runs instead of oneDNN's fp32 kernels alone (ResNet-50 ~12% slower).
+// The shapes and window of a 2-D convolution `g` (oneDNN's conventions) in osprey's own kernels' terms.
+void FillOwnConvShape(const ConvGeometry& g, OwnConvGeometry* own) {
+  own->batch = g.x[0];
+  own->in_c = g.x[1];
+  own->in_h = g.x[2];
+  own->in_w = g.x[3];
+  own->out_c = g.w[0];
+  own->out_h = g.y[2];
+  own->out_w = g.y[3];
+  own->kernel_h = g.w[2];
+  own->kernel_w = g.w[3];
+  own->stride_h = g.strides[0];
+  own->stride_w = g.strides[1];
+  own->dilation_h = g.dilates[0] + 1;
+  own->dilation_w = g.dilates[1] + 1;
+  own->pad_top = g.pad_l[0];
+  own->pad_left = g.pad_l[1];
+}
+
 std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, const ConvGeometry& g) {
   OwnConvGeometry own;
   if (ctx.bf16 == Bf16Use::kYes || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) ||
       g.dilates != memory::dims{0, 0} || !Activation::FromFusedNode(ctx.node, &own.activation))
     return std::nullopt;
-  own.batch = g.x[0];
-  own.in_c = g.x[1];
-  own.in_h = g.x[2];
-  own.in_w = g.x[3];
-  own.out_c = g.w[0];
-  own.out_h = g.y[2];
-  own.out_w = g.y[3];
-  own.kernel_h = g.w[2];
-  own.kernel_w = g.w[3];
-  own.stride_h = g.strides[0];
-  own.stride_w = g.strides[1];
-  own.pad_top = g.pad_l[0];
-  own.pad_left = g.pad_l[1];
+  FillOwnConvShape(g, &own);
   if (HasFusedPool(ctx.node)) {
     const std::vector<int64_t> kernel = ctx.node.GetInts("_pool_kernel"), strides = ctx.node.GetInts("_pool_strides"),
                                pads = ctx.node.GetInts("_pool_pads");
@@ -597,20 +604,7 @@ std::optional<OwnConvGeometry> DepthwiseCandidate(const KernelBuildContext& ctx,
       HasInputParts(ctx.node) || g.x != g.x_logical || g.y != g.y_logical || ctx.InLayout(0) != Layout::kNhwc ||
       ctx.OutLayout(0) != Layout::kNhwc || !Activation::FromFusedNode(ctx.node, &own.activation))
     return std::nullopt;
-  own.batch = g.x[0];
-  own.in_c = own.out_c = g.x[1];
-  own.in_h = g.x[2];
-  own.in_w = g.x[3];
-  own.out_h = g.y[2];
-  own.out_w = g.y[3];
-  own.kernel_h = g.w[2];
-  own.kernel_w = g.w[3];
-  own.stride_h = g.strides[0];
-  own.stride_w = g.strides[1];
-  own.dilation_h = g.dilates[0] + 1;
-  own.dilation_w = g.dilates[1] + 1;
-  own.pad_top = g.pad_l[0];
-  own.pad_left = g.pad_l[1];
+  FillOwnConvShape(g, &own);
   own.bias = ctx.present.size() > 2 && ctx.present[2];
   if (!DepthwiseConvApplies(own)) return std::nullopt;
   return own;
@@ -754,8 +748,7 @@ std::unique_ptr<Kernel> ChooseConvKernel(const KernelBuildContext& ctx, const Co
     if (depthwise_mode == "1" || !direct || GenericDnnlConv(*direct))
       return OwnOrDirect<OwnConvKernel>(
           ctx, "depthwise:" + ConvTuningKey(ctx, g, ConvLayout::kChannelsLast), depthwise_mode, /*by_rule=*/true,
-          [&] { return CreateDepthwiseConv(ctx, *dg); },
-          [&] { return direct ? std::move(direct) : build_direct(); });
+          [&] { return CreateDepthwiseConv(ctx, *dg); }, [&] { return direct ? std::move(direct) : build_direct(); });
     return direct;
   }
   const char* pointwise_setting = std::getenv("OSPREY_POINTWISE");

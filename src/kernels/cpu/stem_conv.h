@@ -9,8 +9,8 @@
 
 namespace osprey::cpu {
 
-/// Whether this CPU and `g` suit the kernel: AVX-512 F or AVX2 + FMA; 1-4 input channels; 8-128 output channels; windows
-/// up to 11 x 11, or one row up to 256 wide; non-empty shapes.
+/// Whether this CPU and `g` suit the kernel: AVX-512 F or AVX2 + FMA; 1-4 input channels; 8-128 output channels;
+/// windows up to 11 x 11, or one row up to 256 wide; non-empty shapes.
 bool StemConvApplies(const OwnConvGeometry& g);
 
 /// Whether the kernel also runs `g`'s fused MaxPool (pool_kh > 0): windows up to 11 x 11, pads smaller than the
