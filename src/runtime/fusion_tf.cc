@@ -340,7 +340,7 @@ int ConstantInX(CompileState& st, int k, const Shape& s, const AxisLabels& label
 }
 
 // Elementwise nodes a movement chain may carry: output the shape of its operands from the chain, every other operand
-// a constant (a scalar parameter for layout-transparent ops; any constant ConstantInX can move for broadcasting ones).
+// a constant ConstantInX can move (a layout-transparent op's are scalar parameters).
 bool ElementwiseOnChain(CompileState& st, const Node& n, const std::map<int, AxisLabels>& labels, const Shape& xs,
                         AxisLabels* out) {
   if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
@@ -361,7 +361,7 @@ bool ElementwiseOnChain(CompileState& st, const Node& n, const std::map<int, Axi
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     const int v = n.inputs[k];
     if (v < 0 || labels.count(v)) continue;
-    if (traits.layout_transparent ? !st.values[v].known : ConstantInX(st, v, os, *chain, xs, false) < 0) return false;
+    if (ConstantInX(st, v, os, *chain, xs, false) < 0) return false;  // a layout-transparent op's: scalars
   }
   *out = *chain;
   return true;

@@ -67,13 +67,7 @@ class DepthwiseConv final : public OwnConvKernel {
   }
 
  private:
-  void Execute(const float* x, const float* bias, float* y) const {
-    std::vector<float> padded_bias;
-    if (bias) {
-      padded_bias.assign(static_cast<size_t>(padded_c_), 0.f);
-      std::copy(bias, bias + g_.out_c, padded_bias.begin());
-    }
-    const float* b = bias ? padded_bias.data() : nullptr;
+  void Execute(const float* x, const float* b, float* y) const {
     const int64_t pieces_per_row = (g_.out_w + kPiecePixels - 1) / kPiecePixels;
     const int64_t pieces = g_.batch * g_.out_h * pieces_per_row;
 #pragma omp parallel for num_threads(threads_) schedule(static)

@@ -498,11 +498,6 @@ bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
 }
 
-// The geometry of a 2-D, ungrouped, undilated float32 convolution without a PRelu or fused depthwise part, as
-// osprey's own kernels take it (own_conv.h); empty for any other, and where bf16 is asked for without timing
-// (Bf16Use::kYes). Where bf16 is allowed if faster, osprey's fp32 kernels compete with oneDNN's kernel where that
-// one's fp32 form was timed faster than its bf16 form (OwnOrDirect): on a CPU whose bf16 is slow (AVX512_BF16 without
-// AMX), --precision auto then runs what fp32 runs instead of oneDNN's fp32 kernels alone (ResNet-50 ~12% slower).
 // The shapes and window of a 2-D convolution `g` (oneDNN's conventions) in osprey's own kernels' terms.
 void FillOwnConvShape(const ConvGeometry& g, OwnConvGeometry* own) {
   own->batch = g.x[0];
@@ -522,6 +517,11 @@ void FillOwnConvShape(const ConvGeometry& g, OwnConvGeometry* own) {
   own->pad_left = g.pad_l[1];
 }
 
+// The geometry of a 2-D, ungrouped, undilated float32 convolution without a PRelu or fused depthwise part, as
+// osprey's own kernels take it (own_conv.h); empty for any other, and where bf16 is asked for without timing
+// (Bf16Use::kYes). Where bf16 is allowed if faster, osprey's fp32 kernels compete with oneDNN's kernel where that
+// one's fp32 form was timed faster than its bf16 form (OwnOrDirect): on a CPU whose bf16 is slow (AVX512_BF16 without
+// AMX), --precision auto then runs what fp32 runs instead of oneDNN's fp32 kernels alone (ResNet-50 ~12% slower).
 std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, const ConvGeometry& g) {
   OwnConvGeometry own;
   if (ctx.bf16 == Bf16Use::kYes || g.x.size() != 4 || g.group != 1 || g.dw_stride > 0 || HasFusedPRelu(ctx.node) ||

@@ -1302,12 +1302,12 @@ void ExpectDepthwise(AttributeMap attrs, const Shape& x, int64_t kh, int64_t kw,
 }
 
 // A Keras SeparableConv1D's depthwise part at dilation 8, "same" pads (8 each side), as tf2onnx writes it ([N, C, 1,
-// W]); and at dilation 3 with 13 channels (the last vector partial on either instruction set) and SiLU.
+// W]); and at dilation 3 with 13 channels (the last vector and its bias partial on either instruction set) and SiLU.
 TEST(NhwcDepthwise, OneRowDilated) {
   ExpectDepthwise({{"dilations", Ints({1, 8})}, {"pads", Ints({0, 8, 0, 8})}}, {2, 32, 1, 70}, 1, 3, true, 121);
   ExpectDepthwise(
       {{"dilations", Ints({1, 3})}, {"pads", Ints({0, 2, 0, 4})}, {"_activation", Attribute::String("Silu")}},
-      {1, 13, 1, 40}, 1, 3, false, 122);
+      {1, 13, 1, 40}, 1, 3, true, 122);
 }
 
 // MobileNet's 3x3 stride 2 with ReLU6 (odd sizes: border pixels on both sides), a 5x5 at dilation 2 with asymmetric

@@ -362,6 +362,31 @@ TEST(TfPatterns, Conv1dMovementChainCollapses) {
   ExpectFusedSteps(Conv1dBlocks(false, false), {2, 20, 6}, 6);
 }
 
+// The chain's end in x's order but not x's shape: the ops on x, then one Reshape (a); the end x itself, no op between:
+// its readers read x (b), unless it is a graph output, which would need a copy: left (c).
+TEST(TfPatterns, MovementChainEndsAsReshapeOrAsItsStart) {
+  auto perm = [](std::vector<int64_t> p) { return AttributeMap{{"perm", Attribute::Ints(std::move(p))}}; };
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    GraphBuilder b("chain_end", 13);
+    auto x = b.Input("x", DType::kF32, {2, 6, 20});
+    auto y = b.Op("Transpose", {x}, perm({0, 2, 1}));
+    if (form == 0) {
+      y = b.Op("Relu", {y});
+      y = b.Op("Unsqueeze", {y, b.Constant(Tensor::FromVector<int64_t>({1}, {1}))});
+      y = b.Op("Transpose", {y}, perm({0, 3, 1, 2}));  // [2, 6, 1, 20]
+      y = b.Op("Conv", {y, b.Constant(RandomTensor({6, 6, 1, 3}, 5, -0.5f, 0.5f))},
+               {{"pads", Attribute::Ints({0, 1, 0, 1})}});
+    } else {
+      y = b.Op("Transpose", {y}, perm({0, 2, 1}));
+      if (form == 1) y = b.Op("Softmax", {y}, {{"axis", Attribute::Int(-1)}});  // not elementwise: reads the end
+    }
+    b.Output(y, "y");
+    // Unfused: 5, 3 and 2 steps.
+    ExpectFusedSteps(b.Finish(), {2, 6, 20}, form == 0 ? 3 : form == 1 ? 1 : 2);
+  }
+}
+
 TEST(TfPatterns, Conv1dMovementChainStaysWhenItCannotMove) {
   // The Transpose's output also a graph output: nothing collapses (13 steps, as unfused).
   ExpectFusedSteps(Conv1dBlocks(true, false), {2, 20, 6}, 13);
