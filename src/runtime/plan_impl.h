@@ -258,6 +258,11 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
+/// Rank-3 Conv / MaxPool / AveragePool / BatchNormalization nodes on [N, C, W] as rank-4 ones on [N, C, 1, W] (the same
+/// bytes), with the elementwise ops between them, so that 1-D networks reach the channels-last kernels (fusion_1d.cc;
+/// CPU fast plans, `OSPREY_FUSE_1D=0` off).
+void LiftOneDimensional(CompileState& state);
+
 /// A pointwise Conv whose output only a 3x3 depthwise Conv (stride 1 or 2, pads 1) reads becomes one Conv carrying
 /// the depthwise part (ops/fused_depthwise.h), where `fast_kernel_takes(fused node)`; for plans on the CPU's fast
 /// kernels (fusion.cc).

@@ -99,6 +99,8 @@ class FirConvKernel final : public Kernel {
       if (i < ctx.present.size() && ctx.present[i] && ctx.input_dtypes[i] != DType::kF32) return false;
     for (Layout l : ctx.input_layouts)
       if (l != Layout::kPlain) return false;
+    for (Layout l : ctx.output_layouts)  // a [N, C, 1, W] output stored channels-last is [N, 1, W, C]
+      if (l != Layout::kPlain) return false;
     const Shape& x = ctx.input_shapes[0];
     const Shape& w = ctx.input_shapes[1];
     const Tensor* weights = ctx.input_values.size() > 1 ? ctx.input_values[1] : nullptr;
