@@ -145,6 +145,17 @@ bool OwnSilu(const Node& node, const ConvGeometry& g) {
   return OwnSiluActivation(g.dw_stride > 0 ? FusedDepthwisePart(node, g.w[0]) : node);
 }
 
+// Whether the kernel applies the node's activation itself after the primitive: OwnSilu, and any activation of a
+// convolution on plain tensors (oneDNN's GEMM convolution, which ChooseLayout takes for plain 1x1 layers, applies
+// post-ops in a scalar pass: a 1x1 128 -> 128 Conv1d on 8 x 1000 samples 2.2 ms, with its Relu 4.0 ms through the
+// reorders to nwc, 2.3 ms with the Relu applied here).
+bool OwnActivation(const Node& node, const ConvGeometry& g, ConvLayout layout) {
+  if (OwnSilu(node, g)) return true;
+  Activation act;
+  return layout == ConvLayout::kPlain && g.dw_stride == 0 && !HasFusedPRelu(node) &&
+         Activation::FromFusedNode(node, &act) && act.kind != ActivationKind::kNone;
+}
+
 // The convolution primitive for `layout` with the node's post-ops, or an empty descriptor when a needed piece is
 // missing (run-time weight, odd bias or residual) or oneDNN offers only a reference implementation. Shared by the
 // factory and the channels-last support test, so the two agree. With `bf16` the primitive reads bf16 source and
@@ -187,7 +198,7 @@ dnnl::convolution_forward::primitive_desc MakeConvPd(const KernelBuildContext& c
   dnnl::post_ops ops;
   if (residual) ops.append_sum(1.f);
   const bool own_silu = OwnSilu(node, g);
-  if (!(g.dw_stride == 0 && own_silu) && !AppendFusedActivation(node, ops)) return {};
+  if (!(g.dw_stride == 0 && OwnActivation(node, g, layout)) && !AppendFusedActivation(node, ops)) return {};
   if (HasFusedPRelu(node)) {
     // Slopes per output channel (mask: dimension 1) or one for all (mask 0); known now, as the weight is.
     const Tensor* slopes = ctx.input_values.size() > kPReluSlopeInput ? ctx.input_values[kPReluSlopeInput] : nullptr;
@@ -295,7 +306,8 @@ class DnnlConvKernel final : public Kernel {
     if (!pd_) return false;
     x_shape_ = g.x_logical;
     y_shape_ = g.y_logical;
-    own_silu_ = OwnSilu(ctx.node, g);
+    if (OwnActivation(ctx.node, g, name_ == kConvBf16Name ? bf16_layout : layout))
+      Activation::FromFusedNode(g.dw_stride > 0 ? FusedDepthwisePart(ctx.node, g.w[0]) : ctx.node, &own_activation_);
     num_threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
     has_bias_ = ctx.present.size() > 2 && ctx.present[2];
     if (g.dw_stride > 0 && !has_bias_) zero_bias_.assign(static_cast<size_t>(g.w[0]), 0.f);  // see MakeConvPd
@@ -415,7 +427,15 @@ class DnnlConvKernel final : public Kernel {
       if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
-    if (own_silu_) SiluInPlace(ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
+    if (own_activation_.kind == ActivationKind::kSilu) {
+      SiluInPlace(ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
+    } else if (own_activation_.kind != ActivationKind::kNone) {
+      constexpr int64_t kBlock = int64_t{1} << 14;  // floats per task
+      float* y = ctx.Out(0).data<float>();
+      const int64_t n = NumElements(y_shape_), blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(num_threads_) schedule(static) if (num_threads_ > 1 && blocks > 1)
+      for (int64_t b = 0; b < blocks; ++b) own_activation_.Apply(y + b * kBlock, std::min(kBlock, n - b * kBlock));
+    }
   }
 
  private:
@@ -452,7 +472,7 @@ class DnnlConvKernel final : public Kernel {
   const char* name_ = kConvName;
   Shape x_shape_, y_shape_;
   bool has_bias_ = false, residual_ = false;
-  bool own_silu_ = false;  // the last activation, SiLU, applied after the primitive (OwnSilu)
+  Activation own_activation_;  // the last activation, applied after the primitive (OwnActivation); kNone: a post-op
   int num_threads_ = 1;
   bool reorder_src_ = false, reorder_dst_ = false;
   Layout src_layout_ = Layout::kPlain, dst_layout_ = Layout::kPlain, residual_layout_ = Layout::kPlain;
@@ -811,9 +831,10 @@ namespace {
 
 // Measured on the 2-core AVX-512 build machine with oneDNN 2.6.3, 2 threads, times including the reorders: oneDNN
 // prefers NHWC here (brgconv). A 1x1 stride-1 convolution on NCHW is one GEMM per image and beats reorder+brgconv (1x1
-// 256->64 on 56x56: 0.39 ms plain vs 0.60 ms; 1x1 1024->256 on 14x14: 0.39 vs 0.45 ms), except that oneDNN's GEMM
-// convolution applies any activation post-op in a slow scalar pass (with Relu: 0.87 vs 0.61 ms, 0.51 vs 0.46 ms;
-// 1x1 64->256 on 56x56 2.26 vs 0.64 ms; MobileNetV2's 1x1 32->192 + Clip 1.63 vs 0.34 ms; see the NhwcMeasure test).
+// 256->64 on 56x56: 0.39 ms plain vs 0.60 ms; 1x1 1024->256 on 14x14: 0.39 vs 0.45 ms). oneDNN's GEMM convolution
+// applies an activation post-op in a slow scalar pass (with Relu: 0.87 vs 0.61 ms, 0.51 vs 0.46 ms; 1x1 64->256 on
+// 56x56 2.26 vs 0.64 ms; MobileNetV2's 1x1 32->192 + Clip 1.63 vs 0.34 ms; see the NhwcMeasure test), so the kernel
+// applies a plain convolution's activation itself (OwnActivation); a fused PRelu still goes the preferred way.
 // Everything else (3x3, 7x7 stride 2, grouped, depthwise) is 1.7-7x faster with the reorders (3x3 64->64 on 56x56:
 // 1.30 ms plain vs 0.72 ms; depthwise 3x3 192 on 56x56: 3.70 vs 0.49 ms).
 // With channels-last tensors the primitive works on NHWC directly (no reorders at all when every tensor is NHWC):
@@ -826,8 +847,7 @@ ConvLayout ChooseLayout(const KernelBuildContext& ctx) {
   for (size_t i = 2; i < w.size(); ++i) pointwise = pointwise && w[i] == 1;
   for (int64_t s : ctx.node.GetInts("strides")) pointwise = pointwise && s == 1;
   for (int64_t p : ctx.node.GetInts("pads")) pointwise = pointwise && p == 0;
-  const bool activation = !ctx.node.GetString("_activation", "").empty() || HasFusedPRelu(ctx.node);
-  return pointwise && !activation ? ConvLayout::kPlain : ConvLayout::kPreferred;
+  return pointwise && !HasFusedPRelu(ctx.node) ? ConvLayout::kPlain : ConvLayout::kPreferred;
 }
 
 }  // namespace

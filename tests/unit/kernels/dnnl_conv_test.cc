@@ -97,6 +97,20 @@ TEST(DnnlConv, ThreeDimensional) {
              {4, 3, 3, 3, 3}, true);
 }
 
+TEST(DnnlConv, PlainPointwiseAppliesItsOwnActivation) {
+  // A 1x1 convolution on plain tensors runs as oneDNN's GEMM convolution and applies its activation itself, after the
+  // primitive (OwnActivation): rank 3 as PyTorch's Conv1d, rank 4, activations with parameters, over several of the
+  // kernel's blocks of 16384 values.
+  for (const char* act : {"Relu", "LeakyRelu", "Clip", "HardSigmoid", "Sigmoid", "Silu"}) {
+    SCOPED_TRACE(act);
+    AttributeMap attrs{{"_activation", Attribute::String(act)}, {"_alpha", Attribute::Float(0.2f)},
+                       {"_beta", Attribute::Float(0.5f)}};
+    if (std::string(act) == "Clip") attrs["_alpha"] = Attribute::Float(-0.3f);
+    ExpectConv(ConvNode(attrs), {2, 24, 1000}, {20, 24, 1}, true);
+    ExpectConv(ConvNode(attrs), {1, 8, 5, 7}, {3, 8, 1, 1}, false);
+  }
+}
+
 // Residual add then Relu: result = relu(conv(x) + r). Covers the reordered (3x3) and plain (1x1) paths.
 void ExpectResidual(const Shape& x, const Shape& w, const std::string& activation, AttributeMap extra = {}) {
   AttributeMap attrs = std::move(extra);
