@@ -103,8 +103,8 @@ TEST(DnnlConv, PlainPointwiseAppliesItsOwnActivation) {
   // kernel's blocks of 16384 values.
   for (const char* act : {"Relu", "LeakyRelu", "Clip", "HardSigmoid", "Sigmoid", "Silu"}) {
     SCOPED_TRACE(act);
-    AttributeMap attrs{{"_activation", Attribute::String(act)}, {"_alpha", Attribute::Float(0.2f)},
-                       {"_beta", Attribute::Float(0.5f)}};
+    AttributeMap attrs{
+        {"_activation", Attribute::String(act)}, {"_alpha", Attribute::Float(0.2f)}, {"_beta", Attribute::Float(0.5f)}};
     if (std::string(act) == "Clip") attrs["_alpha"] = Attribute::Float(-0.3f);
     ExpectConv(ConvNode(attrs), {2, 24, 1000}, {20, 24, 1}, true);
     ExpectConv(ConvNode(attrs), {1, 8, 5, 7}, {3, 8, 1, 1}, false);

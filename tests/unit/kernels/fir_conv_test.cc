@@ -67,7 +67,9 @@ TEST(FirConv, DepthwiseOneDimensional) {
 TEST(FirConv, DilatedAtStrideOne) {
   // A TCN's dilated depthwise layer as PyTorch exports it (dilation 8, "same" pads: the windows reach 8 and 16 samples
   // into the padding), in the 32-, 8- and one-wide blocks; a dilated filter bank with windows cut at both ends.
-  ExpectFir({{"group", Attribute::Int(16)}, {"dilations", Ints({8})}, {"pads", Ints({8, 8})},
+  ExpectFir({{"group", Attribute::Int(16)},
+             {"dilations", Ints({8})},
+             {"pads", Ints({8, 8})},
              {"_activation", Attribute::String("Relu")}},
             {2, 16, 301}, {16, 1, 3}, true);
   ExpectFir({{"group", Attribute::Int(4)}, {"dilations", Ints({1, 3})}, {"pads", Ints({0, 5, 0, 7})}}, {1, 4, 1, 53},
@@ -77,12 +79,12 @@ TEST(FirConv, DilatedAtStrideOne) {
 
 TEST(FirConv, DeclinedOutsideItsCase) {
   EXPECT_TRUE(Offered({}, {1, 1, 100}, {8, 1, 5}));
-  EXPECT_FALSE(Offered({}, {1, 1, 100}, {9, 1, 5}));                          // a wide bank: oneDNN's GEMM
-  EXPECT_FALSE(Offered({}, {1, 2, 100}, {4, 2, 5}));                          // two input channels
-  EXPECT_TRUE(Offered({{"dilations", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));                         // dilated
+  EXPECT_FALSE(Offered({}, {1, 1, 100}, {9, 1, 5}));                         // a wide bank: oneDNN's GEMM
+  EXPECT_FALSE(Offered({}, {1, 2, 100}, {4, 2, 5}));                         // two input channels
+  EXPECT_TRUE(Offered({{"dilations", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));  // dilated
   EXPECT_FALSE(Offered({{"dilations", Ints({2})}, {"strides", Ints({2})}}, {1, 1, 100}, {4, 1, 5}));  // and strided
-  EXPECT_FALSE(Offered({}, {1, 1, 8, 100}, {4, 1, 3, 5}));                    // 2-D
-  EXPECT_TRUE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 100}, {4, 1, 5}));         // depthwise
+  EXPECT_FALSE(Offered({}, {1, 1, 8, 100}, {4, 1, 3, 5}));                                            // 2-D
+  EXPECT_TRUE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 100}, {4, 1, 5}));                       // depthwise
   EXPECT_FALSE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 100}, {8, 1, 5}));        // two filters per channel
   EXPECT_FALSE(Offered({{"group", Attribute::Int(2)}}, {1, 4, 100}, {4, 2, 5}));        // grouped, not depthwise
   EXPECT_FALSE(Offered({{"group", Attribute::Int(4)}}, {1, 4, 6, 100}, {4, 1, 3, 5}));  // 2-D depthwise: oneDNN

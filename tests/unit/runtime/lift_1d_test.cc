@@ -30,27 +30,30 @@ ValueRef Conv1d(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, int64_t 
 }
 
 // A TCN-like stack on [2, 8, 31]: a depthwise Conv reading a value that stays plain (a Concat), a dilated Conv, a
-// dilated depthwise Conv with a residual Add, pools with ceil mode and padding, a batch norm that cannot fold, a strided
-// 1x1 Conv, a per-channel scale and a bias along W; `tap` also makes a Conv's output a graph output (written back as
-// rank 3 as well as passed on as rank 4).
+// dilated depthwise Conv with a residual Add, pools with ceil mode and padding, a batch norm that cannot fold, a
+// strided 1x1 Conv, a per-channel scale and a bias along W; `tap` also makes a Conv's output a graph output (written
+// back as rank 3 as well as passed on as rank 4).
 Graph OneDimensionalNet(bool tap) {
   GraphBuilder b("net_1d", 13);
   auto x = b.Input("x", DType::kF32, {2, 8, 31});
   auto y = b.Op("Concat", {x, b.Op("Neg", {x})}, {{"axis", Attribute::Int(1)}});  // [2, 16, 31]
   y = b.Op("Relu", {Conv1d(b, y, 16, 16, 16, 5, {{"pads", Attribute::Ints({2, 2})}}, 10)});
-  y = b.Op("Relu", {Conv1d(b, y, 16, 16, 1, 3,
-                           {{"pads", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2})}}, 20)});
+  y = b.Op("Relu",
+           {Conv1d(b, y, 16, 16, 1, 3, {{"pads", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2})}}, 20)});
   if (tap) b.Output(y, "tap");
   auto d = Conv1d(b, y, 16, 16, 16, 3, {{"pads", Attribute::Ints({4, 4})}, {"dilations", Attribute::Ints({4})}}, 30);
-  y = b.Op("Relu", {b.Op("Add", {d, y})});                                 // [2, 16, 31]
-  y = b.Op("MaxPool", {y}, {{"kernel_shape", Attribute::Ints({2})}, {"strides", Attribute::Ints({2})},
-                            {"ceil_mode", Attribute::Int(1)}});             // [2, 16, 16]
-  y = b.Op("BatchNormalization", {y, b.Constant(RandomTensor({16}, 1, 0.5f, 1.5f)),
-                                  b.Constant(RandomTensor({16}, 2)), b.Constant(RandomTensor({16}, 3)),
-                                  b.Constant(RandomTensor({16}, 4, 0.5f, 1.5f))});
-  y = b.Op("AveragePool", {y}, {{"kernel_shape", Attribute::Ints({3})}, {"pads", Attribute::Ints({1, 1})},
-                                {"count_include_pad", Attribute::Int(1)}});  // [2, 16, 16]
-  y = Conv1d(b, y, 16, 12, 1, 1, {{"strides", Attribute::Ints({2})}}, 40);   // [2, 12, 8]
+  y = b.Op("Relu", {b.Op("Add", {d, y})});  // [2, 16, 31]
+  y = b.Op("MaxPool", {y},
+           {{"kernel_shape", Attribute::Ints({2})},
+            {"strides", Attribute::Ints({2})},
+            {"ceil_mode", Attribute::Int(1)}});  // [2, 16, 16]
+  y = b.Op("BatchNormalization", {y, b.Constant(RandomTensor({16}, 1, 0.5f, 1.5f)), b.Constant(RandomTensor({16}, 2)),
+                                  b.Constant(RandomTensor({16}, 3)), b.Constant(RandomTensor({16}, 4, 0.5f, 1.5f))});
+  y = b.Op("AveragePool", {y},
+           {{"kernel_shape", Attribute::Ints({3})},
+            {"pads", Attribute::Ints({1, 1})},
+            {"count_include_pad", Attribute::Int(1)}});                     // [2, 16, 16]
+  y = Conv1d(b, y, 16, 12, 1, 1, {{"strides", Attribute::Ints({2})}}, 40);  // [2, 12, 8]
   y = b.Op("Mul", {y, b.Constant(RandomTensor({12, 1}, 50, 0.5f, 1.5f))});
   y = b.Op("Add", {y, b.Constant(RandomTensor({8}, 51))});
   b.Output(y, "y");
