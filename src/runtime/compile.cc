@@ -228,13 +228,14 @@ void InferAndFold(CompileState& st) {
 }
 
 // The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
-// OSPREY_FUSE_1D (rank-3 convolutions and pools as rank-4 ones, LiftOneDimensional), OSPREY_FUSE_DW (pointwise + depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu,
-// FuseConvPRelu), OSPREY_FUSE_SCALE (a squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale),
-// OSPREY_FUSE_VIEWS (an attention product reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the
-// two attention products and the Softmax between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary
-// steps into an elementwise node, FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization
-// before a 1x1 Conv as its fused input, FuseConvInputs), OSPREY_FUSE_POOLS (a pool of a Concat as a Concat of pooled
-// parts, PoolConcatParts), OSPREY_FUSE_CONV_POOL (a MaxPool after a first-layer Conv into it, FuseConvMaxPool).
+// OSPREY_FUSE_1D (rank-3 convolutions and pools as rank-4 ones, LiftOneDimensional), OSPREY_FUSE_DW (pointwise +
+// depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu, FuseConvPRelu), OSPREY_FUSE_SCALE (a
+// squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale), OSPREY_FUSE_VIEWS (an attention product
+// reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the two attention products and the Softmax
+// between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary steps into an elementwise node,
+// FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization before a 1x1 Conv as its fused input,
+// FuseConvInputs), OSPREY_FUSE_POOLS (a pool of a Concat as a Concat of pooled parts, PoolConcatParts),
+// OSPREY_FUSE_CONV_POOL (a MaxPool after a first-layer Conv into it, FuseConvMaxPool).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
