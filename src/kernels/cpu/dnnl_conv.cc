@@ -35,7 +35,7 @@ constexpr const char* kConvName = "ConvF32Dnnl";
 constexpr const char* kConvBf16Name = "ConvBf16Dnnl";
 
 struct ConvGeometry {
-  Shape x, w, y;               // y: the convolution's output (with a fused depthwise convolution, the pointwise part's)
+  Shape x, w, y;  // y: the convolution's output (with a fused depthwise convolution, the pointwise part's)
   Shape x_logical, y_logical;  // the node's input and output shapes (x, w, y, out may have H and W swapped: below)
   int64_t group = 1;
   memory::dims strides, dilates, pad_l, pad_r;  // oneDNN conventions: dilation d is passed as d - 1
@@ -291,13 +291,14 @@ class DnnlConvKernel final : public Kernel {
       name_ = kConvBf16Name;
     }
     if (!pd_) {
-      pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>(
-          ctx, [&] { return MakeConvPd(ctx, g, layout); }, "conv:" + ConvTuningKey(ctx, g, layout));
+      pd_ = FastestImpl<dnnl::convolution_forward::primitive_desc>(ctx, [&] { return MakeConvPd(ctx, g, layout); },
+                                                                   "conv:" + ConvTuningKey(ctx, g, layout));
     }
-    if (bf16_pd && ctx.bf16 == Bf16Use::kIfFaster && (!pd_ || TryBf16([&] {
-          return PreferBf16(
-              ConvTuningKey(ctx, g, layout) + "|" + std::to_string(static_cast<int>(bf16_layout)) + "|" + name_, pd_,
-              bf16_pd, user_src_md_, user_dst_md_, WeightDesc(g, true), ctx.input_values[1]->raw());
+    if (bf16_pd && ctx.bf16 == Bf16Use::kIfFaster &&
+        (!pd_ || TryBf16([&] {
+          return PreferBf16(ConvTuningKey(ctx, g, layout) + "|" + std::to_string(static_cast<int>(bf16_layout)) + "|" +
+                                name_,
+                            pd_, bf16_pd, user_src_md_, user_dst_md_, WeightDesc(g, true), ctx.input_values[1]->raw());
         }))) {
       pd_ = bf16_pd;
       name_ = kConvBf16Name;
@@ -446,10 +447,7 @@ class DnnlConvKernel final : public Kernel {
   };
   RunState MakeRunState() const {
     RunState r{ReorderedIo(user_src_md_, conv_src_md_, user_dst_md_, conv_dst_md_, scratch_md_, reorder_scratch_md_),
-               {},
-               {},
-               {},
-               {}};
+               {}, {}, {}, {}};
     r.conv.Add(DNNL_ARG_SRC, r.io.src)
         .Add(DNNL_ARG_WEIGHTS, weight_.memory)
         .Add(DNNL_ARG_DST, r.io.dst)
@@ -465,9 +463,8 @@ class DnnlConvKernel final : public Kernel {
                  WrapMemory(PlainDesc({static_cast<int64_t>(prelu_slopes_.size())}), prelu_slopes_.data()));
     if (residual_) {
       r.residual = UnboundMemory(user_residual_md_);
-      r.residual_reorder.Add(DNNL_ARG_FROM, r.residual)
-          .Add(DNNL_ARG_TO, r.io.dst)
-          .Add(DNNL_ARG_SCRATCHPAD, r.io.reorder_scratchpad);
+      r.residual_reorder.Add(DNNL_ARG_FROM, r.residual).Add(DNNL_ARG_TO, r.io.dst).Add(DNNL_ARG_SCRATCHPAD,
+                                                                                      r.io.reorder_scratchpad);
     }
     return r;
   }
@@ -583,7 +580,7 @@ std::optional<OwnConvGeometry> OwnConvGeometryOf(const KernelBuildContext& ctx, 
 // applies (for comparisons and tests). With bf16 allowed where faster, only where oneDNN's fp32 form won
 // (OwnOrDirect).
 std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                                 const std::string& mode) {
+                                                      const std::string& mode) {
   std::optional<OwnConvGeometry> own = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
   if (!own || own->input_scale || own->input_affine || !own->input_parts.empty() || own->kernel_h != 3 ||
       own->kernel_w != 3 || own->stride_h != 1 || own->stride_w != 1 || ctx.InLayout(0) != Layout::kNhwc ||
@@ -607,7 +604,7 @@ std::optional<OwnConvGeometry> WinogradCandidate(const KernelBuildContext& ctx, 
 // OSPREY_STEM=0 never takes it, =1 wherever it applies (comparisons and tests); else by timing when tuning, and always
 // otherwise (it saves the input's reorder to NHWC that oneDNN's kernels need).
 std::optional<OwnConvGeometry> StemCandidate(const KernelBuildContext& ctx, const ConvGeometry& g,
-                                             const std::string& mode) {
+                                              const std::string& mode) {
   std::optional<OwnConvGeometry> sg = mode == "0" ? std::nullopt : OwnConvGeometryOf(ctx, g);
   if (!sg || sg->residual || sg->input_scale || sg->input_affine || !sg->input_parts.empty() || g.x != g.x_logical ||
       (ctx.InLayout(0) != Layout::kPlain && ctx.InLayout(0) != Layout::kNhwc) || ctx.OutLayout(0) != Layout::kNhwc ||
