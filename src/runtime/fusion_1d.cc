@@ -16,12 +16,6 @@
 namespace osprey {
 namespace {
 
-bool Concrete(const Shape& s) {
-  for (int64_t d : s)
-    if (d < 0) return false;
-  return true;
-}
-
 // A shape of rank <= 3 right-aligned to rank 3, with a unit axis inserted before the last: [N, C, W] -> [N, C, 1, W].
 Shape Lifted(const Shape& s) {
   Shape r(3 - s.size(), 1);
@@ -32,7 +26,7 @@ Shape Lifted(const Shape& s) {
 
 bool IsF32Rank3(const CompileState& st, int v) {
   return v >= 0 && st.values[v].typed && st.values[v].dtype == DType::kF32 && st.values[v].shape.size() == 3 &&
-         Concrete(st.values[v].shape);
+         ConcreteShape(st.values[v].shape);
 }
 
 // Rank-3 convolutions, pools and batch normalisations with their window attributes; fused parts that are not defined
@@ -57,7 +51,7 @@ bool LiftableElementwise(const CompileState& st, const Node& n) {
   if (traits.layout_transparent) return IsF32Rank3(st, n.inputs[0]);
   if (!traits.layout_transparent_broadcast) return false;
   for (int v : n.inputs)
-    if (v >= 0 && (st.values[v].shape.size() > 3 || !Concrete(st.values[v].shape))) return false;
+    if (v >= 0 && (st.values[v].shape.size() > 3 || !ConcreteShape(st.values[v].shape))) return false;
   return true;
 }
 

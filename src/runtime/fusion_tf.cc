@@ -268,10 +268,6 @@ void SinkChannelTransposes(CompileState& st) {
 // Labels name the non-unit axes of the value a movement chain starts from (x) by their axis there; -1 marks a unit dim.
 using AxisLabels = std::vector<int>;
 
-bool ConcreteShape(const Shape& s) {
-  return std::all_of(s.begin(), s.end(), [](int64_t d) { return d >= 0; });
-}
-
 // The labels of a movement node's output from those of its input 0: a Transpose, or a same-bytes op (Reshape,
 // Squeeze, Unsqueeze, Flatten, Identity) that only adds or drops unit dims. False for anything else.
 bool MovedLabels(const CompileState& st, const Node& n, const AxisLabels& in, AxisLabels* out) {

@@ -7,6 +7,8 @@
 
 namespace osprey {
 
+struct Activation;  // ops/activation.h
+
 /// A prepared fast kernel for the node, or nullptr.
 std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx);
 
@@ -84,6 +86,10 @@ void SiluInPlace(float* data, int64_t n, int threads);
 /// GELU's tanh approximation on data[0, n) in place, on up to `threads` OpenMP threads: the MatMul kernel's pass over
 /// its own output instead of oneDNN's post-op (elementwise_kernels.cc).
 void GeluTanhInPlace(float* data, int64_t n, int threads);
+/// `act` on data[0, n) in place, on up to `threads` OpenMP threads, vectorised as the elementwise kernels' fused steps
+/// (SiLU by SiluInPlace): for kernels that apply their activation after a oneDNN primitive (dnnl_conv.cc
+/// OwnActivation).
+void ActivateInPlace(const Activation& act, float* data, int64_t n, int threads);
 
 /// Softmax / LogSoftmax (opset >= 13) over a non-last axis with at least 8 positions after it (softmax_kernel.cc), for
 /// when oneDNN has only its reference implementation; nullptr otherwise.

@@ -427,15 +427,7 @@ class DnnlConvKernel final : public Kernel {
       if (reorder_dst_) run->io.dst_reorder.Execute(dst_reorder_, stream);
       stream.wait();
     });
-    if (own_activation_.kind == ActivationKind::kSilu) {
-      SiluInPlace(ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
-    } else if (own_activation_.kind != ActivationKind::kNone) {
-      constexpr int64_t kBlock = int64_t{1} << 14;  // floats per task
-      float* y = ctx.Out(0).data<float>();
-      const int64_t n = NumElements(y_shape_), blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for num_threads(num_threads_) schedule(static) if (num_threads_ > 1 && blocks > 1)
-      for (int64_t b = 0; b < blocks; ++b) own_activation_.Apply(y + b * kBlock, std::min(kBlock, n - b * kBlock));
-    }
+    ActivateInPlace(own_activation_, ctx.Out(0).data<float>(), NumElements(y_shape_), num_threads_);
   }
 
  private:

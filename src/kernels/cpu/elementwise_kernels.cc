@@ -361,24 +361,29 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void StepRow(const 
   }
 }
 
-// The fused steps of a node as StepRow parameters; false when one has no fast form (the reference kernel runs).
-// An activation step is the kUnary entry of its op (ActivationName), with its alpha and beta.
-bool StepParams(const Node& node, std::vector<UnaryParams>* out) {
-  for (const UnaryStep& s : FusedSteps(node)) {
-    if (s.fake_quantize) {
-      out->push_back({UnaryOp::kFakeQuantize, /*alpha=*/s.lo, /*beta=*/s.hi, /*gamma=*/s.scale});
-      continue;
-    }
-    if (s.act.kind == ActivationKind::kGeluTanh) {  // Gelu's entry, approximate = "tanh"
-      out->push_back({UnaryOp::kGeluTanh, 0.f, 0.f, 0.f});
-      continue;
-    }
-    const std::string name = ActivationName(s.act.kind);
-    const auto* t = std::find_if(std::begin(kUnary), std::end(kUnary),
-                                 [&](const UnaryTraits& u) { return name == u.op_type; });
-    if (t == std::end(kUnary)) return false;
-    out->push_back({t->op, s.act.alpha, s.act.beta, 0.f});
+// One fused step (or a kernel's own activation) as StepRow parameters; false when it has no fast form. An activation
+// step is the kUnary entry of its op (ActivationName), with its alpha and beta.
+bool StepParamsOf(const UnaryStep& s, UnaryParams* out) {
+  if (s.fake_quantize) {
+    *out = {UnaryOp::kFakeQuantize, /*alpha=*/s.lo, /*beta=*/s.hi, /*gamma=*/s.scale};
+    return true;
   }
+  if (s.act.kind == ActivationKind::kGeluTanh) {  // Gelu's entry, approximate = "tanh"
+    *out = {UnaryOp::kGeluTanh, 0.f, 0.f, 0.f};
+    return true;
+  }
+  const std::string name = ActivationName(s.act.kind);
+  const auto* t =
+      std::find_if(std::begin(kUnary), std::end(kUnary), [&](const UnaryTraits& u) { return name == u.op_type; });
+  if (t == std::end(kUnary)) return false;
+  *out = {t->op, s.act.alpha, s.act.beta, 0.f};
+  return true;
+}
+
+// The fused steps of a node as StepRow parameters; false when one has no fast form (the reference kernel runs).
+bool StepParams(const Node& node, std::vector<UnaryParams>* out) {
+  for (const UnaryStep& s : FusedSteps(node))
+    if (!StepParamsOf(s, &out->emplace_back())) return false;
   return true;
 }
 
@@ -775,13 +780,24 @@ bool FastSiluAvailable() {
   return SiluRow() != nullptr && !(e && std::string(e) == "0");
 }
 
+namespace {
+
+// fn(block, count) over data[0, n) in blocks of kBlock floats (whole 64-byte lines, enough to split well), on up to
+// `threads` OpenMP threads from 2 * kBlock floats on: the passes kernels make over their own output.
+template <typename Fn>
+void InPlaceBlocks(float* data, int64_t n, int threads, Fn fn) {
+  constexpr int64_t kBlock = int64_t{1} << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int team = n >= 2 * kBlock ? std::max(threads, 1) : 1;
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+  for (int64_t b = 0; b < blocks; ++b) fn(data + b * kBlock, std::min(kBlock, n - b * kBlock));
+}
+
+}  // namespace
+
 void GeluTanhInPlace(float* data, int64_t n, int threads) {
   const UnaryParams p{UnaryOp::kGeluTanh};
-  constexpr int64_t kBlock = int64_t{1} << 14;  // as SiluInPlace
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-  for (int64_t b = 0; b < blocks; ++b) StepRow(p, data + b * kBlock, std::min(kBlock, n - b * kBlock));
+  InPlaceBlocks(data, n, threads, [&](float* y, int64_t m) { StepRow(p, y, m); });
 }
 
 void SiluInPlace(float* data, int64_t n, int threads) {
@@ -790,11 +806,19 @@ void SiluInPlace(float* data, int64_t n, int threads) {
     for (int64_t i = 0; i < n; ++i) data[i] = data[i] / (1.f + vmath::Exp(-data[i]));
     return;
   }
-  constexpr int64_t kBlock = int64_t{1} << 14;  // floats per task: whole 64-byte lines, enough to split well
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int team = n >= (int64_t{1} << 15) ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-  for (int64_t b = 0; b < blocks; ++b) row(data + b * kBlock, std::min(kBlock, n - b * kBlock));
+  InPlaceBlocks(data, n, threads, row);
+}
+
+void ActivateInPlace(const Activation& act, float* data, int64_t n, int threads) {
+  if (act.kind == ActivationKind::kNone) return;
+  if (act.kind == ActivationKind::kSilu) return SiluInPlace(data, n, threads);
+  // The activation as a fused step, vectorised; the formula where it has no fast form.
+  UnaryParams p;
+  if (!StepParamsOf(UnaryStep{false, act}, &p)) {
+    InPlaceBlocks(data, n, threads, [&](float* y, int64_t m) { act.Apply(y, m); });
+    return;
+  }
+  InPlaceBlocks(data, n, threads, [&](float* y, int64_t m) { StepRow(p, y, m); });
 }
 
 }  // namespace osprey
