@@ -301,8 +301,8 @@ std::unique_ptr<Kernel> SingleThreadKernelIfFaster(const CompileState& state, co
 /// be constants) dequantized and transposed into new constants of `state` (dynamic_quantize_lstm.cc).
 Node DequantizedLstm(CompileState& state, const Node& node);
 
-/// Whether every dim of a compile-time shape is known (no -1 of a dynamic dim): the passes that write shapes as constants
-/// need it.
+/// Whether every dim of a compile-time shape is known (no -1 of a dynamic dim): the passes that write shapes as
+/// constants need it.
 inline bool ConcreteShape(const Shape& s) {
   for (int64_t d : s)
     if (d < 0) return false;
