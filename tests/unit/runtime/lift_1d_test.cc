@@ -71,6 +71,26 @@ TEST(LiftOneDimensional, NetworkRunsAsRank4) {
   unsetenv("OSPREY_FUSE_1D");
 }
 
+TEST(LiftOneDimensional, WeightKnownOnlyAtRunTime) {
+  // The middle Conv's weight is a graph input (as some exporters list weights): it is re-shaped by a Reshape step.
+  GraphBuilder b("runtime_weight_1d", 13);
+  auto x = b.Input("x", DType::kF32, {2, 8, 30});
+  auto w = b.Input("w", DType::kF32, {8, 8, 3});
+  auto y = b.Op("Relu", {Conv1d(b, x, 8, 8, 1, 3, {{"pads", Attribute::Ints({1, 1})}}, 1)});
+  y = b.Op("Relu", {b.Op("Conv", {y, w}, {{"pads", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2})}})});
+  y = Conv1d(b, y, 8, 4, 1, 1, {}, 2);
+  b.Output(y, "y");
+  const Graph graph = b.Finish();
+  const std::vector<TensorSpec> specs{{DType::kF32, {2, 8, 30}}, {DType::kF32, {8, 8, 3}}};
+  const std::vector<Tensor> in{RandomTensor({2, 8, 30}, 3, -2.f, 2.f), RandomTensor({8, 8, 3}, 4, -0.5f, 0.5f)};
+  const std::vector<Tensor> want = Compile(graph, specs, testing::kOracle)->Run(in);
+  std::vector<OpProfile> profile;
+  const std::vector<Tensor> got = Compile(graph, specs, testing::kFast)->Run(in, &profile);
+  ASSERT_EQ(got.size(), 1u);
+  testing::ExpectTensorNear(got[0], want[0], 1e-4f, 1e-4f);
+  EXPECT_EQ(Reshapes(profile), 3);  // x, w, y
+}
+
 TEST(LiftOneDimensional, TwoLayersStayRank3) {
   // Fewer than three convolutions and pools between plain values: the reorders would cost more than they save.
   GraphBuilder b("pair_1d", 13);
