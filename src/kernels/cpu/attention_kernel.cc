@@ -1,13 +1,15 @@
 // _AttentionViews (ops/matmul_views.h) on AVX-512 or AVX2: softmax(scale q k) v for one block of query rows at a time,
 // the block's scores kept in a per-thread scratch row block (in L1/L2) between the two products instead of written
 // out as a [.., M, T] tensor, read by a Softmax pass and read again by the second product. Per attention head (a batch
-// index of the product), k is packed transposed, [D][T rounded up to 16], and v row by row, [T][Dv], once per
-// thread; a block of kRows query rows then takes its scores a few vectors of keys at a time (kRows x up to 4 AVX-512
-// or 2 AVX2 vectors of accumulators over D), the softmax numerators of each row in place (max, e^(s - max), their
-// sum), and the context rows as kRows x up to 4 (2) vectors of Dv over T, scaled by 1 / sum as they are stored. The
-// loops are written once (attention_rows.inc) and compiled for each instruction set. Work is split into (head, row
-// chunk) tasks over the plan's threads. On ViT-B/16 at batch 1 (12 heads of 197 x 197 x 64) it replaced two
-// _MatMulViews products and a Softmax (docs/performance.md, thirty-ninth session).
+// index of the product), k and v are packed once per thread in panels of 16 keys ([D][16] each) and of 16 context
+// elements ([T][16] each), so that the products' loads run through memory in order (a [D][T] pack's rows were pages
+// apart at 1500 keys: Whisper's encoder attention ran 15% slower). A block of kRows query rows then takes its scores
+// a few vectors of keys at a time (kRows x up to 4 AVX-512 or 2 AVX2 vectors of accumulators over D), the softmax
+// numerators of each row in place (max, e^(s - max), their sum), and the context rows as kRows x up to 4 (2) vectors
+// of Dv over T, scaled by 1 / sum as they are stored. The loops are written once (attention_rows.inc) and compiled for
+// each instruction set. Work is split into (head, row chunk) tasks over the plan's threads. On ViT-B/16 at batch 1
+// (12 heads of 197 x 197 x 64) it replaced two _MatMulViews products and a Softmax (docs/performance.md, thirty-ninth
+// session).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -93,25 +95,32 @@ RowsFn RowsForThisCpu() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::Rows;
   return nullptr;
 }
-// k transposed into kt[d][j] (rows of tp, zero past `keys`), 16 keys at a time (each key's D floats read once, each
-// kt line written whole), and v into rows of dv floats (copied row by row where a row's elements are contiguous).
-void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, float* kt, float* v) {
-  constexpr int64_t kBlock = 16;
-  for (int64_t j0 = 0; j0 < keys; j0 += kBlock) {
-    const int64_t j1 = std::min(keys, j0 + kBlock);
-    for (int64_t d = 0; d < depth; ++d) {
-      const float* key = h.k + d * h.k_d;
-      float* row = kt + d * tp;
-      for (int64_t j = j0; j < j1; ++j) row[j] = key[j * h.k_t];
+// k and v packed in panels of 16 (whole vectors of either instruction set; the rows' loads then run through memory in
+// order): kt[p][d][jj] = k[d][16 p + jj], zero past `keys` (tp keys, a multiple of 16); vp[p][t][ee] = v[t][16 p + ee]
+// for t < keys, zero past dv (dv rounded up to 16).
+void Pack(const Head& h, int64_t depth, int64_t keys, int64_t dv, int64_t tp, float* kt, float* vp) {
+  for (int64_t j0 = 0; j0 < tp; j0 += 16) {
+    float* panel = kt + j0 * depth;
+    const int64_t n = std::min<int64_t>(16, keys - j0);
+    for (int64_t jj = 0; jj < n; ++jj) {  // each key's depth floats read once
+      const float* key = h.k + (j0 + jj) * h.k_t;
+      for (int64_t d = 0; d < depth; ++d) panel[d * 16 + jj] = key[d * h.k_d];
     }
+    if (n < 16)
+      for (int64_t d = 0; d < depth; ++d) std::fill(panel + d * 16 + n, panel + d * 16 + 16, 0.f);
   }
-  for (int64_t d = 0; d < depth; ++d) std::fill(kt + d * tp + keys, kt + (d + 1) * tp, 0.f);
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* value = h.v + j * h.v_t;
-    if (h.v_e == 1) {
-      std::copy(value, value + dv, v + j * dv);
-    } else {
-      for (int64_t e = 0; e < dv; ++e) v[j * dv + e] = value[e * h.v_e];
+  for (int64_t e0 = 0; e0 < dv; e0 += 16) {
+    float* panel = vp + e0 * tp;
+    const int64_t n = std::min<int64_t>(16, dv - e0);
+    for (int64_t t = 0; t < keys; ++t) {
+      const float* value = h.v + t * h.v_t + e0 * h.v_e;
+      float* row = panel + t * 16;
+      if (h.v_e == 1) {
+        std::copy(value, value + n, row);
+      } else {
+        for (int64_t e = 0; e < n; ++e) row[e] = value[e * h.v_e];
+      }
+      std::fill(row + n, row + 16, 0.f);
     }
   }
 }
@@ -129,7 +138,8 @@ class AttentionViewsKernel final : public Kernel {
     dv_ = v.dims[rank - 1];
     tp_ = (keys_ + 15) / 16 * 16;
     for (size_t d = 0; d + 2 < rank; ++d) heads_ *= p.context.dims[d];
-    scratch_bytes_ = ThreadScratch::Align((depth_ * tp_ + kRows * tp_ + keys_ * dv_) * sizeof(float));
+    const int64_t dvp = (dv_ + 15) / 16 * 16;  // v's packed row length
+    scratch_bytes_ = ThreadScratch::Align((depth_ * tp_ + kRows * tp_ + tp_ * dvp) * sizeof(float));
   }
   const char* Name() const override { return "AttentionF32"; }
 
