@@ -105,7 +105,14 @@ int RunCommandLine(int argc, char** argv, const ServeCommand& serve_command) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "osprey: error: " << e.what() << "\n"
+    // CLI11 checks required options before it reports unknown ones: `run M --out-dir D` said "--output-dir is
+    // required". An argument it could not place is the likelier mistake, so it is named first.
+    std::string unknown, message = e.what();
+    for (const CLI::App* sub : app.get_subcommands())
+      for (const std::string& arg : sub->remaining())
+        if (unknown.empty() && arg.size() > 1 && arg[0] == '-') unknown = arg;
+    if (!unknown.empty() && e.get_name() == "RequiredError") message = "unknown option " + unknown + "; " + message;
+    std::cerr << "osprey: error: " << message << "\n"
               << "Run 'osprey --help' or 'osprey <command> --help' for usage.\n";
     return 2;
   }

@@ -215,6 +215,14 @@ def test_input_without_equals(run_cli, small_model, work_dir, good_input):
     assert_clean_error(proc, "--input", any_of=("NAME=", "="))
 
 
+def test_misspelt_option_is_named_before_a_missing_one(run_cli, small_model, work_dir, good_input):
+    # CLI11 checks required options first: "--output-dir is required" alone hid the typo that caused it.
+    proc = run_cli("run", small_model, "--input", f"x={good_input}", "--out-dir", work_dir / "out")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("osprey: error: unknown option --out-dir"), proc.stderr
+    assert "--output-dir" in proc.stderr and "--help" in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------- happy paths
 
 
