@@ -10,6 +10,7 @@ namespace osprey {
 
 std::unique_ptr<Kernel> CreateCpuLayerNormalization(const KernelBuildContext& ctx);  // layernorm.cc
 std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx);           // groupnorm.cc
+bool CpuGroupNormSupportsNhwc(const KernelBuildContext& ctx);                        // groupnorm.cc
 std::unique_ptr<Kernel> CreateAugmentKernel(const KernelBuildContext& ctx);  // augment_kernels.cc
 std::unique_ptr<Kernel> CreateRecurrentKernel(const KernelBuildContext& ctx);  // recurrent_kernels.cc
 namespace cpu {
@@ -110,6 +111,8 @@ bool CpuKernelSupportsNhwc(const KernelBuildContext& ctx) {
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::DnnlPoolSupportsNhwc(ctx);
     if (op == "BatchNormalization") return cpu::BatchNormSupportsNhwc(ctx);
+    if (op == "InstanceNormalization" || op == "GroupNormalization" || op == kGroupNormOp)
+      return CpuGroupNormSupportsNhwc(ctx);
     if (op == "ConvTranspose") return cpu::DnnlDeconvSupportsNhwc(ctx);
   } catch (const dnnl::error&) {
     return false;  // no primitive for this case: the factory would not build one either

@@ -1,5 +1,5 @@
-// Channels-last (NHWC) support of the fast CPU kernels: Conv, ConvTranspose, pools, BatchNormalization, Resize and the
-// layout reorder.
+// Channels-last (NHWC) support of the fast CPU kernels: Conv, ConvTranspose, pools, BatchNormalization, group norms,
+// Resize and the layout reorder.
 // Oracle: the reference kernel on plain tensors. The test converts plain inputs to NHWC with its own index loop,
 // runs the fast kernel with the layouts the runtime's layout pass would ask for, converts the output back with the
 // inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C].
@@ -964,6 +964,37 @@ TEST(NhwcPool, SupportReported) {
       CpuKernelSupportsNhwc(MakeBuildContext(with_indices, {RandomTensor({1, 3, 7, 9}, 1)}, {false}, outputs)));
   Node three_d = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 2, 2})}});
   EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(three_d, {RandomTensor({1, 3, 4, 5, 6}, 1)}, {false}, outputs)));
+}
+
+// ------------------------------------------------------------------------- GroupNorm / InstanceNormalization
+
+// PoolFormer's GroupNorm(1) between channels-last 1x1 convolutions and pools, groups of several channels, one channel
+// a group (InstanceNormalization); a mean far from zero; sizes below and above the parallel threshold, pixel chunks
+// with a short last one (3136 pixels in chunks of 256), channel counts leaving vector tails.
+TEST(NhwcGroupNorm, EveryLayoutAndGroupCount) {
+  struct Case {
+    std::string op;
+    int64_t groups;
+    Shape x;
+    float offset;
+  };
+  for (const Case& c : {Case{kGroupNormOp, 1, {2, 5, 3, 3}, 0.f}, Case{kGroupNormOp, 1, {1, 64, 56, 56}, 0.f},
+                        Case{kGroupNormOp, 4, {2, 12, 17, 19}, 0.f}, Case{kGroupNormOp, 3, {1, 21, 40, 40}, 300.f},
+                        Case{"InstanceNormalization", 0, {2, 7, 30, 31}, -50.f}}) {
+    SCOPED_TRACE(c.op + " groups " + std::to_string(c.groups) + " " + ShapeToString(c.x));
+    AttributeMap attrs{{"epsilon", Attribute::Float(1e-5f)}};
+    if (c.groups > 0) attrs["num_groups"] = Attribute::Int(c.groups);
+    const int64_t params = c.x[1];
+    ExpectEveryLayout(MakeNode(c.op, 3, 1, attrs),
+                      {RandomTensor(c.x, 1, -1.f + c.offset, 1.f + c.offset), RandomTensor({params}, 2, 0.5f, 1.5f),
+                       RandomTensor({params}, 3)},
+                      {false, true, true}, "GroupNormF32");
+  }
+  // Rank 3 stays plain.
+  std::vector<Tensor> outputs;
+  Node node = MakeNode(kGroupNormOp, 3, 1, {{"num_groups", Attribute::Int(1)}});
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(
+      node, {RandomTensor({1, 4, 9}, 1), RandomTensor({4}, 2), RandomTensor({4}, 3)}, {false, true, true}, outputs)));
 }
 
 // ---------------------------------------------------------------------------------------------- BatchNormalization
