@@ -371,6 +371,7 @@ void InferGroupNormalization(InferContext& c) {
   RequireChannelVector(c, 2, "bias", params);
   c.node.GetFloat("epsilon", 1e-5f);
   c.node.GetInt("stash_type", 1);  // statistics are always accumulated in double
+  CheckFusedActivation(c);
   c.SetOutput(0, DType::kF32, x);
 }
 
@@ -417,6 +418,7 @@ void InferInstanceNormalization(InferContext& c) {
   if (x.size() < 3) c.Fail("input X should have rank >= 3 ([N, C, D1, ...]), got shape " + ShapeToString(x));
   RequireChannelVector(c, 1, "scale", x[1]);
   RequireChannelVector(c, 2, "B", x[1]);
+  CheckFusedActivation(c);
   c.SetOutput(0, DType::kF32, x);
 }
 

@@ -419,9 +419,12 @@ void AffineToBatchNorm(CompileState& st) {
   DropDead(st, dead);
 }
 
-// (A Conv carrying a pool, written so in a model file, takes nothing more: its output is the pool's.)
+// (A Conv carrying a pool, written so in a model file, takes nothing more: its output is the pool's.) Group norms take
+// the activation that follows them (BiT's GroupNorm + ReLU, diffusion models' GroupNorm + SiLU).
 bool Fusable(const Node& n) {
-  return (n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" || n.op_type == "BatchNormalization") &&
+  const std::string& op = n.op_type;
+  return (op == "Conv" || op == "Gemm" || op == "MatMul" || op == "BatchNormalization" || op == kGroupNormOp ||
+          op == "InstanceNormalization" || op == "GroupNormalization") &&
          n.outputs.size() == 1 && !n.Has("_activation") && !HasFusedPool(n);
 }
 

@@ -88,7 +88,7 @@ void SiluInPlace(float* data, int64_t n, int threads);
 void GeluTanhInPlace(float* data, int64_t n, int threads);
 /// `act` on data[0, n) in place, on up to `threads` OpenMP threads, vectorised as the elementwise kernels' fused steps
 /// (SiLU by SiluInPlace): for kernels that apply their activation after a oneDNN primitive (dnnl_conv.cc
-/// OwnActivation).
+/// OwnActivation), or, with `threads` 1 (no parallel region), to each piece of output they write (groupnorm.cc).
 void ActivateInPlace(const Activation& act, float* data, int64_t n, int threads);
 
 /// Softmax / LogSoftmax (opset >= 13) over a non-last axis with at least 8 positions after it (softmax_kernel.cc), for

@@ -783,13 +783,18 @@ bool FastSiluAvailable() {
 namespace {
 
 // fn(block, count) over data[0, n) in blocks of kBlock floats (whole 64-byte lines, enough to split well), on up to
-// `threads` OpenMP threads from 2 * kBlock floats on: the passes kernels make over their own output.
+// `threads` OpenMP threads from 2 * kBlock floats on: the passes kernels make over their own output. On one thread
+// no parallel region is entered (kernels call it from inside theirs, on a piece each thread just wrote).
 template <typename Fn>
 void InPlaceBlocks(float* data, int64_t n, int threads, Fn fn) {
   constexpr int64_t kBlock = int64_t{1} << 14;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int team = n >= 2 * kBlock ? std::max(threads, 1) : 1;
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+  if (team == 1) {
+    for (int64_t b = 0; b < blocks; ++b) fn(data + b * kBlock, std::min(kBlock, n - b * kBlock));
+    return;
+  }
+#pragma omp parallel for num_threads(team) schedule(static)
   for (int64_t b = 0; b < blocks; ++b) fn(data + b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
@@ -802,7 +807,7 @@ void GeluTanhInPlace(float* data, int64_t n, int threads) {
 
 void SiluInPlace(float* data, int64_t n, int threads) {
   const SiluRowFn row = SiluRow();
-  if (!row) {
+  if (row == nullptr) {
     for (int64_t i = 0; i < n; ++i) data[i] = data[i] / (1.f + vmath::Exp(-data[i]));
     return;
   }

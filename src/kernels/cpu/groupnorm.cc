@@ -7,7 +7,7 @@
 //      double;
 //   2. normalisation: per channel, y = (x - mean) * a + bias with a = scale * inv_std, over contiguous spatial runs
 //      (x - mean first: folding the mean into the bias, x * a + (bias - mean * a), cancels in float when |mean| >>
-//      std).
+//      std), then a fused activation (the runtime's FuseActivation) on each piece while it is in the cache.
 // Rank-4 tensors may be channels-last on either side (the layout pass keeps a network channels-last through it:
 // PoolFormer's norms between 1x1 convolutions and pools cost two reorders a block when they ran plain only). There
 // the statistics are per (sample, chunk of pixels) sums per channel, vectorised along the channels and added up per
@@ -17,7 +17,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -31,8 +33,13 @@ constexpr int64_t kMinParallelElements = int64_t{1} << 14;
 
 class GroupNormF32Kernel final : public Kernel {
  public:
-  GroupNormF32Kernel(Shape shape, int64_t groups, float epsilon, bool in_nhwc, bool out_nhwc)
-      : shape_(std::move(shape)), groups_(groups), epsilon_(epsilon), in_nhwc_(in_nhwc), out_nhwc_(out_nhwc) {
+  GroupNormF32Kernel(Shape shape, int64_t groups, float epsilon, bool in_nhwc, bool out_nhwc, Activation act)
+      : shape_(std::move(shape)),
+        groups_(groups),
+        epsilon_(epsilon),
+        in_nhwc_(in_nhwc),
+        out_nhwc_(out_nhwc),
+        act_(act) {
     batch_ = shape_[0];
     channels_ = shape_[1];
     spatial_ = 1;
@@ -184,6 +191,7 @@ class GroupNormF32Kernel final : public Kernel {
       float* yp = yd + plane * spatial;
 #pragma omp simd
       for (int64_t i = begin; i < end; ++i) yp[i] = (xp[i] - mean) * m + a;
+      ActivateInPlace(act_, yp + begin, end - begin, 1);
     }
   }
 
@@ -210,12 +218,16 @@ class GroupNormF32Kernel final : public Kernel {
 #pragma omp simd
           for (int64_t c = 0; c < c_all; ++c) yr[c] = (xr[c] - ce[c]) * m[c] + a[c];
         }
+        ActivateInPlace(act_, ys + begin * c_all, (end - begin) * c_all, 1);
       } else if (in_nhwc) {  // to plain: each channel's run of the chunk's pixels
-        for (int64_t c = 0; c < c_all; ++c)
+        for (int64_t c = 0; c < c_all; ++c) {
           for (int64_t i = begin; i < end; ++i) ys[c * spatial + i] = (xs[i * c_all + c] - ce[c]) * m[c] + a[c];
+          ActivateInPlace(act_, ys + c * spatial + begin, end - begin, 1);
+        }
       } else {  // from plain
         for (int64_t c = 0; c < c_all; ++c)
           for (int64_t i = begin; i < end; ++i) ys[i * c_all + c] = (xs[c * spatial + i] - ce[c]) * m[c] + a[c];
+        ActivateInPlace(act_, ys + begin * c_all, (end - begin) * c_all, 1);
       }
     }
   }
@@ -224,6 +236,7 @@ class GroupNormF32Kernel final : public Kernel {
   int64_t groups_;
   float epsilon_;
   bool in_nhwc_, out_nhwc_;  // input / output channels-last ([N, H, W, C]; rank 4 only)
+  Activation act_;           // a fused activation (_activation), applied to each piece of output as it is written
   int64_t batch_ = 0, channels_ = 0, spatial_ = 1, group_size_ = 0;
 };
 
@@ -243,7 +256,9 @@ std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx) {
   if ((in_nhwc || out_nhwc) && x.size() != 4) return nullptr;
   const int64_t groups = node.op_type == "InstanceNormalization" ? x[1] : node.GetInt("num_groups", 0);
   if (groups < 1 || x[1] % groups != 0) return nullptr;
-  return std::make_unique<GroupNormF32Kernel>(x, groups, node.GetFloat("epsilon", 1e-5f), in_nhwc, out_nhwc);
+  Activation act;
+  if (!Activation::FromFusedNode(node, &act)) return nullptr;
+  return std::make_unique<GroupNormF32Kernel>(x, groups, node.GetFloat("epsilon", 1e-5f), in_nhwc, out_nhwc, act);
 }
 
 /// Whether CreateCpuGroupNorm builds a kernel for this node on rank-4 tensors (it then takes every layout).

@@ -732,8 +732,8 @@ void RoiAlignRef(KernelContext& ctx) {
 }
 
 // Normalisation over groups of channels: per (sample, group), mean and variance over the group's channels and spatial
-// dims (double); scale and bias per group or per channel, by their length. GroupNormalization; InstanceNormalization
-// is the case of one channel per group.
+// dims (double); scale and bias per group or per channel, by their length; then a fused `_activation`, if any.
+// GroupNormalization; InstanceNormalization is the case of one channel per group.
 void NormalizeChannelGroups(KernelContext& ctx, int64_t groups) {
   const Tensor& x = ctx.In(0);
   const float epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
@@ -758,6 +758,7 @@ void NormalizeChannelGroups(KernelContext& ctx, int64_t groups) {
       const int64_t k = per_channel ? g * per_group + i / spatial : g;
       yp[i] = static_cast<float>((xp[i] - mean) * inv_std * scale[k] + shift[k]);
     }
+    ApplyFusedActivation(ctx.node, yp, size);  // GroupNorm + activation fused by the runtime
   }
 }
 void GroupNormalizationRef(KernelContext& ctx) { NormalizeChannelGroups(ctx, ctx.node.GetInt("num_groups", 1)); }

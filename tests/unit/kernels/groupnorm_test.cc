@@ -39,6 +39,20 @@ TEST(GroupNormF32, OneGroupOverManyChunks) {
   Expect(Norm(kGroupNormOp, 1), {2, 5, 3, 3}, 5);  // small: below the parallel threshold
 }
 
+TEST(GroupNormF32, FusedActivations) {
+  // The runtime's FuseActivation hands a following activation to the norm (_activation); the reference kernel
+  // applies it after normalising, the fast one to each piece it writes.
+  for (const char* act : {"Relu", "Silu", "HardSwish", "Gelu"}) {
+    SCOPED_TRACE(act);
+    Node node = Norm(kGroupNormOp, 4);
+    node.attrs["_activation"] = Attribute::String(act);
+    Expect(node, {2, 8, 40, 41}, 8);
+    Node instance = Norm("InstanceNormalization");
+    instance.attrs["_activation"] = Attribute::String(act);
+    Expect(instance, {1, 3, 130, 130}, 3);
+  }
+}
+
 TEST(GroupNormF32, MeanFarFromZero) {
   Expect(Norm(kGroupNormOp, 1), {1, 16, 64, 64}, 16, 17, 300.f);
   Expect(Norm("InstanceNormalization"), {1, 3, 33, 33}, 3, 17, -1000.f);

@@ -990,6 +990,10 @@ TEST(NhwcGroupNorm, EveryLayoutAndGroupCount) {
                        RandomTensor({params}, 3)},
                       {false, true, true}, "GroupNormF32");
   }
+  // With a fused activation, as FuseActivation leaves BiT's GroupNorm + ReLU.
+  Node relu = MakeNode(kGroupNormOp, 3, 1, {{"num_groups", Attribute::Int(8)}, {"_activation", Attribute::String("Relu")}});
+  ExpectEveryLayout(relu, {RandomTensor({2, 32, 20, 21}, 4), RandomTensor({32}, 5, 0.5f, 1.5f), RandomTensor({32}, 6)},
+                    {false, true, true}, "GroupNormF32");
   // Rank 3 stays plain.
   std::vector<Tensor> outputs;
   Node node = MakeNode(kGroupNormOp, 3, 1, {{"num_groups", Attribute::Int(1)}});

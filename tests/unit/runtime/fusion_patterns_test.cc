@@ -68,7 +68,9 @@ bool Ran(const std::vector<std::string>& ops, const char* op) { return std::coun
 
 // nn.GroupNorm(groups, C) as PyTorch's dynamo exporter writes it: Reshape [N, G, -1] -> InstanceNormalization with
 // unit scale and zero bias of G values -> Reshape back -> Mul(weight [C, 1, 1]) -> Add(bias [C, 1, 1]).
-Graph GroupNormGraph(const Shape& shape, int64_t groups, bool affine, bool escape = false) {
+// `activation`: a unary op after it ("Relu"; "Silu": PyTorch's Mul(y, Sigmoid(y))).
+Graph GroupNormGraph(const Shape& shape, int64_t groups, bool affine, bool escape = false,
+                     const std::string& activation = "") {
   GraphBuilder b("groupnorm", 20);
   auto x = b.Input("x", DType::kF32, shape);
   auto grouped = b.Op("Reshape", {x, b.Constant(Tensor::FromVector<int64_t>({3}, {shape[0], groups, -1}))});
@@ -81,6 +83,8 @@ Graph GroupNormGraph(const Shape& shape, int64_t groups, bool affine, bool escap
     y = b.Op("Mul", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 7, 0.5f, 1.5f))});
     y = b.Op("Add", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 8))});
   }
+  if (activation == "Silu") y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+  else if (!activation.empty()) y = b.Op(activation, {y});
   b.Output(y, "y");
   if (escape) b.Output(grouped, "grouped");
   return b.Finish();
@@ -91,6 +95,15 @@ TEST(FusionPatterns, GroupNormAsPyTorchExportsIt) {
   ExpectFused(GroupNormGraph({2, 32, 9, 9}, 8, true), {{2, 32, 9, 9}}, 1);
   ExpectFused(GroupNormGraph({2, 32, 9, 9}, 4, false), {{2, 32, 9, 9}}, 1);  // no affine: the group scale and bias
   ExpectFused(GroupNormGraph({1, 16, 20, 20}, 2, true), {{1, 16, 20, 20}}, 1, 200.f);  // mean far from zero
+}
+
+TEST(FusionPatterns, GroupNormTakesTheActivationAfterIt) {
+  // BiT's GroupNorm + ReLU, a diffusion model's GroupNorm + SiLU: one step each, on every layout the fast plan picks.
+  for (const char* act : {"Relu", "Silu", "Tanh"}) {
+    SCOPED_TRACE(act);
+    ExpectFused(GroupNormGraph({2, 32, 9, 9}, 8, true, false, act), {{2, 32, 9, 9}}, 1);
+    ExpectFused(GroupNormGraph({1, 64, 56, 56}, 32, true, false, act), {{1, 64, 56, 56}}, 1, 3.f);
+  }
 }
 
 TEST(FusionPatterns, GroupNormNotFusedWhenAnIntermediateEscapes) {
