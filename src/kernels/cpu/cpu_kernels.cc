@@ -69,6 +69,8 @@ std::unique_ptr<Kernel> CreateCpuKernel(const KernelBuildContext& ctx) {
     if (op == "Gemm") return cpu::CreateDnnlGemm(ctx);
     if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
       if (std::unique_ptr<Kernel> k = CreateGlobalPool(ctx)) return k;
+    if (op == "MaxPool" || op == "AveragePool")
+      if (std::unique_ptr<Kernel> k = cpu::CreatePlainPool(ctx)) return k;
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
       return cpu::CreateDnnlPool(ctx);
     if (op == "Softmax" || op == "LogSoftmax") return cpu::CreateDnnlSoftmax(ctx);

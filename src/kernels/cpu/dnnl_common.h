@@ -413,6 +413,9 @@ std::unique_ptr<Kernel> CreateDnnlGemm(const KernelBuildContext& ctx);
 /// batch-1 classifier, with weights packed in 64-column panels (gemv_kernel.cc); nullptr otherwise or without AVX-512.
 std::unique_ptr<Kernel> CreateGemv(const KernelBuildContext& ctx);
 std::unique_ptr<Kernel> CreateDnnlPool(const KernelBuildContext& ctx);
+/// MaxPool / AveragePool of plain float32 [N, C, W] or [N, C, H, W] data (plain_pool.cc: along the rows, where
+/// oneDNN has a scalar loop or reorders), or nullptr.
+std::unique_ptr<Kernel> CreatePlainPool(const KernelBuildContext& ctx);
 /// ConvInteger / MatMulInteger with constant weights on the float32 kernels above, and DynamicQuantizeLinear
 /// (integer_kernels.cc).
 std::unique_ptr<Kernel> CreateIntegerKernel(const KernelBuildContext& ctx);

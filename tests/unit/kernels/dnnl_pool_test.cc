@@ -1,4 +1,5 @@
-// oneDNN pooling and softmax kernels. Oracle: the reference kernels, run on the same node and inputs.
+// Pooling (plain float32 rank 3 and 4: plain_pool.cc's rows; channels-last, 3-D and 8-bit: oneDNN's) and softmax
+// kernels. Oracle: the reference kernels, run on the same node and inputs.
 #include <random>
 #include <type_traits>
 
@@ -22,7 +23,7 @@ TEST(DnnlPool, MaxPoolResNetStemStyle) {
                 {"strides", Ints({2, 2})},
                 {"pads", Ints({1, 1, 1, 1})},
                 {"ceil_mode", Attribute::Int(ceil)}},
-               "MaxPoolF32Dnnl");
+               "MaxPoolF32Rows");
   }
 }
 
@@ -54,30 +55,37 @@ TEST(DnnlPool, MaxPoolOfEightBitIntegers) {
 TEST(DnnlPool, MaxPoolCeilModeOverhang) {
   ExpectPool("MaxPool", {1, 13, 7, 9},
              {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}, {"ceil_mode", Attribute::Int(1)}},
-             "MaxPoolF32Dnnl");
+             "MaxPoolF32Rows");
   ExpectPool("MaxPool", {1, 3, 7, 9},
              {{"kernel_shape", Ints({3, 2})},
               {"strides", Ints({2, 3})},
               {"pads", Ints({0, 1, 1, 0})},
               {"ceil_mode", Attribute::Int(1)}},
-             "MaxPoolF32Dnnl");
+             "MaxPoolF32Rows");
 }
 
-TEST(DnnlPool, MaxPoolDilationFallsBackOrMatches) {
-  // oneDNN 2.6 pools with dilation only in its reference implementation, so the factory declines today.
-  Node node = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 3})}, {"dilations", Ints({2, 2})}});
-  ExpectMatchIfOffered(node, {RandomTensor({1, 5, 9, 11}, 7)}, {false}, "MaxPoolF32Dnnl");
+TEST(DnnlPool, MaxPoolDilated) {
+  ExpectPool("MaxPool", {1, 5, 9, 11}, {{"kernel_shape", Ints({2, 3})}, {"dilations", Ints({2, 2})}}, "MaxPoolF32Rows");
+  // Dilated and strided, with pads: interior columns at stride 3, edges on both sides.
+  ExpectPool("MaxPool", {2, 3, 10, 40},
+             {{"kernel_shape", Ints({3, 4})}, {"strides", Ints({2, 3})}, {"dilations", Ints({2, 3})},
+              {"pads", Ints({2, 5, 1, 4})}},
+             "MaxPoolF32Rows");
+  // A window with no input element between its dilated taps (x has 2 columns; taps at -1 and 2): the reference.
+  EXPECT_TRUE(FastKernelDeclines(
+      MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2})}, {"dilations", Ints({3})}, {"pads", Ints({1, 2})}}),
+      {RandomTensor({1, 2, 2}, 1)}, {false}));
 }
 
 TEST(DnnlPool, MaxPoolSameUpper) {
   ExpectPool("MaxPool", {1, 5, 7, 9},
              {{"kernel_shape", Ints({3, 3})}, {"strides", Ints({2, 2})}, {"auto_pad", Attribute::String("SAME_UPPER")}},
-             "MaxPoolF32Dnnl");
+             "MaxPoolF32Rows");
 }
 
 TEST(DnnlPool, MaxPoolOneDimensional) {
   ExpectPool("MaxPool", {2, 3, 11}, {{"kernel_shape", Ints({3})}, {"strides", Ints({2})}, {"pads", Ints({1, 0})}},
-             "MaxPoolF32Dnnl");
+             "MaxPoolF32Rows");
 }
 
 TEST(DnnlPool, ThreeDimensionalPools) {
@@ -102,13 +110,8 @@ TEST(DnnlPool, AveragePoolPaddingCountedOrNot) {
                                     {"pads", Ints({pad, 0, 0, pad})},
                                     {"count_include_pad", Attribute::Int(include)},
                                     {"ceil_mode", Attribute::Int(ceil)}};
-        // count_include_pad never counts ceil_mode's overhang, which oneDNN's include-padding average would: with
-        // declared padding and an overhang the reference kernel runs it; without, oneDNN's exclude-padding average.
-        if (include && ceil && pad)
-          EXPECT_TRUE(
-              FastKernelDeclines(MakeNode("AveragePool", 1, 1, attrs), {RandomTensor({2, 5, 7, 9}, 1)}, {false}));
-        else
-          ExpectPool("AveragePool", {2, 5, 7, 9}, attrs, "AveragePoolF32Dnnl");
+        // count_include_pad never counts ceil_mode's overhang (which oneDNN's include-padding average would).
+        ExpectPool("AveragePool", {2, 5, 7, 9}, attrs, "AveragePoolF32Rows");
       }
     }
   }
@@ -118,13 +121,28 @@ TEST(DnnlPool, AveragePoolPaddingCountedOrNot) {
               {"strides", Ints({2560, 2560})},
               {"count_include_pad", Attribute::Int(1)},
               {"ceil_mode", Attribute::Int(1)}},
-             "AveragePoolF32Dnnl");
+             "AveragePoolF32Rows");
+}
+
+// PyTorch's MaxPool1d / AvgPool1d on [N, C, W] (oneDNN's plain 1-D pooling is a scalar loop per output): stride 1
+// (the vectorised interior) and 2, pads, count_include_pad, rows long enough to be shared by the threads.
+TEST(DnnlPool, OneDimensionalRows) {
+  ExpectPool("MaxPool", {8, 16, 4000}, {{"kernel_shape", Ints({2})}, {"strides", Ints({2})}}, "MaxPoolF32Rows");
+  ExpectPool("MaxPool", {2, 8, 301}, {{"kernel_shape", Ints({5})}, {"pads", Ints({2, 2})}}, "MaxPoolF32Rows");
+  for (int64_t include : {0, 1})
+    ExpectPool("AveragePool", {3, 8, 1001},
+               {{"kernel_shape", Ints({3})}, {"pads", Ints({1, 1})}, {"count_include_pad", Attribute::Int(include)}},
+               "AveragePoolF32Rows");
+  ExpectPool("AveragePool", {1, 4, 50},
+             {{"kernel_shape", Ints({4})}, {"strides", Ints({3})}, {"pads", Ints({0, 2})},
+              {"ceil_mode", Attribute::Int(1)}},
+             "AveragePoolF32Rows");
 }
 
 TEST(DnnlPool, AveragePoolSameLowerAndPlain) {
   ExpectPool("AveragePool", {1, 13, 7, 9},
-             {{"kernel_shape", Ints({2, 2})}, {"auto_pad", Attribute::String("SAME_LOWER")}}, "AveragePoolF32Dnnl");
-  ExpectPool("AveragePool", {1, 3, 7, 9}, {{"kernel_shape", Ints({7, 9})}}, "AveragePoolF32Dnnl");
+             {{"kernel_shape", Ints({2, 2})}, {"auto_pad", Attribute::String("SAME_LOWER")}}, "AveragePoolF32Rows");
+  ExpectPool("AveragePool", {1, 3, 7, 9}, {{"kernel_shape", Ints({7, 9})}}, "AveragePoolF32Rows");
 }
 
 // On plain data the global pools are row reductions (reduce_kernel.cc), rank 3 (magika's [1, 512, 508]) to 5; the

@@ -902,9 +902,13 @@ TEST(NhwcConv, SupportReportedOnlyForFastTwoDimensionalFloatConvWithConstantWeig
 
 // ----------------------------------------------------------------------------------------------------------- Pools
 
+// Plain to plain runs along the rows (plain_pool.cc), any channels-last side on oneDNN (`name`).
 void ExpectPoolEveryLayout(const std::string& op, const Shape& x, AttributeMap attrs, const std::string& name) {
   Node node = MakeNode(op, 1, 1, std::move(attrs));
-  ExpectEveryLayout(node, {RandomTensor(x, 7)}, {false}, name);
+  for (Layout in0 : kBoth)
+    for (Layout out0 : kBoth)
+      ExpectLayoutsMatchReference(node, {RandomTensor(x, 7)}, {false},
+                                  in0 == Layout::kPlain && out0 == Layout::kPlain ? op + "F32Rows" : name, in0, out0);
 }
 
 TEST(NhwcPool, MaxPoolStemStyleAndCeilMode) {
