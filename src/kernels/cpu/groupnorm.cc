@@ -135,9 +135,7 @@ class GroupNormF32Kernel final : public Kernel {
 
   // Pixels per work item of a channels-last pass: about kChunk elements, and at most 64 items a sample (the
   // statistics keep C sums per item).
-  int64_t PixelsPerItem() const {
-    return std::max({int64_t{1}, kChunk / channels_, (spatial_ + 63) / 64});
-  }
+  int64_t PixelsPerItem() const { return std::max({int64_t{1}, kChunk / channels_, (spatial_ + 63) / 64}); }
 
   // Channels-last [N, spatial, C]: per (sample, chunk of pixels) float sums per channel (vectorised along C), added
   // per group in double.

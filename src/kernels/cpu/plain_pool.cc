@@ -167,8 +167,8 @@ std::unique_ptr<Kernel> CreatePlainPool(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   const bool max = node.op_type == "MaxPool";
   if ((!max && node.op_type != "AveragePool") || ctx.input_shapes.size() != 1 || ctx.output_shapes.size() != 1 ||
-      ctx.input_dtypes[0] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32 ||
-      ctx.InLayout(0) != Layout::kPlain || ctx.OutLayout(0) != Layout::kPlain)
+      ctx.input_dtypes[0] != DType::kF32 || ctx.output_dtypes[0] != DType::kF32 || ctx.InLayout(0) != Layout::kPlain ||
+      ctx.OutLayout(0) != Layout::kPlain)
     return nullptr;
   const Shape& x = ctx.input_shapes[0];
   const Shape& y = ctx.output_shapes[0];

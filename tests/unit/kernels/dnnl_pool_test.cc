@@ -68,7 +68,9 @@ TEST(DnnlPool, MaxPoolDilated) {
   ExpectPool("MaxPool", {1, 5, 9, 11}, {{"kernel_shape", Ints({2, 3})}, {"dilations", Ints({2, 2})}}, "MaxPoolF32Rows");
   // Dilated and strided, with pads: interior columns at stride 3, edges on both sides.
   ExpectPool("MaxPool", {2, 3, 10, 40},
-             {{"kernel_shape", Ints({3, 4})}, {"strides", Ints({2, 3})}, {"dilations", Ints({2, 3})},
+             {{"kernel_shape", Ints({3, 4})},
+              {"strides", Ints({2, 3})},
+              {"dilations", Ints({2, 3})},
               {"pads", Ints({2, 5, 1, 4})}},
              "MaxPoolF32Rows");
   // A window with no input element between its dilated taps (x has 2 columns; taps at -1 and 2): the reference.
@@ -133,10 +135,10 @@ TEST(DnnlPool, OneDimensionalRows) {
     ExpectPool("AveragePool", {3, 8, 1001},
                {{"kernel_shape", Ints({3})}, {"pads", Ints({1, 1})}, {"count_include_pad", Attribute::Int(include)}},
                "AveragePoolF32Rows");
-  ExpectPool("AveragePool", {1, 4, 50},
-             {{"kernel_shape", Ints({4})}, {"strides", Ints({3})}, {"pads", Ints({0, 2})},
-              {"ceil_mode", Attribute::Int(1)}},
-             "AveragePoolF32Rows");
+  ExpectPool(
+      "AveragePool", {1, 4, 50},
+      {{"kernel_shape", Ints({4})}, {"strides", Ints({3})}, {"pads", Ints({0, 2})}, {"ceil_mode", Attribute::Int(1)}},
+      "AveragePoolF32Rows");
 }
 
 TEST(DnnlPool, AveragePoolSameLowerAndPlain) {

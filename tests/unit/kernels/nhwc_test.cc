@@ -995,7 +995,8 @@ TEST(NhwcGroupNorm, EveryLayoutAndGroupCount) {
                       {false, true, true}, "GroupNormF32");
   }
   // With a fused activation, as FuseActivation leaves BiT's GroupNorm + ReLU.
-  Node relu = MakeNode(kGroupNormOp, 3, 1, {{"num_groups", Attribute::Int(8)}, {"_activation", Attribute::String("Relu")}});
+  Node relu =
+      MakeNode(kGroupNormOp, 3, 1, {{"num_groups", Attribute::Int(8)}, {"_activation", Attribute::String("Relu")}});
   ExpectEveryLayout(relu, {RandomTensor({2, 32, 20, 21}, 4), RandomTensor({32}, 5, 0.5f, 1.5f), RandomTensor({32}, 6)},
                     {false, true, true}, "GroupNormF32");
   // Rank 3 stays plain.

@@ -83,8 +83,10 @@ Graph GroupNormGraph(const Shape& shape, int64_t groups, bool affine, bool escap
     y = b.Op("Mul", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 7, 0.5f, 1.5f))});
     y = b.Op("Add", {y, b.Constant(RandomTensor({shape[1], 1, 1}, 8))});
   }
-  if (activation == "Silu") y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
-  else if (!activation.empty()) y = b.Op(activation, {y});
+  if (activation == "Silu")
+    y = b.Op("Mul", {y, b.Op("Sigmoid", {y})});
+  else if (!activation.empty())
+    y = b.Op(activation, {y});
   b.Output(y, "y");
   if (escape) b.Output(grouped, "grouped");
   return b.Finish();
