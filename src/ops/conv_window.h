@@ -4,6 +4,7 @@
 // ceil_mode) become per-spatial-axis begin/end pads and output sizes. Used by the shape rules (ops/nn.cc, and through
 // them QLinearConv / ConvInteger), the reference kernels, the oneDNN kernels and the cuDNN kernels, so they cannot
 // drift.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ struct ConvWindow {
   /// The dilated kernel extent (k - 1) * d + 1 of axis i.
   int64_t EffectiveKernel(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }
 };
+
+/// The taps [*lo, *hi) of a window along one axis, starting at `start` with k taps at dilation `d`, that land in
+/// [0, limit): the input (limit = its size), so a pool walks only those (a window may be far longer than the input: a
+/// kernel of 2^30 with ceil_mode, or pads as large), or the input and its end padding (limit = size + pad_end:
+/// AveragePool's count_include_pad divisor, *hi). Shared by the reference pools and the CPU's plain pools.
+inline void WindowTapsWithin(int64_t start, int64_t k, int64_t d, int64_t limit, int64_t* lo, int64_t* hi) {
+  *lo = start >= 0 ? 0 : std::min(k, (-start + d - 1) / d);
+  *hi = limit - start <= 0 ? 0 : std::min(k, (limit - start + d - 1) / d);
+}
 
 /// The auto_pad attribute of `node` (default NOTSET). Throws kInvalidArgument naming `node` for any other value.
 AutoPad ReadAutoPad(const Node& node);

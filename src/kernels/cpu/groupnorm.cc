@@ -145,16 +145,17 @@ class GroupNormF32Kernel final : public Kernel {
     const int64_t pixels = PixelsPerItem(), chunks = (spatial_ + pixels - 1) / pixels;
     for (int64_t s = 0; s < batch_ * groups_; ++s)
       pivot[s] = xd[(s / groups_) * spatial_ * c_all + (s % groups_) * per_group];
+    std::vector<float> channel_pivot(static_cast<size_t>(batch_ * c_all));  // each channel's group's pivot
+    for (int64_t i = 0; i < batch_ * c_all; ++i)
+      channel_pivot[i] = pivot[(i / c_all) * groups_ + i % c_all / per_group];
     std::vector<float> part(static_cast<size_t>(batch_ * chunks * c_all)), part_sq(part.size());
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t item = 0; item < batch_ * chunks; ++item) {
       const int64_t n = item / chunks, k = item % chunks;
       const int64_t begin = k * pixels, end = std::min(spatial_, begin + pixels);
-      std::vector<float> p(static_cast<size_t>(c_all));
-      for (int64_t c = 0; c < c_all; ++c) p[c] = pivot[n * groups_ + c / per_group];
       float* a = part.data() + item * c_all;
       float* b = part_sq.data() + item * c_all;
-      const float* pv = p.data();
+      const float* pv = channel_pivot.data() + n * c_all;
       for (int64_t i = begin; i < end; ++i) {
         const float* row = xd + (n * spatial_ + i) * c_all;
 #pragma omp simd

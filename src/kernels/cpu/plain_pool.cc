@@ -23,15 +23,12 @@ namespace {
 struct Axis {
   int64_t in = 1, out = 1, k = 1, s = 1, d = 1, pad = 0, pad_end = 0;
   // The taps [lo, hi) of output o that land in the input.
-  void Taps(int64_t o, int64_t* lo, int64_t* hi) const {
-    const int64_t start = o * s - pad;
-    *lo = start >= 0 ? 0 : std::min(k, (-start + d - 1) / d);
-    *hi = in - start <= 0 ? 0 : std::min(k, (in - start + d - 1) / d);
-  }
+  void Taps(int64_t o, int64_t* lo, int64_t* hi) const { WindowTapsWithin(o * s - pad, k, d, in, lo, hi); }
   // Taps before the end of the declared padding (count_include_pad's divisor; ceil_mode's overhang is not counted).
   int64_t PaddedTaps(int64_t o) const {
-    const int64_t start = o * s - pad, limit = in + pad_end;
-    return limit - start <= 0 ? 0 : std::min(k, (limit - start + d - 1) / d);
+    int64_t lo, hi;
+    WindowTapsWithin(o * s - pad, k, d, in + pad_end, &lo, &hi);
+    return hi;
   }
 };
 

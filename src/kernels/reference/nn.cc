@@ -16,6 +16,7 @@
 #include "ops/activation.h"
 #include "ops/batch_norm.h"
 #include "ops/conv_input_scale.h"
+#include "ops/conv_window.h"
 #include "ops/einsum.h"
 #include "ops/fused_depthwise.h"
 #include "ops/fused_pool.h"
@@ -443,14 +444,8 @@ void ConvTransposeRef(KernelContext& ctx) {
 
 enum class PoolKind { kMax, kAverage, kLp };
 
-// The taps [*lo, *hi) of a window along one dim, starting at `start` with dilation `d`, that land in [0, limit): the
-// input (limit = its size), so a pool walks only those (a window may be far longer than the input: a kernel of 2^30
-// with ceil_mode, or pads as large, took seconds per output), or the input and its end padding (limit = size + pad).
-void TapsWithin(int64_t start, int64_t k, int64_t d, int64_t limit, int64_t* lo, int64_t* hi) {
-  *lo = start >= 0 ? 0 : std::min(k, (-start + d - 1) / d);
-  *hi = limit - start <= 0 ? 0 : std::min(k, (limit - start + d - 1) / d);
-}
-
+// (A window's taps inside the input: WindowTapsWithin, ops/conv_window.h; walking all of a 2^30 kernel took seconds
+// per output.)
 // AveragePool's divisor with count_include_pad: the window's taps in the input or its declared padding. ceil_mode's
 // overhang past the padding is not counted (ONNX >= 1.18, ONNX Runtime, PyTorch; ONNX Runtime before 1.16 divided by
 // the whole kernel). A double: three dims of 2^31 taps overflow an int64.
@@ -458,7 +453,7 @@ double PaddedTaps(const Window3& g, const int64_t start[3]) {
   double taps = 1;
   for (int i = 0; i < 3; ++i) {  // start >= -pb: every tap before the end of the padding counts
     int64_t lo = 0, hi = 0;
-    TapsWithin(start[i], g.k[i], g.d[i], g.in[i] + g.pe[i], &lo, &hi);
+    WindowTapsWithin(start[i], g.k[i], g.d[i], g.in[i] + g.pe[i], &lo, &hi);
     taps *= static_cast<double>(hi);
   }
   return taps;
@@ -492,7 +487,7 @@ void PoolRef(KernelContext& ctx, PoolKind kind) {
           int64_t best_index = -1, valid = 0;
           const int64_t start[3] = {z0, y0, x0};
           int64_t lo[3], hi[3];
-          for (int i = 0; i < 3; ++i) TapsWithin(start[i], g.k[i], g.d[i], g.in[i], &lo[i], &hi[i]);
+          for (int i = 0; i < 3; ++i) WindowTapsWithin(start[i], g.k[i], g.d[i], g.in[i], &lo[i], &hi[i]);
           for (int64_t kz = lo[0]; kz < hi[0]; ++kz) {
             const int64_t iz = z0 + kz * g.d[0];
             for (int64_t ky = lo[1]; ky < hi[1]; ++ky) {
