@@ -228,7 +228,8 @@ void InferAndFold(CompileState& st) {
 }
 
 // The fusions made for the fast CPU kernels are on unless their variable is 0 (for comparisons):
-// OSPREY_FUSE_1D (rank-3 convolutions and pools as rank-4 ones, LiftOneDimensional), OSPREY_FUSE_DW (pointwise +
+// OSPREY_FUSE_1D (rank-3 convolutions and pools as rank-4 ones, LiftToRank4), OSPREY_FUSE_3D (unit-depth 3-D ones
+// as 2-D ones, LiftToRank4), OSPREY_FUSE_DW (pointwise +
 // depthwise convolution, FuseConvDepthwise), OSPREY_FUSE_PRELU (Conv + PRelu, FuseConvPRelu), OSPREY_FUSE_SCALE (a
 // squeeze-and-excitation gate into the next 1x1 Conv, FuseConvInputScale), OSPREY_FUSE_VIEWS (an attention product
 // reading its operands in place, FuseMatMulViews), OSPREY_FUSE_ATTENTION (the two attention products and the Softmax
@@ -568,7 +569,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
   CheckDeclaredOutputTypes(st, graph, graph.outputs, "graph");
   if (options.fuse) RunFusionPasses(st);
   const int nthreads = options.num_threads > 0 ? options.num_threads : DefaultNumThreads();
-  if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_1D")) LiftOneDimensional(st);
+  if (options.fuse && options.fast_kernels && !on_device)
+    LiftToRank4(st, FusionSwitchedOn("OSPREY_FUSE_1D"), FusionSwitchedOn("OSPREY_FUSE_3D"));
   if (options.fuse && options.fast_kernels && !on_device && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_DW"))
     FuseConvDepthwise(st, [&](const Node& n) {
       return CpuKernelFusesDepthwise(MakeBuildContext(st, n, nthreads, bf16, tune));

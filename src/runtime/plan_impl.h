@@ -258,10 +258,11 @@ void FuseQuantizeDequantizePairs(CompileState& state);
 
 void RunFusionPasses(CompileState& state);
 
-/// Rank-3 Conv / MaxPool / AveragePool / BatchNormalization nodes on [N, C, W] as rank-4 ones on [N, C, 1, W] (the same
-/// bytes), with the elementwise ops between them, so that 1-D networks reach the channels-last kernels (fusion_1d.cc;
-/// CPU fast plans, `OSPREY_FUSE_1D=0` off).
-void LiftOneDimensional(CompileState& state);
+/// Conv / MaxPool / AveragePool / BatchNormalization nodes as rank-4 ones on the same bytes, with the elementwise ops
+/// between them: `rank3`, those on [N, C, W] as [N, C, 1, W], so that 1-D networks reach the channels-last kernels;
+/// `unit_depth`, 3-D ones with a 1 x kh x kw window on [N, C, 1, H, W] as 2-D ones on [N, C, H, W] (fusion_1d.cc;
+/// CPU fast plans, `OSPREY_FUSE_1D=0` and `OSPREY_FUSE_3D=0` off).
+void LiftToRank4(CompileState& state, bool rank3, bool unit_depth);
 
 /// A pointwise Conv whose output only a 3x3 depthwise Conv (stride 1 or 2, pads 1) reads becomes one Conv carrying
 /// the depthwise part (ops/fused_depthwise.h), where `fast_kernel_takes(fused node)`; for plans on the CPU's fast

@@ -1,5 +1,6 @@
-// LiftOneDimensional (runtime/fusion_1d.cc): rank-3 convolutions, pools and batch normalisations with the elementwise
-// ops between them run as rank-4 nodes on [N, C, 1, W]. Oracle: the reference kernels on the graph as written.
+// LiftToRank4 (runtime/fusion_1d.cc): rank-3 convolutions, pools and batch normalisations with the elementwise
+// ops between them run as rank-4 nodes on [N, C, 1, W], and 3-D ones with a unit depth window over [N, C, 1, H, W] as
+// rank-4 nodes on [N, C, H, W]. Oracle: the reference kernels on the graph as written.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -99,6 +100,80 @@ TEST(LiftOneDimensional, TwoLayersStayRank3) {
   y = b.Op("Relu", {Conv1d(b, y, 8, 16, 1, 1, {}, 2)});
   b.Output(y, "y");
   EXPECT_EQ(Reshapes(RunFastAgainstOracle(b.Finish(), {2, 8, 40})), 0);
+}
+
+ValueRef Conv3d(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, int64_t group, std::vector<int64_t> window,
+                AttributeMap attrs, uint32_t seed) {
+  attrs["group"] = Attribute::Int(group);
+  return b.Op("Conv",
+              {x, b.Constant(RandomTensor({cout, cin / group, window[0], window[1], window[2]}, seed, -0.5f, 0.5f)),
+               b.Constant(RandomTensor({cout}, seed + 1, -0.5f, 0.5f))},
+              attrs);
+}
+
+// A one-frame video network on [2, 3, 1, 13, 12] (RivaGAN's form): a first layer of 3 channels with a 1 x 5 x 5 window,
+// a Tanh, a strided grouped Conv, a residual Add, a per-channel scale [C, 1, 1, 1], a batch norm, pools with unit-depth
+// windows (ceil mode, padding), a broadcast bias along W, and a graph output tapped in the middle.
+Graph UnitDepthNet(bool tap) {
+  GraphBuilder b("net_unit_depth", 13);
+  auto x = b.Input("x", DType::kF32, {2, 3, 1, 13, 12});
+  auto y = b.Op("Tanh", {Conv3d(b, x, 3, 8, 1, {1, 5, 5}, {{"pads", Attribute::Ints({0, 2, 1, 0, 2, 3})}}, 10)});
+  if (tap) b.Output(y, "tap");
+  auto d = Conv3d(b, y, 8, 8, 4, {1, 3, 3},
+                  {{"pads", Attribute::Ints({0, 1, 1, 0, 1, 1})}, {"dilations", Attribute::Ints({3, 1, 1})}}, 20);
+  y = b.Op("Relu", {b.Op("Add", {d, y})});
+  y = b.Op("Mul", {y, b.Constant(RandomTensor({8, 1, 1, 1}, 30, 0.5f, 1.5f))});
+  y = b.Op("MaxPool", {y},
+           {{"kernel_shape", Attribute::Ints({1, 2, 2})},
+            {"strides", Attribute::Ints({1, 2, 2})},
+            {"ceil_mode", Attribute::Int(1)}});  // [2, 8, 1, 7, 6]
+  y = b.Op("BatchNormalization", {y, b.Constant(RandomTensor({8}, 1, 0.5f, 1.5f)), b.Constant(RandomTensor({8}, 2)),
+                                  b.Constant(RandomTensor({8}, 3)), b.Constant(RandomTensor({8}, 4, 0.5f, 1.5f))});
+  y = b.Op("AveragePool", {y},
+           {{"kernel_shape", Attribute::Ints({1, 3, 3})},
+            {"pads", Attribute::Ints({0, 1, 1, 0, 1, 1})},
+            {"count_include_pad", Attribute::Int(1)}});
+  y = Conv3d(b, y, 8, 5, 1, {1, 1, 1}, {{"strides", Attribute::Ints({2, 2, 1})}}, 40);  // [2, 5, 1, 4, 6]
+  y = b.Op("Add", {y, b.Constant(RandomTensor({6}, 51))});
+  b.Output(y, "y");
+  return b.Finish();
+}
+
+TEST(LiftToRank4, UnitDepthNetworkRunsAsRank4) {
+  for (bool tap : {false, true}) {
+    SCOPED_TRACE(tap);
+    EXPECT_EQ(Reshapes(RunFastAgainstOracle(UnitDepthNet(tap), {2, 3, 1, 13, 12})), tap ? 3 : 2);
+  }
+  setenv("OSPREY_FUSE_3D", "0", 1);
+  EXPECT_EQ(Reshapes(RunFastAgainstOracle(UnitDepthNet(true), {2, 3, 1, 13, 12})), 0);
+  unsetenv("OSPREY_FUSE_3D");
+}
+
+TEST(LiftToRank4, DepthThatIsNotAUnitStaysRank5) {
+  // A 3-tap depth window padded over a one-frame input (only its middle tap reads data; a pool counting the padding
+  // divides by all three), and an input of two frames: each stays a 3-D layer.
+  {
+    GraphBuilder b("depth_window", 13);
+    auto x = b.Input("x", DType::kF32, {1, 3, 1, 9, 9});
+    b.Output(Conv3d(b, x, 3, 4, 1, {3, 3, 3}, {{"pads", Attribute::Ints({1, 1, 1, 1, 1, 1})}}, 1), "y");
+    EXPECT_EQ(Reshapes(RunFastAgainstOracle(b.Finish(), {1, 3, 1, 9, 9})), 0);
+  }
+  {
+    GraphBuilder b("depth_pad", 13);
+    auto x = b.Input("x", DType::kF32, {1, 3, 1, 9, 9});
+    b.Output(b.Op("AveragePool", {x},
+                  {{"kernel_shape", Attribute::Ints({3, 2, 2})},
+                   {"pads", Attribute::Ints({1, 0, 0, 1, 0, 0})},
+                   {"count_include_pad", Attribute::Int(1)}}),
+             "y");  // [1, 3, 1, 8, 8], each a twelfth of four inputs
+    EXPECT_EQ(Reshapes(RunFastAgainstOracle(b.Finish(), {1, 3, 1, 9, 9})), 0);
+  }
+  {
+    GraphBuilder b("two_frames", 13);
+    auto x = b.Input("x", DType::kF32, {1, 3, 2, 9, 9});
+    b.Output(Conv3d(b, x, 3, 4, 1, {1, 3, 3}, {{"pads", Attribute::Ints({0, 1, 1, 0, 1, 1})}}, 1), "y");
+    EXPECT_EQ(Reshapes(RunFastAgainstOracle(b.Finish(), {1, 3, 2, 9, 9})), 0);
+  }
 }
 
 }  // namespace
