@@ -1,4 +1,4 @@
-// Pooling (plain float32 rank 3 and 4: plain_pool.cc's rows; channels-last, 3-D and 8-bit: oneDNN's) and softmax
+// Pooling (plain float32 rank 3 to 5: plain_pool.cc's rows; channels-last and 8-bit: oneDNN's) and softmax
 // kernels. Oracle: the reference kernels, run on the same node and inputs.
 #include <random>
 #include <type_traits>
@@ -90,15 +90,30 @@ TEST(DnnlPool, MaxPoolOneDimensional) {
              "MaxPoolF32Rows");
 }
 
+// Video networks' pools on [N, C, D, H, W] (S3D, R(2+1)D): the window's rows over depth and height combined first.
 TEST(DnnlPool, ThreeDimensionalPools) {
   ExpectPool("MaxPool", {1, 3, 5, 6, 7}, {{"kernel_shape", Ints({2, 3, 2})}, {"strides", Ints({2, 2, 2})}},
-             "MaxPoolF32Dnnl");
-  ExpectPool("AveragePool", {1, 3, 5, 6, 7},
-             {{"kernel_shape", Ints({3, 3, 3})},
-              {"pads", Ints({1, 1, 1, 1, 1, 1})},
-              {"ceil_mode", Attribute::Int(1)},
-              {"strides", Ints({2, 2, 2})}},
-             "AveragePoolF32Dnnl");
+             "MaxPoolF32Rows");
+  for (int64_t include : {0, 1})
+    ExpectPool("AveragePool", {1, 3, 5, 6, 7},
+               {{"kernel_shape", Ints({3, 3, 3})},
+                {"pads", Ints({1, 1, 1, 1, 1, 1})},
+                {"ceil_mode", Attribute::Int(1)},
+                {"count_include_pad", Attribute::Int(include)},
+                {"strides", Ints({2, 2, 2})}},
+               "AveragePoolF32Rows");
+  // S3D's: 3 x 3 x 3 at stride 1 (threads share the rows), 1 x 3 x 3 at stride 1, 2, 2, and a dilated depth.
+  ExpectPool("MaxPool", {1, 48, 4, 14, 14}, {{"kernel_shape", Ints({3, 3, 3})}, {"pads", Ints({1, 1, 1, 1, 1, 1})}},
+             "MaxPoolF32Rows");
+  ExpectPool("MaxPool", {2, 5, 3, 11, 12},
+             {{"kernel_shape", Ints({1, 3, 3})}, {"strides", Ints({1, 2, 2})}, {"pads", Ints({0, 1, 1, 0, 1, 1})}},
+             "MaxPoolF32Rows");
+  ExpectPool("MaxPool", {1, 4, 7, 5, 6},
+             {{"kernel_shape", Ints({2, 2, 2})}, {"dilations", Ints({3, 1, 2})}, {"pads", Ints({1, 0, 0, 2, 0, 1})}},
+             "MaxPoolF32Rows");
+  ExpectPool("AveragePool", {1, 4, 5, 6, 7},
+             {{"kernel_shape", Ints({2, 3, 1})}, {"strides", Ints({1, 1, 2})}, {"pads", Ints({0, 1, 0, 1, 1, 0})}},
+             "AveragePoolF32Rows");
 }
 
 TEST(DnnlPool, AveragePoolPaddingCountedOrNot) {
