@@ -176,5 +176,25 @@ TEST(LiftToRank4, DepthThatIsNotAUnitStaysRank5) {
   }
 }
 
+TEST(LiftToRank4, UnitDepthWeightKnownOnlyAtRunTimeAndAutoPad) {
+  // A 1 x 3 x 3 weight that is a graph input (re-shaped by a Reshape step) and SAME_UPPER padding at stride 1, 2, 2.
+  GraphBuilder b("runtime_weight_unit_depth", 13);
+  auto x = b.Input("x", DType::kF32, {2, 4, 1, 9, 10});
+  auto w = b.Input("w", DType::kF32, {6, 4, 1, 3, 3});
+  auto y = b.Op("Relu", {b.Op("Conv", {x, w},
+                              {{"auto_pad", Attribute::String("SAME_UPPER")}, {"strides", Attribute::Ints({1, 2, 2})}})});
+  b.Output(y, "y");  // [2, 6, 1, 5, 5]
+  const Graph graph = b.Finish();
+  const std::vector<TensorSpec> specs{{DType::kF32, {2, 4, 1, 9, 10}}, {DType::kF32, {6, 4, 1, 3, 3}}};
+  const std::vector<Tensor> in{RandomTensor({2, 4, 1, 9, 10}, 3, -2.f, 2.f), RandomTensor({6, 4, 1, 3, 3}, 4)};
+  const std::vector<Tensor> want = Compile(graph, specs, testing::kOracle)->Run(in);
+  std::vector<OpProfile> profile;
+  const std::vector<Tensor> got = Compile(graph, specs, testing::kFast)->Run(in, &profile);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].shape(), (Shape{2, 6, 1, 5, 5}));
+  testing::ExpectTensorNear(got[0], want[0], 1e-4f, 1e-4f);
+  EXPECT_EQ(Reshapes(profile), 3);  // x, w, y
+}
+
 }  // namespace
 }  // namespace osprey
