@@ -181,8 +181,9 @@ TEST(LiftToRank4, UnitDepthWeightKnownOnlyAtRunTimeAndAutoPad) {
   GraphBuilder b("runtime_weight_unit_depth", 13);
   auto x = b.Input("x", DType::kF32, {2, 4, 1, 9, 10});
   auto w = b.Input("w", DType::kF32, {6, 4, 1, 3, 3});
-  auto y = b.Op("Relu", {b.Op("Conv", {x, w},
-                              {{"auto_pad", Attribute::String("SAME_UPPER")}, {"strides", Attribute::Ints({1, 2, 2})}})});
+  auto y = b.Op(
+      "Relu",
+      {b.Op("Conv", {x, w}, {{"auto_pad", Attribute::String("SAME_UPPER")}, {"strides", Attribute::Ints({1, 2, 2})}})});
   b.Output(y, "y");  // [2, 6, 1, 5, 5]
   const Graph graph = b.Finish();
   const std::vector<TensorSpec> specs{{DType::kF32, {2, 4, 1, 9, 10}}, {DType::kF32, {6, 4, 1, 3, 3}}};
