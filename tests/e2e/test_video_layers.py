@@ -3,8 +3,8 @@
   compile runs as 2-D layers (runtime/fusion_1d.cc, LiftToRank4), with a grouped layer, a residual Add, a per-channel
   scale and unit-depth pools;
 - 16-frame clips through S3D's and R(2+1)D's layer kinds (a 1 x 3 x 3 spatial and a 3 x 1 x 1 temporal Conv3d, 3-D
-  max and average pools at strides 1 and 2 with padding counted or not, ceil mode), whose plain pools run on the row
-  kernel (kernels/cpu/plain_pool.cc).
+  max and average pools at strides 1 and 2 with padding counted or not, ceil mode, a trilinear upsampling), whose
+  plain pools and resize run on the row kernels (kernels/cpu/plain_pool.cc, resize_kernel.cc).
 Inputs are seeded; weights are drawn so the outputs depend on every layer (ReLUs keep about half their inputs).
 """
 
@@ -45,7 +45,7 @@ def one_frame_model():
 
 
 def clip_model():
-    """[1, 3, 16, 24, 24]: S3D's separable layers and 3-D pools, R(2+1)D's temporal layer."""
+    """[1, 3, 16, 24, 24]: S3D's separable layers and 3-D pools, R(2+1)D's temporal layer, a U-Net's upsampling."""
     init = [weight("w1", [12, 3, 1, 3, 3]), weight("w2", [12, 12, 3, 1, 1]), weight("b2", [12]),
             weight("w3", [8, 12, 3, 3, 3])]
     nodes = [
@@ -58,8 +58,10 @@ def clip_model():
         helper.make_node("Conv", ["p2", "w3"], ["c3"], pads=[1, 1, 1, 1, 1, 1]),
         helper.make_node("AveragePool", ["c3"], ["a1"], kernel_shape=[3, 3, 3], pads=[1, 1, 1, 1, 1, 1],
                          count_include_pad=0),
-        helper.make_node("AveragePool", ["a1"], ["y"], kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1),
+        helper.make_node("AveragePool", ["a1"], ["a2"], kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1),
+        helper.make_node("Resize", ["a2", "", "scales"], ["y"], mode="linear"),
     ]
+    init.append(numpy_helper.from_array(np.array([1, 1, 2, 2, 2], np.float32), "scales"))
     return nodes, init, [1, 3, 16, 24, 24]
 
 

@@ -289,6 +289,25 @@ TEST(Resize, RandomConfigurationsMatchTheReference) {
   EXPECT_GT(taken, 200) << "the fast kernel should take most of these";
 }
 
+// Rank 5 (3-D U-Nets' trilinear upsampling, video models' temporal resizes): plain only (channels-last is rank 4).
+TEST(Resize, ThreeDimensionalMatchesTheReference) {
+  const auto expect = [](const Node& node, const Shape& x, std::vector<Tensor> rest) {
+    std::vector<Tensor> inputs{RandomTensor(x, 7)};
+    for (Tensor& t : rest) inputs.push_back(std::move(t));
+    ExpectFollowingKernelMatchesReference(node, inputs, 17, /*follows=*/false, "ResizeF32", 1e-5f);
+  };
+  expect(ResizeNode({{"mode", Str("linear")}}), {1, 3, 4, 5, 6}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
+  expect(ResizeNode({{"mode", Str("nearest")}, {"coordinate_transformation_mode", Str("asymmetric")},
+                     {"nearest_mode", Str("floor")}}),
+         {2, 2, 3, 4, 5}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
+  expect(ResizeNode({{"mode", Str("linear")}, {"coordinate_transformation_mode", Str("align_corners")}}),
+         {1, 2, 7, 3, 4}, {Tensor(), Tensor(), Int64s({1, 2, 3, 8, 4})});  // D shrinks, W kept
+  expect(ResizeNode({{"mode", Str("cubic")}, {"exclude_outside", Attribute::Int(1)}}), {1, 2, 5, 4, 6},
+         {Tensor(), Tensor(), Int64s({1, 2, 9, 7, 3})});  // 4 x 4 taps per output row
+  // Rows shared by the threads: a U-Net-sized upsampling.
+  expect(ResizeNode({{"mode", Str("linear")}}), {1, 8, 6, 12, 12}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
+}
+
 TEST(Resize, DeclinedWhereTheReferenceRuns) {
   // Batch or channels resized, tf_crop_and_resize, or scales computed at run time: the reference kernel.
   const Shape x{2, 3, 4, 4};
