@@ -297,7 +297,8 @@ TEST(Resize, ThreeDimensionalMatchesTheReference) {
     ExpectFollowingKernelMatchesReference(node, inputs, 17, /*follows=*/false, "ResizeF32", 1e-5f);
   };
   expect(ResizeNode({{"mode", Str("linear")}}), {1, 3, 4, 5, 6}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
-  expect(ResizeNode({{"mode", Str("nearest")}, {"coordinate_transformation_mode", Str("asymmetric")},
+  expect(ResizeNode({{"mode", Str("nearest")},
+                     {"coordinate_transformation_mode", Str("asymmetric")},
                      {"nearest_mode", Str("floor")}}),
          {2, 2, 3, 4, 5}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
   expect(ResizeNode({{"mode", Str("linear")}, {"coordinate_transformation_mode", Str("align_corners")}}),
