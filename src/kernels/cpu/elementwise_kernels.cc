@@ -51,6 +51,9 @@ enum class UnaryOp {
   kTanh,
   kHardSigmoid,
   kHardSwish,
+  kElu,
+  kSelu,
+  kCelu,
   kGelu,
   kGeluTanh,
   kErf,
@@ -84,6 +87,9 @@ constexpr UnaryTraits kUnary[] = {
     {"Tanh", UnaryOp::kTanh, "TanhF32Fast", true},
     {"HardSigmoid", UnaryOp::kHardSigmoid, "HardSigmoidF32Fast", false},
     {"HardSwish", UnaryOp::kHardSwish, "HardSwishF32Fast", false},
+    {"Elu", UnaryOp::kElu, "EluF32Fast", true},
+    {"Selu", UnaryOp::kSelu, "SeluF32Fast", true},
+    {"Celu", UnaryOp::kCelu, "CeluF32Fast", true},
     {"Gelu", UnaryOp::kGelu, "GeluF32Fast", true},
     {"Erf", UnaryOp::kErf, "ErfF32Fast", true},
     {"Exp", UnaryOp::kExp, "ExpF32Fast", true},
@@ -143,6 +149,23 @@ struct HardSigmoid {
 };
 struct HardSwish {
   [[gnu::always_inline]] float operator()(float x) const { return x * std::min(std::max(x / 6.f + 0.5f, 0.f), 1.f); }
+};
+// The ELU family (3-D U-Nets, Keras "elu"/"selu" layers) as the reference writes them, expm1 from vector_math.h.
+struct Elu {
+  float alpha;
+  [[gnu::always_inline]] float operator()(float x) const { return x >= 0 ? x : alpha * vmath::Expm1(x); }
+};
+struct Selu {
+  float alpha, gamma;
+  [[gnu::always_inline]] float operator()(float x) const {
+    return x > 0 ? gamma * x : gamma * alpha * vmath::Expm1(x);
+  }
+};
+struct Celu {
+  float alpha;
+  [[gnu::always_inline]] float operator()(float x) const {
+    return std::max(0.f, x) + std::min(0.f, alpha * vmath::Expm1(x / alpha));
+  }
 };
 struct Gelu {
   [[gnu::always_inline]] float operator()(float x) const { return 0.5f * x * (1.f + vmath::Erf(x * 0.70710678118654752f)); }
@@ -245,6 +268,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const
     case UnaryOp::kTanh: return MapRow(x, y, n, Tanh{});
     case UnaryOp::kHardSigmoid: return MapRow(x, y, n, HardSigmoid{p.alpha, p.beta});
     case UnaryOp::kHardSwish: return MapRow(x, y, n, HardSwish{});
+    case UnaryOp::kElu: return MapRow(x, y, n, Elu{p.alpha});
+    case UnaryOp::kSelu: return MapRow(x, y, n, Selu{p.alpha, p.gamma});
+    case UnaryOp::kCelu: return MapRow(x, y, n, Celu{p.alpha});
     case UnaryOp::kGelu: return MapRow(x, y, n, Gelu{});
     case UnaryOp::kGeluTanh: return MapRow(x, y, n, GeluTanh{});
     case UnaryOp::kErf: return MapRow(x, y, n, Erf{});
@@ -697,6 +723,14 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
       case UnaryOp::kHardSigmoid:
         p.alpha = node.GetFloat("alpha", 0.2f);
         p.beta = node.GetFloat("beta", 0.5f);
+        break;
+      case UnaryOp::kElu:
+      case UnaryOp::kCelu:
+        p.alpha = node.GetFloat("alpha", 1.f);
+        break;
+      case UnaryOp::kSelu:
+        p.alpha = node.GetFloat("alpha", 1.67326319217681884765625f);
+        p.gamma = node.GetFloat("gamma", 1.05070102214813232421875f);
         break;
       case UnaryOp::kGelu:
         if (node.GetString("approximate", "none") == "tanh") p.op = UnaryOp::kGeluTanh;
