@@ -1,6 +1,6 @@
 // Fast float32 elementwise kernels: unary activations and maths (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid,
-// HardSwish, Gelu, Erf, Exp, Log, Neg, Abs, Sqrt, Reciprocal) and binary Add/Sub/Mul/Div/PRelu/Max/Min with numpy
-// broadcasting.
+// HardSwish, Elu, Selu, Celu, Gelu, Erf, Exp, Log, Neg, Abs, Sqrt, Reciprocal) and binary
+// Add/Sub/Mul/Div/PRelu/Max/Min with numpy broadcasting.
 //
 // One generic path driven by op traits: each op is a small inlined functor (its formula identical to the reference
 // kernel's, or a vector_math.h approximation for the transcendental ones), and the row loops are templates over the
