@@ -157,9 +157,7 @@ struct Elu {
 };
 struct Selu {
   float alpha, gamma;
-  [[gnu::always_inline]] float operator()(float x) const {
-    return x > 0 ? gamma * x : gamma * alpha * vmath::Expm1(x);
-  }
+  [[gnu::always_inline]] float operator()(float x) const { return x > 0 ? gamma * x : gamma * alpha * vmath::Expm1(x); }
 };
 struct Celu {
   float alpha;
@@ -268,9 +266,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void UnaryRow(const
     case UnaryOp::kTanh: return MapRow(x, y, n, Tanh{});
     case UnaryOp::kHardSigmoid: return MapRow(x, y, n, HardSigmoid{p.alpha, p.beta});
     case UnaryOp::kHardSwish: return MapRow(x, y, n, HardSwish{});
-    case UnaryOp::kElu: return MapRow(x, y, n, Elu{p.alpha});
-    case UnaryOp::kSelu: return MapRow(x, y, n, Selu{p.alpha, p.gamma});
-    case UnaryOp::kCelu: return MapRow(x, y, n, Celu{p.alpha});
+    case UnaryOp::kElu:
+      return MapRow(x, y, n, Elu{p.alpha});
+    case UnaryOp::kSelu:
+      return MapRow(x, y, n, Selu{p.alpha, p.gamma});
+    case UnaryOp::kCelu:
+      return MapRow(x, y, n, Celu{p.alpha});
     case UnaryOp::kGelu: return MapRow(x, y, n, Gelu{});
     case UnaryOp::kGeluTanh: return MapRow(x, y, n, GeluTanh{});
     case UnaryOp::kErf: return MapRow(x, y, n, Erf{});

@@ -52,9 +52,11 @@ inline constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073
 // relative), else Exp(x) - 1 (the ELU family's negative side). NaN passes through; -inf gives -1.
 [[gnu::always_inline]] inline float Expm1(float x) {
   const float s =
-      x + x * x *
-              (0.5f + x * (1.f / 6 + x * (1.f / 24 + x * (1.f / 120 + x * (1.f / 720 + x * (1.f / 5040 +
-                                                                                       x * (1.f / 40320 + x / 362880.f)))))));
+      x +
+      x * x *
+          (0.5f + x * (1.f / 6 +
+                       x * (1.f / 24 +
+                            x * (1.f / 120 + x * (1.f / 720 + x * (1.f / 5040 + x * (1.f / 40320 + x / 362880.f)))))));
   const float big = Exp(x) - 1.f;
   return Abs(x) < 0.5f ? s : big;
 }
