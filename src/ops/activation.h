@@ -12,6 +12,9 @@ namespace osprey {
 struct Node;
 class Tensor;
 
+/// Selu's default alpha and gamma (ONNX), for every kernel of it.
+inline constexpr float kSeluAlpha = 1.67326319217681884765625f, kSeluGamma = 1.05070102214813232421875f;
+
 enum class ActivationKind : uint8_t {
   kNone,         // no activation (`_activation` absent or "")
   kRelu,         // max(x, 0)

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 #include "runtime/lowering.h"
 
@@ -283,8 +284,8 @@ void AppendActivation(NodeBuilder& b, const CompileState& st, const Node& node, 
     b.Last().attrs["beta"] = Attribute::Float(param(1, 0.5f));
   } else if (act == "Selu") {
     b.Add("Selu", "/Selu", {x}, out);
-    b.Last().attrs["alpha"] = Attribute::Float(param(0, 1.67326319f));
-    b.Last().attrs["gamma"] = Attribute::Float(conv ? param(1, 1.05070102f) : param(2, 1.05070102f));
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, kSeluAlpha));
+    b.Last().attrs["gamma"] = Attribute::Float(conv ? param(1, kSeluGamma) : param(2, kSeluGamma));
   } else if (act == "Clip") {
     const float lo = param(0, -std::numeric_limits<float>::max()), hi = param(1, std::numeric_limits<float>::max());
     if (st.opset < 11) {

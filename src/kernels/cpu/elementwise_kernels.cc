@@ -730,8 +730,8 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
         p.alpha = node.GetFloat("alpha", 1.f);
         break;
       case UnaryOp::kSelu:
-        p.alpha = node.GetFloat("alpha", 1.67326319217681884765625f);
-        p.gamma = node.GetFloat("gamma", 1.05070102214813232421875f);
+        p.alpha = node.GetFloat("alpha", kSeluAlpha);
+        p.gamma = node.GetFloat("gamma", kSeluGamma);
         break;
       case UnaryOp::kGelu:
         if (node.GetString("approximate", "none") == "tanh") p.op = UnaryOp::kGeluTanh;

@@ -746,8 +746,8 @@ void EluKernel(KernelContext& ctx) {
   MapF32(ctx, [alpha](float x) { return x >= 0 ? x : alpha * std::expm1(x); });
 }
 void SeluKernel(KernelContext& ctx) {
-  const float alpha = ctx.node.GetFloat("alpha", 1.67326319217681884765625f);
-  const float gamma = ctx.node.GetFloat("gamma", 1.05070102214813232421875f);
+  const float alpha = ctx.node.GetFloat("alpha", kSeluAlpha);
+  const float gamma = ctx.node.GetFloat("gamma", kSeluGamma);
   MapF32(ctx, [alpha, gamma](float x) { return x > 0 ? gamma * x : gamma * alpha * std::expm1(x); });
 }
 void CeluKernel(KernelContext& ctx) {
