@@ -108,9 +108,10 @@ class PlainPoolKernel final : public Kernel {
     const float* xd = ctx.In(0).data<float>();
     float* yd = ctx.Out(0).data<float>();
     const int64_t rows = planes_ * d_.out * h_.out;
-    const int64_t work =
-        rows * w_.out * std::min(d_.k, d_.in) * std::min(h_.k, h_.in) * std::min(w_.k, w_.in);  // taps inside
-#pragma omp parallel num_threads(threads_) if (work >= (int64_t{1} << 15) && threads_ > 1)
+    // Taps inside the input, in double: a 3-D window's product of three axes over every output may pass 2^63.
+    const double work = static_cast<double>(rows) * static_cast<double>(w_.out) *
+                        static_cast<double>(std::min(d_.k, d_.in) * std::min(h_.k, h_.in) * std::min(w_.k, w_.in));
+#pragma omp parallel num_threads(threads_) if (work >= 32768. && threads_ > 1)
     {
       float* tmp = reinterpret_cast<float*>(ThreadScratch::Reserve(static_cast<size_t>(w_.in) * sizeof(float)));
 #pragma omp for schedule(static)
