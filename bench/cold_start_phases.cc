@@ -133,12 +133,13 @@ void __wrap__ZN6osprey15RunFusionPassesERNS_12CompileStateE(CompileState& st) {
   g_marks.fused = true;
 }
 
-void __real__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEE(CompileState&,
-                                                                             const std::function<bool(int)>&);
-void __wrap__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEE(CompileState& st,
-                                                                             const std::function<bool(int)>& f) {
+void __real__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEEb(CompileState&,
+                                                                              const std::function<bool(int)>&, bool);
+void __wrap__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEEb(CompileState& st,
+                                                                              const std::function<bool(int)>& f,
+                                                                              bool rank5) {
   g_marks.layout_start = Clock::now();
-  __real__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEE(st, f);
+  __real__ZN6osprey13AssignLayoutsERNS_12CompileStateERKSt8functionIFbiEEb(st, f, rank5);
   g_marks.layout_end = Clock::now();
   g_marks.laid_out = true;
 }

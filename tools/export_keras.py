@@ -140,6 +140,46 @@ def _kws_conv1d(keras):
     return keras.Model(inp, layers.Dense(12)(layers.GlobalMaxPooling1D()(x)))
 
 
+def _video_3d(keras):
+    """A small video classifier in Keras' channels-last 3-D layers: a full 3x3x3 stem, (2+1)-D factorised blocks with a
+    residual, 3-D pools and a global average."""
+    layers = keras.layers
+    inp = keras.Input((16, 112, 112, 3), name="input")
+    x = layers.Conv3D(32, 3, strides=(1, 2, 2), padding="same", use_bias=False)(inp)
+    x = layers.ReLU()(layers.BatchNormalization()(x))
+    x = layers.MaxPooling3D((1, 3, 3), strides=(1, 2, 2), padding="same")(x)
+    for channels, stride in ((64, 1), (128, 2)):
+        y = layers.Conv3D(channels, (1, 3, 3), strides=(1, stride, stride), padding="same", use_bias=False)(x)
+        y = layers.ReLU()(layers.BatchNormalization()(y))
+        y = layers.Conv3D(channels, (3, 1, 1), strides=(stride, 1, 1), padding="same", use_bias=False)(y)
+        y = layers.BatchNormalization()(y)
+        skip = layers.Conv3D(channels, 1, strides=stride, use_bias=False)(x)
+        x = layers.ReLU()(layers.Add()([y, layers.BatchNormalization()(skip)]))
+    x = layers.AveragePooling3D((2, 2, 2))(x)
+    x = layers.GlobalAveragePooling3D()(x)
+    return keras.Model(inp, layers.Dense(400)(x))
+
+
+def _unet_3d(keras):
+    """A small 3-D segmentation U-Net (medical volumes, channels last): Conv3D / BN / ReLU, MaxPooling3D,
+    UpSampling3D and Conv3DTranspose, skip concatenations, a per-voxel softmax."""
+    layers = keras.layers
+
+    def block(x, channels):
+        for _ in range(2):
+            x = layers.Conv3D(channels, 3, padding="same", use_bias=False)(x)
+            x = layers.ReLU()(layers.BatchNormalization()(x))
+        return x
+
+    inp = keras.Input((32, 64, 64, 1), name="input")
+    e1 = block(inp, 16)
+    e2 = block(layers.MaxPooling3D(2)(e1), 32)
+    b = block(layers.MaxPooling3D(2)(e2), 64)
+    d2 = block(layers.Concatenate()([layers.UpSampling3D(2)(b), e2]), 32)
+    d1 = block(layers.Concatenate()([layers.Conv3DTranspose(16, 2, strides=2)(d2), e1]), 16)
+    return keras.Model(inp, layers.Conv3D(3, 1, activation="softmax")(d1))
+
+
 # name -> (builder(keras), input shape without the batch, input dtype)
 WRITTEN = {
     "crnn_lstm": (lambda keras: _crnn(keras, "LSTM"), (32, 128, 1), "float32"),
@@ -149,6 +189,8 @@ WRITTEN = {
     "vit_tiny": (_vit_tiny, (224, 224, 3), "float32"),
     "text_transformer": (_text_transformer, (128,), "int32"),
     "kws_conv1d": (_kws_conv1d, (16000, 1), "float32"),
+    "video_3d": (_video_3d, (16, 112, 112, 3), "float32"),
+    "unet_3d": (_unet_3d, (32, 64, 64, 1), "float32"),
 }
 # ConvNeXtTiny does not convert with TF 2.21 / tf2onnx 1.17 (nested StatefulPartitionedCall left after freezing, Erfc).
 DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50",

@@ -32,8 +32,22 @@ struct KernelContext {
 using ReferenceKernel = void (*)(KernelContext& ctx);
 
 /// Physical memory order of a tensor. Shapes are always logical (ONNX order, e.g. NCHW); a kNhwc tensor of logical
-/// shape [N, C, H, W] is stored as [N, H, W, C] (channels last). Only rank-4 float32 activations are ever kNhwc.
+/// shape [N, C, H, W] is stored as [N, H, W, C] (channels last), one of shape [N, C, D, H, W] as [N, D, H, W, C]. Only
+/// float32 activations of rank 4 or 5 (ChannelsLastRank) are ever kNhwc.
 enum class Layout : uint8_t { kPlain, kNhwc };
+
+/// The ranks a kNhwc tensor may have: 4 (images) and 5 (volumes, video clips).
+inline bool ChannelsLastRank(size_t rank) { return rank == 4 || rank == 5; }
+
+/// The memory order of a kNhwc tensor of logical shape [N, C, spatial...]: [N, spatial..., C].
+inline Shape ChannelsLastShape(const Shape& logical) {
+  Shape r;
+  r.reserve(logical.size());
+  r.push_back(logical[0]);
+  r.insert(r.end(), logical.begin() + 2, logical.end());
+  r.push_back(logical[1]);
+  return r;
+}
 
 /// How a kernel may use bfloat16. kIfFaster: per kernel, whichever of its bf16 and fp32 forms is faster on this
 /// machine (timed at build time, including the conversion of its input to bf16) and, for bf16, agrees with fp32 on a

@@ -236,7 +236,8 @@ void InferAndFold(CompileState& st) {
 // between them as one node, FuseAttentionViews), OSPREY_FUSE_CHAINS (unary steps into an elementwise node,
 // FuseElementwiseChains), OSPREY_FUSE_INPUTS (a Concat and a BatchNormalization before a 1x1 Conv as its fused input,
 // FuseConvInputs), OSPREY_FUSE_POOLS (a pool of a Concat as a Concat of pooled parts, PoolConcatParts),
-// OSPREY_FUSE_CONV_POOL (a MaxPool after a first-layer Conv into it, FuseConvMaxPool).
+// OSPREY_FUSE_CONV_POOL (a MaxPool after a first-layer Conv into it, FuseConvMaxPool); OSPREY_NDHWC (rank-5
+// activations channels-last between 3-D layers, AssignLayouts).
 bool FusionSwitchedOn(const char* variable) {
   const char* e = std::getenv(variable);
   return !(e && std::string(e) == "0");
@@ -271,13 +272,13 @@ KernelBuildContext MakeBuildContext(const CompileState& st, const Node& node, in
   return bc;
 }
 
-// Plain loops converting NCHW <-> NHWC; used when no fast reorder kernel is available.
+// Plain loops converting NCHW <-> NHWC (or NCDHW <-> NDHWC); used when no fast reorder kernel is available.
 class LayoutReorderRef : public Kernel {
  public:
   LayoutReorderRef(Shape shape, bool to_nhwc) : shape_(std::move(shape)), to_nhwc_(to_nhwc) {}
   const char* Name() const override { return "LayoutReorderRef"; }
   void Run(KernelContext& ctx) override {
-    const int64_t n = shape_[0], c = shape_[1], hw = shape_[2] * shape_[3];
+    const int64_t n = shape_[0], c = shape_[1], hw = n * c > 0 ? NumElements(shape_) / (n * c) : 0;
     const float* src = ctx.In(0).data<float>();
     float* dst = ctx.Out(0).data<float>();
     for (int64_t b = 0; b < n; ++b)
@@ -591,8 +592,9 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
     FuseElementwiseChains(st);
   if (options.fuse && options.fast_kernels && !on_device && FusionSwitchedOn("OSPREY_FUSE_POOLS")) PoolConcatParts(st);
   if (options.fast_kernels && !on_device) {
-    AssignLayouts(st,
-                  [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); });
+    AssignLayouts(
+        st, [&](int i) { return CpuKernelSupportsNhwc(MakeBuildContext(st, st.nodes[i], nthreads, bf16, tune)); },
+        FusionSwitchedOn("OSPREY_NDHWC"));
     if (options.fuse && bf16 == Bf16Use::kNo && FusionSwitchedOn("OSPREY_FUSE_INPUTS"))
       FuseConvInputs(
           st, [&](const Node& n) { return CpuKernelTakesFusedInput(MakeBuildContext(st, n, nthreads, bf16, tune)); });
@@ -682,7 +684,8 @@ std::shared_ptr<const Plan> CompileSubgraph(const Graph& graph, const std::vecto
         bool view = v >= 0 && st.layouts[v] == Layout::kPlain && !(k > 0 && node.inputs.size() > 1 &&
                                                                    NumElements(st.values[v].shape) == 1 &&
                                                                    st.values[v].shape.size() <= 1);
-        step.input_views.push_back(view ? ChannelsLastView(st.values[v].shape) : Shape{});
+        step.input_views.push_back(view ? ChannelsLastView(st.values[v].shape, st.values[node.outputs[0]].shape.size())
+                                        : Shape{});
         step.has_view.push_back(view);
       }
       // The fast elementwise kernels classify broadcasts from the (physical, viewed) tensors they get at run time.

@@ -1,6 +1,7 @@
 // Channels-last layout assignment. oneDNN's fastest convolutions on this CPU read and write NHWC; reordering around
 // every convolution costs as much as a depthwise convolution itself. So rank-4 float32 activations stay NHWC from
-// one layout-capable kernel (conv, pool, batchnorm) to the next. Elementwise ops between them are "transparent" (their
+// one layout-capable kernel (conv, pool, batchnorm) to the next, and rank-5 ones NDHWC (3-D convolutions of video
+// and volume networks; `OSPREY_NDHWC=0` keeps those plain). Elementwise ops between them are "transparent" (their
 // schemas have OpTraits::layout_transparent or layout_transparent_broadcast): they run their reference kernel on
 // physical shapes ([N, H, W, C]), which is exact because elementwise maths does not care about memory order as long
 // as every operand is viewed the same way. Data-movement nodes along the channel axis (Concat on axis 1, channel
@@ -28,17 +29,21 @@ int CompileState::AddValue(DType dtype, Shape shape) {
 
 namespace {
 
-bool IsNhwcCandidate(const CompileValue& v) {
-  return v.dtype == DType::kF32 && v.shape.size() == 4 && v.shape[2] * v.shape[3] > 1;
+// Rank 4, or 5 when `rank5`, with more than one pixel.
+bool IsNhwcCandidate(const CompileValue& v, bool rank5) {
+  if (v.dtype != DType::kF32 || !ChannelsLastRank(v.shape.size()) || (v.shape.size() == 5 && !rank5)) return false;
+  int64_t pixels = 1;
+  for (size_t i = 2; i < v.shape.size(); ++i) pixels *= v.shape[i];
+  return pixels > 1;
 }
 
-// A plain operand can join a channels-last elementwise op when viewing it as [N, H, W, C] keeps its memory order:
-// when, right-aligned to rank 4, it has C == 1 or H == W == 1.
-bool PlainOperandCompatible(const Shape& s) {
-  if (s.size() > 4) return false;
-  Shape r(4 - s.size(), 1);
+// A plain operand can join a channels-last elementwise op of rank `rank` when viewing it channels-last keeps its
+// memory order: when, right-aligned to that rank, it has C == 1 or every spatial extent 1.
+bool PlainOperandCompatible(const Shape& s, size_t rank) {
+  if (s.size() > rank) return false;
+  Shape r(rank - s.size(), 1);
   r.insert(r.end(), s.begin(), s.end());
-  return r[1] == 1 || (r[2] == 1 && r[3] == 1);
+  return r[1] == 1 || std::all_of(r.begin() + 2, r.end(), [](int64_t d) { return d == 1; });
 }
 
 // Tensor inputs of a following node: every input of Concat/_ChannelShuffle, input 0 of Slice/Split/Resize/Upsample
@@ -70,27 +75,35 @@ bool FollowsNhwc(const CompileState& st, const Node& n) {
   return CpuKernelFollowsNhwc(bc);
 }
 
-// Transpose perm of a rank-4 float32 node: 1 for (0, 2, 3, 1) (NCHW -> NHWC), 2 for (0, 3, 1, 2) (NHWC -> NCHW), else 0.
-// tf2onnx writes such pairs around every convolution when its transpose optimiser gives up (MobileNetV3).
+// Transpose perm of a rank-4 or rank-5 float32 node: 1 for channels to the end ((0, 2, 3, 1): NCHW -> NHWC, or
+// (0, 2, 3, 4, 1)), 2 for channels from the end to axis 1 ((0, 3, 1, 2): NHWC -> NCHW, or (0, 4, 1, 2, 3)), else 0.
+// tf2onnx writes such pairs around every convolution when its transpose optimiser gives up (MobileNetV3), and one at
+// the input of every channels-last Keras model.
 int ChannelTranspose(const CompileState& st, const Node& n) {
   if (n.op_type != "Transpose" || n.inputs.size() != 1 || n.outputs.size() != 1 || n.inputs[0] < 0) return 0;
   const CompileValue& x = st.values[n.inputs[0]];
-  if (x.dtype != DType::kF32 || x.shape.size() != 4) return 0;
-  const std::vector<int64_t> perm = n.GetInts("perm", {3, 2, 1, 0});
-  if (perm == std::vector<int64_t>{0, 2, 3, 1}) return 1;
-  if (perm == std::vector<int64_t>{0, 3, 1, 2}) return 2;
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (x.dtype != DType::kF32 || !ChannelsLastRank(x.shape.size())) return 0;
+  const std::vector<int64_t> perm = n.GetInts("perm", {});
+  std::vector<int64_t> to_last{0}, from_last{0, rank - 1};
+  for (int64_t i = 2; i < rank; ++i) to_last.push_back(i);
+  to_last.push_back(1);
+  for (int64_t i = 1; i < rank - 1; ++i) from_last.push_back(i);
+  if (perm == to_last) return 1;
+  if (perm == from_last) return 2;
   return 0;
 }
 
 }  // namespace
 
-Shape ChannelsLastView(const Shape& s) {
-  Shape r(4 - s.size(), 1);
+Shape ChannelsLastView(const Shape& s, size_t rank) {
+  Shape r(rank - s.size(), 1);
   r.insert(r.end(), s.begin(), s.end());
-  return {r[0], r[2], r[3], r[1]};
+  return ChannelsLastShape(r);
 }
 
-void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nhwc) {
+void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nhwc, bool rank5) {
+  const auto candidate = [rank5](const CompileValue& v) { return IsNhwcCandidate(v, rank5); };
   const size_t num_nodes = st.nodes.size();
   st.layouts.assign(st.values.size(), Layout::kPlain);
   std::vector<char> capable(num_nodes, 0), transparent(num_nodes, 0), follows(num_nodes, 0), copy(num_nodes, 0);
@@ -106,7 +119,7 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
       copy[i] = 1;
       continue;
     }
-    if (out < 0 || !IsNhwcCandidate(st.values[out]) || st.is_graph_output[out]) continue;
+    if (out < 0 || !candidate(st.values[out]) || st.is_graph_output[out]) continue;
     if (capable[i]) {
       st.layouts[out] = Layout::kNhwc;
       continue;
@@ -120,7 +133,7 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
     if (FollowsNhwc(st, n)) {
       bool all_nhwc = true;
       for (size_t k = 0; k < NumDataInputs(n); ++k) all_nhwc = all_nhwc && st.layouts[n.inputs[k]] == Layout::kNhwc;
-      for (int v : n.outputs) all_nhwc = all_nhwc && IsNhwcCandidate(st.values[v]) && !st.is_graph_output[v];
+      for (int v : n.outputs) all_nhwc = all_nhwc && candidate(st.values[v]) && !st.is_graph_output[v];
       if (all_nhwc) {
         for (int v : n.outputs) st.layouts[v] = Layout::kNhwc;
         follows[i] = 1;
@@ -140,9 +153,12 @@ void AssignLayouts(CompileState& st, const std::function<bool(int)>& supports_nh
         continue;
       }
       if (st.layouts[v] == Layout::kNhwc) {
-        any_nhwc = true;  // any broadcasting between rank-4 operands stays exact when all are viewed as NHWC
+        // Any broadcasting between operands of the output's rank stays exact when all are viewed channels-last.
+        any_nhwc = true;
+        ok = ok && st.values[v].shape.size() == st.values[out].shape.size();
       } else {
-        ok = ok && st.values[v].dtype == DType::kF32 && PlainOperandCompatible(st.values[v].shape);
+        ok = ok && st.values[v].dtype == DType::kF32 &&
+             PlainOperandCompatible(st.values[v].shape, st.values[out].shape.size());
       }
     }
     if (any_nhwc && ok) {

@@ -222,16 +222,17 @@ inline constexpr const char* kLayoutReorderOp = "_LayoutReorder";
 
 /// Channels-last layout assignment (layout.cc): keeps rank-4 float32 activations NHWC between kernels that take it,
 /// runs elementwise ops and Concat on them in place of reorders, and inserts reorders where plain data is needed.
-/// `supports_nhwc(node index)` says whether that node's fast kernel takes NHWC.
-void AssignLayouts(CompileState& state, const std::function<bool(int)>& supports_nhwc);
+/// `supports_nhwc(node index)` says whether that node's fast kernel takes NHWC; `rank5`: rank-5 values may be
+/// channels-last too (NDHWC).
+void AssignLayouts(CompileState& state, const std::function<bool(int)>& supports_nhwc, bool rank5);
 
-/// View of a plain operand (rank <= 4, right-aligned to rank 4) as [N, H, W, C], for transparent steps.
-Shape ChannelsLastView(const Shape& logical);
+/// View of a plain operand (rank <= `rank`, right-aligned to it) as [N, spatial..., C], for transparent steps of
+/// that rank.
+Shape ChannelsLastView(const Shape& logical, size_t rank);
 
-/// Physical shape of a logical rank-4 shape stored channels-last.
+/// Physical shape of a logical shape stored in `layout`.
 inline Shape PhysicalShape(const Shape& logical, Layout layout) {
-  if (layout != Layout::kNhwc) return logical;
-  return {logical[0], logical[2], logical[3], logical[1]};
+  return layout == Layout::kNhwc ? ChannelsLastShape(logical) : logical;
 }
 
 /// Rewrites decomposed LayerNorm / GELU / MatMul+bias into single nodes (fusion_patterns.cc).

@@ -248,13 +248,13 @@ class BatchNormKernel final : public Kernel {
   dnnl::memory::desc reorder_from_md_, reorder_to_md_, reorder_scratch_md_;
 };
 
-// Channels-last tensors exist only for rank-4 activations, on input 0 and output 0 here.
+// Channels-last tensors exist only for rank-4 and rank-5 activations, on input 0 and output 0 here.
 bool LayoutsPossible(const KernelBuildContext& ctx, const Shape& x) {
   for (size_t i = 1; i < ctx.input_layouts.size(); ++i)
     if (ctx.input_layouts[i] != Layout::kPlain) return false;
   for (size_t i = 1; i < ctx.output_layouts.size(); ++i)
     if (ctx.output_layouts[i] != Layout::kPlain) return false;
-  return x.size() == 4;
+  return ChannelsLastRank(x.size());
 }
 
 }  // namespace
@@ -267,7 +267,7 @@ std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx) {
   // Asked for channels-last tensors: declining would leave them to a reference kernel that reads them as plain.
   if (!ok || !LayoutsPossible(ctx, s.x))
     ThrowUnsupportedLayouts(ctx.node, kBatchNormName,
-                            "only a rank-4 float32 BatchNormalization with constant "
+                            "only a rank-4 or rank-5 float32 BatchNormalization with constant "
                             "parameters and a known fused activation takes NHWC tensors");
   try {
     return std::make_unique<BatchNormKernel>(s, ctx.InLayout(0), ctx.OutLayout(0), ctx.num_threads);
@@ -278,7 +278,7 @@ std::unique_ptr<Kernel> CreateBatchNorm(const KernelBuildContext& ctx) {
 
 bool BatchNormSupportsNhwc(const KernelBuildContext& ctx) {
   BatchNormSetup s;
-  return PrepareBatchNorm(ctx, s) && s.x.size() == 4;
+  return PrepareBatchNorm(ctx, s) && ChannelsLastRank(s.x.size());
 }
 
 }  // namespace osprey::cpu

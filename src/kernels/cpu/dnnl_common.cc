@@ -891,15 +891,16 @@ void CheckShape(const Node& node, const char* kernel_name, const char* what, con
 
 dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout, dnnl::memory::data_type type) {
   if (layout == Layout::kPlain) return PlainDesc(ToDims(shape), type);
-  if (shape.size() != 4)
+  if (!ChannelsLastRank(shape.size()))
     throw Error(ErrorCode::kInternal, "channels-last layout asked for a rank-" + std::to_string(shape.size()) +
-                                          " tensor " + ShapeToString(shape) + " (only rank 4 has one)");
-  return dnnl::memory::desc(ToDims(shape), type, dnnl::memory::format_tag::nhwc);
+                                          " tensor " + ShapeToString(shape) + " (only ranks 4 and 5 have one)");
+  return dnnl::memory::desc(ToDims(shape), type,
+                            shape.size() == 4 ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::ndhwc);
 }
 
 Shape PhysicalShape(const Shape& logical, Layout layout) {
-  if (layout == Layout::kPlain || logical.size() != 4) return logical;
-  return {logical[0], logical[2], logical[3], logical[1]};
+  if (layout == Layout::kPlain || !ChannelsLastRank(logical.size())) return logical;
+  return ChannelsLastShape(logical);
 }
 
 bool AnyNhwc(const KernelBuildContext& ctx) {

@@ -357,12 +357,13 @@ struct IoReorders {
   size_t src_bytes = 0, dst_bytes = 0, scratch_bytes = 0, reorder_scratch_bytes = 0;
 };
 
-/// Descriptor of an activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, rank 4 only)
+/// Descriptor of an activation of logical shape `shape` stored in `layout`: plain row-major, or (kNhwc, ranks 4 and 5)
 /// channels last. Dims are always the logical ones; only the strides differ. Float32 unless `type` says otherwise.
 dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout,
                                   dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
-/// Shape of the memory holding a tensor of logical shape `logical` in `layout` ([N, H, W, C] for kNhwc).
+/// Shape of the memory holding a tensor of logical shape `logical` in `layout` ([N, H, W, C] or [N, D, H, W, C] for
+/// kNhwc).
 Shape PhysicalShape(const Shape& logical, Layout layout);
 
 /// True when the build context asks for kNhwc on any input or output.

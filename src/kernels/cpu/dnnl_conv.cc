@@ -501,13 +501,14 @@ bool FusedInputLayouts(const KernelBuildContext& ctx) {
   return ctx.output_layouts.size() == 1 && ctx.output_layouts[0] == Layout::kNhwc;
 }
 
-// Channels-last tensors exist only for rank-4 float32 activations, and only on input 0, the residual and output 0.
+// Channels-last tensors exist only for rank-4 and rank-5 float32 activations, and only on input 0, the residual and
+// output 0.
 bool LayoutsAreSupportedShape(const KernelBuildContext& ctx) {
   for (size_t i = 0; i < ctx.input_layouts.size(); ++i)
     if (ctx.input_layouts[i] != Layout::kPlain && i != 0 && i != 3) return false;
   for (size_t i = 1; i < ctx.output_layouts.size(); ++i)
     if (ctx.output_layouts[i] != Layout::kPlain) return false;
-  return ctx.input_shapes.size() >= 2 && ctx.input_shapes[0].size() == 4;
+  return ctx.input_shapes.size() >= 2 && ChannelsLastRank(ctx.input_shapes[0].size());
 }
 
 // The shapes and window of a 2-D convolution `g` (oneDNN's conventions) in osprey's own kernels' terms.
@@ -859,7 +860,8 @@ std::unique_ptr<Kernel> CreateDnnlConv(const KernelBuildContext& ctx) {
 bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   // A fused input affine or parts, or a fused pool, is made after the layout pass, on channels-last values
   // (FuseConvInputs, FuseConvMaxPool); one in a model file stays plain and runs on the reference kernel.
-  if (ctx.input_shapes.size() < 2 || ctx.input_shapes[0].size() != 4 || !AllFloat32(ctx) || HasInputAffine(ctx.node) ||
+  if (ctx.input_shapes.size() < 2 || !ChannelsLastRank(ctx.input_shapes[0].size()) || !AllFloat32(ctx) ||
+      HasInputAffine(ctx.node) ||
       HasInputParts(ctx.node) || HasFusedPool(ctx.node))
     return false;
   ConvGeometry g;

@@ -188,7 +188,7 @@ bool PoolLayoutsPossible(const KernelBuildContext& ctx) {
     if (ctx.input_layouts[i] != Layout::kPlain) return false;
   for (size_t i = 1; i < ctx.output_layouts.size(); ++i)
     if (ctx.output_layouts[i] != Layout::kPlain) return false;
-  return !ctx.input_shapes.empty() && ctx.input_shapes[0].size() == 4;
+  return !ctx.input_shapes.empty() && ChannelsLastRank(ctx.input_shapes[0].size());
 }
 
 std::unique_ptr<Kernel> CreateNhwcPool(const KernelBuildContext& ctx) {
@@ -242,7 +242,8 @@ double DnnlNhwcPoolMs(const KernelBuildContext& ctx) {
 
 bool DnnlPoolSupportsNhwc(const KernelBuildContext& ctx) {
   PoolGeometry p;
-  if (ctx.input_shapes.empty() || ctx.input_shapes[0].size() != 4 || !ComputePoolGeometry(ctx, p)) return false;
+  if (ctx.input_shapes.empty() || !ChannelsLastRank(ctx.input_shapes[0].size()) || !ComputePoolGeometry(ctx, p))
+    return false;
   OmpThreadsGuard threads(ctx.num_threads);
   return static_cast<bool>(MakePoolPd(p, Layout::kNhwc));
 }

@@ -70,8 +70,8 @@ class LayoutReorderKernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> CreateDnnlLayoutReorder(const Shape& shape, Layout from, Layout to, int num_threads) {
-  if (shape.size() != 4)
-    throw Error(ErrorCode::kInternal, std::string(kReorderName) + ": layouts convert only rank-4 tensors, got shape " +
+  if (!ChannelsLastRank(shape.size()))
+    throw Error(ErrorCode::kInternal, std::string(kReorderName) + ": layouts convert only rank-4 and rank-5 tensors, got shape " +
                                           ShapeToString(shape) + " (" + LayoutName(from) + " to " + LayoutName(to) +
                                           ")");
   for (int64_t d : shape)

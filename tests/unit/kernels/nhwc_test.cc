@@ -2,7 +2,8 @@
 // Resize and the layout reorder.
 // Oracle: the reference kernel on plain tensors. The test converts plain inputs to NHWC with its own index loop,
 // runs the fast kernel with the layouts the runtime's layout pass would ask for, converts the output back with the
-// inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C].
+// inverse loop and compares. A kNhwc tensor is handed over as the runtime does: with its physical shape [N, H, W, C]
+// ([N, D, H, W, C] at rank 5).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -24,31 +25,35 @@ Attribute Ints(std::vector<int64_t> v) { return Attribute::Ints(std::move(v)); }
 
 const char* LayoutName(Layout layout) { return layout == Layout::kNhwc ? "nhwc" : "plain"; }
 
-// [N, C, H, W] plain -> a tensor of physical shape [N, H, W, C].
+// Plain [N, C, spatial...] -> a tensor of physical shape [N, spatial..., C] (rank 4: [N, H, W, C]; rank 5:
+// [N, D, H, W, C]).
 Tensor ToNhwc(const Tensor& plain) {
-  const int64_t n = plain.dim(0), c = plain.dim(1), h = plain.dim(2), w = plain.dim(3);
-  Tensor out(DType::kF32, {n, h, w, c});
+  const Shape& s = plain.shape();
+  const int64_t n = s[0], c = s[1], pixels = plain.numel() / (n * c);
+  Shape physical{n};
+  physical.insert(physical.end(), s.begin() + 2, s.end());
+  physical.push_back(c);
+  Tensor out(DType::kF32, physical);
   const float* src = plain.data<float>();
   float* dst = out.data<float>();
   for (int64_t in = 0; in < n; ++in)
     for (int64_t ic = 0; ic < c; ++ic)
-      for (int64_t ih = 0; ih < h; ++ih)
-        for (int64_t iw = 0; iw < w; ++iw)
-          dst[((in * h + ih) * w + iw) * c + ic] = src[((in * c + ic) * h + ih) * w + iw];
+      for (int64_t p = 0; p < pixels; ++p) dst[(in * pixels + p) * c + ic] = src[(in * c + ic) * pixels + p];
   return out;
 }
 
-// Physical [N, H, W, C] -> plain [N, C, H, W].
+// Physical [N, spatial..., C] -> plain [N, C, spatial...].
 Tensor FromNhwc(const Tensor& nhwc) {
-  const int64_t n = nhwc.dim(0), h = nhwc.dim(1), w = nhwc.dim(2), c = nhwc.dim(3);
-  Tensor out(DType::kF32, {n, c, h, w});
+  const Shape& s = nhwc.shape();
+  const int64_t n = s[0], c = s.back(), pixels = nhwc.numel() / (n * c);
+  Shape logical{n, c};
+  logical.insert(logical.end(), s.begin() + 1, s.end() - 1);
+  Tensor out(DType::kF32, logical);
   const float* src = nhwc.data<float>();
   float* dst = out.data<float>();
   for (int64_t in = 0; in < n; ++in)
     for (int64_t ic = 0; ic < c; ++ic)
-      for (int64_t ih = 0; ih < h; ++ih)
-        for (int64_t iw = 0; iw < w; ++iw)
-          dst[((in * c + ic) * h + ih) * w + iw] = src[((in * h + ih) * w + iw) * c + ic];
+      for (int64_t p = 0; p < pixels; ++p) dst[(in * c + ic) * pixels + p] = src[(in * pixels + p) * c + ic];
   return out;
 }
 
@@ -74,7 +79,13 @@ void ExpectGuardIntact(const Tensor& t) {
   for (int64_t i = 0; i < kGuardFloats; ++i) ASSERT_EQ(past[i], kGuardValue) << "written past the output, float " << i;
 }
 
-Shape Physical(const Shape& s, Layout layout) { return layout == Layout::kNhwc ? Shape{s[0], s[2], s[3], s[1]} : s; }
+Shape Physical(const Shape& s, Layout layout) {
+  if (layout == Layout::kPlain) return s;
+  Shape r{s[0]};
+  r.insert(r.end(), s.begin() + 2, s.end());
+  r.push_back(s[1]);
+  return r;
+}
 
 // Builds the fast kernel for input 0 / residual (input 3) / output 0 in the given layouts, runs it twice on
 // converted tensors and compares with the reference kernel on the plain ones.
@@ -289,7 +300,7 @@ TEST(Resize, RandomConfigurationsMatchTheReference) {
   EXPECT_GT(taken, 200) << "the fast kernel should take most of these";
 }
 
-// Rank 5 (3-D U-Nets' trilinear upsampling, video models' temporal resizes): plain only (channels-last is rank 4).
+// Rank 5 (3-D U-Nets' trilinear upsampling, video models' temporal resizes): plain only (it does not follow NDHWC).
 TEST(Resize, ThreeDimensionalMatchesTheReference) {
   const auto expect = [](const Node& node, const Shape& x, std::vector<Tensor> rest) {
     std::vector<Tensor> inputs{RandomTensor(x, 7)};
@@ -606,6 +617,17 @@ TEST(NhwcConv, StemSevenBySevenStrideTwoThreeChannels) {
 TEST(NhwcConv, AsymmetricPadsHardSwish) {
   ExpectConvEveryLayout(ConvNode({{"pads", Ints({0, 1, 2, 1})}, {"_activation", Attribute::String("HardSwish")}}),
                         {1, 5, 7, 9}, {3, 5, 3, 2}, 7);
+}
+
+// 3-D convolutions (video and volume networks) channels-last as NDHWC: a full 3 x 3 x 3 window, a (2+1)-D pair's
+// spatial 1 x 3 x 3 (strided) and temporal 3 x 1 x 1 (strided in depth) windows, a strided 1 x 1 x 1 projection.
+TEST(NhwcConv, ThreeDimensionalWindows) {
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({1, 1, 1, 1, 1, 1})}}), {2, 5, 4, 7, 9}, {6, 5, 3, 3, 3}, 11);
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({0, 1, 1, 0, 1, 1})}, {"strides", Ints({1, 2, 2})}}), {1, 8, 5, 9, 8},
+                        {16, 8, 1, 3, 3}, 12);
+  ExpectConvEveryLayout(ConvNode({{"pads", Ints({1, 0, 0, 1, 0, 0})}, {"strides", Ints({2, 1, 1})}}), {1, 16, 6, 5, 7},
+                        {16, 16, 3, 1, 1}, 13);
+  ExpectConvEveryLayout(ConvNode({{"strides", Ints({2, 2, 2})}}), {2, 8, 6, 6, 5}, {16, 8, 1, 1, 1}, 14);
 }
 
 // relu(conv(x) + r) with x, r and the output each plain or NHWC: all eight combinations, for the 3x3 and the 1x1
@@ -987,7 +1009,33 @@ TEST(NhwcPool, SupportReported) {
   EXPECT_FALSE(
       CpuKernelSupportsNhwc(MakeBuildContext(with_indices, {RandomTensor({1, 3, 7, 9}, 1)}, {false}, outputs)));
   Node three_d = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2, 2, 2})}});
-  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(three_d, {RandomTensor({1, 3, 4, 5, 6}, 1)}, {false}, outputs)));
+  EXPECT_TRUE(CpuKernelSupportsNhwc(MakeBuildContext(three_d, {RandomTensor({1, 3, 4, 5, 6}, 1)}, {false}, outputs)));
+  Node one_d = MakeNode("MaxPool", 1, 1, {{"kernel_shape", Ints({2})}});
+  EXPECT_FALSE(CpuKernelSupportsNhwc(MakeBuildContext(one_d, {RandomTensor({1, 3, 6}, 1)}, {false}, outputs)));
+}
+
+// 3-D pools over NDHWC tensors (video networks' (1, 3, 3) and (2, 2, 2) windows, ceil mode, padding counted or not)
+// and the global average over D x H x W.
+TEST(NhwcPool, ThreeDimensional) {
+  ExpectPoolEveryLayout("MaxPool", {2, 5, 4, 9, 8},
+                        {{"kernel_shape", Ints({1, 3, 3})},
+                         {"strides", Ints({1, 2, 2})},
+                         {"pads", Ints({0, 1, 1, 0, 1, 1})},
+                         {"ceil_mode", Attribute::Int(1)}},
+                        "MaxPoolF32Dnnl");
+  for (int64_t counted : {0, 1})
+    ExpectPoolEveryLayout("AveragePool", {1, 6, 5, 6, 7},
+                          {{"kernel_shape", Ints({2, 2, 2})},
+                           {"pads", Ints({1, 0, 1, 0, 1, 0})},
+                           {"count_include_pad", Attribute::Int(counted)}},
+                          "AveragePoolF32Dnnl");
+  Node global = MakeNode("GlobalAveragePool", 1, 1);
+  for (Layout in0 : kBoth)
+    ExpectLayoutsMatchReference(global, {RandomTensor({2, 7, 3, 5, 4}, 7)}, {false},
+                                in0 == Layout::kPlain               ? "GlobalPoolF32Rows"
+                                : __builtin_cpu_supports("avx512f") ? "GlobalPoolF32Nhwc"
+                                                                    : "GlobalAveragePoolF32Dnnl",
+                                in0, in0);
 }
 
 // ------------------------------------------------------------------------- GroupNorm / InstanceNormalization
@@ -1048,6 +1096,11 @@ TEST(NhwcBatchNorm, EveryLayoutPlainAndRelu) {
   }
 }
 
+TEST(NhwcBatchNorm, ThreeDimensionalEveryLayout) {
+  Node node = MakeNode("BatchNormalization", 5, 1, {{"_activation", Attribute::String("Relu")}});
+  ExpectEveryLayout(node, BatchNormInputs({2, 13, 3, 7, 9}, 7), kBatchNormConstant, "BatchNormF32");
+}
+
 TEST(NhwcBatchNorm, EveryFusedActivation) {
   const std::vector<std::tuple<std::string, float, float>> cases = {
       {"Relu", 0, 0}, {"LeakyRelu", 0.1f, 0},      {"Clip", 0, 6},      {"Clip", -1.5f, 2.5f}, {"Sigmoid", 0, 0},
@@ -1095,6 +1148,8 @@ TEST(NhwcBatchNorm, SupportAndDeclines) {
   std::vector<Tensor> outputs;
   EXPECT_TRUE(
       CpuKernelSupportsNhwc(MakeBuildContext(node, BatchNormInputs({1, 3, 4, 5}, 1), kBatchNormConstant, outputs)));
+  EXPECT_TRUE(
+      CpuKernelSupportsNhwc(MakeBuildContext(node, BatchNormInputs({1, 3, 2, 4, 5}, 1), kBatchNormConstant, outputs)));
   EXPECT_FALSE(
       CpuKernelSupportsNhwc(MakeBuildContext(node, BatchNormInputs({1, 3, 4}, 1), kBatchNormConstant, outputs)));
   // Statistics computed at run time: the reference kernel runs it.
@@ -1106,8 +1161,8 @@ TEST(NhwcBatchNorm, SupportAndDeclines) {
 
 // ----------------------------------------------------------------------------------------------- Layout reorder
 
-TEST(LayoutReorder, RoundTripIsExact) {
-  const Shape shape{2, 13, 7, 9};
+// Plain -> channels-last -> plain, bit for bit, twice on other buffers.
+void ExpectReorderRoundTrip(const Shape& shape) {
   const Tensor plain = RandomTensor(shape, 9);
   std::unique_ptr<Kernel> to_nhwc = CreateLayoutReorderKernel(shape, Layout::kPlain, Layout::kNhwc, 2);
   std::unique_ptr<Kernel> to_plain = CreateLayoutReorderKernel(shape, Layout::kNhwc, Layout::kPlain, 2);
@@ -1115,7 +1170,7 @@ TEST(LayoutReorder, RoundTripIsExact) {
   ASSERT_NE(to_plain, nullptr);
   EXPECT_EQ(std::string(to_nhwc->Name()), "LayoutReorderF32");
   Node node = MakeNode("LayoutReorder", 1, 1, {});
-  std::vector<Tensor> nhwc{NanTensor({2, 7, 9, 13})};
+  std::vector<Tensor> nhwc{NanTensor(Physical(shape, Layout::kNhwc))};
   RunKernel(*to_nhwc, node, {plain}, nhwc);
   const Tensor expected_nhwc = ToNhwc(plain);
   EXPECT_EQ(std::memcmp(nhwc[0].raw(), expected_nhwc.raw(), plain.nbytes()), 0);
@@ -1124,9 +1179,16 @@ TEST(LayoutReorder, RoundTripIsExact) {
   EXPECT_EQ(std::memcmp(back[0].raw(), plain.raw(), plain.nbytes()), 0);
   // Again on other buffers with other values: nothing of the first run is kept.
   const Tensor other = RandomTensor(shape, 19);
-  std::vector<Tensor> other_nhwc{NanTensor({2, 7, 9, 13})};
+  std::vector<Tensor> other_nhwc{NanTensor(Physical(shape, Layout::kNhwc))};
   RunKernel(*to_nhwc, node, {other}, other_nhwc);
   EXPECT_EQ(std::memcmp(other_nhwc[0].raw(), ToNhwc(other).raw(), other.nbytes()), 0);
+}
+
+TEST(LayoutReorder, RoundTripIsExact) {
+  for (const Shape& shape : {Shape{2, 13, 7, 9}, Shape{2, 5, 3, 7, 6}}) {
+    SCOPED_TRACE(ShapeToString(shape));
+    ExpectReorderRoundTrip(shape);
+  }
 }
 
 TEST(LayoutReorder, LargeTensorAndBadShapes) {
