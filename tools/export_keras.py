@@ -17,7 +17,7 @@ full-integer quantisation (TFLiteConverter, Optimize.DEFAULT, TFLITE_BUILTINS_IN
 [-1, 1]; per-channel int8 weights, int8 activations with zero points) and then tf2onnx --tflite (opset 17, QDQ form:
 QuantizeLinear / DequantizeLinear around float ops), batch 1. Written to DIR/<name>.int8.onnx.
 
-Besides the applications, seven models written for this set (WRITTEN; not in the default list, which `bench/keras`
+Besides the applications, nine models written for this set (WRITTEN; not in the default list, which `bench/keras`
 times as the applications; `bench/keras --models crnn_lstm,... --opsets 17` times them; float only, no `--int8`):
 - a CRNN text-line recogniser (32 x 128 grey input, three Conv3x3 + ReLU + MaxPool at 64 / 128 / 256 channels, the
   width as time: 32 steps of 1024 features, two Bidirectional LSTM or GRU of 256, Dense(97) softmax): crnn_lstm,
@@ -33,7 +33,13 @@ times as the applications; `bench/keras --models crnn_lstm,... --opsets 17` time
 - kws_conv1d: a keyword spotter on 16000 samples: Conv1D(64, 80, stride 4) + BatchNorm + ReLU, MaxPool1D(4), four
   SeparableConv1D (64 / 128 / 128 / 256, kernel 3, dilation 1 / 2 / 4 / 8) + BatchNorm + swish, Conv1D(256, 3,
   stride 2) + ReLU, global max pool, Dense(12). tf2onnx writes each 1-D layer as a [N, C, 1, W] Conv between
-  Unsqueeze/Transpose and Squeeze/Transpose.
+  Unsqueeze/Transpose and Squeeze/Transpose;
+- video_3d: 16 frames of 112 x 112 x 3 (NDHWC): Conv3D(32, 3, stride 1 x 2 x 2) + BatchNorm + ReLU, MaxPooling3D
+  (1, 3, 3), two (2+1)-D blocks (1 x 3 x 3 then 3 x 1 x 1 Conv3D with BatchNorm, a strided 1 x 1 x 1 projection added),
+  AveragePooling3D(2), global average, Dense(400); unet_3d: a 32 x 64 x 64 x 1 volume, a 3-D U-Net of two levels
+  (Conv3D + BatchNorm + ReLU pairs at 16 / 32 / 64 channels, MaxPooling3D(2), UpSampling3D(2) and Conv3DTranspose(2,
+  stride 2) up, skip Concatenates), a 1 x 1 x 1 Conv3D with a voxel softmax. tf2onnx writes one NDHWC -> NCDHW
+  Transpose at the input and UpSampling3D as Tile / Reshape / Slice.
 """
 
 import argparse

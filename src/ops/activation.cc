@@ -200,10 +200,10 @@ bool ActivationOfNode(const Node& n, int opset, const std::vector<const Tensor*>
       return false;
   }
   if (a.kind == ActivationKind::kLeakyRelu) {
-    a.alpha = n.GetFloat("alpha", 0.01f);
+    a.alpha = n.GetFloat("alpha", kLeakyReluAlpha);
   } else if (a.kind == ActivationKind::kHardSigmoid) {
-    a.alpha = n.GetFloat("alpha", 0.2f);
-    a.beta = n.GetFloat("beta", 0.5f);
+    a.alpha = n.GetFloat("alpha", kHardSigmoidAlpha);
+    a.beta = n.GetFloat("beta", kHardSigmoidBeta);
   } else if (a.kind == ActivationKind::kClip) {
     a.alpha = -INFINITY;
     a.beta = INFINITY;

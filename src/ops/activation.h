@@ -14,6 +14,9 @@ class Tensor;
 
 /// Selu's default alpha and gamma (ONNX), for every kernel of it.
 inline constexpr float kSeluAlpha = 1.67326319217681884765625f, kSeluGamma = 1.05070102214813232421875f;
+/// LeakyRelu's default alpha and HardSigmoid's default alpha and beta (ONNX; also the defaults of these activations
+/// in RNN / GRU / LSTM nodes), for every kernel and fusion of them.
+inline constexpr float kLeakyReluAlpha = 0.01f, kHardSigmoidAlpha = 0.2f, kHardSigmoidBeta = 0.5f;
 
 enum class ActivationKind : uint8_t {
   kNone,         // no activation (`_activation` absent or "")

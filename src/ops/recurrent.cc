@@ -11,6 +11,7 @@
 #include <cctype>
 #include <string>
 
+#include "ops/activation.h"
 #include "ops/op_registry.h"
 
 namespace osprey {
@@ -35,10 +36,10 @@ constexpr ActivationInfo kActivations[] = {
     {"tanh", RecurrentActivation::Kind::kTanh, false, false, 0.f, 0.f},
     {"sigmoid", RecurrentActivation::Kind::kSigmoid, false, false, 0.f, 0.f},
     {"affine", RecurrentActivation::Kind::kAffine, true, true, 1.f, 0.f},
-    {"leakyrelu", RecurrentActivation::Kind::kLeakyRelu, true, false, 0.01f, 0.f},
+    {"leakyrelu", RecurrentActivation::Kind::kLeakyRelu, true, false, kLeakyReluAlpha, 0.f},
     {"thresholdedrelu", RecurrentActivation::Kind::kThresholdedRelu, true, false, 1.f, 0.f},
     {"scaledtanh", RecurrentActivation::Kind::kScaledTanh, true, true, 1.f, 1.f},
-    {"hardsigmoid", RecurrentActivation::Kind::kHardSigmoid, true, true, 0.2f, 0.5f},
+    {"hardsigmoid", RecurrentActivation::Kind::kHardSigmoid, true, true, kHardSigmoidAlpha, kHardSigmoidBeta},
     {"elu", RecurrentActivation::Kind::kElu, true, false, 1.f, 0.f},
     {"softsign", RecurrentActivation::Kind::kSoftsign, false, false, 0.f, 0.f},
     {"softplus", RecurrentActivation::Kind::kSoftplus, false, false, 0.f, 0.f},

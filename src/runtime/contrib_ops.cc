@@ -277,7 +277,7 @@ void AppendActivation(NodeBuilder& b, const CompileState& st, const Node& node, 
     b.Add(act.c_str(), "/" + act, {x}, out);
   } else if (act == "LeakyRelu" || act == "Elu" || act == "ThresholdedRelu") {
     b.Add(act.c_str(), "/" + act, {x}, out);
-    b.Last().attrs["alpha"] = Attribute::Float(param(0, act == "LeakyRelu" ? 0.01f : 1.f));
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, act == "LeakyRelu" ? kLeakyReluAlpha : 1.f));
   } else if (act == "HardSigmoid") {
     b.Add("HardSigmoid", "/HardSigmoid", {x}, out);
     b.Last().attrs["alpha"] = Attribute::Float(param(0, 0.2f));

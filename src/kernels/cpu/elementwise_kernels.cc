@@ -719,11 +719,11 @@ std::unique_ptr<Kernel> CreateElementwiseKernel(const KernelBuildContext& ctx) {
     UnaryParams p{t.op};
     switch (t.op) {
       case UnaryOp::kLeakyRelu:
-        p.alpha = node.GetFloat("alpha", 0.01f);
+        p.alpha = node.GetFloat("alpha", kLeakyReluAlpha);
         break;
       case UnaryOp::kHardSigmoid:
-        p.alpha = node.GetFloat("alpha", 0.2f);
-        p.beta = node.GetFloat("beta", 0.5f);
+        p.alpha = node.GetFloat("alpha", kHardSigmoidAlpha);
+        p.beta = node.GetFloat("beta", kHardSigmoidBeta);
         break;
       case UnaryOp::kElu:
       case UnaryOp::kCelu:

@@ -738,7 +738,7 @@ void MishKernel(KernelContext& ctx) {
 }
 
 void LeakyReluKernel(KernelContext& ctx) {
-  const float alpha = ctx.node.GetFloat("alpha", 0.01f);
+  const float alpha = ctx.node.GetFloat("alpha", kLeakyReluAlpha);
   MapF32(ctx, [alpha](float x) { return x >= 0 ? x : x * alpha; });
 }
 void EluKernel(KernelContext& ctx) {
@@ -760,8 +760,8 @@ void ThresholdedReluKernel(KernelContext& ctx) {
   MapF32(ctx, [alpha](float x) { return x > alpha ? x : 0.f; });
 }
 void HardSigmoidKernel(KernelContext& ctx) {
-  const float alpha = ctx.node.GetFloat("alpha", 0.2f);
-  const float beta = ctx.node.GetFloat("beta", 0.5f);
+  const float alpha = ctx.node.GetFloat("alpha", kHardSigmoidAlpha);
+  const float beta = ctx.node.GetFloat("beta", kHardSigmoidBeta);
   MapF32(ctx, [alpha, beta](float x) { return std::min(std::max(alpha * x + beta, 0.f), 1.f); });
 }
 void GeluKernel(KernelContext& ctx) {
