@@ -29,12 +29,12 @@ int CompileState::AddValue(DType dtype, Shape shape) {
 
 namespace {
 
-// Rank 4, or 5 when `rank5`, with more than one pixel.
+// Rank 4, or 5 when `rank5`, with more than one pixel (no spatial extent 0, one above 1).
 bool IsNhwcCandidate(const CompileValue& v, bool rank5) {
   if (v.dtype != DType::kF32 || !ChannelsLastRank(v.shape.size()) || (v.shape.size() == 5 && !rank5)) return false;
-  int64_t pixels = 1;
-  for (size_t i = 2; i < v.shape.size(); ++i) pixels *= v.shape[i];
-  return pixels > 1;
+  const auto spatial_begin = v.shape.begin() + 2;
+  return std::none_of(spatial_begin, v.shape.end(), [](int64_t d) { return d == 0; }) &&
+         std::any_of(spatial_begin, v.shape.end(), [](int64_t d) { return d > 1; });
 }
 
 // A plain operand can join a channels-last elementwise op of rank `rank` when viewing it channels-last keeps its

@@ -861,8 +861,7 @@ bool DnnlConvSupportsNhwc(const KernelBuildContext& ctx) {
   // A fused input affine or parts, or a fused pool, is made after the layout pass, on channels-last values
   // (FuseConvInputs, FuseConvMaxPool); one in a model file stays plain and runs on the reference kernel.
   if (ctx.input_shapes.size() < 2 || !ChannelsLastRank(ctx.input_shapes[0].size()) || !AllFloat32(ctx) ||
-      HasInputAffine(ctx.node) ||
-      HasInputParts(ctx.node) || HasFusedPool(ctx.node))
+      HasInputAffine(ctx.node) || HasInputParts(ctx.node) || HasFusedPool(ctx.node))
     return false;
   ConvGeometry g;
   if (!ComputeGeometry(ctx, g)) return false;

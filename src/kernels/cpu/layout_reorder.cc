@@ -71,9 +71,9 @@ class LayoutReorderKernel final : public Kernel {
 
 std::unique_ptr<Kernel> CreateDnnlLayoutReorder(const Shape& shape, Layout from, Layout to, int num_threads) {
   if (!ChannelsLastRank(shape.size()))
-    throw Error(ErrorCode::kInternal, std::string(kReorderName) + ": layouts convert only rank-4 and rank-5 tensors, got shape " +
-                                          ShapeToString(shape) + " (" + LayoutName(from) + " to " + LayoutName(to) +
-                                          ")");
+    throw Error(ErrorCode::kInternal,
+                std::string(kReorderName) + ": layouts convert only rank-4 and rank-5 tensors, got shape " +
+                    ShapeToString(shape) + " (" + LayoutName(from) + " to " + LayoutName(to) + ")");
   for (int64_t d : shape)
     if (d < 0)
       throw Error(ErrorCode::kInternal,

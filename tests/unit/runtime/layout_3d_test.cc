@@ -16,8 +16,8 @@ namespace {
 using testing::RandomTensor;
 using testing::RunFastAgainstOracle;
 
-ValueRef Conv3d(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, std::vector<int64_t> window,
-                AttributeMap attrs, uint32_t seed) {
+ValueRef Conv3d(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, std::vector<int64_t> window, AttributeMap attrs,
+                uint32_t seed) {
   return b.Op("Conv",
               {x, b.Constant(RandomTensor({cout, cin, window[0], window[1], window[2]}, seed, -0.5f, 0.5f)),
                b.Constant(RandomTensor({cout}, seed + 1, -0.5f, 0.5f))},
@@ -63,7 +63,8 @@ Graph KerasVideoBlock(bool tap) {
 TEST(Layout3d, KerasVideoBlockStaysChannelsLast) {
   for (bool tap : {false, true}) {
     SCOPED_TRACE(tap);
-    const std::map<std::string, int> kernels = KernelCounts(RunFastAgainstOracle(KerasVideoBlock(tap), {2, 4, 10, 9, 3}));
+    const std::map<std::string, int> kernels =
+        KernelCounts(RunFastAgainstOracle(KerasVideoBlock(tap), {2, 4, 10, 9, 3}));
     // Both Transposes are copies of channels-last bytes, and no value is reordered between layers.
     EXPECT_EQ(kernels.count("TransposeLayoutCopy") ? kernels.at("TransposeLayoutCopy") : 0, 2);
     EXPECT_EQ(kernels.count("LayoutReorderF32"), 0u);
