@@ -360,6 +360,9 @@ std::vector<int64_t> ByteRunsOf(const CompileState& st, const Node& node) {
     if (out < 0 || st.values[out].dtype != st.values[in].dtype || st.layouts[out] != st.layouts[in]) return {};
   if (OpRegistry::TraitsOf(node.op_type).same_bytes)
     return node.outputs.size() == 1 ? std::vector<int64_t>{0} : std::vector<int64_t>{};
+  // A Cast to the type it already has (PyTorch exports of `x.to(torch.float32)` on float tensors: every LayerNorm of
+  // Hugging Face's ConvNeXt V2) changes nothing.
+  if ((node.op_type == "Cast" || node.op_type == "CastLike") && node.outputs.size() == 1) return {0};
   if (node.op_type == "Transpose" && node.outputs.size() == 1 && st.layouts[in] == Layout::kPlain) {
     // Moving only axes of extent 1 keeps every element where it was: ViT's [197, 1, 768] -> [1, 197, 768] around
     // its attention, tf2onnx's NHWC <-> NCHW Transposes of [N, 1, 1, C] gates.

@@ -89,6 +89,30 @@ TEST(Runtime, ShapeOnlyOpsShareTheirInputsBuffer) {
   EXPECT_NE(out[1].raw(), in.raw()) << "a graph output owns its memory";
 }
 
+// A Cast (or CastLike) to the dtype its input already has passes the bytes on; one that converts runs its kernel.
+TEST(Runtime, CastToItsOwnTypeSharesItsInputsBuffer) {
+  GraphBuilder b("casts", 13);
+  auto x = b.Input("x", DType::kF32, {4, 16});
+  auto a = b.Op("Relu", {x});
+  auto same = b.Op("Cast", {a}, {{"to", Attribute::Int(1)}});  // FLOAT
+  auto like = b.Op("CastLike", {same, b.Constant(F32({1}, {0.f}))});
+  auto halved = b.Op("Cast", {b.Op("Cast", {like}, {{"to", Attribute::Int(10)}})}, {{"to", Attribute::Int(1)}});
+  b.Output(b.Op("Add", {a, like}), "y");
+  b.Output(halved, "h");  // through float16 and back
+  auto plan = Compile(b.Finish(), {{DType::kF32, {4, 16}}});
+  EXPECT_EQ(plan->KernelCounts()["SameBytesCopy"], 2) << "the float Cast and the CastLike";
+  Tensor in = RandomTensor({4, 16}, 7);
+  auto out = plan->Run({in});
+  std::vector<float> want(64), want_h(64);
+  for (int i = 0; i < 64; ++i) {
+    const float r = std::max(0.f, in.data<float>()[i]);
+    want[i] = 2.f * r;
+    want_h[i] = r;
+  }
+  ExpectTensorNear(out[0], F32({4, 16}, want));
+  ExpectTensorNear(out[1], F32({4, 16}, want_h), 1e-3f, 1e-3f);
+}
+
 // A Split or a Slice whose outputs are each one run of the input's bytes makes them views of it (SameBytesCopy with
 // offsets): a = Relu(x) [3, 2, 16], Split on axis 0 into three [1, 2, 16] (offsets 0, 128, 256 bytes), Slice a[1:3]
 // (offset 128), Gather a[-1] (offset 256). A Slice of columns (not one run) is copied by its own kernel.
