@@ -103,7 +103,7 @@ class GroupNormF32Kernel final : public Kernel {
   }
 
  private:
-  Shape Physical(bool nhwc) const { return nhwc ? Shape{shape_[0], shape_[2], shape_[3], shape_[1]} : shape_; }
+  Shape Physical(bool nhwc) const { return nhwc ? ChannelsLastShape(shape_) : shape_; }
 
   // Plain [N, C, spatial]: a group's elements are contiguous; per (group, chunk) float SIMD sums, added in double.
   void PlainSums(const float* xd, bool parallel, std::vector<double>& sum, std::vector<double>& sum_sq,
@@ -234,15 +234,15 @@ class GroupNormF32Kernel final : public Kernel {
   Shape shape_;
   int64_t groups_;
   float epsilon_;
-  bool in_nhwc_, out_nhwc_;  // input / output channels-last ([N, H, W, C]; rank 4 only)
+  bool in_nhwc_, out_nhwc_;  // input / output channels-last ([N, H, W, C] or [N, D, H, W, C])
   Activation act_;           // a fused activation (_activation), applied to each piece of output as it is written
   int64_t batch_ = 0, channels_ = 0, spatial_ = 1, group_size_ = 0;
 };
 
 }  // namespace
 
-/// GroupNormF32 for a float32 InstanceNormalization / GroupNormalization / _GroupNorm, plain or (rank 4) channels-last
-/// on either side, or nullptr.
+/// GroupNormF32 for a float32 InstanceNormalization / GroupNormalization / _GroupNorm, plain or (rank 4 or 5)
+/// channels-last on either side, or nullptr.
 std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx) {
   const Node& node = ctx.node;
   if (ctx.present.size() != 3 || !ctx.present[0] || !ctx.present[1] || !ctx.present[2]) return nullptr;
@@ -252,7 +252,7 @@ std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx) {
   const Shape& x = ctx.input_shapes[0];
   if (x.size() < 2 || ctx.output_shapes[0] != x || x[1] <= 0) return nullptr;
   const bool in_nhwc = ctx.InLayout(0) == Layout::kNhwc, out_nhwc = ctx.OutLayout(0) == Layout::kNhwc;
-  if ((in_nhwc || out_nhwc) && x.size() != 4) return nullptr;
+  if ((in_nhwc || out_nhwc) && !ChannelsLastRank(x.size())) return nullptr;
   const int64_t groups = node.op_type == "InstanceNormalization" ? x[1] : node.GetInt("num_groups", 0);
   if (groups < 1 || x[1] % groups != 0) return nullptr;
   Activation act;
@@ -260,9 +260,10 @@ std::unique_ptr<Kernel> CreateCpuGroupNorm(const KernelBuildContext& ctx) {
   return std::make_unique<GroupNormF32Kernel>(x, groups, node.GetFloat("epsilon", 1e-5f), in_nhwc, out_nhwc, act);
 }
 
-/// Whether CreateCpuGroupNorm builds a kernel for this node on rank-4 tensors (it then takes every layout).
+/// Whether CreateCpuGroupNorm builds a kernel for this node on rank-4 or rank-5 tensors (it then takes every layout).
 bool CpuGroupNormSupportsNhwc(const KernelBuildContext& ctx) {
-  return ctx.input_shapes.size() == 3 && ctx.input_shapes[0].size() == 4 && CreateCpuGroupNorm(ctx) != nullptr;
+  return ctx.input_shapes.size() == 3 && ChannelsLastRank(ctx.input_shapes[0].size()) &&
+         CreateCpuGroupNorm(ctx) != nullptr;
 }
 
 }  // namespace osprey

@@ -1052,7 +1052,9 @@ TEST(NhwcGroupNorm, EveryLayoutAndGroupCount) {
   };
   for (const Case& c : {Case{kGroupNormOp, 1, {2, 5, 3, 3}, 0.f}, Case{kGroupNormOp, 1, {1, 64, 56, 56}, 0.f},
                         Case{kGroupNormOp, 4, {2, 12, 17, 19}, 0.f}, Case{kGroupNormOp, 3, {1, 21, 40, 40}, 300.f},
-                        Case{"InstanceNormalization", 0, {2, 7, 30, 31}, -50.f}}) {
+                        Case{"InstanceNormalization", 0, {2, 7, 30, 31}, -50.f},
+                        Case{"InstanceNormalization", 0, {2, 6, 5, 9, 8}, 20.f},  // 3-D U-Nets (nnU-Net)
+                        Case{kGroupNormOp, 2, {1, 8, 16, 24, 20}, 0.f}}) {
     SCOPED_TRACE(c.op + " groups " + std::to_string(c.groups) + " " + ShapeToString(c.x));
     AttributeMap attrs{{"epsilon", Attribute::Float(1e-5f)}};
     if (c.groups > 0) attrs["num_groups"] = Attribute::Int(c.groups);
