@@ -33,8 +33,8 @@ std::map<std::string, int> KernelCounts(const std::vector<OpProfile>& profile) {
 // A Keras video block as tf2onnx writes it, on an NDHWC input [2, 4, 10, 9, 3]: Transpose to NCDHW, a 3 x 3 x 3 stem
 // with batch norm and Relu, a (1, 3, 3) max pool, a (2+1)-D pair (1 x 3 x 3 strided, then 3 x 1 x 1) with a strided
 // 1 x 1 x 1 projection added, a per-channel scale [C, 1, 1, 1] and a bias along W ([W], viewed channels-last), an
-// InstanceNorm and LeakyReLU (nnU-Net's), a 2 x 2 x 2 average pool, and a Transpose back to NDHWC as the output; `tap` also makes the stem's output a graph
-// output (written plain).
+// InstanceNorm and LeakyReLU (nnU-Net's), a 2 x 2 x 2 average pool, and a Transpose back to NDHWC as the output; `tap`
+// also makes the stem's output a graph output (written plain).
 Graph KerasVideoBlock(bool tap) {
   GraphBuilder b("keras_video", 13);
   auto x = b.Input("x", DType::kF32, {2, 4, 10, 9, 3});
@@ -55,7 +55,8 @@ Graph KerasVideoBlock(bool tap) {
   y = b.Op("Relu", {b.Op("Add", {s, skip})});
   y = b.Op("Mul", {y, b.Constant(RandomTensor({16, 1, 1, 1}, 12, 0.5f, 1.5f))});
   y = b.Op("Add", {y, b.Constant(RandomTensor({3}, 13))});
-  y = b.Op("InstanceNormalization", {y, b.Constant(RandomTensor({16}, 14, 0.5f, 1.5f)), b.Constant(RandomTensor({16}, 15))});
+  y = b.Op("InstanceNormalization",
+           {y, b.Constant(RandomTensor({16}, 14, 0.5f, 1.5f)), b.Constant(RandomTensor({16}, 15))});
   y = b.Op("LeakyRelu", {y});
   y = b.Op("AveragePool", {y}, {{"kernel_shape", Attribute::Ints({2, 2, 2})}});  // [2, 16, 2, 1, 1]
   b.Output(b.Op("Transpose", {y}, {{"perm", Attribute::Ints({0, 2, 3, 4, 1})}}), "y");
