@@ -511,12 +511,15 @@ bool SplitChannelRanges(const KernelBuildContext& ctx, std::vector<int64_t>* fir
   return offset == in[1];
 }
 
+// A float32 Concat along the channels of rank-4 or rank-5 tensors (a 3-D U-Net's skip connections).
 bool IsChannelConcat(const KernelBuildContext& ctx) {
-  if (ctx.input_shapes.empty()) return false;
+  if (ctx.input_shapes.empty() || ctx.output_shapes.size() != 1) return false;
+  const size_t rank = ctx.output_shapes[0].size();
+  if (!ChannelsLastRank(rank)) return false;
   for (size_t i = 0; i < ctx.input_shapes.size(); ++i)
-    if (!ctx.present[i] || !IsF32Rank4(ctx.input_dtypes[i], ctx.input_shapes[i])) return false;
+    if (!ctx.present[i] || ctx.input_dtypes[i] != DType::kF32 || ctx.input_shapes[i].size() != rank) return false;
   const int64_t axis = ctx.node.GetInt("axis", 0);
-  return axis == 1 || axis == -3;
+  return axis == 1 || axis == 1 - static_cast<int64_t>(rank);
 }
 
 bool IsChannelShuffleF32(const KernelBuildContext& ctx) {
@@ -538,7 +541,9 @@ std::unique_ptr<Kernel> CreateConcat(const KernelBuildContext& ctx) {
     const Shape& s = ctx.input_shapes[0];
     std::vector<int64_t> channels;
     for (const Shape& in : ctx.input_shapes) channels.push_back(in[1]);
-    return std::make_unique<ConcatNhwc>(std::move(channels), s[0] * s[2] * s[3]);
+    int64_t pixels = s[0];
+    for (size_t d = 2; d < s.size(); ++d) pixels *= s[d];
+    return std::make_unique<ConcatNhwc>(std::move(channels), pixels);
   }
   const Shape& out = ctx.output_shapes[0];
   const int64_t rank = static_cast<int64_t>(out.size());

@@ -1,5 +1,5 @@
 // ConvTranspose (float32, 1-3 spatial axes, constant weights and bias) on oneDNN's deconvolution primitive, reading
-// and writing its tensors where they are: plain, or channels-last for 2-D when the runtime's layout pass asks
+// and writing its tensors where they are: plain, or channels-last for 2-D and 3-D when the runtime's layout pass asks
 // (CpuKernelSupportsNhwc). The window (auto_pad, pads, output_padding, output_shape) comes from ops/conv_window.h;
 // oneDNN's right pad is what crops the full result to the output size, so a negative crop on either side (SAME_* or
 // output_shape growing the result) is left to the reference kernel, as are cases oneDNN has only a reference
@@ -82,7 +82,7 @@ memory::desc AnyWeightDesc(const DeconvGeometry& g) {
 
 dnnl::deconvolution_forward::primitive_desc MakeDeconvPd(const KernelBuildContext& ctx, const DeconvGeometry& g) {
   const bool has_bias = ctx.present.size() > 2 && ctx.present[2];
-  if (AnyNhwc(ctx) && g.x.size() != 4) return {};
+  if (AnyNhwc(ctx) && !ChannelsLastRank(g.x.size())) return {};
   dnnl::deconvolution_forward::primitive_desc pd(
       CpuEngine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
       ActivationDesc(g.x, ctx.InLayout(0)), AnyWeightDesc(g), has_bias ? PlainDesc({g.y[1]}) : memory::desc(),
@@ -169,7 +169,7 @@ class DnnlDeconvKernel final : public Kernel {
 
 bool DnnlDeconvSupportsNhwc(const KernelBuildContext& ctx) {
   DeconvGeometry g;
-  if (!ComputeDeconvGeometry(ctx, g) || g.x.size() != 4) return false;
+  if (!ComputeDeconvGeometry(ctx, g) || !ChannelsLastRank(g.x.size())) return false;
   // Every combination with a channels-last side must have a fast primitive (the layout pass may ask for any).
   for (Layout in : {Layout::kPlain, Layout::kNhwc})
     for (Layout out : {Layout::kPlain, Layout::kNhwc}) {

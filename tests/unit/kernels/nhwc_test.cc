@@ -158,6 +158,13 @@ TEST(NhwcConvTranspose, DilatedAsymmetricPadsNoBias) {
                                  {5, 7, 3, 3}, false, 13);
 }
 
+// 3-D U-Nets upsample with ConvTranspose3d (nnU-Net, Keras Conv3DTranspose): NDHWC in and out.
+TEST(NhwcConvTranspose, ThreeDimensionalStrideTwo) {
+  ExpectConvTransposeEveryLayout({{"strides", Ints({2, 2, 2})}}, {1, 8, 3, 5, 4}, {8, 6, 2, 2, 2}, true, 14);
+  ExpectConvTransposeEveryLayout({{"strides", Ints({1, 2, 2})}, {"pads", Ints({1, 1, 1, 1, 1, 1})}}, {2, 4, 3, 4, 5},
+                                 {4, 5, 3, 3, 3}, false, 15);
+}
+
 TEST(NhwcConvTranspose, OneDimensionalPlainAndDeclinedCases) {
   Node node = MakeNode("ConvTranspose", 3, 1, {{"strides", Ints({3})}, {"pads", Ints({1, 2})}});
   ExpectFastMatchesReference(node, {RandomTensor({2, 4, 9}, 21), RandomTensor({4, 5, 4}, 22), RandomTensor({5}, 23)},

@@ -80,6 +80,30 @@ TEST(Layout3d, KerasVideoBlockStaysChannelsLast) {
   EXPECT_EQ(plain.count("TransposeCpu") ? plain.at("TransposeCpu") : 0, 2);
 }
 
+// nnU-Net's shape on [1, 2, 6, 8, 10]: Conv3d -> InstanceNorm -> LeakyReLU, a strided Conv3d down, ConvTranspose3d
+// back up, the skip concatenated along channels, a last Conv3d: channels-last from the first layer to the last.
+TEST(Layout3d, UNetLevelStaysChannelsLast) {
+  GraphBuilder b("unet_level", 13);
+  auto x = b.Input("x", DType::kF32, {1, 2, 6, 8, 10});
+  auto block = [&](ValueRef v, int64_t cin, int64_t cout, uint32_t seed, AttributeMap attrs) {
+    attrs["pads"] = Attribute::Ints({1, 1, 1, 1, 1, 1});
+    auto c = Conv3d(b, v, cin, cout, {3, 3, 3}, attrs, seed);
+    auto n = b.Op("InstanceNormalization",
+                  {c, b.Constant(RandomTensor({cout}, seed + 2, 0.5f, 1.5f)), b.Constant(RandomTensor({cout}, seed + 3))});
+    return b.Op("LeakyRelu", {n});
+  };
+  auto skip = block(x, 2, 4, 1, {});
+  auto down = block(skip, 4, 8, 11, {{"strides", Attribute::Ints({2, 2, 2})}});  // [1, 8, 3, 4, 5]
+  auto up = b.Op("ConvTranspose",
+                 {down, b.Constant(RandomTensor({8, 4, 2, 2, 2}, 21, -0.5f, 0.5f)), b.Constant(RandomTensor({4}, 22))},
+                 {{"strides", Attribute::Ints({2, 2, 2})}});  // [1, 4, 6, 8, 10]
+  auto merged = b.Op("Concat", {up, skip}, {{"axis", Attribute::Int(1)}});
+  b.Output(Conv3d(b, merged, 8, 3, {1, 1, 1}, {}, 31), "y");
+  const std::map<std::string, int> kernels = KernelCounts(RunFastAgainstOracle(b.Finish(), {1, 2, 6, 8, 10}));
+  EXPECT_EQ(kernels.count("LayoutReorderF32"), 0u);
+  EXPECT_EQ(kernels.count("ConcatF32Nhwc") ? kernels.at("ConcatF32Nhwc") : 0, 1);
+}
+
 TEST(Layout3d, OperandsThatCannotBeViewedChannelsLast) {
   // A 2-D Conv's channels-last output [4, 3, 5, 6] added to a 3-D Conv's [1, 4, 3, 5, 6] (broadcast over a new leading
   // axis: its bytes are not the rank-5 value's channels-last order), and a constant varying along depth [3, 1, 1]:
