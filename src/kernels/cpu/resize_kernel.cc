@@ -1,11 +1,11 @@
-// Fast ONNX Resize / Upsample for float32 rank-4 tensors resized along H and W, and plain rank-5 ones along D, H and W
+// Fast ONNX Resize / Upsample for float32 rank-4 tensors resized along H and W, and rank-5 ones along D, H and W
 // (N and C kept): nearest, linear and cubic, every coordinate transformation but tf_crop_and_resize, with constant
 // scales/sizes. Separable: per output row, the source rows its D x H taps name are blended into one row (or used as
 // they are when there is a single weight-1 tap), then each output element blends that row at its W taps (a 3-D U-Net's
 // trilinear upsampling ran 6.6x ORT's time on the reference kernel). The taps come from ops/onnx_resize.h,
 // the rules the reference kernel uses. Plain and channels-last data alike (a channels-last row is W pixels of C
-// floats, blended as vectors), so the layout pass keeps the detectors' FPN upsamples channels-last
-// (CpuKernelFollowsNhwc). Sums are float, not the reference's double: results agree within float rounding.
+// floats, blended as vectors; NDHWC rows are numbered d * H + h as plain ones are), so the layout pass keeps the
+// detectors' FPN upsamples and 3-D U-Nets' trilinear ones channels-last (CpuKernelFollowsNhwc). Sums are float, not the reference's double: results agree within float rounding.
 #include <omp.h>
 
 #include <algorithm>
@@ -220,7 +220,7 @@ namespace cpu {
 
 bool ResizeFollowsNhwc(const KernelBuildContext& ctx) {
   ResizePlan plan;
-  return ctx.input_shapes.size() > 0 && ctx.input_shapes[0].size() == 4 && PrepareResize(ctx, &plan);
+  return ctx.input_shapes.size() > 0 && ChannelsLastRank(ctx.input_shapes[0].size()) && PrepareResize(ctx, &plan);
 }
 
 std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& ctx) {
@@ -229,7 +229,6 @@ std::unique_ptr<Kernel> CreateResize(const KernelBuildContext& ctx) {
   const bool in_nhwc = !ctx.input_layouts.empty() && ctx.input_layouts[0] == Layout::kNhwc;
   const bool out_nhwc = !ctx.output_layouts.empty() && ctx.output_layouts[0] == Layout::kNhwc;
   if (in_nhwc != out_nhwc) return nullptr;  // the layout pass gives a following kernel one layout for both
-  if (in_nhwc && ctx.input_shapes[0].size() != 4) return nullptr;
   return std::make_unique<ResizeF32Kernel>(std::move(plan), in_nhwc, ctx.num_threads);
 }
 

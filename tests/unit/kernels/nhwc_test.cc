@@ -307,12 +307,12 @@ TEST(Resize, RandomConfigurationsMatchTheReference) {
   EXPECT_GT(taken, 200) << "the fast kernel should take most of these";
 }
 
-// Rank 5 (3-D U-Nets' trilinear upsampling, video models' temporal resizes): plain only (it does not follow NDHWC).
+// Rank 5 (3-D U-Nets' trilinear upsampling, video models' temporal resizes), plain and NDHWC.
 TEST(Resize, ThreeDimensionalMatchesTheReference) {
   const auto expect = [](const Node& node, const Shape& x, std::vector<Tensor> rest) {
     std::vector<Tensor> inputs{RandomTensor(x, 7)};
     for (Tensor& t : rest) inputs.push_back(std::move(t));
-    ExpectFollowingKernelMatchesReference(node, inputs, 17, /*follows=*/false, "ResizeF32", 1e-5f);
+    ExpectFollowingKernelMatchesReference(node, inputs, 17, /*follows=*/true, "ResizeF32", 1e-5f);
   };
   expect(ResizeNode({{"mode", Str("linear")}}), {1, 3, 4, 5, 6}, {Tensor(), Floats({1, 1, 2, 2, 2}), Tensor()});
   expect(ResizeNode({{"mode", Str("nearest")},

@@ -24,6 +24,8 @@ ValueRef Conv3d(GraphBuilder& b, ValueRef x, int64_t cin, int64_t cout, std::vec
               attrs);
 }
 
+Tensor F32Vector(std::vector<float> v) { return Tensor::FromVector<float>({static_cast<int64_t>(v.size())}, v); }
+
 std::map<std::string, int> KernelCounts(const std::vector<OpProfile>& profile) {
   std::map<std::string, int> counts;
   for (const OpProfile& p : profile) ++counts[p.kernel];
@@ -81,7 +83,8 @@ TEST(Layout3d, KerasVideoBlockStaysChannelsLast) {
 }
 
 // nnU-Net's shape on [1, 2, 6, 8, 10]: Conv3d -> InstanceNorm -> LeakyReLU, a strided Conv3d down, ConvTranspose3d
-// back up, the skip concatenated along channels, a last Conv3d: channels-last from the first layer to the last.
+// back up and a trilinear Resize of it, both concatenated with the skip along channels, a last Conv3d: channels-last
+// from the first layer to the last.
 TEST(Layout3d, UNetLevelStaysChannelsLast) {
   GraphBuilder b("unet_level", 13);
   auto x = b.Input("x", DType::kF32, {1, 2, 6, 8, 10});
@@ -97,11 +100,14 @@ TEST(Layout3d, UNetLevelStaysChannelsLast) {
   auto up = b.Op("ConvTranspose",
                  {down, b.Constant(RandomTensor({8, 4, 2, 2, 2}, 21, -0.5f, 0.5f)), b.Constant(RandomTensor({4}, 22))},
                  {{"strides", Attribute::Ints({2, 2, 2})}});  // [1, 4, 6, 8, 10]
-  auto merged = b.Op("Concat", {up, skip}, {{"axis", Attribute::Int(1)}});
-  b.Output(Conv3d(b, merged, 8, 3, {1, 1, 1}, {}, 31), "y");
+  auto trilinear = b.Op("Resize", {down, ValueRef{}, b.Constant(F32Vector({1, 1, 2, 2, 2}))},
+                        {{"mode", Attribute::String("linear")}});  // [1, 8, 6, 8, 10], as MONAI's U-Nets upsample
+  auto merged = b.Op("Concat", {up, skip, trilinear}, {{"axis", Attribute::Int(1)}});
+  b.Output(Conv3d(b, merged, 16, 3, {1, 1, 1}, {}, 31), "y");
   const std::map<std::string, int> kernels = KernelCounts(RunFastAgainstOracle(b.Finish(), {1, 2, 6, 8, 10}));
   EXPECT_EQ(kernels.count("LayoutReorderF32"), 0u);
   EXPECT_EQ(kernels.count("ConcatF32Nhwc") ? kernels.at("ConcatF32Nhwc") : 0, 1);
+  EXPECT_EQ(kernels.count("ResizeF32Nhwc") ? kernels.at("ResizeF32Nhwc") : 0, 1);
 }
 
 TEST(Layout3d, OperandsThatCannotBeViewedChannelsLast) {
