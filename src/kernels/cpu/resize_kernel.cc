@@ -5,7 +5,8 @@
 // trilinear upsampling ran 6.6x ORT's time on the reference kernel). The taps come from ops/onnx_resize.h,
 // the rules the reference kernel uses. Plain and channels-last data alike (a channels-last row is W pixels of C
 // floats, blended as vectors; NDHWC rows are numbered d * H + h as plain ones are), so the layout pass keeps the
-// detectors' FPN upsamples and 3-D U-Nets' trilinear ones channels-last (CpuKernelFollowsNhwc). Sums are float, not the reference's double: results agree within float rounding.
+// detectors' FPN upsamples and 3-D U-Nets' trilinear ones channels-last (CpuKernelFollowsNhwc). Sums are float, not the
+// reference's double: results agree within float rounding.
 #include <omp.h>
 
 #include <algorithm>

@@ -91,8 +91,8 @@ TEST(Layout3d, UNetLevelStaysChannelsLast) {
   auto block = [&](ValueRef v, int64_t cin, int64_t cout, uint32_t seed, AttributeMap attrs) {
     attrs["pads"] = Attribute::Ints({1, 1, 1, 1, 1, 1});
     auto c = Conv3d(b, v, cin, cout, {3, 3, 3}, attrs, seed);
-    auto n = b.Op("InstanceNormalization",
-                  {c, b.Constant(RandomTensor({cout}, seed + 2, 0.5f, 1.5f)), b.Constant(RandomTensor({cout}, seed + 3))});
+    auto n = b.Op("InstanceNormalization", {c, b.Constant(RandomTensor({cout}, seed + 2, 0.5f, 1.5f)),
+                                            b.Constant(RandomTensor({cout}, seed + 3))});
     return b.Op("LeakyRelu", {n});
   };
   auto skip = block(x, 2, 4, 1, {});
