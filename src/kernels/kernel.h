@@ -49,6 +49,12 @@ inline Shape ChannelsLastShape(const Shape& logical) {
   return r;
 }
 
+/// Shape of the memory holding a tensor of logical shape `logical` in `layout` (ChannelsLastShape for kNhwc; shapes of
+/// other ranks have no channels-last form and stay as they are).
+inline Shape PhysicalShape(const Shape& logical, Layout layout) {
+  return layout == Layout::kNhwc && ChannelsLastRank(logical.size()) ? ChannelsLastShape(logical) : logical;
+}
+
 /// How a kernel may use bfloat16. kIfFaster: per kernel, whichever of its bf16 and fp32 forms is faster on this
 /// machine (timed at build time, including the conversion of its input to bf16) and, for bf16, agrees with fp32 on a
 /// test input (cpu::PreferBf16); kYes: bf16 wherever oneDNN has a fast bf16 kernel.

@@ -280,8 +280,8 @@ void AppendActivation(NodeBuilder& b, const CompileState& st, const Node& node, 
     b.Last().attrs["alpha"] = Attribute::Float(param(0, act == "LeakyRelu" ? kLeakyReluAlpha : 1.f));
   } else if (act == "HardSigmoid") {
     b.Add("HardSigmoid", "/HardSigmoid", {x}, out);
-    b.Last().attrs["alpha"] = Attribute::Float(param(0, 0.2f));
-    b.Last().attrs["beta"] = Attribute::Float(param(1, 0.5f));
+    b.Last().attrs["alpha"] = Attribute::Float(param(0, kHardSigmoidAlpha));
+    b.Last().attrs["beta"] = Attribute::Float(param(1, kHardSigmoidBeta));
   } else if (act == "Selu") {
     b.Add("Selu", "/Selu", {x}, out);
     b.Last().attrs["alpha"] = Attribute::Float(param(0, kSeluAlpha));

@@ -230,11 +230,6 @@ void AssignLayouts(CompileState& state, const std::function<bool(int)>& supports
 /// that rank.
 Shape ChannelsLastView(const Shape& logical, size_t rank);
 
-/// Physical shape of a logical shape stored in `layout`.
-inline Shape PhysicalShape(const Shape& logical, Layout layout) {
-  return layout == Layout::kNhwc ? ChannelsLastShape(logical) : logical;
-}
-
 /// Rewrites decomposed LayerNorm / GELU / MatMul+bias into single nodes (fusion_patterns.cc).
 void FuseTransformerPatterns(CompileState& state);
 

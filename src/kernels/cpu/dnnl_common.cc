@@ -898,11 +898,6 @@ dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout, dnnl::memor
                             shape.size() == 4 ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::ndhwc);
 }
 
-Shape PhysicalShape(const Shape& logical, Layout layout) {
-  if (layout == Layout::kPlain || !ChannelsLastRank(logical.size())) return logical;
-  return ChannelsLastShape(logical);
-}
-
 bool AnyNhwc(const KernelBuildContext& ctx) {
   for (Layout l : ctx.input_layouts)
     if (l != Layout::kPlain) return true;

@@ -362,10 +362,6 @@ struct IoReorders {
 dnnl::memory::desc ActivationDesc(const Shape& shape, Layout layout,
                                   dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 
-/// Shape of the memory holding a tensor of logical shape `logical` in `layout` ([N, H, W, C] or [N, D, H, W, C] for
-/// kNhwc).
-Shape PhysicalShape(const Shape& logical, Layout layout);
-
 /// True when the build context asks for kNhwc on any input or output.
 bool AnyNhwc(const KernelBuildContext& ctx);
 
